@@ -1,0 +1,83 @@
+//! The site description: one YAML file from which every daemon derives its
+//! configuration (DHCP reservations, DNS records, LB pools, boot scripts,
+//! Ignition), so they can never disagree.
+//!
+//! Modules:
+//! - [`wire`]: stage one, the file as written (serde, no judgement).
+//! - [`model`]: stage two, the validated [`Site`].
+//! - [`load`](crate::load()): reads, parses, validates; reports *every* problem at
+//!   once with file, key path and reason.
+//! - [`mac`]: MAC addresses in one canonical form.
+//!
+//! Invariants: a [`Site`] only exists if validation found no problem; node
+//! names, MACs and IPs are unique; every node's IP is inside one of the
+//! site's networks; every node's image and role Ignition exist.
+
+pub mod mac;
+pub mod model;
+mod validate;
+pub mod wire;
+
+pub use mac::Mac;
+pub use model::*;
+pub use validate::load;
+
+use std::fmt;
+use std::path::PathBuf;
+
+/// One thing wrong with a site file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    pub file: PathBuf,
+    /// Key path in the YAML, e.g. `nodes[2].macs[0]`; empty for the whole file.
+    pub key: String,
+    pub reason: String,
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.key.is_empty() {
+            write!(f, "{}: {}", self.file.display(), self.reason)
+        } else {
+            write!(f, "{}: {}: {}", self.file.display(), self.key, self.reason)
+        }
+    }
+}
+
+/// Every problem found in a site file; never empty.
+#[derive(Debug, Clone, thiserror::Error)]
+pub struct SiteError {
+    pub problems: Vec<Problem>,
+}
+
+impl fmt::Display for SiteError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let n = self.problems.len();
+        writeln!(
+            f,
+            "invalid site ({n} problem{}):",
+            if n == 1 { "" } else { "s" }
+        )?;
+        for p in &self.problems {
+            writeln!(f, "  {p}")?;
+        }
+        Ok(())
+    }
+}
+
+/// A value that must never be printed: its `Debug` is `<redacted>`.
+/// Ignition configs hold pull secrets and keys.
+#[derive(Clone, PartialEq)]
+pub struct Secret<T>(pub T);
+
+impl<T> Secret<T> {
+    pub fn expose(&self) -> &T {
+        &self.0
+    }
+}
+
+impl<T> fmt::Debug for Secret<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("<redacted>")
+    }
+}

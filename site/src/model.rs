@@ -1,0 +1,232 @@
+//! Stage two: the validated site. Every value here has been checked, every
+//! cross-reference resolved; daemons derive their configuration from it and
+//! never re-validate.
+
+use crate::mac::Mac;
+use crate::Secret;
+use ipnet::IpNet;
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+use std::time::Duration;
+
+#[derive(Debug, Clone)]
+pub struct Site {
+    /// The site file this was loaded from (for reload and for messages).
+    pub source: PathBuf,
+    pub cluster: Cluster,
+    pub host: Host,
+    pub networks: Vec<Network>,
+    pub vips: Vips,
+    pub images: Images,
+    pub nodes: Vec<Node>,
+    pub ignition: Ignition,
+    pub ssh_keys: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cluster {
+    pub name: String,
+    pub base_domain: String,
+}
+
+impl Cluster {
+    /// `<name>.<baseDomain>`, the zone every cluster name lives in.
+    pub fn domain(&self) -> String {
+        format!("{}.{}", self.name, self.base_domain)
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Host {
+    pub state_dir: PathBuf,
+    pub http: Listen,
+    pub https: Option<Listen>,
+}
+
+/// A listener and the base URL nodes use to reach it (they differ behind NAT,
+/// or when listening on 0.0.0.0).
+#[derive(Debug, Clone)]
+pub struct Listen {
+    pub listen: SocketAddr,
+    /// Without a trailing slash.
+    pub url: String,
+}
+
+impl Listen {
+    /// The host part of the URL (an IP address or a DNS name), for TLS SANs.
+    pub fn url_host(&self) -> &str {
+        let rest = self
+            .url
+            .split_once("://")
+            .map(|(_, r)| r)
+            .unwrap_or(&self.url);
+        let authority = rest.split('/').next().unwrap_or(rest);
+        if let Some(v6) = authority.strip_prefix('[') {
+            return v6.split(']').next().unwrap_or(v6);
+        }
+        authority
+            .rsplit_once(':')
+            .map(|(h, _)| h)
+            .unwrap_or(authority)
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Network {
+    pub name: String,
+    pub subnet: IpNet,
+    pub gateway: Option<IpAddr>,
+    pub dns_servers: Vec<IpAddr>,
+    pub pool: Option<(IpAddr, IpAddr)>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Vips {
+    pub api: IpAddr,
+    pub ingress: IpAddr,
+}
+
+#[derive(Debug, Clone)]
+pub struct Images {
+    /// Absolute directory every image path is relative to.
+    pub root: PathBuf,
+    pub sets: BTreeMap<String, ImageSet>,
+}
+
+/// Paths relative to [`Images::root`], as they appear in URLs under `/images/`.
+#[derive(Debug, Clone)]
+pub struct ImageSet {
+    pub arch: Arch,
+    pub kernel: String,
+    pub initramfs: String,
+    pub rootfs: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Arch {
+    X86_64,
+    Aarch64,
+    Ppc64le,
+}
+
+impl Arch {
+    pub fn parse(s: &str) -> Option<Arch> {
+        match s {
+            "x86_64" | "amd64" => Some(Arch::X86_64),
+            "aarch64" | "arm64" => Some(Arch::Aarch64),
+            "ppc64le" | "ppc64el" => Some(Arch::Ppc64le),
+            _ => None,
+        }
+    }
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Arch::X86_64 => "x86_64",
+            Arch::Aarch64 => "aarch64",
+            Arch::Ppc64le => "ppc64le",
+        }
+    }
+}
+
+impl fmt::Display for Arch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What the node's firmware is expected to be; `Auto` lets bootd decide from
+/// what the firmware says about itself on the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Firmware {
+    Auto,
+    Bios,
+    Uefi,
+    UefiHttp,
+    /// Open Firmware: SLOF under QEMU, PowerVM; boots GRUB over TFTP.
+    Ieee1275,
+}
+
+impl Firmware {
+    pub fn parse(s: &str) -> Option<Firmware> {
+        match s {
+            "auto" => Some(Firmware::Auto),
+            "bios" => Some(Firmware::Bios),
+            "uefi" => Some(Firmware::Uefi),
+            "uefi-http" => Some(Firmware::UefiHttp),
+            "ieee1275" | "powervm" | "slof" => Some(Firmware::Ieee1275),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Node {
+    pub name: String,
+    pub role: String,
+    pub macs: Vec<Mac>,
+    pub ip: Ipv4Addr,
+    /// Index into [`Site::networks`] of the subnet holding `ip`.
+    pub network: usize,
+    pub arch: Arch,
+    pub firmware: Firmware,
+    /// Key into [`Images::sets`].
+    pub image: String,
+    pub install_disk: Option<String>,
+    pub kernel_args: Vec<String>,
+    pub static_network: Option<StaticNetwork>,
+}
+
+impl Node {
+    pub fn is_bootstrap(&self) -> bool {
+        self.role == ROLE_BOOTSTRAP
+    }
+}
+
+pub const ROLE_BOOTSTRAP: &str = "bootstrap";
+pub const ROLE_MASTER: &str = "master";
+pub const ROLE_WORKER: &str = "worker";
+
+#[derive(Debug, Clone)]
+pub struct StaticNetwork {
+    pub interface: String,
+    pub address: IpNet,
+    pub gateway: Option<IpAddr>,
+    pub dns: Vec<IpAddr>,
+    pub mtu: Option<u32>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Ignition {
+    /// Role name → that role's config, as openshift-install wrote it.
+    pub roles: BTreeMap<String, RoleConfig>,
+    pub token_ttl: Duration,
+    /// Point nodes at an HTTP pointer config that fetches the real one over
+    /// HTTPS with the site CA (when `host.https` is set).
+    pub over_https: bool,
+}
+
+#[derive(Debug, Clone)]
+pub struct RoleConfig {
+    pub path: PathBuf,
+    /// Parsed JSON. Holds secrets (pull secret, keys): never log it.
+    pub config: Secret<serde_json::Value>,
+    /// `ignition.version` of the config, e.g. "3.2.0".
+    pub version: String,
+}
+
+impl Site {
+    pub fn node(&self, name: &str) -> Option<&Node> {
+        self.nodes.iter().find(|n| n.name == name)
+    }
+    pub fn node_by_mac(&self, mac: &Mac) -> Option<&Node> {
+        self.nodes.iter().find(|n| n.macs.contains(mac))
+    }
+    pub fn node_by_ip(&self, ip: IpAddr) -> Option<&Node> {
+        self.nodes.iter().find(|n| IpAddr::V4(n.ip) == ip)
+    }
+    pub fn image_of(&self, node: &Node) -> &ImageSet {
+        // Validation guarantees every node's image exists.
+        &self.images.sets[&node.image]
+    }
+}

@@ -1,0 +1,131 @@
+//! Stage one: the YAML file as written, deserialized without judgement.
+//!
+//! Structs here accept anything the YAML grammar allows for each key's type;
+//! unknown keys are collected by `serde_ignored` in [`crate::load`] (so every
+//! unknown key is reported at once, instead of serde's first-error stop).
+//! Everything else is checked in [`crate::model`].
+
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SiteFile {
+    pub cluster: Cluster,
+    pub host: Host,
+    #[serde(default)]
+    pub networks: Vec<Network>,
+    pub vips: Option<Vips>,
+    #[serde(default)]
+    pub images: Option<Images>,
+    #[serde(default)]
+    pub nodes: Vec<Node>,
+    pub ignition: Option<Ignition>,
+    #[serde(default)]
+    pub ssh_keys: Vec<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Cluster {
+    pub name: Option<String>,
+    pub base_domain: Option<String>,
+    pub install_config: Option<PathBuf>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Host {
+    pub state_dir: Option<PathBuf>,
+    pub http: Option<Listen>,
+    pub https: Option<Listen>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Listen {
+    pub listen: Option<String>,
+    pub url: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Network {
+    pub name: Option<String>,
+    pub subnet: Option<String>,
+    pub gateway: Option<String>,
+    #[serde(default)]
+    pub dns_servers: Vec<String>,
+    pub pool: Option<Pool>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Pool {
+    pub start: Option<String>,
+    pub end: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Vips {
+    pub api: Option<String>,
+    pub ingress: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Images {
+    pub root: Option<PathBuf>,
+    #[serde(default)]
+    pub sets: BTreeMap<String, ImageSet>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ImageSet {
+    pub arch: Option<String>,
+    pub kernel: Option<PathBuf>,
+    pub initramfs: Option<PathBuf>,
+    pub rootfs: Option<PathBuf>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Node {
+    pub name: Option<String>,
+    pub role: Option<String>,
+    #[serde(default)]
+    pub macs: Vec<String>,
+    pub ip: Option<String>,
+    pub arch: Option<String>,
+    pub firmware: Option<String>,
+    pub image: Option<String>,
+    pub install_disk: Option<String>,
+    #[serde(default)]
+    pub kernel_args: Vec<String>,
+    pub network: Option<StaticNetwork>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StaticNetwork {
+    pub interface: Option<String>,
+    pub address: Option<String>,
+    pub gateway: Option<String>,
+    #[serde(default)]
+    pub dns: Vec<String>,
+    pub mtu: Option<u32>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Ignition {
+    pub dir: Option<PathBuf>,
+    #[serde(default)]
+    pub roles: BTreeMap<String, PathBuf>,
+    pub token_ttl: Option<String>,
+    #[serde(default)]
+    pub over_https: bool,
+}

@@ -1,0 +1,163 @@
+//! Every example site parses; a broken site reports every problem at once.
+
+use std::path::{Path, PathBuf};
+
+fn examples() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples")
+}
+
+#[test]
+fn every_example_parses() {
+    let mut seen = 0;
+    for entry in std::fs::read_dir(examples()).unwrap() {
+        let path = entry.unwrap().path().join("site.yaml");
+        if !path.exists() {
+            continue;
+        }
+        match site::load(&path) {
+            Ok(s) => assert!(!s.nodes.is_empty(), "{} has no nodes", path.display()),
+            Err(e) => panic!("{e}"),
+        }
+        seen += 1;
+    }
+    assert!(
+        seen >= 4,
+        "expected lab, openshift, compact, ppc64le; saw {seen}"
+    );
+}
+
+#[test]
+fn lab_site_is_what_the_tests_expect() {
+    let s = site::load(&examples().join("lab/site.yaml")).unwrap();
+    assert_eq!(s.cluster.domain(), "lab.example.test");
+    let names: Vec<_> = s.nodes.iter().map(|n| n.name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "bootstrap",
+            "master-0",
+            "master-1",
+            "master-2",
+            "worker-0",
+            "worker-1",
+            "p9-0"
+        ]
+    );
+    let p9 = s.node("p9-0").unwrap();
+    assert_eq!(p9.macs[0].to_string(), "52:54:00:77:00:30");
+    assert_eq!(p9.arch, site::Arch::Ppc64le);
+    assert_eq!(s.image_of(p9).kernel, "lab-ppc64le/vmlinux");
+    assert_eq!(
+        s.node_by_mac(&"52:54:00:77:00:21".parse().unwrap())
+            .unwrap()
+            .name,
+        "worker-1"
+    );
+}
+
+#[test]
+fn install_config_supplies_cluster_facts() {
+    let s = site::load(&examples().join("openshift/site.yaml")).unwrap();
+    assert_eq!(s.cluster.name, "ocp");
+    assert_eq!(s.cluster.base_domain, "example.com");
+    // The secret-bearing Ignition never shows in Debug output.
+    let dbg = format!("{s:?}");
+    assert!(dbg.contains("<redacted>"));
+    assert!(
+        !dbg.contains("TEFCLVBVTEwtU0VDUkVULUNBTkFSWQ"),
+        "pull secret leaked into Debug"
+    );
+}
+
+#[test]
+fn conflicting_install_config_names_both_places() {
+    let dir = tempfile::tempdir().unwrap();
+    let ex = examples().join("openshift");
+    std::fs::copy(
+        ex.join("install-config.yaml"),
+        dir.path().join("install-config.yaml"),
+    )
+    .unwrap();
+    std::fs::create_dir(dir.path().join("ignition")).unwrap();
+    for r in ["bootstrap", "master", "worker"] {
+        std::fs::copy(
+            ex.join(format!("ignition/{r}.ign")),
+            dir.path().join(format!("ignition/{r}.ign")),
+        )
+        .unwrap();
+    }
+    let text = std::fs::read_to_string(ex.join("site.yaml"))
+        .unwrap()
+        .replace(
+            "installConfig: install-config.yaml",
+            "installConfig: install-config.yaml\n  name: other",
+        );
+    let path = dir.path().join("site.yaml");
+    std::fs::write(&path, text).unwrap();
+    let err = site::load(&path).unwrap_err();
+    let msg = err.to_string();
+    assert!(
+        msg.contains("cluster.name: \"other\" conflicts with metadata.name \"ocp\""),
+        "{msg}"
+    );
+    assert!(msg.contains("install-config.yaml"), "{msg}");
+}
+
+#[test]
+fn every_problem_is_reported_at_once() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/bad.yaml");
+    let err = site::load(&path).unwrap_err();
+    let got: Vec<String> = err
+        .problems
+        .iter()
+        .map(|p| format!("{}: {}", p.key, p.reason))
+        .collect();
+    let expect = [
+        "cluster.colour: unknown key",
+        "nodes[2].speed: unknown key",
+        "cluster.name: \"Bad_Name\" is not a DNS label",
+        "host.http.listen: \"not-an-address\" is not an address:port",
+        "networks[0].gateway: 10.0.1.1 is outside subnet 10.0.0.0/24",
+        "vips.ingress: required",
+        "images.sets.x.kernel: \"../etc/passwd\" must be a plain relative path",
+        "nodes[1].name: duplicate node name \"a\" (also nodes[0])",
+        "nodes[1].macs[0]: duplicate MAC 52:54:00:00:00:01 (also in nodes[0])",
+        "nodes[1].ip: duplicate IP 10.0.0.10 (also nodes[0])",
+        "nodes[2].macs[0]: malformed MAC address \"52:54:00:00:00\"",
+        "nodes[2].ip: 10.9.0.10 is outside every network (10.0.0.0/24)",
+        "nodes[2].image: no image set named \"nope\"",
+        "nodes[3].kernelArgs[0]: \"a b\": one argument per entry",
+        "ignition.roles.master: role \"master\"",
+        "ignition: role \"infra\" (nodes d) has no Ignition",
+    ];
+    for e in expect {
+        assert!(
+            got.iter().any(|g| g.starts_with(e)),
+            "missing problem {e:?}\n got:\n{}",
+            got.join("\n")
+        );
+    }
+    for p in &err.problems {
+        assert_eq!(p.file, path, "every problem names its file");
+    }
+}
+
+#[test]
+fn yaml_type_error_names_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("site.yaml");
+    std::fs::write(&path, "cluster: {name: a, baseDomain: b.c}\nhost: {http: {listen: 1.2.3.4:1, url: http://x}}\nnodes: {oops: 1}\n").unwrap();
+    let err = site::load(&path).unwrap_err();
+    assert_eq!(err.problems.len(), 1, "{err}");
+    assert_eq!(err.problems[0].key, "nodes");
+}
+
+#[test]
+fn missing_file_is_a_clear_error() {
+    let err = site::load(Path::new("/nonexistent/site.yaml")).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("/nonexistent/site.yaml: cannot read site file"),
+        "{err}"
+    );
+}

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Install every Debian package the network-boot e2e tests and benchmarks need.
+# Idempotent: if everything is already installed it returns without calling apt.
+# Usage: sudo tests/lab/deps.sh        (Debian 12, root, no tty needed)
+set -euo pipefail
+
+PKGS=(
+  # firmware + emulators
+  qemu-system-x86 qemu-system-ppc qemu-utils ipxe-qemu ipxe ovmf
+  # guest image building (guest.sh)
+  busybox-static cpio gzip xz-utils zstd kmod
+  # lab network + stand-in servers (netboot.sh)
+  iproute2 dnsmasq-base curl python3 tcpdump procps ca-certificates openssl
+  # real Ignition client (+ ignition-validate) and benchmark peers
+  ignition nginx wrk
+)
+
+if [[ $(id -u) -ne 0 ]]; then
+  echo "deps.sh: must run as root" >&2
+  exit 1
+fi
+
+missing=()
+for p in "${PKGS[@]}"; do
+  # "install ok installed" only; half-configured or removed-with-config counts as missing
+  st=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
+  [[ $st == "install ok installed" ]] || missing+=("$p")
+done
+if [[ ${#missing[@]} -eq 0 ]]; then
+  echo "deps.sh: all ${#PKGS[@]} packages already installed"
+  exit 0
+fi
+echo "deps.sh: installing: ${missing[*]}"
+
+export DEBIAN_FRONTEND=noninteractive
+# Keep package installs from starting system services (nginx, dnsmasq...) that
+# would grab ports. Remove our policy-rc.d afterwards only if we created it.
+created_policy=0
+if [[ ! -e /usr/sbin/policy-rc.d ]]; then
+  printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d
+  chmod 755 /usr/sbin/policy-rc.d
+  created_policy=1
+fi
+cleanup() { if [[ $created_policy == 1 ]]; then rm -f /usr/sbin/policy-rc.d; fi; }
+trap cleanup EXIT
+
+apt-get update -q
+
+# Some images carry a backported qemu-utils (10.x) whose Breaks: conflict with
+# bookworm's qemu-system-common 7.2 -> the resolver gives up. Pin qemu-utils to
+# the bookworm version (a downgrade there; a plain install on a fresh machine).
+extra=()
+inst=$(dpkg-query -W -f='${Version}' qemu-utils 2>/dev/null || true)
+if [[ $inst == *bpo* ]]; then
+  extra+=(--allow-downgrades)
+fi
+args=()
+for p in "${missing[@]}"; do
+  if [[ $p == qemu-utils ]]; then args+=("qemu-utils/bookworm"); else args+=("$p"); fi
+done
+# qemu-system-* also pulls qemu-utils; if it is not in "missing" but is the backport, pin it too
+if [[ $inst == *bpo* && " ${missing[*]} " != *" qemu-utils "* ]]; then
+  args+=("qemu-utils/bookworm")
+fi
+
+apt-get install -y -q --no-install-recommends "${extra[@]}" "${args[@]}"
+echo "deps.sh: done"

@@ -1,0 +1,193 @@
+#!/usr/bin/env bash
+# Build the lab guest: Debian's amd64 kernel + a tiny busybox initramfs whose
+# /init does DHCP, fetches ignition.config.url= from the kernel command line and
+# prints one marker line on ttyS0, then powers off.
+#
+# Usage: tests/lab/guest.sh [OUTDIR]       (default /work/main/target/lab-images)
+# Output: OUTDIR/lab/kernel, OUTDIR/lab/initramfs (gzip'd cpio newc)
+# Marker (exactly one line on /dev/ttyS0):
+#   LAB-IGNITION sha256=<hex> bytes=<n> url=<url>
+#   LAB-IGNITION-FAILED <reason>
+# Needs (tests/lab/deps.sh): busybox-static cpio gzip kmod, apt lists for apt-get download.
+set -euo pipefail
+
+SELF=$(readlink -f "${BASH_SOURCE[0]}")
+REPO=$(cd "$(dirname "$SELF")/../.." && pwd)
+OUTDIR=${1:-$REPO/target/lab-images}
+LAB=$OUTDIR/lab
+CACHE=$OUTDIR/cache
+KERNEL=$LAB/kernel
+INITRD=$LAB/initramfs
+
+# Cache: nothing to do if both outputs exist and are newer than this script.
+if [[ -s $KERNEL && -s $INITRD && $KERNEL -nt $SELF && $INITRD -nt $SELF ]]; then
+  echo "guest.sh: up to date: $LAB"
+  exit 0
+fi
+
+for tool in busybox cpio gzip depmod modinfo dpkg-deb apt-get; do
+  command -v "$tool" >/dev/null || { echo "guest.sh: missing $tool (run tests/lab/deps.sh)" >&2; exit 1; }
+done
+BUSYBOX=/bin/busybox
+[[ -x $BUSYBOX ]] && file_is_static=$(ldd "$BUSYBOX" 2>&1 || true) || true
+if [[ ${file_is_static:-} != *"not a dynamic"* ]]; then
+  echo "guest.sh: $BUSYBOX is not static (install busybox-static)" >&2; exit 1
+fi
+
+mkdir -p "$LAB" "$CACHE"
+WORK=$(mktemp -d "$OUTDIR/.guest-build.XXXXXX")
+trap 'rm -rf "$WORK"' EXIT
+
+# --- kernel package -----------------------------------------------------------
+# linux-image-amd64 is a metapackage; its Depends names the real ABI package.
+kpkg() { apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-[0-9]/ {print $2; exit}'; }
+PKG=$(kpkg || true)
+if [[ -z $PKG ]]; then
+  echo "guest.sh: apt lists empty, running apt-get update" >&2
+  apt-get update -q >&2
+  PKG=$(kpkg)
+fi
+DEB=$(ls "$CACHE"/"${PKG}"_*.deb 2>/dev/null | head -n1 || true)
+if [[ -z $DEB ]]; then
+  # apt-get download writes into the cwd; _apt cannot write root-owned dirs, so
+  # it warns and downloads unsandboxed; harmless.
+  (cd "$CACHE" && apt-get download -q "$PKG" 2>&1 | grep -v 'unsandboxed' >&2 || true)
+  DEB=$(ls "$CACHE"/"${PKG}"_*.deb 2>/dev/null | head -n1 || true)
+  [[ -n $DEB ]] || { echo "guest.sh: apt-get download $PKG failed" >&2; exit 1; }
+  # drop older kernels from the cache
+  find "$CACHE" -name 'linux-image-*.deb' ! -name "$(basename "$DEB")" -delete
+fi
+echo "guest.sh: kernel package $(basename "$DEB")"
+dpkg-deb -x "$DEB" "$WORK/k"
+KVER=$(ls "$WORK/k/lib/modules" | head -n1)
+KMOD=$WORK/k/lib/modules/$KVER
+
+# --- initramfs tree -------------------------------------------------------------
+R=$WORK/root
+mkdir -p "$R"/{bin,sbin,dev,proc,sys,tmp,run,etc,usr/bin,usr/sbin,lib/modules/"$KVER"}
+cp "$BUSYBOX" "$R/bin/busybox"
+# busybox applet symlinks for everything we use (and more; they're free)
+for a in $("$BUSYBOX" --list); do
+  [[ $a == busybox ]] || ln -sf busybox "$R/bin/$a"
+done
+# /dev/console must exist before /init runs or init has no stdout
+mknod -m 600 "$R/dev/console" c 5 1 2>/dev/null || true
+mknod -m 666 "$R/dev/null" c 1 3 2>/dev/null || true
+
+# NIC drivers (virtio-net needs virtio_pci: both are modules in Debian's
+# kernel) plus their dependencies, resolved recursively with modinfo.
+want=(virtio_pci virtio_net e1000 e1000e)
+declare -A seen=()
+modpath() { find "$KMOD/kernel" -name "$1.ko" -o -name "$1.ko.xz" -o -name "$1.ko.zst" | head -n1; }
+add_mod() {
+  local m=${1//-/_} p deps d
+  [[ -n ${seen[$m]:-} ]] && return 0
+  seen[$m]=1
+  p=$(modpath "$m")
+  [[ -n $p ]] || { echo "guest.sh: module $m not found in $KVER" >&2; exit 1; }
+  mkdir -p "$R/lib/modules/$KVER/$(dirname "${p#$KMOD/}")"
+  cp "$p" "$R/lib/modules/$KVER/${p#$KMOD/}"
+  deps=$(modinfo -F depends "$p")
+  for d in ${deps//,/ }; do add_mod "$d"; done
+}
+for m in "${want[@]}"; do add_mod "$m"; done
+cp "$KMOD"/modules.order "$KMOD"/modules.builtin "$KMOD"/modules.builtin.modinfo "$R/lib/modules/$KVER/" 2>/dev/null || true
+# kmod's depmod writes modules.dep in the format busybox modprobe reads.
+depmod -b "$R" "$KVER"
+echo "guest.sh: modules: ${!seen[*]}"
+
+cat > "$R/etc/udhcpc.script" <<'SCRIPT'
+#!/bin/sh
+# busybox udhcpc hook: apply lease (no DNS needed; URLs use IPs)
+case "$1" in
+  deconfig) ip addr flush dev "$interface"; ip link set "$interface" up ;;
+  bound|renew)
+    ip addr flush dev "$interface"
+    ip addr add "$ip/${mask:-24}" dev "$interface"
+    [ -n "$router" ] && ip route add default via ${router%% *} dev "$interface"
+    echo "udhcpc: $interface $ip/${mask:-24} router=${router:-none} server=${serverid:-?}" ;;
+esac
+exit 0
+SCRIPT
+chmod 755 "$R/etc/udhcpc.script"
+
+cat > "$R/init" <<'INIT'
+#!/bin/sh
+# Lab guest /init (busybox ash). Never exits: always ends in poweroff -f.
+export PATH=/bin
+mount -t proc proc /proc
+mount -t sysfs sys /sys
+mount -t devtmpfs dev /dev 2>/dev/null
+mount -t tmpfs tmp /tmp
+exec </dev/console >/dev/console 2>&1
+# Keep kernel messages from splitting our marker line on the console.
+dmesg -n 1
+
+T0=$(cut -d' ' -f1 /proc/uptime)
+# The marker goes straight to the first serial port so it lands in the serial
+# log whatever console= says, and exactly once.
+marker() {
+  if [ -c /dev/ttyS0 ]; then echo "$*" >/dev/ttyS0; else echo "$*"; fi
+}
+finish() {
+  echo "lab-init: done after $(cut -d' ' -f1 /proc/uptime)s uptime (init started at ${T0}s)"
+  sync
+  poweroff -f
+  sleep 30
+}
+fail() { marker "LAB-IGNITION-FAILED $*"; finish; }
+
+URL=""
+for w in $(cat /proc/cmdline); do
+  case "$w" in ignition.config.url=*) URL=${w#ignition.config.url=} ;; esac
+done
+
+for m in virtio_pci virtio_net e1000 e1000e; do modprobe "$m" 2>/dev/null; done
+
+# First non-loopback interface; give the driver a moment to register it.
+IF=""
+i=0
+while [ $i -lt 50 ]; do
+  for n in /sys/class/net/*; do
+    n=${n##*/}
+    [ "$n" = lo ] || { IF=$n; break; }
+  done
+  [ -n "$IF" ] && break
+  sleep 0.1; i=$((i+1))
+done
+[ -n "$IF" ] || fail "no-network-interface"
+ip link set lo up
+ip link set "$IF" up
+echo "lab-init: interface $IF $(cat /sys/class/net/$IF/address)"
+
+# -n: exit if no lease; -q: quit after obtaining one; 5 discovers 2 s apart.
+udhcpc -i "$IF" -s /etc/udhcpc.script -n -q -t 5 -T 2 || fail "dhcp-no-lease"
+
+[ -n "$URL" ] || fail "no-ignition.config.url-on-cmdline"
+
+# busybox 1.35 wget -T segfaults: bound each attempt with timeout instead.
+ok=0
+n=0
+while [ $n -lt 5 ]; do
+  n=$((n+1))
+  rm -f /tmp/ign
+  if timeout 20 wget -q -O /tmp/ign "$URL"; then ok=1; break; fi
+  echo "lab-init: fetch attempt $n failed"
+  sleep 1
+done
+[ $ok = 1 ] || fail "fetch-failed url=$URL"
+
+SUM=$(sha256sum /tmp/ign | cut -d' ' -f1)
+BYTES=$(wc -c </tmp/ign | tr -d ' ')
+marker "LAB-IGNITION sha256=$SUM bytes=$BYTES url=$URL"
+finish
+INIT
+chmod 755 "$R/init"
+
+# --- pack -------------------------------------------------------------------------
+(cd "$R" && find . -print0 | LC_ALL=C sort -z | cpio --null -o -H newc --quiet) | gzip -9 > "$WORK/initramfs"
+cp "$WORK/k/boot/vmlinuz-$KVER" "$WORK/kernel"
+# install both atomically-ish (rename within the same fs)
+mv -f "$WORK/kernel" "$KERNEL"
+mv -f "$WORK/initramfs" "$INITRD"
+echo "guest.sh: built $KERNEL ($(stat -c %s "$KERNEL") bytes), $INITRD ($(stat -c %s "$INITRD") bytes), kernel $KVER"
