@@ -1,1 +1,333 @@
+//! bootd: the network-boot server of the appliance.
+//!
+//! Serves, over HTTP and HTTPS, everything a machine needs after its
+//! firmware: the iPXE entry script and per-node scripts, GRUB configs,
+//! per-node Ignition, OS images (with ranges), Equinix-style metadata and
+//! userdata; plus `/healthz` and `/metrics`. Everything is derived from the
+//! site description ([`site::Site`]), reloaded live.
+//!
+//! Modules:
+//! - [`render`]: pure renderers (iPXE, GRUB, Ignition, metadata), golden-tested.
+//! - [`token`]: who may fetch a node's secrets (source address or HMAC token).
+//! - [`files`]: confined opens (`openat2` RESOLVE_BENEATH), ranges, streaming.
+//! - [`http`]: the routes, listed in one function.
+//! - [`tls`]: the site CA and serving certificate (rcgen, rustls).
+//! - [`state`]: the live snapshot (swapped atomically) and state-dir files.
+//! - [`metrics`]: Prometheus counters.
+//!
+//! Shape: `main` parses flags, loads the site, binds sockets and calls
+//! [`run`]; tests call the same [`run`] on loopback port 0.
 
+pub mod files;
+pub mod http;
+pub mod metrics;
+pub mod render;
+pub mod state;
+pub mod tls;
+pub mod token;
+
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use site::Site;
+use state::{Live, Snapshot};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpListener;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::{error, info, warn};
+
+/// Shared by every request.
+#[derive(Debug)]
+pub struct App {
+    pub live: Arc<Live>,
+    pub key: token::TokenKey,
+    pub tls: Option<tls::Tls>,
+    pub metrics: metrics::Metrics,
+    pub state_dir: PathBuf,
+}
+
+#[derive(Debug)]
+pub struct Config {
+    pub site: Site,
+    /// Overrides `host.stateDir` (tests, the lab).
+    pub state_dir: Option<PathBuf>,
+    /// Notified on SIGHUP (by `main`) or by tests: re-read the site now.
+    pub reload: Arc<Notify>,
+    /// How often the site file (and the files it names) are checked for
+    /// changes; `None` turns polling off.
+    pub poll: Option<Duration>,
+    /// How long open connections get to finish after shutdown.
+    pub grace: Duration,
+}
+
+impl Config {
+    pub fn new(site: Site) -> Config {
+        Config {
+            site,
+            state_dir: None,
+            reload: Arc::new(Notify::new()),
+            poll: Some(Duration::from_secs(2)),
+            grace: Duration::from_secs(5),
+        }
+    }
+    pub fn state_dir(&self) -> PathBuf {
+        self.state_dir
+            .clone()
+            .unwrap_or_else(|| self.site.host.state_dir.clone())
+    }
+}
+
+#[derive(Debug)]
+pub struct Sockets {
+    pub http: TcpListener,
+    pub https: Option<TcpListener>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("state directory {0}: {1}")]
+    StateDir(PathBuf, std::io::Error),
+    #[error(transparent)]
+    Tls(#[from] tls::TlsError),
+}
+
+/// Everything `run` prepares before serving; tests use it to reach the
+/// token key and CA without scraping files.
+pub fn prepare(config: &Config, want_tls: bool) -> Result<Arc<App>, Error> {
+    let state_dir = config.state_dir();
+    std::fs::create_dir_all(&state_dir).map_err(|e| Error::StateDir(state_dir.clone(), e))?;
+    let key = token::TokenKey::load_or_create(&state_dir)
+        .map_err(|e| Error::StateDir(state_dir.clone(), e))?;
+    let revoked =
+        state::load_revoked(&state_dir).map_err(|e| Error::StateDir(state_dir.clone(), e))?;
+    let tls = if want_tls {
+        let mut hosts = vec![config.site.host.http.url_host().to_string()];
+        if let Some(h) = &config.site.host.https {
+            hosts.push(h.url_host().to_string());
+        }
+        Some(tls::load_or_create(&state_dir, &hosts)?)
+    } else {
+        None
+    };
+    Ok(Arc::new(App {
+        live: state::new_live(Snapshot {
+            site: config.site.clone(),
+            revoked,
+        }),
+        key,
+        tls,
+        metrics: metrics::Metrics::default(),
+        state_dir,
+    }))
+}
+
+/// Serves until `shutdown` is cancelled, then gives open connections
+/// `config.grace` to finish.
+pub async fn run(
+    config: Config,
+    sockets: Sockets,
+    shutdown: CancellationToken,
+) -> Result<(), Error> {
+    let app = prepare(&config, sockets.https.is_some())?;
+    run_app(app, config, sockets, shutdown).await
+}
+
+pub async fn run_app(
+    app: Arc<App>,
+    config: Config,
+    sockets: Sockets,
+    shutdown: CancellationToken,
+) -> Result<(), Error> {
+    let tracker = TaskTracker::new();
+    let conn_stop = CancellationToken::new();
+    tracker.spawn(watch_site(
+        Arc::clone(&app),
+        config.site.source.clone(),
+        config.reload.clone(),
+        config.poll,
+        shutdown.clone(),
+    ));
+    info!(addr = %local(&sockets.http), "HTTP listening");
+    tracker.spawn(accept_loop(
+        sockets.http,
+        None,
+        Arc::clone(&app),
+        shutdown.clone(),
+        conn_stop.clone(),
+        tracker.clone(),
+    ));
+    if let (Some(l), Some(tls)) = (sockets.https, &app.tls) {
+        info!(addr = %local(&l), "HTTPS listening");
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::clone(&tls.server_config));
+        tracker.spawn(accept_loop(
+            l,
+            Some(acceptor),
+            Arc::clone(&app),
+            shutdown.clone(),
+            conn_stop.clone(),
+            tracker.clone(),
+        ));
+    }
+    shutdown.cancelled().await;
+    tracker.close();
+    // Connections get the grace period to finish their responses; then
+    // whatever is left (idle keep-alives from firmware) is dropped.
+    if tokio::time::timeout(config.grace, tracker.wait())
+        .await
+        .is_err()
+    {
+        warn!(grace = ?config.grace, "connections still open after the grace period; closing them");
+        conn_stop.cancel();
+        tracker.wait().await;
+    }
+    info!("bootd stopped");
+    Ok(())
+}
+
+fn local(l: &TcpListener) -> String {
+    l.local_addr().map(|a| a.to_string()).unwrap_or_default()
+}
+
+async fn accept_loop(
+    listener: TcpListener,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    app: Arc<App>,
+    shutdown: CancellationToken,
+    conn_stop: CancellationToken,
+    tracker: TaskTracker,
+) {
+    loop {
+        let (stream, peer) = tokio::select! {
+            _ = shutdown.cancelled() => return,
+            r = listener.accept() => match r {
+                Ok(x) => x,
+                Err(e) => {
+                    // EMFILE and friends: back off instead of spinning.
+                    warn!(error = %e, "accept failed; backing off 100 ms");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+        };
+        let _ = stream.set_nodelay(true);
+        let app = Arc::clone(&app);
+        let (shutdown, conn_stop) = (shutdown.clone(), conn_stop.clone());
+        match tls.clone() {
+            None => {
+                tracker.spawn(serve_conn(stream, peer, app, shutdown, conn_stop));
+            }
+            Some(acceptor) => {
+                tracker.spawn(async move {
+                    match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(stream))
+                        .await
+                    {
+                        Ok(Ok(s)) => serve_conn(s, peer, app, shutdown, conn_stop).await,
+                        Ok(Err(e)) => tracing::debug!(%peer, error = %e, "TLS handshake failed"),
+                        Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
+                    }
+                });
+            }
+        }
+    }
+}
+
+async fn serve_conn<I>(
+    io: I,
+    peer: SocketAddr,
+    app: Arc<App>,
+    shutdown: CancellationToken,
+    conn_stop: CancellationToken,
+) where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let svc = service_fn(move |req| http::handle(Arc::clone(&app), req, peer));
+    let conn = hyper::server::conn::http1::Builder::new()
+        .timer(TokioTimer::new())
+        .keep_alive(true)
+        .header_read_timeout(Duration::from_secs(30))
+        .serve_connection(TokioIo::new(io), svc);
+    let mut conn = std::pin::pin!(conn);
+    tokio::select! {
+        r = conn.as_mut() => { if let Err(e) = r { tracing::debug!(%peer, error = %e, "connection ended with an error"); } return; }
+        _ = shutdown.cancelled() => conn.as_mut().graceful_shutdown(),
+    }
+    tokio::select! {
+        _ = conn.as_mut() => {}
+        _ = conn_stop.cancelled() => {}
+    }
+}
+
+/// Modification times of the files a site is made of; a change in any
+/// triggers a reload.
+fn fingerprint(site_path: &Path, live: &Live, state_dir: &Path) -> Vec<Option<SystemTime>> {
+    let snap = live.load();
+    let mut paths = vec![site_path.to_path_buf(), state_dir.join("revoked.json")];
+    paths.extend(snap.site.ignition.roles.values().map(|r| r.path.clone()));
+    paths
+        .iter()
+        .map(|p| std::fs::metadata(p).and_then(|m| m.modified()).ok())
+        .collect()
+}
+
+/// Re-reads the site on SIGHUP (via `reload`) and when its files change.
+/// A bad site keeps the old one serving.
+async fn watch_site(
+    app: Arc<App>,
+    site_path: PathBuf,
+    reload: Arc<Notify>,
+    poll: Option<Duration>,
+    shutdown: CancellationToken,
+) {
+    let mut last = fingerprint(&site_path, &app.live, &app.state_dir);
+    loop {
+        let forced = tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = reload.notified() => true,
+            _ = async { match poll { Some(p) => tokio::time::sleep(p).await, None => std::future::pending().await } } => false,
+        };
+        let now = fingerprint(&site_path, &app.live, &app.state_dir);
+        if !forced && now == last {
+            continue;
+        }
+        last = now;
+        let path = site_path.clone();
+        let state_dir = app.state_dir.clone();
+        let loaded = tokio::task::spawn_blocking(move || {
+            (site::load(&path), state::load_revoked(&state_dir))
+        })
+        .await;
+        match loaded {
+            Ok((Ok(site), Ok(revoked))) => {
+                let serial = site.nodes.len();
+                app.live.store(Arc::new(Snapshot { site, revoked }));
+                app.metrics
+                    .reloads
+                    .get_or_create(&metrics::Outcome { result: "ok" })
+                    .inc();
+                info!(nodes = serial, forced, "site reloaded");
+                // The new files' times, so the reload itself is not seen as a change.
+                last = fingerprint(&site_path, &app.live, &app.state_dir);
+            }
+            Ok((Err(e), _)) => {
+                app.metrics
+                    .reloads
+                    .get_or_create(&metrics::Outcome { result: "error" })
+                    .inc();
+                error!("site reload refused, the previous site keeps serving:\n{e}");
+            }
+            Ok((_, Err(e))) => {
+                app.metrics
+                    .reloads
+                    .get_or_create(&metrics::Outcome { result: "error" })
+                    .inc();
+                error!(error = %e, "revoked-node list unreadable; the previous state keeps serving");
+            }
+            Err(e) => error!(error = %e, "site reload task failed"),
+        }
+    }
+}

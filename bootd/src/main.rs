@@ -1,1 +1,221 @@
-fn main() {}
+//! bootd's command line: parse flags, load and validate the site, bind,
+//! then hand over to `bootd::run`. Also the offline tools: `--check-config`,
+//! `render`, `revoke`.
+
+use anyhow::{bail, Context, Result};
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::SystemTime;
+use tokio_util::sync::CancellationToken;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "bootd",
+    version,
+    about = "Network-boot server: iPXE/GRUB scripts, per-node Ignition, OS images"
+)]
+struct Cli {
+    /// The site description (YAML).
+    #[arg(long, global = true, default_value = "/etc/bootd/site.yaml")]
+    site: PathBuf,
+    /// Overrides host.stateDir from the site.
+    #[arg(long, global = true)]
+    state_dir: Option<PathBuf>,
+    /// Validate FILE and exit: 0 when valid, 1 listing every problem.
+    #[arg(long, value_name = "FILE")]
+    check_config: Option<PathBuf>,
+    #[command(subcommand)]
+    cmd: Option<Cmd>,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Serve (the default).
+    Run,
+    /// Print what bootd would serve a node.
+    Render {
+        #[arg(value_enum)]
+        what: What,
+        node: String,
+    },
+    /// Stop serving a node's Ignition, metadata and userdata (e.g. the
+    /// bootstrap node's once the cluster is up). A running bootd picks it
+    /// up within seconds.
+    Revoke { node: String },
+    /// Undo `revoke`.
+    Unrevoke { node: String },
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+enum What {
+    Ipxe,
+    Grub,
+    Ignition,
+    Metadata,
+}
+
+fn main() -> Result<()> {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_writer(std::io::stderr)
+        .init();
+    if let Some(path) = &cli.check_config {
+        return check_config(path);
+    }
+    let site = site::load(&cli.site).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let mut config = bootd::Config::new(site);
+    config.state_dir = cli.state_dir.clone();
+    match cli.cmd.unwrap_or(Cmd::Run) {
+        Cmd::Run => serve(config),
+        Cmd::Render { what, node } => render(&config, what, &node),
+        Cmd::Revoke { node } => set_revoked(&config, &node, true),
+        Cmd::Unrevoke { node } => set_revoked(&config, &node, false),
+    }
+}
+
+fn check_config(path: &std::path::Path) -> Result<()> {
+    match site::load(path) {
+        Ok(site) => {
+            println!(
+                "{}: ok: cluster {}, {} nodes",
+                path.display(),
+                site.cluster.domain(),
+                site.nodes.len()
+            );
+            // Image files are not required to exist yet (they may be fetched
+            // later), but say so.
+            for (name, set) in &site.images.sets {
+                for f in [Some(&set.kernel), Some(&set.initramfs), set.rootfs.as_ref()]
+                    .into_iter()
+                    .flatten()
+                {
+                    let p = site.images.root.join(f);
+                    if !p.is_file() {
+                        println!(
+                            "warning: images.sets.{name}: {} does not exist yet",
+                            p.display()
+                        );
+                    }
+                }
+            }
+            Ok(())
+        }
+        Err(e) => {
+            eprint!("{e}");
+            std::process::exit(1);
+        }
+    }
+}
+
+fn render(config: &bootd::Config, what: What, name: &str) -> Result<()> {
+    let site = &config.site;
+    let Some(node) = site.node(name) else {
+        bail!("no node named {name:?} in {}", site.source.display())
+    };
+    let key = bootd::token::TokenKey::load_or_create(&config.state_dir())
+        .with_context(|| format!("state directory {}", config.state_dir().display()))?;
+    let token = key.issue(&node.name, SystemTime::now(), site.ignition.token_ttl);
+    let urls = bootd::render::NodeUrls::new(site, node, &token);
+    let out = match what {
+        What::Ipxe => bootd::render::ipxe::node(site, node, &urls),
+        What::Grub => bootd::render::grub::node(site, node, &urls),
+        What::Ignition => {
+            let cfg = bootd::render::ignition::node_config(site, node)?;
+            // Exactly the bytes the HTTP route sends.
+            String::from_utf8(serde_json::to_vec(&cfg)?)?
+        }
+        What::Metadata => {
+            serde_json::to_string_pretty(&bootd::render::metadata::metadata(site, node))? + "\n"
+        }
+    };
+    print!("{out}");
+    Ok(())
+}
+
+fn set_revoked(config: &bootd::Config, node: &str, revoked: bool) -> Result<()> {
+    if config.site.node(node).is_none() {
+        bail!("no node named {node:?} in {}", config.site.source.display());
+    }
+    let set = bootd::state::set_revoked(&config.state_dir(), node, revoked)?;
+    println!(
+        "revoked nodes: {}",
+        set.into_iter().collect::<Vec<_>>().join(", ")
+    );
+    Ok(())
+}
+
+fn serve(config: bootd::Config) -> Result<()> {
+    let rt = tokio::runtime::Runtime::new()?;
+    rt.block_on(async move {
+        let site = &config.site;
+        let http = tokio::net::TcpListener::bind(site.host.http.listen)
+            .await
+            .with_context(|| format!("host.http.listen {}", site.host.http.listen))?;
+        let https = match &site.host.https {
+            Some(h) => Some(
+                tokio::net::TcpListener::bind(h.listen)
+                    .await
+                    .with_context(|| format!("host.https.listen {}", h.listen))?,
+            ),
+            None => None,
+        };
+        let shutdown = CancellationToken::new();
+        let reload = Arc::clone(&config.reload);
+        println!(
+            "bootd: serving cluster {} ({} nodes) from {}",
+            site.cluster.domain(),
+            site.nodes.len(),
+            site.source.display()
+        );
+        println!("  iPXE entry:    {}/boot.ipxe", site.host.http.url);
+        println!("  GRUB:          {}/grub/grub.cfg", site.host.http.url);
+        println!(
+            "  images:        {}/images/  ({})",
+            site.host.http.url,
+            site.images.root.display()
+        );
+        if let Some(h) = &site.host.https {
+            println!(
+                "  HTTPS:         {}/  (CA: {}/ca.pem)",
+                h.url,
+                config.state_dir().display()
+            );
+        }
+        println!(
+            "  health/metrics {}/healthz {}/metrics",
+            site.host.http.url, site.host.http.url
+        );
+        for n in &site.nodes {
+            println!(
+                "  node {:<12} {:<9} {} {}",
+                n.name,
+                n.role,
+                n.macs.first().map(|m| m.to_string()).unwrap_or_default(),
+                n.ip
+            );
+        }
+        let signals = tokio::spawn(signals(shutdown.clone(), reload));
+        let r = bootd::run(config, bootd::Sockets { http, https }, shutdown).await;
+        signals.abort();
+        r.map_err(anyhow::Error::from)
+    })
+}
+
+async fn signals(shutdown: CancellationToken, reload: Arc<tokio::sync::Notify>) -> Result<()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut hup = signal(SignalKind::hangup())?;
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    loop {
+        tokio::select! {
+            _ = hup.recv() => { tracing::info!("SIGHUP: reloading the site"); reload.notify_one(); }
+            _ = term.recv() => { tracing::info!("SIGTERM: draining"); shutdown.cancel(); return Ok(()); }
+            _ = int.recv() => { tracing::info!("SIGINT: draining"); shutdown.cancel(); return Ok(()); }
+        }
+    }
+}

@@ -1,0 +1,375 @@
+//! Serving files from a root directory: confined opens, byte ranges,
+//! validators, and a streaming body with bounded memory.
+//!
+//! Confinement is by construction: `openat2(RESOLVE_BENEATH)` from a handle
+//! on the root, so `..`, absolute paths and symlinks that point outside
+//! fail in the kernel, whatever their spelling. The HTTP layer decodes
+//! percent-escapes before calling [`open_beneath`].
+
+use bytes::{Bytes, BytesMut};
+use http_body::{Body, Frame, SizeHint};
+use rustix::fs::{Mode, OFlags, ResolveFlags};
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::SystemTime;
+use tokio::task::JoinHandle;
+
+/// Bytes read per step; one step in flight per response, so a response
+/// holds at most this much memory whatever the file size.
+pub const CHUNK: usize = 512 * 1024;
+
+/// At most this many ranges in one request; more are answered with the
+/// whole file (as nginx's `max_ranges` does), not with a huge multipart.
+pub const MAX_RANGES: usize = 16;
+
+/// Opens `rel` (already percent-decoded) below `root`, refusing anything that
+/// would resolve outside it. Only regular files are returned.
+pub fn open_beneath(root: &Path, rel: &str) -> io::Result<File> {
+    if rel.contains('\0') {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "NUL in path"));
+    }
+    let rel = rel.trim_start_matches('/');
+    let rel = if rel.is_empty() { "." } else { rel };
+    let dir = rustix::fs::open(
+        root,
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?;
+    let fd = rustix::fs::openat2(
+        &dir,
+        rel,
+        OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOCTTY,
+        Mode::empty(),
+        ResolveFlags::BENEATH | ResolveFlags::NO_MAGICLINKS,
+    )?;
+    let f = File::from(fd);
+    if !f.metadata()?.is_file() {
+        return Err(io::Error::new(
+            io::ErrorKind::NotFound,
+            "not a regular file",
+        ));
+    }
+    Ok(f)
+}
+
+/// A strong validator from size and modification time (nginx's form).
+pub fn etag(len: u64, mtime: SystemTime) -> String {
+    let secs = mtime
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    format!("\"{secs:x}-{len:x}\"")
+}
+
+/// What a `Range` header asks of a file of `len` bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Ranges {
+    /// No usable Range: send the whole file (200).
+    Full,
+    /// Inclusive byte ranges, all within the file (206).
+    Some(Vec<(u64, u64)>),
+    /// Syntactically fine but nothing inside the file (416).
+    Unsatisfiable,
+}
+
+/// RFC 9110 §14: `bytes=0-99`, `bytes=100-`, `bytes=-100`, comma lists.
+/// A malformed header is ignored (whole file), as the RFC allows.
+pub fn parse_range(header: &str, len: u64) -> Ranges {
+    let Some(spec) = header.trim().strip_prefix("bytes=") else {
+        return Ranges::Full;
+    };
+    let mut out = Vec::new();
+    let mut parts = 0;
+    for part in spec.split(',') {
+        parts += 1;
+        if parts > MAX_RANGES {
+            return Ranges::Full;
+        }
+        let part = part.trim();
+        let Some((a, b)) = part.split_once('-') else {
+            return Ranges::Full;
+        };
+        let num = |s: &str| -> Option<u64> {
+            if s.is_empty() || !s.bytes().all(|c| c.is_ascii_digit()) {
+                None
+            } else {
+                s.parse().ok()
+            }
+        };
+        let range = match (a.is_empty(), b.is_empty()) {
+            (true, true) => return Ranges::Full,
+            // Suffix: the last n bytes.
+            (true, false) => match num(b) {
+                Some(0) => None,
+                Some(n) if len > 0 => Some((len.saturating_sub(n), len - 1)),
+                Some(_) => None,
+                None => return Ranges::Full,
+            },
+            (false, _) => {
+                let Some(start) = num(a) else {
+                    return Ranges::Full;
+                };
+                let end = if b.is_empty() {
+                    len.saturating_sub(1)
+                } else {
+                    match num(b) {
+                        Some(e) if e >= start => e.min(len.saturating_sub(1)),
+                        _ => return Ranges::Full,
+                    }
+                };
+                (start < len).then_some((start, end))
+            }
+        };
+        if let Some(r) = range {
+            out.push(r);
+        }
+    }
+    if out.is_empty() {
+        return Ranges::Unsatisfiable;
+    }
+    // Refuse amplification: overlapping ranges adding up to more than the
+    // file twice over get the plain file instead.
+    let total: u64 = out.iter().map(|(s, e)| e - s + 1).sum();
+    if out.len() > 1 && total > len.saturating_mul(2) {
+        return Ranges::Full;
+    }
+    Ranges::Some(out)
+}
+
+/// One piece of a response body: literal bytes, or a span of the file.
+#[derive(Debug, Clone)]
+pub enum Part {
+    Bytes(Bytes),
+    File { offset: u64, len: u64 },
+}
+
+/// Builds the parts of a `multipart/byteranges` body and its total length.
+pub fn multipart(
+    ranges: &[(u64, u64)],
+    file_len: u64,
+    content_type: &str,
+    boundary: &str,
+) -> (Vec<Part>, u64) {
+    let mut parts = Vec::new();
+    for (s, e) in ranges {
+        let head = format!("\r\n--{boundary}\r\nContent-Type: {content_type}\r\nContent-Range: bytes {s}-{e}/{file_len}\r\n\r\n");
+        parts.push(Part::Bytes(Bytes::from(head)));
+        parts.push(Part::File {
+            offset: *s,
+            len: e - s + 1,
+        });
+    }
+    parts.push(Part::Bytes(Bytes::from(format!("\r\n--{boundary}--\r\n"))));
+    let total = parts
+        .iter()
+        .map(|p| match p {
+            Part::Bytes(b) => b.len() as u64,
+            Part::File { len, .. } => *len,
+        })
+        .sum();
+    (parts, total)
+}
+
+/// A body that streams parts of a file, one [`CHUNK`] read at a time on the
+/// blocking pool; nothing is read before the client wants it.
+pub struct FileBody {
+    file: Arc<File>,
+    parts: std::collections::VecDeque<Part>,
+    remaining: u64,
+    pending: Option<JoinHandle<io::Result<Bytes>>>,
+    /// Called with the byte count of every frame sent (for metrics).
+    on_bytes: Option<Box<dyn Fn(u64) + Send + Sync>>,
+}
+
+impl FileBody {
+    pub fn new(
+        file: File,
+        parts: Vec<Part>,
+        on_bytes: Option<Box<dyn Fn(u64) + Send + Sync>>,
+    ) -> FileBody {
+        let remaining = parts
+            .iter()
+            .map(|p| match p {
+                Part::Bytes(b) => b.len() as u64,
+                Part::File { len, .. } => *len,
+            })
+            .sum();
+        FileBody {
+            file: Arc::new(file),
+            parts: parts.into(),
+            remaining,
+            pending: None,
+            on_bytes,
+        }
+    }
+}
+
+impl Body for FileBody {
+    type Data = Bytes;
+    type Error = io::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, io::Error>>> {
+        let this = &mut *self;
+        loop {
+            if let Some(h) = this.pending.as_mut() {
+                let res = match Pin::new(h).poll(cx) {
+                    Poll::Pending => return Poll::Pending,
+                    Poll::Ready(r) => r,
+                };
+                this.pending = None;
+                let bytes = match res {
+                    Ok(Ok(b)) => b,
+                    Ok(Err(e)) => return Poll::Ready(Some(Err(e))),
+                    Err(e) => return Poll::Ready(Some(Err(io::Error::other(e)))),
+                };
+                return Poll::Ready(Some(Ok(this.emit(bytes))));
+            }
+            match this.parts.pop_front() {
+                None => return Poll::Ready(None),
+                Some(Part::Bytes(b)) => return Poll::Ready(Some(Ok(this.emit(b)))),
+                Some(Part::File { len: 0, .. }) => continue,
+                Some(Part::File { offset, len }) => {
+                    let n = len.min(CHUNK as u64);
+                    if len > n {
+                        this.parts.push_front(Part::File {
+                            offset: offset + n,
+                            len: len - n,
+                        });
+                    }
+                    let file = Arc::clone(&this.file);
+                    this.pending = Some(tokio::task::spawn_blocking(move || {
+                        read_exact_at(&file, offset, n as usize)
+                    }));
+                }
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.remaining == 0 && self.pending.is_none()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        SizeHint::with_exact(self.remaining)
+    }
+}
+
+impl FileBody {
+    fn emit(&mut self, b: Bytes) -> Frame<Bytes> {
+        let n = b.len() as u64;
+        self.remaining = self.remaining.saturating_sub(n);
+        if let Some(f) = &self.on_bytes {
+            f(n);
+        }
+        Frame::data(b)
+    }
+}
+
+use std::future::Future;
+
+fn read_exact_at(file: &File, offset: u64, n: usize) -> io::Result<Bytes> {
+    let mut buf = BytesMut::zeroed(n);
+    let mut done = 0;
+    while done < n {
+        match file.read_at(&mut buf[done..], offset + done as u64) {
+            // The file shrank under us: the promised length can't be kept.
+            Ok(0) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "file shrank while being served",
+                ))
+            }
+            Ok(k) => done += k,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(buf.freeze())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges() {
+        assert_eq!(parse_range("bytes=0-99", 1000), Ranges::Some(vec![(0, 99)]));
+        assert_eq!(
+            parse_range("bytes=900-", 1000),
+            Ranges::Some(vec![(900, 999)])
+        );
+        assert_eq!(
+            parse_range("bytes=-100", 1000),
+            Ranges::Some(vec![(900, 999)])
+        );
+        assert_eq!(
+            parse_range("bytes=-5000", 1000),
+            Ranges::Some(vec![(0, 999)])
+        );
+        assert_eq!(
+            parse_range("bytes=990-2000", 1000),
+            Ranges::Some(vec![(990, 999)])
+        );
+        assert_eq!(
+            parse_range("bytes=0-0,-1", 1000),
+            Ranges::Some(vec![(0, 0), (999, 999)])
+        );
+        assert_eq!(parse_range("bytes=1000-", 1000), Ranges::Unsatisfiable);
+        assert_eq!(parse_range("bytes=-0", 1000), Ranges::Unsatisfiable);
+        assert_eq!(parse_range("bytes=5-1", 1000), Ranges::Full);
+        assert_eq!(parse_range("items=0-1", 1000), Ranges::Full);
+        assert_eq!(parse_range("bytes=a-b", 1000), Ranges::Full);
+        assert_eq!(parse_range("bytes=+1-2", 1000), Ranges::Full);
+        let many = (0..17)
+            .map(|i| format!("{i}-{i}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        assert_eq!(parse_range(&format!("bytes={many}"), 1000), Ranges::Full);
+        // Amplification: the same whole file three times.
+        assert_eq!(parse_range("bytes=0-,0-,0-", 1000), Ranges::Full);
+        // Beyond 4 GiB.
+        let big = 5u64 << 30;
+        assert_eq!(
+            parse_range("bytes=4294967296-", big),
+            Ranges::Some(vec![(1 << 32, big - 1)])
+        );
+    }
+
+    #[test]
+    fn confinement() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("root");
+        std::fs::create_dir_all(root.join("sub")).unwrap();
+        std::fs::write(root.join("sub/ok"), b"ok").unwrap();
+        std::fs::write(dir.path().join("secret"), b"no").unwrap();
+        std::os::unix::fs::symlink("../secret", root.join("out")).unwrap();
+        std::os::unix::fs::symlink("/etc/passwd", root.join("abs")).unwrap();
+        std::os::unix::fs::symlink("sub/ok", root.join("in")).unwrap();
+        assert!(open_beneath(&root, "sub/ok").is_ok());
+        assert!(open_beneath(&root, "/sub/ok").is_ok());
+        assert!(
+            open_beneath(&root, "in").is_ok(),
+            "a symlink inside the root is fine"
+        );
+        for bad in [
+            "../secret",
+            "sub/../../secret",
+            "out",
+            "abs",
+            "sub",
+            "",
+            "/",
+            "nope",
+        ] {
+            assert!(open_beneath(&root, bad).is_err(), "{bad} must not open");
+        }
+    }
+}

@@ -1,0 +1,502 @@
+//! bootd's HTTP(S) front: every route in [`route`], one function per route.
+//!
+//! Handlers are cancel-safe (they hold no state across awaits but the
+//! snapshot they loaded). Node secrets (Ignition, metadata, userdata) are
+//! only handed out after [`crate::token::authorize`]; every refusal returns
+//! the same 404 body and logs the reason. Ignition content is never logged.
+
+use crate::files::{self, FileBody, Part, Ranges};
+use crate::metrics::{Reason, RouteLabel, RouteStatus};
+use crate::render::{self, ignition::IgnitionError, NodeUrls};
+use crate::state::Snapshot;
+use crate::token::{self, Deny};
+use crate::App;
+use bytes::Bytes;
+use http::{header, HeaderMap, HeaderValue, Method, Request, Response, StatusCode};
+use http_body_util::{combinators::BoxBody, BodyExt, Full};
+use percent_encoding::percent_decode_str;
+use site::{Mac, Node};
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::SystemTime;
+use tracing::{debug, info, warn};
+
+pub type Body = BoxBody<Bytes, io::Error>;
+
+/// The body of every refusal and every miss: nothing to tell them apart.
+const NOT_FOUND: &str = "not found\n";
+
+fn full(status: StatusCode, content_type: &'static str, body: impl Into<Bytes>) -> Response<Body> {
+    let body: Bytes = body.into();
+    let mut r = Response::new(Full::new(body).map_err(|never| match never {}).boxed());
+    *r.status_mut() = status;
+    r.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    r
+}
+
+fn not_found() -> Response<Body> {
+    full(
+        StatusCode::NOT_FOUND,
+        "text/plain; charset=utf-8",
+        NOT_FOUND,
+    )
+}
+
+fn no_store(mut r: Response<Body>) -> Response<Body> {
+    r.headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    r
+}
+
+/// Query parameters, percent-decoded.
+fn query(req_query: Option<&str>, key: &str) -> Option<String> {
+    req_query?.split('&').find_map(|kv| {
+        let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
+        (k == key).then(|| {
+            percent_decode_str(&v.replace('+', " "))
+                .decode_utf8_lossy()
+                .into_owned()
+        })
+    })
+}
+
+/// Every route of the server, in one place. Returns the route's name (for
+/// metrics) and the response.
+pub async fn route<B>(
+    app: &Arc<App>,
+    req: &Request<B>,
+    peer: SocketAddr,
+) -> (&'static str, Response<Body>) {
+    let snap = app.live.load_full();
+    let path = req.uri().path();
+    let q = req.uri().query();
+    let get = req.method() == Method::GET || req.method() == Method::HEAD;
+    if !get {
+        let mut r = full(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "text/plain; charset=utf-8",
+            "method not allowed\n",
+        );
+        r.headers_mut()
+            .insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
+        return ("other", r);
+    }
+    let segs: Vec<&str> = path.trim_start_matches('/').splitn(3, '/').collect();
+    match segs.as_slice() {
+        ["healthz"] => (
+            "healthz",
+            full(StatusCode::OK, "text/plain; charset=utf-8", "ok\n"),
+        ),
+        ["metrics"] => (
+            "metrics",
+            full(
+                StatusCode::OK,
+                "text/plain; version=0.0.4; charset=utf-8",
+                app.metrics.encode(),
+            ),
+        ),
+        ["boot.ipxe"] => ("ipxe", script(render::ipxe::entry(&snap.site))),
+        ["ipxe", "node"] => ("ipxe", ipxe_by_mac(app, &snap, q)),
+        ["ipxe", file] if file.ends_with(".ipxe") => (
+            "ipxe",
+            ipxe_by_name(app, &snap, file.trim_end_matches(".ipxe")),
+        ),
+        ["grub", "grub.cfg"] => ("grub", script(render::grub::selector(&snap.site))),
+        ["grub", file] if file.starts_with("grub.cfg-01-") => {
+            ("grub", grub_node(app, &snap, &file["grub.cfg-01-".len()..]))
+        }
+        ["ignition", name] => (
+            "ignition",
+            ignition(app, &snap, name, peer.ip(), q, req.headers(), false),
+        ),
+        ["ignition", name, "pointer"] => (
+            "ignition",
+            ignition(app, &snap, name, peer.ip(), q, req.headers(), true),
+        ),
+        ["metadata"] => ("metadata", metadata(app, &snap, peer.ip(), q, false)),
+        ["userdata"] => ("metadata", metadata(app, &snap, peer.ip(), q, true)),
+        ["images", ..] => (
+            "images",
+            image(
+                app,
+                &snap,
+                &path["/images/".len().min(path.len())..],
+                req.headers(),
+            )
+            .await,
+        ),
+        _ => ("other", not_found()),
+    }
+}
+
+fn script(body: String) -> Response<Body> {
+    no_store(full(StatusCode::OK, "text/plain; charset=utf-8", body))
+}
+
+fn node_token(app: &App, snap: &Snapshot, node: &Node) -> String {
+    app.key
+        .issue(&node.name, SystemTime::now(), snap.site.ignition.token_ttl)
+}
+
+fn node_script(app: &App, snap: &Snapshot, node: &Node) -> Response<Body> {
+    let urls = NodeUrls::new(&snap.site, node, &node_token(app, snap, node));
+    script(render::ipxe::node(&snap.site, node, &urls))
+}
+
+fn ipxe_by_mac(app: &App, snap: &Snapshot, q: Option<&str>) -> Response<Body> {
+    let mac = query(q, "mac").and_then(|m| m.parse::<Mac>().ok());
+    let buildarch = query(q, "buildarch").unwrap_or_default();
+    match mac.as_ref().and_then(|m| snap.site.node_by_mac(m)) {
+        Some(node) => {
+            let fits = matches!(
+                (node.arch, buildarch.as_str()),
+                (_, "")
+                    | (site::Arch::X86_64, "x86_64" | "i386")
+                    | (site::Arch::Aarch64, "arm64")
+                    | (site::Arch::Ppc64le, "ppc64")
+            );
+            if !fits {
+                warn!(node = %node.name, node_arch = %node.arch, buildarch = %buildarch.escape_debug(), "iPXE build architecture does not match the node's arch");
+            }
+            info!(node = %node.name, mac = ?mac, "iPXE script served");
+            node_script(app, snap, node)
+        }
+        None => {
+            warn!(mac = ?mac, raw = %query(q, "mac").unwrap_or_default().escape_debug(), "iPXE request from a MAC no node has: serving the explanation script");
+            script(render::ipxe::unknown(&snap.site, mac.as_ref()))
+        }
+    }
+}
+
+fn ipxe_by_name(app: &App, snap: &Snapshot, name: &str) -> Response<Body> {
+    match snap.site.node(name) {
+        Some(node) => {
+            info!(node = %node.name, "iPXE script served (by name)");
+            node_script(app, snap, node)
+        }
+        None => {
+            warn!(name = %name.escape_debug(), "iPXE script asked for an unknown node name");
+            script(render::ipxe::unknown(&snap.site, None))
+        }
+    }
+}
+
+fn grub_node(app: &App, snap: &Snapshot, dashed: &str) -> Response<Body> {
+    let Ok(mac) = dashed.parse::<Mac>() else {
+        return not_found();
+    };
+    match snap.site.node_by_mac(&mac) {
+        Some(node) => {
+            let urls = NodeUrls::new(&snap.site, node, &node_token(app, snap, node));
+            info!(node = %node.name, %mac, "GRUB config served");
+            script(render::grub::node(&snap.site, node, &urls))
+        }
+        None => {
+            debug!(%mac, "GRUB config asked for an unknown MAC");
+            not_found()
+        }
+    }
+}
+
+fn deny(app: &App, what: &str, name: &str, source: IpAddr, reason: Deny) -> Response<Body> {
+    app.metrics
+        .denials
+        .get_or_create(&Reason {
+            reason: reason.as_str(),
+        })
+        .inc();
+    warn!(node = %name.escape_debug(), %source, reason = reason.as_str(), "{what} refused");
+    not_found()
+}
+
+fn node_addrs(node: &Node) -> Vec<IpAddr> {
+    vec![IpAddr::V4(node.ip)]
+}
+
+fn authorize(
+    app: &App,
+    snap: &Snapshot,
+    node: &Node,
+    source: IpAddr,
+    q: Option<&str>,
+) -> Result<token::Granted, Deny> {
+    let tok = query(q, "token");
+    token::authorize(
+        &app.key,
+        &node.name,
+        &node_addrs(node),
+        snap.revoked.contains(&node.name),
+        source,
+        tok.as_deref(),
+        SystemTime::now(),
+    )
+}
+
+fn json_response(status: StatusCode, v: &serde_json::Value) -> Response<Body> {
+    let body = serde_json::to_vec(v).unwrap_or_default();
+    no_store(full(status, "application/json", body))
+}
+
+fn pointer_for(app: &App, snap: &Snapshot, node: &Node) -> serde_json::Value {
+    let tok = node_token(app, snap, node);
+    match (&snap.site.host.https, &app.tls) {
+        (Some(https), Some(tls)) => render::ignition::pointer(
+            &format!("{}/ignition/{}?token={tok}", https.url, node.name),
+            Some(&tls.ca_pem),
+        ),
+        _ => render::ignition::pointer(
+            &format!(
+                "{}/ignition/{}?token={tok}",
+                snap.site.host.http.url, node.name
+            ),
+            None,
+        ),
+    }
+}
+
+fn ignition(
+    app: &App,
+    snap: &Snapshot,
+    name: &str,
+    source: IpAddr,
+    q: Option<&str>,
+    headers: &HeaderMap,
+    pointer: bool,
+) -> Response<Body> {
+    let Some(node) = snap.site.node(name) else {
+        return deny(app, "Ignition", name, source, Deny::UnknownNode);
+    };
+    let granted = match authorize(app, snap, node, source, q) {
+        Ok(g) => g,
+        Err(d) => return deny(app, "Ignition", name, source, d),
+    };
+    if pointer {
+        info!(node = %node.name, %source, via = ?granted, "Ignition pointer config served");
+        return json_response(StatusCode::OK, &pointer_for(app, snap, node));
+    }
+    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
+    let cfg = render::ignition::node_config(&snap.site, node)
+        .and_then(|c| render::ignition::negotiate(c, accept));
+    match cfg {
+        Ok(cfg) => {
+            info!(node = %node.name, %source, via = ?granted, version = %cfg["ignition"]["version"].as_str().unwrap_or("?"), "Ignition served");
+            json_response(StatusCode::OK, &cfg)
+        }
+        Err(e @ IgnitionError::NotAcceptable { .. }) => {
+            warn!(node = %node.name, %source, error = %e, "Ignition spec not acceptable to the client");
+            full(
+                StatusCode::NOT_ACCEPTABLE,
+                "text/plain; charset=utf-8",
+                format!("{e}\n"),
+            )
+        }
+        Err(e) => {
+            warn!(node = %node.name, error = %e, "Ignition cannot be rendered");
+            full(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "text/plain; charset=utf-8",
+                "cannot render Ignition; see bootd's log\n",
+            )
+        }
+    }
+}
+
+fn metadata(
+    app: &App,
+    snap: &Snapshot,
+    source: IpAddr,
+    q: Option<&str>,
+    userdata: bool,
+) -> Response<Body> {
+    let what = if userdata { "userdata" } else { "metadata" };
+    let node = match query(q, "node") {
+        Some(name) => match snap.site.node(&name) {
+            Some(n) => n,
+            None => return deny(app, what, &name, source, Deny::UnknownNode),
+        },
+        None => match snap.site.node_by_ip(source) {
+            Some(n) => n,
+            None => return deny(app, what, "", source, Deny::NotFromNode),
+        },
+    };
+    if let Err(d) = authorize(app, snap, node, source, q) {
+        return deny(app, what, &node.name, source, d);
+    }
+    info!(node = %node.name, %source, "{what} served");
+    if userdata {
+        json_response(StatusCode::OK, &pointer_for(app, snap, node))
+    } else {
+        json_response(
+            StatusCode::OK,
+            &render::metadata::metadata(&snap.site, node),
+        )
+    }
+}
+
+async fn image(app: &Arc<App>, snap: &Snapshot, raw: &str, headers: &HeaderMap) -> Response<Body> {
+    let rel = match percent_decode_str(raw).decode_utf8() {
+        Ok(s) => s.into_owned(),
+        Err(_) => return not_found(),
+    };
+    let root = snap.site.images.root.clone();
+    let rel2 = rel.clone();
+    let opened = tokio::task::spawn_blocking(move || {
+        let f = files::open_beneath(&root, &rel2)?;
+        let md = f.metadata()?;
+        Ok::<_, io::Error>((f, md))
+    })
+    .await;
+    let (file, md) = match opened {
+        Ok(Ok(x)) => x,
+        Ok(Err(e)) => {
+            debug!(path = %rel.escape_debug(), error = %e, "image not served");
+            return not_found();
+        }
+        Err(_) => return not_found(),
+    };
+    let len = md.len();
+    let mtime = md.modified().unwrap_or(SystemTime::UNIX_EPOCH);
+    let etag = files::etag(len, mtime);
+    let last_modified = httpdate::fmt_http_date(mtime);
+    let hv = |s: &str| HeaderValue::from_str(s).unwrap_or(HeaderValue::from_static(""));
+
+    let mut base = Response::builder()
+        .header(header::ETAG, hv(&etag))
+        .header(header::LAST_MODIFIED, hv(&last_modified))
+        .header(header::ACCEPT_RANGES, "bytes");
+    if let Some(inm) = headers
+        .get(header::IF_NONE_MATCH)
+        .and_then(|v| v.to_str().ok())
+    {
+        if inm.split(',').any(|t| t.trim() == etag || t.trim() == "*") {
+            return base
+                .status(StatusCode::NOT_MODIFIED)
+                .body(empty())
+                .unwrap_or_else(|_| not_found());
+        }
+    } else if let Some(ims) = headers
+        .get(header::IF_MODIFIED_SINCE)
+        .and_then(|v| v.to_str().ok())
+    {
+        if let Ok(t) = httpdate::parse_http_date(ims) {
+            if mtime
+                .duration_since(t)
+                .map(|d| d.as_secs() == 0)
+                .unwrap_or(true)
+            {
+                return base
+                    .status(StatusCode::NOT_MODIFIED)
+                    .body(empty())
+                    .unwrap_or_else(|_| not_found());
+            }
+        }
+    }
+    // If-Range: the range applies only to the representation the client has.
+    let if_range_ok = match headers.get(header::IF_RANGE).and_then(|v| v.to_str().ok()) {
+        None => true,
+        Some(v) if v.starts_with('"') => v == etag,
+        Some(v) => v == last_modified,
+    };
+    let ranges = match headers.get(header::RANGE).and_then(|v| v.to_str().ok()) {
+        Some(r) if if_range_ok => files::parse_range(r, len),
+        _ => Ranges::Full,
+    };
+    let bytes = app
+        .metrics
+        .bytes
+        .get_or_create(&RouteLabel { route: "images" })
+        .clone();
+    let on_bytes: Option<Box<dyn Fn(u64) + Send + Sync>> = Some(Box::new(move |n| {
+        bytes.inc_by(n);
+    }));
+    let ctype = "application/octet-stream";
+    let (status, parts, body_len) = match ranges {
+        Ranges::Full => (StatusCode::OK, vec![Part::File { offset: 0, len }], len),
+        Ranges::Unsatisfiable => {
+            return base
+                .status(StatusCode::RANGE_NOT_SATISFIABLE)
+                .header(header::CONTENT_RANGE, hv(&format!("bytes */{len}")))
+                .header(header::CONTENT_TYPE, "text/plain; charset=utf-8")
+                .body(
+                    Full::new(Bytes::from_static(b"range not satisfiable\n"))
+                        .map_err(|n| match n {})
+                        .boxed(),
+                )
+                .unwrap_or_else(|_| not_found());
+        }
+        Ranges::Some(rs) if rs.len() == 1 => {
+            let (s, e) = rs[0];
+            base = base.header(header::CONTENT_RANGE, hv(&format!("bytes {s}-{e}/{len}")));
+            (
+                StatusCode::PARTIAL_CONTENT,
+                vec![Part::File {
+                    offset: s,
+                    len: e - s + 1,
+                }],
+                e - s + 1,
+            )
+        }
+        Ranges::Some(rs) => {
+            let boundary = format!("bootd{:016x}", rand::random::<u64>());
+            let (parts, total) = files::multipart(&rs, len, ctype, &boundary);
+            base = base.header(
+                header::CONTENT_TYPE,
+                hv(&format!("multipart/byteranges; boundary={boundary}")),
+            );
+            return base
+                .status(StatusCode::PARTIAL_CONTENT)
+                .header(header::CONTENT_LENGTH, total)
+                .body(FileBody::new(file, parts, on_bytes).boxed())
+                .unwrap_or_else(|_| not_found());
+        }
+    };
+    base.status(status)
+        .header(header::CONTENT_TYPE, ctype)
+        .header(header::CONTENT_LENGTH, body_len)
+        .body(FileBody::new(file, parts, on_bytes).boxed())
+        .unwrap_or_else(|_| not_found())
+}
+
+fn empty() -> Body {
+    Full::new(Bytes::new()).map_err(|n| match n {}).boxed()
+}
+
+/// Wraps [`route`]: metrics and one log line per request. The query string
+/// is left out of the log (it carries tokens).
+pub async fn handle<B>(
+    app: Arc<App>,
+    req: Request<B>,
+    peer: SocketAddr,
+) -> Result<Response<Body>, std::convert::Infallible> {
+    let (route_name, resp) = route(&app, &req, peer).await;
+    let status = resp.status().as_u16();
+    app.metrics
+        .requests
+        .get_or_create(&RouteStatus {
+            route: route_name,
+            status,
+        })
+        .inc();
+    if route_name != "images" {
+        if let Some(n) = resp
+            .headers()
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok())
+        {
+            app.metrics
+                .bytes
+                .get_or_create(&RouteLabel { route: route_name })
+                .inc_by(n);
+        } else if let Some(n) = http_body::Body::size_hint(resp.body()).exact() {
+            app.metrics
+                .bytes
+                .get_or_create(&RouteLabel { route: route_name })
+                .inc_by(n);
+        }
+    }
+    debug!(method = %req.method(), path = %req.uri().path().escape_debug(), %peer, status, route = route_name, "request");
+    Ok(resp)
+}

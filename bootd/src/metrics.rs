@@ -1,0 +1,88 @@
+//! Prometheus metrics (text exposition at `/metrics`). Labels carry route
+//! names, status codes and denial reasons: never node secrets or tokens.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RouteStatus {
+    pub route: &'static str,
+    pub status: u16,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RouteLabel {
+    pub route: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct Reason {
+    pub reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct Outcome {
+    pub result: &'static str,
+}
+
+pub struct Metrics {
+    registry: Registry,
+    pub requests: Family<RouteStatus, Counter>,
+    pub bytes: Family<RouteLabel, Counter>,
+    pub denials: Family<Reason, Counter>,
+    pub reloads: Family<Outcome, Counter>,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Metrics")
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let mut registry = Registry::with_prefix("bootd");
+        let requests = Family::<RouteStatus, Counter>::default();
+        let bytes = Family::<RouteLabel, Counter>::default();
+        let denials = Family::<Reason, Counter>::default();
+        let reloads = Family::<Outcome, Counter>::default();
+        registry.register(
+            "http_requests",
+            "HTTP requests by route and status",
+            requests.clone(),
+        );
+        registry.register(
+            "http_response_bytes",
+            "Response body bytes sent, by route",
+            bytes.clone(),
+        );
+        registry.register(
+            "ignition_denials",
+            "Refused requests for a node's Ignition, metadata or userdata, by reason",
+            denials.clone(),
+        );
+        registry.register(
+            "site_reloads",
+            "Site reloads by result (ok, error)",
+            reloads.clone(),
+        );
+        Metrics {
+            registry,
+            requests,
+            bytes,
+            denials,
+            reloads,
+        }
+    }
+}
+
+impl Metrics {
+    pub fn encode(&self) -> String {
+        let mut s = String::new();
+        // Encoding into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut s, &self.registry);
+        s
+    }
+}

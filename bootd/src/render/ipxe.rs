@@ -1,0 +1,92 @@
+//! iPXE scripts: the entry script every iPXE gets, each node's own script,
+//! and the explanation an unknown machine gets instead of a bare 404.
+
+use super::{kernel_args, NodeUrls};
+use site::{Mac, Node, Site};
+use std::fmt::Write;
+
+/// How often a node script retries its downloads before giving up.
+const DOWNLOAD_TRIES: u32 = 5;
+
+/// `GET /boot.ipxe`: hands over to the node's own script, keyed by MAC.
+pub fn entry(site: &Site) -> String {
+    let base = &site.host.http.url;
+    format!(
+        "#!ipxe\n\
+# bootd entry script: fetch this machine's own script by its MAC.\n\
+set attempt:int32 0\n\
+:chain\n\
+chain --autofree --replace {base}/ipxe/node?mac=${{mac:hexhyp}}&buildarch=${{buildarch}}&uuid=${{uuid}} ||\n\
+inc attempt\n\
+iseq ${{attempt}} {DOWNLOAD_TRIES} && goto giveup ||\n\
+echo bootd: fetching the boot script from {base} failed (attempt ${{attempt}} of {DOWNLOAD_TRIES}); retrying in 5 s\n\
+sleep 5\n\
+goto chain\n\
+:giveup\n\
+echo bootd: could not fetch this machine's boot script from {base}; is bootd running and reachable? Rebooting in 60 s.\n\
+sleep 60\n\
+reboot\n"
+    )
+}
+
+/// The script for one node: CoreOS live PXE with a retry loop.
+pub fn node(site: &Site, node: &Node, urls: &NodeUrls) -> String {
+    let mut args = vec!["initrd=initrd".to_string()];
+    args.extend(kernel_args(site, node, urls));
+    let macs: Vec<String> = node.macs.iter().map(Mac::to_string).collect();
+    let mut s = String::new();
+    let _ = write!(
+        s,
+        "#!ipxe\n\
+# bootd: {name} (role {role}, {arch}), MAC {macs}, IP {ip}\n\
+set attempt:int32 0\n\
+:retry\n\
+echo bootd: {name}: loading kernel and initramfs\n\
+kernel --name kernel {kernel} {args} || goto failed\n\
+initrd --name initrd {initramfs} || goto failed\n\
+boot || goto failed\n\
+:failed\n\
+imgfree\n\
+inc attempt\n\
+iseq ${{attempt}} {DOWNLOAD_TRIES} && goto giveup ||\n\
+echo bootd: {name}: download failed (attempt ${{attempt}} of {DOWNLOAD_TRIES}); retrying in 5 s\n\
+sleep 5\n\
+goto retry\n\
+:giveup\n\
+echo bootd: {name}: could not load {kernel} or its initramfs; check the image files on the bootd host. Rebooting in 60 s.\n\
+sleep 60\n\
+reboot\n",
+        name = node.name,
+        role = node.role,
+        arch = node.arch,
+        macs = macs.join(", "),
+        ip = node.ip,
+        kernel = urls.kernel,
+        initramfs = urls.initramfs,
+        args = args.join(" "),
+    );
+    s
+}
+
+/// For a MAC no node has: say why, say what to do, and try again later
+/// (so adding the node to the site is enough; no power cycle needed).
+pub fn unknown(site: &Site, mac: Option<&Mac>) -> String {
+    let base = &site.host.http.url;
+    let who = match mac {
+        Some(m) => m.to_string(),
+        None => "(no MAC given)".to_string(),
+    };
+    format!(
+        "#!ipxe\n\
+echo bootd: this machine (MAC {who}) is not in the site description {file}.\n\
+echo bootd: add a node with this MAC under nodes[].macs; bootd reloads the site by itself.\n\
+echo bootd: asking again in 30 s.\n\
+sleep 30\n\
+chain --autofree --replace {base}/boot.ipxe\n",
+        file = site
+            .source
+            .file_name()
+            .map(|f| f.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+    )
+}

@@ -1,0 +1,96 @@
+//! Pure renderers: given the site and a node, the bytes a client gets.
+//! No I/O, no clock; callers pass tokens and base URLs in. Golden files in
+//! `bootd/tests/golden/` pin every output.
+
+pub mod grub;
+pub mod ignition;
+pub mod ipxe;
+pub mod metadata;
+
+use site::{Node, Site};
+
+/// The URLs a node is told to fetch, with its access token where needed.
+#[derive(Debug, Clone)]
+pub struct NodeUrls {
+    pub kernel: String,
+    pub initramfs: String,
+    pub rootfs: Option<String>,
+    /// What `ignition.config.url` / `coreos.inst.ignition_url` point at.
+    pub ignition: String,
+}
+
+impl NodeUrls {
+    /// `token` is the node's current access token (see [`crate::token`]).
+    pub fn new(site: &Site, node: &Node, token: &str) -> NodeUrls {
+        let base = &site.host.http.url;
+        let img = site.image_of(node);
+        let image = |p: &str| format!("{base}/images/{p}");
+        let ignition = if site.ignition.over_https && site.host.https.is_some() {
+            // A pointer config over HTTP whose merge source is HTTPS with the site CA.
+            format!("{base}/ignition/{}/pointer?token={token}", node.name)
+        } else {
+            format!("{base}/ignition/{}?token={token}", node.name)
+        };
+        NodeUrls {
+            kernel: image(&img.kernel),
+            initramfs: image(&img.initramfs),
+            rootfs: img.rootfs.as_deref().map(image),
+            ignition,
+        }
+    }
+}
+
+/// The kernel command line for a CoreOS live PXE boot of `node`, without
+/// the `initrd=` argument (that one depends on the loader).
+pub fn kernel_args(site: &Site, node: &Node, urls: &NodeUrls) -> Vec<String> {
+    let mut args = Vec::new();
+    if let Some(r) = &urls.rootfs {
+        args.push(format!("coreos.live.rootfs_url={r}"));
+    }
+    args.push("ignition.firstboot".into());
+    args.push("ignition.platform.id=metal".into());
+    match &node.install_disk {
+        // Installing to disk: the live system runs coreos-installer, which
+        // writes the node's config to the installed system. The live system
+        // itself gets no cluster config (it must not start a kubelet).
+        Some(disk) => {
+            args.push(format!("coreos.inst.install_dev={disk}"));
+            args.push(format!("coreos.inst.ignition_url={}", urls.ignition));
+        }
+        // Running live (diskless, or the lab): Ignition configures this boot.
+        None => args.push(format!("ignition.config.url={}", urls.ignition)),
+    }
+    if let Some(sn) = &node.static_network {
+        // dracut's ip=<client>::<gw>:<netmask>:<hostname>:<iface>:none
+        let gw = sn.gateway.map(|g| g.to_string()).unwrap_or_default();
+        let mask = prefix_to_netmask(sn.address.prefix_len(), sn.address.addr().is_ipv4());
+        args.push(format!(
+            "ip={}::{gw}:{mask}:{}:{}:none",
+            sn.address.addr(),
+            fqdn(site, node),
+            sn.interface
+        ));
+        for d in &sn.dns {
+            args.push(format!("nameserver={d}"));
+        }
+    }
+    args.extend(node.kernel_args.iter().cloned());
+    args
+}
+
+pub fn fqdn(site: &Site, node: &Node) -> String {
+    format!("{}.{}", node.name, site.cluster.domain())
+}
+
+fn prefix_to_netmask(prefix: u8, v4: bool) -> String {
+    if v4 {
+        let m: u32 = if prefix == 0 {
+            0
+        } else {
+            u32::MAX << (32 - u32::from(prefix))
+        };
+        std::net::Ipv4Addr::from(m).to_string()
+    } else {
+        prefix.to_string()
+    }
+}

@@ -1,0 +1,77 @@
+//! The live state every request reads: the current site and the revoked
+//! nodes, swapped atomically on reload (a request sees the old or the new
+//! snapshot, never a mix). Also the state directory's small files.
+
+use arc_swap::ArcSwap;
+use site::Site;
+use std::collections::BTreeSet;
+use std::io::{self, Write};
+use std::path::Path;
+use std::sync::Arc;
+
+#[derive(Debug)]
+pub struct Snapshot {
+    pub site: Site,
+    /// Nodes whose Ignition, metadata and userdata are no longer served
+    /// (the bootstrap node's, once the cluster is up).
+    pub revoked: BTreeSet<String>,
+}
+
+pub type Live = ArcSwap<Snapshot>;
+
+pub fn new_live(snap: Snapshot) -> Arc<Live> {
+    Arc::new(ArcSwap::from_pointee(snap))
+}
+
+const REVOKED_FILE: &str = "revoked.json";
+
+pub fn load_revoked(state_dir: &Path) -> io::Result<BTreeSet<String>> {
+    match std::fs::read(state_dir.join(REVOKED_FILE)) {
+        Ok(b) => serde_json::from_slice(&b).map_err(|e| {
+            io::Error::new(io::ErrorKind::InvalidData, format!("{REVOKED_FILE}: {e}"))
+        }),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(BTreeSet::new()),
+        Err(e) => Err(e),
+    }
+}
+
+/// Adds (or removes) `node` to the revoked set on disk, durably.
+pub fn set_revoked(state_dir: &Path, node: &str, revoked: bool) -> io::Result<BTreeSet<String>> {
+    let mut set = load_revoked(state_dir)?;
+    if revoked {
+        set.insert(node.to_string());
+    } else {
+        set.remove(node);
+    }
+    let json = serde_json::to_vec_pretty(&set).map_err(io::Error::other)?;
+    write_atomic(&state_dir.join(REVOKED_FILE), &json, 0o644)?;
+    Ok(set)
+}
+
+/// Writes a file readable only by its owner, atomically.
+pub fn write_private(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    write_atomic(path, bytes, 0o600)
+}
+
+/// Write to a temporary name, fsync, rename, fsync the directory: a crash
+/// leaves the old file or the new one, never a torn one.
+pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let dir = path.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir)?;
+    let tmp = dir.join(format!(
+        ".{}.tmp",
+        path.file_name().and_then(|f| f.to_str()).unwrap_or("file")
+    ));
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(mode)
+        .open(&tmp)?;
+    f.write_all(bytes)?;
+    f.sync_all()?;
+    drop(f);
+    std::fs::rename(&tmp, path)?;
+    std::fs::File::open(dir)?.sync_all()
+}
