@@ -49,6 +49,9 @@ pub struct App {
     pub tls: Option<tls::Tls>,
     pub metrics: metrics::Metrics,
     pub state_dir: PathBuf,
+    /// The site files' modification times when [`prepare`] ran: a change
+    /// after that, even before serving starts, triggers a reload.
+    pub loaded_fingerprint: Vec<Option<SystemTime>>,
 }
 
 #[derive(Debug)]
@@ -114,15 +117,18 @@ pub fn prepare(config: &Config, want_tls: bool) -> Result<Arc<App>, Error> {
     } else {
         None
     };
+    let live = state::new_live(Snapshot {
+        site: config.site.clone(),
+        revoked,
+    });
+    let loaded_fingerprint = fingerprint(&config.site.source, &live, &state_dir);
     Ok(Arc::new(App {
-        live: state::new_live(Snapshot {
-            site: config.site.clone(),
-            revoked,
-        }),
+        live,
         key,
         tls,
         metrics: metrics::Metrics::default(),
         state_dir,
+        loaded_fingerprint,
     }))
 }
 
@@ -283,7 +289,7 @@ async fn watch_site(
     poll: Option<Duration>,
     shutdown: CancellationToken,
 ) {
-    let mut last = fingerprint(&site_path, &app.live, &app.state_dir);
+    let mut last = app.loaded_fingerprint.clone();
     loop {
         let forced = tokio::select! {
             _ = shutdown.cancelled() => return,
@@ -291,6 +297,7 @@ async fn watch_site(
             _ = async { match poll { Some(p) => tokio::time::sleep(p).await, None => std::future::pending().await } } => false,
         };
         let now = fingerprint(&site_path, &app.live, &app.state_dir);
+        tracing::trace!(?now, ?last, forced, "site files checked");
         if !forced && now == last {
             continue;
         }

@@ -6,11 +6,11 @@ set -euo pipefail
 
 PKGS=(
   # firmware + emulators
-  qemu-system-x86 qemu-system-ppc qemu-utils ipxe-qemu ipxe ovmf
+  qemu-system-x86 qemu-system-ppc qemu-utils seabios ipxe-qemu ipxe ovmf
   # guest image building (guest.sh)
   busybox-static cpio gzip xz-utils zstd kmod
   # lab network + stand-in servers (netboot.sh)
-  iproute2 dnsmasq-base curl python3 tcpdump procps ca-certificates openssl
+  iproute2 dnsmasq-base curl python3 python3-yaml tcpdump procps ca-certificates openssl
   # real Ignition client (+ ignition-validate) and benchmark peers
   ignition nginx wrk
 )

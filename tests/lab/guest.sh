@@ -10,6 +10,7 @@
 #   LAB-IGNITION-FAILED <reason>
 # Needs (tests/lab/deps.sh): busybox-static cpio gzip kmod, apt lists for apt-get download.
 set -euo pipefail
+trap 'echo "guest.sh: failed at line $LINENO: $BASH_COMMAND" >&2' ERR
 
 SELF=$(readlink -f "${BASH_SOURCE[0]}")
 REPO=$(cd "$(dirname "$SELF")/../.." && pwd)
@@ -29,9 +30,9 @@ for tool in busybox cpio gzip depmod modinfo dpkg-deb apt-get; do
   command -v "$tool" >/dev/null || { echo "guest.sh: missing $tool (run tests/lab/deps.sh)" >&2; exit 1; }
 done
 BUSYBOX=/bin/busybox
-[[ -x $BUSYBOX ]] && file_is_static=$(ldd "$BUSYBOX" 2>&1 || true) || true
-if [[ ${file_is_static:-} != *"not a dynamic"* ]]; then
-  echo "guest.sh: $BUSYBOX is not static (install busybox-static)" >&2; exit 1
+# The initramfs has no libc: the busybox must be busybox-static's.
+if [[ ! -x $BUSYBOX || $(ldd "$BUSYBOX" 2>&1 || true) != *"not a dynamic"* ]]; then
+  echo "guest.sh: $BUSYBOX missing or not static (install busybox-static)" >&2; exit 1
 fi
 
 mkdir -p "$LAB" "$CACHE"
@@ -47,19 +48,20 @@ if [[ -z $PKG ]]; then
   apt-get update -q >&2
   PKG=$(kpkg)
 fi
-DEB=$(ls "$CACHE"/"${PKG}"_*.deb 2>/dev/null | head -n1 || true)
+cached_deb() { local d; for d in "$CACHE/${PKG}"_*.deb; do [[ -f $d ]] && { echo "$d"; return 0; }; done; return 0; }
+DEB=$(cached_deb)
 if [[ -z $DEB ]]; then
-  # apt-get download writes into the cwd; _apt cannot write root-owned dirs, so
-  # it warns and downloads unsandboxed; harmless.
-  (cd "$CACHE" && apt-get download -q "$PKG" 2>&1 | grep -v 'unsandboxed' >&2 || true)
-  DEB=$(ls "$CACHE"/"${PKG}"_*.deb 2>/dev/null | head -n1 || true)
+  # apt-get download writes into the cwd. _apt cannot write a root-owned dir,
+  # so apt warns and downloads unsandboxed: harmless, filtered out.
+  (cd "$CACHE" && { apt-get download -q "$PKG" 2>&1 | grep -v 'unsandboxed' >&2; } ) || true
+  DEB=$(cached_deb)
   [[ -n $DEB ]] || { echo "guest.sh: apt-get download $PKG failed" >&2; exit 1; }
   # drop older kernels from the cache
   find "$CACHE" -name 'linux-image-*.deb' ! -name "$(basename "$DEB")" -delete
 fi
 echo "guest.sh: kernel package $(basename "$DEB")"
 dpkg-deb -x "$DEB" "$WORK/k"
-KVER=$(ls "$WORK/k/lib/modules" | head -n1)
+KVER=$(basename "$(find "$WORK/k/lib/modules" -mindepth 1 -maxdepth 1 -type d | head -n1)")
 KMOD=$WORK/k/lib/modules/$KVER
 
 # --- initramfs tree -------------------------------------------------------------
@@ -85,8 +87,8 @@ add_mod() {
   seen[$m]=1
   p=$(modpath "$m")
   [[ -n $p ]] || { echo "guest.sh: module $m not found in $KVER" >&2; exit 1; }
-  mkdir -p "$R/lib/modules/$KVER/$(dirname "${p#$KMOD/}")"
-  cp "$p" "$R/lib/modules/$KVER/${p#$KMOD/}"
+  mkdir -p "$R/lib/modules/$KVER/$(dirname "${p#"$KMOD"/}")"
+  cp "$p" "$R/lib/modules/$KVER/${p#"$KMOD"/}"
   deps=$(modinfo -F depends "$p")
   for d in ${deps//,/ }; do add_mod "$d"; done
 }
@@ -171,11 +173,11 @@ n=0
 while [ $n -lt 5 ]; do
   n=$((n+1))
   rm -f /tmp/ign
-  if timeout 20 wget -q -O /tmp/ign "$URL"; then ok=1; break; fi
-  echo "lab-init: fetch attempt $n failed"
+  if timeout 20 wget -q -O /tmp/ign "$URL" 2>/tmp/wget.err; then ok=1; break; fi
+  echo "lab-init: fetch attempt $n failed: $(head -n 1 /tmp/wget.err)"
   sleep 1
 done
-[ $ok = 1 ] || fail "fetch-failed url=$URL"
+[ $ok = 1 ] || fail "fetch-failed url=$URL: $(head -n 1 /tmp/wget.err)"
 
 SUM=$(sha256sum /tmp/ign | cut -d' ' -f1)
 BYTES=$(wc -c </tmp/ign | tr -d ' ')

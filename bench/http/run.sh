@@ -1,0 +1,394 @@
+#!/usr/bin/env bash
+# Side-by-side HTTP benchmark: bootd vs nginx (Debian, sendfile) on 127.0.0.1.
+#
+# One run: builds bootd (release) if missing, makes a 1 GiB and a 100 KiB
+# random file, starts bootd and two nginx instances (worker_processes 1 and
+# auto) serving the same directory, pins every server to CPU 0 and every
+# load generator (wrk, curl) to CPU 1, and measures, interleaved (A B C, then
+# C B A, ... for ROUNDS rounds, median reported):
+#   - wrk req/s on the 100 KiB file at each of CONNS connections;
+#   - wrk req/s on bootd's /boot.ipxe vs nginx serving the same bytes from a
+#     static file;
+#   - curl throughput of the 1 GiB file, 1 and 8 parallel downloads;
+#   - bootd's peak RSS (VmHWM, reset before the big downloads).
+# Everything listens on and talks to 127.0.0.1 only.
+#
+# Knobs (env): DURATION (wrk seconds, default 8), ROUNDS (3), CONNS ("1 16 64"),
+# PARALLEL ("1 8"), BIG_MIB (1024), SMALL_KIB (100), BUSY (0; 1 = run a
+# nice-19 busy loop on each CPU during the measurements, see TESTING.md),
+# NGINX_AUTO (1; 0 = skip the worker_processes=auto instance),
+# BOOTD_BIN (default target/release/bootd), PORT_BASE (18080).
+set -euo pipefail
+
+DURATION=${DURATION:-8}
+ROUNDS=${ROUNDS:-3}
+CONNS=${CONNS:-"1 16 64"}
+PARALLEL=${PARALLEL:-"1 8"}
+BIG_MIB=${BIG_MIB:-1024}
+SMALL_KIB=${SMALL_KIB:-100}
+BUSY=${BUSY:-0}
+NGINX_AUTO=${NGINX_AUTO:-1}
+PORT_BASE=${PORT_BASE:-18080}
+SERVER_CPU=0
+LOAD_CPU=1
+
+REPO=$(cd "$(dirname "$0")/../.." && pwd)
+BOOTD_BIN=${BOOTD_BIN:-$REPO/target/release/bootd}
+NGINX_BIN=${NGINX_BIN:-/usr/sbin/nginx}
+
+for t in wrk curl taskset "$NGINX_BIN" awk; do
+    command -v "$t" >/dev/null || { echo "missing tool: $t" >&2; exit 1; }
+done
+[ "$(nproc --all)" -ge 2 ] || { echo "need at least 2 CPUs" >&2; exit 1; }
+
+PIDS=()
+TMP=""
+cleanup() {
+    local p
+    for p in "${PIDS[@]}"; do
+        kill "$p" 2>/dev/null || true
+    done
+    for p in "${PIDS[@]}"; do
+        # bounded wait: 5 s per process, then SIGKILL
+        for _ in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+        kill -9 "$p" 2>/dev/null || true
+    done
+    [ -n "$TMP" ] && rm -rf "$TMP"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+log() { echo "# $*" >&2; }
+
+if [ ! -x "$BOOTD_BIN" ]; then
+    log "building bootd (release)"
+    (cd "$REPO" && cargo build --release -p bootd)
+fi
+
+TMP=$(mktemp -d /tmp/bench-http.XXXXXX)
+chmod 755 "$TMP"   # nginx workers run as nobody and must read the files
+IMG=$TMP/site/images
+mkdir -p "$IMG" "$TMP/site/state" "$TMP/ngx"
+
+log "creating ${BIG_MIB} MiB and ${SMALL_KIB} KiB random files in $IMG"
+dd if=/dev/urandom of="$IMG/big.bin" bs=1M count="$BIG_MIB" iflag=fullblock status=none
+dd if=/dev/urandom of="$IMG/small.bin" bs=1K count="$SMALL_KIB" iflag=fullblock status=none
+chmod 644 "$IMG"/*
+BIG_BYTES=$(stat -c %s "$IMG/big.bin")
+if [ $((BIG_MIB % 1024)) = 0 ]; then BIG_LABEL="$((BIG_MIB / 1024))GiB"; else BIG_LABEL="${BIG_MIB}MiB"; fi
+cat "$IMG/big.bin" "$IMG/small.bin" >/dev/null   # warm the page cache
+
+# --- bootd -------------------------------------------------------------------
+P_BOOTD=$PORT_BASE
+P_NG1=$((PORT_BASE + 1))
+P_NGA=$((PORT_BASE + 2))
+echo '{"ignition":{"version":"3.2.0"}}' >"$TMP/site/worker.ign"
+cat >"$TMP/site/site.yaml" <<EOF
+cluster: { name: bench, baseDomain: example.test }
+host:
+  stateDir: state
+  http: { listen: "127.0.0.1:$P_BOOTD", url: "http://127.0.0.1:$P_BOOTD" }
+networks: [ { subnet: 10.99.0.0/24 } ]
+vips: { api: 10.99.0.1, ingress: 10.99.0.1 }
+images:
+  root: images
+  sets:
+    b: { arch: x86_64, kernel: big.bin, initramfs: small.bin }
+nodes:
+  - { name: n0, role: worker, macs: ["52:54:00:99:00:01"], ip: 10.99.0.10 }
+ignition: { roles: { worker: worker.ign } }
+EOF
+RUST_LOG=${RUST_LOG:-warn} taskset -c $SERVER_CPU "$BOOTD_BIN" --site "$TMP/site/site.yaml" \
+    2>"$TMP/bootd.log" &
+BOOTD_PID=$!
+PIDS+=("$BOOTD_PID")
+
+wait_http() { # url
+    for _ in $(seq 100); do
+        curl -sf -o /dev/null --max-time 1 "$1" && return 0
+        sleep 0.1
+    done
+    echo "server at $1 did not come up" >&2
+    return 1
+}
+wait_http "http://127.0.0.1:$P_BOOTD/healthz" || { cat "$TMP/bootd.log" >&2; exit 1; }
+
+# The script nginx serves: exactly the bytes bootd answers on /boot.ipxe.
+curl -sf -o "$TMP/ngx/boot.ipxe" "http://127.0.0.1:$P_BOOTD/boot.ipxe"
+chmod 644 "$TMP/ngx/boot.ipxe"
+SCRIPT_BYTES=$(stat -c %s "$TMP/ngx/boot.ipxe")
+
+# --- nginx -------------------------------------------------------------------
+start_nginx() { # name port workers
+    local d=$TMP/ngx/$1
+    mkdir -p "$d"
+    cat >"$d/nginx.conf" <<EOF
+daemon off;
+master_process on;
+worker_processes $3;
+pid $d/nginx.pid;
+error_log $d/error.log warn;
+events { worker_connections 1024; }
+http {
+    access_log off;
+    sendfile on;
+    tcp_nopush on;
+    tcp_nodelay on;
+    keepalive_timeout 65s;
+    keepalive_requests 100000000;
+    client_body_temp_path $d/body;
+    proxy_temp_path $d/proxy;
+    fastcgi_temp_path $d/fastcgi;
+    uwsgi_temp_path $d/uwsgi;
+    scgi_temp_path $d/scgi;
+    types { }
+    default_type application/octet-stream;
+    server {
+        listen 127.0.0.1:$2;
+        location /images/ { alias $IMG/; }
+        location = /boot.ipxe {
+            alias $TMP/ngx/boot.ipxe;
+            default_type "text/plain; charset=utf-8";
+            add_header Cache-Control no-store;
+        }
+    }
+}
+EOF
+    taskset -c $SERVER_CPU "$NGINX_BIN" -p "$d" -c "$d/nginx.conf" 2>>"$d/error.log" &
+    local pid=$!
+    PIDS+=("$pid")
+    eval "NGX_PID_$1=$pid"
+    wait_http "http://127.0.0.1:$2/images/small.bin" || { cat "$d/error.log" >&2; exit 1; }
+}
+start_nginx w1 "$P_NG1" 1
+SERVERS="bootd nginx-w1"
+if [ "$NGINX_AUTO" = 1 ]; then
+    start_nginx auto "$P_NGA" auto
+    SERVERS="bootd nginx-w1 nginx-auto"
+fi
+
+port_of() { case $1 in bootd) echo "$P_BOOTD" ;; nginx-w1) echo "$P_NG1" ;; nginx-auto) echo "$P_NGA" ;; esac; }
+# PIDs whose CPU time is the server's (bootd: the process, all threads;
+# nginx: master and workers).
+server_pids() {
+    case $1 in
+    bootd) echo "$BOOTD_PID" ;;
+    nginx-w1) echo "$NGX_PID_w1 $(pgrep -P "$NGX_PID_w1" | tr '\n' ' ')" ;;
+    nginx-auto) echo "$NGX_PID_auto $(pgrep -P "$NGX_PID_auto" | tr '\n' ' ')" ;;
+    esac
+}
+cpu_ticks() { # pids... -> utime+stime ticks summed
+    local t=0 p
+    for p in "$@"; do
+        # fields after the ")" of comm: utime is field 14, stime 15 overall
+        t=$((t + $(awk '{sub(/.*\) /,""); print $12 + $13}' "/proc/$p/stat")))
+    done
+    echo "$t"
+}
+HZ=$(getconf CLK_TCK)
+
+# Sanity: the same bytes from every server.
+SMALL_SUM=$(sha256sum <"$IMG/small.bin" | cut -d' ' -f1)
+for s in $SERVERS; do
+    got=$(curl -sf "http://127.0.0.1:$(port_of "$s")/images/small.bin" | sha256sum | cut -d' ' -f1)
+    [ "$got" = "$SMALL_SUM" ] || { echo "$s serves different bytes for small.bin" >&2; exit 1; }
+    got=$(curl -sf "http://127.0.0.1:$(port_of "$s")/boot.ipxe" | wc -c)
+    [ "$got" = "$SCRIPT_BYTES" ] || { echo "$s: /boot.ipxe is $got bytes, want $SCRIPT_BYTES" >&2; exit 1; }
+done
+
+# --- report the setup ---------------------------------------------------------
+echo "== bootd vs nginx HTTP benchmark, $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+echo "machine: $(nproc --all) vCPU, $(awk '/MemTotal/{printf "%.1f GiB", $2/1048576}' /proc/meminfo), $(awk -F': ' '/model name/{print $2; exit}' /proc/cpuinfo), kernel $(uname -r)"
+echo "bootd: $BOOTD_BIN ($(cd "$REPO" && git rev-parse --short HEAD 2>/dev/null || echo '?')$(cd "$REPO" && git diff --quiet HEAD -- bootd 2>/dev/null || echo '+dirty'))"
+echo "nginx: $($NGINX_BIN -v 2>&1 | sed 's/.*: //'), sendfile on, tcp_nopush on, keepalive (keepalive_requests 1e8), access_log off"
+echo "wrk: $(wrk -v 2>&1 | head -1 | awk '{print $1, $2}'), curl: $(curl -V | head -1 | awk '{print $2}')"
+echo "pinning: servers on CPU $SERVER_CPU, load generators (wrk, curl) on CPU $LOAD_CPU (taskset)"
+for s in $SERVERS; do
+    for p in $(server_pids "$s"); do
+        printf '  %-10s pid %-7s %s affinity %s\n' "$s" "$p" "$(tr -d '\0' </proc/$p/comm)" "$(taskset -cp "$p" | sed 's/.*: //')"
+    done
+done
+echo "  bootd threads: $(ls /proc/$BOOTD_PID/task | wc -l) at start; nginx-auto workers: $( [ "$NGINX_AUTO" = 1 ] && pgrep -P "$NGX_PID_auto" | wc -l || echo -)"
+echo "files: small.bin ${SMALL_KIB} KiB, big.bin $BIG_BYTES bytes, boot.ipxe $SCRIPT_BYTES bytes (bootd dynamic; nginx static copy)"
+echo "wrk: -t1 -d${DURATION}s, connections: $CONNS; curl parallel: $PARALLEL; rounds: $ROUNDS (order alternates A B C / C B A); median reported"
+echo "busy loop: $([ "$BUSY" = 1 ] && echo "yes, nice 19 on each CPU" || echo no)"
+echo
+
+if [ "$BUSY" = 1 ]; then
+    for c in $SERVER_CPU $LOAD_CPU; do
+        # bounded: dies after 2 h at the latest, killed by the trap before
+        nice -n 19 taskset -c "$c" timeout 7200 sh -c 'while :; do :; done' &
+        PIDS+=("$!")
+    done
+fi
+
+RES=$TMP/results    # tab-separated: test, server, value, server CPU-s, other CPU-s, attempts
+: >"$RES"
+
+# The machine may be shared: CPU time used by anything outside this benchmark
+# during a measurement is "other CPU". Busy = user + system + steal from
+# /proc/stat (nice is left out, so the BUSY loops do not count); ours = the
+# servers plus this shell and its reaped children (wrk, curl).
+busy_ticks() { awk '/^cpu /{print $2 + $4 + $9}' /proc/stat; }
+ours_ticks() {
+    local all="" s
+    for s in $SERVERS; do all="$all $(server_pids "$s")"; done
+    # shellcheck disable=SC2086
+    echo $(($(cpu_ticks $all) + $(awk '{sub(/.*\) /,""); print $12 + $13 + $14 + $15}' /proc/$$/stat)))
+}
+OTHER_MAX=${OTHER_MAX:-0.15}   # CPUs' worth of other load tolerated in a cell
+QUIET_WAIT=${QUIET_WAIT:-180}  # seconds to wait for a quiet machine before a cell
+wait_quiet() {
+    local t=0 b0 o0 b1 o1
+    while [ "$t" -lt "$QUIET_WAIT" ]; do
+        b0=$(busy_ticks); o0=$(ours_ticks); sleep 1; b1=$(busy_ticks); o1=$(ours_ticks)
+        if awk -v f=$(((b1 - b0) - (o1 - o0))) -v hz="$HZ" -v m="$OTHER_MAX" 'BEGIN{exit !(f / hz <= m)}'; then
+            return 0
+        fi
+        [ $((t % 20)) = 0 ] && log "machine busy with other work ($(((b1 - b0) - (o1 - o0))) ticks/s), waiting"
+        t=$((t + 1))
+    done
+    log "machine still busy after ${QUIET_WAIT}s; measuring anyway"
+}
+
+# cell test server kind args...: waits for a quiet machine, measures, and
+# repeats (at most 3 attempts) when other load ran meanwhile or nothing
+# was measured; records the last attempt.
+cell() {
+    local test=$1 srv=$2 kind=$3 a v b0 b1 o0 o1 c0 c1 t0 t1 other scpu
+    shift 3
+    for a in 1 2 3; do
+        wait_quiet
+        # shellcheck disable=SC2046
+        c0=$(cpu_ticks $(server_pids "$srv")); b0=$(busy_ticks); o0=$(ours_ticks); t0=$(date +%s%N)
+        v=$("$kind" "$srv" "$@")
+        # shellcheck disable=SC2046
+        c1=$(cpu_ticks $(server_pids "$srv")); b1=$(busy_ticks); o1=$(ours_ticks); t1=$(date +%s%N)
+        other=$(awk -v f=$(((b1 - b0) - (o1 - o0))) -v hz="$HZ" 'BEGIN{printf "%.2f", f / hz}')
+        scpu=$(awk -v d=$((c1 - c0)) -v hz="$HZ" 'BEGIN{printf "%.2f", d / hz}')
+        if awk -v v="${v:-0}" -v o="$other" -v ns=$((t1 - t0)) -v m="$OTHER_MAX" \
+            'BEGIN{exit !(v > 0 && o <= m * ns / 1e9)}'; then
+            break
+        fi
+        log "$test $srv: attempt $a disturbed (value ${v:-0}, other CPU ${other}s), $([ $a -lt 3 ] && echo retrying || echo keeping it)"
+    done
+    printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$test" "$srv" "${v:-0}" "$scpu" "$other" "$a" >>"$RES"
+}
+
+wrk_rps() { # server conns path -> req/s
+    local out rps errs
+    out=$(taskset -c $LOAD_CPU timeout $((DURATION + 30)) wrk -t1 -c"$2" -d"${DURATION}s" --timeout 10s "http://127.0.0.1:$(port_of "$1")$3" 2>&1) || true
+    rps=$(awk '/^Requests\/sec:/{print $2}' <<<"$out")
+    errs=$(grep -E 'Non-2xx|Socket errors' <<<"$out" || true)
+    if [ -z "$rps" ] || [ -n "$errs" ]; then
+        echo "!! $1 c=$2 $3: wrk problem: ${errs:-no Requests/sec line}" >&2
+        echo "$out" >&2
+        rps=0
+    fi
+    echo "$rps"
+}
+
+curl_mbps() { # server parallel -> aggregate MB/s (10^6 B/s): total bytes / wall time
+    local url="http://127.0.0.1:$(port_of "$1")/images/big.bin" n=$2 i t0 t1 pids=() total=0 b code bad=0
+    t0=$(date +%s%N)
+    for i in $(seq "$n"); do
+        taskset -c $LOAD_CPU curl -s -o /dev/null --max-time 300 -w '%{size_download} %{http_code}\n' "$url" >"$TMP/curl.$i" &
+        pids+=("$!")
+    done
+    for i in "${pids[@]}"; do wait "$i" || true; done
+    t1=$(date +%s%N)
+    for i in $(seq "$n"); do
+        read -r b code <"$TMP/curl.$i" || { b=0; code=0; }
+        if [ "$code" != 200 ] || [ "$b" != "$BIG_BYTES" ]; then
+            echo "!! $1 x$n: curl $i got $b bytes, status $code" >&2
+            bad=1
+        fi
+        total=$((total + b))   # bash arithmetic is 64-bit
+    done
+    [ "$bad" = 0 ] || { echo 0; return; }
+    awk -v b="$total" -v ns=$((t1 - t0)) 'BEGIN{printf "%.1f\n", b / (ns / 1e9) / 1e6}'
+}
+
+order() { # round -> server order, alternating
+    if [ $(($1 % 2)) = 1 ]; then echo "$SERVERS"; else echo "$SERVERS" | tr ' ' '\n' | tac | tr '\n' ' '; fi
+}
+
+rss_kib() { awk -v k="$2" '$1 == k":" {print $2}' "/proc/$1/status"; }
+
+RSS_START=$(rss_kib "$BOOTD_PID" VmRSS)
+T_START=$(date +%s)
+for r in $(seq "$ROUNDS"); do
+    log "round $r/$ROUNDS: wrk"
+    for c in $CONNS; do
+        for s in $(order "$r"); do cell "small-100KiB c=$c" "$s" wrk_rps "$c" /images/small.bin; done
+        for s in $(order "$r"); do cell "boot.ipxe c=$c" "$s" wrk_rps "$c" /boot.ipxe; done
+    done
+done
+RSS_HWM_WRK=$(rss_kib "$BOOTD_PID" VmHWM)
+# Reset bootd's peak RSS so VmHWM below is the big downloads' alone.
+echo 5 >"/proc/$BOOTD_PID/clear_refs"
+RSS_BEFORE_BIG=$(rss_kib "$BOOTD_PID" VmRSS)
+for r in $(seq "$ROUNDS"); do
+    log "round $r/$ROUNDS: curl $BIG_LABEL"
+    for n in $PARALLEL; do
+        for s in $(order "$r"); do cell "big-${BIG_LABEL} x$n (MB/s)" "$s" curl_mbps "$n"; done
+    done
+done
+RSS_HWM_BIG=$(rss_kib "$BOOTD_PID" VmHWM)
+RSS_END=$(rss_kib "$BOOTD_PID" VmRSS)
+T_END=$(date +%s)
+
+# --- table -----------------------------------------------------------------------
+echo "== raw: test | server | value per round | server CPU-s per round | other CPU-s per round | attempts"
+awk -F'\t' '{k=sprintf("%-24s | %-10s", $1, $2); v[k]=v[k] " " $3; c[k]=c[k] " " $4; o[k]=o[k] " " $5; a[k]=a[k] $6; if(!(k in seen)){seen[k]=1; ord[n++]=k}}
+     END{for(i=0;i<n;i++) printf "%s |%s |%s |%s | %s\n", ord[i], v[ord[i]], c[ord[i]], o[ord[i]], a[ord[i]]}' "$RES"
+echo
+
+# Medians per test and server: of the rate, and of rate per server CPU-second.
+awk -F'\t' -v servers="$SERVERS" '
+function median(s,   a, n, i, j, t) {
+    n = split(s, a, " ")
+    for (i = 2; i <= n; i++) { t = a[i] + 0; for (j = i - 1; j >= 1 && a[j] + 0 > t; j--) a[j+1] = a[j]; a[j+1] = t }
+    if (n == 0) return 0
+    return (n % 2) ? a[(n+1)/2] : (a[n/2] + a[n/2+1]) / 2
+}
+function header(extra,   k) {
+    printf "%-24s", "test"
+    for (k = 1; k <= ns; k++) printf " %11s", S[k]
+    printf " %7s%s\n", "ratio", extra
+}
+{
+    if (!($1 in seen)) { seen[$1] = 1; ord[n++] = $1 }
+    vals[$1, $2] = vals[$1, $2] " " $3
+    eff[$1, $2] = eff[$1, $2] " " ($4 > 0 ? $3 / $4 : 0)
+}
+END {
+    ns = split(servers, S, " ")
+    header("  target  pass")
+    for (i = 0; i < n; i++) {
+        t = ord[i]; printf "%-24s", t
+        for (k = 1; k <= ns; k++) printf " %11.1f", median(vals[t, S[k]])
+        b = median(vals[t, "bootd"]); g = median(vals[t, "nginx-w1"]); r = (g > 0) ? b / g : 0
+        tgt = (t ~ /^big/) ? 0.9 : 1.0
+        printf " %7.2f  %6s  %4s\n", r, ">=" tgt, (r >= tgt ? "yes" : "NO")
+    }
+    print "(ratio = bootd / nginx-w1, medians)"
+    print ""
+    print "per second of server CPU time (req or MB per server CPU-second; steadier than raw rates):"
+    header("")
+    for (i = 0; i < n; i++) {
+        t = ord[i]; printf "%-24s", t
+        for (k = 1; k <= ns; k++) printf " %11.1f", median(eff[t, S[k]])
+        b = median(eff[t, "bootd"]); g = median(eff[t, "nginx-w1"])
+        printf " %7.2f\n", (g > 0 ? b / g : 0)
+    }
+}' "$RES"
+echo
+echo "units: small/boot.ipxe rows = requests/s (wrk); big rows = aggregate MB/s (10^6 B/s, total bytes / wall time)"
+echo "bootd RSS: ${RSS_START} KiB at start; peak ${RSS_HWM_WRK} KiB after the wrk runs (up to $(echo "$CONNS" | awk '{print $NF}') connections);"
+echo "           ${RSS_BEFORE_BIG} KiB before the $BIG_LABEL downloads, peak (VmHWM, reset just before) ${RSS_HWM_BIG} KiB during them, ${RSS_END} KiB after"
+echo "bootd threads at end: $(ls /proc/$BOOTD_PID/task | wc -l)"
+echo "measurement time: $((T_END - T_START)) s"
+if grep -qiE 'error|panic' "$TMP/bootd.log"; then
+    echo "bootd log (errors):"; grep -iE 'error|panic' "$TMP/bootd.log" | head -20
+fi

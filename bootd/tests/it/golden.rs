@@ -1,0 +1,119 @@
+//! Every rendered iPXE script, GRUB config, Ignition and metadata document,
+//! pinned in `bootd/tests/golden/`. `UPDATE_GOLDEN=1 cargo test` rewrites
+//! them; review the diff. Every Ignition also passes `ignition-validate`.
+
+use bootd::render::{self, NodeUrls};
+use std::path::{Path, PathBuf};
+
+fn examples() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples")
+}
+
+fn golden_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden")
+}
+
+fn check(name: &str, got: &str) {
+    let path = golden_dir().join(name);
+    if std::env::var_os("UPDATE_GOLDEN").is_some() {
+        std::fs::write(&path, got).unwrap();
+        return;
+    }
+    let want = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e} (run with UPDATE_GOLDEN=1 to create)",
+            path.display()
+        )
+    });
+    assert!(
+        want == got,
+        "{name} differs from its golden file {}:\n--- want\n{want}\n--- got\n{got}",
+        path.display()
+    );
+}
+
+/// `ignition-validate` from Debian's `ignition` package, on a rendered config.
+pub fn ignition_validate(json: &[u8]) {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("config.ign");
+    std::fs::write(&f, json).unwrap();
+    let out = std::process::Command::new("ignition-validate")
+        .arg(&f)
+        .output()
+        .expect("ignition-validate not found: install Debian's 'ignition' package (the README's test command does)");
+    assert!(
+        out.status.success(),
+        "ignition-validate rejected the config: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn render_site(example: &str) {
+    let site = site::load(&examples().join(example).join("site.yaml")).unwrap();
+    check(&format!("{example}-boot.ipxe"), &render::ipxe::entry(&site));
+    check(
+        &format!("{example}-grub.cfg"),
+        &render::grub::selector(&site),
+    );
+    check(
+        &format!("{example}-unknown.ipxe"),
+        &render::ipxe::unknown(&site, Some(&"52:54:00:00:00:99".parse().unwrap())),
+    );
+    for node in &site.nodes {
+        let urls = NodeUrls::new(&site, node, "TOKEN");
+        check(
+            &format!("{example}-{}.ipxe", node.name),
+            &render::ipxe::node(&site, node, &urls),
+        );
+        check(
+            &format!("{example}-{}.grub.cfg", node.name),
+            &render::grub::node(&site, node, &urls),
+        );
+        let cfg = render::ignition::node_config(&site, node).unwrap();
+        let bytes = serde_json::to_vec_pretty(&cfg).unwrap();
+        check(
+            &format!("{example}-{}.ign", node.name),
+            &String::from_utf8(bytes.clone()).unwrap(),
+        );
+        ignition_validate(&bytes);
+        let md = serde_json::to_string_pretty(&render::metadata::metadata(&site, node)).unwrap();
+        check(&format!("{example}-{}.metadata.json", node.name), &md);
+    }
+}
+
+#[test]
+fn lab_renders() {
+    render_site("lab");
+}
+
+#[test]
+fn openshift_renders() {
+    render_site("openshift");
+}
+
+#[test]
+fn ppc64le_renders() {
+    render_site("ppc64le");
+}
+
+#[test]
+fn pointer_config_validates() {
+    let ca = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
+    let p = render::ignition::pointer("https://10.0.0.1:8443/ignition/n?token=T", Some(ca));
+    let bytes = serde_json::to_vec_pretty(&p).unwrap();
+    check("pointer.ign", &String::from_utf8(bytes.clone()).unwrap());
+    ignition_validate(&bytes);
+}
+
+#[test]
+fn grub_selector_lists_both_cases_for_letters() {
+    let site = site::load(&examples().join("ppc64le/site.yaml")).unwrap();
+    let cfg = render::grub::selector(&site);
+    assert!(cfg.contains("\"fa:16:3e:00:10:10\""), "{cfg}");
+    assert!(cfg.contains("\"FA:16:3E:00:10:10\""), "{cfg}");
+    assert!(
+        cfg.contains("configfile \"$prefix/grub.cfg-01-fa-16-3e-00-10-10\""),
+        "{cfg}"
+    );
+}

@@ -1,0 +1,180 @@
+//! Starts the real `bootd::run_app` on 127.0.0.1 port 0 with a copy of the
+//! lab site in a temp dir, and a small HTTP client on hyper.
+
+use bytes::Bytes;
+use http::{HeaderMap, Request, StatusCode};
+use http_body_util::{BodyExt, Empty};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock};
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+/// Everything every test's bootd logged, to prove secrets never reach a log.
+pub fn logs() -> Arc<Mutex<Vec<u8>>> {
+    static LOGS: OnceLock<Arc<Mutex<Vec<u8>>>> = OnceLock::new();
+    LOGS.get_or_init(|| {
+        let buf = Arc::new(Mutex::new(Vec::new()));
+        let w = Arc::clone(&buf);
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter("trace,hyper=info,h2=info,rustls=info")
+            .with_ansi(false)
+            .with_writer(move || Writer(Arc::clone(&w)))
+            .try_init();
+        buf
+    })
+    .clone()
+}
+
+struct Writer(Arc<Mutex<Vec<u8>>>);
+impl std::io::Write for Writer {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+pub struct Bootd {
+    pub http: SocketAddr,
+    pub https: SocketAddr,
+    pub app: Arc<bootd::App>,
+    pub dir: tempfile::TempDir,
+    pub reload: Arc<tokio::sync::Notify>,
+    shutdown: CancellationToken,
+    task: Option<tokio::task::JoinHandle<Result<(), bootd::Error>>>,
+}
+
+pub fn lab_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/lab")
+}
+
+impl Bootd {
+    /// The lab site, copied to a temp dir (so tests may edit it), with an
+    /// image root of its own. `edit` may change the site text first.
+    pub async fn start_with(edit: impl FnOnce(String) -> String) -> Bootd {
+        logs();
+        let dir = tempfile::tempdir().unwrap();
+        let text = std::fs::read_to_string(lab_dir().join("site.yaml")).unwrap();
+        let text = text
+            .replace("root: ../../target/lab-images", "root: images")
+            .replace("stateDir: ../../target/lab-state", "stateDir: state");
+        std::fs::create_dir_all(dir.path().join("images/lab")).unwrap();
+        std::fs::create_dir_all(dir.path().join("ignition")).unwrap();
+        for r in ["bootstrap", "master", "worker"] {
+            std::fs::copy(
+                lab_dir().join(format!("ignition/{r}.ign")),
+                dir.path().join(format!("ignition/{r}.ign")),
+            )
+            .unwrap();
+        }
+        std::fs::write(dir.path().join("site.yaml"), edit(text)).unwrap();
+        let site = site::load(&dir.path().join("site.yaml")).unwrap();
+        let mut config = bootd::Config::new(site);
+        config.poll = Some(std::time::Duration::from_millis(200));
+        config.grace = std::time::Duration::from_millis(500);
+        let reload = Arc::clone(&config.reload);
+        let http = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let https = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let (ha, hsa) = (http.local_addr().unwrap(), https.local_addr().unwrap());
+        let app = bootd::prepare(&config, true).unwrap();
+        let shutdown = CancellationToken::new();
+        let task = tokio::spawn(bootd::run_app(
+            Arc::clone(&app),
+            config,
+            bootd::Sockets {
+                http,
+                https: Some(https),
+            },
+            shutdown.clone(),
+        ));
+        Bootd {
+            http: ha,
+            https: hsa,
+            app,
+            dir,
+            reload,
+            shutdown,
+            task: Some(task),
+        }
+    }
+
+    pub async fn start() -> Bootd {
+        Bootd::start_with(|t| t).await
+    }
+
+    pub fn images(&self) -> PathBuf {
+        self.dir.path().join("images")
+    }
+
+    pub fn state(&self) -> PathBuf {
+        self.dir.path().join("state")
+    }
+
+    pub fn token(&self, node: &str) -> String {
+        self.app.key.issue(
+            node,
+            std::time::SystemTime::now(),
+            std::time::Duration::from_secs(600),
+        )
+    }
+
+    pub async fn get(&self, path: &str) -> (StatusCode, HeaderMap, Bytes) {
+        self.get_with(path, &[]).await
+    }
+
+    pub async fn get_with(
+        &self,
+        path: &str,
+        headers: &[(&str, &str)],
+    ) -> (StatusCode, HeaderMap, Bytes) {
+        request(self.http, "GET", path, headers).await
+    }
+
+    pub async fn stop(mut self) {
+        self.shutdown.cancel();
+        if let Some(t) = self.task.take() {
+            t.await.unwrap().unwrap();
+        }
+    }
+}
+
+/// One request on a fresh connection.
+pub async fn request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> (StatusCode, HeaderMap, Bytes) {
+    let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (mut send, conn) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+            .await
+            .unwrap();
+    tokio::spawn(conn);
+    let mut req = Request::builder()
+        .method(method)
+        .uri(path)
+        .header("host", addr.to_string());
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let resp = send
+        .send_request(req.body(Empty::<Bytes>::new()).unwrap())
+        .await
+        .unwrap();
+    let (parts, body) = resp.into_parts();
+    let body = body.collect().await.unwrap().to_bytes();
+    (parts.status, parts.headers, body)
+}
+
+/// Runs curl (a real client) and returns its stdout.
+pub fn curl(args: &[&str]) -> std::process::Output {
+    std::process::Command::new("curl")
+        .args(["-sS"])
+        .args(args)
+        .output()
+        .expect("curl not found")
+}

@@ -1,0 +1,6 @@
+//! bootd's integration tests: golden renders, and the real `run` on
+//! loopback talked to by real clients (hyper and curl).
+
+mod golden;
+mod harness;
+mod http;
