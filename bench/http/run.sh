@@ -226,10 +226,11 @@ RES=$TMP/results    # tab-separated: test, server, value, server CPU-s, other CP
 : >"$RES"
 
 # The machine may be shared: CPU time used by anything outside this benchmark
-# during a measurement is "other CPU". Busy = user + system + steal from
-# /proc/stat (nice is left out, so the BUSY loops do not count); ours = the
+# during a measurement is "other CPU". Busy = user + system + irq + softirq +
+# steal from /proc/stat (tick accounting also charges irq/softirq ticks to the
+# running task; nice is left out, so the BUSY loops do not count); ours = the
 # servers plus this shell and its reaped children (wrk, curl).
-busy_ticks() { awk '/^cpu /{print $2 + $4 + $9}' /proc/stat; }
+busy_ticks() { awk '/^cpu /{print $2 + $4 + $7 + $8 + $9}' /proc/stat; }
 ours_ticks() {
     local all="" s
     for s in $SERVERS; do all="$all $(server_pids "$s")"; done

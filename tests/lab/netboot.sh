@@ -99,7 +99,7 @@ cleanup() {
   exit "$rc"
 }
 trap cleanup EXIT
-trap 'exit 130' INT TERM HUP
+trap 'echo "FAIL netboot $FIRMWARE $NODE interrupted"; exit 130' INT TERM HUP
 trap 'exit 141' PIPE   # e.g. output piped into head: still run the cleanup
 # an unexpected failing command still yields a FAIL line (then the cleanup)
 trap 'echo "FAIL netboot $FIRMWARE $NODE script error at line $LINENO: $BASH_COMMAND"' ERR

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# The test command (README): installs what the tests need on a fresh Debian 12
+# machine (apt packages included), then runs every test:
+#   1. formatting check;
+#   2. cargo test --workspace: unit, golden (checked by ignition-validate) and
+#      integration tests (the real servers on loopback, talked to by hyper and curl);
+#   3. end to end: real firmware (QEMU SeaBIOS + iPXE) network-boots the lab
+#      site's nodes from bootd inside a private network namespace and proves the
+#      Ignition bytes it fetched equal what bootd rendered.
+# Needs root (apt, network namespaces). Prints "N passed, N failed" at the end.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+log() { printf '\n== %s\n' "$*"; }
+
+log "dependencies"
+bash tests/lab/deps.sh
+
+log "format"
+cargo fmt --all -- --check
+
+log "cargo test --workspace"
+cargo test --workspace --locked
+
+log "end-to-end network boot"
+cargo build --release --locked -p bootd
+bash tests/lab/guest.sh target/lab-images
+passed=0 failed=0
+e2e() {
+  if bash tests/lab/netboot.sh --bootd target/release/bootd --site examples/lab/site.yaml "$@"; then
+    passed=$((passed + 1))
+  else
+    failed=$((failed + 1))
+  fi
+}
+e2e --node bootstrap --mac 52:54:00:77:00:10 --ip 10.77.0.10 --firmware seabios-ipxe
+e2e --node master-0 --mac 52:54:00:77:00:11 --ip 10.77.0.11 --firmware ovmf-ipxe
+
+log "summary"
+echo "end-to-end: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]
