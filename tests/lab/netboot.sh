@@ -228,7 +228,10 @@ PIDS+=($!)
 QEMU_PID=$!
 
 # iPXE's last error line, e.g. "Could not boot image: No such file ... (http://ipxe.org/2d0c613b)"
-ipxe_error() { clean "$WORKDIR/serial.log" | grep -E '\(http://ipxe\.org/[0-9a-f]+\)' | grep -v 'RXE' | tail -n 1; }
+ipxe_error() {
+  clean "$WORKDIR/serial.log" | grep -E '\(http://ipxe\.org/[0-9a-f]+\)|bootd: [^ ]+: could not load' \
+    | grep -v 'RXE' | tail -n 1 || true
+}
 marker() { grep -a -m1 -E '^LAB-IGNITION(-FAILED)? ' "$WORKDIR/serial.log" 2>/dev/null | tr -d '\r' || true; }
 
 line=""
@@ -244,7 +247,8 @@ while (( $(date +%s) < deadline )); do
   # Fail fast once iPXE has given up instead of waiting for the timeout.
   # SeaBIOS: iPXE prints "No more network devices", SeaBIOS "No bootable device".
   # OVMF: iPXE's boot option returns an error to the boot manager.
-  if grep -aqE 'No more network devices|No bootable device|BdsDxe: failed to load Boot[0-9A-F]+ "UEFI PXEv4' \
+  # bootd's node script: "bootd: NODE: could not load ..." after its own retries.
+  if grep -aqE 'No more network devices|No bootable device|BdsDxe: failed to load Boot[0-9A-F]+ "UEFI PXEv4|bootd: [^ ]+: could not load' \
       "$WORKDIR/serial.log"; then
     sleep 0.5
     fail "iPXE gave up after $(elapsed "$T_QEMU")s: $(ipxe_error)"
