@@ -19,6 +19,9 @@ bash tests/lab/deps.sh
 log "format"
 cargo fmt --all -- --check
 
+log "clippy"
+cargo clippy --workspace --all-targets --locked -- -D warnings
+
 log "cargo test --workspace"
 cargo test --workspace --locked
 
