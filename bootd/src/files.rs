@@ -35,11 +35,7 @@ pub fn open_beneath(root: &Path, rel: &str) -> io::Result<File> {
     }
     let rel = rel.trim_start_matches('/');
     let rel = if rel.is_empty() { "." } else { rel };
-    let dir = rustix::fs::open(
-        root,
-        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
-        Mode::empty(),
-    )?;
+    let dir = rustix::fs::open(root, OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())?;
     let fd = rustix::fs::openat2(
         &dir,
         rel,
@@ -49,20 +45,14 @@ pub fn open_beneath(root: &Path, rel: &str) -> io::Result<File> {
     )?;
     let f = File::from(fd);
     if !f.metadata()?.is_file() {
-        return Err(io::Error::new(
-            io::ErrorKind::NotFound,
-            "not a regular file",
-        ));
+        return Err(io::Error::new(io::ErrorKind::NotFound, "not a regular file"));
     }
     Ok(f)
 }
 
 /// A strong validator from size and modification time (nginx's form).
 pub fn etag(len: u64, mtime: SystemTime) -> String {
-    let secs = mtime
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
+    let secs = mtime.duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
     format!("\"{secs:x}-{len:x}\"")
 }
 
@@ -149,20 +139,12 @@ pub enum Part {
 }
 
 /// Builds the parts of a `multipart/byteranges` body and its total length.
-pub fn multipart(
-    ranges: &[(u64, u64)],
-    file_len: u64,
-    content_type: &str,
-    boundary: &str,
-) -> (Vec<Part>, u64) {
+pub fn multipart(ranges: &[(u64, u64)], file_len: u64, content_type: &str, boundary: &str) -> (Vec<Part>, u64) {
     let mut parts = Vec::new();
     for (s, e) in ranges {
         let head = format!("\r\n--{boundary}\r\nContent-Type: {content_type}\r\nContent-Range: bytes {s}-{e}/{file_len}\r\n\r\n");
         parts.push(Part::Bytes(Bytes::from(head)));
-        parts.push(Part::File {
-            offset: *s,
-            len: e - s + 1,
-        });
+        parts.push(Part::File { offset: *s, len: e - s + 1 });
     }
     parts.push(Part::Bytes(Bytes::from(format!("\r\n--{boundary}--\r\n"))));
     let total = parts
@@ -187,11 +169,7 @@ pub struct FileBody {
 }
 
 impl FileBody {
-    pub fn new(
-        file: File,
-        parts: Vec<Part>,
-        on_bytes: Option<Box<dyn Fn(u64) + Send + Sync>>,
-    ) -> FileBody {
+    pub fn new(file: File, parts: Vec<Part>, on_bytes: Option<Box<dyn Fn(u64) + Send + Sync>>) -> FileBody {
         let remaining = parts
             .iter()
             .map(|p| match p {
@@ -199,13 +177,7 @@ impl FileBody {
                 Part::File { len, .. } => *len,
             })
             .sum();
-        FileBody {
-            file: Arc::new(file),
-            parts: parts.into(),
-            remaining,
-            pending: None,
-            on_bytes,
-        }
+        FileBody { file: Arc::new(file), parts: parts.into(), remaining, pending: None, on_bytes }
     }
 }
 
@@ -213,10 +185,7 @@ impl Body for FileBody {
     type Data = Bytes;
     type Error = io::Error;
 
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, io::Error>>> {
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, io::Error>>> {
         let this = &mut *self;
         loop {
             if let Some(h) = this.pending.as_mut() {
@@ -239,15 +208,10 @@ impl Body for FileBody {
                 Some(Part::File { offset, len }) => {
                     let n = len.min(CHUNK as u64);
                     if len > n {
-                        this.parts.push_front(Part::File {
-                            offset: offset + n,
-                            len: len - n,
-                        });
+                        this.parts.push_front(Part::File { offset: offset + n, len: len - n });
                     }
                     let file = Arc::clone(&this.file);
-                    this.pending = Some(tokio::task::spawn_blocking(move || {
-                        read_exact_at(&file, offset, n as usize)
-                    }));
+                    this.pending = Some(tokio::task::spawn_blocking(move || read_exact_at(&file, offset, n as usize)));
                 }
             }
         }
@@ -281,12 +245,7 @@ fn read_exact_at(file: &File, offset: u64, n: usize) -> io::Result<Bytes> {
     while done < n {
         match file.read_at(&mut buf[done..], offset + done as u64) {
             // The file shrank under us: the promised length can't be kept.
-            Ok(0) => {
-                return Err(io::Error::new(
-                    io::ErrorKind::UnexpectedEof,
-                    "file shrank while being served",
-                ))
-            }
+            Ok(0) => return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "file shrank while being served")),
             Ok(k) => done += k,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => return Err(e),
@@ -302,45 +261,24 @@ mod tests {
     #[test]
     fn ranges() {
         assert_eq!(parse_range("bytes=0-99", 1000), Ranges::Some(vec![(0, 99)]));
-        assert_eq!(
-            parse_range("bytes=900-", 1000),
-            Ranges::Some(vec![(900, 999)])
-        );
-        assert_eq!(
-            parse_range("bytes=-100", 1000),
-            Ranges::Some(vec![(900, 999)])
-        );
-        assert_eq!(
-            parse_range("bytes=-5000", 1000),
-            Ranges::Some(vec![(0, 999)])
-        );
-        assert_eq!(
-            parse_range("bytes=990-2000", 1000),
-            Ranges::Some(vec![(990, 999)])
-        );
-        assert_eq!(
-            parse_range("bytes=0-0,-1", 1000),
-            Ranges::Some(vec![(0, 0), (999, 999)])
-        );
+        assert_eq!(parse_range("bytes=900-", 1000), Ranges::Some(vec![(900, 999)]));
+        assert_eq!(parse_range("bytes=-100", 1000), Ranges::Some(vec![(900, 999)]));
+        assert_eq!(parse_range("bytes=-5000", 1000), Ranges::Some(vec![(0, 999)]));
+        assert_eq!(parse_range("bytes=990-2000", 1000), Ranges::Some(vec![(990, 999)]));
+        assert_eq!(parse_range("bytes=0-0,-1", 1000), Ranges::Some(vec![(0, 0), (999, 999)]));
         assert_eq!(parse_range("bytes=1000-", 1000), Ranges::Unsatisfiable);
         assert_eq!(parse_range("bytes=-0", 1000), Ranges::Unsatisfiable);
         assert_eq!(parse_range("bytes=5-1", 1000), Ranges::Full);
         assert_eq!(parse_range("items=0-1", 1000), Ranges::Full);
         assert_eq!(parse_range("bytes=a-b", 1000), Ranges::Full);
         assert_eq!(parse_range("bytes=+1-2", 1000), Ranges::Full);
-        let many = (0..17)
-            .map(|i| format!("{i}-{i}"))
-            .collect::<Vec<_>>()
-            .join(",");
+        let many = (0..17).map(|i| format!("{i}-{i}")).collect::<Vec<_>>().join(",");
         assert_eq!(parse_range(&format!("bytes={many}"), 1000), Ranges::Full);
         // Amplification: the same whole file three times.
         assert_eq!(parse_range("bytes=0-,0-,0-", 1000), Ranges::Full);
         // Beyond 4 GiB.
         let big = 5u64 << 30;
-        assert_eq!(
-            parse_range("bytes=4294967296-", big),
-            Ranges::Some(vec![(1 << 32, big - 1)])
-        );
+        assert_eq!(parse_range("bytes=4294967296-", big), Ranges::Some(vec![(1 << 32, big - 1)]));
     }
 
     #[test]
@@ -355,20 +293,8 @@ mod tests {
         std::os::unix::fs::symlink("sub/ok", root.join("in")).unwrap();
         assert!(open_beneath(&root, "sub/ok").is_ok());
         assert!(open_beneath(&root, "/sub/ok").is_ok());
-        assert!(
-            open_beneath(&root, "in").is_ok(),
-            "a symlink inside the root is fine"
-        );
-        for bad in [
-            "../secret",
-            "sub/../../secret",
-            "out",
-            "abs",
-            "sub",
-            "",
-            "/",
-            "nope",
-        ] {
+        assert!(open_beneath(&root, "in").is_ok(), "a symlink inside the root is fine");
+        for bad in ["../secret", "sub/../../secret", "out", "abs", "sub", "", "/", "nope"] {
             assert!(open_beneath(&root, bad).is_err(), "{bad} must not open");
         }
     }

@@ -31,22 +31,16 @@ fn full(status: StatusCode, content_type: &'static str, body: impl Into<Bytes>) 
     let body: Bytes = body.into();
     let mut r = Response::new(Full::new(body).map_err(|never| match never {}).boxed());
     *r.status_mut() = status;
-    r.headers_mut()
-        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
     r
 }
 
 fn not_found() -> Response<Body> {
-    full(
-        StatusCode::NOT_FOUND,
-        "text/plain; charset=utf-8",
-        NOT_FOUND,
-    )
+    full(StatusCode::NOT_FOUND, "text/plain; charset=utf-8", NOT_FOUND)
 }
 
 fn no_store(mut r: Response<Body>) -> Response<Body> {
-    r.headers_mut()
-        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    r.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     r
 }
 
@@ -54,79 +48,36 @@ fn no_store(mut r: Response<Body>) -> Response<Body> {
 fn query(req_query: Option<&str>, key: &str) -> Option<String> {
     req_query?.split('&').find_map(|kv| {
         let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
-        (k == key).then(|| {
-            percent_decode_str(&v.replace('+', " "))
-                .decode_utf8_lossy()
-                .into_owned()
-        })
+        (k == key).then(|| percent_decode_str(&v.replace('+', " ")).decode_utf8_lossy().into_owned())
     })
 }
 
 /// Every route of the server, in one place. Returns the route's name (for
 /// metrics) and the response.
-pub async fn route<B>(
-    app: &Arc<App>,
-    req: &Request<B>,
-    peer: SocketAddr,
-) -> (&'static str, Response<Body>) {
+pub async fn route<B>(app: &Arc<App>, req: &Request<B>, peer: SocketAddr) -> (&'static str, Response<Body>) {
     let snap = app.live.load_full();
     let path = req.uri().path();
     let q = req.uri().query();
     let get = req.method() == Method::GET || req.method() == Method::HEAD;
     if !get {
-        let mut r = full(
-            StatusCode::METHOD_NOT_ALLOWED,
-            "text/plain; charset=utf-8",
-            "method not allowed\n",
-        );
-        r.headers_mut()
-            .insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
+        let mut r = full(StatusCode::METHOD_NOT_ALLOWED, "text/plain; charset=utf-8", "method not allowed\n");
+        r.headers_mut().insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
         return ("other", r);
     }
     let segs: Vec<&str> = path.trim_start_matches('/').splitn(3, '/').collect();
     match segs.as_slice() {
-        ["healthz"] => (
-            "healthz",
-            full(StatusCode::OK, "text/plain; charset=utf-8", "ok\n"),
-        ),
-        ["metrics"] => (
-            "metrics",
-            full(
-                StatusCode::OK,
-                "text/plain; version=0.0.4; charset=utf-8",
-                app.metrics.encode(),
-            ),
-        ),
+        ["healthz"] => ("healthz", full(StatusCode::OK, "text/plain; charset=utf-8", "ok\n")),
+        ["metrics"] => ("metrics", full(StatusCode::OK, "text/plain; version=0.0.4; charset=utf-8", app.metrics.encode())),
         ["boot.ipxe"] => ("ipxe", script(render::ipxe::entry(&snap.site))),
         ["ipxe", "node"] => ("ipxe", ipxe_by_mac(app, &snap, q)),
-        ["ipxe", file] if file.ends_with(".ipxe") => (
-            "ipxe",
-            ipxe_by_name(app, &snap, file.trim_end_matches(".ipxe")),
-        ),
+        ["ipxe", file] if file.ends_with(".ipxe") => ("ipxe", ipxe_by_name(app, &snap, file.trim_end_matches(".ipxe"))),
         ["grub", "grub.cfg"] => ("grub", script(render::grub::selector(&snap.site))),
-        ["grub", file] if file.starts_with("grub.cfg-01-") => {
-            ("grub", grub_node(app, &snap, &file["grub.cfg-01-".len()..]))
-        }
-        ["ignition", name] => (
-            "ignition",
-            ignition(app, &snap, name, peer.ip(), q, req.headers(), false),
-        ),
-        ["ignition", name, "pointer"] => (
-            "ignition",
-            ignition(app, &snap, name, peer.ip(), q, req.headers(), true),
-        ),
+        ["grub", file] if file.starts_with("grub.cfg-01-") => ("grub", grub_node(app, &snap, &file["grub.cfg-01-".len()..])),
+        ["ignition", name] => ("ignition", ignition(app, &snap, name, peer.ip(), q, req.headers(), false)),
+        ["ignition", name, "pointer"] => ("ignition", ignition(app, &snap, name, peer.ip(), q, req.headers(), true)),
         ["metadata"] => ("metadata", metadata(app, &snap, peer.ip(), q, false)),
         ["userdata"] => ("metadata", metadata(app, &snap, peer.ip(), q, true)),
-        ["images", ..] => (
-            "images",
-            image(
-                app,
-                &snap,
-                &path["/images/".len().min(path.len())..],
-                req.headers(),
-            )
-            .await,
-        ),
+        ["images", ..] => ("images", image(app, &snap, &path["/images/".len().min(path.len())..], req.headers()).await),
         _ => ("other", not_found()),
     }
 }
@@ -136,8 +87,7 @@ fn script(body: String) -> Response<Body> {
 }
 
 fn node_token(app: &App, snap: &Snapshot, node: &Node) -> String {
-    app.key
-        .issue(&node.name, SystemTime::now(), snap.site.ignition.token_ttl)
+    app.key.issue(&node.name, SystemTime::now(), snap.site.ignition.token_ttl)
 }
 
 fn node_script(app: &App, snap: &Snapshot, node: &Node) -> Response<Body> {
@@ -152,10 +102,7 @@ fn ipxe_by_mac(app: &App, snap: &Snapshot, q: Option<&str>) -> Response<Body> {
         Some(node) => {
             let fits = matches!(
                 (node.arch, buildarch.as_str()),
-                (_, "")
-                    | (site::Arch::X86_64, "x86_64" | "i386")
-                    | (site::Arch::Aarch64, "arm64")
-                    | (site::Arch::Ppc64le, "ppc64")
+                (_, "") | (site::Arch::X86_64, "x86_64" | "i386") | (site::Arch::Aarch64, "arm64") | (site::Arch::Ppc64le, "ppc64")
             );
             if !fits {
                 warn!(node = %node.name, node_arch = %node.arch, buildarch = %buildarch.escape_debug(), "iPXE build architecture does not match the node's arch");
@@ -201,12 +148,7 @@ fn grub_node(app: &App, snap: &Snapshot, dashed: &str) -> Response<Body> {
 }
 
 fn deny(app: &App, what: &str, name: &str, source: IpAddr, reason: Deny) -> Response<Body> {
-    app.metrics
-        .denials
-        .get_or_create(&Reason {
-            reason: reason.as_str(),
-        })
-        .inc();
+    app.metrics.denials.get_or_create(&Reason { reason: reason.as_str() }).inc();
     warn!(node = %name.escape_debug(), %source, reason = reason.as_str(), "{what} refused");
     not_found()
 }
@@ -215,23 +157,9 @@ fn node_addrs(node: &Node) -> Vec<IpAddr> {
     vec![IpAddr::V4(node.ip)]
 }
 
-fn authorize(
-    app: &App,
-    snap: &Snapshot,
-    node: &Node,
-    source: IpAddr,
-    q: Option<&str>,
-) -> Result<token::Granted, Deny> {
+fn authorize(app: &App, snap: &Snapshot, node: &Node, source: IpAddr, q: Option<&str>) -> Result<token::Granted, Deny> {
     let tok = query(q, "token");
-    token::authorize(
-        &app.key,
-        &node.name,
-        &node_addrs(node),
-        snap.revoked.contains(&node.name),
-        source,
-        tok.as_deref(),
-        SystemTime::now(),
-    )
+    token::authorize(&app.key, &node.name, &node_addrs(node), snap.revoked.contains(&node.name), source, tok.as_deref(), SystemTime::now())
 }
 
 fn json_response(status: StatusCode, v: &serde_json::Value) -> Response<Body> {
@@ -242,29 +170,14 @@ fn json_response(status: StatusCode, v: &serde_json::Value) -> Response<Body> {
 fn pointer_for(app: &App, snap: &Snapshot, node: &Node) -> serde_json::Value {
     let tok = node_token(app, snap, node);
     match (&snap.site.host.https, &app.tls) {
-        (Some(https), Some(tls)) => render::ignition::pointer(
-            &format!("{}/ignition/{}?token={tok}", https.url, node.name),
-            Some(&tls.ca_pem),
-        ),
-        _ => render::ignition::pointer(
-            &format!(
-                "{}/ignition/{}?token={tok}",
-                snap.site.host.http.url, node.name
-            ),
-            None,
-        ),
+        (Some(https), Some(tls)) => {
+            render::ignition::pointer(&format!("{}/ignition/{}?token={tok}", https.url, node.name), Some(&tls.ca_pem))
+        }
+        _ => render::ignition::pointer(&format!("{}/ignition/{}?token={tok}", snap.site.host.http.url, node.name), None),
     }
 }
 
-fn ignition(
-    app: &App,
-    snap: &Snapshot,
-    name: &str,
-    source: IpAddr,
-    q: Option<&str>,
-    headers: &HeaderMap,
-    pointer: bool,
-) -> Response<Body> {
+fn ignition(app: &App, snap: &Snapshot, name: &str, source: IpAddr, q: Option<&str>, headers: &HeaderMap, pointer: bool) -> Response<Body> {
     let Some(node) = snap.site.node(name) else {
         return deny(app, "Ignition", name, source, Deny::UnknownNode);
     };
@@ -277,8 +190,7 @@ fn ignition(
         return json_response(StatusCode::OK, &pointer_for(app, snap, node));
     }
     let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
-    let cfg = render::ignition::node_config(&snap.site, node)
-        .and_then(|c| render::ignition::negotiate(c, accept));
+    let cfg = render::ignition::node_config(&snap.site, node).and_then(|c| render::ignition::negotiate(c, accept));
     match cfg {
         Ok(cfg) => {
             info!(node = %node.name, %source, via = ?granted, version = %cfg["ignition"]["version"].as_str().unwrap_or("?"), "Ignition served");
@@ -286,30 +198,16 @@ fn ignition(
         }
         Err(e @ IgnitionError::NotAcceptable { .. }) => {
             warn!(node = %node.name, %source, error = %e, "Ignition spec not acceptable to the client");
-            full(
-                StatusCode::NOT_ACCEPTABLE,
-                "text/plain; charset=utf-8",
-                format!("{e}\n"),
-            )
+            full(StatusCode::NOT_ACCEPTABLE, "text/plain; charset=utf-8", format!("{e}\n"))
         }
         Err(e) => {
             warn!(node = %node.name, error = %e, "Ignition cannot be rendered");
-            full(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "text/plain; charset=utf-8",
-                "cannot render Ignition; see bootd's log\n",
-            )
+            full(StatusCode::INTERNAL_SERVER_ERROR, "text/plain; charset=utf-8", "cannot render Ignition; see bootd's log\n")
         }
     }
 }
 
-fn metadata(
-    app: &App,
-    snap: &Snapshot,
-    source: IpAddr,
-    q: Option<&str>,
-    userdata: bool,
-) -> Response<Body> {
+fn metadata(app: &App, snap: &Snapshot, source: IpAddr, q: Option<&str>, userdata: bool) -> Response<Body> {
     let what = if userdata { "userdata" } else { "metadata" };
     let node = match query(q, "node") {
         Some(name) => match snap.site.node(&name) {
@@ -328,10 +226,7 @@ fn metadata(
     if userdata {
         json_response(StatusCode::OK, &pointer_for(app, snap, node))
     } else {
-        json_response(
-            StatusCode::OK,
-            &render::metadata::metadata(&snap.site, node),
-        )
+        json_response(StatusCode::OK, &render::metadata::metadata(&snap.site, node))
     }
 }
 
@@ -366,30 +261,14 @@ async fn image(app: &Arc<App>, snap: &Snapshot, raw: &str, headers: &HeaderMap) 
         .header(header::ETAG, hv(&etag))
         .header(header::LAST_MODIFIED, hv(&last_modified))
         .header(header::ACCEPT_RANGES, "bytes");
-    if let Some(inm) = headers
-        .get(header::IF_NONE_MATCH)
-        .and_then(|v| v.to_str().ok())
-    {
+    if let Some(inm) = headers.get(header::IF_NONE_MATCH).and_then(|v| v.to_str().ok()) {
         if inm.split(',').any(|t| t.trim() == etag || t.trim() == "*") {
-            return base
-                .status(StatusCode::NOT_MODIFIED)
-                .body(empty())
-                .unwrap_or_else(|_| not_found());
+            return base.status(StatusCode::NOT_MODIFIED).body(empty()).unwrap_or_else(|_| not_found());
         }
-    } else if let Some(ims) = headers
-        .get(header::IF_MODIFIED_SINCE)
-        .and_then(|v| v.to_str().ok())
-    {
+    } else if let Some(ims) = headers.get(header::IF_MODIFIED_SINCE).and_then(|v| v.to_str().ok()) {
         if let Ok(t) = httpdate::parse_http_date(ims) {
-            if mtime
-                .duration_since(t)
-                .map(|d| d.as_secs() == 0)
-                .unwrap_or(true)
-            {
-                return base
-                    .status(StatusCode::NOT_MODIFIED)
-                    .body(empty())
-                    .unwrap_or_else(|_| not_found());
+            if mtime.duration_since(t).map(|d| d.as_secs() == 0).unwrap_or(true) {
+                return base.status(StatusCode::NOT_MODIFIED).body(empty()).unwrap_or_else(|_| not_found());
             }
         }
     }
@@ -403,11 +282,7 @@ async fn image(app: &Arc<App>, snap: &Snapshot, raw: &str, headers: &HeaderMap) 
         Some(r) if if_range_ok => files::parse_range(r, len),
         _ => Ranges::Full,
     };
-    let bytes = app
-        .metrics
-        .bytes
-        .get_or_create(&RouteLabel { route: "images" })
-        .clone();
+    let bytes = app.metrics.bytes.get_or_create(&RouteLabel { route: "images" }).clone();
     let on_bytes: Option<Box<dyn Fn(u64) + Send + Sync>> = Some(Box::new(move |n| {
         bytes.inc_by(n);
     }));
@@ -419,32 +294,18 @@ async fn image(app: &Arc<App>, snap: &Snapshot, raw: &str, headers: &HeaderMap) 
                 .status(StatusCode::RANGE_NOT_SATISFIABLE)
                 .header(header::CONTENT_RANGE, hv(&format!("bytes */{len}")))
                 .header(header::CONTENT_TYPE, "text/plain; charset=utf-8")
-                .body(
-                    Full::new(Bytes::from_static(b"range not satisfiable\n"))
-                        .map_err(|n| match n {})
-                        .boxed(),
-                )
+                .body(Full::new(Bytes::from_static(b"range not satisfiable\n")).map_err(|n| match n {}).boxed())
                 .unwrap_or_else(|_| not_found());
         }
         Ranges::Some(rs) if rs.len() == 1 => {
             let (s, e) = rs[0];
             base = base.header(header::CONTENT_RANGE, hv(&format!("bytes {s}-{e}/{len}")));
-            (
-                StatusCode::PARTIAL_CONTENT,
-                vec![Part::File {
-                    offset: s,
-                    len: e - s + 1,
-                }],
-                e - s + 1,
-            )
+            (StatusCode::PARTIAL_CONTENT, vec![Part::File { offset: s, len: e - s + 1 }], e - s + 1)
         }
         Ranges::Some(rs) => {
             let boundary = format!("bootd{:016x}", rand::random::<u64>());
             let (parts, total) = files::multipart(&rs, len, ctype, &boundary);
-            base = base.header(
-                header::CONTENT_TYPE,
-                hv(&format!("multipart/byteranges; boundary={boundary}")),
-            );
+            base = base.header(header::CONTENT_TYPE, hv(&format!("multipart/byteranges; boundary={boundary}")));
             return base
                 .status(StatusCode::PARTIAL_CONTENT)
                 .header(header::CONTENT_LENGTH, total)
@@ -465,36 +326,15 @@ fn empty() -> Body {
 
 /// Wraps [`route`]: metrics and one log line per request. The query string
 /// is left out of the log (it carries tokens).
-pub async fn handle<B>(
-    app: Arc<App>,
-    req: Request<B>,
-    peer: SocketAddr,
-) -> Result<Response<Body>, std::convert::Infallible> {
+pub async fn handle<B>(app: Arc<App>, req: Request<B>, peer: SocketAddr) -> Result<Response<Body>, std::convert::Infallible> {
     let (route_name, resp) = route(&app, &req, peer).await;
     let status = resp.status().as_u16();
-    app.metrics
-        .requests
-        .get_or_create(&RouteStatus {
-            route: route_name,
-            status,
-        })
-        .inc();
+    app.metrics.requests.get_or_create(&RouteStatus { route: route_name, status }).inc();
     if route_name != "images" {
-        if let Some(n) = resp
-            .headers()
-            .get(header::CONTENT_LENGTH)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse::<u64>().ok())
-        {
-            app.metrics
-                .bytes
-                .get_or_create(&RouteLabel { route: route_name })
-                .inc_by(n);
+        if let Some(n) = resp.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok()) {
+            app.metrics.bytes.get_or_create(&RouteLabel { route: route_name }).inc_by(n);
         } else if let Some(n) = http_body::Body::size_hint(resp.body()).exact() {
-            app.metrics
-                .bytes
-                .get_or_create(&RouteLabel { route: route_name })
-                .inc_by(n);
+            app.metrics.bytes.get_or_create(&RouteLabel { route: route_name }).inc_by(n);
         }
     }
     debug!(method = %req.method(), path = %req.uri().path().escape_debug(), %peer, status, route = route_name, "request");

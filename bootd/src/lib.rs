@@ -70,18 +70,10 @@ pub struct Config {
 
 impl Config {
     pub fn new(site: Site) -> Config {
-        Config {
-            site,
-            state_dir: None,
-            reload: Arc::new(Notify::new()),
-            poll: Some(Duration::from_secs(2)),
-            grace: Duration::from_secs(5),
-        }
+        Config { site, state_dir: None, reload: Arc::new(Notify::new()), poll: Some(Duration::from_secs(2)), grace: Duration::from_secs(5) }
     }
     pub fn state_dir(&self) -> PathBuf {
-        self.state_dir
-            .clone()
-            .unwrap_or_else(|| self.site.host.state_dir.clone())
+        self.state_dir.clone().unwrap_or_else(|| self.site.host.state_dir.clone())
     }
 }
 
@@ -104,10 +96,8 @@ pub enum Error {
 pub fn prepare(config: &Config, want_tls: bool) -> Result<Arc<App>, Error> {
     let state_dir = config.state_dir();
     std::fs::create_dir_all(&state_dir).map_err(|e| Error::StateDir(state_dir.clone(), e))?;
-    let key = token::TokenKey::load_or_create(&state_dir)
-        .map_err(|e| Error::StateDir(state_dir.clone(), e))?;
-    let revoked =
-        state::load_revoked(&state_dir).map_err(|e| Error::StateDir(state_dir.clone(), e))?;
+    let key = token::TokenKey::load_or_create(&state_dir).map_err(|e| Error::StateDir(state_dir.clone(), e))?;
+    let revoked = state::load_revoked(&state_dir).map_err(|e| Error::StateDir(state_dir.clone(), e))?;
     let tls = if want_tls {
         let mut hosts = vec![config.site.host.http.url_host().to_string()];
         if let Some(h) = &config.site.host.https {
@@ -117,76 +107,34 @@ pub fn prepare(config: &Config, want_tls: bool) -> Result<Arc<App>, Error> {
     } else {
         None
     };
-    let live = state::new_live(Snapshot {
-        site: config.site.clone(),
-        revoked,
-    });
+    let live = state::new_live(Snapshot { site: config.site.clone(), revoked });
     let loaded_fingerprint = fingerprint(&config.site.source, &live, &state_dir);
-    Ok(Arc::new(App {
-        live,
-        key,
-        tls,
-        metrics: metrics::Metrics::default(),
-        state_dir,
-        loaded_fingerprint,
-    }))
+    Ok(Arc::new(App { live, key, tls, metrics: metrics::Metrics::default(), state_dir, loaded_fingerprint }))
 }
 
 /// Serves until `shutdown` is cancelled, then gives open connections
 /// `config.grace` to finish.
-pub async fn run(
-    config: Config,
-    sockets: Sockets,
-    shutdown: CancellationToken,
-) -> Result<(), Error> {
+pub async fn run(config: Config, sockets: Sockets, shutdown: CancellationToken) -> Result<(), Error> {
     let app = prepare(&config, sockets.https.is_some())?;
     run_app(app, config, sockets, shutdown).await
 }
 
-pub async fn run_app(
-    app: Arc<App>,
-    config: Config,
-    sockets: Sockets,
-    shutdown: CancellationToken,
-) -> Result<(), Error> {
+pub async fn run_app(app: Arc<App>, config: Config, sockets: Sockets, shutdown: CancellationToken) -> Result<(), Error> {
     let tracker = TaskTracker::new();
     let conn_stop = CancellationToken::new();
-    tracker.spawn(watch_site(
-        Arc::clone(&app),
-        config.site.source.clone(),
-        config.reload.clone(),
-        config.poll,
-        shutdown.clone(),
-    ));
+    tracker.spawn(watch_site(Arc::clone(&app), config.site.source.clone(), config.reload.clone(), config.poll, shutdown.clone()));
     info!(addr = %local(&sockets.http), "HTTP listening");
-    tracker.spawn(accept_loop(
-        sockets.http,
-        None,
-        Arc::clone(&app),
-        shutdown.clone(),
-        conn_stop.clone(),
-        tracker.clone(),
-    ));
+    tracker.spawn(accept_loop(sockets.http, None, Arc::clone(&app), shutdown.clone(), conn_stop.clone(), tracker.clone()));
     if let (Some(l), Some(tls)) = (sockets.https, &app.tls) {
         info!(addr = %local(&l), "HTTPS listening");
         let acceptor = tokio_rustls::TlsAcceptor::from(Arc::clone(&tls.server_config));
-        tracker.spawn(accept_loop(
-            l,
-            Some(acceptor),
-            Arc::clone(&app),
-            shutdown.clone(),
-            conn_stop.clone(),
-            tracker.clone(),
-        ));
+        tracker.spawn(accept_loop(l, Some(acceptor), Arc::clone(&app), shutdown.clone(), conn_stop.clone(), tracker.clone()));
     }
     shutdown.cancelled().await;
     tracker.close();
     // Connections get the grace period to finish their responses; then
     // whatever is left (idle keep-alives from firmware) is dropped.
-    if tokio::time::timeout(config.grace, tracker.wait())
-        .await
-        .is_err()
-    {
+    if tokio::time::timeout(config.grace, tracker.wait()).await.is_err() {
         warn!(grace = ?config.grace, "connections still open after the grace period; closing them");
         conn_stop.cancel();
         tracker.wait().await;
@@ -229,9 +177,7 @@ async fn accept_loop(
             }
             Some(acceptor) => {
                 tracker.spawn(async move {
-                    match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(stream))
-                        .await
-                    {
+                    match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(stream)).await {
                         Ok(Ok(s)) => serve_conn(s, peer, app, shutdown, conn_stop).await,
                         Ok(Err(e)) => tracing::debug!(%peer, error = %e, "TLS handshake failed"),
                         Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
@@ -242,13 +188,8 @@ async fn accept_loop(
     }
 }
 
-async fn serve_conn<I>(
-    io: I,
-    peer: SocketAddr,
-    app: Arc<App>,
-    shutdown: CancellationToken,
-    conn_stop: CancellationToken,
-) where
+async fn serve_conn<I>(io: I, peer: SocketAddr, app: Arc<App>, shutdown: CancellationToken, conn_stop: CancellationToken)
+where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let svc = service_fn(move |req| http::handle(Arc::clone(&app), req, peer));
@@ -274,21 +215,12 @@ fn fingerprint(site_path: &Path, live: &Live, state_dir: &Path) -> Vec<Option<Sy
     let snap = live.load();
     let mut paths = vec![site_path.to_path_buf(), state_dir.join("revoked.json")];
     paths.extend(snap.site.ignition.roles.values().map(|r| r.path.clone()));
-    paths
-        .iter()
-        .map(|p| std::fs::metadata(p).and_then(|m| m.modified()).ok())
-        .collect()
+    paths.iter().map(|p| std::fs::metadata(p).and_then(|m| m.modified()).ok()).collect()
 }
 
 /// Re-reads the site on SIGHUP (via `reload`) and when its files change.
 /// A bad site keeps the old one serving.
-async fn watch_site(
-    app: Arc<App>,
-    site_path: PathBuf,
-    reload: Arc<Notify>,
-    poll: Option<Duration>,
-    shutdown: CancellationToken,
-) {
+async fn watch_site(app: Arc<App>, site_path: PathBuf, reload: Arc<Notify>, poll: Option<Duration>, shutdown: CancellationToken) {
     let mut last = app.loaded_fingerprint.clone();
     loop {
         let forced = tokio::select! {
@@ -304,34 +236,22 @@ async fn watch_site(
         last = now;
         let path = site_path.clone();
         let state_dir = app.state_dir.clone();
-        let loaded = tokio::task::spawn_blocking(move || {
-            (site::load(&path), state::load_revoked(&state_dir))
-        })
-        .await;
+        let loaded = tokio::task::spawn_blocking(move || (site::load(&path), state::load_revoked(&state_dir))).await;
         match loaded {
             Ok((Ok(site), Ok(revoked))) => {
                 let serial = site.nodes.len();
                 app.live.store(Arc::new(Snapshot { site, revoked }));
-                app.metrics
-                    .reloads
-                    .get_or_create(&metrics::Outcome { result: "ok" })
-                    .inc();
+                app.metrics.reloads.get_or_create(&metrics::Outcome { result: "ok" }).inc();
                 info!(nodes = serial, forced, "site reloaded");
                 // The new files' times, so the reload itself is not seen as a change.
                 last = fingerprint(&site_path, &app.live, &app.state_dir);
             }
             Ok((Err(e), _)) => {
-                app.metrics
-                    .reloads
-                    .get_or_create(&metrics::Outcome { result: "error" })
-                    .inc();
+                app.metrics.reloads.get_or_create(&metrics::Outcome { result: "error" }).inc();
                 error!("site reload refused, the previous site keeps serving:\n{e}");
             }
             Ok((_, Err(e))) => {
-                app.metrics
-                    .reloads
-                    .get_or_create(&metrics::Outcome { result: "error" })
-                    .inc();
+                app.metrics.reloads.get_or_create(&metrics::Outcome { result: "error" }).inc();
                 error!(error = %e, "revoked-node list unreadable; the previous state keeps serving");
             }
             Err(e) => error!(error = %e, "site reload task failed"),

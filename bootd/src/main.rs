@@ -10,11 +10,7 @@ use std::time::SystemTime;
 use tokio_util::sync::CancellationToken;
 
 #[derive(Parser, Debug)]
-#[command(
-    name = "bootd",
-    version,
-    about = "Network-boot server: iPXE/GRUB scripts, per-node Ignition, OS images"
-)]
+#[command(name = "bootd", version, about = "Network-boot server: iPXE/GRUB scripts, per-node Ignition, OS images")]
 struct Cli {
     /// The site description (YAML).
     #[arg(long, global = true, default_value = "/etc/bootd/site.yaml")]
@@ -58,9 +54,7 @@ enum What {
 fn main() -> Result<()> {
     let cli = Cli::parse();
     tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr)
         .init();
@@ -81,25 +75,14 @@ fn main() -> Result<()> {
 fn check_config(path: &std::path::Path) -> Result<()> {
     match site::load(path) {
         Ok(site) => {
-            println!(
-                "{}: ok: cluster {}, {} nodes",
-                path.display(),
-                site.cluster.domain(),
-                site.nodes.len()
-            );
+            println!("{}: ok: cluster {}, {} nodes", path.display(), site.cluster.domain(), site.nodes.len());
             // Image files are not required to exist yet (they may be fetched
             // later), but say so.
             for (name, set) in &site.images.sets {
-                for f in [Some(&set.kernel), Some(&set.initramfs), set.rootfs.as_ref()]
-                    .into_iter()
-                    .flatten()
-                {
+                for f in [Some(&set.kernel), Some(&set.initramfs), set.rootfs.as_ref()].into_iter().flatten() {
                     let p = site.images.root.join(f);
                     if !p.is_file() {
-                        println!(
-                            "warning: images.sets.{name}: {} does not exist yet",
-                            p.display()
-                        );
+                        println!("warning: images.sets.{name}: {} does not exist yet", p.display());
                     }
                 }
             }
@@ -114,9 +97,7 @@ fn check_config(path: &std::path::Path) -> Result<()> {
 
 fn render(config: &bootd::Config, what: What, name: &str) -> Result<()> {
     let site = &config.site;
-    let Some(node) = site.node(name) else {
-        bail!("no node named {name:?} in {}", site.source.display())
-    };
+    let Some(node) = site.node(name) else { bail!("no node named {name:?} in {}", site.source.display()) };
     let key = bootd::token::TokenKey::load_or_create(&config.state_dir())
         .with_context(|| format!("state directory {}", config.state_dir().display()))?;
     let token = key.issue(&node.name, SystemTime::now(), site.ignition.token_ttl);
@@ -129,9 +110,7 @@ fn render(config: &bootd::Config, what: What, name: &str) -> Result<()> {
             // Exactly the bytes the HTTP route sends.
             String::from_utf8(serde_json::to_vec(&cfg)?)?
         }
-        What::Metadata => {
-            serde_json::to_string_pretty(&bootd::render::metadata::metadata(site, node))? + "\n"
-        }
+        What::Metadata => serde_json::to_string_pretty(&bootd::render::metadata::metadata(site, node))? + "\n",
     };
     print!("{out}");
     Ok(())
@@ -142,10 +121,7 @@ fn set_revoked(config: &bootd::Config, node: &str, revoked: bool) -> Result<()> 
         bail!("no node named {node:?} in {}", config.site.source.display());
     }
     let set = bootd::state::set_revoked(&config.state_dir(), node, revoked)?;
-    println!(
-        "revoked nodes: {}",
-        set.into_iter().collect::<Vec<_>>().join(", ")
-    );
+    println!("revoked nodes: {}", set.into_iter().collect::<Vec<_>>().join(", "));
     Ok(())
 }
 
@@ -157,47 +133,21 @@ fn serve(config: bootd::Config) -> Result<()> {
             .await
             .with_context(|| format!("host.http.listen {}", site.host.http.listen))?;
         let https = match &site.host.https {
-            Some(h) => Some(
-                tokio::net::TcpListener::bind(h.listen)
-                    .await
-                    .with_context(|| format!("host.https.listen {}", h.listen))?,
-            ),
+            Some(h) => Some(tokio::net::TcpListener::bind(h.listen).await.with_context(|| format!("host.https.listen {}", h.listen))?),
             None => None,
         };
         let shutdown = CancellationToken::new();
         let reload = Arc::clone(&config.reload);
-        println!(
-            "bootd: serving cluster {} ({} nodes) from {}",
-            site.cluster.domain(),
-            site.nodes.len(),
-            site.source.display()
-        );
+        println!("bootd: serving cluster {} ({} nodes) from {}", site.cluster.domain(), site.nodes.len(), site.source.display());
         println!("  iPXE entry:    {}/boot.ipxe", site.host.http.url);
         println!("  GRUB:          {}/grub/grub.cfg", site.host.http.url);
-        println!(
-            "  images:        {}/images/  ({})",
-            site.host.http.url,
-            site.images.root.display()
-        );
+        println!("  images:        {}/images/  ({})", site.host.http.url, site.images.root.display());
         if let Some(h) = &site.host.https {
-            println!(
-                "  HTTPS:         {}/  (CA: {}/ca.pem)",
-                h.url,
-                config.state_dir().display()
-            );
+            println!("  HTTPS:         {}/  (CA: {}/ca.pem)", h.url, config.state_dir().display());
         }
-        println!(
-            "  health/metrics {}/healthz {}/metrics",
-            site.host.http.url, site.host.http.url
-        );
+        println!("  health/metrics {}/healthz {}/metrics", site.host.http.url, site.host.http.url);
         for n in &site.nodes {
-            println!(
-                "  node {:<12} {:<9} {} {}",
-                n.name,
-                n.role,
-                n.macs.first().map(|m| m.to_string()).unwrap_or_default(),
-                n.ip
-            );
+            println!("  node {:<12} {:<9} {} {}", n.name, n.role, n.macs.first().map(|m| m.to_string()).unwrap_or_default(), n.ip);
         }
         let signals = tokio::spawn(signals(shutdown.clone(), reload));
         let r = bootd::run(config, bootd::Sockets { http, https }, shutdown).await;

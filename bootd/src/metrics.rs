@@ -48,33 +48,11 @@ impl Default for Metrics {
         let bytes = Family::<RouteLabel, Counter>::default();
         let denials = Family::<Reason, Counter>::default();
         let reloads = Family::<Outcome, Counter>::default();
-        registry.register(
-            "http_requests",
-            "HTTP requests by route and status",
-            requests.clone(),
-        );
-        registry.register(
-            "http_response_bytes",
-            "Response body bytes sent, by route",
-            bytes.clone(),
-        );
-        registry.register(
-            "ignition_denials",
-            "Refused requests for a node's Ignition, metadata or userdata, by reason",
-            denials.clone(),
-        );
-        registry.register(
-            "site_reloads",
-            "Site reloads by result (ok, error)",
-            reloads.clone(),
-        );
-        Metrics {
-            registry,
-            requests,
-            bytes,
-            denials,
-            reloads,
-        }
+        registry.register("http_requests", "HTTP requests by route and status", requests.clone());
+        registry.register("http_response_bytes", "Response body bytes sent, by route", bytes.clone());
+        registry.register("ignition_denials", "Refused requests for a node's Ignition, metadata or userdata, by reason", denials.clone());
+        registry.register("site_reloads", "Site reloads by result (ok, error)", reloads.clone());
+        Metrics { registry, requests, bytes, denials, reloads }
     }
 }
 

@@ -43,6 +43,58 @@ pub struct Host {
     pub state_dir: PathBuf,
     pub http: Listen,
     pub https: Option<Listen>,
+    /// bootd's DHCP server; `None`: another DHCP server hands out addresses.
+    pub dhcp: Option<Dhcp>,
+    pub tftp: Option<Tftp>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DhcpMode {
+    /// Authoritative server: addresses, options and boot information.
+    Server,
+    /// proxyDHCP: boot information only (ports 67 and 4011); addresses come
+    /// from another DHCP server.
+    Proxy,
+}
+
+#[derive(Debug, Clone)]
+pub struct Dhcp {
+    pub listen: SocketAddr,
+    /// Bind to this interface (SO_BINDTODEVICE); broadcasts from other
+    /// networks are never seen.
+    pub interface: Option<String>,
+    pub mode: DhcpMode,
+    /// This host's address on the provisioning network: server identifier,
+    /// next-server (siaddr) and TFTP server.
+    pub server_address: Ipv4Addr,
+    pub lease_time: Duration,
+    pub ntp_servers: Vec<Ipv4Addr>,
+    /// Option 15; default `<cluster>.<baseDomain>`.
+    pub domain_name: String,
+    pub boot_files: BootFiles,
+    pub options: Vec<DhcpOptionValue>,
+}
+
+/// TFTP file names handed to firmware that cannot speak HTTP itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BootFiles {
+    pub bios: String,
+    pub uefi_x86_64: String,
+    pub uefi_arm64: String,
+    pub ieee1275: String,
+}
+
+/// An extra DHCP option, already encoded as its value bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DhcpOptionValue {
+    pub code: u8,
+    pub value: Vec<u8>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Tftp {
+    pub listen: SocketAddr,
+    pub root: PathBuf,
 }
 
 /// A listener and the base URL nodes use to reach it (they differ behind NAT,
@@ -57,19 +109,12 @@ pub struct Listen {
 impl Listen {
     /// The host part of the URL (an IP address or a DNS name), for TLS SANs.
     pub fn url_host(&self) -> &str {
-        let rest = self
-            .url
-            .split_once("://")
-            .map(|(_, r)| r)
-            .unwrap_or(&self.url);
+        let rest = self.url.split_once("://").map(|(_, r)| r).unwrap_or(&self.url);
         let authority = rest.split('/').next().unwrap_or(rest);
         if let Some(v6) = authority.strip_prefix('[') {
             return v6.split(']').next().unwrap_or(v6);
         }
-        authority
-            .rsplit_once(':')
-            .map(|(h, _)| h)
-            .unwrap_or(authority)
+        authority.rsplit_once(':').map(|(h, _)| h).unwrap_or(authority)
     }
 }
 
@@ -175,6 +220,9 @@ pub struct Node {
     pub install_disk: Option<String>,
     pub kernel_args: Vec<String>,
     pub static_network: Option<StaticNetwork>,
+    /// Overrides the site's UEFI x86_64 boot file (e.g. snponly.efi).
+    pub ipxe_binary: Option<String>,
+    pub dhcp_options: Vec<DhcpOptionValue>,
 }
 
 impl Node {

@@ -40,6 +40,51 @@ pub struct Host {
     pub state_dir: Option<PathBuf>,
     pub http: Option<Listen>,
     pub https: Option<Listen>,
+    pub dhcp: Option<Dhcp>,
+    pub tftp: Option<Tftp>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Dhcp {
+    pub listen: Option<String>,
+    pub interface: Option<String>,
+    pub mode: Option<String>,
+    pub server_address: Option<String>,
+    pub lease_time: Option<String>,
+    #[serde(default)]
+    pub ntp_servers: Vec<String>,
+    pub domain_name: Option<String>,
+    pub boot_files: Option<BootFiles>,
+    #[serde(default)]
+    pub options: Vec<DhcpOption>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BootFiles {
+    pub bios: Option<String>,
+    pub uefi_x86_64: Option<String>,
+    pub uefi_arm64: Option<String>,
+    pub ieee1275: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DhcpOption {
+    pub code: Option<u8>,
+    pub text: Option<String>,
+    #[serde(default)]
+    pub ips: Vec<String>,
+    pub hex: Option<String>,
+    pub u32: Option<u32>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Tftp {
+    pub listen: Option<String>,
+    pub root: Option<PathBuf>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -106,6 +151,9 @@ pub struct Node {
     #[serde(default)]
     pub kernel_args: Vec<String>,
     pub network: Option<StaticNetwork>,
+    pub ipxe_binary: Option<String>,
+    #[serde(default)]
+    pub dhcp_options: Vec<DhcpOption>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -18,10 +18,7 @@ fn http_device(url: &str) -> (String, String) {
         Some(i) => (&rest[..i], &rest[i..]),
         None => (rest, ""),
     };
-    (
-        format!("(http,{authority})"),
-        path.trim_end_matches('/').to_string(),
-    )
+    (format!("(http,{authority})"), path.trim_end_matches('/').to_string())
 }
 
 fn grub_url(url: &str) -> String {
@@ -66,9 +63,7 @@ pub fn selector(site: &Site) -> String {
             let mut spellings = vec![mac.to_string(), mac.upper()];
             spellings.dedup();
             for spelling in spellings {
-                s.push_str(&format!(
-                    "if [ \"$net_default_mac\" = \"{spelling}\" ]; then configfile \"$prefix/{file}\"; fi\n"
-                ));
+                s.push_str(&format!("if [ \"$net_default_mac\" = \"{spelling}\" ]; then configfile \"$prefix/{file}\"; fi\n"));
             }
         }
     }
@@ -76,10 +71,7 @@ pub fn selector(site: &Site) -> String {
         "echo \"bootd: no node in {} has MAC $net_default_mac; add it under nodes[].macs.\"\n\
 sleep 30\n\
 reboot\n",
-        site.source
-            .file_name()
-            .map(|f| f.to_string_lossy().into_owned())
-            .unwrap_or_default()
+        site.source.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default()
     ));
     s
 }
@@ -89,13 +81,7 @@ mod tests {
     use super::*;
     #[test]
     fn grub_device_syntax() {
-        assert_eq!(
-            grub_url("http://10.77.0.1:8080/images/k"),
-            "(http,10.77.0.1:8080)/images/k"
-        );
-        assert_eq!(
-            grub_url("http://boot.example/images/k"),
-            "(http,boot.example)/images/k"
-        );
+        assert_eq!(grub_url("http://10.77.0.1:8080/images/k"), "(http,10.77.0.1:8080)/images/k");
+        assert_eq!(grub_url("http://boot.example/images/k"), "(http,boot.example)/images/k");
     }
 }

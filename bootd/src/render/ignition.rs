@@ -16,19 +16,11 @@ pub enum IgnitionError {
     NoRoleConfig { node: String, role: String },
     /// The client accepts no spec version we can serve this config as.
     #[error("client accepts Ignition spec {accepted}; node's config is {have} and needs at least {needs}")]
-    NotAcceptable {
-        accepted: String,
-        have: String,
-        needs: String,
-    },
+    NotAcceptable { accepted: String, have: String, needs: String },
 }
 
 /// Everything a data: URL may carry unescaped (RFC 3986 unreserved).
-const DATA_URL: &AsciiSet = &NON_ALPHANUMERIC
-    .remove(b'-')
-    .remove(b'.')
-    .remove(b'_')
-    .remove(b'~');
+const DATA_URL: &AsciiSet = &NON_ALPHANUMERIC.remove(b'-').remove(b'.').remove(b'_').remove(b'~');
 
 fn data_url(content: &str) -> String {
     format!("data:,{}", utf8_percent_encode(content, DATA_URL))
@@ -45,18 +37,11 @@ fn file_entry(path: &str, content: &str, mode: u32) -> Value {
 
 /// A NetworkManager keyfile for the node's static addressing.
 pub fn nm_keyfile(site: &Site, sn: &StaticNetwork) -> String {
-    let mut s = format!(
-        "[connection]\nid={iface}\ntype=ethernet\ninterface-name={iface}\nautoconnect=true\n\n",
-        iface = sn.interface
-    );
+    let mut s = format!("[connection]\nid={iface}\ntype=ethernet\ninterface-name={iface}\nautoconnect=true\n\n", iface = sn.interface);
     if let Some(mtu) = sn.mtu {
         s.push_str(&format!("[ethernet]\nmtu={mtu}\n\n"));
     }
-    let fam = if sn.address.addr().is_ipv4() {
-        "ipv4"
-    } else {
-        "ipv6"
-    };
+    let fam = if sn.address.addr().is_ipv4() { "ipv4" } else { "ipv6" };
     let other = if fam == "ipv4" { "ipv6" } else { "ipv4" };
     s.push_str(&format!("[{fam}]\nmethod=manual\naddress1={}", sn.address));
     if let Some(gw) = sn.gateway {
@@ -67,10 +52,7 @@ pub fn nm_keyfile(site: &Site, sn: &StaticNetwork) -> String {
         let dns: Vec<String> = sn.dns.iter().map(|d| format!("{d};")).collect();
         s.push_str(&format!("dns={}\n", dns.concat()));
     }
-    s.push_str(&format!(
-        "dns-search={};\n\n[{other}]\nmethod=disabled\n",
-        site.cluster.domain()
-    ));
+    s.push_str(&format!("dns-search={};\n\n[{other}]\nmethod=disabled\n", site.cluster.domain()));
     s
 }
 
@@ -80,51 +62,30 @@ pub fn node_config(site: &Site, node: &Node) -> Result<Value, IgnitionError> {
         .ignition
         .roles
         .get(&node.role)
-        .ok_or_else(|| IgnitionError::NoRoleConfig {
-            node: node.name.clone(),
-            role: node.role.clone(),
-        })?;
+        .ok_or_else(|| IgnitionError::NoRoleConfig { node: node.name.clone(), role: node.role.clone() })?;
     let mut cfg = role.config.expose().clone();
-    let mut ours = vec![file_entry(
-        "/etc/hostname",
-        &format!("{}\n", fqdn(site, node)),
-        0o644,
-    )];
+    let mut ours = vec![file_entry("/etc/hostname", &format!("{}\n", fqdn(site, node)), 0o644)];
     if let Some(sn) = &node.static_network {
         ours.push(file_entry(
-            &format!(
-                "/etc/NetworkManager/system-connections/{}.nmconnection",
-                sn.interface
-            ),
+            &format!("/etc/NetworkManager/system-connections/{}.nmconnection", sn.interface),
             &nm_keyfile(site, sn),
             0o600,
         ));
     }
-    let obj = cfg
-        .as_object_mut()
-        .expect("role configs are validated to be JSON objects");
+    let obj = cfg.as_object_mut().expect("role configs are validated to be JSON objects");
     let storage = obj.entry("storage").or_insert_with(|| json!({}));
     if !storage.is_object() {
         *storage = json!({});
     }
-    let files = storage
-        .as_object_mut()
-        .map(|s| s.entry("files").or_insert_with(|| json!([])));
+    let files = storage.as_object_mut().map(|s| s.entry("files").or_insert_with(|| json!([])));
     if let Some(files) = files {
         if !files.is_array() {
             *files = json!([]);
         }
         let list = files.as_array_mut().expect("just made an array");
         // Ignition rejects two entries for one path: ours win.
-        let our_paths: Vec<String> = ours
-            .iter()
-            .map(|f| f["path"].as_str().unwrap_or_default().to_string())
-            .collect();
-        list.retain(|f| {
-            !our_paths
-                .iter()
-                .any(|p| f.get("path").and_then(Value::as_str) == Some(p))
-        });
+        let our_paths: Vec<String> = ours.iter().map(|f| f["path"].as_str().unwrap_or_default().to_string()).collect();
+        list.retain(|f| !our_paths.iter().any(|p| f.get("path").and_then(Value::as_str) == Some(p)));
         list.extend(ours);
     }
     Ok(cfg)
@@ -134,11 +95,7 @@ pub fn node_config(site: &Site, node: &Node) -> Result<Value, IgnitionError> {
 fn parse_version(v: &str) -> Option<(u32, u32, u32)> {
     let v = v.split('-').next()?; // 3.4.0-experimental
     let mut it = v.split('.').map(|p| p.parse::<u32>().ok());
-    Some((
-        it.next()??,
-        it.next().flatten().unwrap_or(0),
-        it.next().flatten().unwrap_or(0),
-    ))
+    Some((it.next()??, it.next().flatten().unwrap_or(0), it.next().flatten().unwrap_or(0)))
 }
 
 fn fmt_version(v: (u32, u32, u32)) -> String {
@@ -151,10 +108,7 @@ pub fn accepted_versions(accept: Option<&str>) -> Vec<(u32, u32, u32)> {
     let mut out = Vec::new();
     for item in accept.unwrap_or_default().split(',') {
         let mut parts = item.split(';').map(str::trim);
-        if !parts
-            .next()
-            .is_some_and(|m| m.eq_ignore_ascii_case(IGNITION_MEDIA))
-        {
+        if !parts.next().is_some_and(|m| m.eq_ignore_ascii_case(IGNITION_MEDIA)) {
             continue;
         }
         for p in parts {
@@ -201,32 +155,21 @@ fn min_version(cfg: &Value) -> (u32, u32, u32) {
 /// does: serve the config's own version if accepted, else the highest
 /// accepted 3.x version that can express the config.
 pub fn negotiate(mut cfg: Value, accept: Option<&str>) -> Result<Value, IgnitionError> {
-    let have_s = cfg["ignition"]["version"]
-        .as_str()
-        .unwrap_or("3.0.0")
-        .to_string();
+    let have_s = cfg["ignition"]["version"].as_str().unwrap_or("3.0.0").to_string();
     let have = parse_version(&have_s).unwrap_or((3, 0, 0));
     let accepted = accepted_versions(accept);
     if accepted.is_empty() || accepted.iter().any(|v| (v.0, v.1) == (have.0, have.1)) {
         return Ok(cfg);
     }
     let needs = min_version(&cfg);
-    let pick = accepted
-        .iter()
-        .filter(|v| v.0 == 3 && **v >= needs && **v <= have)
-        .max()
-        .copied();
+    let pick = accepted.iter().filter(|v| v.0 == 3 && **v >= needs && **v <= have).max().copied();
     match pick {
         Some(v) => {
             cfg["ignition"]["version"] = Value::String(fmt_version(v));
             Ok(cfg)
         }
         None => Err(IgnitionError::NotAcceptable {
-            accepted: accepted
-                .iter()
-                .map(|v| fmt_version(*v))
-                .collect::<Vec<_>>()
-                .join(", "),
+            accepted: accepted.iter().map(|v| fmt_version(*v)).collect::<Vec<_>>().join(", "),
             have: have_s,
             needs: fmt_version(needs),
         }),
@@ -267,38 +210,18 @@ mod tests {
     fn negotiation() {
         let cfg = json!({"ignition": {"version": "3.2.0"}, "storage": {"files": []}});
         // No preference, or the same minor: as is.
-        assert_eq!(
-            negotiate(cfg.clone(), None).unwrap()["ignition"]["version"],
-            "3.2.0"
-        );
+        assert_eq!(negotiate(cfg.clone(), None).unwrap()["ignition"]["version"], "3.2.0");
         // A 3.1-only client gets 3.1.0: nothing here needs 3.2.
-        let v = negotiate(
-            cfg.clone(),
-            Some("application/vnd.coreos.ignition+json;version=3.1.0"),
-        )
-        .unwrap();
+        let v = negotiate(cfg.clone(), Some("application/vnd.coreos.ignition+json;version=3.1.0")).unwrap();
         assert_eq!(v["ignition"]["version"], "3.1.0");
         // A 2.2-only client cannot be served a 3.x config.
-        let e = negotiate(
-            cfg.clone(),
-            Some("application/vnd.coreos.ignition+json;version=2.2.0"),
-        )
-        .unwrap_err();
+        let e = negotiate(cfg.clone(), Some("application/vnd.coreos.ignition+json;version=2.2.0")).unwrap_err();
         assert!(matches!(e, IgnitionError::NotAcceptable { .. }));
         // A config using LUKS (3.2) cannot go down to 3.1.
-        let luks =
-            json!({"ignition": {"version": "3.2.0"}, "storage": {"luks": [{"name": "root"}]}});
-        assert!(negotiate(
-            luks,
-            Some("application/vnd.coreos.ignition+json;version=3.1.0")
-        )
-        .is_err());
+        let luks = json!({"ignition": {"version": "3.2.0"}, "storage": {"luks": [{"name": "root"}]}});
+        assert!(negotiate(luks, Some("application/vnd.coreos.ignition+json;version=3.1.0")).is_err());
         // Never up: a 3.4-only client of a 3.2 config gets nothing.
-        assert!(negotiate(
-            cfg,
-            Some("application/vnd.coreos.ignition+json;version=3.4.0")
-        )
-        .is_err());
+        assert!(negotiate(cfg, Some("application/vnd.coreos.ignition+json;version=3.4.0")).is_err());
     }
 
     #[test]

@@ -19,17 +19,8 @@ fn check(name: &str, got: &str) {
         std::fs::write(&path, got).unwrap();
         return;
     }
-    let want = std::fs::read_to_string(&path).unwrap_or_else(|e| {
-        panic!(
-            "{}: {e} (run with UPDATE_GOLDEN=1 to create)",
-            path.display()
-        )
-    });
-    assert!(
-        want == got,
-        "{name} differs from its golden file {}:\n--- want\n{want}\n--- got\n{got}",
-        path.display()
-    );
+    let want = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e} (run with UPDATE_GOLDEN=1 to create)", path.display()));
+    assert!(want == got, "{name} differs from its golden file {}:\n--- want\n{want}\n--- got\n{got}", path.display());
 }
 
 /// `ignition-validate` from Debian's `ignition` package, on a rendered config.
@@ -52,30 +43,15 @@ pub fn ignition_validate(json: &[u8]) {
 fn render_site(example: &str) {
     let site = site::load(&examples().join(example).join("site.yaml")).unwrap();
     check(&format!("{example}-boot.ipxe"), &render::ipxe::entry(&site));
-    check(
-        &format!("{example}-grub.cfg"),
-        &render::grub::selector(&site),
-    );
-    check(
-        &format!("{example}-unknown.ipxe"),
-        &render::ipxe::unknown(&site, Some(&"52:54:00:00:00:99".parse().unwrap())),
-    );
+    check(&format!("{example}-grub.cfg"), &render::grub::selector(&site));
+    check(&format!("{example}-unknown.ipxe"), &render::ipxe::unknown(&site, Some(&"52:54:00:00:00:99".parse().unwrap())));
     for node in &site.nodes {
         let urls = NodeUrls::new(&site, node, "TOKEN");
-        check(
-            &format!("{example}-{}.ipxe", node.name),
-            &render::ipxe::node(&site, node, &urls),
-        );
-        check(
-            &format!("{example}-{}.grub.cfg", node.name),
-            &render::grub::node(&site, node, &urls),
-        );
+        check(&format!("{example}-{}.ipxe", node.name), &render::ipxe::node(&site, node, &urls));
+        check(&format!("{example}-{}.grub.cfg", node.name), &render::grub::node(&site, node, &urls));
         let cfg = render::ignition::node_config(&site, node).unwrap();
         let bytes = serde_json::to_vec_pretty(&cfg).unwrap();
-        check(
-            &format!("{example}-{}.ign", node.name),
-            &String::from_utf8(bytes.clone()).unwrap(),
-        );
+        check(&format!("{example}-{}.ign", node.name), &String::from_utf8(bytes.clone()).unwrap());
         ignition_validate(&bytes);
         let md = serde_json::to_string_pretty(&render::metadata::metadata(&site, node)).unwrap();
         check(&format!("{example}-{}.metadata.json", node.name), &md);
@@ -112,8 +88,5 @@ fn grub_selector_lists_both_cases_for_letters() {
     let cfg = render::grub::selector(&site);
     assert!(cfg.contains("\"fa:16:3e:00:10:10\""), "{cfg}");
     assert!(cfg.contains("\"FA:16:3E:00:10:10\""), "{cfg}");
-    assert!(
-        cfg.contains("configfile \"$prefix/grub.cfg-01-fa-16-3e-00-10-10\""),
-        "{cfg}"
-    );
+    assert!(cfg.contains("configfile \"$prefix/grub.cfg-01-fa-16-3e-00-10-10\""), "{cfg}");
 }

@@ -58,17 +58,12 @@ impl Bootd {
         logs();
         let dir = tempfile::tempdir().unwrap();
         let text = std::fs::read_to_string(lab_dir().join("site.yaml")).unwrap();
-        let text = text
-            .replace("root: ../../target/lab-images", "root: images")
-            .replace("stateDir: ../../target/lab-state", "stateDir: state");
+        let text =
+            text.replace("root: ../../target/lab-images", "root: images").replace("stateDir: ../../target/lab-state", "stateDir: state");
         std::fs::create_dir_all(dir.path().join("images/lab")).unwrap();
         std::fs::create_dir_all(dir.path().join("ignition")).unwrap();
         for r in ["bootstrap", "master", "worker"] {
-            std::fs::copy(
-                lab_dir().join(format!("ignition/{r}.ign")),
-                dir.path().join(format!("ignition/{r}.ign")),
-            )
-            .unwrap();
+            std::fs::copy(lab_dir().join(format!("ignition/{r}.ign")), dir.path().join(format!("ignition/{r}.ign"))).unwrap();
         }
         std::fs::write(dir.path().join("site.yaml"), edit(text)).unwrap();
         let site = site::load(&dir.path().join("site.yaml")).unwrap();
@@ -81,24 +76,8 @@ impl Bootd {
         let (ha, hsa) = (http.local_addr().unwrap(), https.local_addr().unwrap());
         let app = bootd::prepare(&config, true).unwrap();
         let shutdown = CancellationToken::new();
-        let task = tokio::spawn(bootd::run_app(
-            Arc::clone(&app),
-            config,
-            bootd::Sockets {
-                http,
-                https: Some(https),
-            },
-            shutdown.clone(),
-        ));
-        Bootd {
-            http: ha,
-            https: hsa,
-            app,
-            dir,
-            reload,
-            shutdown,
-            task: Some(task),
-        }
+        let task = tokio::spawn(bootd::run_app(Arc::clone(&app), config, bootd::Sockets { http, https: Some(https) }, shutdown.clone()));
+        Bootd { http: ha, https: hsa, app, dir, reload, shutdown, task: Some(task) }
     }
 
     pub async fn start() -> Bootd {
@@ -114,22 +93,14 @@ impl Bootd {
     }
 
     pub fn token(&self, node: &str) -> String {
-        self.app.key.issue(
-            node,
-            std::time::SystemTime::now(),
-            std::time::Duration::from_secs(600),
-        )
+        self.app.key.issue(node, std::time::SystemTime::now(), std::time::Duration::from_secs(600))
     }
 
     pub async fn get(&self, path: &str) -> (StatusCode, HeaderMap, Bytes) {
         self.get_with(path, &[]).await
     }
 
-    pub async fn get_with(
-        &self,
-        path: &str,
-        headers: &[(&str, &str)],
-    ) -> (StatusCode, HeaderMap, Bytes) {
+    pub async fn get_with(&self, path: &str, headers: &[(&str, &str)]) -> (StatusCode, HeaderMap, Bytes) {
         request(self.http, "GET", path, headers).await
     }
 
@@ -142,29 +113,15 @@ impl Bootd {
 }
 
 /// One request on a fresh connection.
-pub async fn request(
-    addr: SocketAddr,
-    method: &str,
-    path: &str,
-    headers: &[(&str, &str)],
-) -> (StatusCode, HeaderMap, Bytes) {
+pub async fn request(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)]) -> (StatusCode, HeaderMap, Bytes) {
     let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let (mut send, conn) =
-        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
-            .await
-            .unwrap();
+    let (mut send, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await.unwrap();
     tokio::spawn(conn);
-    let mut req = Request::builder()
-        .method(method)
-        .uri(path)
-        .header("host", addr.to_string());
+    let mut req = Request::builder().method(method).uri(path).header("host", addr.to_string());
     for (k, v) in headers {
         req = req.header(*k, *v);
     }
-    let resp = send
-        .send_request(req.body(Empty::<Bytes>::new()).unwrap())
-        .await
-        .unwrap();
+    let resp = send.send_request(req.body(Empty::<Bytes>::new()).unwrap()).await.unwrap();
     let (parts, body) = resp.into_parts();
     let body = body.collect().await.unwrap().to_bytes();
     (parts.status, parts.headers, body)
@@ -172,9 +129,5 @@ pub async fn request(
 
 /// Runs curl (a real client) and returns its stdout.
 pub fn curl(args: &[&str]) -> std::process::Output {
-    std::process::Command::new("curl")
-        .args(["-sS"])
-        .args(args)
-        .output()
-        .expect("curl not found")
+    std::process::Command::new("curl").args(["-sS"]).args(args).output().expect("curl not found")
 }

@@ -12,40 +12,26 @@ async fn scripts_by_mac_and_unknown_mac() {
     let b = Bootd::start().await;
     let (s, _, body) = b.get("/boot.ipxe").await;
     assert_eq!(s, StatusCode::OK);
-    assert!(String::from_utf8_lossy(&body)
-        .contains("/ipxe/node?mac=${mac:hexhyp}&buildarch=${buildarch}&uuid=${uuid}"));
+    assert!(String::from_utf8_lossy(&body).contains("/ipxe/node?mac=${mac:hexhyp}&buildarch=${buildarch}&uuid=${uuid}"));
 
-    let (s, h, body) = b
-        .get("/ipxe/node?mac=52-54-00-77-00-11&buildarch=x86_64")
-        .await;
+    let (s, h, body) = b.get("/ipxe/node?mac=52-54-00-77-00-11&buildarch=x86_64").await;
     let body = String::from_utf8(body.to_vec()).unwrap();
     assert_eq!(s, StatusCode::OK);
     assert_eq!(h["cache-control"], "no-store");
     assert!(body.starts_with("#!ipxe\n# bootd: master-0"), "{body}");
-    assert!(
-        body.contains("ignition.config.url=http://10.77.0.1:8080/ignition/master-0?token="),
-        "{body}"
-    );
+    assert!(body.contains("ignition.config.url=http://10.77.0.1:8080/ignition/master-0?token="), "{body}");
     // Upper-case and colon spellings reach the same node.
     let (_, _, b2) = b.get("/ipxe/node?mac=52%3A54%3A00%3A77%3A00%3A11").await;
     assert!(String::from_utf8_lossy(&b2).contains("# bootd: master-0"));
 
     let (s, _, body) = b.get("/ipxe/node?mac=52-54-00-de-ad-01").await;
     let body = String::from_utf8(body.to_vec()).unwrap();
-    assert_eq!(
-        s,
-        StatusCode::OK,
-        "an unknown MAC gets an explanation, not a bare 404"
-    );
-    assert!(
-        body.contains("52:54:00:de:ad:01") && body.contains("not in the site description"),
-        "{body}"
-    );
+    assert_eq!(s, StatusCode::OK, "an unknown MAC gets an explanation, not a bare 404");
+    assert!(body.contains("52:54:00:de:ad:01") && body.contains("not in the site description"), "{body}");
 
     let (s, _, body) = b.get("/grub/grub.cfg-01-52-54-00-77-00-30").await;
     assert_eq!(s, StatusCode::OK);
-    assert!(String::from_utf8_lossy(&body)
-        .contains("linux (http,10.77.0.1:8080)/images/lab-ppc64le/vmlinux"));
+    assert!(String::from_utf8_lossy(&body).contains("linux (http,10.77.0.1:8080)/images/lab-ppc64le/vmlinux"));
     let (s, _, _) = b.get("/grub/grub.cfg-01-52-54-00-77-00-99").await;
     assert_eq!(s, StatusCode::NOT_FOUND);
     b.stop().await;
@@ -60,15 +46,9 @@ async fn ignition_only_to_its_node() {
     // Another node's token.
     let t0 = b.token("master-0");
     let (s, _, body) = b.get(&format!("/ignition/master-1?token={t0}")).await;
-    assert_eq!(
-        (s, &body),
-        (StatusCode::NOT_FOUND, &deny_body),
-        "every denial looks the same"
-    );
+    assert_eq!((s, &body), (StatusCode::NOT_FOUND, &deny_body), "every denial looks the same");
     // A forged or expired token.
-    let (s, _, _) = b
-        .get("/ignition/master-0?token=9999999999.AAAAAAAAAAAAAAAAAAAAAA")
-        .await;
+    let (s, _, _) = b.get("/ignition/master-0?token=9999999999.AAAAAAAAAAAAAAAAAAAAAA").await;
     assert_eq!(s, StatusCode::NOT_FOUND);
     let expired = b.app.key.issue(
         "master-0",
@@ -89,27 +69,14 @@ async fn ignition_only_to_its_node() {
     crate::golden::ignition_validate(&body);
     // The bytes equal the offline render (what the netboot test compares).
     let site = &b.app.live.load().site;
-    let want = serde_json::to_vec(
-        &bootd::render::ignition::node_config(site, site.node("master-0").unwrap()).unwrap(),
-    )
-    .unwrap();
+    let want = serde_json::to_vec(&bootd::render::ignition::node_config(site, site.node("master-0").unwrap()).unwrap()).unwrap();
     assert_eq!(body.to_vec(), want);
 
     // Denials are counted by reason.
     let (_, _, m) = b.get("/metrics").await;
     let m = String::from_utf8(m.to_vec()).unwrap();
-    for reason in [
-        "not_from_node",
-        "token_invalid",
-        "token_expired",
-        "unknown_node",
-    ] {
-        assert!(
-            m.contains(&format!(
-                "bootd_ignition_denials_total{{reason=\"{reason}\"}}"
-            )),
-            "{reason} not counted:\n{m}"
-        );
+    for reason in ["not_from_node", "token_invalid", "token_expired", "unknown_node"] {
+        assert!(m.contains(&format!("bootd_ignition_denials_total{{reason=\"{reason}\"}}")), "{reason} not counted:\n{m}");
     }
     b.stop().await;
 }
@@ -118,11 +85,8 @@ async fn ignition_only_to_its_node() {
 async fn ignition_from_the_nodes_own_address() {
     // Put worker-1 on loopback: requests from 127.0.0.1 are then its own.
     let b = Bootd::start_with(|t| {
-        t.replace(
-            "    dnsServers: [10.77.0.1]\n",
-            "    dnsServers: [10.77.0.1]\n  - name: lo\n    subnet: 127.0.0.0/8\n",
-        )
-        .replace("ip: 10.77.0.21", "ip: 127.0.0.1")
+        t.replace("    dnsServers: [10.77.0.1]\n", "    dnsServers: [10.77.0.1]\n  - name: lo\n    subnet: 127.0.0.0/8\n")
+            .replace("ip: 10.77.0.21", "ip: 127.0.0.1")
     })
     .await;
     let (s, _, body) = b.get("/ignition/worker-1").await;
@@ -145,28 +109,12 @@ async fn accept_header_negotiates_the_spec_version() {
     let b = Bootd::start().await;
     let t = b.token("worker-0");
     let path = format!("/ignition/worker-0?token={t}");
-    let (s, _, body) = b
-        .get_with(
-            &path,
-            &[(
-                "accept",
-                "application/vnd.coreos.ignition+json;version=3.1.0, */*;q=0.1",
-            )],
-        )
-        .await;
+    let (s, _, body) = b.get_with(&path, &[("accept", "application/vnd.coreos.ignition+json;version=3.1.0, */*;q=0.1")]).await;
     assert_eq!(s, StatusCode::OK);
     let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
     assert_eq!(v["ignition"]["version"], "3.1.0");
     crate::golden::ignition_validate(&body);
-    let (s, _, body) = b
-        .get_with(
-            &path,
-            &[(
-                "accept",
-                "application/vnd.coreos.ignition+json; version=2.2.0",
-            )],
-        )
-        .await;
+    let (s, _, body) = b.get_with(&path, &[("accept", "application/vnd.coreos.ignition+json; version=2.2.0")]).await;
     assert_eq!(s, StatusCode::NOT_ACCEPTABLE);
     assert!(String::from_utf8_lossy(&body).contains("client accepts Ignition spec 2.2.0"));
     b.stop().await;
@@ -190,16 +138,9 @@ async fn revoking_the_bootstrap_node_stops_its_ignition() {
     }
     assert!(ok, "bootstrap Ignition still served after revocation");
     let (_, _, m) = b.get("/metrics").await;
-    assert!(
-        String::from_utf8_lossy(&m).contains("bootd_ignition_denials_total{reason=\"revoked\"}")
-    );
+    assert!(String::from_utf8_lossy(&m).contains("bootd_ignition_denials_total{reason=\"revoked\"}"));
     // Other nodes are unaffected.
-    assert_eq!(
-        b.get(&format!("/ignition/master-0?token={}", b.token("master-0")))
-            .await
-            .0,
-        StatusCode::OK
-    );
+    assert_eq!(b.get(&format!("/ignition/master-0?token={}", b.token("master-0"))).await.0, StatusCode::OK);
     b.stop().await;
 }
 
@@ -217,16 +158,9 @@ async fn metadata_and_userdata_by_token() {
     let (s, _, body) = b.get(&format!("/userdata?node=master-2&token={t}")).await;
     assert_eq!(s, StatusCode::OK);
     let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
-    let src = v["ignition"]["config"]["merge"][0]["source"]
-        .as_str()
-        .unwrap();
-    assert!(
-        src.starts_with("https://10.77.0.1:8443/ignition/master-2?token="),
-        "{src}"
-    );
-    let ca = v["ignition"]["security"]["tls"]["certificateAuthorities"][0]["source"]
-        .as_str()
-        .unwrap();
+    let src = v["ignition"]["config"]["merge"][0]["source"].as_str().unwrap();
+    assert!(src.starts_with("https://10.77.0.1:8443/ignition/master-2?token="), "{src}");
+    let ca = v["ignition"]["security"]["tls"]["certificateAuthorities"][0]["source"].as_str().unwrap();
     assert!(ca.starts_with("data:text/plain;charset=utf-8;base64,"));
     crate::golden::ignition_validate(&body);
     b.stop().await;
@@ -249,71 +183,32 @@ async fn image_ranges_and_validators() {
     let etag = h["etag"].to_str().unwrap().to_string();
     let lm = h["last-modified"].to_str().unwrap().to_string();
 
-    let (s, h, body) = b
-        .get_with("/images/lab/kernel", &[("range", "bytes=10-19")])
-        .await;
+    let (s, h, body) = b.get_with("/images/lab/kernel", &[("range", "bytes=10-19")]).await;
     assert_eq!(s, StatusCode::PARTIAL_CONTENT);
     assert_eq!(h["content-range"], "bytes 10-19/100000");
     assert_eq!(&body[..], &data[10..20]);
-    let (s, _, body) = b
-        .get_with("/images/lab/kernel", &[("range", "bytes=-5")])
-        .await;
-    assert_eq!(
-        (s, &body[..]),
-        (StatusCode::PARTIAL_CONTENT, &data[99_995..])
-    );
-    let (s, h, _) = b
-        .get_with("/images/lab/kernel", &[("range", "bytes=100000-")])
-        .await;
+    let (s, _, body) = b.get_with("/images/lab/kernel", &[("range", "bytes=-5")]).await;
+    assert_eq!((s, &body[..]), (StatusCode::PARTIAL_CONTENT, &data[99_995..]));
+    let (s, h, _) = b.get_with("/images/lab/kernel", &[("range", "bytes=100000-")]).await;
     assert_eq!(s, StatusCode::RANGE_NOT_SATISFIABLE);
     assert_eq!(h["content-range"], "bytes */100000");
     // Multi-range: a multipart/byteranges body with both parts.
-    let (s, h, body) = b
-        .get_with("/images/lab/kernel", &[("range", "bytes=0-1,99998-")])
-        .await;
+    let (s, h, body) = b.get_with("/images/lab/kernel", &[("range", "bytes=0-1,99998-")]).await;
     assert_eq!(s, StatusCode::PARTIAL_CONTENT);
     let ct = h["content-type"].to_str().unwrap();
     assert!(ct.starts_with("multipart/byteranges; boundary="), "{ct}");
-    assert_eq!(
-        h["content-length"]
-            .to_str()
-            .unwrap()
-            .parse::<usize>()
-            .unwrap(),
-        body.len()
-    );
+    assert_eq!(h["content-length"].to_str().unwrap().parse::<usize>().unwrap(), body.len());
     let text = String::from_utf8_lossy(&body);
-    assert!(
-        text.contains("Content-Range: bytes 0-1/100000")
-            && text.contains("Content-Range: bytes 99998-99999/100000"),
-        "{text}"
-    );
+    assert!(text.contains("Content-Range: bytes 0-1/100000") && text.contains("Content-Range: bytes 99998-99999/100000"), "{text}");
     // If-Range with the current validator honours the range; a stale one gets the whole file.
-    let (s, _, _) = b
-        .get_with(
-            "/images/lab/kernel",
-            &[("range", "bytes=0-0"), ("if-range", &etag)],
-        )
-        .await;
+    let (s, _, _) = b.get_with("/images/lab/kernel", &[("range", "bytes=0-0"), ("if-range", &etag)]).await;
     assert_eq!(s, StatusCode::PARTIAL_CONTENT);
-    let (s, _, body) = b
-        .get_with(
-            "/images/lab/kernel",
-            &[("range", "bytes=0-0"), ("if-range", "\"stale\"")],
-        )
-        .await;
+    let (s, _, body) = b.get_with("/images/lab/kernel", &[("range", "bytes=0-0"), ("if-range", "\"stale\"")]).await;
     assert_eq!((s, body.len()), (StatusCode::OK, data.len()));
-    let (s, _, _) = b
-        .get_with(
-            "/images/lab/kernel",
-            &[("range", "bytes=0-0"), ("if-range", &lm)],
-        )
-        .await;
+    let (s, _, _) = b.get_with("/images/lab/kernel", &[("range", "bytes=0-0"), ("if-range", &lm)]).await;
     assert_eq!(s, StatusCode::PARTIAL_CONTENT);
     // Conditional GET.
-    let (s, _, body) = b
-        .get_with("/images/lab/kernel", &[("if-none-match", &etag)])
-        .await;
+    let (s, _, body) = b.get_with("/images/lab/kernel", &[("if-none-match", &etag)]).await;
     assert_eq!((s, body.len()), (StatusCode::NOT_MODIFIED, 0));
     // HEAD: the length, no body.
     let (s, h, body) = request(b.http, "HEAD", "/images/lab/kernel", &[]).await;
@@ -347,27 +242,13 @@ async fn path_escapes_are_refused() {
         "/images/lab%00/kernel",
     ] {
         // curl --path-as-is sends the path exactly as written.
-        let out = curl(&[
-            "--path-as-is",
-            "-o",
-            "-",
-            "-w",
-            "\n%{http_code}",
-            &format!("{base}{p}"),
-        ]);
+        let out = curl(&["--path-as-is", "-o", "-", "-w", "\n%{http_code}", &format!("{base}{p}")]);
         let text = String::from_utf8_lossy(&out.stdout).to_string();
         assert!(text.ends_with("\n404"), "{p}: {text}");
-        assert!(
-            !text.contains("SECRET") && !text.contains("root:"),
-            "{p} leaked: {text}"
-        );
+        assert!(!text.contains("SECRET") && !text.contains("root:"), "{p} leaked: {text}");
     }
     let (s, _, body) = b.get("/images/inside").await;
-    assert_eq!(
-        (s, &body[..]),
-        (StatusCode::OK, &b"kernel"[..]),
-        "a symlink inside the root is served"
-    );
+    assert_eq!((s, &body[..]), (StatusCode::OK, &b"kernel"[..]), "a symlink inside the root is served");
     b.stop().await;
 }
 
@@ -388,24 +269,12 @@ async fn resume_of_a_file_over_4gib() {
         f.write_at(&[0xAB; 4096], (1 << 32) - 2048).unwrap();
         f.write_at(b"end-of-image", len - 12).unwrap();
     }
-    let (s, h, body) = b
-        .get_with(
-            "/images/big.img",
-            &[("range", "bytes=4294965248-4294967295")],
-        )
-        .await;
+    let (s, h, body) = b.get_with("/images/big.img", &[("range", "bytes=4294965248-4294967295")]).await;
     assert_eq!(s, StatusCode::PARTIAL_CONTENT);
-    assert_eq!(
-        h["content-range"],
-        format!("bytes 4294965248-4294967295/{len}").as_str()
-    );
+    assert_eq!(h["content-range"], format!("bytes 4294965248-4294967295/{len}").as_str());
     assert!(body.iter().all(|&x| x == 0xAB) && body.len() == 2048);
     let (_, h, _) = request(b.http, "HEAD", "/images/big.img", &[]).await;
-    assert_eq!(
-        h["content-length"],
-        len.to_string().as_str(),
-        "64-bit length"
-    );
+    assert_eq!(h["content-length"], len.to_string().as_str(), "64-bit length");
 
     let out_dir = tempfile::tempdir().unwrap();
     let out = out_dir.path().join("big.img");
@@ -415,28 +284,12 @@ async fn resume_of_a_file_over_4gib() {
     assert!(first.status.success(), "{first:?}");
     assert_eq!(std::fs::metadata(&out).unwrap().len(), 4294971392);
     // Resume: curl asks for bytes=4294971392- and appends.
-    let second = curl(&[
-        "-C",
-        "-",
-        "-o",
-        out.to_str().unwrap(),
-        "-w",
-        "%{http_code}",
-        &url,
-    ]);
+    let second = curl(&["-C", "-", "-o", out.to_str().unwrap(), "-w", "%{http_code}", &url]);
     assert_eq!(String::from_utf8_lossy(&second.stdout), "206", "{second:?}");
     assert_eq!(std::fs::metadata(&out).unwrap().len(), len);
     let sum = |p: &std::path::Path| {
-        let o = std::process::Command::new("sha256sum")
-            .arg(p)
-            .output()
-            .unwrap();
-        String::from_utf8(o.stdout)
-            .unwrap()
-            .split_whitespace()
-            .next()
-            .unwrap()
-            .to_string()
+        let o = std::process::Command::new("sha256sum").arg(p).output().unwrap();
+        String::from_utf8(o.stdout).unwrap().split_whitespace().next().unwrap().to_string()
     };
     assert_eq!(sum(&out), sum(&path));
     b.stop().await;
@@ -469,10 +322,7 @@ async fn https_with_the_site_ca_and_tls12_ecdhe_aes_gcm() {
     assert_eq!(String::from_utf8_lossy(&out.stdout), "200", "{out:?}");
     // The CA survives a restart: same ca.pem, so nodes keep trusting it.
     let before = std::fs::read(&ca).unwrap();
-    let cfg = bootd::Config {
-        state_dir: Some(b.state()),
-        ..bootd::Config::new(b.app.live.load().site.clone())
-    };
+    let cfg = bootd::Config { state_dir: Some(b.state()), ..bootd::Config::new(b.app.live.load().site.clone()) };
     let app2 = bootd::prepare(&cfg, true).unwrap();
     assert_eq!(app2.tls.as_ref().unwrap().ca_pem.as_bytes(), &before[..]);
     b.stop().await;
@@ -498,16 +348,9 @@ async fn reload_applies_good_sites_and_keeps_the_old_on_bad() {
         }
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
-    assert!(
-        seen,
-        "the added node was not picked up:\n{}",
-        String::from_utf8_lossy(&logs().lock().unwrap())
-    );
+    assert!(seen, "the added node was not picked up:\n{}", String::from_utf8_lossy(&logs().lock().unwrap()));
     // A broken site is refused; the previous one keeps serving.
-    let mut f = std::fs::OpenOptions::new()
-        .append(true)
-        .open(&site_path)
-        .unwrap();
+    let mut f = std::fs::OpenOptions::new().append(true).open(&site_path).unwrap();
     writeln!(f, "bogus: key").unwrap();
     drop(f);
     b.reload.notify_one();
@@ -522,10 +365,7 @@ async fn reload_applies_good_sites_and_keeps_the_old_on_bad() {
     }
     assert!(refused, "the bad site was not refused");
     let (_, _, body) = b.get("/ipxe/node?mac=52-54-00-77-00-22").await;
-    assert!(
-        String::from_utf8_lossy(&body).contains("# bootd: worker-2"),
-        "old site no longer serving"
-    );
+    assert!(String::from_utf8_lossy(&body).contains("# bootd: worker-2"), "old site no longer serving");
     let logs = String::from_utf8_lossy(&logs().lock().unwrap()).to_string();
     assert!(logs.contains("bogus: unknown key"), "the log says why");
     b.stop().await;
@@ -537,10 +377,7 @@ async fn secrets_never_reach_logs_or_metrics() {
     let t = b.token("bootstrap");
     let (s, _, body) = b.get(&format!("/ignition/bootstrap?token={t}")).await;
     assert_eq!(s, StatusCode::OK);
-    assert!(
-        String::from_utf8_lossy(&body).contains(CANARY),
-        "the canary is in the served config"
-    );
+    assert!(String::from_utf8_lossy(&body).contains(CANARY), "the canary is in the served config");
     let (_, _, m) = b.get("/metrics").await;
     let m = String::from_utf8_lossy(&m).to_string();
     let logs = String::from_utf8_lossy(&logs().lock().unwrap()).to_string();
@@ -549,9 +386,6 @@ async fn secrets_never_reach_logs_or_metrics() {
         assert!(!text.contains(&t), "token in {what}");
         assert!(!text.contains("token="), "a token query in {what}");
     }
-    assert!(
-        logs.contains("Ignition served"),
-        "the serving itself is logged"
-    );
+    assert!(logs.contains("Ignition served"), "the serving itself is logged");
     b.stop().await;
 }
