@@ -77,7 +77,12 @@ pub async fn route<B>(app: &Arc<App>, req: &Request<B>, peer: SocketAddr) -> (&'
         ["ignition", name, "pointer"] => ("ignition", ignition(app, &snap, name, peer.ip(), q, req.headers(), true)),
         ["metadata"] => ("metadata", metadata(app, &snap, peer.ip(), q, false)),
         ["userdata"] => ("metadata", metadata(app, &snap, peer.ip(), q, true)),
-        ["images", ..] => ("images", image(app, &snap, &path["/images/".len().min(path.len())..], req.headers()).await),
+        ["images", ..] => ("images", image(app, &snap.site.images.root, &path["/images/".len().min(path.len())..], req.headers()).await),
+        // The TFTP root over HTTP, for UEFI HTTP Boot (the iPXE EFI binary).
+        ["boot", ..] => match &snap.site.host.tftp {
+            Some(t) => ("boot", image(app, &t.root, &path["/boot/".len().min(path.len())..], req.headers()).await),
+            None => ("boot", not_found()),
+        },
         _ => ("other", not_found()),
     }
 }
@@ -153,13 +158,31 @@ fn deny(app: &App, what: &str, name: &str, source: IpAddr, reason: Deny) -> Resp
     not_found()
 }
 
-fn node_addrs(node: &Node) -> Vec<IpAddr> {
-    vec![IpAddr::V4(node.ip)]
+/// The node's reserved address, and any address it holds a DHCP lease on.
+fn node_addrs(app: &App, node: &Node) -> Vec<IpAddr> {
+    let mut v = vec![IpAddr::V4(node.ip)];
+    let leases = app.leases.lock().unwrap_or_else(|p| p.into_inner());
+    for m in &node.macs {
+        if let Some(l) = leases.get(m) {
+            if l.state == crate::dhcp::leases::LeaseState::Active && IpAddr::V4(l.ip) != v[0] {
+                v.push(IpAddr::V4(l.ip));
+            }
+        }
+    }
+    v
 }
 
 fn authorize(app: &App, snap: &Snapshot, node: &Node, source: IpAddr, q: Option<&str>) -> Result<token::Granted, Deny> {
     let tok = query(q, "token");
-    token::authorize(&app.key, &node.name, &node_addrs(node), snap.revoked.contains(&node.name), source, tok.as_deref(), SystemTime::now())
+    token::authorize(
+        &app.key,
+        &node.name,
+        &node_addrs(app, node),
+        snap.revoked.contains(&node.name),
+        source,
+        tok.as_deref(),
+        SystemTime::now(),
+    )
 }
 
 fn json_response(status: StatusCode, v: &serde_json::Value) -> Response<Body> {
@@ -230,12 +253,12 @@ fn metadata(app: &App, snap: &Snapshot, source: IpAddr, q: Option<&str>, userdat
     }
 }
 
-async fn image(app: &Arc<App>, snap: &Snapshot, raw: &str, headers: &HeaderMap) -> Response<Body> {
+async fn image(app: &Arc<App>, root: &std::path::Path, raw: &str, headers: &HeaderMap) -> Response<Body> {
     let rel = match percent_decode_str(raw).decode_utf8() {
         Ok(s) => s.into_owned(),
         Err(_) => return not_found(),
     };
-    let root = snap.site.images.root.clone();
+    let root = root.to_path_buf();
     let rel2 = rel.clone();
     let opened = tokio::task::spawn_blocking(move || {
         let f = files::open_beneath(&root, &rel2)?;

@@ -18,6 +18,7 @@
 //! Shape: `main` parses flags, loads the site, binds sockets and calls
 //! [`run`]; tests call the same [`run`] on loopback port 0.
 
+pub mod dhcp;
 pub mod files;
 pub mod http;
 pub mod metrics;
@@ -52,6 +53,9 @@ pub struct App {
     /// The site files' modification times when [`prepare`] ran: a change
     /// after that, even before serving starts, triggers a reload.
     pub loaded_fingerprint: Vec<Option<SystemTime>>,
+    /// DHCP leases (empty when bootd serves no DHCP); a node's lease address
+    /// counts as its own for Ignition access.
+    pub leases: Arc<std::sync::Mutex<dhcp::leases::Table>>,
 }
 
 #[derive(Debug)]
@@ -66,11 +70,20 @@ pub struct Config {
     pub poll: Option<Duration>,
     /// How long open connections get to finish after shutdown.
     pub grace: Duration,
+    /// Where DHCP replies go (tests move them off 67/68).
+    pub dhcp_ports: dhcp::server::Ports,
 }
 
 impl Config {
     pub fn new(site: Site) -> Config {
-        Config { site, state_dir: None, reload: Arc::new(Notify::new()), poll: Some(Duration::from_secs(2)), grace: Duration::from_secs(5) }
+        Config {
+            site,
+            state_dir: None,
+            reload: Arc::new(Notify::new()),
+            poll: Some(Duration::from_secs(2)),
+            grace: Duration::from_secs(5),
+            dhcp_ports: Default::default(),
+        }
     }
     pub fn state_dir(&self) -> PathBuf {
         self.state_dir.clone().unwrap_or_else(|| self.site.host.state_dir.clone())
@@ -81,6 +94,10 @@ impl Config {
 pub struct Sockets {
     pub http: TcpListener,
     pub https: Option<TcpListener>,
+    /// DHCP on port 67 (server or proxyDHCP), see [`dhcp::server::bind`].
+    pub dhcp: Option<tokio::net::UdpSocket>,
+    /// proxyDHCP's boot-server port 4011.
+    pub dhcp_proxy: Option<tokio::net::UdpSocket>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -109,7 +126,7 @@ pub fn prepare(config: &Config, want_tls: bool) -> Result<Arc<App>, Error> {
     };
     let live = state::new_live(Snapshot { site: config.site.clone(), revoked });
     let loaded_fingerprint = fingerprint(&config.site.source, &live, &state_dir);
-    Ok(Arc::new(App { live, key, tls, metrics: metrics::Metrics::default(), state_dir, loaded_fingerprint }))
+    Ok(Arc::new(App { live, key, tls, metrics: metrics::Metrics::default(), state_dir, loaded_fingerprint, leases: Default::default() }))
 }
 
 /// Serves until `shutdown` is cancelled, then gives open connections
@@ -129,6 +146,26 @@ pub async fn run_app(app: Arc<App>, config: Config, sockets: Sockets, shutdown: 
         info!(addr = %local(&l), "HTTPS listening");
         let acceptor = tokio_rustls::TlsAcceptor::from(Arc::clone(&tls.server_config));
         tracker.spawn(accept_loop(l, Some(acceptor), Arc::clone(&app), shutdown.clone(), conn_stop.clone(), tracker.clone()));
+    }
+    if sockets.dhcp.is_some() || sockets.dhcp_proxy.is_some() {
+        let (store, table) = dhcp::leases::Store::open(&app.state_dir).map_err(|e| Error::StateDir(app.state_dir.clone(), e))?;
+        info!(leases = table.len(), "lease store opened");
+        *app.leases.lock().unwrap_or_else(|p| p.into_inner()) = table;
+        let site = &app.live.load().site;
+        let ifindex = site.host.dhcp.as_ref().and_then(|d| d.interface.as_deref()).and_then(|i| nix::net::if_::if_nametoindex(i).ok());
+        let server = Arc::new(dhcp::server::Server {
+            app: Arc::clone(&app),
+            table: Arc::clone(&app.leases),
+            store,
+            ports: config.dhcp_ports,
+            ifindex,
+        });
+        for (sock, port) in [(sockets.dhcp, 67), (sockets.dhcp_proxy, 4011)] {
+            if let Some(sock) = sock {
+                info!(addr = %sock.local_addr().map(|a| a.to_string()).unwrap_or_default(), "DHCP listening");
+                tracker.spawn(Arc::clone(&server).run(sock, port, shutdown.clone()));
+            }
+        }
     }
     shutdown.cancelled().await;
     tracker.close();

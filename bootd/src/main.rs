@@ -136,6 +136,20 @@ fn serve(config: bootd::Config) -> Result<()> {
             Some(h) => Some(tokio::net::TcpListener::bind(h.listen).await.with_context(|| format!("host.https.listen {}", h.listen))?),
             None => None,
         };
+        let (dhcp, dhcp_proxy) = match &site.host.dhcp {
+            Some(d) => {
+                let main = bootd::dhcp::server::bind(d.listen, d.interface.as_deref())
+                    .with_context(|| format!("host.dhcp.listen {} (interface {:?})", d.listen, d.interface))?;
+                let proxy = if d.mode == site::DhcpMode::Proxy {
+                    let a = std::net::SocketAddr::new(d.listen.ip(), 4011);
+                    Some(bootd::dhcp::server::bind(a, d.interface.as_deref()).with_context(|| format!("proxyDHCP port {a}"))?)
+                } else {
+                    None
+                };
+                (Some(main), proxy)
+            }
+            None => (None, None),
+        };
         let shutdown = CancellationToken::new();
         let reload = Arc::clone(&config.reload);
         println!("bootd: serving cluster {} ({} nodes) from {}", site.cluster.domain(), site.nodes.len(), site.source.display());
@@ -150,7 +164,7 @@ fn serve(config: bootd::Config) -> Result<()> {
             println!("  node {:<12} {:<9} {} {}", n.name, n.role, n.macs.first().map(|m| m.to_string()).unwrap_or_default(), n.ip);
         }
         let signals = tokio::spawn(signals(shutdown.clone(), reload));
-        let r = bootd::run(config, bootd::Sockets { http, https }, shutdown).await;
+        let r = bootd::run(config, bootd::Sockets { http, https, dhcp, dhcp_proxy }, shutdown).await;
         signals.abort();
         r.map_err(anyhow::Error::from)
     })

@@ -27,8 +27,14 @@ pub struct Outcome {
     pub result: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct Kind {
+    pub kind: &'static str,
+}
+
 pub struct Metrics {
     registry: Registry,
+    pub dhcp: Family<Kind, Counter>,
     pub requests: Family<RouteStatus, Counter>,
     pub bytes: Family<RouteLabel, Counter>,
     pub denials: Family<Reason, Counter>,
@@ -48,11 +54,17 @@ impl Default for Metrics {
         let bytes = Family::<RouteLabel, Counter>::default();
         let denials = Family::<Reason, Counter>::default();
         let reloads = Family::<Outcome, Counter>::default();
+        let dhcp = Family::<Kind, Counter>::default();
+        registry.register(
+            "dhcp_packets",
+            "DHCP requests by outcome (offer, ack, nak, inform, release, decline, proxy, ignored, malformed, store_error)",
+            dhcp.clone(),
+        );
         registry.register("http_requests", "HTTP requests by route and status", requests.clone());
         registry.register("http_response_bytes", "Response body bytes sent, by route", bytes.clone());
         registry.register("ignition_denials", "Refused requests for a node's Ignition, metadata or userdata, by reason", denials.clone());
         registry.register("site_reloads", "Site reloads by result (ok, error)", reloads.clone());
-        Metrics { registry, requests, bytes, denials, reloads }
+        Metrics { registry, dhcp, requests, bytes, denials, reloads }
     }
 }
 

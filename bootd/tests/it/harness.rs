@@ -76,7 +76,12 @@ impl Bootd {
         let (ha, hsa) = (http.local_addr().unwrap(), https.local_addr().unwrap());
         let app = bootd::prepare(&config, true).unwrap();
         let shutdown = CancellationToken::new();
-        let task = tokio::spawn(bootd::run_app(Arc::clone(&app), config, bootd::Sockets { http, https: Some(https) }, shutdown.clone()));
+        let task = tokio::spawn(bootd::run_app(
+            Arc::clone(&app),
+            config,
+            bootd::Sockets { http, https: Some(https), dhcp: None, dhcp_proxy: None },
+            shutdown.clone(),
+        ));
         Bootd { http: ha, https: hsa, app, dir, reload, shutdown, task: Some(task) }
     }
 

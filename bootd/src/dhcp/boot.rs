@@ -1,0 +1,139 @@
+//! Which firmware is asking, and what it should boot. Pure: from the
+//! request's options (93 client arch, 60 vendor class, 77 user class, 175
+//! iPXE) and the node's hints to a decision with a reason for the log.
+//!
+//! Rules, in order (the order matters: iPXE also sends PXEClient):
+//! 1. iPXE (option 175, or user class "iPXE") → the HTTP boot script URL,
+//!    plus 175.176 = 1 so it does not wait for proxyDHCP. Never an iPXE
+//!    binary: that would chainload forever.
+//! 2. Vendor class "HTTPClient" (UEFI HTTP Boot, arch 15/16/19) → an HTTP
+//!    URL of the iPXE EFI binary; option 60 echoed ("HTTPClient").
+//! 3. Vendor class "PXEClient": arch 0 → undionly.kpxe (BIOS PXE); 6/7/9 →
+//!    the x86_64 UEFI iPXE (per site, per node); 11 → the arm64 iPXE.
+//! 4. Open Firmware (SLOF, PowerVM): no vendor class; arch 12 only in the
+//!    REQUEST, so a node hinted `ieee1275` (or ppc64le) gets GRUB's core.elf
+//!    from DISCOVER on.
+//! 5. Anything else (udhcpc, dhclient, an OS): no boot information.
+
+use dhcproto::v4::{DhcpOption, Message, OptionCode};
+use site::{Arch, Firmware, Node, Site};
+
+pub const OPT_IPXE: u8 = 175;
+/// iPXE's "no proxyDHCP wait" setting inside option 175.
+pub const IPXE_NO_PXEDHCP: u8 = 176;
+
+/// What the client told us about itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientInfo {
+    pub arch: Option<u16>,
+    pub vendor_class: Option<String>,
+    pub ipxe: bool,
+}
+
+impl ClientInfo {
+    pub fn from_message(msg: &Message) -> ClientInfo {
+        let opts = msg.opts();
+        let arch = match opts.get(OptionCode::ClientSystemArchitecture) {
+            Some(DhcpOption::ClientSystemArchitecture(a)) => Some(u16::from(*a)),
+            _ => None,
+        };
+        let vendor_class = match opts.get(OptionCode::ClassIdentifier) {
+            Some(DhcpOption::ClassIdentifier(v)) => Some(String::from_utf8_lossy(v).into_owned()),
+            _ => None,
+        };
+        let user_class_ipxe = match opts.get(OptionCode::UserClass) {
+            // RFC 3004 user class is length-prefixed; iPXE sends "\x04iPXE" or plain "iPXE".
+            Some(DhcpOption::UserClass(v)) => v.windows(4).any(|w| w == b"iPXE"),
+            _ => false,
+        };
+        let ipxe = user_class_ipxe || opts.get(OptionCode::Unknown(OPT_IPXE)).is_some();
+        // Arch may also be spelled in the vendor class: PXEClient:Arch:00007:UNDI:003016
+        let arch = arch.or_else(|| {
+            let v = vendor_class.as_deref()?;
+            let i = v.find("Arch:")?;
+            v.get(i + 5..i + 10)?.parse().ok()
+        });
+        ClientInfo { arch, vendor_class, ipxe }
+    }
+}
+
+/// The boot part of an answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BootAnswer {
+    /// `file` / option 67: a TFTP file name or an HTTP URL.
+    pub filename: String,
+    /// Served over TFTP from this host (siaddr and option 66 set).
+    pub tftp: bool,
+    /// Echo option 60 with this value (UEFI HTTP Boot requires it).
+    pub vendor_class: Option<String>,
+    /// Send option 175 with 176 = 1 (iPXE: skip the proxyDHCP wait).
+    pub ipxe_options: bool,
+    pub reason: String,
+}
+
+/// The decision: boot information, or why none is given.
+pub fn decide(site: &Site, node: Option<&Node>, client: &ClientInfo) -> Result<BootAnswer, String> {
+    let http = &site.host.http.url;
+    let Some(dhcp) = &site.host.dhcp else {
+        return Err("DHCP is not configured".into());
+    };
+    let bf = &dhcp.boot_files;
+    let vc = client.vendor_class.as_deref().unwrap_or("");
+    let hint = node.map(|n| n.firmware).unwrap_or(Firmware::Auto);
+    let node_arch = node.map(|n| n.arch);
+    if client.ipxe {
+        return Ok(BootAnswer {
+            filename: format!("{http}/boot.ipxe"),
+            tftp: false,
+            vendor_class: None,
+            ipxe_options: true,
+            reason: "iPXE (option 175 / user class iPXE): HTTP boot script".into(),
+        });
+    }
+    if vc.starts_with("HTTPClient") {
+        let file = match client.arch {
+            Some(19) => &bf.uefi_arm64,
+            _ => node.and_then(|n| n.ipxe_binary.as_ref()).unwrap_or(&bf.uefi_x86_64),
+        };
+        return Ok(BootAnswer {
+            filename: format!("{http}/boot/{file}"),
+            tftp: false,
+            vendor_class: Some("HTTPClient".into()),
+            ipxe_options: false,
+            reason: format!("UEFI HTTP Boot (arch {:?}): iPXE EFI over HTTP", client.arch),
+        });
+    }
+    if vc.starts_with("PXEClient") {
+        let (file, what) = match client.arch {
+            Some(0) => (bf.bios.clone(), "BIOS PXE (arch 0)"),
+            Some(6 | 7 | 9) => {
+                (node.and_then(|n| n.ipxe_binary.clone()).unwrap_or_else(|| bf.uefi_x86_64.clone()), "UEFI x86 PXE (arch 6/7/9)")
+            }
+            Some(11) => (bf.uefi_arm64.clone(), "UEFI arm64 PXE (arch 11)"),
+            Some(12) => (bf.ieee1275.clone(), "Open Firmware PXE (arch 12)"),
+            other => return Err(format!("PXE client with unsupported arch {other:?}")),
+        };
+        return Ok(BootAnswer {
+            filename: file,
+            tftp: true,
+            vendor_class: None,
+            ipxe_options: false,
+            reason: format!("{what}: iPXE over TFTP"),
+        });
+    }
+    let open_firmware =
+        client.arch == Some(12) || hint == Firmware::Ieee1275 || (hint == Firmware::Auto && node_arch == Some(Arch::Ppc64le));
+    if client.vendor_class.is_none() && open_firmware {
+        return Ok(BootAnswer {
+            filename: bf.ieee1275.clone(),
+            tftp: true,
+            vendor_class: None,
+            ipxe_options: false,
+            reason: format!("Open Firmware (arch {:?}, firmware hint {hint:?}): GRUB over TFTP", client.arch),
+        });
+    }
+    Err(match &client.vendor_class {
+        Some(v) => format!("not a network-boot client (vendor class {:?})", v.escape_debug().to_string()),
+        None => "not a network-boot client (no vendor class, no PXE arch)".into(),
+    })
+}

@@ -1,0 +1,213 @@
+//! The lease table and its store.
+//!
+//! In memory: MAC → lease, and IP → MAC. On disk: `leases.jsonl` in the
+//! state directory, one JSON record per line, appended; the last record of a
+//! MAC wins. Durability: a record is written and `fdatasync`ed before the
+//! ACK that it backs is sent ([`Store::commit`] resolves only then); records
+//! arriving while a sync is in progress are written together and share the
+//! next sync (group commit). On start the file is read back; a torn last
+//! line (a crash mid-write) is dropped with a warning and the file is
+//! compacted (rewritten, fsynced, renamed).
+//!
+//! Client-supplied strings (hostname) are stored as JSON strings, so any
+//! byte sequence is stored and escaped safely; they are logged with
+//! `escape_debug`.
+
+use serde::{Deserialize, Serialize};
+use site::Mac;
+use std::collections::HashMap;
+use std::io::{self, BufRead, Write};
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+use tokio::sync::{mpsc, oneshot};
+use tracing::{error, warn};
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Lease {
+    pub mac: String,
+    pub ip: Ipv4Addr,
+    /// Unix seconds; 0 for a released lease.
+    pub expires: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hostname: Option<String>,
+    #[serde(default)]
+    pub state: LeaseState,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum LeaseState {
+    #[default]
+    Active,
+    Released,
+    /// The client reported the address in use by someone else (DECLINE).
+    Declined,
+}
+
+#[derive(Debug, Default)]
+pub struct Table {
+    by_mac: HashMap<Mac, Lease>,
+    by_ip: HashMap<Ipv4Addr, Mac>,
+}
+
+impl Table {
+    pub fn get(&self, mac: &Mac) -> Option<&Lease> {
+        self.by_mac.get(mac)
+    }
+    pub fn holder(&self, ip: Ipv4Addr) -> Option<&Mac> {
+        self.by_ip.get(&ip)
+    }
+    pub fn len(&self) -> usize {
+        self.by_mac.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.by_mac.is_empty()
+    }
+    pub fn apply(&mut self, lease: Lease) {
+        let Ok(mac) = lease.mac.parse::<Mac>() else { return };
+        if let Some(old) = self.by_mac.get(&mac) {
+            if self.by_ip.get(&old.ip) == Some(&mac) {
+                self.by_ip.remove(&old.ip);
+            }
+        }
+        if lease.state != LeaseState::Released {
+            self.by_ip.insert(lease.ip, mac);
+        }
+        self.by_mac.insert(mac, lease);
+    }
+    pub fn leases(&self) -> impl Iterator<Item = &Lease> {
+        self.by_mac.values()
+    }
+}
+
+/// Reads `path`, returning the table and how many lines were unreadable.
+pub fn load(path: &Path) -> io::Result<(Table, usize)> {
+    let mut t = Table::default();
+    let mut bad = 0;
+    let f = match std::fs::File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok((t, 0)),
+        Err(e) => return Err(e),
+    };
+    for line in io::BufReader::new(f).split(b'\n') {
+        let line = line?;
+        if line.is_empty() {
+            continue;
+        }
+        match serde_json::from_slice::<Lease>(&line) {
+            Ok(l) => t.apply(l),
+            Err(_) => bad += 1,
+        }
+    }
+    Ok((t, bad))
+}
+
+/// Rewrites the file with one record per lease (atomically).
+fn compact(path: &Path, t: &Table) -> io::Result<()> {
+    let mut buf = Vec::new();
+    let mut leases: Vec<&Lease> = t.leases().collect();
+    leases.sort_by(|a, b| a.mac.cmp(&b.mac));
+    for l in leases {
+        serde_json::to_writer(&mut buf, l).map_err(io::Error::other)?;
+        buf.push(b'\n');
+    }
+    crate::state::write_atomic(path, &buf, 0o640)
+}
+
+type Pending = (Lease, oneshot::Sender<io::Result<()>>);
+
+/// The durable side: a writer task owns the file.
+#[derive(Debug, Clone)]
+pub struct Store {
+    tx: mpsc::Sender<Pending>,
+}
+
+impl Store {
+    /// Opens (recovering and compacting) the lease file and starts the
+    /// writer. Returns the store and the recovered table.
+    pub fn open(state_dir: &Path) -> io::Result<(Store, Table)> {
+        std::fs::create_dir_all(state_dir)?;
+        let path = state_dir.join("leases.jsonl");
+        let (table, bad) = load(&path)?;
+        if bad > 0 {
+            warn!(file = %path.display(), bad, "lease file had unreadable lines (a torn write after a crash); dropped them");
+        }
+        compact(&path, &table)?;
+        let file = std::fs::OpenOptions::new().append(true).open(&path)?;
+        let (tx, rx) = mpsc::channel::<Pending>(4096);
+        std::thread::Builder::new().name("bootd-leases".into()).spawn(move || writer(file, path, rx))?;
+        Ok((Store { tx }, table))
+    }
+
+    /// Resolves once `lease` is on disk (fdatasync'ed).
+    pub async fn commit(&self, lease: Lease) -> io::Result<()> {
+        let (done, wait) = oneshot::channel();
+        self.tx.send((lease, done)).await.map_err(|_| io::Error::other("lease writer stopped"))?;
+        wait.await.map_err(|_| io::Error::other("lease writer stopped"))?
+    }
+}
+
+/// Group commit: take everything queued, write it, one fdatasync, answer all.
+fn writer(mut file: std::fs::File, path: PathBuf, mut rx: mpsc::Receiver<Pending>) {
+    let mut batch: Vec<Pending> = Vec::new();
+    let mut buf = Vec::new();
+    while let Some(first) = rx.blocking_recv() {
+        batch.push(first);
+        while let Ok(more) = rx.try_recv() {
+            batch.push(more);
+            if batch.len() >= 1024 {
+                break;
+            }
+        }
+        buf.clear();
+        for (l, _) in &batch {
+            if serde_json::to_writer(&mut buf, l).is_ok() {
+                buf.push(b'\n');
+            }
+        }
+        let res = file.write_all(&buf).and_then(|()| file.sync_data());
+        if let Err(e) = &res {
+            error!(file = %path.display(), error = %e, "lease write failed; the ACKs waiting on it are not sent");
+        }
+        for (_, done) in batch.drain(..) {
+            let _ = done.send(res.as_ref().map(|_| ()).map_err(|e| io::Error::new(e.kind(), e.to_string())));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lease(mac: &str, ip: &str, host: Option<&str>) -> Lease {
+        Lease { mac: mac.into(), ip: ip.parse().unwrap(), expires: 100, hostname: host.map(Into::into), state: LeaseState::Active }
+    }
+
+    #[test]
+    fn torn_tail_is_dropped_and_the_rest_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("leases.jsonl");
+        let mut text = String::new();
+        for l in [lease("52:54:00:00:00:01", "10.0.0.1", Some("a\u{0}\n\"b")), lease("52:54:00:00:00:02", "10.0.0.2", None)] {
+            text.push_str(&serde_json::to_string(&l).unwrap());
+            text.push('\n');
+        }
+        text.push_str("{\"mac\":\"52:54:00:00:00:03\",\"ip\":\"10.0.");
+        std::fs::write(&p, text).unwrap();
+        let (t, bad) = load(&p).unwrap();
+        assert_eq!((t.len(), bad), (2, 1));
+        assert_eq!(t.get(&"52:54:00:00:00:01".parse().unwrap()).unwrap().hostname.as_deref(), Some("a\u{0}\n\"b"));
+    }
+
+    #[tokio::test]
+    async fn commits_survive_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, t) = Store::open(dir.path()).unwrap();
+        assert!(t.is_empty());
+        store.commit(lease("52:54:00:00:00:01", "10.0.0.1", None)).await.unwrap();
+        store.commit(lease("52:54:00:00:00:01", "10.0.0.9", None)).await.unwrap();
+        let (_, t) = Store::open(dir.path()).unwrap();
+        assert_eq!(t.get(&"52:54:00:00:00:01".parse().unwrap()).unwrap().ip, "10.0.0.9".parse::<Ipv4Addr>().unwrap());
+        assert_eq!(t.holder("10.0.0.1".parse().unwrap()), None);
+    }
+}

@@ -1,0 +1,170 @@
+//! The DHCP socket loop. Decisions come from [`super::core::answer`]; this
+//! file only receives, counts, makes leases durable before their ACK, and
+//! addresses replies (RFC 2131 §4.1).
+//!
+//! Unicast to a client that has no address yet (broadcast flag clear, no
+//! ciaddr, no giaddr) needs a neighbour entry for yiaddr → chaddr, since the
+//! client cannot answer ARP: we add one over rtnetlink (as `ip neigh
+//! replace` does) and then send to yiaddr. Without a bound interface, or if
+//! that fails, the reply is broadcast (which every client accepts).
+
+use super::core::{self, Dest, Rx};
+use super::leases::{Store, Table};
+use dhcproto::v4::Message;
+use dhcproto::{Decodable, Decoder, Encodable, Encoder};
+use std::io;
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::sync::{Arc, Mutex};
+use std::time::{SystemTime, UNIX_EPOCH};
+use tokio::net::UdpSocket;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::{debug, info, warn};
+
+/// Ports replies go to; tests move them off the privileged ones.
+#[derive(Debug, Clone, Copy)]
+pub struct Ports {
+    pub client: u16,
+    pub server: u16,
+}
+
+impl Default for Ports {
+    fn default() -> Self {
+        Ports { client: 68, server: 67 }
+    }
+}
+
+/// A UDP socket for DHCP: broadcast allowed, optionally bound to one
+/// interface (so broadcasts from other networks are never seen, and ours
+/// leave through it).
+pub fn bind(addr: SocketAddr, interface: Option<&str>) -> io::Result<UdpSocket> {
+    let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::DGRAM, Some(socket2::Protocol::UDP))?;
+    s.set_reuse_address(true)?;
+    s.set_broadcast(true)?;
+    if let Some(i) = interface {
+        s.bind_device(Some(i.as_bytes()))?;
+    }
+    s.set_nonblocking(true)?;
+    s.bind(&addr.into())?;
+    UdpSocket::from_std(s.into())
+}
+
+pub struct Server {
+    pub app: Arc<crate::App>,
+    pub table: Arc<Mutex<Table>>,
+    pub store: Store,
+    pub ports: Ports,
+    /// For neighbour entries (hardware unicast); `None` → broadcast instead.
+    pub ifindex: Option<u32>,
+}
+
+fn now() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+}
+
+impl Server {
+    /// Serves `socket` until `shutdown`. `local_port` is 67, or 4011 for
+    /// the proxyDHCP boot-server socket.
+    pub async fn run(self: Arc<Self>, socket: UdpSocket, local_port: u16, shutdown: CancellationToken) {
+        let socket = Arc::new(socket);
+        let tracker = TaskTracker::new();
+        let mut buf = vec![0u8; 4096];
+        loop {
+            let (n, src) = tokio::select! {
+                _ = shutdown.cancelled() => break,
+                r = socket.recv_from(&mut buf) => match r {
+                    Ok(x) => x,
+                    Err(e) => { warn!(error = %e, "DHCP receive failed"); continue; }
+                },
+            };
+            let SocketAddr::V4(src) = src else { continue };
+            self.handle(&socket, &tracker, &buf[..n], src, local_port);
+        }
+        tracker.close();
+        tracker.wait().await;
+    }
+
+    fn count(&self, kind: &'static str) {
+        self.app.metrics.dhcp.get_or_create(&crate::metrics::Kind { kind }).inc();
+    }
+
+    fn handle(self: &Arc<Self>, socket: &Arc<UdpSocket>, tracker: &TaskTracker, packet: &[u8], src: SocketAddrV4, local_port: u16) {
+        let req = match Message::decode(&mut Decoder::new(packet)) {
+            Ok(m) => m,
+            Err(e) => {
+                self.count("malformed");
+                debug!(%src, len = packet.len(), error = %e, "malformed DHCP packet dropped");
+                return;
+            }
+        };
+        let snap = self.app.live.load();
+        let outcome = {
+            let mut table = self.table.lock().unwrap_or_else(|p| p.into_inner());
+            let o = core::answer(&snap.site, &table, &req, Rx { src, local_port }, now());
+            // Update memory now so a concurrent request cannot be handed the
+            // same pool address; the ACK still waits for the disk.
+            if let Some(l) = &o.commit {
+                table.apply(l.clone());
+            }
+            o
+        };
+        self.count(outcome.kind);
+        let xid = req.xid();
+        match outcome.kind {
+            "malformed" | "ignored" => {
+                info!(%src, xid, kind = outcome.kind, reason = %outcome.reason.escape_debug(), "DHCP request not answered")
+            }
+            _ => info!(%src, xid, kind = outcome.kind, reason = %outcome.reason.escape_debug(), "DHCP"),
+        }
+        let Some((reply, dest)) = outcome.reply else {
+            if let Some(l) = outcome.commit {
+                let store = self.store.clone();
+                tracker.spawn(async move {
+                    let _ = store.commit(l).await;
+                });
+            }
+            return;
+        };
+        let mut bytes = Vec::with_capacity(576);
+        if reply.encode(&mut Encoder::new(&mut bytes)).is_err() {
+            warn!(xid, "DHCP reply could not be encoded");
+            return;
+        }
+        let this = Arc::clone(self);
+        let socket = Arc::clone(socket);
+        match outcome.commit {
+            None => this.send(&socket, &bytes, dest, src),
+            Some(lease) => {
+                tracker.spawn(async move {
+                    match this.store.commit(lease).await {
+                        Ok(()) => this.send(&socket, &bytes, dest, src),
+                        Err(e) => {
+                            this.count("store_error");
+                            warn!(xid, error = %e, "lease not durable: ACK withheld (the client will retry)");
+                        }
+                    }
+                });
+            }
+        }
+    }
+
+    fn send(&self, socket: &UdpSocket, bytes: &[u8], dest: Dest, src: SocketAddrV4) {
+        let to = match dest {
+            Dest::Relay(gi) => SocketAddrV4::new(gi, self.ports.server),
+            Dest::Unicast(ip) => SocketAddrV4::new(ip, self.ports.client),
+            Dest::Broadcast => SocketAddrV4::new(Ipv4Addr::BROADCAST, self.ports.client),
+            Dest::Source => src,
+            Dest::Hardware { ip, mac } => match self.ifindex.map(|i| super::neigh::replace(i, ip, mac)) {
+                Some(Ok(())) => SocketAddrV4::new(ip, self.ports.client),
+                Some(Err(e)) => {
+                    debug!(%ip, %mac, error = %e, "no neighbour entry; broadcasting instead");
+                    SocketAddrV4::new(Ipv4Addr::BROADCAST, self.ports.client)
+                }
+                None => SocketAddrV4::new(Ipv4Addr::BROADCAST, self.ports.client),
+            },
+        };
+        if let Err(e) = socket.try_send_to(bytes, to.into()) {
+            warn!(%to, error = %e, "DHCP reply not sent");
+        }
+    }
+}
