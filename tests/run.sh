@@ -30,7 +30,8 @@ cargo build --release --locked -p bootd
 bash tests/lab/guest.sh target/lab-images
 passed=0 failed=0
 e2e() {
-  if bash tests/lab/netboot.sh --bootd target/release/bootd --site examples/lab/site.yaml "$@"; then
+  # bootd serves DHCP itself (--no-dhcp: no stand-in; dnsmasq only sends IPv6 RAs).
+  if bash tests/lab/netboot.sh --bootd target/release/bootd --site examples/lab/site.yaml --no-dhcp "$@"; then
     passed=$((passed + 1))
   else
     failed=$((failed + 1))
