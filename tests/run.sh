@@ -4,7 +4,8 @@
 #   1. formatting check;
 #   2. cargo test --workspace: unit, golden (checked by ignition-validate) and
 #      integration tests (the real servers on loopback, talked to by hyper and curl);
-#   3. end to end: real firmware (QEMU SeaBIOS + iPXE) network-boots the lab
+#   3. DHCP interop: udhcpc, dhclient and perfdhcp (relay) against bootd's DHCP;
+#   4. end to end: real firmware (QEMU SeaBIOS + iPXE) network-boots the lab
 #      site's nodes from bootd inside a private network namespace and proves the
 #      Ignition bytes it fetched equal what bootd rendered.
 # Needs root (apt, network namespaces). Prints "N passed, N failed" at the end.
@@ -37,6 +38,7 @@ e2e() {
     failed=$((failed + 1))
   fi
 }
+if bash tests/lab/dhcp-interop.sh target/release/bootd; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
 e2e --node bootstrap --mac 52:54:00:77:00:10 --ip 10.77.0.10 --firmware seabios-ipxe
 e2e --node master-0 --mac 52:54:00:77:00:11 --ip 10.77.0.11 --firmware ovmf-ipxe
 

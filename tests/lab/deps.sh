@@ -13,6 +13,10 @@ PKGS=(
   iproute2 dnsmasq-base curl python3 python3-yaml tcpdump procps ca-certificates openssl
   # real Ignition client (+ ignition-validate) and benchmark peers
   ignition nginx wrk
+  # TFTP clients for bootd's TFTP tests (clients only: the atftpd package would remove tftpd-hpa)
+  atftp tftp-hpa
+  # DHCP clients and load generator for bootd's DHCP interop tests
+  isc-dhcp-client kea-admin
 )
 
 if [[ $(id -u) -ne 0 ]]; then
