@@ -21,6 +21,9 @@ struct Cli {
     /// Validate FILE and exit: 0 when valid, 1 listing every problem.
     #[arg(long, value_name = "FILE")]
     check_config: Option<PathBuf>,
+    /// Where DHCP replies go, CLIENT,SERVER ports (default 68,67); for tests.
+    #[arg(long, hide = true, value_name = "CLIENT,SERVER")]
+    dhcp_reply_ports: Option<String>,
     #[command(subcommand)]
     cmd: Option<Cmd>,
 }
@@ -64,6 +67,10 @@ fn main() -> Result<()> {
     let site = site::load(&cli.site).map_err(|e| anyhow::anyhow!("{e}"))?;
     let mut config = bootd::Config::new(site);
     config.state_dir = cli.state_dir.clone();
+    if let Some(p) = &cli.dhcp_reply_ports {
+        let (c, s) = p.split_once(',').context("--dhcp-reply-ports CLIENT,SERVER")?;
+        config.dhcp_ports = bootd::dhcp::server::Ports { client: c.parse()?, server: s.parse()? };
+    }
     match cli.cmd.unwrap_or(Cmd::Run) {
         Cmd::Run => serve(config),
         Cmd::Render { what, node } => render(&config, what, &node),

@@ -5,6 +5,7 @@
 //! - [`core`]: the whole answer to one request (pure; `answer`).
 //! - [`leases`]: the lease table and its crash-safe store (group commit).
 //! - [`server`]: sockets, reply addressing, durability before ACK.
+//! - [`wire`]: structural checks on raw packets before decoding.
 //!
 //! Invariant: no ACK leaves before the lease it grants is fdatasync'ed.
 
@@ -13,3 +14,4 @@ pub mod core;
 pub mod leases;
 pub mod neigh;
 pub mod server;
+pub mod wire;

@@ -89,6 +89,11 @@ impl Server {
     }
 
     fn handle(self: &Arc<Self>, socket: &Arc<UdpSocket>, tracker: &TaskTracker, packet: &[u8], src: SocketAddrV4, local_port: u16) {
+        if let Err(why) = super::wire::check(packet) {
+            self.count("malformed");
+            debug!(%src, len = packet.len(), why, "malformed DHCP packet dropped");
+            return;
+        }
         let req = match Message::decode(&mut Decoder::new(packet)) {
             Ok(m) => m,
             Err(e) => {

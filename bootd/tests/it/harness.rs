@@ -38,6 +38,7 @@ impl std::io::Write for Writer {
 }
 
 pub struct Bootd {
+    pub dhcp: Option<SocketAddr>,
     pub http: SocketAddr,
     pub https: SocketAddr,
     pub app: Arc<bootd::App>,
@@ -55,19 +56,26 @@ impl Bootd {
     /// The lab site, copied to a temp dir (so tests may edit it), with an
     /// image root of its own. `edit` may change the site text first.
     pub async fn start_with(edit: impl FnOnce(String) -> String) -> Bootd {
+        Bootd::start_full(edit, None).await
+    }
+
+    /// With DHCP on 127.0.0.1 (port 0); replies to relays go to `relay_port`.
+    pub async fn start_dhcp(edit: impl FnOnce(String) -> String, relay_port: u16) -> Bootd {
+        Bootd::start_full(edit, Some(relay_port)).await
+    }
+
+    async fn start_full(edit: impl FnOnce(String) -> String, relay_port: Option<u16>) -> Bootd {
         logs();
         let dir = tempfile::tempdir().unwrap();
-        let text = std::fs::read_to_string(lab_dir().join("site.yaml")).unwrap();
-        let text =
-            text.replace("root: ../../target/lab-images", "root: images").replace("stateDir: ../../target/lab-state", "stateDir: state");
-        std::fs::create_dir_all(dir.path().join("images/lab")).unwrap();
-        std::fs::create_dir_all(dir.path().join("ignition")).unwrap();
-        for r in ["bootstrap", "master", "worker"] {
-            std::fs::copy(lab_dir().join(format!("ignition/{r}.ign")), dir.path().join(format!("ignition/{r}.ign"))).unwrap();
-        }
-        std::fs::write(dir.path().join("site.yaml"), edit(text)).unwrap();
+        write_site(dir.path(), edit);
         let site = site::load(&dir.path().join("site.yaml")).unwrap();
         let mut config = bootd::Config::new(site);
+        let mut dhcp_sock = None;
+        if let Some(p) = relay_port {
+            config.dhcp_ports = bootd::dhcp::server::Ports { client: 68, server: p };
+            dhcp_sock = Some(bootd::dhcp::server::bind("127.0.0.1:0".parse().unwrap(), None).unwrap());
+        }
+        let dhcp = dhcp_sock.as_ref().map(|s| s.local_addr().unwrap());
         config.poll = Some(std::time::Duration::from_millis(200));
         config.grace = std::time::Duration::from_millis(500);
         let reload = Arc::clone(&config.reload);
@@ -79,10 +87,10 @@ impl Bootd {
         let task = tokio::spawn(bootd::run_app(
             Arc::clone(&app),
             config,
-            bootd::Sockets { http, https: Some(https), dhcp: None, dhcp_proxy: None },
+            bootd::Sockets { http, https: Some(https), dhcp: dhcp_sock, dhcp_proxy: None },
             shutdown.clone(),
         ));
-        Bootd { http: ha, https: hsa, app, dir, reload, shutdown, task: Some(task) }
+        Bootd { dhcp, http: ha, https: hsa, app, dir, reload, shutdown, task: Some(task) }
     }
 
     pub async fn start() -> Bootd {
@@ -115,6 +123,24 @@ impl Bootd {
             t.await.unwrap().unwrap();
         }
     }
+}
+
+/// Writes the lab site (edited) into `dir` with its own images, state and
+/// Ignition; returns the site file's path.
+pub fn write_site(dir: &Path, edit: impl FnOnce(String) -> String) -> PathBuf {
+    let text = std::fs::read_to_string(lab_dir().join("site.yaml")).unwrap();
+    let text = text
+        .replace("root: ../../target/lab-images", "root: images")
+        .replace("stateDir: ../../target/lab-state", "stateDir: state")
+        .replace("root: ../../target/lab-tftp", "root: tftp");
+    std::fs::create_dir_all(dir.join("images/lab")).unwrap();
+    std::fs::create_dir_all(dir.join("tftp")).unwrap();
+    std::fs::create_dir_all(dir.join("ignition")).unwrap();
+    for r in ["bootstrap", "master", "worker"] {
+        std::fs::copy(lab_dir().join(format!("ignition/{r}.ign")), dir.join(format!("ignition/{r}.ign"))).unwrap();
+    }
+    std::fs::write(dir.join("site.yaml"), edit(text)).unwrap();
+    dir.join("site.yaml")
 }
 
 /// One request on a fresh connection.

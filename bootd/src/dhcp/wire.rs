@@ -1,0 +1,157 @@
+//! Structural checks on a raw DHCP packet before it is decoded, so that
+//! malformed input is refused with a reason instead of half-parsed:
+//! minimum length, BOOTP header sanity, the magic cookie, every option's
+//! length inside the packet, an END, and option overload (52) pointing only
+//! at well-formed `file`/`sname` areas. Overload is honoured from the
+//! options field only, so it cannot loop.
+
+const HEADER: usize = 236;
+const COOKIE: [u8; 4] = [99, 130, 83, 99];
+const SNAME: std::ops::Range<usize> = 44..108;
+const FILE: std::ops::Range<usize> = 108..236;
+
+/// Walks one option area; `Ok(overload)` is option 52's value if present.
+fn walk(area: &[u8], must_end: bool) -> Result<Option<u8>, &'static str> {
+    let mut i = 0;
+    let mut overload = None;
+    while i < area.len() {
+        match area[i] {
+            0 => i += 1,
+            255 => return Ok(overload),
+            code => {
+                let len = *area.get(i + 1).ok_or("option length past the end")? as usize;
+                let val = area.get(i + 2..i + 2 + len).ok_or("option value past the end")?;
+                if code == 52 {
+                    if len != 1 || !(1..=3).contains(&val[0]) {
+                        return Err("bad option overload value");
+                    }
+                    overload = Some(val[0]);
+                }
+                if code == 53 && len != 1 {
+                    return Err("bad message type length");
+                }
+                i += 2 + len;
+            }
+        }
+    }
+    if must_end {
+        Err("options not terminated by END")
+    } else {
+        Ok(overload)
+    }
+}
+
+pub fn check(p: &[u8]) -> Result<(), &'static str> {
+    if p.len() < HEADER + 4 {
+        return Err("shorter than a BOOTP header and magic cookie");
+    }
+    if p[0] != 1 {
+        return Err("not a BOOTREQUEST");
+    }
+    if p[1] != 1 || p[2] != 6 {
+        return Err("not Ethernet (htype 1, hlen 6)");
+    }
+    if p[3] > 16 {
+        return Err("relay hop count over 16");
+    }
+    if p[HEADER..HEADER + 4] != COOKIE {
+        return Err("bad magic cookie");
+    }
+    let overload = walk(&p[HEADER + 4..], true)?;
+    match overload {
+        Some(1) => walk(&p[FILE], false).map(|_| ()),
+        Some(2) => walk(&p[SNAME], false).map(|_| ()),
+        Some(3) => walk(&p[FILE], false).and_then(|_| walk(&p[SNAME], false)).map(|_| ()),
+        _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn base() -> Vec<u8> {
+        let mut p = vec![0u8; 240];
+        p[0] = 1;
+        p[1] = 1;
+        p[2] = 6;
+        p[236..240].copy_from_slice(&COOKIE);
+        p
+    }
+
+    #[test]
+    fn accepts_and_refuses() {
+        let mut ok = base();
+        ok.extend_from_slice(&[53, 1, 1, 255]);
+        assert_eq!(check(&ok), Ok(()));
+        for (bad, why) in [
+            (vec![], "shorter"),
+            (
+                {
+                    let mut p = ok.clone();
+                    p[236] = 0;
+                    p
+                },
+                "cookie",
+            ),
+            (
+                {
+                    let mut p = base();
+                    p.extend_from_slice(&[53, 1, 1, 12, 200, b'x']);
+                    p
+                },
+                "past the end",
+            ),
+            (
+                {
+                    let mut p = base();
+                    p.extend_from_slice(&[53, 1, 1]);
+                    p
+                },
+                "END",
+            ),
+            (
+                {
+                    let mut p = base();
+                    p.extend_from_slice(&[53, 1, 1, 52, 1, 9, 255]);
+                    p
+                },
+                "overload",
+            ),
+            (
+                {
+                    let mut p = base();
+                    p.extend_from_slice(&[53, 1, 1, 52, 1, 1, 255]);
+                    p[108] = 12;
+                    p[109] = 250;
+                    p
+                },
+                "past the end",
+            ),
+            (
+                {
+                    let mut p = ok.clone();
+                    p[0] = 2;
+                    p
+                },
+                "BOOTREQUEST",
+            ),
+            (
+                {
+                    let mut p = ok.clone();
+                    p[3] = 17;
+                    p
+                },
+                "hop",
+            ),
+        ] {
+            let e = check(&bad).unwrap_err();
+            assert!(e.contains(why), "{e} vs {why}");
+        }
+        // Overload into a file area with an option and an END is fine.
+        let mut p = base();
+        p.extend_from_slice(&[53, 1, 1, 52, 1, 1, 255]);
+        p[108..112].copy_from_slice(&[67, 1, b'x', 255]);
+        assert_eq!(check(&p), Ok(()));
+    }
+}
