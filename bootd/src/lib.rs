@@ -24,6 +24,7 @@ pub mod http;
 pub mod metrics;
 pub mod render;
 pub mod state;
+pub mod tftp;
 pub mod tls;
 pub mod token;
 
@@ -98,6 +99,8 @@ pub struct Sockets {
     pub dhcp: Option<tokio::net::UdpSocket>,
     /// proxyDHCP's boot-server port 4011.
     pub dhcp_proxy: Option<tokio::net::UdpSocket>,
+    /// TFTP on port 69.
+    pub tftp: Option<tokio::net::UdpSocket>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -167,6 +170,17 @@ pub async fn run_app(app: Arc<App>, config: Config, sockets: Sockets, shutdown: 
             }
         }
     }
+    if let Some(sock) = sockets.tftp {
+        info!(addr = %sock.local_addr().map(|a| a.to_string()).unwrap_or_default(), "TFTP listening");
+        let resolver = tftp_resolver(Arc::clone(&app));
+        let metrics = Arc::clone(&app.metrics.tftp);
+        let shutdown = shutdown.clone();
+        tracker.spawn(async move {
+            if let Err(e) = tftp::run(tftp::TftpConfig::default(), sock, resolver, metrics, shutdown).await {
+                error!(error = %e, "TFTP server stopped");
+            }
+        });
+    }
     shutdown.cancelled().await;
     tracker.close();
     // Connections get the grace period to finish their responses; then
@@ -178,6 +192,38 @@ pub async fn run_app(app: Arc<App>, config: Config, sockets: Sockets, shutdown: 
     }
     info!("bootd stopped");
     Ok(())
+}
+
+/// What a TFTP file name maps to: generated per-node files (GRUB configs,
+/// the iPXE entry script) from the live site, else a file below
+/// `host.tftp.root`.
+fn tftp_resolver(app: Arc<App>) -> tftp::Resolver {
+    Arc::new(move |name: &str, _peer: SocketAddr| {
+        let snap = app.live.load();
+        let site = &snap.site;
+        let base = name.strip_prefix("grub/").unwrap_or(name);
+        if base == "grub.cfg" {
+            return tftp::Resolved::Bytes(render::grub::selector(site).into());
+        }
+        if let Some(mac) = base.strip_prefix("grub.cfg-01-").and_then(|m| m.parse::<site::Mac>().ok()) {
+            return match site.node_by_mac(&mac) {
+                Some(node) => {
+                    let tok = app.key.issue(&node.name, SystemTime::now(), site.ignition.token_ttl);
+                    let urls = render::NodeUrls::new(site, node, &tok);
+                    info!(node = %node.name, %mac, "GRUB config served over TFTP");
+                    tftp::Resolved::Bytes(render::grub::node(site, node, &urls).into())
+                }
+                None => tftp::Resolved::NotFound,
+            };
+        }
+        if name == "boot.ipxe" {
+            return tftp::Resolved::Bytes(render::ipxe::entry(site).into());
+        }
+        match &site.host.tftp {
+            Some(t) => tftp::resolve_in(&t.root, name),
+            None => tftp::Resolved::NotFound,
+        }
+    })
 }
 
 fn local(l: &TcpListener) -> String {

@@ -157,6 +157,10 @@ fn serve(config: bootd::Config) -> Result<()> {
             }
             None => (None, None),
         };
+        let tftp = match &site.host.tftp {
+            Some(t) => Some(tokio::net::UdpSocket::bind(t.listen).await.with_context(|| format!("host.tftp.listen {}", t.listen))?),
+            None => None,
+        };
         let shutdown = CancellationToken::new();
         let reload = Arc::clone(&config.reload);
         println!("bootd: serving cluster {} ({} nodes) from {}", site.cluster.domain(), site.nodes.len(), site.source.display());
@@ -171,7 +175,7 @@ fn serve(config: bootd::Config) -> Result<()> {
             println!("  node {:<12} {:<9} {} {}", n.name, n.role, n.macs.first().map(|m| m.to_string()).unwrap_or_default(), n.ip);
         }
         let signals = tokio::spawn(signals(shutdown.clone(), reload));
-        let r = bootd::run(config, bootd::Sockets { http, https, dhcp, dhcp_proxy }, shutdown).await;
+        let r = bootd::run(config, bootd::Sockets { http, https, dhcp, dhcp_proxy, tftp }, shutdown).await;
         signals.abort();
         r.map_err(anyhow::Error::from)
     })

@@ -34,6 +34,7 @@ pub struct Kind {
 
 pub struct Metrics {
     registry: Registry,
+    pub tftp: std::sync::Arc<crate::tftp::TftpMetrics>,
     pub dhcp: Family<Kind, Counter>,
     pub requests: Family<RouteStatus, Counter>,
     pub bytes: Family<RouteLabel, Counter>,
@@ -55,6 +56,8 @@ impl Default for Metrics {
         let denials = Family::<Reason, Counter>::default();
         let reloads = Family::<Outcome, Counter>::default();
         let dhcp = Family::<Kind, Counter>::default();
+        let tftp = std::sync::Arc::new(crate::tftp::TftpMetrics::default());
+        tftp.register(&mut registry);
         registry.register(
             "dhcp_packets",
             "DHCP requests by outcome (offer, ack, nak, inform, release, decline, proxy, ignored, malformed, store_error)",
@@ -64,7 +67,7 @@ impl Default for Metrics {
         registry.register("http_response_bytes", "Response body bytes sent, by route", bytes.clone());
         registry.register("ignition_denials", "Refused requests for a node's Ignition, metadata or userdata, by reason", denials.clone());
         registry.register("site_reloads", "Site reloads by result (ok, error)", reloads.clone());
-        Metrics { registry, dhcp, requests, bytes, denials, reloads }
+        Metrics { registry, tftp, dhcp, requests, bytes, denials, reloads }
     }
 }
 

@@ -47,7 +47,7 @@ impl Outcome {
     }
 }
 
-fn network_of<'a>(site: &'a Site, ip: Ipv4Addr) -> Option<&'a Network> {
+fn network_of(site: &Site, ip: Ipv4Addr) -> Option<&Network> {
     site.networks.iter().find(|n| n.subnet.contains(&IpAddr::V4(ip)))
 }
 
@@ -429,7 +429,9 @@ mod tests {
     #[test]
     fn firmware_families() {
         let site = lab();
-        let cases: [(&str, &str, Option<u16>, Option<&str>, &str); 6] = [
+        // (golden name, MAC, client arch, vendor class, expected boot file)
+        type Case<'a> = (&'a str, &'a str, Option<u16>, Option<&'a str>, &'a str);
+        let cases: [Case; 6] = [
             ("bios", "52:54:00:77:00:11", Some(0), None, "undionly.kpxe"),
             ("uefi-x64", "52:54:00:77:00:12", Some(7), None, "ipxe.efi"),
             ("uefi-arm64", "52:54:00:77:00:13", Some(11), None, "ipxe-arm64.efi"),

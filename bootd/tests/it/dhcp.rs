@@ -61,8 +61,8 @@ async fn relayed_dora_is_durable_before_ack_and_bad_packets_are_counted() {
     bad_cookie[236..240].copy_from_slice(&[1, 2, 3, 4]);
     let mut overflow = good[..240].to_vec();
     overflow.extend_from_slice(&[53, 1, 1, 12, 200, b'x']); // option length past the end
-    // Overload (52) into `file`, whose own content overloads again: honoured
-    // from the options field only, so it is answered once and cannot loop.
+                                                            // Overload (52) into `file`, whose own content overloads again: honoured
+                                                            // from the options field only, so it is answered once and cannot loop.
     let mut overload_loop = good[..240].to_vec();
     overload_loop[108..112].copy_from_slice(&[52, 1, 3, 255]);
     overload_loop.extend_from_slice(&[53, 1, 1, 52, 1, 3, 255]);

@@ -1,0 +1,92 @@
+//! TFTP counters. The one label is a fixed word (the outcome): never a
+//! filename, which is client-chosen and unbounded.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabel {
+    pub result: &'static str,
+}
+
+/// How a request ended; the `result` label of `tftp_requests_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// The client acknowledged the final block.
+    Ok,
+    NotFound,
+    /// The resolver refused it (an escape from the root, a symlink out,
+    /// permissions).
+    Denied,
+    /// Any WRQ: the server is read-only.
+    WriteRefused,
+    /// An RRQ/WRQ that did not parse; answered with ERROR 4.
+    Malformed,
+    /// Refused because `max_transfers` were running.
+    Busy,
+    /// The client sent ERROR (EDK2 does after its `tsize` probe).
+    ClientAbort,
+    /// No ACK after every retry.
+    Timeout,
+    /// A new RRQ from the same address and port took its place.
+    Replaced,
+    Shutdown,
+    /// A socket or file error on our side, or the client went away (ICMP).
+    Error,
+}
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Ok => "ok",
+            Outcome::NotFound => "not_found",
+            Outcome::Denied => "denied",
+            Outcome::WriteRefused => "write_refused",
+            Outcome::Malformed => "malformed",
+            Outcome::Busy => "busy",
+            Outcome::ClientAbort => "client_abort",
+            Outcome::Timeout => "timeout",
+            Outcome::Replaced => "replaced",
+            Outcome::Shutdown => "shutdown",
+            Outcome::Error => "error",
+        }
+    }
+}
+
+/// Cloned handles are shared with the registry they are registered in.
+#[derive(Debug, Default)]
+pub struct TftpMetrics {
+    /// Every RRQ/WRQ, by how it ended.
+    pub requests: Family<ResultLabel, Counter>,
+    /// Datagrams on the request port that are not a valid request, those
+    /// dropped without an answer included (the log line has the reason).
+    pub malformed: Counter,
+    pub busy: Counter,
+    /// DATA payload bytes put on the wire, retransmissions included.
+    pub bytes_sent: Counter,
+    /// DATA packets sent again (timeouts, partial windows).
+    pub retransmits: Counter,
+    pub transfers_active: Gauge,
+}
+
+impl TftpMetrics {
+    pub fn register(&self, registry: &mut Registry) {
+        registry.register("tftp_requests", "TFTP requests by result", self.requests.clone());
+        registry.register("tftp_malformed", "Datagrams on the TFTP port that are not a valid request", self.malformed.clone());
+        registry.register("tftp_busy", "TFTP requests refused because max_transfers were running", self.busy.clone());
+        registry.register("tftp_bytes_sent", "TFTP DATA payload bytes sent, retransmissions included", self.bytes_sent.clone());
+        registry.register("tftp_retransmits", "TFTP DATA packets sent again", self.retransmits.clone());
+        registry.register("tftp_transfers_active", "TFTP transfers in progress", self.transfers_active.clone());
+    }
+
+    pub fn request(&self, outcome: Outcome) {
+        self.requests.get_or_create(&ResultLabel { result: outcome.as_str() }).inc();
+    }
+
+    pub fn requests_with(&self, outcome: Outcome) -> u64 {
+        self.requests.get_or_create(&ResultLabel { result: outcome.as_str() }).get()
+    }
+}

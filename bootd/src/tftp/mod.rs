@@ -1,0 +1,71 @@
+//! A read-only TFTP server (RFC 1350, with the blksize, tsize, timeout and
+//! windowsize options of RFC 2347-2349 and RFC 7440) for the firmware that
+//! cannot speak HTTP: PXE ROMs and EDK2 fetching iPXE, SLOF and GRUB
+//! fetching GRUB's files and per-node configs.
+//!
+//! Modules:
+//! - [`packet`]: parse and encode packets, negotiate options (pure).
+//! - [`window`]: which blocks to send after each ACK, rollover (pure).
+//! - [`server`]: the request loop and one task per transfer.
+//! - [`metrics`]: Prometheus counters.
+//! - `source`, `udp`: reading blocks; per-packet local addresses.
+//!
+//! Invariants:
+//! - Nothing is ever written: every WRQ is refused with ERROR 2.
+//! - A name maps to content only through the [`Resolver`]; the one that
+//!   reads a directory ([`root_resolver`]) opens through
+//!   [`crate::files::open_beneath`], so `..`, absolute names and symlinks
+//!   out of the root fail in the kernel, not in a string check.
+//! - One transfer per client address and port: a new RRQ from the same
+//!   port replaces the running one (EDK2 and SLOF abort and re-ask from the
+//!   port they used before).
+//! - At most `max_transfers` transfers run; one more is refused at once.
+//! - Filenames reach logs only escaped, and never metric labels; file
+//!   contents reach neither.
+
+pub mod metrics;
+pub mod packet;
+pub mod server;
+mod source;
+mod udp;
+pub mod window;
+
+pub use metrics::{Outcome, TftpMetrics};
+pub use server::{run, TftpConfig};
+pub use source::Resolved;
+
+use std::io;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// Maps a requested filename to content. The name arrives with one leading
+/// `/` removed (firmware asks for both `/grub.cfg` and `grub.cfg`), never
+/// empty, and UTF-8; the peer lets generated files depend on the client.
+/// Called on the transfer's task: it should not block for long.
+pub type Resolver = Arc<dyn Fn(&str, SocketAddr) -> Resolved + Send + Sync>;
+
+/// Serves the regular files below `root`, and nothing else.
+pub fn root_resolver(root: PathBuf) -> Resolver {
+    Arc::new(move |name: &str, _peer: SocketAddr| resolve_in(&root, name))
+}
+
+/// [`crate::files::open_beneath`], with its errors sorted into the two
+/// answers TFTP has.
+pub fn resolve_in(root: &std::path::Path, name: &str) -> Resolved {
+    match crate::files::open_beneath(root, name) {
+        Ok(f) => Resolved::File(f),
+        Err(e) => {
+            let not_found =
+                e.kind() == io::ErrorKind::NotFound || matches!(e.raw_os_error(), Some(nix::libc::ENOTDIR | nix::libc::ENAMETOOLONG));
+            // EXDEV is an escape (`..`, absolute symlink), ELOOP a magic
+            // link, EACCES/EPERM permissions: all "access violation".
+            tracing::debug!(file = %packet::Escaped(name), error = %e, "tftp open");
+            if not_found {
+                Resolved::NotFound
+            } else {
+                Resolved::Denied
+            }
+        }
+    }
+}

@@ -1,0 +1,422 @@
+//! The request loop and the transfers.
+//!
+//! The request socket only parses, refuses or hands off: each accepted RRQ
+//! gets a task with its own socket (an ephemeral port on the address the
+//! request came to, connected to the client), so a slow client never holds
+//! up another one, and the kernel keeps other senders out of a transfer.
+//!
+//! Transfers are cancel-safe: dropping one mid-window loses nothing but
+//! that transfer. They are cancelled at shutdown without grace (a boot
+//! client just asks again) and when the same client port sends a new RRQ.
+
+use super::metrics::{Outcome, TftpMetrics};
+use super::packet::{self, ErrorCode, Escaped, Negotiated, Packet, ParseError};
+use super::source::{Resolved, Source};
+use super::udp::{self, Datagram, Listener};
+use super::window::{Step, Window};
+use super::Resolver;
+use std::collections::HashMap;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+use tokio::net::UdpSocket;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::{debug, info, info_span, warn, Instrument};
+
+#[derive(Debug, Clone)]
+pub struct TftpConfig {
+    /// Largest `blksize` granted. 1468 keeps a DATA packet inside a
+    /// 1500-byte MTU (1468 bytes of data, 4 of TFTP, 8 of UDP, 20 of IP):
+    /// larger blocks would be IP-fragmented, and some firmware drops
+    /// fragments.
+    pub max_blksize: u16,
+    /// Largest `windowsize` granted; one window is at most this many
+    /// blocks in flight per transfer.
+    pub max_windowsize: u16,
+    /// Transfers running at once; one more request is refused with
+    /// "server busy" right away instead of stalling every transfer.
+    pub max_transfers: usize,
+    /// Retransmissions of an unacknowledged window before giving up.
+    pub retries: u32,
+    /// Retransmission timeout unless the client negotiates `timeout`.
+    pub default_timeout: Duration,
+}
+
+impl Default for TftpConfig {
+    fn default() -> Self {
+        TftpConfig { max_blksize: 1468, max_windowsize: 64, max_transfers: 256, retries: 5, default_timeout: Duration::from_secs(1) }
+    }
+}
+
+/// Receive buffer of the request socket: larger than any valid request, so
+/// an oversized one is seen as too long rather than silently cut.
+const RECV_BUF: usize = 2048;
+
+struct Shared {
+    config: TftpConfig,
+    resolver: Resolver,
+    metrics: Arc<TftpMetrics>,
+    listener: Listener,
+    /// Running transfers by client address. A std mutex: it is held for one
+    /// map operation, never across an await.
+    transfers: Mutex<HashMap<SocketAddr, Slot>>,
+    shutdown: CancellationToken,
+}
+
+struct Slot {
+    id: u64,
+    cancel: CancellationToken,
+}
+
+/// Serves TFTP on `socket` (bound to port 69, or port 0 in tests; to one
+/// address, or the wildcard with answers from the address each request
+/// came to) until `shutdown` is cancelled, then stops every transfer.
+/// Fails only if the socket cannot be set up.
+pub async fn run(
+    config: TftpConfig,
+    socket: UdpSocket,
+    resolver: Resolver,
+    metrics: Arc<TftpMetrics>,
+    shutdown: CancellationToken,
+) -> io::Result<()> {
+    let listener = Listener::new(socket)?;
+    info!(addr = %listener.local_addr()?, max_blksize = config.max_blksize, max_windowsize = config.max_windowsize,
+        max_transfers = config.max_transfers, "tftp listening");
+    let shared =
+        Arc::new(Shared { config, resolver, metrics, listener, transfers: Mutex::new(HashMap::new()), shutdown: shutdown.clone() });
+    let tracker = TaskTracker::new();
+    let mut buf = vec![0u8; RECV_BUF];
+    let mut cmsg = udp::cmsg_buffer();
+    let mut next_id = 0u64;
+    loop {
+        let received = tokio::select! {
+            _ = shutdown.cancelled() => break,
+            r = shared.listener.recv(&mut buf, &mut cmsg) => r,
+        };
+        match received {
+            Ok(d) => {
+                next_id += 1;
+                on_datagram(&shared, &tracker, &buf[..d.len], d, next_id).await;
+            }
+            Err(e) => {
+                // Not expected on an unconnected UDP socket; don't spin.
+                warn!(error = %e, "tftp receive");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    }
+    tracker.close();
+    tracker.wait().await;
+    info!("tftp stopped");
+    Ok(())
+}
+
+async fn on_datagram(shared: &Arc<Shared>, tracker: &TaskTracker, bytes: &[u8], d: Datagram, id: u64) {
+    let m = &shared.metrics;
+    let peer = d.peer;
+    let req = match packet::parse(bytes) {
+        Ok(Packet::Rrq(r)) => r,
+        Ok(Packet::Wrq(r)) => {
+            m.request(Outcome::WriteRefused);
+            warn!(%peer, file = %Escaped(r.filename), reason = "write request to a read-only server", "tftp request refused");
+            refuse(shared, d, ErrorCode::AccessViolation, "access violation: read-only server").await;
+            return;
+        }
+        Ok(other) => {
+            // DATA, ACK, ERROR or OACK belong on a transfer's port. Never
+            // answered: replying to an ERROR could start a loop.
+            m.malformed.inc();
+            warn!(%peer, reason = "not a request", packet = kind(&other), "tftp datagram dropped");
+            return;
+        }
+        Err(e @ (ParseError::TooShort | ParseError::UnknownOpcode(_))) => {
+            // Not even a request header: nothing tells us this is a TFTP
+            // client, so no answer.
+            m.malformed.inc();
+            warn!(%peer, reason = %e, "tftp datagram dropped");
+            return;
+        }
+        Err(e) => {
+            m.malformed.inc();
+            m.request(Outcome::Malformed);
+            warn!(%peer, reason = %e, "tftp request refused");
+            refuse(shared, d, ErrorCode::IllegalOperation, "illegal operation: malformed request").await;
+            return;
+        }
+    };
+    let name = req.filename.strip_prefix('/').unwrap_or(req.filename);
+    let neg = packet::negotiate(
+        &req.options,
+        packet::Limits { max_blksize: shared.config.max_blksize, max_windowsize: shared.config.max_windowsize },
+    );
+
+    let cancel = shared.shutdown.child_token();
+    let busy = {
+        let mut map = shared.transfers.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(old) = map.remove(&peer) {
+            // The client gave up on it (EDK2 after its tsize probe, SLOF
+            // after an error): its old TID must fall silent.
+            old.cancel.cancel();
+        }
+        let busy = map.len() >= shared.config.max_transfers;
+        if !busy {
+            map.insert(peer, Slot { id, cancel: cancel.clone() });
+        }
+        busy
+    };
+    if busy {
+        m.busy.inc();
+        m.request(Outcome::Busy);
+        warn!(%peer, file = %Escaped(name), reason = "busy", max_transfers = shared.config.max_transfers, "tftp request refused");
+        refuse(shared, d, ErrorCode::NotDefined, "server busy, try again").await;
+        return;
+    }
+    m.transfers_active.inc();
+    let slot = SlotGuard { shared: Arc::clone(shared), peer, id };
+
+    let sock = match udp::transfer_socket(d.local, peer) {
+        Ok(s) => s,
+        Err(e) => {
+            m.request(Outcome::Error);
+            warn!(%peer, file = %Escaped(name), local = %d.local, error = %e, "tftp transfer socket");
+            refuse(shared, d, ErrorCode::NotDefined, "server error, try again").await;
+            return;
+        }
+    };
+    let span = info_span!("tftp", %peer, file = %Escaped(name));
+    let t = Transfer { name: name.to_owned(), peer, neg, sock, cancel, _slot: slot };
+    tracker.spawn(transfer(Arc::clone(shared), t).instrument(span));
+}
+
+fn kind(p: &Packet<'_>) -> &'static str {
+    match p {
+        Packet::Rrq(_) => "RRQ",
+        Packet::Wrq(_) => "WRQ",
+        Packet::Data { .. } => "DATA",
+        Packet::Ack { .. } => "ACK",
+        Packet::Error { .. } => "ERROR",
+        Packet::Oack { .. } => "OACK",
+    }
+}
+
+/// An ERROR for a request that gets no transfer, from the request socket.
+async fn refuse(shared: &Shared, d: Datagram, code: ErrorCode, message: &str) {
+    if let Err(e) = shared.listener.send(&packet::error(code, message), d.peer, d.local).await {
+        debug!(peer = %d.peer, error = %e, "tftp error reply");
+    }
+}
+
+/// Frees a transfer's place when its task ends, however it ends.
+struct SlotGuard {
+    shared: Arc<Shared>,
+    peer: SocketAddr,
+    id: u64,
+}
+
+impl Drop for SlotGuard {
+    fn drop(&mut self) {
+        let mut map = self.shared.transfers.lock().unwrap_or_else(PoisonError::into_inner);
+        // A replacement from the same port may hold the entry by now.
+        if map.get(&self.peer).is_some_and(|s| s.id == self.id) {
+            map.remove(&self.peer);
+        }
+        self.shared.metrics.transfers_active.dec();
+    }
+}
+
+struct Transfer {
+    name: String,
+    peer: SocketAddr,
+    neg: Negotiated,
+    sock: UdpSocket,
+    cancel: CancellationToken,
+    _slot: SlotGuard,
+}
+
+#[derive(Debug, thiserror::Error)]
+enum End {
+    #[error("file not found")]
+    NotFound,
+    #[error("refused by the resolver")]
+    Denied,
+    #[error("client sent ERROR {code}: {message:?}")]
+    ClientAbort { code: u16, message: String },
+    #[error("no ACK after {0} retransmissions")]
+    Timeout(u32),
+    #[error("cancelled")]
+    Cancelled,
+    #[error("reading the file: {0}")]
+    Read(io::Error),
+    #[error("socket: {0}")]
+    Socket(#[from] io::Error),
+}
+
+struct Done {
+    bytes: u64,
+    retransmits: u64,
+}
+
+async fn transfer(shared: Arc<Shared>, t: Transfer) {
+    let started = Instant::now();
+    let (blksize, windowsize) = (t.neg.block_size(), t.neg.window_size());
+    let result = tokio::select! {
+        biased;
+        _ = t.cancel.cancelled() => Err(End::Cancelled),
+        r = serve(&shared, &t.sock, &t.name, t.peer, t.neg) => r,
+    };
+    let ms = started.elapsed().as_millis() as u64;
+    let outcome = match result {
+        Ok(done) => {
+            info!(bytes = done.bytes, blksize, windowsize, retransmits = done.retransmits, ms, "tftp transfer complete");
+            Outcome::Ok
+        }
+        // GRUB probes a dozen names per boot that do not exist: a miss is
+        // routine, not a warning.
+        Err(e @ End::NotFound) => {
+            info!(reason = %e, "tftp request refused");
+            Outcome::NotFound
+        }
+        Err(e @ End::Denied) => {
+            warn!(reason = %e, "tftp request refused");
+            Outcome::Denied
+        }
+        // EDK2 aborts after its tsize probe on every boot.
+        Err(e @ End::ClientAbort { .. }) => {
+            info!(reason = %e, ms, "tftp transfer aborted by the client");
+            Outcome::ClientAbort
+        }
+        Err(e @ End::Timeout(_)) => {
+            warn!(reason = %e, blksize, windowsize, ms, "tftp transfer failed");
+            Outcome::Timeout
+        }
+        Err(End::Cancelled) if shared.shutdown.is_cancelled() => {
+            debug!(ms, "tftp transfer stopped by shutdown");
+            Outcome::Shutdown
+        }
+        Err(End::Cancelled) => {
+            info!(ms, "tftp transfer replaced by a new request from the same port");
+            Outcome::Replaced
+        }
+        Err(e @ (End::Read(_) | End::Socket(_))) => {
+            warn!(reason = %e, ms, "tftp transfer failed");
+            Outcome::Error
+        }
+    };
+    shared.metrics.request(outcome);
+}
+
+/// What the client sent to a transfer's socket.
+enum Incoming {
+    Ack(u16),
+    Error { code: u16, message: String },
+    Other,
+}
+
+/// The next packet before `deadline`, or `None` at the deadline.
+async fn recv_until(sock: &UdpSocket, rx: &mut [u8], deadline: Instant) -> Result<Option<Incoming>, End> {
+    let n = match tokio::time::timeout_at(deadline, sock.recv(rx)).await {
+        Err(_) => return Ok(None),
+        Ok(r) => r?,
+    };
+    Ok(Some(match packet::parse(&rx[..n]) {
+        Ok(Packet::Ack { block }) => Incoming::Ack(block),
+        Ok(Packet::Error { code, message }) => Incoming::Error { code, message: message.into_owned() },
+        // Anything else from the client is ignored rather than ending the
+        // transfer: the retransmission timer still bounds it.
+        _ => Incoming::Other,
+    }))
+}
+
+async fn serve(shared: &Shared, sock: &UdpSocket, name: &str, peer: SocketAddr, neg: Negotiated) -> Result<Done, End> {
+    let config = &shared.config;
+    let m = &shared.metrics;
+    let resolved = if name.is_empty() { Resolved::NotFound } else { (shared.resolver)(name, peer) };
+    let source = match resolved {
+        Resolved::File(f) => Source::file(f).map_err(End::Read)?,
+        Resolved::Bytes(b) => Source::Bytes(b),
+        Resolved::NotFound => {
+            let _ = sock.send(&packet::error(ErrorCode::FileNotFound, "file not found")).await;
+            return Err(End::NotFound);
+        }
+        Resolved::Denied => {
+            let _ = sock.send(&packet::error(ErrorCode::AccessViolation, "access violation")).await;
+            return Err(End::Denied);
+        }
+    };
+    let len = source.len();
+    let (blksize, windowsize) = (neg.block_size(), neg.window_size());
+    let timeout = neg.timeout.map_or(config.default_timeout, |s| Duration::from_secs(s.into()));
+    // ACKs are 4 bytes; an ERROR's text beyond this is not needed.
+    let mut rx = [0u8; 516];
+
+    if neg.needs_oack() {
+        let mut oack = Vec::with_capacity(64);
+        neg.encode_oack(len, &mut oack);
+        let mut tries = 0;
+        'send: loop {
+            sock.send(&oack).await?;
+            let deadline = Instant::now() + timeout;
+            loop {
+                match recv_until(sock, &mut rx, deadline).await? {
+                    Some(Incoming::Ack(0)) => break 'send,
+                    Some(Incoming::Error { code, message }) => return Err(End::ClientAbort { code, message }),
+                    Some(_) => {}
+                    None if tries == config.retries => return Err(End::Timeout(config.retries)),
+                    None => {
+                        tries += 1;
+                        continue 'send;
+                    }
+                }
+            }
+        }
+    }
+
+    let mut window = Window::new(len, blksize, windowsize);
+    // One buffer for the whole transfer: header, then the block read in
+    // place behind it.
+    let mut tx = vec![0u8; 4 + usize::from(blksize)];
+    let mut range = window.resend();
+    let mut highest_sent = 0u64;
+    let mut retransmits = 0u64;
+    let mut tries = 0;
+    loop {
+        let mut payload = 0u64;
+        for block in range.clone() {
+            let (offset, n) = Window::span(block, blksize, len);
+            tx[..4].copy_from_slice(&packet::data_header(Window::wire(block)));
+            source.read_exact_at(offset, &mut tx[4..4 + n]).map_err(End::Read)?;
+            sock.send(&tx[..4 + n]).await?;
+            payload += n as u64;
+        }
+        let resent = highest_sent.min(*range.end()).saturating_sub(*range.start() - 1);
+        highest_sent = highest_sent.max(*range.end());
+        m.bytes_sent.inc_by(payload);
+        if resent > 0 {
+            retransmits += resent;
+            m.retransmits.inc_by(resent);
+        }
+        let deadline = Instant::now() + timeout;
+        range = loop {
+            match recv_until(sock, &mut rx, deadline).await? {
+                Some(Incoming::Ack(block)) => match window.on_ack(block) {
+                    Step::Done => return Ok(Done { bytes: len, retransmits }),
+                    Step::Send(next) => {
+                        tries = 0;
+                        break next;
+                    }
+                    Step::Ignore => {}
+                },
+                Some(Incoming::Error { code, message }) => return Err(End::ClientAbort { code, message }),
+                Some(Incoming::Other) => {}
+                None if tries == config.retries => return Err(End::Timeout(config.retries)),
+                None => {
+                    tries += 1;
+                    break window.resend();
+                }
+            }
+        };
+    }
+}
