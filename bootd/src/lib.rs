@@ -6,7 +6,12 @@
 //! userdata; plus `/healthz` and `/metrics`. Everything is derived from the
 //! site description ([`site::Site`]), reloaded live.
 //!
+//! Also the provisioning network's DHCP server ([`dhcp`]) and TFTP server
+//! ([`tftp`]) for firmware that cannot speak HTTP.
+//!
 //! Modules:
+//! - [`dhcp`]: DHCPv4 (+proxyDHCP, relays), arch-aware boot, durable leases.
+//! - [`tftp`]: read-only TFTP with windowsize, confined to its root.
 //! - [`render`]: pure renderers (iPXE, GRUB, Ignition, metadata), golden-tested.
 //! - [`token`]: who may fetch a node's secrets (source address or HMAC token).
 //! - [`files`]: confined opens (`openat2` RESOLVE_BENEATH), ranges, streaming.
