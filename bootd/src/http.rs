@@ -305,6 +305,7 @@ async fn image(app: &Arc<App>, root: &std::path::Path, raw: &str, headers: &Head
         Some(r) if if_range_ok => files::parse_range(r, len),
         _ => Ranges::Full,
     };
+    info!(path = %rel.escape_debug(), len, range = headers.contains_key(header::RANGE), "file served");
     let bytes = app.metrics.bytes.get_or_create(&RouteLabel { route: "images" }).clone();
     let on_bytes: Option<Box<dyn Fn(u64) + Send + Sync>> = Some(Box::new(move |n| {
         bytes.inc_by(n);

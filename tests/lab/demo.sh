@@ -28,11 +28,27 @@ rm -rf "$WORK"
 echo "demo: booting $NODE ($MAC, $IP) with $FIRMWARE; logs in $WORK"
 status=0
 bash tests/lab/netboot.sh --bootd target/release/bootd --site examples/lab/site.yaml \
-  --node "$NODE" --mac "$MAC" --ip "$IP" --firmware "$FIRMWARE" --workdir "$WORK" --no-dhcp || status=$?
+  --node "$NODE" --mac "$MAC" --ip "$IP" --firmware "$FIRMWARE" --workdir "$WORK" --no-dhcp >"$WORK.out" 2>&1 &
+NB=$!
+# Follow bootd's log as the machine boots and print each phase with the time
+# since bootd started.
+start=$(date +%s.%N)
+phases() {
+  tail -n +1 -s 0.2 --pid="$NB" -F "$WORK/bootd.log" 2>/dev/null | while IFS= read -r line; do
+    case $line in
+      bootd:*|"  "*) echo "$line" ;;
+      *DHCP*kind=*|*"script served"*|*"file served"*|*"Ignition served"*|*refused*|*"GRUB config"*|*explanation*)
+        msg=$(sed -E 's/^[0-9T:.-]+Z +[A-Z]+ +[a-z_:]+: //' <<<"$line")
+        printf '%7.1fs  %s\n' "$(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN { print b - a }')" "$msg" ;;
+    esac
+  done
+}
+mkdir -p "$WORK"
+phases &
+TP=$!
+wait $NB || status=$?
+sleep 0.5
+wait $TP 2>/dev/null || true
 echo
-echo "== bootd (as it started)"
-grep -E '^(bootd:|  )' "$WORK/bootd.log" || true
-echo
-echo "== what the machine fetched (bootd's log)"
-grep -E 'listening|served|refused|explanation|DHCP' "$WORK/bootd.log" | sed -E 's/^([0-9T:.-]+)Z/\1/' || true
+grep -E '^(PASS|FAIL)|marker' "$WORK.out" || cat "$WORK.out"
 exit $status
