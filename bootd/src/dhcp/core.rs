@@ -586,4 +586,38 @@ mod tests {
         let d = answer(&site2, &t, &req("52:54:00:de:ad:03", MessageType::Discover), rx(), 1000 + 3601);
         assert_eq!(d.reply.unwrap().0.yiaddr(), Ipv4Addr::new(10, 77, 0, 100));
     }
+
+    #[test]
+    fn proxy_dhcp_gives_boot_information_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let lab = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/lab");
+        let text = std::fs::read_to_string(lab.join("site.yaml"))
+            .unwrap()
+            .replace("    serverAddress: 10.77.0.1\n", "    serverAddress: 10.77.0.1\n    mode: proxy\n")
+            .replace("dir: ignition", &format!("dir: {}/ignition", lab.display()));
+        std::fs::write(dir.path().join("site.yaml"), text).unwrap();
+        let site = site::load(&dir.path().join("site.yaml")).unwrap();
+        // A BIOS PXE client's DISCOVER on 67: an OFFER with no address.
+        let mut m = req("52:54:00:77:00:11", MessageType::Discover);
+        pxe(&mut m, 0);
+        let o = answer(&site, &Table::default(), &m, rx(), 1000);
+        golden("proxy-offer", &dump(&o));
+        let (r, _) = o.reply.unwrap();
+        assert!(r.yiaddr().is_unspecified(), "proxyDHCP never hands out an address");
+        assert_eq!(r.fname_str().unwrap().unwrap(), "undionly.kpxe");
+        assert_eq!(r.opts().get(OptionCode::ClassIdentifier), Some(&DhcpOption::ClassIdentifier(b"PXEClient".to_vec())));
+        assert!(o.commit.is_none());
+        // Its REQUEST to port 4011: an ACK back to where it came from.
+        let mut q = req("52:54:00:77:00:11", MessageType::Request);
+        pxe(&mut q, 0);
+        q.set_ciaddr(Ipv4Addr::new(10, 77, 0, 11));
+        let src = SocketAddrV4::new(Ipv4Addr::new(10, 77, 0, 11), 68);
+        let o = answer(&site, &Table::default(), &q, Rx { src, local_port: 4011 }, 1000);
+        let (r, dest) = o.reply.unwrap();
+        assert_eq!((r.opts().msg_type(), dest), (Some(MessageType::Ack), Dest::Source));
+        // A client with nothing to boot gets no proxy answer at all.
+        let mut u = req("52:54:00:77:00:21", MessageType::Discover);
+        u.opts_mut().insert(DhcpOption::ClassIdentifier(b"udhcp 1.35.0".to_vec()));
+        assert!(answer(&site, &Table::default(), &u, rx(), 1000).reply.is_none());
+    }
 }
