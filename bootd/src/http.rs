@@ -269,7 +269,7 @@ async fn image(app: &Arc<App>, root: &std::path::Path, raw: &str, headers: &Head
     let (file, md) = match opened {
         Ok(Ok(x)) => x,
         Ok(Err(e)) => {
-            debug!(path = %rel.escape_debug(), error = %e, "image not served");
+            warn!(path = %rel.escape_debug(), error = %e, "file not served");
             return not_found();
         }
         Err(_) => return not_found(),

@@ -7,6 +7,9 @@ set -euo pipefail
 PKGS=(
   # firmware + emulators
   qemu-system-x86 qemu-system-ppc qemu-utils seabios ipxe-qemu ipxe ovmf
+  # grub-mkimage for the Open Firmware core.elf (tftp-root.sh; its powerpc modules
+  # come from the ppc64el grub-ieee1275-bin .deb, fetched with apt-get download)
+  grub-common
   # guest image building (guest.sh)
   busybox-static cpio gzip xz-utils zstd kmod
   # lab network + stand-in servers (netboot.sh)
