@@ -129,7 +129,7 @@ nodes:
 ignition: { roles: { worker: worker.ign } }
 EOF
     RUST_LOG=${RUST_LOG:-warn} nice -n "$PRIO" taskset -c $SERVER_CPU "$1" --site "$TMP/site/$3.yaml" \
-        2>"$TMP/$3.log" &
+        >"$TMP/$3.out" 2>"$TMP/$3.log" &
     local pid=$!
     PIDS+=("$pid")
     eval "${3//-/_}_PID=$pid"
@@ -252,7 +252,7 @@ for s in $SERVERS; do
         printf '  %-10s pid %-7s %s affinity %s\n' "$s" "$p" "$(tr -d '\0' </proc/$p/comm)" "$(taskset -cp "$p" | sed 's/.*: //')"
     done
 done
-echo "  bootd threads: $(ls /proc/$BOOTD_PID/task | wc -l) at start; nginx-auto workers: $( [ "$NGINX_AUTO" = 1 ] && pgrep -P "$NGX_PID_auto" | wc -l || echo -)"
+echo "  bootd threads: $(ls /proc/$BOOTD_PID/task | wc -l) at start; nginx-auto workers: $( [ "$NGINX_AUTO" = 1 ] && pgrep -P "$NGX_PID_auto" | wc -l || echo -) (auto counts online CPUs, not the affinity mask: all share CPU $SERVER_CPU)"
 echo "files: small.bin ${SMALL_KIB} KiB, big.bin $BIG_BYTES bytes, boot.ipxe $SCRIPT_BYTES bytes (bootd dynamic; nginx static copy)"
 echo "wrk: -t1 -d${DURATION}s, connections: $CONNS; curl parallel: $PARALLEL; rounds: $ROUNDS (order alternates A B C / C B A); median reported"
 echo "busy loop: $([ "$BUSY" = 1 ] && echo "yes, nice 19 on each CPU" || echo no); servers and load run at nice $PRIO$([ -n "${BENCH_HTTP_SESSION:-}" ] && echo ", in their own session with autogroup $(cat /proc/$$/autogroup)")"
@@ -266,7 +266,7 @@ if [ "$BUSY" = 1 ]; then
     done
 fi
 
-RES=$TMP/results    # tab-separated: test, server, value, server CPU-s, other CPU-s (server CPU/load CPU), attempts, clean
+RES=$TMP/results    # tab-separated: test, server, value, server CPU-s, other CPU-s (server CPU/load CPU), attempts, clean, cell seconds
 : >"$RES"
 
 # The machine may be shared: CPU time used by anything outside this benchmark
@@ -340,7 +340,7 @@ cell() {
         log "$test $srv: attempt $a disturbed (value ${v:-0}; other CPU-s on server/load CPU, load-CPU idle s, cell s: $o), $([ $a -lt 3 ] && echo retrying || echo keeping it)"
     done
     # other: "server-CPU/load-CPU" CPU-seconds used by other processes
-    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$test" "$srv" "${v:-0}" "$scpu" "$(echo "$o" | awk '{print $1 "/" $2}')" "$a" "$clean" >>"$RES"
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$test" "$srv" "${v:-0}" "$scpu" "$(echo "$o" | awk '{print $1 "/" $2}')" "$a" "$clean" "$(echo "$o" | awk '{print $4}')" >>"$RES"
 }
 
 wrk_rps() { # server conns path -> req/s
@@ -401,7 +401,7 @@ RSS_BEFORE_BIG=$(rss_kib "$BOOTD_PID" VmRSS)
 for r in $(seq "$ROUNDS"); do
     log "round $r/$ROUNDS: curl $BIG_LABEL"
     for n in $PARALLEL; do
-        for s in $(order "$r"); do cell "big-${BIG_LABEL} x$n (MB/s)" "$s" curl_mbps "$n"; done
+        for s in $(order "$r"); do cell "big-${BIG_LABEL} x$n" "$s" curl_mbps "$n"; done
     done
 done
 RSS_HWM_BIG=$(rss_kib "$BOOTD_PID" VmHWM)
@@ -432,7 +432,8 @@ function header(extra,   k) {
 {
     if (!($1 in seen)) { seen[$1] = 1; ord[n++] = $1 }
     vals[$1, $2] = vals[$1, $2] " " $3
-    if ($4 > 0) eff[$1, $2] = eff[$1, $2] " " $3 / $4
+    # requests (or MB) done in the cell per second of server CPU time
+    if ($4 > 0) eff[$1, $2] = eff[$1, $2] " " $3 * $8 / $4
 }
 END {
     ns = split(servers, S, " ")
@@ -450,7 +451,7 @@ END {
     }
     print "(ratio = bootd / nginx-w1, medians" (servers ~ /bootd-alt/ ? "; alt ratio = bootd-alt / nginx-w1; pass: bootd/bootd-alt)" : ")")
     print ""
-    print "per second of server CPU time (req or MB per server CPU-second; steadier than raw rates):"
+    print "per second of server CPU time (requests or MB served per server CPU-second; steadier than raw rates):"
     header("")
     for (i = 0; i < n; i++) {
         t = ord[i]; printf "%-24s", t
@@ -464,7 +465,7 @@ END {
     }
 }' "$RES"
 echo
-echo "units: small/boot.ipxe rows = requests/s (wrk); big rows = aggregate MB/s (10^6 B/s, total bytes / wall time)"
+echo "units: small/boot.ipxe rows = requests/s (wrk); big rows = aggregate MB/s (10^6 B/s, total bytes / wall time); per-CPU-second table: requests or MB per second of server CPU"
 echo "bootd RSS: ${RSS_START} KiB at start; peak ${RSS_HWM_WRK} KiB after the wrk runs (up to $(echo "$CONNS" | awk '{print $NF}') connections);"
 echo "           ${RSS_BEFORE_BIG} KiB before the $BIG_LABEL downloads, peak (VmHWM, reset just before) ${RSS_HWM_BIG} KiB during them, ${RSS_END} KiB after"
 [ -z "${BOOTD_ALT_BIN:-}" ] || echo "bootd-alt RSS: ${ALT_RSS_START} KiB at start; peak ${ALT_HWM_WRK} KiB after the wrk runs; peak ${ALT_HWM_BIG} KiB during the $BIG_LABEL downloads"

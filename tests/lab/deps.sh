@@ -20,6 +20,8 @@ PKGS=(
   atftp tftp-hpa
   # DHCP clients and load generator for bootd's DHCP interop tests
   isc-dhcp-client kea-admin
+  # benchmark peers (bench/dhcp, bench/tftp; atftpd is fetched with apt-get download by bench/tftp/run.sh)
+  kea-dhcp4-server tftpd-hpa
 )
 
 if [[ $(id -u) -ne 0 ]]; then
