@@ -302,8 +302,8 @@ where
 fn fingerprint(site_path: &Path, live: &Live, state_dir: &Path) -> Vec<Option<SystemTime>> {
     let snap = live.load();
     let mut paths = vec![site_path.to_path_buf(), state_dir.join("revoked.json")];
-    paths.extend(snap.site.ignition.roles.values().map(|r| r.path.clone()));
-    paths.iter().map(|p| std::fs::metadata(p).and_then(|m| m.modified()).ok()).collect()
+    paths.extend(snap.site.watched_files());
+    site::fingerprint(&paths)
 }
 
 /// Re-reads the site on SIGHUP (via `reload`) and when its files change.

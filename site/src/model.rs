@@ -278,3 +278,21 @@ impl Site {
         &self.images.sets[&node.image]
     }
 }
+
+impl Site {
+    /// Every file this site was built from: the site file and each role's
+    /// Ignition. A daemon reloads when any of them changes (mtime) or on SIGHUP.
+    /// Files that extend the site at run time (e.g. nodes added through bootd's
+    /// API) are listed here too, so every daemon follows them the same way.
+    pub fn watched_files(&self) -> Vec<PathBuf> {
+        let mut v = vec![self.source.clone()];
+        v.extend(self.ignition.roles.values().map(|r| r.path.clone()));
+        v
+    }
+}
+
+/// Modification times of `files` (None for a missing file): compare two of
+/// these to know whether a reload is due.
+pub fn fingerprint(files: &[PathBuf]) -> Vec<Option<std::time::SystemTime>> {
+    files.iter().map(|p| std::fs::metadata(p).and_then(|m| m.modified()).ok()).collect()
+}
