@@ -8,11 +8,13 @@
 //! - [`load`](crate::load()): reads, parses, validates; reports *every* problem at
 //!   once with file, key path and reason.
 //! - [`mac`]: MAC addresses in one canonical form.
+//! - [`dns`]: the `dns:` section (dnsd), wire and model.
 //!
 //! Invariants: a [`Site`] only exists if validation found no problem; node
 //! names, MACs and IPs are unique; every node's IP is inside one of the
 //! site's networks; every node's image and role Ignition exist.
 
+pub mod dns;
 pub mod mac;
 pub mod model;
 mod validate;

@@ -23,6 +23,8 @@ pub struct Site {
     pub nodes: Vec<Node>,
     pub ignition: Ignition,
     pub ssh_keys: Vec<String>,
+    /// dnsd's configuration (defaults when the site has no `dns:` section).
+    pub dns: crate::dns::Dns,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

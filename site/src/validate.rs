@@ -10,6 +10,8 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Component, Path, PathBuf};
 use std::time::Duration;
 
+mod dns;
+
 const DEFAULT_STATE_DIR: &str = "/var/lib/bootd";
 const DEFAULT_TOKEN_TTL: Duration = Duration::from_secs(24 * 3600);
 
@@ -195,6 +197,8 @@ fn validate(w: wire::SiteFile, cx: &mut Cx) -> Option<Site> {
             ssh_keys.push(k.to_string());
         }
     }
+    let dns =
+        dns::dns(cx, w.dns.as_ref(), &dns::Facts { cluster: cluster.as_ref(), host: host.as_ref(), networks: &networks, nodes: &nodes });
     let cluster = cluster?;
     let mut host = host?;
     if let Some(d) = host.dhcp.as_mut() {
@@ -202,7 +206,7 @@ fn validate(w: wire::SiteFile, cx: &mut Cx) -> Option<Site> {
             d.domain_name = cluster.domain();
         }
     }
-    Some(Site { source: cx.file.clone(), cluster, host, networks, vips: vips?, images, nodes, ignition: ignition?, ssh_keys })
+    Some(Site { source: cx.file.clone(), cluster, host, networks, vips: vips?, images, nodes, ignition: ignition?, ssh_keys, dns: dns? })
 }
 
 fn is_dns_label(s: &str) -> bool {

@@ -24,6 +24,7 @@ pub struct SiteFile {
     pub ignition: Option<Ignition>,
     #[serde(default)]
     pub ssh_keys: Vec<String>,
+    pub dns: Option<crate::dns::wire::Dns>,
 }
 
 #[derive(Debug, Deserialize)]
