@@ -22,7 +22,7 @@ pub mod wire;
 
 pub use mac::Mac;
 pub use model::*;
-pub use validate::load;
+pub use validate::{load, load_with_overlay, OVERLAY_FILE};
 
 use std::fmt;
 use std::path::PathBuf;

@@ -23,6 +23,9 @@ pub struct Site {
     pub nodes: Vec<Node>,
     pub ignition: Ignition,
     pub ssh_keys: Vec<String>,
+    /// Nodes added at run time through bootd's API (`<stateDir>/nodes.yaml`),
+    /// already merged into [`Site::nodes`].
+    pub overlay: Overlay,
     /// dnsd's configuration (defaults when the site has no `dns:` section).
     pub dns: crate::dns::Dns,
 }
@@ -48,6 +51,8 @@ pub struct Host {
     /// bootd's DHCP server; `None`: another DHCP server hands out addresses.
     pub dhcp: Option<Dhcp>,
     pub tftp: Option<Tftp>,
+    /// bootd's controller API; `None`: no API.
+    pub api: Option<Api>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -287,10 +292,70 @@ impl Site {
     /// Files that extend the site at run time (e.g. nodes added through bootd's
     /// API) are listed here too, so every daemon follows them the same way.
     pub fn watched_files(&self) -> Vec<PathBuf> {
-        let mut v = vec![self.source.clone()];
+        let mut v = vec![self.source.clone(), self.overlay.path.clone()];
         v.extend(self.ignition.roles.values().map(|r| r.path.clone()));
         v
     }
+}
+
+/// The node overlay: `<stateDir>/nodes.yaml`, written only by bootd's API
+/// (atomically), read by every daemon with the site. It lives in the site's
+/// `host.stateDir` even when bootd runs with `--state-dir`, because dnsd and
+/// lbd know only the site file.
+#[derive(Debug, Clone)]
+pub struct Overlay {
+    pub path: PathBuf,
+    /// Names of the nodes that came from the overlay.
+    pub nodes: Vec<String>,
+}
+
+impl Site {
+    /// Whether `name` was added through the API (and so may be deleted through it).
+    pub fn from_overlay(&self, name: &str) -> bool {
+        self.overlay.nodes.iter().any(|n| n == name)
+    }
+}
+
+/// `host.api`: bootd's controller API.
+#[derive(Debug, Clone)]
+pub struct Api {
+    pub listen: SocketAddr,
+    /// The base URL clients use (its host goes into the serving certificate).
+    pub url: Option<String>,
+    /// Bearer tokens, one per line.
+    pub tokens: SecretRef,
+    /// How long a node may take from creation to Ready before it is failed.
+    pub deadline: Duration,
+    pub equinix: Option<EquinixAccount>,
+    pub powervs: Option<PowerVsAccount>,
+}
+
+/// Where a secret is read from. The secret is read when needed, never
+/// stored in the site.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SecretRef {
+    File(PathBuf),
+    /// A systemd credential: `$CREDENTIALS_DIRECTORY/<name>`.
+    Credential(String),
+}
+
+#[derive(Debug, Clone)]
+pub struct EquinixAccount {
+    /// Without a trailing slash, e.g. `https://api.equinix.com/metal/v1`.
+    pub base_url: String,
+    pub project_id: String,
+    pub api_key: SecretRef,
+}
+
+#[derive(Debug, Clone)]
+pub struct PowerVsAccount {
+    /// Regional endpoint, e.g. `https://us-south.power-iaas.cloud.ibm.com`.
+    pub base_url: String,
+    /// IAM, e.g. `https://iam.cloud.ibm.com`.
+    pub iam_url: String,
+    pub cloud_instance_id: String,
+    pub crn: String,
+    pub api_key: SecretRef,
 }
 
 /// Modification times of `files` (None for a missing file): compare two of

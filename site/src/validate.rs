@@ -12,12 +12,28 @@ use std::time::Duration;
 
 mod dns;
 
+mod controller;
+pub use controller::OVERLAY_FILE;
+
 const DEFAULT_STATE_DIR: &str = "/var/lib/bootd";
 const DEFAULT_TOKEN_TTL: Duration = Duration::from_secs(24 * 3600);
 
-/// Reads and validates the site file at `path`.
+/// Reads and validates the site file at `path`, with the node overlay
+/// (`<stateDir>/nodes.yaml`) if there is one.
 pub fn load(path: &Path) -> Result<Site, SiteError> {
+    load_inner(path, None)
+}
+
+/// As [`load`], but with `overlay` as the node overlay's content instead of
+/// the file's: bootd's API validates a candidate overlay this way, exactly
+/// as every daemon will, before it replaces the file.
+pub fn load_with_overlay(path: &Path, overlay: &str) -> Result<Site, SiteError> {
+    load_inner(path, Some(overlay.to_string()))
+}
+
+fn load_inner(path: &Path, overlay: Option<String>) -> Result<Site, SiteError> {
     let mut cx = Cx::new(path);
+    cx.overlay_text = overlay;
     let text = match std::fs::read_to_string(path) {
         Ok(t) => t,
         Err(e) => {
@@ -37,12 +53,14 @@ struct Cx {
     file: PathBuf,
     dir: PathBuf,
     problems: Vec<Problem>,
+    /// Replaces the overlay file's content (see [`load_with_overlay`]).
+    overlay_text: Option<String>,
 }
 
 impl Cx {
     fn new(path: &Path) -> Cx {
         let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("."));
-        Cx { file: path.to_path_buf(), dir, problems: Vec::new() }
+        Cx { file: path.to_path_buf(), dir, problems: Vec::new(), overlay_text: None }
     }
     fn err(&mut self, key: impl Into<String>, reason: impl Into<String>) {
         self.problems.push(Problem { file: self.file.clone(), key: key.into(), reason: reason.into() });
@@ -63,12 +81,12 @@ impl Cx {
     }
 }
 
-fn parse(text: &str, cx: &mut Cx) -> Option<wire::SiteFile> {
+fn parse<T: serde::de::DeserializeOwned>(text: &str, cx: &mut Cx) -> Option<T> {
     let mut unknown = Vec::new();
     let mut on_unknown = |p: serde_ignored::Path<'_>| unknown.push(ignored_path(&p));
     let de = serde_yaml_ng::Deserializer::from_str(text);
     let ignored = serde_ignored::Deserializer::new(de, &mut on_unknown);
-    let result: Result<wire::SiteFile, _> = serde_path_to_error::deserialize(ignored);
+    let result: Result<T, _> = serde_path_to_error::deserialize(ignored);
     for key in unknown {
         cx.err(key, "unknown key (see docs/site.md for the keys a site file takes)");
     }
@@ -150,39 +168,52 @@ fn validate(w: wire::SiteFile, cx: &mut Cx) -> Option<Site> {
     let vips = vips(cx, w.vips.as_ref());
     let (images, broken_images) = images(cx, w.images.as_ref());
     let mut nodes = Vec::new();
+    let overlay_path = controller::overlay_path(cx, &w.host);
+    let overlay = controller::read_overlay(cx, &overlay_path);
+    let mut overlay_names = Vec::new();
     {
-        let mut names: HashMap<String, usize> = HashMap::new();
-        let mut macs: HashMap<Mac, usize> = HashMap::new();
-        let mut ips: HashMap<Ipv4Addr, usize> = HashMap::new();
+        let site_file = cx.file.clone();
+        let mut names: HashMap<String, String> = HashMap::new();
+        let mut macs: HashMap<Mac, (usize, String)> = HashMap::new();
+        let mut ips: HashMap<Ipv4Addr, String> = HashMap::new();
+        // Site nodes, then overlay nodes (their problems name the overlay file).
+        let all = w.nodes.iter().enumerate().map(|(i, n)| (false, i, n)).chain(overlay.iter().enumerate().map(|(i, n)| (true, i, n)));
         // Uniqueness is checked on the raw values, so a node that is broken
         // in another way is still compared with the others.
-        for (i, wn) in w.nodes.iter().enumerate() {
+        for (g, (from_overlay, i, wn)) in all.enumerate() {
+            cx.file = if from_overlay { overlay_path.clone() } else { site_file.clone() };
+            let here = if from_overlay { format!("nodes[{i}] of {}", overlay_path.display()) } else { format!("nodes[{i}]") };
             if let Some(name) = &wn.name {
-                if let Some(j) = names.insert(name.clone(), i) {
-                    cx.err(format!("nodes[{i}].name"), format!("duplicate node name {name:?} (also nodes[{j}])"));
+                if let Some(j) = names.insert(name.clone(), here.clone()) {
+                    cx.err(format!("nodes[{i}].name"), format!("duplicate node name {name:?} (also {j})"));
                 }
             }
             for (k, m) in wn.macs.iter().enumerate() {
                 if let Ok(m) = m.parse::<Mac>() {
-                    if let Some(j) = macs.insert(m, i).filter(|j| *j != i) {
-                        cx.err(format!("nodes[{i}].macs[{k}]"), format!("duplicate MAC {m} (also in nodes[{j}])"));
+                    if let Some((_, j)) = macs.insert(m, (g, here.clone())).filter(|(j, _)| *j != g) {
+                        cx.err(format!("nodes[{i}].macs[{k}]"), format!("duplicate MAC {m} (also in {j})"));
                     }
                 }
             }
             if let Some(Ok(ip)) = wn.ip.as_deref().map(str::parse::<Ipv4Addr>) {
-                if let Some(j) = ips.insert(ip, i) {
-                    cx.err(format!("nodes[{i}].ip"), format!("duplicate IP {ip} (also nodes[{j}])"));
+                if let Some(j) = ips.insert(ip, here.clone()) {
+                    cx.err(format!("nodes[{i}].ip"), format!("duplicate IP {ip} (also {j})"));
                 }
             }
             if let Some(n) = node(cx, i, wn, &networks, &images, &broken_images) {
+                if from_overlay {
+                    overlay_names.push(n.name.clone());
+                }
                 nodes.push(n);
             }
         }
+        cx.file = site_file;
     }
     // Roles as written, so a node broken in another way still has its role checked.
     let raw_roles: Vec<(String, String)> = w
         .nodes
         .iter()
+        .chain(overlay.iter())
         .filter_map(|n| Some((n.role.clone()?, n.name.clone().unwrap_or_default())))
         .filter(|(r, _)| is_dns_label(r))
         .collect();
@@ -206,7 +237,8 @@ fn validate(w: wire::SiteFile, cx: &mut Cx) -> Option<Site> {
             d.domain_name = cluster.domain();
         }
     }
-    Some(Site { source: cx.file.clone(), cluster, host, networks, vips: vips?, images, nodes, ignition: ignition?, ssh_keys, dns: dns? })
+    let overlay = Overlay { path: overlay_path, nodes: overlay_names };
+    Some(Site { source: cx.file.clone(), overlay, cluster, host, networks, vips: vips?, images, nodes, ignition: ignition?, ssh_keys, dns: dns? })
 }
 
 fn is_dns_label(s: &str) -> bool {
@@ -324,7 +356,12 @@ fn host(cx: &mut Cx, w: &wire::Host) -> Option<Host> {
         Some(Some(t)) => Some(t),
         None => None,
     };
-    Some(Host { state_dir, http: http?, https, dhcp, tftp })
+    let api = match w.api.as_ref().map(|a| controller::api(cx, a)) {
+        Some(None) => return None,
+        Some(Some(a)) => Some(a),
+        None => None,
+    };
+    Some(Host { state_dir, http: http?, https, dhcp, tftp, api })
 }
 
 fn parse_ip(cx: &mut Cx, key: &str, s: &str) -> Option<IpAddr> {

@@ -43,6 +43,7 @@ pub struct Host {
     pub https: Option<Listen>,
     pub dhcp: Option<Dhcp>,
     pub tftp: Option<Tftp>,
+    pub api: Option<Api>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -177,4 +178,52 @@ pub struct Ignition {
     pub token_ttl: Option<String>,
     #[serde(default)]
     pub over_https: bool,
+}
+
+/// `host.api`: bootd's controller API (docs/api.md).
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Api {
+    pub listen: Option<String>,
+    pub url: Option<String>,
+    pub tokens: Option<SecretRef>,
+    pub deadline: Option<String>,
+    pub equinix: Option<Equinix>,
+    pub powervs: Option<PowerVs>,
+}
+
+/// Where a secret is read from: a file, or a systemd credential
+/// (`$CREDENTIALS_DIRECTORY/<name>`). Never the secret itself.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SecretRef {
+    pub file: Option<PathBuf>,
+    pub credential: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Equinix {
+    pub base_url: Option<String>,
+    pub project_id: Option<String>,
+    pub api_key: Option<SecretRef>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PowerVs {
+    pub base_url: Option<String>,
+    pub iam_url: Option<String>,
+    pub cloud_instance_id: Option<String>,
+    pub crn: Option<String>,
+    pub api_key: Option<SecretRef>,
+}
+
+/// `<stateDir>/nodes.yaml`: nodes added through bootd's API, in the same
+/// format as the site's `nodes:`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Overlay {
+    #[serde(default)]
+    pub nodes: Vec<Node>,
 }

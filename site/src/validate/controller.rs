@@ -1,0 +1,160 @@
+//! `host.api` (bootd's controller API) and the node overlay
+//! (`<stateDir>/nodes.yaml`, the nodes added through that API).
+
+use super::{duration, parse, Cx, DEFAULT_STATE_DIR};
+use crate::model::{Api, EquinixAccount, PowerVsAccount, SecretRef};
+use crate::wire;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// The file name of the overlay inside `host.stateDir`.
+pub const OVERLAY_FILE: &str = "nodes.yaml";
+
+const DEFAULT_DEADLINE: Duration = Duration::from_secs(3600);
+
+pub(super) fn overlay_path(cx: &Cx, host: &wire::Host) -> PathBuf {
+    let dir = host.state_dir.as_deref().map(|p| cx.resolve(p)).unwrap_or_else(|| PathBuf::from(DEFAULT_STATE_DIR));
+    dir.join(OVERLAY_FILE)
+}
+
+/// The overlay's nodes as written; a missing file is an empty overlay.
+/// Problems (unreadable, unknown keys, wrong types) name the overlay file.
+pub(super) fn read_overlay(cx: &mut Cx, path: &Path) -> Vec<wire::Node> {
+    let text = match cx.overlay_text.take() {
+        Some(t) => t,
+        None => match std::fs::read_to_string(path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Vec::new(),
+            Err(e) => {
+                cx.err_in(path, "", format!("cannot read the node overlay: {e}"));
+                return Vec::new();
+            }
+        },
+    };
+    if text.trim().is_empty() {
+        return Vec::new();
+    }
+    let site_file = std::mem::replace(&mut cx.file, path.to_path_buf());
+    let parsed: Option<wire::Overlay> = parse(&text, cx);
+    cx.file = site_file;
+    parsed.map(|o| o.nodes).unwrap_or_default()
+}
+
+fn secret_ref(cx: &mut Cx, key: &str, w: Option<&wire::SecretRef>) -> Option<SecretRef> {
+    match w {
+        Some(wire::SecretRef { file: Some(f), credential: None }) => Some(SecretRef::File(cx.resolve(f))),
+        Some(wire::SecretRef { file: None, credential: Some(c) }) => {
+            if c.is_empty() || c.contains('/') || c == "." || c == ".." {
+                cx.err(format!("{key}.credential"), format!("{c:?} is not a credential name"));
+                return None;
+            }
+            Some(SecretRef::Credential(c.clone()))
+        }
+        Some(_) => {
+            cx.err(key, "give exactly one of file, credential");
+            None
+        }
+        None => {
+            cx.err(key, "required: {file: PATH} or {credential: NAME} (a systemd credential)");
+            None
+        }
+    }
+}
+
+fn url_of(cx: &mut Cx, key: &str, v: Option<&str>, default: &str) -> Option<String> {
+    let u = v.unwrap_or(default);
+    if (u.starts_with("https://") || u.starts_with("http://")) && !u.contains(char::is_whitespace) && !u.contains(['?', '#']) {
+        Some(u.trim_end_matches('/').to_string())
+    } else {
+        cx.err(key, format!("{u:?} is not an http(s):// base URL"));
+        None
+    }
+}
+
+fn required(cx: &mut Cx, key: &str, v: Option<&String>) -> Option<String> {
+    match v {
+        Some(s) if !s.is_empty() && !s.contains(|c: char| c.is_whitespace() || c == '/') => Some(s.clone()),
+        Some(s) => {
+            cx.err(key, format!("{s:?}: no spaces or '/'"));
+            None
+        }
+        None => {
+            cx.err(key, "required");
+            None
+        }
+    }
+}
+
+pub(super) fn api(cx: &mut Cx, w: &wire::Api) -> Option<Api> {
+    let listen = match w.listen.as_deref().map(str::parse::<SocketAddr>) {
+        Some(Ok(a)) => Some(a),
+        Some(Err(_)) => {
+            cx.err("host.api.listen", format!("{:?} is not an address:port", w.listen.as_deref().unwrap_or("")));
+            None
+        }
+        None => {
+            cx.err("host.api.listen", "required");
+            None
+        }
+    };
+    let url = match w.url.as_deref() {
+        None => None,
+        Some(u) if u.starts_with("https://") && u.len() > 8 && !u.contains(char::is_whitespace) => {
+            Some(u.trim_end_matches('/').to_string())
+        }
+        Some(u) => {
+            cx.err("host.api.url", format!("{u:?} is not an https:// URL (the API is served over HTTPS only)"));
+            None
+        }
+    };
+    let tokens = secret_ref(cx, "host.api.tokens", w.tokens.as_ref());
+    let deadline = match w.deadline.as_deref() {
+        None => DEFAULT_DEADLINE,
+        Some(s) => duration(s).unwrap_or_else(|| {
+            cx.err("host.api.deadline", format!("{s:?} is not a duration like 45m, 2h"));
+            DEFAULT_DEADLINE
+        }),
+    };
+    let equinix = w.equinix.as_ref().map(|e| {
+        let base_url = url_of(cx, "host.api.equinix.baseUrl", e.base_url.as_deref(), "https://api.equinix.com/metal/v1");
+        let project_id = required(cx, "host.api.equinix.projectId", e.project_id.as_ref());
+        let api_key = secret_ref(cx, "host.api.equinix.apiKey", e.api_key.as_ref());
+        Some(EquinixAccount { base_url: base_url?, project_id: project_id?, api_key: api_key? })
+    });
+    let powervs = w.powervs.as_ref().map(|p| {
+        let base_url = match p.base_url.as_deref() {
+            Some(u) => url_of(cx, "host.api.powervs.baseUrl", Some(u), ""),
+            None => {
+                cx.err("host.api.powervs.baseUrl", "required: the region's endpoint, e.g. https://us-south.power-iaas.cloud.ibm.com");
+                None
+            }
+        };
+        let iam_url = url_of(cx, "host.api.powervs.iamUrl", p.iam_url.as_deref(), "https://iam.cloud.ibm.com");
+        let cloud_instance_id = required(cx, "host.api.powervs.cloudInstanceId", p.cloud_instance_id.as_ref());
+        let crn = match p.crn.as_deref() {
+            Some(c) if c.starts_with("crn:") && !c.contains(char::is_whitespace) => Some(c.to_string()),
+            Some(c) => {
+                cx.err("host.api.powervs.crn", format!("{c:?} is not a CRN (crn:v1:...)"));
+                None
+            }
+            None => {
+                cx.err("host.api.powervs.crn", "required: the workspace's CRN");
+                None
+            }
+        };
+        let api_key = secret_ref(cx, "host.api.powervs.apiKey", p.api_key.as_ref());
+        Some(PowerVsAccount { base_url: base_url?, iam_url: iam_url?, cloud_instance_id: cloud_instance_id?, crn: crn?, api_key: api_key? })
+    });
+    let equinix = match equinix {
+        Some(None) => return None,
+        Some(Some(e)) => Some(e),
+        None => None,
+    };
+    let powervs = match powervs {
+        Some(None) => return None,
+        Some(Some(p)) => Some(p),
+        None => None,
+    };
+    Some(Api { listen: listen?, url, tokens: tokens?, deadline, equinix, powervs })
+}

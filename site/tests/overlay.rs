@@ -1,0 +1,108 @@
+//! The node overlay (`<stateDir>/nodes.yaml`): nodes added through bootd's
+//! API are merged into the site and validated exactly like the site's own,
+//! with problems naming the overlay file.
+
+use std::path::{Path, PathBuf};
+
+/// The lab site in a temp dir, its state dir `state/` beside it.
+fn lab() -> (tempfile::TempDir, PathBuf) {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/lab");
+    let dir = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string(src.join("site.yaml")).unwrap().replace("stateDir: ../../target/lab-state", "stateDir: state");
+    assert!(text.contains("stateDir: state"));
+    std::fs::write(dir.path().join("site.yaml"), text).unwrap();
+    std::fs::create_dir_all(dir.path().join("ignition")).unwrap();
+    for e in std::fs::read_dir(src.join("ignition")).unwrap() {
+        let e = e.unwrap();
+        std::fs::copy(e.path(), dir.path().join("ignition").join(e.file_name())).unwrap();
+    }
+    std::fs::create_dir_all(dir.path().join("state")).unwrap();
+    let site = dir.path().join("site.yaml");
+    (dir, site)
+}
+
+const WORKER_3: &str = "nodes:\n  - { name: worker-3, role: worker, macs: [\"52:54:00:77:00:23\"], ip: 10.77.0.23 }\n";
+
+#[test]
+fn overlay_nodes_are_merged_and_watched() {
+    let (dir, path) = lab();
+    let before = site::load(&path).unwrap();
+    let overlay = dir.path().join("state").join(site::OVERLAY_FILE);
+    assert_eq!(before.overlay.path, overlay);
+    assert!(before.watched_files().contains(&overlay), "the overlay must be watched even before it exists");
+    assert!(before.node("worker-3").is_none());
+
+    std::fs::write(&overlay, WORKER_3).unwrap();
+    let after = site::load(&path).unwrap();
+    let n = after.node("worker-3").expect("overlay node merged");
+    assert_eq!(n.ip.to_string(), "10.77.0.23");
+    assert_eq!(n.image, "lab-x86_64");
+    assert!(after.from_overlay("worker-3"));
+    assert!(!after.from_overlay("worker-0"));
+    assert_eq!(after.nodes.len(), before.nodes.len() + 1);
+    assert_eq!(after.node_by_mac(&"52:54:00:77:00:23".parse().unwrap()).unwrap().name, "worker-3");
+}
+
+#[test]
+fn overlay_problems_name_the_overlay_file_and_key() {
+    let (dir, path) = lab();
+    let overlay = dir.path().join("state").join(site::OVERLAY_FILE);
+    // MAC of worker-0, IP of worker-1, outside every network, an unknown key.
+    std::fs::write(
+        &overlay,
+        "nodes:\n  - { name: w3, role: worker, macs: [\"52:54:00:77:00:20\"], ip: 10.77.0.21 }\n  - { name: w4, role: worker, macs: [\"52:54:00:77:00:24\"], ip: 10.99.0.1, colour: red }\n",
+    )
+    .unwrap();
+    let e = site::load(&path).unwrap_err();
+    let text = e.to_string();
+    let in_overlay = |key: &str| e.problems.iter().find(|p| p.file == overlay && p.key == key).map(|p| p.reason.clone());
+    assert!(in_overlay("nodes[0].macs[0]").unwrap().contains("duplicate MAC 52:54:00:77:00:20 (also in nodes[4])"), "{text}");
+    assert!(in_overlay("nodes[0].ip").unwrap().contains("duplicate IP 10.77.0.21 (also nodes[5])"), "{text}");
+    assert!(in_overlay("nodes[1].ip").unwrap().contains("outside every network"), "{text}");
+    assert!(in_overlay("nodes[1].colour").unwrap().contains("unknown key"), "{text}");
+    // Nothing is blamed on the site file itself.
+    assert!(e.problems.iter().all(|p| p.file == overlay), "{text}");
+}
+
+#[test]
+fn candidate_overlay_is_checked_without_writing_it() {
+    let (dir, path) = lab();
+    let site = site::load_with_overlay(&path, WORKER_3).unwrap();
+    assert!(site.node("worker-3").is_some());
+    assert!(!dir.path().join("state").join(site::OVERLAY_FILE).exists());
+    let dup = WORKER_3.replace("worker-3", "master-0");
+    let e = site::load_with_overlay(&path, &dup).unwrap_err();
+    assert!(e.to_string().contains("duplicate node name \"master-0\" (also nodes[1])"), "{e}");
+    // An empty overlay is no overlay.
+    assert_eq!(site::load_with_overlay(&path, "").unwrap().nodes.len(), site::load(&path).unwrap().nodes.len());
+}
+
+#[test]
+fn host_api_keys_are_validated() {
+    let (dir, path) = lab();
+    let text = std::fs::read_to_string(&path).unwrap();
+    let good = text.replace(
+        "host:\n",
+        "host:\n  api:\n    listen: 127.0.0.1:9443\n    tokens: { credential: bootd-api-tokens }\n    deadline: 45m\n    equinix: { projectId: p1, apiKey: { file: metal.key } }\n",
+    );
+    std::fs::write(&path, &good).unwrap();
+    let s = site::load(&path).unwrap();
+    let api = s.host.api.as_ref().unwrap();
+    assert_eq!(api.deadline.as_secs(), 2700);
+    assert_eq!(api.tokens, site::SecretRef::Credential("bootd-api-tokens".into()));
+    let eq = api.equinix.as_ref().unwrap();
+    assert_eq!(eq.base_url, "https://api.equinix.com/metal/v1");
+    assert_eq!(eq.api_key, site::SecretRef::File(dir.path().join("metal.key")));
+
+    let bad = text.replace(
+        "host:\n",
+        "host:\n  api:\n    listen: nowhere\n    tokens: { file: t, credential: c }\n    powervs: { baseUrl: ftp://x, crn: nope, apiKey: { credential: k } }\n",
+    );
+    std::fs::write(&path, &bad).unwrap();
+    let e = site::load(&path).unwrap_err();
+    let keys: Vec<_> = e.problems.iter().map(|p| p.key.as_str()).collect();
+    for k in ["host.api.listen", "host.api.tokens", "host.api.powervs.baseUrl", "host.api.powervs.cloudInstanceId", "host.api.powervs.crn"]
+    {
+        assert!(keys.contains(&k), "{k} missing in {e}");
+    }
+}
