@@ -30,18 +30,30 @@ pub const MAX_RANGES: usize = 16;
 /// Opens `rel` (already percent-decoded) below `root`, refusing anything that
 /// would resolve outside it. Only regular files are returned.
 pub fn open_beneath(root: &Path, rel: &str) -> io::Result<File> {
+    open_beneath_with(root, rel, ResolveFlags::empty())
+}
+
+/// [`open_beneath`] that never waits for the disk: it fails with
+/// `WouldBlock` unless every path component is in the kernel's caches
+/// (`RESOLVE_CACHED`, Linux 5.12+), so it may run on the async runtime's
+/// threads; the caller falls back to [`open_beneath`] on the blocking pool.
+pub fn open_beneath_cached(root: &Path, rel: &str) -> io::Result<File> {
+    open_beneath_with(root, rel, ResolveFlags::CACHED)
+}
+
+fn open_beneath_with(root: &Path, rel: &str, extra: ResolveFlags) -> io::Result<File> {
     if rel.contains('\0') {
         return Err(io::Error::new(io::ErrorKind::InvalidInput, "NUL in path"));
     }
     let rel = rel.trim_start_matches('/');
     let rel = if rel.is_empty() { "." } else { rel };
-    let dir = rustix::fs::open(root, OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())?;
+    let dir = rustix::fs::openat2(rustix::fs::CWD, root, OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty(), extra)?;
     let fd = rustix::fs::openat2(
         &dir,
         rel,
         OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOCTTY,
         Mode::empty(),
-        ResolveFlags::BENEATH | ResolveFlags::NO_MAGICLINKS,
+        ResolveFlags::BENEATH | ResolveFlags::NO_MAGICLINKS | extra,
     )?;
     let f = File::from(fd);
     if !f.metadata()?.is_file() {
@@ -166,6 +178,10 @@ pub struct FileBody {
     pending: Option<JoinHandle<io::Result<Bytes>>>,
     /// Called with the byte count of every frame sent (for metrics).
     on_bytes: Option<Box<dyn Fn(u64) + Send + Sync>>,
+    /// The last chunk handed to hyper. Once hyper has written and dropped
+    /// it, its (already initialised) buffer is reused for the next read:
+    /// one allocation per response instead of one zeroed buffer per chunk.
+    spent: Option<Bytes>,
 }
 
 impl FileBody {
@@ -177,7 +193,7 @@ impl FileBody {
                 Part::File { len, .. } => *len,
             })
             .sum();
-        FileBody { file: Arc::new(file), parts: parts.into(), remaining, pending: None, on_bytes }
+        FileBody { file: Arc::new(file), parts: parts.into(), remaining, pending: None, on_bytes, spent: None }
     }
 }
 
@@ -210,8 +226,21 @@ impl Body for FileBody {
                     if len > n {
                         this.parts.push_front(Part::File { offset: offset + n, len: len - n });
                     }
+                    let n = n as usize;
+                    let mut buf = this.buffer(n);
+                    // Page-cache hits are read right here (RWF_NOWAIT); only
+                    // what would wait for the disk goes to the blocking pool.
+                    let done = match read_nowait(&this.file, offset, &mut buf) {
+                        Ok(d) => d,
+                        Err(e) => return Poll::Ready(Some(Err(e))),
+                    };
+                    if done == n {
+                        let b = buf.freeze();
+                        this.spent = Some(b.clone());
+                        return Poll::Ready(Some(Ok(this.emit(b))));
+                    }
                     let file = Arc::clone(&this.file);
-                    this.pending = Some(tokio::task::spawn_blocking(move || read_exact_at(&file, offset, n as usize)));
+                    this.pending = Some(tokio::task::spawn_blocking(move || fill_at(&file, offset, buf, done)));
                 }
             }
         }
@@ -227,6 +256,18 @@ impl Body for FileBody {
 }
 
 impl FileBody {
+    /// An initialised buffer of `n` bytes: the spent chunk if hyper is done
+    /// with it, else a fresh zeroed one.
+    fn buffer(&mut self, n: usize) -> BytesMut {
+        match self.spent.take().map(Bytes::try_into_mut) {
+            Some(Ok(mut m)) if m.capacity() >= n => {
+                m.resize(n, 0);
+                m
+            }
+            _ => BytesMut::zeroed(n),
+        }
+    }
+
     fn emit(&mut self, b: Bytes) -> Frame<Bytes> {
         let n = b.len() as u64;
         self.remaining = self.remaining.saturating_sub(n);
@@ -239,19 +280,41 @@ impl FileBody {
 
 use std::future::Future;
 
-fn read_exact_at(file: &File, offset: u64, n: usize) -> io::Result<Bytes> {
-    let mut buf = BytesMut::zeroed(n);
+/// Reads into `buf` from `offset` with `RWF_NOWAIT`: stops at the first
+/// byte that is not in the page cache. Returns how many bytes were read.
+fn read_nowait(file: &File, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
     let mut done = 0;
-    while done < n {
+    while done < buf.len() {
+        let mut iov = [io::IoSliceMut::new(&mut buf[done..])];
+        match rustix::io::preadv2(file, &mut iov, offset + done as u64, rustix::io::ReadWriteFlags::NOWAIT) {
+            Ok(0) => return Err(shrank()),
+            Ok(k) => done += k,
+            Err(rustix::io::Errno::INTR) => {}
+            // Not cached, or a filesystem without RWF_NOWAIT.
+            Err(rustix::io::Errno::AGAIN | rustix::io::Errno::OPNOTSUPP) => break,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(done)
+}
+
+/// Fills `buf[done..]` from `offset + done`, waiting for the disk (blocking
+/// pool only).
+fn fill_at(file: &File, offset: u64, mut buf: BytesMut, mut done: usize) -> io::Result<Bytes> {
+    while done < buf.len() {
         match file.read_at(&mut buf[done..], offset + done as u64) {
-            // The file shrank under us: the promised length can't be kept.
-            Ok(0) => return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "file shrank while being served")),
+            Ok(0) => return Err(shrank()),
             Ok(k) => done += k,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => return Err(e),
         }
     }
     Ok(buf.freeze())
+}
+
+/// The file shrank under us: the promised length can't be kept.
+fn shrank() -> io::Error {
+    io::Error::new(io::ErrorKind::UnexpectedEof, "file shrank while being served")
 }
 
 #[cfg(test)]

@@ -258,14 +258,24 @@ async fn image(app: &Arc<App>, root: &std::path::Path, raw: &str, headers: &Head
         Ok(s) => s.into_owned(),
         Err(_) => return not_found(),
     };
-    let root = root.to_path_buf();
-    let rel2 = rel.clone();
-    let opened = tokio::task::spawn_blocking(move || {
-        let f = files::open_beneath(&root, &rel2)?;
+    // Fast path: a file whose path is in the kernel's caches is opened right
+    // here; anything that would wait for the disk goes to the blocking pool.
+    let cached = files::open_beneath_cached(root, &rel).and_then(|f| {
         let md = f.metadata()?;
-        Ok::<_, io::Error>((f, md))
-    })
-    .await;
+        Ok((f, md))
+    });
+    let opened = match cached {
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+            let (root, rel2) = (root.to_path_buf(), rel.clone());
+            tokio::task::spawn_blocking(move || {
+                let f = files::open_beneath(&root, &rel2)?;
+                let md = f.metadata()?;
+                Ok::<_, io::Error>((f, md))
+            })
+            .await
+        }
+        r => Ok(r),
+    };
     let (file, md) = match opened {
         Ok(Ok(x)) => x,
         Ok(Err(e)) => {

@@ -56,10 +56,15 @@ enum What {
 
 fn main() -> Result<()> {
     let cli = Cli::parse();
+    // Log lines are written by a separate thread, so a request never waits
+    // on write(2) to a slow terminal or journal. Not lossy: when the queue is
+    // full, logging waits rather than dropping a decision's record. The guard
+    // flushes what is queued when main returns.
+    let (writer, _log_flush) = tracing_appender::non_blocking::NonBlockingBuilder::default().lossy(false).finish(std::io::stderr());
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_writer(std::io::stderr)
+        .with_writer(writer)
         .init();
     if let Some(path) = &cli.check_config {
         return check_config(path);

@@ -64,8 +64,18 @@ fn client_network<'a>(site: &'a Site, req: &Message, server: Ipv4Addr) -> Result
     network_of(site, server).ok_or_else(|| format!("this server's address {server} is in no site network"))
 }
 
-/// The address this client should have on `net`, if any.
-fn address_for(site: &Site, table: &Table, net: &Network, node: Option<&Node>, mac: &Mac, now: u64) -> Result<Ipv4Addr, String> {
+/// The address this client should have on `net`, if any. `requested` is
+/// the address a REQUEST names: a free pool address the client asks for is
+/// granted (RFC 2131 §4.3.2) rather than NAKed because another was computed.
+fn address_for(
+    site: &Site,
+    table: &mut Table,
+    net: &Network,
+    node: Option<&Node>,
+    mac: &Mac,
+    now: u64,
+    requested: Option<Ipv4Addr>,
+) -> Result<Ipv4Addr, String> {
     if let Some(n) = node {
         if !net.subnet.contains(&IpAddr::V4(n.ip)) {
             return Err(format!("node {} is reserved {} which is not on the client's subnet {}", n.name, n.ip, net.subnet));
@@ -75,26 +85,19 @@ fn address_for(site: &Site, table: &Table, net: &Network, node: Option<&Node>, m
     let Some((IpAddr::V4(start), IpAddr::V4(end))) = net.pool else {
         return Err("unknown MAC and no dynamic pool on this subnet".into());
     };
-    if let Some(l) = table.get(mac) {
-        if l.state == LeaseState::Active && (start..=end).contains(&l.ip) {
+    let in_pool = |ip: Ipv4Addr| (start..=end).contains(&ip);
+    if let Some(l) = table.held_by(mac) {
+        if in_pool(l.ip) {
             return Ok(l.ip);
         }
     }
     let reserved = |ip: Ipv4Addr| site.nodes.iter().any(|n| n.ip == ip);
-    let (s, e) = (u32::from(start), u32::from(end));
-    for a in s..=e {
-        let ip = Ipv4Addr::from(a);
-        if reserved(ip) {
-            continue;
-        }
-        match table.holder(ip).and_then(|m| table.get(m)) {
-            None => return Ok(ip),
-            // Expired and not declined: reusable.
-            Some(l) if l.state == LeaseState::Active && l.expires < now => return Ok(ip),
-            _ => {}
+    if let Some(r) = requested {
+        if in_pool(r) && !reserved(r) && table.is_free_for(r, mac, now) {
+            return Ok(r);
         }
     }
-    Err(format!("dynamic pool {start}-{end} is exhausted"))
+    table.allocate(start, end, mac, now, reserved).ok_or_else(|| format!("dynamic pool {start}-{end} is exhausted"))
 }
 
 fn hostname_of(req: &Message) -> Option<String> {
@@ -190,7 +193,7 @@ fn dest_for(req: &Message, yiaddr: Ipv4Addr, mac: Mac, nak: bool) -> Dest {
 }
 
 /// Decides the answer to one request.
-pub fn answer(site: &Site, table: &Table, req: &Message, rx: Rx, now: u64) -> Outcome {
+pub fn answer(site: &Site, table: &mut Table, req: &Message, rx: Rx, now: u64) -> Outcome {
     let Some(dhcp) = &site.host.dhcp else {
         return Outcome::drop("disabled", "DHCP is not configured in the site");
     };
@@ -246,7 +249,7 @@ pub fn answer(site: &Site, table: &Table, req: &Message, rx: Rx, now: u64) -> Ou
     };
     match mtype {
         MessageType::Discover => {
-            let ip = match address_for(site, table, net, node, &mac, now) {
+            let ip = match address_for(site, table, net, node, &mac, now, None) {
                 Ok(ip) => ip,
                 Err(why) => return Outcome::drop("ignored", why),
             };
@@ -269,7 +272,7 @@ pub fn answer(site: &Site, table: &Table, req: &Message, rx: Rx, now: u64) -> Ou
                 Some(DhcpOption::RequestedIpAddress(a)) => *a,
                 _ => req.ciaddr(),
             };
-            let ip = match address_for(site, table, net, node, &mac, now) {
+            let ip = match address_for(site, table, net, node, &mac, now, Some(requested).filter(|r| !r.is_unspecified())) {
                 Ok(ip) => ip,
                 Err(why) if node.is_none() && !site.networks.iter().any(|n| n.subnet.contains(&IpAddr::V4(requested))) => {
                     return Outcome::drop("ignored", why);
@@ -418,7 +421,7 @@ mod tests {
         pxe(&mut m, 0);
         m.opts_mut().insert(DhcpOption::UserClass(b"iPXE".to_vec()));
         m.opts_mut().insert(DhcpOption::Unknown(UnknownOption::new(OptionCode::Unknown(175), vec![19, 1, 1])));
-        let o = answer(&site, &Table::default(), &m, rx(), 1000);
+        let o = answer(&site, &mut Table::default(), &m, rx(), 1000);
         golden("ipxe-offer", &dump(&o));
         let (r, dest) = o.reply.unwrap();
         assert_eq!(r.yiaddr(), Ipv4Addr::new(10, 77, 0, 10));
@@ -448,7 +451,7 @@ mod tests {
             if let Some(v) = vendor {
                 m.opts_mut().insert(DhcpOption::ClassIdentifier(v.as_bytes().to_vec()));
             }
-            let o = answer(&site, &Table::default(), &m, rx(), 1000);
+            let o = answer(&site, &mut Table::default(), &m, rx(), 1000);
             golden(name, &dump(&o));
             let (r, dest) = o.reply.expect(name);
             assert_eq!(dest, Dest::Broadcast, "{name}");
@@ -469,7 +472,7 @@ mod tests {
         m.opts_mut().insert(DhcpOption::RequestedIpAddress(Ipv4Addr::new(10, 77, 0, 11)));
         m.opts_mut().insert(DhcpOption::ServerIdentifier(Ipv4Addr::new(10, 77, 0, 1)));
         m.opts_mut().insert(DhcpOption::Hostname("evil\n\u{1b}[31mname".into()));
-        let o = answer(&site, &Table::default(), &m, rx(), 1000);
+        let o = answer(&site, &mut Table::default(), &m, rx(), 1000);
         golden("ack", &dump(&o));
         assert_eq!(o.kind, "ack");
         let l = o.commit.unwrap();
@@ -477,7 +480,7 @@ mod tests {
 
         let mut wrong = req("52:54:00:77:00:11", MessageType::Request);
         wrong.opts_mut().insert(DhcpOption::RequestedIpAddress(Ipv4Addr::new(10, 77, 0, 99)));
-        let o = answer(&site, &Table::default(), &wrong, rx(), 1000);
+        let o = answer(&site, &mut Table::default(), &wrong, rx(), 1000);
         golden("nak", &dump(&o));
         assert_eq!(o.kind, "nak");
         assert_eq!(o.reply.unwrap().1, Dest::Broadcast);
@@ -485,12 +488,12 @@ mod tests {
         let mut other = req("52:54:00:77:00:11", MessageType::Request);
         other.opts_mut().insert(DhcpOption::ServerIdentifier(Ipv4Addr::new(10, 77, 0, 2)));
         other.opts_mut().insert(DhcpOption::RequestedIpAddress(Ipv4Addr::new(10, 77, 0, 11)));
-        assert!(answer(&site, &Table::default(), &other, rx(), 1000).reply.is_none());
+        assert!(answer(&site, &mut Table::default(), &other, rx(), 1000).reply.is_none());
     }
 
     #[test]
     fn unknown_mac_without_pool_gets_nothing() {
-        let o = answer(&lab(), &Table::default(), &req("52:54:00:de:ad:00", MessageType::Discover), rx(), 1000);
+        let o = answer(&lab(), &mut Table::default(), &req("52:54:00:de:ad:00", MessageType::Discover), rx(), 1000);
         assert!(o.reply.is_none());
         assert!(o.reason.contains("no dynamic pool"), "{}", o.reason);
     }
@@ -500,11 +503,11 @@ mod tests {
         let site = lab();
         let mut m = req("52:54:00:77:00:12", MessageType::Discover);
         m.set_giaddr(Ipv4Addr::new(10, 77, 0, 254));
-        let o = answer(&site, &Table::default(), &m, rx(), 1000);
+        let o = answer(&site, &mut Table::default(), &m, rx(), 1000);
         assert_eq!(o.reply.unwrap().1, Dest::Relay(Ipv4Addr::new(10, 77, 0, 254)));
         let mut forged = req("52:54:00:77:00:12", MessageType::Discover);
         forged.set_giaddr(Ipv4Addr::new(192, 0, 2, 1));
-        let o = answer(&site, &Table::default(), &forged, rx(), 1000);
+        let o = answer(&site, &mut Table::default(), &forged, rx(), 1000);
         assert!(o.reply.is_none());
         assert!(o.reason.contains("in no site network"), "{}", o.reason);
     }
@@ -514,7 +517,7 @@ mod tests {
         let site = lab();
         let mut m = req("52:54:00:77:00:20", MessageType::Inform);
         m.set_ciaddr(Ipv4Addr::new(10, 77, 0, 20));
-        let o = answer(&site, &Table::default(), &m, rx(), 1000);
+        let o = answer(&site, &mut Table::default(), &m, rx(), 1000);
         let (r, dest) = o.reply.unwrap();
         assert_eq!(dest, Dest::Unicast(Ipv4Addr::new(10, 77, 0, 20)));
         assert!(r.yiaddr().is_unspecified());
@@ -530,13 +533,13 @@ mod tests {
         });
         let mut rel = req("52:54:00:77:00:20", MessageType::Release);
         rel.set_ciaddr(Ipv4Addr::new(10, 77, 0, 20));
-        let o = answer(&site, &t, &rel, rx(), 1000);
+        let o = answer(&site, &mut t, &rel, rx(), 1000);
         assert!(o.reply.is_none());
         assert_eq!(o.commit.unwrap().state, LeaseState::Released);
 
         let mut dec = req("52:54:00:77:00:20", MessageType::Decline);
         dec.opts_mut().insert(DhcpOption::RequestedIpAddress(Ipv4Addr::new(10, 77, 0, 20)));
-        let o = answer(&site, &t, &dec, rx(), 1000);
+        let o = answer(&site, &mut t, &dec, rx(), 1000);
         assert_eq!(o.commit.unwrap().state, LeaseState::Declined);
     }
 
@@ -554,7 +557,7 @@ mod tests {
         let site = site::load(&dir.path().join("site.yaml")).unwrap();
         let mut t = Table::default();
         // .10 and .11 are reserved by nodes: skipped; .12 too; so .13 is... also a node: exhausted.
-        let o = answer(&site, &t, &req("52:54:00:de:ad:01", MessageType::Discover), rx(), 1000);
+        let o = answer(&site, &mut t, &req("52:54:00:de:ad:01", MessageType::Discover), rx(), 1000);
         assert!(o.reply.is_none() && o.reason.contains("exhausted"), "{}", o.reason);
         // A pool beside the reservations.
         let site2 = {
@@ -569,22 +572,96 @@ mod tests {
         {
             let mut r = req(mac, MessageType::Request);
             r.opts_mut().insert(DhcpOption::RequestedIpAddress(Ipv4Addr::new(10, 77, 0, 100)));
-            let d = answer(&site2, &t, &req(mac, MessageType::Discover), rx(), 1000);
+            let d = answer(&site2, &mut t, &req(mac, MessageType::Discover), rx(), 1000);
             match want {
                 Some(ip) => {
                     let ip: Ipv4Addr = ip.parse().unwrap();
                     assert_eq!(d.reply.as_ref().unwrap().0.yiaddr(), ip);
                     let mut r = req(mac, MessageType::Request);
                     r.opts_mut().insert(DhcpOption::RequestedIpAddress(ip));
-                    let a = answer(&site2, &t, &r, rx(), 1000);
+                    let a = answer(&site2, &mut t, &r, rx(), 1000);
                     t.apply(a.commit.unwrap());
                 }
                 None => assert!(d.reply.is_none(), "{mac} should find the pool exhausted"),
             }
         }
         // After the leases expire the addresses are reusable.
-        let d = answer(&site2, &t, &req("52:54:00:de:ad:03", MessageType::Discover), rx(), 1000 + 3601);
+        let d = answer(&site2, &mut t, &req("52:54:00:de:ad:03", MessageType::Discover), rx(), 1000 + 3601);
         assert_eq!(d.reply.unwrap().0.yiaddr(), Ipv4Addr::new(10, 77, 0, 100));
+    }
+
+    /// A site with a dynamic pool of `start..=end` on the lab network.
+    fn pool_site(dir: &std::path::Path, start: &str, end: &str) -> Site {
+        let lab = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/lab");
+        let text = std::fs::read_to_string(lab.join("site.yaml"))
+            .unwrap()
+            .replace("dnsServers: [10.77.0.1]", &format!("dnsServers: [10.77.0.1]\n    pool: {{ start: {start}, end: {end} }}"))
+            .replace("dir: ignition", &format!("dir: {}/ignition", lab.display()));
+        std::fs::write(dir.join("site.yaml"), text).unwrap();
+        site::load(&dir.join("site.yaml")).unwrap()
+    }
+
+    #[test]
+    fn concurrent_discovers_get_distinct_offers_and_requests_are_granted() {
+        let dir = tempfile::tempdir().unwrap();
+        let site = pool_site(dir.path(), "10.77.0.100", "10.77.0.199");
+        let mut t = Table::default();
+        // 50 clients DISCOVER before any REQUESTs (a rack powering on).
+        let macs: Vec<String> = (0..50).map(|i| format!("52:54:00:aa:00:{i:02x}")).collect();
+        let offers: Vec<Ipv4Addr> =
+            macs.iter().map(|m| answer(&site, &mut t, &req(m, MessageType::Discover), rx(), 1000).reply.unwrap().0.yiaddr()).collect();
+        let distinct: std::collections::HashSet<_> = offers.iter().collect();
+        assert_eq!(distinct.len(), 50, "offers: {offers:?}");
+        // Their REQUESTs arrive in reverse order; every one is ACKed with its offer.
+        for (m, ip) in macs.iter().zip(&offers).rev() {
+            let mut r = req(m, MessageType::Request);
+            r.opts_mut().insert(DhcpOption::RequestedIpAddress(*ip));
+            let a = answer(&site, &mut t, &r, rx(), 1000);
+            assert_eq!(a.kind, "ack", "{m}: {}", a.reason);
+            t.apply(a.commit.unwrap());
+        }
+        // A client asking for an address another holds is NAKed.
+        let mut r = req("52:54:00:aa:01:00", MessageType::Request);
+        r.opts_mut().insert(DhcpOption::RequestedIpAddress(offers[0]));
+        assert_eq!(answer(&site, &mut t, &r, rx(), 1000).kind, "nak");
+        // Asking for a free one (INIT-REBOOT after our restart lost nothing) is granted.
+        let mut r = req("52:54:00:aa:01:00", MessageType::Request);
+        r.opts_mut().insert(DhcpOption::RequestedIpAddress(Ipv4Addr::new(10, 77, 0, 199)));
+        assert_eq!(answer(&site, &mut t, &r, rx(), 1000).kind, "ack");
+    }
+
+    #[test]
+    fn exhausted_pool_and_an_expired_lease_whose_address_moved() {
+        let dir = tempfile::tempdir().unwrap();
+        let site = pool_site(dir.path(), "10.77.0.200", "10.77.0.201");
+        let mut t = Table::default();
+        for (m, want) in [("52:54:00:aa:00:01", "10.77.0.200"), ("52:54:00:aa:00:02", "10.77.0.201")] {
+            let mut r = req(m, MessageType::Request);
+            r.opts_mut().insert(DhcpOption::RequestedIpAddress(want.parse().unwrap()));
+            let a = answer(&site, &mut t, &r, rx(), 1000);
+            t.apply(a.commit.unwrap());
+        }
+        let o = answer(&site, &mut t, &req("52:54:00:aa:00:03", MessageType::Discover), rx(), 1000);
+        assert!(o.reply.is_none() && o.reason.contains("exhausted"), "{}", o.reason);
+        // Again in the same second: the same answer (without a walk).
+        assert!(answer(&site, &mut t, &req("52:54:00:aa:00:03", MessageType::Discover), rx(), 1000).reply.is_none());
+        // A release frees an address at once.
+        let mut rel = req("52:54:00:aa:00:02", MessageType::Release);
+        rel.set_ciaddr(Ipv4Addr::new(10, 77, 0, 201));
+        let l = answer(&site, &mut t, &rel, rx(), 1000).commit.unwrap();
+        t.apply(l);
+        let o = answer(&site, &mut t, &req("52:54:00:aa:00:03", MessageType::Discover), rx(), 1000);
+        assert_eq!(o.reply.unwrap().0.yiaddr(), Ipv4Addr::new(10, 77, 0, 201));
+        // After 00:01's lease expires, 00:04 takes its address; 00:01 coming
+        // back must not be offered the address it no longer holds.
+        let later = 1000 + 3601;
+        let mut r = req("52:54:00:aa:00:04", MessageType::Request);
+        r.opts_mut().insert(DhcpOption::RequestedIpAddress(Ipv4Addr::new(10, 77, 0, 200)));
+        let a = answer(&site, &mut t, &r, rx(), later);
+        assert_eq!(a.kind, "ack", "{}", a.reason);
+        t.apply(a.commit.unwrap());
+        let o = answer(&site, &mut t, &req("52:54:00:aa:00:01", MessageType::Discover), rx(), later);
+        assert_ne!(o.reply.map(|r| r.0.yiaddr()), Some(Ipv4Addr::new(10, 77, 0, 200)));
     }
 
     #[test]
@@ -600,7 +677,7 @@ mod tests {
         // A BIOS PXE client's DISCOVER on 67: an OFFER with no address.
         let mut m = req("52:54:00:77:00:11", MessageType::Discover);
         pxe(&mut m, 0);
-        let o = answer(&site, &Table::default(), &m, rx(), 1000);
+        let o = answer(&site, &mut Table::default(), &m, rx(), 1000);
         golden("proxy-offer", &dump(&o));
         let (r, _) = o.reply.unwrap();
         assert!(r.yiaddr().is_unspecified(), "proxyDHCP never hands out an address");
@@ -612,12 +689,12 @@ mod tests {
         pxe(&mut q, 0);
         q.set_ciaddr(Ipv4Addr::new(10, 77, 0, 11));
         let src = SocketAddrV4::new(Ipv4Addr::new(10, 77, 0, 11), 68);
-        let o = answer(&site, &Table::default(), &q, Rx { src, local_port: 4011 }, 1000);
+        let o = answer(&site, &mut Table::default(), &q, Rx { src, local_port: 4011 }, 1000);
         let (r, dest) = o.reply.unwrap();
         assert_eq!((r.opts().msg_type(), dest), (Some(MessageType::Ack), Dest::Source));
         // A client with nothing to boot gets no proxy answer at all.
         let mut u = req("52:54:00:77:00:21", MessageType::Discover);
         u.opts_mut().insert(DhcpOption::ClassIdentifier(b"udhcp 1.35.0".to_vec()));
-        assert!(answer(&site, &Table::default(), &u, rx(), 1000).reply.is_none());
+        assert!(answer(&site, &mut Table::default(), &u, rx(), 1000).reply.is_none());
     }
 }

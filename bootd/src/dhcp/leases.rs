@@ -44,10 +44,23 @@ pub enum LeaseState {
     Declined,
 }
 
+/// Keyed by client-chosen values (MACs), so seeded: no hash flooding.
+type Map<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
+
 #[derive(Debug, Default)]
 pub struct Table {
-    by_mac: HashMap<Mac, Lease>,
-    by_ip: HashMap<Ipv4Addr, Mac>,
+    by_mac: Map<Mac, Lease>,
+    by_ip: Map<Ipv4Addr, Mac>,
+    /// Per dynamic pool (keyed by its first address): where the next
+    /// allocation starts looking. Successive clients walk the pool, so
+    /// DISCOVERs in flight at the same time are offered different addresses
+    /// without any per-offer state (as Kea's iterative allocator does).
+    cursors: Map<u32, u32>,
+    /// Per pool: the (second, generation) at which a full walk found nothing
+    /// free. Until either changes, "exhausted" is answered without a walk.
+    exhausted: Map<u32, (u64, u64)>,
+    /// Bumped whenever an address may have become free.
+    generation: u64,
 }
 
 impl Table {
@@ -68,12 +81,63 @@ impl Table {
         if let Some(old) = self.by_mac.get(&mac) {
             if self.by_ip.get(&old.ip) == Some(&mac) {
                 self.by_ip.remove(&old.ip);
+                if old.ip != lease.ip || lease.state == LeaseState::Released {
+                    self.generation += 1;
+                }
             }
         }
         if lease.state != LeaseState::Released {
             self.by_ip.insert(lease.ip, mac);
         }
         self.by_mac.insert(mac, lease);
+    }
+
+    /// The address `mac` holds: its lease, if that address is still its own
+    /// (an expired lease's address may since have gone to someone else).
+    pub fn held_by(&self, mac: &Mac) -> Option<&Lease> {
+        self.by_mac.get(mac).filter(|l| l.state == LeaseState::Active && self.by_ip.get(&l.ip) == Some(mac))
+    }
+
+    /// Whether `ip` may be given to `mac`: nobody holds it, `mac` itself
+    /// does, or its holder's lease expired (a declined address stays
+    /// quarantined until the site changes or the lease file is edited).
+    pub fn is_free_for(&self, ip: Ipv4Addr, mac: &Mac, now: u64) -> bool {
+        match self.by_ip.get(&ip) {
+            None => true,
+            Some(m) if m == mac => self.by_mac.get(m).is_some_and(|l| l.state == LeaseState::Active),
+            Some(m) => self.by_mac.get(m).is_some_and(|l| l.state == LeaseState::Active && l.expires < now),
+        }
+    }
+
+    /// A free address in `start..=end` for `mac`, walking from the pool's
+    /// cursor; `None` when the pool is exhausted. Amortised O(1) while the
+    /// pool has room; a full walk at most once per second per pool while it
+    /// has none (unless an address is freed meanwhile).
+    pub fn allocate(
+        &mut self,
+        start: Ipv4Addr,
+        end: Ipv4Addr,
+        mac: &Mac,
+        now: u64,
+        reserved: impl Fn(Ipv4Addr) -> bool,
+    ) -> Option<Ipv4Addr> {
+        let (s, e) = (u32::from(start), u32::from(end));
+        if e < s || self.exhausted.get(&s) == Some(&(now, self.generation)) {
+            return None;
+        }
+        let size = u64::from(e - s) + 1;
+        let mut a = self.cursors.get(&s).copied().filter(|c| (s..=e).contains(c)).unwrap_or(s);
+        for _ in 0..size {
+            let ip = Ipv4Addr::from(a);
+            let next = if a == e { s } else { a + 1 };
+            if !reserved(ip) && self.is_free_for(ip, mac, now) {
+                self.cursors.insert(s, next);
+                return Some(ip);
+            }
+            a = next;
+        }
+        self.exhausted.insert(s, (now, self.generation));
+        None
     }
     pub fn leases(&self) -> impl Iterator<Item = &Lease> {
         self.by_mac.values()

@@ -41,6 +41,9 @@ pub fn bind(addr: SocketAddr, interface: Option<&str>) -> io::Result<UdpSocket> 
     let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::DGRAM, Some(socket2::Protocol::UDP))?;
     s.set_reuse_address(true)?;
     s.set_broadcast(true)?;
+    // A rack powering on sends bursts; the default (~200 KiB) overflows.
+    // The kernel caps this at net.core.rmem_max; best effort.
+    let _ = s.set_recv_buffer_size(4 << 20);
     if let Some(i) = interface {
         s.bind_device(Some(i.as_bytes()))?;
     }
@@ -105,7 +108,7 @@ impl Server {
         let snap = self.app.live.load();
         let outcome = {
             let mut table = self.table.lock().unwrap_or_else(|p| p.into_inner());
-            let o = core::answer(&snap.site, &table, &req, Rx { src, local_port }, now());
+            let o = core::answer(&snap.site, &mut table, &req, Rx { src, local_port }, now());
             // Update memory now so a concurrent request cannot be handed the
             // same pool address; the ACK still waits for the disk.
             if let Some(l) = &o.commit {
