@@ -1,0 +1,225 @@
+//! Zone data: what dnsd serves, as plain records (hickory-proto types),
+//! derived from the site ([`from_site`]) or read from RFC 1035 master files
+//! ([`from_files`]). [`crate::core::Catalog::build`] compiles it into
+//! answers.
+
+use hickory_proto::rr::rdata::{A, AAAA, CNAME, MX, NS, PTR, SOA, SRV, TXT};
+use hickory_proto::rr::{Name, RData, Record, RecordType};
+use site::dns::RData as SiteRData;
+use site::Site;
+use std::collections::BTreeSet;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+
+/// One zone: its origin and every record, the SOA first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Zone {
+    pub origin: Name,
+    pub records: Vec<Record>,
+}
+
+impl Zone {
+    pub fn soa(&self) -> &SOA {
+        match self.records[0].data() {
+            RData::SOA(s) => s,
+            _ => unreachable!("Zone::records[0] is the SOA (checked when built)"),
+        }
+    }
+    pub fn serial(&self) -> u32 {
+        self.soa().serial()
+    }
+    /// Sets the SOA serial.
+    pub fn set_serial(&mut self, serial: u32) {
+        let s = self.soa().clone();
+        let soa = SOA::new(s.mname().clone(), s.rname().clone(), serial, s.refresh(), s.retry(), s.expire(), s.minimum());
+        self.records[0].set_data(RData::SOA(soa));
+    }
+    /// The records without the SOA's serial, in a stable order: two zones
+    /// with equal content compare equal whatever their serials.
+    pub fn content(&self) -> Vec<String> {
+        let mut z = self.clone();
+        z.set_serial(0);
+        let mut v: Vec<String> = z.records.iter().map(|r| r.to_string().to_ascii_lowercase()).collect();
+        v.sort();
+        v
+    }
+    /// The zone as an RFC 1035 master file (what `dnsd zone` prints and the
+    /// differential tests load into NSD and Knot).
+    pub fn to_master(&self) -> String {
+        let mut s = format!("$ORIGIN {}\n", self.origin);
+        for r in &self.records {
+            match r.data() {
+                // hickory's TXT Display is not master-file syntax (no quotes).
+                RData::TXT(t) => {
+                    s.push_str(&format!("{} {} {} TXT", r.name(), r.ttl(), r.dns_class()));
+                    for chunk in t.txt_data() {
+                        s.push_str(" \"");
+                        for &b in chunk.iter() {
+                            match b {
+                                b'"' | b'\\' => s.push_str(&format!("\\{}", b as char)),
+                                0x20..=0x7e => s.push(b as char),
+                                _ => s.push_str(&format!("\\{b:03}")),
+                            }
+                        }
+                        s.push('"');
+                    }
+                }
+                _ => s.push_str(&r.to_string()),
+            }
+            s.push('\n');
+        }
+        s
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ZoneError {
+    #[error("{0}: {1}")]
+    Read(PathBuf, std::io::Error),
+    #[error("{0}: {1}")]
+    Parse(PathBuf, String),
+    #[error("{file}: {reason}")]
+    Invalid { file: PathBuf, reason: String },
+    #[error("the site has no DNS nameserver: set dns.nameservers")]
+    NoNameserver,
+    #[error("{0}")]
+    Name(String),
+}
+
+fn name(s: &str) -> Result<Name, ZoneError> {
+    let mut n = Name::from_ascii(s).map_err(|e| ZoneError::Name(format!("{s:?}: {e}")))?;
+    n.set_fqdn(true);
+    Ok(n)
+}
+
+fn rdata_for_ip(ip: IpAddr) -> RData {
+    match ip {
+        IpAddr::V4(a) => RData::A(A(a)),
+        IpAddr::V6(a) => RData::AAAA(AAAA(a)),
+    }
+}
+
+/// SOA timers for zones derived from the site.
+const REFRESH: i32 = 3600;
+const RETRY: i32 = 600;
+const EXPIRE: i32 = 1_209_600;
+
+/// Every zone the site asks for: the cluster's (or the base domain's) and
+/// the reverse zones of its subnets, all with `serial`.
+pub fn from_site(site: &Site, serial: u32) -> Result<Vec<Zone>, ZoneError> {
+    let d = &site.dns;
+    let ns0 = d.nameservers.first().ok_or(ZoneError::NoNameserver)?;
+    let domain = site.cluster.domain();
+    let ttl = d.ttl.as_secs() as u32;
+    let neg = d.negative_ttl.as_secs() as u32;
+    let fwd_origin = if d.serve_base_domain { site.cluster.base_domain.clone() } else { domain.clone() };
+    let mut origins = vec![fwd_origin.clone()];
+    origins.extend(site::dns::reverse_zones(&site.networks.iter().map(|n| n.subnet).collect::<Vec<_>>()));
+    let mut zones = Vec::new();
+    for o in &origins {
+        let origin = name(o)?;
+        let soa = SOA::new(name(&ns0.name)?, name(&format!("hostmaster.{o}"))?, serial, REFRESH, RETRY, EXPIRE, neg);
+        let mut records = vec![Record::from_rdata(origin.clone(), ttl, RData::SOA(soa))];
+        for ns in &d.nameservers {
+            records.push(Record::from_rdata(origin.clone(), ttl, RData::NS(NS(name(&ns.name)?))));
+        }
+        zones.push(Zone { origin, records });
+    }
+    let mut all: Vec<Record> = Vec::new();
+    for ns in &d.nameservers {
+        all.push(Record::from_rdata(name(&ns.name)?, ttl, rdata_for_ip(ns.ip)));
+    }
+    all.push(Record::from_rdata(name(&format!("api.{domain}"))?, ttl, rdata_for_ip(site.vips.api)));
+    all.push(Record::from_rdata(name(&format!("api-int.{domain}"))?, ttl, rdata_for_ip(site.vips.api)));
+    all.push(Record::from_rdata(name(&format!("*.apps.{domain}"))?, ttl, rdata_for_ip(site.vips.ingress)));
+    for n in &site.nodes {
+        let fqdn = format!("{}.{domain}", n.name);
+        all.push(Record::from_rdata(name(&fqdn)?, ttl, RData::A(A(n.ip))));
+        all.push(Record::from_rdata(name(&site::dns::reverse_name(IpAddr::V4(n.ip)))?, ttl, RData::PTR(PTR(name(&fqdn)?))));
+    }
+    if !site.nodes.iter().any(|n| IpAddr::V4(n.ip) == site.vips.api) {
+        all.push(Record::from_rdata(name(&site::dns::reverse_name(site.vips.api))?, ttl, RData::PTR(PTR(name(&format!("api.{domain}"))?))));
+    }
+    for r in &d.records {
+        let rd = match &r.data {
+            SiteRData::A(a) => RData::A(A(*a)),
+            SiteRData::Aaaa(a) => RData::AAAA(AAAA(*a)),
+            SiteRData::Cname(t) => RData::CNAME(CNAME(name(t)?)),
+            SiteRData::Ns(t) => RData::NS(NS(name(t)?)),
+            SiteRData::Ptr(t) => RData::PTR(PTR(name(t)?)),
+            SiteRData::Mx { preference, exchange } => RData::MX(MX::new(*preference, name(exchange)?)),
+            SiteRData::Srv { priority, weight, port, target } => RData::SRV(SRV::new(*priority, *weight, *port, name(target)?)),
+            SiteRData::Txt(t) => RData::TXT(TXT::from_bytes(t.as_bytes().chunks(255).collect())),
+        };
+        all.push(Record::from_rdata(name(&r.name)?, r.ttl.map(|t| t.as_secs() as u32).unwrap_or(ttl), rd));
+    }
+    for r in all {
+        // The deepest zone holding the name; names in no zone (a PTR of a
+        // node whose subnet's zone is elsewhere) are left out.
+        let Some(z) = zones.iter_mut().filter(|z| z.origin.zone_of(r.name())).max_by_key(|z| z.origin.num_labels()) else { continue };
+        if !z.records.contains(&r) {
+            z.records.push(r);
+        }
+    }
+    for z in &zones {
+        check(z, &site.source)?;
+    }
+    Ok(zones)
+}
+
+/// Reads master files: each `(path, origin)`; the origin may also come from
+/// the file's `$ORIGIN`. Every zone must have one SOA, at its origin.
+pub fn from_files(files: &[(PathBuf, Option<String>)]) -> Result<Vec<Zone>, ZoneError> {
+    let mut zones = Vec::new();
+    for (path, origin) in files {
+        let text = std::fs::read_to_string(path).map_err(|e| ZoneError::Read(path.clone(), e))?;
+        let origin = origin.as_deref().map(name).transpose()?;
+        let (origin, sets) = hickory_proto::serialize::txt::Parser::new(text, Some(path.clone()), origin)
+            .parse()
+            .map_err(|e| ZoneError::Parse(path.clone(), e.to_string()))?;
+        let mut soa = Vec::new();
+        let mut records = Vec::new();
+        for set in sets.values() {
+            for r in set.records_without_rrsigs() {
+                if r.record_type() == RecordType::SOA {
+                    soa.push(r.clone());
+                } else {
+                    records.push(r.clone());
+                }
+            }
+        }
+        let invalid = |reason: String| ZoneError::Invalid { file: path.clone(), reason };
+        if soa.len() != 1 || soa[0].name() != &origin {
+            return Err(invalid(format!("want exactly one SOA, at the origin {origin}")));
+        }
+        soa.extend(records);
+        let z = Zone { origin, records: soa };
+        check(&z, path)?;
+        zones.push(z);
+    }
+    Ok(zones)
+}
+
+/// What no zone may hold: names outside it, a CNAME beside other data,
+/// two zones with one origin.
+fn check(z: &Zone, file: &Path) -> Result<(), ZoneError> {
+    let invalid = |reason: String| ZoneError::Invalid { file: file.to_path_buf(), reason };
+    let mut cname = BTreeSet::new();
+    let mut other = BTreeSet::new();
+    for r in &z.records {
+        if !z.origin.zone_of(r.name()) {
+            return Err(invalid(format!("{} is outside the zone {}", r.name(), z.origin)));
+        }
+        let key = r.name().to_lowercase();
+        if r.record_type() == RecordType::CNAME {
+            if !cname.insert(key.clone()) || other.contains(&key) {
+                return Err(invalid(format!("{}: a CNAME beside other data", r.name())));
+            }
+        } else if cname.contains(&key) {
+            return Err(invalid(format!("{}: a CNAME beside other data", r.name())));
+        } else {
+            other.insert(key);
+        }
+    }
+    Ok(())
+}
