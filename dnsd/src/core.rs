@@ -242,13 +242,16 @@ struct Logical {
     additional: Vec<Section>,
 }
 
+/// A template's whole content: equal keys, one template.
+type TemplateKey = (Vec<u8>, Vec<(u32, bool, u16)>, u16, u16, u16, Vec<(u32, u16)>);
+
 struct Builder<'z> {
     zones: &'z [Zone],
     map: Map,
     nodes: Vec<Node>,
     bnodes: Vec<BuildNode>,
     templates: Vec<Template>,
-    dedup: HashMap<(Vec<u8>, Vec<(u32, bool, u16)>, u16, u16, u16, Vec<(u32, u16)>), u32>,
+    dedup: HashMap<TemplateKey, u32>,
 }
 
 impl Catalog {

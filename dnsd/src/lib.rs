@@ -1,4 +1,339 @@
+//! dnsd: authoritative DNS for the cluster, derived from the site (or,
+//! standalone, from RFC 1035 master files).
+//!
+//! Serves `<cluster>.<baseDomain>` (or the base domain), the reverse zones
+//! of the site's subnets, NOTIFY and AXFR/IXFR to secondaries, forwards
+//! other names to upstream resolvers when configured, and reloads live.
+//!
+//! Modules:
+//! - [`wire`]: strict, allocation-free parsing of a request (RFC 9267).
+//! - [`zone`]: zone data from the site or master files; master-file output.
+//! - [`core`]: the pure core: a [`core::Catalog`] of precompiled answers and
+//!   `Catalog::answer(request) -> response`.
+//! - [`udp`]: blocking worker threads on SO_REUSEPORT sockets,
+//!   recvmmsg/sendmmsg batches, response rate limiting ([`rrl`]).
+//! - [`tcp`]: RFC 7766 connections (pipelining, idle timeout), transfers.
+//! - [`xfr`]: AXFR/IXFR responses and NOTIFY.
+//! - [`forward`]: relaying queries for other names to upstream resolvers.
+//! - [`http`]: `/metrics` and `/healthz`; [`metrics`]: the counters.
+//! - [`text`]: dig-like dumps for golden files and tests.
+//!
+//! Invariants: every response is computed from one catalog snapshot
+//! (loaded once per UDP batch or TCP message; a reload swaps whole
+//! catalogs); a site or zone file with any problem never replaces the
+//! serving catalog; a zone's serial only increases, and only when its
+//! content changed.
+//!
+//! Shape: `main` parses flags, loads the configuration, binds sockets and
+//! calls [`run`]; tests call the same [`run`] on loopback.
+
 pub mod core;
+pub mod forward;
+pub mod http;
+pub mod metrics;
+pub mod rrl;
+pub mod tcp;
 pub mod text;
+pub mod udp;
 pub mod wire;
+pub mod xfr;
 pub mod zone;
+
+use crate::core::{Catalog, Options};
+use arc_swap::ArcSwap;
+use site::dns::Dns;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::{error, info, warn};
+
+/// Where the zones come from.
+#[derive(Debug, Clone)]
+pub enum Source {
+    /// Derived from the site; `dns:` settings come from it too.
+    Site(PathBuf),
+    /// Master files `(path, origin)`, with settings given on the command line.
+    Files { files: Vec<(PathBuf, Option<String>)>, dns: Box<Dns> },
+}
+
+#[derive(Debug)]
+pub struct Config {
+    pub source: Source,
+    /// Notified on SIGHUP (by `main`) or by tests: reload now.
+    pub reload: Arc<Notify>,
+    /// How often the source files are checked for changes; `None`: never.
+    pub poll: Option<Duration>,
+    /// How long TCP connections get to finish after shutdown.
+    pub grace: Duration,
+    /// A TCP connection with no request for this long is closed (RFC 7766 §6.2.3).
+    pub tcp_idle: Duration,
+    /// At most this many TCP connections at once.
+    pub tcp_max: usize,
+}
+
+impl Config {
+    pub fn new(source: Source) -> Config {
+        Config {
+            source,
+            reload: Arc::new(Notify::new()),
+            poll: Some(Duration::from_secs(2)),
+            grace: Duration::from_secs(5),
+            tcp_idle: Duration::from_secs(10),
+            tcp_max: 512,
+        }
+    }
+}
+
+/// Bound sockets. UDP sockets are plain std sockets, served by blocking
+/// threads (one per socket; bind several with SO_REUSEPORT, see [`bind_udp`]).
+#[derive(Debug)]
+pub struct Sockets {
+    pub udp: Vec<std::net::UdpSocket>,
+    pub tcp: Vec<tokio::net::TcpListener>,
+    pub http: Option<tokio::net::TcpListener>,
+}
+
+/// `n` UDP sockets on `addr` sharing it with SO_REUSEPORT (the kernel
+/// spreads clients over them). Port 0 picks one port for all.
+pub fn bind_udp(addr: SocketAddr, n: usize) -> std::io::Result<Vec<std::net::UdpSocket>> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let mut out: Vec<std::net::UdpSocket> = Vec::new();
+    let mut addr = addr;
+    for _ in 0..n.max(1) {
+        let s = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
+        s.set_reuse_port(true)?;
+        if addr.is_ipv6() {
+            s.set_only_v6(true)?;
+        }
+        // Room for bursts while a worker is busy (dnsperf keeps hundreds in flight).
+        let _ = s.set_recv_buffer_size(4 << 20);
+        s.bind(&addr.into())?;
+        let s: std::net::UdpSocket = s.into();
+        addr = s.local_addr()?;
+        out.push(s);
+    }
+    Ok(out)
+}
+
+/// A TCP listener on `addr`.
+pub fn bind_tcp(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let s = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    s.set_reuse_address(true)?;
+    if addr.is_ipv6() {
+        s.set_only_v6(true)?;
+    }
+    s.bind(&addr.into())?;
+    s.listen(1024)?;
+    s.set_nonblocking(true)?;
+    Ok(s.into())
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{0}")]
+    Site(#[from] site::SiteError),
+    #[error(transparent)]
+    Zone(#[from] zone::ZoneError),
+    #[error(transparent)]
+    Build(#[from] core::BuildError),
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// What one load produced.
+#[derive(Debug)]
+pub struct Loaded {
+    pub catalog: Catalog,
+    pub dns: Dns,
+    /// The files to watch for changes.
+    pub watched: Vec<PathBuf>,
+}
+
+fn now_serial() -> u32 {
+    SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_secs() as u32).unwrap_or(1)
+}
+
+/// Loads and compiles the zones. For a site, each zone's serial is the
+/// previous one when its content is unchanged, else the larger of the
+/// previous + 1 and the current Unix time (so it also increases across
+/// restarts). Master files keep their own serials.
+pub fn load(source: &Source, prev: Option<&Catalog>) -> Result<Loaded, Error> {
+    match source {
+        Source::Site(path) => {
+            let site = site::load(path)?;
+            let mut zones = zone::from_site(&site, 0)?;
+            let now = now_serial();
+            for z in &mut zones {
+                let old = prev.and_then(|c| c.zones.iter().find(|o| o.origin == z.origin));
+                let serial = match old {
+                    Some(o) if o.content() == z.content() => o.serial(),
+                    Some(o) => now.max(o.serial().wrapping_add(1)),
+                    None => now,
+                };
+                z.set_serial(serial);
+            }
+            let dns = site.dns.clone();
+            let options = Options { allow_transfer: dns.allow_transfer.clone(), forward: !dns.upstreams.is_empty() };
+            Ok(Loaded { catalog: Catalog::build(zones, options)?, dns, watched: site.watched_files() })
+        }
+        Source::Files { files, dns } => {
+            let zones = zone::from_files(files)?;
+            let options = Options { allow_transfer: dns.allow_transfer.clone(), forward: !dns.upstreams.is_empty() };
+            Ok(Loaded {
+                catalog: Catalog::build(zones, options)?,
+                dns: (**dns).clone(),
+                watched: files.iter().map(|(p, _)| p.clone()).collect(),
+            })
+        }
+    }
+}
+
+/// The serving state, shared by every transport.
+#[derive(Debug)]
+pub struct Live {
+    pub catalog: ArcSwap<Catalog>,
+    pub metrics: metrics::Metrics,
+}
+
+/// Serves until `shutdown` is cancelled.
+pub async fn run(config: Config, sockets: Sockets, shutdown: CancellationToken) -> Result<(), Error> {
+    let loaded = tokio::task::block_in_place(|| load(&config.source, None))?;
+    run_loaded(config, loaded, sockets, shutdown).await
+}
+
+/// As [`run`], with the first load already done (main reports its errors
+/// before binding; tests inspect it).
+pub async fn run_loaded(config: Config, loaded: Loaded, sockets: Sockets, shutdown: CancellationToken) -> Result<(), Error> {
+    let Loaded { catalog, dns, watched } = loaded;
+    if dns.nameservers.is_empty() && matches!(config.source, Source::Site(_)) {
+        return Err(Error::Zone(zone::ZoneError::NoNameserver));
+    }
+    let live = Arc::new(Live { catalog: ArcSwap::from_pointee(catalog), metrics: metrics::Metrics::default() });
+    live.metrics.observe(&live.catalog.load());
+    let tracker = TaskTracker::new();
+    let forwarder = Arc::new(forward::Forwarder::new(dns.upstreams.clone()));
+    let (fwd_tx, fwd_rx) = tokio::sync::mpsc::channel::<udp::Forwarded>(1024);
+    tracker.spawn(udp::forward_loop(fwd_rx, Arc::clone(&forwarder), Arc::clone(&live), shutdown.clone()));
+    let mut threads = Vec::new();
+    let limit = rrl::Limit { per_second: dns.rate_limit, slip: dns.slip };
+    for (i, sock) in sockets.udp.into_iter().enumerate() {
+        info!(addr = %sock.local_addr().map(|a| a.to_string()).unwrap_or_default(), worker = i, "UDP listening");
+        let forward_sock = tokio::net::UdpSocket::from_std({
+            let s = sock.try_clone()?;
+            s.set_nonblocking(true)?;
+            s
+        })?;
+        let w = udp::Worker {
+            sock,
+            live: Arc::clone(&live),
+            stop: shutdown.clone(),
+            forward: fwd_tx.clone(),
+            reply: Arc::new(forward_sock),
+            limit,
+        };
+        threads.push(std::thread::Builder::new().name(format!("dnsd-udp-{i}")).spawn(move || w.run())?);
+    }
+    drop(fwd_tx);
+    let conns = Arc::new(tokio::sync::Semaphore::new(config.tcp_max));
+    for l in sockets.tcp {
+        info!(addr = %l.local_addr().map(|a| a.to_string()).unwrap_or_default(), "TCP listening");
+        let t = tcp::Tcp { live: Arc::clone(&live), forwarder: Arc::clone(&forwarder), idle: config.tcp_idle, conns: Arc::clone(&conns) };
+        tracker.spawn(t.accept_loop(l, shutdown.clone(), tracker.clone()));
+    }
+    if let Some(l) = sockets.http {
+        info!(addr = %l.local_addr().map(|a| a.to_string()).unwrap_or_default(), "HTTP (metrics, health) listening");
+        tracker.spawn(http::serve(l, Arc::clone(&live), shutdown.clone()));
+    }
+    // Secondaries may hold an older version: tell them at start, too.
+    for z in &live.catalog.load().zones {
+        let (z, targets, live) = (z.clone(), dns.notify.clone(), Arc::clone(&live));
+        if !targets.is_empty() {
+            tracker.spawn(async move { xfr::notify(&z, &targets, &live.metrics).await });
+        }
+    }
+    tracker.spawn(watch(config.source.clone(), Arc::clone(&live), dns, watched, config.reload.clone(), config.poll, shutdown.clone()));
+    shutdown.cancelled().await;
+    tracker.close();
+    if tokio::time::timeout(config.grace, tracker.wait()).await.is_err() {
+        warn!(grace = ?config.grace, "connections still open after the grace period");
+    }
+    for t in threads {
+        let _ = tokio::task::spawn_blocking(move || t.join()).await;
+    }
+    info!("dnsd stopped");
+    Ok(())
+}
+
+/// Reloads on `reload` and when a watched file changes; swaps the catalog
+/// and sends NOTIFY for the zones whose serial changed. A bad load keeps
+/// the old catalog serving.
+async fn watch(
+    source: Source,
+    live: Arc<Live>,
+    mut dns: Dns,
+    mut watched: Vec<PathBuf>,
+    reload: Arc<Notify>,
+    poll: Option<Duration>,
+    shutdown: CancellationToken,
+) {
+    let mut last = site::fingerprint(&watched);
+    loop {
+        let forced = tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = reload.notified() => true,
+            _ = async { match poll { Some(p) => tokio::time::sleep(p).await, None => std::future::pending().await } } => false,
+        };
+        let now = site::fingerprint(&watched);
+        if !forced && now == last {
+            continue;
+        }
+        last = now;
+        let prev = live.catalog.load_full();
+        let src = source.clone();
+        let p = Arc::clone(&prev);
+        match tokio::task::spawn_blocking(move || load(&src, Some(&p))).await {
+            Ok(Ok(l)) => {
+                let changed: Vec<usize> = l
+                    .catalog
+                    .zones
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, z)| prev.zones.iter().find(|o| o.origin == z.origin).is_none_or(|o| o.serial() != z.serial()))
+                    .map(|(i, _)| i)
+                    .collect();
+                if l.dns.listen != dns.listen || l.dns.http != dns.http {
+                    warn!("dns.listen or dns.http changed: restart dnsd to rebind; the zones are reloaded");
+                }
+                let catalog = Arc::new(l.catalog);
+                live.catalog.store(Arc::clone(&catalog));
+                live.metrics.observe(&catalog);
+                live.metrics.reloads.get_or_create(&metrics::Outcome { result: "ok" }).inc();
+                for &i in &changed {
+                    let z = &catalog.zones[i];
+                    info!(zone = %z.origin, serial = z.serial(), forced, "zone reloaded");
+                }
+                if !l.dns.notify.is_empty() {
+                    for &i in &changed {
+                        let targets = l.dns.notify.clone();
+                        let z = catalog.zones[i].clone();
+                        let live = Arc::clone(&live);
+                        tokio::spawn(async move { xfr::notify(&z, &targets, &live.metrics).await });
+                    }
+                }
+                dns = l.dns;
+                watched = l.watched;
+                last = site::fingerprint(&watched);
+            }
+            Ok(Err(e)) => {
+                live.metrics.reloads.get_or_create(&metrics::Outcome { result: "error" }).inc();
+                error!("reload refused, the previous zones keep serving:\n{e}");
+            }
+            Err(e) => error!(error = %e, "reload task failed"),
+        }
+    }
+}

@@ -234,6 +234,35 @@ pub fn parse(b: &[u8], lower: &mut [u8; MAX_NAME]) -> Result<Request, Malformed>
     Ok(Request { id, flags, opcode, qname_len, qtype, qclass, question_end, edns, soa_serial })
 }
 
+/// Cuts a response after its question, sets TC and zeroes the other
+/// counts: what a rate-limited client gets on a slip, to retry over TCP.
+pub fn truncate_to_question(out: &mut Vec<u8>) {
+    if out.len() < HEADER {
+        return;
+    }
+    let mut end = HEADER;
+    if out[4..6] == [0, 1] {
+        if let Some(e) = skip_name(out, HEADER) {
+            end = (e + 4).min(out.len());
+        }
+    }
+    out.truncate(end);
+    out[2] |= (FLAG_TC >> 8) as u8;
+    out[6..12].fill(0);
+}
+
+/// SERVFAIL for a request (its upstreams did not answer); empty when the
+/// request is not one.
+pub fn servfail(q: &[u8]) -> Vec<u8> {
+    let mut lower = [0; MAX_NAME];
+    let Ok(r) = parse(q, &mut lower) else { return Vec::new() };
+    let mut out = q[..r.question_end].to_vec();
+    let flags = FLAG_QR | (r.flags & (0x7800 | FLAG_RD | FLAG_CD)) | RCODE_SERVFAIL as u16;
+    out[2..4].copy_from_slice(&flags.to_be_bytes());
+    out[4..12].copy_from_slice(&[0, 1, 0, 0, 0, 0, 0, 0]);
+    out
+}
+
 /// Label start offsets of a wire name (the root label excluded).
 pub fn label_starts(name: &[u8], out: &mut [u8; 128]) -> usize {
     let mut n = 0;

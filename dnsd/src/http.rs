@@ -1,0 +1,67 @@
+//! The small HTTP listener: `/metrics` (Prometheus text) and `/healthz`
+//! (200 with the served serials once zones are loaded). Every route is in
+//! [`route`].
+
+use crate::Live;
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::service::service_fn;
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+pub async fn serve(l: TcpListener, live: Arc<Live>, stop: CancellationToken) {
+    loop {
+        let (stream, _) = tokio::select! {
+            _ = stop.cancelled() => return,
+            r = l.accept() => match r {
+                Ok(x) => x,
+                Err(_) => {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+        };
+        let live = Arc::clone(&live);
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            let svc = service_fn(move |req| {
+                let live = Arc::clone(&live);
+                async move { Ok::<_, Infallible>(route(&live, &req)) }
+            });
+            let conn = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(Duration::from_secs(10))
+                .serve_connection(TokioIo::new(stream), svc);
+            tokio::select! {
+                _ = conn => {}
+                _ = stop.cancelled() => {}
+            }
+        });
+    }
+}
+
+pub fn route<B>(live: &Live, req: &Request<B>) -> Response<Full<Bytes>> {
+    let text = |status: StatusCode, ctype: &'static str, body: String| {
+        let mut r = Response::new(Full::new(Bytes::from(body)));
+        *r.status_mut() = status;
+        r.headers_mut().insert(hyper::header::CONTENT_TYPE, hyper::header::HeaderValue::from_static(ctype));
+        r
+    };
+    if req.method() != hyper::Method::GET && req.method() != hyper::Method::HEAD {
+        return text(StatusCode::METHOD_NOT_ALLOWED, "text/plain", "GET only\n".into());
+    }
+    match req.uri().path() {
+        "/metrics" => text(StatusCode::OK, "application/openmetrics-text; version=1.0.0; charset=utf-8", live.metrics.encode()),
+        "/healthz" => {
+            let c = live.catalog.load();
+            let zones: Vec<String> = c.zones.iter().map(|z| format!("{} {}", z.origin, z.serial())).collect();
+            text(StatusCode::OK, "text/plain", format!("ok\n{}\n", zones.join("\n")))
+        }
+        _ => text(StatusCode::NOT_FOUND, "text/plain", "not found\n".into()),
+    }
+}

@@ -1,0 +1,158 @@
+//! dnsd's command line: parse flags, load the site (or zone files), bind,
+//! then hand over to `dnsd::run`. Also `--check-config` and `zone` (print
+//! the zones derived from the site as master files).
+
+use anyhow::{Context, Result};
+use clap::{Parser, Subcommand};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use tokio_util::sync::CancellationToken;
+
+#[derive(Parser, Debug)]
+#[command(name = "dnsd", version, about = "Authoritative DNS for the cluster, derived from the site description")]
+struct Cli {
+    /// The site description (YAML); its `dns:` section configures dnsd.
+    #[arg(long, global = true, default_value = "/etc/bootd/site.yaml")]
+    site: PathBuf,
+    /// Standalone: serve this RFC 1035 master file instead of the site
+    /// (FILE or FILE=ORIGIN; repeatable). The options below apply then.
+    #[arg(long, value_name = "FILE[=ORIGIN]")]
+    zone: Vec<String>,
+    /// Standalone: UDP and TCP listen address (repeatable; default 0.0.0.0:53).
+    #[arg(long)]
+    listen: Vec<SocketAddr>,
+    /// Standalone: /metrics and /healthz listener.
+    #[arg(long)]
+    http: Option<SocketAddr>,
+    /// Standalone: who may AXFR/IXFR (address or CIDR; repeatable).
+    #[arg(long)]
+    allow_transfer: Vec<ipnet::IpNet>,
+    /// Standalone: send NOTIFY here when a zone changes (repeatable).
+    #[arg(long)]
+    notify: Vec<SocketAddr>,
+    /// Standalone: forward names outside the zones here (repeatable).
+    #[arg(long)]
+    upstream: Vec<SocketAddr>,
+    /// Standalone: responses per second per client network (0: off).
+    #[arg(long, default_value_t = site::dns::DEFAULT_RATE_LIMIT)]
+    rate_limit: u32,
+    /// UDP worker threads (SO_REUSEPORT sockets) per listen address;
+    /// default: the CPUs this process may run on.
+    #[arg(long)]
+    udp_threads: Option<usize>,
+    /// Validate FILE (a site) and exit: 0 when valid, 1 listing every problem.
+    #[arg(long, value_name = "FILE")]
+    check_config: Option<PathBuf>,
+    #[command(subcommand)]
+    cmd: Option<Cmd>,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Serve (the default).
+    Run,
+    /// Print the zones as RFC 1035 master files.
+    Zone,
+}
+
+fn main() -> Result<()> {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_writer(std::io::stderr)
+        .init();
+    if let Some(path) = &cli.check_config {
+        return check_config(path);
+    }
+    let source = if cli.zone.is_empty() {
+        dnsd::Source::Site(cli.site.clone())
+    } else {
+        let files = cli
+            .zone
+            .iter()
+            .map(|z| match z.split_once('=') {
+                Some((f, o)) => (PathBuf::from(f), Some(o.to_string())),
+                None => (PathBuf::from(z), None),
+            })
+            .collect();
+        let dns = site::dns::Dns {
+            listen: if cli.listen.is_empty() { vec![SocketAddr::from(([0, 0, 0, 0], 53))] } else { cli.listen.clone() },
+            http: cli.http,
+            serve_base_domain: false,
+            nameservers: vec![],
+            ttl: site::dns::DEFAULT_TTL,
+            negative_ttl: site::dns::DEFAULT_NEGATIVE_TTL,
+            upstreams: cli.upstream.clone(),
+            notify: cli.notify.clone(),
+            allow_transfer: cli.allow_transfer.clone(),
+            rate_limit: cli.rate_limit,
+            slip: site::dns::DEFAULT_SLIP,
+            records: vec![],
+        };
+        dnsd::Source::Files { files, dns: Box::new(dns) }
+    };
+    let loaded = dnsd::load(&source, None).map_err(|e| anyhow::anyhow!("{e}"))?;
+    match cli.cmd.unwrap_or(Cmd::Run) {
+        Cmd::Zone => {
+            for z in &loaded.catalog.zones {
+                print!("{}", z.to_master());
+            }
+            Ok(())
+        }
+        Cmd::Run => serve(dnsd::Config::new(source), loaded, cli.udp_threads),
+    }
+}
+
+fn check_config(path: &std::path::Path) -> Result<()> {
+    match dnsd::load(&dnsd::Source::Site(path.to_path_buf()), None) {
+        Ok(l) => {
+            let zones: Vec<String> = l.catalog.zones.iter().map(|z| z.origin.to_string()).collect();
+            println!("{}: ok: zones {}; listening on {:?}", path.display(), zones.join(", "), l.dns.listen);
+            Ok(())
+        }
+        Err(e) => {
+            eprint!("{e}");
+            std::process::exit(1);
+        }
+    }
+}
+
+fn serve(config: dnsd::Config, loaded: dnsd::Loaded, udp_threads: Option<usize>) -> Result<()> {
+    let threads = udp_threads.unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(threads.clamp(1, 4)).enable_all().build()?;
+    rt.block_on(async move {
+        let mut sockets = dnsd::Sockets { udp: Vec::new(), tcp: Vec::new(), http: None };
+        for a in &loaded.dns.listen {
+            sockets.udp.extend(dnsd::bind_udp(*a, threads).with_context(|| format!("UDP {a}"))?);
+            let t = dnsd::bind_tcp(*a).with_context(|| format!("TCP {a}"))?;
+            sockets.tcp.push(tokio::net::TcpListener::from_std(t)?);
+        }
+        if let Some(h) = loaded.dns.http {
+            sockets.http = Some(tokio::net::TcpListener::bind(h).await.with_context(|| format!("HTTP {h}"))?);
+        }
+        for z in &loaded.catalog.zones {
+            println!("dnsd: zone {} serial {}", z.origin, z.serial());
+        }
+        let shutdown = CancellationToken::new();
+        let signals = tokio::spawn(signals(shutdown.clone(), Arc::clone(&config.reload)));
+        let r = dnsd::run_loaded(config, loaded, sockets, shutdown).await;
+        signals.abort();
+        r.map_err(anyhow::Error::from)
+    })
+}
+
+async fn signals(shutdown: CancellationToken, reload: Arc<tokio::sync::Notify>) -> Result<()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut hup = signal(SignalKind::hangup())?;
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    loop {
+        tokio::select! {
+            _ = hup.recv() => { tracing::info!("SIGHUP: reloading"); reload.notify_one(); }
+            _ = term.recv() => { tracing::info!("SIGTERM: draining"); shutdown.cancel(); return Ok(()); }
+            _ = int.recv() => { tracing::info!("SIGINT: draining"); shutdown.cancel(); return Ok(()); }
+        }
+    }
+}

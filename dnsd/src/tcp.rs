@@ -1,0 +1,131 @@
+//! DNS over TCP (RFC 7766): length-prefixed messages, pipelined (requests
+//! are read and answered in order while more arrive; responses are flushed
+//! when no further request is already buffered), an idle timeout, a cap on
+//! concurrent connections, and zone transfers.
+
+use crate::core::{Action, Transport};
+use crate::forward::Forwarder;
+use crate::metrics::Outcome;
+use crate::Live;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader, BufWriter};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::{debug, info, warn};
+
+pub struct Tcp {
+    pub live: Arc<Live>,
+    pub forwarder: Arc<Forwarder>,
+    pub idle: Duration,
+    pub conns: Arc<Semaphore>,
+}
+
+impl Tcp {
+    pub async fn accept_loop(self, l: TcpListener, stop: CancellationToken, tracker: TaskTracker) {
+        let this = Arc::new(self);
+        loop {
+            let (stream, peer) = tokio::select! {
+                _ = stop.cancelled() => return,
+                r = l.accept() => match r {
+                    Ok(x) => x,
+                    Err(e) => {
+                        warn!(error = %e, "accept failed; backing off 100 ms");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        continue;
+                    }
+                },
+            };
+            // Over the cap: close at once (the client retries or uses UDP).
+            let Ok(permit) = Arc::clone(&this.conns).try_acquire_owned() else {
+                debug!(%peer, "TCP connection refused: too many open");
+                continue;
+            };
+            let _ = stream.set_nodelay(true);
+            let (this, stop) = (Arc::clone(&this), stop.clone());
+            tracker.spawn(async move {
+                this.live.metrics.tcp_connections.inc();
+                if let Err(e) = this.serve(stream, peer, stop).await {
+                    debug!(%peer, error = %e, "TCP connection ended with an error");
+                }
+                this.live.metrics.tcp_connections.dec();
+                drop(permit);
+            });
+        }
+    }
+
+    async fn serve(&self, stream: TcpStream, peer: SocketAddr, stop: CancellationToken) -> std::io::Result<()> {
+        let (r, w) = stream.into_split();
+        let mut r = BufReader::with_capacity(16 * 1024, r);
+        let mut w = BufWriter::with_capacity(16 * 1024, w);
+        let mut msg = vec![0u8; 65535];
+        let mut out = Vec::with_capacity(4096);
+        loop {
+            let len = tokio::select! {
+                _ = stop.cancelled() => return Ok(()),
+                l = tokio::time::timeout(self.idle, r.read_u16()) => match l {
+                    Err(_) => return Ok(()), // idle
+                    Ok(Err(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(()),
+                    Ok(l) => l? as usize,
+                },
+            };
+            // A started message must arrive within the idle timeout too.
+            match tokio::time::timeout(self.idle, r.read_exact(&mut msg[..len])).await {
+                Ok(res) => {
+                    res?;
+                }
+                Err(_) => return Ok(()),
+            }
+            let q = &msg[..len];
+            let catalog = self.live.catalog.load_full();
+            match catalog.answer(q, Transport::Tcp, peer.ip(), &mut out) {
+                Action::Reply { rcode, .. } => {
+                    self.live.metrics.answered("tcp", rcode);
+                    write_msg(&mut w, &out).await?;
+                    if rcode == crate::wire::RCODE_REFUSED {
+                        self.note_refused_transfer(q, peer);
+                    }
+                }
+                Action::Drop => return Ok(()),
+                Action::Transfer { zone, ixfr_serial } => {
+                    let z = &catalog.zones[zone];
+                    let msgs = crate::xfr::transfer(z, q, ixfr_serial);
+                    let kind = if ixfr_serial.is_some() && msgs.len() == 1 { "ixfr_current" } else { "axfr" };
+                    self.live.metrics.transfers.get_or_create(&Outcome { result: kind }).inc();
+                    info!(%peer, zone = %z.origin, serial = z.serial(), kind, messages = msgs.len(), "zone transfer");
+                    for m in msgs {
+                        write_msg(&mut w, &m).await?;
+                    }
+                }
+                Action::Forward => {
+                    let resp = self.forwarder.forward(q, true).await;
+                    self.live.metrics.forwarded.get_or_create(&Outcome { result: if resp.is_some() { "ok" } else { "failed" } }).inc();
+                    let resp = resp.unwrap_or_else(|| crate::wire::servfail(q));
+                    write_msg(&mut w, &resp).await?;
+                }
+            }
+            // Pipelining: answer everything already received before flushing.
+            if r.buffer().len() < 2 {
+                w.flush().await?;
+            }
+        }
+    }
+
+    fn note_refused_transfer(&self, q: &[u8], peer: SocketAddr) {
+        let mut lower = [0u8; crate::wire::MAX_NAME];
+        if let Ok(req) = crate::wire::parse(q, &mut lower) {
+            if matches!(req.qtype, crate::wire::TYPE_AXFR | crate::wire::TYPE_IXFR) {
+                self.live.metrics.transfers.get_or_create(&Outcome { result: "refused" }).inc();
+                warn!(%peer, "zone transfer refused (not in dns.allowTransfer)");
+            }
+        }
+    }
+}
+
+async fn write_msg<W: AsyncWriteExt + Unpin>(w: &mut W, m: &[u8]) -> std::io::Result<()> {
+    w.write_all(&(m.len() as u16).to_be_bytes()).await?;
+    w.write_all(m).await
+}
