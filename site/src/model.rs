@@ -23,6 +23,8 @@ pub struct Site {
     pub nodes: Vec<Node>,
     pub ignition: Ignition,
     pub ssh_keys: Vec<String>,
+    /// lbd's frontends (defaults when the site has no `lb:` section).
+    pub lb: Lb,
     /// Nodes added at run time through bootd's API (`<stateDir>/nodes.yaml`),
     /// already merged into [`Site::nodes`].
     pub overlay: Overlay,
@@ -362,4 +364,98 @@ pub struct PowerVsAccount {
 /// these to know whether a reload is due.
 pub fn fingerprint(files: &[PathBuf]) -> Vec<Option<std::time::SystemTime>> {
     files.iter().map(|p| std::fs::metadata(p).and_then(|m| m.modified()).ok()).collect()
+}
+
+/// `lb:`: lbd's frontends, health checks, limits and bootstrap lifecycle.
+/// Pools of the site frontends are derived from `nodes` by lbd.
+#[derive(Debug, Clone)]
+pub struct Lb {
+    /// lbd's admin HTTP listener (`/metrics`, `/status`, bootstrap completion); `None`: off.
+    pub admin_listen: Option<SocketAddr>,
+    pub limits: LbLimits,
+    pub bootstrap: LbBootstrap,
+    /// The enabled site frontends (api, machine-config, ingress-http,
+    /// ingress-https) and then the `services`, listen addresses unique.
+    pub frontends: Vec<LbFrontend>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct LbFrontend {
+    /// `api`, `machine-config`, `ingress-http`, `ingress-https`, or a service's name.
+    pub name: String,
+    pub listen: SocketAddr,
+    /// The port traffic goes to on each node (site frontends).
+    pub backend_port: u16,
+    /// A service's fixed backends; `None` for a site frontend, whose
+    /// backends lbd derives from the nodes.
+    pub backends: Option<Vec<SocketAddr>>,
+    pub balance: Balance,
+    pub check: Check,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Balance {
+    RoundRobin,
+    LeastConn,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Check {
+    pub kind: CheckKind,
+    /// Probe this port instead of the traffic port.
+    pub port: Option<u16>,
+    /// Between probes while the state is settled.
+    pub interval: Duration,
+    /// Between probes while the state is changing (after a first failure
+    /// or success against the current state), as HAProxy's `fastinter`.
+    pub fast_interval: Duration,
+    pub timeout: Duration,
+    /// Consecutive successes that bring a down backend up.
+    pub rise: u32,
+    /// Consecutive failures that take an up backend down.
+    pub fall: u32,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum CheckKind {
+    Tcp,
+    /// `GET path`, 2xx or 3xx is healthy.
+    Http { path: String },
+    /// As `Http` over TLS; without `ca` the certificate is not verified.
+    Https { path: String, ca: Option<PathBuf>, server_name: Option<String> },
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct LbLimits {
+    pub max_conns: u32,
+    pub max_conns_per_source: u32,
+    pub connect_timeout: Duration,
+    pub idle_timeout: Duration,
+}
+
+impl Default for LbLimits {
+    fn default() -> Self {
+        LbLimits {
+            max_conns: 20_000,
+            max_conns_per_source: 2_000,
+            connect_timeout: Duration::from_secs(3),
+            idle_timeout: Duration::from_secs(3600),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct LbBootstrap {
+    /// Complete the bootstrap by itself once every master has been up
+    /// (passing its checks) on the api and machine-config frontends this long.
+    pub auto_complete_after: Option<Duration>,
+    /// How long the bootstrap's (or a removed backend's) open connections
+    /// may go on after it stops getting new ones.
+    pub drain_timeout: Duration,
+}
+
+impl Default for LbBootstrap {
+    fn default() -> Self {
+        LbBootstrap { auto_complete_after: None, drain_timeout: Duration::from_secs(120) }
+    }
 }

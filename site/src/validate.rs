@@ -14,6 +14,8 @@ mod dns;
 
 mod controller;
 pub use controller::OVERLAY_FILE;
+mod lb;
+pub use lb::load_lb;
 
 const DEFAULT_STATE_DIR: &str = "/var/lib/bootd";
 const DEFAULT_TOKEN_TTL: Duration = Duration::from_secs(24 * 3600);
@@ -237,8 +239,9 @@ fn validate(w: wire::SiteFile, cx: &mut Cx) -> Option<Site> {
             d.domain_name = cluster.domain();
         }
     }
+    let lb = lb::lb(cx, "lb.", w.lb.as_ref(), vips.as_ref());
     let overlay = Overlay { path: overlay_path, nodes: overlay_names };
-    Some(Site { source: cx.file.clone(), overlay, cluster, host, networks, vips: vips?, images, nodes, ignition: ignition?, ssh_keys, dns: dns? })
+    Some(Site { source: cx.file.clone(), overlay, cluster, host, networks, vips: vips?, images, nodes, ignition: ignition?, ssh_keys, lb: lb?, dns: dns? })
 }
 
 fn is_dns_label(s: &str) -> bool {

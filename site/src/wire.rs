@@ -25,6 +25,8 @@ pub struct SiteFile {
     #[serde(default)]
     pub ssh_keys: Vec<String>,
     pub dns: Option<crate::dns::wire::Dns>,
+    /// lbd's frontends, checks and limits (docs/site.md, `lb`).
+    pub lb: Option<Lb>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -226,4 +228,80 @@ pub struct PowerVs {
 pub struct Overlay {
     #[serde(default)]
     pub nodes: Vec<Node>,
+}
+
+/// `lb:` in a site file, or the whole of a standalone lbd file.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Lb {
+    pub listen: Option<String>,
+    pub admin_listen: Option<String>,
+    pub balance: Option<String>,
+    pub check: Option<LbCheck>,
+    pub limits: Option<LbLimits>,
+    pub bootstrap: Option<LbBootstrap>,
+    pub frontends: Option<LbFrontends>,
+    #[serde(default)]
+    pub services: Vec<LbService>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LbFrontends {
+    pub api: Option<LbFrontend>,
+    pub machine_config: Option<LbFrontend>,
+    pub ingress_http: Option<LbFrontend>,
+    pub ingress_https: Option<LbFrontend>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LbFrontend {
+    pub enabled: Option<bool>,
+    pub listen: Option<String>,
+    pub balance: Option<String>,
+    pub check: Option<LbCheck>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LbCheck {
+    #[serde(rename = "type")]
+    pub kind: Option<String>,
+    pub path: Option<String>,
+    pub port: Option<u16>,
+    pub interval: Option<String>,
+    pub fast_interval: Option<String>,
+    pub timeout: Option<String>,
+    pub rise: Option<u32>,
+    pub fall: Option<u32>,
+    pub ca: Option<PathBuf>,
+    pub server_name: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LbLimits {
+    pub max_conns: Option<u32>,
+    pub max_conns_per_source: Option<u32>,
+    pub connect_timeout: Option<String>,
+    pub idle_timeout: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LbBootstrap {
+    pub auto_complete_after: Option<String>,
+    pub drain_timeout: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LbService {
+    pub name: Option<String>,
+    pub listen: Option<String>,
+    #[serde(default)]
+    pub backends: Vec<String>,
+    pub balance: Option<String>,
+    pub check: Option<LbCheck>,
 }

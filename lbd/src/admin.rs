@@ -1,0 +1,135 @@
+//! The admin HTTP listener. Every route is in [`route`]:
+//!
+//! | route | what |
+//! |---|---|
+//! | `GET /healthz` | `ok` |
+//! | `GET /metrics` | Prometheus text |
+//! | `GET /status` | frontends, backends, states and reasons (JSON) |
+//! | `POST /bootstrap/complete` | drain the bootstrap node and remove it from api and machine-config |
+//!
+//! No authentication: bind it to loopback or a management network
+//! (`lb.adminListen`, default 127.0.0.1:8404).
+
+use crate::state::BootstrapPhase;
+use crate::Lbd;
+use bytes::Bytes;
+use http::{Method, Request, Response, StatusCode};
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tracing::{debug, info};
+
+pub async fn serve(listener: TcpListener, lbd: Arc<Lbd>) {
+    let app = Arc::clone(&lbd.app);
+    loop {
+        let (stream, peer) = tokio::select! {
+            _ = app.shutdown.cancelled() => return,
+            r = listener.accept() => match r {
+                Ok(x) => x,
+                Err(e) => {
+                    debug!(error = %e, "admin accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let lbd = Arc::clone(&lbd);
+        let shutdown = app.shutdown.clone();
+        app.tracker.spawn(async move {
+            let svc = service_fn(move |req| {
+                let lbd = Arc::clone(&lbd);
+                async move { Ok::<_, std::convert::Infallible>(route(&lbd, req, peer).await) }
+            });
+            let conn = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(Duration::from_secs(10))
+                .serve_connection(TokioIo::new(stream), svc);
+            tokio::select! {
+                _ = conn => {}
+                _ = shutdown.cancelled() => {}
+            }
+        });
+    }
+}
+
+fn reply(status: StatusCode, content_type: &str, body: impl Into<Bytes>) -> Response<Full<Bytes>> {
+    Response::builder().status(status).header("content-type", content_type).body(Full::new(body.into())).unwrap_or_default()
+}
+
+fn json(status: StatusCode, v: serde_json::Value) -> Response<Full<Bytes>> {
+    let mut body = serde_json::to_vec_pretty(&v).unwrap_or_default();
+    body.push(b'\n');
+    reply(status, "application/json", body)
+}
+
+pub async fn route(lbd: &Arc<Lbd>, req: Request<Incoming>, peer: std::net::SocketAddr) -> Response<Full<Bytes>> {
+    match (req.method(), req.uri().path()) {
+        (&Method::GET, "/healthz") => reply(StatusCode::OK, "text/plain", "ok\n"),
+        (&Method::GET, "/metrics") => {
+            reply(StatusCode::OK, "application/openmetrics-text; version=1.0.0; charset=utf-8", crate::metrics::encode(&lbd.app))
+        }
+        (&Method::GET, "/status") => json(StatusCode::OK, status(lbd)),
+        (&Method::POST, "/bootstrap/complete") => {
+            info!(%peer, "bootstrap completion requested over the admin API");
+            match lbd.complete_bootstrap("admin API").await {
+                Ok(BootstrapPhase::None) => {
+                    json(StatusCode::CONFLICT, serde_json::json!({"error": "no bootstrap node in this configuration"}))
+                }
+                Ok(phase) => json(StatusCode::OK, serde_json::json!({"bootstrap": phase})),
+                Err(e) => json(StatusCode::INTERNAL_SERVER_ERROR, serde_json::json!({"error": e.to_string()})),
+            }
+        }
+        (_, "/healthz" | "/metrics" | "/status" | "/bootstrap/complete") => {
+            reply(StatusCode::METHOD_NOT_ALLOWED, "text/plain", "method not allowed\n")
+        }
+        _ => reply(StatusCode::NOT_FOUND, "text/plain", "not found\n"),
+    }
+}
+
+/// What `/status` and `lbd status` show.
+pub fn status(lbd: &Lbd) -> serde_json::Value {
+    let app = &lbd.app;
+    let frontends: Vec<_> = app
+        .frontends
+        .load()
+        .iter()
+        .map(|f| {
+            let mut all: Vec<_> = f.pool.load().iter().cloned().collect();
+            all.extend(f.draining.lock().unwrap_or_else(|p| p.into_inner()).iter().cloned());
+            let backends: Vec<_> = all
+                .iter()
+                .map(|b| {
+                    serde_json::json!({
+                        "name": b.name,
+                        "addr": b.addr.to_string(),
+                        "role": b.role.as_str(),
+                        "state": b.state_name(),
+                        "reason": b.reason(),
+                        "active": b.active.load(Relaxed),
+                        "connections": b.total.load(Relaxed),
+                        "connectFailures": b.connect_failures.load(Relaxed),
+                        "bytesTo": b.bytes_to.load(Relaxed),
+                        "bytesFrom": b.bytes_from.load(Relaxed),
+                        "checkLatencyMs": b.check_latency().as_secs_f64() * 1e3,
+                    })
+                })
+                .collect();
+            serde_json::json!({
+                "name": &*f.name,
+                "listen": f.local.to_string(),
+                "balance": format!("{:?}", f.balance()),
+                "backends": backends,
+            })
+        })
+        .collect();
+    serde_json::json!({
+        "bootstrap": app.bootstrap_phase(),
+        "connections": app.conns.load(Relaxed),
+        "frontends": frontends,
+    })
+}

@@ -1,0 +1,186 @@
+//! lbd's command line: parse flags, load and validate the configuration,
+//! bind, then hand over to `lbd::run`. Also `--check-config` and the admin
+//! clients `bootstrap-complete` and `status`.
+
+use anyhow::{bail, Context, Result};
+use clap::{Parser, Subcommand};
+use lbd::{Config, Loaded, Source};
+use std::io::{Read, Write};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+#[derive(Parser, Debug)]
+#[command(name = "lbd", version, about = "L4 load balancer for the cluster API, machine-config server and ingress")]
+struct Cli {
+    /// The site description (YAML): frontends derived from its VIPs, nodes and `lb:` section.
+    #[arg(long, global = true, default_value = "/etc/bootd/site.yaml")]
+    site: PathBuf,
+    /// A standalone lbd file (`services: [{name, listen, backends}]`) instead of a site.
+    #[arg(long, global = true)]
+    config: Option<PathBuf>,
+    /// Where the bootstrap completion is remembered across restarts.
+    #[arg(long, global = true, default_value = "/var/lib/lbd")]
+    state_dir: PathBuf,
+    /// Validate FILE (a site, or with --standalone an lbd file), print what
+    /// would be served, and exit: 0 when valid, 1 listing every problem.
+    #[arg(long, value_name = "FILE")]
+    check_config: Option<PathBuf>,
+    /// With --check-config: FILE is a standalone lbd file.
+    #[arg(long)]
+    standalone: bool,
+    /// Worker threads (default: the CPUs lbd may run on; 1 runs a single-threaded runtime).
+    #[arg(long)]
+    threads: Option<usize>,
+    #[command(subcommand)]
+    cmd: Option<Cmd>,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Serve (the default).
+    Run,
+    /// Tell a running lbd that the bootstrap is complete: it drains the
+    /// bootstrap node and removes it from api and machine-config.
+    BootstrapComplete {
+        /// The admin address (default: lb.adminListen of the configuration).
+        #[arg(long)]
+        admin: Option<SocketAddr>,
+    },
+    /// Print a running lbd's frontends and backends.
+    Status {
+        #[arg(long)]
+        admin: Option<SocketAddr>,
+    },
+}
+
+fn main() -> Result<()> {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_writer(std::io::stderr)
+        .init();
+    if let Some(path) = &cli.check_config {
+        let source = if cli.standalone { Source::Standalone(path.clone()) } else { Source::Site(path.clone()) };
+        return check_config(&source);
+    }
+    let source = match &cli.config {
+        Some(p) => Source::Standalone(p.clone()),
+        None => Source::Site(cli.site.clone()),
+    };
+    match cli.cmd.unwrap_or(Cmd::Run) {
+        Cmd::Run => {
+            let loaded = Loaded::load(&source).map_err(|e| anyhow::anyhow!("{e}"))?;
+            let mut config = Config::new(source, loaded);
+            config.state_dir = Some(cli.state_dir);
+            serve(config, cli.threads)
+        }
+        Cmd::BootstrapComplete { admin } => admin_call(&source, admin, "POST", "/bootstrap/complete"),
+        Cmd::Status { admin } => admin_call(&source, admin, "GET", "/status"),
+    }
+}
+
+fn check_config(source: &Source) -> Result<()> {
+    let (Source::Site(path) | Source::Standalone(path)) = source;
+    match Loaded::load(source) {
+        Ok(loaded) => {
+            println!("{}: ok: {} frontends", path.display(), loaded.lb().frontends.len());
+            print!("{}", lbd::plan::render(&loaded.plan(false)));
+            if let Some(a) = loaded.lb().admin_listen {
+                println!("admin http://{a}/ (metrics, status, bootstrap completion)");
+            }
+            Ok(())
+        }
+        Err(e) => {
+            eprint!("{e}");
+            std::process::exit(1);
+        }
+    }
+}
+
+/// A tiny HTTP/1.1 client for the admin API (loopback, no TLS).
+fn admin_call(source: &Source, admin: Option<SocketAddr>, method: &str, path: &str) -> Result<()> {
+    let addr = match admin {
+        Some(a) => a,
+        None => {
+            let loaded = Loaded::load(source).map_err(|e| anyhow::anyhow!("{e}(or give --admin ADDR)"))?;
+            loaded.lb().admin_listen.context("the admin listener is off in this configuration (lb.adminListen)")?
+        }
+    };
+    // A wildcard listen address is reached on loopback.
+    let addr = match addr.ip() {
+        IpAddr::V4(a) if a.is_unspecified() => SocketAddr::new(Ipv4Addr::LOCALHOST.into(), addr.port()),
+        IpAddr::V6(a) if a.is_unspecified() => SocketAddr::new(Ipv6Addr::LOCALHOST.into(), addr.port()),
+        _ => addr,
+    };
+    let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(5)).with_context(|| format!("admin API at {addr}"))?;
+    s.set_read_timeout(Some(Duration::from_secs(30)))?;
+    write!(s, "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")?;
+    let mut resp = String::new();
+    s.read_to_string(&mut resp)?;
+    let (head, body) = resp.split_once("\r\n\r\n").unwrap_or((&resp, ""));
+    let status = head.split(' ').nth(1).unwrap_or("");
+    print!("{body}");
+    if !status.starts_with('2') {
+        bail!("{method} {path}: {}", head.lines().next().unwrap_or(""));
+    }
+    Ok(())
+}
+
+/// Lets lbd hold as many connections as the hard limit allows.
+fn raise_nofile() {
+    use rustix::process::{getrlimit, setrlimit, Resource};
+    let mut l = getrlimit(Resource::Nofile);
+    if l.current < l.maximum {
+        l.current = l.maximum;
+        if let Err(e) = setrlimit(Resource::Nofile, l) {
+            tracing::warn!(error = %e, "cannot raise the open-file limit");
+        }
+    }
+}
+
+fn serve(config: Config, threads: Option<usize>) -> Result<()> {
+    raise_nofile();
+    let threads = threads.unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
+    // One CPU: a single-threaded runtime does the same work without
+    // cross-thread wakeups.
+    let rt = if threads <= 1 {
+        tokio::runtime::Builder::new_current_thread().enable_all().build()?
+    } else {
+        tokio::runtime::Builder::new_multi_thread().worker_threads(threads).enable_all().build()?
+    };
+    rt.block_on(async move {
+        let lb = config.loaded.lb().clone();
+        let mut sockets = lbd::Sockets::default();
+        for f in &config.loaded.plan(false) {
+            let l = lbd::state::bind(f.listen).with_context(|| format!("frontend {} listen {}", f.name, f.listen))?;
+            sockets.frontends.insert(f.name.clone(), l);
+        }
+        if let Some(a) = lb.admin_listen {
+            sockets.admin = Some(lbd::state::bind(a).with_context(|| format!("adminListen {a}"))?);
+        }
+        let shutdown = CancellationToken::new();
+        let reload = Arc::clone(&config.reload);
+        let signals = tokio::spawn(signals(shutdown.clone(), reload));
+        let r = lbd::run(config, sockets, shutdown).await;
+        signals.abort();
+        r.map_err(anyhow::Error::from)
+    })
+}
+
+async fn signals(shutdown: CancellationToken, reload: Arc<tokio::sync::Notify>) -> Result<()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut hup = signal(SignalKind::hangup())?;
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    loop {
+        tokio::select! {
+            _ = hup.recv() => { tracing::info!("SIGHUP: reloading the configuration"); reload.notify_one(); }
+            _ = term.recv() => { tracing::info!("SIGTERM: draining"); shutdown.cancel(); return Ok(()); }
+            _ = int.recv() => { tracing::info!("SIGINT: draining"); shutdown.cancel(); return Ok(()); }
+        }
+    }
+}

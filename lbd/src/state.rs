@@ -1,0 +1,427 @@
+//! The live state: frontends with their pools of backends, applied from a
+//! [`Plan`](crate::plan) without dropping established connections, and the
+//! bootstrap lifecycle.
+//!
+//! Invariants:
+//! - A backend in a pool gets new connections only while healthy; a backend
+//!   taken out of a pool (reload, bootstrap completion) is draining: it gets
+//!   none, its open connections go on until they end or the drain deadline.
+//! - A frontend whose name and listen address survive a reload keeps its
+//!   listener: no connection is refused across a reload.
+//! - `apply` binds every new listener before changing anything, so a plan
+//!   that cannot be served leaves the old one in place.
+//! - The std mutexes here guard short, non-async sections (no await inside).
+
+use crate::health;
+use crate::plan::{BackendPlan, FrontendPlan, Role};
+use crate::probe::NetProber;
+use arc_swap::ArcSwap;
+use site::{Balance, Check, LbLimits};
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio::sync::Notify;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::{info, warn};
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// One backend of one frontend, with its counters.
+#[derive(Debug)]
+pub struct Backend {
+    pub name: String,
+    pub addr: SocketAddr,
+    pub role: Role,
+    check: ArcSwap<Check>,
+    healthy: AtomicBool,
+    draining: AtomicBool,
+    pub active: AtomicU64,
+    pub total: AtomicU64,
+    pub connect_failures: AtomicU64,
+    /// Bytes from clients to this backend, and back.
+    pub bytes_to: AtomicU64,
+    pub bytes_from: AtomicU64,
+    check_latency_us: AtomicU64,
+    pub check_failures: AtomicU64,
+    up_since: Mutex<Option<Instant>>,
+    reason: Mutex<String>,
+    /// Probe now: the data path saw a refused connect.
+    pub kick: Notify,
+    /// Cancelled at the drain deadline: the backend's relays end.
+    pub close_now: CancellationToken,
+    pub stop_checks: CancellationToken,
+}
+
+impl Backend {
+    pub fn new(plan: &BackendPlan, check: Check, parent: &CancellationToken) -> Backend {
+        Backend {
+            name: plan.name.clone(),
+            addr: plan.addr,
+            role: plan.role,
+            check: ArcSwap::from_pointee(check),
+            healthy: AtomicBool::new(true),
+            draining: AtomicBool::new(false),
+            active: AtomicU64::new(0),
+            total: AtomicU64::new(0),
+            connect_failures: AtomicU64::new(0),
+            bytes_to: AtomicU64::new(0),
+            bytes_from: AtomicU64::new(0),
+            check_latency_us: AtomicU64::new(0),
+            check_failures: AtomicU64::new(0),
+            up_since: Mutex::new(None),
+            reason: Mutex::new("new: first probe pending".into()),
+            kick: Notify::new(),
+            close_now: CancellationToken::new(),
+            stop_checks: parent.child_token(),
+        }
+    }
+    pub fn check(&self) -> Arc<Check> {
+        self.check.load_full()
+    }
+    pub fn healthy(&self) -> bool {
+        self.healthy.load(Relaxed)
+    }
+    pub fn draining(&self) -> bool {
+        self.draining.load(Relaxed)
+    }
+    /// May get a new connection.
+    pub fn eligible(&self) -> bool {
+        self.healthy() && !self.draining()
+    }
+    pub fn set_health(&self, up: bool, reason: String) {
+        self.healthy.store(up, Relaxed);
+        *lock(&self.up_since) = up.then(Instant::now);
+        *lock(&self.reason) = reason;
+    }
+    pub fn record_probe(&self, latency: Duration, ok: bool) {
+        self.check_latency_us.store(latency.as_micros().min(u64::MAX as u128) as u64, Relaxed);
+        if !ok {
+            self.check_failures.fetch_add(1, Relaxed);
+        }
+    }
+    pub fn check_latency(&self) -> Duration {
+        Duration::from_micros(self.check_latency_us.load(Relaxed))
+    }
+    /// Since when the backend has been up, by its checks (`None`: down or never probed).
+    pub fn up_since(&self) -> Option<Instant> {
+        *lock(&self.up_since)
+    }
+    pub fn reason(&self) -> String {
+        lock(&self.reason).clone()
+    }
+    pub fn state_name(&self) -> &'static str {
+        match (self.draining(), self.healthy()) {
+            (true, _) => "draining",
+            (false, true) => "up",
+            (false, false) => "down",
+        }
+    }
+}
+
+/// One listener and its pool.
+#[derive(Debug)]
+pub struct Frontend {
+    pub name: Arc<str>,
+    /// The configured address (what a reload compares).
+    pub listen: SocketAddr,
+    /// The bound address (differs when tests bind port 0).
+    pub local: SocketAddr,
+    balance: Mutex<Balance>,
+    pub pool: ArcSwap<Vec<Arc<Backend>>>,
+    pub draining: Mutex<Vec<Arc<Backend>>>,
+    rr: AtomicUsize,
+    /// Stops the accept loop (frontend removed or moved).
+    pub stop: CancellationToken,
+    pub accepted: AtomicU64,
+    pub refused_no_backend: AtomicU64,
+    pub refused_limit: AtomicU64,
+}
+
+impl Frontend {
+    pub fn balance(&self) -> Balance {
+        *lock(&self.balance)
+    }
+    /// The next rotation start for [`crate::balance::pick`].
+    pub fn next_start(&self) -> usize {
+        self.rr.fetch_add(1, Relaxed)
+    }
+}
+
+/// Where the bootstrap node stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BootstrapPhase {
+    /// The site has no bootstrap node (or lbd runs standalone).
+    None,
+    Serving,
+    Draining,
+    Removed,
+}
+
+/// Shared by the accept loops, checkers, admin API and reloads.
+#[derive(Debug)]
+pub struct App {
+    pub frontends: ArcSwap<Vec<Arc<Frontend>>>,
+    pub limits: ArcSwap<LbLimits>,
+    pub drain_timeout: ArcSwap<Duration>,
+    /// Open client connections, all frontends.
+    pub conns: AtomicU64,
+    pub per_source: Mutex<HashMap<IpAddr, u32>>,
+    pub accept_errors: AtomicU64,
+    pub bootstrap_done: AtomicBool,
+    pub prober: Arc<NetProber>,
+    pub tracker: TaskTracker,
+    /// Stops accepting and checking (SIGTERM).
+    pub shutdown: CancellationToken,
+    /// Ends every relay (the grace period after shutdown is over).
+    pub conn_stop: CancellationToken,
+    pub metrics: crate::metrics::Metrics,
+    /// Serializes plan changes (reloads, bootstrap completion).
+    apply_lock: tokio::sync::Mutex<()>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApplyError {
+    #[error("frontend {name}: cannot listen on {addr}: {source}")]
+    Bind { name: String, addr: SocketAddr, source: std::io::Error },
+}
+
+impl App {
+    pub fn new(limits: LbLimits, drain_timeout: Duration, shutdown: CancellationToken) -> App {
+        App {
+            frontends: ArcSwap::from_pointee(Vec::new()),
+            limits: ArcSwap::from_pointee(limits),
+            drain_timeout: ArcSwap::from_pointee(drain_timeout),
+            conns: AtomicU64::new(0),
+            per_source: Mutex::new(HashMap::new()),
+            accept_errors: AtomicU64::new(0),
+            bootstrap_done: AtomicBool::new(false),
+            prober: Arc::new(NetProber::default()),
+            tracker: TaskTracker::new(),
+            shutdown,
+            conn_stop: CancellationToken::new(),
+            metrics: crate::metrics::Metrics::default(),
+            apply_lock: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    pub fn frontend(&self, name: &str) -> Option<Arc<Frontend>> {
+        self.frontends.load().iter().find(|f| &*f.name == name).cloned()
+    }
+
+    pub fn bootstrap_phase(&self) -> BootstrapPhase {
+        let fes = self.frontends.load();
+        let serving = fes.iter().any(|f| f.pool.load().iter().any(|b| b.role == Role::Bootstrap));
+        let draining = fes.iter().any(|f| lock(&f.draining).iter().any(|b| b.role == Role::Bootstrap));
+        match (serving, draining, self.bootstrap_done.load(Relaxed)) {
+            (true, _, _) => BootstrapPhase::Serving,
+            (false, true, _) => BootstrapPhase::Draining,
+            (false, false, true) => BootstrapPhase::Removed,
+            (false, false, false) => BootstrapPhase::None,
+        }
+    }
+
+    /// Makes `plan` live. `listeners` are pre-bound sockets by frontend name
+    /// (from `main` or tests); other new frontends are bound here. On error
+    /// nothing has changed.
+    pub async fn apply(
+        self: &Arc<Self>,
+        plan: &[FrontendPlan],
+        listeners: &mut HashMap<String, TcpListener>,
+        why: &str,
+    ) -> Result<(), ApplyError> {
+        let _serial = self.apply_lock.lock().await;
+        let old = self.frontends.load_full();
+        // 1. Bind what is new, before touching anything.
+        let mut bound: HashMap<String, TcpListener> = HashMap::new();
+        for f in plan {
+            if old.iter().any(|o| *o.name == *f.name && o.listen == f.listen) {
+                continue;
+            }
+            let l = match listeners.remove(&f.name) {
+                Some(l) => l,
+                None => bind(f.listen).map_err(|e| ApplyError::Bind { name: f.name.clone(), addr: f.listen, source: e })?,
+            };
+            bound.insert(f.name.clone(), l);
+        }
+        // 2. Carry over or create each frontend; its pool keeps the backends
+        //    it still has (state, counters and open connections with them).
+        let mut next = Vec::new();
+        for f in plan {
+            let fe = match old.iter().find(|o| *o.name == *f.name && o.listen == f.listen) {
+                Some(fe) => {
+                    *lock(&fe.balance) = f.balance;
+                    Arc::clone(fe)
+                }
+                None => {
+                    let listener = bound.remove(&f.name).expect("bound in step 1");
+                    let local = listener.local_addr().unwrap_or(f.listen);
+                    let fe = Arc::new(Frontend {
+                        name: f.name.as_str().into(),
+                        listen: f.listen,
+                        local,
+                        balance: Mutex::new(f.balance),
+                        pool: ArcSwap::from_pointee(Vec::new()),
+                        draining: Mutex::new(Vec::new()),
+                        rr: AtomicUsize::new(0),
+                        stop: self.shutdown.child_token(),
+                        accepted: AtomicU64::new(0),
+                        refused_no_backend: AtomicU64::new(0),
+                        refused_limit: AtomicU64::new(0),
+                    });
+                    info!(frontend = %fe.name, addr = %local, backends = f.backends.len(), "listening");
+                    self.tracker.spawn(crate::proxy::accept_loop(listener, Arc::clone(&fe), Arc::clone(self)));
+                    fe
+                }
+            };
+            let current = fe.pool.load_full();
+            let mut pool = Vec::new();
+            for b in &f.backends {
+                match current.iter().find(|c| c.addr == b.addr) {
+                    Some(c) => {
+                        if *c.check() != f.check {
+                            c.check.store(Arc::new(f.check.clone()));
+                        }
+                        pool.push(Arc::clone(c));
+                    }
+                    None => {
+                        let nb = Arc::new(Backend::new(b, f.check.clone(), &self.shutdown));
+                        info!(frontend = %fe.name, backend = %nb.name, addr = %nb.addr, role = nb.role.as_str(), "backend added ({why})");
+                        self.tracker.spawn(health::check_loop(
+                            Arc::clone(&fe.name),
+                            Arc::clone(&nb),
+                            Arc::clone(&self.prober),
+                            nb.stop_checks.clone(),
+                        ));
+                        pool.push(nb);
+                    }
+                }
+            }
+            let gone: Vec<_> = current.iter().filter(|c| !pool.iter().any(|p| Arc::ptr_eq(p, c))).cloned().collect();
+            fe.pool.store(Arc::new(pool));
+            for b in gone {
+                self.drain(&fe, b, why);
+            }
+            next.push(fe);
+        }
+        // 3. Frontends no longer planned (or moved) stop accepting; their
+        //    open connections drain.
+        for o in old.iter() {
+            if !next.iter().any(|n| Arc::ptr_eq(n, o)) {
+                info!(frontend = %o.name, addr = %o.local, "frontend removed: no longer accepting ({why})");
+                o.stop.cancel();
+                for b in o.pool.swap(Arc::new(Vec::new())).iter() {
+                    self.drain(o, Arc::clone(b), why);
+                }
+            }
+        }
+        self.frontends.store(Arc::new(next));
+        Ok(())
+    }
+
+    /// Takes `b` out of service: no new connections; open ones go on until
+    /// they end or the drain deadline, then the backend is forgotten.
+    fn drain(self: &Arc<Self>, fe: &Arc<Frontend>, b: Arc<Backend>, why: &str) {
+        b.draining.store(true, Relaxed);
+        *lock(&b.reason) = format!("draining: {why}");
+        let deadline = **self.drain_timeout.load();
+        info!(frontend = %fe.name, backend = %b.name, addr = %b.addr, active = b.active.load(Relaxed), ?deadline, "backend draining ({why})");
+        lock(&fe.draining).push(Arc::clone(&b));
+        let fe = Arc::clone(fe);
+        let why = why.to_string();
+        let shutdown = self.shutdown.clone();
+        self.tracker.spawn(async move {
+            let end = Instant::now() + deadline;
+            while b.active.load(Relaxed) > 0 && Instant::now() < end && !shutdown.is_cancelled() {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            let left = b.active.load(Relaxed);
+            if left > 0 && !shutdown.is_cancelled() {
+                warn!(frontend = %fe.name, backend = %b.name, open = left, "drain deadline reached; closing the backend's remaining connections");
+            }
+            if !shutdown.is_cancelled() {
+                b.close_now.cancel();
+            }
+            b.stop_checks.cancel();
+            lock(&fe.draining).retain(|x| !Arc::ptr_eq(x, &b));
+            info!(frontend = %fe.name, backend = %b.name, addr = %b.addr, "backend removed ({why})");
+        });
+    }
+
+    /// Counts a new client connection against the limits; `None`: refused.
+    pub fn admit(self: &Arc<Self>, peer: IpAddr) -> Option<ConnGuard> {
+        let limits = self.limits.load();
+        if self.conns.fetch_add(1, Relaxed) >= u64::from(limits.max_conns) {
+            self.conns.fetch_sub(1, Relaxed);
+            return None;
+        }
+        let mut per = lock(&self.per_source);
+        let n = per.entry(peer).or_insert(0);
+        if *n >= limits.max_conns_per_source {
+            drop(per);
+            self.conns.fetch_sub(1, Relaxed);
+            return None;
+        }
+        *n += 1;
+        Some(ConnGuard { app: Arc::clone(self), peer })
+    }
+}
+
+/// One admitted client connection; releases its limit slots on drop.
+#[derive(Debug)]
+pub struct ConnGuard {
+    app: Arc<App>,
+    peer: IpAddr,
+}
+
+impl Drop for ConnGuard {
+    fn drop(&mut self) {
+        self.app.conns.fetch_sub(1, Relaxed);
+        let mut per = lock(&self.app.per_source);
+        if let Some(n) = per.get_mut(&self.peer) {
+            *n -= 1;
+            if *n == 0 {
+                per.remove(&self.peer);
+            }
+        }
+    }
+}
+
+/// A listening socket with SO_REUSEADDR (a restarted lbd rebinds at once).
+pub fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    let sock = if addr.is_ipv4() { tokio::net::TcpSocket::new_v4()? } else { tokio::net::TcpSocket::new_v6()? };
+    sock.set_reuseaddr(true)?;
+    sock.bind(addr)?;
+    sock.listen(4096)
+}
+
+/// Whether the bootstrap may be completed automatically: every master
+/// (`up_since` of each master backend on api and machine-config) has been
+/// up for `hold`. No masters: never.
+pub fn bootstrap_due(masters: &[Option<Instant>], now: Instant, hold: Duration) -> bool {
+    !masters.is_empty() && masters.iter().all(|m| m.is_some_and(|t| now.saturating_duration_since(t) >= hold))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bootstrap_is_due_when_every_master_has_been_up_long_enough() {
+        let now = Instant::now() + Duration::from_secs(1000);
+        let hold = Duration::from_secs(600);
+        let long = Some(now - Duration::from_secs(700));
+        let short = Some(now - Duration::from_secs(10));
+        assert!(bootstrap_due(&[long, long, long], now, hold));
+        assert!(!bootstrap_due(&[long, short, long], now, hold));
+        assert!(!bootstrap_due(&[long, None, long], now, hold));
+        assert!(!bootstrap_due(&[], now, hold));
+    }
+}

@@ -1,0 +1,346 @@
+//! The data path and health checks with a standalone configuration and
+//! real backends on loopback.
+
+use crate::harness::*;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+fn local() -> SocketAddr {
+    "127.0.0.1:0".parse().unwrap()
+}
+
+async fn web(backends: &[&Backend], extra: &str) -> (Lb, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let addrs: Vec<_> = backends.iter().map(|b| b.addr).collect();
+    let p = write(dir.path(), "lb.yaml", &web_service(&addrs, extra));
+    let lb = Lb::start(lbd::Source::Standalone(p), None).await;
+    // Every backend confirmed up by its first probe.
+    for b in backends {
+        wait_for(Duration::from_secs(3), || lb.backend("web", b.addr).is_some_and(|x| x.healthy() && x.check_latency() > Duration::ZERO))
+            .await;
+    }
+    (lb, dir)
+}
+
+#[tokio::test]
+async fn round_robin_spreads_over_backends() {
+    let (a, b) = (Backend::start("a", local()).await, Backend::start("b", local()).await);
+    let (lb, _d) = web(&[&a, &b], "").await;
+    let mut got = Vec::new();
+    for _ in 0..10 {
+        got.push(get(lb.addr("web")).await.unwrap());
+    }
+    assert_eq!(got.iter().filter(|n| *n == "a").count(), 5, "{got:?}");
+    assert_eq!(got.iter().filter(|n| *n == "b").count(), 5, "{got:?}");
+}
+
+#[tokio::test]
+async fn least_conn_avoids_the_busy_backend() {
+    let (a, b) = (Backend::start("a", local()).await, Backend::start("b", local()).await);
+    let (lb, _d) = web(&[&a, &b], "balance: leastConn\n").await;
+    // Three long-lived connections: they spread 2/1 at least; then every new
+    // connection goes to the one with fewer.
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        let mut s = TcpStream::connect(lb.addr("web")).await.unwrap();
+        get_on(&mut s, false).await.unwrap();
+        held.push(s);
+    }
+    let (ba, bb) = (lb.backend("web", a.addr).unwrap(), lb.backend("web", b.addr).unwrap());
+    let (na, nb) = (ba.active.load(Relaxed), bb.active.load(Relaxed));
+    assert_eq!(na + nb, 3);
+    let idle = if na < nb { "a" } else { "b" };
+    let mut s = TcpStream::connect(lb.addr("web")).await.unwrap();
+    assert_eq!(get_on(&mut s, false).await.unwrap(), idle);
+}
+
+#[tokio::test]
+async fn failover_within_fall_times_interval_and_no_client_error_after() {
+    let (a, b) = (Backend::start("a", local()).await, Backend::start("b", local()).await);
+    let (lb, _d) = web(&[&a, &b], "").await;
+    // interval 200ms, fall 3: out within fall x interval = 600 ms.
+    a.healthy.store(false, Relaxed);
+    let ba = lb.backend("web", a.addr).unwrap();
+    let took = wait_for(Duration::from_secs(3), || !ba.healthy()).await;
+    assert!(took <= Duration::from_millis(600 + 100), "detection took {took:?}");
+    assert!(ba.reason().contains("3 consecutive probes failed"), "{}", ba.reason());
+    let hits = a.hits.load(Relaxed);
+    for _ in 0..50 {
+        assert_eq!(get(lb.addr("web")).await.unwrap(), "b");
+    }
+    assert_eq!(a.hits.load(Relaxed), hits);
+    // And back: rise 2.
+    a.healthy.store(true, Relaxed);
+    wait_for(Duration::from_secs(3), || ba.healthy()).await;
+    let names: Vec<_> = futures_all(lb.addr("web"), 10).await;
+    assert!(names.iter().any(|n| n == "a"), "{names:?}");
+}
+
+async fn futures_all(addr: SocketAddr, n: usize) -> Vec<String> {
+    let mut v = Vec::new();
+    for _ in 0..n {
+        v.push(get(addr).await.unwrap());
+    }
+    v
+}
+
+#[tokio::test]
+async fn killed_backend_refusals_are_redispatched_before_detection() {
+    let (a, b) = (Backend::start("a", local()).await, Backend::start("b", local()).await);
+    let (lb, _d) = web(&[&a, &b], "").await;
+    a.kill();
+    // Before any check has noticed: every request still succeeds.
+    for _ in 0..20 {
+        assert_eq!(get(lb.addr("web")).await.unwrap(), "b");
+    }
+    let ba = lb.backend("web", a.addr).unwrap();
+    assert!(ba.connect_failures.load(Relaxed) >= 1);
+    // The refused connect woke the checker: down quickly.
+    wait_for(Duration::from_secs(2), || !ba.healthy()).await;
+}
+
+#[tokio::test]
+async fn a_flapping_backend_does_not_thrash() {
+    let (a, b) = (Backend::start("a", local()).await, Backend::start("b", local()).await);
+    let (lb, _d) = web(&[&a, &b], "").await;
+    a.flap.store(true, Relaxed);
+    let ba = lb.backend("web", a.addr).unwrap();
+    let p0 = a.probes.load(Relaxed);
+    let t0 = Instant::now();
+    let mut changes = 0;
+    let mut last = ba.healthy();
+    while t0.elapsed() < Duration::from_millis(2500) {
+        if ba.healthy() != last {
+            changes += 1;
+            last = ba.healthy();
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let probes = a.probes.load(Relaxed) - p0;
+    assert!(probes >= 8, "only {probes} probes");
+    assert_eq!(changes, 0, "state changed {changes} times over {probes} alternating probes");
+}
+
+#[tokio::test]
+async fn with_every_backend_down_connections_are_refused_at_once() {
+    let (a, b) = (Backend::start("a", local()).await, Backend::start("b", local()).await);
+    let (lb, _d) = web(&[&a, &b], "").await;
+    a.healthy.store(false, Relaxed);
+    b.healthy.store(false, Relaxed);
+    let (ba, bb) = (lb.backend("web", a.addr).unwrap(), lb.backend("web", b.addr).unwrap());
+    wait_for(Duration::from_secs(3), || !ba.healthy() && !bb.healthy()).await;
+    for _ in 0..5 {
+        let t0 = Instant::now();
+        let r = get(lb.addr("web")).await;
+        assert!(r.is_err(), "got {r:?}");
+        assert!(t0.elapsed() < Duration::from_millis(200), "refusal took {:?}", t0.elapsed());
+    }
+    let fe = lb.lbd.app.frontend("web").unwrap();
+    assert!(fe.refused_no_backend.load(Relaxed) >= 5);
+    // One comes back: served again.
+    a.healthy.store(true, Relaxed);
+    wait_for(Duration::from_secs(3), || ba.healthy()).await;
+    assert_eq!(get(lb.addr("web")).await.unwrap(), "a");
+}
+
+/// A backend that reads until EOF, then answers with the byte count and a
+/// hash of what it read, then closes.
+async fn counting_backend() -> SocketAddr {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut s, _)) = l.accept().await else { return };
+            tokio::spawn(async move {
+                let mut all = Vec::new();
+                if s.read_to_end(&mut all).await.is_ok() {
+                    let _ = s.write_all(format!("{} {:x}", all.len(), fnv(&all)).as_bytes()).await;
+                    // And echo it all back, after the peer's FIN.
+                    let _ = s.write_all(&all).await;
+                }
+            });
+        }
+    });
+    addr
+}
+
+fn fnv(b: &[u8]) -> u64 {
+    b.iter().fold(0xcbf29ce484222325u64, |h, x| (h ^ u64::from(*x)).wrapping_mul(0x100000001b3))
+}
+
+#[tokio::test]
+async fn half_close_is_propagated_both_ways_small_and_bulk() {
+    let back = counting_backend().await;
+    let dir = tempfile::tempdir().unwrap();
+    let text = format!("services:\n  - name: raw\n    listen: 127.0.0.1:2\n    backends: [\"{back}\"]\n");
+    let p = write(dir.path(), "lb.yaml", &text);
+    let lb = Lb::start(lbd::Source::Standalone(p), None).await;
+    // Small (buffered path) and 8 MiB (switches to splice).
+    for size in [100usize, 8 << 20] {
+        let data: Vec<u8> = (0..size).map(|i| (i * 7 % 251) as u8).collect();
+        let mut s = TcpStream::connect(lb.addr("raw")).await.unwrap();
+        let (mut r, mut w) = s.split();
+        let send = async {
+            w.write_all(&data).await.unwrap();
+            // Half-close: the backend only answers after seeing our FIN.
+            w.shutdown().await.unwrap();
+        };
+        let mut got = Vec::new();
+        let recv = async { tokio::time::timeout(Duration::from_secs(20), r.read_to_end(&mut got)).await.unwrap().unwrap() };
+        tokio::join!(send, recv);
+        let header = format!("{} {:x}", size, fnv(&data));
+        assert!(got.starts_with(header.as_bytes()), "size {size}: got {:?}", String::from_utf8_lossy(&got[..got.len().min(60)]));
+        assert!(got[header.len()..] == data[..], "size {size}: echoed bytes differ");
+    }
+    let b = lb.backend("raw", back).unwrap();
+    assert!(b.bytes_to.load(Relaxed) >= (8 << 20) + 100);
+    assert!(b.bytes_from.load(Relaxed) >= (8 << 20) + 100);
+}
+
+#[tokio::test]
+async fn idle_connections_are_closed() {
+    let a = Backend::start("a", local()).await;
+    let (lb, _d) = web(&[&a], "limits: { idleTimeout: 300ms }\n").await;
+    let mut s = TcpStream::connect(lb.addr("web")).await.unwrap();
+    get_on(&mut s, false).await.unwrap();
+    let t0 = Instant::now();
+    let mut buf = [0u8; 16];
+    let n = tokio::time::timeout(Duration::from_secs(3), s.read(&mut buf)).await.expect("not closed").unwrap_or(0);
+    assert_eq!(n, 0);
+    let t = t0.elapsed();
+    assert!(t >= Duration::from_millis(250) && t < Duration::from_millis(1500), "closed after {t:?}");
+}
+
+#[tokio::test]
+async fn per_source_limit_refuses_at_once_and_frees_on_close() {
+    let a = Backend::start("a", local()).await;
+    let (lb, _d) = web(&[&a], "limits: { maxConns: 100, maxConnsPerSource: 2 }\n").await;
+    let mut one = TcpStream::connect(lb.addr("web")).await.unwrap();
+    let mut two = TcpStream::connect(lb.addr("web")).await.unwrap();
+    get_on(&mut one, false).await.unwrap();
+    get_on(&mut two, false).await.unwrap();
+    let t0 = Instant::now();
+    assert!(get(lb.addr("web")).await.is_err());
+    assert!(t0.elapsed() < Duration::from_millis(200));
+    drop(one);
+    wait_for(Duration::from_secs(2), || lb.lbd.app.conns.load(Relaxed) == 1).await;
+    assert_eq!(get(lb.addr("web")).await.unwrap(), "a");
+    assert_eq!(lb.lbd.app.frontend("web").unwrap().refused_limit.load(Relaxed), 1);
+}
+
+#[tokio::test]
+async fn pool_change_under_continuous_load_fails_no_request() {
+    let (a, b, c) = (Backend::start("a", local()).await, Backend::start("b", local()).await, Backend::start("c", local()).await);
+    let (lb, _d) = web(&[&a, &b], "").await;
+    let addr = lb.addr("web");
+    // A long-lived keep-alive connection on each of a and b.
+    let mut held = Vec::new();
+    for _ in 0..2 {
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        let who = get_on(&mut s, false).await.unwrap();
+        held.push((s, who));
+    }
+    let ok = Arc::new(AtomicU64::new(0));
+    let failed = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut load = Vec::new();
+    for _ in 0..4 {
+        let (ok, failed, stop) = (ok.clone(), failed.clone(), stop.clone());
+        load.push(tokio::spawn(async move {
+            // Bounded: at most 20 000 requests or until stopped.
+            for _ in 0..20_000 {
+                if stop.load(Relaxed) {
+                    break;
+                }
+                match get(addr).await {
+                    Ok(_) => ok.fetch_add(1, Relaxed),
+                    Err(e) => {
+                        eprintln!("request failed: {e}");
+                        failed.fetch_add(1, Relaxed)
+                    }
+                };
+            }
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // a leaves, c joins, and the algorithm changes: three changes at once.
+    lb.rewrite(&web_service(&[b.addr, c.addr], "balance: leastConn\n")).await;
+    assert_eq!(lb.lbd.app.metrics.reloads_ok.load(Relaxed), 1);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let a_hits = a.hits.load(Relaxed);
+    // The held connections still work, including the one on a (draining).
+    for (s, who) in held.iter_mut() {
+        assert_eq!(&get_on(s, false).await.unwrap(), who);
+    }
+    assert_eq!(a.hits.load(Relaxed), a_hits + held.iter().filter(|(_, w)| w == "a").count() as u64);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    stop.store(true, Relaxed);
+    for l in load {
+        l.await.unwrap();
+    }
+    assert_eq!(failed.load(Relaxed), 0, "{} requests failed of {}", failed.load(Relaxed), ok.load(Relaxed));
+    assert!(ok.load(Relaxed) > 100, "only {} requests", ok.load(Relaxed));
+    assert!(c.hits.load(Relaxed) > 0, "the new backend got nothing");
+    // a drained: once its held connection closes, it is gone.
+    held.clear();
+    wait_for(Duration::from_secs(3), || lb.backend("web", a.addr).is_none()).await;
+}
+
+#[tokio::test]
+async fn a_bad_reload_keeps_the_old_configuration() {
+    let a = Backend::start("a", local()).await;
+    let (lb, _d) = web(&[&a], "").await;
+    lb.rewrite("services:\n  - name: web\n    listen: nonsense\n    backends: []\n    colour: blue\n").await;
+    assert_eq!(lb.lbd.app.metrics.reloads_failed.load(Relaxed), 1);
+    assert_eq!(get(lb.addr("web")).await.unwrap(), "a");
+    // A valid file that cannot be bound (a port taken) is refused as a whole too.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let text = format!(
+        "{}  - name: other\n    listen: \"{}\"\n    backends: [\"{}\"]\n",
+        web_service(&[a.addr], ""),
+        taken.local_addr().unwrap(),
+        a.addr
+    );
+    lb.rewrite(&text).await;
+    assert_eq!(lb.lbd.app.metrics.reloads_failed.load(Relaxed), 2);
+    assert!(lb.lbd.app.frontend("other").is_none());
+    assert_eq!(get(lb.addr("web")).await.unwrap(), "a");
+}
+
+#[tokio::test]
+async fn metrics_and_status_show_every_backend() {
+    let (a, b) = (Backend::start("a", local()).await, Backend::start("b", local()).await);
+    let (lb, _d) = web(&[&a, &b], "").await;
+    b.healthy.store(false, Relaxed);
+    let bb = lb.backend("web", b.addr).unwrap();
+    wait_for(Duration::from_secs(3), || !bb.healthy()).await;
+    get(lb.addr("web")).await.unwrap();
+    let (st, m) = lb.admin("GET", "/metrics").await;
+    assert_eq!(st, 200);
+    let la = format!("frontend=\"web\",backend=\"{0}\",addr=\"{0}\",role=\"service\"", a.addr);
+    let lbk = format!("frontend=\"web\",backend=\"{0}\",addr=\"{0}\",role=\"service\"", b.addr);
+    for want in [
+        format!("lbd_backend_up{{{la}}} 1"),
+        format!("lbd_backend_up{{{lbk}}} 0"),
+        format!("lbd_backend_connections_total{{{la}}} 1"),
+        format!("lbd_backend_active_connections{{{la}}} 0"),
+        "lbd_backend_bytes_total{".to_string(),
+        "lbd_backend_check_latency_microseconds{".to_string(),
+        "lbd_frontend_refused_total{frontend=\"web\",reason=\"no_backend\"} 0".to_string(),
+    ] {
+        assert!(m.contains(&want), "missing {want:?} in\n{m}");
+    }
+    let (st, s) = lb.admin("GET", "/status").await;
+    assert_eq!(st, 200);
+    let v: serde_json::Value = serde_json::from_str(&s).unwrap();
+    let backends = v["frontends"][0]["backends"].as_array().unwrap();
+    assert_eq!(backends.len(), 2);
+    assert_eq!(backends[1]["state"], "down");
+    assert!(backends[1]["reason"].as_str().unwrap().contains("HTTP 503"), "{s}");
+    assert_eq!(lb.admin("POST", "/bootstrap/complete").await.0, 409);
+    assert_eq!(lb.admin("GET", "/nope").await.0, 404);
+}
