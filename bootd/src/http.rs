@@ -190,7 +190,7 @@ fn json_response(status: StatusCode, v: &serde_json::Value) -> Response<Body> {
     no_store(full(status, "application/json", body))
 }
 
-fn pointer_for(app: &App, snap: &Snapshot, node: &Node) -> serde_json::Value {
+pub(crate) fn pointer_for(app: &App, snap: &Snapshot, node: &Node) -> serde_json::Value {
     let tok = node_token(app, snap, node);
     match (&snap.site.host.https, &app.tls) {
         (Some(https), Some(tls)) => {
@@ -363,6 +363,13 @@ fn empty() -> Body {
 pub async fn handle<B>(app: Arc<App>, req: Request<B>, peer: SocketAddr) -> Result<Response<Body>, std::convert::Infallible> {
     let (route_name, resp) = route(&app, &req, peer).await;
     let status = resp.status().as_u16();
+    if status == 200 {
+        if let Some((node, kind, msg)) =
+            crate::api::events::http_event(&app.live.load().site, route_name, req.uri().path(), req.uri().query())
+        {
+            app.events.record(&node, kind, msg);
+        }
+    }
     app.metrics.requests.get_or_create(&RouteStatus { route: route_name, status }).inc();
     if route_name != "images" {
         if let Some(n) = resp.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok()) {

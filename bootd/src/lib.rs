@@ -19,16 +19,22 @@
 //! - [`tls`]: the site CA and serving certificate (rcgen, rustls).
 //! - [`state`]: the live snapshot (swapped atomically) and state-dir files.
 //! - [`metrics`]: Prometheus counters.
+//! - [`api`]: the controller API (HTTPS, bearer tokens), reconcile loops, CLI client.
+//! - [`store`]: the controller's SQLite store (nodes, machines, intents, events).
+//! - [`providers`]: Equinix Metal and Power VS clients.
 //!
 //! Shape: `main` parses flags, loads the site, binds sockets and calls
 //! [`run`]; tests call the same [`run`] on loopback port 0.
 
+pub mod api;
 pub mod dhcp;
 pub mod files;
 pub mod http;
 pub mod metrics;
+pub mod providers;
 pub mod render;
 pub mod state;
+pub mod store;
 pub mod tftp;
 pub mod tls;
 pub mod token;
@@ -62,6 +68,8 @@ pub struct App {
     /// DHCP leases (empty when bootd serves no DHCP); a node's lease address
     /// counts as its own for Ignition access.
     pub leases: Arc<std::sync::Mutex<dhcp::leases::Table>>,
+    /// Per-node events (DHCP, scripts, Ignition) for the controller API.
+    pub events: api::events::Sink,
 }
 
 #[derive(Debug)]
@@ -78,6 +86,8 @@ pub struct Config {
     pub grace: Duration,
     /// Where DHCP replies go (tests move them off 67/68).
     pub dhcp_ports: dhcp::server::Ports,
+    /// Timings of the controller's reconcile loops (tests shorten them).
+    pub api_tuning: api::Tuning,
 }
 
 impl Config {
@@ -89,6 +99,7 @@ impl Config {
             poll: Some(Duration::from_secs(2)),
             grace: Duration::from_secs(5),
             dhcp_ports: Default::default(),
+            api_tuning: Default::default(),
         }
     }
     pub fn state_dir(&self) -> PathBuf {
@@ -106,6 +117,8 @@ pub struct Sockets {
     pub dhcp_proxy: Option<tokio::net::UdpSocket>,
     /// TFTP on port 69.
     pub tftp: Option<tokio::net::UdpSocket>,
+    /// The controller API (`host.api.listen`), served over TLS.
+    pub api: Option<TcpListener>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -114,6 +127,10 @@ pub enum Error {
     StateDir(PathBuf, std::io::Error),
     #[error(transparent)]
     Tls(#[from] tls::TlsError),
+    #[error(transparent)]
+    Api(#[from] api::ApiError),
+    #[error("an API socket was given but the site has no host.api, or bootd no TLS")]
+    ApiConfig,
 }
 
 /// Everything `run` prepares before serving; tests use it to reach the
@@ -128,19 +145,31 @@ pub fn prepare(config: &Config, want_tls: bool) -> Result<Arc<App>, Error> {
         if let Some(h) = &config.site.host.https {
             hosts.push(h.url_host().to_string());
         }
+        if let Some(u) = config.site.host.api.as_ref().and_then(|a| a.url.as_deref()) {
+            hosts.push(site::Listen { listen: config.site.host.http.listen, url: u.to_string() }.url_host().to_string());
+        }
         Some(tls::load_or_create(&state_dir, &hosts)?)
     } else {
         None
     };
     let live = state::new_live(Snapshot { site: config.site.clone(), revoked });
     let loaded_fingerprint = fingerprint(&config.site.source, &live, &state_dir);
-    Ok(Arc::new(App { live, key, tls, metrics: metrics::Metrics::default(), state_dir, loaded_fingerprint, leases: Default::default() }))
+    Ok(Arc::new(App {
+        live,
+        key,
+        tls,
+        metrics: metrics::Metrics::default(),
+        state_dir,
+        loaded_fingerprint,
+        leases: Default::default(),
+        events: Default::default(),
+    }))
 }
 
 /// Serves until `shutdown` is cancelled, then gives open connections
 /// `config.grace` to finish.
 pub async fn run(config: Config, sockets: Sockets, shutdown: CancellationToken) -> Result<(), Error> {
-    let app = prepare(&config, sockets.https.is_some())?;
+    let app = prepare(&config, sockets.https.is_some() || sockets.api.is_some())?;
     run_app(app, config, sockets, shutdown).await
 }
 
@@ -154,6 +183,13 @@ pub async fn run_app(app: Arc<App>, config: Config, sockets: Sockets, shutdown: 
         info!(addr = %local(&l), "HTTPS listening");
         let acceptor = tokio_rustls::TlsAcceptor::from(Arc::clone(&tls.server_config));
         tracker.spawn(accept_loop(l, Some(acceptor), Arc::clone(&app), shutdown.clone(), conn_stop.clone(), tracker.clone()));
+    }
+    if let Some(l) = sockets.api {
+        let api_cfg = app.live.load().site.host.api.clone();
+        let (Some(api_cfg), Some(tls)) = (api_cfg, &app.tls) else { return Err(Error::ApiConfig) };
+        let ctl = api::Controller::start(Arc::clone(&app), api_cfg, config.api_tuning.clone(), tracker.clone(), shutdown.clone())?;
+        info!(addr = %local(&l), "controller API listening (HTTPS)");
+        tracker.spawn(api::serve(ctl, l, Arc::clone(&tls.server_config), shutdown.clone(), tracker.clone()));
     }
     if sockets.dhcp.is_some() || sockets.dhcp_proxy.is_some() {
         let (store, table) = dhcp::leases::Store::open(&app.state_dir).map_err(|e| Error::StateDir(app.state_dir.clone(), e))?;
@@ -216,6 +252,7 @@ fn tftp_resolver(app: Arc<App>) -> tftp::Resolver {
                     let tok = app.key.issue(&node.name, SystemTime::now(), site.ignition.token_ttl);
                     let urls = render::NodeUrls::new(site, node, &tok);
                     info!(node = %node.name, %mac, "GRUB config served over TFTP");
+                    app.events.record(&node.name, api::events::GRUB, "GRUB config served over TFTP");
                     tftp::Resolved::Bytes(render::grub::node(site, node, &urls).into())
                 }
                 None => tftp::Resolved::NotFound,

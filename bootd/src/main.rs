@@ -44,6 +44,20 @@ enum Cmd {
     Revoke { node: String },
     /// Undo `revoke`.
     Unrevoke { node: String },
+    /// The controller API's client: list, add, delete and wait for nodes.
+    Nodes {
+        #[command(flatten)]
+        conn: bootd::api::client::Conn,
+        #[command(subcommand)]
+        cmd: bootd::api::client::NodesCmd,
+    },
+    /// The controller API's client: cluster facts.
+    Cluster {
+        #[command(flatten)]
+        conn: bootd::api::client::Conn,
+        #[command(subcommand)]
+        cmd: bootd::api::client::ClusterCmd,
+    },
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug)]
@@ -81,6 +95,8 @@ fn main() -> Result<()> {
         Cmd::Render { what, node } => render(&config, what, &node),
         Cmd::Revoke { node } => set_revoked(&config, &node, true),
         Cmd::Unrevoke { node } => set_revoked(&config, &node, false),
+        Cmd::Nodes { conn, cmd } => api_client(&config, &conn, |c| Box::pin(async move { bootd::api::client::nodes(&c, cmd).await })),
+        Cmd::Cluster { conn, cmd } => api_client(&config, &conn, |c| Box::pin(async move { bootd::api::client::cluster(&c, cmd).await })),
     }
 }
 
@@ -128,6 +144,23 @@ fn render(config: &bootd::Config, what: What, name: &str) -> Result<()> {
     Ok(())
 }
 
+type ClientFuture = std::pin::Pin<Box<dyn std::future::Future<Output = Result<i32>>>>;
+
+/// Runs one API client command; its exit code becomes the process's.
+fn api_client(
+    config: &bootd::Config,
+    conn: &bootd::api::client::Conn,
+    f: impl FnOnce(bootd::api::client::Client) -> ClientFuture,
+) -> Result<()> {
+    let client = bootd::api::client::Client::new(&config.site, &config.state_dir(), conn)?;
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let code = rt.block_on(f(client))?;
+    if code != 0 {
+        std::process::exit(code);
+    }
+    Ok(())
+}
+
 fn set_revoked(config: &bootd::Config, node: &str, revoked: bool) -> Result<()> {
     if config.site.node(node).is_none() {
         bail!("no node named {node:?} in {}", config.site.source.display());
@@ -162,6 +195,10 @@ fn serve(config: bootd::Config) -> Result<()> {
             }
             None => (None, None),
         };
+        let api = match &site.host.api {
+            Some(a) => Some(tokio::net::TcpListener::bind(a.listen).await.with_context(|| format!("host.api.listen {}", a.listen))?),
+            None => None,
+        };
         let tftp = match &site.host.tftp {
             Some(t) => Some(tokio::net::UdpSocket::bind(t.listen).await.with_context(|| format!("host.tftp.listen {}", t.listen))?),
             None => None,
@@ -180,7 +217,7 @@ fn serve(config: bootd::Config) -> Result<()> {
             println!("  node {:<12} {:<9} {} {}", n.name, n.role, n.macs.first().map(|m| m.to_string()).unwrap_or_default(), n.ip);
         }
         let signals = tokio::spawn(signals(shutdown.clone(), reload));
-        let r = bootd::run(config, bootd::Sockets { http, https, dhcp, dhcp_proxy, tftp }, shutdown).await;
+        let r = bootd::run(config, bootd::Sockets { http, https, dhcp, dhcp_proxy, tftp, api }, shutdown).await;
         signals.abort();
         r.map_err(anyhow::Error::from)
     })

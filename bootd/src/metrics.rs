@@ -40,6 +40,9 @@ pub struct Metrics {
     pub bytes: Family<RouteLabel, Counter>,
     pub denials: Family<Reason, Counter>,
     pub reloads: Family<Outcome, Counter>,
+    pub api_requests: Family<RouteStatus, Counter>,
+    pub api_denials: Family<Reason, Counter>,
+    pub provider_errors: Family<Kind, Counter>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -67,7 +70,13 @@ impl Default for Metrics {
         registry.register("http_response_bytes", "Response body bytes sent, by route", bytes.clone());
         registry.register("ignition_denials", "Refused requests for a node's Ignition, metadata or userdata, by reason", denials.clone());
         registry.register("site_reloads", "Site reloads by result (ok, error)", reloads.clone());
-        Metrics { registry, tftp, dhcp, requests, bytes, denials, reloads }
+        let api_requests = Family::<RouteStatus, Counter>::default();
+        let api_denials = Family::<Reason, Counter>::default();
+        let provider_errors = Family::<Kind, Counter>::default();
+        registry.register("api_requests", "Controller API requests by route and status", api_requests.clone());
+        registry.register("api_denials", "Controller API requests refused (missing, wrong, tokens_unavailable)", api_denials.clone());
+        registry.register("provider_errors", "Failed provider calls (transient, permanent)", provider_errors.clone());
+        Metrics { registry, tftp, dhcp, requests, bytes, denials, reloads, api_requests, api_denials, provider_errors }
     }
 }
 

@@ -17,8 +17,8 @@
 //! (min(SOA TTL, SOA minimum)); CNAME chains are followed inside dnsd's
 //! zones (the RCODE is the last link's); a name at or below a zone cut gets
 //! a referral (AA clear, NS in authority, glue in additional); a wildcard
-//! matches only below its closest encloser; ANY over UDP returns one
-//! RRset, over TCP all of them.
+//! matches only below its closest encloser; ANY gets one RRset (RFC 8482,
+//! on both transports, as NSD and Knot).
 
 use crate::wire::{self, Malformed, Request, MAX_NAME};
 use crate::zone::Zone;
@@ -82,8 +82,7 @@ struct Node {
     /// Template per query type that has its own answer; others get `other`.
     by_type: Box<[(u16, u32)]>,
     other: u32,
-    any_udp: u32,
-    any_tcp: u32,
+    any: u32,
     /// For cuts: the referral.
     referral: u32,
 }
@@ -330,8 +329,7 @@ impl Catalog {
             Found::Exact(n) | Found::Wild(n) => {
                 let node = &self.nodes[n as usize];
                 match req.qtype {
-                    wire::TYPE_ANY if transport == Transport::Udp => node.any_udp,
-                    wire::TYPE_ANY => node.any_tcp,
+                    wire::TYPE_ANY => node.any,
                     t => node.by_type.iter().find(|(ty, _)| *ty == t).map(|(_, i)| *i).unwrap_or(node.other),
                 }
             }
@@ -441,7 +439,7 @@ impl Builder<'_> {
             return n;
         }
         let id = self.nodes.len() as u32;
-        self.nodes.push(Node { zone, kind: Kind::Auth, by_type: Box::new([]), other: 0, any_udp: 0, any_tcp: 0, referral: u32::MAX });
+        self.nodes.push(Node { zone, kind: Kind::Auth, by_type: Box::new([]), other: 0, any: 0, referral: u32::MAX });
         self.bnodes.push(BuildNode::default());
         self.map.insert(key.into_boxed_slice(), id);
         id
@@ -567,11 +565,11 @@ impl Builder<'_> {
                         if has_cname { all_types.iter().copied().collect() } else { self.bnodes[id].rrsets.keys().copied().collect() };
                     let mut by_type = Vec::new();
                     for t in types {
-                        let l = self.resolve(id as u32, t, false);
+                        let l = self.resolve(id as u32, t);
                         by_type.push((t, self.template(&anchor, &l)?));
                     }
                     let other = if has_cname {
-                        let l = self.resolve(id as u32, 0, false);
+                        let l = self.resolve(id as u32, 0);
                         self.template(&anchor, &l)?
                     } else {
                         // The zone's NODATA, valid for any name in it.
@@ -579,15 +577,12 @@ impl Builder<'_> {
                         let l = Logical { aa: true, authority: vec![soa], ..Default::default() };
                         self.template(&anchor, &l)?
                     };
-                    let l = self.resolve(id as u32, wire::TYPE_ANY, false);
-                    let any_udp = self.template(&anchor, &l)?;
-                    let l = self.resolve(id as u32, wire::TYPE_ANY, true);
-                    let any_tcp = self.template(&anchor, &l)?;
+                    let l = self.resolve(id as u32, wire::TYPE_ANY);
+                    let any = self.template(&anchor, &l)?;
                     let n = &mut self.nodes[id];
                     n.by_type = by_type.into_boxed_slice();
                     n.other = other;
-                    n.any_udp = any_udp;
-                    n.any_tcp = any_tcp;
+                    n.any = any;
                 }
             }
         }
@@ -598,9 +593,13 @@ impl Builder<'_> {
         classify(&self.map, &self.nodes, &wire_name(name).1)
     }
 
-    /// A and AAAA of `target` if dnsd has them (glue included).
-    fn addresses(&self, target: &Name, out: &mut Vec<Section>) {
+    /// A and AAAA of `target` if `zone` has them (glue included). Other
+    /// zones' data is left out, as NSD and Knot do.
+    fn addresses(&self, target: &Name, zone: u16, out: &mut Vec<Section>) {
         let Some(&n) = self.map.get(wire_name(target).1.as_slice()) else { return };
+        if self.nodes[n as usize].zone != zone {
+            return;
+        }
         let bn = &self.bnodes[n as usize];
         for t in [wire::TYPE_A, wire::TYPE_AAAA] {
             if let Some(set) = bn.rrsets.get(&t) {
@@ -619,7 +618,7 @@ impl Builder<'_> {
         let mut additional = Vec::new();
         for rd in &ns.rdatas {
             if let RData::NS(t) = rd {
-                self.addresses(&t.0, &mut additional);
+                self.addresses(&t.0, self.nodes[cut as usize].zone, &mut additional);
             }
         }
         Logical {
@@ -633,7 +632,7 @@ impl Builder<'_> {
 
     /// The logical answer for `qtype` at node `start` (an exact or
     /// wildcard match; the owner of the first RRset is the question name).
-    fn resolve(&self, start: u32, qtype: u16, any_all: bool) -> Logical {
+    fn resolve(&self, start: u32, qtype: u16) -> Logical {
         let mut l = Logical { aa: true, ..Default::default() };
         let mut cur = start;
         let mut owner = Owner::Query;
@@ -641,11 +640,9 @@ impl Builder<'_> {
         loop {
             let bn = &self.bnodes[cur as usize];
             if qtype == wire::TYPE_ANY {
-                for (t, set) in &bn.rrsets {
-                    l.answer.push(Section { owner: owner.clone(), rtype: *t, set: set.clone() });
-                    if !any_all {
-                        break;
-                    }
+                // RFC 8482: one RRset (the first by type number, as Knot).
+                if let Some((t, set)) = bn.rrsets.iter().next() {
+                    l.answer.push(Section { owner, rtype: *t, set: set.clone() });
                 }
                 break;
             }
@@ -681,12 +678,13 @@ impl Builder<'_> {
             break;
         }
         let mut additional = Vec::new();
+        let zone = self.nodes[cur as usize].zone;
         for s in &l.answer {
             for rd in &s.set.rdatas {
                 match rd {
-                    RData::NS(t) => self.addresses(&t.0, &mut additional),
-                    RData::MX(mx) => self.addresses(mx.exchange(), &mut additional),
-                    RData::SRV(srv) => self.addresses(srv.target(), &mut additional),
+                    RData::NS(t) => self.addresses(&t.0, zone, &mut additional),
+                    RData::MX(mx) => self.addresses(mx.exchange(), zone, &mut additional),
+                    RData::SRV(srv) => self.addresses(srv.target(), zone, &mut additional),
                     _ => {}
                 }
             }

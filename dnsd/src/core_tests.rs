@@ -67,7 +67,7 @@ const CASES: &[(&str, &str, RecordType, Option<u16>, Transport)] = &[
     ("PTR from dns.records", "5.0.77.10.in-addr.arpa.", RecordType::PTR, None, Transport::Udp),
     ("reverse NXDOMAIN", "99.0.77.10.in-addr.arpa.", RecordType::PTR, None, Transport::Udp),
     ("ANY over UDP: one RRset (RFC 8482)", "lab.example.test.", RecordType::ANY, None, Transport::Udp),
-    ("ANY over TCP: all", "lab.example.test.", RecordType::ANY, None, Transport::Tcp),
+    ("ANY over TCP: one RRset too", "lab.example.test.", RecordType::ANY, None, Transport::Tcp),
     ("large TXT without EDNS: TC", "big.lab.example.test.", RecordType::TXT, None, Transport::Udp),
     ("large TXT with EDNS 1232", "big.lab.example.test.", RecordType::TXT, Some(1232), Transport::Udp),
     ("large TXT over TCP", "big.lab.example.test.", RecordType::TXT, None, Transport::Tcp),

@@ -87,7 +87,7 @@ impl Bootd {
         let task = tokio::spawn(bootd::run_app(
             Arc::clone(&app),
             config,
-            bootd::Sockets { http, https: Some(https), dhcp: dhcp_sock, dhcp_proxy: None, tftp: None },
+            bootd::Sockets { http, https: Some(https), dhcp: dhcp_sock, dhcp_proxy: None, tftp: None, api: None },
             shutdown.clone(),
         ));
         Bootd { dhcp, http: ha, https: hsa, app, dir, reload, shutdown, task: Some(task) }

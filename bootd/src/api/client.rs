@@ -1,0 +1,230 @@
+//! `bootd nodes list|get|add|delete|wait` and `bootd cluster
+//! status|bootstrap-complete`: a client of the controller API.
+//!
+//! It reads where the API is, the CA to trust and a token from the site
+//! (`host.api.url` or `https://<host.api.listen>`, `<stateDir>/ca.pem`, the
+//! first token of `host.api.tokens`), each overridable by a flag. The token
+//! is never taken from the command line or the environment (both are
+//! visible to other users of the machine).
+
+use crate::providers::Http;
+use bytes::Bytes;
+use http::{Method, Request, StatusCode};
+use http_body_util::Full;
+use serde_json::Value;
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct Conn {
+    /// The API's base URL (default: host.api.url, or https://<host.api.listen>).
+    #[arg(long)]
+    pub api: Option<String>,
+    /// The CA that signed the API's certificate (default: <stateDir>/ca.pem).
+    #[arg(long)]
+    pub ca: Option<PathBuf>,
+    /// A file holding the bearer token (default: the first of host.api.tokens).
+    #[arg(long)]
+    pub token_file: Option<PathBuf>,
+}
+
+#[derive(clap::Subcommand, Debug, Clone)]
+pub enum NodesCmd {
+    /// Every node (site and API) with its phase.
+    List,
+    /// One node's status, conditions and machine, as JSON.
+    Get { name: String },
+    /// Create a node from a JSON file (the body of POST /v1/nodes; `-` for stdin).
+    Add { file: PathBuf },
+    /// Delete an API node (and its machine).
+    Delete { name: String },
+    /// A node's event timeline.
+    Events { name: String },
+    /// Show each node's phase and elapsed time until all are Ready (exit 0)
+    /// or one fails (exit 1, with the reason).
+    Wait {
+        /// Nodes to wait for (default: every node).
+        names: Vec<String>,
+        /// Give up after this many seconds (exit 2).
+        #[arg(long, default_value_t = 3600)]
+        timeout: u64,
+        /// Seconds between polls.
+        #[arg(long, default_value_t = 2.0)]
+        interval: f64,
+    },
+}
+
+#[derive(clap::Subcommand, Debug, Clone)]
+pub enum ClusterCmd {
+    /// The cluster facts (bootstrap-complete).
+    Status,
+    /// Record that the cluster's bootstrap is complete.
+    BootstrapComplete,
+}
+
+pub struct Client {
+    http: Http,
+    base: String,
+    token: site::Secret<String>,
+}
+
+impl Client {
+    pub fn new(site: &site::Site, state_dir: &std::path::Path, conn: &Conn) -> anyhow::Result<Client> {
+        use anyhow::Context;
+        let api = site.host.api.as_ref();
+        let base = match (&conn.api, api) {
+            (Some(u), _) => u.trim_end_matches('/').to_string(),
+            (None, Some(a)) => a.url.clone().unwrap_or_else(|| {
+                let l = a.listen;
+                let host = if l.ip().is_unspecified() { "127.0.0.1".to_string() } else { l.ip().to_string() };
+                format!("https://{host}:{}", l.port())
+            }),
+            (None, None) => anyhow::bail!("the site has no host.api and no --api was given"),
+        };
+        let ca_path = conn.ca.clone().unwrap_or_else(|| state_dir.join("ca.pem"));
+        let ca = std::fs::read(&ca_path).with_context(|| format!("CA {}", ca_path.display()))?;
+        let token = match (&conn.token_file, api) {
+            (Some(f), _) => crate::api::auth::tokens(&site::SecretRef::File(f.clone())),
+            (None, Some(a)) => crate::api::auth::tokens(&a.tokens),
+            (None, None) => Err("no --token-file".to_string()),
+        }
+        .map_err(|e| anyhow::anyhow!("API token: {e}"))?
+        .into_iter()
+        .next()
+        .ok_or_else(|| anyhow::anyhow!("API token: the token file has no token"))?;
+        let token = site::Secret(String::from_utf8(token).map_err(|_| anyhow::anyhow!("API token: not UTF-8"))?);
+        Ok(Client { http: Http::with_ca(Duration::from_secs(30), &ca)?, base, token })
+    }
+
+    pub async fn call(&self, method: Method, path: &str, body: Option<Vec<u8>>) -> anyhow::Result<(StatusCode, Value)> {
+        let mut b = Request::builder()
+            .method(method)
+            .uri(format!("{}{path}", self.base))
+            .header(http::header::AUTHORIZATION, format!("Bearer {}", self.token.expose()));
+        if body.is_some() {
+            b = b.header(http::header::CONTENT_TYPE, "application/json");
+        }
+        let req = b.body(Full::new(Bytes::from(body.unwrap_or_default())))?;
+        let reply = self.http.send(req, "bootd API").await.map_err(|e| anyhow::anyhow!("{e}"))?;
+        let v = serde_json::from_slice(&reply.body).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&reply.body).into_owned()));
+        Ok((reply.status, v))
+    }
+}
+
+fn ok_or_bail(status: StatusCode, v: &Value) -> anyhow::Result<()> {
+    if status.is_success() {
+        return Ok(());
+    }
+    let mut msg = v.get("error").and_then(Value::as_str).unwrap_or("request failed").to_string();
+    if let Some(p) = v.get("problems").and_then(Value::as_array) {
+        for p in p {
+            msg.push_str(&format!("\n  {}", p.as_str().unwrap_or_default()));
+        }
+    }
+    anyhow::bail!("HTTP {}: {msg}", status.as_u16())
+}
+
+fn s<'a>(v: &'a Value, k: &str) -> &'a str {
+    v.get(k).and_then(Value::as_str).unwrap_or("")
+}
+
+pub async fn nodes(client: &Client, cmd: NodesCmd) -> anyhow::Result<i32> {
+    let mut out = std::io::stdout();
+    match cmd {
+        NodesCmd::List => {
+            let (st, v) = client.call(Method::GET, "/v1/nodes", None).await?;
+            ok_or_bail(st, &v)?;
+            writeln!(out, "{:<16} {:<6} {:<10} {:<14} MESSAGE", "NAME", "ORIGIN", "PROVIDER", "PHASE")?;
+            for n in v["nodes"].as_array().into_iter().flatten() {
+                let provider = n["provider"].as_object().and_then(|o| o.keys().next().cloned()).unwrap_or_else(|| "-".into());
+                writeln!(out, "{:<16} {:<6} {:<10} {:<14} {}", s(n, "name"), s(n, "origin"), provider, s(n, "phase"), s(n, "message"))?;
+            }
+        }
+        NodesCmd::Get { name } => {
+            let (st, v) = client.call(Method::GET, &format!("/v1/nodes/{name}"), None).await?;
+            ok_or_bail(st, &v)?;
+            writeln!(out, "{}", serde_json::to_string_pretty(&v)?)?;
+        }
+        NodesCmd::Events { name } => {
+            let (st, v) = client.call(Method::GET, &format!("/v1/nodes/{name}/events"), None).await?;
+            ok_or_bail(st, &v)?;
+            for e in v["events"].as_array().into_iter().flatten() {
+                writeln!(out, "{}  {:<9} {}", s(e, "time"), s(e, "kind"), s(e, "message"))?;
+            }
+        }
+        NodesCmd::Add { file } => {
+            let body = if file.as_os_str() == "-" {
+                let mut b = Vec::new();
+                std::io::Read::read_to_end(&mut std::io::stdin(), &mut b)?;
+                b
+            } else {
+                std::fs::read(&file)?
+            };
+            let (st, v) = client.call(Method::POST, "/v1/nodes", Some(body)).await?;
+            ok_or_bail(st, &v)?;
+            writeln!(out, "node {}: {}", s(&v, "name"), s(&v, "phase"))?;
+        }
+        NodesCmd::Delete { name } => {
+            let (st, v) = client.call(Method::DELETE, &format!("/v1/nodes/{name}"), None).await?;
+            ok_or_bail(st, &v)?;
+            writeln!(out, "node {name}: {}", s(&v, "phase"))?;
+        }
+        NodesCmd::Wait { names, timeout, interval } => return wait(client, &names, Duration::from_secs(timeout), interval, &mut out).await,
+    }
+    Ok(0)
+}
+
+/// Polls until every wanted node is Ready (0), one is Failed (1) or the
+/// timeout passes (2), printing a line whenever a node's phase changes.
+pub async fn wait(client: &Client, names: &[String], timeout: Duration, interval: f64, out: &mut impl Write) -> anyhow::Result<i32> {
+    let start = Instant::now();
+    let mut last: std::collections::BTreeMap<String, String> = Default::default();
+    let interval = Duration::from_secs_f64(interval.clamp(0.05, 60.0));
+    loop {
+        let (st, v) = client.call(Method::GET, "/v1/nodes", None).await?;
+        ok_or_bail(st, &v)?;
+        let nodes: Vec<&Value> =
+            v["nodes"].as_array().into_iter().flatten().filter(|n| names.is_empty() || names.iter().any(|w| w == s(n, "name"))).collect();
+        for w in names {
+            if !nodes.iter().any(|n| s(n, "name") == w) {
+                writeln!(out, "FAILED {w}: no such node")?;
+                return Ok(1);
+            }
+        }
+        let elapsed = start.elapsed().as_secs();
+        for n in &nodes {
+            let line = format!("{} {}", s(n, "phase"), s(n, "message"));
+            if last.get(s(n, "name")) != Some(&line) {
+                writeln!(out, "[{:>4}s] {:<16} {:<13} {}", elapsed, s(n, "name"), s(n, "phase"), s(n, "message"))?;
+                last.insert(s(n, "name").to_string(), line);
+            }
+        }
+        out.flush()?;
+        if let Some(f) = nodes.iter().find(|n| s(n, "phase") == "Failed") {
+            writeln!(out, "FAILED {}: {}", s(f, "name"), s(f, "message"))?;
+            return Ok(1);
+        }
+        if !nodes.is_empty() && nodes.iter().all(|n| s(n, "phase") == "Ready") {
+            writeln!(out, "all {} node(s) Ready after {}s", nodes.len(), elapsed)?;
+            return Ok(0);
+        }
+        if start.elapsed() >= timeout {
+            let waiting: Vec<String> =
+                nodes.iter().filter(|n| s(n, "phase") != "Ready").map(|n| format!("{} ({})", s(n, "name"), s(n, "phase"))).collect();
+            writeln!(out, "TIMEOUT after {}s waiting for {}", elapsed, waiting.join(", "))?;
+            return Ok(2);
+        }
+        tokio::time::sleep(interval).await;
+    }
+}
+
+pub async fn cluster(client: &Client, cmd: ClusterCmd) -> anyhow::Result<i32> {
+    let (st, v) = match cmd {
+        ClusterCmd::Status => client.call(Method::GET, "/v1/cluster", None).await?,
+        ClusterCmd::BootstrapComplete => client.call(Method::POST, "/v1/cluster/bootstrap-complete", Some(b"{}".to_vec())).await?,
+    };
+    ok_or_bail(st, &v)?;
+    println!("{}", serde_json::to_string_pretty(&v)?);
+    Ok(0)
+}

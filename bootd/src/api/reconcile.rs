@@ -1,0 +1,510 @@
+//! One reconcile loop per API node, and the event writer.
+//!
+//! A loop reads the node's row and does one step:
+//! - not deleting, no machine yet: record a `create` intent (committed
+//!   before any provider call), look for a machine made earlier (by tag or
+//!   name: after a crash the provider may have made one whose reply never
+//!   arrived), create one only if there is none, store its id, close the intent;
+//! - a machine: poll it until active, learning its addresses; then follow
+//!   the node's boot (NetworkBooted, IgnitionServed) until Ready;
+//! - deleting: find the machine (stored id, or by tag/name), delete it
+//!   (intent first), poll until it is gone, then drop the node.
+//!
+//! Transient provider errors are retried with exponential backoff and full
+//! jitter, waiting at least what `Retry-After` asks; permanent ones, and
+//! running past the deadline, fail the node with a message that names the
+//! provider, the operation and the status (never a secret).
+
+use super::{events, Controller};
+use crate::providers::{MachineState, NodeRequest, ProviderError, ProviderSpec};
+use crate::state::Snapshot;
+use crate::store::{now_ms, Condition, Event, NodeRow, Resource, StoreError};
+use rand::Rng;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{mpsc, Notify};
+use tracing::{error, info, warn};
+
+pub const PROVISIONED: &str = "Provisioned";
+pub const NETWORK_BOOTED: &str = "NetworkBooted";
+pub const IGNITION_SERVED: &str = "IgnitionServed";
+pub const READY: &str = "Ready";
+
+/// What a step leaves the loop to do.
+#[derive(Debug)]
+enum Next {
+    /// Look again after the poll interval (or when woken).
+    Poll,
+    /// Nothing to do until woken (Ready, Failed).
+    Idle,
+    /// A transient failure: retry after a backoff.
+    Retry(ProviderError),
+    /// The node is gone: the loop ends.
+    Gone,
+}
+
+/// Full-jitter exponential backoff: uniform in [d/2, d], d = base·2^attempt ≤ cap.
+pub fn backoff(attempt: u32, base: Duration, cap: Duration) -> Duration {
+    let d = base.saturating_mul(1u32 << attempt.min(16)).min(cap);
+    let lo = d / 2;
+    lo + (d - lo).mul_f64(rand::thread_rng().gen::<f64>())
+}
+
+pub async fn node_loop(ctl: Arc<Controller>, name: String, wake: Arc<Notify>) {
+    let mut attempt: u32 = 0;
+    loop {
+        if ctl.shutdown.is_cancelled() {
+            break;
+        }
+        let next = match ctl.store.node(&name) {
+            Ok(Some(row)) => match step(&ctl, &row).await {
+                Ok(n) => n,
+                Err(e) => {
+                    error!(node = %name, error = %e, "controller store error; retrying");
+                    Next::Retry(ProviderError::transient("controller store error"))
+                }
+            },
+            Ok(None) => Next::Gone,
+            Err(e) => {
+                error!(node = %name, error = %e, "controller store error; retrying");
+                Next::Retry(ProviderError::transient("controller store error"))
+            }
+        };
+        match next {
+            Next::Gone => break,
+            Next::Poll | Next::Idle => {
+                attempt = 0;
+                let poll = matches!(next, Next::Poll);
+                tokio::select! {
+                    _ = ctl.shutdown.cancelled() => break,
+                    _ = wake.notified() => {}
+                    _ = async { if poll { tokio::time::sleep(ctl.tuning.poll).await } else { std::future::pending().await } } => {}
+                }
+            }
+            Next::Retry(e) => {
+                let mut delay = backoff(attempt, ctl.tuning.backoff_base, ctl.tuning.backoff_cap);
+                if let ProviderError::Transient { retry_after: Some(ra), .. } = &e {
+                    delay = delay.max(*ra);
+                }
+                attempt = attempt.saturating_add(1);
+                let row = ctl.store.node(&name).ok().flatten();
+                let left = row.as_ref().map(|r| deadline_left(&ctl, r)).unwrap_or_default();
+                if row.as_ref().is_some_and(|r| !r.deleting) && delay > left {
+                    fail(&ctl, &name, &format!("gave up before the deadline: {e}"));
+                    continue;
+                }
+                let msg = format!("retrying in {:.1}s (attempt {attempt}): {e}", delay.as_secs_f64());
+                warn!(node = %name, error = %e, delay = ?delay, attempt, "provider step failed; retrying");
+                let _ = ctl.store.set_phase(&name, row.as_ref().map(|r| r.phase.as_str()).unwrap_or("Pending"), &msg);
+                // Only shutdown cuts a backoff short: Retry-After is honoured.
+                tokio::select! {
+                    _ = ctl.shutdown.cancelled() => break,
+                    _ = tokio::time::sleep(delay) => {}
+                }
+            }
+        }
+    }
+    ctl.loop_ended(&name);
+}
+
+fn deadline_left(ctl: &Controller, row: &NodeRow) -> Duration {
+    let end = row.created_at + ctl.deadline().as_millis() as i64;
+    Duration::from_millis((end - now_ms()).max(0) as u64)
+}
+
+fn fail(ctl: &Controller, name: &str, msg: &str) {
+    warn!(node = %name, reason = %msg, "node failed");
+    let _ = ctl.store.set_phase(name, "Failed", msg);
+    let _ = ctl.store.set_condition(name, &cond(READY, "False", "Failed", msg));
+    ctl.app.events.record(name, events::API, format!("failed: {msg}"));
+}
+
+fn cond(kind: &str, status: &str, reason: &str, message: &str) -> Condition {
+    Condition { kind: kind.into(), status: status.into(), reason: reason.into(), message: message.into(), at: now_ms() }
+}
+
+fn provider_spec(row: &NodeRow) -> Result<Option<ProviderSpec>, String> {
+    if row.provider.is_null() {
+        return Ok(None);
+    }
+    serde_json::from_value(row.provider.clone()).map(Some).map_err(|e| format!("stored provider spec unreadable: {e}"))
+}
+
+/// What the provider is asked for: the node's script URL and its userdata
+/// (an Ignition pointer config with the site CA and a token).
+fn node_request(ctl: &Controller, snap: &Snapshot, name: &str) -> Option<NodeRequest> {
+    let node = snap.site.node(name)?;
+    Some(NodeRequest {
+        name: name.to_string(),
+        cluster: snap.site.cluster.name.clone(),
+        ip: node.ip,
+        ipxe_url: format!("{}/ipxe/{}.ipxe", snap.site.host.http.url, name),
+        userdata: site::Secret(crate::http::pointer_for(&ctl.app, snap, node).to_string()),
+    })
+}
+
+async fn step(ctl: &Arc<Controller>, row: &NodeRow) -> Result<Next, StoreError> {
+    let name = row.name.as_str();
+    let spec = match provider_spec(row) {
+        Ok(s) => s,
+        Err(e) => {
+            fail(ctl, name, &e);
+            return Ok(Next::Idle);
+        }
+    };
+    if row.deleting {
+        return delete_step(ctl, row, spec.as_ref()).await;
+    }
+    if row.phase == "Failed" || row.phase == "Ready" {
+        return Ok(Next::Idle);
+    }
+    let Some(spec) = spec else {
+        ctl.store.set_condition(name, &cond(PROVISIONED, "True", "NoProvider", "no provider: the machine is brought up by other means"))?;
+        return boot_step(ctl, row);
+    };
+    let provider = match ctl.provider(spec.name()) {
+        Ok(p) => p,
+        Err(e) => {
+            fail(ctl, name, &e);
+            return Ok(Next::Idle);
+        }
+    };
+    let snap = ctl.app.live.load_full();
+    let Some(req) = node_request(ctl, &snap, name) else {
+        // Not in the served site yet (the overlay write failed): export again.
+        let _w = ctl.writes.lock().await;
+        let rows = ctl.store.nodes()?;
+        if let Err(e) = ctl.export_overlay_now(&rows) {
+            fail(ctl, name, &format!("the node overlay cannot be written: {e}"));
+            return Ok(Next::Idle);
+        }
+        return Ok(Next::Poll);
+    };
+    let machine = match ctl.store.resource(name)? {
+        None => {
+            ctl.store.set_phase(name, "Provisioning", &format!("looking for an existing {} machine", provider.name()))?;
+            // The intent is committed before the provider hears anything.
+            let intent = match ctl.store.open_intents(name)?.into_iter().find(|i| i.op == "create") {
+                Some(i) => i,
+                None => ctl.store.begin_intent(name, "create", provider.name())?,
+            };
+            let (m, how) = match provider.find(&req).await {
+                Ok(Some(m)) => (m, "adopted"),
+                Ok(None) => {
+                    ctl.store.set_phase(name, "Provisioning", &format!("creating the {} machine", provider.name()))?;
+                    match provider.create(&req, &spec).await {
+                        Ok(m) => (m, "created"),
+                        Err(e) => return Ok(provider_failed(ctl, name, e)),
+                    }
+                }
+                Err(e) => return Ok(provider_failed(ctl, name, e)),
+            };
+            ctl.store.put_resource(name, &resource(provider.name(), &m))?;
+            ctl.store.finish_intent(intent.id, &format!("{how} {}", m.id))?;
+            ctl.app.events.record(name, events::PROVIDER, format!("{} machine {} {how}", provider.name(), m.id));
+            info!(node = %name, provider = provider.name(), id = %m.id, how, "machine recorded");
+            m
+        }
+        Some(res) => match provider.get(&res.external_id).await {
+            Ok(Some(m)) => m,
+            Ok(None) => {
+                warn!(node = %name, id = %res.external_id, "the machine is gone at the provider; a new one will be made");
+                ctl.app.events.record(name, events::PROVIDER, format!("machine {} disappeared", res.external_id));
+                ctl.store.drop_resource(name)?;
+                return Ok(Next::Poll);
+            }
+            Err(e) => return Ok(provider_failed(ctl, name, e)),
+        },
+    };
+    let mut res = resource(provider.name(), &machine);
+    res.updated_at = now_ms();
+    ctl.store.put_resource(name, &res)?;
+    match &machine.state {
+        MachineState::Active => {
+            let msg = format!("{} machine {} active; addresses {}", provider.name(), machine.id, machine.addresses.join(", "));
+            let was = ctl.store.conditions(name)?.into_iter().any(|c| c.kind == PROVISIONED && c.status == "True");
+            if !was {
+                ctl.app.events.record(name, events::PROVIDER, msg.clone());
+            }
+            ctl.store.set_condition(name, &cond(PROVISIONED, "True", "MachineActive", &msg))?;
+            boot_step(ctl, row)
+        }
+        MachineState::Pending(s) => {
+            ctl.store.set_condition(name, &cond(PROVISIONED, "False", "MachineNotActive", &format!("machine {} is {s}", machine.id)))?;
+            ctl.store.set_phase(name, "Provisioning", &format!("machine {} is {s}", machine.id))?;
+            Ok(past_deadline(ctl, row).unwrap_or(Next::Poll))
+        }
+        MachineState::Failed(why) => {
+            ctl.store.set_condition(name, &cond(PROVISIONED, "False", "MachineFailed", why))?;
+            fail(ctl, name, &format!("{} machine {}: {why}", provider.name(), machine.id));
+            Ok(Next::Idle)
+        }
+    }
+}
+
+fn resource(provider: &str, m: &crate::providers::Machine) -> Resource {
+    Resource {
+        provider: provider.into(),
+        external_id: m.id.clone(),
+        state: m.state_str(),
+        addresses: m.addresses.clone(),
+        updated_at: now_ms(),
+    }
+}
+
+fn provider_failed(ctl: &Controller, name: &str, e: ProviderError) -> Next {
+    ctl.app
+        .metrics
+        .provider_errors
+        .get_or_create(&crate::metrics::Kind { kind: if e.is_transient() { "transient" } else { "permanent" } })
+        .inc();
+    if e.is_transient() {
+        return Next::Retry(e);
+    }
+    fail(ctl, name, &e.to_string());
+    Next::Idle
+}
+
+fn past_deadline(ctl: &Controller, row: &NodeRow) -> Option<Next> {
+    if deadline_left(ctl, row) > Duration::ZERO {
+        return None;
+    }
+    let conds = ctl.store.conditions(&row.name).unwrap_or_default();
+    let waiting =
+        [PROVISIONED, NETWORK_BOOTED, IGNITION_SERVED].into_iter().find(|k| !conds.iter().any(|c| c.kind == *k && c.status == "True"));
+    fail(ctl, &row.name, &format!("not Ready within {:?}: still waiting for {}", ctl.deadline(), waiting.unwrap_or(READY)));
+    Some(Next::Idle)
+}
+
+/// After the machine is up: Ready once it network-booted and fetched its Ignition.
+fn boot_step(ctl: &Controller, row: &NodeRow) -> Result<Next, StoreError> {
+    let name = row.name.as_str();
+    let conds = ctl.store.conditions(name)?;
+    let is = |k: &str| conds.iter().any(|c| c.kind == k && c.status == "True");
+    if is(NETWORK_BOOTED) && is(IGNITION_SERVED) {
+        ctl.store.set_condition(name, &cond(READY, "True", "IgnitionServed", "network-booted and fetched its Ignition"))?;
+        ctl.store.set_phase(name, "Ready", "")?;
+        ctl.app.events.record(name, events::API, "Ready");
+        info!(node = %name, "node Ready");
+        return Ok(Next::Idle);
+    }
+    let (phase, msg) = if is(NETWORK_BOOTED) {
+        ("Booting", "network-booted; waiting for it to fetch its Ignition")
+    } else {
+        ("Provisioned", "waiting for the machine to network-boot")
+    };
+    ctl.store.set_phase(name, phase, msg)?;
+    ctl.store
+        .set_condition(name, &cond(READY, "False", if is(NETWORK_BOOTED) { "WaitingForIgnition" } else { "WaitingForNetworkBoot" }, msg))?;
+    Ok(past_deadline(ctl, row).unwrap_or(Next::Poll))
+}
+
+async fn delete_step(ctl: &Arc<Controller>, row: &NodeRow, spec: Option<&ProviderSpec>) -> Result<Next, StoreError> {
+    let name = row.name.as_str();
+    let Some(spec) = spec else {
+        ctl.store.remove_node(name)?;
+        info!(node = %name, "node removed");
+        return Ok(Next::Gone);
+    };
+    let provider = match ctl.provider(spec.name()) {
+        Ok(p) => p,
+        Err(e) => {
+            // Cannot reach the provider: keep the node (and its machine's record), say why.
+            ctl.store.set_phase(name, "Deleting", &format!("cannot delete the machine: {e}"))?;
+            return Ok(Next::Idle);
+        }
+    };
+    let res = ctl.store.resource(name)?;
+    let id = match &res {
+        Some(r) => Some(r.external_id.clone()),
+        None => {
+            // A create may have reached the provider before a crash: look.
+            let snap = ctl.app.live.load_full();
+            let req = node_request(ctl, &snap, name).unwrap_or_else(|| NodeRequest {
+                name: name.to_string(),
+                cluster: snap.site.cluster.name.clone(),
+                ip: std::net::Ipv4Addr::UNSPECIFIED,
+                ipxe_url: String::new(),
+                userdata: site::Secret(String::new()),
+            });
+            match provider.find(&req).await {
+                Ok(m) => m.map(|m| m.id),
+                Err(e) => return Ok(retry_delete(ctl, name, e)),
+            }
+        }
+    };
+    let Some(id) = id else {
+        ctl.store.remove_node(name)?;
+        info!(node = %name, "node removed (no machine existed)");
+        return Ok(Next::Gone);
+    };
+    if res.as_ref().map(|r| r.state.as_str()) != Some("deleting") {
+        let intent = ctl.store.begin_intent(name, "delete", provider.name())?;
+        if let Err(e) = provider.delete(&id).await {
+            return Ok(retry_delete(ctl, name, e));
+        }
+        ctl.store.finish_intent(intent.id, &format!("delete of {id} accepted"))?;
+        ctl.store.put_resource(
+            name,
+            &Resource {
+                provider: provider.name().into(),
+                external_id: id.clone(),
+                state: "deleting".into(),
+                addresses: vec![],
+                updated_at: now_ms(),
+            },
+        )?;
+        ctl.store.set_phase(name, "Deleting", &format!("waiting for machine {id} to go away"))?;
+    }
+    match provider.get(&id).await {
+        Ok(None) => {
+            ctl.store.remove_node(name)?;
+            info!(node = %name, id = %id, "machine gone; node removed");
+            Ok(Next::Gone)
+        }
+        Ok(Some(_)) => Ok(Next::Poll),
+        Err(e) => Ok(retry_delete(ctl, name, e)),
+    }
+}
+
+/// Deletes never give up on their own: a machine must not be orphaned. A
+/// permanent error is shown and retried at the backoff cap.
+fn retry_delete(ctl: &Controller, name: &str, e: ProviderError) -> Next {
+    let _ = ctl.store.set_phase(name, "Deleting", &format!("delete failed: {e}"));
+    match e {
+        ProviderError::Transient { .. } => Next::Retry(e),
+        ProviderError::Permanent { what } => Next::Retry(ProviderError::Transient { what, retry_after: Some(ctl.tuning.backoff_cap) }),
+    }
+}
+
+/// Stores events in batches; sets the condition each implies; watches the
+/// DHCP lease table for nodes not yet seen network-booting.
+pub async fn event_writer(ctl: Arc<Controller>, mut rx: mpsc::Receiver<(String, Event)>) {
+    let mut tick = tokio::time::interval(ctl.tuning.poll.min(Duration::from_secs(2)));
+    loop {
+        let mut batch = Vec::new();
+        tokio::select! {
+            _ = ctl.shutdown.cancelled() => return,
+            n = rx.recv_many(&mut batch, 256) => if n == 0 { return },
+            _ = tick.tick() => {
+                scan_leases(&ctl);
+                continue;
+            }
+        }
+        if let Err(e) = ctl.store.add_events(&batch) {
+            error!(error = %e, events = batch.len(), "events not stored");
+        }
+        for (node, e) in &batch {
+            if let Some((kind, reason)) = events::condition_of(&e.kind) {
+                let c = Condition { kind: kind.into(), status: "True".into(), reason: reason.into(), message: e.message.clone(), at: e.at };
+                let had = ctl.store.conditions(node).map(|cs| cs.iter().any(|x| x.kind == kind && x.status == "True")).unwrap_or(false);
+                if !had {
+                    if let Err(err) = ctl.store.set_condition(node, &c) {
+                        error!(error = %err, "condition not stored");
+                    }
+                    ctl.wake(node);
+                }
+            }
+        }
+    }
+}
+
+fn scan_leases(ctl: &Controller) {
+    let snap = ctl.app.live.load();
+    let leases = ctl.app.leases.lock().unwrap_or_else(|p| p.into_inner());
+    if leases.is_empty() {
+        return;
+    }
+    let mut seen = Vec::new();
+    for n in &snap.site.nodes {
+        for m in &n.macs {
+            if let Some(l) = leases.get(m) {
+                if l.state == crate::dhcp::leases::LeaseState::Active {
+                    seen.push((n.name.clone(), format!("DHCP lease {} for {m}", l.ip)));
+                    break;
+                }
+            }
+        }
+    }
+    drop(leases);
+    for (node, msg) in seen {
+        let had = ctl.store.conditions(&node).map(|cs| cs.iter().any(|c| c.kind == NETWORK_BOOTED && c.status == "True")).unwrap_or(true);
+        if !had {
+            ctl.app.events.record(&node, events::DHCP, msg);
+        }
+    }
+}
+
+/// The four conditions of a node as shown: stored ones, with defaults for
+/// those not yet set, and for site nodes (no machine to make) Provisioned
+/// True and Ready computed from the boot conditions.
+pub fn conditions_view(ctl: &Controller, _snap: &Snapshot, name: &str, row: Option<&NodeRow>) -> Result<Vec<Condition>, StoreError> {
+    let stored = ctl.store.conditions(name)?;
+    let get = |k: &str| stored.iter().find(|c| c.kind == k).cloned();
+    let created = row.map(|r| r.created_at).unwrap_or(0);
+    let unknown = |k: &str, reason: &str, msg: &str| Condition {
+        kind: k.into(),
+        status: "Unknown".into(),
+        reason: reason.into(),
+        message: msg.into(),
+        at: created,
+    };
+    let provisioned = get(PROVISIONED).unwrap_or_else(|| match row {
+        None => Condition {
+            kind: PROVISIONED.into(),
+            status: "True".into(),
+            reason: "InSite".into(),
+            message: "defined in the site file".into(),
+            at: 0,
+        },
+        Some(_) => unknown(PROVISIONED, "Pending", "the machine is not made yet"),
+    });
+    let booted =
+        get(NETWORK_BOOTED).unwrap_or_else(|| unknown(NETWORK_BOOTED, "NotSeen", "no DHCP lease, boot script or GRUB config served yet"));
+    let ign = get(IGNITION_SERVED).unwrap_or_else(|| unknown(IGNITION_SERVED, "NotSeen", "Ignition not fetched yet"));
+    let ready = match (get(READY), row) {
+        (Some(r), Some(_)) => r,
+        _ => {
+            let all = [&provisioned, &booted, &ign].iter().all(|c| c.status == "True");
+            if all {
+                let at = [provisioned.at, booted.at, ign.at].into_iter().max().unwrap_or(0);
+                Condition {
+                    kind: READY.into(),
+                    status: "True".into(),
+                    reason: "IgnitionServed".into(),
+                    message: "network-booted and fetched its Ignition".into(),
+                    at,
+                }
+            } else {
+                let first =
+                    [&provisioned, &booted, &ign].into_iter().find(|c| c.status != "True").map(|c| c.kind.clone()).unwrap_or_default();
+                Condition {
+                    kind: READY.into(),
+                    status: "False".into(),
+                    reason: format!("WaitingFor{first}"),
+                    message: format!("waiting for {first}"),
+                    at: created,
+                }
+            }
+        }
+    };
+    Ok(vec![provisioned, booted, ign, ready])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_is_bounded_and_jittered() {
+        let base = Duration::from_millis(100);
+        let cap = Duration::from_secs(2);
+        for attempt in 0..40 {
+            let d = backoff(attempt, base, cap);
+            let full = base.saturating_mul(1u32 << attempt.min(16)).min(cap);
+            assert!(d >= full / 2 && d <= full, "attempt {attempt}: {d:?} not in [{:?}, {full:?}]", full / 2);
+        }
+        let samples: std::collections::BTreeSet<_> = (0..20).map(|_| backoff(5, base, cap)).collect();
+        assert!(samples.len() > 1, "jitter");
+    }
+}

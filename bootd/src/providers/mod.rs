@@ -1,0 +1,356 @@
+//! Cloud providers that create the machines API nodes run on.
+//!
+//! - [`equinix`]: Equinix Metal devices (`custom_ipxe`, bootd's per-node script).
+//! - [`powervs`]: IBM Power Virtual Server instances (IAM token exchange).
+//!
+//! Every call is a single HTTP exchange with a timeout and no retry of its
+//! own: the reconciler retries whole steps, and every create step looks for
+//! an existing machine (by tag or name) first, so a retried or repeated
+//! create never makes a second machine.
+//!
+//! Errors ([`ProviderError`]) carry a message safe to show API clients: the
+//! provider, the operation and the HTTP status, never a key, a token or the
+//! provider's raw body (that goes to the log, redacted).
+
+pub mod equinix;
+pub mod powervs;
+
+use bytes::Bytes;
+use http::{HeaderMap, Request, StatusCode};
+use http_body_util::{BodyExt, Full, Limited};
+use hyper_util::client::legacy::{connect::HttpConnector, Client as HyperClient};
+use hyper_util::rt::TokioExecutor;
+use serde::{Deserialize, Serialize};
+use site::{Secret, SecretRef};
+use std::time::Duration;
+
+/// The provider spec of an API node: which provider and what to ask it for.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub enum ProviderSpec {
+    Equinix(equinix::DeviceSpec),
+    Powervs(powervs::InstanceSpec),
+}
+
+impl ProviderSpec {
+    pub fn name(&self) -> &'static str {
+        match self {
+            ProviderSpec::Equinix(_) => "equinix",
+            ProviderSpec::Powervs(_) => "powervs",
+        }
+    }
+}
+
+/// What a provider is asked to create for one node.
+#[derive(Debug, Clone)]
+pub struct NodeRequest {
+    pub name: String,
+    pub cluster: String,
+    pub ip: std::net::Ipv4Addr,
+    /// bootd's per-node iPXE script URL.
+    pub ipxe_url: String,
+    /// The Ignition pointer config (JSON) with the site CA and a token: secret.
+    pub userdata: Secret<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MachineState {
+    /// Created, not running yet.
+    Pending(String),
+    Active,
+    Failed(String),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Machine {
+    pub id: String,
+    pub state: MachineState,
+    pub addresses: Vec<String>,
+    pub macs: Vec<String>,
+}
+
+impl Machine {
+    pub fn state_str(&self) -> String {
+        match &self.state {
+            MachineState::Pending(s) => s.clone(),
+            MachineState::Active => "active".into(),
+            MachineState::Failed(s) => format!("failed: {s}"),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProviderError {
+    /// Worth retrying: 429, 5xx, 408, timeouts, connection failures,
+    /// truncated or unparseable replies.
+    #[error("{what}")]
+    Transient { what: String, retry_after: Option<Duration> },
+    /// Not worth retrying: the provider refused the request.
+    #[error("{what}")]
+    Permanent { what: String },
+}
+
+impl ProviderError {
+    pub fn transient(what: impl Into<String>) -> ProviderError {
+        ProviderError::Transient { what: what.into(), retry_after: None }
+    }
+    pub fn permanent(what: impl Into<String>) -> ProviderError {
+        ProviderError::Permanent { what: what.into() }
+    }
+    pub fn is_transient(&self) -> bool {
+        matches!(self, ProviderError::Transient { .. })
+    }
+}
+
+pub type Result<T> = std::result::Result<T, ProviderError>;
+
+/// One provider configured in the site, ready to call.
+#[derive(Debug)]
+pub enum Provider {
+    Equinix(equinix::Equinix),
+    PowerVs(powervs::PowerVs),
+}
+
+impl Provider {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Provider::Equinix(_) => "equinix",
+            Provider::PowerVs(_) => "powervs",
+        }
+    }
+    /// The machine made for `node` earlier (by this or a previous run), if any.
+    pub async fn find(&self, node: &NodeRequest) -> Result<Option<Machine>> {
+        match self {
+            Provider::Equinix(p) => p.find(node).await,
+            Provider::PowerVs(p) => p.find(node).await,
+        }
+    }
+    pub async fn create(&self, node: &NodeRequest, spec: &ProviderSpec) -> Result<Machine> {
+        match (self, spec) {
+            (Provider::Equinix(p), ProviderSpec::Equinix(s)) => p.create(node, s).await,
+            (Provider::PowerVs(p), ProviderSpec::Powervs(s)) => p.create(node, s).await,
+            _ => Err(ProviderError::permanent("provider spec does not match the provider")),
+        }
+    }
+    /// `None`: the machine is gone.
+    pub async fn get(&self, id: &str) -> Result<Option<Machine>> {
+        match self {
+            Provider::Equinix(p) => p.get(id).await,
+            Provider::PowerVs(p) => p.get(id).await,
+        }
+    }
+    /// Deleting a machine that is already gone succeeds.
+    pub async fn delete(&self, id: &str) -> Result<()> {
+        match self {
+            Provider::Equinix(p) => p.delete(id).await,
+            Provider::PowerVs(p) => p.delete(id).await,
+        }
+    }
+}
+
+/// Reads a secret named in the site. The error names the file, never its content.
+pub fn read_secret(r: &SecretRef) -> std::result::Result<Secret<String>, String> {
+    let path = match r {
+        SecretRef::File(p) => p.clone(),
+        SecretRef::Credential(name) => match std::env::var_os("CREDENTIALS_DIRECTORY") {
+            Some(d) => std::path::Path::new(&d).join(name),
+            None => return Err(format!("systemd credential {name:?}: $CREDENTIALS_DIRECTORY is not set (LoadCredential= in the unit)")),
+        },
+    };
+    match std::fs::read_to_string(&path) {
+        Ok(s) if !s.trim().is_empty() => Ok(Secret(s.trim().to_string())),
+        Ok(_) => Err(format!("{} is empty", path.display())),
+        Err(e) => Err(format!("cannot read {}: {e}", path.display())),
+    }
+}
+
+/// The largest reply body read from a provider.
+const MAX_BODY: usize = 8 << 20;
+
+/// A reply: status, headers, body.
+#[derive(Debug)]
+pub struct Reply {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+}
+
+/// HTTP(S) client for providers: one exchange, bounded in time and size.
+#[derive(Clone)]
+pub struct Http {
+    client: HyperClient<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>,
+    pub timeout: Duration,
+}
+
+impl std::fmt::Debug for Http {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Http").field("timeout", &self.timeout).finish_non_exhaustive()
+    }
+}
+
+impl Http {
+    /// Trusts the system's CA store (for the providers' public endpoints);
+    /// plain `http://` base URLs (test fakes, proxies) work too.
+    pub fn new(timeout: Duration) -> Http {
+        let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+        let builder = hyper_rustls::HttpsConnectorBuilder::new();
+        let conn = match builder.with_provider_and_native_roots(provider) {
+            Ok(b) => b.https_or_http().enable_http1().build(),
+            Err(e) => {
+                // No system CA store (a minimal container): https:// endpoints
+                // will fail to verify, and say so; http:// ones still work.
+                tracing::warn!(error = %e, "no system CA certificates; HTTPS to providers will fail");
+                let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+                let tls = rustls::ClientConfig::builder_with_provider(provider)
+                    .with_safe_default_protocol_versions()
+                    .expect("ring supports TLS 1.2 and 1.3")
+                    .with_root_certificates(rustls::RootCertStore::empty())
+                    .with_no_client_auth();
+                hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(tls).https_or_http().enable_http1().build()
+            }
+        };
+        Http { client: HyperClient::builder(TokioExecutor::new()).build(conn), timeout }
+    }
+
+    /// With a custom root CA (the CLI talking to bootd's API).
+    pub fn with_ca(timeout: Duration, ca_pem: &[u8]) -> std::io::Result<Http> {
+        let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+        let mut roots = rustls::RootCertStore::empty();
+        for c in rustls_pemfile::certs(&mut &ca_pem[..]) {
+            roots.add(c?).map_err(std::io::Error::other)?;
+        }
+        let tls = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(std::io::Error::other)?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let conn = hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(tls).https_or_http().enable_http1().build();
+        Ok(Http { client: HyperClient::builder(TokioExecutor::new()).build(conn), timeout })
+    }
+
+    /// Sends `req`; `what` names the operation in errors (no secrets in it).
+    pub async fn send(&self, req: Request<Full<Bytes>>, what: &str) -> Result<Reply> {
+        let fut = async {
+            let resp = self.client.request(req).await.map_err(|e| {
+                tracing::debug!(error = %e, "{what}: request failed");
+                ProviderError::transient(format!("{what}: connection failed"))
+            })?;
+            let (parts, body) = resp.into_parts();
+            let body = Limited::new(body, MAX_BODY)
+                .collect()
+                .await
+                .map_err(|_| ProviderError::transient(format!("{what}: reply cut short (HTTP {})", parts.status.as_u16())))?
+                .to_bytes();
+            Ok(Reply { status: parts.status, headers: parts.headers, body })
+        };
+        match tokio::time::timeout(self.timeout, fut).await {
+            Ok(r) => r,
+            Err(_) => Err(ProviderError::transient(format!("{what}: no reply within {:?}", self.timeout))),
+        }
+    }
+}
+
+/// `Retry-After` as seconds or an HTTP date.
+pub fn retry_after(h: &HeaderMap) -> Option<Duration> {
+    let v = h.get(http::header::RETRY_AFTER)?.to_str().ok()?.trim();
+    if let Ok(s) = v.parse::<u64>() {
+        return Some(Duration::from_secs(s));
+    }
+    let t = httpdate::parse_http_date(v).ok()?;
+    Some(t.duration_since(std::time::SystemTime::now()).unwrap_or_default())
+}
+
+/// Turns a non-success reply into an error: 429, 408 and 5xx are transient
+/// (with Retry-After), the rest permanent. The provider's own message goes
+/// to the log (with `secrets` removed), not into the error.
+pub fn check(reply: &Reply, what: &str, secrets: &[&str]) -> Result<()> {
+    let s = reply.status;
+    if s.is_success() {
+        return Ok(());
+    }
+    let detail = redact(&String::from_utf8_lossy(&reply.body[..reply.body.len().min(2048)]), secrets);
+    tracing::warn!(status = s.as_u16(), provider_said = %detail, "{what}: refused");
+    let what = format!("{what}: HTTP {}", s.as_u16());
+    if s == StatusCode::TOO_MANY_REQUESTS || s == StatusCode::REQUEST_TIMEOUT || s.is_server_error() {
+        Err(ProviderError::Transient { what, retry_after: retry_after(&reply.headers) })
+    } else {
+        Err(ProviderError::Permanent { what })
+    }
+}
+
+/// `text` with every secret and every `token=` value replaced.
+pub fn redact(text: &str, secrets: &[&str]) -> String {
+    let mut t = text.to_string();
+    for s in secrets.iter().filter(|s| s.len() >= 4) {
+        t = t.replace(s, "<redacted>");
+    }
+    let mut out = String::with_capacity(t.len());
+    let mut rest = t.as_str();
+    while let Some(i) = rest.find("token=") {
+        out.push_str(&rest[..i + 6]);
+        out.push_str("<redacted>");
+        rest = &rest[i + 6..];
+        rest = &rest[rest.find(|c: char| c == '&' || c == '"' || c.is_whitespace()).unwrap_or(rest.len())..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// Parses a JSON reply; a body that does not parse (truncated) is transient.
+pub fn parse<T: serde::de::DeserializeOwned>(reply: &Reply, what: &str) -> Result<T> {
+    serde_json::from_slice(&reply.body).map_err(|e| {
+        tracing::warn!(error = %e, len = reply.body.len(), "{what}: reply does not parse");
+        ProviderError::transient(format!("{what}: reply does not parse (line {}, column {})", e.line(), e.column()))
+    })
+}
+
+pub fn json_request(method: http::Method, url: &str, body: Option<&serde_json::Value>) -> http::request::Builder {
+    let b = Request::builder().method(method).uri(url).header(http::header::ACCEPT, "application/json");
+    match body {
+        Some(_) => b.header(http::header::CONTENT_TYPE, "application/json"),
+        None => b,
+    }
+}
+
+pub fn body_of(v: Option<&serde_json::Value>) -> Full<Bytes> {
+    Full::new(v.map(|v| Bytes::from(serde_json::to_vec(v).unwrap_or_default())).unwrap_or_default())
+}
+
+/// A request that could not be built (a bad base URL): permanent.
+pub fn built(r: std::result::Result<Request<Full<Bytes>>, http::Error>, what: &str) -> Result<Request<Full<Bytes>>> {
+    r.map_err(|e| ProviderError::permanent(format!("{what}: cannot build the request ({e})")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redaction_removes_keys_and_tokens() {
+        let r = redact(r#"{"error":"bad key sekrit-123 for https://h/ignition/a?token=999.abc&x=1 and token=zz"}"#, &["sekrit-123"]);
+        assert_eq!(r, r#"{"error":"bad key <redacted> for https://h/ignition/a?token=<redacted>&x=1 and token=<redacted>"}"#);
+    }
+
+    #[test]
+    fn retry_after_seconds_and_dates() {
+        let mut h = HeaderMap::new();
+        h.insert(http::header::RETRY_AFTER, "7".parse().unwrap());
+        assert_eq!(retry_after(&h), Some(Duration::from_secs(7)));
+        let later = std::time::SystemTime::now() + Duration::from_secs(120);
+        h.insert(http::header::RETRY_AFTER, httpdate::fmt_http_date(later).parse().unwrap());
+        let d = retry_after(&h).unwrap();
+        assert!(d > Duration::from_secs(100) && d <= Duration::from_secs(120), "{d:?}");
+    }
+
+    #[test]
+    fn status_classes() {
+        let reply = |s: u16| Reply { status: StatusCode::from_u16(s).unwrap(), headers: HeaderMap::new(), body: Bytes::from_static(b"{}") };
+        assert!(check(&reply(200), "x", &[]).is_ok());
+        for s in [429, 500, 502, 503, 408] {
+            assert!(check(&reply(s), "x", &[]).unwrap_err().is_transient(), "{s}");
+        }
+        for s in [400, 401, 403, 404, 422] {
+            assert!(!check(&reply(s), "x", &[]).unwrap_err().is_transient(), "{s}");
+        }
+    }
+}

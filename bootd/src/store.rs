@@ -1,0 +1,445 @@
+//! The controller's persistent store: SQLite in WAL mode, `<stateDir>/controller.db`.
+//!
+//! Tables: `nodes` (API-created nodes: the site-format spec, the provider
+//! spec, phase and message, a `deleting` mark), `resources` (the provider's
+//! machine for a node: its id, state, learned addresses), `intents` (a
+//! provider call about to be made; written and committed *before* the call,
+//! closed after its reply), `events` (the per-node timeline), `conditions`
+//! (Cluster-API-style, one row per node and type) and `cluster` (facts such
+//! as bootstrap-complete).
+//!
+//! Invariant: the store is the source of truth for API nodes; the overlay
+//! file (`nodes.yaml`) is an export of it, rewritten from it on start.
+//! The connection sits behind a std mutex: every method is one short
+//! transaction and never holds the lock across an await.
+
+use rusqlite::{params, Connection, OptionalExtension};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+pub const DB_FILE: &str = "controller.db";
+
+#[derive(Debug, thiserror::Error)]
+#[error("controller store {path}: {source}")]
+pub struct StoreError {
+    path: PathBuf,
+    #[source]
+    source: rusqlite::Error,
+}
+
+pub type Result<T> = std::result::Result<T, StoreError>;
+
+/// Unix milliseconds.
+pub fn now_ms() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeRow {
+    pub name: String,
+    /// The node in the site's wire format (JSON).
+    pub spec: serde_json::Value,
+    /// The provider spec as given (JSON), `null` for none.
+    pub provider: serde_json::Value,
+    pub created_at: i64,
+    pub deleting: bool,
+    pub phase: String,
+    pub message: String,
+    pub updated_at: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Resource {
+    pub provider: String,
+    pub external_id: String,
+    pub state: String,
+    pub addresses: Vec<String>,
+    pub updated_at: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Intent {
+    pub id: i64,
+    pub node: String,
+    pub op: String,
+    pub provider: String,
+    pub created_at: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Event {
+    pub at: i64,
+    pub kind: String,
+    pub message: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Condition {
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub status: String,
+    pub reason: String,
+    pub message: String,
+    pub at: i64,
+}
+
+#[derive(Debug)]
+pub struct Store {
+    path: PathBuf,
+    conn: Mutex<Connection>,
+}
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS nodes(
+  name TEXT PRIMARY KEY,
+  spec TEXT NOT NULL,
+  provider TEXT NOT NULL,
+  created_at INTEGER NOT NULL,
+  deleting INTEGER NOT NULL DEFAULT 0,
+  phase TEXT NOT NULL,
+  message TEXT NOT NULL DEFAULT '',
+  updated_at INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS resources(
+  node TEXT PRIMARY KEY,
+  provider TEXT NOT NULL,
+  external_id TEXT NOT NULL,
+  state TEXT NOT NULL,
+  addresses TEXT NOT NULL DEFAULT '[]',
+  updated_at INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS intents(
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  node TEXT NOT NULL,
+  op TEXT NOT NULL,
+  provider TEXT NOT NULL,
+  created_at INTEGER NOT NULL,
+  done_at INTEGER,
+  outcome TEXT
+);
+CREATE TABLE IF NOT EXISTS events(
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  node TEXT NOT NULL,
+  at INTEGER NOT NULL,
+  kind TEXT NOT NULL,
+  message TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS events_by_node ON events(node, id);
+CREATE TABLE IF NOT EXISTS conditions(
+  node TEXT NOT NULL,
+  type TEXT NOT NULL,
+  status TEXT NOT NULL,
+  reason TEXT NOT NULL,
+  message TEXT NOT NULL,
+  at INTEGER NOT NULL,
+  PRIMARY KEY(node, type)
+);
+CREATE TABLE IF NOT EXISTS cluster(
+  key TEXT PRIMARY KEY,
+  value TEXT NOT NULL,
+  at INTEGER NOT NULL
+);
+";
+
+/// Events kept per node; older ones are dropped (a looping machine must not
+/// grow the database without bound).
+const EVENTS_PER_NODE: i64 = 500;
+
+fn json_col(s: String) -> serde_json::Value {
+    serde_json::from_str(&s).unwrap_or(serde_json::Value::Null)
+}
+
+impl Store {
+    pub fn open(state_dir: &Path) -> Result<Store> {
+        let path = state_dir.join(DB_FILE);
+        let err = |source| StoreError { path: path.clone(), source };
+        let conn = Connection::open(&path).map_err(err)?;
+        // WAL: readers never block the writer; synchronous=FULL: a committed
+        // intent survives power loss, not only a crash of bootd.
+        conn.pragma_update(None, "journal_mode", "WAL").map_err(err)?;
+        conn.pragma_update(None, "synchronous", "FULL").map_err(err)?;
+        conn.busy_timeout(std::time::Duration::from_secs(5)).map_err(err)?;
+        conn.execute_batch(SCHEMA).map_err(err)?;
+        Ok(Store { path, conn: Mutex::new(conn) })
+    }
+
+    fn with<T>(&self, f: impl FnOnce(&mut Connection) -> rusqlite::Result<T>) -> Result<T> {
+        let mut c = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+        f(&mut c).map_err(|source| StoreError { path: self.path.clone(), source })
+    }
+
+    /// Inserts a node; `false` if one of that name exists (nothing changed).
+    pub fn insert_node(&self, row: &NodeRow) -> Result<bool> {
+        self.with(|c| {
+            let n = c.execute(
+                "INSERT OR IGNORE INTO nodes(name, spec, provider, created_at, deleting, phase, message, updated_at) VALUES(?1,?2,?3,?4,?5,?6,?7,?8)",
+                params![row.name, row.spec.to_string(), row.provider.to_string(), row.created_at, row.deleting, row.phase, row.message, row.updated_at],
+            )?;
+            Ok(n == 1)
+        })
+    }
+
+    pub fn node(&self, name: &str) -> Result<Option<NodeRow>> {
+        self.with(|c| {
+            c.query_row(
+                "SELECT name, spec, provider, created_at, deleting, phase, message, updated_at FROM nodes WHERE name=?1",
+                [name],
+                row_to_node,
+            )
+            .optional()
+        })
+    }
+
+    pub fn nodes(&self) -> Result<Vec<NodeRow>> {
+        self.with(|c| {
+            let mut st =
+                c.prepare("SELECT name, spec, provider, created_at, deleting, phase, message, updated_at FROM nodes ORDER BY name")?;
+            let rows = st.query_map([], row_to_node)?;
+            rows.collect()
+        })
+    }
+
+    pub fn set_phase(&self, name: &str, phase: &str, message: &str) -> Result<()> {
+        self.with(|c| {
+            c.execute("UPDATE nodes SET phase=?2, message=?3, updated_at=?4 WHERE name=?1", params![name, phase, message, now_ms()])?;
+            Ok(())
+        })
+    }
+
+    /// Marks a node for deletion and records the delete intent, in one
+    /// transaction. `false` if there is no such node.
+    pub fn mark_deleting(&self, name: &str) -> Result<bool> {
+        self.with(|c| {
+            let tx = c.transaction()?;
+            let n = tx.execute(
+                "UPDATE nodes SET deleting=1, phase='Deleting', message='', updated_at=?2 WHERE name=?1",
+                params![name, now_ms()],
+            )?;
+            tx.commit()?;
+            Ok(n == 1)
+        })
+    }
+
+    /// Removes a node and everything about it (after its machine is gone).
+    pub fn remove_node(&self, name: &str) -> Result<()> {
+        self.with(|c| {
+            let tx = c.transaction()?;
+            for t in ["nodes WHERE name", "resources WHERE node", "conditions WHERE node", "events WHERE node"] {
+                tx.execute(&format!("DELETE FROM {t}=?1"), [name])?;
+            }
+            tx.execute("UPDATE intents SET done_at=?2, outcome='node removed' WHERE node=?1 AND done_at IS NULL", params![name, now_ms()])?;
+            tx.commit()
+        })
+    }
+
+    pub fn resource(&self, node: &str) -> Result<Option<Resource>> {
+        self.with(|c| {
+            c.query_row("SELECT provider, external_id, state, addresses, updated_at FROM resources WHERE node=?1", [node], |r| {
+                Ok(Resource {
+                    provider: r.get(0)?,
+                    external_id: r.get(1)?,
+                    state: r.get(2)?,
+                    addresses: serde_json::from_str(&r.get::<_, String>(3)?).unwrap_or_default(),
+                    updated_at: r.get(4)?,
+                })
+            })
+            .optional()
+        })
+    }
+
+    pub fn put_resource(&self, node: &str, res: &Resource) -> Result<()> {
+        self.with(|c| {
+            c.execute(
+                "INSERT INTO resources(node, provider, external_id, state, addresses, updated_at) VALUES(?1,?2,?3,?4,?5,?6)
+                 ON CONFLICT(node) DO UPDATE SET provider=?2, external_id=?3, state=?4, addresses=?5, updated_at=?6",
+                params![
+                    node,
+                    res.provider,
+                    res.external_id,
+                    res.state,
+                    serde_json::to_string(&res.addresses).unwrap_or_default(),
+                    res.updated_at
+                ],
+            )?;
+            Ok(())
+        })
+    }
+
+    pub fn drop_resource(&self, node: &str) -> Result<()> {
+        self.with(|c| c.execute("DELETE FROM resources WHERE node=?1", [node]).map(|_| ()))
+    }
+
+    /// Records (and commits) that a provider call is about to be made.
+    pub fn begin_intent(&self, node: &str, op: &str, provider: &str) -> Result<Intent> {
+        let at = now_ms();
+        self.with(|c| {
+            c.execute("INSERT INTO intents(node, op, provider, created_at) VALUES(?1,?2,?3,?4)", params![node, op, provider, at])?;
+            Ok(Intent { id: c.last_insert_rowid(), node: node.into(), op: op.into(), provider: provider.into(), created_at: at })
+        })
+    }
+
+    pub fn finish_intent(&self, id: i64, outcome: &str) -> Result<()> {
+        self.with(|c| c.execute("UPDATE intents SET done_at=?2, outcome=?3 WHERE id=?1", params![id, now_ms(), outcome]).map(|_| ()))
+    }
+
+    /// Intents recorded but never closed: a crash came between the record
+    /// and the provider's reply.
+    pub fn open_intents(&self, node: &str) -> Result<Vec<Intent>> {
+        self.with(|c| {
+            let mut st =
+                c.prepare("SELECT id, node, op, provider, created_at FROM intents WHERE node=?1 AND done_at IS NULL ORDER BY id")?;
+            let rows = st.query_map([node], |r| {
+                Ok(Intent { id: r.get(0)?, node: r.get(1)?, op: r.get(2)?, provider: r.get(3)?, created_at: r.get(4)? })
+            })?;
+            rows.collect()
+        })
+    }
+
+    /// Appends events (one transaction for the batch), trimming each node's
+    /// timeline to the newest [`EVENTS_PER_NODE`].
+    pub fn add_events(&self, batch: &[(String, Event)]) -> Result<()> {
+        self.with(|c| {
+            let tx = c.transaction()?;
+            for (node, e) in batch {
+                tx.execute("INSERT INTO events(node, at, kind, message) VALUES(?1,?2,?3,?4)", params![node, e.at, e.kind, e.message])?;
+                tx.execute(
+                    "DELETE FROM events WHERE node=?1 AND id <= (SELECT id FROM events WHERE node=?1 ORDER BY id DESC LIMIT 1 OFFSET ?2)",
+                    params![node, EVENTS_PER_NODE],
+                )?;
+            }
+            tx.commit()
+        })
+    }
+
+    pub fn events(&self, node: &str) -> Result<Vec<Event>> {
+        self.with(|c| {
+            let mut st = c.prepare("SELECT at, kind, message FROM events WHERE node=?1 ORDER BY id")?;
+            let rows = st.query_map([node], |r| Ok(Event { at: r.get(0)?, kind: r.get(1)?, message: r.get(2)? }))?;
+            rows.collect()
+        })
+    }
+
+    /// Sets a condition; its time changes only when its status does
+    /// (Cluster API's lastTransitionTime).
+    pub fn set_condition(&self, node: &str, cond: &Condition) -> Result<()> {
+        self.with(|c| {
+            c.execute(
+                "INSERT INTO conditions(node, type, status, reason, message, at) VALUES(?1,?2,?3,?4,?5,?6)
+                 ON CONFLICT(node, type) DO UPDATE SET reason=?4, message=?5,
+                   at=CASE WHEN conditions.status=?3 THEN conditions.at ELSE ?6 END, status=?3",
+                params![node, cond.kind, cond.status, cond.reason, cond.message, cond.at],
+            )?;
+            Ok(())
+        })
+    }
+
+    pub fn conditions(&self, node: &str) -> Result<Vec<Condition>> {
+        self.with(|c| {
+            let mut st = c.prepare("SELECT type, status, reason, message, at FROM conditions WHERE node=?1")?;
+            let rows = st.query_map([node], |r| {
+                Ok(Condition { kind: r.get(0)?, status: r.get(1)?, reason: r.get(2)?, message: r.get(3)?, at: r.get(4)? })
+            })?;
+            rows.collect()
+        })
+    }
+
+    /// Sets a cluster fact once; returns its (first) time.
+    pub fn set_cluster_once(&self, key: &str, value: &str) -> Result<i64> {
+        self.with(|c| {
+            c.execute("INSERT OR IGNORE INTO cluster(key, value, at) VALUES(?1,?2,?3)", params![key, value, now_ms()])?;
+            c.query_row("SELECT at FROM cluster WHERE key=?1", [key], |r| r.get(0))
+        })
+    }
+
+    pub fn cluster(&self, key: &str) -> Result<Option<(String, i64)>> {
+        self.with(|c| c.query_row("SELECT value, at FROM cluster WHERE key=?1", [key], |r| Ok((r.get(0)?, r.get(1)?))).optional())
+    }
+}
+
+fn row_to_node(r: &rusqlite::Row<'_>) -> rusqlite::Result<NodeRow> {
+    Ok(NodeRow {
+        name: r.get(0)?,
+        spec: json_col(r.get(1)?),
+        provider: json_col(r.get(2)?),
+        created_at: r.get(3)?,
+        deleting: r.get(4)?,
+        phase: r.get(5)?,
+        message: r.get(6)?,
+        updated_at: r.get(7)?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(name: &str) -> NodeRow {
+        NodeRow {
+            name: name.into(),
+            spec: serde_json::json!({"name": name}),
+            provider: serde_json::Value::Null,
+            created_at: 1,
+            deleting: false,
+            phase: "Pending".into(),
+            message: String::new(),
+            updated_at: 1,
+        }
+    }
+
+    #[test]
+    fn nodes_intents_and_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let s = Store::open(dir.path()).unwrap();
+            assert!(s.insert_node(&row("a")).unwrap());
+            assert!(!s.insert_node(&row("a")).unwrap(), "a second insert of the same name changes nothing");
+            let i = s.begin_intent("a", "create", "equinix").unwrap();
+            assert_eq!(s.open_intents("a").unwrap(), vec![i.clone()]);
+            s.put_resource(
+                "a",
+                &Resource {
+                    provider: "equinix".into(),
+                    external_id: "d1".into(),
+                    state: "queued".into(),
+                    addresses: vec![],
+                    updated_at: 2,
+                },
+            )
+            .unwrap();
+        }
+        // Reopened as after a crash: the open intent and the resource are there.
+        let s = Store::open(dir.path()).unwrap();
+        let open = s.open_intents("a").unwrap();
+        assert_eq!(open.len(), 1);
+        s.finish_intent(open[0].id, "created d1").unwrap();
+        assert!(s.open_intents("a").unwrap().is_empty());
+        assert_eq!(s.resource("a").unwrap().unwrap().external_id, "d1");
+        assert!(s.mark_deleting("a").unwrap());
+        assert!(s.node("a").unwrap().unwrap().deleting);
+        s.remove_node("a").unwrap();
+        assert!(s.node("a").unwrap().is_none());
+        assert!(s.resource("a").unwrap().is_none());
+    }
+
+    #[test]
+    fn conditions_keep_their_transition_time_and_events_are_bounded() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Store::open(dir.path()).unwrap();
+        let c =
+            |status: &str, at| Condition { kind: "Ready".into(), status: status.into(), reason: "R".into(), message: String::new(), at };
+        s.set_condition("a", &c("False", 10)).unwrap();
+        s.set_condition("a", &c("False", 20)).unwrap();
+        assert_eq!(s.conditions("a").unwrap()[0].at, 10, "same status: time unchanged");
+        s.set_condition("a", &c("True", 30)).unwrap();
+        assert_eq!(s.conditions("a").unwrap()[0].at, 30);
+        let batch: Vec<_> =
+            (0..EVENTS_PER_NODE + 20).map(|i| ("a".to_string(), Event { at: i, kind: "k".into(), message: String::new() })).collect();
+        s.add_events(&batch).unwrap();
+        let ev = s.events("a").unwrap();
+        assert_eq!(ev.len() as i64, EVENTS_PER_NODE);
+        assert_eq!(ev.last().unwrap().at, EVENTS_PER_NODE + 19);
+        assert_eq!(s.set_cluster_once("bootstrapComplete", "true").unwrap(), s.set_cluster_once("bootstrapComplete", "true").unwrap());
+    }
+}
