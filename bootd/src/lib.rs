@@ -127,6 +127,9 @@ pub enum Error {
     StateDir(PathBuf, std::io::Error),
     #[error(transparent)]
     Tls(#[from] tls::TlsError),
+    /// A `catalog:` image set is not in the cache, or a cached file is corrupt.
+    #[error(transparent)]
+    Images(#[from] images::SiteImagesError),
     #[error(transparent)]
     Api(#[from] api::ApiError),
     #[error("an API socket was given but the site has no host.api, or bootd no TLS")]
@@ -136,6 +139,7 @@ pub enum Error {
 /// Everything `run` prepares before serving; tests use it to reach the
 /// token key and CA without scraping files.
 pub fn prepare(config: &Config, want_tls: bool) -> Result<Arc<App>, Error> {
+    images::check_site(&config.site)?;
     let state_dir = config.state_dir();
     std::fs::create_dir_all(&state_dir).map_err(|e| Error::StateDir(state_dir.clone(), e))?;
     let key = token::TokenKey::load_or_create(&state_dir).map_err(|e| Error::StateDir(state_dir.clone(), e))?;
@@ -364,6 +368,12 @@ async fn watch_site(app: Arc<App>, site_path: PathBuf, reload: Arc<Notify>, poll
         let loaded = tokio::task::spawn_blocking(move || (site::load(&path), state::load_revoked(&state_dir))).await;
         match loaded {
             Ok((Ok(site), Ok(revoked))) => {
+                // Cheap unless a cached file changed (then it is hashed again).
+                if let Err(e) = images::check_site(&site) {
+                    app.metrics.reloads.get_or_create(&metrics::Outcome { result: "error" }).inc();
+                    error!("site reload refused, the previous site keeps serving:\n{e}");
+                    continue;
+                }
                 let serial = site.nodes.len();
                 app.live.store(Arc::new(Snapshot { site, revoked }));
                 app.metrics.reloads.get_or_create(&metrics::Outcome { result: "ok" }).inc();

@@ -107,6 +107,10 @@ fn check_config(path: &std::path::Path) -> Result<()> {
             // Image files are not required to exist yet (they may be fetched
             // later), but say so.
             for (name, set) in &site.images.sets {
+                if let Some(Err(why)) = set.catalog.as_ref().map(|c| &c.resolved) {
+                    println!("warning: images.sets.{name}: {why}; fetch it with: {}", images::cache::fetch_command(&site, name));
+                    continue;
+                }
                 for f in [Some(&set.kernel), Some(&set.initramfs), set.rootfs.as_ref()].into_iter().flatten() {
                     let p = site.images.root.join(f);
                     if !p.is_file() {

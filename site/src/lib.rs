@@ -14,6 +14,7 @@
 //! names, MACs and IPs are unique; every node's IP is inside one of the
 //! site's networks; every node's image and role Ignition exist.
 
+pub mod catalog;
 pub mod dns;
 pub mod mac;
 pub mod model;

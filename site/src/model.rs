@@ -156,6 +156,35 @@ pub struct ImageSet {
     pub kernel: String,
     pub initramfs: String,
     pub rootfs: Option<String>,
+    /// Set for `catalog:` sets: the paths above are the cached files when
+    /// `resolved` is Ok, and empty when it is not (bootd then refuses to start).
+    pub catalog: Option<CatalogImage>,
+}
+
+/// A `catalog:` image set: what the site names and what the cache answered.
+#[derive(Debug, Clone)]
+pub struct CatalogImage {
+    pub reference: crate::catalog::CatalogRef,
+    /// The cached set, or why it cannot be used yet (not fetched, no "latest").
+    pub resolved: Result<crate::catalog::Resolved, String>,
+}
+
+impl Images {
+    /// The cache files `catalog:` sets were resolved from (manifests and
+    /// `latest.json`): a fetch that changes them triggers a reload.
+    pub fn catalog_files(&self) -> Vec<PathBuf> {
+        let mut v = Vec::new();
+        for c in self.sets.values().filter_map(|s| s.catalog.as_ref()) {
+            let r = &c.reference;
+            if r.version == crate::catalog::VERSION_LATEST {
+                v.push(crate::catalog::latest_path(&self.root, &r.stream));
+            }
+            if let Ok(res) = &c.resolved {
+                v.push(self.root.join(&res.dir).join(crate::catalog::MANIFEST));
+            }
+        }
+        v
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -296,6 +325,7 @@ impl Site {
     pub fn watched_files(&self) -> Vec<PathBuf> {
         let mut v = vec![self.source.clone(), self.overlay.path.clone()];
         v.extend(self.ignition.roles.values().map(|r| r.path.clone()));
+        v.extend(self.images.catalog_files());
         v
     }
 }

@@ -10,6 +10,8 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Component, Path, PathBuf};
 use std::time::Duration;
 
+mod catalog_sets;
+
 mod dns;
 
 mod controller;
@@ -481,6 +483,15 @@ fn images(cx: &mut Cx, w: Option<&wire::Images>) -> (Images, Vec<String>) {
     let mut sets = BTreeMap::new();
     let mut broken = Vec::new();
     for (name, s) in w.map(|i| &i.sets).into_iter().flatten() {
+        if let Some(c) = &s.catalog {
+            match catalog_sets::image_set(cx, &root, name, s, c) {
+                Some(set) => {
+                    sets.insert(name.clone(), set);
+                }
+                None => broken.push(name.clone()),
+            }
+            continue;
+        }
         let k = |f: &str| format!("images.sets.{name}.{f}");
         let arch = match s.arch.as_deref() {
             Some(a) => Arch::parse(a).or_else(|| {
@@ -504,10 +515,10 @@ fn images(cx: &mut Cx, w: Option<&wire::Images>) -> (Images, Vec<String>) {
         let rootfs = s.rootfs.as_ref().map(|p| rel_path(cx, k("rootfs"), p));
         match (arch, kernel, initramfs, rootfs) {
             (Some(arch), Some(kernel), Some(initramfs), None) => {
-                sets.insert(name.clone(), ImageSet { arch, kernel, initramfs, rootfs: None });
+                sets.insert(name.clone(), ImageSet { arch, kernel, initramfs, rootfs: None, catalog: None });
             }
             (Some(arch), Some(kernel), Some(initramfs), Some(Some(r))) => {
-                sets.insert(name.clone(), ImageSet { arch, kernel, initramfs, rootfs: Some(r) });
+                sets.insert(name.clone(), ImageSet { arch, kernel, initramfs, rootfs: Some(r), catalog: None });
             }
             _ => broken.push(name.clone()),
         }

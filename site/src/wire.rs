@@ -138,6 +138,20 @@ pub struct ImageSet {
     pub kernel: Option<PathBuf>,
     pub initramfs: Option<PathBuf>,
     pub rootfs: Option<PathBuf>,
+    /// Instead of kernel/initramfs/rootfs: a set from the image cache.
+    pub catalog: Option<Catalog>,
+}
+
+/// `images.sets.<name>.catalog`: a CoreOS stream, version (or "latest"),
+/// arch and platform, resolved against the image cache (docs/images.md).
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Catalog {
+    pub stream: Option<String>,
+    pub version: Option<String>,
+    pub arch: Option<String>,
+    pub platform: Option<String>,
+    pub stream_url: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
