@@ -13,7 +13,7 @@
 
 use super::{body_of, built, check, json_request, parse, Http, Machine, MachineState, NodeRequest, ProviderError, Result};
 use http::Method;
-use percent_encoding::{utf8_percent_encode, NON_ALPHANUMERIC};
+use percent_encoding::utf8_percent_encode;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use site::Secret;
@@ -175,8 +175,8 @@ impl Equinix {
         for page in 1..=MAX_PAGES {
             let path = format!(
                 "/projects/{}/devices?tag={}&page={page}&per_page=50",
-                utf8_percent_encode(&self.project_id, NON_ALPHANUMERIC),
-                utf8_percent_encode(&tag, NON_ALPHANUMERIC)
+                utf8_percent_encode(&self.project_id, super::COMPONENT),
+                utf8_percent_encode(&tag, super::COMPONENT)
             );
             let reply = self.http.send(self.request(Method::GET, &path, None, what)?, what).await?;
             check(&reply, what, &self.secrets())?;
@@ -226,7 +226,7 @@ impl Equinix {
 
     pub async fn create(&self, node: &NodeRequest, spec: &DeviceSpec) -> Result<Machine> {
         let what = "Equinix Metal: create device";
-        let path = format!("/projects/{}/devices", utf8_percent_encode(&self.project_id, NON_ALPHANUMERIC));
+        let path = format!("/projects/{}/devices", utf8_percent_encode(&self.project_id, super::COMPONENT));
         let body = Self::create_body(node, spec);
         let reply = self.http.send(self.request(Method::POST, &path, Some(&body), what)?, what).await?;
         check(&reply, what, &self.secrets())?;
@@ -235,7 +235,7 @@ impl Equinix {
 
     pub async fn get(&self, id: &str) -> Result<Option<Machine>> {
         let what = "Equinix Metal: get device";
-        let path = format!("/devices/{}", utf8_percent_encode(id, NON_ALPHANUMERIC));
+        let path = format!("/devices/{}", utf8_percent_encode(id, super::COMPONENT));
         let reply = self.http.send(self.request(Method::GET, &path, None, what)?, what).await?;
         if reply.status == http::StatusCode::NOT_FOUND {
             return Ok(None);
@@ -250,7 +250,7 @@ impl Equinix {
 
     pub async fn delete(&self, id: &str) -> Result<()> {
         let what = "Equinix Metal: delete device";
-        let path = format!("/devices/{}", utf8_percent_encode(id, NON_ALPHANUMERIC));
+        let path = format!("/devices/{}", utf8_percent_encode(id, super::COMPONENT));
         let reply = self.http.send(self.request(Method::DELETE, &path, None, what)?, what).await?;
         if reply.status == http::StatusCode::NOT_FOUND {
             return Ok(());

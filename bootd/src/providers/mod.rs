@@ -164,6 +164,10 @@ pub fn read_secret(r: &SecretRef) -> std::result::Result<Secret<String>, String>
     }
 }
 
+/// What is percent-encoded in a path segment or query value: everything
+/// but RFC 3986's unreserved characters.
+pub const COMPONENT: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC.remove(b'-').remove(b'.').remove(b'_').remove(b'~');
+
 /// The largest reply body read from a provider.
 const MAX_BODY: usize = 8 << 20;
 

@@ -17,7 +17,7 @@ use base64::Engine;
 use bytes::Bytes;
 use http::Method;
 use http_body_util::Full;
-use percent_encoding::{utf8_percent_encode, NON_ALPHANUMERIC};
+use percent_encoding::utf8_percent_encode;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use site::Secret;
@@ -157,8 +157,8 @@ impl PowerVs {
         let what = "IBM IAM: token exchange";
         let form = format!(
             "grant_type={}&apikey={}",
-            utf8_percent_encode("urn:ibm:params:oauth:grant-type:apikey", NON_ALPHANUMERIC),
-            utf8_percent_encode(self.api_key.expose(), NON_ALPHANUMERIC)
+            utf8_percent_encode("urn:ibm:params:oauth:grant-type:apikey", super::COMPONENT),
+            utf8_percent_encode(self.api_key.expose(), super::COMPONENT)
         );
         let req = http::Request::builder()
             .method(Method::POST)
@@ -186,7 +186,7 @@ impl PowerVs {
     }
 
     fn instances_path(&self) -> String {
-        format!("/pcloud/v1/cloud-instances/{}/pvm-instances", utf8_percent_encode(&self.cloud_instance_id, NON_ALPHANUMERIC))
+        format!("/pcloud/v1/cloud-instances/{}/pvm-instances", utf8_percent_encode(&self.cloud_instance_id, super::COMPONENT))
     }
 
     async fn call(&self, method: Method, path: &str, body: Option<&Value>, what: &str) -> Result<super::Reply> {
@@ -283,7 +283,7 @@ impl PowerVs {
 
     pub async fn get(&self, id: &str) -> Result<Option<Machine>> {
         let what = "Power VS: get instance";
-        let path = format!("{}/{}", self.instances_path(), utf8_percent_encode(id, NON_ALPHANUMERIC));
+        let path = format!("{}/{}", self.instances_path(), utf8_percent_encode(id, super::COMPONENT));
         let reply = self.call(Method::GET, &path, None, what).await?;
         if !reply.status.is_success() {
             return Ok(None);
@@ -293,7 +293,7 @@ impl PowerVs {
 
     pub async fn delete(&self, id: &str) -> Result<()> {
         let what = "Power VS: delete instance";
-        let path = format!("{}/{}", self.instances_path(), utf8_percent_encode(id, NON_ALPHANUMERIC));
+        let path = format!("{}/{}", self.instances_path(), utf8_percent_encode(id, super::COMPONENT));
         self.call(Method::DELETE, &path, None, what).await.map(|_| ())
     }
 }

@@ -1,0 +1,330 @@
+//! A small stateful fake of the provider APIs (Equinix Metal devices, IBM
+//! IAM, Power VS pvm-instances) on 127.0.0.1, with fault injection. Its
+//! replies follow the specs in ../shared/specs (the Prism proxy tests check
+//! that). Machines advance one state per GET (queued → provisioning →
+//! active; BUILD → ACTIVE) and disappear on the GET after a DELETE.
+
+use bytes::Bytes;
+use http::{Method, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper_util::rt::TokioIo;
+use serde_json::{json, Value};
+use std::collections::{BTreeMap, VecDeque};
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::Notify;
+
+pub const EQUINIX_KEY: &str = "CANARY-equinix-key-5d1f0a";
+pub const POWERVS_KEY: &str = "CANARY-ibm-apikey-93be77";
+pub const PROJECT: &str = "6f4b1a2e-7c9d-4e3f-8a1b-2c3d4e5f6a7b";
+pub const CLOUD_INSTANCE: &str = "b1c2d3e4-f5a6-4b7c-8d9e-0f1a2b3c4d5e";
+
+#[derive(Debug, Clone)]
+pub enum Fault {
+    Status(u16, Option<u64>),
+    /// A 200 whose JSON body is cut in the middle.
+    Truncated,
+    /// No reply for this long.
+    Hang(Duration),
+}
+
+#[derive(Debug, Default)]
+pub struct State {
+    pub devices: BTreeMap<String, Value>,
+    pub instances: BTreeMap<String, Value>,
+    /// Injected into the next requests (IAM excluded), in order.
+    pub faults: VecDeque<Fault>,
+    /// (when, "METHOD path") of every request.
+    pub log: Vec<(Instant, String)>,
+    pub iam_calls: u32,
+    pub creates: u32,
+    /// When set, a create makes the machine, then waits for this before replying.
+    pub hold_create: Option<Arc<Notify>>,
+    /// When set, the next create is refused with this status.
+    pub refuse_create: Option<u16>,
+    pub issued_token: String,
+}
+
+#[derive(Clone)]
+pub struct Fake {
+    pub addr: SocketAddr,
+    pub state: Arc<Mutex<State>>,
+}
+
+impl Fake {
+    pub async fn start() -> Fake {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let state = Arc::new(Mutex::new(State { issued_token: "iam-access-token-1".into(), ..Default::default() }));
+        let st = Arc::clone(&state);
+        tokio::spawn(async move {
+            loop {
+                let Ok((s, _)) = l.accept().await else { continue };
+                let st = Arc::clone(&st);
+                tokio::spawn(async move {
+                    let svc = hyper::service::service_fn(move |req| handle(Arc::clone(&st), req));
+                    let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(s), svc).await;
+                });
+            }
+        });
+        Fake { addr, state }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    pub fn st(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap()
+    }
+
+    /// Machines not deleted.
+    pub fn live_devices(&self) -> usize {
+        self.st().devices.values().filter(|d| d["state"] != "deprovisioning").count()
+    }
+    pub fn live_instances(&self) -> usize {
+        self.st().instances.values().filter(|d| d["status"] != "DELETING").count()
+    }
+}
+
+fn reply(status: u16, v: &Value) -> Response<Full<Bytes>> {
+    let mut r = Response::new(Full::new(Bytes::from(serde_json::to_vec(v).unwrap())));
+    *r.status_mut() = StatusCode::from_u16(status).unwrap();
+    r.headers_mut().insert(http::header::CONTENT_TYPE, "application/json".parse().unwrap());
+    r
+}
+
+fn uuid() -> String {
+    let b: [u8; 16] = rand::random();
+    let h: String = b.iter().map(|x| format!("{x:02x}")).collect();
+    format!("{}-{}-4{}-a{}-{}", &h[0..8], &h[8..12], &h[13..16], &h[17..20], &h[20..32])
+}
+
+async fn handle(st: Arc<Mutex<State>>, req: Request<hyper::body::Incoming>) -> Result<Response<Full<Bytes>>, std::convert::Infallible> {
+    let method = req.method().clone();
+    let path = req.uri().path().to_string();
+    let query = req.uri().query().unwrap_or("").to_string();
+    let headers = req.headers().clone();
+    let body = req.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+    let is_iam = path == "/identity/token";
+    let fault = {
+        let mut s = st.lock().unwrap();
+        s.log.push((Instant::now(), format!("{method} {path}")));
+        if is_iam {
+            None
+        } else {
+            s.faults.pop_front()
+        }
+    };
+    match fault {
+        Some(Fault::Status(code, ra)) => {
+            let mut r = reply(code, &json!({ "error": "injected", "errors": ["injected fault"] }));
+            if let Some(s) = ra {
+                r.headers_mut().insert(http::header::RETRY_AFTER, s.to_string().parse().unwrap());
+            }
+            return Ok(r);
+        }
+        Some(Fault::Truncated) => {
+            let mut r = Response::new(Full::new(Bytes::from_static(b"{\"devices\": [{\"id\": \"0a1b")));
+            r.headers_mut().insert(http::header::CONTENT_TYPE, "application/json".parse().unwrap());
+            return Ok(r);
+        }
+        Some(Fault::Hang(d)) => tokio::time::sleep(d).await,
+        None => {}
+    }
+    let segs: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    if is_iam {
+        let form = String::from_utf8_lossy(&body).to_string();
+        let mut s = st.lock().unwrap();
+        s.iam_calls += 1;
+        let field = |k: &str| {
+            form.split('&')
+                .find_map(|kv| kv.strip_prefix(&format!("{k}=")))
+                .map(|v| percent_encoding::percent_decode_str(v).decode_utf8_lossy().to_string())
+        };
+        if field("grant_type").as_deref() != Some("urn:ibm:params:oauth:grant-type:apikey")
+            || field("apikey").as_deref() != Some(POWERVS_KEY)
+        {
+            return Ok(reply(400, &json!({ "errorCode": "BXNIM0415E", "errorMessage": "Provided API key could not be found" })));
+        }
+        let exp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() + 3600;
+        return Ok(reply(
+            200,
+            &json!({ "access_token": s.issued_token, "refresh_token": "not_supported", "token_type": "Bearer", "expires_in": 3600, "expiration": exp }),
+        ));
+    }
+    if segs.first() == Some(&"pcloud") {
+        return Ok(powervs(&st, &method, &segs, &headers, &body).await);
+    }
+    if headers.get("X-Auth-Token").and_then(|v| v.to_str().ok()) != Some(EQUINIX_KEY) {
+        return Ok(reply(401, &json!({ "error": "invalid auth token" })));
+    }
+    Ok(equinix(&st, &method, &segs, &query, &body).await)
+}
+
+async fn equinix(st: &Arc<Mutex<State>>, method: &Method, segs: &[&str], query: &str, body: &[u8]) -> Response<Full<Bytes>> {
+    match (method, segs) {
+        (&Method::GET, ["projects", p, "devices"]) if *p == PROJECT => {
+            let tag = query
+                .split('&')
+                .find_map(|kv| kv.strip_prefix("tag="))
+                .map(|t| percent_encoding::percent_decode_str(t).decode_utf8_lossy().to_string());
+            let s = st.lock().unwrap();
+            let list: Vec<Value> = s
+                .devices
+                .values()
+                .filter(|d| tag.as_ref().is_none_or(|t| d["tags"].as_array().unwrap().iter().any(|x| x == t.as_str())))
+                .cloned()
+                .collect();
+            reply(200, &json!({ "devices": list, "meta": { "total": list.len(), "current_page": 1, "last_page": 1 } }))
+        }
+        (&Method::POST, ["projects", p, "devices"]) if *p == PROJECT => {
+            let v: Value = match serde_json::from_slice(body) {
+                Ok(v) => v,
+                Err(_) => return reply(422, &json!({ "errors": ["bad JSON"] })),
+            };
+            let (hold, refuse) = {
+                let mut s = st.lock().unwrap();
+                (s.hold_create.clone(), s.refuse_create.take())
+            };
+            if let Some(code) = refuse {
+                return reply(code, &json!({ "errors": ["plan c3.small.x86 is not available in metro sv"] }));
+            }
+            let id = uuid();
+            let dev = json!({
+                "id": id,
+                "href": format!("/metal/v1/devices/{id}"),
+                "hostname": v["hostname"],
+                "state": "queued",
+                "tags": v["tags"],
+                "always_pxe": v["always_pxe"],
+                "ipxe_script_url": v["ipxe_script_url"],
+                "userdata": v["userdata"],
+                "created_at": "2026-01-01T00:00:00Z",
+                "ip_addresses": [],
+                "network_ports": [],
+            });
+            {
+                let mut s = st.lock().unwrap();
+                s.creates += 1;
+                s.devices.insert(id.clone(), dev.clone());
+            }
+            if let Some(h) = hold {
+                h.notified().await;
+            }
+            reply(201, &dev)
+        }
+        (&Method::GET, ["devices", id]) => {
+            let mut s = st.lock().unwrap();
+            let Some(d) = s.devices.get_mut(*id) else { return reply(404, &json!({ "error": "Not found" })) };
+            let next = match d["state"].as_str() {
+                Some("queued") => "provisioning",
+                Some("provisioning") => "active",
+                Some("deprovisioning") => {
+                    s.devices.remove(*id);
+                    return reply(404, &json!({ "error": "Not found" }));
+                }
+                Some(x) => x,
+                None => "active",
+            }
+            .to_string();
+            d["state"] = json!(next);
+            if next == "active" {
+                d["ip_addresses"] = json!([{ "address": "147.75.1.2", "address_family": 4, "public": true }, { "address": "10.70.1.2", "address_family": 4, "public": false }]);
+                d["network_ports"] = json!([{ "id": uuid(), "name": "eth0", "type": "NetworkPort", "data": { "mac": "b4:96:91:aa:bb:cc", "bonded": false } }]);
+            }
+            reply(200, d)
+        }
+        (&Method::DELETE, ["devices", id]) => {
+            let mut s = st.lock().unwrap();
+            match s.devices.get_mut(*id) {
+                Some(d) => {
+                    d["state"] = json!("deprovisioning");
+                    let mut r = Response::new(Full::new(Bytes::new()));
+                    *r.status_mut() = StatusCode::NO_CONTENT;
+                    r
+                }
+                None => reply(404, &json!({ "error": "Not found" })),
+            }
+        }
+        _ => reply(404, &json!({ "error": "no such route in the fake" })),
+    }
+}
+
+fn instance_ref(i: &Value) -> Value {
+    let mut r = i.clone();
+    let o = r.as_object_mut().unwrap();
+    o.remove("networkIDs");
+    o.remove("volumeIDs");
+    o.remove("storageType");
+    r
+}
+
+async fn powervs(st: &Arc<Mutex<State>>, method: &Method, segs: &[&str], headers: &http::HeaderMap, body: &[u8]) -> Response<Full<Bytes>> {
+    let tok = st.lock().unwrap().issued_token.clone();
+    let auth_ok = headers.get(http::header::AUTHORIZATION).and_then(|v| v.to_str().ok()) == Some(&format!("Bearer {tok}"));
+    let crn_ok = headers.get("CRN").and_then(|v| v.to_str().ok()).is_some_and(|c| c.starts_with("crn:"));
+    if !auth_ok || !crn_ok {
+        return reply(401, &json!({ "code": 401, "description": "unauthorized", "error": "unauthorized", "message": "unauthorized" }));
+    }
+    let base = ["pcloud", "v1", "cloud-instances"];
+    if segs.len() < 5 || segs[..3] != base || segs[3] != CLOUD_INSTANCE || segs[4] != "pvm-instances" {
+        return reply(404, &json!({ "code": 404, "description": "not found", "error": "not found", "message": "not found" }));
+    }
+    match (method, &segs[5..]) {
+        (&Method::GET, []) => {
+            let s = st.lock().unwrap();
+            let list: Vec<Value> = s.instances.values().map(instance_ref).collect();
+            reply(200, &json!({ "pvmInstances": list }))
+        }
+        (&Method::POST, []) => {
+            let v: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+            let id = uuid();
+            let inst = json!({
+                "pvmInstanceID": id,
+                "serverName": v["serverName"],
+                "imageID": v["imageID"],
+                "processors": v["processors"],
+                "memory": v["memory"],
+                "procType": v["procType"],
+                "sysType": v["sysType"],
+                "status": "BUILD",
+                "diskSize": 120.0,
+                "osType": "rhcos",
+                "storageType": "tier3",
+                "networkIDs": [v["networks"][0]["networkID"]],
+                "volumeIDs": [],
+                "href": format!("/pcloud/v1/cloud-instances/{CLOUD_INSTANCE}/pvm-instances/{id}"),
+                "networks": [{ "ipAddress": v["networks"][0]["ipAddress"], "macAddress": "fa:16:3e:00:00:01", "networkID": v["networks"][0]["networkID"] }],
+            });
+            let mut s = st.lock().unwrap();
+            s.creates += 1;
+            s.instances.insert(id, inst.clone());
+            reply(201, &json!([inst]))
+        }
+        (&Method::GET, [id]) => {
+            let mut s = st.lock().unwrap();
+            let Some(i) = s.instances.get_mut(*id) else {
+                return reply(404, &json!({ "code": 404, "description": "not found", "error": "not found", "message": "not found" }));
+            };
+            if i["status"] == "DELETING" {
+                s.instances.remove(*id);
+                return reply(404, &json!({ "code": 404, "description": "not found", "error": "not found", "message": "not found" }));
+            }
+            i["status"] = json!("ACTIVE");
+            reply(200, i)
+        }
+        (&Method::DELETE, [id]) => {
+            let mut s = st.lock().unwrap();
+            match s.instances.get_mut(*id) {
+                Some(i) => {
+                    i["status"] = json!("DELETING");
+                    reply(200, &json!({}))
+                }
+                None => reply(404, &json!({ "code": 404, "description": "not found", "error": "not found", "message": "not found" })),
+            }
+        }
+        _ => reply(404, &json!({ "code": 404, "description": "not found", "error": "not found", "message": "not found" })),
+    }
+}

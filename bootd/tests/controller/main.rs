@@ -1,0 +1,593 @@
+//! The controller API end to end on loopback: the real `run_app` with its
+//! API socket, a stateful fake of the providers (`fake`), and real bootd
+//! processes killed with SIGKILL. The Prism tests (`prism`) validate every
+//! request and reply against ../shared/specs; they need Prism
+//! (tests/controller/deps.sh) and run from tests/controller/e2e.sh.
+
+mod fake;
+
+use fake::{Fake, Fault};
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+pub const API_TOKEN: &str = "api-token-for-tests-0c9e";
+
+/// Everything every in-process bootd logged (secrets must never be in it).
+pub fn logs() -> Arc<Mutex<Vec<u8>>> {
+    static LOGS: OnceLock<Arc<Mutex<Vec<u8>>>> = OnceLock::new();
+    LOGS.get_or_init(|| {
+        let buf = Arc::new(Mutex::new(Vec::new()));
+        let w = Arc::clone(&buf);
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter("trace,hyper=info,hyper_util=info,rustls=info")
+            .with_ansi(false)
+            .with_writer(move || Writer(Arc::clone(&w)))
+            .try_init();
+        buf
+    })
+    .clone()
+}
+
+struct Writer(Arc<Mutex<Vec<u8>>>);
+impl std::io::Write for Writer {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+fn lab() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/lab")
+}
+
+/// The lab site in `dir` with `host.api` pointing the providers at
+/// `equinix_url`, `iam_url` and `powervs_url`; returns the site path.
+pub fn write_site(dir: &Path, equinix_url: &str, iam_url: &str, powervs_url: &str, api_listen: &str) -> PathBuf {
+    let text = std::fs::read_to_string(lab().join("site.yaml")).unwrap();
+    let api = format!(
+        "host:\n  api:\n    listen: {api_listen}\n    tokens: {{ file: api-tokens }}\n    deadline: 10m\n    equinix: {{ baseUrl: \"{equinix_url}\", projectId: {}, apiKey: {{ file: metal.key }} }}\n    powervs: {{ baseUrl: \"{powervs_url}\", iamUrl: \"{iam_url}\", cloudInstanceId: {}, crn: \"crn:v1:bluemix:public:power-iaas:us-south:a/acc:{}::\", apiKey: {{ file: ibm.key }} }}\n",
+        fake::PROJECT,
+        fake::CLOUD_INSTANCE,
+        fake::CLOUD_INSTANCE
+    );
+    let text = text
+        .replace("host:\n", &api)
+        .replace("root: ../../target/lab-images", "root: images")
+        .replace("stateDir: ../../target/lab-state", "stateDir: state")
+        .replace("root: ../../target/lab-tftp", "root: tftp");
+    for d in ["images", "tftp", "ignition", "state"] {
+        std::fs::create_dir_all(dir.join(d)).unwrap();
+    }
+    for r in ["bootstrap", "master", "worker"] {
+        std::fs::copy(lab().join(format!("ignition/{r}.ign")), dir.join(format!("ignition/{r}.ign"))).unwrap();
+    }
+    std::fs::write(dir.join("api-tokens"), format!("# test tokens\n{API_TOKEN}\n")).unwrap();
+    std::fs::write(dir.join("metal.key"), format!("{}\n", fake::EQUINIX_KEY)).unwrap();
+    std::fs::write(dir.join("ibm.key"), format!("{}\n", fake::POWERVS_KEY)).unwrap();
+    let path = dir.join("site.yaml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+pub struct Bootd {
+    pub app: Arc<bootd::App>,
+    pub api: std::net::SocketAddr,
+    pub http: std::net::SocketAddr,
+    pub dir: tempfile::TempDir,
+    client: bootd::providers::Http,
+    shutdown: CancellationToken,
+    task: Option<tokio::task::JoinHandle<Result<(), bootd::Error>>>,
+}
+
+pub fn tuning() -> bootd::api::Tuning {
+    bootd::api::Tuning {
+        poll: Duration::from_millis(100),
+        backoff_base: Duration::from_millis(50),
+        backoff_cap: Duration::from_millis(800),
+        request_timeout: Duration::from_millis(700),
+        deadline: None,
+    }
+}
+
+impl Bootd {
+    pub async fn start(equinix: &str, iam: &str, powervs: &str) -> Bootd {
+        Bootd::start_tuned(equinix, iam, powervs, tuning()).await
+    }
+
+    pub async fn start_tuned(equinix: &str, iam: &str, powervs: &str, tuning: bootd::api::Tuning) -> Bootd {
+        logs();
+        let dir = tempfile::tempdir().unwrap();
+        let path = write_site(dir.path(), equinix, iam, powervs, "127.0.0.1:0");
+        let site = site::load(&path).unwrap();
+        let mut config = bootd::Config::new(site);
+        config.poll = Some(Duration::from_millis(200));
+        config.grace = Duration::from_millis(300);
+        config.api_tuning = tuning;
+        let http = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let https = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let api = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let (ha, aa) = (http.local_addr().unwrap(), api.local_addr().unwrap());
+        let app = bootd::prepare(&config, true).unwrap();
+        let ca = app.tls.as_ref().unwrap().ca_pem.clone();
+        let shutdown = CancellationToken::new();
+        let sockets = bootd::Sockets { http, https: Some(https), dhcp: None, dhcp_proxy: None, tftp: None, api: Some(api) };
+        let task = tokio::spawn(bootd::run_app(Arc::clone(&app), config, sockets, shutdown.clone()));
+        let client = bootd::providers::Http::with_ca(Duration::from_secs(10), ca.as_bytes()).unwrap();
+        Bootd { app, api: aa, http: ha, dir, client, shutdown, task: Some(task) }
+    }
+
+    /// An API request over HTTPS (trusting the site CA) with `token`.
+    pub async fn call_as(&self, token: Option<&str>, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
+        api_call(&self.client, self.api, token, method, path, body).await
+    }
+
+    pub async fn call(&self, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
+        self.call_as(Some(API_TOKEN), method, path, body).await
+    }
+
+    /// Polls GET /v1/nodes/<name> until `pred` holds (at most `secs`).
+    pub async fn wait_node(&self, name: &str, secs: u64, pred: impl Fn(u16, &Value) -> bool) -> Value {
+        let end = Instant::now() + Duration::from_secs(secs);
+        loop {
+            let (st, v) = self.call("GET", &format!("/v1/nodes/{name}"), None).await;
+            if pred(st, &v) {
+                return v;
+            }
+            assert!(Instant::now() < end, "node {name} never got there; last: {st} {v:#}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Plain HTTP GET on bootd's boot server (what a node does).
+    pub async fn boot_get(&self, path: &str) -> u16 {
+        let http = bootd::providers::Http::new(Duration::from_secs(5));
+        let req = http::Request::get(format!("http://{}{path}", self.http)).body(http_body_util::Full::new(bytes::Bytes::new())).unwrap();
+        http.send(req, "boot").await.unwrap().status.as_u16()
+    }
+
+    pub async fn metrics(&self) -> String {
+        let http = bootd::providers::Http::new(Duration::from_secs(5));
+        let req = http::Request::get(format!("http://{}/metrics", self.http)).body(http_body_util::Full::new(bytes::Bytes::new())).unwrap();
+        String::from_utf8(http.send(req, "metrics").await.unwrap().body.to_vec()).unwrap()
+    }
+
+    pub async fn stop(mut self) {
+        self.shutdown.cancel();
+        if let Some(t) = self.task.take() {
+            t.await.unwrap().unwrap();
+        }
+    }
+}
+
+pub async fn api_call(
+    client: &bootd::providers::Http,
+    api: std::net::SocketAddr,
+    token: Option<&str>,
+    method: &str,
+    path: &str,
+    body: Option<Value>,
+) -> (u16, Value) {
+    let mut b = http::Request::builder().method(method).uri(format!("https://localhost:{}{path}", api.port()));
+    if let Some(t) = token {
+        b = b.header("Authorization", format!("Bearer {t}"));
+    }
+    let body = body.map(|v| serde_json::to_vec(&v).unwrap()).unwrap_or_default();
+    // Status 0: no answer (a bootd being restarted).
+    match client.send(b.body(http_body_util::Full::new(bytes::Bytes::from(body))).unwrap(), "api").await {
+        Ok(r) => (r.status.as_u16(), serde_json::from_slice(&r.body).unwrap_or(Value::Null)),
+        Err(_) => (0, Value::Null),
+    }
+}
+
+pub fn equinix_node(name: &str, ip: &str, mac: &str) -> Value {
+    json!({
+        "name": name, "role": "worker", "macs": [mac], "ip": ip, "kernelArgs": ["console=ttyS0"],
+        "provider": { "equinix": { "metro": "sv", "plan": "c3.small.x86", "alwaysPxe": true, "hardwareReservationId": "next-available" } }
+    })
+}
+
+pub fn powervs_node(name: &str, ip: &str, mac: &str) -> Value {
+    json!({
+        "name": name, "role": "worker", "macs": [mac], "ip": ip, "arch": "ppc64le", "firmware": "ieee1275",
+        "provider": { "powervs": { "imageID": "rhcos-417", "processors": 0.5, "memory": 16, "procType": "shared", "sysType": "s922", "networkID": "net-7", "metadataService": true } }
+    })
+}
+
+fn cond<'a>(v: &'a Value, t: &str) -> &'a Value {
+    v["conditions"].as_array().unwrap().iter().find(|c| c["type"] == t).unwrap()
+}
+
+fn phase(v: &Value) -> &str {
+    v["phase"].as_str().unwrap_or("")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auth_missing_or_wrong_token_gets_a_generic_401() {
+    let f = Fake::start().await;
+    let b = Bootd::start(&f.url(), &f.url(), &f.url()).await;
+    let (st, v) = b.call_as(None, "GET", "/healthz", None).await;
+    assert_eq!((st, v["status"].as_str()), (200, Some("ok")), "liveness needs no token");
+    let (missing, body1) = b.call_as(None, "GET", "/v1/nodes", None).await;
+    let (wrong, body2) = b.call_as(Some("api-token-for-tests-0c9"), "GET", "/v1/nodes", None).await;
+    let (wrong2, body3) = b.call_as(Some("nope"), "POST", "/v1/nodes", Some(equinix_node("x", "10.77.0.40", "52:54:00:77:00:40"))).await;
+    assert_eq!((missing, wrong, wrong2), (401, 401, 401));
+    assert_eq!(body1, json!({ "error": "unauthorized" }));
+    assert_eq!(body1, body2, "missing and wrong tokens are indistinguishable");
+    assert_eq!(body1, body3);
+    assert_eq!(f.st().creates, 0, "a refused request creates nothing");
+    let (ok, v) = b.call("GET", "/v1/nodes", None).await;
+    assert_eq!(ok, 200);
+    assert_eq!(v["nodes"].as_array().unwrap().len(), 7, "the lab site's nodes");
+    assert!(b.metrics().await.contains("bootd_api_denials_total{reason=\"wrong\"} 2"));
+    b.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn equinix_node_lifecycle_create_boot_ready_delete() {
+    let f = Fake::start().await;
+    let b = Bootd::start(&f.url(), &f.url(), &f.url()).await;
+    let (st, v) = b.call("POST", "/v1/nodes", Some(equinix_node("worker-3", "10.77.0.23", "52:54:00:77:00:23"))).await;
+    assert_eq!(st, 201, "{v:#}");
+    assert_eq!(v["origin"], "api");
+    // Exported to the overlay at once, and served by this bootd.
+    let overlay = std::fs::read_to_string(b.dir.path().join("state/nodes.yaml")).unwrap();
+    assert!(overlay.contains("worker-3") && overlay.contains("10.77.0.23"), "{overlay}");
+    assert!(site::load(&b.dir.path().join("site.yaml")).unwrap().node("worker-3").is_some(), "every daemon loading the site sees it");
+    assert!(b.app.live.load().site.node("worker-3").is_some());
+
+    let v = b.wait_node("worker-3", 20, |_, v| cond(v, "Provisioned")["status"] == "True").await;
+    assert_eq!(v["machine"]["provider"], "equinix");
+    assert_eq!(v["machine"]["addresses"], json!(["147.75.1.2", "10.70.1.2"]));
+    assert_eq!(phase(&v), "Provisioned");
+    {
+        let s = f.st();
+        assert_eq!(s.devices.len(), 1);
+        let d = s.devices.values().next().unwrap();
+        assert_eq!(d["ipxe_script_url"], format!("{}/ipxe/worker-3.ipxe", b.app.live.load().site.host.http.url));
+        assert_eq!(d["always_pxe"], true);
+        assert_eq!(d["tags"], json!(["kubernetes.io/cluster/lab:owned", "bootd-node:worker-3"]));
+        let ud: Value = serde_json::from_str(d["userdata"].as_str().unwrap()).unwrap();
+        let src = ud["ignition"]["config"]["merge"][0]["source"].as_str().unwrap();
+        assert!(src.starts_with("https://") && src.contains("/ignition/worker-3?token="), "{src}");
+        assert!(ud["ignition"]["security"]["tls"]["certificateAuthorities"][0]["source"].as_str().unwrap().starts_with("data:"));
+    }
+    // The machine boots: its script, then its Ignition (with the token from userdata).
+    assert_eq!(b.boot_get("/ipxe/worker-3.ipxe").await, 200);
+    let v = b.wait_node("worker-3", 10, |_, v| cond(v, "NetworkBooted")["status"] == "True").await;
+    assert_eq!(cond(&v, "NetworkBooted")["reason"], "IPXEScriptServed");
+    assert_ne!(phase(&v), "Ready");
+    let tok = b.app.key.issue("worker-3", std::time::SystemTime::now(), Duration::from_secs(60));
+    assert_eq!(b.boot_get(&format!("/ignition/worker-3?token={tok}")).await, 200);
+    let v = b.wait_node("worker-3", 10, |_, v| phase(v) == "Ready").await;
+    for c in ["Provisioned", "NetworkBooted", "IgnitionServed", "Ready"] {
+        assert_eq!(cond(&v, c)["status"], "True", "{c}: {v:#}");
+        assert!(cond(&v, c)["lastTransitionTime"].as_str().unwrap().ends_with('Z'));
+    }
+    let (_, ev) = b.call("GET", "/v1/nodes/worker-3/events", None).await;
+    let kinds: Vec<&str> = ev["events"].as_array().unwrap().iter().map(|e| e["kind"].as_str().unwrap()).collect();
+    for k in ["api", "provider", "ipxe", "ignition"] {
+        assert!(kinds.contains(&k), "{k} missing from {kinds:?}");
+    }
+    // Idempotent: the same create again is 200 with the same node, no second machine.
+    let (st, _) = b.call("POST", "/v1/nodes", Some(equinix_node("worker-3", "10.77.0.23", "52:54:00:77:00:23"))).await;
+    assert_eq!(st, 200);
+    let (st, _) = b.call("POST", "/v1/nodes", Some(equinix_node("worker-3", "10.77.0.24", "52:54:00:77:00:23"))).await;
+    assert_eq!(st, 409, "same name, different spec");
+    assert_eq!(f.st().creates, 1);
+
+    let (st, _) = b.call("DELETE", "/v1/nodes/worker-3", None).await;
+    assert_eq!(st, 202);
+    b.wait_node("worker-3", 20, |st, _| st == 404).await;
+    assert_eq!(f.live_devices(), 0, "machine deleted");
+    let overlay = std::fs::read_to_string(b.dir.path().join("state/nodes.yaml")).unwrap();
+    assert!(!overlay.contains("worker-3"), "{overlay}");
+    assert!(b.app.live.load().site.node("worker-3").is_none());
+    let (st, _) = b.call("DELETE", "/v1/nodes/master-0", None).await;
+    assert_eq!(st, 409, "site nodes are not deleted through the API");
+    b.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn powervs_node_lifecycle_with_a_cached_iam_token() {
+    let f = Fake::start().await;
+    let b = Bootd::start(&f.url(), &f.url(), &f.url()).await;
+    let (st, v) = b.call("POST", "/v1/nodes", Some(powervs_node("p9-1", "10.77.0.31", "52:54:00:77:00:31"))).await;
+    assert_eq!(st, 201, "{v:#}");
+    let v = b.wait_node("p9-1", 20, |_, v| cond(v, "Provisioned")["status"] == "True").await;
+    assert_eq!(v["machine"]["provider"], "powervs");
+    {
+        let s = f.st();
+        let i = s.instances.values().next().unwrap();
+        assert_eq!(i["serverName"], "lab-p9-1");
+        assert_eq!(i["networkIDs"], json!(["net-7"]));
+        assert_eq!(i["networks"][0]["ipAddress"], "10.77.0.31");
+    }
+    let (st, _) = b.call("DELETE", "/v1/nodes/p9-1", None).await;
+    assert_eq!(st, 202);
+    b.wait_node("p9-1", 20, |st, _| st == 404).await;
+    assert_eq!(f.live_instances(), 0);
+    assert_eq!(f.st().iam_calls, 1, "the IAM token is cached until it expires");
+    assert_eq!(f.st().creates, 1);
+    b.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn powervs_user_data_over_63_kib_is_refused_clearly() {
+    let f = Fake::start().await;
+    let b = Bootd::start(&f.url(), &f.url(), &f.url()).await;
+    // A pointer config is small; a huge kernel argument list cannot change it,
+    // so this checks the limit through the same function the API uses.
+    let e = bootd::providers::powervs::user_data(&"x".repeat(50_000)).unwrap_err();
+    assert!(e.contains("63 KiB") && e.contains("66668"), "{e}");
+    let mut n = powervs_node("p9-2", "10.77.0.32", "52:54:00:77:00:32");
+    n["provider"]["powervs"]["procType"] = json!("turbo");
+    let (st, v) = b.call("POST", "/v1/nodes", Some(n)).await;
+    assert_eq!(st, 422);
+    assert!(v["problems"][0].as_str().unwrap().contains("procType"), "{v:#}");
+    assert_eq!(f.st().creates, 0);
+    b.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invalid_nodes_are_refused_with_the_site_s_reasons() {
+    let f = Fake::start().await;
+    let b = Bootd::start(&f.url(), &f.url(), &f.url()).await;
+    let (st, v) = b.call("POST", "/v1/nodes", Some(equinix_node("worker-9", "10.77.0.20", "52:54:00:77:00:99"))).await;
+    assert_eq!(st, 422);
+    assert!(v["problems"].to_string().contains("duplicate IP 10.77.0.20"), "{v:#}");
+    let (st, v) = b.call("POST", "/v1/nodes", Some(equinix_node("worker-9", "10.99.0.1", "52:54:00:77:00:99"))).await;
+    assert_eq!(st, 422);
+    assert!(v["problems"].to_string().contains("outside every network"), "{v:#}");
+    let mut bad = equinix_node("worker-9", "10.77.0.29", "52:54:00:77:00:99");
+    bad["colour"] = json!("red");
+    let (st, v) = b.call("POST", "/v1/nodes", Some(bad)).await;
+    assert_eq!(st, 400);
+    assert!(v["error"].as_str().unwrap().contains("colour"), "{v:#}");
+    let (st, _) = b.call("POST", "/v1/nodes", Some(equinix_node("master-0", "10.77.0.29", "52:54:00:77:00:99"))).await;
+    assert_eq!(st, 409);
+    assert_eq!(f.st().creates, 0);
+    assert!(!b.dir.path().join("state/nodes.yaml").exists(), "nothing exported for refused nodes");
+    b.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn faults_are_retried_honouring_retry_after() {
+    let f = Fake::start().await;
+    f.st().faults.extend([
+        Fault::Status(429, Some(1)),
+        Fault::Status(500, None),
+        Fault::Status(503, None),
+        Fault::Truncated,
+        Fault::Hang(Duration::from_secs(2)),
+    ]);
+    let b = Bootd::start(&f.url(), &f.url(), &f.url()).await;
+    let t0 = Instant::now();
+    let (st, _) = b.call("POST", "/v1/nodes", Some(equinix_node("worker-4", "10.77.0.24", "52:54:00:77:00:24"))).await;
+    assert_eq!(st, 201);
+    let v = b.wait_node("worker-4", 30, |_, v| cond(v, "Provisioned")["status"] == "True").await;
+    assert_eq!(phase(&v), "Provisioned");
+    assert!(t0.elapsed() >= Duration::from_secs(1));
+    {
+        let s = f.st();
+        assert!(s.faults.is_empty(), "every fault was hit");
+        assert_eq!(s.devices.len(), 1, "one machine despite the retries");
+        // The request after the 429 came at least Retry-After (1 s) later.
+        let gap = s.log[1].0 - s.log[0].0;
+        assert!(gap >= Duration::from_millis(990), "Retry-After not honoured: {gap:?}");
+    }
+    let m = b.metrics().await;
+    assert!(m.contains("bootd_provider_errors_total{kind=\"transient\"} 5"), "{m}");
+    b.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refusal_fails_the_node_clearly_and_secrets_stay_out() {
+    let f = Fake::start().await;
+    f.st().refuse_create = Some(422);
+    let b = Bootd::start(&f.url(), &f.url(), &f.url()).await;
+    let (st, _) = b.call("POST", "/v1/nodes", Some(equinix_node("worker-5", "10.77.0.25", "52:54:00:77:00:25"))).await;
+    assert_eq!(st, 201);
+    let v = b.wait_node("worker-5", 20, |_, v| phase(v) == "Failed").await;
+    let msg = v["message"].as_str().unwrap();
+    assert_eq!(msg, "Equinix Metal: create device: HTTP 422");
+    assert_eq!(cond(&v, "Ready")["reason"], "Failed");
+    // Power VS too (IAM exchange, then a create that goes through).
+    let (st, _) = b.call("POST", "/v1/nodes", Some(powervs_node("p9-3", "10.77.0.33", "52:54:00:77:00:33"))).await;
+    assert_eq!(st, 201);
+    b.wait_node("p9-3", 20, |_, v| cond(v, "Provisioned")["status"] == "True").await;
+    // The canary keys never show: not in API answers, metrics or logs.
+    let (_, all) = b.call("GET", "/v1/nodes", None).await;
+    let metrics = b.metrics().await;
+    let logs = String::from_utf8_lossy(&logs().lock().unwrap()).to_string();
+    assert!(logs.contains("Equinix Metal: create device: refused"), "the refusal is logged");
+    for canary in [fake::EQUINIX_KEY, fake::POWERVS_KEY, "iam-access-token-1"] {
+        assert!(!all.to_string().contains(canary), "{canary} in API answer");
+        assert!(!metrics.contains(canary), "{canary} in metrics");
+        assert!(!logs.contains(canary), "{canary} in logs");
+    }
+    assert!(!logs.contains(API_TOKEN), "the API token in logs");
+    b.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hundred_parallel_creates_make_one_machine() {
+    let f = Fake::start().await;
+    let b = Arc::new(Bootd::start(&f.url(), &f.url(), &f.url()).await);
+    let mut tasks = Vec::new();
+    for _ in 0..100 {
+        let b = Arc::clone(&b);
+        tasks.push(tokio::spawn(async move {
+            b.call("POST", "/v1/nodes", Some(equinix_node("worker-6", "10.77.0.26", "52:54:00:77:00:26"))).await.0
+        }));
+    }
+    let mut codes = Vec::new();
+    for t in tasks {
+        codes.push(t.await.unwrap());
+    }
+    assert_eq!(codes.iter().filter(|c| **c == 201).count(), 1, "{codes:?}");
+    assert_eq!(codes.iter().filter(|c| **c == 200).count(), 99, "{codes:?}");
+    b.wait_node("worker-6", 20, |_, v| cond(v, "Provisioned")["status"] == "True").await;
+    assert_eq!(f.st().creates, 1);
+    assert_eq!(f.live_devices(), 1);
+    Arc::into_inner(b).unwrap().stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_bootstrap_complete_is_recorded_once() {
+    let f = Fake::start().await;
+    let b = Bootd::start(&f.url(), &f.url(), &f.url()).await;
+    let (_, v) = b.call("GET", "/v1/cluster", None).await;
+    assert_eq!(v["bootstrapComplete"]["complete"], false);
+    let (st, first) = b.call("POST", "/v1/cluster/bootstrap-complete", Some(json!({}))).await;
+    assert_eq!(st, 200);
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let (_, again) = b.call("POST", "/v1/cluster/bootstrap-complete", Some(json!({}))).await;
+    assert_eq!(first["time"], again["time"], "the first time is kept");
+    let (_, v) = b.call("GET", "/v1/cluster", None).await;
+    assert_eq!(v["bootstrapComplete"]["complete"], true);
+    let file: Value = serde_json::from_slice(&std::fs::read(b.dir.path().join("state/bootstrap-complete.json")).unwrap()).unwrap();
+    assert_eq!(file["complete"], true);
+    b.stop().await;
+}
+
+/// A real bootd process, for SIGKILL.
+struct Proc {
+    child: std::process::Child,
+    log: PathBuf,
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+impl Proc {
+    fn start(site: &Path, n: u32) -> Proc {
+        let dir = site.parent().unwrap();
+        let log = dir.join(format!("bootd-{n}.log"));
+        let child = std::process::Command::new(env!("CARGO_BIN_EXE_bootd"))
+            .args(["--site", site.to_str().unwrap(), "run"])
+            .env("RUST_LOG", "debug,hyper=info,hyper_util=info,rustls=info")
+            .stdout(std::fs::File::create(dir.join(format!("bootd-{n}.out"))).unwrap())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        Proc { child, log }
+    }
+    fn kill9(&mut self) {
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), nix::sys::signal::Signal::SIGKILL).unwrap();
+        self.child.wait().unwrap();
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            self.kill9();
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_between_intent_and_reply_leaves_no_duplicate_and_no_orphan() {
+    let f = Fake::start().await;
+    let hold = Arc::new(tokio::sync::Notify::new());
+    f.st().hold_create = Some(Arc::clone(&hold));
+    let dir = tempfile::tempdir().unwrap();
+    let api_port = free_port();
+    let site = write_site(dir.path(), &f.url(), &f.url(), &f.url(), &format!("127.0.0.1:{api_port}"));
+    let text = std::fs::read_to_string(&site)
+        .unwrap()
+        .replace("listen: 0.0.0.0:8080", &format!("listen: 127.0.0.1:{}", free_port()))
+        .replace("listen: 0.0.0.0:8443", &format!("listen: 127.0.0.1:{}", free_port()))
+        .replace("  dhcp:\n    interface: br0                # the lab bridge; broadcasts elsewhere are never seen\n    serverAddress: 10.77.0.1\n    leaseTime: 1h\n", "")
+        .replace("  tftp:\n    listen: 0.0.0.0:69\n    root: tftp   # tests/lab fills it with iPXE and GRUB binaries\n", "");
+    assert!(!text.contains("dhcp:") && !text.contains("0.0.0.0"), "{text}");
+    std::fs::write(&site, text).unwrap();
+    let mut p1 = Proc::start(&site, 1);
+    let api: std::net::SocketAddr = format!("127.0.0.1:{api_port}").parse().unwrap();
+    let ca_path = dir.path().join("state/ca.pem");
+    let client = {
+        let end = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Ok(ca) = std::fs::read(&ca_path) {
+                let c = bootd::providers::Http::with_ca(Duration::from_secs(5), &ca).unwrap();
+                let req = http::Request::get(format!("https://localhost:{api_port}/healthz"))
+                    .body(http_body_util::Full::new(bytes::Bytes::new()))
+                    .unwrap();
+                if c.send(req, "healthz").await.is_ok() {
+                    break c;
+                }
+            }
+            assert!(Instant::now() < end, "bootd did not start: {}", std::fs::read_to_string(&p1.log).unwrap_or_default());
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    };
+    let (st, v) =
+        api_call(&client, api, Some(API_TOKEN), "POST", "/v1/nodes", Some(equinix_node("worker-7", "10.77.0.27", "52:54:00:77:00:27")))
+            .await;
+    assert_eq!(st, 201, "{v:#}");
+    // The provider made the machine but has not answered: kill bootd now.
+    let end = Instant::now() + Duration::from_secs(20);
+    while f.st().creates == 0 {
+        assert!(Instant::now() < end, "no create reached the provider");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    p1.kill9();
+    let db = rusqlite::Connection::open(dir.path().join("state/controller.db")).unwrap();
+    let open: i64 =
+        db.query_row("SELECT count(*) FROM intents WHERE node='worker-7' AND op='create' AND done_at IS NULL", [], |r| r.get(0)).unwrap();
+    assert_eq!(open, 1, "the intent was recorded before the call and is still open");
+    let res: i64 = db.query_row("SELECT count(*) FROM resources WHERE node='worker-7'", [], |r| r.get(0)).unwrap();
+    assert_eq!(res, 0, "the reply never arrived");
+    drop(db);
+    f.st().hold_create = None;
+    hold.notify_waiters();
+
+    let p2 = Proc::start(&site, 2);
+    let end = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (st, v) = api_call(&client, api, Some(API_TOKEN), "GET", "/v1/nodes/worker-7", None).await;
+        if st == 200 && cond(&v, "Provisioned")["status"] == "True" {
+            break;
+        }
+        assert!(Instant::now() < end, "never converged: {}", std::fs::read_to_string(&p2.log).unwrap_or_default());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(f.st().creates, 1, "no duplicate");
+    assert_eq!(f.live_devices(), 1);
+    let log2 = std::fs::read_to_string(&p2.log).unwrap();
+    assert!(log2.contains("how=\"adopted\"") || log2.contains("how=adopted"), "the restarted bootd adopted the machine: {log2}");
+    // Delete, kill again mid-way, and the machine still goes away: no orphan.
+    let (st, _) = api_call(&client, api, Some(API_TOKEN), "DELETE", "/v1/nodes/worker-7", None).await;
+    assert_eq!(st, 202);
+    let end = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (st, _) = api_call(&client, api, Some(API_TOKEN), "GET", "/v1/nodes/worker-7", None).await;
+        if st == 404 {
+            break;
+        }
+        assert!(Instant::now() < end);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(f.live_devices(), 0, "no orphan");
+    // The canaries are not in the process's argv or environment, nor its logs.
+    let pid = p2.child.id();
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap();
+    let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap();
+    for canary in [fake::EQUINIX_KEY, fake::POWERVS_KEY, API_TOKEN] {
+        let c = canary.as_bytes();
+        assert!(!cmdline.windows(c.len()).any(|w| w == c), "{canary} in argv");
+        assert!(!environ.windows(c.len()).any(|w| w == c), "{canary} in environment");
+        for l in [&p1.log, &p2.log] {
+            assert!(!std::fs::read_to_string(l).unwrap().contains(canary), "{canary} in {}", l.display());
+        }
+    }
+    drop(p2);
+}
