@@ -11,17 +11,18 @@
 
 use super::metrics::{Outcome, TftpMetrics};
 use super::packet::{self, ErrorCode, Escaped, Negotiated, Packet, ParseError};
-use super::source::{Resolved, Source};
+use super::source::{ReadAhead, Resolved, Source};
 use super::udp::{self, Datagram, Listener};
 use super::window::{Step, Window};
 use super::Resolver;
 use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 use tokio::net::UdpSocket;
-use tokio::time::Instant;
+use tokio::time::{Instant, Sleep};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, info, info_span, warn, Instrument};
@@ -316,10 +317,14 @@ enum Incoming {
 }
 
 /// The next packet before `deadline`, or `None` at the deadline.
-async fn recv_until(sock: &UdpSocket, rx: &mut [u8], deadline: Instant) -> Result<Option<Incoming>, End> {
-    let n = match tokio::time::timeout_at(deadline, sock.recv(rx)).await {
-        Err(_) => return Ok(None),
-        Ok(r) => r?,
+/// Waits for the client's next packet until `timer` fires. One timer per
+/// transfer, re-armed with `reset` after each send: no timer is created
+/// and dropped per block.
+async fn recv_until(sock: &UdpSocket, rx: &mut [u8], timer: &mut Pin<Box<Sleep>>) -> Result<Option<Incoming>, End> {
+    let n = tokio::select! {
+        biased;
+        r = sock.recv(rx) => r?,
+        () = timer.as_mut() => return Ok(None),
     };
     Ok(Some(match packet::parse(&rx[..n]) {
         Ok(Packet::Ack { block }) => Incoming::Ack(block),
@@ -351,6 +356,7 @@ async fn serve(shared: &Shared, sock: &UdpSocket, name: &str, peer: SocketAddr, 
     let timeout = neg.timeout.map_or(config.default_timeout, |s| Duration::from_secs(s.into()));
     // ACKs are 4 bytes; an ERROR's text beyond this is not needed.
     let mut rx = [0u8; 516];
+    let mut timer = Box::pin(tokio::time::sleep(timeout));
 
     if neg.needs_oack() {
         let mut oack = Vec::with_capacity(64);
@@ -358,9 +364,9 @@ async fn serve(shared: &Shared, sock: &UdpSocket, name: &str, peer: SocketAddr, 
         let mut tries = 0;
         'send: loop {
             sock.send(&oack).await?;
-            let deadline = Instant::now() + timeout;
+            timer.as_mut().reset(Instant::now() + timeout);
             loop {
-                match recv_until(sock, &mut rx, deadline).await? {
+                match recv_until(sock, &mut rx, &mut timer).await? {
                     Some(Incoming::Ack(0)) => break 'send,
                     Some(Incoming::Error { code, message }) => return Err(End::ClientAbort { code, message }),
                     Some(_) => {}
@@ -378,6 +384,7 @@ async fn serve(shared: &Shared, sock: &UdpSocket, name: &str, peer: SocketAddr, 
     // One buffer for the whole transfer: header, then the block read in
     // place behind it.
     let mut tx = vec![0u8; 4 + usize::from(blksize)];
+    let mut ahead = ReadAhead::new();
     let mut range = window.resend();
     let mut highest_sent = 0u64;
     let mut retransmits = 0u64;
@@ -387,7 +394,7 @@ async fn serve(shared: &Shared, sock: &UdpSocket, name: &str, peer: SocketAddr, 
         for block in range.clone() {
             let (offset, n) = Window::span(block, blksize, len);
             tx[..4].copy_from_slice(&packet::data_header(Window::wire(block)));
-            source.read_exact_at(offset, &mut tx[4..4 + n]).map_err(End::Read)?;
+            ahead.read(&source, offset, &mut tx[4..4 + n]).map_err(End::Read)?;
             sock.send(&tx[..4 + n]).await?;
             payload += n as u64;
         }
@@ -398,9 +405,9 @@ async fn serve(shared: &Shared, sock: &UdpSocket, name: &str, peer: SocketAddr, 
             retransmits += resent;
             m.retransmits.inc_by(resent);
         }
-        let deadline = Instant::now() + timeout;
+        timer.as_mut().reset(Instant::now() + timeout);
         range = loop {
-            match recv_until(sock, &mut rx, deadline).await? {
+            match recv_until(sock, &mut rx, &mut timer).await? {
                 Some(Incoming::Ack(block)) => match window.on_ack(block) {
                     Step::Done => return Ok(Done { bytes: len, retransmits }),
                     Step::Send(next) => {
