@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Checks every unit in systemd/: `systemd-analyze verify` passes and
+# `systemd-analyze security --offline=true` scores at most 2.0.
+# Usage: tests/systemd/check.sh [BINDIR]   (BINDIR: where bootd, dnsd, lbd are;
+# default target/release). verify needs ExecStart's binary to exist, so the
+# units are checked from a temp copy whose ExecStart points into BINDIR.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+BINDIR=$(realpath "${1:-target/release}")
+THRESHOLD=2.0
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail=0
+for unit in systemd/*.service; do
+    name=$(basename "$unit" .service)
+    [ -x "$BINDIR/$name" ] || { echo "FAIL $name: $BINDIR/$name not built"; fail=1; continue; }
+    sed "s#/usr/local/bin/$name#$BINDIR/$name#" "$unit" >"$tmp/$name.service"
+    if out=$(cd "$tmp" && systemd-analyze verify "./$name.service" 2>&1) && [ -z "$out" ]; then
+        echo "ok   $name: systemd-analyze verify"
+    else
+        echo "FAIL $name: systemd-analyze verify:"; echo "$out" | sed 's/^/     /'; fail=1
+    fi
+    score=$(cd "$tmp" && systemd-analyze security --offline=true --no-pager "./$name.service" 2>&1 |
+        sed -n 's/.*Overall exposure level for [^:]*: \([0-9.]*\).*/\1/p')
+    if [ -n "$score" ] && awk -v s="$score" -v t="$THRESHOLD" 'BEGIN { exit !(s <= t) }'; then
+        echo "ok   $name: exposure $score (<= $THRESHOLD)"
+    else
+        echo "FAIL $name: exposure ${score:-unknown} (> $THRESHOLD)"; fail=1
+    fi
+done
+exit $fail
