@@ -22,6 +22,8 @@ PKGS=(
   isc-dhcp-client kea-admin
   # benchmark peers (bench/dhcp, bench/tftp; atftpd is fetched with apt-get download by bench/tftp/run.sh)
   kea-dhcp4-server tftpd-hpa
+  # L4 benchmark peer and throughput load (bench/lb); wrk and nginx are above
+  haproxy iperf3
 )
 
 if [[ $(id -u) -ne 0 ]]; then

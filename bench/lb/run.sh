@@ -1,0 +1,356 @@
+#!/usr/bin/env bash
+# Side-by-side L4 benchmark: lbd vs HAProxy (tcp mode) vs direct, on 127.0.0.1.
+#
+# One run starts two nginx backends (a 1 KiB file and /healthz), one iperf3
+# server, lbd and HAProxy each with the same two frontends (web: both nginx,
+# round robin, HTTP check of /healthz; bulk: the iperf3 server), pins every
+# server (balancers, nginx, iperf3 -s) to CPU 0 and every load generator
+# (wrk, iperf3 -c) to CPU 1, and measures, interleaved (lbd haproxy direct,
+# then the reverse, ... for ROUNDS rounds, median reported):
+#   - keepalive: wrk -c16 on the 1 KiB file: req/s and p99 latency;
+#   - conn rate: the same with "Connection: close" (a new connection per request);
+#   - throughput: iperf3, one stream, Gbit/s;
+# each also per second of the balancer's CPU time (its utime+stime from /proc),
+# which is steadier than raw rates on a shared VM. Then, once per balancer,
+# failover: a short-connection wrk runs while one nginx is killed (SIGKILL);
+# reported: time until the balancer marks it down, and failed client requests.
+# Everything listens on and talks to 127.0.0.1 only; every load is bounded.
+#
+# Knobs (env): DURATION (s per cell, 8), ROUNDS (3), CONNS (16), PRIO (0; e.g.
+# -10 on a shared machine: servers and load at nice -10 in their own session
+# and autogroup), OTHER_MAX (0.15 CPU: a cell where other processes used more
+# of CPU 0, or of a saturated CPU 1, is repeated, at most 3 attempts),
+# LBD_BIN (default target/release/lbd, built if missing), PORT_BASE (19080;
+# uses PORT_BASE..PORT_BASE+20), FAILOVER (1; 0 skips it).
+set -euo pipefail
+
+DURATION=${DURATION:-8}
+ROUNDS=${ROUNDS:-3}
+CONNS=${CONNS:-16}
+PRIO=${PRIO:-0}
+OTHER_MAX=${OTHER_MAX:-0.15}
+PORT_BASE=${PORT_BASE:-19080}
+FAILOVER=${FAILOVER:-1}
+SERVER_CPU=0
+LOAD_CPU=1
+
+# With PRIO < 0 and autogroups, nice only counts inside a session: run in a
+# session of our own whose autogroup gets the same nice value.
+if [ "$PRIO" -lt 0 ] && [ "$(cat /proc/sys/kernel/sched_autogroup_enabled 2>/dev/null)" = 1 ] && [ -z "${BENCH_LB_SESSION:-}" ]; then
+    BENCH_LB_SESSION=1 setsid "$0" "$@" &
+    child=$!
+    trap 'kill -TERM "$child" 2>/dev/null || true' INT TERM
+    rc=0
+    while :; do
+        wait "$child" && rc=0 || rc=$?
+        kill -0 "$child" 2>/dev/null || break
+    done
+    exit "$rc"
+fi
+[ "$PRIO" -lt 0 ] && [ -n "${BENCH_LB_SESSION:-}" ] && echo "$PRIO" >"/proc/$$/autogroup"
+
+REPO=$(cd "$(dirname "$0")/../.." && pwd)
+LBD_BIN=${LBD_BIN:-$REPO/target/release/lbd}
+for t in wrk iperf3 haproxy nginx curl taskset python3 awk; do
+    command -v "$t" >/dev/null || { echo "missing tool: $t (tests/lab/deps.sh installs it)" >&2; exit 1; }
+done
+[ "$(nproc --all)" -ge 2 ] || { echo "need at least 2 CPUs" >&2; exit 1; }
+if [ ! -x "$LBD_BIN" ]; then
+    echo "# building lbd (release)" >&2
+    (cd "$REPO" && cargo build --release -p lbd)
+fi
+
+PIDS=()
+TMP=""
+cleanup() {
+    local p
+    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+    for p in "${PIDS[@]}"; do
+        for _ in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+        kill -9 "$p" 2>/dev/null || true
+    done
+    [ -n "$TMP" ] && rm -rf "$TMP"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+log() { echo "# $*" >&2; }
+on_server() { nice -n "$PRIO" taskset -c $SERVER_CPU "$@"; }
+on_load() { nice -n "$PRIO" taskset -c $LOAD_CPU "$@"; }
+
+TMP=$(mktemp -d /tmp/bench-lb.XXXXXX)
+chmod 755 "$TMP"
+P_NG1=$((PORT_BASE + 1)) P_NG2=$((PORT_BASE + 2)) P_IPERF=$((PORT_BASE + 3))
+P_LBD_WEB=$((PORT_BASE + 10)) P_LBD_BULK=$((PORT_BASE + 11)) P_LBD_ADMIN=$((PORT_BASE + 12))
+P_HA_WEB=$((PORT_BASE + 15)) P_HA_BULK=$((PORT_BASE + 16))
+mkdir -p "$TMP/www"
+head -c 1024 /dev/urandom | base64 -w 0 | head -c 1024 >"$TMP/www/1k"
+chmod 644 "$TMP/www/1k"
+
+# --- backends ------------------------------------------------------------------
+declare -A NGX_PID
+start_nginx() { # name port
+    local d=$TMP/ngx-$1
+    mkdir -p "$d"
+    cat >"$d/nginx.conf" <<EOF
+daemon off;
+master_process on;
+worker_processes 1;
+pid $d/nginx.pid;
+error_log $d/error.log warn;
+events { worker_connections 4096; }
+http {
+    access_log off;
+    sendfile on;
+    tcp_nodelay on;
+    keepalive_timeout 65s;
+    keepalive_requests 100000000;
+    client_body_temp_path $d/body; proxy_temp_path $d/proxy; fastcgi_temp_path $d/fcgi; uwsgi_temp_path $d/uwsgi; scgi_temp_path $d/scgi;
+    default_type application/octet-stream;
+    server {
+        listen 127.0.0.1:$2 reuseport backlog=4096;
+        root $TMP/www;
+        location = /healthz { return 200 "ok\n"; }
+    }
+}
+EOF
+    on_server nginx -p "$d" -c "$d/nginx.conf" 2>>"$d/error.log" &
+    NGX_PID[$1]=$!
+    PIDS+=("$!")
+    wait_http "http://127.0.0.1:$2/1k"
+}
+wait_http() {
+    for _ in $(seq 100); do curl -sf -o /dev/null --max-time 1 "$1" && return 0; sleep 0.1; done
+    echo "nothing answers at $1" >&2
+    return 1
+}
+start_nginx ng1 "$P_NG1"
+start_nginx ng2 "$P_NG2"
+on_server iperf3 -s -B 127.0.0.1 -p "$P_IPERF" >"$TMP/iperf3-s.log" 2>&1 &
+IPERF_PID=$!
+PIDS+=("$!")
+
+# --- balancers: the same frontends, checks and timeouts --------------------------
+cat >"$TMP/lb.yaml" <<EOF
+adminListen: 127.0.0.1:$P_LBD_ADMIN
+check: { interval: 2s, fastInterval: 1s, timeout: 1s, rise: 2, fall: 3 }
+limits: { maxConns: 20000, maxConnsPerSource: 20000, connectTimeout: 3s, idleTimeout: 1h }
+services:
+  - name: web
+    listen: 127.0.0.1:$P_LBD_WEB
+    backends: ["127.0.0.1:$P_NG1", "127.0.0.1:$P_NG2"]
+    check: { type: http, path: /healthz }
+  - name: bulk
+    listen: 127.0.0.1:$P_LBD_BULK
+    backends: ["127.0.0.1:$P_IPERF"]
+EOF
+RUST_LOG=${RUST_LOG:-warn} on_server "$LBD_BIN" --config "$TMP/lb.yaml" --state-dir "$TMP/lbd-state" >"$TMP/lbd.log" 2>&1 &
+LBD_PID=$!
+PIDS+=("$!")
+
+cat >"$TMP/haproxy.cfg" <<EOF
+global
+    maxconn 20000
+    stats socket $TMP/haproxy.sock mode 600 level admin
+defaults
+    mode tcp
+    timeout connect 3s
+    timeout client 1h
+    timeout server 1h
+    option redispatch
+    retries 3
+frontend web
+    bind 127.0.0.1:$P_HA_WEB
+    default_backend web
+backend web
+    balance roundrobin
+    option httpchk GET /healthz
+    default-server inter 2s fastinter 1s downinter 2s rise 2 fall 3
+    timeout check 1s
+    server ng1 127.0.0.1:$P_NG1 check
+    server ng2 127.0.0.1:$P_NG2 check
+frontend bulk
+    bind 127.0.0.1:$P_HA_BULK
+    default_backend bulk
+backend bulk
+    server iperf 127.0.0.1:$P_IPERF check inter 2s
+EOF
+haproxy -c -q -f "$TMP/haproxy.cfg"
+on_server haproxy -db -f "$TMP/haproxy.cfg" >"$TMP/haproxy.log" 2>&1 &
+HA_PID=$!
+PIDS+=("$!")
+
+wait_http "http://127.0.0.1:$P_LBD_WEB/1k"
+wait_http "http://127.0.0.1:$P_HA_WEB/1k"
+sleep 3   # every check settled
+
+port_web() { case $1 in lbd) echo "$P_LBD_WEB" ;; haproxy) echo "$P_HA_WEB" ;; direct) echo "$P_NG1" ;; esac; }
+port_bulk() { case $1 in lbd) echo "$P_LBD_BULK" ;; haproxy) echo "$P_HA_BULK" ;; direct) echo "$P_IPERF" ;; esac; }
+lb_pid() { case $1 in lbd) echo "$LBD_PID" ;; haproxy) echo "$HA_PID" ;; direct) echo "" ;; esac; }
+
+# --- CPU accounting -------------------------------------------------------------
+HZ=$(getconf CLK_TCK)
+ticks() { # pids... -> utime+stime summed
+    local t=0 p
+    for p in "$@"; do t=$((t + $(awk '{sub(/.*\) /,""); print $12 + $13}' "/proc/$p/stat"))); done
+    echo "$t"
+}
+server_pids() { echo "$LBD_PID $HA_PID $IPERF_PID ${NGX_PID[ng1]} ${NGX_PID[ng2]} $(pgrep -P "${NGX_PID[ng1]}" | tr '\n' ' ') $(pgrep -P "${NGX_PID[ng2]}" | tr '\n' ' ')"; }
+cpu_busy() { awk -v c="cpu$1" '$1 == c {print $2 + $4 + $7 + $8 + $9}' /proc/stat; }
+# snapshot: busy CPU0, busy CPU1, our servers' ticks, our reaped generators' ticks, ns
+snap() {
+    # shellcheck disable=SC2046
+    echo "$(cpu_busy $SERVER_CPU) $(cpu_busy $LOAD_CPU) $(ticks $(server_pids)) $(awk '{sub(/.*\) /,""); print $14 + $15}' /proc/$$/stat) $(date +%s%N)"
+}
+# other CPU-seconds on CPU 0 and CPU 1 between two snapshots, and the seconds
+other() { # "snap0" "snap1"
+    # shellcheck disable=SC2086
+    set -- $1 $2
+    awk -v b0="$1" -v b1="$2" -v s="$3" -v g="$4" -v t="$5" -v B0="$6" -v B1="$7" -v S="$8" -v G="$9" -v T="${10}" -v hz="$HZ" \
+        'BEGIN{printf "%.2f %.2f %.2f\n", ((B0-b0)-(S-s))/hz, ((B1-b1)-(G-g))/hz, (T-t)/1e9}'
+}
+
+# --- measurements -----------------------------------------------------------------
+to_ms() { awk '{v=$1; if (v ~ /us$/) {sub(/us$/,"",v); v/=1000} else if (v ~ /ms$/) {sub(/ms$/,"",v)} else if (v ~ /s$/) {sub(/s$/,"",v); v*=1000}; printf "%.3f\n", v}'; }
+wrk_run() { # target extra-args... -> "req/s p99ms errors"
+    local who=$1 out rps p99 errs
+    shift
+    out=$(on_load timeout $((DURATION + 30)) wrk -t1 -c"$CONNS" -d"${DURATION}s" --timeout 5s --latency "$@" "http://127.0.0.1:$(port_web "$who")/1k" 2>&1) || true
+    rps=$(awk '/^Requests\/sec:/{print $2}' <<<"$out")
+    p99=$(awk '$1 == "99%" {print $2}' <<<"$out" | to_ms)
+    errs=$(awk '/Socket errors/{gsub(/,/,""); print $4 + $6 + $8 + $10} /Non-2xx/{print $NF}' <<<"$out" | awk '{s+=$1} END{print s+0}')
+    echo "${rps:-0} ${p99:-0} $errs"
+}
+iperf_run() { # target -> "Gbit/s 0 0"
+    local out
+    out=$(on_load timeout $((DURATION + 30)) iperf3 -c 127.0.0.1 -p "$(port_bulk "$1")" -t "$DURATION" -J 2>/dev/null) || true
+    python3 -c 'import json,sys
+try: print("%.2f 0 0" % (json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"] / 1e9))
+except Exception: print("0 0 1")' <<<"$out"
+}
+
+RES=$TMP/results   # test, target, value, p99ms, errors, lb CPU-s, other CPU-s cpu0/cpu1, attempts, seconds
+: >"$RES"
+cell() { # test target kind args...
+    local test=$1 who=$2 kind=$3 a v c0 c1 s0 s1 o cpu
+    shift 3
+    for a in 1 2 3; do
+        # shellcheck disable=SC2046
+        c0=$(ticks $(lb_pid "$who")); s0=$(snap)
+        v=$("$kind" "$who" "$@")
+        # shellcheck disable=SC2046
+        c1=$(ticks $(lb_pid "$who")); s1=$(snap)
+        o=$(other "$s0" "$s1")
+        cpu=$(awk -v d=$((c1 - c0)) -v hz="$HZ" 'BEGIN{printf "%.2f", d / hz}')
+        # clean: a value, and other load under OTHER_MAX of CPU 0 (CPU 1 is saturated by the generator)
+        if awk -v v="${v%% *}" -v o="$o" -v m="$OTHER_MAX" 'BEGIN{split(o, x, " "); exit !(v > 0 && x[1] <= m * x[3] + 0.03)}'; then
+            break
+        fi
+        log "$test $who: attempt $a disturbed or failed (value ${v%% *}; other CPU-s on CPU0/CPU1, s: $o)"
+    done
+    # shellcheck disable=SC2086
+    set -- $v
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$test" "$who" "$1" "$2" "$3" "$cpu" "$(awk '{print $1 "/" $2}' <<<"$o")" "$a" "$(awk '{print $3}' <<<"$o")" >>"$RES"
+}
+order() { if [ $(($1 % 2)) = 1 ]; then echo "lbd haproxy direct"; else echo "direct haproxy lbd"; fi; }
+
+echo "== lbd vs HAProxy vs direct, L4 benchmark, $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+echo "machine: $(nproc --all) vCPU, $(awk -F': ' '/model name/{print $2; exit}' /proc/cpuinfo), kernel $(uname -r); load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "lbd: $LBD_BIN ($(date -u -r "$LBD_BIN" +%Y-%m-%dT%H:%M:%SZ), repo HEAD $(cd "$REPO" && git rev-parse --short HEAD))"
+echo "haproxy: $(haproxy -v | head -1 | awk '{print $3}'), nbthread $(awk '/^Threads/{print $2}' "/proc/$HA_PID/status") thread(s), tcp mode, option redispatch, no splice; nginx $(nginx -v 2>&1 | sed 's/.*\///'), 2 backends x 1 worker; wrk $(wrk -v 2>&1 | head -1 | awk '{print $2}'), iperf3 $(iperf3 --version | head -1 | awk '{print $2}')"
+echo "lbd threads: $(awk '/^Threads/{print $2}' "/proc/$LBD_PID/status") (runtime: one worker per CPU it may use)"
+echo "pinning: lbd, haproxy, nginx, iperf3 -s on CPU $SERVER_CPU; wrk, iperf3 -c on CPU $LOAD_CPU; nice $PRIO$([ -n "${BENCH_LB_SESSION:-}" ] && echo ", own session, autogroup $(cat /proc/$$/autogroup | awk '{print $NF}')")"
+echo "cells: ${DURATION}s each, wrk -t1 -c$CONNS, $ROUNDS rounds interleaved (lbd haproxy direct / reverse), median"
+echo
+
+T0=$(date +%s)
+for r in $(seq "$ROUNDS"); do
+    log "round $r/$ROUNDS"
+    for w in $(order "$r"); do cell keepalive "$w" wrk_run; done
+    for w in $(order "$r"); do cell connrate "$w" wrk_run -H "Connection: close"; done
+    for w in $(order "$r"); do cell throughput "$w" iperf_run; done
+done
+T1=$(date +%s)
+
+echo "== raw cells: test | target | value per round | p99 ms | errors | balancer CPU-s | other CPU-s CPU0/CPU1 | attempts"
+awk -F'\t' '{k=sprintf("%-10s | %-7s", $1, $2); v[k]=v[k] " " $3; p[k]=p[k] " " $4; e[k]=e[k] " " $5; c[k]=c[k] " " $6; o[k]=o[k] " " $7; a[k]=a[k] $8; if(!(k in s)){s[k]=1; ord[n++]=k}}
+     END{for(i=0;i<n;i++) printf "%s |%s |%s |%s |%s |%s | %s\n", ord[i], v[ord[i]], p[ord[i]], e[ord[i]], c[ord[i]], o[ord[i]], a[ord[i]]}' "$RES"
+echo
+awk -F'\t' '
+function median(s,   a, n, i, j, t) {
+    n = split(s, a, " ")
+    for (i = 2; i <= n; i++) { t = a[i] + 0; for (j = i - 1; j >= 1 && a[j] + 0 > t; j--) a[j+1] = a[j]; a[j+1] = t }
+    if (n == 0) return 0
+    return (n % 2) ? a[(n+1)/2] : (a[n/2] + a[n/2+1]) / 2
+}
+{ v[$1, $2] = v[$1, $2] " " $3; p[$1, $2] = p[$1, $2] " " $4; if ($6 > 0) eff[$1, $2] = eff[$1, $2] " " $3 * $9 / $6; err[$1, $2] += $5 }
+END {
+    split("keepalive connrate throughput", T, " ")
+    unit["keepalive"] = "req/s"; unit["connrate"] = "conn/s"; unit["throughput"] = "Gbit/s"
+    printf "%-11s %-7s %11s %11s %11s %9s %9s %8s\n", "test", "unit", "lbd", "haproxy", "direct", "lbd/ha", "ha/direct", "target"
+    for (i = 1; i <= 3; i++) {
+        t = T[i]; l = median(v[t, "lbd"]); h = median(v[t, "haproxy"]); d = median(v[t, "direct"])
+        printf "%-11s %-7s %11.1f %11.1f %11.1f %9.2f %9.2f %8s\n", t, unit[t], l, h, d, (h > 0 ? l / h : 0), (d > 0 ? h / d : 0), (h > 0 && l / h >= 1.2 ? ">=1.2 yes" : ">=1.2 NO")
+    }
+    print ""
+    print "per second of balancer CPU (work done per CPU-second the balancer process used):"
+    for (i = 1; i <= 3; i++) {
+        t = T[i]; l = median(eff[t, "lbd"]); h = median(eff[t, "haproxy"])
+        printf "%-11s %-7s %11.1f %11.1f %11s %9.2f\n", t, unit[t], l, h, "-", (h > 0 ? l / h : 0)
+    }
+    print ""
+    print "p99 latency (wrk, ms; added = balancer - direct):"
+    for (i = 1; i <= 2; i++) {
+        t = T[i]; l = median(p[t, "lbd"]); h = median(p[t, "haproxy"]); d = median(p[t, "direct"])
+        printf "%-11s lbd %.3f (+%.3f)  haproxy %.3f (+%.3f)  direct %.3f  -> lbd added p99 %s haproxy\n", t, l, l - d, h, h - d, d, (l - d <= h - d ? "<=" : "> (WORSE than)")
+    }
+    printf "failed client requests in all cells: lbd %d, haproxy %d, direct %d\n", err["keepalive", "lbd"] + err["connrate", "lbd"], err["keepalive", "haproxy"] + err["connrate", "haproxy"], err["keepalive", "direct"] + err["connrate", "direct"]
+}' "$RES"
+echo "measurement time $((T1 - T0)) s; cells $(wc -l <"$RES"), retried $(awk -F'\t' '$8 > 1' "$RES" | wc -l)"
+
+# --- failover -----------------------------------------------------------------------
+# lbd: state of ng2 from /status; haproxy: srv_op_state of ng2 (0 = stopped) from its socket.
+is_down() {
+    case $1 in
+    lbd) curl -sf --max-time 1 "http://127.0.0.1:$P_LBD_ADMIN/status" | python3 -c 'import json,sys
+s = json.load(sys.stdin)
+b = [b for f in s["frontends"] if f["name"] == "web" for b in f["backends"] if b["addr"].endswith(":'"$P_NG2"'")]
+sys.exit(0 if b and b[0]["state"] == "down" else 1)' ;;
+    haproxy) python3 -c 'import socket,sys
+s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); s.sendall(b"show servers state web\n")
+d = b""
+while True:
+    c = s.recv(65536)
+    if not c: break
+    d += c
+rows = [l.split() for l in d.decode().splitlines() if l and l[0].isdigit() and len(l.split()) > 5]
+sys.exit(0 if any(r[3] == "ng2" and r[5] == "0" for r in rows) else 1)' "$TMP/haproxy.sock" ;;
+    esac
+}
+failover() { # balancer -> appends "balancer detect_ms requests errors" to $TMP/failover (no subshell: it restarts nginx)
+    local who=$1 out t_kill t_det=0 req errs
+    on_load timeout 60 wrk -t1 -c4 -d10s --timeout 5s -H "Connection: close" "http://127.0.0.1:$(port_web "$who")/1k" >"$TMP/fo-$who.txt" 2>&1 &
+    local wpid=$!
+    sleep 3
+    kill -9 "${NGX_PID[ng2]}" $(pgrep -P "${NGX_PID[ng2]}") 2>/dev/null || true
+    t_kill=$(date +%s%N)
+    for _ in $(seq 750); do
+        if is_down "$who"; then t_det=$(date +%s%N); break; fi
+        sleep 0.02
+    done
+    wait "$wpid" || true
+    out=$(cat "$TMP/fo-$who.txt")
+    req=$(awk '/requests in/{print $1}' <<<"$out")
+    errs=$(awk '/Socket errors/{gsub(/,/,""); print $4 + $6 + $8 + $10} /Non-2xx/{print $NF}' <<<"$out" | awk '{s+=$1} END{print s+0}')
+    start_nginx ng2 "$P_NG2"
+    for _ in $(seq 100); do is_down "$who" || break; sleep 0.1; done
+    echo "$who $([ "$t_det" -gt 0 ] && echo $(((t_det - t_kill) / 1000000)) || echo never) ${req:-0} $errs" >>"$TMP/failover"
+}
+if [ "$FAILOVER" = 1 ]; then
+    echo
+    echo "== failover: one of two nginx killed (SIGKILL) under wrk -c4 with a new connection per request; checks: HTTP /healthz every 2s, 1s while changing, timeout 1s, fall 3"
+    for w in lbd haproxy; do failover "$w"; done
+    awk '{printf "%-8s detected down after %s ms; client requests %s, failed %s\n", $1, $2, $3, $4}' "$TMP/failover"
+fi
+for w in lbd haproxy; do
+    if grep -qiE 'panic|error' "$TMP/$w.log"; then echo "$w log (errors):"; grep -iE 'panic|error' "$TMP/$w.log" | head -10; fi
+done
