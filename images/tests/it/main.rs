@@ -400,7 +400,7 @@ mod bootd_e2e {
         config.grace = Duration::from_millis(200);
         let app = bootd::prepare(&config, false).unwrap();
         let shutdown = tokio_util::sync::CancellationToken::new();
-        let sockets = bootd::Sockets { http, https: None, dhcp: None, dhcp_proxy: None, tftp: None };
+        let sockets = bootd::Sockets { http, https: None, dhcp: None, dhcp_proxy: None, tftp: None, api: None };
         let task = tokio::spawn(bootd::run_app(app, config, sockets, shutdown.clone()));
 
         for (role, path) in [("kernel", Some(&set.kernel)), ("initramfs", Some(&set.initramfs)), ("rootfs", set.rootfs.as_ref())] {
@@ -436,5 +436,73 @@ mod bootd_e2e {
             err.contains("sha256") && err.contains(&artifacts("10.0")[0].1) && err.contains("fetch it again with: images fetch"),
             "{err}"
         );
+    }
+}
+
+mod tftp_root {
+    use images::tftp_root::{assemble, Sources};
+    use site::Arch;
+    use std::path::{Path, PathBuf};
+
+    #[test]
+    fn ipxe_files_are_put_in_place_once_and_missing_sources_are_named() {
+        let src = tempfile::tempdir().unwrap();
+        for f in ["ipxe.efi", "snponly.efi", "undionly.kpxe"] {
+            std::fs::write(src.path().join(f), format!("stand-in {f}")).unwrap();
+        }
+        let dst = tempfile::tempdir().unwrap();
+        let sources = Sources { ipxe_dir: src.path().to_path_buf(), ..Default::default() };
+        let r = assemble(dst.path(), &[Arch::X86_64], &sources).unwrap();
+        assert_eq!(r.updated, ["ipxe.efi", "snponly.efi", "undionly.kpxe"]);
+        assert_eq!(std::fs::read(dst.path().join("snponly.efi")).unwrap(), b"stand-in snponly.efi");
+        let mtime = std::fs::metadata(dst.path().join("ipxe.efi")).unwrap().modified().unwrap();
+        let r = assemble(dst.path(), &[Arch::X86_64], &sources).unwrap();
+        assert_eq!((r.updated.len(), r.unchanged), (0, 3));
+        assert_eq!(std::fs::metadata(dst.path().join("ipxe.efi")).unwrap().modified().unwrap(), mtime);
+
+        let e = assemble(dst.path(), &[Arch::Aarch64], &sources).unwrap_err().to_string();
+        assert!(e.contains("--ipxe-arm64"), "{e}");
+        let e = assemble(dst.path(), &[Arch::Ppc64le], &sources).unwrap_err().to_string();
+        assert!(e.contains("grub-ieee1275-bin"), "{e}");
+        let e = assemble(dst.path(), &[Arch::X86_64], &Sources { ipxe_dir: "/nonexistent".into(), ..Default::default() })
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("ipxe package"), "{e}");
+    }
+
+    /// The powerpc-ieee1275 module directory tests/lab/tftp-root.sh unpacks
+    /// from the ppc64el grub-ieee1275-bin, when a lab run left it here.
+    fn lab_grub_modules() -> Option<PathBuf> {
+        let cache = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/lab-cache/grub-ieee1275-bin-ppc64el");
+        std::fs::read_dir(cache)
+            .ok()?
+            .flatten()
+            .map(|e| e.path().join("usr/lib/grub/powerpc-ieee1275"))
+            .find(|p| p.join("kernel.img").is_file())
+    }
+
+    #[test]
+    fn core_elf_is_reproducible_and_matches_the_lab_script() {
+        let Some(moddir) = lab_grub_modules().filter(|_| std::process::Command::new("grub-mkimage").arg("--version").output().is_ok())
+        else {
+            // Needs grub-mkimage and the ppc64el modules (tests/lab/deps.sh, tftp-root.sh).
+            eprintln!("SKIPPED: no grub-mkimage or no ppc64el GRUB modules under target/lab-cache");
+            return;
+        };
+        let sources = Sources { grub_ieee1275_dir: Some(moddir.clone()), ..Default::default() };
+        let a = tempfile::tempdir().unwrap();
+        let b = tempfile::tempdir().unwrap();
+        assemble(a.path(), &[Arch::Ppc64le], &sources).unwrap();
+        let r = assemble(b.path(), &[Arch::Ppc64le], &sources).unwrap();
+        let core = std::fs::read(a.path().join("core.elf")).unwrap();
+        assert!(core.starts_with(b"\x7fELF"));
+        assert_eq!(core, std::fs::read(b.path().join("core.elf")).unwrap(), "core.elf is not reproducible");
+        assert!(r.updated.iter().any(|f| f == "grub/powerpc-ieee1275/normal.mod"));
+        assert!(b.path().join("grub/powerpc-ieee1275/command.lst").is_file());
+        // Same inputs as the lab script (GRUB_NET_TRIES 8): same bytes as the core.elf it built.
+        let lab = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/lab-tftp/core.elf");
+        if let Ok(theirs) = std::fs::read(&lab) {
+            assert_eq!(core, theirs, "differs from {}", lab.display());
+        }
     }
 }
