@@ -79,6 +79,9 @@ pub struct Config {
     pub state_dir: Option<PathBuf>,
     /// Notified on SIGHUP (by `main`) or by tests: re-read the site now.
     pub reload: Arc<Notify>,
+    /// Notified (all waiters) when a reload asked for through `reload` has
+    /// finished, applied or refused (`main` then tells systemd READY=1).
+    pub reloaded: Arc<Notify>,
     /// How often the site file (and the files it names) are checked for
     /// changes; `None` turns polling off.
     pub poll: Option<Duration>,
@@ -96,6 +99,7 @@ impl Config {
             site,
             state_dir: None,
             reload: Arc::new(Notify::new()),
+            reloaded: Arc::new(Notify::new()),
             poll: Some(Duration::from_secs(2)),
             grace: Duration::from_secs(5),
             dhcp_ports: Default::default(),
@@ -180,7 +184,13 @@ pub async fn run(config: Config, sockets: Sockets, shutdown: CancellationToken) 
 pub async fn run_app(app: Arc<App>, config: Config, sockets: Sockets, shutdown: CancellationToken) -> Result<(), Error> {
     let tracker = TaskTracker::new();
     let conn_stop = CancellationToken::new();
-    tracker.spawn(watch_site(Arc::clone(&app), config.site.source.clone(), config.reload.clone(), config.poll, shutdown.clone()));
+    tracker.spawn(watch_site(
+        Arc::clone(&app),
+        config.site.source.clone(),
+        (config.reload.clone(), config.reloaded.clone()),
+        config.poll,
+        shutdown.clone(),
+    ));
     info!(addr = %local(&sockets.http), "HTTP listening");
     tracker.spawn(accept_loop(sockets.http, None, Arc::clone(&app), shutdown.clone(), conn_stop.clone(), tracker.clone()));
     if let (Some(l), Some(tls)) = (sockets.https, &app.tls) {
@@ -349,7 +359,20 @@ fn fingerprint(site_path: &Path, live: &Live, state_dir: &Path) -> Vec<Option<Sy
 
 /// Re-reads the site on SIGHUP (via `reload`) and when its files change.
 /// A bad site keeps the old one serving.
-async fn watch_site(app: Arc<App>, site_path: PathBuf, reload: Arc<Notify>, poll: Option<Duration>, shutdown: CancellationToken) {
+async fn watch_site(
+    app: Arc<App>,
+    site_path: PathBuf,
+    (reload, reloaded): (Arc<Notify>, Arc<Notify>),
+    poll: Option<Duration>,
+    shutdown: CancellationToken,
+) {
+    /// Tells `reloaded`'s waiters when this iteration ends, however it ends.
+    struct Done(Arc<Notify>);
+    impl Drop for Done {
+        fn drop(&mut self) {
+            self.0.notify_waiters();
+        }
+    }
     let mut last = app.loaded_fingerprint.clone();
     loop {
         let forced = tokio::select! {
@@ -357,6 +380,7 @@ async fn watch_site(app: Arc<App>, site_path: PathBuf, reload: Arc<Notify>, poll
             _ = reload.notified() => true,
             _ = async { match poll { Some(p) => tokio::time::sleep(p).await, None => std::future::pending().await } } => false,
         };
+        let _done = forced.then(|| Done(Arc::clone(&reloaded)));
         let now = fingerprint(&site_path, &app.live, &app.state_dir);
         tracing::trace!(?now, ?last, forced, "site files checked");
         if !forced && now == last {

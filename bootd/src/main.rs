@@ -220,23 +220,50 @@ fn serve(config: bootd::Config) -> Result<()> {
         for n in &site.nodes {
             println!("  node {:<12} {:<9} {} {}", n.name, n.role, n.macs.first().map(|m| m.to_string()).unwrap_or_default(), n.ip);
         }
-        let signals = tokio::spawn(signals(shutdown.clone(), reload));
-        let r = bootd::run(config, bootd::Sockets { http, https, dhcp, dhcp_proxy, tftp, api }, shutdown).await;
+        let reloaded = Arc::clone(&config.reloaded);
+        let app = bootd::prepare(&config, https.is_some() || api.is_some())?;
+        // Config validated, sockets bound, state (CA, keys) ready: tell systemd.
+        site::service::ready(&format!("serving {} ({} nodes)", site.cluster.domain(), site.nodes.len()));
+        let signals = tokio::spawn(signals(shutdown.clone(), reload, reloaded));
+        let watchdog = site::service::watchdog_interval().map(|every| {
+            tokio::spawn(async move {
+                loop {
+                    site::service::watchdog();
+                    tokio::time::sleep(every).await;
+                }
+            })
+        });
+        let r = bootd::run_app(app, config, bootd::Sockets { http, https, dhcp, dhcp_proxy, tftp, api }, shutdown).await;
         signals.abort();
+        if let Some(w) = watchdog {
+            w.abort();
+        }
         r.map_err(anyhow::Error::from)
     })
 }
 
-async fn signals(shutdown: CancellationToken, reload: Arc<tokio::sync::Notify>) -> Result<()> {
+async fn signals(shutdown: CancellationToken, reload: Arc<tokio::sync::Notify>, reloaded: Arc<tokio::sync::Notify>) -> Result<()> {
     use tokio::signal::unix::{signal, SignalKind};
     let mut hup = signal(SignalKind::hangup())?;
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
     loop {
         tokio::select! {
-            _ = hup.recv() => { tracing::info!("SIGHUP: reloading the site"); reload.notify_one(); }
-            _ = term.recv() => { tracing::info!("SIGTERM: draining"); shutdown.cancel(); return Ok(()); }
-            _ = int.recv() => { tracing::info!("SIGINT: draining"); shutdown.cancel(); return Ok(()); }
+            _ = hup.recv() => {
+                tracing::info!("SIGHUP: reloading the site");
+                site::service::reloading();
+                let done = reloaded.notified();
+                tokio::pin!(done);
+                done.as_mut().enable();
+                reload.notify_one();
+                let status = match tokio::time::timeout(std::time::Duration::from_secs(60), done).await {
+                    Ok(()) => "reload finished (see the log for applied or refused)",
+                    Err(_) => "reload still running after 60 s",
+                };
+                site::service::reloaded(status);
+            }
+            _ = term.recv() => { tracing::info!("SIGTERM: draining"); site::service::stopping(); shutdown.cancel(); return Ok(()); }
+            _ = int.recv() => { tracing::info!("SIGINT: draining"); site::service::stopping(); shutdown.cancel(); return Ok(()); }
         }
     }
 }

@@ -18,6 +18,7 @@ pub mod catalog;
 pub mod dns;
 pub mod mac;
 pub mod model;
+pub mod service;
 mod validate;
 pub mod wire;
 

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# sd_notify test for each daemon (tests/systemd/notify.py), each in its own
+# network namespace with the lab's addresses on a dummy br0, serving
+# examples/lab/site.yaml. Usage: tests/systemd/notify.sh [BINDIR]  (root)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+BINDIR=$(realpath "${1:-target/release}")
+SITE=$PWD/examples/lab/site.yaml
+fail=0
+run() { # name tcp-ports... -- args
+    local name=$1; shift
+    local ns=sdn-$name-$$ state
+    state=$(mktemp -d)
+    ip netns add "$ns"
+    ip -n "$ns" link set lo up
+    ip -n "$ns" link add br0 type bridge
+    ip -n "$ns" addr add 10.77.0.1/24 dev br0
+    ip -n "$ns" link set br0 up
+    if ! ip netns exec "$ns" python3 tests/systemd/notify.py "$@"; then fail=1; fi
+    ip netns del "$ns"
+    rm -rf "$state"
+}
+run bootd --tcp 8080 --tcp 8443 -- "$BINDIR/bootd" --site "$SITE" --state-dir "$(mktemp -d)" run
+for d in dnsd lbd; do
+    if [ -x "$BINDIR/$d" ] && "$BINDIR/$d" --help 2>/dev/null | grep -q -- --site; then
+        run "$d" -- "$BINDIR/$d" --site "$SITE"
+    else
+        echo "FAIL $d: $BINDIR/$d missing or without --site"; fail=1
+    fi
+done
+exit $fail
