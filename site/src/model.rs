@@ -179,9 +179,16 @@ impl Images {
             if r.version == crate::catalog::VERSION_LATEST {
                 v.push(crate::catalog::latest_path(&self.root, &r.stream));
             }
-            if let Ok(res) = &c.resolved {
-                v.push(self.root.join(&res.dir).join(crate::catalog::MANIFEST));
-            }
+            // A pinned version not fetched yet: its manifest-to-be, so the
+            // fetch that creates it triggers the reload.
+            let dir = match &c.resolved {
+                Ok(res) => Some(res.dir.clone()),
+                Err(_) if r.version != crate::catalog::VERSION_LATEST => {
+                    Some(crate::catalog::set_dir(&r.stream, &r.version, &r.arch, &r.platform))
+                }
+                Err(_) => None,
+            };
+            v.extend(dir.map(|d| self.root.join(d).join(crate::catalog::MANIFEST)));
         }
         v
     }

@@ -386,6 +386,13 @@ mod bootd_e2e {
         let cmd = format!("images fetch --site {} --set coreos", std::fs::canonicalize(&site_path).unwrap().display());
         assert!(err.contains("images.sets.coreos") && err.contains(&cmd), "{err}");
 
+        // A pinned version not fetched yet is watched at its manifest-to-be,
+        // so a running bootd reloads once the fetch completes.
+        write_site(dir.path(), "10.0");
+        let pinned = site::load(&site_path).unwrap();
+        assert!(pinned.watched_files().iter().any(|p| p.ends_with("teststream/10.0/x86_64/metal/manifest.json")));
+        write_site(dir.path(), "latest");
+
         let url = publish(&srv, "10.0", None);
         fetcher(&dir.path().join("images")).fetch(&request(&url, "latest")).await.unwrap();
         let site = site::load(&site_path).unwrap();
