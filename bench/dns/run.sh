@@ -1,0 +1,319 @@
+#!/usr/bin/env bash
+# Side-by-side DNS benchmark: dnsd vs NSD vs Knot, same zone, same query mix,
+# on 127.0.0.1 only. Run it under the bench lock:
+#   flock /work/bench.lock bench/dns/run.sh
+#
+# One run: builds dnsd (release) if missing; writes a bench site (200 nodes,
+# extra records); renders its zones with `dnsd zone` and loads exactly those
+# files into NSD and Knot (dnsd serves the site itself); writes a query file
+# (node A with some mixed case, *.apps names, api/api-int, PTR, NXDOMAIN,
+# NODATA, a CNAME chain, SRV, MX/TXT at the apex); checks that the three
+# servers give the same RCODE mix; then, interleaved (A B C, C B A, ...) for
+# ROUNDS rounds, for each server:
+#   - throughput: dnsperf with OUTSTANDING queries in flight for DURATION s:
+#     QPS, loss, and the server's CPU seconds from /proc (all its threads and
+#     processes), hence queries per server-core-second;
+#   - latency: dnsperf at a fixed RATE qps for LAT_DURATION s with -v:
+#     p50/p99 of every response's latency, and loss.
+# Servers are pinned to CPU 0 (one UDP worker each), dnsperf to CPU 1.
+# Medians of the rounds are printed with the ratios dnsd/NSD and dnsd/Knot.
+#
+# Other load: CPU time on CPU 0 not used by the server under test is
+# "other"; a cell where it exceeds OTHER_MAX of the cell's time is repeated
+# (3 attempts at most) and the count of disturbed cells is printed. Per
+# server-CPU-second numbers are robust to other load; QPS and latency are not.
+#
+# Knobs (env): DURATION (10), LAT_DURATION (5), ROUNDS (3), OUTSTANDING (100),
+# RATE (20000), NODES (200), PORT_BASE (45400), OTHER_MAX (0.15),
+# DNSD_BIN (default $CARGO_TARGET_DIR or target, release/dnsd).
+set -euo pipefail
+
+DURATION=${DURATION:-10}
+LAT_DURATION=${LAT_DURATION:-5}
+ROUNDS=${ROUNDS:-3}
+OUTSTANDING=${OUTSTANDING:-100}
+RATE=${RATE:-20000}
+NODES=${NODES:-200}
+PORT_BASE=${PORT_BASE:-45400}
+OTHER_MAX=${OTHER_MAX:-0.15}
+SERVER_CPU=0
+LOAD_CPU=1
+
+REPO=$(cd "$(dirname "$0")/../.." && pwd)
+DNSD_BIN=${DNSD_BIN:-${CARGO_TARGET_DIR:-$REPO/target}/release/dnsd}
+for t in dnsperf nsd knotd dig taskset python3 awk; do
+    command -v "$t" >/dev/null || { echo "missing tool: $t (apt: dnsperf nsd knot dnsutils)" >&2; exit 1; }
+done
+[ "$(nproc --all)" -ge 2 ] || { echo "need at least 2 CPUs" >&2; exit 1; }
+if [ ! -x "$DNSD_BIN" ]; then
+    echo "# building dnsd (release)" >&2
+    (cd "$REPO" && cargo build --release -p dnsd)
+fi
+
+PIDS=()
+TMP=$(mktemp -d /tmp/bench-dns.XXXXXX)
+cleanup() {
+    local p
+    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+    for p in "${PIDS[@]}"; do
+        for _ in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+        kill -9 "$p" 2>/dev/null || true
+    done
+    rm -rf "$TMP"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+log() { echo "# $*" >&2; }
+
+P_DNSD=$PORT_BASE
+P_NSD=$((PORT_BASE + 1))
+P_KNOT=$((PORT_BASE + 2))
+
+# --- the site, its zones, the query file ----------------------------------------
+python3 - "$TMP" "$NODES" "$P_DNSD" <<'EOF'
+import random, sys
+tmp, n, port = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+random.seed(42)
+open(f"{tmp}/worker.ign", "w").write('{"ignition":{"version":"3.2.0"}}')
+nodes = "\n".join(f'  - {{ name: node-{i}, role: worker, macs: ["52:54:00:88:{i // 256:02x}:{i % 256:02x}"], ip: 10.88.{i // 250}.{i % 250 + 2} }}' for i in range(n))
+open(f"{tmp}/site.yaml", "w").write(f"""cluster: {{ name: bench, baseDomain: example.test }}
+host: {{ http: {{ listen: 127.0.0.1:1, url: http://10.88.0.1:8080 }} }}
+networks: [ {{ subnet: 10.88.0.0/22, dnsServers: [10.88.0.1] }} ]
+vips: {{ api: 10.88.0.1, ingress: 10.88.0.2 }}
+images: {{ sets: {{ x: {{ arch: x86_64, kernel: k, initramfs: i }} }} }}
+ignition: {{ roles: {{ worker: worker.ign }} }}
+dns:
+  listen: [127.0.0.1:{port}]
+  rateLimit: {{ responsesPerSecond: 0 }}
+  records:
+    - {{ name: registry, type: A, value: 10.88.0.5 }}
+    - {{ name: www, type: CNAME, value: registry }}
+    - {{ name: "@", type: MX, value: "10 registry" }}
+    - {{ name: "@", type: TXT, value: "v=spf1 -all" }}
+    - {{ name: _etcd-server-ssl._tcp, type: SRV, value: "0 10 2380 node-0" }}
+nodes:
+{nodes}
+""")
+d = "bench.example.test"
+def mixed(s):
+    return "".join(c.upper() if random.random() < 0.5 else c for c in s)
+q = []
+for _ in range(20000):
+    r = random.random()
+    i = random.randrange(n)
+    if r < 0.25:
+        name = f"node-{i}.{d}"
+        q.append(f"{mixed(name) if random.random() < 0.2 else name} A")
+    elif r < 0.45:
+        q.append(f"app-{random.randrange(10000)}.apps.{d} A")
+    elif r < 0.55:
+        q.append(f"{random.choice(['api', 'api-int'])}.{d} A")
+    elif r < 0.65:
+        q.append(f"{i % 250 + 2}.{i // 250}.88.10.in-addr.arpa PTR")
+    elif r < 0.75:
+        q.append(f"missing-{random.randrange(100000)}.{d} A")
+    elif r < 0.85:
+        q.append(f"node-{i}.{d} AAAA")
+    elif r < 0.90:
+        q.append(f"www.{d} A")
+    elif r < 0.95:
+        q.append(f"_etcd-server-ssl._tcp.{d} SRV")
+    else:
+        q.append(f"{d} {random.choice(['MX', 'TXT'])}")
+open(f"{tmp}/queries.txt", "w").write("\n".join(q) + "\n")
+EOF
+"$DNSD_BIN" --site "$TMP/site.yaml" zone >"$TMP/all.zone"
+python3 - "$TMP" <<'EOF'
+import sys
+tmp = sys.argv[1]
+zones = []
+for part in open(f"{tmp}/all.zone").read().split("$ORIGIN ")[1:]:
+    origin = part.split("\n", 1)[0].strip().rstrip(".")
+    open(f"{tmp}/{origin}.zone", "w").write("$ORIGIN " + part)
+    zones.append(origin)
+open(f"{tmp}/zones.txt", "w").write("\n".join(zones) + "\n")
+EOF
+mapfile -t ZONES <"$TMP/zones.txt"
+
+# --- servers ---------------------------------------------------------------------------
+RUST_LOG=warn taskset -c $SERVER_CPU "$DNSD_BIN" --site "$TMP/site.yaml" --udp-threads 1 >"$TMP/dnsd.out" 2>"$TMP/dnsd.log" &
+DNSD_PID=$!
+PIDS+=("$DNSD_PID")
+
+mkdir -p "$TMP/nsd" "$TMP/knot"
+{
+    cat <<EOF
+server:
+    ip-address: 127.0.0.1@$P_NSD
+    port: $P_NSD
+    server-count: 1
+    username: ""
+    chroot: ""
+    zonesdir: "$TMP"
+    pidfile: "$TMP/nsd/nsd.pid"
+    xfrdfile: "$TMP/nsd/xfrd.state"
+    zonelistfile: "$TMP/nsd/zone.list"
+    database: ""
+    hide-version: yes
+    rrl-ratelimit: 0
+    verbosity: 0
+remote-control:
+    control-enable: no
+EOF
+    for z in "${ZONES[@]}"; do printf 'zone:\n    name: "%s"\n    zonefile: "%s.zone"\n' "$z" "$z"; done
+} >"$TMP/nsd/nsd.conf"
+taskset -c $SERVER_CPU nsd -d -c "$TMP/nsd/nsd.conf" >"$TMP/nsd/log" 2>&1 &
+NSD_PID=$!
+PIDS+=("$NSD_PID")
+{
+    cat <<EOF
+server:
+    listen: 127.0.0.1@$P_KNOT
+    rundir: "$TMP/knot"
+    pidfile: "$TMP/knot/knot.pid"
+    udp-workers: 1
+    tcp-workers: 1
+    background-workers: 1
+    identity: ""
+    version: ""
+log:
+  - target: stderr
+    any: warning
+database:
+    storage: "$TMP/knot"
+template:
+  - id: default
+    storage: "$TMP"
+    file: "%s.zone"
+    zonefile-sync: -1
+    journal-content: none
+    semantic-checks: off
+zone:
+EOF
+    for z in "${ZONES[@]}"; do echo "  - domain: $z"; done
+} >"$TMP/knot/knot.conf"
+taskset -c $SERVER_CPU knotd -c "$TMP/knot/knot.conf" >"$TMP/knot/log" 2>&1 &
+KNOT_PID=$!
+PIDS+=("$KNOT_PID")
+
+SERVERS="dnsd nsd knot"
+port_of() { case $1 in dnsd) echo "$P_DNSD" ;; nsd) echo "$P_NSD" ;; knot) echo "$P_KNOT" ;; esac; }
+root_pid() { case $1 in dnsd) echo "$DNSD_PID" ;; nsd) echo "$NSD_PID" ;; knot) echo "$KNOT_PID" ;; esac; }
+tree() { # pid -> the pid and all its descendants
+    local p=$1 c
+    echo "$p"
+    for c in $(pgrep -P "$p" 2>/dev/null); do tree "$c"; done
+}
+cpu_ticks() { # pids -> utime+stime of all threads
+    local t=0 p v
+    for p in "$@"; do
+        v=$(awk '{sub(/.*\) /,""); print $12 + $13}' "/proc/$p/stat" 2>/dev/null || echo 0)
+        t=$((t + v))
+    done
+    echo "$t"
+}
+HZ=$(getconf CLK_TCK)
+cpu0_busy() { awk -v c="cpu$SERVER_CPU" '$1 == c {print $2 + $4 + $7 + $8 + $9}' /proc/stat; }
+
+for s in $SERVERS; do
+    ok=0
+    for _ in $(seq 100); do
+        if [ -n "$(dig @127.0.0.1 -p "$(port_of $s)" +short +time=1 +tries=1 "bench.example.test" SOA 2>/dev/null)" ]; then ok=1; break; fi
+        sleep 0.1
+    done
+    [ $ok = 1 ] || { echo "$s did not come up" >&2; tail -5 "$TMP"/*.log "$TMP"/*/log >&2 || true; exit 1; }
+done
+
+# Same data: the same RCODE mix for one pass over the query file.
+declare -A MIX
+for s in $SERVERS; do
+    MIX[$s]=$(taskset -c $LOAD_CPU dnsperf -s 127.0.0.1 -p "$(port_of $s)" -d "$TMP/queries.txt" -n 1 -q 20 -t 2 2>&1 | awk -F': *' '/Response codes/{print $2}')
+done
+for s in nsd knot; do
+    [ "${MIX[$s]}" = "${MIX[dnsd]}" ] || { echo "RCODE mix differs: dnsd '${MIX[dnsd]}' vs $s '${MIX[$s]}'" >&2; exit 1; }
+done
+
+echo "== dnsd vs NSD vs Knot DNS benchmark, $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+echo "machine: $(nproc --all) vCPU, $(awk -F': ' '/model name/{print $2; exit}' /proc/cpuinfo), kernel $(uname -r)"
+echo "dnsd: $DNSD_BIN, built $(date -u -r "$DNSD_BIN" +%Y-%m-%dT%H:%M:%SZ), repo HEAD $(cd "$REPO" && git rev-parse --short HEAD)"
+echo "nsd: $(nsd -v 2>&1 | head -1); knot: $(knotd --version | head -1); dnsperf: $(dnsperf -h 2>&1 | awk '/Version/{print $2}')"
+echo "zones: ${ZONES[*]} ($NODES nodes); query file: 20000 queries, RCODE mix ${MIX[dnsd]} (same for all three)"
+echo "servers pinned to CPU $SERVER_CPU with one UDP worker each (dnsd --udp-threads 1, NSD server-count 1, Knot udp-workers 1), dnsperf to CPU $LOAD_CPU"
+echo "throughput: dnsperf -q $OUTSTANDING -l $DURATION; latency: dnsperf -Q $RATE -l $LAT_DURATION -v; rounds: $ROUNDS, interleaved; medians"
+echo
+
+RES=$TMP/results # server kind value...
+: >"$RES"
+disturbed=0
+measure() { # server kind -> appends a line
+    local s=$1 kind=$2 a pids c0 c1 b0 b1 t0 t1 out secs other
+    for a in 1 2 3; do
+        # shellcheck disable=SC2046
+        pids=$(tree "$(root_pid "$s")" | tr '\n' ' ')
+        # shellcheck disable=SC2086
+        c0=$(cpu_ticks $pids); b0=$(cpu0_busy); t0=$(date +%s%N)
+        if [ "$kind" = tput ]; then
+            out=$(taskset -c $LOAD_CPU dnsperf -s 127.0.0.1 -p "$(port_of "$s")" -d "$TMP/queries.txt" -l "$DURATION" -q "$OUTSTANDING" -t 2 2>&1)
+        else
+            out=$(taskset -c $LOAD_CPU dnsperf -s 127.0.0.1 -p "$(port_of "$s")" -d "$TMP/queries.txt" -l "$LAT_DURATION" -Q "$RATE" -q "$OUTSTANDING" -t 2 -v 2>&1)
+        fi
+        # shellcheck disable=SC2086
+        c1=$(cpu_ticks $pids); b1=$(cpu0_busy); t1=$(date +%s%N)
+        secs=$(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.3f", (b - a) / 1e9}')
+        other=$(awk -v b=$((b1 - b0)) -v c=$((c1 - c0)) -v hz="$HZ" 'BEGIN{printf "%.2f", (b - c) / hz}')
+        if awk -v o="$other" -v s="$secs" -v m="$OTHER_MAX" 'BEGIN{exit !(o > m * s)}'; then
+            log "$s $kind: attempt $a disturbed (other CPU-s on CPU $SERVER_CPU: $other in ${secs}s)"
+            disturbed=$((disturbed + 1))
+            [ $a -lt 3 ] && continue
+        fi
+        break
+    done
+    local completed lost qps cpu
+    completed=$(awk '/Queries completed:/{print $3}' <<<"$out")
+    lost=$(awk '/Queries lost:/{print $3}' <<<"$out")
+    qps=$(awk '/Queries per second:/{print $4}' <<<"$out")
+    cpu=$(awk -v d=$((c1 - c0)) -v hz="$HZ" 'BEGIN{printf "%.2f", d / hz}')
+    if [ "$kind" = tput ]; then
+        printf '%s tput %s %s %s %s %s\n' "$s" "${qps:-0}" "${completed:-0}" "${lost:-0}" "$cpu" "$other" >>"$RES"
+    else
+        local lat
+        lat=$(grep '^> ' <<<"$out" | awk '{print $NF}' | sort -g | awk '{v[NR]=$1} END{if (NR == 0) {print "0 0"; exit} i50=int(NR*0.5); i99=int(NR*0.99); if (i50 < 1) i50 = 1; if (i99 < 1) i99 = 1; printf "%.3f %.3f\n", v[i50]*1000, v[i99]*1000}')
+        printf '%s lat %s %s %s %s\n' "$s" "$lat" "${completed:-0}" "${lost:-0}" "$cpu" >>"$RES"
+    fi
+}
+order() { if [ $(($1 % 2)) = 1 ]; then echo "$SERVERS"; else echo "$SERVERS" | tr ' ' '\n' | tac | tr '\n' ' '; fi; }
+for r in $(seq "$ROUNDS"); do
+    log "round $r/$ROUNDS"
+    for s in $(order "$r"); do measure "$s" tput; done
+    for s in $(order "$r"); do measure "$s" lat; done
+done
+
+echo "per cell (throughput: QPS completed lost server-CPU-s other-CPU-s; latency: p50-ms p99-ms completed lost server-CPU-s):"
+sed 's/^/  /' "$RES"
+echo
+python3 - "$RES" <<'EOF'
+import statistics, sys
+rows = [l.split() for l in open(sys.argv[1])]
+med = lambda xs: statistics.median(xs) if xs else 0.0
+S = ["dnsd", "nsd", "knot"]
+t = {s: [r for r in rows if r[0] == s and r[1] == "tput"] for s in S}
+l = {s: [r for r in rows if r[0] == s and r[1] == "lat"] for s in S}
+res = {}
+for s in S:
+    qps = med([float(r[2]) for r in t[s]])
+    per_cpu = med([float(r[3]) / float(r[5]) for r in t[s] if float(r[5]) > 0])
+    lost = sum(int(r[4]) for r in t[s])
+    p50 = med([float(r[2]) for r in l[s]])
+    p99 = med([float(r[3]) for r in l[s]])
+    lost_lat = sum(int(r[5]) for r in l[s])
+    res[s] = (qps, per_cpu, lost, p50, p99, lost_lat)
+print(f"{'server':<6} {'QPS':>10} {'q/server-CPU-s':>15} {'lost(tput)':>10} {'p50 ms':>8} {'p99 ms':>8} {'lost(lat)':>9}")
+for s in S:
+    q, c, lo, p5, p9, ll = res[s]
+    print(f"{s:<6} {q:>10.0f} {c:>15.0f} {lo:>10} {p5:>8.3f} {p9:>8.3f} {ll:>9}")
+for peer in ("nsd", "knot"):
+    d, p = res["dnsd"], res[peer]
+    r = lambda a, b: a / b if b else float("nan")
+    print(f"dnsd/{peer}: QPS {r(d[0], p[0]):.2f}x, queries per server-CPU-s {r(d[1], p[1]):.2f}x, p99 {r(d[4], p[4]):.2f}x")
+EOF
+echo "disturbed cells (other load > $OTHER_MAX CPU on CPU $SERVER_CPU): $disturbed"
