@@ -409,7 +409,11 @@ fn node_view(ctl: &Controller, snap: &Snapshot, name: &str) -> Result<Option<Val
     let (phase, message) = match &row {
         Some(r) => (r.phase.clone(), r.message.clone()),
         None if ready => ("Ready".to_string(), String::new()),
-        None => ("Booting".to_string(), conds.iter().find(|c| c.status != "True").map(|c| c.message.clone()).unwrap_or_default()),
+        None => {
+            let booted = conds.iter().any(|c| c.kind == reconcile::NETWORK_BOOTED && c.status == "True");
+            let msg = conds.iter().find(|c| c.status != "True").map(|c| c.message.clone()).unwrap_or_default();
+            (if booted { "Booting" } else { "Waiting" }.to_string(), msg)
+        }
     };
     let machine = ctl.store.resource(name)?.map(|m| {
         json!({ "provider": m.provider, "id": m.external_id, "state": m.state, "addresses": m.addresses, "updatedAt": rfc3339(m.updated_at) })

@@ -5,6 +5,7 @@
 //! (tests/controller/deps.sh) and run from tests/controller/e2e.sh.
 
 mod fake;
+mod prism;
 
 use fake::{Fake, Fault};
 use serde_json::{json, Value};
@@ -200,11 +201,11 @@ pub fn powervs_node(name: &str, ip: &str, mac: &str) -> Value {
     })
 }
 
-fn cond<'a>(v: &'a Value, t: &str) -> &'a Value {
+pub fn cond<'a>(v: &'a Value, t: &str) -> &'a Value {
     v["conditions"].as_array().unwrap().iter().find(|c| c["type"] == t).unwrap()
 }
 
-fn phase(v: &Value) -> &str {
+pub fn phase(v: &Value) -> &str {
     v["phase"].as_str().unwrap_or("")
 }
 

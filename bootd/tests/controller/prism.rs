@@ -1,0 +1,229 @@
+//! The provider clients against Stoplight Prism, from the providers' own
+//! specs (../shared/specs): in mock mode Prism answers 422 to any request
+//! the spec does not allow (that fails the call, so the test); in proxy
+//! mode (`--errors`) in front of the stateful fake it checks both the
+//! requests and the fake's replies, and every violation it logs fails the
+//! test. Needs Prism (tests/controller/deps.sh); run by
+//! tests/controller/e2e.sh (`--ignored`). PRISM and SPECS_DIR override where
+//! Prism and the specs are.
+
+use crate::fake::{self, Fake};
+use crate::{cond, equinix_node, phase, powervs_node, Bootd};
+use bootd::providers::{self, equinix, powervs, NodeRequest, Provider, ProviderSpec};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn prism_bin() -> PathBuf {
+    let p = std::env::var_os("PRISM").map(PathBuf::from).unwrap_or_else(|| repo().join("target/prism/node_modules/.bin/prism"));
+    assert!(p.exists(), "Prism not found at {} (run tests/controller/deps.sh, or set PRISM)", p.display());
+    p
+}
+
+fn spec(rel: &str) -> PathBuf {
+    let dir = std::env::var_os("SPECS_DIR").map(PathBuf::from).unwrap_or_else(|| repo().join("../shared/specs"));
+    let p = dir.join(rel);
+    assert!(p.exists(), "spec {} not found (set SPECS_DIR)", p.display());
+    p
+}
+
+/// One Prism process on 127.0.0.1, stopped (by PID) on drop.
+pub struct Prism {
+    child: Child,
+    pub port: u16,
+    log: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Prism {
+    fn start(args: &[&str]) -> Prism {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("prism.log");
+        let child = Command::new(prism_bin())
+            .args(args)
+            .args(["-h", "127.0.0.1", "-p", &port.to_string()])
+            .stdin(Stdio::null())
+            .stdout(std::fs::File::create(&log).unwrap())
+            .stderr(Stdio::from(std::fs::File::options().append(true).open(&log).unwrap()))
+            .spawn()
+            .unwrap();
+        let mut p = Prism { child, port, log, _dir: dir };
+        let end = Instant::now() + Duration::from_secs(60);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            if let Ok(Some(st)) = p.child.try_wait() {
+                panic!("Prism exited ({st}): {}", p.log_text());
+            }
+            assert!(Instant::now() < end, "Prism did not start: {}", p.log_text());
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        p
+    }
+
+    pub fn mock(spec_rel: &str) -> Prism {
+        Prism::start(&["mock", spec(spec_rel).to_str().unwrap()])
+    }
+
+    pub fn proxy(spec_rel: &str, upstream: &str) -> Prism {
+        Prism::start(&["proxy", "--errors", spec(spec_rel).to_str().unwrap(), upstream])
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// A proxy forwarded requests, and found no request or response
+    /// violation (with `--errors` it answers those with 422/500 and logs
+    /// "not valid").
+    pub fn assert_clean(&self) {
+        let log = self.log_text();
+        assert!(log.contains("Forwarding"), "Prism forwarded nothing:\n{log}");
+        let bad: Vec<&str> = log.lines().filter(|l| l.contains("Violation") || l.contains("not valid")).collect();
+        assert!(bad.is_empty(), "Prism found violations:\n{}", bad.join("\n"));
+    }
+
+    /// Prism's log has no request violation. (A mock's own invented replies
+    /// do not always meet the spec's patterns; those are Prism's, not ours.)
+    pub fn assert_requests_clean(&self) {
+        self.assert_no_violation("Violation: request");
+    }
+
+    fn assert_no_violation(&self, what: &str) {
+        let log = self.log_text();
+        assert!(log.contains("The request passed the validation rules"), "Prism validated nothing:\n{log}");
+        let bad: Vec<&str> = log.lines().filter(|l| l.contains(what)).collect();
+        assert!(bad.is_empty(), "Prism found violations:\n{}", bad.join("\n"));
+    }
+}
+
+impl Drop for Prism {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), nix::sys::signal::Signal::SIGTERM);
+            let _ = self.child.wait();
+        }
+    }
+}
+
+fn node() -> NodeRequest {
+    NodeRequest {
+        name: "worker-3".into(),
+        cluster: "lab".into(),
+        ip: "10.77.0.23".parse().unwrap(),
+        ipxe_url: "http://10.77.0.1:8080/ipxe/worker-3.ipxe".into(),
+        userdata: site::Secret(
+            serde_json::json!({"ignition": {"version": "3.2.0", "config": {"merge": [{"source": "https://10.77.0.1:8443/ignition/worker-3?token=1.x"}]}}})
+                .to_string(),
+        ),
+    }
+}
+
+fn http() -> providers::Http {
+    providers::Http::new(Duration::from_secs(20))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Prism: tests/controller/e2e.sh"]
+async fn prism_mock_equinix_accepts_every_request_and_every_reply_parses() {
+    let m = Prism::mock("equinix-metal/openapi3.bundled.json");
+    let p = Provider::Equinix(equinix::Equinix {
+        http: http(),
+        base_url: m.url(),
+        project_id: fake::PROJECT.into(),
+        api_key: site::Secret(fake::EQUINIX_KEY.into()),
+    });
+    let spec = ProviderSpec::Equinix(equinix::DeviceSpec {
+        metro: "sv".into(),
+        plan: "c3.small.x86".into(),
+        always_pxe: true,
+        hardware_reservation_id: Some("next-available".into()),
+        spot_instance: true,
+        spot_price_max: Some(1.23),
+        billing_cycle: Some("hourly".into()),
+    });
+    // Prism's invented devices carry none of our tags: nothing is found, but
+    // the list must be a valid request and its reply must parse.
+    assert_eq!(p.find(&node()).await.unwrap(), None);
+    let created = p.create(&node(), &spec).await.unwrap();
+    assert!(!created.id.is_empty());
+    p.get(&created.id).await.unwrap();
+    p.delete(&created.id).await.unwrap();
+    m.assert_requests_clean();
+    // And without the key, Prism refuses (the mock does check security).
+    let anon = Provider::Equinix(equinix::Equinix {
+        http: http(),
+        base_url: m.url(),
+        project_id: fake::PROJECT.into(),
+        api_key: site::Secret(String::new()),
+    });
+    let e = anon.find(&node()).await.unwrap_err();
+    assert!(e.to_string().contains("HTTP 401"), "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Prism: tests/controller/e2e.sh"]
+async fn prism_mock_powervs_and_iam_accept_every_request_and_every_reply_parses() {
+    let iam = Prism::mock("powervs/iam-identity-token-api.patched.json");
+    let pvs = Prism::mock("powervs/power-iaas.derived.swagger.json");
+    let p = Provider::PowerVs(powervs::PowerVs::new(
+        http(),
+        pvs.url(),
+        iam.url(),
+        fake::CLOUD_INSTANCE.into(),
+        "crn:v1:bluemix:public:power-iaas:us-south:a/acc:x::".into(),
+        site::Secret(fake::POWERVS_KEY.into()),
+    ));
+    let spec = ProviderSpec::Powervs(powervs::InstanceSpec {
+        image_id: "rhcos-417".into(),
+        processors: 0.5,
+        memory: 16.0,
+        proc_type: "shared".into(),
+        sys_type: "s922".into(),
+        network_id: "net-7".into(),
+        metadata_service: true,
+    });
+    p.find(&node()).await.unwrap();
+    let created = p.create(&node(), &spec).await.unwrap();
+    assert!(!created.id.is_empty());
+    p.get(&created.id).await.unwrap();
+    p.delete(&created.id).await.unwrap();
+    iam.assert_requests_clean();
+    pvs.assert_requests_clean();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Prism: tests/controller/e2e.sh"]
+async fn prism_proxy_checks_the_fake_s_replies_through_both_lifecycles() {
+    let f = Fake::start().await;
+    let eq = Prism::proxy("equinix-metal/openapi3.bundled.json", &f.url());
+    let iam = Prism::proxy("powervs/iam-identity-token-api.patched.json", &f.url());
+    let pvs = Prism::proxy("powervs/power-iaas.derived.swagger.json", &f.url());
+    let b = Bootd::start(&eq.url(), &iam.url(), &pvs.url()).await;
+    for (name, body) in [
+        ("worker-3", equinix_node("worker-3", "10.77.0.23", "52:54:00:77:00:23")),
+        ("p9-1", powervs_node("p9-1", "10.77.0.31", "52:54:00:77:00:31")),
+    ] {
+        let (st, v) = b.call("POST", "/v1/nodes", Some(body)).await;
+        assert_eq!(st, 201, "{v:#}");
+        let v = b.wait_node(name, 60, |_, v| cond(v, "Provisioned")["status"] == "True" || phase(v) == "Failed").await;
+        assert_eq!(cond(&v, "Provisioned")["status"], "True", "{v:#}\n{}\n{}", eq.log_text(), pvs.log_text());
+        let (st, _) = b.call("DELETE", &format!("/v1/nodes/{name}"), None).await;
+        assert_eq!(st, 202);
+        b.wait_node(name, 60, |st, _| st == 404).await;
+    }
+    assert_eq!(f.live_devices(), 0);
+    assert_eq!(f.live_instances(), 0);
+    assert_eq!(f.st().creates, 2);
+    for p in [&eq, &iam, &pvs] {
+        p.assert_clean();
+    }
+    b.stop().await;
+}

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# The controller API's tests, Prism ones included: installs Prism (deps.sh),
+# then runs bootd's `controller` test binary with --include-ignored:
+#   - in-process: auth, Equinix and Power VS lifecycles against the stateful
+#     fake, faults (429 + Retry-After, 500, 503, timeout, truncated JSON),
+#     100 parallel creates, kill -9 of a real bootd between intent and reply,
+#     canary keys absent from logs, metrics, argv and environment;
+#   - Prism (from ../shared/specs, on 127.0.0.1 only): mock mode validates
+#     every request the clients send; proxy mode (--errors) in front of the
+#     fake validates requests and replies through both lifecycles.
+# Exits non-zero on any failure. Needs ../shared/specs beside the repo
+# (SPECS_DIR overrides).
+set -euo pipefail
+REPO=$(cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/../.." && pwd)
+cd "$REPO"
+bash tests/controller/deps.sh
+export PRISM=${PRISM:-$REPO/target/prism/node_modules/.bin/prism}
+export SPECS_DIR=${SPECS_DIR:-$REPO/../shared/specs}
+# Prism tests start up to three Prism processes each; one at a time keeps
+# the 2-core machine responsive.
+cargo test -p bootd --test controller -- --include-ignored --test-threads 2
