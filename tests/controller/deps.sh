@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # What the controller tests need beyond cargo: Node.js (Debian's nodejs/npm
 # when no node is installed) and Stoplight Prism 5 from npm, installed into
-# REPO/target/prism (where bootd/tests/controller/prism.rs looks; PRISM
-# overrides). Idempotent. Usage: tests/controller/deps.sh
+# REPO/target/prism (where bootd/tests/controller/prism.rs looks). When PRISM
+# names an executable, that one is used and nothing is installed.
+# Idempotent. Usage: tests/controller/deps.sh
 set -euo pipefail
 REPO=$(cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/../.." && pwd)
 PRISM_DIR=$REPO/target/prism
@@ -12,6 +13,10 @@ if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -q
   apt-get install -y -q --no-install-recommends nodejs npm
+fi
+if [[ -n ${PRISM:-} && -x ${PRISM:-} ]]; then
+  echo "deps.sh: using PRISM=$PRISM ($("$PRISM" --version))"
+  exit 0
 fi
 if [[ -x $PRISM_DIR/node_modules/.bin/prism ]]; then
   echo "deps.sh: prism $("$PRISM_DIR/node_modules/.bin/prism" --version) already in $PRISM_DIR"

@@ -16,6 +16,6 @@ cd "$REPO"
 bash tests/controller/deps.sh
 export PRISM=${PRISM:-$REPO/target/prism/node_modules/.bin/prism}
 export SPECS_DIR=${SPECS_DIR:-$REPO/../shared/specs}
-# Prism tests start up to three Prism processes each; one at a time keeps
-# the 2-core machine responsive.
+# Two tests at a time: a Prism test starts up to three Prism processes, and
+# the machine has two cores.
 cargo test -p bootd --test controller -- --include-ignored --test-threads 2
