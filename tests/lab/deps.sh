@@ -24,6 +24,9 @@ PKGS=(
   kea-dhcp4-server tftpd-hpa
   # L4 benchmark peer and throughput load (bench/lb); wrk and nginx are above
   haproxy iperf3
+  # dnsd: NSD and Knot as secondaries and differential peers (tests/dns/e2e.sh),
+  # dig/kdig, and the DNS benchmark's load generator (bench/dns)
+  nsd knot knot-dnsutils dnsutils dnsperf
 )
 
 if [[ $(id -u) -ne 0 ]]; then
