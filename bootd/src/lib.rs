@@ -138,6 +138,45 @@ pub enum Error {
     Api(#[from] api::ApiError),
     #[error("an API socket was given but the site has no host.api, or bootd no TLS")]
     ApiConfig,
+    /// A socket the site asks for could not be bound; `what` names the site key.
+    #[error("{what} {addr}: {source}")]
+    Bind { what: &'static str, addr: std::net::SocketAddr, source: std::io::Error },
+}
+
+impl Sockets {
+    /// Binds every socket the site asks for (before privileges are dropped,
+    /// and before READY is sent to systemd).
+    pub async fn bind(site: &Site) -> Result<Sockets, Error> {
+        let tcp = |what: &'static str, addr: std::net::SocketAddr| async move {
+            TcpListener::bind(addr).await.map_err(|source| Error::Bind { what, addr, source })
+        };
+        let http = tcp("host.http.listen", site.host.http.listen).await?;
+        let https = match &site.host.https {
+            Some(h) => Some(tcp("host.https.listen", h.listen).await?),
+            None => None,
+        };
+        let api = match &site.host.api {
+            Some(a) => Some(tcp("host.api.listen", a.listen).await?),
+            None => None,
+        };
+        let (mut dhcp, mut dhcp_proxy) = (None, None);
+        if let Some(d) = &site.host.dhcp {
+            let bind = |what, addr| dhcp::server::bind(addr, d.interface.as_deref()).map_err(|source| Error::Bind { what, addr, source });
+            dhcp = Some(bind("host.dhcp.listen", d.listen)?);
+            if d.mode == site::DhcpMode::Proxy {
+                dhcp_proxy = Some(bind("host.dhcp (proxyDHCP port 4011)", std::net::SocketAddr::new(d.listen.ip(), 4011))?);
+            }
+        }
+        let tftp = match &site.host.tftp {
+            Some(t) => Some(tokio::net::UdpSocket::bind(t.listen).await.map_err(|source| Error::Bind {
+                what: "host.tftp.listen",
+                addr: t.listen,
+                source,
+            })?),
+            None => None,
+        };
+        Ok(Sockets { http, https, dhcp, dhcp_proxy, tftp, api })
+    }
 }
 
 /// Everything `run` prepares before serving; tests use it to reach the

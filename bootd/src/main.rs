@@ -178,35 +178,7 @@ fn serve(config: bootd::Config) -> Result<()> {
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async move {
         let site = &config.site;
-        let http = tokio::net::TcpListener::bind(site.host.http.listen)
-            .await
-            .with_context(|| format!("host.http.listen {}", site.host.http.listen))?;
-        let https = match &site.host.https {
-            Some(h) => Some(tokio::net::TcpListener::bind(h.listen).await.with_context(|| format!("host.https.listen {}", h.listen))?),
-            None => None,
-        };
-        let (dhcp, dhcp_proxy) = match &site.host.dhcp {
-            Some(d) => {
-                let main = bootd::dhcp::server::bind(d.listen, d.interface.as_deref())
-                    .with_context(|| format!("host.dhcp.listen {} (interface {:?})", d.listen, d.interface))?;
-                let proxy = if d.mode == site::DhcpMode::Proxy {
-                    let a = std::net::SocketAddr::new(d.listen.ip(), 4011);
-                    Some(bootd::dhcp::server::bind(a, d.interface.as_deref()).with_context(|| format!("proxyDHCP port {a}"))?)
-                } else {
-                    None
-                };
-                (Some(main), proxy)
-            }
-            None => (None, None),
-        };
-        let api = match &site.host.api {
-            Some(a) => Some(tokio::net::TcpListener::bind(a.listen).await.with_context(|| format!("host.api.listen {}", a.listen))?),
-            None => None,
-        };
-        let tftp = match &site.host.tftp {
-            Some(t) => Some(tokio::net::UdpSocket::bind(t.listen).await.with_context(|| format!("host.tftp.listen {}", t.listen))?),
-            None => None,
-        };
+        let sockets = bootd::Sockets::bind(site).await?;
         let shutdown = CancellationToken::new();
         let reload = Arc::clone(&config.reload);
         println!("bootd: serving cluster {} ({} nodes) from {}", site.cluster.domain(), site.nodes.len(), site.source.display());
@@ -221,7 +193,7 @@ fn serve(config: bootd::Config) -> Result<()> {
             println!("  node {:<12} {:<9} {} {}", n.name, n.role, n.macs.first().map(|m| m.to_string()).unwrap_or_default(), n.ip);
         }
         let reloaded = Arc::clone(&config.reloaded);
-        let app = bootd::prepare(&config, https.is_some() || api.is_some())?;
+        let app = bootd::prepare(&config, sockets.https.is_some() || sockets.api.is_some())?;
         // Config validated, sockets bound, state (CA, keys) ready: tell systemd.
         site::service::ready(&format!("serving {} ({} nodes)", site.cluster.domain(), site.nodes.len()));
         let signals = tokio::spawn(signals(shutdown.clone(), reload, reloaded));
@@ -233,7 +205,7 @@ fn serve(config: bootd::Config) -> Result<()> {
                 }
             })
         });
-        let r = bootd::run_app(app, config, bootd::Sockets { http, https, dhcp, dhcp_proxy, tftp, api }, shutdown).await;
+        let r = bootd::run_app(app, config, sockets, shutdown).await;
         signals.abort();
         if let Some(w) = watchdog {
             w.abort();
