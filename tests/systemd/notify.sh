@@ -21,9 +21,10 @@ run() { # name tcp-ports... -- args
     rm -rf "$state"
 }
 run bootd --tcp 8080 --tcp 8443 -- "$BINDIR/bootd" --site "$SITE" --state-dir "$(mktemp -d)" run
+run appliance --tcp 8080 --tcp 53 --tcp 6443 --tcp 22623 -- "$BINDIR/appliance" --site "$SITE" --state-dir "$(mktemp -d)"
 for d in dnsd lbd; do
     if [ -x "$BINDIR/$d" ] && "$BINDIR/$d" --help 2>/dev/null | grep -q -- --site; then
-        run "$d" -- "$BINDIR/$d" --site "$SITE"
+        run "$d" -- "$BINDIR/$d" --site "$SITE" $([ "$d" = lbd ] && echo --state-dir "$(mktemp -d)") run
     else
         echo "FAIL $d: $BINDIR/$d missing or without --site"; fail=1
     fi

@@ -1,0 +1,186 @@
+//! The all-in-one appliance: bootd, dnsd and lbd in one process, from one
+//! site description, with one runtime, one signal handler and one systemd
+//! notification. This is what the container runs and what the demo can use;
+//! the three daemons also run as separate units (systemd/).
+//!
+//! Each daemon is a library (`run(config, sockets, shutdown)`), so this file
+//! only binds what the site asks for, starts the three, and stops them
+//! together: when one fails the others are drained and the process exits
+//! non-zero naming the daemon.
+
+use anyhow::{Context, Result};
+use clap::Parser;
+use std::path::PathBuf;
+use std::sync::Arc;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+#[derive(Parser, Debug)]
+#[command(name = "appliance", version, about = "bootd + dnsd + lbd in one process, from one site description")]
+struct Cli {
+    /// The site description.
+    #[arg(long, default_value = "/etc/bare-metal-boot/site.yaml")]
+    site: PathBuf,
+    /// State directory (bootd's leases, CA, keys, API store; lbd's bootstrap
+    /// state in `lbd/` below it). Default: the site's host.stateDir.
+    #[arg(long)]
+    state_dir: Option<PathBuf>,
+    /// Do not run dnsd.
+    #[arg(long)]
+    no_dns: bool,
+    /// Do not run lbd.
+    #[arg(long)]
+    no_lb: bool,
+}
+
+fn main() -> Result<()> {
+    let cli = Cli::parse();
+    let (writer, _log_flush) = tracing_appender::non_blocking::NonBlockingBuilder::default().lossy(false).finish(std::io::stderr());
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_writer(writer)
+        .init();
+    // Stage two of every daemon's config, before anything is bound: a bad
+    // site is refused here with file, key and reason.
+    let site = site::load(&cli.site).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let mut boot = bootd::Config::new(site);
+    boot.state_dir = cli.state_dir.clone();
+    let state_dir = boot.state_dir();
+    let dns = if cli.no_dns {
+        None
+    } else {
+        let source = dnsd::Source::Site(cli.site.clone());
+        let loaded = dnsd::load(&source, None).map_err(|e| anyhow::anyhow!("dnsd: {e}"))?;
+        Some((dnsd::Config::new(source), loaded))
+    };
+    let lb = if cli.no_lb {
+        None
+    } else {
+        let source = lbd::Source::Site(cli.site.clone());
+        let loaded = lbd::Loaded::load(&source).map_err(|e| anyhow::anyhow!("lbd: {e}"))?;
+        let mut c = lbd::Config::new(source, loaded);
+        c.state_dir = Some(state_dir.join("lbd"));
+        Some(c)
+    };
+    tokio::runtime::Runtime::new()?.block_on(serve(boot, dns, lb))
+}
+
+async fn serve(boot: bootd::Config, dns: Option<(dnsd::Config, dnsd::Loaded)>, lb: Option<lbd::Config>) -> Result<()> {
+    // Bind everything first: READY only when every socket is ours.
+    let boot_sockets = bootd::Sockets::bind(&boot.site).await?;
+    let dns_sockets = match &dns {
+        Some((_, loaded)) => {
+            let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).min(2);
+            let mut s = dnsd::Sockets { udp: Vec::new(), tcp: Vec::new(), http: None };
+            for a in &loaded.dns.listen {
+                s.udp.extend(dnsd::bind_udp(*a, threads).with_context(|| format!("dns.listen {a} (UDP)"))?);
+                s.tcp.push(tokio::net::TcpListener::from_std(dnsd::bind_tcp(*a).with_context(|| format!("dns.listen {a} (TCP)"))?)?);
+            }
+            if let Some(h) = loaded.dns.http {
+                s.http = Some(tokio::net::TcpListener::bind(h).await.with_context(|| format!("dns.http {h}"))?);
+            }
+            Some(s)
+        }
+        None => None,
+    };
+    let lb_sockets = match &lb {
+        Some(c) => {
+            let mut s = lbd::Sockets::default();
+            for f in &c.loaded.plan(false) {
+                s.frontends
+                    .insert(f.name.clone(), lbd::state::bind(f.listen).with_context(|| format!("lb frontend {} {}", f.name, f.listen))?);
+            }
+            if let Some(a) = c.loaded.lb().admin_listen {
+                s.admin = Some(lbd::state::bind(a).with_context(|| format!("lb.adminListen {a}"))?);
+            }
+            Some(s)
+        }
+        None => None,
+    };
+    let app = bootd::prepare(&boot, boot_sockets.https.is_some() || boot_sockets.api.is_some())?;
+
+    let shutdown = CancellationToken::new();
+    let mut reloads: Vec<Arc<Notify>> = vec![Arc::clone(&boot.reload)];
+    let reloaded = Arc::clone(&boot.reloaded);
+    let mut tasks = tokio::task::JoinSet::new();
+    let summary = format!(
+        "serving {} ({} nodes): bootd{}{}",
+        boot.site.cluster.domain(),
+        boot.site.nodes.len(),
+        if dns.is_some() { " dnsd" } else { "" },
+        if lb.is_some() { " lbd" } else { "" }
+    );
+    {
+        let sd = shutdown.clone();
+        tasks.spawn(async move { ("bootd", bootd::run_app(app, boot, boot_sockets, sd).await.map_err(anyhow::Error::from)) });
+    }
+    if let (Some((config, loaded)), Some(sockets)) = (dns, dns_sockets) {
+        reloads.push(Arc::clone(&config.reload));
+        let sd = shutdown.clone();
+        tasks.spawn(async move { ("dnsd", dnsd::run_loaded(config, loaded, sockets, sd).await.map_err(anyhow::Error::from)) });
+    }
+    if let (Some(config), Some(sockets)) = (lb, lb_sockets) {
+        reloads.push(Arc::clone(&config.reload));
+        let sd = shutdown.clone();
+        tasks.spawn(async move { ("lbd", lbd::run(config, sockets, sd).await.map_err(anyhow::Error::from)) });
+    }
+    site::service::ready(&summary);
+    tracing::info!("{summary}");
+    let signals = tokio::spawn(signals(shutdown.clone(), reloads, reloaded));
+    let watchdog = site::service::watchdog_interval().map(|every| {
+        tokio::spawn(async move {
+            loop {
+                site::service::watchdog();
+                tokio::time::sleep(every).await;
+            }
+        })
+    });
+
+    // The first daemon to stop (an error, or the shutdown) stops the others.
+    let mut failed = None;
+    while let Some(joined) = tasks.join_next().await {
+        let (name, result) = joined.context("a daemon task panicked")?;
+        if let Err(e) = result {
+            tracing::error!(daemon = name, error = %e, "stopped with an error; stopping the others");
+            failed.get_or_insert((name, e));
+        }
+        shutdown.cancel();
+    }
+    signals.abort();
+    if let Some(w) = watchdog {
+        w.abort();
+    }
+    match failed {
+        Some((name, e)) => Err(e.context(name)),
+        None => Ok(()),
+    }
+}
+
+async fn signals(shutdown: CancellationToken, reloads: Vec<Arc<Notify>>, reloaded: Arc<Notify>) -> Result<()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut hup = signal(SignalKind::hangup())?;
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    loop {
+        tokio::select! {
+            _ = hup.recv() => {
+                tracing::info!("SIGHUP: every daemon re-reads the site");
+                site::service::reloading();
+                let done = reloaded.notified();
+                tokio::pin!(done);
+                done.as_mut().enable();
+                for r in &reloads {
+                    r.notify_one();
+                }
+                let status = match tokio::time::timeout(std::time::Duration::from_secs(60), done).await {
+                    Ok(()) => "reload finished (see the log for applied or refused)",
+                    Err(_) => "reload still running after 60 s",
+                };
+                site::service::reloaded(status);
+            }
+            _ = term.recv() => { tracing::info!("SIGTERM: draining"); site::service::stopping(); shutdown.cancel(); return Ok(()); }
+            _ = int.recv() => { tracing::info!("SIGINT: draining"); site::service::stopping(); shutdown.cancel(); return Ok(()); }
+        }
+    }
+}
