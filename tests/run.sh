@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
 # The test command (README): installs what the tests need on a fresh Debian 12
 # machine (apt packages included), then runs every test:
-#   1. formatting check;
-#   2. cargo test --workspace: unit, golden (checked by ignition-validate) and
-#      integration tests (the real servers on loopback, talked to by hyper and curl);
-#   3. DHCP interop: udhcpc, dhclient and perfdhcp (relay) against bootd's DHCP;
-#   4. end to end: real firmware network-boots the lab site's nodes from bootd
+#   1. formatting and clippy (-D warnings);
+#   2. cargo test --workspace: unit, golden and integration tests of every crate
+#      (real servers on loopback, talked to by real clients: hyper, curl, dig,
+#      HTTPS health checks, SQLite store with kill -9, provider fakes);
+#   3. systemd units (verify, security <= 2.0), the sd_notify protocol of each
+#      daemon and of the all-in-one binary, which must serve DNS, HTTP and LB;
+#   4. dnsd against NSD and Knot (secondaries via AXFR/NOTIFY, differential);
+#      the controller's provider clients against Prism mocks of the specs;
+#   5. DHCP interop: udhcpc, dhclient and perfdhcp (relay) against bootd;
+#   6. end to end: real firmware network-boots the lab site's nodes from bootd
 #      inside a private network namespace: SeaBIOS + iPXE ROM, OVMF + iPXE ROM and
 #      OVMF's own PXE (-> ipxe.efi over TFTP) boot a Linux guest that proves the
 #      Ignition bytes it fetched equal what bootd rendered; SLOF (ppc64) loads
@@ -25,28 +30,40 @@ cargo fmt --all -- --check
 log "clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
+# The lab's guest image and TFTP root first: some cargo tests compare
+# against them (images' core.elf must equal tftp-root.sh's).
+log "lab guest image and TFTP root"
+bash tests/lab/guest.sh target/lab-images
+bash tests/lab/tftp-root.sh target/lab-tftp
+
 log "cargo test --workspace"
 cargo test --workspace --locked
 
-log "end-to-end network boot"
-cargo build --release --locked -p bootd
-bash tests/lab/guest.sh target/lab-images
-bash tests/lab/tftp-root.sh target/lab-tftp
-passed=0 failed=0
+log "release build"
+cargo build --release --locked --workspace
+BIN=target/release
+
+passed=0 failed=0 failures=()
+t() { # name command...: one end-to-end check, counted
+    local name=$1; shift
+    log "$name"
+    if "$@"; then passed=$((passed + 1)); else failed=$((failed + 1)); failures+=("$name"); fi
+}
 e2e() {
   # bootd serves DHCP itself (--no-dhcp: no stand-in; dnsmasq only sends IPv6 RAs).
-  if bash tests/lab/netboot.sh --bootd target/release/bootd --site examples/lab/site.yaml --no-dhcp "$@"; then
-    passed=$((passed + 1))
-  else
-    failed=$((failed + 1))
-  fi
+  bash tests/lab/netboot.sh --bootd $BIN/bootd --site examples/lab/site.yaml --no-dhcp "$@"
 }
-if bash tests/lab/dhcp-interop.sh target/release/bootd; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
-e2e --node bootstrap --mac 52:54:00:77:00:10 --ip 10.77.0.10 --firmware seabios-ipxe
-e2e --node master-0 --mac 52:54:00:77:00:11 --ip 10.77.0.11 --firmware ovmf-ipxe
-e2e --node worker-0 --mac 52:54:00:77:00:20 --ip 10.77.0.20 --firmware ovmf-pxe
-e2e --node p9-0 --mac 52:54:00:77:00:30 --ip 10.77.0.30 --firmware slof-grub
+t "systemd units: verify + security"   bash tests/systemd/check.sh $BIN
+t "sd_notify: bootd, appliance, dnsd, lbd" bash tests/systemd/notify.sh $BIN
+t "all-in-one appliance"              bash tests/systemd/appliance.sh $BIN
+t "dnsd vs NSD and Knot"              bash tests/dns/e2e.sh $BIN/dnsd
+t "controller vs Prism mocks"         bash tests/controller/e2e.sh
+t "DHCP interop (udhcpc, dhclient, perfdhcp)" bash tests/lab/dhcp-interop.sh $BIN/bootd
+t "netboot SeaBIOS + iPXE"            e2e --node bootstrap --mac 52:54:00:77:00:10 --ip 10.77.0.10 --firmware seabios-ipxe
+t "netboot OVMF + iPXE"               e2e --node master-0 --mac 52:54:00:77:00:11 --ip 10.77.0.11 --firmware ovmf-ipxe
+t "netboot OVMF PXE -> ipxe.efi"      e2e --node worker-0 --mac 52:54:00:77:00:20 --ip 10.77.0.20 --firmware ovmf-pxe
+t "netboot SLOF -> GRUB"              e2e --node p9-0 --mac 52:54:00:77:00:30 --ip 10.77.0.30 --firmware slof-grub
 
 log "summary"
-echo "end-to-end: $passed passed, $failed failed"
+echo "end-to-end: $passed passed, $failed failed${failures:+ (${failures[*]})}"
 [ "$failed" -eq 0 ]
