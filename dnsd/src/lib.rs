@@ -223,19 +223,11 @@ pub async fn run_loaded(config: Config, loaded: Loaded, sockets: Sockets, shutdo
     let limit = rrl::Limit { per_second: dns.rate_limit, slip: dns.slip };
     for (i, sock) in sockets.udp.into_iter().enumerate() {
         info!(addr = %sock.local_addr().map(|a| a.to_string()).unwrap_or_default(), worker = i, "UDP listening");
-        let forward_sock = tokio::net::UdpSocket::from_std({
-            let s = sock.try_clone()?;
-            s.set_nonblocking(true)?;
-            s
-        })?;
-        let w = udp::Worker {
-            sock,
-            live: Arc::clone(&live),
-            stop: shutdown.clone(),
-            forward: fwd_tx.clone(),
-            reply: Arc::new(forward_sock),
-            limit,
-        };
+        // A duplicate of the socket for the forwarder's replies. It shares
+        // the file status flags, so it stays blocking like the worker's
+        // (O_NONBLOCK on it would make the worker's recvmmsg spin).
+        let reply = Arc::new(sock.try_clone()?);
+        let w = udp::Worker { sock, live: Arc::clone(&live), stop: shutdown.clone(), forward: fwd_tx.clone(), reply, limit };
         threads.push(std::thread::Builder::new().name(format!("dnsd-udp-{i}")).spawn(move || w.run())?);
     }
     drop(fwd_tx);

@@ -30,7 +30,7 @@ const MAX_QUERY: usize = 4096;
 pub struct Forwarded {
     pub query: Vec<u8>,
     pub peer: SocketAddr,
-    pub reply: Arc<tokio::net::UdpSocket>,
+    pub reply: Arc<std::net::UdpSocket>,
 }
 
 pub struct Worker {
@@ -38,8 +38,8 @@ pub struct Worker {
     pub live: Arc<Live>,
     pub stop: CancellationToken,
     pub forward: tokio::sync::mpsc::Sender<Forwarded>,
-    /// The same socket, for the forwarder's replies.
-    pub reply: Arc<tokio::net::UdpSocket>,
+    /// The same socket (a blocking duplicate), for the forwarder's replies.
+    pub reply: Arc<std::net::UdpSocket>,
     pub limit: Limit,
 }
 
@@ -171,7 +171,8 @@ pub async fn forward_loop(mut rx: tokio::sync::mpsc::Receiver<Forwarded>, fwd: A
             live.metrics.forwarded.get_or_create(&crate::metrics::Outcome { result: if out.is_some() { "ok" } else { "failed" } }).inc();
             let reply = out.unwrap_or_else(|| crate::wire::servfail(&f.query));
             if !reply.is_empty() {
-                let _ = f.reply.send_to(&reply, f.peer).await;
+                // A blocking socket: one datagram, off the runtime's threads.
+                let _ = tokio::task::spawn_blocking(move || f.reply.send_to(&reply, f.peer)).await;
             }
         });
     }
