@@ -74,7 +74,9 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 log() { echo "# $*" >&2; }
-on_server() { nice -n "$PRIO" taskset -c $SERVER_CPU "$@"; }
+# Arrays, not functions: "${ON_SERVER[@]}" cmd & gives $! = cmd's own PID
+# (nice and taskset exec it), so cleanup stops the server, not a subshell.
+ON_SERVER=(nice -n "$PRIO" taskset -c "$SERVER_CPU")
 on_load() { nice -n "$PRIO" taskset -c $LOAD_CPU "$@"; }
 
 TMP=$(mktemp -d /tmp/bench-lb.XXXXXX)
@@ -113,7 +115,7 @@ http {
     }
 }
 EOF
-    on_server nginx -p "$d" -c "$d/nginx.conf" 2>>"$d/error.log" &
+    "${ON_SERVER[@]}" nginx -p "$d" -c "$d/nginx.conf" 2>>"$d/error.log" &
     NGX_PID[$1]=$!
     PIDS+=("$!")
     wait_http "http://127.0.0.1:$2/1k"
@@ -125,7 +127,7 @@ wait_http() {
 }
 start_nginx ng1 "$P_NG1"
 start_nginx ng2 "$P_NG2"
-on_server iperf3 -s -B 127.0.0.1 -p "$P_IPERF" >"$TMP/iperf3-s.log" 2>&1 &
+"${ON_SERVER[@]}" iperf3 -s -B 127.0.0.1 -p "$P_IPERF" >"$TMP/iperf3-s.log" 2>&1 &
 IPERF_PID=$!
 PIDS+=("$!")
 
@@ -133,7 +135,7 @@ PIDS+=("$!")
 cat >"$TMP/lb.yaml" <<EOF
 adminListen: 127.0.0.1:$P_LBD_ADMIN
 check: { interval: 2s, fastInterval: 1s, timeout: 1s, rise: 2, fall: 3 }
-limits: { maxConns: 20000, maxConnsPerSource: 20000, connectTimeout: 3s, idleTimeout: 1h }
+limits: { maxConns: 8000, maxConnsPerSource: 8000, connectTimeout: 3s, idleTimeout: 1h }
 services:
   - name: web
     listen: 127.0.0.1:$P_LBD_WEB
@@ -143,13 +145,13 @@ services:
     listen: 127.0.0.1:$P_LBD_BULK
     backends: ["127.0.0.1:$P_IPERF"]
 EOF
-RUST_LOG=${RUST_LOG:-warn} on_server "$LBD_BIN" --config "$TMP/lb.yaml" --state-dir "$TMP/lbd-state" >"$TMP/lbd.log" 2>&1 &
+RUST_LOG=${RUST_LOG:-warn} "${ON_SERVER[@]}" "$LBD_BIN" --config "$TMP/lb.yaml" --state-dir "$TMP/lbd-state" >"$TMP/lbd.log" 2>&1 &
 LBD_PID=$!
 PIDS+=("$!")
 
 cat >"$TMP/haproxy.cfg" <<EOF
 global
-    maxconn 20000
+    maxconn 8000
     stats socket $TMP/haproxy.sock mode 600 level admin
 defaults
     mode tcp
@@ -175,7 +177,7 @@ backend bulk
     server iperf 127.0.0.1:$P_IPERF check inter 2s
 EOF
 haproxy -c -q -f "$TMP/haproxy.cfg"
-on_server haproxy -db -f "$TMP/haproxy.cfg" >"$TMP/haproxy.log" 2>&1 &
+"${ON_SERVER[@]}" haproxy -db -f "$TMP/haproxy.cfg" >"$TMP/haproxy.log" 2>&1 &
 HA_PID=$!
 PIDS+=("$!")
 

@@ -69,8 +69,8 @@ fn reset(stream: TcpStream) {
     let _ = socket2::SockRef::from(&stream).set_linger(Some(Duration::ZERO));
 }
 
+/// `client` has TCP_NODELAY from its listener (see [`crate::state::App::apply`]).
 async fn serve(mut client: TcpStream, peer: SocketAddr, fe: Arc<Frontend>, app: Arc<App>, _guard: ConnGuard) {
-    let _ = client.set_nodelay(true);
     let limits = app.limits.load_full();
     let Some((mut server, backend)) = connect_some(&fe, limits.connect_timeout).await else {
         reset(client);

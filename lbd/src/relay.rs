@@ -71,13 +71,15 @@ pub async fn relay(client: &mut TcpStream, backend: &mut TcpStream, idle: Durati
 
 /// One direction: `src` until its EOF, then shuts `dst` down for writing.
 async fn pump(mut src: ReadHalf<'_>, mut dst: WriteHalf<'_>, bytes: &AtomicU64, last: &AtomicU64, start: Instant) -> io::Result<()> {
-    let mut buf = vec![0u8; BUF];
+    // Not zeroed: `read_buf` fills the spare capacity.
+    let mut buf = Vec::with_capacity(BUF);
     loop {
-        let n = src.read(&mut buf).await?;
+        buf.clear();
+        let n = src.read_buf(&mut buf).await?;
         if n == 0 {
             return dst.shutdown().await;
         }
-        dst.write_all(&buf[..n]).await?;
+        dst.write_all(&buf).await?;
         bytes.fetch_add(n as u64, Relaxed);
         last.store(start.elapsed().as_millis() as u64, Relaxed);
         #[cfg(target_os = "linux")]

@@ -249,6 +249,9 @@ impl App {
                 Some(l) => l,
                 None => bind(f.listen).map_err(|e| ApplyError::Bind { name: f.name.clone(), addr: f.listen, source: e })?,
             };
+            // Accepted sockets inherit TCP_NODELAY: one setsockopt per
+            // listener instead of one per connection.
+            let _ = socket2::SockRef::from(&l).set_tcp_nodelay(true);
             bound.insert(f.name.clone(), l);
         }
         // 2. Carry over or create each frontend; its pool keeps the backends
