@@ -65,6 +65,9 @@ pub struct Config {
     pub source: Source,
     /// Notified on SIGHUP (by `main`) or by tests: reload now.
     pub reload: Arc<Notify>,
+    /// Notified (all waiters) when a reload asked for through `reload` has
+    /// finished, applied or refused (main tells systemd `READY=1` then).
+    pub reloaded: Arc<Notify>,
     /// How often the source files are checked for changes; `None`: never.
     pub poll: Option<Duration>,
     /// How long TCP connections get to finish after shutdown.
@@ -80,6 +83,7 @@ impl Config {
         Config {
             source,
             reload: Arc::new(Notify::new()),
+            reloaded: Arc::new(Notify::new()),
             poll: Some(Duration::from_secs(2)),
             grace: Duration::from_secs(5),
             tcp_idle: Duration::from_secs(10),
@@ -248,7 +252,15 @@ pub async fn run_loaded(config: Config, loaded: Loaded, sockets: Sockets, shutdo
             tracker.spawn(async move { xfr::notify(&z, &targets, &live.metrics).await });
         }
     }
-    tracker.spawn(watch(config.source.clone(), Arc::clone(&live), dns, watched, config.reload.clone(), config.poll, shutdown.clone()));
+    tracker.spawn(watch(
+        config.source.clone(),
+        Arc::clone(&live),
+        dns,
+        watched,
+        (config.reload.clone(), config.reloaded.clone()),
+        config.poll,
+        shutdown.clone(),
+    ));
     shutdown.cancelled().await;
     tracker.close();
     if tokio::time::timeout(config.grace, tracker.wait()).await.is_err() {
@@ -269,10 +281,17 @@ async fn watch(
     live: Arc<Live>,
     mut dns: Dns,
     mut watched: Vec<PathBuf>,
-    reload: Arc<Notify>,
+    (reload, reloaded): (Arc<Notify>, Arc<Notify>),
     poll: Option<Duration>,
     shutdown: CancellationToken,
 ) {
+    /// Tells `reloaded`'s waiters when a forced reload ends, however it ends.
+    struct Done(Arc<Notify>);
+    impl Drop for Done {
+        fn drop(&mut self) {
+            self.0.notify_waiters();
+        }
+    }
     let mut last = site::fingerprint(&watched);
     loop {
         let forced = tokio::select! {
@@ -280,6 +299,7 @@ async fn watch(
             _ = reload.notified() => true,
             _ = async { match poll { Some(p) => tokio::time::sleep(p).await, None => std::future::pending().await } } => false,
         };
+        let _done = forced.then(|| Done(Arc::clone(&reloaded)));
         let now = site::fingerprint(&watched);
         if !forced && now == last {
             continue;
