@@ -4,7 +4,7 @@
 //! |---|---|
 //! | `GET /healthz` | `ok` |
 //! | `GET /metrics` | Prometheus text |
-//! | `GET /status` | frontends, backends, states and reasons (JSON) |
+//! | `GET /status` | frontends, backends, states and reasons, clients' first connections (JSON) |
 //! | `POST /bootstrap/complete` | drain the bootstrap node and remove it from api and machine-config |
 //!
 //! No authentication: bind it to loopback or a management network
@@ -116,14 +116,23 @@ pub fn status(lbd: &Lbd) -> serde_json::Value {
                         "bytesTo": b.bytes_to.load(Relaxed),
                         "bytesFrom": b.bytes_from.load(Relaxed),
                         "checkLatencyMs": b.check_latency().as_secs_f64() * 1e3,
+                        // Wall clock, for bootd's timeline: when the checks last turned it up.
+                        "upSinceMs": b.up_since().map(|t| {
+                            crate::state::unix_ms(std::time::SystemTime::now()).saturating_sub(t.elapsed().as_millis() as u64)
+                        }),
                     })
                 })
                 .collect();
+            let mut clients: Vec<_> = f.clients.lock().unwrap_or_else(|p| p.into_inner()).iter().map(|(ip, ms)| (*ip, *ms)).collect();
+            clients.sort();
+            let clients: Vec<_> = clients.iter().map(|(ip, ms)| serde_json::json!({"ip": ip.to_string(), "firstMs": ms})).collect();
             serde_json::json!({
                 "name": &*f.name,
                 "listen": f.local.to_string(),
                 "balance": format!("{:?}", f.balance()),
                 "backends": backends,
+                // Each client address's first connection (bootd's boot timeline).
+                "clients": clients,
             })
         })
         .collect();

@@ -56,6 +56,7 @@ pub async fn accept_loop(listener: TcpListener, fe: Arc<Frontend>, app: Arc<App>
             reset(stream);
             continue;
         };
+        fe.note_client(peer.ip());
         app.tracker.spawn(serve(stream, peer, Arc::clone(&fe), Arc::clone(&app), guard));
     }
 }
@@ -80,9 +81,9 @@ async fn serve(mut client: TcpStream, peer: SocketAddr, fe: Arc<Frontend>, app: 
     backend.active.fetch_add(1, Relaxed);
     let counters = Counters { to_backend: &backend.bytes_to, from_backend: &backend.bytes_from };
     let r = tokio::select! {
+        biased;
         r = relay(&mut client, &mut server, limits.idle_timeout, counters) => r,
-        _ = backend.close_now.cancelled() => Err(RelayError::Io(io::Error::other("drain deadline reached"))),
-        _ = app.conn_stop.cancelled() => Err(RelayError::Io(io::Error::other("shutting down"))),
+        _ = backend.close_now.cancelled() => Err(RelayError::Io(io::Error::other("drain deadline reached or shutting down"))),
     };
     backend.active.fetch_sub(1, Relaxed);
     if let Err(e) = r {

@@ -57,6 +57,7 @@ pub async fn relay(client: &mut TcpStream, backend: &mut TcpStream, idle: Durati
     let mut deadline = start + idle;
     loop {
         tokio::select! {
+            biased;
             r = &mut both => return r.map(|_| ()).map_err(RelayError::from),
             _ = tokio::time::sleep_until(deadline) => {
                 let seen = start + Duration::from_millis(last.load(Relaxed));

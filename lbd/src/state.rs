@@ -54,13 +54,16 @@ pub struct Backend {
     reason: Mutex<String>,
     /// Probe now: the data path saw a refused connect.
     pub kick: Notify,
-    /// Cancelled at the drain deadline: the backend's relays end.
+    /// Cancelled at the drain deadline, or when the shutdown grace is over
+    /// (a child of `App::conn_stop`): the backend's relays end. One token, so
+    /// a relay waits on one thing besides its sockets.
     pub close_now: CancellationToken,
     pub stop_checks: CancellationToken,
 }
 
 impl Backend {
-    pub fn new(plan: &BackendPlan, check: Check, parent: &CancellationToken) -> Backend {
+    /// `shutdown` stops its checks; `conn_stop` ends its relays.
+    pub fn new(plan: &BackendPlan, check: Check, shutdown: &CancellationToken, conn_stop: &CancellationToken) -> Backend {
         Backend {
             name: plan.name.clone(),
             addr: plan.addr,
@@ -78,8 +81,8 @@ impl Backend {
             up_since: Mutex::new(None),
             reason: Mutex::new("new: first probe pending".into()),
             kick: Notify::new(),
-            close_now: CancellationToken::new(),
-            stop_checks: parent.child_token(),
+            close_now: conn_stop.child_token(),
+            stop_checks: shutdown.child_token(),
         }
     }
     pub fn check(&self) -> Arc<Check> {
@@ -142,9 +145,23 @@ pub struct Frontend {
     pub accepted: AtomicU64,
     pub refused_no_backend: AtomicU64,
     pub refused_limit: AtomicU64,
+    /// Client addresses and when each first connected (unix ms), for
+    /// bootd's boot timeline (admin `/status`); at most [`CLIENTS_SEEN`].
+    pub clients: Mutex<HashMap<IpAddr, u64>>,
 }
 
+/// Client addresses remembered per frontend: a cluster's nodes, with room
+/// to spare; beyond it new addresses are not recorded.
+pub const CLIENTS_SEEN: usize = 4096;
+
 impl Frontend {
+    /// Notes a client's first connection (one map lookup per accepted connection).
+    pub fn note_client(&self, ip: IpAddr) {
+        let mut m = lock(&self.clients);
+        if m.len() < CLIENTS_SEEN && !m.contains_key(&ip) {
+            m.insert(ip, unix_ms(std::time::SystemTime::now()));
+        }
+    }
     pub fn balance(&self) -> Balance {
         *lock(&self.balance)
     }
@@ -152,6 +169,11 @@ impl Frontend {
     pub fn next_start(&self) -> usize {
         self.rr.fetch_add(1, Relaxed)
     }
+}
+
+/// Unix milliseconds of a wall-clock time.
+pub fn unix_ms(t: std::time::SystemTime) -> u64 {
+    t.duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
 }
 
 /// Where the bootstrap node stands.
@@ -278,6 +300,7 @@ impl App {
                         accepted: AtomicU64::new(0),
                         refused_no_backend: AtomicU64::new(0),
                         refused_limit: AtomicU64::new(0),
+                        clients: Mutex::new(HashMap::new()),
                     });
                     info!(frontend = %fe.name, addr = %local, backends = f.backends.len(), "listening");
                     self.tracker.spawn(crate::proxy::accept_loop(listener, Arc::clone(&fe), Arc::clone(self)));
@@ -295,7 +318,7 @@ impl App {
                         pool.push(Arc::clone(c));
                     }
                     None => {
-                        let nb = Arc::new(Backend::new(b, f.check.clone(), &self.shutdown));
+                        let nb = Arc::new(Backend::new(b, f.check.clone(), &self.shutdown, &self.conn_stop));
                         info!(frontend = %fe.name, backend = %nb.name, addr = %nb.addr, role = nb.role.as_str(), "backend added ({why})");
                         self.tracker.spawn(health::check_loop(
                             Arc::clone(&fe.name),

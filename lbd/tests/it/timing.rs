@@ -50,7 +50,7 @@ fn check() -> Check {
 
 fn backend(stop: &CancellationToken) -> Arc<Backend> {
     let plan = BackendPlan { name: "m0".into(), addr: "127.0.0.1:6443".parse().unwrap(), role: Role::Master };
-    Arc::new(Backend::new(&plan, check(), stop))
+    Arc::new(Backend::new(&plan, check(), stop, &CancellationToken::new()))
 }
 
 /// Advances paused time in small steps until `cond`; returns the elapsed time.
