@@ -47,9 +47,6 @@ impl NetProber {
         if let Some(c) = cache.get(&ca.cloned()) {
             return Ok(Arc::clone(c));
         }
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let builder =
-            ClientConfig::builder_with_provider(Arc::clone(&provider)).with_safe_default_protocol_versions().map_err(|e| e.to_string())?;
         let config = match ca {
             Some(path) => {
                 let pem = std::fs::read(path).map_err(|e| format!("CA {}: {e}", path.display()))?;
@@ -58,11 +55,13 @@ impl NetProber {
                     let cert = cert.map_err(|e| format!("CA {}: {e}", path.display()))?;
                     roots.add(cert).map_err(|e| format!("CA {}: {e}", path.display()))?;
                 }
-                builder.with_root_certificates(roots).with_no_client_auth()
+                let provider = Arc::new(rustls::crypto::ring::default_provider());
+                let builder =
+                    ClientConfig::builder_with_provider(provider).with_safe_default_protocol_versions().map_err(|e| e.to_string())?;
+                Arc::new(builder.with_root_certificates(roots).with_no_client_auth())
             }
-            None => builder.dangerous().with_custom_certificate_verifier(Arc::new(NoVerify(provider))).with_no_client_auth(),
+            None => insecure_client_config(),
         };
-        let config = Arc::new(config);
         cache.insert(ca.cloned(), Arc::clone(&config));
         Ok(config)
     }
@@ -93,8 +92,20 @@ async fn http_get<S: AsyncRead + AsyncWrite + Unpin>(mut s: S, host: &str, path:
     }
 }
 
-/// Accepts any certificate: the check asks "is it serving", not "is it who
-/// it claims", unless a CA is configured.
+/// A client that accepts any certificate (signatures still checked): the
+/// check asks "is it serving", not "is it who it claims", unless a CA is
+/// configured. Tests use it as their client too.
+pub fn insecure_client_config() -> Arc<ClientConfig> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = ClientConfig::builder_with_provider(Arc::clone(&provider))
+        .with_safe_default_protocol_versions()
+        .expect("ring supports the default protocol versions")
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(NoVerify(provider)))
+        .with_no_client_auth();
+    Arc::new(config)
+}
+
 #[derive(Debug)]
 struct NoVerify(Arc<rustls::crypto::CryptoProvider>);
 

@@ -55,49 +55,7 @@ async fn cluster(net: u8) -> Cluster {
 
 fn client_config() -> Arc<rustls::ClientConfig> {
     // The client side of the test trusts anything: it checks which backend answers.
-    #[derive(Debug)]
-    struct Any(Arc<rustls::crypto::CryptoProvider>);
-    use rustls::client::danger::*;
-    use rustls::pki_types::*;
-    impl ServerCertVerifier for Any {
-        fn verify_server_cert(
-            &self,
-            _: &CertificateDer<'_>,
-            _: &[CertificateDer<'_>],
-            _: &ServerName<'_>,
-            _: &[u8],
-            _: UnixTime,
-        ) -> Result<ServerCertVerified, rustls::Error> {
-            Ok(ServerCertVerified::assertion())
-        }
-        fn verify_tls12_signature(
-            &self,
-            m: &[u8],
-            c: &CertificateDer<'_>,
-            d: &rustls::DigitallySignedStruct,
-        ) -> Result<HandshakeSignatureValid, rustls::Error> {
-            rustls::crypto::verify_tls12_signature(m, c, d, &self.0.signature_verification_algorithms)
-        }
-        fn verify_tls13_signature(
-            &self,
-            m: &[u8],
-            c: &CertificateDer<'_>,
-            d: &rustls::DigitallySignedStruct,
-        ) -> Result<HandshakeSignatureValid, rustls::Error> {
-            rustls::crypto::verify_tls13_signature(m, c, d, &self.0.signature_verification_algorithms)
-        }
-        fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
-            self.0.signature_verification_algorithms.supported_schemes()
-        }
-    }
-    let p = Arc::new(rustls::crypto::ring::default_provider());
-    let c = rustls::ClientConfig::builder_with_provider(p.clone())
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .dangerous()
-        .with_custom_certificate_verifier(Arc::new(Any(p)))
-        .with_no_client_auth();
-    Arc::new(c)
+    lbd::probe::insecure_client_config()
 }
 
 type Tls = tokio_rustls::client::TlsStream<TcpStream>;
