@@ -196,15 +196,8 @@ fn serve(config: bootd::Config) -> Result<()> {
         let app = bootd::prepare(&config, sockets.https.is_some() || sockets.api.is_some())?;
         // Config validated, sockets bound, state (CA, keys) ready: tell systemd.
         site::service::ready(&format!("serving {} ({} nodes)", site.cluster.domain(), site.nodes.len()));
-        let signals = tokio::spawn(signals(shutdown.clone(), reload, reloaded));
-        let watchdog = site::service::watchdog_interval().map(|every| {
-            tokio::spawn(async move {
-                loop {
-                    site::service::watchdog();
-                    tokio::time::sleep(every).await;
-                }
-            })
-        });
+        let signals = tokio::spawn(site::service::signals(shutdown.clone(), vec![reload], Some(reloaded)));
+        let watchdog = site::service::spawn_watchdog();
         let r = bootd::run_app(app, config, sockets, shutdown).await;
         signals.abort();
         if let Some(w) = watchdog {
@@ -212,30 +205,4 @@ fn serve(config: bootd::Config) -> Result<()> {
         }
         r.map_err(anyhow::Error::from)
     })
-}
-
-async fn signals(shutdown: CancellationToken, reload: Arc<tokio::sync::Notify>, reloaded: Arc<tokio::sync::Notify>) -> Result<()> {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut hup = signal(SignalKind::hangup())?;
-    let mut term = signal(SignalKind::terminate())?;
-    let mut int = signal(SignalKind::interrupt())?;
-    loop {
-        tokio::select! {
-            _ = hup.recv() => {
-                tracing::info!("SIGHUP: reloading the site");
-                site::service::reloading();
-                let done = reloaded.notified();
-                tokio::pin!(done);
-                done.as_mut().enable();
-                reload.notify_one();
-                let status = match tokio::time::timeout(std::time::Duration::from_secs(60), done).await {
-                    Ok(()) => "reload finished (see the log for applied or refused)",
-                    Err(_) => "reload still running after 60 s",
-                };
-                site::service::reloaded(status);
-            }
-            _ = term.recv() => { tracing::info!("SIGTERM: draining"); site::service::stopping(); shutdown.cancel(); return Ok(()); }
-            _ = int.recv() => { tracing::info!("SIGINT: draining"); site::service::stopping(); shutdown.cancel(); return Ok(()); }
-        }
-    }
 }

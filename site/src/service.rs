@@ -44,3 +44,63 @@ pub fn watchdog_interval() -> Option<Duration> {
 pub fn watchdog() {
     send(&[NotifyState::Watchdog]);
 }
+
+/// The signal loop every daemon runs (with the `daemon` feature):
+/// SIGHUP → `RELOADING=1`, notify every `reload`, wait (at most 60 s) for
+/// `reloaded`, then `READY=1`; SIGTERM or SIGINT → `STOPPING=1` and cancel
+/// `shutdown`. Returns when shutdown starts. Pass `reloaded: None` for a
+/// daemon that cannot tell when its reload finished (then READY=1 follows
+/// the notification at once).
+#[cfg(feature = "daemon")]
+pub async fn signals(
+    shutdown: tokio_util::sync::CancellationToken,
+    reloads: Vec<std::sync::Arc<tokio::sync::Notify>>,
+    reloaded: Option<std::sync::Arc<tokio::sync::Notify>>,
+) -> std::io::Result<()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut hup = signal(SignalKind::hangup())?;
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    loop {
+        tokio::select! {
+            _ = hup.recv() => {
+                tracing::info!("SIGHUP: re-reading the configuration");
+                reloading();
+                let status = match &reloaded {
+                    Some(done) => {
+                        let done = done.notified();
+                        tokio::pin!(done);
+                        done.as_mut().enable();
+                        reloads.iter().for_each(|r| r.notify_one());
+                        match tokio::time::timeout(Duration::from_secs(60), done).await {
+                            Ok(()) => "reload finished (see the log for applied or refused)",
+                            Err(_) => "reload still running after 60 s",
+                        }
+                    }
+                    None => {
+                        reloads.iter().for_each(|r| r.notify_one());
+                        "reload requested"
+                    }
+                };
+                self::reloaded(status);
+            }
+            _ = term.recv() => { tracing::info!("SIGTERM: draining"); stopping(); shutdown.cancel(); return Ok(()); }
+            _ = int.recv() => { tracing::info!("SIGINT: draining"); stopping(); shutdown.cancel(); return Ok(()); }
+        }
+    }
+}
+
+/// Sends `WATCHDOG=1` from the async runtime at half the unit's
+/// `WatchdogSec` (so a wedged runtime is noticed); `None` when the
+/// watchdog is off. Abort the handle at exit.
+#[cfg(feature = "daemon")]
+pub fn spawn_watchdog() -> Option<tokio::task::JoinHandle<()>> {
+    watchdog_interval().map(|every| {
+        tokio::spawn(async move {
+            loop {
+                watchdog();
+                tokio::time::sleep(every).await;
+            }
+        })
+    })
+}

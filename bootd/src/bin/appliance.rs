@@ -127,15 +127,8 @@ async fn serve(boot: bootd::Config, dns: Option<(dnsd::Config, dnsd::Loaded)>, l
     }
     site::service::ready(&summary);
     tracing::info!("{summary}");
-    let signals = tokio::spawn(signals(shutdown.clone(), reloads, reloaded));
-    let watchdog = site::service::watchdog_interval().map(|every| {
-        tokio::spawn(async move {
-            loop {
-                site::service::watchdog();
-                tokio::time::sleep(every).await;
-            }
-        })
-    });
+    let signals = tokio::spawn(site::service::signals(shutdown.clone(), reloads, Some(reloaded)));
+    let watchdog = site::service::spawn_watchdog();
 
     // The first daemon to stop (an error, or the shutdown) stops the others.
     let mut failed = None;
@@ -154,33 +147,5 @@ async fn serve(boot: bootd::Config, dns: Option<(dnsd::Config, dnsd::Loaded)>, l
     match failed {
         Some((name, e)) => Err(e.context(name)),
         None => Ok(()),
-    }
-}
-
-async fn signals(shutdown: CancellationToken, reloads: Vec<Arc<Notify>>, reloaded: Arc<Notify>) -> Result<()> {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut hup = signal(SignalKind::hangup())?;
-    let mut term = signal(SignalKind::terminate())?;
-    let mut int = signal(SignalKind::interrupt())?;
-    loop {
-        tokio::select! {
-            _ = hup.recv() => {
-                tracing::info!("SIGHUP: every daemon re-reads the site");
-                site::service::reloading();
-                let done = reloaded.notified();
-                tokio::pin!(done);
-                done.as_mut().enable();
-                for r in &reloads {
-                    r.notify_one();
-                }
-                let status = match tokio::time::timeout(std::time::Duration::from_secs(60), done).await {
-                    Ok(()) => "reload finished (see the log for applied or refused)",
-                    Err(_) => "reload still running after 60 s",
-                };
-                site::service::reloaded(status);
-            }
-            _ = term.recv() => { tracing::info!("SIGTERM: draining"); site::service::stopping(); shutdown.cancel(); return Ok(()); }
-            _ = int.recv() => { tracing::info!("SIGINT: draining"); site::service::stopping(); shutdown.cancel(); return Ok(()); }
-        }
     }
 }
