@@ -155,9 +155,14 @@ pub struct Lbd {
 }
 
 impl Lbd {
-    /// The configuration being served.
+    /// The configuration being served (a copy: the site holds the role
+    /// Ignition configs, so periodic readers use [`Lbd::with_loaded`]).
     pub fn loaded(&self) -> Loaded {
-        self.loaded.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.with_loaded(Loaded::clone)
+    }
+
+    pub fn with_loaded<T>(&self, f: impl FnOnce(&Loaded) -> T) -> T {
+        f(&self.loaded.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
     /// Drains the bootstrap node and removes it from its frontends; the
@@ -232,7 +237,7 @@ pub async fn start(config: Config, mut sockets: Sockets, shutdown: CancellationT
 }
 
 fn fingerprint(lbd: &Lbd) -> Vec<Option<SystemTime>> {
-    site::fingerprint(&lbd.loaded().watched_files(&lbd.source))
+    site::fingerprint(&lbd.with_loaded(|l| l.watched_files(&lbd.source)))
 }
 
 /// Reloads on `reload` (SIGHUP) and when a watched file changes. A file that
@@ -276,7 +281,7 @@ async fn watch(lbd: Arc<Lbd>, reload: Arc<Notify>, poll: Option<Duration>) {
             }
             Err(e) => {
                 app.metrics.reloads_failed.fetch_add(1, Relaxed);
-                let old = lbd.loaded().lb().clone();
+                let old = lbd.with_loaded(|l| l.lb().clone());
                 app.limits.store(Arc::new(old.limits));
                 app.drain_timeout.store(Arc::new(old.bootstrap.drain_timeout));
                 error!(error = %e, "reload refused, the previous configuration keeps serving");
@@ -297,7 +302,7 @@ async fn auto_bootstrap(lbd: Arc<Lbd>) {
         if app.bootstrap_done.load(Relaxed) {
             return;
         }
-        let Some(hold) = lbd.loaded().lb().bootstrap.auto_complete_after else { continue };
+        let Some(hold) = lbd.with_loaded(|l| l.lb().bootstrap.auto_complete_after) else { continue };
         let masters: Vec<_> = ["api", "machine-config"]
             .iter()
             .filter_map(|n| app.frontend(n))
