@@ -9,6 +9,7 @@ use crate::files::{self, FileBody, Part, Ranges};
 use crate::metrics::{Reason, RouteLabel, RouteStatus};
 use crate::render::{self, ignition::IgnitionError, NodeUrls};
 use crate::state::Snapshot;
+use crate::timeline::{Phase, Raw, Subject};
 use crate::token::{self, Deny};
 use crate::App;
 use bytes::Bytes;
@@ -68,19 +69,32 @@ pub async fn route<B>(app: &Arc<App>, req: &Request<B>, peer: SocketAddr) -> (&'
     match segs.as_slice() {
         ["healthz"] => ("healthz", full(StatusCode::OK, "text/plain; charset=utf-8", "ok\n")),
         ["metrics"] => ("metrics", full(StatusCode::OK, "text/plain; version=0.0.4; charset=utf-8", app.metrics.encode())),
-        ["boot.ipxe"] => ("ipxe", script(render::ipxe::entry(&snap.site))),
-        ["ipxe", "node"] => ("ipxe", ipxe_by_mac(app, &snap, q)),
-        ["ipxe", file] if file.ends_with(".ipxe") => ("ipxe", ipxe_by_name(app, &snap, file.trim_end_matches(".ipxe"))),
+        ["status"] | ["status", ..] => crate::status::route(app, &snap, path, q),
+        ["boot.ipxe"] => {
+            app.timeline.record(Raw::new(
+                Subject::ip(peer.ip().to_canonical()),
+                Phase::Script,
+                "entry",
+                "iPXE entry script (boot.ipxe) served",
+            ));
+            ("ipxe", script(render::ipxe::entry(&snap.site)))
+        }
+        ["ipxe", "node"] => ("ipxe", ipxe_by_mac(app, &snap, q, peer.ip())),
+        ["ipxe", file] if file.ends_with(".ipxe") => ("ipxe", ipxe_by_name(app, &snap, file.trim_end_matches(".ipxe"), peer.ip())),
         ["grub", "grub.cfg"] => ("grub", script(render::grub::selector(&snap.site))),
-        ["grub", file] if file.starts_with("grub.cfg-01-") => ("grub", grub_node(app, &snap, &file["grub.cfg-01-".len()..])),
+        ["grub", file] if file.starts_with("grub.cfg-01-") => ("grub", grub_node(app, &snap, &file["grub.cfg-01-".len()..], peer.ip())),
         ["ignition", name] => ("ignition", ignition(app, &snap, name, peer.ip(), q, req.headers(), false)),
         ["ignition", name, "pointer"] => ("ignition", ignition(app, &snap, name, peer.ip(), q, req.headers(), true)),
         ["metadata"] => ("metadata", metadata(app, &snap, peer.ip(), q, false)),
         ["userdata"] => ("metadata", metadata(app, &snap, peer.ip(), q, true)),
-        ["images", ..] => ("images", image(app, &snap.site.images.root, &path["/images/".len().min(path.len())..], req.headers()).await),
+        ["images", ..] => {
+            let rel = &path["/images/".len().min(path.len())..];
+            let track = image_phase(&snap.site, rel).map(|p| (p, peer.ip()));
+            ("images", image(app, &snap.site.images.root, rel, req.headers(), track).await)
+        }
         // The TFTP root over HTTP, for UEFI HTTP Boot (the iPXE EFI binary).
         ["boot", ..] => match &snap.site.host.tftp {
-            Some(t) => ("boot", image(app, &t.root, &path["/boot/".len().min(path.len())..], req.headers()).await),
+            Some(t) => ("boot", image(app, &t.root, &path["/boot/".len().min(path.len())..], req.headers(), None).await),
             None => ("boot", not_found()),
         },
         _ => ("other", not_found()),
@@ -100,7 +114,7 @@ fn node_script(app: &App, snap: &Snapshot, node: &Node) -> Response<Body> {
     script(render::ipxe::node(&snap.site, node, &urls))
 }
 
-fn ipxe_by_mac(app: &App, snap: &Snapshot, q: Option<&str>) -> Response<Body> {
+fn ipxe_by_mac(app: &App, snap: &Snapshot, q: Option<&str>, peer: IpAddr) -> Response<Body> {
     let mac = query(q, "mac").and_then(|m| m.parse::<Mac>().ok());
     let buildarch = query(q, "buildarch").unwrap_or_default();
     match mac.as_ref().and_then(|m| snap.site.node_by_mac(m)) {
@@ -113,19 +127,37 @@ fn ipxe_by_mac(app: &App, snap: &Snapshot, q: Option<&str>) -> Response<Body> {
                 warn!(node = %node.name, node_arch = %node.arch, buildarch = %buildarch.escape_debug(), "iPXE build architecture does not match the node's arch");
             }
             info!(node = %node.name, mac = ?mac, "iPXE script served");
+            let subject = Subject { mac, ..Subject::node(&node.name) }.with_ip(peer.to_canonical());
+            app.timeline.record(Raw::new(subject, Phase::Script, "served", "iPXE node script served (by MAC)"));
             node_script(app, snap, node)
         }
         None => {
             warn!(mac = ?mac, raw = %query(q, "mac").unwrap_or_default().escape_debug(), "iPXE request from a MAC no node has: serving the explanation script");
+            let subject = Subject { mac, ..Subject::ip(peer.to_canonical()) };
+            app.timeline.record(
+                Raw::new(
+                    subject,
+                    Phase::Script,
+                    "unknown_mac",
+                    "iPXE asked for the script of a MAC no node has: explanation script served",
+                )
+                .error(),
+            );
             script(render::ipxe::unknown(&snap.site, mac.as_ref()))
         }
     }
 }
 
-fn ipxe_by_name(app: &App, snap: &Snapshot, name: &str) -> Response<Body> {
+fn ipxe_by_name(app: &App, snap: &Snapshot, name: &str, peer: IpAddr) -> Response<Body> {
     match snap.site.node(name) {
         Some(node) => {
             info!(node = %node.name, "iPXE script served (by name)");
+            app.timeline.record(Raw::new(
+                Subject::node(&node.name).with_ip(peer.to_canonical()),
+                Phase::Script,
+                "served",
+                "iPXE node script served (by name)",
+            ));
             node_script(app, snap, node)
         }
         None => {
@@ -135,7 +167,7 @@ fn ipxe_by_name(app: &App, snap: &Snapshot, name: &str) -> Response<Body> {
     }
 }
 
-fn grub_node(app: &App, snap: &Snapshot, dashed: &str) -> Response<Body> {
+fn grub_node(app: &App, snap: &Snapshot, dashed: &str, peer: IpAddr) -> Response<Body> {
     let Ok(mac) = dashed.parse::<Mac>() else {
         return not_found();
     };
@@ -143,6 +175,12 @@ fn grub_node(app: &App, snap: &Snapshot, dashed: &str) -> Response<Body> {
         Some(node) => {
             let urls = NodeUrls::new(&snap.site, node, &node_token(app, snap, node));
             info!(node = %node.name, %mac, "GRUB config served");
+            app.timeline.record(Raw::new(
+                Subject::mac(mac).with_ip(peer.to_canonical()),
+                Phase::Script,
+                "served",
+                "GRUB config served over HTTP",
+            ));
             script(render::grub::node(&snap.site, node, &urls))
         }
         None => {
@@ -201,15 +239,27 @@ pub(crate) fn pointer_for(app: &App, snap: &Snapshot, node: &Node) -> serde_json
 }
 
 fn ignition(app: &App, snap: &Snapshot, name: &str, source: IpAddr, q: Option<&str>, headers: &HeaderMap, pointer: bool) -> Response<Body> {
+    let what = if pointer { "Ignition pointer config" } else { "Ignition" };
+    let subject = Subject::node(name).with_ip(source.to_canonical());
+    let denied = |d: Deny| {
+        app.timeline.record(Raw::new(subject.clone(), Phase::Ignition, "denied", format!("{what} denied: {}", d.as_str())).error());
+        deny(app, "Ignition", name, source, d)
+    };
     let Some(node) = snap.site.node(name) else {
-        return deny(app, "Ignition", name, source, Deny::UnknownNode);
+        return denied(Deny::UnknownNode);
     };
     let granted = match authorize(app, snap, node, source, q) {
         Ok(g) => g,
-        Err(d) => return deny(app, "Ignition", name, source, d),
+        Err(d) => return denied(d),
     };
     if pointer {
         info!(node = %node.name, %source, via = ?granted, "Ignition pointer config served");
+        app.timeline.record(Raw::new(
+            subject,
+            Phase::Ignition,
+            "pointer_served",
+            format!("Ignition pointer config served (via {granted:?})"),
+        ));
         return json_response(StatusCode::OK, &pointer_for(app, snap, node));
     }
     let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
@@ -217,14 +267,18 @@ fn ignition(app: &App, snap: &Snapshot, name: &str, source: IpAddr, q: Option<&s
     match cfg {
         Ok(cfg) => {
             info!(node = %node.name, %source, via = ?granted, version = %cfg["ignition"]["version"].as_str().unwrap_or("?"), "Ignition served");
+            let v = cfg["ignition"]["version"].as_str().unwrap_or("?");
+            app.timeline.record(Raw::new(subject, Phase::Ignition, "served", format!("Ignition {v} served (via {granted:?})")));
             json_response(StatusCode::OK, &cfg)
         }
         Err(e @ IgnitionError::NotAcceptable { .. }) => {
             warn!(node = %node.name, %source, error = %e, "Ignition spec not acceptable to the client");
+            app.timeline.record(Raw::new(subject, Phase::Ignition, "failed", format!("Ignition not served: {e}")).error());
             full(StatusCode::NOT_ACCEPTABLE, "text/plain; charset=utf-8", format!("{e}\n"))
         }
         Err(e) => {
             warn!(node = %node.name, error = %e, "Ignition cannot be rendered");
+            app.timeline.record(Raw::new(subject, Phase::Ignition, "failed", "Ignition cannot be rendered (see bootd's log)").error());
             full(StatusCode::INTERNAL_SERVER_ERROR, "text/plain; charset=utf-8", "cannot render Ignition; see bootd's log\n")
         }
     }
@@ -253,7 +307,62 @@ fn metadata(app: &App, snap: &Snapshot, source: IpAddr, q: Option<&str>, userdat
     }
 }
 
-async fn image(app: &Arc<App>, root: &std::path::Path, raw: &str, headers: &HeaderMap) -> Response<Body> {
+/// Which boot phase a file below the images root is (a set's kernel,
+/// initramfs or rootfs), for the timeline.
+fn image_phase(site: &site::Site, raw: &str) -> Option<Phase> {
+    let rel = percent_decode_str(raw).decode_utf8().ok()?;
+    let rel = rel.trim_start_matches('/');
+    site.images.sets.values().find_map(|s| {
+        if s.kernel == rel {
+            Some(Phase::Kernel)
+        } else if s.initramfs == rel {
+            Some(Phase::Initramfs)
+        } else if s.rootfs.as_deref() == Some(rel) {
+            Some(Phase::Rootfs)
+        } else {
+            None
+        }
+    })
+}
+
+/// A kernel, initramfs or rootfs response in the timeline: `start` when the
+/// response begins, `done` (bytes, duration) when its last byte is handed
+/// to the connection, `aborted` if the body is dropped before that.
+struct ImageProgress {
+    app: Arc<App>,
+    subject: Subject,
+    phase: Phase,
+    file: String,
+    started: std::time::Instant,
+    expected: u64,
+    sent: std::sync::atomic::AtomicU64,
+    done: std::sync::atomic::AtomicBool,
+}
+
+impl ImageProgress {
+    fn add(&self, n: u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let total = self.sent.fetch_add(n, Relaxed) + n;
+        if total >= self.expected && !self.done.swap(true, Relaxed) {
+            let took = self.started.elapsed();
+            let detail = format!("{}: {total} bytes in {} ms", self.file, took.as_millis());
+            self.app.timeline.record(Raw::new(self.subject.clone(), self.phase, "done", detail).bytes(total).took(took));
+        }
+    }
+}
+
+impl Drop for ImageProgress {
+    fn drop(&mut self) {
+        use std::sync::atomic::Ordering::Relaxed;
+        if !self.done.load(Relaxed) {
+            let (sent, took) = (self.sent.load(Relaxed), self.started.elapsed());
+            let detail = format!("{}: aborted after {sent} of {} bytes", self.file, self.expected);
+            self.app.timeline.record(Raw::new(self.subject.clone(), self.phase, "aborted", detail).bytes(sent).took(took).error());
+        }
+    }
+}
+
+async fn image(app: &Arc<App>, root: &std::path::Path, raw: &str, headers: &HeaderMap, track: Option<(Phase, IpAddr)>) -> Response<Body> {
     let rel = match percent_decode_str(raw).decode_utf8() {
         Ok(s) => s.into_owned(),
         Err(_) => return not_found(),
@@ -317,9 +426,31 @@ async fn image(app: &Arc<App>, root: &std::path::Path, raw: &str, headers: &Head
     };
     info!(path = %rel.escape_debug(), len, range = headers.contains_key(header::RANGE), "file served");
     let bytes = app.metrics.bytes.get_or_create(&RouteLabel { route: "images" }).clone();
-    let on_bytes: Option<Box<dyn Fn(u64) + Send + Sync>> = Some(Box::new(move |n| {
-        bytes.inc_by(n);
-    }));
+    let app2 = Arc::clone(app);
+    let rel2 = rel.clone();
+    let on_bytes = move |expected: u64| -> Option<Box<dyn Fn(u64) + Send + Sync>> {
+        let progress = track.map(|(phase, peer)| {
+            let subject = Subject::ip(peer.to_canonical());
+            let file = rel2.escape_debug().to_string();
+            app2.timeline.record(Raw::new(subject.clone(), phase, "start", format!("{file}: {expected} bytes")).bytes(expected));
+            ImageProgress {
+                app: app2,
+                subject,
+                phase,
+                file,
+                started: std::time::Instant::now(),
+                expected,
+                sent: Default::default(),
+                done: Default::default(),
+            }
+        });
+        Some(Box::new(move |n| {
+            bytes.inc_by(n);
+            if let Some(p) = &progress {
+                p.add(n);
+            }
+        }))
+    };
     let ctype = "application/octet-stream";
     let (status, parts, body_len) = match ranges {
         Ranges::Full => (StatusCode::OK, vec![Part::File { offset: 0, len }], len),
@@ -343,14 +474,14 @@ async fn image(app: &Arc<App>, root: &std::path::Path, raw: &str, headers: &Head
             return base
                 .status(StatusCode::PARTIAL_CONTENT)
                 .header(header::CONTENT_LENGTH, total)
-                .body(FileBody::new(file, parts, on_bytes).boxed())
+                .body(FileBody::new(file, parts, on_bytes(total)).boxed())
                 .unwrap_or_else(|_| not_found());
         }
     };
     base.status(status)
         .header(header::CONTENT_TYPE, ctype)
         .header(header::CONTENT_LENGTH, body_len)
-        .body(FileBody::new(file, parts, on_bytes).boxed())
+        .body(FileBody::new(file, parts, on_bytes(body_len)).boxed())
         .unwrap_or_else(|_| not_found())
 }
 

@@ -22,6 +22,9 @@
 //! - [`api`]: the controller API (HTTPS, bearer tokens), reconcile loops, CLI client.
 //! - [`store`]: the controller's SQLite store (nodes, machines, intents, events).
 //! - [`providers`]: Equinix Metal and Power VS clients.
+//! - [`timeline`]: the per-node boot timeline (DHCP, TFTP, HTTP, lbd), joined by MAC/IP.
+//! - [`status`]: the status page (server-rendered HTML) and the timeline JSON.
+//! - [`lbwatch`]: follows lbd's admin `/status` for the timeline's lbd phases.
 //!
 //! Shape: `main` parses flags, loads the site, binds sockets and calls
 //! [`run`]; tests call the same [`run`] on loopback port 0.
@@ -30,12 +33,15 @@ pub mod api;
 pub mod dhcp;
 pub mod files;
 pub mod http;
+pub mod lbwatch;
 pub mod metrics;
 pub mod providers;
 pub mod render;
 pub mod state;
+pub mod status;
 pub mod store;
 pub mod tftp;
+pub mod timeline;
 pub mod tls;
 pub mod token;
 
@@ -70,6 +76,8 @@ pub struct App {
     pub leases: Arc<std::sync::Mutex<dhcp::leases::Table>>,
     /// Per-node events (DHCP, scripts, Ignition) for the controller API.
     pub events: api::events::Sink,
+    /// The per-node boot timeline (status page, API, phase metrics).
+    pub timeline: timeline::Recorder,
 }
 
 #[derive(Debug)]
@@ -91,6 +99,8 @@ pub struct Config {
     pub dhcp_ports: dhcp::server::Ports,
     /// Timings of the controller's reconcile loops (tests shorten them).
     pub api_tuning: api::Tuning,
+    /// How often lbd's admin `/status` is read for the timeline (`lb.adminListen`).
+    pub lb_poll: Duration,
 }
 
 impl Config {
@@ -104,6 +114,7 @@ impl Config {
             grace: Duration::from_secs(5),
             dhcp_ports: Default::default(),
             api_tuning: Default::default(),
+            lb_poll: Duration::from_secs(1),
         }
     }
     pub fn state_dir(&self) -> PathBuf {
@@ -201,15 +212,18 @@ pub fn prepare(config: &Config, want_tls: bool) -> Result<Arc<App>, Error> {
     };
     let live = state::new_live(Snapshot { site: config.site.clone(), revoked });
     let loaded_fingerprint = fingerprint(&config.site.source, &live, &state_dir);
+    let metrics = metrics::Metrics::default();
+    let timeline = timeline::Recorder::new(timeline::CAPACITY, metrics.timeline_dropped.clone());
     Ok(Arc::new(App {
         live,
         key,
         tls,
-        metrics: metrics::Metrics::default(),
+        metrics,
         state_dir,
         loaded_fingerprint,
         leases: Default::default(),
         events: Default::default(),
+        timeline,
     }))
 }
 
@@ -230,6 +244,10 @@ pub async fn run_app(app: Arc<App>, config: Config, sockets: Sockets, shutdown: 
         config.poll,
         shutdown.clone(),
     ));
+    if let Some(rx) = app.timeline.take_receiver() {
+        tracker.spawn(timeline::writer(Arc::clone(&app), rx, shutdown.clone()));
+    }
+    tracker.spawn(lbwatch::watch(Arc::clone(&app), config.lb_poll, shutdown.clone()));
     info!(addr = %local(&sockets.http), "HTTP listening");
     tracker.spawn(accept_loop(sockets.http, None, Arc::clone(&app), shutdown.clone(), conn_stop.clone(), tracker.clone()));
     if let (Some(l), Some(tls)) = (sockets.https, &app.tls) {
@@ -269,8 +287,10 @@ pub async fn run_app(app: Arc<App>, config: Config, sockets: Sockets, shutdown: 
         let resolver = tftp_resolver(Arc::clone(&app));
         let metrics = Arc::clone(&app.metrics.tftp);
         let shutdown = shutdown.clone();
+        let app = Arc::clone(&app);
         tracker.spawn(async move {
-            if let Err(e) = tftp::run(tftp::TftpConfig::default(), sock, resolver, metrics, shutdown).await {
+            let config = tftp::TftpConfig { observer: Some(tftp_observer(Arc::clone(&app))), ..Default::default() };
+            if let Err(e) = tftp::run(config, sock, resolver, metrics, shutdown).await {
                 error!(error = %e, "TFTP server stopped");
             }
         });
@@ -319,6 +339,29 @@ fn tftp_resolver(app: Arc<App>) -> tftp::Resolver {
             None => tftp::Resolved::NotFound,
         }
     })
+}
+
+/// TFTP transfers into the timeline: served files (name, bytes, duration)
+/// and failures; a miss is not an error (GRUB probes a dozen names).
+fn tftp_observer(app: Arc<App>) -> tftp::Observer {
+    use timeline::{Phase, Raw, Subject};
+    tftp::Observer(Arc::new(move |r: &tftp::Report<'_>| {
+        let file = tftp::packet::Escaped(r.file).to_string();
+        let subject = Subject::ip(r.peer.ip().to_canonical());
+        let raw = match (r.outcome, r.bytes) {
+            (tftp::Outcome::Ok, Some(n)) => {
+                Raw::new(subject, Phase::Tftp, "served", format!("{file}: {n} bytes in {} ms", r.took.as_millis())).bytes(n)
+            }
+            (tftp::Outcome::NotFound, _) => Raw::new(subject, Phase::Tftp, "not_found", format!("{file}: not found")),
+            (tftp::Outcome::Replaced | tftp::Outcome::ClientAbort, _) => {
+                Raw::new(subject, Phase::Tftp, "aborted", format!("{file}: {}", r.reason.as_deref().unwrap_or("aborted")))
+            }
+            (o, _) => {
+                Raw::new(subject, Phase::Tftp, "failed", format!("{file}: {}: {}", o.as_str(), r.reason.as_deref().unwrap_or(""))).error()
+            }
+        };
+        app.timeline.record(raw.took(r.took));
+    }))
 }
 
 fn local(l: &TcpListener) -> String {

@@ -4,6 +4,7 @@
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -32,8 +33,22 @@ pub struct Kind {
     pub kind: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PhaseLabel {
+    pub phase: &'static str,
+}
+
+/// Boot phases last from about 10 ms (a DHCP exchange) to many minutes
+/// (a master waiting for its API): 10 ms · 2^k up to ~22 min.
+fn phase_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.01, 2.0, 18))
+}
+
 pub struct Metrics {
     registry: Registry,
+    /// Per-node boot phase durations (`bootd_node_phase_seconds{phase}`).
+    pub phase_seconds: Family<PhaseLabel, Histogram, fn() -> Histogram>,
+    pub timeline_dropped: Counter,
     pub tftp: std::sync::Arc<crate::tftp::TftpMetrics>,
     pub dhcp: Family<Kind, Counter>,
     pub requests: Family<RouteStatus, Counter>,
@@ -76,7 +91,32 @@ impl Default for Metrics {
         registry.register("api_requests", "Controller API requests by route and status", api_requests.clone());
         registry.register("api_denials", "Controller API requests refused (missing, wrong, tokens_unavailable)", api_denials.clone());
         registry.register("provider_errors", "Failed provider calls (transient, permanent)", provider_errors.clone());
-        Metrics { registry, tftp, dhcp, requests, bytes, denials, reloads, api_requests, api_denials, provider_errors }
+        let phase_seconds = Family::<PhaseLabel, Histogram, fn() -> Histogram>::new_with_constructor(phase_histogram as fn() -> Histogram);
+        let timeline_dropped = Counter::default();
+        registry.register(
+            "node_phase_seconds",
+            "Time nodes spent in each boot phase (start to the next phase's start)",
+            phase_seconds.clone(),
+        );
+        registry.register(
+            "timeline_events_dropped",
+            "Timeline events dropped because the recorder's queue was full",
+            timeline_dropped.clone(),
+        );
+        Metrics {
+            registry,
+            phase_seconds,
+            timeline_dropped,
+            tftp,
+            dhcp,
+            requests,
+            bytes,
+            denials,
+            reloads,
+            api_requests,
+            api_denials,
+            provider_errors,
+        }
     }
 }
 

@@ -27,6 +27,9 @@ PKGS=(
   # dnsd: NSD and Knot as secondaries and differential peers (tests/dns/e2e.sh),
   # dig/kdig, and the DNS benchmark's load generator (bench/dns)
   nsd knot knot-dnsutils dnsutils dnsperf
+  # bootd's status page rendered in a real browser, headless (tests/status/e2e.sh:
+  # screenshot and --dump-dom)
+  chromium
 )
 
 if [[ $(id -u) -ne 0 ]]; then

@@ -1,4 +1,4 @@
-//! `bootd nodes list|get|add|delete|wait` and `bootd cluster
+//! `bootd nodes list|get|add|delete|events|timeline|wait` and `bootd cluster
 //! status|bootstrap-complete`: a client of the controller API.
 //!
 //! It reads where the API is, the CA to trust and a token from the site
@@ -39,8 +39,18 @@ pub enum NodesCmd {
     Add { file: PathBuf },
     /// Delete an API node (and its machine).
     Delete { name: String },
-    /// A node's event timeline.
+    /// A node's event log (as stored by the controller).
     Events { name: String },
+    /// A node's boot timeline: each phase (DHCP, TFTP, script, kernel,
+    /// initramfs, rootfs, Ignition, machine-config, API) with its start and
+    /// duration, then every event.
+    Timeline {
+        /// A node name, or an unknown client's key (`mac 52:54:…`, `ip 10.…`).
+        name: String,
+        /// Print the JSON as the API returns it.
+        #[arg(long)]
+        json: bool,
+    },
     /// Show each node's phase and elapsed time until all are Ready (exit 0)
     /// or one fails (exit 1, with the reason).
     Wait {
@@ -153,6 +163,16 @@ pub async fn nodes(client: &Client, cmd: NodesCmd) -> anyhow::Result<i32> {
                 writeln!(out, "{}  {:<9} {}", s(e, "time"), s(e, "kind"), s(e, "message"))?;
             }
         }
+        NodesCmd::Timeline { name, json } => {
+            let path = format!("/v1/nodes/{}/timeline", percent_encoding::utf8_percent_encode(&name, percent_encoding::NON_ALPHANUMERIC));
+            let (st, v) = client.call(Method::GET, &path, None).await?;
+            ok_or_bail(st, &v)?;
+            if json {
+                writeln!(out, "{}", serde_json::to_string_pretty(&v)?)?;
+            } else {
+                print_timeline(&v, &mut out)?;
+            }
+        }
         NodesCmd::Add { file } => {
             let body = if file.as_os_str() == "-" {
                 let mut b = Vec::new();
@@ -173,6 +193,40 @@ pub async fn nodes(client: &Client, cmd: NodesCmd) -> anyhow::Result<i32> {
         NodesCmd::Wait { names, timeout, interval } => return wait(client, &names, Duration::from_secs(timeout), interval, &mut out).await,
     }
     Ok(0)
+}
+
+/// A timeline (`GET /v1/nodes/NAME/timeline`) for people: phases with
+/// durations (they add up to the total), then the events.
+pub fn print_timeline(v: &Value, out: &mut impl Write) -> std::io::Result<()> {
+    let phase = v["phase"].as_str().unwrap_or("waiting");
+    writeln!(
+        out,
+        "{}  attempt {}  phase {}  {}  total {:.3} s",
+        s(v, "node"),
+        v["attempt"].as_u64().unwrap_or(1),
+        phase,
+        if v["inOrder"].as_bool() == Some(true) { "in order" } else { "OUT OF ORDER" },
+        v["totalSeconds"].as_f64().unwrap_or(0.0)
+    )?;
+    writeln!(out, "{:<3} {:<15} {:<30} {:>10}  ERROR", "#", "PHASE", "START", "SECONDS")?;
+    for (i, p) in v["phases"].as_array().into_iter().flatten().enumerate() {
+        writeln!(
+            out,
+            "{:<3} {:<15} {:<30} {:>10.3}  {}",
+            i + 1,
+            s(p, "phase"),
+            s(p, "start"),
+            p["seconds"].as_f64().unwrap_or(0.0),
+            s(p, "lastError")
+        )?;
+    }
+    writeln!(out, "events:")?;
+    for e in v["events"].as_array().into_iter().flatten() {
+        let at = e["atUs"].as_i64().unwrap_or(0);
+        let mark = if e["error"].as_bool() == Some(true) { "!" } else { " " };
+        writeln!(out, "{mark} {}  {:<15} {:<17} {}", crate::api::rfc3339(at / 1000), s(e, "phase"), s(e, "what"), s(e, "detail"))?;
+    }
+    Ok(())
 }
 
 /// Polls until every wanted node is Ready (0), one is Failed (1) or the

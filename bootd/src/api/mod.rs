@@ -375,6 +375,7 @@ pub async fn route(ctl: &Arc<Controller>, req: Request<hyper::body::Incoming>) -
         (&Method::GET, ["v1", "nodes", name]) => ("node", get_node(ctl, caller, name)),
         (&Method::DELETE, ["v1", "nodes", name]) => ("node", delete_node(ctl, caller, name).await),
         (&Method::GET, ["v1", "nodes", name, "events"]) => ("events", node_events(ctl, caller, name)),
+        (&Method::GET, ["v1", "nodes", name, "timeline"]) => ("timeline", node_timeline(ctl, caller, name)),
         (&Method::GET, ["v1", "cluster"]) => ("cluster", cluster(ctl, caller)),
         (&Method::POST, ["v1", "cluster", "bootstrap-complete"]) => ("cluster", bootstrap_complete(ctl, caller)),
         (
@@ -382,6 +383,7 @@ pub async fn route(ctl: &Arc<Controller>, req: Request<hyper::body::Incoming>) -
             ["v1", "nodes"]
             | ["v1", "nodes", _]
             | ["v1", "nodes", _, "events"]
+            | ["v1", "nodes", _, "timeline"]
             | ["v1", "cluster"]
             | ["v1", "cluster", "bootstrap-complete"],
         ) => ("other", err(StatusCode::METHOD_NOT_ALLOWED, "method not allowed")),
@@ -482,6 +484,17 @@ fn node_events(ctl: &Arc<Controller>, _: auth::Caller, name: &str) -> Response<B
             reply(StatusCode::OK, &json!({ "node": name, "events": list }))
         }
         Err(e) => internal(e),
+    }
+}
+
+/// The boot timeline (crate::timeline) of a node, or of an unknown client
+/// by its key (`mac 52:54:…`, `ip 10.…`, percent-encoded in the path).
+fn node_timeline(ctl: &Arc<Controller>, _: auth::Caller, name: &str) -> Response<Body> {
+    let snap = ctl.app.live.load_full();
+    let name = percent_encoding::percent_decode_str(name).decode_utf8_lossy();
+    match crate::status::timeline_json(&ctl.app, &snap, &name) {
+        Some(v) => reply(StatusCode::OK, &v),
+        None => err(StatusCode::NOT_FOUND, "no such node"),
     }
 }
 

@@ -10,6 +10,7 @@
 
 use super::core::{self, Dest, Rx};
 use super::leases::{Store, Table};
+use crate::timeline::{now_us, Phase, Raw, Subject};
 use dhcproto::v4::Message;
 use dhcproto::{Decodable, Decoder, Encodable, Encoder};
 use std::io;
@@ -118,6 +119,38 @@ impl Server {
         };
         self.count(outcome.kind);
         let xid = req.xid();
+        let tl = self.timeline_subject(&req);
+        if let Some((subject, firmware)) = &tl {
+            let what = match req.opts().msg_type() {
+                Some(dhcproto::v4::MessageType::Discover) => "discover",
+                Some(dhcproto::v4::MessageType::Request) => "request",
+                Some(dhcproto::v4::MessageType::Inform) => "inform",
+                Some(dhcproto::v4::MessageType::Release) => "release",
+                Some(dhcproto::v4::MessageType::Decline) => "decline",
+                _ => "other",
+            };
+            let client = super::boot::ClientInfo::from_message(&req);
+            let mut raw = Raw::new(
+                subject.clone(),
+                Phase::Dhcp,
+                what,
+                format!(
+                    "{} xid {xid:#010x} from {src}{}{}",
+                    what.to_uppercase(),
+                    client.arch.map(|a| format!(", arch {a}")).unwrap_or_default(),
+                    client
+                        .vendor_class
+                        .as_deref()
+                        .map(|v| format!(", vendor class {:?}", v.escape_debug().to_string()))
+                        .unwrap_or_default(),
+                ),
+            );
+            raw.firmware = *firmware;
+            self.app.timeline.record(raw);
+            if matches!(outcome.kind, "ignored" | "disabled") {
+                self.app.timeline.record(Raw::new(subject.clone(), Phase::Dhcp, "ignored", outcome.reason.clone()).error());
+            }
+        }
         match outcome.kind {
             "malformed" | "ignored" => {
                 info!(%src, xid, kind = outcome.kind, reason = %outcome.reason.escape_debug(), "DHCP request not answered")
@@ -140,12 +173,32 @@ impl Server {
         }
         let this = Arc::clone(self);
         let socket = Arc::clone(socket);
+        // Recorded when the reply leaves (an ACK waits for the disk first).
+        let sent = tl.map(|(subject, _)| {
+            let yiaddr = reply.yiaddr();
+            let mut raw = Raw::new(subject, Phase::Dhcp, outcome.kind, outcome.reason.clone());
+            raw.error = outcome.kind == "nak";
+            if let (false, Some(mac)) = (yiaddr.is_unspecified(), raw.subject.mac) {
+                raw.binds = Some((std::net::IpAddr::V4(yiaddr), mac));
+            }
+            raw
+        });
         match outcome.commit {
-            None => this.send(&socket, &bytes, dest, src),
+            None => {
+                this.send(&socket, &bytes, dest, src);
+                if let Some(raw) = sent {
+                    this.app.timeline.record(raw.at(now_us()));
+                }
+            }
             Some(lease) => {
                 tracker.spawn(async move {
                     match this.store.commit(lease).await {
-                        Ok(()) => this.send(&socket, &bytes, dest, src),
+                        Ok(()) => {
+                            this.send(&socket, &bytes, dest, src);
+                            if let Some(raw) = sent {
+                                this.app.timeline.record(raw.at(now_us()));
+                            }
+                        }
                         Err(e) => {
                             this.count("store_error");
                             warn!(xid, error = %e, "lease not durable: ACK withheld (the client will retry)");
@@ -154,6 +207,20 @@ impl Server {
                 });
             }
         }
+    }
+
+    /// Who a request is about for the timeline (its MAC), and whether it
+    /// comes from network-boot firmware (PXE, UEFI HTTP, iPXE).
+    fn timeline_subject(&self, req: &Message) -> Option<(Subject, bool)> {
+        if req.chaddr().len() < 6 {
+            return None;
+        }
+        let mut raw = [0u8; 6];
+        raw.copy_from_slice(&req.chaddr()[..6]);
+        let client = super::boot::ClientInfo::from_message(req);
+        let vc = client.vendor_class.as_deref().unwrap_or("");
+        let firmware = client.ipxe || vc.starts_with("PXEClient") || vc.starts_with("HTTPClient") || client.arch.is_some();
+        Some((Subject::mac(site::Mac(raw)), firmware))
     }
 
     fn send(&self, socket: &UdpSocket, bytes: &[u8], dest: Dest, src: SocketAddrV4) {

@@ -31,7 +31,7 @@ mod udp;
 pub mod window;
 
 pub use metrics::{Outcome, TftpMetrics};
-pub use server::{run, TftpConfig};
+pub use server::{run, Observer, Report, TftpConfig};
 pub use source::Resolved;
 
 use std::io;

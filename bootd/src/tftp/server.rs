@@ -44,11 +44,44 @@ pub struct TftpConfig {
     pub retries: u32,
     /// Retransmission timeout unless the client negotiates `timeout`.
     pub default_timeout: Duration,
+    /// Told how every transfer ended (bootd's timeline); called on the
+    /// transfer's task, so it must not block.
+    pub observer: Option<Observer>,
+}
+
+/// How one transfer ended, for [`TftpConfig::observer`].
+#[derive(Debug, Clone)]
+pub struct Report<'a> {
+    pub peer: SocketAddr,
+    /// As requested (client-chosen: escape it before logging).
+    pub file: &'a str,
+    pub outcome: Outcome,
+    /// File bytes, when the transfer completed.
+    pub bytes: Option<u64>,
+    pub took: Duration,
+    /// Why it failed, when it did.
+    pub reason: Option<String>,
+}
+
+#[derive(Clone)]
+pub struct Observer(pub Arc<dyn Fn(&Report<'_>) + Send + Sync>);
+
+impl std::fmt::Debug for Observer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Observer")
+    }
 }
 
 impl Default for TftpConfig {
     fn default() -> Self {
-        TftpConfig { max_blksize: 1468, max_windowsize: 64, max_transfers: 256, retries: 5, default_timeout: Duration::from_secs(1) }
+        TftpConfig {
+            max_blksize: 1468,
+            max_windowsize: 64,
+            max_transfers: 256,
+            retries: 5,
+            default_timeout: Duration::from_secs(1),
+            observer: None,
+        }
     }
 }
 
@@ -268,7 +301,29 @@ async fn transfer(shared: Arc<Shared>, t: Transfer) {
         _ = t.cancel.cancelled() => Err(End::Cancelled),
         r = serve(&shared, &t.sock, &t.name, t.peer, t.neg) => r,
     };
-    let ms = started.elapsed().as_millis() as u64;
+    let took = started.elapsed();
+    let ms = took.as_millis() as u64;
+    if let Some(obs) = &shared.config.observer {
+        let outcome = match &result {
+            Ok(_) => Outcome::Ok,
+            Err(End::NotFound) => Outcome::NotFound,
+            Err(End::Denied) => Outcome::Denied,
+            Err(End::ClientAbort { .. }) => Outcome::ClientAbort,
+            Err(End::Timeout(_)) => Outcome::Timeout,
+            Err(End::Cancelled) if shared.shutdown.is_cancelled() => Outcome::Shutdown,
+            Err(End::Cancelled) => Outcome::Replaced,
+            Err(End::Read(_) | End::Socket(_)) => Outcome::Error,
+        };
+        let report = Report {
+            peer: t.peer,
+            file: &t.name,
+            outcome,
+            bytes: result.as_ref().ok().map(|d| d.bytes),
+            took,
+            reason: result.as_ref().err().map(|e| e.to_string()),
+        };
+        (obs.0)(&report);
+    }
     let outcome = match result {
         Ok(done) => {
             info!(bytes = done.bytes, blksize, windowsize, retransmits = done.retransmits, ms, "tftp transfer complete");

@@ -39,6 +39,8 @@ impl std::io::Write for Writer {
 
 pub struct Bootd {
     pub dhcp: Option<SocketAddr>,
+    /// TFTP on 127.0.0.1 (with DHCP only), serving `<dir>/tftp`.
+    pub tftp: Option<SocketAddr>,
     pub http: SocketAddr,
     pub https: SocketAddr,
     pub app: Arc<bootd::App>,
@@ -65,6 +67,15 @@ impl Bootd {
     }
 
     async fn start_full(edit: impl FnOnce(String) -> String, relay_port: Option<u16>) -> Bootd {
+        Bootd::start_config(edit, relay_port, |_| {}).await
+    }
+
+    /// [`Bootd::start_dhcp`], and `tune` may change the config first.
+    pub async fn start_config(
+        edit: impl FnOnce(String) -> String,
+        relay_port: Option<u16>,
+        tune: impl FnOnce(&mut bootd::Config),
+    ) -> Bootd {
         logs();
         let dir = tempfile::tempdir().unwrap();
         write_site(dir.path(), edit);
@@ -76,8 +87,14 @@ impl Bootd {
             dhcp_sock = Some(bootd::dhcp::server::bind("127.0.0.1:0".parse().unwrap(), None).unwrap());
         }
         let dhcp = dhcp_sock.as_ref().map(|s| s.local_addr().unwrap());
+        let tftp_sock = match relay_port {
+            Some(_) => Some(tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap()),
+            None => None,
+        };
+        let tftp = tftp_sock.as_ref().map(|s| s.local_addr().unwrap());
         config.poll = Some(std::time::Duration::from_millis(200));
         config.grace = std::time::Duration::from_millis(500);
+        tune(&mut config);
         let reload = Arc::clone(&config.reload);
         let http = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let https = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -87,10 +104,10 @@ impl Bootd {
         let task = tokio::spawn(bootd::run_app(
             Arc::clone(&app),
             config,
-            bootd::Sockets { http, https: Some(https), dhcp: dhcp_sock, dhcp_proxy: None, tftp: None, api: None },
+            bootd::Sockets { http, https: Some(https), dhcp: dhcp_sock, dhcp_proxy: None, tftp: tftp_sock, api: None },
             shutdown.clone(),
         ));
-        Bootd { dhcp, http: ha, https: hsa, app, dir, reload, shutdown, task: Some(task) }
+        Bootd { dhcp, tftp, http: ha, https: hsa, app, dir, reload, shutdown, task: Some(task) }
     }
 
     pub async fn start() -> Bootd {
@@ -145,7 +162,25 @@ pub fn write_site(dir: &Path, edit: impl FnOnce(String) -> String) -> PathBuf {
 
 /// One request on a fresh connection.
 pub async fn request(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)]) -> (StatusCode, HeaderMap, Bytes) {
-    let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    request_from(None, addr, method, path, headers).await
+}
+
+/// [`request`] from a given local address (e.g. a node's 127.0.0.x).
+pub async fn request_from(
+    from: Option<std::net::IpAddr>,
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> (StatusCode, HeaderMap, Bytes) {
+    let stream = match from {
+        None => tokio::net::TcpStream::connect(addr).await.unwrap(),
+        Some(ip) => {
+            let s = tokio::net::TcpSocket::new_v4().unwrap();
+            s.bind(SocketAddr::new(ip, 0)).unwrap();
+            s.connect(addr).await.unwrap()
+        }
+    };
     let (mut send, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await.unwrap();
     tokio::spawn(conn);
     let mut req = Request::builder().method(method).uri(path).header("host", addr.to_string());

@@ -5,3 +5,4 @@ mod dhcp;
 mod golden;
 mod harness;
 mod http;
+mod timeline;

@@ -1,0 +1,316 @@
+//! The status page: where is each node in its boot, and since when.
+//!
+//! Routes (on bootd's HTTP listener, listed in [`route`]):
+//! - `GET /status`: one table of nodes (current phase, time in phase, last
+//!   event, last error), then any unknown clients;
+//! - `GET /status/node/NAME`: that node's timeline (phases with durations,
+//!   then every event);
+//! - `GET /status/timeline.json`, `GET /status/node/NAME/timeline.json`: the
+//!   same as JSON (what `bootd nodes timeline` and the lab scripts read).
+//!
+//! Plain server-rendered HTML, no JavaScript; the page refreshes itself
+//! with `<meta http-equiv="refresh">`. Every text that reaches the page
+//! goes through [`esc`] (DHCP hostnames, vendor classes and file names are
+//! client-chosen). The page shows no secrets: event texts are redacted when
+//! recorded, and nothing else from a request is shown.
+
+use crate::http::Body;
+use crate::state::Snapshot;
+use crate::timeline::{summary, Event, Span, Summary, Track};
+use crate::App;
+use bytes::Bytes;
+use http::{header, HeaderValue, Response, StatusCode};
+use http_body_util::{BodyExt, Full};
+use percent_encoding::{percent_decode_str, utf8_percent_encode, NON_ALPHANUMERIC};
+use serde_json::{json, Value};
+use std::fmt::Write;
+use std::sync::Arc;
+
+/// Seconds between the page's own refreshes.
+pub const REFRESH_SECS: u32 = 5;
+
+/// HTML-escapes text for element content and quoted attribute values.
+pub fn esc(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c if c.is_control() => out.push('\u{fffd}'),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// A duration for people: `850 ms`, `12.3 s`, `4 min 05 s`, `2 h 03 min`.
+pub fn human(us: i64) -> String {
+    let us = us.max(0);
+    let ms = us / 1000;
+    match ms {
+        0..=999 => format!("{ms} ms"),
+        1000..=59_999 => format!("{:.1} s", us as f64 / 1e6),
+        60_000..=3_599_999 => format!("{} min {:02} s", ms / 60_000, (ms / 1000) % 60),
+        _ => format!("{} h {:02} min", ms / 3_600_000, (ms / 60_000) % 60),
+    }
+}
+
+fn time_of(us: i64) -> String {
+    crate::api::rfc3339(us / 1000)
+}
+
+fn page(title: &str, body: &str) -> String {
+    format!(
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n\
+         <meta http-equiv=\"refresh\" content=\"{REFRESH_SECS}\">\n\
+         <title>{}</title>\n<style>\n\
+         body{{font-family:sans-serif;margin:1.5em;color:#222}}\n\
+         table{{border-collapse:collapse;margin-bottom:1.5em}}\n\
+         th,td{{border:1px solid #ccc;padding:.3em .6em;text-align:left;vertical-align:top}}\n\
+         th{{background:#eee}} td.num{{text-align:right;font-variant-numeric:tabular-nums}}\n\
+         tr.err td{{background:#fde8e8}} .err{{color:#a00}} .muted{{color:#888}}\n\
+         </style></head><body>\n{body}\n<p class=\"muted\">Refreshes every {REFRESH_SECS} s. Rendered {}.</p>\n</body></html>\n",
+        esc(title),
+        esc(&time_of(crate::timeline::now_us())),
+    )
+}
+
+fn link(node: &str) -> String {
+    format!("/status/node/{}", utf8_percent_encode(node, NON_ALPHANUMERIC))
+}
+
+fn event_text(e: &Event) -> String {
+    format!("{}: {}", e.phase.as_str(), e.detail)
+}
+
+/// The nodes table.
+pub fn render_index(cluster: &str, rows: &[Summary], now_us: i64, dropped: u64) -> String {
+    let mut b = String::new();
+    let _ = writeln!(b, "<h1>bootd: {}</h1>", esc(cluster));
+    let _ = writeln!(
+        b,
+        "<table id=\"nodes\">\n<tr><th>Node</th><th>MAC</th><th>IP</th><th>Phase</th><th>Time in phase</th><th>Last event</th><th>Last error</th></tr>"
+    );
+    for s in rows {
+        let class = if s.last_error.is_some() { " class=\"err\"" } else { "" };
+        let phase = s.phase.map(|p| p.as_str()).unwrap_or("waiting");
+        let since = s.phase_since_us.map(|t| human(now_us - t)).unwrap_or_else(|| "-".into());
+        let last = s.last_event.as_ref().map(|e| format!("{} {}", esc(&time_of(e.at_us)), esc(&event_text(e)))).unwrap_or_default();
+        let err = s.last_error.as_ref().map(|e| format!("<span class=\"err\">{}</span>", esc(&event_text(e)))).unwrap_or_default();
+        let _ = writeln!(
+            b,
+            "<tr{class} data-node=\"{n}\" data-phase=\"{phase}\"><td><a href=\"{href}\">{n}</a>{unk}</td><td>{mac}</td><td>{ip}</td><td>{phase}</td><td class=\"num\">{since}</td><td>{last}</td><td>{err}</td></tr>",
+            n = esc(&s.node),
+            href = esc(&link(&s.node)),
+            unk = if s.site_node { "" } else { " <span class=\"muted\">(not in the site)</span>" },
+            mac = esc(s.mac.as_deref().unwrap_or("")),
+            ip = s.ip.map(|i| i.to_string()).unwrap_or_default(),
+        );
+    }
+    b.push_str("</table>\n");
+    if dropped > 0 {
+        let _ = writeln!(b, "<p class=\"err\">{dropped} timeline events were dropped (recorder queue full).</p>");
+    }
+    page(&format!("bootd status: {cluster}"), &b)
+}
+
+fn phase_rows(b: &mut String, spans: &[Span], now_us: i64, last_is_current: bool) {
+    let _ = writeln!(b, "<table id=\"phases\">\n<tr><th>#</th><th>Phase</th><th>Started</th><th>Duration</th><th>Error</th></tr>");
+    for (i, s) in spans.iter().enumerate() {
+        let current = last_is_current && i + 1 == spans.len();
+        let dur = if current { format!("{} (current)", human(now_us - s.start_us)) } else { human(s.end_us - s.start_us) };
+        let _ = writeln!(
+            b,
+            "<tr data-phase=\"{p}\"><td class=\"num\">{}</td><td>{p}</td><td>{}</td><td class=\"num\">{}</td><td class=\"err\">{}</td></tr>",
+            i + 1,
+            esc(&time_of(s.start_us)),
+            esc(&dur),
+            esc(s.last_error.as_deref().unwrap_or("")),
+            p = s.phase.as_str(),
+        );
+    }
+    b.push_str("</table>\n");
+}
+
+/// One node's timeline.
+pub fn render_node(t: &Track, now_us: i64) -> String {
+    let s = summary(t);
+    let mut b = String::new();
+    let _ = writeln!(b, "<p><a href=\"/status\">&larr; all nodes</a></p>\n<h1>{}</h1>", esc(&t.key));
+    let _ = writeln!(
+        b,
+        "<p>MAC {} &middot; IP {} &middot; boot attempt {} &middot; phase <b id=\"phase\">{}</b> &middot; phases {} &middot; total {}</p>",
+        esc(t.mac.as_deref().unwrap_or("-")),
+        t.ip.map(|i| i.to_string()).unwrap_or_else(|| "-".into()),
+        s.attempt,
+        s.phase.map(|p| p.as_str()).unwrap_or("waiting"),
+        if s.in_order { "in order" } else { "<span class=\"err\">out of order</span>" },
+        esc(&human(s.total_us)),
+    );
+    if let Some(e) = &s.last_error {
+        let _ = writeln!(b, "<p class=\"err\" id=\"last-error\">Last error: {} {}</p>", esc(&time_of(e.at_us)), esc(&event_text(e)));
+    }
+    b.push_str("<h2>Phases (current attempt)</h2>\n");
+    phase_rows(&mut b, &s.phases, now_us, true);
+    b.push_str("<h2>Events</h2>\n<table id=\"events\">\n<tr><th>Time</th><th>Attempt</th><th>Phase</th><th>Event</th><th>Bytes</th><th>Took</th><th>Detail</th></tr>\n");
+    for e in &t.events {
+        let class = if e.error { " class=\"err\"" } else { "" };
+        let _ = writeln!(
+            b,
+            "<tr{class}><td>{}</td><td class=\"num\">{}</td><td>{}</td><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td>{}</td></tr>",
+            esc(&time_of(e.at_us)),
+            e.attempt,
+            e.phase.as_str(),
+            esc(e.what),
+            e.bytes.map(|n| n.to_string()).unwrap_or_default(),
+            if e.took_us > 0 { esc(&human(e.took_us)) } else { String::new() },
+            esc(&e.detail),
+        );
+    }
+    b.push_str("</table>\n");
+    page(&format!("bootd status: {}", t.key), &b)
+}
+
+/// A node's timeline as JSON: the summary of the current attempt (phases
+/// with durations) and every event kept. `None`: no such node or client.
+pub fn timeline_json(app: &App, snap: &Snapshot, name: &str) -> Option<Value> {
+    let track = app.timeline.track(name).or_else(|| {
+        let n = snap.site.node(name)?;
+        Some(Track {
+            key: n.name.clone(),
+            site_node: true,
+            mac: n.macs.first().map(|m| m.to_string()),
+            ip: Some(std::net::IpAddr::V4(n.ip)),
+            attempt: 1,
+            events: Default::default(),
+        })
+    })?;
+    let s = summary(&track);
+    let phases: Vec<Value> = s
+        .phases
+        .iter()
+        .map(|p| {
+            json!({
+                "phase": p.phase, "start": time_of(p.start_us), "startUs": p.start_us, "endUs": p.end_us,
+                "seconds": p.seconds(), "lastError": p.last_error,
+            })
+        })
+        .collect();
+    Some(json!({
+        "node": s.node,
+        "siteNode": s.site_node,
+        "mac": s.mac,
+        "ip": s.ip,
+        "attempt": s.attempt,
+        "phase": s.phase,
+        "inOrder": s.in_order,
+        "totalSeconds": s.total_us as f64 / 1e6,
+        "phases": phases,
+        "lastError": s.last_error,
+        "events": track.events,
+    }))
+}
+
+fn html(status: StatusCode, body: String) -> Response<Body> {
+    let mut r = Response::new(Full::new(Bytes::from(body)).map_err(|never| match never {}).boxed());
+    *r.status_mut() = status;
+    r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/html; charset=utf-8"));
+    r.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    r
+}
+
+fn json_reply(status: StatusCode, v: &Value) -> Response<Body> {
+    let mut body = serde_json::to_vec_pretty(v).unwrap_or_default();
+    body.push(b'\n');
+    let mut r = Response::new(Full::new(Bytes::from(body)).map_err(|never| match never {}).boxed());
+    *r.status_mut() = status;
+    r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    r.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    r
+}
+
+/// The status routes (`path` starts with `/status`).
+pub fn route(app: &Arc<App>, snap: &Snapshot, path: &str, _q: Option<&str>) -> (&'static str, Response<Body>) {
+    let now = crate::timeline::now_us();
+    let rest = path.trim_start_matches("/status").trim_start_matches('/');
+    if rest.is_empty() {
+        let rows = app.timeline.summaries(&snap.site);
+        return ("status", html(StatusCode::OK, render_index(&snap.site.cluster.domain(), &rows, now, app.timeline.dropped.get())));
+    }
+    if rest == "timeline.json" {
+        let rows = app.timeline.summaries(&snap.site);
+        return ("status", json_reply(StatusCode::OK, &json!({ "nodes": rows })));
+    }
+    let Some(node) = rest.strip_prefix("node/") else {
+        return ("status", html(StatusCode::NOT_FOUND, page("not found", "<p>No such page. <a href=\"/status\">All nodes</a></p>")));
+    };
+    let (raw, as_json) = match node.strip_suffix("/timeline.json") {
+        Some(n) => (n, true),
+        None => (node, false),
+    };
+    let name = percent_decode_str(raw).decode_utf8_lossy().into_owned();
+    match (timeline_json(app, snap, &name), as_json) {
+        (Some(v), true) => ("status", json_reply(StatusCode::OK, &v)),
+        (None, true) => ("status", json_reply(StatusCode::NOT_FOUND, &json!({ "error": "no such node" }))),
+        (Some(_), false) => {
+            let t = app.timeline.track(&name).unwrap_or_else(|| Track {
+                key: name.clone(),
+                site_node: true,
+                mac: snap.site.node(&name).and_then(|n| n.macs.first()).map(|m| m.to_string()),
+                ip: snap.site.node(&name).map(|n| std::net::IpAddr::V4(n.ip)),
+                attempt: 1,
+                events: Default::default(),
+            });
+            ("status", html(StatusCode::OK, render_node(&t, now)))
+        }
+        (None, false) => (
+            "status",
+            html(StatusCode::NOT_FOUND, page("no such node", &format!("<p>No node {}. <a href=\"/status\">All nodes</a></p>", esc(&name)))),
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::timeline::{Book, Phase, Raw, Subject};
+
+    fn lab() -> site::Site {
+        site::load(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/lab/site.yaml")).unwrap()
+    }
+
+    #[test]
+    fn escaping_and_durations() {
+        assert_eq!(esc("<a href=\"x\">&'</a>"), "&lt;a href=&quot;x&quot;&gt;&amp;&#39;&lt;/a&gt;");
+        assert_eq!(esc("a\u{1b}[31mb"), "a\u{fffd}[31mb");
+        assert_eq!(human(850_000), "850 ms");
+        assert_eq!(human(12_340_000), "12.3 s");
+        assert_eq!(human(245_000_000), "4 min 05 s");
+        assert_eq!(human(7_380_000_000), "2 h 03 min");
+    }
+
+    #[test]
+    fn client_supplied_text_is_escaped_on_both_pages() {
+        let site = lab();
+        let mut book = Book::default();
+        let evil = "<script>alert(1)</script>";
+        let m: site::Mac = "52:54:00:99:00:02".parse().unwrap();
+        book.add(&site, Raw::new(Subject::mac(m), Phase::Dhcp, "ignored", format!("hostname {evil}")).error());
+        book.add(&site, Raw::new(Subject::node("worker-0"), Phase::Script, "served", evil));
+        let now = crate::timeline::now_us();
+        let mut rows: Vec<Summary> = book.tracks.values().map(summary).collect();
+        rows.sort_by(|a, b| a.node.cmp(&b.node));
+        let index = render_index("lab.example.test", &rows, now, 0);
+        assert!(!index.contains("<script>"), "{index}");
+        assert!(index.contains("&lt;script&gt;alert(1)&lt;/script&gt;"));
+        assert!(index.contains("<meta http-equiv=\"refresh\""));
+        assert!(index.contains("href=\"/status/node/mac%2052%3A54%3A00%3A99%3A00%3A02\""), "{index}");
+        assert!(index.contains("data-node=\"worker-0\" data-phase=\"script\""));
+        let node = render_node(&book.tracks["mac 52:54:00:99:00:02"], now);
+        assert!(!node.contains("<script>"));
+        assert!(node.contains("id=\"last-error\""));
+    }
+}

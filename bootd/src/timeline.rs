@@ -1,0 +1,724 @@
+//! The per-node boot timeline: every step a machine takes on its way from
+//! firmware to cluster member, as each daemon saw it, joined by MAC and IP
+//! into one timeline per node.
+//!
+//! Recording ([`Recorder::record`]) is a `try_send` on a bounded channel:
+//! the DHCP, TFTP and HTTP paths never wait on it; when the channel is full
+//! the event is dropped and counted (`bootd_timeline_events_dropped_total`).
+//! One writer task ([`writer`]) joins events to nodes against the live site
+//! and keeps them in memory ([`Book`], bounded per node and in the number of
+//! unknown clients), and observes each finished phase's duration in
+//! `bootd_node_phase_seconds{phase}`.
+//!
+//! The pure parts ([`join`], [`Book::add`], [`spans`], [`summary`],
+//! [`redact`]) take the site and the clock as arguments and are unit-tested.
+//!
+//! Invariants:
+//! - Event details never carry a query string or a token: every detail goes
+//!   through [`redact`] in [`Recorder::record`].
+//! - Phases of one boot attempt are the first occurrences, in time order, of
+//!   each [`Phase`]; their durations are start-to-next-start (the last one to
+//!   its last event), so they add up to the attempt's wall-clock time.
+//! - A firmware DHCP DISCOVER after the node got as far as its kernel starts a
+//!   new attempt (the machine rebooted into its firmware).
+
+use prometheus_client::metrics::counter::Counter;
+use serde::Serialize;
+use site::{Mac, Site};
+use std::collections::{HashMap, VecDeque};
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+/// The phases of a network boot, in the order a healthy boot goes through them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    /// DHCP DISCOVER/OFFER/REQUEST/ACK, with the boot decision.
+    Dhcp,
+    /// The firmware fetching its boot file (iPXE, GRUB) over TFTP.
+    Tftp,
+    /// The iPXE script (or GRUB config) for the node.
+    Script,
+    Kernel,
+    Initramfs,
+    Rootfs,
+    /// The node's Ignition config (or its pointer config).
+    Ignition,
+    /// First connection from the node through lbd to the Machine Config Server (22623).
+    MachineConfig,
+    /// The node's API server backend turning up in lbd's checks (6443).
+    Api,
+}
+
+impl Phase {
+    pub const ALL: [Phase; 9] = [
+        Phase::Dhcp,
+        Phase::Tftp,
+        Phase::Script,
+        Phase::Kernel,
+        Phase::Initramfs,
+        Phase::Rootfs,
+        Phase::Ignition,
+        Phase::MachineConfig,
+        Phase::Api,
+    ];
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Dhcp => "dhcp",
+            Phase::Tftp => "tftp",
+            Phase::Script => "script",
+            Phase::Kernel => "kernel",
+            Phase::Initramfs => "initramfs",
+            Phase::Rootfs => "rootfs",
+            Phase::Ignition => "ignition",
+            Phase::MachineConfig => "machine_config",
+            Phase::Api => "api",
+        }
+    }
+}
+
+/// Unix microseconds.
+pub fn now_us() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_micros() as i64).unwrap_or(0)
+}
+
+/// One thing that happened to a node.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Event {
+    /// When it happened (a transfer: when it ended), unix microseconds.
+    #[serde(rename = "atUs")]
+    pub at_us: i64,
+    /// How long it took (transfers); it started at `at_us - took_us`.
+    #[serde(rename = "tookUs")]
+    pub took_us: i64,
+    pub phase: Phase,
+    /// `discover`, `offer`, `ack`, `nak`, `ignored`, `served`, `start`,
+    /// `done`, `aborted`, `failed`, `denied`, `first_connection`, `backend_up`.
+    pub what: &'static str,
+    pub error: bool,
+    pub detail: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bytes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mac: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ip: Option<IpAddr>,
+    /// Which boot attempt of the node (a reboot into firmware starts another).
+    pub attempt: u32,
+}
+
+impl Event {
+    pub fn start_us(&self) -> i64 {
+        self.at_us - self.took_us
+    }
+}
+
+/// Who an event is about, as far as the daemon that saw it knows.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Subject {
+    /// A node name the request named (unchecked: it may be client-supplied).
+    pub node: Option<String>,
+    pub mac: Option<Mac>,
+    pub ip: Option<IpAddr>,
+}
+
+impl Subject {
+    pub fn node(name: &str) -> Subject {
+        Subject { node: Some(name.to_string()), ..Default::default() }
+    }
+    pub fn ip(ip: IpAddr) -> Subject {
+        Subject { ip: Some(ip), ..Default::default() }
+    }
+    pub fn mac(mac: Mac) -> Subject {
+        Subject { mac: Some(mac), ..Default::default() }
+    }
+    pub fn with_ip(mut self, ip: IpAddr) -> Subject {
+        self.ip = Some(ip);
+        self
+    }
+}
+
+/// What goes over the channel: the event before it is joined to a node.
+#[derive(Debug, Clone)]
+pub struct Raw {
+    pub subject: Subject,
+    pub at_us: i64,
+    pub took_us: i64,
+    pub phase: Phase,
+    pub what: &'static str,
+    pub error: bool,
+    pub detail: String,
+    pub bytes: Option<u64>,
+    /// A DHCP request from firmware (it got a boot file): may start a new attempt.
+    pub firmware: bool,
+    /// A DHCP OFFER/ACK binding this address to the subject's MAC.
+    pub binds: Option<(IpAddr, Mac)>,
+}
+
+impl Raw {
+    pub fn new(subject: Subject, phase: Phase, what: &'static str, detail: impl Into<String>) -> Raw {
+        Raw {
+            subject,
+            at_us: now_us(),
+            took_us: 0,
+            phase,
+            what,
+            error: false,
+            detail: detail.into(),
+            bytes: None,
+            firmware: false,
+            binds: None,
+        }
+    }
+    pub fn error(mut self) -> Raw {
+        self.error = true;
+        self
+    }
+    pub fn bytes(mut self, n: u64) -> Raw {
+        self.bytes = Some(n);
+        self
+    }
+    pub fn took(mut self, d: Duration) -> Raw {
+        self.took_us = d.as_micros().min(i64::MAX as u128) as i64;
+        self
+    }
+    pub fn at(mut self, at_us: i64) -> Raw {
+        self.at_us = at_us;
+        self
+    }
+}
+
+/// Removes secrets from an event's text: any `token=` value (query strings,
+/// Ignition URLs) and query strings of URLs as a whole.
+pub fn redact(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut rest = s;
+    while let Some(i) = rest.find("token=") {
+        out.push_str(&rest[..i + "token=".len()]);
+        out.push_str("REDACTED");
+        let tail = &rest[i + "token=".len()..];
+        let end = tail.find(|c: char| c == '&' || c == '"' || c == '\'' || c.is_whitespace()).unwrap_or(tail.len());
+        rest = &tail[end..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// The key a node's timeline is kept under, and whether it is a site node.
+/// Order of evidence: a node name the site knows; the MAC; the IP (the
+/// site's reservation, or an address DHCP gave a MAC). Clients no site node
+/// matches are kept under `mac <MAC>` or `ip <IP>` (or `unknown`), so a
+/// machine with a mistyped MAC shows up too.
+pub fn join(site: &Site, learned: &HashMap<IpAddr, Mac>, s: &Subject) -> (String, bool) {
+    if let Some(n) = s.node.as_deref().and_then(|n| site.node(n)) {
+        return (n.name.clone(), true);
+    }
+    if let Some(m) = &s.mac {
+        return match site.node_by_mac(m) {
+            Some(n) => (n.name.clone(), true),
+            None => (format!("mac {m}"), false),
+        };
+    }
+    if let Some(ip) = s.ip {
+        if let Some(n) = site.node_by_ip(ip) {
+            return (n.name.clone(), true);
+        }
+        if let Some(m) = learned.get(&ip) {
+            return match site.node_by_mac(m) {
+                Some(n) => (n.name.clone(), true),
+                None => (format!("mac {m}"), false),
+            };
+        }
+        return (format!("ip {ip}"), false);
+    }
+    ("unknown".to_string(), false)
+}
+
+/// One node's (or unknown client's) timeline.
+#[derive(Debug, Clone, Serialize)]
+pub struct Track {
+    pub key: String,
+    #[serde(rename = "siteNode")]
+    pub site_node: bool,
+    pub mac: Option<String>,
+    pub ip: Option<IpAddr>,
+    pub attempt: u32,
+    pub events: VecDeque<Event>,
+}
+
+impl Track {
+    /// The events of the current boot attempt.
+    pub fn current(&self) -> Vec<&Event> {
+        self.events.iter().filter(|e| e.attempt == self.attempt).collect()
+    }
+}
+
+/// Every timeline, in memory.
+#[derive(Debug, Default)]
+pub struct Book {
+    pub tracks: HashMap<String, Track>,
+    /// IP → MAC from DHCP offers and acks, for joining later IP-only events.
+    learned: HashMap<IpAddr, Mac>,
+}
+
+/// Events kept per node; the oldest go first.
+pub const EVENTS_PER_NODE: usize = 400;
+/// Unknown clients kept (each with its own timeline); the stalest go first.
+pub const UNKNOWN_CLIENTS: usize = 256;
+
+impl Book {
+    /// Adds one event; returns the phase it closed and that phase's
+    /// duration, when the event starts a new phase of the attempt.
+    pub fn add(&mut self, site: &Site, raw: Raw) -> Option<(Phase, Duration)> {
+        if let Some((ip, mac)) = raw.binds {
+            if self.learned.len() < 65536 || self.learned.contains_key(&ip) {
+                self.learned.insert(ip, mac);
+            }
+        }
+        let (key, site_node) = join(site, &self.learned, &raw.subject);
+        if !site_node && !self.tracks.contains_key(&key) {
+            self.evict_unknown();
+        }
+        let site_node_of = site.node(&key);
+        let t = self.tracks.entry(key.clone()).or_insert_with(|| Track {
+            key,
+            site_node,
+            mac: site_node_of.and_then(|n| n.macs.first()).map(|m| m.to_string()),
+            ip: site_node_of.map(|n| IpAddr::V4(n.ip)),
+            attempt: 1,
+            events: VecDeque::new(),
+        });
+        // A site node keeps its own MAC and address (a request from elsewhere
+        // naming it says nothing about them); DHCP's binding is the truth.
+        if let Some((ip, mac)) = raw.binds {
+            t.mac = Some(mac.to_string());
+            t.ip = Some(ip);
+        } else if !t.site_node {
+            if let Some(m) = raw.subject.mac {
+                t.mac = Some(m.to_string());
+            }
+            if let Some(ip) = raw.subject.ip {
+                t.ip = Some(ip);
+            }
+        }
+        let before = spans(&t.current());
+        if raw.phase == Phase::Dhcp && raw.what == "discover" && raw.firmware && before.iter().any(|s| s.phase >= Phase::Kernel) {
+            t.attempt += 1;
+        }
+        let ev = Event {
+            at_us: raw.at_us,
+            took_us: raw.took_us,
+            phase: raw.phase,
+            what: raw.what,
+            error: raw.error,
+            detail: raw.detail,
+            bytes: raw.bytes,
+            mac: raw.subject.mac.map(|m| m.to_string()),
+            ip: raw.subject.ip,
+            attempt: t.attempt,
+        };
+        // Keep time order (lbd's events carry lbd's own, earlier, times).
+        let pos = t.events.iter().rposition(|e| e.start_us() <= ev.start_us()).map(|p| p + 1).unwrap_or(0);
+        t.events.insert(pos, ev);
+        while t.events.len() > EVENTS_PER_NODE {
+            t.events.pop_front();
+        }
+        let after = spans(&t.current());
+        // A phase closes when a later one appears after it.
+        if after.len() > before.len() && after.len() >= 2 && before.len() == after.len() - 1 {
+            let s = &after[after.len() - 2];
+            let next = &after[after.len() - 1];
+            if s.phase == before[before.len() - 1].phase {
+                return Some((s.phase, Duration::from_micros((next.start_us - s.start_us).max(0) as u64)));
+            }
+        }
+        None
+    }
+
+    fn evict_unknown(&mut self) {
+        let unknown = self.tracks.values().filter(|t| !t.site_node).count();
+        if unknown < UNKNOWN_CLIENTS {
+            return;
+        }
+        let stalest = self
+            .tracks
+            .values()
+            .filter(|t| !t.site_node)
+            .min_by_key(|t| t.events.back().map(|e| e.at_us).unwrap_or(0))
+            .map(|t| t.key.clone());
+        if let Some(k) = stalest {
+            self.tracks.remove(&k);
+        }
+    }
+}
+
+/// One phase of an attempt.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Span {
+    pub phase: Phase,
+    #[serde(rename = "startUs")]
+    pub start_us: i64,
+    /// The next phase's start, or (the last phase) its last event's time.
+    #[serde(rename = "endUs")]
+    pub end_us: i64,
+    /// The last event in this phase that was an error, if any.
+    #[serde(rename = "lastError", skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+}
+
+impl Span {
+    pub fn seconds(&self) -> f64 {
+        (self.end_us - self.start_us) as f64 / 1e6
+    }
+}
+
+/// The phases of `events` (one attempt, in time order): each phase from its
+/// first event, in the order they first appear.
+pub fn spans(events: &[&Event]) -> Vec<Span> {
+    let mut out: Vec<Span> = Vec::new();
+    for e in events {
+        match out.iter_mut().find(|s| s.phase == e.phase) {
+            Some(s) => {
+                if e.error {
+                    s.last_error = Some(e.detail.clone());
+                }
+            }
+            None => out.push(Span {
+                phase: e.phase,
+                start_us: e.start_us(),
+                end_us: e.start_us(),
+                last_error: e.error.then(|| e.detail.clone()),
+            }),
+        }
+    }
+    let last_at = events.iter().map(|e| e.at_us).max().unwrap_or(0);
+    let n = out.len();
+    for i in 0..n {
+        out[i].end_us = if i + 1 < n { out[i + 1].start_us } else { last_at.max(out[i].start_us) };
+    }
+    out
+}
+
+/// What the status page and the API show for a node.
+#[derive(Debug, Clone, Serialize)]
+pub struct Summary {
+    pub node: String,
+    #[serde(rename = "siteNode")]
+    pub site_node: bool,
+    pub mac: Option<String>,
+    pub ip: Option<IpAddr>,
+    pub attempt: u32,
+    /// The latest phase reached (`None`: nothing seen yet).
+    pub phase: Option<Phase>,
+    #[serde(rename = "phaseSinceUs")]
+    pub phase_since_us: Option<i64>,
+    #[serde(rename = "lastEvent")]
+    pub last_event: Option<Event>,
+    #[serde(rename = "lastError")]
+    pub last_error: Option<Event>,
+    /// Every phase in the canonical order.
+    #[serde(rename = "inOrder")]
+    pub in_order: bool,
+    pub phases: Vec<Span>,
+    /// First event's start to last event, microseconds.
+    #[serde(rename = "totalUs")]
+    pub total_us: i64,
+}
+
+pub fn summary(t: &Track) -> Summary {
+    let cur = t.current();
+    let sp = spans(&cur);
+    let in_order = sp.windows(2).all(|w| w[0].phase < w[1].phase);
+    let total_us = match (sp.first(), sp.last()) {
+        (Some(a), Some(b)) => b.end_us - a.start_us,
+        _ => 0,
+    };
+    Summary {
+        node: t.key.clone(),
+        site_node: t.site_node,
+        mac: t.mac.clone(),
+        ip: t.ip,
+        attempt: t.attempt,
+        phase: sp.last().map(|s| s.phase),
+        phase_since_us: sp.last().map(|s| s.start_us),
+        last_event: cur.last().map(|e| (*e).clone()),
+        last_error: t.events.iter().rev().find(|e| e.error).cloned(),
+        in_order,
+        phases: sp,
+        total_us,
+    }
+}
+
+/// The handle every request path records through; never blocks.
+#[derive(Debug)]
+pub struct Recorder {
+    tx: mpsc::Sender<Raw>,
+    rx: Mutex<Option<mpsc::Receiver<Raw>>>,
+    /// Events dropped because the channel was full (also in /metrics).
+    pub dropped: Counter,
+    /// Read by the status page and the API; written by [`writer`] only.
+    pub book: Arc<Mutex<Book>>,
+}
+
+/// Capacity of the channel to the writer.
+pub const CAPACITY: usize = 8192;
+
+impl Recorder {
+    /// `dropped` is usually `Metrics::timeline_dropped`.
+    pub fn new(capacity: usize, dropped: Counter) -> Recorder {
+        let (tx, rx) = mpsc::channel(capacity);
+        Recorder { tx, rx: Mutex::new(Some(rx)), dropped, book: Default::default() }
+    }
+
+    pub fn record(&self, mut raw: Raw) {
+        raw.detail = redact(&raw.detail);
+        if self.tx.try_send(raw).is_err() {
+            self.dropped.inc();
+        }
+    }
+
+    /// The receiving end, once (for [`writer`]).
+    pub fn take_receiver(&self) -> Option<mpsc::Receiver<Raw>> {
+        self.rx.lock().unwrap_or_else(|p| p.into_inner()).take()
+    }
+
+    /// Summaries of every timeline: site nodes in site order (those not seen
+    /// yet too), then unknown clients by key.
+    pub fn summaries(&self, site: &Site) -> Vec<Summary> {
+        let book = self.book.lock().unwrap_or_else(|p| p.into_inner());
+        let mut out: Vec<Summary> = site
+            .nodes
+            .iter()
+            .map(|n| match book.tracks.get(&n.name) {
+                Some(t) => summary(t),
+                None => summary(&Track {
+                    key: n.name.clone(),
+                    site_node: true,
+                    mac: n.macs.first().map(|m| m.to_string()),
+                    ip: Some(IpAddr::V4(n.ip)),
+                    attempt: 1,
+                    events: VecDeque::new(),
+                }),
+            })
+            .collect();
+        let mut others: Vec<&Track> = book.tracks.values().filter(|t| site.node(&t.key).is_none()).collect();
+        others.sort_by(|a, b| a.key.cmp(&b.key));
+        out.extend(others.into_iter().map(summary));
+        out
+    }
+
+    /// One node's timeline (every attempt kept), by key.
+    pub fn track(&self, key: &str) -> Option<Track> {
+        self.book.lock().unwrap_or_else(|p| p.into_inner()).tracks.get(key).cloned()
+    }
+}
+
+/// Joins and stores events until `shutdown`; observes closed phases.
+pub async fn writer(app: Arc<crate::App>, mut rx: mpsc::Receiver<Raw>, shutdown: CancellationToken) {
+    let mut batch = Vec::with_capacity(256);
+    loop {
+        batch.clear();
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            n = rx.recv_many(&mut batch, 256) => if n == 0 { return },
+        }
+        let snap = app.live.load();
+        let mut closed = Vec::new();
+        {
+            let mut book = app.timeline.book.lock().unwrap_or_else(|p| p.into_inner());
+            for raw in batch.drain(..) {
+                if let Some(c) = book.add(&snap.site, raw) {
+                    closed.push(c);
+                }
+            }
+        }
+        for (phase, d) in closed {
+            app.metrics.phase_seconds.get_or_create(&crate::metrics::PhaseLabel { phase: phase.as_str() }).observe(d.as_secs_f64());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lab() -> Site {
+        site::load(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/lab/site.yaml")).unwrap()
+    }
+    fn mac(s: &str) -> Mac {
+        s.parse().unwrap()
+    }
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+    fn ev(subject: Subject, phase: Phase, what: &'static str, at_ms: i64) -> Raw {
+        Raw::new(subject, phase, what, format!("{what} at {at_ms}")).at(at_ms * 1000)
+    }
+
+    #[test]
+    fn join_by_name_mac_ip_and_learned_lease() {
+        let site = lab();
+        let mut learned = HashMap::new();
+        assert_eq!(join(&site, &learned, &Subject::node("master-0")), ("master-0".into(), true));
+        assert_eq!(join(&site, &learned, &Subject::mac(mac("52:54:00:77:00:10"))), ("bootstrap".into(), true));
+        assert_eq!(join(&site, &learned, &Subject::ip(ip("10.77.0.20"))), ("worker-0".into(), true));
+        // An unknown MAC, and an address DHCP gave it.
+        let stray = mac("52:54:00:99:99:99");
+        assert_eq!(join(&site, &learned, &Subject::mac(stray)), ("mac 52:54:00:99:99:99".into(), false));
+        assert_eq!(join(&site, &learned, &Subject::ip(ip("10.77.0.99"))), ("ip 10.77.0.99".into(), false));
+        learned.insert(ip("10.77.0.99"), stray);
+        assert_eq!(join(&site, &learned, &Subject::ip(ip("10.77.0.99"))), ("mac 52:54:00:99:99:99".into(), false));
+        // A node address learned from DHCP (a pool address) joins to the node.
+        learned.insert(ip("10.77.0.150"), mac("52:54:00:77:00:11"));
+        assert_eq!(join(&site, &learned, &Subject::ip(ip("10.77.0.150"))), ("master-0".into(), true));
+        // An unknown name from a client falls back to its address.
+        let s = Subject { node: Some("nope".into()), ip: Some(ip("10.77.0.13")), mac: None };
+        assert_eq!(join(&site, &learned, &s), ("master-2".into(), true));
+        assert_eq!(join(&site, &learned, &Subject::node("<script>")), ("unknown".into(), false));
+    }
+
+    #[test]
+    fn phases_in_order_with_durations_that_add_up() {
+        let site = lab();
+        let mut book = Book::default();
+        let m = mac("52:54:00:77:00:10");
+        let node_ip = ip("10.77.0.10");
+        let mut closed = Vec::new();
+        let steps = [
+            (Subject::mac(m), Phase::Dhcp, "discover", 1000),
+            (Subject::mac(m), Phase::Dhcp, "offer", 1001),
+            (Subject::mac(m), Phase::Dhcp, "ack", 1050),
+            (Subject::ip(node_ip), Phase::Script, "served", 1300),
+            (Subject::ip(node_ip), Phase::Kernel, "start", 1400),
+            (Subject::ip(node_ip), Phase::Kernel, "done", 2400),
+            (Subject::ip(node_ip), Phase::Initramfs, "start", 2410),
+            (Subject::ip(node_ip), Phase::Initramfs, "done", 2900),
+            // The guest OS asks DHCP again: no new phase, no new attempt.
+            (Subject::mac(m), Phase::Dhcp, "ack", 5000),
+            (Subject::node("bootstrap").with_ip(node_ip), Phase::Ignition, "served", 6000),
+        ];
+        for (s, p, w, at) in steps {
+            if let Some(c) = book.add(&site, ev(s, p, w, at)) {
+                closed.push(c);
+            }
+        }
+        let t = &book.tracks["bootstrap"];
+        let sum = summary(t);
+        let phases: Vec<Phase> = sum.phases.iter().map(|s| s.phase).collect();
+        assert_eq!(phases, [Phase::Dhcp, Phase::Script, Phase::Kernel, Phase::Initramfs, Phase::Ignition]);
+        assert!(sum.in_order);
+        assert_eq!(sum.phase, Some(Phase::Ignition));
+        let secs: Vec<f64> = sum.phases.iter().map(Span::seconds).collect();
+        assert_eq!(secs, [0.3, 0.1, 1.01, 3.59, 0.0]);
+        assert_eq!(sum.total_us, 5_000_000);
+        let total: f64 = secs.iter().sum();
+        assert!((total - 5.0).abs() < 1e-9, "{total}");
+        // Each closed phase observed once, with its duration.
+        assert_eq!(
+            closed,
+            [
+                (Phase::Dhcp, Duration::from_millis(300)),
+                (Phase::Script, Duration::from_millis(100)),
+                (Phase::Kernel, Duration::from_millis(1010)),
+                (Phase::Initramfs, Duration::from_millis(3590)),
+            ]
+        );
+        assert_eq!(t.mac.as_deref(), Some("52:54:00:77:00:10"));
+    }
+
+    #[test]
+    fn transfers_start_when_they_started_and_out_of_order_events_are_sorted() {
+        let site = lab();
+        let mut book = Book::default();
+        let m = mac("52:54:00:77:00:20");
+        book.add(&site, ev(Subject::mac(m), Phase::Dhcp, "ack", 1000));
+        // A TFTP transfer reported when it ended, 2 s after it started.
+        book.add(&site, ev(Subject::ip(ip("10.77.0.20")), Phase::Tftp, "served", 3500).took(Duration::from_secs(2)));
+        // lbd's event arrives late but happened earlier than the next one.
+        book.add(&site, ev(Subject::ip(ip("10.77.0.20")), Phase::Api, "backend_up", 9000));
+        book.add(&site, ev(Subject::ip(ip("10.77.0.20")), Phase::MachineConfig, "first_connection", 8000));
+        let sum = summary(&book.tracks["worker-0"]);
+        let got: Vec<(Phase, i64)> = sum.phases.iter().map(|s| (s.phase, s.start_us / 1000)).collect();
+        assert_eq!(got, [(Phase::Dhcp, 1000), (Phase::Tftp, 1500), (Phase::MachineConfig, 8000), (Phase::Api, 9000)]);
+        assert!(sum.in_order);
+    }
+
+    #[test]
+    fn a_reboot_into_firmware_starts_a_new_attempt_and_disorder_is_reported() {
+        let site = lab();
+        let mut book = Book::default();
+        let m = mac("52:54:00:77:00:11");
+        let nip = ip("10.77.0.11");
+        let mut fw = ev(Subject::mac(m), Phase::Dhcp, "discover", 1000);
+        fw.firmware = true;
+        book.add(&site, fw.clone());
+        book.add(&site, ev(Subject::ip(nip), Phase::Ignition, "served", 1100));
+        book.add(&site, ev(Subject::ip(nip), Phase::Kernel, "start", 1200));
+        let s = summary(&book.tracks["master-0"]);
+        assert!(!s.in_order, "ignition before kernel is out of order");
+        // Firmware DHCP again, after the kernel: attempt 2, a fresh timeline.
+        book.add(&site, fw.at(5_000_000));
+        let s = summary(&book.tracks["master-0"]);
+        assert_eq!(s.attempt, 2);
+        assert_eq!(s.phases.len(), 1);
+        assert_eq!(book.tracks["master-0"].events.len(), 4, "older attempts are kept");
+    }
+
+    #[test]
+    fn failures_show_the_failing_phase_and_reason() {
+        let site = lab();
+        let mut book = Book::default();
+        let stray = mac("52:54:00:99:00:01");
+        book.add(&site, ev(Subject::mac(stray), Phase::Dhcp, "ignored", 10).error());
+        let s = summary(&book.tracks["mac 52:54:00:99:00:01"]);
+        assert_eq!(s.phase, Some(Phase::Dhcp));
+        assert!(s.last_error.unwrap().detail.contains("ignored"));
+        assert!(!s.site_node);
+        book.add(
+            &site,
+            Raw::new(Subject::node("worker-1").with_ip(ip("10.77.0.21")), Phase::Ignition, "denied", "denied: bad_token").error(),
+        );
+        let s = summary(&book.tracks["worker-1"]);
+        assert_eq!(s.phases[0].last_error.as_deref(), Some("denied: bad_token"));
+    }
+
+    #[test]
+    fn bounded_per_node_and_in_unknown_clients() {
+        let site = lab();
+        let mut book = Book::default();
+        for i in 0..(EVENTS_PER_NODE + 50) {
+            book.add(&site, ev(Subject::node("worker-0"), Phase::Dhcp, "discover", i as i64));
+        }
+        assert_eq!(book.tracks["worker-0"].events.len(), EVENTS_PER_NODE);
+        for i in 0..(UNKNOWN_CLIENTS + 10) {
+            let m = Mac([2, 0, 0, 0, (i >> 8) as u8, i as u8]);
+            book.add(&site, ev(Subject::mac(m), Phase::Dhcp, "ignored", i as i64));
+        }
+        assert_eq!(book.tracks.values().filter(|t| !t.site_node).count(), UNKNOWN_CLIENTS);
+        assert!(book.tracks.contains_key("worker-0"), "site nodes are never evicted");
+    }
+
+    #[test]
+    fn redaction() {
+        assert_eq!(
+            redact("GET /ignition/bootstrap?token=abc.def&x=1 then token=zzz"),
+            "GET /ignition/bootstrap?token=REDACTED&x=1 then token=REDACTED"
+        );
+        assert_eq!(redact("{\"source\":\"http://h/ignition/n?token=s3cr3t\"}"), "{\"source\":\"http://h/ignition/n?token=REDACTED\"}");
+        assert_eq!(redact("nothing here"), "nothing here");
+    }
+
+    #[test]
+    fn a_full_channel_drops_and_counts() {
+        let r = Recorder::new(2, Counter::default());
+        for _ in 0..5 {
+            r.record(Raw::new(Subject::node("x"), Phase::Dhcp, "discover", "token=1"));
+        }
+        assert_eq!(r.dropped.get(), 3);
+        let mut rx = r.take_receiver().unwrap();
+        assert_eq!(rx.try_recv().unwrap().detail, "token=REDACTED");
+    }
+}
