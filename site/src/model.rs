@@ -367,6 +367,52 @@ pub struct Api {
     pub deadline: Duration,
     pub equinix: Option<EquinixAccount>,
     pub powervs: Option<PowerVsAccount>,
+    pub local: Option<LocalVms>,
+}
+
+/// `host.api.local`: the local provider starts a QEMU VM per node, with a
+/// tap on `bridge` and the node's MAC, network-booting from this host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LocalVms {
+    /// The QEMU binary (a name looked up in PATH, or a path).
+    pub qemu: String,
+    /// The bridge the VMs' taps join (the lab's `br0`).
+    pub bridge: String,
+    /// A network namespace to start QEMU in (`ip netns exec`); none: bootd's own.
+    pub netns: Option<String>,
+    pub firmware: LocalFirmware,
+    /// Guest memory, MiB.
+    pub memory_mib: u32,
+    /// Where each VM's pidfile, console log and QEMU log go
+    /// (`<dir>/<node>/`); none: `<bootd's state dir>/vms`.
+    pub state_dir: Option<PathBuf>,
+    /// OVMF code and variable-store template (`ovmf-ipxe`).
+    pub ovmf_code: PathBuf,
+    pub ovmf_vars: PathBuf,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LocalFirmware {
+    /// SeaBIOS + the NIC's iPXE option ROM.
+    SeabiosIpxe,
+    /// OVMF (pflash) + the NIC's iPXE EFI option ROM.
+    OvmfIpxe,
+}
+
+impl LocalFirmware {
+    pub fn parse(s: &str) -> Option<LocalFirmware> {
+        match s {
+            "seabios-ipxe" => Some(LocalFirmware::SeabiosIpxe),
+            "ovmf-ipxe" => Some(LocalFirmware::OvmfIpxe),
+            _ => None,
+        }
+    }
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LocalFirmware::SeabiosIpxe => "seabios-ipxe",
+            LocalFirmware::OvmfIpxe => "ovmf-ipxe",
+        }
+    }
 }
 
 /// Where a secret is read from. The secret is read when needed, never

@@ -206,6 +206,7 @@ pub struct Api {
     pub deadline: Option<String>,
     pub equinix: Option<Equinix>,
     pub powervs: Option<PowerVs>,
+    pub local: Option<Local>,
 }
 
 /// Where a secret is read from: a file, or a systemd credential
@@ -233,6 +234,20 @@ pub struct PowerVs {
     pub cloud_instance_id: Option<String>,
     pub crn: Option<String>,
     pub api_key: Option<SecretRef>,
+}
+
+/// `host.api.local`: QEMU VMs on a local bridge (the lab's provider).
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Local {
+    pub qemu: Option<String>,
+    pub bridge: Option<String>,
+    pub netns: Option<String>,
+    pub firmware: Option<String>,
+    pub memory: Option<u32>,
+    pub state_dir: Option<PathBuf>,
+    pub ovmf_code: Option<PathBuf>,
+    pub ovmf_vars: Option<PathBuf>,
 }
 
 /// `<stateDir>/nodes.yaml`: nodes added through bootd's API, in the same

@@ -106,3 +106,41 @@ fn host_api_keys_are_validated() {
         assert!(keys.contains(&k), "{k} missing in {e}");
     }
 }
+
+#[test]
+fn host_api_local_keys_are_validated() {
+    let (dir, path) = lab();
+    let text = std::fs::read_to_string(&path).unwrap();
+    let api = "host:\n  api:\n    listen: 127.0.0.1:9443\n    tokens: { file: t }\n";
+    std::fs::write(&path, text.replace("host:\n", &format!("{api}    local: {{}}\n"))).unwrap();
+    let s = site::load(&path).unwrap();
+    let l = s.host.api.as_ref().unwrap().local.clone().unwrap();
+    assert_eq!((l.qemu.as_str(), l.bridge.as_str(), l.netns.as_deref()), ("qemu-system-x86_64", "br0", None));
+    assert_eq!((l.firmware, l.memory_mib, l.state_dir.clone()), (site::LocalFirmware::SeabiosIpxe, 512, None));
+
+    let good =
+        format!("{api}    local: {{ qemu: bin/qemu, bridge: labbr, netns: lab, firmware: ovmf-ipxe, memory: 1024, stateDir: vms }}\n");
+    std::fs::write(&path, text.replace("host:\n", &good)).unwrap();
+    let l = site::load(&path).unwrap().host.api.unwrap().local.unwrap();
+    assert_eq!(l.qemu, dir.path().join("bin/qemu").display().to_string(), "a path is relative to the site file");
+    assert_eq!((l.firmware, l.memory_mib, l.netns.as_deref()), (site::LocalFirmware::OvmfIpxe, 1024, Some("lab")));
+    assert_eq!(l.state_dir, Some(dir.path().join("vms")));
+
+    let bad = format!(
+        "{api}    local: {{ qemu: \"qemu x\", bridge: a-bridge-name-too-long, netns: a/b, firmware: slof, memory: 64, disk: x }}\n"
+    );
+    std::fs::write(&path, text.replace("host:\n", &bad)).unwrap();
+    let e = site::load(&path).unwrap_err();
+    let keys: Vec<_> = e.problems.iter().map(|p| p.key.as_str()).collect();
+    for k in [
+        "host.api.local.qemu",
+        "host.api.local.bridge",
+        "host.api.local.netns",
+        "host.api.local.firmware",
+        "host.api.local.memory",
+        "host.api.local.disk",
+    ] {
+        assert!(keys.contains(&k), "{k} missing in {e}");
+    }
+    assert!(e.to_string().contains("want seabios-ipxe or ovmf-ipxe"), "{e}");
+}

@@ -6,20 +6,47 @@
 # prints bootd's URLs and what the machine fetched, with times. Cleans up on exit.
 # bootd serves DHCP itself; dnsmasq only sends IPv6 router advertisements
 # (iPXE otherwise waits ~16 s for one).
+# --via-api: the controller API's loop instead: bootd with host.api and the
+# local provider; a node created with curl; bootd starts the QEMU VM itself;
+# `bootd nodes wait` until Ready; the guest's Ignition checked; the node
+# deleted (tests/controller/local-e2e.sh --no-kill).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 [[ $(id -u) -eq 0 ]] || { echo "demo.sh: run as root (network namespaces, taps)" >&2; exit 2; }
-FIRMWARE=seabios-ipxe NODE=bootstrap
+FIRMWARE=seabios-ipxe NODE=bootstrap VIA_API=0
 while [[ $# -gt 0 ]]; do
   case $1 in
     --firmware) FIRMWARE=$2; shift 2 ;;
     --node) NODE=$2; shift 2 ;;
-    *) echo "usage: demo.sh [--firmware seabios-ipxe|ovmf-ipxe] [--node NAME]" >&2; exit 2 ;;
+    --via-api) VIA_API=1; shift ;;
+    *) echo "usage: demo.sh [--firmware seabios-ipxe|ovmf-ipxe] [--node NAME] [--via-api]" >&2; exit 2 ;;
   esac
 done
 bash tests/lab/deps.sh
 cargo build --release -p bootd
 bash tests/lab/guest.sh target/lab-images
+if [[ $VIA_API == 1 ]]; then
+  WORK=target/lab-runs/demo-api
+  echo "demo: API -> machine -> network boot -> Ignition -> Ready, with the local provider ($FIRMWARE); logs in $WORK"
+  status=0
+  bash tests/controller/local-e2e.sh --bootd target/release/bootd --firmware "$FIRMWARE" --workdir "$WORK" --no-kill &
+  E2E=$!
+  start=$(date +%s.%N)
+  # bootd's view as it goes: API calls, the VM, DHCP, scripts, files, Ignition, Ready.
+  ( for _ in $(seq 100); do [[ -f $WORK/bootd-1.log ]] && break; sleep 0.1; done
+    tail -n +1 -s 0.2 --pid="$E2E" -F "$WORK/bootd-1.log" 2>/dev/null | while IFS= read -r line; do
+      case $line in
+        *"API request"*POST*|*"API request"*DELETE*|*"node created"*|*"local VM"*|*"machine recorded"*|*DHCP*kind=*|*"script served"*|*"file served"*|*"Ignition served"*|*"node Ready"*|*"node removed"*)
+          msg=$(sed -E 's/^[0-9T:.-]+Z +[A-Z]+ +[a-z_:]+: //' <<<"$line")
+          printf '%7.1fs  %s\n' "$(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN { print b - a }')" "$msg" ;;
+      esac
+    done ) &
+  TP=$!
+  wait $E2E || status=$?
+  sleep 0.5
+  kill "$TP" 2>/dev/null || true
+  exit $status
+fi
 line=$(grep -E "name: $NODE[, ]" examples/lab/site.yaml) || { echo "demo.sh: no node $NODE in the lab site" >&2; exit 2; }
 MAC=$(grep -oE '([0-9a-f]{2}:){5}[0-9a-f]{2}' <<<"$line" | head -1)
 IP=$(grep -oE 'ip: 10\.77\.0\.[0-9]+' <<<"$line" | cut -d' ' -f2)

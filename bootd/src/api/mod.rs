@@ -172,6 +172,9 @@ impl Controller {
             });
             map.insert("powervs", prov);
         }
+        if let Some(l) = &api.local {
+            map.insert("local", Ok(Arc::new(Provider::Local(providers::local::Local::new(l.clone(), &app.state_dir)))));
+        }
         for (name, p) in &map {
             if let Err(e) = p {
                 error!(provider = name, error = %e, "provider key unreadable: nodes on this provider will fail");
@@ -510,6 +513,7 @@ async fn create_node(ctl: &Arc<Controller>, _: auth::Caller, req: Request<hyper:
     let mut problems: Vec<String> = match &provider {
         Some(ProviderSpec::Equinix(s)) => s.check(),
         Some(ProviderSpec::Powervs(s)) => s.check(),
+        Some(ProviderSpec::Local(s)) => s.check(),
         None => vec![],
     };
     if let Some(p) = &provider {

@@ -138,6 +138,7 @@ fn node_request(ctl: &Controller, snap: &Snapshot, name: &str) -> Option<NodeReq
         name: name.to_string(),
         cluster: snap.site.cluster.name.clone(),
         ip: node.ip,
+        macs: node.macs.iter().map(|m| m.to_string()).collect(),
         ipxe_url: format!("{}/ipxe/{}.ipxe", snap.site.host.http.url, name),
         userdata: site::Secret(crate::http::pointer_for(&ctl.app, snap, node).to_string()),
     })
@@ -324,6 +325,7 @@ async fn delete_step(ctl: &Arc<Controller>, row: &NodeRow, spec: Option<&Provide
                 name: name.to_string(),
                 cluster: snap.site.cluster.name.clone(),
                 ip: std::net::Ipv4Addr::UNSPECIFIED,
+                macs: vec![],
                 ipxe_url: String::new(),
                 userdata: site::Secret(String::new()),
             });

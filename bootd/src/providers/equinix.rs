@@ -268,6 +268,7 @@ mod tests {
             name: "worker-3".into(),
             cluster: "lab".into(),
             ip: "10.77.0.23".parse().unwrap(),
+            macs: vec!["52:54:00:77:00:23".into()],
             ipxe_url: "http://10.77.0.1:8080/ipxe/worker-3.ipxe".into(),
             userdata: Secret("{\"ignition\":{}}".into()),
         }

@@ -2,6 +2,7 @@
 //!
 //! - [`equinix`]: Equinix Metal devices (`custom_ipxe`, bootd's per-node script).
 //! - [`powervs`]: IBM Power Virtual Server instances (IAM token exchange).
+//! - [`local`]: QEMU VMs on a local bridge (the lab), network-booting from this host.
 //!
 //! Every call is a single HTTP exchange with a timeout and no retry of its
 //! own: the reconciler retries whole steps, and every create step looks for
@@ -13,6 +14,7 @@
 //! provider's raw body (that goes to the log, redacted).
 
 pub mod equinix;
+pub mod local;
 pub mod powervs;
 
 use bytes::Bytes;
@@ -30,6 +32,7 @@ use std::time::Duration;
 pub enum ProviderSpec {
     Equinix(equinix::DeviceSpec),
     Powervs(powervs::InstanceSpec),
+    Local(local::VmSpec),
 }
 
 impl ProviderSpec {
@@ -37,6 +40,7 @@ impl ProviderSpec {
         match self {
             ProviderSpec::Equinix(_) => "equinix",
             ProviderSpec::Powervs(_) => "powervs",
+            ProviderSpec::Local(_) => "local",
         }
     }
 }
@@ -47,6 +51,8 @@ pub struct NodeRequest {
     pub name: String,
     pub cluster: String,
     pub ip: std::net::Ipv4Addr,
+    /// The node's MACs from the site (the local provider gives the VM the first).
+    pub macs: Vec<String>,
     /// bootd's per-node iPXE script URL.
     pub ipxe_url: String,
     /// The Ignition pointer config (JSON) with the site CA and a token: secret.
@@ -109,6 +115,7 @@ pub type Result<T> = std::result::Result<T, ProviderError>;
 pub enum Provider {
     Equinix(equinix::Equinix),
     PowerVs(powervs::PowerVs),
+    Local(local::Local),
 }
 
 impl Provider {
@@ -116,6 +123,7 @@ impl Provider {
         match self {
             Provider::Equinix(_) => "equinix",
             Provider::PowerVs(_) => "powervs",
+            Provider::Local(_) => "local",
         }
     }
     /// The machine made for `node` earlier (by this or a previous run), if any.
@@ -123,12 +131,14 @@ impl Provider {
         match self {
             Provider::Equinix(p) => p.find(node).await,
             Provider::PowerVs(p) => p.find(node).await,
+            Provider::Local(p) => p.find(node).await,
         }
     }
     pub async fn create(&self, node: &NodeRequest, spec: &ProviderSpec) -> Result<Machine> {
         match (self, spec) {
             (Provider::Equinix(p), ProviderSpec::Equinix(s)) => p.create(node, s).await,
             (Provider::PowerVs(p), ProviderSpec::Powervs(s)) => p.create(node, s).await,
+            (Provider::Local(p), ProviderSpec::Local(s)) => p.create(node, s).await,
             _ => Err(ProviderError::permanent("provider spec does not match the provider")),
         }
     }
@@ -137,6 +147,7 @@ impl Provider {
         match self {
             Provider::Equinix(p) => p.get(id).await,
             Provider::PowerVs(p) => p.get(id).await,
+            Provider::Local(p) => p.get(id).await,
         }
     }
     /// Deleting a machine that is already gone succeeds.
@@ -144,6 +155,7 @@ impl Provider {
         match self {
             Provider::Equinix(p) => p.delete(id).await,
             Provider::PowerVs(p) => p.delete(id).await,
+            Provider::Local(p) => p.delete(id).await,
         }
     }
 }

@@ -5,6 +5,7 @@
 //! (tests/controller/deps.sh) and run from tests/controller/e2e.sh.
 
 mod fake;
+mod local;
 mod prism;
 
 use fake::{Fake, Fault};

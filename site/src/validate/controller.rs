@@ -2,7 +2,7 @@
 //! (`<stateDir>/nodes.yaml`, the nodes added through that API).
 
 use super::{duration, parse, Cx, DEFAULT_STATE_DIR};
-use crate::model::{Api, EquinixAccount, PowerVsAccount, SecretRef};
+use crate::model::{Api, EquinixAccount, LocalFirmware, LocalVms, PowerVsAccount, SecretRef};
 use crate::wire;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -146,6 +146,12 @@ pub(super) fn api(cx: &mut Cx, w: &wire::Api) -> Option<Api> {
         let api_key = secret_ref(cx, "host.api.powervs.apiKey", p.api_key.as_ref());
         Some(PowerVsAccount { base_url: base_url?, iam_url: iam_url?, cloud_instance_id: cloud_instance_id?, crn: crn?, api_key: api_key? })
     });
+    let local = w.local.as_ref().map(|l| local(cx, l));
+    let local = match local {
+        Some(None) => return None,
+        Some(Some(l)) => Some(l),
+        None => None,
+    };
     let equinix = match equinix {
         Some(None) => return None,
         Some(Some(e)) => Some(e),
@@ -156,5 +162,53 @@ pub(super) fn api(cx: &mut Cx, w: &wire::Api) -> Option<Api> {
         Some(Some(p)) => Some(p),
         None => None,
     };
-    Some(Api { listen: listen?, url, tokens: tokens?, deadline, equinix, powervs })
+    Some(Api { listen: listen?, url, tokens: tokens?, deadline, equinix, powervs, local })
+}
+
+/// A network interface name as Linux takes it: 1-15 bytes, no '/', ':' or space.
+fn ifname_ok(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 15
+        && s != "."
+        && s != ".."
+        && !s.contains(|c: char| c == '/' || c == ':' || c.is_whitespace() || c.is_control())
+}
+
+fn local(cx: &mut Cx, w: &wire::Local) -> Option<LocalVms> {
+    let mut ok = true;
+    let qemu = w.qemu.clone().unwrap_or_else(|| "qemu-system-x86_64".into());
+    if qemu.is_empty() || qemu.contains(|c: char| c.is_whitespace() || c.is_control()) {
+        cx.err("host.api.local.qemu", format!("{qemu:?} is not a command (a name in PATH or a path, no spaces)"));
+        ok = false;
+    }
+    // A path relative to the site file; a bare name is looked up in PATH.
+    let qemu = if qemu.contains('/') { cx.resolve(Path::new(&qemu)).to_string_lossy().into_owned() } else { qemu };
+    let bridge = w.bridge.clone().unwrap_or_else(|| "br0".into());
+    if !ifname_ok(&bridge) {
+        cx.err("host.api.local.bridge", format!("{bridge:?} is not an interface name (1-15 characters, no '/', ':' or spaces)"));
+        ok = false;
+    }
+    if let Some(n) = &w.netns {
+        if n.is_empty() || n.len() > 64 || n == "." || n == ".." || n.contains(|c: char| c == '/' || c.is_whitespace() || c.is_control()) {
+            cx.err("host.api.local.netns", format!("{n:?} is not a network namespace name (as `ip netns list` shows them)"));
+            ok = false;
+        }
+    }
+    let firmware = match w.firmware.as_deref() {
+        None => LocalFirmware::SeabiosIpxe,
+        Some(f) => LocalFirmware::parse(f).unwrap_or_else(|| {
+            cx.err("host.api.local.firmware", format!("{f:?}: want seabios-ipxe or ovmf-ipxe"));
+            ok = false;
+            LocalFirmware::SeabiosIpxe
+        }),
+    };
+    let memory_mib = w.memory.unwrap_or(512);
+    if !(128..=65536).contains(&memory_mib) {
+        cx.err("host.api.local.memory", format!("{memory_mib} MiB: want 128 to 65536 (MiB)"));
+        ok = false;
+    }
+    let state_dir = w.state_dir.as_deref().map(|p| cx.resolve(p));
+    let ovmf_code = w.ovmf_code.as_deref().map(|p| cx.resolve(p)).unwrap_or_else(|| PathBuf::from("/usr/share/OVMF/OVMF_CODE_4M.fd"));
+    let ovmf_vars = w.ovmf_vars.as_deref().map(|p| cx.resolve(p)).unwrap_or_else(|| PathBuf::from("/usr/share/OVMF/OVMF_VARS_4M.fd"));
+    ok.then(|| LocalVms { qemu, bridge, netns: w.netns.clone(), firmware, memory_mib, state_dir, ovmf_code, ovmf_vars })
 }
