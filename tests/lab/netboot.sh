@@ -12,7 +12,9 @@
 # iPXE -> DHCP -> http://10.77.0.1:8080/boot.ipxe -> kernel + initramfs) -> the
 # guest (tests/lab/guest.sh) fetches ignition.config.url and prints
 # "LAB-IGNITION sha256=..." on ttyS0 -> compare with
-# `BOOTD render ignition NAME --site SITE --state-dir WORKDIR/state`.
+# `BOOTD render ignition NAME --site SITE --state-dir WORKDIR/state`, then
+# check bootd's timeline of the node (tests/lab/timeline-check.py: phases in
+# order, durations within 50 ms of the wire-level time captured on br0).
 # Prints "PASS netboot <firmware> <node> <secs>s" (exit 0) or
 # "FAIL netboot <firmware> <node> <reason>" plus logs (exit 1); usage errors exit 2.
 # BOOTD may be tests/lab/fake-bootd (a stand-in with the same CLI).
@@ -102,7 +104,8 @@ WORKDIR=${WORKDIR:-$REPO/target/lab-runs/$NODE-$FIRMWARE-$$}
 mkdir -p "$WORKDIR"
 WORKDIR=$(readlink -f "$WORKDIR")
 rm -rf "$WORKDIR"/{serial.log,bootd.log,dnsmasq.log,qemu.log,firmware-debug.log,lab.pcap,tcpdump.log} \
-       "$WORKDIR"/{dnsmasq.leases,expected.ign,render.log,OVMF_VARS.fd,state,console.in,console.out,phases.log}
+       "$WORKDIR"/{dnsmasq.leases,expected.ign,render.log,OVMF_VARS.fd,state,console.in,console.out,phases.log} \
+       "$WORKDIR"/{timeline.pcap,tcpdump-timeline.log,timeline.json,timeline.txt}
 mkdir -p "$WORKDIR/state"
 
 now() { date +%s.%N; }
@@ -183,6 +186,16 @@ nsx ip link set br0 up
 if [[ $PCAP == 1 ]]; then
   ip netns exec "$NS" tcpdump -i br0 -n -U -w "$WORKDIR/lab.pcap" >"$WORKDIR/tcpdump.log" 2>&1 &
   PIDS+=($!)
+fi
+
+# Headers only (256 bytes) of DHCP and bootd's HTTP: the wire-level times the
+# boot timeline is checked against (tests/lab/timeline-check.py).
+TL_PCAP=""
+if command -v tcpdump >/dev/null 2>&1; then
+  ip netns exec "$NS" tcpdump -i br0 -n -U -s 256 -w "$WORKDIR/timeline.pcap" 'udp port 67 or tcp port 8080' \
+    >"$WORKDIR/tcpdump-timeline.log" 2>&1 &
+  PIDS+=($!)
+  TL_PCAP=$WORKDIR/timeline.pcap
 fi
 
 # --- stand-in DHCP + IPv6 RA (dnsmasq; until bootd has its own DHCP server) ------
@@ -490,5 +503,23 @@ want_bytes=$(stat -c %s "$WORKDIR/expected.ign")
 if [[ $got_sha != "$want_sha" ]]; then
   fail "ignition mismatch: guest sha256=$got_sha bytes=$got_bytes url=$got_url;" \
        "expected (render ignition) sha256=$want_sha bytes=$want_bytes"
+fi
+
+# --- the node's boot timeline, as bootd recorded it ------------------------------------
+# Every phase in order, durations adding up, and (with the capture) within 50 ms
+# of the wire-level time from the first DHCP packet to the last Ignition request.
+if [[ $(basename "$BOOTD") != fake-bootd ]]; then
+  case $FIRMWARE in
+    ovmf-pxe) want_phases=dhcp,tftp,script,kernel,initramfs,ignition ;;
+    *) want_phases=dhcp,script,kernel,initramfs,ignition ;;
+  esac
+  nsx curl -fsS --max-time 5 "$HTTP_BASE/status/node/$NODE/timeline.json" >"$WORKDIR/timeline.json" \
+    || fail "bootd did not serve $NODE's timeline"
+  tl_args=(--phases "$want_phases")
+  [[ -n $TL_PCAP ]] && tl_args+=(--pcap "$TL_PCAP" --mac "$MAC")
+  python3 "$HERE/timeline-check.py" "$WORKDIR/timeline.json" "${tl_args[@]}" >"$WORKDIR/timeline.txt" 2>&1 \
+    || { sed 's/^/netboot.sh:   /' "$WORKDIR/timeline.txt" >&2; fail "boot timeline: $(grep 'check failed' "$WORKDIR/timeline.txt" | head -n 3 | tr '\n' ' ')"; }
+  log "boot timeline (bootd):"
+  sed 's/^/netboot.sh:   /' "$WORKDIR/timeline.txt" >&2
 fi
 echo "PASS netboot $FIRMWARE $NODE ${BOOT_SECS}s"
