@@ -3,7 +3,8 @@
 //! every datagram from one catalog snapshot into per-slot buffers that are
 //! reused for the life of the thread, applies response rate limiting, and
 //! sends the batch with `sendmmsg`. No allocation per query; the iovec
-//! arrays are rebuilt per batch.
+//! arrays are rebuilt per batch. Counts go to the shared metrics every
+//! 250 ms (and when idle), not per batch.
 //!
 //! Queries for names outside the zones (with upstreams configured) are
 //! handed to [`forward_loop`], which answers from a tokio task.
@@ -21,7 +22,9 @@ use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
-const BATCH: usize = 32;
+const BATCH: usize = 64;
+/// Counts reach the shared metrics at most this often (and when idle).
+const FLUSH_EVERY: Duration = Duration::from_millis(250);
 /// Larger datagrams are not queries dnsd answers (and are cut off).
 const MAX_QUERY: usize = 4096;
 
@@ -67,6 +70,7 @@ impl Worker {
         let mut rrl = Rrl::new(self.limit);
         let m = &self.live.metrics;
         let mut counts = crate::metrics::Local::default();
+        let mut flushed = Instant::now();
         while !self.stop.is_cancelled() {
             let n = {
                 let mut iovs: Vec<[IoSliceMut<'_>; 1]> = bufs.iter_mut().map(|b| [IoSliceMut::new(&mut b[..])]).collect();
@@ -89,6 +93,7 @@ impl Worker {
                 }
             };
             if n == 0 {
+                counts.flush(m);
                 continue;
             }
             let catalog = self.live.catalog.load();
@@ -152,8 +157,12 @@ impl Worker {
                     }
                 }
             }
-            counts.flush(m);
+            if now.duration_since(flushed) >= FLUSH_EVERY {
+                counts.flush(m);
+                flushed = now;
+            }
         }
+        counts.flush(m);
     }
 }
 
