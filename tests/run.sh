@@ -9,8 +9,10 @@
 #      daemon and of the all-in-one binary, which must serve DNS, HTTP and LB;
 #   4. dnsd against NSD and Knot (secondaries via AXFR/NOTIFY, differential);
 #      the controller's provider clients against Prism mocks of the specs;
-#   5. DHCP interop: udhcpc, dhclient and perfdhcp (relay) against bootd;
-#   6. end to end: real firmware network-boots the lab site's nodes from bootd
+#   5. the status page rendered by headless Chromium; the controller's whole
+#      loop with the local provider: API call -> QEMU VM -> netboot -> Ready;
+#   6. DHCP interop: udhcpc, dhclient and perfdhcp (relay) against bootd;
+#   7. end to end: real firmware network-boots the lab site's nodes from bootd
 #      inside a private network namespace: SeaBIOS + iPXE ROM, OVMF + iPXE ROM and
 #      OVMF's own PXE (-> ipxe.efi over TFTP) boot a Linux guest that proves the
 #      Ignition bytes it fetched equal what bootd rendered; SLOF (ppc64) loads
@@ -58,6 +60,8 @@ t "sd_notify: bootd, appliance, dnsd, lbd" bash tests/systemd/notify.sh $BIN
 t "all-in-one appliance"              bash tests/systemd/appliance.sh $BIN
 t "dnsd vs NSD and Knot"              bash tests/dns/e2e.sh $BIN/dnsd
 t "controller vs Prism mocks"         bash tests/controller/e2e.sh
+t "status page in headless Chromium"  bash tests/status/e2e.sh --bootd $BIN/bootd
+t "API -> local QEMU VM -> netboot -> Ready" bash tests/controller/local-e2e.sh --bootd $BIN/bootd
 t "DHCP interop (udhcpc, dhclient, perfdhcp)" bash tests/lab/dhcp-interop.sh $BIN/bootd
 t "netboot SeaBIOS + iPXE"            e2e --node bootstrap --mac 52:54:00:77:00:10 --ip 10.77.0.10 --firmware seabios-ipxe
 t "netboot OVMF + iPXE"               e2e --node master-0 --mac 52:54:00:77:00:11 --ip 10.77.0.11 --firmware ovmf-ipxe
