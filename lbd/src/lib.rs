@@ -110,6 +110,9 @@ pub struct Config {
     pub state_dir: Option<PathBuf>,
     /// Notified on SIGHUP (by `main`) or by tests: re-read the configuration now.
     pub reload: Arc<Notify>,
+    /// Notified (all waiters) when a reload asked for through `reload` has
+    /// finished, applied or refused (`main` then tells systemd READY=1).
+    pub reloaded: Arc<Notify>,
     /// How often the configuration files are checked for changes; `None`: never.
     pub poll: Option<Duration>,
     /// How long open connections get after shutdown.
@@ -123,6 +126,7 @@ impl Config {
             loaded,
             state_dir: None,
             reload: Arc::new(Notify::new()),
+            reloaded: Arc::new(Notify::new()),
             poll: Some(Duration::from_secs(2)),
             grace: Duration::from_secs(10),
         }
@@ -231,7 +235,7 @@ pub async fn start(config: Config, mut sockets: Sockets, shutdown: CancellationT
         info!(addr = %l.local_addr().map(|a| a.to_string()).unwrap_or_default(), "admin HTTP listening");
         app.tracker.spawn(admin::serve(l, Arc::clone(&lbd)));
     }
-    app.tracker.spawn(watch(Arc::clone(&lbd), config.reload, config.poll));
+    app.tracker.spawn(watch(Arc::clone(&lbd), config.reload, config.reloaded, config.poll));
     app.tracker.spawn(auto_bootstrap(Arc::clone(&lbd)));
     Ok(lbd)
 }
@@ -242,7 +246,14 @@ fn fingerprint(lbd: &Lbd) -> Vec<Option<SystemTime>> {
 
 /// Reloads on `reload` (SIGHUP) and when a watched file changes. A file that
 /// does not validate, or a plan that cannot be bound, keeps the old one.
-async fn watch(lbd: Arc<Lbd>, reload: Arc<Notify>, poll: Option<Duration>) {
+async fn watch(lbd: Arc<Lbd>, reload: Arc<Notify>, reloaded: Arc<Notify>, poll: Option<Duration>) {
+    /// Tells `reloaded`'s waiters when this iteration ends, however it ends.
+    struct Done(Arc<Notify>);
+    impl Drop for Done {
+        fn drop(&mut self) {
+            self.0.notify_waiters();
+        }
+    }
     let app = Arc::clone(&lbd.app);
     let mut last = fingerprint(&lbd);
     loop {
@@ -251,6 +262,7 @@ async fn watch(lbd: Arc<Lbd>, reload: Arc<Notify>, poll: Option<Duration>) {
             _ = reload.notified() => true,
             _ = async { match poll { Some(p) => tokio::time::sleep(p).await, None => std::future::pending().await } } => false,
         };
+        let _done = forced.then(|| Done(Arc::clone(&reloaded)));
         let now = fingerprint(&lbd);
         if !forced && now == last {
             continue;

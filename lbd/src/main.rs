@@ -163,24 +163,15 @@ fn serve(config: Config, threads: Option<usize>) -> Result<()> {
             sockets.admin = Some(lbd::state::bind(a).with_context(|| format!("adminListen {a}"))?);
         }
         let shutdown = CancellationToken::new();
-        let reload = Arc::clone(&config.reload);
-        let signals = tokio::spawn(signals(shutdown.clone(), reload));
+        let (reload, reloaded) = (Arc::clone(&config.reload), Arc::clone(&config.reloaded));
+        site::service::ready(&format!("serving {} frontends", config.loaded.plan(false).len()));
+        let signals = tokio::spawn(site::service::signals(shutdown.clone(), vec![reload], Some(reloaded)));
+        let watchdog = site::service::spawn_watchdog();
         let r = lbd::run(config, sockets, shutdown).await;
         signals.abort();
+        if let Some(w) = watchdog {
+            w.abort();
+        }
         r.map_err(anyhow::Error::from)
     })
-}
-
-async fn signals(shutdown: CancellationToken, reload: Arc<tokio::sync::Notify>) -> Result<()> {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut hup = signal(SignalKind::hangup())?;
-    let mut term = signal(SignalKind::terminate())?;
-    let mut int = signal(SignalKind::interrupt())?;
-    loop {
-        tokio::select! {
-            _ = hup.recv() => { tracing::info!("SIGHUP: reloading the configuration"); reload.notify_one(); }
-            _ = term.recv() => { tracing::info!("SIGTERM: draining"); shutdown.cancel(); return Ok(()); }
-            _ = int.recv() => { tracing::info!("SIGINT: draining"); shutdown.cancel(); return Ok(()); }
-        }
-    }
 }
