@@ -24,8 +24,8 @@ pub mod wire;
 
 pub use mac::Mac;
 pub use model::*;
-pub use validate::{load, load_with_overlay, OVERLAY_FILE};
 pub use validate::load_lb;
+pub use validate::{load, load_with_overlay, OVERLAY_FILE};
 
 use std::fmt;
 use std::path::PathBuf;

@@ -23,13 +23,13 @@ pub struct Site {
     pub nodes: Vec<Node>,
     pub ignition: Ignition,
     pub ssh_keys: Vec<String>,
+    /// dnsd's configuration (defaults when the site has no `dns:` section).
+    pub dns: crate::dns::Dns,
     /// lbd's frontends (defaults when the site has no `lb:` section).
     pub lb: Lb,
     /// Nodes added at run time through bootd's API (`<stateDir>/nodes.yaml`),
     /// already merged into [`Site::nodes`].
     pub overlay: Overlay,
-    /// dnsd's configuration (defaults when the site has no `dns:` section).
-    pub dns: crate::dns::Dns,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -503,9 +503,15 @@ pub struct Check {
 pub enum CheckKind {
     Tcp,
     /// `GET path`, 2xx or 3xx is healthy.
-    Http { path: String },
+    Http {
+        path: String,
+    },
     /// As `Http` over TLS; without `ca` the certificate is not verified.
-    Https { path: String, ca: Option<PathBuf>, server_name: Option<String> },
+    Https {
+        path: String,
+        ca: Option<PathBuf>,
+        server_name: Option<String>,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq)]

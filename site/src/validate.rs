@@ -12,12 +12,12 @@ use std::time::Duration;
 
 mod catalog_sets;
 
-mod dns;
-
 mod controller;
 pub use controller::OVERLAY_FILE;
 mod lb;
 pub use lb::load_lb;
+
+mod dns;
 
 const DEFAULT_STATE_DIR: &str = "/var/lib/bootd";
 const DEFAULT_TOKEN_TTL: Duration = Duration::from_secs(24 * 3600);
@@ -243,7 +243,20 @@ fn validate(w: wire::SiteFile, cx: &mut Cx) -> Option<Site> {
     }
     let lb = lb::lb(cx, "lb.", w.lb.as_ref(), vips.as_ref());
     let overlay = Overlay { path: overlay_path, nodes: overlay_names };
-    Some(Site { source: cx.file.clone(), overlay, cluster, host, networks, vips: vips?, images, nodes, ignition: ignition?, ssh_keys, lb: lb?, dns: dns? })
+    Some(Site {
+        source: cx.file.clone(),
+        cluster,
+        host,
+        networks,
+        vips: vips?,
+        images,
+        nodes,
+        ignition: ignition?,
+        ssh_keys,
+        overlay,
+        lb: lb?,
+        dns: dns?,
+    })
 }
 
 fn is_dns_label(s: &str) -> bool {
