@@ -238,7 +238,9 @@ if [[ $DHCP == 1 || $RA == 1 ]]; then
 fi
 
 # --- bootd ------------------------------------------------------------------------
-ip netns exec "$NS" "$BOOTD" --site "$SITE" --state-dir "$WORKDIR/state" >"$WORKDIR/bootd.log" 2>&1 &
+# SERVER_BIN (e.g. target/release/appliance: bootd + dnsd + lbd in one
+# process) serves instead of bootd; $BOOTD still renders for the checks.
+ip netns exec "$NS" "${SERVER_BIN:-$BOOTD}" --site "$SITE" --state-dir "$WORKDIR/state" >"$WORKDIR/bootd.log" 2>&1 &
 PIDS+=($!)
 BOOTD_PID=$!
 
