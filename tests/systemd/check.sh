@@ -28,4 +28,22 @@ for unit in systemd/*.service; do
         echo "FAIL $name: exposure ${score:-unknown} (> $THRESHOLD)"; fail=1
     fi
 done
+# The install layout (systemd/install.sh), staged under a temp root.
+root="$tmp/root"
+if out=$(DESTDIR="$root" SRC="$BINDIR" bash systemd/install.sh 2>&1); then
+    missing=()
+    for f in usr/local/bin/bootd usr/local/bin/dnsd usr/local/bin/lbd usr/local/bin/images \
+        etc/systemd/system/bootd.service etc/systemd/system/dnsd.service etc/systemd/system/lbd.service \
+        etc/bare-metal-boot/site.yaml etc/bare-metal-boot/api-tokens; do
+        [ -e "$root/$f" ] || missing+=("$f")
+    done
+    mode=$(stat -c %a "$root/etc/bare-metal-boot/api-tokens" 2>/dev/null || echo none)
+    if [ ${#missing[@]} -eq 0 ] && [ "$mode" = 600 ]; then
+        echo "ok   install.sh: binaries, units, example site, API token (mode $mode)"
+    else
+        echo "FAIL install.sh: missing ${missing[*]:-nothing}; api-tokens mode $mode"; fail=1
+    fi
+else
+    echo "FAIL install.sh:"; echo "$out" | sed 's/^/     /'; fail=1
+fi
 exit $fail
