@@ -192,7 +192,10 @@ fi
 # boot timeline is checked against (tests/lab/timeline-check.py).
 TL_PCAP=""
 if command -v tcpdump >/dev/null 2>&1; then
-  ip netns exec "$NS" tcpdump -i br0 -n -U -s 256 -w "$WORKDIR/timeline.pcap" 'udp port 67 or tcp port 8080' \
+  # --immediate-mode: without it libpcap hands packets over in blocks (up to
+  # a timeout), so the last ones (the Ignition GET) may not be in the file yet
+  # when the check reads it.
+  ip netns exec "$NS" tcpdump -i br0 -n -U --immediate-mode -s 256 -w "$WORKDIR/timeline.pcap" 'udp port 67 or tcp port 8080' \
     >"$WORKDIR/tcpdump-timeline.log" 2>&1 &
   PIDS+=($!)
   TL_PCAP=$WORKDIR/timeline.pcap
@@ -518,6 +521,7 @@ if [[ $(basename "$BOOTD") != fake-bootd ]]; then
   nsx curl -fsS --max-time 5 "$HTTP_BASE/status/node/$NODE/timeline.json" >"$WORKDIR/timeline.json" \
     || fail "bootd did not serve $NODE's timeline"
   tl_args=(--phases "$want_phases")
+  sleep 0.5   # let tcpdump write the last packets it has seen
   [[ -n $TL_PCAP ]] && tl_args+=(--pcap "$TL_PCAP" --mac "$MAC")
   python3 "$HERE/timeline-check.py" "$WORKDIR/timeline.json" "${tl_args[@]}" >"$WORKDIR/timeline.txt" 2>&1 \
     || { sed 's/^/netboot.sh:   /' "$WORKDIR/timeline.txt" >&2; fail "boot timeline: $(grep 'check failed' "$WORKDIR/timeline.txt" | head -n 3 | tr '\n' ' ')"; }
