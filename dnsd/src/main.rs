@@ -138,15 +138,9 @@ fn serve(config: dnsd::Config, loaded: dnsd::Loaded, udp_threads: Option<usize>)
         let shutdown = CancellationToken::new();
         // Zones loaded, sockets bound: tell systemd (no-op outside it).
         site::service::ready(&format!("serving {} zones", loaded.catalog.zones.len()));
-        let signals = tokio::spawn(signals(shutdown.clone(), Arc::clone(&config.reload), Arc::clone(&config.reloaded)));
-        let watchdog = site::service::watchdog_interval().map(|every| {
-            tokio::spawn(async move {
-                loop {
-                    site::service::watchdog();
-                    tokio::time::sleep(every).await;
-                }
-            })
-        });
+        let signals =
+            tokio::spawn(site::service::signals(shutdown.clone(), vec![Arc::clone(&config.reload)], Some(Arc::clone(&config.reloaded))));
+        let watchdog = site::service::spawn_watchdog();
         let r = dnsd::run_loaded(config, loaded, sockets, shutdown).await;
         signals.abort();
         if let Some(w) = watchdog {
@@ -154,30 +148,4 @@ fn serve(config: dnsd::Config, loaded: dnsd::Loaded, udp_threads: Option<usize>)
         }
         r.map_err(anyhow::Error::from)
     })
-}
-
-async fn signals(shutdown: CancellationToken, reload: Arc<tokio::sync::Notify>, reloaded: Arc<tokio::sync::Notify>) -> Result<()> {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut hup = signal(SignalKind::hangup())?;
-    let mut term = signal(SignalKind::terminate())?;
-    let mut int = signal(SignalKind::interrupt())?;
-    loop {
-        tokio::select! {
-            _ = hup.recv() => {
-                tracing::info!("SIGHUP: reloading");
-                site::service::reloading();
-                let done = reloaded.notified();
-                tokio::pin!(done);
-                done.as_mut().enable();
-                reload.notify_one();
-                let status = match tokio::time::timeout(std::time::Duration::from_secs(60), done).await {
-                    Ok(()) => "reload finished (see the log for applied or refused)",
-                    Err(_) => "reload still running after 60 s",
-                };
-                site::service::reloaded(status);
-            }
-            _ = term.recv() => { tracing::info!("SIGTERM: draining"); site::service::stopping(); shutdown.cancel(); return Ok(()); }
-            _ = int.recv() => { tracing::info!("SIGINT: draining"); site::service::stopping(); shutdown.cancel(); return Ok(()); }
-        }
-    }
 }
