@@ -11,39 +11,16 @@ mod prism;
 use fake::{Fake, Fault};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 pub const API_TOKEN: &str = "api-token-for-tests-0c9e";
 
-/// Everything every in-process bootd logged (secrets must never be in it).
-pub fn logs() -> Arc<Mutex<Vec<u8>>> {
-    static LOGS: OnceLock<Arc<Mutex<Vec<u8>>>> = OnceLock::new();
-    LOGS.get_or_init(|| {
-        let buf = Arc::new(Mutex::new(Vec::new()));
-        let w = Arc::clone(&buf);
-        let _ = tracing_subscriber::fmt()
-            .with_env_filter("trace,hyper=info,hyper_util=info,rustls=info")
-            .with_ansi(false)
-            .with_writer(move || Writer(Arc::clone(&w)))
-            .try_init();
-        buf
-    })
-    .clone()
-}
-
-struct Writer(Arc<Mutex<Vec<u8>>>);
-impl std::io::Write for Writer {
-    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(b);
-        Ok(b.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
+#[path = "../common/logs.rs"]
+mod logs_capture;
+pub use logs_capture::logs;
 
 fn lab() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/lab")

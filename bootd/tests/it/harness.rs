@@ -6,36 +6,13 @@ use http::{HeaderMap, Request, StatusCode};
 use http_body_util::{BodyExt, Empty};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::Arc;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-/// Everything every test's bootd logged, to prove secrets never reach a log.
-pub fn logs() -> Arc<Mutex<Vec<u8>>> {
-    static LOGS: OnceLock<Arc<Mutex<Vec<u8>>>> = OnceLock::new();
-    LOGS.get_or_init(|| {
-        let buf = Arc::new(Mutex::new(Vec::new()));
-        let w = Arc::clone(&buf);
-        let _ = tracing_subscriber::fmt()
-            .with_env_filter("trace,hyper=info,h2=info,rustls=info")
-            .with_ansi(false)
-            .with_writer(move || Writer(Arc::clone(&w)))
-            .try_init();
-        buf
-    })
-    .clone()
-}
-
-struct Writer(Arc<Mutex<Vec<u8>>>);
-impl std::io::Write for Writer {
-    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(b);
-        Ok(b.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
+#[path = "../common/logs.rs"]
+mod logs_capture;
+pub use logs_capture::logs;
 
 pub struct Bootd {
     pub dhcp: Option<SocketAddr>,
