@@ -16,7 +16,9 @@
 #      inside a private network namespace: SeaBIOS + iPXE ROM, OVMF + iPXE ROM and
 #      OVMF's own PXE (-> ipxe.efi over TFTP) boot a Linux guest that proves the
 #      Ignition bytes it fetched equal what bootd rendered; SLOF (ppc64) loads
-#      GRUB (core.elf) over TFTP, which loads the node's grub.cfg from bootd.
+#      GRUB (core.elf) over TFTP, which loads the node's grub.cfg from bootd;
+#      and a node boots from a `catalog:` image set that `images fetch` took
+#      from a generated stream document (bootd serves the cached bytes).
 # Needs root (apt, network namespaces). Prints "N passed, N failed" at the end.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -67,6 +69,7 @@ t "netboot SeaBIOS + iPXE"            e2e --node bootstrap --mac 52:54:00:77:00:
 t "netboot OVMF + iPXE"               e2e --node master-0 --mac 52:54:00:77:00:11 --ip 10.77.0.11 --firmware ovmf-ipxe
 t "netboot OVMF PXE -> ipxe.efi"      e2e --node worker-0 --mac 52:54:00:77:00:20 --ip 10.77.0.20 --firmware ovmf-pxe
 t "netboot SLOF -> GRUB"              e2e --node p9-0 --mac 52:54:00:77:00:30 --ip 10.77.0.30 --firmware slof-grub
+t "netboot from a catalog image set"  bash tests/lab/catalog-netboot.sh --bin $BIN
 
 log "summary"
 echo "end-to-end: $passed passed, $failed failed${failures:+ (${failures[*]})}"

@@ -5,7 +5,7 @@
 # Usage: tests/lab/netboot.sh --bootd BOOTD --site SITE_YAML --node NAME --mac MAC --ip IP
 #          [--firmware seabios-ipxe|ovmf-ipxe|ovmf-pxe|slof-grub] [--timeout SECS]
 #          [--workdir DIR] [--nic virtio-net-pci|e1000|spapr-vlan] [--images DIR]
-#          [--tftp-root DIR] [--no-dhcp] [--no-ra] [--pcap]
+#          [--tftp-root DIR] [--no-dhcp] [--no-ra] [--pcap] [--check CMD]
 #
 # Flow: netns + br0 + tap -> stand-in DHCP (dnsmasq) -> `BOOTD --site SITE
 # --state-dir WORKDIR/state` -> wait for /healthz -> QEMU netboot (firmware's
@@ -44,6 +44,9 @@
 #                 dnsmasq still sends IPv6 RAs unless --no-ra
 #   --no-ra       no IPv6 router advertisements (iPXE then waits ~16 s for one)
 #   --pcap        tcpdump br0 into WORKDIR/lab.pcap
+#   --check CMD   after the boot passed and while bootd still serves: run
+#                 `bash -c CMD` inside the namespace with HTTP_BASE, NODE, MAC,
+#                 WORKDIR set; its failure (output in WORKDIR/check.log) is a FAIL
 # shellcheck disable=SC2054  # commas inside QEMU/dnsmasq arguments are intended
 set -euo pipefail
 
@@ -52,7 +55,7 @@ REPO=$(cd "$HERE/../.." && pwd)
 
 BOOTD="" SITE="" NODE="" MAC="" IP=""
 FIRMWARE=seabios-ipxe TIMEOUT=180 WORKDIR="" IMAGES=$REPO/target/lab-images
-NIC="" DHCP=1 RA=1 PCAP=0 TFTP_ROOT=$REPO/target/lab-tftp
+NIC="" DHCP=1 RA=1 PCAP=0 TFTP_ROOT=$REPO/target/lab-tftp CHECK=""
 usage() { sed -n '5,8p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 while [[ $# -gt 0 ]]; do
   case $1 in
@@ -70,6 +73,7 @@ while [[ $# -gt 0 ]]; do
     --no-dhcp) DHCP=0; shift ;;
     --no-ra) RA=0; shift ;;
     --pcap) PCAP=1; shift ;;
+    --check) CHECK=$2; shift 2 ;;
     -h|--help) usage ;;
     *) echo "netboot.sh: unknown argument $1" >&2; usage ;;
   esac
@@ -527,5 +531,10 @@ if [[ $(basename "$BOOTD") != fake-bootd ]]; then
     || { sed 's/^/netboot.sh:   /' "$WORKDIR/timeline.txt" >&2; fail "boot timeline: $(grep 'check failed' "$WORKDIR/timeline.txt" | head -n 3 | tr '\n' ' ')"; }
   log "boot timeline (bootd):"
   sed 's/^/netboot.sh:   /' "$WORKDIR/timeline.txt" >&2
+fi
+if [[ -n $CHECK ]]; then
+  nsx env HTTP_BASE="$HTTP_BASE" NODE="$NODE" MAC="$MAC" WORKDIR="$WORKDIR" bash -c "$CHECK" >"$WORKDIR/check.log" 2>&1 \
+    || fail "--check failed: $(tail -n 5 "$WORKDIR/check.log" | tr '\n' ' ')"
+  sed 's/^/netboot.sh: check: /' "$WORKDIR/check.log" >&2
 fi
 echo "PASS netboot $FIRMWARE $NODE ${BOOT_SECS}s"
