@@ -669,6 +669,14 @@ async fn metrics_register_and_filenames_are_logged_escaped() {
     let c = Raw::new(s.addr).await;
     c.rrq("no\nsuch\u{1b}[31mfile", &[]).await;
     assert_eq!(c.expect_error().await.0, 1);
+    // The ERROR is sent before the transfer's thread returns and its outcome
+    // is counted: wait (bounded) for the count.
+    for _ in 0..200 {
+        if s.metrics.requests_with(Outcome::NotFound) == 1 && s.metrics.transfers_active.get() == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     let mut registry = prometheus_client::registry::Registry::with_prefix("bootd");
     s.metrics.register(&mut registry);
     let mut text = String::new();

@@ -1,13 +1,20 @@
 //! The request loop and the transfers.
 //!
 //! The request socket only parses, refuses or hands off: each accepted RRQ
-//! gets a task with its own socket (an ephemeral port on the address the
-//! request came to, connected to the client), so a slow client never holds
-//! up another one, and the kernel keeps other senders out of a transfer.
+//! gets its own socket (an ephemeral port on the address the request came
+//! to, connected to the client), so a slow client never holds up another
+//! one, and the kernel keeps other senders out of a transfer.
 //!
-//! Transfers are cancel-safe: dropping one mid-window loses nothing but
-//! that transfer. They are cancelled at shutdown without grace (a boot
-//! client just asks again) and when the same client port sends a new RRQ.
+//! A transfer runs on a blocking thread of tokio's pool (at most
+//! `max_transfers` of them), in blocking `send`/`recv` with `SO_RCVTIMEO`,
+//! as tftpd-hpa's process per transfer does. A lock-step transfer is one
+//! round trip per block, so its speed is the per-block latency: a thread
+//! asleep in `recv` is woken by the ACK directly, where a task needs
+//! epoll, a waker and the scheduler (measured: 0.88x tftpd-hpa as a task,
+//! docs/performance.md). The thread checks its cancellation token at
+//! least every [`CANCEL_POLL`]: transfers are cancelled at shutdown without
+//! grace (a boot client just asks again) and when the same client port
+//! sends a new RRQ.
 
 use super::metrics::{Outcome, TftpMetrics};
 use super::packet::{self, ErrorCode, Escaped, Negotiated, Packet, ParseError};
@@ -17,12 +24,9 @@ use super::window::{Step, Window};
 use super::Resolver;
 use std::collections::HashMap;
 use std::io;
-use std::net::SocketAddr;
-use std::pin::Pin;
+use std::net::{SocketAddr, UdpSocket};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
-use tokio::net::UdpSocket;
-use tokio::time::{Instant, Sleep};
+use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, info, info_span, warn, Instrument};
@@ -85,6 +89,10 @@ impl Default for TftpConfig {
     }
 }
 
+/// How long a transfer's thread waits in `recv` before it looks at its
+/// cancellation token (and its retransmission deadline) again.
+const CANCEL_POLL: Duration = Duration::from_millis(100);
+
 /// Receive buffer of the request socket: larger than any valid request, so
 /// an oversized one is seen as too long rather than silently cut.
 const RECV_BUF: usize = 2048;
@@ -111,7 +119,7 @@ struct Slot {
 /// Fails only if the socket cannot be set up.
 pub async fn run(
     config: TftpConfig,
-    socket: UdpSocket,
+    socket: tokio::net::UdpSocket,
     resolver: Resolver,
     metrics: Arc<TftpMetrics>,
     shutdown: CancellationToken,
@@ -296,10 +304,17 @@ struct Done {
 async fn transfer(shared: Arc<Shared>, t: Transfer) {
     let started = Instant::now();
     let (blksize, windowsize) = (t.neg.block_size(), t.neg.window_size());
-    let result = tokio::select! {
-        biased;
-        _ = t.cancel.cancelled() => Err(End::Cancelled),
-        r = serve(&shared, &t.sock, &t.name, t.peer, t.neg) => r,
+    let result = {
+        let (shared, cancel, span) = (Arc::clone(&shared), t.cancel.clone(), tracing::Span::current());
+        let (name, peer, neg) = (t.name.clone(), t.peer, t.neg);
+        let sock = t.sock;
+        tokio::task::spawn_blocking(move || {
+            let _entered = span.enter();
+            let mut io = TransferIo::new(sock, cancel)?;
+            serve(&shared, &mut io, &name, peer, neg)
+        })
+        .await
+        .unwrap_or_else(|e| Err(End::Socket(io::Error::other(format!("transfer thread: {e}")))))
     };
     let took = started.elapsed();
     let ms = took.as_millis() as u64;
@@ -371,26 +386,64 @@ enum Incoming {
     Other,
 }
 
-/// The next packet before `deadline`, or `None` at the deadline.
-/// Waits for the client's next packet until `timer` fires. One timer per
-/// transfer, re-armed with `reset` after each send: no timer is created
-/// and dropped per block.
-async fn recv_until(sock: &UdpSocket, rx: &mut [u8], timer: &mut Pin<Box<Sleep>>) -> Result<Option<Incoming>, End> {
-    let n = tokio::select! {
-        biased;
-        r = sock.recv(rx) => r?,
-        () = timer.as_mut() => return Ok(None),
-    };
-    Ok(Some(match packet::parse(&rx[..n]) {
-        Ok(Packet::Ack { block }) => Incoming::Ack(block),
-        Ok(Packet::Error { code, message }) => Incoming::Error { code, message: message.into_owned() },
-        // Anything else from the client is ignored rather than ending the
-        // transfer: the retransmission timer still bounds it.
-        _ => Incoming::Other,
-    }))
+/// A transfer's blocking socket, with its retransmission deadline and the
+/// token that cancels it.
+struct TransferIo {
+    sock: UdpSocket,
+    cancel: CancellationToken,
+    /// `SO_RCVTIMEO` as last set: changed only when a wait is shorter than
+    /// [`CANCEL_POLL`], so the per-block path makes no extra syscall.
+    rcvtimeo: Duration,
 }
 
-async fn serve(shared: &Shared, sock: &UdpSocket, name: &str, peer: SocketAddr, neg: Negotiated) -> Result<Done, End> {
+impl TransferIo {
+    fn new(sock: UdpSocket, cancel: CancellationToken) -> Result<TransferIo, End> {
+        sock.set_read_timeout(Some(CANCEL_POLL))?;
+        Ok(TransferIo { sock, cancel, rcvtimeo: CANCEL_POLL })
+    }
+
+    fn send(&self, buf: &[u8]) -> Result<(), End> {
+        if self.cancel.is_cancelled() {
+            return Err(End::Cancelled);
+        }
+        self.sock.send(buf)?;
+        Ok(())
+    }
+
+    /// The client's next packet, or `None` once `deadline` passed.
+    fn recv_until(&mut self, rx: &mut [u8], deadline: Instant) -> Result<Option<Incoming>, End> {
+        let n = loop {
+            if self.cancel.is_cancelled() {
+                return Err(End::Cancelled);
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Ok(None);
+            }
+            let wait = left.min(CANCEL_POLL).max(Duration::from_millis(1));
+            // Only a wait shorter than the usual one changes the socket:
+            // after that, the usual one is set back for the next wait.
+            if wait < CANCEL_POLL || self.rcvtimeo != CANCEL_POLL {
+                self.sock.set_read_timeout(Some(wait))?;
+                self.rcvtimeo = wait;
+            }
+            match self.sock.recv(rx) {
+                Ok(n) => break n,
+                Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted) => {}
+                Err(e) => return Err(e.into()),
+            }
+        };
+        Ok(Some(match packet::parse(&rx[..n]) {
+            Ok(Packet::Ack { block }) => Incoming::Ack(block),
+            Ok(Packet::Error { code, message }) => Incoming::Error { code, message: message.into_owned() },
+            // Anything else from the client is ignored rather than ending the
+            // transfer: the retransmission deadline still bounds it.
+            _ => Incoming::Other,
+        }))
+    }
+}
+
+fn serve(shared: &Shared, io: &mut TransferIo, name: &str, peer: SocketAddr, neg: Negotiated) -> Result<Done, End> {
     let config = &shared.config;
     let m = &shared.metrics;
     let resolved = if name.is_empty() { Resolved::NotFound } else { (shared.resolver)(name, peer) };
@@ -398,11 +451,11 @@ async fn serve(shared: &Shared, sock: &UdpSocket, name: &str, peer: SocketAddr, 
         Resolved::File(f) => Source::file(f).map_err(End::Read)?,
         Resolved::Bytes(b) => Source::Bytes(b),
         Resolved::NotFound => {
-            let _ = sock.send(&packet::error(ErrorCode::FileNotFound, "file not found")).await;
+            let _ = io.send(&packet::error(ErrorCode::FileNotFound, "file not found"));
             return Err(End::NotFound);
         }
         Resolved::Denied => {
-            let _ = sock.send(&packet::error(ErrorCode::AccessViolation, "access violation")).await;
+            let _ = io.send(&packet::error(ErrorCode::AccessViolation, "access violation"));
             return Err(End::Denied);
         }
     };
@@ -411,17 +464,16 @@ async fn serve(shared: &Shared, sock: &UdpSocket, name: &str, peer: SocketAddr, 
     let timeout = neg.timeout.map_or(config.default_timeout, |s| Duration::from_secs(s.into()));
     // ACKs are 4 bytes; an ERROR's text beyond this is not needed.
     let mut rx = [0u8; 516];
-    let mut timer = Box::pin(tokio::time::sleep(timeout));
 
     if neg.needs_oack() {
         let mut oack = Vec::with_capacity(64);
         neg.encode_oack(len, &mut oack);
         let mut tries = 0;
         'send: loop {
-            sock.send(&oack).await?;
-            timer.as_mut().reset(Instant::now() + timeout);
+            io.send(&oack)?;
+            let deadline = Instant::now() + timeout;
             loop {
-                match recv_until(sock, &mut rx, &mut timer).await? {
+                match io.recv_until(&mut rx, deadline)? {
                     Some(Incoming::Ack(0)) => break 'send,
                     Some(Incoming::Error { code, message }) => return Err(End::ClientAbort { code, message }),
                     Some(_) => {}
@@ -450,7 +502,7 @@ async fn serve(shared: &Shared, sock: &UdpSocket, name: &str, peer: SocketAddr, 
             let (offset, n) = Window::span(block, blksize, len);
             tx[..4].copy_from_slice(&packet::data_header(Window::wire(block)));
             ahead.read(&source, offset, &mut tx[4..4 + n]).map_err(End::Read)?;
-            sock.send(&tx[..4 + n]).await?;
+            io.send(&tx[..4 + n])?;
             payload += n as u64;
         }
         let resent = highest_sent.min(*range.end()).saturating_sub(*range.start() - 1);
@@ -460,9 +512,9 @@ async fn serve(shared: &Shared, sock: &UdpSocket, name: &str, peer: SocketAddr, 
             retransmits += resent;
             m.retransmits.inc_by(resent);
         }
-        timer.as_mut().reset(Instant::now() + timeout);
+        let deadline = Instant::now() + timeout;
         range = loop {
-            match recv_until(sock, &mut rx, &mut timer).await? {
+            match io.recv_until(&mut rx, deadline)? {
                 Some(Incoming::Ack(block)) => match window.on_ack(block) {
                     Step::Done => return Ok(Done { bytes: len, retransmits }),
                     Step::Send(next) => {

@@ -132,9 +132,9 @@ fn to_std(a: &SockaddrStorage) -> Option<SocketAddr> {
 /// address the request arrived on) and connected to the client, so the
 /// kernel drops datagrams from anyone else and reports an ICMP "port
 /// unreachable" (client gone) as an error on the next receive.
-pub(crate) fn transfer_socket(local: SocketAddr, peer: SocketAddr) -> io::Result<UdpSocket> {
+/// Blocking: the transfer runs on a thread of its own (see `server`).
+pub(crate) fn transfer_socket(local: SocketAddr, peer: SocketAddr) -> io::Result<std::net::UdpSocket> {
     let sock = std::net::UdpSocket::bind(local)?;
     sock.connect(peer)?;
-    sock.set_nonblocking(true)?;
-    UdpSocket::from_std(sock)
+    Ok(sock)
 }
