@@ -304,8 +304,8 @@ impl Book {
                 t.ip = Some(ip);
             }
         }
-        let before = spans(&t.current());
-        if raw.phase == Phase::Dhcp && raw.what == "discover" && raw.firmware && before.iter().any(|s| s.phase >= Phase::Kernel) {
+        let before = PhaseStarts::of(t);
+        if raw.phase == Phase::Dhcp && raw.what == "discover" && raw.firmware && before.iter().any(|&(p, _)| p >= Phase::Kernel) {
             t.attempt += 1;
         }
         let ev = Event {
@@ -326,13 +326,14 @@ impl Book {
         while t.events.len() > EVENTS_PER_NODE {
             t.events.pop_front();
         }
-        let after = spans(&t.current());
+        let after = PhaseStarts::of(t);
         // A phase closes when a later one appears after it.
-        if after.len() > before.len() && after.len() >= 2 && before.len() == after.len() - 1 {
-            let s = &after[after.len() - 2];
-            let next = &after[after.len() - 1];
-            if s.phase == before[before.len() - 1].phase {
-                return Some((s.phase, Duration::from_micros((next.start_us - s.start_us).max(0) as u64)));
+        let (before, after) = (before.as_slice(), after.as_slice());
+        if after.len() >= 2 && before.len() == after.len() - 1 {
+            let (phase, start) = after[after.len() - 2];
+            let (_, next_start) = after[after.len() - 1];
+            if phase == before[before.len() - 1].0 {
+                return Some((phase, Duration::from_micros((next_start - start).max(0) as u64)));
             }
         }
         None
@@ -372,6 +373,40 @@ pub struct Span {
 impl Span {
     pub fn seconds(&self) -> f64 {
         (self.end_us - self.start_us) as f64 / 1e6
+    }
+}
+
+/// What [`Book::add`] needs of [`spans`] on every event (each phase of the
+/// current attempt and its start, in order of first appearance), without
+/// allocating or cloning: it runs for every request that names a node, and
+/// a track holds up to [`EVENTS_PER_NODE`] events.
+struct PhaseStarts {
+    seen: [(Phase, i64); PHASES],
+    len: usize,
+}
+
+const PHASES: usize = Phase::Api as usize + 1;
+
+impl PhaseStarts {
+    fn of(t: &Track) -> PhaseStarts {
+        let mut p = PhaseStarts { seen: [(Phase::Dhcp, 0); PHASES], len: 0 };
+        let mut have = [false; PHASES];
+        for e in t.events.iter().filter(|e| e.attempt == t.attempt) {
+            if !have[e.phase as usize] {
+                have[e.phase as usize] = true;
+                p.seen[p.len] = (e.phase, e.start_us());
+                p.len += 1;
+            }
+        }
+        p
+    }
+
+    fn as_slice(&self) -> &[(Phase, i64)] {
+        &self.seen[..self.len]
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &(Phase, i64)> {
+        self.as_slice().iter()
     }
 }
 
