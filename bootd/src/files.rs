@@ -169,6 +169,26 @@ pub fn multipart(ranges: &[(u64, u64)], file_len: u64, content_type: &str, bound
     (parts, total)
 }
 
+/// Called with the byte count of every piece of a body sent (metrics, the
+/// boot timeline).
+pub type OnBytes = Arc<dyn Fn(u64) + Send + Sync>;
+
+/// Files up to this size, sent whole over plain HTTP, go out with
+/// `sendfile(2)` on the runtime thread ([`crate::plain`]); larger ones stream
+/// through [`FileBody`], whose reads never wait for the disk on that thread.
+pub const SENDFILE_MAX: u64 = 1024 * 1024;
+
+/// A response extension offering the whole file behind a 200 response's
+/// [`FileBody`] to a connection that can `sendfile(2)` it instead of
+/// polling the body (plain HTTP; see [`crate::plain`]). Whoever sends the
+/// file reports the bytes through `on_bytes`, as the body would have.
+#[derive(Clone)]
+pub struct Sendfile {
+    pub file: Arc<File>,
+    pub len: u64,
+    pub on_bytes: Option<OnBytes>,
+}
+
 /// A body that streams parts of a file, one [`CHUNK`] read at a time on the
 /// blocking pool; nothing is read before the client wants it.
 pub struct FileBody {
@@ -177,7 +197,7 @@ pub struct FileBody {
     remaining: u64,
     pending: Option<JoinHandle<io::Result<Bytes>>>,
     /// Called with the byte count of every frame sent (for metrics).
-    on_bytes: Option<Box<dyn Fn(u64) + Send + Sync>>,
+    on_bytes: Option<OnBytes>,
     /// The last chunk handed to hyper. Once hyper has written and dropped
     /// it, its (already initialised) buffer is reused for the next read:
     /// one allocation per response instead of one zeroed buffer per chunk.
@@ -185,7 +205,7 @@ pub struct FileBody {
 }
 
 impl FileBody {
-    pub fn new(file: File, parts: Vec<Part>, on_bytes: Option<Box<dyn Fn(u64) + Send + Sync>>) -> FileBody {
+    pub fn new(file: Arc<File>, parts: Vec<Part>, on_bytes: Option<OnBytes>) -> FileBody {
         let remaining = parts
             .iter()
             .map(|p| match p {
@@ -193,7 +213,7 @@ impl FileBody {
                 Part::File { len, .. } => *len,
             })
             .sum();
-        FileBody { file: Arc::new(file), parts: parts.into(), remaining, pending: None, on_bytes, spent: None }
+        FileBody { file, parts: parts.into(), remaining, pending: None, on_bytes, spent: None }
     }
 }
 

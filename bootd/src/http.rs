@@ -428,7 +428,7 @@ async fn image(app: &Arc<App>, root: &std::path::Path, raw: &str, headers: &Head
     let bytes = app.metrics.bytes.get_or_create(&RouteLabel { route: "images" }).clone();
     let app2 = Arc::clone(app);
     let rel2 = rel.clone();
-    let on_bytes = move |expected: u64| -> Option<Box<dyn Fn(u64) + Send + Sync>> {
+    let on_bytes = move |expected: u64| -> Option<files::OnBytes> {
         let progress = track.map(|(phase, peer)| {
             let subject = Subject::ip(peer.to_canonical());
             let file = rel2.escape_debug().to_string();
@@ -444,7 +444,7 @@ async fn image(app: &Arc<App>, root: &std::path::Path, raw: &str, headers: &Head
                 done: Default::default(),
             }
         });
-        Some(Box::new(move |n| {
+        Some(Arc::new(move |n| {
             bytes.inc_by(n);
             if let Some(p) = &progress {
                 p.add(n);
@@ -474,14 +474,18 @@ async fn image(app: &Arc<App>, root: &std::path::Path, raw: &str, headers: &Head
             return base
                 .status(StatusCode::PARTIAL_CONTENT)
                 .header(header::CONTENT_LENGTH, total)
-                .body(FileBody::new(file, parts, on_bytes(total)).boxed())
+                .body(FileBody::new(Arc::new(file), parts, on_bytes(total)).boxed())
                 .unwrap_or_else(|_| not_found());
         }
     };
+    let (file, on_bytes) = (Arc::new(file), on_bytes(body_len));
+    if status == StatusCode::OK && len <= files::SENDFILE_MAX {
+        base = base.extension(files::Sendfile { file: Arc::clone(&file), len, on_bytes: on_bytes.clone() });
+    }
     base.status(status)
         .header(header::CONTENT_TYPE, ctype)
         .header(header::CONTENT_LENGTH, body_len)
-        .body(FileBody::new(file, parts, on_bytes(body_len)).boxed())
+        .body(FileBody::new(file, parts, on_bytes).boxed())
         .unwrap_or_else(|_| not_found())
 }
 

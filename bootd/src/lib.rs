@@ -35,6 +35,7 @@ pub mod files;
 pub mod http;
 pub mod lbwatch;
 pub mod metrics;
+pub mod plain;
 pub mod providers;
 pub mod render;
 pub mod state;
@@ -394,7 +395,7 @@ async fn accept_loop(
         let (shutdown, conn_stop) = (shutdown.clone(), conn_stop.clone());
         match tls.clone() {
             None => {
-                tracker.spawn(serve_conn(stream, peer, app, shutdown, conn_stop));
+                tracker.spawn(plain::serve(stream, peer, app, shutdown, conn_stop));
             }
             Some(acceptor) => {
                 tracker.spawn(async move {
@@ -409,7 +410,9 @@ async fn accept_loop(
     }
 }
 
-async fn serve_conn<I>(io: I, peer: SocketAddr, app: Arc<App>, shutdown: CancellationToken, conn_stop: CancellationToken)
+/// One connection served by hyper: every HTTPS connection, and plain-HTTP
+/// ones [`plain`] hands over.
+pub(crate) async fn serve_conn<I>(io: I, peer: SocketAddr, app: Arc<App>, shutdown: CancellationToken, conn_stop: CancellationToken)
 where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {

@@ -186,6 +186,7 @@ pub fn timeline_json(app: &App, snap: &Snapshot, name: &str) -> Option<Value> {
             ip: Some(std::net::IpAddr::V4(n.ip)),
             attempt: 1,
             events: Default::default(),
+            starts: None,
         })
     })?;
     let s = summary(&track);
@@ -263,6 +264,7 @@ pub fn route(app: &Arc<App>, snap: &Snapshot, path: &str, _q: Option<&str>) -> (
                 ip: snap.site.node(&name).map(|n| std::net::IpAddr::V4(n.ip)),
                 attempt: 1,
                 events: Default::default(),
+                starts: None,
             });
             ("status", html(StatusCode::OK, render_node(&t, now)))
         }

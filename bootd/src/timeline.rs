@@ -247,12 +247,40 @@ pub struct Track {
     pub ip: Option<IpAddr>,
     pub attempt: u32,
     pub events: VecDeque<Event>,
+    /// The current attempt's phases and their starts, kept up to date by
+    /// [`Book::add`] (`None`: work it out again from `events`).
+    #[serde(skip)]
+    pub(crate) starts: Option<PhaseStarts>,
 }
 
 impl Track {
     /// The events of the current boot attempt.
     pub fn current(&self) -> Vec<&Event> {
         self.events.iter().filter(|e| e.attempt == self.attempt).collect()
+    }
+
+    fn phase_starts(&mut self) -> PhaseStarts {
+        *self.starts.get_or_insert_with(|| PhaseStarts::of(&self.events, self.attempt))
+    }
+
+    /// Keeps `starts` right after `old`, the oldest event, was dropped. If
+    /// it was of the current attempt it was the first of its phase, which
+    /// now starts at that phase's next event: unless that reorders the
+    /// phases (then `starts` is worked out again), only its start moves.
+    fn evicted(&mut self, old: &Event) {
+        if old.attempt != self.attempt {
+            return;
+        }
+        let Some(c) = &mut self.starts else { return };
+        let Some(i) = c.as_slice().iter().position(|&(p, _)| p == old.phase) else {
+            self.starts = None;
+            return;
+        };
+        match self.events.iter().find(|e| e.attempt == self.attempt && e.phase == old.phase) {
+            None => c.remove(i),
+            Some(next) if i + 1 == c.len || next.start_us() < c.seen[i + 1].1 => c.seen[i].1 = next.start_us(),
+            Some(_) => self.starts = None,
+        }
     }
 }
 
@@ -290,6 +318,7 @@ impl Book {
             ip: site_node_of.map(|n| IpAddr::V4(n.ip)),
             attempt: 1,
             events: VecDeque::new(),
+            starts: None,
         });
         // A site node keeps its own MAC and address (a request from elsewhere
         // naming it says nothing about them); DHCP's binding is the truth.
@@ -304,9 +333,10 @@ impl Book {
                 t.ip = Some(ip);
             }
         }
-        let before = PhaseStarts::of(t);
+        let before = t.phase_starts();
         if raw.phase == Phase::Dhcp && raw.what == "discover" && raw.firmware && before.iter().any(|&(p, _)| p >= Phase::Kernel) {
             t.attempt += 1;
+            t.starts = None;
         }
         let ev = Event {
             at_us: raw.at_us,
@@ -322,11 +352,20 @@ impl Book {
         };
         // Keep time order (lbd's events carry lbd's own, earlier, times).
         let pos = t.events.iter().rposition(|e| e.start_us() <= ev.start_us()).map(|p| p + 1).unwrap_or(0);
+        let (phase, start) = (ev.phase, ev.start_us());
+        let at_end = pos == t.events.len();
         t.events.insert(pos, ev);
-        while t.events.len() > EVENTS_PER_NODE {
-            t.events.pop_front();
+        match &mut t.starts {
+            // Appended: it can only add a phase, last in order.
+            Some(c) if at_end => c.note(phase, start),
+            _ => t.starts = None,
         }
-        let after = PhaseStarts::of(t);
+        while t.events.len() > EVENTS_PER_NODE {
+            if let Some(old) = t.events.pop_front() {
+                t.evicted(&old);
+            }
+        }
+        let after = t.phase_starts();
         // A phase closes when a later one appears after it.
         let (before, after) = (before.as_slice(), after.as_slice());
         if after.len() >= 2 && before.len() == after.len() - 1 {
@@ -380,7 +419,8 @@ impl Span {
 /// current attempt and its start, in order of first appearance), without
 /// allocating or cloning: it runs for every request that names a node, and
 /// a track holds up to [`EVENTS_PER_NODE`] events.
-struct PhaseStarts {
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct PhaseStarts {
     seen: [(Phase, i64); PHASES],
     len: usize,
 }
@@ -388,17 +428,25 @@ struct PhaseStarts {
 const PHASES: usize = Phase::Api as usize + 1;
 
 impl PhaseStarts {
-    fn of(t: &Track) -> PhaseStarts {
+    fn of(events: &VecDeque<Event>, attempt: u32) -> PhaseStarts {
         let mut p = PhaseStarts { seen: [(Phase::Dhcp, 0); PHASES], len: 0 };
-        let mut have = [false; PHASES];
-        for e in t.events.iter().filter(|e| e.attempt == t.attempt) {
-            if !have[e.phase as usize] {
-                have[e.phase as usize] = true;
-                p.seen[p.len] = (e.phase, e.start_us());
-                p.len += 1;
-            }
+        for e in events.iter().filter(|e| e.attempt == attempt) {
+            p.note(e.phase, e.start_us());
         }
         p
+    }
+
+    /// A phase's first event (nothing if the phase was seen already).
+    fn note(&mut self, phase: Phase, start: i64) {
+        if !self.as_slice().iter().any(|&(p, _)| p == phase) {
+            self.seen[self.len] = (phase, start);
+            self.len += 1;
+        }
+    }
+
+    fn remove(&mut self, i: usize) {
+        self.seen.copy_within(i + 1..self.len, i);
+        self.len -= 1;
     }
 
     fn as_slice(&self) -> &[(Phase, i64)] {
@@ -536,6 +584,7 @@ impl Recorder {
                     ip: Some(IpAddr::V4(n.ip)),
                     attempt: 1,
                     events: VecDeque::new(),
+                    starts: None,
                 }),
             })
             .collect();
@@ -734,6 +783,46 @@ mod tests {
         }
         assert_eq!(book.tracks.values().filter(|t| !t.site_node).count(), UNKNOWN_CLIENTS);
         assert!(book.tracks.contains_key("worker-0"), "site nodes are never evicted");
+    }
+
+    /// The phases `Book::add` keeps up to date event by event are always
+    /// what a fresh look at the events gives: events out of time order,
+    /// reboots into firmware, and eviction of the oldest.
+    #[test]
+    fn kept_phase_starts_match_a_fresh_count() {
+        let site = lab();
+        let mut book = Book::default();
+        let phases = [Phase::Dhcp, Phase::Tftp, Phase::Script, Phase::Kernel, Phase::Initramfs, Phase::Ignition];
+        let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+        let mut next = |n: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % n
+        };
+        let mut at = 0i64;
+        let mut kept_count = 0;
+        for _ in 0..5000 {
+            at += next(20) as i64;
+            let phase = phases[next(phases.len() as u64) as usize];
+            // Mostly in order; now and then an event from the past.
+            let when = if next(10) == 0 { at - next(200) as i64 } else { at };
+            let mut raw = ev(Subject::node("worker-0"), phase, if phase == Phase::Dhcp { "discover" } else { "x" }, when);
+            raw.firmware = phase == Phase::Dhcp && next(4) == 0;
+            book.add(&site, raw);
+            let t = book.tracks.get_mut("worker-0").unwrap();
+            let kept = t.starts;
+            let fresh = PhaseStarts::of(&t.events, t.attempt);
+            if let Some(k) = kept {
+                assert_eq!(k.as_slice(), fresh.as_slice());
+                kept_count += 1;
+            }
+            let spans: Vec<(Phase, i64)> = spans(&t.current()).iter().map(|s| (s.phase, s.start_us)).collect();
+            assert_eq!(fresh.as_slice(), &spans[..]);
+        }
+        assert_eq!(book.tracks["worker-0"].events.len(), EVENTS_PER_NODE);
+        // The kept value was there to compare most of the time.
+        assert!(kept_count > 2500, "kept {kept_count} of 5000");
     }
 
     #[test]

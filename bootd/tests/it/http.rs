@@ -389,3 +389,86 @@ async fn secrets_never_reach_logs_or_metrics() {
     assert!(logs.contains("Ignition served"), "the serving itself is logged");
     b.stop().await;
 }
+
+/// Reads from `s` until `n` whole responses are in; returns (status, headers, body) of each.
+async fn read_responses(s: &mut tokio::net::TcpStream, n: usize, head_only: &[bool]) -> Vec<(u16, Vec<(String, String)>, Vec<u8>)> {
+    use tokio::io::AsyncReadExt;
+    let mut buf = Vec::new();
+    let mut out = Vec::new();
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    while out.len() < n {
+        let mut headers = [httparse::EMPTY_HEADER; 32];
+        let mut r = httparse::Response::new(&mut headers);
+        if let Ok(httparse::Status::Complete(len)) = r.parse(&buf) {
+            let hs: Vec<(String, String)> =
+                r.headers.iter().map(|h| (h.name.to_ascii_lowercase(), String::from_utf8_lossy(h.value).into_owned())).collect();
+            let cl: usize = hs.iter().find(|(k, _)| k == "content-length").map(|(_, v)| v.parse().unwrap()).unwrap_or(0);
+            let body_len = if head_only[out.len()] { 0 } else { cl };
+            if buf.len() >= len + body_len {
+                let body = buf[len..len + body_len].to_vec();
+                out.push((r.code.unwrap(), hs, body));
+                buf.drain(..len + body_len);
+                continue;
+            }
+        }
+        let mut chunk = vec![0u8; 65536];
+        let k = tokio::time::timeout_at(deadline, s.read(&mut chunk)).await.expect("responses within 10 s").unwrap();
+        assert!(k > 0, "connection closed after {} responses", out.len());
+        buf.extend_from_slice(&chunk[..k]);
+    }
+    assert!(buf.is_empty(), "extra bytes after {n} responses: {:?}", String::from_utf8_lossy(&buf));
+    out
+}
+
+/// bootd's own plain-HTTP loop (bootd/src/plain.rs): pipelined GET and HEAD
+/// on one connection, a small file sent by sendfile byte for byte, metrics
+/// counted; then a request it leaves to hyper (POST with a body) on the
+/// same connection, after which hyper serves the rest.
+#[tokio::test]
+async fn plain_http_pipelines_sends_files_and_hands_over_to_hyper() {
+    use tokio::io::AsyncWriteExt;
+    let b = Bootd::start().await;
+    let data: Vec<u8> = (0..300_000u32).map(|i| (i * 13 % 253) as u8).collect();
+    write(&b.images().join("lab/kernel"), &data);
+    let mut s = tokio::net::TcpStream::connect(b.http).await.unwrap();
+    s.write_all(
+        b"GET /images/lab/kernel HTTP/1.1\r\nHost: x\r\n\r\nGET /healthz HTTP/1.1\r\nHost: x\r\n\r\nHEAD /images/lab/kernel HTTP/1.1\r\nHost: x\r\n\r\nGET /boot.ipxe HTTP/1.1\r\nHost: x\r\n\r\n",
+    )
+    .await
+    .unwrap();
+    let r = read_responses(&mut s, 4, &[false, false, true, false]).await;
+    let header = |i: usize, k: &str| r[i].1.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+    assert_eq!(r[0].0, 200);
+    assert!(r[0].2 == data, "file body differs ({} bytes)", r[0].2.len());
+    assert_eq!(header(0, "content-length").as_deref(), Some("300000"));
+    assert_eq!(header(0, "accept-ranges").as_deref(), Some("bytes"));
+    assert!(header(0, "etag").is_some() && header(0, "date").is_some());
+    assert_eq!((r[1].0, &r[1].2[..]), (200, &b"ok\n"[..]));
+    assert_eq!((r[2].0, header(2, "content-length").as_deref()), (200, Some("300000")));
+    assert_eq!(r[3].0, 200);
+    assert!(r[3].2.starts_with(b"#!ipxe"), "{}", String::from_utf8_lossy(&r[3].2));
+
+    // A request with a body: hyper takes the connection (405, as before).
+    s.write_all(b"POST /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nhiGET /healthz HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
+    let r = read_responses(&mut s, 2, &[false, false]).await;
+    assert_eq!(r[0].0, 405);
+    assert!(r[0].1.iter().any(|(k, v)| k == "allow" && v == "GET, HEAD"), "{:?}", r[0].1);
+    assert_eq!((r[1].0, &r[1].2[..]), (200, &b"ok\n"[..]));
+
+    // Connection: close is honoured.
+    let mut s = tokio::net::TcpStream::connect(b.http).await.unwrap();
+    s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").await.unwrap();
+    let r = read_responses(&mut s, 1, &[false]).await;
+    assert!(r[0].1.iter().any(|(k, v)| k == "connection" && v == "close"));
+    let mut rest = Vec::new();
+    tokio::io::AsyncReadExt::read_to_end(&mut s, &mut rest).await.unwrap();
+    assert!(rest.is_empty());
+
+    // The file's bytes were counted (sendfile reports them as the body would).
+    let (_, _, m) = b.get("/metrics").await;
+    let m = String::from_utf8_lossy(&m);
+    let line = m.lines().find(|l| l.starts_with("bootd_http_response_bytes_total{route=\"images\"}")).unwrap_or_else(|| panic!("{m}"));
+    let n: u64 = line.rsplit(' ').next().unwrap().parse().unwrap();
+    assert_eq!(n, 300_000, "{line}");
+    b.stop().await;
+}

@@ -1,0 +1,374 @@
+//! Plain-HTTP connections: bootd's own HTTP/1.1 request loop for what
+//! network boot asks (GET and HEAD without a body), with small files sent
+//! by `sendfile(2)` and small responses written with their headers in one
+//! `write`; anything else hands the connection, with the bytes already
+//! read, to hyper ([`crate::serve_conn`]) for the rest of its life.
+//!
+//! Why not hyper for everything: per request hyper builds and encodes a
+//! response and polls its body into the socket, so a file's bytes are read
+//! into memory and copied out again. For the files and scripts iPXE
+//! fetches, that made bootd spend twice nginx's CPU per request
+//! (docs/performance.md). Routing, headers, metrics and the boot timeline
+//! are unchanged: requests go through [`http::handle`] as before, and only
+//! the response's bytes are written here.
+//!
+//! What is handed to hyper: methods other than GET and HEAD (answered 405
+//! by the same router), HTTP/1.0, request bodies (`Content-Length` other
+//! than 0, `Transfer-Encoding`), `Expect`, `Upgrade`, heads that do not
+//! parse or exceed [`MAX_HEAD`] (hyper answers 400 or 431).
+
+use crate::files::Sendfile;
+use crate::http;
+use crate::App;
+use bytes::{Buf, Bytes, BytesMut};
+use http_body_util::BodyExt;
+use hyper::header::{self, HeaderName, HeaderValue};
+use hyper::{Method, Request, StatusCode, Version};
+use std::io::{self, Write as _};
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Duration, SystemTime};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, Interest, ReadBuf};
+use tokio::net::TcpStream;
+use tokio_util::sync::CancellationToken;
+
+/// A request head larger than this goes to hyper (which refuses it).
+pub const MAX_HEAD: usize = 16 * 1024;
+/// Headers parsed per request; more goes to hyper.
+const MAX_HEADERS: usize = 48;
+/// How long a connection may take to send a request head (hyper's
+/// `header_read_timeout` for the connections it serves).
+pub const HEAD_TIMEOUT: Duration = Duration::from_secs(30);
+/// A response whose body is at most this long and ready at once goes out
+/// in the same `write` as its headers.
+const COALESCE: usize = 64 * 1024;
+
+/// One parsed request head.
+// Returned once per request and taken apart at once: boxing the request
+// would add an allocation per request for nothing.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug)]
+pub enum Head {
+    /// A request this loop serves; `len` bytes of the buffer were its head.
+    Simple { req: Request<()>, len: usize, close: bool },
+    /// The head is not complete yet.
+    Partial,
+    /// Something for hyper.
+    Other,
+}
+
+/// Parses the request head at the start of `buf`. Pure: no I/O.
+pub fn parse(buf: &[u8]) -> Head {
+    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut r = httparse::Request::new(&mut headers);
+    let len = match r.parse(buf) {
+        Ok(httparse::Status::Complete(n)) => n,
+        Ok(httparse::Status::Partial) => return Head::Partial,
+        Err(_) => return Head::Other,
+    };
+    let method = match r.method {
+        Some("GET") => Method::GET,
+        Some("HEAD") => Method::HEAD,
+        _ => return Head::Other,
+    };
+    if r.version != Some(1) {
+        return Head::Other;
+    }
+    let Some(uri) = r.path.and_then(|p| p.parse::<hyper::Uri>().ok()) else {
+        return Head::Other;
+    };
+    // Origin form only ("/path?query"); hyper handles the rest.
+    if uri.scheme().is_some() || !uri.path().starts_with('/') {
+        return Head::Other;
+    }
+    let mut req = Request::builder().method(method).uri(uri).version(Version::HTTP_11);
+    let mut close = false;
+    for h in r.headers.iter() {
+        let name = h.name;
+        if name.eq_ignore_ascii_case("content-length") {
+            if h.value.trim_ascii() != b"0" {
+                return Head::Other;
+            }
+        } else if name.eq_ignore_ascii_case("transfer-encoding")
+            || name.eq_ignore_ascii_case("expect")
+            || name.eq_ignore_ascii_case("upgrade")
+        {
+            return Head::Other;
+        } else if name.eq_ignore_ascii_case("connection") {
+            close |= h.value.split(|&c| c == b',').any(|t| t.trim_ascii().eq_ignore_ascii_case(b"close"));
+        }
+        let (Ok(n), Ok(v)) = (HeaderName::from_bytes(name.as_bytes()), HeaderValue::from_bytes(h.value)) else {
+            return Head::Other;
+        };
+        req = req.header(n, v);
+    }
+    match req.body(()) {
+        Ok(req) => Head::Simple { req, len, close },
+        Err(_) => Head::Other,
+    }
+}
+
+/// Serves one plain-HTTP connection until the client closes it, a request
+/// needs hyper (then hyper serves the rest), or shutdown.
+pub async fn serve(mut stream: TcpStream, peer: SocketAddr, app: Arc<App>, shutdown: CancellationToken, conn_stop: CancellationToken) {
+    let mut buf = BytesMut::with_capacity(4096);
+    loop {
+        let (req, close) = loop {
+            if !buf.is_empty() {
+                match parse(&buf) {
+                    Head::Simple { req, len, close } => {
+                        buf.advance(len);
+                        break (req, close);
+                    }
+                    Head::Partial if buf.len() < MAX_HEAD => {}
+                    Head::Partial | Head::Other => {
+                        let io = Prefixed { prefix: buf.freeze(), io: stream };
+                        return crate::serve_conn(io, peer, app, shutdown, conn_stop).await;
+                    }
+                }
+            }
+            let read = tokio::select! {
+                // Idle between requests: shutdown closes the connection.
+                _ = shutdown.cancelled(), if buf.is_empty() => return,
+                r = tokio::time::timeout(HEAD_TIMEOUT, stream.read_buf(&mut buf)) => r,
+            };
+            match read {
+                Ok(Ok(0)) | Ok(Err(_)) => return,
+                Ok(Ok(_)) => {}
+                Err(_) => {
+                    tracing::debug!(%peer, "no request head within 30 s; closing");
+                    return;
+                }
+            }
+        };
+        let head_only = req.method() == Method::HEAD;
+        let close = close || shutdown.is_cancelled();
+        let done = tokio::select! {
+            r = respond(&mut stream, &app, req, peer, head_only, close) => r,
+            _ = conn_stop.cancelled() => return,
+        };
+        match done {
+            Ok(true) if !close => {}
+            Ok(_) => {
+                let _ = stream.shutdown().await;
+                return;
+            }
+            Err(e) => {
+                tracing::debug!(%peer, error = %e, "connection ended with an error");
+                return;
+            }
+        }
+    }
+}
+
+/// Routes one request and writes the response. `Ok(false)`: the response
+/// was delimited by closing the connection.
+async fn respond(
+    stream: &mut TcpStream,
+    app: &Arc<App>,
+    req: Request<()>,
+    peer: SocketAddr,
+    head_only: bool,
+    close: bool,
+) -> io::Result<bool> {
+    let resp = match http::handle(Arc::clone(app), req, peer).await {
+        Ok(r) => r,
+        Err(never) => match never {},
+    };
+    let (parts, mut body) = resp.into_parts();
+    let status = parts.status;
+    let bodiless = head_only || status == StatusCode::NOT_MODIFIED || status == StatusCode::NO_CONTENT || status.is_informational();
+    let mut length = parts.headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
+    let mut head = Vec::with_capacity(256);
+    let reason = status.canonical_reason().unwrap_or("");
+    let _ = write!(head, "HTTP/1.1 {} {reason}\r\n", status.as_u16());
+    for (k, v) in &parts.headers {
+        head.extend_from_slice(k.as_str().as_bytes());
+        head.extend_from_slice(b": ");
+        head.extend_from_slice(v.as_bytes());
+        head.extend_from_slice(b"\r\n");
+    }
+    if length.is_none() && status != StatusCode::NOT_MODIFIED && status != StatusCode::NO_CONTENT {
+        if let Some(n) = http_body::Body::size_hint(&body).exact() {
+            let _ = write!(head, "content-length: {n}\r\n");
+            length = Some(n);
+        }
+    }
+    let _ = write!(head, "date: {}\r\n", httpdate::fmt_http_date(SystemTime::now()));
+    // Without a length, the end of the body is the end of the connection.
+    let close = close || (length.is_none() && !bodiless);
+    if close {
+        head.extend_from_slice(b"connection: close\r\n");
+    }
+    head.extend_from_slice(b"\r\n");
+
+    if bodiless {
+        stream.write_all(&head).await?;
+        return Ok(!close);
+    }
+    if let Some(sf) = parts.extensions.get::<Sendfile>() {
+        if length == Some(sf.len) {
+            drop(body);
+            send_more(stream, &head).await?;
+            sendfile(stream, sf).await?;
+            return Ok(!close);
+        }
+    }
+    // Small, ready bodies (scripts, Ignition, metrics) go in one write
+    // with the headers; anything else frame by frame as the body yields.
+    let mut pending_head = Some(head);
+    while let Some(frame) = body.frame().await {
+        let frame = frame?;
+        let Ok(data) = frame.into_data() else { continue };
+        match pending_head.take() {
+            Some(mut h) if data.len() <= COALESCE => {
+                h.extend_from_slice(&data);
+                stream.write_all(&h).await?;
+            }
+            Some(h) => {
+                stream.write_all(&h).await?;
+                stream.write_all(&data).await?;
+            }
+            None => stream.write_all(&data).await?,
+        }
+    }
+    if let Some(h) = pending_head {
+        stream.write_all(&h).await?;
+    }
+    Ok(!close)
+}
+
+/// Writes `buf` with `MSG_MORE`: the kernel holds it for the file that
+/// follows, so headers and the start of the body share segments.
+async fn send_more(stream: &TcpStream, mut buf: &[u8]) -> io::Result<()> {
+    while !buf.is_empty() {
+        stream.writable().await?;
+        match stream.try_io(Interest::WRITABLE, || Ok(rustix::net::send(stream, buf, rustix::net::SendFlags::MORE)?)) {
+            Ok(n) => buf = &buf[n..],
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// `sendfile(2)` the whole of a small file (at most
+/// [`crate::files::SENDFILE_MAX`]) into the socket, reporting progress as
+/// the body would have.
+async fn sendfile(stream: &TcpStream, sf: &Sendfile) -> io::Result<()> {
+    let (mut offset, mut left) = (0u64, sf.len);
+    while left > 0 {
+        stream.writable().await?;
+        let r = stream.try_io(Interest::WRITABLE, || Ok(rustix::fs::sendfile(stream, &*sf.file, Some(&mut offset), left as usize)?));
+        match r {
+            Ok(0) => return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "file shrank while it was sent")),
+            Ok(n) => {
+                left -= n as u64;
+                if let Some(f) = &sf.on_bytes {
+                    f(n as u64);
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// A connection handed to hyper: the bytes already read come first.
+struct Prefixed {
+    prefix: Bytes,
+    io: TcpStream,
+}
+
+impl AsyncRead for Prefixed {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, out: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        if !self.prefix.is_empty() {
+            let n = self.prefix.len().min(out.remaining());
+            out.put_slice(&self.prefix[..n]);
+            self.prefix.advance(n);
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut self.io).poll_read(cx, out)
+    }
+}
+
+impl AsyncWrite for Prefixed {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write(cx, buf)
+    }
+    fn poll_write_vectored(mut self: Pin<&mut Self>, cx: &mut Context<'_>, bufs: &[io::IoSlice<'_>]) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
+    }
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn simple(b: &[u8]) -> (Request<()>, usize, bool) {
+        match parse(b) {
+            Head::Simple { req, len, close } => (req, len, close),
+            other => panic!("{other:?} for {:?}", String::from_utf8_lossy(b)),
+        }
+    }
+
+    #[test]
+    fn a_boot_request_is_simple() {
+        let b = b"GET /images/k?x=1 HTTP/1.1\r\nHost: a\r\nUser-Agent: iPXE/1.21\r\n\r\nGET /next";
+        let (req, len, close) = simple(b);
+        assert_eq!((req.method(), req.uri().path(), req.uri().query(), len, close), (&Method::GET, "/images/k", Some("x=1"), 62, false));
+        assert_eq!(req.headers()["user-agent"], "iPXE/1.21");
+        let (req, _, close) = simple(b"HEAD / HTTP/1.1\r\nConnection: keep-alive, Close\r\nContent-Length: 0\r\n\r\n");
+        assert_eq!((req.method(), close), (&Method::HEAD, true));
+    }
+
+    #[test]
+    fn partial_heads_wait() {
+        assert!(matches!(parse(b"GET /boot.ipxe HTTP/1.1\r\nHost: a\r\n"), Head::Partial));
+        assert!(matches!(parse(b"GE"), Head::Partial));
+    }
+
+    #[test]
+    fn everything_else_goes_to_hyper() {
+        for b in [
+            &b"POST /x HTTP/1.1\r\nContent-Length: 1\r\n\r\nx"[..],
+            b"PUT /x HTTP/1.1\r\n\r\n",
+            b"GET /x HTTP/1.0\r\n\r\n",
+            b"GET /x HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello",
+            b"GET /x HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n",
+            b"GET /x HTTP/1.1\r\nExpect: 100-continue\r\n\r\n",
+            b"GET /x HTTP/1.1\r\nUpgrade: h2c\r\n\r\n",
+            b"GET http://a/x HTTP/1.1\r\n\r\n",
+            b"GET * HTTP/1.1\r\n\r\n",
+            b"GET /x HTTP/1.1\r\nBad Header: 1\r\n\r\n",
+            b"\x16\x03\x01\x02\x00",
+        ] {
+            assert!(matches!(parse(b), Head::Other), "{:?}", String::from_utf8_lossy(b));
+        }
+    }
+
+    #[test]
+    fn arbitrary_bytes_never_panic() {
+        let seed = b"GET /images/a%2e%2e/b?token=x HTTP/1.1\r\nHost: h\r\nRange: bytes=0-1\r\n\r\n";
+        for i in 0..seed.len() {
+            for v in [0u8, b'\r', b'\n', b' ', b':', 0xff] {
+                let mut b = seed.to_vec();
+                b[i] = v;
+                let _ = parse(&b);
+                let _ = parse(&b[..i]);
+            }
+        }
+    }
+}
