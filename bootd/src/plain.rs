@@ -30,8 +30,9 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, Interest, ReadBuf};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, Interest, ReadBuf};
 use tokio::net::TcpStream;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 /// A request head larger than this goes to hyper (which refuses it).
@@ -114,6 +115,13 @@ pub fn parse(buf: &[u8]) -> Head {
 /// needs hyper (then hyper serves the rest), or shutdown.
 pub async fn serve(mut stream: TcpStream, peer: SocketAddr, app: Arc<App>, shutdown: CancellationToken, conn_stop: CancellationToken) {
     let mut buf = BytesMut::with_capacity(4096);
+    let mut rx = vec![0u8; 4096];
+    // One timer and one registration per token for the connection's life,
+    // not one per request: the timer is re-armed only when it fires.
+    let mut head_started = Instant::now();
+    let timer = tokio::time::sleep(HEAD_TIMEOUT);
+    let (stopping, stopped) = (shutdown.clone().cancelled_owned(), conn_stop.clone().cancelled_owned());
+    tokio::pin!(timer, stopping, stopped);
     loop {
         let (req, close) = loop {
             if !buf.is_empty() {
@@ -130,27 +138,33 @@ pub async fn serve(mut stream: TcpStream, peer: SocketAddr, app: Arc<App>, shutd
                 }
             }
             let read = tokio::select! {
+                biased;
                 // Idle between requests: shutdown closes the connection.
-                _ = shutdown.cancelled(), if buf.is_empty() => return,
-                r = tokio::time::timeout(HEAD_TIMEOUT, stream.read_buf(&mut buf)) => r,
+                _ = &mut stopping, if buf.is_empty() => return,
+                r = site::net::read_some(&stream, &mut rx) => r,
+                _ = &mut timer => {
+                    if head_started.elapsed() >= HEAD_TIMEOUT {
+                        tracing::debug!(%peer, "no request head within 30 s; closing");
+                        return;
+                    }
+                    timer.as_mut().reset(head_started + HEAD_TIMEOUT);
+                    continue;
+                }
             };
             match read {
-                Ok(Ok(0)) | Ok(Err(_)) => return,
-                Ok(Ok(_)) => {}
-                Err(_) => {
-                    tracing::debug!(%peer, "no request head within 30 s; closing");
-                    return;
-                }
+                Ok(0) | Err(_) => return,
+                Ok(n) => buf.extend_from_slice(&rx[..n]),
             }
         };
         let head_only = req.method() == Method::HEAD;
         let close = close || shutdown.is_cancelled();
         let done = tokio::select! {
+            biased;
+            _ = &mut stopped => return,
             r = respond(&mut stream, &app, req, peer, head_only, close) => r,
-            _ = conn_stop.cancelled() => return,
         };
         match done {
-            Ok(true) if !close => {}
+            Ok(true) if !close => head_started = Instant::now(),
             Ok(_) => {
                 let _ = stream.shutdown().await;
                 return;

@@ -6,7 +6,8 @@
 //!   the opposite direction goes on until it ends too.
 //! - Zero copy where it pays: a direction starts with a 16 KiB buffer
 //!   (request/response traffic: one `read` and one `write`, as HAProxy
-//!   does); when a read fills the whole buffer the direction is carrying
+//!   does; a short read is taken to have drained the socket, so no `recv`
+//!   is spent learning EAGAIN); when a read fills the whole buffer the direction is carrying
 //!   bulk data and switches to `splice(2)` through a pipe (Linux), so the
 //!   bytes never enter user space.
 //! - Idle timeout: no byte in either direction for `idle` ends both. The
@@ -18,7 +19,7 @@
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::tcp::{ReadHalf, WriteHalf};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
@@ -71,16 +72,15 @@ pub async fn relay(client: &mut TcpStream, backend: &mut TcpStream, idle: Durati
 }
 
 /// One direction: `src` until its EOF, then shuts `dst` down for writing.
-async fn pump(mut src: ReadHalf<'_>, mut dst: WriteHalf<'_>, bytes: &AtomicU64, last: &AtomicU64, start: Instant) -> io::Result<()> {
-    // Not zeroed: `read_buf` fills the spare capacity.
-    let mut buf = Vec::with_capacity(BUF);
+async fn pump(src: ReadHalf<'_>, mut dst: WriteHalf<'_>, bytes: &AtomicU64, last: &AtomicU64, start: Instant) -> io::Result<()> {
+    // Zeroed once per direction, reused for every read.
+    let mut buf = vec![0u8; BUF];
     loop {
-        buf.clear();
-        let n = src.read_buf(&mut buf).await?;
+        let n = site::net::read_some(src.as_ref(), &mut buf).await?;
         if n == 0 {
             return dst.shutdown().await;
         }
-        dst.write_all(&buf).await?;
+        dst.write_all(&buf[..n]).await?;
         bytes.fetch_add(n as u64, Relaxed);
         last.store(start.elapsed().as_millis() as u64, Relaxed);
         #[cfg(target_os = "linux")]

@@ -18,6 +18,8 @@ pub mod catalog;
 pub mod dns;
 pub mod mac;
 pub mod model;
+#[cfg(feature = "daemon")]
+pub mod net;
 pub mod service;
 mod validate;
 pub mod wire;

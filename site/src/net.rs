@@ -1,0 +1,77 @@
+//! Socket helpers every daemon's data path shares (feature `daemon`).
+
+use std::io;
+use tokio::io::Interest;
+use tokio::net::TcpStream;
+
+/// One `recv` into `buf` once `stream` is readable; `Ok(0)` is EOF.
+///
+/// A short read took all the socket had, so it also marks the socket not
+/// readable: the next call waits for epoll instead of spending a `recv` on
+/// learning EAGAIN (HAProxy treats short reads the same way). Request and
+/// response traffic (bootd's plain HTTP, lbd's relay) saves one syscall per
+/// message. The mark is made by tokio's `try_io` with the readiness it saw
+/// *before* the `recv`: tokio clears readiness only if no new event arrived
+/// since, so data that lands after the `recv` still wakes the next call.
+pub async fn read_some(stream: &TcpStream, buf: &mut [u8]) -> io::Result<usize> {
+    let cap = buf.len();
+    loop {
+        stream.readable().await?;
+        let mut got = 0;
+        let r = stream.try_io(Interest::READABLE, || {
+            let (n, _) = rustix::net::recv(stream, &mut *buf, rustix::net::RecvFlags::empty())?;
+            got = n;
+            if n > 0 && n < cap {
+                Err(io::ErrorKind::WouldBlock.into())
+            } else {
+                Ok(n)
+            }
+        });
+        match r {
+            Ok(n) => return Ok(n),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock && got > 0 => return Ok(got),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::AsyncWriteExt;
+
+    /// Short reads, data arriving after one, a full buffer, then EOF: every
+    /// byte arrives and nothing waits forever.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn short_reads_lose_no_wakeup() {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let writer = tokio::spawn(async move {
+            let (mut s, _) = l.accept().await.unwrap();
+            for i in 0..2000u32 {
+                s.write_all(&i.to_be_bytes()).await.unwrap();
+                if i % 7 == 0 {
+                    tokio::task::yield_now().await;
+                }
+            }
+            s.write_all(&[7u8; 10_000]).await.unwrap();
+        });
+        let c = TcpStream::connect(addr).await.unwrap();
+        let mut buf = [0u8; 4096];
+        let mut got = Vec::new();
+        loop {
+            let n =
+                tokio::time::timeout(std::time::Duration::from_secs(10), read_some(&c, &mut buf)).await.expect("no lost wakeup").unwrap();
+            if n == 0 {
+                break;
+            }
+            got.extend_from_slice(&buf[..n]);
+        }
+        writer.await.unwrap();
+        assert_eq!(got.len(), 8000 + 10_000);
+        for (i, w) in got[..8000].chunks(4).enumerate() {
+            assert_eq!(u32::from_be_bytes(w.try_into().unwrap()), i as u32);
+        }
+    }
+}
