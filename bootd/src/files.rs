@@ -30,36 +30,74 @@ pub const MAX_RANGES: usize = 16;
 /// Opens `rel` (already percent-decoded) below `root`, refusing anything that
 /// would resolve outside it. Only regular files are returned.
 pub fn open_beneath(root: &Path, rel: &str) -> io::Result<File> {
-    open_beneath_with(root, rel, ResolveFlags::empty())
+    open_beneath_with(root, rel, ResolveFlags::empty()).map(|(f, _)| f)
 }
 
 /// [`open_beneath`] that never waits for the disk: it fails with
 /// `WouldBlock` unless every path component is in the kernel's caches
 /// (`RESOLVE_CACHED`, Linux 5.12+), so it may run on the async runtime's
-/// threads; the caller falls back to [`open_beneath`] on the blocking pool.
-pub fn open_beneath_cached(root: &Path, rel: &str) -> io::Result<File> {
+/// threads; the caller falls back to [`open_beneath_stat`] on the blocking
+/// pool. Returns the file's metadata too (one `statx`, needed anyway to
+/// refuse what is not a regular file).
+pub fn open_beneath_cached(root: &Path, rel: &str) -> io::Result<(File, std::fs::Metadata)> {
     open_beneath_with(root, rel, ResolveFlags::CACHED)
 }
 
-fn open_beneath_with(root: &Path, rel: &str, extra: ResolveFlags) -> io::Result<File> {
+/// [`open_beneath`] with the file's metadata.
+pub fn open_beneath_stat(root: &Path, rel: &str) -> io::Result<(File, std::fs::Metadata)> {
+    open_beneath_with(root, rel, ResolveFlags::empty())
+}
+
+fn open_beneath_with(root: &Path, rel: &str, extra: ResolveFlags) -> io::Result<(File, std::fs::Metadata)> {
     if rel.contains('\0') {
         return Err(io::Error::new(io::ErrorKind::InvalidInput, "NUL in path"));
     }
     let rel = rel.trim_start_matches('/');
     let rel = if rel.is_empty() { "." } else { rel };
-    let dir = rustix::fs::openat2(rustix::fs::CWD, root, OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty(), extra)?;
+    let dir = root_dir(root, extra)?;
     let fd = rustix::fs::openat2(
-        &dir,
+        &*dir,
         rel,
         OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOCTTY,
         Mode::empty(),
         ResolveFlags::BENEATH | ResolveFlags::NO_MAGICLINKS | extra,
     )?;
     let f = File::from(fd);
-    if !f.metadata()?.is_file() {
+    let md = f.metadata()?;
+    if !md.is_file() {
         return Err(io::Error::new(io::ErrorKind::NotFound, "not a regular file"));
     }
-    Ok(f)
+    Ok((f, md))
+}
+
+/// How long an opened root directory is reused. Within it, a root that is
+/// replaced (renamed away and created anew) still resolves in the old
+/// directory; after it, the path is opened again.
+const ROOT_TTL: std::time::Duration = std::time::Duration::from_secs(1);
+/// Roots kept open at once (bootd has two or three: images, TFTP, ...).
+const ROOTS_KEPT: usize = 16;
+
+/// Open roots, by path: opening the root for every request was an
+/// `openat2` and a `close` per file served.
+static ROOTS: std::sync::Mutex<Vec<(std::path::PathBuf, Arc<rustix::fd::OwnedFd>, std::time::Instant)>> = std::sync::Mutex::new(Vec::new());
+
+fn root_dir(root: &Path, extra: ResolveFlags) -> io::Result<Arc<rustix::fd::OwnedFd>> {
+    let now = std::time::Instant::now();
+    {
+        let roots = ROOTS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some((_, fd, _)) = roots.iter().find(|(p, _, at)| p == root && now.duration_since(*at) < ROOT_TTL) {
+            return Ok(Arc::clone(fd));
+        }
+    }
+    let fd =
+        Arc::new(rustix::fs::openat2(rustix::fs::CWD, root, OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty(), extra)?);
+    let mut roots = ROOTS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    roots.retain(|(p, _, _)| p != root);
+    if roots.len() >= ROOTS_KEPT {
+        roots.remove(0);
+    }
+    roots.push((root.to_path_buf(), Arc::clone(&fd), now));
+    Ok(fd)
 }
 
 /// A strong validator from size and modification time (nginx's form).
@@ -380,5 +418,27 @@ mod tests {
         for bad in ["../secret", "sub/../../secret", "out", "abs", "sub", "", "/", "nope"] {
             assert!(open_beneath(&root, bad).is_err(), "{bad} must not open");
         }
+    }
+
+    /// A root that is replaced (renamed away, made anew) is served from the
+    /// new directory once the kept one is older than `ROOT_TTL`.
+    #[test]
+    fn a_replaced_root_is_opened_again() {
+        use std::io::Read;
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("root");
+        std::fs::create_dir(&root).unwrap();
+        std::fs::write(root.join("f"), b"old").unwrap();
+        let read = || {
+            let mut s = String::new();
+            open_beneath(&root, "f").unwrap().read_to_string(&mut s).unwrap();
+            s
+        };
+        assert_eq!(read(), "old");
+        std::fs::rename(&root, dir.path().join("gone")).unwrap();
+        std::fs::create_dir(&root).unwrap();
+        std::fs::write(root.join("f"), b"new").unwrap();
+        std::thread::sleep(ROOT_TTL + std::time::Duration::from_millis(50));
+        assert_eq!(read(), "new");
     }
 }

@@ -369,19 +369,11 @@ async fn image(app: &Arc<App>, root: &std::path::Path, raw: &str, headers: &Head
     };
     // Fast path: a file whose path is in the kernel's caches is opened right
     // here; anything that would wait for the disk goes to the blocking pool.
-    let cached = files::open_beneath_cached(root, &rel).and_then(|f| {
-        let md = f.metadata()?;
-        Ok((f, md))
-    });
+    let cached = files::open_beneath_cached(root, &rel);
     let opened = match cached {
         Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
             let (root, rel2) = (root.to_path_buf(), rel.clone());
-            tokio::task::spawn_blocking(move || {
-                let f = files::open_beneath(&root, &rel2)?;
-                let md = f.metadata()?;
-                Ok::<_, io::Error>((f, md))
-            })
-            .await
+            tokio::task::spawn_blocking(move || files::open_beneath_stat(&root, &rel2)).await
         }
         r => Ok(r),
     };

@@ -104,3 +104,18 @@ pub fn spawn_watchdog() -> Option<tokio::task::JoinHandle<()>> {
         })
     })
 }
+
+/// The daemons' tokio runtime. With one CPU to run on (a cgroup or
+/// `taskset` limit, as `available_parallelism` reports), a current-thread
+/// runtime: a multi-thread one would have a single worker anyway and pay
+/// for cross-thread wakeups and work-stealing bookkeeping on every idle
+/// period. Otherwise a multi-thread runtime with a worker per CPU.
+#[cfg(feature = "daemon")]
+pub fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    if cpus == 1 {
+        tokio::runtime::Builder::new_current_thread().enable_all().build()
+    } else {
+        tokio::runtime::Runtime::new()
+    }
+}
