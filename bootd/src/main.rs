@@ -196,7 +196,7 @@ fn serve(config: bootd::Config) -> Result<()> {
         let app = bootd::prepare(&config, sockets.https.is_some() || sockets.api.is_some())?;
         // Config validated, sockets bound, state (CA, keys) ready: tell systemd.
         site::service::ready(&format!("serving {} ({} nodes)", site.cluster.domain(), site.nodes.len()));
-        let signals = tokio::spawn(site::service::signals(shutdown.clone(), vec![reload], Some(reloaded)));
+        let signals = tokio::spawn(site::service::signals(shutdown.clone(), vec![reload], vec![reloaded]));
         let watchdog = site::service::spawn_watchdog();
         let r = bootd::run_app(app, config, sockets, shutdown).await;
         signals.abort();

@@ -139,7 +139,7 @@ fn serve(config: dnsd::Config, loaded: dnsd::Loaded, udp_threads: Option<usize>)
         // Zones loaded, sockets bound: tell systemd (no-op outside it).
         site::service::ready(&format!("serving {} zones", loaded.catalog.zones.len()));
         let signals =
-            tokio::spawn(site::service::signals(shutdown.clone(), vec![Arc::clone(&config.reload)], Some(Arc::clone(&config.reloaded))));
+            tokio::spawn(site::service::signals(shutdown.clone(), vec![Arc::clone(&config.reload)], vec![Arc::clone(&config.reloaded)]));
         let watchdog = site::service::spawn_watchdog();
         let r = dnsd::run_loaded(config, loaded, sockets, shutdown).await;
         signals.abort();

@@ -165,7 +165,7 @@ fn serve(config: Config, threads: Option<usize>) -> Result<()> {
         let shutdown = CancellationToken::new();
         let (reload, reloaded) = (Arc::clone(&config.reload), Arc::clone(&config.reloaded));
         site::service::ready(&format!("serving {} frontends", config.loaded.plan(false).len()));
-        let signals = tokio::spawn(site::service::signals(shutdown.clone(), vec![reload], Some(reloaded)));
+        let signals = tokio::spawn(site::service::signals(shutdown.clone(), vec![reload], vec![reloaded]));
         let watchdog = site::service::spawn_watchdog();
         let r = lbd::run(config, sockets, shutdown).await;
         signals.abort();

@@ -46,16 +46,17 @@ pub fn watchdog() {
 }
 
 /// The signal loop every daemon runs (with the `daemon` feature):
-/// SIGHUP → `RELOADING=1`, notify every `reload`, wait (at most 60 s) for
-/// `reloaded`, then `READY=1`; SIGTERM or SIGINT → `STOPPING=1` and cancel
-/// `shutdown`. Returns when shutdown starts. Pass `reloaded: None` for a
-/// daemon that cannot tell when its reload finished (then READY=1 follows
-/// the notification at once).
+/// SIGHUP → `RELOADING=1`, notify every `reload`, wait (at most 60 s in
+/// all) for every `reloaded` (one per daemon in the process), then
+/// `READY=1`; SIGTERM or SIGINT → `STOPPING=1` and cancel `shutdown`.
+/// Returns when shutdown starts. Pass no `reloaded` for a daemon that
+/// cannot tell when its reload finished (then READY=1 follows the
+/// notification at once).
 #[cfg(feature = "daemon")]
 pub async fn signals(
     shutdown: tokio_util::sync::CancellationToken,
     reloads: Vec<std::sync::Arc<tokio::sync::Notify>>,
-    reloaded: Option<std::sync::Arc<tokio::sync::Notify>>,
+    reloaded: Vec<std::sync::Arc<tokio::sync::Notify>>,
 ) -> std::io::Result<()> {
     use tokio::signal::unix::{signal, SignalKind};
     let mut hup = signal(SignalKind::hangup())?;
@@ -66,20 +67,24 @@ pub async fn signals(
             _ = hup.recv() => {
                 tracing::info!("SIGHUP: re-reading the configuration");
                 reloading();
-                let status = match &reloaded {
-                    Some(done) => {
-                        let done = done.notified();
-                        tokio::pin!(done);
-                        done.as_mut().enable();
-                        reloads.iter().for_each(|r| r.notify_one());
-                        match tokio::time::timeout(Duration::from_secs(60), done).await {
-                            Ok(()) => "reload finished (see the log for applied or refused)",
-                            Err(_) => "reload still running after 60 s",
+                // Registered before the reloads are asked for, so a reload
+                // that finishes at once is not missed.
+                let mut done: Vec<_> = reloaded.iter().map(|n| Box::pin(n.notified())).collect();
+                done.iter_mut().for_each(|d| {
+                    d.as_mut().enable();
+                });
+                reloads.iter().for_each(|r| r.notify_one());
+                let status = if done.is_empty() {
+                    "reload requested"
+                } else {
+                    let all = async {
+                        for d in done {
+                            d.await;
                         }
-                    }
-                    None => {
-                        reloads.iter().for_each(|r| r.notify_one());
-                        "reload requested"
+                    };
+                    match tokio::time::timeout(Duration::from_secs(60), all).await {
+                        Ok(()) => "reload finished (see the log for applied or refused)",
+                        Err(_) => "reload still running after 60 s",
                     }
                 };
                 self::reloaded(status);

@@ -102,7 +102,8 @@ async fn serve(boot: bootd::Config, dns: Option<(dnsd::Config, dnsd::Loaded)>, l
 
     let shutdown = CancellationToken::new();
     let mut reloads: Vec<Arc<Notify>> = vec![Arc::clone(&boot.reload)];
-    let reloaded = Arc::clone(&boot.reloaded);
+    // READY=1 after a SIGHUP only once all three have reloaded.
+    let mut reloaded: Vec<Arc<Notify>> = vec![Arc::clone(&boot.reloaded)];
     let mut tasks = tokio::task::JoinSet::new();
     let summary = format!(
         "serving {} ({} nodes): bootd{}{}",
@@ -117,17 +118,19 @@ async fn serve(boot: bootd::Config, dns: Option<(dnsd::Config, dnsd::Loaded)>, l
     }
     if let (Some((config, loaded)), Some(sockets)) = (dns, dns_sockets) {
         reloads.push(Arc::clone(&config.reload));
+        reloaded.push(Arc::clone(&config.reloaded));
         let sd = shutdown.clone();
         tasks.spawn(async move { ("dnsd", dnsd::run_loaded(config, loaded, sockets, sd).await.map_err(anyhow::Error::from)) });
     }
     if let (Some(config), Some(sockets)) = (lb, lb_sockets) {
         reloads.push(Arc::clone(&config.reload));
+        reloaded.push(Arc::clone(&config.reloaded));
         let sd = shutdown.clone();
         tasks.spawn(async move { ("lbd", lbd::run(config, sockets, sd).await.map_err(anyhow::Error::from)) });
     }
     site::service::ready(&summary);
     tracing::info!("{summary}");
-    let signals = tokio::spawn(site::service::signals(shutdown.clone(), reloads, Some(reloaded)));
+    let signals = tokio::spawn(site::service::signals(shutdown.clone(), reloads, reloaded));
     let watchdog = site::service::spawn_watchdog();
 
     // The first daemon to stop (an error, or the shutdown) stops the others.
