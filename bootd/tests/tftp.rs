@@ -9,36 +9,17 @@ use sha2::{Digest, Sha256};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Output;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::net::UdpSocket;
 use tokio_util::sync::CancellationToken;
 
-/// Everything every test's server logged.
-fn logs() -> Arc<Mutex<Vec<u8>>> {
-    static LOGS: OnceLock<Arc<Mutex<Vec<u8>>>> = OnceLock::new();
-    LOGS.get_or_init(|| {
-        let buf = Arc::new(Mutex::new(Vec::new()));
-        let w = Arc::clone(&buf);
-        let _ = tracing_subscriber::fmt().with_env_filter("debug").with_ansi(false).with_writer(move || Writer(Arc::clone(&w))).try_init();
-        buf
-    })
-    .clone()
-}
+#[path = "common/logs.rs"]
+mod logs_capture;
+use logs_capture::logs;
 
 fn log_text() -> String {
     String::from_utf8_lossy(&logs().lock().unwrap()).into_owned()
-}
-
-struct Writer(Arc<Mutex<Vec<u8>>>);
-impl std::io::Write for Writer {
-    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(b);
-        Ok(b.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
 }
 
 /// Deterministic bytes that differ from block to block, so a block sent

@@ -1,4 +1,4 @@
-//! Log capture shared by the test binaries (`it`, `controller`): everything
+//! Log capture shared by the test binaries (`it`, `controller`, `tftp`): everything
 //! every in-process bootd logged, so tests can prove secrets never reach a log.
 
 use std::sync::{Arc, Mutex, OnceLock};

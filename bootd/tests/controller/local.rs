@@ -89,22 +89,7 @@ async fn local_vm_is_created_adopted_after_kill_9_booted_ready_and_deleted_by_pi
     let mut p1 = Proc::start(&site, 1);
     let api: std::net::SocketAddr = format!("127.0.0.1:{api_port}").parse().unwrap();
     let ca_path = dir.path().join("state/ca.pem");
-    let client = {
-        let end = Instant::now() + Duration::from_secs(20);
-        loop {
-            if let Ok(ca) = std::fs::read(&ca_path) {
-                let c = bootd::providers::Http::with_ca(Duration::from_secs(5), &ca).unwrap();
-                let req = http::Request::get(format!("https://localhost:{api_port}/healthz"))
-                    .body(http_body_util::Full::new(bytes::Bytes::new()))
-                    .unwrap();
-                if c.send(req, "healthz").await.is_ok() {
-                    break c;
-                }
-            }
-            assert!(Instant::now() < end, "bootd did not start: {}", std::fs::read_to_string(&p1.log).unwrap_or_default());
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    };
+    let client = api_client(&ca_path, api_port, &p1).await;
     let call = |method: &'static str, path: String, body: Option<Value>| {
         let client = client.clone();
         async move { api_call(&client, api, Some(API_TOKEN), method, &path, body).await }

@@ -442,6 +442,25 @@ struct Proc {
     log: PathBuf,
 }
 
+/// A client that trusts the site CA bootd (`p`) wrote to `ca_path`, once its
+/// API answers /healthz (at most 20 s).
+async fn api_client(ca_path: &Path, api_port: u16, p: &Proc) -> bootd::providers::Http {
+    let end = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Ok(ca) = std::fs::read(ca_path) {
+            let c = bootd::providers::Http::with_ca(Duration::from_secs(5), &ca).unwrap();
+            let req = http::Request::get(format!("https://localhost:{api_port}/healthz"))
+                .body(http_body_util::Full::new(bytes::Bytes::new()))
+                .unwrap();
+            if c.send(req, "healthz").await.is_ok() {
+                return c;
+            }
+        }
+        assert!(Instant::now() < end, "bootd did not start: {}", std::fs::read_to_string(&p.log).unwrap_or_default());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
@@ -492,22 +511,7 @@ async fn kill_9_between_intent_and_reply_leaves_no_duplicate_and_no_orphan() {
     let mut p1 = Proc::start(&site, 1);
     let api: std::net::SocketAddr = format!("127.0.0.1:{api_port}").parse().unwrap();
     let ca_path = dir.path().join("state/ca.pem");
-    let client = {
-        let end = Instant::now() + Duration::from_secs(20);
-        loop {
-            if let Ok(ca) = std::fs::read(&ca_path) {
-                let c = bootd::providers::Http::with_ca(Duration::from_secs(5), &ca).unwrap();
-                let req = http::Request::get(format!("https://localhost:{api_port}/healthz"))
-                    .body(http_body_util::Full::new(bytes::Bytes::new()))
-                    .unwrap();
-                if c.send(req, "healthz").await.is_ok() {
-                    break c;
-                }
-            }
-            assert!(Instant::now() < end, "bootd did not start: {}", std::fs::read_to_string(&p1.log).unwrap_or_default());
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    };
+    let client = api_client(&ca_path, api_port, &p1).await;
     let (st, v) =
         api_call(&client, api, Some(API_TOKEN), "POST", "/v1/nodes", Some(equinix_node("worker-7", "10.77.0.27", "52:54:00:77:00:27")))
             .await;

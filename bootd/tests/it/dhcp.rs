@@ -2,9 +2,9 @@
 //! durability before ACK, malformed input dropped and counted, and a
 //! kill -9 of a real bootd process under load losing no ACKed lease.
 
-use crate::harness::Bootd;
+use crate::harness::{dhcp_recv, Bootd};
 use dhcproto::v4::{DhcpOption, HType, Message, MessageType, Opcode, OptionCode};
-use dhcproto::{Decodable, Decoder, Encodable, Encoder};
+use dhcproto::{Encodable, Encoder};
 use std::net::Ipv4Addr;
 use std::time::Duration;
 use tokio::net::UdpSocket;
@@ -29,12 +29,6 @@ fn request(mac: [u8; 6], t: MessageType, xid: u32, ip: Option<Ipv4Addr>) -> Vec<
     b
 }
 
-async fn recv(sock: &UdpSocket) -> Option<Message> {
-    let mut buf = [0u8; 1500];
-    let n = tokio::time::timeout(Duration::from_secs(2), sock.recv(&mut buf)).await.ok()?.ok()?;
-    Message::decode(&mut Decoder::new(&buf[..n])).ok()
-}
-
 #[tokio::test]
 async fn relayed_dora_is_durable_before_ack_and_bad_packets_are_counted() {
     let relay = UdpSocket::bind("127.0.0.1:0").await.unwrap();
@@ -43,12 +37,12 @@ async fn relayed_dora_is_durable_before_ack_and_bad_packets_are_counted() {
     relay.connect(server).await.unwrap();
     let mac = [0x52, 0x54, 0, 0x77, 0, 0x21];
     relay.send(&request(mac, MessageType::Discover, 1, None)).await.unwrap();
-    let offer = recv(&relay).await.expect("an OFFER to the relay");
+    let offer = dhcp_recv(&relay).await.expect("an OFFER to the relay");
     assert_eq!(offer.opts().msg_type(), Some(MessageType::Offer));
     assert_eq!(offer.yiaddr(), Ipv4Addr::new(127, 0, 0, 21));
     assert_eq!(offer.giaddr(), Ipv4Addr::LOCALHOST);
     relay.send(&request(mac, MessageType::Request, 2, Some(offer.yiaddr()))).await.unwrap();
-    let ack = recv(&relay).await.expect("an ACK");
+    let ack = dhcp_recv(&relay).await.expect("an ACK");
     assert_eq!(ack.opts().msg_type(), Some(MessageType::Ack));
     assert_eq!(ack.opts().get(OptionCode::Hostname), Some(&DhcpOption::Hostname("worker-1".into())));
     // The ACK arrived, so the lease is already on disk.
@@ -70,9 +64,9 @@ async fn relayed_dora_is_durable_before_ack_and_bad_packets_are_counted() {
     for c in &cases {
         relay.send(c).await.unwrap();
     }
-    assert!(recv(&relay).await.is_none(), "no reply to malformed input");
+    assert!(dhcp_recv(&relay).await.is_none(), "no reply to malformed input");
     relay.send(&overload_loop).await.unwrap();
-    assert_eq!(recv(&relay).await.expect("the overload case is answered once").xid(), 3);
+    assert_eq!(dhcp_recv(&relay).await.expect("the overload case is answered once").xid(), 3);
     tokio::time::sleep(Duration::from_millis(200)).await;
     let (_, _, m) = b.get("/metrics").await;
     let m = String::from_utf8_lossy(&m).to_string();
@@ -85,7 +79,7 @@ async fn relayed_dora_is_durable_before_ack_and_bad_packets_are_counted() {
     assert!(malformed as usize >= cases.len(), "malformed packets counted: {malformed}\n{m}");
     // And the server still answers.
     relay.send(&request(mac, MessageType::Discover, 4, None)).await.unwrap();
-    assert_eq!(recv(&relay).await.expect("still serving").xid(), 4);
+    assert_eq!(dhcp_recv(&relay).await.expect("still serving").xid(), 4);
     b.stop().await;
 }
 
@@ -133,9 +127,9 @@ async fn kill_9_loses_no_acked_lease() {
         if relay.send(&request(mac, MessageType::Discover, i * 2, None)).await.is_err() {
             continue;
         }
-        let Some(offer) = recv(&relay).await else { continue };
+        let Some(offer) = dhcp_recv(&relay).await else { continue };
         let _ = relay.send(&request(mac, MessageType::Request, i * 2 + 1, Some(offer.yiaddr()))).await;
-        if let Some(ack) = recv(&relay).await {
+        if let Some(ack) = dhcp_recv(&relay).await {
             if ack.opts().msg_type() == Some(MessageType::Ack) {
                 acked.push((site::Mac(mac).to_string(), ack.yiaddr()));
             }

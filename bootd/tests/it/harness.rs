@@ -174,3 +174,11 @@ pub async fn request_from(
 pub fn curl(args: &[&str]) -> std::process::Output {
     std::process::Command::new("curl").args(["-sS"]).args(args).output().expect("curl not found")
 }
+
+/// The next DHCP reply on `sock` (a relay's socket), or `None` after 2 s.
+pub async fn dhcp_recv(sock: &tokio::net::UdpSocket) -> Option<dhcproto::v4::Message> {
+    use dhcproto::{Decodable, Decoder};
+    let mut buf = [0u8; 1500];
+    let n = tokio::time::timeout(std::time::Duration::from_secs(2), sock.recv(&mut buf)).await.ok()?.ok()?;
+    dhcproto::v4::Message::decode(&mut Decoder::new(&buf[..n])).ok()
+}

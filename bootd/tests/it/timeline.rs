@@ -6,9 +6,9 @@
 //! inside the wall-clock window of the step that caused it, and durations
 //! adding up to the wall-clock time. Failing nodes show the phase and why.
 
-use crate::harness::{request, request_from, Bootd};
+use crate::harness::{dhcp_recv, request, request_from, Bootd};
 use dhcproto::v4::{Architecture, DhcpOption, HType, Message, MessageType, Opcode};
-use dhcproto::{Decodable, Decoder, Encodable, Encoder};
+use dhcproto::{Encodable, Encoder};
 use serde_json::Value;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::{Arc, Mutex};
@@ -52,12 +52,6 @@ fn dhcp(mac: [u8; 6], t: MessageType, xid: u32, ip: Option<Ipv4Addr>, vendor: &s
     let mut b = Vec::new();
     m.encode(&mut Encoder::new(&mut b)).unwrap();
     b
-}
-
-async fn recv(sock: &UdpSocket) -> Option<Message> {
-    let mut buf = [0u8; 1500];
-    let n = tokio::time::timeout(Duration::from_secs(2), sock.recv(&mut buf)).await.ok()?.ok()?;
-    Message::decode(&mut Decoder::new(&buf[..n])).ok()
 }
 
 /// A plain RFC 1350 read from `from`: returns the bytes.
@@ -142,10 +136,10 @@ async fn every_phase_in_order_with_durations_matching_the_wall_clock() {
 
     let t = now_us();
     relay.send(&dhcp(MAC, MessageType::Discover, 1, None, "PXEClient:Arch:00007:UNDI:003016")).await.unwrap();
-    let offer = recv(&relay).await.expect("OFFER");
+    let offer = dhcp_recv(&relay).await.expect("OFFER");
     assert_eq!(offer.yiaddr(), NODE_IP);
     relay.send(&dhcp(MAC, MessageType::Request, 2, Some(NODE_IP), "PXEClient:Arch:00007:UNDI:003016")).await.unwrap();
-    assert_eq!(recv(&relay).await.expect("ACK").opts().msg_type(), Some(MessageType::Ack));
+    assert_eq!(dhcp_recv(&relay).await.expect("ACK").opts().msg_type(), Some(MessageType::Ack));
     windows.push(("dhcp", t, now_us()));
     pause().await;
 
@@ -176,7 +170,7 @@ async fn every_phase_in_order_with_durations_matching_the_wall_clock() {
 
     // The guest's own DHCP (no boot file): neither a new phase nor a new attempt.
     relay.send(&dhcp(MAC, MessageType::Request, 3, Some(NODE_IP), "udhcp 1.35.0")).await.unwrap();
-    recv(&relay).await.expect("ACK to the OS");
+    dhcp_recv(&relay).await.expect("ACK to the OS");
     // The token from the script the node got, as a real node would use it.
     let script = String::from_utf8(script.to_vec()).unwrap();
     let token =
@@ -257,7 +251,7 @@ async fn failing_nodes_show_the_failing_phase_and_the_reason() {
     // An unknown MAC (no pool): not answered; its own timeline says why.
     let stray = [0x52, 0x54, 0, 0x99, 0x99, 0x01];
     relay.send(&dhcp(stray, MessageType::Discover, 9, None, "PXEClient:Arch:00007:<b>evil</b>")).await.unwrap();
-    assert!(recv(&relay).await.is_none(), "no OFFER for an unknown MAC without a pool");
+    assert!(dhcp_recv(&relay).await.is_none(), "no OFFER for an unknown MAC without a pool");
     let v = wait_for(&b, "mac 52:54:00:99:99:01", "the DHCP error", |v| v["lastError"].is_object()).await;
     assert_eq!(v["phase"], "dhcp");
     assert_eq!(v["siteNode"], false);
