@@ -175,7 +175,7 @@ fn set_revoked(config: &bootd::Config, node: &str, revoked: bool) -> Result<()> 
 }
 
 fn serve(config: bootd::Config) -> Result<()> {
-    let rt = site::service::runtime()?;
+    let rt = site::service::runtime(None)?;
     rt.block_on(async move {
         let site = &config.site;
         let sockets = bootd::Sockets::bind(site).await?;

@@ -144,14 +144,7 @@ fn raise_nofile() {
 
 fn serve(config: Config, threads: Option<usize>) -> Result<()> {
     raise_nofile();
-    let threads = threads.unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
-    // One CPU: a single-threaded runtime does the same work without
-    // cross-thread wakeups.
-    let rt = if threads <= 1 {
-        tokio::runtime::Builder::new_current_thread().enable_all().build()?
-    } else {
-        tokio::runtime::Builder::new_multi_thread().worker_threads(threads).enable_all().build()?
-    };
+    let rt = site::service::runtime(threads)?;
     rt.block_on(async move {
         let lb = config.loaded.lb().clone();
         let mut sockets = lbd::Sockets::default();

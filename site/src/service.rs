@@ -110,17 +110,17 @@ pub fn spawn_watchdog() -> Option<tokio::task::JoinHandle<()>> {
     })
 }
 
-/// The daemons' tokio runtime. With one CPU to run on (a cgroup or
-/// `taskset` limit, as `available_parallelism` reports), a current-thread
-/// runtime: a multi-thread one would have a single worker anyway and pay
-/// for cross-thread wakeups and work-stealing bookkeeping on every idle
-/// period. Otherwise a multi-thread runtime with a worker per CPU.
+/// The daemons' tokio runtime, with `threads` workers (default: the CPUs
+/// this process may run on, as `available_parallelism` reports them for a
+/// cgroup or `taskset` limit). One worker means a current-thread runtime:
+/// a multi-thread one would have a single worker anyway and pay for
+/// cross-thread wakeups and work-stealing bookkeeping on every idle period.
 #[cfg(feature = "daemon")]
-pub fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
-    let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
-    if cpus == 1 {
+pub fn runtime(threads: Option<usize>) -> std::io::Result<tokio::runtime::Runtime> {
+    let n = threads.unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
+    if n <= 1 {
         tokio::runtime::Builder::new_current_thread().enable_all().build()
     } else {
-        tokio::runtime::Runtime::new()
+        tokio::runtime::Builder::new_multi_thread().worker_threads(n).enable_all().build()
     }
 }
