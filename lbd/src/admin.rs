@@ -113,6 +113,7 @@ pub fn status(lbd: &Lbd) -> serde_json::Value {
                         "active": b.active.load(Relaxed),
                         "connections": b.total.load(Relaxed),
                         "connectFailures": b.connect_failures.load(Relaxed),
+                        "unansweredFailures": b.unanswered_failures.load(Relaxed),
                         "bytesTo": b.bytes_to.load(Relaxed),
                         "bytesFrom": b.bytes_from.load(Relaxed),
                         "checkLatencyMs": b.check_latency().as_secs_f64() * 1e3,

@@ -110,10 +110,13 @@ impl Collector for Scrape {
             }
         }
         type Count = fn(&crate::state::Backend) -> u64;
-        let counters: [(&str, &str, Count); 3] = [
+        let counters: [(&str, &str, Count); 4] = [
             ("backend_connections", "Connections relayed to the backend", |b| b.total.load(Relaxed)),
             ("backend_connect_failures", "Connects to the backend that failed (then retried on another)", |b| {
                 b.connect_failures.load(Relaxed)
+            }),
+            ("backend_unanswered_failures", "Connections the backend reset or closed before answering (then sent to another)", |b| {
+                b.unanswered_failures.load(Relaxed)
             }),
             ("backend_check_failures", "Failed health probes", |b| b.check_failures.load(Relaxed)),
         ];

@@ -1,13 +1,16 @@
 //! The data path: accept (with limits and EMFILE backoff), pick a backend,
 //! connect (a refused or timed-out connect is retried on another backend, as
-//! HAProxy's `option redispatch`), then [`relay`](crate::relay).
+//! HAProxy's `option redispatch`), then [`relay`](crate::relay). With
+//! `limits.retryUnanswered`, a backend that resets or closes before its first
+//! byte is replaced too, and the client's bytes so far (at most 16 KiB) are
+//! sent again.
 //!
 //! A connection that cannot be served (no backend up, every backend refused,
 //! a limit reached) is reset at once: the client sees an error straight
 //! away instead of hanging.
 
 use crate::balance::{pick, Candidate};
-use crate::relay::{relay, Counters, RelayError};
+use crate::relay::{relay, replay, until_answered, Buffers, Counters, First, RelayError, Unanswered};
 use crate::state::{App, Backend, ConnGuard, Frontend};
 use std::io;
 use std::net::SocketAddr;
@@ -73,17 +76,49 @@ fn reset(stream: TcpStream) {
 /// `client` has TCP_NODELAY from its listener (see [`crate::state::App::apply`]).
 async fn serve(mut client: TcpStream, peer: SocketAddr, fe: Arc<Frontend>, app: Arc<App>, _guard: ConnGuard) {
     let limits = app.limits.load_full();
-    let Some((mut server, backend)) = connect_some(&fe, limits.connect_timeout).await else {
+    let mut tried = Vec::new();
+    let Some((mut server, mut backend)) = connect_some(&fe, limits.connect_timeout, &mut tried).await else {
         reset(client);
         return;
     };
-    backend.total.fetch_add(1, Relaxed);
-    backend.active.fetch_add(1, Relaxed);
-    let counters = Counters { to_backend: &backend.bytes_to, from_backend: &backend.bytes_from };
-    let r = tokio::select! {
-        biased;
-        r = relay(&mut client, &mut server, limits.idle_timeout, counters) => r,
-        _ = backend.close_now.cancelled() => Err(RelayError::Io(io::Error::other("drain deadline reached or shutting down"))),
+    let mut bufs = Buffers::new();
+    let mut unanswered = limits.retry_unanswered.then(Unanswered::default);
+    let r = loop {
+        backend.total.fetch_add(1, Relaxed);
+        backend.active.fetch_add(1, Relaxed);
+        let counters = Counters { to_backend: &backend.bytes_to, from_backend: &backend.bytes_from };
+        if let Some(u) = unanswered.as_mut() {
+            let first = tokio::select! {
+                biased;
+                r = until_answered(&client, &server, &mut bufs, u, limits.idle_timeout, counters) => r,
+                _ = backend.close_now.cancelled() => Err(RelayError::Io(io::Error::other("drain deadline reached or shutting down"))),
+            };
+            match first {
+                Ok(First::Relay) => {}
+                Err(e) => break Err(e),
+                Ok(First::BackendFailed(e)) => {
+                    backend.active.fetch_sub(1, Relaxed);
+                    backend.unanswered_failures.fetch_add(1, Relaxed);
+                    backend.kick.notify_one();
+                    debug!(frontend = %fe.name, %peer, backend = %backend.name, error = %e, sent = u.len, "backend failed before answering: sending the client's bytes to another");
+                    tried.push(backend.addr);
+                    let Some((s, b)) = connect_some(&fe, limits.connect_timeout, &mut tried).await else {
+                        reset(client);
+                        return;
+                    };
+                    (server, backend) = (s, b);
+                    // A failed write shows again as the new backend failing
+                    // before answering, on the next turn.
+                    let _ = replay(&server, &bufs, u).await;
+                    continue;
+                }
+            }
+        }
+        break tokio::select! {
+            biased;
+            r = relay(&mut client, &mut server, limits.idle_timeout, counters, bufs) => r,
+            _ = backend.close_now.cancelled() => Err(RelayError::Io(io::Error::other("drain deadline reached or shutting down"))),
+        };
     };
     backend.active.fetch_sub(1, Relaxed);
     if let Err(e) = r {
@@ -91,9 +126,8 @@ async fn serve(mut client: TcpStream, peer: SocketAddr, fe: Arc<Frontend>, app: 
     }
 }
 
-/// Connects to a healthy backend, trying each at most once.
-async fn connect_some(fe: &Frontend, timeout: Duration) -> Option<(TcpStream, Arc<Backend>)> {
-    let mut tried: Vec<SocketAddr> = Vec::new();
+/// Connects to a healthy backend not in `tried`, trying each at most once.
+async fn connect_some(fe: &Frontend, timeout: Duration, tried: &mut Vec<SocketAddr>) -> Option<(TcpStream, Arc<Backend>)> {
     loop {
         let backend = {
             let pool = fe.pool.load();

@@ -13,6 +13,10 @@
 //! - Idle timeout: no byte in either direction for `idle` ends both. The
 //!   timer is re-armed lazily (once per idle period), not per read.
 //!
+//! - Replay: [`until_answered`] runs first and keeps what the client sends
+//!   (in the up buffer, no extra copy) until the backend's first byte, so a
+//!   backend that dies before answering can be replaced (see `proxy`).
+//!
 //! Cancel-safe: dropping the future closes nothing by itself; the caller owns
 //! the sockets.
 
@@ -44,15 +48,133 @@ pub struct Counters<'a> {
     pub from_backend: &'a AtomicU64,
 }
 
+/// The two 16 KiB buffers a connection uses: client → backend (which also
+/// keeps what the client sent before the backend's first byte, for
+/// [`until_answered`]) and back.
+pub struct Buffers {
+    up: Vec<u8>,
+    down: Vec<u8>,
+}
+
+impl Buffers {
+    pub fn new() -> Buffers {
+        Buffers { up: vec![0u8; BUF], down: vec![0u8; BUF] }
+    }
+}
+
+impl Default for Buffers {
+    fn default() -> Self {
+        Buffers::new()
+    }
+}
+
+/// What the client sent before the backend answered.
+#[derive(Debug, Default)]
+pub struct Unanswered {
+    /// Bytes at the start of `Buffers::up`, already sent to the backend.
+    pub len: usize,
+    /// The client has ended its sending (FIN), and the backend was told.
+    pub client_eof: bool,
+}
+
+/// How the first exchange ended.
+#[derive(Debug)]
+pub enum First {
+    /// The backend sent its first bytes (already passed on), or closed
+    /// without being sent anything, or the client filled the whole buffer:
+    /// [`relay`] takes over.
+    Relay,
+    /// The backend reset or closed after being sent `Unanswered::len` bytes
+    /// and before sending any: they may be sent to another backend.
+    BackendFailed(io::Error),
+}
+
+/// Passes the client's bytes to the backend, keeping them, until the
+/// backend's first byte; see [`First`]. Errors are the client's (or the idle
+/// timeout); a backend that fails before being sent anything is an error too.
+pub async fn until_answered(
+    client: &TcpStream,
+    backend: &TcpStream,
+    bufs: &mut Buffers,
+    u: &mut Unanswered,
+    idle: Duration,
+    counters: Counters<'_>,
+) -> Result<First, RelayError> {
+    let failed = |e: io::Error, u: &Unanswered| if u.len > 0 { Ok(First::BackendFailed(e)) } else { Err(RelayError::Io(e)) };
+    let mut deadline = Instant::now() + idle;
+    loop {
+        let Buffers { up, down } = &mut *bufs;
+        let reading_client = !u.client_eof && u.len < up.len();
+        tokio::select! {
+            biased;
+            r = site::net::read_some(backend, down) => match r {
+                Ok(0) if u.len > 0 => return Ok(First::BackendFailed(io::Error::new(io::ErrorKind::UnexpectedEof, "backend closed before answering"))),
+                Ok(0) => return Ok(First::Relay),
+                Ok(n) => {
+                    write_all(client, &down[..n]).await?;
+                    counters.from_backend.fetch_add(n as u64, Relaxed);
+                    return Ok(First::Relay);
+                }
+                Err(e) => return failed(e, u),
+            },
+            r = site::net::read_some(client, &mut up[u.len..]), if reading_client => {
+                let n = r?;
+                if n == 0 {
+                    u.client_eof = true;
+                    if let Err(e) = rustix::net::shutdown(backend, rustix::net::Shutdown::Write) {
+                        return failed(e.into(), u);
+                    }
+                } else {
+                    if let Err(e) = write_all(backend, &up[u.len..u.len + n]).await {
+                        u.len += n;
+                        return failed(e, u);
+                    }
+                    u.len += n;
+                    counters.to_backend.fetch_add(n as u64, Relaxed);
+                    if u.len == up.len() {
+                        // More than can be replayed: from here on, a plain relay.
+                        return Ok(First::Relay);
+                    }
+                }
+                deadline = Instant::now() + idle;
+            },
+            _ = tokio::time::sleep_until(deadline) => return Err(RelayError::Idle(idle)),
+        }
+    }
+}
+
+/// Sends the kept bytes of `u` to a new backend (and its FIN, if the client
+/// sent one).
+pub async fn replay(backend: &TcpStream, bufs: &Buffers, u: &Unanswered) -> io::Result<()> {
+    write_all(backend, &bufs.up[..u.len]).await?;
+    if u.client_eof {
+        rustix::net::shutdown(backend, rustix::net::Shutdown::Write)?;
+    }
+    Ok(())
+}
+
+async fn write_all(s: &TcpStream, mut data: &[u8]) -> io::Result<()> {
+    while !data.is_empty() {
+        s.writable().await?;
+        match s.try_write(data) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => data = &data[n..],
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
 /// Relays until both directions have ended, one fails, or `idle` passes with
 /// no traffic.
-pub async fn relay(client: &mut TcpStream, backend: &mut TcpStream, idle: Duration, counters: Counters<'_>) -> Result<(), RelayError> {
+pub async fn relay(client: &mut TcpStream, backend: &mut TcpStream, idle: Duration, counters: Counters<'_>, bufs: Buffers) -> Result<(), RelayError> {
     let start = Instant::now();
     let last = AtomicU64::new(0);
     let (cr, cw) = client.split();
     let (br, bw) = backend.split();
-    let up = pump(cr, bw, counters.to_backend, &last, start);
-    let down = pump(br, cw, counters.from_backend, &last, start);
+    let up = pump(cr, bw, counters.to_backend, &last, start, bufs.up);
+    let down = pump(br, cw, counters.from_backend, &last, start, bufs.down);
     let both = async { tokio::try_join!(up, down) };
     tokio::pin!(both);
     let mut deadline = start + idle;
@@ -72,9 +194,7 @@ pub async fn relay(client: &mut TcpStream, backend: &mut TcpStream, idle: Durati
 }
 
 /// One direction: `src` until its EOF, then shuts `dst` down for writing.
-async fn pump(src: ReadHalf<'_>, mut dst: WriteHalf<'_>, bytes: &AtomicU64, last: &AtomicU64, start: Instant) -> io::Result<()> {
-    // Zeroed once per direction, reused for every read.
-    let mut buf = vec![0u8; BUF];
+async fn pump(src: ReadHalf<'_>, mut dst: WriteHalf<'_>, bytes: &AtomicU64, last: &AtomicU64, start: Instant, mut buf: Vec<u8>) -> io::Result<()> {
     loop {
         let n = site::net::read_some(src.as_ref(), &mut buf).await?;
         if n == 0 {

@@ -45,6 +45,9 @@ pub struct Backend {
     pub active: AtomicU64,
     pub total: AtomicU64,
     pub connect_failures: AtomicU64,
+    /// Connections the backend reset or closed before answering (then sent
+    /// to another; `limits.retryUnanswered`).
+    pub unanswered_failures: AtomicU64,
     /// Bytes from clients to this backend, and back.
     pub bytes_to: AtomicU64,
     pub bytes_from: AtomicU64,
@@ -74,6 +77,7 @@ impl Backend {
             active: AtomicU64::new(0),
             total: AtomicU64::new(0),
             connect_failures: AtomicU64::new(0),
+            unanswered_failures: AtomicU64::new(0),
             bytes_to: AtomicU64::new(0),
             bytes_from: AtomicU64::new(0),
             check_latency_us: AtomicU64::new(0),

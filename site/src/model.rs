@@ -520,6 +520,16 @@ pub struct LbLimits {
     pub max_conns_per_source: u32,
     pub connect_timeout: Duration,
     pub idle_timeout: Duration,
+    /// A backend that resets or closes before its first byte back, having
+    /// been sent at most [`LbLimits::REPLAY_MAX`] bytes, is replaced by
+    /// another and the client's bytes are sent again.
+    pub retry_unanswered: bool,
+}
+
+impl LbLimits {
+    /// What a connection may send before its backend's first byte and
+    /// still be moved to another backend.
+    pub const REPLAY_MAX: usize = 16 * 1024;
 }
 
 impl Default for LbLimits {
@@ -529,6 +539,7 @@ impl Default for LbLimits {
             max_conns_per_source: 2_000,
             connect_timeout: Duration::from_secs(3),
             idle_timeout: Duration::from_secs(3600),
+            retry_unanswered: true,
         }
     }
 }

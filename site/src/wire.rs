@@ -315,6 +315,7 @@ pub struct LbLimits {
     pub max_conns_per_source: Option<u32>,
     pub connect_timeout: Option<String>,
     pub idle_timeout: Option<String>,
+    pub retry_unanswered: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -201,6 +201,72 @@ async fn half_close_is_propagated_both_ways_small_and_bulk() {
     assert!(b.bytes_from.load(Relaxed) >= (8 << 20) + 100);
 }
 
+/// A backend that reads until EOF, then closes (with a reset if `rst`)
+/// without answering: a server that died with the request in hand.
+async fn dying_backend(rst: bool) -> SocketAddr {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut s, _)) = l.accept().await else { return };
+            tokio::spawn(async move {
+                let mut all = Vec::new();
+                let _ = s.read_to_end(&mut all).await;
+                if rst {
+                    let _ = socket2::SockRef::from(&s).set_linger(Some(Duration::ZERO));
+                }
+            });
+        }
+    });
+    addr
+}
+
+/// Sends `data` and FIN through `addr`, returns everything read back.
+async fn exchange(addr: SocketAddr, data: &[u8]) -> Vec<u8> {
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    s.write_all(data).await.unwrap();
+    s.shutdown().await.unwrap();
+    let mut got = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut got)).await.expect("no end");
+    got
+}
+
+#[tokio::test]
+async fn a_backend_dying_before_answering_is_replaced_and_the_request_replayed() {
+    let good = counting_backend().await;
+    for rst in [true, false] {
+        let dying = dying_backend(rst).await;
+        for (retry, size, replayed) in [(true, 3000, true), (true, 20 << 10, false), (false, 100, false)] {
+            let dir = tempfile::tempdir().unwrap();
+            let text = format!(
+                "limits: {{ retryUnanswered: {retry} }}\nservices:\n  - name: raw\n    listen: 127.0.0.1:2\n    backends: [\"{dying}\", \"{good}\"]\n"
+            );
+            let lb = Lb::start(lbd::Source::Standalone(write(dir.path(), "lb.yaml", &text)), None).await;
+            let data: Vec<u8> = (0..size).map(|i| (i * 13 % 251) as u8).collect();
+            let header = format!("{} {:x}", size, fnv(&data));
+            let mut answered = 0;
+            for _ in 0..6 {
+                let got = exchange(lb.addr("raw"), &data).await;
+                if got.starts_with(header.as_bytes()) && got[header.len()..] == data[..] {
+                    answered += 1;
+                } else {
+                    assert!(got.is_empty(), "rst {rst} retry {retry} size {size}: a wrong answer {:?}", String::from_utf8_lossy(&got[..got.len().min(60)]));
+                }
+            }
+            // Round robin: half the connections go to the dying backend first.
+            let failures = lb.backend("raw", dying).unwrap().unanswered_failures.load(Relaxed);
+            if replayed {
+                assert_eq!(answered, 6, "rst {rst}: every request answered (by the good backend)");
+                // (A retry takes a round-robin turn too, so it can be all six.)
+                assert!(failures >= 3, "rst {rst}: {failures}: at least three went to the dying backend first");
+            } else {
+                assert_eq!(answered, 3, "rst {rst} retry {retry} size {size}: only the good backend's answers");
+                assert_eq!(failures, 0);
+            }
+        }
+    }
+}
+
 #[tokio::test]
 async fn idle_connections_are_closed() {
     let a = Backend::start("a", local()).await;

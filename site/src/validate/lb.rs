@@ -330,6 +330,7 @@ fn limits(cx: &mut Cx, prefix: &str, w: Option<&wire::LbLimits>) -> LbLimits {
         max_conns_per_source: per_source,
         connect_timeout: dur(cx, &k("connectTimeout"), w.and_then(|w| w.connect_timeout.as_deref()), d.connect_timeout),
         idle_timeout: dur(cx, &k("idleTimeout"), w.and_then(|w| w.idle_timeout.as_deref()), d.idle_timeout),
+        retry_unanswered: w.and_then(|w| w.retry_unanswered).unwrap_or(d.retry_unanswered),
     }
 }
 
