@@ -211,18 +211,21 @@ pub fn multipart(ranges: &[(u64, u64)], file_len: u64, content_type: &str, bound
 /// boot timeline).
 pub type OnBytes = Arc<dyn Fn(u64) + Send + Sync>;
 
-/// Files up to this size, sent whole over plain HTTP, go out with
-/// `sendfile(2)` on the runtime thread ([`crate::plain`]); larger ones stream
-/// through [`FileBody`], whose reads never wait for the disk on that thread.
-pub const SENDFILE_MAX: u64 = 1024 * 1024;
+/// Over plain HTTP ([`crate::plain`]), a file or single range up to this
+/// size goes out with `sendfile(2)` on the runtime thread; a larger one
+/// with `sendfile(2)` from a blocking-pool thread, so that waiting for the
+/// disk never stalls the runtime (and one such thread per big download is
+/// cheap next to copying every byte through user space).
+pub const SENDFILE_INLINE_MAX: u64 = 1024 * 1024;
 
-/// A response extension offering the whole file behind a 200 response's
-/// [`FileBody`] to a connection that can `sendfile(2)` it instead of
-/// polling the body (plain HTTP; see [`crate::plain`]). Whoever sends the
+/// A response extension offering the one file range behind a 200 or 206
+/// response's [`FileBody`] to a connection that can `sendfile(2)` it instead
+/// of polling the body (plain HTTP; see [`crate::plain`]). Whoever sends the
 /// file reports the bytes through `on_bytes`, as the body would have.
 #[derive(Clone)]
 pub struct Sendfile {
     pub file: Arc<File>,
+    pub offset: u64,
     pub len: u64,
     pub on_bytes: Option<OnBytes>,
 }

@@ -471,8 +471,8 @@ async fn image(app: &Arc<App>, root: &std::path::Path, raw: &str, headers: &Head
         }
     };
     let (file, on_bytes) = (Arc::new(file), on_bytes(body_len));
-    if status == StatusCode::OK && len <= files::SENDFILE_MAX {
-        base = base.extension(files::Sendfile { file: Arc::clone(&file), len, on_bytes: on_bytes.clone() });
+    if let [Part::File { offset, len }] = parts[..] {
+        base = base.extension(files::Sendfile { file: Arc::clone(&file), offset, len, on_bytes: on_bytes.clone() });
     }
     base.status(status)
         .header(header::CONTENT_TYPE, ctype)

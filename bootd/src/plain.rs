@@ -268,16 +268,19 @@ async fn send_more(stream: &TcpStream, mut buf: &[u8]) -> io::Result<()> {
     Ok(())
 }
 
-/// `sendfile(2)` the whole of a small file (at most
-/// [`crate::files::SENDFILE_MAX`]) into the socket, reporting progress as
-/// the body would have.
+/// `sendfile(2)` the range into the socket, reporting progress as the body
+/// would have: on the runtime thread up to
+/// [`crate::files::SENDFILE_INLINE_MAX`], else from a blocking thread.
 async fn sendfile(stream: &TcpStream, sf: &Sendfile) -> io::Result<()> {
-    let (mut offset, mut left) = (0u64, sf.len);
+    if sf.len > crate::files::SENDFILE_INLINE_MAX {
+        return sendfile_blocking(stream, sf).await;
+    }
+    let (mut offset, mut left) = (sf.offset, sf.len);
     while left > 0 {
         stream.writable().await?;
         let r = stream.try_io(Interest::WRITABLE, || Ok(rustix::fs::sendfile(stream, &*sf.file, Some(&mut offset), left as usize)?));
         match r {
-            Ok(0) => return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "file shrank while it was sent")),
+            Ok(0) => return Err(shrank()),
             Ok(n) => {
                 left -= n as u64;
                 if let Some(f) = &sf.on_bytes {
@@ -289,6 +292,64 @@ async fn sendfile(stream: &TcpStream, sf: &Sendfile) -> io::Result<()> {
         }
     }
     Ok(())
+}
+
+fn shrank() -> io::Error {
+    io::Error::new(io::ErrorKind::UnexpectedEof, "file shrank while it was sent")
+}
+
+/// How long the sending thread sleeps in `poll` before looking whether
+/// the connection was dropped (shutdown, drain).
+const STOP_POLL: Duration = Duration::from_millis(100);
+
+/// A big range from a blocking-pool thread with its own duplicate of the
+/// socket (so the descriptor stays valid whatever happens to the
+/// connection's task): `sendfile` as much as the socket takes, `poll` for
+/// room, again. Dropping the returned future (the connection stopped)
+/// makes the thread stop within [`STOP_POLL`].
+async fn sendfile_blocking(stream: &TcpStream, sf: &Sendfile) -> io::Result<()> {
+    struct StopOnDrop(Arc<std::sync::atomic::AtomicBool>);
+    impl Drop for StopOnDrop {
+        fn drop(&mut self) {
+            self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+    let sock = rustix::io::dup(stream)?;
+    let stop = StopOnDrop(Arc::default());
+    let stopped = Arc::clone(&stop.0);
+    let sf = sf.clone();
+    let job = tokio::task::spawn_blocking(move || -> io::Result<()> {
+        let (mut offset, mut left) = (sf.offset, sf.len);
+        let timeout = rustix::event::Timespec { tv_sec: 0, tv_nsec: STOP_POLL.as_nanos() as _ };
+        while left > 0 {
+            if stopped.load(std::sync::atomic::Ordering::Relaxed) {
+                return Err(io::Error::other("connection stopped"));
+            }
+            // At most 4 MiB a call, so progress reports come often enough.
+            match rustix::fs::sendfile(&sock, &*sf.file, Some(&mut offset), left.min(4 << 20) as usize) {
+                Ok(0) => return Err(shrank()),
+                Ok(n) => {
+                    left -= n as u64;
+                    if let Some(f) = &sf.on_bytes {
+                        f(n as u64);
+                    }
+                }
+                Err(rustix::io::Errno::AGAIN) => {
+                    let mut fds = [rustix::event::PollFd::new(&sock, rustix::event::PollFlags::OUT)];
+                    match rustix::event::poll(&mut fds, Some(&timeout)) {
+                        Ok(_) | Err(rustix::io::Errno::INTR) => {}
+                        Err(e) => return Err(e.into()),
+                    }
+                }
+                Err(rustix::io::Errno::INTR) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
+    });
+    let r = job.await.map_err(io::Error::other)?;
+    drop(stop);
+    r
 }
 
 /// A connection handed to hyper: the bytes already read come first.

@@ -3,6 +3,7 @@
 use crate::harness::{curl, logs, request, Bootd};
 use http::StatusCode;
 use std::io::Write;
+use std::time::Duration;
 
 /// The pull-secret canary inside the lab's bootstrap.ign.
 const CANARY: &str = "TEFCLVBVTEwtU0VDUkVULUNBTkFSWQ";
@@ -293,6 +294,43 @@ async fn resume_of_a_file_over_4gib() {
     };
     assert_eq!(sum(&out), sum(&path));
     b.stop().await;
+}
+
+/// A big file goes out by sendfile from a blocking thread that holds its
+/// own copy of the socket: a client that stops reading must not keep that
+/// thread (or the connection) going past shutdown's grace period.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_big_download_ends_at_shutdown() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let b = Bootd::start().await;
+    std::fs::create_dir_all(b.images()).unwrap();
+    let f = std::fs::File::create(b.images().join("stall.img")).unwrap();
+    f.set_len(256 << 20).unwrap();
+    let mut c = tokio::net::TcpStream::connect(b.http).await.unwrap();
+    socket2::SockRef::from(&c).set_recv_buffer_size(64 << 10).unwrap();
+    c.write_all(b"GET /images/stall.img HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
+    let mut buf = vec![0u8; 64 << 10];
+    let n = c.read(&mut buf).await.unwrap();
+    assert!(buf[..n].starts_with(b"HTTP/1.1 200 OK"), "{:?}", String::from_utf8_lossy(&buf[..n.min(100)]));
+    // Stop reading; the server's sends stall. Then shut bootd down.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    b.stop().await;
+    // Give a thread that did not stop time to go on, then read what is
+    // left: only what sat in the socket buffers, then the end (EOF or
+    // reset), not the rest of the 256 MiB.
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let mut more = 0usize;
+    let end = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            match c.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(k) => more += k,
+            }
+        }
+    })
+    .await;
+    assert!(end.is_ok(), "the connection outlived shutdown");
+    assert!(more < 32 << 20, "{more} bytes after shutdown: the sending thread went on");
 }
 
 // curl blocks its thread: the server needs another.
