@@ -352,15 +352,20 @@ failover() { # balancer -> appends "balancer detect_ms requests errors" to $TMP/
     out=$(cat "$TMP/fo-$who.txt")
     req=$(awk '/requests in/{print $1}' <<<"$out")
     errs=$(awk '/Socket errors/{gsub(/,/,""); print $4 + $6 + $8 + $10} /Non-2xx/{print $NF}' <<<"$out" | awk '{s+=$1} END{print s+0}')
+    # lbd: connections ng2 reset or closed before answering, replayed on ng1 (limits.retryUnanswered).
+    local replayed=-
+    [ "$who" = lbd ] && replayed=$(curl -sf --max-time 1 "http://127.0.0.1:$P_LBD_ADMIN/status" | python3 -c 'import json,sys
+s = json.load(sys.stdin)
+print(sum(b.get("unansweredFailures", 0) for f in s["frontends"] if f["name"] == "web" for b in f["backends"] if b["addr"].endswith(":'"$P_NG2"'")))')
     start_nginx ng2 "$P_NG2"
     for _ in $(seq 100); do is_down "$who" || break; sleep 0.1; done
-    echo "$who $([ "$t_det" -gt 0 ] && echo $(((t_det - t_kill) / 1000000)) || echo never) ${req:-0} $errs" >>"$TMP/failover"
+    echo "$who $([ "$t_det" -gt 0 ] && echo $(((t_det - t_kill) / 1000000)) || echo never) ${req:-0} $errs $replayed" >>"$TMP/failover"
 }
 if [ "$FAILOVER" = 1 ]; then
     echo
     echo "== failover: one of two nginx killed (SIGKILL) under wrk -c4 with a new connection per request; checks: HTTP /healthz every 2s, 1s while changing, timeout 1s, fall 3"
     for w in lbd haproxy; do failover "$w"; done
-    awk '{printf "%-8s detected down after %s ms; client requests %s, failed %s\n", $1, $2, $3, $4}' "$TMP/failover"
+    awk '{printf "%-8s detected down after %s ms; client requests %s, failed %s%s\n", $1, $2, $3, $4, ($5 == "-" ? "" : "; replayed on the other backend after the killed one failed before answering: " $5)}' "$TMP/failover"
 fi
 for w in lbd haproxy; do
     if grep -qiE 'panic|error' "$TMP/$w.log"; then echo "$w log (errors):"; grep -iE 'panic|error' "$TMP/$w.log" | head -10; fi
