@@ -147,9 +147,13 @@ async fn with_every_backend_down_connections_are_refused_at_once() {
     assert_eq!(get(lb.addr("web")).await.unwrap(), "a");
 }
 
-/// A backend that reads until EOF, then answers with the byte count and a
-/// hash of what it read, then closes.
-async fn counting_backend() -> SocketAddr {
+/// A backend that reads each connection until EOF, then hands it and the
+/// bytes read to `then`.
+async fn after_eof<F, Fut>(then: F) -> SocketAddr
+where
+    F: Fn(TcpStream, Vec<u8>) -> Fut + Copy + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send,
+{
     let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = l.local_addr().unwrap();
     tokio::spawn(async move {
@@ -158,14 +162,22 @@ async fn counting_backend() -> SocketAddr {
             tokio::spawn(async move {
                 let mut all = Vec::new();
                 if s.read_to_end(&mut all).await.is_ok() {
-                    let _ = s.write_all(format!("{} {:x}", all.len(), fnv(&all)).as_bytes()).await;
-                    // And echo it all back, after the peer's FIN.
-                    let _ = s.write_all(&all).await;
+                    then(s, all).await;
                 }
             });
         }
     });
     addr
+}
+
+/// Answers with the byte count and a hash of what it read, then echoes it
+/// all back, then closes.
+async fn counting_backend() -> SocketAddr {
+    after_eof(|mut s, all| async move {
+        let _ = s.write_all(format!("{} {:x}", all.len(), fnv(&all)).as_bytes()).await;
+        let _ = s.write_all(&all).await;
+    })
+    .await
 }
 
 fn fnv(b: &[u8]) -> u64 {
@@ -201,24 +213,17 @@ async fn half_close_is_propagated_both_ways_small_and_bulk() {
     assert!(b.bytes_from.load(Relaxed) >= (8 << 20) + 100);
 }
 
-/// A backend that reads until EOF, then closes (with a reset if `rst`)
-/// without answering: a server that died with the request in hand.
+/// Closes (with a reset if `rst`) without answering: a server that died
+/// with the request in hand.
 async fn dying_backend(rst: bool) -> SocketAddr {
-    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = l.local_addr().unwrap();
-    tokio::spawn(async move {
-        loop {
-            let Ok((mut s, _)) = l.accept().await else { return };
-            tokio::spawn(async move {
-                let mut all = Vec::new();
-                let _ = s.read_to_end(&mut all).await;
-                if rst {
-                    let _ = socket2::SockRef::from(&s).set_linger(Some(Duration::ZERO));
-                }
-            });
-        }
-    });
-    addr
+    if rst {
+        after_eof(|s, _| async move {
+            let _ = socket2::SockRef::from(&s).set_linger(Some(Duration::ZERO));
+        })
+        .await
+    } else {
+        after_eof(|_, _| async {}).await
+    }
 }
 
 /// Sends `data` and FIN through `addr`, returns everything read back.
