@@ -326,7 +326,9 @@ fn image_phase(site: &site::Site, raw: &str) -> Option<Phase> {
 }
 
 /// A kernel, initramfs or rootfs response in the timeline: `start` when the
-/// response begins, `done` (bytes, duration) when its last byte is handed
+/// response begins (over 1 MiB) or once it is still under way after its
+/// first piece (smaller ones: most go in one piece, and `done` alone says
+/// when they began), `done` (bytes, duration) when its last byte is handed
 /// to the connection, `aborted` if the body is dropped before that.
 struct ImageProgress {
     app: Arc<App>,
@@ -334,16 +336,29 @@ struct ImageProgress {
     phase: Phase,
     file: String,
     started: std::time::Instant,
+    started_us: i64,
     expected: u64,
     sent: std::sync::atomic::AtomicU64,
+    started_told: std::sync::atomic::AtomicBool,
     done: std::sync::atomic::AtomicBool,
 }
 
 impl ImageProgress {
+    /// The `start` event, once, stamped with the response's start.
+    fn tell_start(&self) {
+        if !self.started_told.swap(true, std::sync::atomic::Ordering::Relaxed) {
+            let mut raw = Raw::new(self.subject.clone(), self.phase, "start", format!("{}: {} bytes", self.file, self.expected));
+            raw.at_us = self.started_us;
+            self.app.timeline.record(raw.bytes(self.expected));
+        }
+    }
+
     fn add(&self, n: u64) {
         use std::sync::atomic::Ordering::Relaxed;
         let total = self.sent.fetch_add(n, Relaxed) + n;
-        if total >= self.expected && !self.done.swap(true, Relaxed) {
+        if total < self.expected {
+            self.tell_start();
+        } else if !self.done.swap(true, Relaxed) {
             let took = self.started.elapsed();
             let detail = format!("{}: {total} bytes in {} ms", self.file, took.as_millis());
             self.app.timeline.record(Raw::new(self.subject.clone(), self.phase, "done", detail).bytes(total).took(took));
@@ -355,6 +370,7 @@ impl Drop for ImageProgress {
     fn drop(&mut self) {
         use std::sync::atomic::Ordering::Relaxed;
         if !self.done.load(Relaxed) {
+            self.tell_start();
             let (sent, took) = (self.sent.load(Relaxed), self.started.elapsed());
             let detail = format!("{}: aborted after {sent} of {} bytes", self.file, self.expected);
             self.app.timeline.record(Raw::new(self.subject.clone(), self.phase, "aborted", detail).bytes(sent).took(took).error());
@@ -423,18 +439,22 @@ async fn image(app: &Arc<App>, root: &std::path::Path, raw: &str, headers: &Head
     let on_bytes = move |expected: u64| -> Option<files::OnBytes> {
         let progress = track.map(|(phase, peer)| {
             let subject = Subject::ip(peer.to_canonical());
-            let file = rel2.escape_debug().to_string();
-            app2.timeline.record(Raw::new(subject.clone(), phase, "start", format!("{file}: {expected} bytes")).bytes(expected));
-            ImageProgress {
+            let p = ImageProgress {
                 app: app2,
                 subject,
                 phase,
-                file,
+                file: rel2.escape_debug().to_string(),
                 started: std::time::Instant::now(),
+                started_us: crate::timeline::now_us(),
                 expected,
                 sent: Default::default(),
+                started_told: Default::default(),
                 done: Default::default(),
+            };
+            if expected > files::SENDFILE_INLINE_MAX {
+                p.tell_start();
             }
+            p
         });
         Some(Arc::new(move |n| {
             bytes.inc_by(n);

@@ -627,8 +627,21 @@ pub async fn writer(app: Arc<crate::App>, mut rx: mpsc::Receiver<Raw>, shutdown:
         for (phase, d) in closed {
             app.metrics.phase_seconds.get_or_create(&crate::metrics::PhaseLabel { phase: phase.as_str() }).observe(d.as_secs_f64());
         }
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(PACE) => {}
+        }
     }
 }
+
+/// After a batch the writer rests this long: events sent meanwhile wait in
+/// the channel (no waker is registered, so sending wakes nobody) and are
+/// taken in one batch. Without the rest, every image request woke the
+/// writer task once; with a client fetching small files back to back that
+/// was about a tenth of bootd's CPU per request. The timeline lags by at
+/// most this much; the channel ([`CAPACITY`]) holds far more than arrives
+/// in it.
+const PACE: Duration = Duration::from_millis(10);
 
 #[cfg(test)]
 mod tests {
