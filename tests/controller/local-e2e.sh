@@ -63,19 +63,11 @@ log() { echo "local-e2e.sh: $*" >&2; }
 nsx() { ip netns exec "$NS" "$@"; }
 
 PIDS=()
+. "$REPO/tests/lib.sh"
 cleanup() {
-  local rc=$? p
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-  for _ in $(seq 50); do
-    local alive=0
-    for p in "${PIDS[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
-    [[ $alive == 0 ]] && break
-    sleep 0.1
-  done
-  for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-  # Anything still in our own namespace (a VM bootd started) was started by this run.
-  for p in $(ip netns pids "$NS" 2>/dev/null); do kill -9 "$p" 2>/dev/null || true; done
-  ip netns del "$NS" 2>/dev/null || true
+  local rc=$?
+  # Also anything still in our own namespace (a VM bootd started).
+  stop_started "$NS"
   exit "$rc"
 }
 trap cleanup EXIT

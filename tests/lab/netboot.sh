@@ -120,19 +120,10 @@ clean() { tr -d '\r' <"$1" | sed -e 's/\x1b\[[0-9;=?]*[a-zA-Z]//g' -e 's/\x1b[a-
 
 # --- cleanup: everything we start is recorded by PID and killed by PID ----------
 PIDS=()
+. "$REPO/tests/lib.sh"
 cleanup() {
-  local rc=$? p alive
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-  for _ in $(seq 50); do           # up to 5 s for them to go, then SIGKILL
-    alive=0
-    for p in "${PIDS[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
-    [[ $alive == 0 ]] && break
-    sleep 0.1
-  done
-  for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-  # Safety net: anything still inside our own namespace was started by us.
-  for p in $(ip netns pids "$NS" 2>/dev/null); do kill -9 "$p" 2>/dev/null || true; done
-  ip netns del "$NS" 2>/dev/null || true
+  local rc=$?
+  stop_started "$NS"
   exit "$rc"
 }
 trap cleanup EXIT

@@ -40,17 +40,10 @@ WORK=$(mktemp -d /tmp/status-e2e.XXXXXX)
 NS=status-$$
 mkdir -p "$ART"
 PIDS=()
+. "$REPO/tests/lib.sh"
 cleanup() {
-  local rc=$? p
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-  for _ in $(seq 30); do
-    local alive=0
-    for p in "${PIDS[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
-    [[ $alive == 0 ]] && break
-    sleep 0.1
-  done
-  for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-  ip netns del "$NS" 2>/dev/null || true
+  local rc=$?
+  stop_started "$NS"
   rm -rf "$WORK"
   exit "$rc"
 }
