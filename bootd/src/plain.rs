@@ -1,7 +1,7 @@
 //! Plain-HTTP connections: bootd's own HTTP/1.1 request loop for what
-//! network boot asks (GET and HEAD without a body), with small files sent
-//! by `sendfile(2)` and small responses written with their headers in one
-//! `write`; anything else hands the connection, with the bytes already
+//! network boot asks (GET and HEAD without a body), with files and single
+//! ranges sent by `sendfile(2)` (over 1 MiB from a blocking thread) and
+//! small responses written with their headers in one `write`; anything else hands the connection, with the bytes already
 //! read, to hyper ([`crate::serve_conn`]) for the rest of its life.
 //!
 //! Why not hyper for everything: per request hyper builds and encodes a
