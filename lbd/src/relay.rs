@@ -209,7 +209,13 @@ async fn write_all(s: &TcpStream, mut data: &[u8]) -> io::Result<()> {
 
 /// Relays until both directions have ended, one fails, or `idle` passes with
 /// no traffic.
-pub async fn relay(client: &mut TcpStream, backend: &mut TcpStream, idle: Duration, counters: Counters<'_>, bufs: Buffers) -> Result<(), RelayError> {
+pub async fn relay(
+    client: &mut TcpStream,
+    backend: &mut TcpStream,
+    idle: Duration,
+    counters: Counters<'_>,
+    bufs: Buffers,
+) -> Result<(), RelayError> {
     let start = Instant::now();
     let last = AtomicU64::new(0);
     let (cr, cw) = client.split();

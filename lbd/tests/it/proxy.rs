@@ -255,7 +255,11 @@ async fn a_backend_dying_before_answering_is_replaced_and_the_request_replayed()
                 if got.starts_with(header.as_bytes()) && got[header.len()..] == data[..] {
                     answered += 1;
                 } else {
-                    assert!(got.is_empty(), "rst {rst} retry {retry} size {size}: a wrong answer {:?}", String::from_utf8_lossy(&got[..got.len().min(60)]));
+                    assert!(
+                        got.is_empty(),
+                        "rst {rst} retry {retry} size {size}: a wrong answer {:?}",
+                        String::from_utf8_lossy(&got[..got.len().min(60)])
+                    );
                 }
             }
             // Round robin: half the connections go to the dying backend first.
