@@ -21,7 +21,8 @@
 # and autogroup), OTHER_MAX (0.15 CPU: a cell where other processes used more
 # of CPU 0, or of a saturated CPU 1, is repeated, at most 3 attempts),
 # LBD_BIN (default target/release/lbd, built if missing), PORT_BASE (19080;
-# uses PORT_BASE..PORT_BASE+20), FAILOVER (1; 0 skips it).
+# uses PORT_BASE..PORT_BASE+20), FAILOVER (1; 0 skips it), FAILOVER_KILLS (3 per
+# balancer, alternating).
 set -euo pipefail
 
 DURATION=${DURATION:-8}
@@ -31,6 +32,7 @@ PRIO=${PRIO:-0}
 OTHER_MAX=${OTHER_MAX:-0.15}
 PORT_BASE=${PORT_BASE:-19080}
 FAILOVER=${FAILOVER:-1}
+FAILOVER_KILLS=${FAILOVER_KILLS:-3}
 SERVER_CPU=0
 LOAD_CPU=1
 
@@ -337,8 +339,17 @@ rows = [l.split() for l in d.decode().splitlines() if l and l[0].isdigit() and l
 sys.exit(0 if any(r[3] == "ng2" and r[5] == "0" for r in rows) else 1)' "$TMP/haproxy.sock" ;;
     esac
 }
-failover() { # balancer -> appends "balancer detect_ms requests errors" to $TMP/failover (no subshell: it restarts nginx)
-    local who=$1 out t_kill t_det=0 req errs
+# lbd: connections ng2 reset or closed before answering, replayed on ng1 (limits.retryUnanswered); a counter.
+replayed_so_far() {
+    curl -sf --max-time 1 "http://127.0.0.1:$P_LBD_ADMIN/status" | python3 -c 'import json,sys
+s = json.load(sys.stdin)
+print(sum(b.get("unansweredFailures", 0) for f in s["frontends"] if f["name"] == "web" for b in f["backends"] if b["addr"].endswith(":'"$P_NG2"'")))'
+}
+failover() { # balancer -> appends "balancer detect_ms requests errors replayed" to $TMP/failover (no subshell: it restarts nginx)
+    local who=$1 out t_kill t_det=0 req errs replayed0=0
+    # ng2 may have come back after the other balancer's kill: wait until this one has it up again.
+    for _ in $(seq 100); do is_down "$who" || break; sleep 0.1; done
+    [ "$who" = lbd ] && replayed0=$(replayed_so_far)
     on_load timeout 60 wrk -t1 -c4 -d10s --timeout 5s -H "Connection: close" "http://127.0.0.1:$(port_web "$who")/1k" >"$TMP/fo-$who.txt" 2>&1 &
     local wpid=$!
     sleep 3
@@ -352,11 +363,8 @@ failover() { # balancer -> appends "balancer detect_ms requests errors" to $TMP/
     out=$(cat "$TMP/fo-$who.txt")
     req=$(awk '/requests in/{print $1}' <<<"$out")
     errs=$(awk '/Socket errors/{gsub(/,/,""); print $4 + $6 + $8 + $10} /Non-2xx/{print $NF}' <<<"$out" | awk '{s+=$1} END{print s+0}')
-    # lbd: connections ng2 reset or closed before answering, replayed on ng1 (limits.retryUnanswered).
     local replayed=-
-    [ "$who" = lbd ] && replayed=$(curl -sf --max-time 1 "http://127.0.0.1:$P_LBD_ADMIN/status" | python3 -c 'import json,sys
-s = json.load(sys.stdin)
-print(sum(b.get("unansweredFailures", 0) for f in s["frontends"] if f["name"] == "web" for b in f["backends"] if b["addr"].endswith(":'"$P_NG2"'")))')
+    [ "$who" = lbd ] && replayed=$(($(replayed_so_far) - replayed0))
     start_nginx ng2 "$P_NG2"
     for _ in $(seq 100); do is_down "$who" || break; sleep 0.1; done
     echo "$who $([ "$t_det" -gt 0 ] && echo $(((t_det - t_kill) / 1000000)) || echo never) ${req:-0} $errs $replayed" >>"$TMP/failover"
@@ -364,8 +372,12 @@ print(sum(b.get("unansweredFailures", 0) for f in s["frontends"] if f["name"] ==
 if [ "$FAILOVER" = 1 ]; then
     echo
     echo "== failover: one of two nginx killed (SIGKILL) under wrk -c4 with a new connection per request; checks: HTTP /healthz every 2s, 1s while changing, timeout 1s, fall 3"
-    for w in lbd haproxy; do failover "$w"; done
+    echo "   $FAILOVER_KILLS kill(s) per balancer, alternating"
+    for _ in $(seq "$FAILOVER_KILLS"); do
+        for w in lbd haproxy; do failover "$w"; done
+    done
     awk '{printf "%-8s detected down after %s ms; client requests %s, failed %s%s\n", $1, $2, $3, $4, ($5 == "-" ? "" : "; replayed on the other backend after the killed one failed before answering: " $5)}' "$TMP/failover"
+    awk '{n[$1]++; req[$1] += $3; err[$1] += $4; if ($5 != "-") rep[$1] += $5} END {for (w in n) printf "%-8s total over %d kills: client requests %d, failed %d%s\n", w, n[w], req[w], err[w], (w == "lbd" ? ", replayed " rep[w] : "")}' "$TMP/failover" | sort
 fi
 for w in lbd haproxy; do
     if grep -qiE 'panic|error' "$TMP/$w.log"; then echo "$w log (errors):"; grep -iE 'panic|error' "$TMP/$w.log" | head -10; fi

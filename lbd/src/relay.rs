@@ -121,18 +121,18 @@ pub struct Unanswered {
 /// How the first exchange ended.
 #[derive(Debug)]
 pub enum First {
-    /// The backend sent its first bytes (already passed on), or closed
-    /// without being sent anything, or the client filled the whole buffer:
-    /// [`relay`] takes over.
+    /// The backend sent its first bytes (already passed on), or the client
+    /// filled the whole buffer: [`relay`] takes over.
     Relay,
-    /// The backend reset or closed after being sent `Unanswered::len` bytes
-    /// and before sending any: they may be sent to another backend.
+    /// The backend reset or closed before sending anything, having been sent
+    /// `Unanswered::len` bytes (maybe none: a backend killed between the
+    /// connect and the client's first bytes): they may go to another backend.
     BackendFailed(io::Error),
 }
 
 /// Passes the client's bytes to the backend, keeping them, until the
 /// backend's first byte; see [`First`]. Errors are the client's (or the idle
-/// timeout); a backend that fails before being sent anything is an error too.
+/// timeout).
 pub async fn until_answered(
     client: &TcpStream,
     backend: &TcpStream,
@@ -141,7 +141,6 @@ pub async fn until_answered(
     idle: Duration,
     counters: Counters<'_>,
 ) -> Result<First, RelayError> {
-    let failed = |e: io::Error, u: &Unanswered| if u.len > 0 { Ok(First::BackendFailed(e)) } else { Err(RelayError::Io(e)) };
     let mut deadline = Instant::now() + idle;
     loop {
         let Buffers { up, down } = &mut *bufs;
@@ -149,26 +148,25 @@ pub async fn until_answered(
         tokio::select! {
             biased;
             r = site::net::read_some(backend, down) => match r {
-                Ok(0) if u.len > 0 => return Ok(First::BackendFailed(io::Error::new(io::ErrorKind::UnexpectedEof, "backend closed before answering"))),
-                Ok(0) => return Ok(First::Relay),
+                Ok(0) => return Ok(First::BackendFailed(io::Error::new(io::ErrorKind::UnexpectedEof, "backend closed before answering"))),
                 Ok(n) => {
                     write_all(client, &down[..n]).await?;
                     counters.from_backend.fetch_add(n as u64, Relaxed);
                     return Ok(First::Relay);
                 }
-                Err(e) => return failed(e, u),
+                Err(e) => return Ok(First::BackendFailed(e)),
             },
             r = site::net::read_some(client, &mut up[u.len..]), if reading_client => {
                 let n = r?;
                 if n == 0 {
                     u.client_eof = true;
                     if let Err(e) = rustix::net::shutdown(backend, rustix::net::Shutdown::Write) {
-                        return failed(e.into(), u);
+                        return Ok(First::BackendFailed(e.into()));
                     }
                 } else {
                     if let Err(e) = write_all(backend, &up[u.len..u.len + n]).await {
                         u.len += n;
-                        return failed(e, u);
+                        return Ok(First::BackendFailed(e));
                     }
                     u.len += n;
                     counters.to_backend.fetch_add(n as u64, Relaxed);

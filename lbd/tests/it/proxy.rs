@@ -276,6 +276,54 @@ async fn a_backend_dying_before_answering_is_replaced_and_the_request_replayed()
     }
 }
 
+/// Closes (with a reset if `rst`) every connection 30 ms after accepting
+/// it: a backend killed between lbd's connect and the client's first bytes.
+/// (Not at once: a health probe seeing that would take it out of the pool.)
+async fn closing_soon(rst: bool) -> SocketAddr {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((s, _)) = l.accept().await {
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(30)).await;
+                if rst {
+                    let _ = socket2::SockRef::from(&s).set_linger(Some(Duration::ZERO));
+                }
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test]
+async fn a_backend_failing_before_the_client_speaks_is_replaced() {
+    let good = counting_backend().await;
+    for rst in [true, false] {
+        let gone = closing_soon(rst).await;
+        let dir = tempfile::tempdir().unwrap();
+        let text = format!("services:\n  - name: raw\n    listen: 127.0.0.1:2\n    backends: [\"{gone}\", \"{good}\"]\n");
+        let lb = Lb::start(lbd::Source::Standalone(write(dir.path(), "lb.yaml", &text)), None).await;
+        for _ in 0..4 {
+            let mut s = TcpStream::connect(lb.addr("raw")).await.unwrap();
+            // The first backend has failed before the client says anything.
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            s.write_all(b"hello").await.unwrap();
+            s.shutdown().await.unwrap();
+            let mut got = Vec::new();
+            tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut got)).await.expect("no end").unwrap();
+            assert!(got.starts_with(format!("5 {:x}", fnv(b"hello")).as_bytes()), "rst {rst}: {:?}", String::from_utf8_lossy(&got));
+        }
+        let b = lb.backend("raw", gone).unwrap();
+        assert!(
+            b.unanswered_failures.load(Relaxed) >= 2,
+            "rst {rst}: {} unanswered, {} connections, {} connect failures",
+            b.unanswered_failures.load(Relaxed),
+            b.total.load(Relaxed),
+            b.connect_failures.load(Relaxed)
+        );
+    }
+}
+
 #[tokio::test]
 async fn idle_connections_are_closed() {
     let a = Backend::start("a", local()).await;
