@@ -1,8 +1,9 @@
 //! Plain-HTTP connections: bootd's own HTTP/1.1 request loop for what
 //! network boot asks (GET and HEAD without a body), with files and single
 //! ranges sent by `sendfile(2)` (over 1 MiB from a blocking thread) and
-//! small responses written with their headers in one `write`; anything else hands the connection, with the bytes already
-//! read, to hyper ([`crate::serve_conn`]) for the rest of its life.
+//! small responses written with their headers in one `write`; anything
+//! else hands the connection, with the bytes already read, to hyper
+//! ([`crate::serve_conn`]) for the rest of its life.
 //!
 //! Why not hyper for everything: per request hyper builds and encodes a
 //! response and polls its body into the socket, so a file's bytes are read
@@ -308,21 +309,15 @@ const STOP_POLL: Duration = Duration::from_millis(100);
 /// room, again. Dropping the returned future (the connection stopped)
 /// makes the thread stop within [`STOP_POLL`].
 async fn sendfile_blocking(stream: &TcpStream, sf: &Sendfile) -> io::Result<()> {
-    struct StopOnDrop(Arc<std::sync::atomic::AtomicBool>);
-    impl Drop for StopOnDrop {
-        fn drop(&mut self) {
-            self.0.store(true, std::sync::atomic::Ordering::Relaxed);
-        }
-    }
     let sock = rustix::io::dup(stream)?;
-    let stop = StopOnDrop(Arc::default());
-    let stopped = Arc::clone(&stop.0);
+    let stopped = CancellationToken::new();
+    let _stop_on_drop = stopped.clone().drop_guard();
     let sf = sf.clone();
     let job = tokio::task::spawn_blocking(move || -> io::Result<()> {
         let (mut offset, mut left) = (sf.offset, sf.len);
         let timeout = rustix::event::Timespec { tv_sec: 0, tv_nsec: STOP_POLL.as_nanos() as _ };
         while left > 0 {
-            if stopped.load(std::sync::atomic::Ordering::Relaxed) {
+            if stopped.is_cancelled() {
                 return Err(io::Error::other("connection stopped"));
             }
             // At most 4 MiB a call, so progress reports come often enough.
@@ -347,9 +342,7 @@ async fn sendfile_blocking(stream: &TcpStream, sf: &Sendfile) -> io::Result<()> 
         }
         Ok(())
     });
-    let r = job.await.map_err(io::Error::other)?;
-    drop(stop);
-    r
+    job.await.map_err(io::Error::other)?
 }
 
 /// A connection handed to hyper: the bytes already read come first.

@@ -91,7 +91,7 @@ async fn serve(mut client: TcpStream, peer: SocketAddr, fe: Arc<Frontend>, app: 
             let first = tokio::select! {
                 biased;
                 r = until_answered(&client, &server, &mut bufs, u, limits.idle_timeout, counters) => r,
-                _ = backend.close_now.cancelled() => Err(RelayError::Io(io::Error::other("drain deadline reached or shutting down"))),
+                e = cut_off(&backend) => Err(e),
             };
             match first {
                 Ok(First::Relay) => {}
@@ -117,13 +117,20 @@ async fn serve(mut client: TcpStream, peer: SocketAddr, fe: Arc<Frontend>, app: 
         break tokio::select! {
             biased;
             r = relay(&mut client, &mut server, limits.idle_timeout, counters, bufs) => r,
-            _ = backend.close_now.cancelled() => Err(RelayError::Io(io::Error::other("drain deadline reached or shutting down"))),
+            e = cut_off(&backend) => Err(e),
         };
     };
     backend.active.fetch_sub(1, Relaxed);
     if let Err(e) = r {
         debug!(frontend = %fe.name, %peer, backend = %backend.name, error = %e, "connection ended");
     }
+}
+
+/// Resolves when the backend's connections must end (drain deadline,
+/// shutdown).
+async fn cut_off(backend: &Backend) -> RelayError {
+    backend.close_now.cancelled().await;
+    RelayError::Io(io::Error::other("drain deadline reached or shutting down"))
 }
 
 /// Connects to a healthy backend not in `tried`, trying each at most once.

@@ -62,6 +62,12 @@ impl Buffers {
     }
 }
 
+impl Default for Buffers {
+    fn default() -> Self {
+        Buffers::new()
+    }
+}
+
 /// Buffers given back when a connection ends, for the next one: a new
 /// connection then costs no allocation (and no zeroing), and the allocator
 /// does not give memory back to the kernel and ask for it again with every
@@ -100,12 +106,6 @@ impl std::ops::Deref for Pooled {
 impl std::ops::DerefMut for Pooled {
     fn deref_mut(&mut self) -> &mut [u8] {
         &mut self.0
-    }
-}
-
-impl Default for Buffers {
-    fn default() -> Self {
-        Buffers::new()
     }
 }
 

@@ -520,16 +520,10 @@ pub struct LbLimits {
     pub max_conns_per_source: u32,
     pub connect_timeout: Duration,
     pub idle_timeout: Duration,
-    /// A backend that resets or closes before its first byte back, having
-    /// been sent at most [`LbLimits::REPLAY_MAX`] bytes, is replaced by
-    /// another and the client's bytes are sent again.
+    /// A backend that resets or closes before its first byte back is
+    /// replaced by another and the client's bytes are sent again, while
+    /// they fit in lbd's relay buffer (16 KiB).
     pub retry_unanswered: bool,
-}
-
-impl LbLimits {
-    /// What a connection may send before its backend's first byte and
-    /// still be moved to another backend.
-    pub const REPLAY_MAX: usize = 16 * 1024;
 }
 
 impl Default for LbLimits {

@@ -147,27 +147,47 @@ async fn with_every_backend_down_connections_are_refused_at_once() {
     assert_eq!(get(lb.addr("web")).await.unwrap(), "a");
 }
 
-/// A backend that reads each connection until EOF, then hands it and the
-/// bytes read to `then`.
-async fn after_eof<F, Fut>(then: F) -> SocketAddr
+/// A backend on loopback that hands every connection to `each`, in a task
+/// of its own.
+async fn backend_with<F, Fut>(each: F) -> SocketAddr
 where
-    F: Fn(TcpStream, Vec<u8>) -> Fut + Copy + Send + 'static,
-    Fut: std::future::Future<Output = ()> + Send,
+    F: Fn(TcpStream) -> Fut + Copy + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
 {
     let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = l.local_addr().unwrap();
     tokio::spawn(async move {
-        loop {
-            let Ok((mut s, _)) = l.accept().await else { return };
-            tokio::spawn(async move {
-                let mut all = Vec::new();
-                if s.read_to_end(&mut all).await.is_ok() {
-                    then(s, all).await;
-                }
-            });
+        while let Ok((s, _)) = l.accept().await {
+            tokio::spawn(each(s));
         }
     });
     addr
+}
+
+/// A backend that reads each connection until EOF, then hands it and the
+/// bytes read to `then`.
+async fn after_eof<F, Fut>(then: F) -> SocketAddr
+where
+    F: Fn(TcpStream, Vec<u8>) -> Fut + Copy + Send + Sync + 'static,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    backend_with(move |mut s| async move {
+        let mut all = Vec::new();
+        if s.read_to_end(&mut all).await.is_ok() {
+            then(s, all).await;
+        }
+    })
+    .await
+}
+
+/// lbd with one plain TCP service, `raw`, over `backends` (TCP-connect
+/// checks), `extra` at the top of its configuration.
+async fn raw(backends: &[SocketAddr], extra: &str) -> (Lb, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let list: Vec<String> = backends.iter().map(|a| format!("\"{a}\"")).collect();
+    let text = format!("{extra}services:\n  - name: raw\n    listen: 127.0.0.1:2\n    backends: [{}]\n", list.join(", "));
+    let lb = Lb::start(lbd::Source::Standalone(write(dir.path(), "lb.yaml", &text)), None).await;
+    (lb, dir)
 }
 
 /// Answers with the byte count and a hash of what it read, then echoes it
@@ -187,10 +207,7 @@ fn fnv(b: &[u8]) -> u64 {
 #[tokio::test]
 async fn half_close_is_propagated_both_ways_small_and_bulk() {
     let back = counting_backend().await;
-    let dir = tempfile::tempdir().unwrap();
-    let text = format!("services:\n  - name: raw\n    listen: 127.0.0.1:2\n    backends: [\"{back}\"]\n");
-    let p = write(dir.path(), "lb.yaml", &text);
-    let lb = Lb::start(lbd::Source::Standalone(p), None).await;
+    let (lb, _d) = raw(&[back], "").await;
     // Small (buffered path) and 8 MiB (switches to splice).
     for size in [100usize, 8 << 20] {
         let data: Vec<u8> = (0..size).map(|i| (i * 7 % 251) as u8).collect();
@@ -242,11 +259,7 @@ async fn a_backend_dying_before_answering_is_replaced_and_the_request_replayed()
     for rst in [true, false] {
         let dying = dying_backend(rst).await;
         for (retry, size, replayed) in [(true, 3000, true), (true, 20 << 10, false), (false, 100, false)] {
-            let dir = tempfile::tempdir().unwrap();
-            let text = format!(
-                "limits: {{ retryUnanswered: {retry} }}\nservices:\n  - name: raw\n    listen: 127.0.0.1:2\n    backends: [\"{dying}\", \"{good}\"]\n"
-            );
-            let lb = Lb::start(lbd::Source::Standalone(write(dir.path(), "lb.yaml", &text)), None).await;
+            let (lb, _d) = raw(&[dying, good], &format!("limits: {{ retryUnanswered: {retry} }}\n")).await;
             let data: Vec<u8> = (0..size).map(|i| (i * 13 % 251) as u8).collect();
             let header = format!("{} {:x}", size, fnv(&data));
             let mut answered = 0;
@@ -280,19 +293,13 @@ async fn a_backend_dying_before_answering_is_replaced_and_the_request_replayed()
 /// it: a backend killed between lbd's connect and the client's first bytes.
 /// (Not at once: a health probe seeing that would take it out of the pool.)
 async fn closing_soon(rst: bool) -> SocketAddr {
-    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = l.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((s, _)) = l.accept().await {
-            tokio::spawn(async move {
-                tokio::time::sleep(Duration::from_millis(30)).await;
-                if rst {
-                    let _ = socket2::SockRef::from(&s).set_linger(Some(Duration::ZERO));
-                }
-            });
+    backend_with(move |s| async move {
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        if rst {
+            let _ = socket2::SockRef::from(&s).set_linger(Some(Duration::ZERO));
         }
-    });
-    addr
+    })
+    .await
 }
 
 #[tokio::test]
@@ -300,9 +307,7 @@ async fn a_backend_failing_before_the_client_speaks_is_replaced() {
     let good = counting_backend().await;
     for rst in [true, false] {
         let gone = closing_soon(rst).await;
-        let dir = tempfile::tempdir().unwrap();
-        let text = format!("services:\n  - name: raw\n    listen: 127.0.0.1:2\n    backends: [\"{gone}\", \"{good}\"]\n");
-        let lb = Lb::start(lbd::Source::Standalone(write(dir.path(), "lb.yaml", &text)), None).await;
+        let (lb, _d) = raw(&[gone, good], "").await;
         for _ in 0..4 {
             let mut s = TcpStream::connect(lb.addr("raw")).await.unwrap();
             // The first backend has failed before the client says anything.
