@@ -102,8 +102,63 @@ fn root_dir(root: &Path, extra: ResolveFlags) -> io::Result<Arc<rustix::fd::Owne
 
 /// A strong validator from size and modification time (nginx's form).
 pub fn etag(len: u64, mtime: SystemTime) -> String {
-    let secs = mtime.duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
-    format!("\"{secs:x}-{len:x}\"")
+    let mut v = Vec::with_capacity(24);
+    write_etag(&mut v, len, mtime);
+    String::from_utf8(v).unwrap_or_default()
+}
+
+/// Appends [`etag`] to `buf`.
+pub fn write_etag(buf: &mut Vec<u8>, len: u64, mtime: SystemTime) {
+    fn hex(buf: &mut Vec<u8>, n: u64) {
+        let digits = (64 - n.leading_zeros()).div_ceil(4).max(1);
+        for i in (0..digits).rev() {
+            buf.push(b"0123456789abcdef"[(n >> (i * 4) & 0xf) as usize]);
+        }
+    }
+    buf.push(b'"');
+    hex(buf, epoch_secs(mtime));
+    buf.push(b'-');
+    hex(buf, len);
+    buf.push(b'"');
+}
+
+/// Seconds since 1970; times before it count as 1970.
+fn epoch_secs(t: SystemTime) -> u64 {
+    t.duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+}
+
+/// `t` as an HTTP date (IMF-fixdate, RFC 9110); times before 1970 as 1970.
+pub fn http_date(t: SystemTime) -> String {
+    let mut v = Vec::with_capacity(29);
+    write_http_date(&mut v, t);
+    String::from_utf8(v).unwrap_or_default()
+}
+
+/// Appends [`http_date`] to `buf`. A response carries two dates (now and
+/// the file's modification time) that repeat from one response to the
+/// next, and formatting one costs more than the rest of a header: the
+/// last two are kept per thread.
+pub fn write_http_date(buf: &mut Vec<u8>, t: SystemTime) {
+    use std::cell::RefCell;
+    thread_local! {
+        static DATES: RefCell<[(u64, [u8; 29]); 2]> = const { RefCell::new([(u64::MAX, [0; 29]); 2]) };
+    }
+    let secs = epoch_secs(t);
+    DATES.with(|d| {
+        let mut d = d.borrow_mut();
+        if let Some((_, s)) = d.iter().find(|(k, _)| *k == secs) {
+            buf.extend_from_slice(s);
+            return;
+        }
+        let s = httpdate::fmt_http_date(SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(secs));
+        buf.extend_from_slice(s.as_bytes());
+        // IMF-fixdate is 29 bytes for years 1970-9999; anything else is
+        // not kept.
+        if let Ok(b) = <[u8; 29]>::try_from(s.as_bytes()) {
+            d[1] = d[0];
+            d[0] = (secs, b);
+        }
+    });
 }
 
 /// What a `Range` header asks of a file of `len` bytes.

@@ -378,6 +378,79 @@ impl Drop for ImageProgress {
     }
 }
 
+/// The content type of every file below the images root.
+const IMAGE_TYPE: &str = "application/octet-stream";
+
+/// What reports the bytes of an image response: the `images` byte counter
+/// and, for a set's kernel, initramfs or rootfs, the node's timeline.
+fn image_on_bytes(app: &Arc<App>, track: Option<(Phase, IpAddr)>, rel: &str, expected: u64) -> files::OnBytes {
+    let bytes = app.metrics.image_bytes.clone();
+    let progress = track.map(|(phase, peer)| {
+        let p = ImageProgress {
+            app: Arc::clone(app),
+            subject: Subject::ip(peer.to_canonical()),
+            phase,
+            file: if rel.bytes().all(|c| c.is_ascii_alphanumeric() || b"-._/".contains(&c)) {
+                rel.to_owned()
+            } else {
+                rel.escape_debug().to_string()
+            },
+            started: std::time::Instant::now(),
+            started_us: crate::timeline::now_us(),
+            expected,
+            sent: Default::default(),
+            started_told: Default::default(),
+            done: Default::default(),
+        };
+        if expected > files::SENDFILE_INLINE_MAX {
+            p.tell_start();
+        }
+        p
+    });
+    Arc::new(move |n| {
+        bytes.inc_by(n);
+        if let Some(p) = &progress {
+            p.add(n);
+        }
+    })
+}
+
+/// The plain-HTTP loop's shortcut for the request network boot makes most:
+/// a GET of a whole file below the images root (no range, no condition,
+/// nothing to percent-decode). Appends the status line and the headers [`image`]
+/// would give (the same bytes, in the same order: a test compares them)
+/// to `head` and returns the file to send, having counted the request as
+/// [`handle`] does. `None` when the shortcut does not apply (the path has
+/// characters it leaves to the general path, the file is not at hand in
+/// the kernel's caches, or is missing or not a regular file): then the
+/// request goes through [`handle`], which answers it in full.
+pub(crate) fn image_whole(app: &Arc<App>, path: &str, peer: SocketAddr, head: &mut Vec<u8>) -> Option<files::Sendfile> {
+    let rel = path.strip_prefix("/images/")?;
+    let plain = |c: u8| c.is_ascii_alphanumeric() || b"-._~/!$&'()*+,;=:@".contains(&c);
+    if rel.is_empty() || !rel.bytes().all(plain) {
+        return None;
+    }
+    let snap = app.live.load();
+    let (file, md) = files::open_beneath_cached(&snap.site.images.root, rel).ok()?;
+    let len = md.len();
+    let mtime = md.modified().unwrap_or(SystemTime::UNIX_EPOCH);
+    let track = image_phase(&snap.site, rel).map(|p| (p, peer.ip()));
+    info!(path = %rel.escape_debug(), len, range = false, "file served");
+    let on_bytes = image_on_bytes(app, track, rel, len);
+    head.extend_from_slice(b"HTTP/1.1 200 OK\r\netag: ");
+    files::write_etag(head, len, mtime);
+    head.extend_from_slice(b"\r\nlast-modified: ");
+    files::write_http_date(head, mtime);
+    head.extend_from_slice(b"\r\naccept-ranges: bytes\r\ncontent-type: ");
+    head.extend_from_slice(IMAGE_TYPE.as_bytes());
+    head.extend_from_slice(b"\r\ncontent-length: ");
+    head.extend_from_slice(itoa::Buffer::new().format(len).as_bytes());
+    head.extend_from_slice(b"\r\n");
+    app.metrics.requests.get_or_create(&RouteStatus { route: "images", status: 200 }).inc();
+    debug!(method = "GET", path = %path.escape_debug(), %peer, status = 200, route = "images", "request");
+    Some(files::Sendfile { file: Arc::new(file), offset: 0, len, on_bytes: Some(on_bytes) })
+}
+
 async fn image(app: &Arc<App>, root: &std::path::Path, raw: &str, headers: &HeaderMap, track: Option<(Phase, IpAddr)>) -> Response<Body> {
     let rel = match percent_decode_str(raw).decode_utf8() {
         Ok(s) => s.into_owned(),
@@ -404,7 +477,7 @@ async fn image(app: &Arc<App>, root: &std::path::Path, raw: &str, headers: &Head
     let len = md.len();
     let mtime = md.modified().unwrap_or(SystemTime::UNIX_EPOCH);
     let etag = files::etag(len, mtime);
-    let last_modified = httpdate::fmt_http_date(mtime);
+    let last_modified = files::http_date(mtime);
     let hv = |s: &str| HeaderValue::from_str(s).unwrap_or(HeaderValue::from_static(""));
 
     let mut base = Response::builder()
@@ -433,37 +506,8 @@ async fn image(app: &Arc<App>, root: &std::path::Path, raw: &str, headers: &Head
         _ => Ranges::Full,
     };
     info!(path = %rel.escape_debug(), len, range = headers.contains_key(header::RANGE), "file served");
-    let bytes = app.metrics.bytes.get_or_create(&RouteLabel { route: "images" }).clone();
-    let app2 = Arc::clone(app);
-    let rel2 = rel.clone();
-    let on_bytes = move |expected: u64| -> Option<files::OnBytes> {
-        let progress = track.map(|(phase, peer)| {
-            let subject = Subject::ip(peer.to_canonical());
-            let p = ImageProgress {
-                app: app2,
-                subject,
-                phase,
-                file: rel2.escape_debug().to_string(),
-                started: std::time::Instant::now(),
-                started_us: crate::timeline::now_us(),
-                expected,
-                sent: Default::default(),
-                started_told: Default::default(),
-                done: Default::default(),
-            };
-            if expected > files::SENDFILE_INLINE_MAX {
-                p.tell_start();
-            }
-            p
-        });
-        Some(Arc::new(move |n| {
-            bytes.inc_by(n);
-            if let Some(p) = &progress {
-                p.add(n);
-            }
-        }))
-    };
-    let ctype = "application/octet-stream";
+    let on_bytes = |expected: u64| Some(image_on_bytes(app, track, &rel, expected));
+    let ctype = IMAGE_TYPE;
     let (status, parts, body_len) = match ranges {
         Ranges::Full => (StatusCode::OK, vec![Part::File { offset: 0, len }], len),
         Ranges::Unsatisfiable => {

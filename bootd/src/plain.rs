@@ -24,7 +24,7 @@ use crate::App;
 use bytes::{Buf, Bytes, BytesMut};
 use http_body_util::BodyExt;
 use hyper::header::{self, HeaderName, HeaderValue};
-use hyper::{Method, Request, StatusCode, Version};
+use hyper::{Method, Request, StatusCode};
 use std::io::{self, Write as _};
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -55,6 +55,10 @@ const COALESCE: usize = 64 * 1024;
 pub enum Head {
     /// A request this loop serves; `len` bytes of the buffer were its head.
     Simple { req: Request<()>, len: usize, close: bool },
+    /// A GET below `/images/` without range or condition, which
+    /// [`http::image_whole`] may answer without a [`Request`]; `path` is
+    /// where the path is in the buffer.
+    Image { path: std::ops::Range<usize>, len: usize, close: bool },
     /// The head is not complete yet.
     Partial,
     /// Something for hyper.
@@ -63,6 +67,15 @@ pub enum Head {
 
 /// Parses the request head at the start of `buf`. Pure: no I/O.
 pub fn parse(buf: &[u8]) -> Head {
+    parse_with(buf, true)
+}
+
+/// Headers that make an image request one for [`http::image`] (which
+/// answers ranges and conditions), not for [`http::image_whole`].
+const NOT_WHOLE: [&str; 6] = ["range", "if-range", "if-none-match", "if-modified-since", "if-match", "if-unmodified-since"];
+
+/// [`parse`]; `image` allows [`Head::Image`].
+fn parse_with(buf: &[u8], image: bool) -> Head {
     let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut r = httparse::Request::new(&mut headers);
     let len = match r.parse(buf) {
@@ -78,15 +91,11 @@ pub fn parse(buf: &[u8]) -> Head {
     if r.version != Some(1) {
         return Head::Other;
     }
-    let Some(uri) = r.path.and_then(|p| p.parse::<hyper::Uri>().ok()) else {
-        return Head::Other;
-    };
-    // Origin form only ("/path?query"); hyper handles the rest.
-    if uri.scheme().is_some() || !uri.path().starts_with('/') {
-        return Head::Other;
-    }
-    let mut req = Request::builder().method(method).uri(uri).version(Version::HTTP_11);
     let mut close = false;
+    let Some(path) = r.path else { return Head::Other };
+    // No URI parsing for the shortcut: `http::image_whole` takes only paths
+    // of plain characters and leaves the rest to the general path.
+    let mut whole = image && method == Method::GET && path.starts_with("/images/");
     for h in r.headers.iter() {
         let name = h.name;
         if name.eq_ignore_ascii_case("content-length") {
@@ -100,16 +109,37 @@ pub fn parse(buf: &[u8]) -> Head {
             return Head::Other;
         } else if name.eq_ignore_ascii_case("connection") {
             close |= h.value.split(|&c| c == b',').any(|t| t.trim_ascii().eq_ignore_ascii_case(b"close"));
+        } else if whole && NOT_WHOLE.iter().any(|n| name.eq_ignore_ascii_case(n)) {
+            whole = false;
         }
-        let (Ok(n), Ok(v)) = (HeaderName::from_bytes(name.as_bytes()), HeaderValue::from_bytes(h.value)) else {
+        // What `HeaderValue` refuses (httparse has checked the name).
+        if h.value.iter().any(|&b| (b < b' ' && b != b'\t') || b == 0x7f) {
+            return Head::Other;
+        }
+    }
+    if whole {
+        let start = path.as_ptr() as usize - buf.as_ptr() as usize;
+        return Head::Image { path: start..start + path.len(), len, close };
+    }
+    let Ok(uri) = path.parse::<hyper::Uri>() else {
+        return Head::Other;
+    };
+    // Origin form only ("/path?query"); hyper handles the rest.
+    if uri.scheme().is_some() || !uri.path().starts_with('/') {
+        return Head::Other;
+    }
+    let mut req = Request::new(());
+    *req.method_mut() = method;
+    *req.uri_mut() = uri;
+    let headers = req.headers_mut();
+    headers.reserve(r.headers.len());
+    for h in r.headers.iter() {
+        let (Ok(n), Ok(v)) = (HeaderName::from_bytes(h.name.as_bytes()), HeaderValue::from_bytes(h.value)) else {
             return Head::Other;
         };
-        req = req.header(n, v);
+        headers.append(n, v);
     }
-    match req.body(()) {
-        Ok(req) => Head::Simple { req, len, close },
-        Err(_) => Head::Other,
-    }
+    Head::Simple { req, len, close }
 }
 
 /// Serves one plain-HTTP connection until the client closes it, a request
@@ -123,16 +153,31 @@ pub async fn serve(mut stream: TcpStream, peer: SocketAddr, app: Arc<App>, shutd
     let timer = tokio::time::sleep(HEAD_TIMEOUT);
     let (stopping, stopped) = (shutdown.clone().cancelled_owned(), conn_stop.clone().cancelled_owned());
     tokio::pin!(timer, stopping, stopped);
+    let mut head = Vec::with_capacity(256);
     loop {
-        let (req, close) = loop {
+        let (next, close) = loop {
             if !buf.is_empty() {
-                match parse(&buf) {
+                let mut parsed = parse(&buf);
+                if let Head::Image { path, len, close } = &parsed {
+                    head.clear();
+                    // The path came out of a `&str`.
+                    let path = std::str::from_utf8(&buf[path.clone()]).unwrap_or("");
+                    match http::image_whole(&app, path, peer, &mut head) {
+                        Some(sf) => {
+                            let close = *close;
+                            buf.advance(*len);
+                            break (Next::Whole(sf), close);
+                        }
+                        None => parsed = parse_with(&buf, false),
+                    }
+                }
+                match parsed {
                     Head::Simple { req, len, close } => {
                         buf.advance(len);
-                        break (req, close);
+                        break (Next::Request(req), close);
                     }
                     Head::Partial if buf.len() < MAX_HEAD => {}
-                    Head::Partial | Head::Other => {
+                    Head::Image { .. } | Head::Partial | Head::Other => {
                         let io = Prefixed { prefix: buf.freeze(), io: stream };
                         return crate::serve_conn(io, peer, app, shutdown, conn_stop).await;
                     }
@@ -157,12 +202,28 @@ pub async fn serve(mut stream: TcpStream, peer: SocketAddr, app: Arc<App>, shutd
                 Ok(n) => buf.extend_from_slice(&rx[..n]),
             }
         };
-        let head_only = req.method() == Method::HEAD;
         let close = close || shutdown.is_cancelled();
-        let done = tokio::select! {
-            biased;
-            _ = &mut stopped => return,
-            r = respond(&mut stream, &app, req, peer, head_only, close) => r,
+        let done = match next {
+            Next::Request(req) => {
+                let head_only = req.method() == Method::HEAD;
+                tokio::select! {
+                    biased;
+                    _ = &mut stopped => return,
+                    r = respond(&mut stream, &app, req, peer, head_only, close, &mut head) => r,
+                }
+            }
+            Next::Whole(sf) => {
+                end_head(&mut head, close);
+                tokio::select! {
+                    biased;
+                    _ = &mut stopped => return,
+                    r = async {
+                        send_more(&stream, &head).await?;
+                        sendfile(&stream, &sf).await?;
+                        Ok(!close)
+                    } => r,
+                }
+            }
         };
         match done {
             Ok(true) if !close => head_started = Instant::now(),
@@ -187,6 +248,7 @@ async fn respond(
     peer: SocketAddr,
     head_only: bool,
     close: bool,
+    head: &mut Vec<u8>,
 ) -> io::Result<bool> {
     let resp = match http::handle(Arc::clone(app), req, peer).await {
         Ok(r) => r,
@@ -196,7 +258,7 @@ async fn respond(
     let status = parts.status;
     let bodiless = head_only || status == StatusCode::NOT_MODIFIED || status == StatusCode::NO_CONTENT || status.is_informational();
     let mut length = parts.headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
-    let mut head = Vec::with_capacity(256);
+    head.clear();
     let reason = status.canonical_reason().unwrap_or("");
     let _ = write!(head, "HTTP/1.1 {} {reason}\r\n", status.as_u16());
     for (k, v) in &parts.headers {
@@ -211,29 +273,25 @@ async fn respond(
             length = Some(n);
         }
     }
-    let _ = write!(head, "date: {}\r\n", httpdate::fmt_http_date(SystemTime::now()));
     // Without a length, the end of the body is the end of the connection.
     let close = close || (length.is_none() && !bodiless);
-    if close {
-        head.extend_from_slice(b"connection: close\r\n");
-    }
-    head.extend_from_slice(b"\r\n");
+    end_head(head, close);
 
     if bodiless {
-        stream.write_all(&head).await?;
+        stream.write_all(head).await?;
         return Ok(!close);
     }
     if let Some(sf) = parts.extensions.get::<Sendfile>() {
         if length == Some(sf.len) {
             drop(body);
-            send_more(stream, &head).await?;
+            send_more(stream, head).await?;
             sendfile(stream, sf).await?;
             return Ok(!close);
         }
     }
     // Small, ready bodies (scripts, Ignition, metrics) go in one write
     // with the headers; anything else frame by frame as the body yields.
-    let mut pending_head = Some(head);
+    let mut pending_head = Some(std::mem::take(head));
     while let Some(frame) = body.frame().await {
         let frame = frame?;
         let Ok(data) = frame.into_data() else { continue };
@@ -253,6 +311,21 @@ async fn respond(
         stream.write_all(&h).await?;
     }
     Ok(!close)
+}
+
+/// What the loop answers next.
+enum Next {
+    Request(Request<()>),
+    /// A whole image, its head written by [`http::image_whole`].
+    Whole(crate::files::Sendfile),
+}
+
+/// The end of every response head: `Date`, `Connection: close` when the
+/// connection ends after it, the blank line.
+fn end_head(head: &mut Vec<u8>, close: bool) {
+    head.extend_from_slice(b"date: ");
+    crate::files::write_http_date(head, SystemTime::now());
+    head.extend_from_slice(if close { b"\r\nconnection: close\r\n\r\n" } else { b"\r\n\r\n" });
 }
 
 /// Writes `buf` with `MSG_MORE`: the kernel holds it for the file that
@@ -394,12 +467,37 @@ mod tests {
 
     #[test]
     fn a_boot_request_is_simple() {
-        let b = b"GET /images/k?x=1 HTTP/1.1\r\nHost: a\r\nUser-Agent: iPXE/1.21\r\n\r\nGET /next";
+        let b = b"GET /ipxe/k?x=1 HTTP/1.1\r\nHost: a\r\nUser-Agent: iPXE/1.21\r\n\r\nGET /next";
         let (req, len, close) = simple(b);
-        assert_eq!((req.method(), req.uri().path(), req.uri().query(), len, close), (&Method::GET, "/images/k", Some("x=1"), 62, false));
+        assert_eq!((req.method(), req.uri().path(), req.uri().query(), len, close), (&Method::GET, "/ipxe/k", Some("x=1"), 60, false));
         assert_eq!(req.headers()["user-agent"], "iPXE/1.21");
         let (req, _, close) = simple(b"HEAD / HTTP/1.1\r\nConnection: keep-alive, Close\r\nContent-Length: 0\r\n\r\n");
         assert_eq!((req.method(), close), (&Method::HEAD, true));
+    }
+
+    #[test]
+    fn an_image_get_without_range_or_condition_is_whole() {
+        let b = b"GET /images/k?x=1 HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\nGET /next";
+        match parse(b) {
+            Head::Image { path, len, close } => assert_eq!((&b[path], len, close), (&b"/images/k?x=1"[..], 58, true)),
+            other => panic!("{other:?}"),
+        }
+        // With a range or a condition, or as HEAD, or asked not to: a request for the general path.
+        for b in [
+            &b"GET /images/k HTTP/1.1\r\nRange: bytes=0-1\r\n\r\n"[..],
+            b"GET /images/k HTTP/1.1\r\nif-none-match: \"a\"\r\n\r\n",
+            b"GET /images/k HTTP/1.1\r\nIf-Modified-Since: x\r\n\r\n",
+            b"GET /images/k HTTP/1.1\r\nIf-Range: x\r\n\r\n",
+            b"HEAD /images/k HTTP/1.1\r\n\r\n",
+            b"GET /imagesk HTTP/1.1\r\n\r\n",
+        ] {
+            simple(b);
+        }
+        // Other headers do not matter.
+        assert!(matches!(parse(b"GET /images/k HTTP/1.1\r\nX: y\r\nAccept: */*\r\n\r\n"), Head::Image { .. }));
+        assert!(matches!(parse_with(b"GET /images/k HTTP/1.1\r\n\r\n", false), Head::Simple { .. }));
+        // A value `HeaderValue` refuses goes to hyper on either path.
+        assert!(matches!(parse(b"GET /images/k HTTP/1.1\r\nX: a\x01b\r\n\r\n"), Head::Other));
     }
 
     #[test]

@@ -15,6 +15,10 @@ use std::sync::Arc;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
+// The allocator bootd's own binary uses (see src/main.rs).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser, Debug)]
 #[command(name = "appliance", version, about = "bootd + dnsd + lbd in one process, from one site description")]
 struct Cli {

@@ -510,3 +510,58 @@ async fn plain_http_pipelines_sends_files_and_hands_over_to_hyper() {
     assert_eq!(n, 300_000, "{line}");
     b.stop().await;
 }
+
+/// The plain-HTTP shortcut for whole-image GETs (`http::image_whole`)
+/// answers with the very status, headers (in order) and body as the
+/// general path (`http::image`), which gets the requests that carry a
+/// query, a condition that does not hold, or a percent-encoded path; a
+/// missing file falls through to the general 404; every request is counted.
+#[tokio::test]
+async fn the_whole_image_shortcut_answers_as_the_general_path() {
+    use tokio::io::AsyncWriteExt;
+    let b = Bootd::start().await;
+    let data: Vec<u8> = (0..150_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    write(&b.images().join("lab/kernel"), &data);
+    let mut s = tokio::net::TcpStream::connect(b.http).await.unwrap();
+    s.write_all(
+        concat!(
+            "GET /images/lab/kernel HTTP/1.1\r\nHost: x\r\n\r\n",
+            "GET /images/lab/kernel HTTP/1.1\r\nHost: x\r\nIf-None-Match: \"not-it\"\r\n\r\n",
+            "GET /images/lab/kernel?x=1 HTTP/1.1\r\nHost: x\r\n\r\n",
+            "GET /images/lab%2Fkernel HTTP/1.1\r\nHost: x\r\n\r\n",
+            "GET /images/lab/missing HTTP/1.1\r\nHost: x\r\n\r\n",
+            "GET /images/lab/kernel HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+        )
+        .as_bytes(),
+    )
+    .await
+    .unwrap();
+    let r = read_responses(&mut s, 6, &[false; 6]).await;
+    let without_date = |i: usize| r[i].1.iter().filter(|(k, _)| k != "date").cloned().collect::<Vec<_>>();
+    assert_eq!(r[0].0, 200);
+    assert!(r[0].2 == data, "file body differs ({} bytes)", r[0].2.len());
+    let names: Vec<&str> = r[0].1.iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(names, ["etag", "last-modified", "accept-ranges", "content-type", "content-length", "date"]);
+    for (i, resp) in r.iter().enumerate().take(4).skip(1) {
+        assert_eq!((resp.0, without_date(i)), (200, without_date(0)), "response {i}");
+        assert!(resp.2 == data, "response {i}: body differs");
+    }
+    assert_eq!((r[4].0, &r[4].2[..]), (404, &b"not found\n"[..]));
+    let mut closing = without_date(0);
+    closing.push(("connection".into(), "close".into()));
+    assert_eq!((r[5].0, without_date(5)), (200, closing));
+    let mut rest = Vec::new();
+    tokio::io::AsyncReadExt::read_to_end(&mut s, &mut rest).await.unwrap();
+    assert!(rest.is_empty(), "the connection closes after `Connection: close`");
+
+    let (_, _, m) = b.get("/metrics").await;
+    let m = String::from_utf8_lossy(&m);
+    let count = |prefix: &str| -> u64 {
+        let line = m.lines().find(|l| l.starts_with(prefix)).unwrap_or_else(|| panic!("no {prefix} in {m}"));
+        line.rsplit(' ').next().unwrap().parse().unwrap()
+    };
+    assert_eq!(count("bootd_http_requests_total{route=\"images\",status=\"200\"}"), 5);
+    assert_eq!(count("bootd_http_requests_total{route=\"images\",status=\"404\"}"), 1);
+    assert_eq!(count("bootd_http_response_bytes_total{route=\"images\"}"), 5 * 150_000);
+    b.stop().await;
+}
