@@ -43,6 +43,55 @@ pub fn open_beneath_cached(root: &Path, rel: &str) -> io::Result<(File, std::fs:
     open_beneath_with(root, rel, ResolveFlags::CACHED)
 }
 
+/// How long an image file stays open for the requests after the one that
+/// opened it (nginx's `open_file_cache valid=`): within it, a file that is
+/// replaced (renamed over) is still served from the old inode; one that is
+/// changed in place is seen at once (its metadata is read per request).
+pub const OPEN_TTL: std::time::Duration = std::time::Duration::from_secs(1);
+/// Files kept open at once.
+const OPEN_KEPT: usize = 32;
+
+struct OpenFile {
+    root: std::path::PathBuf,
+    rel: String,
+    file: Arc<File>,
+    opened: std::time::Instant,
+}
+
+/// Files opened by [`open_beneath_shared`].
+static OPEN: std::sync::Mutex<Vec<OpenFile>> = std::sync::Mutex::new(Vec::new());
+
+/// [`open_beneath_cached`] for readers that give every read its offset
+/// (`pread`, `sendfile` with an offset): a file opened less than
+/// [`OPEN_TTL`] ago is handed out again, saving the `openat2` and the
+/// `close` of each request for the same kernel or initramfs. Its metadata
+/// is read afresh every time.
+pub fn open_beneath_shared(root: &Path, rel: &str) -> io::Result<(Arc<File>, std::fs::Metadata)> {
+    open_beneath_shared_at(root, rel, std::time::Instant::now())
+}
+
+fn open_beneath_shared_at(root: &Path, rel: &str, now: std::time::Instant) -> io::Result<(Arc<File>, std::fs::Metadata)> {
+    let kept = {
+        let open = OPEN.lock().unwrap_or_else(|p| p.into_inner());
+        open.iter().find(|o| o.rel == rel && o.root == root && now.duration_since(o.opened) < OPEN_TTL).map(|o| Arc::clone(&o.file))
+    };
+    if let Some(file) = kept {
+        let md = file.metadata()?;
+        if md.is_file() {
+            return Ok((file, md));
+        }
+    }
+    let (file, md) = open_beneath_cached(root, rel)?;
+    let file = Arc::new(file);
+    let mut open = OPEN.lock().unwrap_or_else(|p| p.into_inner());
+    open.retain(|o| now.duration_since(o.opened) < OPEN_TTL && !(o.rel == rel && o.root == root));
+    if open.len() >= OPEN_KEPT {
+        open.remove(0);
+    }
+    open.push(OpenFile { root: root.to_path_buf(), rel: rel.to_owned(), file: Arc::clone(&file), opened: now });
+    Ok((file, md))
+}
+
 /// [`open_beneath`] with the file's metadata.
 pub fn open_beneath_stat(root: &Path, rel: &str) -> io::Result<(File, std::fs::Metadata)> {
     open_beneath_with(root, rel, ResolveFlags::empty())
@@ -436,6 +485,34 @@ fn shrank() -> io::Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn shared_files_are_reused_within_their_ttl_and_their_metadata_is_fresh() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("k");
+        std::fs::write(&path, b"one").unwrap();
+        let t0 = std::time::Instant::now();
+        let (a, md) = open_beneath_shared_at(dir.path(), "k", t0).unwrap();
+        assert_eq!(md.len(), 3);
+        // Changed in place: the same open file, the new length.
+        std::fs::write(&path, b"three").unwrap();
+        let (b, md) = open_beneath_shared_at(dir.path(), "k", t0 + OPEN_TTL / 2).unwrap();
+        assert!(Arc::ptr_eq(&a, &b));
+        assert_eq!(md.len(), 5);
+        // Replaced by a rename: the old inode until the TTL is over, then the new file.
+        std::fs::write(dir.path().join("k.new"), b"replaced!").unwrap();
+        std::fs::rename(dir.path().join("k.new"), &path).unwrap();
+        let (c, md) = open_beneath_shared_at(dir.path(), "k", t0 + OPEN_TTL / 2).unwrap();
+        assert!(Arc::ptr_eq(&a, &c));
+        assert_eq!(md.len(), 5);
+        let (d, md) = open_beneath_shared_at(dir.path(), "k", t0 + OPEN_TTL).unwrap();
+        assert!(!Arc::ptr_eq(&a, &d));
+        assert_eq!(md.len(), 9);
+        // Removed: nothing is served once the TTL is over, and escapes are refused as before.
+        std::fs::remove_file(&path).unwrap();
+        assert!(open_beneath_shared_at(dir.path(), "k", t0 + OPEN_TTL * 3).is_err());
+        assert!(open_beneath_shared_at(dir.path(), "../k", t0).is_err());
+    }
 
     #[test]
     fn ranges() {

@@ -431,7 +431,7 @@ pub(crate) fn image_whole(app: &Arc<App>, path: &str, peer: SocketAddr, head: &m
         return None;
     }
     let snap = app.live.load();
-    let (file, md) = files::open_beneath_cached(&snap.site.images.root, rel).ok()?;
+    let (file, md) = files::open_beneath_shared(&snap.site.images.root, rel).ok()?;
     let len = md.len();
     let mtime = md.modified().unwrap_or(SystemTime::UNIX_EPOCH);
     let track = image_phase(&snap.site, rel).map(|p| (p, peer.ip()));
@@ -448,7 +448,7 @@ pub(crate) fn image_whole(app: &Arc<App>, path: &str, peer: SocketAddr, head: &m
     head.extend_from_slice(b"\r\n");
     app.metrics.requests.get_or_create(&RouteStatus { route: "images", status: 200 }).inc();
     debug!(method = "GET", path = %path.escape_debug(), %peer, status = 200, route = "images", "request");
-    Some(files::Sendfile { file: Arc::new(file), offset: 0, len, on_bytes: Some(on_bytes) })
+    Some(files::Sendfile { file, offset: 0, len, on_bytes: Some(on_bytes) })
 }
 
 async fn image(app: &Arc<App>, root: &std::path::Path, raw: &str, headers: &HeaderMap, track: Option<(Phase, IpAddr)>) -> Response<Body> {
@@ -458,11 +458,11 @@ async fn image(app: &Arc<App>, root: &std::path::Path, raw: &str, headers: &Head
     };
     // Fast path: a file whose path is in the kernel's caches is opened right
     // here; anything that would wait for the disk goes to the blocking pool.
-    let cached = files::open_beneath_cached(root, &rel);
+    let cached = files::open_beneath_shared(root, &rel);
     let opened = match cached {
         Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
             let (root, rel2) = (root.to_path_buf(), rel.clone());
-            tokio::task::spawn_blocking(move || files::open_beneath_stat(&root, &rel2)).await
+            tokio::task::spawn_blocking(move || files::open_beneath_stat(&root, &rel2).map(|(f, md)| (Arc::new(f), md))).await
         }
         r => Ok(r),
     };
@@ -530,11 +530,11 @@ async fn image(app: &Arc<App>, root: &std::path::Path, raw: &str, headers: &Head
             return base
                 .status(StatusCode::PARTIAL_CONTENT)
                 .header(header::CONTENT_LENGTH, total)
-                .body(FileBody::new(Arc::new(file), parts, on_bytes(total)).boxed())
+                .body(FileBody::new(file, parts, on_bytes(total)).boxed())
                 .unwrap_or_else(|_| not_found());
         }
     };
-    let (file, on_bytes) = (Arc::new(file), on_bytes(body_len));
+    let on_bytes = on_bytes(body_len);
     if let [Part::File { offset, len }] = parts[..] {
         base = base.extension(files::Sendfile { file: Arc::clone(&file), offset, len, on_bytes: on_bytes.clone() });
     }
