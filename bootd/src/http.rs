@@ -415,6 +415,16 @@ fn image_on_bytes(app: &Arc<App>, track: Option<(Phase, IpAddr)>, rel: &str, exp
     })
 }
 
+/// The file below the images root that [`image_whole`] may serve for a
+/// request path: one of unreserved and sub-delimiter characters only (no
+/// query, no percent-encoding), which the general path would read as the
+/// same file.
+pub fn whole_image_rel(path: &str) -> Option<&str> {
+    let rel = path.strip_prefix("/images/")?;
+    let plain = |c: u8| c.is_ascii_alphanumeric() || b"-._~/!$&'()*+,;=:@".contains(&c);
+    (!rel.is_empty() && rel.bytes().all(plain)).then_some(rel)
+}
+
 /// The plain-HTTP loop's shortcut for the request network boot makes most:
 /// a GET of a whole file below the images root (no range, no condition,
 /// nothing to percent-decode). Appends the status line and the headers [`image`]
@@ -425,11 +435,7 @@ fn image_on_bytes(app: &Arc<App>, track: Option<(Phase, IpAddr)>, rel: &str, exp
 /// the kernel's caches, or is missing or not a regular file): then the
 /// request goes through [`handle`], which answers it in full.
 pub(crate) fn image_whole(app: &Arc<App>, path: &str, peer: SocketAddr, head: &mut Vec<u8>) -> Option<files::Sendfile> {
-    let rel = path.strip_prefix("/images/")?;
-    let plain = |c: u8| c.is_ascii_alphanumeric() || b"-._~/!$&'()*+,;=:@".contains(&c);
-    if rel.is_empty() || !rel.bytes().all(plain) {
-        return None;
-    }
+    let rel = whole_image_rel(path)?;
     let snap = app.live.load();
     let (file, md) = files::open_beneath_shared(&snap.site.images.root, rel).ok()?;
     let len = md.len();

@@ -74,6 +74,11 @@ pub fn parse(buf: &[u8]) -> Head {
 /// answers ranges and conditions), not for [`http::image_whole`].
 const NOT_WHOLE: [&str; 6] = ["range", "if-range", "if-none-match", "if-modified-since", "if-match", "if-unmodified-since"];
 
+/// [`parse`] without [`Head::Image`]: the request for the general path.
+pub fn parse_general(buf: &[u8]) -> Head {
+    parse_with(buf, false)
+}
+
 /// [`parse`]; `image` allows [`Head::Image`].
 fn parse_with(buf: &[u8], image: bool) -> Head {
     let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
@@ -168,7 +173,7 @@ pub async fn serve(mut stream: TcpStream, peer: SocketAddr, app: Arc<App>, shutd
                             buf.advance(*len);
                             break (Next::Whole(sf), close);
                         }
-                        None => parsed = parse_with(&buf, false),
+                        None => parsed = parse_general(&buf),
                     }
                 }
                 match parsed {
@@ -495,7 +500,7 @@ mod tests {
         }
         // Other headers do not matter.
         assert!(matches!(parse(b"GET /images/k HTTP/1.1\r\nX: y\r\nAccept: */*\r\n\r\n"), Head::Image { .. }));
-        assert!(matches!(parse_with(b"GET /images/k HTTP/1.1\r\n\r\n", false), Head::Simple { .. }));
+        assert!(matches!(parse_general(b"GET /images/k HTTP/1.1\r\n\r\n"), Head::Simple { .. }));
         // A value `HeaderValue` refuses goes to hyper on either path.
         assert!(matches!(parse(b"GET /images/k HTTP/1.1\r\nX: a\x01b\r\n\r\n"), Head::Other));
     }
