@@ -45,8 +45,10 @@ pub fn open_beneath_cached(root: &Path, rel: &str) -> io::Result<(File, std::fs:
 
 /// How long an image file stays open for the requests after the one that
 /// opened it (nginx's `open_file_cache valid=`): within it, a file that is
-/// replaced (renamed over) is still served from the old inode; one that is
-/// changed in place is seen at once (its metadata is read per request).
+/// replaced (renamed over), removed, moved away or made unreadable is still
+/// served from the old open file; one that is changed in place is seen at
+/// once (its metadata is read per request). With the root directory's own
+/// reuse ([`ROOT_TTL`]), a replaced root is seen within twice this.
 pub const OPEN_TTL: std::time::Duration = std::time::Duration::from_secs(1);
 /// Files kept open at once.
 const OPEN_KEPT: usize = 32;
@@ -70,9 +72,23 @@ pub fn open_beneath_shared(root: &Path, rel: &str) -> io::Result<(Arc<File>, std
     open_beneath_shared_at(root, rel, std::time::Instant::now())
 }
 
+/// Closes the kept files older than [`OPEN_TTL`] (bootd calls it every
+/// [`OPEN_TTL`]; requests do too).
+pub fn close_expired() {
+    close_expired_at(std::time::Instant::now());
+}
+
+fn close_expired_at(now: std::time::Instant) {
+    OPEN.lock().unwrap_or_else(|p| p.into_inner()).retain(|o| now.duration_since(o.opened) < OPEN_TTL);
+}
+
 fn open_beneath_shared_at(root: &Path, rel: &str, now: std::time::Instant) -> io::Result<(Arc<File>, std::fs::Metadata)> {
     let kept = {
-        let open = OPEN.lock().unwrap_or_else(|p| p.into_inner());
+        let mut open = OPEN.lock().unwrap_or_else(|p| p.into_inner());
+        // Oldest first: one look says whether any has expired.
+        if open.first().is_some_and(|o| now.duration_since(o.opened) >= OPEN_TTL) {
+            open.retain(|o| now.duration_since(o.opened) < OPEN_TTL);
+        }
         open.iter().find(|o| o.rel == rel && o.root == root && now.duration_since(o.opened) < OPEN_TTL).map(|o| Arc::clone(&o.file))
     };
     if let Some(file) = kept {
@@ -176,7 +192,8 @@ fn epoch_secs(t: SystemTime) -> u64 {
     t.duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
 }
 
-/// `t` as an HTTP date (IMF-fixdate, RFC 9110); times before 1970 as 1970.
+/// `t` as an HTTP date (IMF-fixdate, RFC 9110); times before 1970 as 1970,
+/// after 9999 as 9999's last second.
 pub fn http_date(t: SystemTime) -> String {
     let mut v = Vec::with_capacity(29);
     write_http_date(&mut v, t);
@@ -192,7 +209,8 @@ pub fn write_http_date(buf: &mut Vec<u8>, t: SystemTime) {
     thread_local! {
         static DATES: RefCell<[(u64, [u8; 29]); 2]> = const { RefCell::new([(u64::MAX, [0; 29]); 2]) };
     }
-    let secs = epoch_secs(t);
+    // httpdate cannot format years after 9999.
+    let secs = epoch_secs(t).min(253_402_300_799);
     DATES.with(|d| {
         let mut d = d.borrow_mut();
         if let Some((_, s)) = d.iter().find(|(k, _)| *k == secs) {
@@ -201,8 +219,7 @@ pub fn write_http_date(buf: &mut Vec<u8>, t: SystemTime) {
         }
         let s = httpdate::fmt_http_date(SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(secs));
         buf.extend_from_slice(s.as_bytes());
-        // IMF-fixdate is 29 bytes for years 1970-9999; anything else is
-        // not kept.
+        // IMF-fixdate is 29 bytes for years 1970-9999.
         if let Ok(b) = <[u8; 29]>::try_from(s.as_bytes()) {
             d[1] = d[0];
             d[0] = (secs, b);
@@ -486,8 +503,12 @@ fn shrank() -> io::Error {
 mod tests {
     use super::*;
 
+    /// The kept files are one table for the process: its tests take turns.
+    static SHARED: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
     #[test]
     fn shared_files_are_reused_within_their_ttl_and_their_metadata_is_fresh() {
+        let _turn = SHARED.lock().unwrap_or_else(|p| p.into_inner());
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("k");
         std::fs::write(&path, b"one").unwrap();
@@ -512,6 +533,40 @@ mod tests {
         std::fs::remove_file(&path).unwrap();
         assert!(open_beneath_shared_at(dir.path(), "k", t0 + OPEN_TTL * 3).is_err());
         assert!(open_beneath_shared_at(dir.path(), "../k", t0).is_err());
+    }
+
+    #[test]
+    fn shared_files_are_kept_per_root_and_closed_when_stale() {
+        let _turn = SHARED.lock().unwrap_or_else(|p| p.into_inner());
+        let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        std::fs::write(a.path().join("k"), b"a").unwrap();
+        std::fs::write(b.path().join("k"), b"bb").unwrap();
+        let t0 = std::time::Instant::now();
+        let (fa, md) = open_beneath_shared_at(a.path(), "k", t0).unwrap();
+        assert_eq!(md.len(), 1);
+        let (fb, md) = open_beneath_shared_at(b.path(), "k", t0).unwrap();
+        assert_eq!(md.len(), 2);
+        assert!(!Arc::ptr_eq(&fa, &fb));
+        let kept = |root: &Path| OPEN.lock().unwrap().iter().filter(|o| o.root == root).count();
+        assert_eq!((kept(a.path()), kept(b.path())), (1, 1));
+        close_expired_at(t0 + OPEN_TTL);
+        assert_eq!((kept(a.path()), kept(b.path())), (0, 0));
+    }
+
+    #[test]
+    fn validators_and_dates() {
+        let t = SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(784_111_777);
+        assert_eq!(etag(0, SystemTime::UNIX_EPOCH), "\"0-0\"");
+        assert_eq!(etag(1_048_576, t), format!("\"{:x}-{:x}\"", 784_111_777u64, 1_048_576u64));
+        assert_eq!(etag(u64::MAX, t), format!("\"{:x}-{:x}\"", 784_111_777u64, u64::MAX));
+        // Two dates alternate (now, a file's mtime): both stay right.
+        for _ in 0..3 {
+            assert_eq!(http_date(t), "Sun, 06 Nov 1994 08:49:37 GMT");
+            assert_eq!(http_date(SystemTime::UNIX_EPOCH), "Thu, 01 Jan 1970 00:00:00 GMT");
+        }
+        assert_eq!(http_date(SystemTime::UNIX_EPOCH - std::time::Duration::from_secs(5)), "Thu, 01 Jan 1970 00:00:00 GMT");
+        let far = SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(400_000_000_000);
+        assert_eq!(http_date(far), "Fri, 31 Dec 9999 23:59:59 GMT");
     }
 
     #[test]

@@ -453,7 +453,7 @@ pub(crate) fn image_whole(app: &Arc<App>, path: &str, peer: SocketAddr, head: &m
     head.extend_from_slice(itoa::Buffer::new().format(len).as_bytes());
     head.extend_from_slice(b"\r\n");
     app.metrics.requests.get_or_create(&RouteStatus { route: "images", status: 200 }).inc();
-    debug!(method = "GET", path = %path.escape_debug(), %peer, status = 200, route = "images", "request");
+    debug!(method = %Method::GET, path = %path.escape_debug(), %peer, status = 200, route = "images", shortcut = true, "request");
     Some(files::Sendfile { file, offset: 0, len, on_bytes: Some(on_bytes) })
 }
 

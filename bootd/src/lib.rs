@@ -249,6 +249,14 @@ pub async fn run_app(app: Arc<App>, config: Config, sockets: Sockets, shutdown: 
         tracker.spawn(timeline::writer(Arc::clone(&app), rx, shutdown.clone()));
     }
     tracker.spawn(lbwatch::watch(Arc::clone(&app), config.lb_poll, shutdown.clone()));
+    // Kept image files are closed once stale even when no request comes, so a
+    // deleted image's space is freed.
+    let stop = shutdown.clone();
+    tracker.spawn(async move {
+        while tokio::time::timeout(files::OPEN_TTL, stop.cancelled()).await.is_err() {
+            files::close_expired();
+        }
+    });
     info!(addr = %local(&sockets.http), "HTTP listening");
     tracker.spawn(accept_loop(sockets.http, None, Arc::clone(&app), shutdown.clone(), conn_stop.clone(), tracker.clone()));
     if let (Some(l), Some(tls)) = (sockets.https, &app.tls) {

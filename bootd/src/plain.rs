@@ -11,7 +11,10 @@
 //! fetches, that made bootd spend twice nginx's CPU per request
 //! (docs/performance.md). Routing, headers, metrics and the boot timeline
 //! are unchanged: requests go through [`http::handle`] as before, and only
-//! the response's bytes are written here.
+//! the response's bytes are written here. The one exception is a GET of a
+//! whole image ([`Head::Image`]), which [`http::image_whole`] answers
+//! without building a request or a response, with the same bytes, counts
+//! and timeline events (design-notes, "File serving").
 //!
 //! What is handed to hyper: methods other than GET and HEAD (answered 405
 //! by the same router), HTTP/1.0, request bodies (`Content-Length` other
@@ -164,6 +167,11 @@ pub async fn serve(mut stream: TcpStream, peer: SocketAddr, app: Arc<App>, shutd
             if !buf.is_empty() {
                 let mut parsed = parse(&buf);
                 if let Head::Image { path, len, close } = &parsed {
+                    // Nothing is counted for a connection that is stopping
+                    // (as the general path's `respond` is never polled then).
+                    if conn_stop.is_cancelled() {
+                        return;
+                    }
                     head.clear();
                     // The path came out of a `&str`.
                     let path = std::str::from_utf8(&buf[path.clone()]).unwrap_or("");

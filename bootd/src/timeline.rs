@@ -192,19 +192,9 @@ impl Raw {
 }
 
 /// Removes secrets from an event's text: any `token=` value (query strings,
-/// Ignition URLs) and query strings of URLs as a whole.
+/// Ignition URLs).
 pub fn redact(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    let mut rest = s;
-    while let Some(i) = rest.find("token=") {
-        out.push_str(&rest[..i + "token=".len()]);
-        out.push_str("REDACTED");
-        let tail = &rest[i + "token=".len()..];
-        let end = tail.find(|c: char| c == '&' || c == '"' || c == '\'' || c.is_whitespace()).unwrap_or(tail.len());
-        rest = &tail[end..];
-    }
-    out.push_str(rest);
-    out
+    crate::token::redact_tokens(s, "REDACTED")
 }
 
 /// The key a node's timeline is kept under, and whether it is a site node.

@@ -115,6 +115,23 @@ pub enum Granted {
     Token,
 }
 
+/// `s` with the value of every `token=` parameter (up to `&`, a quote or
+/// white space) replaced by `with`: what keeps tokens out of logs, the
+/// timeline and provider error texts.
+pub fn redact_tokens(s: &str, with: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut rest = s;
+    while let Some(i) = rest.find("token=") {
+        out.push_str(&rest[..i + "token=".len()]);
+        out.push_str(with);
+        let tail = &rest[i + "token=".len()..];
+        let end = tail.find(|c: char| c == '&' || c == '"' || c == '\'' || c.is_whitespace()).unwrap_or(tail.len());
+        rest = &tail[end..];
+    }
+    out.push_str(rest);
+    out
+}
+
 /// The whole access decision, pure. `node_addrs` are the addresses the node
 /// is known by (its reservation, and later its lease).
 pub fn authorize(

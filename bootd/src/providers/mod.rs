@@ -300,16 +300,7 @@ pub fn redact(text: &str, secrets: &[&str]) -> String {
     for s in secrets.iter().filter(|s| s.len() >= 4) {
         t = t.replace(s, "<redacted>");
     }
-    let mut out = String::with_capacity(t.len());
-    let mut rest = t.as_str();
-    while let Some(i) = rest.find("token=") {
-        out.push_str(&rest[..i + 6]);
-        out.push_str("<redacted>");
-        rest = &rest[i + 6..];
-        rest = &rest[rest.find(|c: char| c == '&' || c == '"' || c.is_whitespace()).unwrap_or(rest.len())..];
-    }
-    out.push_str(rest);
-    out
+    crate::token::redact_tokens(&t, "<redacted>")
 }
 
 /// Parses a JSON reply; a body that does not parse (truncated) is transient.

@@ -521,16 +521,17 @@ async fn the_whole_image_shortcut_answers_as_the_general_path() {
     use tokio::io::AsyncWriteExt;
     let b = Bootd::start().await;
     let data: Vec<u8> = (0..150_000u32).map(|i| (i * 7 % 251) as u8).collect();
-    write(&b.images().join("lab/kernel"), &data);
+    // A name no other test uses: the log lines below are this test's.
+    write(&b.images().join("lab/shortcut-k"), &data);
     let mut s = tokio::net::TcpStream::connect(b.http).await.unwrap();
     s.write_all(
         concat!(
-            "GET /images/lab/kernel HTTP/1.1\r\nHost: x\r\n\r\n",
-            "GET /images/lab/kernel HTTP/1.1\r\nHost: x\r\nIf-None-Match: \"not-it\"\r\n\r\n",
-            "GET /images/lab/kernel?x=1 HTTP/1.1\r\nHost: x\r\n\r\n",
-            "GET /images/lab%2Fkernel HTTP/1.1\r\nHost: x\r\n\r\n",
-            "GET /images/lab/missing HTTP/1.1\r\nHost: x\r\n\r\n",
-            "GET /images/lab/kernel HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+            "GET /images/lab/shortcut-k HTTP/1.1\r\nHost: x\r\n\r\n",
+            "GET /images/lab/shortcut-k HTTP/1.1\r\nHost: x\r\nIf-None-Match: \"not-it\"\r\n\r\n",
+            "GET /images/lab/shortcut-k?x=1 HTTP/1.1\r\nHost: x\r\n\r\n",
+            "GET /images/lab%2Fshortcut-k HTTP/1.1\r\nHost: x\r\n\r\n",
+            "GET /images/lab/shortcut-missing HTTP/1.1\r\nHost: x\r\n\r\n",
+            "GET /images/lab/shortcut-k HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
         )
         .as_bytes(),
     )
@@ -563,5 +564,10 @@ async fn the_whole_image_shortcut_answers_as_the_general_path() {
     assert_eq!(count("bootd_http_requests_total{route=\"images\",status=\"200\"}"), 5);
     assert_eq!(count("bootd_http_requests_total{route=\"images\",status=\"404\"}"), 1);
     assert_eq!(count("bootd_http_response_bytes_total{route=\"images\"}"), 5 * 150_000);
+    // The first and the last went the shortcut, the others the general way.
+    let logs = String::from_utf8_lossy(&logs().lock().unwrap()).to_string();
+    let requests: Vec<&str> = logs.lines().filter(|l| l.contains("shortcut-") && l.contains(" request")).collect();
+    let short = requests.iter().filter(|l| l.contains("shortcut=true")).count();
+    assert_eq!((requests.len(), short), (6, 2), "{requests:#?}");
     b.stop().await;
 }
