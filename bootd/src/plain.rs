@@ -304,24 +304,28 @@ async fn respond(
     }
     // Small, ready bodies (scripts, Ignition, metrics) go in one write
     // with the headers; anything else frame by frame as the body yields.
-    let mut pending_head = Some(std::mem::take(head));
+    // (The connection's head buffer is reused, body and all, by the next response.)
+    let mut head_sent = false;
     while let Some(frame) = body.frame().await {
         let frame = frame?;
         let Ok(data) = frame.into_data() else { continue };
-        match pending_head.take() {
-            Some(mut h) if data.len() <= COALESCE => {
-                h.extend_from_slice(&data);
-                stream.write_all(&h).await?;
-            }
-            Some(h) => {
-                stream.write_all(&h).await?;
-                stream.write_all(&data).await?;
-            }
-            None => stream.write_all(&data).await?,
+        if head_sent {
+            stream.write_all(&data).await?;
+        } else if data.len() <= COALESCE {
+            head.extend_from_slice(&data);
+            stream.write_all(head).await?;
+        } else {
+            stream.write_all(head).await?;
+            stream.write_all(&data).await?;
         }
+        head_sent = true;
     }
-    if let Some(h) = pending_head {
-        stream.write_all(&h).await?;
+    if !head_sent {
+        stream.write_all(head).await?;
+    }
+    // A big coalesced body is not kept for the connection's idle life.
+    if head.capacity() > 8 * 1024 {
+        *head = Vec::with_capacity(256);
     }
     Ok(!close)
 }
