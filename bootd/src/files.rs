@@ -60,6 +60,16 @@ struct OpenFile {
     opened: std::time::Instant,
 }
 
+impl OpenFile {
+    fn fresh(&self, now: std::time::Instant) -> bool {
+        now.duration_since(self.opened) < OPEN_TTL
+    }
+
+    fn is(&self, root: &Path, rel: &str) -> bool {
+        self.rel == rel && self.root == root
+    }
+}
+
 /// Files opened by [`open_beneath_shared`].
 static OPEN: std::sync::Mutex<Vec<OpenFile>> = std::sync::Mutex::new(Vec::new());
 
@@ -79,17 +89,17 @@ pub fn close_expired() {
 }
 
 fn close_expired_at(now: std::time::Instant) {
-    OPEN.lock().unwrap_or_else(|p| p.into_inner()).retain(|o| now.duration_since(o.opened) < OPEN_TTL);
+    OPEN.lock().unwrap_or_else(|p| p.into_inner()).retain(|o| o.fresh(now));
 }
 
 fn open_beneath_shared_at(root: &Path, rel: &str, now: std::time::Instant) -> io::Result<(Arc<File>, std::fs::Metadata)> {
     let kept = {
         let mut open = OPEN.lock().unwrap_or_else(|p| p.into_inner());
         // Oldest first: one look says whether any has expired.
-        if open.first().is_some_and(|o| now.duration_since(o.opened) >= OPEN_TTL) {
-            open.retain(|o| now.duration_since(o.opened) < OPEN_TTL);
+        if open.first().is_some_and(|o| !o.fresh(now)) {
+            open.retain(|o| o.fresh(now));
         }
-        open.iter().find(|o| o.rel == rel && o.root == root && now.duration_since(o.opened) < OPEN_TTL).map(|o| Arc::clone(&o.file))
+        open.iter().find(|o| o.is(root, rel) && o.fresh(now)).map(|o| Arc::clone(&o.file))
     };
     if let Some(file) = kept {
         let md = file.metadata()?;
@@ -100,7 +110,7 @@ fn open_beneath_shared_at(root: &Path, rel: &str, now: std::time::Instant) -> io
     let (file, md) = open_beneath_cached(root, rel)?;
     let file = Arc::new(file);
     let mut open = OPEN.lock().unwrap_or_else(|p| p.into_inner());
-    open.retain(|o| now.duration_since(o.opened) < OPEN_TTL && !(o.rel == rel && o.root == root));
+    open.retain(|o| o.fresh(now) && !o.is(root, rel));
     if open.len() >= OPEN_KEPT {
         open.remove(0);
     }
