@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The test command (README): installs what the tests need on a fresh Debian 12
-# machine (apt packages included), then runs every test:
+# machine (apt packages, and the Rust toolchain rust-toolchain.toml pins, by
+# rustup, when there is none), then runs every test:
 #   1. formatting and clippy (-D warnings);
 #   2. cargo test --workspace: unit, golden and integration tests of every crate
 #      (real servers on loopback, talked to by real clients: hyper, curl, dig,
@@ -27,6 +28,8 @@ log() { printf '\n== %s\n' "$*"; }
 
 log "dependencies"
 bash tests/lab/deps.sh
+bash tests/lab/rust.sh
+export PATH="$HOME/.cargo/bin:$PATH"
 
 log "format"
 cargo fmt --all -- --check

@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
-# Install every Debian package the network-boot e2e tests and benchmarks need.
+# Install every Debian package the tests and benchmarks need (the Rust
+# toolchain itself comes from tests/lab/rust.sh).
 # Idempotent: if everything is already installed it returns without calling apt.
 # Usage: sudo tests/lab/deps.sh        (Debian 12, root, no tty needed)
 set -euo pipefail
 
 PKGS=(
+  # C compiler and linker for the Rust build (rustc links with cc; mimalloc,
+  # SQLite and ring compile C), and what tests/lab/rust.sh fetches rustup with
+  build-essential curl ca-certificates
   # firmware + emulators
   qemu-system-x86 qemu-system-ppc qemu-utils seabios ipxe-qemu ipxe ovmf
   # grub-mkimage for the Open Firmware core.elf (tftp-root.sh; its powerpc modules
@@ -13,7 +17,7 @@ PKGS=(
   # guest image building (guest.sh)
   busybox-static cpio gzip xz-utils zstd kmod
   # lab network + stand-in servers (netboot.sh)
-  iproute2 dnsmasq-base curl python3 python3-yaml tcpdump procps ca-certificates openssl
+  iproute2 dnsmasq-base python3 python3-yaml tcpdump procps openssl
   # real Ignition client (+ ignition-validate) and benchmark peers
   ignition nginx wrk
   # TFTP clients for bootd's TFTP tests (clients only: the atftpd package would remove tftpd-hpa)
