@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Runs the README's test command (.ci/run) as CI would on a fresh Debian 12
+# machine: in a chroot made by debootstrap (bookworm, nothing else installed:
+# no Rust, none of the test packages), on a clone of this repository's HEAD.
+# The chroot shares this machine's kernel, so the network namespaces, taps and
+# QEMU guests the tests make are real; everything they start still talks only
+# to 127.0.0.0/8 or inside their own namespaces.
+#
+# Usage: sudo tests/fresh-debian.sh [DIR]   (DIR: the chroot, /srv/fresh)
+#   KEEP=1 reuses an existing chroot (packages already installed there), so
+#   only the clone is fresh. Needs root, debootstrap (apt), ~6 GB of disk.
+# Output: the chroot's .ci/run output on stdout; its exit status.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+DIR=${1:-/srv/fresh}
+KEEP=${KEEP:-0}
+MIRROR=${MIRROR:-http://deb.debian.org/debian}
+
+[[ $(id -u) -eq 0 ]] || { echo "fresh-debian.sh: must run as root" >&2; exit 1; }
+command -v debootstrap >/dev/null || apt-get install -y -q debootstrap
+
+mounted=()
+cleanup() {
+  local i
+  for ((i = ${#mounted[@]} - 1; i >= 0; i--)); do umount -R "${mounted[$i]}" 2>/dev/null || umount -l "${mounted[$i]}" || true; done
+}
+trap cleanup EXIT
+
+if [[ $KEEP != 1 || ! -x $DIR/bin/bash ]]; then
+  rm -rf "$DIR"
+  echo "fresh-debian.sh: debootstrap bookworm $DIR" >&2
+  debootstrap bookworm "$DIR" "$MIRROR" >&2
+fi
+cp /etc/resolv.conf "$DIR/etc/resolv.conf"
+
+mnt() { # fstype-or-bind source target
+  mkdir -p "$3"
+  if [[ $1 == bind ]]; then mount --rbind "$2" "$3" && mount --make-rslave "$3"; else mount -t "$1" "$2" "$3"; fi
+  mounted+=("$3")
+}
+mnt proc proc "$DIR/proc"
+mnt bind /sys "$DIR/sys"
+mnt bind /dev "$DIR/dev"
+mnt tmpfs tmpfs "$DIR/run"
+
+rm -rf "$DIR/root/ci"
+git clone -q "$PWD" "$DIR/root/ci"
+echo "fresh-debian.sh: .ci/run on $(git -C "$DIR/root/ci" log --oneline -1)" >&2
+rc=0
+chroot "$DIR" /usr/bin/env -i HOME=/root TERM=dumb CI=true LANG=C.UTF-8 \
+  PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+  bash -c 'cd /root/ci && bash .ci/run' || rc=$?
+echo "fresh-debian.sh: .ci/run exited $rc" >&2
+exit "$rc"
