@@ -32,6 +32,15 @@ if [[ $KEEP != 1 || ! -x $DIR/bin/bash ]]; then
   debootstrap bookworm "$DIR" "$MIRROR" >&2
 fi
 cp /etc/resolv.conf "$DIR/etc/resolv.conf"
+# This machine's own trust anchors (/usr/local/share/ca-certificates: e.g. an
+# egress proxy's CA) are part of the network the machine is on, not of the
+# tests; a fresh machine there has them too. The ca-certificates package
+# (deps.sh installs it) adds them to the system store.
+if compgen -G "/usr/local/share/ca-certificates/*.crt" >/dev/null; then
+  mkdir -p "$DIR/usr/local/share/ca-certificates"
+  cp /usr/local/share/ca-certificates/*.crt "$DIR/usr/local/share/ca-certificates/"
+  chroot "$DIR" sh -c 'command -v update-ca-certificates >/dev/null && update-ca-certificates >/dev/null' || true
+fi
 
 mnt() { # fstype-or-bind source target
   mkdir -p "$3"

@@ -212,6 +212,14 @@ cpu_ticks() { # pids -> utime+stime of all threads
     done
     echo "$t"
 }
+user_ticks() { # pids -> utime of all threads (user space only)
+    local t=0 p v
+    for p in "$@"; do
+        v=$(awk '{sub(/.*\) /,""); print $12}' "/proc/$p/stat" 2>/dev/null || echo 0)
+        t=$((t + v))
+    done
+    echo "$t"
+}
 HZ=$(getconf CLK_TCK)
 cpu0_busy() { awk -v c="cpu$SERVER_CPU" '$1 == c {print $2 + $4 + $7 + $8 + $9}' /proc/stat; }
 
@@ -246,19 +254,19 @@ RES=$TMP/results # server kind value...
 : >"$RES"
 disturbed=0
 measure() { # server kind -> appends a line
-    local s=$1 kind=$2 a pids c0 c1 b0 b1 t0 t1 out secs other
+    local s=$1 kind=$2 a pids c0 c1 u0 u1 b0 b1 t0 t1 out secs other
     for a in 1 2 3; do
         # shellcheck disable=SC2046
         pids=$(tree "$(root_pid "$s")" | tr '\n' ' ')
         # shellcheck disable=SC2086
-        c0=$(cpu_ticks $pids); b0=$(cpu0_busy); t0=$(date +%s%N)
+        c0=$(cpu_ticks $pids); u0=$(user_ticks $pids); b0=$(cpu0_busy); t0=$(date +%s%N)
         if [ "$kind" = tput ]; then
             out=$(taskset -c $LOAD_CPU dnsperf -s 127.0.0.1 -p "$(port_of "$s")" -d "$TMP/queries.txt" -l "$DURATION" -q "$OUTSTANDING" -t 2 2>&1)
         else
             out=$(taskset -c $LOAD_CPU dnsperf -s 127.0.0.1 -p "$(port_of "$s")" -d "$TMP/queries.txt" -l "$LAT_DURATION" -Q "$RATE" -q "$OUTSTANDING" -t 2 -v 2>&1)
         fi
         # shellcheck disable=SC2086
-        c1=$(cpu_ticks $pids); b1=$(cpu0_busy); t1=$(date +%s%N)
+        c1=$(cpu_ticks $pids); u1=$(user_ticks $pids); b1=$(cpu0_busy); t1=$(date +%s%N)
         secs=$(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.3f", (b - a) / 1e9}')
         other=$(awk -v b=$((b1 - b0)) -v c=$((c1 - c0)) -v hz="$HZ" 'BEGIN{printf "%.2f", (b - c) / hz}')
         if awk -v o="$other" -v s="$secs" -v m="$OTHER_MAX" 'BEGIN{exit !(o > m * s)}'; then
@@ -274,7 +282,9 @@ measure() { # server kind -> appends a line
     qps=$(awk '/Queries per second:/{print $4}' <<<"$out")
     cpu=$(awk -v d=$((c1 - c0)) -v hz="$HZ" 'BEGIN{printf "%.2f", d / hz}')
     if [ "$kind" = tput ]; then
-        printf '%s tput %s %s %s %s %s\n' "$s" "${qps:-0}" "${completed:-0}" "${lost:-0}" "$cpu" "$other" >>"$RES"
+        local user
+        user=$(awk -v d=$((u1 - u0)) -v hz="$HZ" 'BEGIN{printf "%.2f", d / hz}')
+        printf '%s tput %s %s %s %s %s %s\n' "$s" "${qps:-0}" "${completed:-0}" "${lost:-0}" "$cpu" "$other" "$user" >>"$RES"
     else
         local lat
         lat=$(grep '^> ' <<<"$out" | awk '{print $NF}' | sort -g | awk '{v[NR]=$1} END{if (NR == 0) {print "0 0"; exit} i50=int(NR*0.5); i99=int(NR*0.99); if (i50 < 1) i50 = 1; if (i99 < 1) i99 = 1; printf "%.3f %.3f\n", v[i50]*1000, v[i99]*1000}')
@@ -288,7 +298,7 @@ for r in $(seq "$ROUNDS"); do
     for s in $(order "$r"); do measure "$s" lat; done
 done
 
-echo "per cell (throughput: QPS completed lost server-CPU-s other-CPU-s; latency: p50-ms p99-ms completed lost server-CPU-s):"
+echo "per cell (throughput: QPS completed lost server-CPU-s other-CPU-s server-user-CPU-s; latency: p50-ms p99-ms completed lost server-CPU-s):"
 sed 's/^/  /' "$RES"
 echo
 python3 - "$RES" <<'EOF'
@@ -306,14 +316,19 @@ for s in S:
     p50 = med([float(r[2]) for r in l[s]])
     p99 = med([float(r[3]) for r in l[s]])
     lost_lat = sum(int(r[5]) for r in l[s])
-    res[s] = (qps, per_cpu, lost, p50, p99, lost_lat)
-print(f"{'server':<6} {'QPS':>10} {'q/server-CPU-s':>15} {'lost(tput)':>10} {'p50 ms':>8} {'p99 ms':>8} {'lost(lat)':>9}")
+    user = med([float(r[7]) / float(r[5]) for r in t[s] if float(r[5]) > 0])
+    res[s] = (qps, per_cpu, lost, p50, p99, lost_lat, user)
+print(f"{'server':<6} {'QPS':>10} {'q/server-CPU-s':>15} {'lost(tput)':>10} {'p50 ms':>8} {'p99 ms':>8} {'lost(lat)':>9} {'user share':>10}")
 for s in S:
-    q, c, lo, p5, p9, ll = res[s]
-    print(f"{s:<6} {q:>10.0f} {c:>15.0f} {lo:>10} {p5:>8.3f} {p9:>8.3f} {ll:>9}")
+    q, c, lo, p5, p9, ll, u = res[s]
+    print(f"{s:<6} {q:>10.0f} {c:>15.0f} {lo:>10} {p5:>8.3f} {p9:>8.3f} {ll:>9} {100 * u:>9.0f}%")
 for peer in ("nsd", "knot"):
     d, p = res["dnsd"], res[peer]
     r = lambda a, b: a / b if b else float("nan")
     print(f"dnsd/{peer}: QPS {r(d[0], p[0]):.2f}x, queries per server-CPU-s {r(d[1], p[1]):.2f}x, p99 {r(d[4], p[4]):.2f}x")
+# The user share is the part of a server's CPU its own code can remove: with
+# none left (only the kernel's send and receive work), dnsd would reach this.
+d = res["dnsd"]
+print(f"ceiling: dnsd with zero user-space time would be {d[1] / (1 - d[6]) / res['nsd'][1]:.2f}x NSD per server-CPU-s" if d[6] < 1 and res["nsd"][1] else "ceiling: n/a")
 EOF
 echo "disturbed cells (other load > $OTHER_MAX CPU on CPU $SERVER_CPU): $disturbed"
