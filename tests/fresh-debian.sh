@@ -8,12 +8,17 @@
 #
 # Usage: sudo tests/fresh-debian.sh [DIR]   (DIR: the chroot, /srv/fresh)
 #   KEEP=1 reuses an existing chroot (packages already installed there), so
-#   only the clone is fresh. Needs root, debootstrap (apt), ~6 GB of disk.
+#   only the clone is fresh; REUSE_CLONE=1 also keeps the clone and its
+#   target/ (a re-run after fixing the environment). ../shared (the provider
+#   specs the controller tests read) is bind-mounted read-only beside the
+#   clone, as it sits beside this checkout. Needs root, debootstrap (apt),
+#   ~6 GB of disk.
 # Output: the chroot's .ci/run output on stdout; its exit status.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DIR=${1:-/srv/fresh}
 KEEP=${KEEP:-0}
+REUSE_CLONE=${REUSE_CLONE:-0}
 MIRROR=${MIRROR:-http://deb.debian.org/debian}
 
 [[ $(id -u) -eq 0 ]] || { echo "fresh-debian.sh: must run as root" >&2; exit 1; }
@@ -47,13 +52,22 @@ mnt() { # fstype-or-bind source target
   if [[ $1 == bind ]]; then mount --rbind "$2" "$3" && mount --make-rslave "$3"; else mount -t "$1" "$2" "$3"; fi
   mounted+=("$3")
 }
+# The chroot's / must be a mount point: `ip netns exec` makes it a slave.
+mnt bind "$DIR" "$DIR"
 mnt proc proc "$DIR/proc"
 mnt bind /sys "$DIR/sys"
 mnt bind /dev "$DIR/dev"
 mnt tmpfs tmpfs "$DIR/run"
 
-rm -rf "$DIR/root/ci"
-git clone -q "$PWD" "$DIR/root/ci"
+if [[ -d ../shared ]]; then
+  mnt bind "$(cd ../shared && pwd)" "$DIR/root/shared"
+  mount -o remount,bind,ro "$DIR/root/shared"
+fi
+
+if [[ $REUSE_CLONE != 1 || ! -d $DIR/root/ci/.git ]]; then
+  rm -rf "$DIR/root/ci"
+  git clone -q "$PWD" "$DIR/root/ci"
+fi
 echo "fresh-debian.sh: .ci/run on $(git -C "$DIR/root/ci" log --oneline -1)" >&2
 rc=0
 chroot "$DIR" /usr/bin/env -i HOME=/root TERM=dumb CI=true LANG=C.UTF-8 \

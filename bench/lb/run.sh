@@ -198,6 +198,11 @@ ticks() { # pids... -> utime+stime summed
     for p in "$@"; do t=$((t + $(awk '{sub(/.*\) /,""); print $12 + $13}' "/proc/$p/stat"))); done
     echo "$t"
 }
+uticks() { # pids... -> utime summed (user space only)
+    local t=0 p
+    for p in "$@"; do t=$((t + $(awk '{sub(/.*\) /,""); print $12}' "/proc/$p/stat"))); done
+    echo "$t"
+}
 server_pids() { echo "$LBD_PID $HA_PID $IPERF_PID ${NGX_PID[ng1]} ${NGX_PID[ng2]} $(pgrep -P "${NGX_PID[ng1]}" | tr '\n' ' ') $(pgrep -P "${NGX_PID[ng2]}" | tr '\n' ' ')"; }
 # user + system + steal: irq and softirq time is left out on both sides, since
 # with IRQ time accounting the kernel charges loopback TCP's softirq work to
@@ -241,17 +246,17 @@ try: print("%.2f 0 0" % (json.load(sys.stdin)["end"]["sum_received"]["bits_per_s
 except Exception: print("0 0 1")' <<<"$out"
 }
 
-RES=$TMP/results   # test, target, value, p99ms, errors, lb CPU-s, other CPU-s cpu0/cpu1, attempts, seconds
+RES=$TMP/results   # test, target, value, p99ms, errors, lb CPU-s, other CPU-s cpu0/cpu1, attempts, seconds, lb user CPU-s
 : >"$RES"
 cell() { # test target kind args...
-    local test=$1 who=$2 kind=$3 a v c0 c1 s0 s1 o cpu
+    local test=$1 who=$2 kind=$3 a v c0 c1 u0 u1 s0 s1 o cpu
     shift 3
     for a in 1 2 3; do
         # shellcheck disable=SC2046
-        c0=$(ticks $(lb_pid "$who")); s0=$(snap)
+        c0=$(ticks $(lb_pid "$who")); u0=$(uticks $(lb_pid "$who")); s0=$(snap)
         v=$("$kind" "$who" "$@")
         # shellcheck disable=SC2046
-        c1=$(ticks $(lb_pid "$who")); s1=$(snap)
+        c1=$(ticks $(lb_pid "$who")); u1=$(uticks $(lb_pid "$who")); s1=$(snap)
         o=$(other "$s0" "$s1")
         cpu=$(awk -v d=$((c1 - c0)) -v hz="$HZ" 'BEGIN{printf "%.2f", d / hz}')
         # clean: a value, and other load under OTHER_MAX of CPU 0 (CPU 1 is saturated by the generator)
@@ -262,7 +267,7 @@ cell() { # test target kind args...
     done
     # shellcheck disable=SC2086
     set -- $v
-    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$test" "$who" "$1" "$2" "$3" "$cpu" "$(awk '{print $1 "/" $2}' <<<"$o")" "$a" "$(awk '{print $3}' <<<"$o")" >>"$RES"
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$test" "$who" "$1" "$2" "$3" "$cpu" "$(awk '{print $1 "/" $2}' <<<"$o")" "$a" "$(awk '{print $3}' <<<"$o")" "$(awk -v d=$((u1 - u0)) -v hz="$HZ" 'BEGIN{printf "%.2f", d / hz}')" >>"$RES"
 }
 order() { if [ $(($1 % 2)) = 1 ]; then echo "lbd haproxy direct"; else echo "direct haproxy lbd"; fi; }
 
@@ -295,7 +300,7 @@ function median(s,   a, n, i, j, t) {
     if (n == 0) return 0
     return (n % 2) ? a[(n+1)/2] : (a[n/2] + a[n/2+1]) / 2
 }
-{ v[$1, $2] = v[$1, $2] " " $3; p[$1, $2] = p[$1, $2] " " $4; if ($6 > 0) eff[$1, $2] = eff[$1, $2] " " $3 * $9 / $6; err[$1, $2] += $5 }
+{ v[$1, $2] = v[$1, $2] " " $3; p[$1, $2] = p[$1, $2] " " $4; if ($6 > 0) { eff[$1, $2] = eff[$1, $2] " " $3 * $9 / $6; us[$1, $2] = us[$1, $2] " " $10 / $6 }; err[$1, $2] += $5 }
 END {
     split("keepalive connrate throughput", T, " ")
     unit["keepalive"] = "req/s"; unit["connrate"] = "conn/s"; unit["throughput"] = "Gbit/s"
@@ -309,6 +314,12 @@ END {
     for (i = 1; i <= 3; i++) {
         t = T[i]; l = median(eff[t, "lbd"]); h = median(eff[t, "haproxy"])
         printf "%-11s %-7s %11.1f %11.1f %11s %9.2f\n", t, unit[t], l, h, "-", (h > 0 ? l / h : 0)
+    }
+    print ""
+    print "user-space share of the balancer CPU, and the per-CPU-second ratio lbd would reach with none (only the kernel'"'"'s work left):"
+    for (i = 1; i <= 3; i++) {
+        t = T[i]; ul = median(us[t, "lbd"]); uh = median(us[t, "haproxy"]); l = median(eff[t, "lbd"]); h = median(eff[t, "haproxy"])
+        printf "%-11s lbd %3.0f%%  haproxy %3.0f%%  ceiling lbd/ha %.2f\n", t, 100 * ul, 100 * uh, (h > 0 && ul < 1 ? l / (1 - ul) / h : 0)
     }
     print ""
     print "p99 latency (wrk, ms; added = balancer - direct):"
