@@ -8,8 +8,8 @@
 #
 # Usage: sudo tests/fresh-debian.sh [DIR]   (DIR: the chroot, /srv/fresh)
 #   KEEP=1 reuses an existing chroot (packages already installed there), so
-#   only the clone is fresh; REUSE_CLONE=1 also keeps the clone and its
-#   target/ (a re-run after fixing the environment). ../shared (the provider
+#   only the clone is fresh; REUSE_CLONE=1 also keeps the clone's target/,
+#   moving the clone to HEAD (a re-run after a fix). ../shared (the provider
 #   specs the controller tests read) is bind-mounted read-only beside the
 #   clone, as it sits beside this checkout. Needs root, debootstrap (apt),
 #   ~6 GB of disk.
@@ -67,6 +67,11 @@ fi
 if [[ $REUSE_CLONE != 1 || ! -d $DIR/root/ci/.git ]]; then
   rm -rf "$DIR/root/ci"
   git clone -q "$PWD" "$DIR/root/ci"
+else
+  # The same clone, moved to this checkout's HEAD; nothing else of it kept but target/.
+  git -C "$DIR/root/ci" fetch -q "$PWD" HEAD
+  git -C "$DIR/root/ci" reset -q --hard FETCH_HEAD
+  git -C "$DIR/root/ci" clean -qfdx -e target
 fi
 echo "fresh-debian.sh: .ci/run on $(git -C "$DIR/root/ci" log --oneline -1)" >&2
 rc=0

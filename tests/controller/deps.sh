@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # What the controller tests need beyond cargo: Node.js (Debian's nodejs/npm
-# when no node is installed) and Stoplight Prism 5 from npm, installed into
-# REPO/target/prism (where bootd/tests/controller/prism.rs looks). When PRISM
+# when no node is installed) and Stoplight Prism 5.14.2 from npm, installed into
+# REPO/target/prism (where bootd/tests/controller/prism.rs looks) with `npm ci`
+# from tests/controller/prism/package-lock.json: the whole tree is pinned, because
+# Prism 5.16 takes @faker-js/faker 10, an ES module Debian 12's Node 18 cannot
+# require (found by tests/fresh-debian.sh). When PRISM
 # names an executable, that one is used and nothing is installed.
 # Idempotent. Usage: tests/controller/deps.sh
 set -euo pipefail
@@ -18,10 +21,13 @@ if [[ -n ${PRISM:-} && -x ${PRISM:-} ]]; then
   echo "deps.sh: using PRISM=$PRISM ($("$PRISM" --version))"
   exit 0
 fi
-if [[ -x $PRISM_DIR/node_modules/.bin/prism ]]; then
+PIN=$REPO/tests/controller/prism
+if [[ -x $PRISM_DIR/node_modules/.bin/prism ]] && cmp -s "$PIN/package-lock.json" "$PRISM_DIR/package-lock.json"; then
   echo "deps.sh: prism $("$PRISM_DIR/node_modules/.bin/prism" --version) already in $PRISM_DIR"
   exit 0
 fi
+rm -rf "$PRISM_DIR"
 mkdir -p "$PRISM_DIR"
-npm install --prefix "$PRISM_DIR" --no-audit --no-fund @stoplight/prism-cli@5
+cp "$PIN/package.json" "$PIN/package-lock.json" "$PRISM_DIR/"
+npm ci --prefix "$PRISM_DIR" --no-audit --no-fund
 echo "deps.sh: prism $("$PRISM_DIR/node_modules/.bin/prism" --version) installed in $PRISM_DIR"
