@@ -204,21 +204,11 @@ tree() { # pid -> the pid and all its descendants
     echo "$p"
     for c in $(pgrep -P "$p" 2>/dev/null); do tree "$c"; done
 }
-cpu_ticks() { # pids -> utime+stime of all threads
-    local t=0 p v
-    for p in "$@"; do
-        v=$(awk '{sub(/.*\) /,""); print $12 + $13}' "/proc/$p/stat" 2>/dev/null || echo 0)
-        t=$((t + v))
-    done
-    echo "$t"
-}
-user_ticks() { # pids -> utime of all threads (user space only)
-    local t=0 p v
-    for p in "$@"; do
-        v=$(awk '{sub(/.*\) /,""); print $12}' "/proc/$p/stat" 2>/dev/null || echo 0)
-        t=$((t + v))
-    done
-    echo "$t"
+cpu_ticks() { # pids -> "utime+stime utime" of all their threads (the second: user space only)
+    local p files=()
+    for p in "$@"; do [ -r "/proc/$p/stat" ] && files+=("/proc/$p/stat"); done
+    [ ${#files[@]} -gt 0 ] || { echo "0 0"; return; }
+    awk '{sub(/.*\) /,""); t += $12 + $13; u += $12} END{print t + 0, u + 0}' "${files[@]}" 2>/dev/null || echo "0 0"
 }
 HZ=$(getconf CLK_TCK)
 cpu0_busy() { awk -v c="cpu$SERVER_CPU" '$1 == c {print $2 + $4 + $7 + $8 + $9}' /proc/stat; }
@@ -259,14 +249,14 @@ measure() { # server kind -> appends a line
         # shellcheck disable=SC2046
         pids=$(tree "$(root_pid "$s")" | tr '\n' ' ')
         # shellcheck disable=SC2086
-        c0=$(cpu_ticks $pids); u0=$(user_ticks $pids); b0=$(cpu0_busy); t0=$(date +%s%N)
+        read -r c0 u0 <<<"$(cpu_ticks $pids)"; b0=$(cpu0_busy); t0=$(date +%s%N)
         if [ "$kind" = tput ]; then
             out=$(taskset -c $LOAD_CPU dnsperf -s 127.0.0.1 -p "$(port_of "$s")" -d "$TMP/queries.txt" -l "$DURATION" -q "$OUTSTANDING" -t 2 2>&1)
         else
             out=$(taskset -c $LOAD_CPU dnsperf -s 127.0.0.1 -p "$(port_of "$s")" -d "$TMP/queries.txt" -l "$LAT_DURATION" -Q "$RATE" -q "$OUTSTANDING" -t 2 -v 2>&1)
         fi
         # shellcheck disable=SC2086
-        c1=$(cpu_ticks $pids); u1=$(user_ticks $pids); b1=$(cpu0_busy); t1=$(date +%s%N)
+        read -r c1 u1 <<<"$(cpu_ticks $pids)"; b1=$(cpu0_busy); t1=$(date +%s%N)
         secs=$(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.3f", (b - a) / 1e9}')
         other=$(awk -v b=$((b1 - b0)) -v c=$((c1 - c0)) -v hz="$HZ" 'BEGIN{printf "%.2f", (b - c) / hz}')
         if awk -v o="$other" -v s="$secs" -v m="$OTHER_MAX" 'BEGIN{exit !(o > m * s)}'; then
