@@ -182,14 +182,13 @@ impl Store {
     }
 
     pub fn node(&self, name: &str) -> Result<Option<NodeRow>> {
-        self.with(|c| {
-            c.query_row(
-                "SELECT name, spec, provider, created_at, deleting, phase, message, updated_at FROM nodes WHERE name=?1",
-                [name],
-                row_to_node,
-            )
-            .optional()
-        })
+        self.with(|c| query_node(c, name))
+    }
+
+    /// A node's row and its conditions, read together: what the API shows
+    /// (a write of phase and condition between two reads would mix states).
+    pub fn node_and_conditions(&self, name: &str) -> Result<(Option<NodeRow>, Vec<Condition>)> {
+        self.with(|c| Ok((query_node(c, name)?, query_conditions(c, name)?)))
     }
 
     pub fn nodes(&self) -> Result<Vec<NodeRow>> {
@@ -202,9 +201,18 @@ impl Store {
     }
 
     pub fn set_phase(&self, name: &str, phase: &str, message: &str) -> Result<()> {
+        self.with(|c| update_phase(c, name, phase, message))
+    }
+
+    /// Sets a node's phase and one of its conditions in one transaction, so
+    /// no reader sees the phase without the condition that goes with it
+    /// (phase `Failed` with Ready still "waiting").
+    pub fn set_phase_and_condition(&self, name: &str, phase: &str, message: &str, cond: &Condition) -> Result<()> {
         self.with(|c| {
-            c.execute("UPDATE nodes SET phase=?2, message=?3, updated_at=?4 WHERE name=?1", params![name, phase, message, now_ms()])?;
-            Ok(())
+            let tx = c.transaction()?;
+            upsert_condition(&tx, name, cond)?;
+            update_phase(&tx, name, phase, message)?;
+            tx.commit()
         })
     }
 
@@ -324,25 +332,11 @@ impl Store {
     /// Sets a condition; its time changes only when its status does
     /// (Cluster API's lastTransitionTime).
     pub fn set_condition(&self, node: &str, cond: &Condition) -> Result<()> {
-        self.with(|c| {
-            c.execute(
-                "INSERT INTO conditions(node, type, status, reason, message, at) VALUES(?1,?2,?3,?4,?5,?6)
-                 ON CONFLICT(node, type) DO UPDATE SET reason=?4, message=?5,
-                   at=CASE WHEN conditions.status=?3 THEN conditions.at ELSE ?6 END, status=?3",
-                params![node, cond.kind, cond.status, cond.reason, cond.message, cond.at],
-            )?;
-            Ok(())
-        })
+        self.with(|c| upsert_condition(c, node, cond))
     }
 
     pub fn conditions(&self, node: &str) -> Result<Vec<Condition>> {
-        self.with(|c| {
-            let mut st = c.prepare("SELECT type, status, reason, message, at FROM conditions WHERE node=?1")?;
-            let rows = st.query_map([node], |r| {
-                Ok(Condition { kind: r.get(0)?, status: r.get(1)?, reason: r.get(2)?, message: r.get(3)?, at: r.get(4)? })
-            })?;
-            rows.collect()
-        })
+        self.with(|c| query_conditions(c, node))
     }
 
     /// Sets a cluster fact once; returns its (first) time.
@@ -371,6 +365,39 @@ fn row_to_node(r: &rusqlite::Row<'_>) -> rusqlite::Result<NodeRow> {
     })
 }
 
+fn query_node(c: &Connection, name: &str) -> rusqlite::Result<Option<NodeRow>> {
+    c.query_row(
+        "SELECT name, spec, provider, created_at, deleting, phase, message, updated_at FROM nodes WHERE name=?1",
+        [name],
+        row_to_node,
+    )
+    .optional()
+}
+
+fn query_conditions(c: &Connection, node: &str) -> rusqlite::Result<Vec<Condition>> {
+    let mut st = c.prepare("SELECT type, status, reason, message, at FROM conditions WHERE node=?1")?;
+    let rows = st.query_map([node], |r| {
+        Ok(Condition { kind: r.get(0)?, status: r.get(1)?, reason: r.get(2)?, message: r.get(3)?, at: r.get(4)? })
+    })?;
+    rows.collect()
+}
+
+fn update_phase(c: &Connection, name: &str, phase: &str, message: &str) -> rusqlite::Result<()> {
+    c.execute("UPDATE nodes SET phase=?2, message=?3, updated_at=?4 WHERE name=?1", params![name, phase, message, now_ms()])?;
+    Ok(())
+}
+
+/// A condition's `at` moves only when its status changes.
+fn upsert_condition(c: &Connection, node: &str, cond: &Condition) -> rusqlite::Result<()> {
+    c.execute(
+        "INSERT INTO conditions(node, type, status, reason, message, at) VALUES(?1,?2,?3,?4,?5,?6)
+         ON CONFLICT(node, type) DO UPDATE SET reason=?4, message=?5,
+           at=CASE WHEN conditions.status=?3 THEN conditions.at ELSE ?6 END, status=?3",
+        params![node, cond.kind, cond.status, cond.reason, cond.message, cond.at],
+    )?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -386,6 +413,38 @@ mod tests {
             message: String::new(),
             updated_at: 1,
         }
+    }
+
+    /// A reader (the API: the row, then its conditions) never sees a phase
+    /// without the Ready condition written with it.
+    #[test]
+    fn phase_and_condition_change_together() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = std::sync::Arc::new(Store::open(dir.path()).unwrap());
+        assert!(s.insert_node(&row("a")).unwrap());
+        let ready =
+            |reason: &str| Condition { kind: "Ready".into(), status: "False".into(), reason: reason.into(), message: String::new(), at: 1 };
+        let writer = {
+            let s = std::sync::Arc::clone(&s);
+            std::thread::spawn(move || {
+                for _ in 0..2000 {
+                    s.set_phase_and_condition("a", "Provisioned", "", &ready("WaitingForNetworkBoot")).unwrap();
+                    s.set_phase_and_condition("a", "Failed", "", &ready("Failed")).unwrap();
+                }
+            })
+        };
+        let mut seen = 0;
+        while !writer.is_finished() {
+            let (row, conds) = s.node_and_conditions("a").unwrap();
+            let phase = row.unwrap().phase;
+            let reason = conds.into_iter().find(|c| c.kind == "Ready").map(|c| c.reason);
+            if phase == "Failed" {
+                assert_eq!(reason.as_deref(), Some("Failed"), "phase Failed with Ready {reason:?}");
+                seen += 1;
+            }
+        }
+        writer.join().unwrap();
+        assert!(seen > 0, "the reader saw the Failed phase at least once");
     }
 
     #[test]

@@ -404,12 +404,12 @@ pub fn rfc3339(ms: i64) -> String {
 
 /// The status of one node (site or API), as the API shows it.
 fn node_view(ctl: &Controller, snap: &Snapshot, name: &str) -> Result<Option<Value>, store::StoreError> {
-    let row = ctl.store.node(name)?;
+    let (row, stored) = ctl.store.node_and_conditions(name)?;
     let site_node = snap.site.node(name);
     if row.is_none() && site_node.is_none() {
         return Ok(None);
     }
-    let conds = reconcile::conditions_view(ctl, snap, name, row.as_ref())?;
+    let conds = reconcile::conditions_view(row.as_ref(), stored);
     let ready = conds.iter().any(|c| c.kind == "Ready" && c.status == "True");
     let (phase, message) = match &row {
         Some(r) => (r.phase.clone(), r.message.clone()),

@@ -114,8 +114,7 @@ fn deadline_left(ctl: &Controller, row: &NodeRow) -> Duration {
 
 fn fail(ctl: &Controller, name: &str, msg: &str) {
     warn!(node = %name, reason = %msg, "node failed");
-    let _ = ctl.store.set_phase(name, "Failed", msg);
-    let _ = ctl.store.set_condition(name, &cond(READY, "False", "Failed", msg));
+    let _ = ctl.store.set_phase_and_condition(name, "Failed", msg, &cond(READY, "False", "Failed", msg));
     ctl.app.events.record(name, events::API, format!("failed: {msg}"));
 }
 
@@ -283,8 +282,12 @@ fn boot_step(ctl: &Controller, row: &NodeRow) -> Result<Next, StoreError> {
     let conds = ctl.store.conditions(name)?;
     let is = |k: &str| conds.iter().any(|c| c.kind == k && c.status == "True");
     if is(NETWORK_BOOTED) && is(IGNITION_SERVED) {
-        ctl.store.set_condition(name, &cond(READY, "True", "IgnitionServed", "network-booted and fetched its Ignition"))?;
-        ctl.store.set_phase(name, "Ready", "")?;
+        ctl.store.set_phase_and_condition(
+            name,
+            "Ready",
+            "",
+            &cond(READY, "True", "IgnitionServed", "network-booted and fetched its Ignition"),
+        )?;
         ctl.app.events.record(name, events::API, "Ready");
         info!(node = %name, "node Ready");
         return Ok(Next::Idle);
@@ -294,9 +297,8 @@ fn boot_step(ctl: &Controller, row: &NodeRow) -> Result<Next, StoreError> {
     } else {
         ("Provisioned", "waiting for the machine to network-boot")
     };
-    ctl.store.set_phase(name, phase, msg)?;
-    ctl.store
-        .set_condition(name, &cond(READY, "False", if is(NETWORK_BOOTED) { "WaitingForIgnition" } else { "WaitingForNetworkBoot" }, msg))?;
+    let ready = cond(READY, "False", if is(NETWORK_BOOTED) { "WaitingForIgnition" } else { "WaitingForNetworkBoot" }, msg);
+    ctl.store.set_phase_and_condition(name, phase, msg, &ready)?;
     Ok(past_deadline(ctl, row).unwrap_or(Next::Poll))
 }
 
@@ -440,8 +442,7 @@ fn scan_leases(ctl: &Controller) {
 /// The four conditions of a node as shown: stored ones, with defaults for
 /// those not yet set, and for site nodes (no machine to make) Provisioned
 /// True and Ready computed from the boot conditions.
-pub fn conditions_view(ctl: &Controller, _snap: &Snapshot, name: &str, row: Option<&NodeRow>) -> Result<Vec<Condition>, StoreError> {
-    let stored = ctl.store.conditions(name)?;
+pub fn conditions_view(row: Option<&NodeRow>, stored: Vec<Condition>) -> Vec<Condition> {
     let get = |k: &str| stored.iter().find(|c| c.kind == k).cloned();
     let created = row.map(|r| r.created_at).unwrap_or(0);
     let unknown = |k: &str, reason: &str, msg: &str| Condition {
@@ -490,7 +491,7 @@ pub fn conditions_view(ctl: &Controller, _snap: &Snapshot, name: &str, row: Opti
             }
         }
     };
-    Ok(vec![provisioned, booted, ign, ready])
+    vec![provisioned, booted, ign, ready]
 }
 
 #[cfg(test)]
