@@ -22,6 +22,14 @@ REUSE_CLONE=${REUSE_CLONE:-0}
 MIRROR=${MIRROR:-http://deb.debian.org/debian}
 
 [[ $(id -u) -eq 0 ]] || { echo "fresh-debian.sh: must run as root" >&2; exit 1; }
+DIR=$(realpath -m "$DIR")
+[[ $DIR == /?*/?* ]] || { echo "fresh-debian.sh: $DIR: give a directory at least two levels deep" >&2; exit 1; }
+# Something still mounted inside (a run that was killed before its cleanup):
+# removing or re-mounting over it could reach the host's /dev or /sys.
+if awk -v d="$DIR" '$2 == d || index($2, d "/") == 1 {found = 1} END {exit !found}' /proc/self/mounts; then
+  echo "fresh-debian.sh: something is still mounted below $DIR; unmount it first (umount -R $DIR)" >&2
+  exit 1
+fi
 command -v debootstrap >/dev/null || apt-get install -y -q debootstrap
 
 mounted=()
@@ -32,7 +40,7 @@ cleanup() {
 trap cleanup EXIT
 
 if [[ $KEEP != 1 || ! -x $DIR/bin/bash ]]; then
-  rm -rf "$DIR"
+  rm -rf --one-file-system "$DIR"
   echo "fresh-debian.sh: debootstrap bookworm $DIR" >&2
   debootstrap bookworm "$DIR" "$MIRROR" >&2
 fi
