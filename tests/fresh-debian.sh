@@ -7,22 +7,26 @@
 # to 127.0.0.0/8 or inside their own namespaces.
 #
 # Usage: sudo tests/fresh-debian.sh [DIR]   (DIR: the chroot, /srv/fresh)
-#   KEEP=1 reuses an existing chroot (packages already installed there), so
-#   only the clone is fresh; REUSE_CLONE=1 also keeps the clone's target/,
-#   moving the clone to HEAD (a re-run after a fix). ../shared (the provider
+#   KEEP=1 reuses an existing chroot this script made (packages already
+#   installed there), so only the clone is fresh; REUSE_CLONE=1 (implies
+#   KEEP) also keeps the clone's target/, moving the clone to HEAD (a re-run
+#   after a fix). ../shared (the provider
 #   specs the controller tests read) is bind-mounted read-only beside the
 #   clone, as it sits beside this checkout. Needs root, debootstrap (apt),
 #   ~6 GB of disk.
 # Output: the chroot's .ci/run output on stdout; its exit status.
 set -euo pipefail
+DIR=$(realpath -m "${1:-/srv/fresh}")
 cd "$(dirname "$0")/.."
-DIR=${1:-/srv/fresh}
 KEEP=${KEEP:-0}
 REUSE_CLONE=${REUSE_CLONE:-0}
+[[ $REUSE_CLONE != 1 ]] || KEEP=1
+# Written once debootstrap has finished: only a directory with it is reused or
+# removed by this script (a mistyped existing directory is neither).
+MARK=.fresh-debian
 MIRROR=${MIRROR:-http://deb.debian.org/debian}
 
 [[ $(id -u) -eq 0 ]] || { echo "fresh-debian.sh: must run as root" >&2; exit 1; }
-DIR=$(realpath -m "$DIR")
 [[ $DIR == /?*/?* ]] || { echo "fresh-debian.sh: $DIR: give a directory at least two levels deep" >&2; exit 1; }
 # Something still mounted inside (a run that was killed before its cleanup):
 # removing or re-mounting over it could reach the host's /dev or /sys.
@@ -39,10 +43,15 @@ cleanup() {
 }
 trap cleanup EXIT
 
-if [[ $KEEP != 1 || ! -x $DIR/bin/bash ]]; then
+if [[ $KEEP != 1 || ! -e $DIR/$MARK ]]; then
+  if [[ -e $DIR && ! -e $DIR/$MARK ]] && [[ -n $(ls -A "$DIR") ]]; then
+    echo "fresh-debian.sh: $DIR is not empty and not a chroot this script made; not touching it" >&2
+    exit 1
+  fi
   rm -rf --one-file-system "$DIR"
   echo "fresh-debian.sh: debootstrap bookworm $DIR" >&2
   debootstrap bookworm "$DIR" "$MIRROR" >&2
+  touch "$DIR/$MARK"
 fi
 cp /etc/resolv.conf "$DIR/etc/resolv.conf"
 # This machine's own trust anchors (/usr/local/share/ca-certificates: e.g. an
@@ -57,8 +66,14 @@ fi
 
 mnt() { # fstype-or-bind source target
   mkdir -p "$3"
-  if [[ $1 == bind ]]; then mount --rbind "$2" "$3" && mount --make-rslave "$3"; else mount -t "$1" "$2" "$3"; fi
-  mounted+=("$3")
+  if [[ $1 == bind ]]; then
+    mount --rbind "$2" "$3"
+    mounted+=("$3")
+    mount --make-rslave "$3"
+  else
+    mount -t "$1" "$2" "$3"
+    mounted+=("$3")
+  fi
 }
 # The chroot's / must be a mount point: `ip netns exec` makes it a slave.
 mnt bind "$DIR" "$DIR"

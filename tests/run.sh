@@ -29,7 +29,7 @@ log() { printf '\n== %s\n' "$*"; }
 log "dependencies"
 bash tests/lab/deps.sh
 bash tests/lab/rust.sh
-export PATH="$HOME/.cargo/bin:$PATH"
+export PATH="${CARGO_HOME:-${HOME:-/root}/.cargo}/bin:$PATH"
 
 log "format"
 cargo fmt --all -- --check

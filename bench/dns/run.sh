@@ -205,10 +205,13 @@ tree() { # pid -> the pid and all its descendants
     for c in $(pgrep -P "$p" 2>/dev/null); do tree "$c"; done
 }
 cpu_ticks() { # pids -> "utime+stime utime" of all their threads (the second: user space only)
-    local p files=()
-    for p in "$@"; do [ -r "/proc/$p/stat" ] && files+=("/proc/$p/stat"); done
-    [ ${#files[@]} -gt 0 ] || { echo "0 0"; return; }
-    awk '{sub(/.*\) /,""); t += $12 + $13; u += $12} END{print t + 0, u + 0}' "${files[@]}" 2>/dev/null || echo "0 0"
+    local t=0 u=0 p v
+    for p in "$@"; do
+        # a process that has gone counts 0
+        v=$(awk '{sub(/.*\) /,""); print $12 + $13, $12}' "/proc/$p/stat" 2>/dev/null || echo "0 0")
+        t=$((t + ${v% *})); u=$((u + ${v#* }))
+    done
+    echo "$t $u"
 }
 HZ=$(getconf CLK_TCK)
 cpu0_busy() { awk -v c="cpu$SERVER_CPU" '$1 == c {print $2 + $4 + $7 + $8 + $9}' /proc/stat; }

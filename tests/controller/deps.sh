@@ -22,7 +22,8 @@ if [[ -n ${PRISM:-} && -x ${PRISM:-} ]]; then
   exit 0
 fi
 PIN=$REPO/tests/controller/prism
-if [[ -x $PRISM_DIR/node_modules/.bin/prism ]] && cmp -s "$PIN/package-lock.json" "$PRISM_DIR/package-lock.json"; then
+# .installed: the lock file an `npm ci` there finished with (a half-done install has none).
+if [[ -x $PRISM_DIR/node_modules/.bin/prism ]] && cmp -s "$PIN/package-lock.json" "$PRISM_DIR/.installed"; then
   echo "deps.sh: prism $("$PRISM_DIR/node_modules/.bin/prism" --version) already in $PRISM_DIR"
   exit 0
 fi
@@ -30,4 +31,5 @@ rm -rf "$PRISM_DIR"
 mkdir -p "$PRISM_DIR"
 cp "$PIN/package.json" "$PIN/package-lock.json" "$PRISM_DIR/"
 npm ci --prefix "$PRISM_DIR" --no-audit --no-fund
+cp "$PIN/package-lock.json" "$PRISM_DIR/.installed"
 echo "deps.sh: prism $("$PRISM_DIR/node_modules/.bin/prism" --version) installed in $PRISM_DIR"
