@@ -204,13 +204,16 @@ impl Store {
         self.with(|c| update_phase(c, name, phase, message))
     }
 
-    /// Sets a node's phase and one of its conditions in one transaction, so
-    /// no reader sees the phase without the condition that goes with it
-    /// (phase `Failed` with Ready still "waiting").
-    pub fn set_phase_and_condition(&self, name: &str, phase: &str, message: &str, cond: &Condition) -> Result<()> {
+    /// Sets a node's phase and conditions in one transaction, so no reader
+    /// sees the phase without the conditions that go with it (phase `Failed`
+    /// with Ready still "waiting", Provisioned True while still
+    /// `Provisioning`).
+    pub fn set_phase_and_conditions(&self, name: &str, phase: &str, message: &str, conds: &[Condition]) -> Result<()> {
         self.with(|c| {
             let tx = c.transaction()?;
-            upsert_condition(&tx, name, cond)?;
+            for cond in conds {
+                upsert_condition(&tx, name, cond)?;
+            }
             update_phase(&tx, name, phase, message)?;
             tx.commit()
         })
@@ -427,24 +430,32 @@ mod tests {
         let writer = {
             let s = std::sync::Arc::clone(&s);
             std::thread::spawn(move || {
-                for _ in 0..2000 {
-                    s.set_phase_and_condition("a", "Provisioned", "", &ready("WaitingForNetworkBoot")).unwrap();
-                    s.set_phase_and_condition("a", "Failed", "", &ready("Failed")).unwrap();
+                for _ in 0..200 {
+                    s.set_phase_and_conditions("a", "Provisioned", "", &[ready("WaitingForNetworkBoot")]).unwrap();
+                    s.set_phase_and_conditions("a", "Failed", "", &[ready("Failed")]).unwrap();
                 }
             })
         };
-        let mut seen = 0;
-        while !writer.is_finished() {
+        let check = || {
             let (row, conds) = s.node_and_conditions("a").unwrap();
             let phase = row.unwrap().phase;
             let reason = conds.into_iter().find(|c| c.kind == "Ready").map(|c| c.reason);
-            if phase == "Failed" {
-                assert_eq!(reason.as_deref(), Some("Failed"), "phase Failed with Ready {reason:?}");
-                seen += 1;
-            }
+            let want = match phase.as_str() {
+                "Pending" => None, // before the first write
+                "Failed" => Some("Failed"),
+                _ => Some("WaitingForNetworkBoot"),
+            };
+            assert_eq!(reason.as_deref(), want, "phase {phase} with Ready {reason:?}");
+        };
+        let mut reads = 0;
+        while !writer.is_finished() {
+            check();
+            reads += 1;
         }
         writer.join().unwrap();
-        assert!(seen > 0, "the reader saw the Failed phase at least once");
+        check();
+        assert_eq!(s.node("a").unwrap().unwrap().phase, "Failed");
+        assert!(reads > 0);
     }
 
     #[test]

@@ -113,8 +113,15 @@ fn deadline_left(ctl: &Controller, row: &NodeRow) -> Duration {
 }
 
 fn fail(ctl: &Controller, name: &str, msg: &str) {
+    fail_with(ctl, name, msg, None);
+}
+
+/// [`fail`], with one more condition (the one that failed) written in the
+/// same transaction.
+fn fail_with(ctl: &Controller, name: &str, msg: &str, also: Option<Condition>) {
     warn!(node = %name, reason = %msg, "node failed");
-    let _ = ctl.store.set_phase_and_condition(name, "Failed", msg, &cond(READY, "False", "Failed", msg));
+    let conds: Vec<Condition> = also.into_iter().chain([cond(READY, "False", "Failed", msg)]).collect();
+    let _ = ctl.store.set_phase_and_conditions(name, "Failed", msg, &conds);
     ctl.app.events.record(name, events::API, format!("failed: {msg}"));
 }
 
@@ -159,8 +166,7 @@ async fn step(ctl: &Arc<Controller>, row: &NodeRow) -> Result<Next, StoreError> 
         return Ok(Next::Idle);
     }
     let Some(spec) = spec else {
-        ctl.store.set_condition(name, &cond(PROVISIONED, "True", "NoProvider", "no provider: the machine is brought up by other means"))?;
-        return boot_step(ctl, row);
+        return boot_step(ctl, row, cond(PROVISIONED, "True", "NoProvider", "no provider: the machine is brought up by other means"));
     };
     let provider = match ctl.provider(spec.name()) {
         Ok(p) => p,
@@ -226,17 +232,20 @@ async fn step(ctl: &Arc<Controller>, row: &NodeRow) -> Result<Next, StoreError> 
             if !was {
                 ctl.app.events.record(name, events::PROVIDER, msg.clone());
             }
-            ctl.store.set_condition(name, &cond(PROVISIONED, "True", "MachineActive", &msg))?;
-            boot_step(ctl, row)
+            boot_step(ctl, row, cond(PROVISIONED, "True", "MachineActive", &msg))
         }
         MachineState::Pending(s) => {
-            ctl.store.set_condition(name, &cond(PROVISIONED, "False", "MachineNotActive", &format!("machine {} is {s}", machine.id)))?;
-            ctl.store.set_phase(name, "Provisioning", &format!("machine {} is {s}", machine.id))?;
+            let msg = format!("machine {} is {s}", machine.id);
+            ctl.store.set_phase_and_conditions(name, "Provisioning", &msg, &[cond(PROVISIONED, "False", "MachineNotActive", &msg)])?;
             Ok(past_deadline(ctl, row).unwrap_or(Next::Poll))
         }
         MachineState::Failed(why) => {
-            ctl.store.set_condition(name, &cond(PROVISIONED, "False", "MachineFailed", why))?;
-            fail(ctl, name, &format!("{} machine {}: {why}", provider.name(), machine.id));
+            fail_with(
+                ctl,
+                name,
+                &format!("{} machine {}: {why}", provider.name(), machine.id),
+                Some(cond(PROVISIONED, "False", "MachineFailed", why)),
+            );
             Ok(Next::Idle)
         }
     }
@@ -276,18 +285,15 @@ fn past_deadline(ctl: &Controller, row: &NodeRow) -> Option<Next> {
     Some(Next::Idle)
 }
 
-/// After the machine is up: Ready once it network-booted and fetched its Ignition.
-fn boot_step(ctl: &Controller, row: &NodeRow) -> Result<Next, StoreError> {
+/// After the machine is up (`provisioned`, written with the phase): Ready
+/// once it network-booted and fetched its Ignition.
+fn boot_step(ctl: &Controller, row: &NodeRow, provisioned: Condition) -> Result<Next, StoreError> {
     let name = row.name.as_str();
     let conds = ctl.store.conditions(name)?;
     let is = |k: &str| conds.iter().any(|c| c.kind == k && c.status == "True");
     if is(NETWORK_BOOTED) && is(IGNITION_SERVED) {
-        ctl.store.set_phase_and_condition(
-            name,
-            "Ready",
-            "",
-            &cond(READY, "True", "IgnitionServed", "network-booted and fetched its Ignition"),
-        )?;
+        let ready = cond(READY, "True", "IgnitionServed", "network-booted and fetched its Ignition");
+        ctl.store.set_phase_and_conditions(name, "Ready", "", &[provisioned, ready])?;
         ctl.app.events.record(name, events::API, "Ready");
         info!(node = %name, "node Ready");
         return Ok(Next::Idle);
@@ -298,7 +304,7 @@ fn boot_step(ctl: &Controller, row: &NodeRow) -> Result<Next, StoreError> {
         ("Provisioned", "waiting for the machine to network-boot")
     };
     let ready = cond(READY, "False", if is(NETWORK_BOOTED) { "WaitingForIgnition" } else { "WaitingForNetworkBoot" }, msg);
-    ctl.store.set_phase_and_condition(name, phase, msg, &ready)?;
+    ctl.store.set_phase_and_conditions(name, phase, msg, &[provisioned, ready])?;
     Ok(past_deadline(ctl, row).unwrap_or(Next::Poll))
 }
 
