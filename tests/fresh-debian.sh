@@ -66,14 +66,9 @@ fi
 
 mnt() { # fstype-or-bind source target
   mkdir -p "$3"
-  if [[ $1 == bind ]]; then
-    mount --rbind "$2" "$3"
-    mounted+=("$3")
-    mount --make-rslave "$3"
-  else
-    mount -t "$1" "$2" "$3"
-    mounted+=("$3")
-  fi
+  if [[ $1 == bind ]]; then mount --rbind "$2" "$3"; else mount -t "$1" "$2" "$3"; fi
+  mounted+=("$3") # before anything else can fail, so cleanup undoes it
+  if [[ $1 == bind ]]; then mount --make-rslave "$3"; fi
 }
 # The chroot's / must be a mount point: `ip netns exec` makes it a slave.
 mnt bind "$DIR" "$DIR"

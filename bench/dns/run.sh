@@ -204,15 +204,7 @@ tree() { # pid -> the pid and all its descendants
     echo "$p"
     for c in $(pgrep -P "$p" 2>/dev/null); do tree "$c"; done
 }
-cpu_ticks() { # pids -> "utime+stime utime" of all their threads (the second: user space only)
-    local t=0 u=0 p v
-    for p in "$@"; do
-        # a process that has gone counts 0
-        v=$(awk '{sub(/.*\) /,""); print $12 + $13, $12}' "/proc/$p/stat" 2>/dev/null || echo "0 0")
-        t=$((t + ${v% *})); u=$((u + ${v#* }))
-    done
-    echo "$t $u"
-}
+. "$REPO/bench/lib/ticks.sh"   # proc_ticks
 HZ=$(getconf CLK_TCK)
 cpu0_busy() { awk -v c="cpu$SERVER_CPU" '$1 == c {print $2 + $4 + $7 + $8 + $9}' /proc/stat; }
 
@@ -252,14 +244,14 @@ measure() { # server kind -> appends a line
         # shellcheck disable=SC2046
         pids=$(tree "$(root_pid "$s")" | tr '\n' ' ')
         # shellcheck disable=SC2086
-        read -r c0 u0 <<<"$(cpu_ticks $pids)"; b0=$(cpu0_busy); t0=$(date +%s%N)
+        read -r c0 u0 <<<"$(proc_ticks $pids)"; b0=$(cpu0_busy); t0=$(date +%s%N)
         if [ "$kind" = tput ]; then
             out=$(taskset -c $LOAD_CPU dnsperf -s 127.0.0.1 -p "$(port_of "$s")" -d "$TMP/queries.txt" -l "$DURATION" -q "$OUTSTANDING" -t 2 2>&1)
         else
             out=$(taskset -c $LOAD_CPU dnsperf -s 127.0.0.1 -p "$(port_of "$s")" -d "$TMP/queries.txt" -l "$LAT_DURATION" -Q "$RATE" -q "$OUTSTANDING" -t 2 -v 2>&1)
         fi
         # shellcheck disable=SC2086
-        read -r c1 u1 <<<"$(cpu_ticks $pids)"; b1=$(cpu0_busy); t1=$(date +%s%N)
+        read -r c1 u1 <<<"$(proc_ticks $pids)"; b1=$(cpu0_busy); t1=$(date +%s%N)
         secs=$(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.3f", (b - a) / 1e9}')
         other=$(awk -v b=$((b1 - b0)) -v c=$((c1 - c0)) -v hz="$HZ" 'BEGIN{printf "%.2f", (b - c) / hz}')
         if awk -v o="$other" -v s="$secs" -v m="$OTHER_MAX" 'BEGIN{exit !(o > m * s)}'; then

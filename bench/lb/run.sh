@@ -193,18 +193,11 @@ lb_pid() { case $1 in lbd) echo "$LBD_PID" ;; haproxy) echo "$HA_PID" ;; direct)
 
 # --- CPU accounting -------------------------------------------------------------
 HZ=$(getconf CLK_TCK)
+. "$REPO/bench/lib/ticks.sh"   # proc_ticks
 ticks() { # pids... -> utime+stime summed
-    local t=0 p
-    for p in "$@"; do t=$((t + $(awk '{sub(/.*\) /,""); print $12 + $13}' "/proc/$p/stat"))); done
-    echo "$t"
-}
-tu_ticks() { # pids... -> "utime+stime utime" summed, read together
-    local t=0 u=0 p v
-    for p in "$@"; do
-        v=$(awk '{sub(/.*\) /,""); print $12 + $13, $12}' "/proc/$p/stat")
-        t=$((t + ${v% *})); u=$((u + ${v#* }))
-    done
-    echo "$t $u"
+    local v
+    v=$(proc_ticks "$@")
+    echo "${v% *}"
 }
 server_pids() { echo "$LBD_PID $HA_PID $IPERF_PID ${NGX_PID[ng1]} ${NGX_PID[ng2]} $(pgrep -P "${NGX_PID[ng1]}" | tr '\n' ' ') $(pgrep -P "${NGX_PID[ng2]}" | tr '\n' ' ')"; }
 # user + system + steal: irq and softirq time is left out on both sides, since
@@ -256,10 +249,10 @@ cell() { # test target kind args...
     shift 3
     for a in 1 2 3; do
         # shellcheck disable=SC2046
-        read -r c0 u0 <<<"$(tu_ticks $(lb_pid "$who"))"; s0=$(snap)
+        read -r c0 u0 <<<"$(proc_ticks $(lb_pid "$who"))"; s0=$(snap)
         v=$("$kind" "$who" "$@")
         # shellcheck disable=SC2046
-        read -r c1 u1 <<<"$(tu_ticks $(lb_pid "$who"))"; s1=$(snap)
+        read -r c1 u1 <<<"$(proc_ticks $(lb_pid "$who"))"; s1=$(snap)
         o=$(other "$s0" "$s1")
         cpu=$(awk -v d=$((c1 - c0)) -v hz="$HZ" 'BEGIN{printf "%.2f", d / hz}')
         # clean: a value, and other load under OTHER_MAX of CPU 0 (CPU 1 is saturated by the generator)
