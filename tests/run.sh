@@ -28,8 +28,11 @@ log() { printf '\n== %s\n' "$*"; }
 
 log "dependencies"
 bash tests/lab/deps.sh
+# The same home as tests/lab/rust.sh installs into, when HOME is unset.
+HOME=${HOME:-$(getent passwd "$(id -u)" | cut -d: -f6)}
+export HOME
 bash tests/lab/rust.sh
-export PATH="${CARGO_HOME:-${HOME:-/root}/.cargo}/bin:$PATH"
+export PATH="${CARGO_HOME:-$HOME/.cargo}/bin:$PATH"
 
 log "format"
 cargo fmt --all -- --check

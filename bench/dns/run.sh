@@ -24,8 +24,13 @@
 # server-CPU-second numbers are robust to other load; QPS and latency are not.
 #
 # Knobs (env): DURATION (10), LAT_DURATION (5), ROUNDS (3), OUTSTANDING (100),
-# RATE (20000), NODES (200), PORT_BASE (45400), OTHER_MAX (0.15),
-# DNSD_BIN (default $CARGO_TARGET_DIR or target, release/dnsd).
+# RATE (20000), NODES (200), PORT_BASE (25400, below the ephemeral range
+# 32768-60999 so a port left in TIME_WAIT by another bench cannot take it),
+# OTHER_MAX (0.15),
+# DNSD_BIN (default $CARGO_TARGET_DIR or target, release/dnsd),
+# FLOOR (0; 1 adds a fourth server to the throughput cells: dnsd's
+# examples/udp_floor.rs, dnsd's UDP loop with no DNS work, whose queries per
+# CPU-second bound what any recvmmsg/sendmmsg server could reach; FLOOR_BIN).
 set -euo pipefail
 
 DURATION=${DURATION:-10}
@@ -34,8 +39,9 @@ ROUNDS=${ROUNDS:-3}
 OUTSTANDING=${OUTSTANDING:-100}
 RATE=${RATE:-20000}
 NODES=${NODES:-200}
-PORT_BASE=${PORT_BASE:-45400}
+PORT_BASE=${PORT_BASE:-25400}
 OTHER_MAX=${OTHER_MAX:-0.15}
+FLOOR=${FLOOR:-0}
 SERVER_CPU=0
 LOAD_CPU=1
 
@@ -48,6 +54,11 @@ done
 if [ ! -x "$DNSD_BIN" ]; then
     echo "# building dnsd (release)" >&2
     (cd "$REPO" && cargo build --release -p dnsd)
+fi
+FLOOR_BIN=${FLOOR_BIN:-$(dirname "$DNSD_BIN")/examples/udp_floor}
+if [ "$FLOOR" = 1 ] && [ ! -x "$FLOOR_BIN" ]; then
+    echo "# building dnsd's udp_floor example (release)" >&2
+    (cd "$REPO" && cargo build --release -p dnsd --example udp_floor)
 fi
 
 PIDS=()
@@ -68,6 +79,7 @@ log() { echo "# $*" >&2; }
 P_DNSD=$PORT_BASE
 P_NSD=$((PORT_BASE + 1))
 P_KNOT=$((PORT_BASE + 2))
+P_FLOOR=$((PORT_BASE + 3))
 
 # --- the site, its zones, the query file ----------------------------------------
 python3 - "$TMP" "$NODES" "$P_DNSD" <<'EOF'
@@ -197,8 +209,13 @@ KNOT_PID=$!
 PIDS+=("$KNOT_PID")
 
 SERVERS="dnsd nsd knot"
-port_of() { case $1 in dnsd) echo "$P_DNSD" ;; nsd) echo "$P_NSD" ;; knot) echo "$P_KNOT" ;; esac; }
-root_pid() { case $1 in dnsd) echo "$DNSD_PID" ;; nsd) echo "$NSD_PID" ;; knot) echo "$KNOT_PID" ;; esac; }
+if [ "$FLOOR" = 1 ]; then
+    taskset -c $SERVER_CPU "$FLOOR_BIN" "127.0.0.1:$P_FLOOR" >"$TMP/floor.log" 2>&1 &
+    FLOOR_PID=$!
+    PIDS+=("$FLOOR_PID")
+fi
+port_of() { case $1 in dnsd) echo "$P_DNSD" ;; nsd) echo "$P_NSD" ;; knot) echo "$P_KNOT" ;; floor) echo "$P_FLOOR" ;; esac; }
+root_pid() { case $1 in dnsd) echo "$DNSD_PID" ;; nsd) echo "$NSD_PID" ;; knot) echo "$KNOT_PID" ;; floor) echo "$FLOOR_PID" ;; esac; }
 tree() { # pid -> the pid and all its descendants
     local p=$1 c
     echo "$p"
@@ -206,7 +223,7 @@ tree() { # pid -> the pid and all its descendants
 }
 . "$REPO/bench/lib/ticks.sh"   # proc_ticks
 HZ=$(getconf CLK_TCK)
-cpu0_busy() { awk -v c="cpu$SERVER_CPU" '$1 == c {print $2 + $4 + $7 + $8 + $9}' /proc/stat; }
+cpu0_busy() { cpu_busy_ticks "$SERVER_CPU"; }
 
 for s in $SERVERS; do
     ok=0
@@ -216,11 +233,20 @@ for s in $SERVERS; do
     done
     [ $ok = 1 ] || { echo "$s did not come up" >&2; tail -5 "$TMP"/*.log "$TMP"/*/log >&2 || true; exit 1; }
 done
+if [ "$FLOOR" = 1 ]; then # it answers with no records, so dig's status, not +short
+    ok=0
+    for _ in $(seq 100); do
+        if dig @127.0.0.1 -p "$P_FLOOR" +time=1 +tries=1 bench.example.test SOA >/dev/null 2>&1; then ok=1; break; fi
+        sleep 0.1
+    done
+    [ $ok = 1 ] || { echo "udp_floor did not come up" >&2; cat "$TMP/floor.log" >&2; exit 1; }
+fi
 
 # Same data: the same RCODE mix for one pass over the query file.
 declare -A MIX
 for s in $SERVERS; do
-    MIX[$s]=$(taskset -c $LOAD_CPU dnsperf -s 127.0.0.1 -p "$(port_of $s)" -d "$TMP/queries.txt" -n 1 -q 20 -t 2 2>&1 | awk -F': *' '/Response codes/{print $2}')
+    MIX[$s]=$(timeout 30 taskset -c $LOAD_CPU dnsperf -s 127.0.0.1 -p "$(port_of $s)" -d "$TMP/queries.txt" -n 1 -q 20 -t 2 2>&1 | awk -F': *' '/Response codes/{print $2}') ||
+        { echo "RCODE-mix check: dnsperf against $s did not finish in 30 s (is port $(port_of $s) taken?)" >&2; exit 1; }
 done
 for s in nsd knot; do
     [ "${MIX[$s]}" = "${MIX[dnsd]}" ] || { echo "RCODE mix differs: dnsd '${MIX[dnsd]}' vs $s '${MIX[$s]}'" >&2; exit 1; }
@@ -280,6 +306,7 @@ order() { if [ $(($1 % 2)) = 1 ]; then echo "$SERVERS"; else echo "$SERVERS" | t
 for r in $(seq "$ROUNDS"); do
     log "round $r/$ROUNDS"
     for s in $(order "$r"); do measure "$s" tput; done
+    if [ "$FLOOR" = 1 ]; then measure floor tput; fi
     for s in $(order "$r"); do measure "$s" lat; done
 done
 
@@ -315,5 +342,13 @@ for peer in ("nsd", "knot"):
 # none left (only the kernel's send and receive work), dnsd would reach this.
 d = res["dnsd"]
 print(f"ceiling: dnsd with zero user-space time would be {d[1] / (1 - d[6]) / res['nsd'][1]:.2f}x NSD per server-CPU-s" if d[6] < 1 and res["nsd"][1] else "ceiling: n/a")
+f = [r for r in rows if r[0] == "floor" and r[1] == "tput"]
+if f:
+    fq = med([float(r[2]) for r in f])
+    fc = med([float(r[3]) / float(r[5]) for r in f if float(r[5]) > 0])
+    fu = med([float(r[7]) / float(r[5]) for r in f if float(r[5]) > 0])
+    fl = sum(int(r[4]) for r in f)
+    print(f"floor  {fq:>10.0f} {fc:>15.0f} {fl:>10} {'':>8} {'':>8} {'':>9} {100 * fu:>9.0f}%")
+    print(f"floor (no DNS work, same recvmmsg/sendmmsg loop): {fc / res['nsd'][1]:.2f}x NSD, {fc / d[1]:.2f}x dnsd per server-CPU-s")
 EOF
 echo "disturbed cells (other load > $OTHER_MAX CPU on CPU $SERVER_CPU): $disturbed"

@@ -22,7 +22,10 @@
 # of CPU 0, or of a saturated CPU 1, is repeated, at most 3 attempts),
 # LBD_BIN (default target/release/lbd, built if missing), PORT_BASE (19080;
 # uses PORT_BASE..PORT_BASE+20), FAILOVER (1; 0 skips it), FAILOVER_KILLS (3 per
-# balancer, alternating).
+# balancer, alternating), FLOOR (0; 1 adds a fourth target to the keepalive
+# and connrate cells: lbd's examples/relay_floor.rs, a one-thread epoll relay
+# with no checks, timers or limits, whose rates per CPU-second bound what any
+# user-space relay could reach; FLOOR_BIN).
 set -euo pipefail
 
 DURATION=${DURATION:-8}
@@ -33,6 +36,7 @@ OTHER_MAX=${OTHER_MAX:-0.15}
 PORT_BASE=${PORT_BASE:-19080}
 FAILOVER=${FAILOVER:-1}
 FAILOVER_KILLS=${FAILOVER_KILLS:-3}
+FLOOR=${FLOOR:-0}
 SERVER_CPU=0
 LOAD_CPU=1
 
@@ -61,6 +65,11 @@ if [ ! -x "$LBD_BIN" ]; then
     echo "# building lbd (release)" >&2
     (cd "$REPO" && cargo build --release -p lbd)
 fi
+FLOOR_BIN=${FLOOR_BIN:-$(dirname "$LBD_BIN")/examples/relay_floor}
+if [ "$FLOOR" = 1 ] && [ ! -x "$FLOOR_BIN" ]; then
+    echo "# building lbd's relay_floor example (release)" >&2
+    (cd "$REPO" && cargo build --release -p lbd --example relay_floor)
+fi
 
 PIDS=()
 TMP=""
@@ -85,7 +94,7 @@ TMP=$(mktemp -d /tmp/bench-lb.XXXXXX)
 chmod 755 "$TMP"
 P_NG1=$((PORT_BASE + 1)) P_NG2=$((PORT_BASE + 2)) P_IPERF=$((PORT_BASE + 3))
 P_LBD_WEB=$((PORT_BASE + 10)) P_LBD_BULK=$((PORT_BASE + 11)) P_LBD_ADMIN=$((PORT_BASE + 12))
-P_HA_WEB=$((PORT_BASE + 15)) P_HA_BULK=$((PORT_BASE + 16))
+P_HA_WEB=$((PORT_BASE + 15)) P_HA_BULK=$((PORT_BASE + 16)) P_FLOOR_WEB=$((PORT_BASE + 18))
 mkdir -p "$TMP/www"
 head -c 1024 /dev/urandom | base64 -w 0 | head -c 1024 >"$TMP/www/1k"
 chmod 644 "$TMP/www/1k"
@@ -183,13 +192,21 @@ haproxy -c -q -f "$TMP/haproxy.cfg"
 HA_PID=$!
 PIDS+=("$!")
 
+FLOOR_PID=""
+if [ "$FLOOR" = 1 ]; then
+    "${ON_SERVER[@]}" "$FLOOR_BIN" "127.0.0.1:$P_FLOOR_WEB" "127.0.0.1:$P_NG1" "127.0.0.1:$P_NG2" >"$TMP/floor.log" 2>&1 &
+    FLOOR_PID=$!
+    PIDS+=("$!")
+fi
+
 wait_http "http://127.0.0.1:$P_LBD_WEB/1k"
 wait_http "http://127.0.0.1:$P_HA_WEB/1k"
+if [ "$FLOOR" = 1 ]; then wait_http "http://127.0.0.1:$P_FLOOR_WEB/1k"; fi
 sleep 3   # every check settled
 
-port_web() { case $1 in lbd) echo "$P_LBD_WEB" ;; haproxy) echo "$P_HA_WEB" ;; direct) echo "$P_NG1" ;; esac; }
+port_web() { case $1 in lbd) echo "$P_LBD_WEB" ;; haproxy) echo "$P_HA_WEB" ;; direct) echo "$P_NG1" ;; floor) echo "$P_FLOOR_WEB" ;; esac; }
 port_bulk() { case $1 in lbd) echo "$P_LBD_BULK" ;; haproxy) echo "$P_HA_BULK" ;; direct) echo "$P_IPERF" ;; esac; }
-lb_pid() { case $1 in lbd) echo "$LBD_PID" ;; haproxy) echo "$HA_PID" ;; direct) echo "" ;; esac; }
+lb_pid() { case $1 in lbd) echo "$LBD_PID" ;; haproxy) echo "$HA_PID" ;; direct) echo "" ;; floor) echo "$FLOOR_PID" ;; esac; }
 
 # --- CPU accounting -------------------------------------------------------------
 HZ=$(getconf CLK_TCK)
@@ -199,12 +216,8 @@ ticks() { # pids... -> utime+stime summed
     v=$(proc_ticks "$@")
     echo "${v% *}"
 }
-server_pids() { echo "$LBD_PID $HA_PID $IPERF_PID ${NGX_PID[ng1]} ${NGX_PID[ng2]} $(pgrep -P "${NGX_PID[ng1]}" | tr '\n' ' ') $(pgrep -P "${NGX_PID[ng2]}" | tr '\n' ' ')"; }
-# user + system + steal: irq and softirq time is left out on both sides, since
-# with IRQ time accounting the kernel charges loopback TCP's softirq work to
-# neither our processes nor "other" (it is ours, but unattributed); nice is
-# left out too (positive-nice work never disturbs us much).
-cpu_busy() { awk -v c="cpu$1" '$1 == c {print $2 + $4 + $9}' /proc/stat; }
+server_pids() { echo "$LBD_PID $HA_PID $FLOOR_PID $IPERF_PID ${NGX_PID[ng1]} ${NGX_PID[ng2]} $(pgrep -P "${NGX_PID[ng1]}" | tr '\n' ' ') $(pgrep -P "${NGX_PID[ng2]}" | tr '\n' ' ')"; }
+cpu_busy() { cpu_busy_ticks "$1"; }   # bench/lib/ticks.sh says which columns
 # The kernel threads that finish loopback TCP's softirq work when it piles up
 # do our work, not someone else's: counted with the servers (CPU 0) and the
 # generators (CPU 1).
@@ -266,6 +279,7 @@ cell() { # test target kind args...
     printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$test" "$who" "$1" "$2" "$3" "$cpu" "$(awk '{print $1 "/" $2}' <<<"$o")" "$a" "$(awk '{print $3}' <<<"$o")" "$(awk -v d=$((u1 - u0)) -v hz="$HZ" 'BEGIN{printf "%.2f", d / hz}')" >>"$RES"
 }
 order() { if [ $(($1 % 2)) = 1 ]; then echo "lbd haproxy direct"; else echo "direct haproxy lbd"; fi; }
+web_order() { if [ "$FLOOR" = 1 ]; then if [ $(($1 % 2)) = 1 ]; then echo "lbd haproxy floor direct"; else echo "direct floor haproxy lbd"; fi; else order "$1"; fi; }
 
 echo "== lbd vs HAProxy vs direct, L4 benchmark, $(date -u +%Y-%m-%dT%H:%M:%SZ)"
 echo "machine: $(nproc --all) vCPU, $(awk -F': ' '/model name/{print $2; exit}' /proc/cpuinfo), kernel $(uname -r); load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -279,8 +293,8 @@ echo
 T0=$(date +%s)
 for r in $(seq "$ROUNDS"); do
     log "round $r/$ROUNDS"
-    for w in $(order "$r"); do cell keepalive "$w" wrk_run; done
-    for w in $(order "$r"); do cell connrate "$w" wrk_run -H "Connection: close"; done
+    for w in $(web_order "$r"); do cell keepalive "$w" wrk_run; done
+    for w in $(web_order "$r"); do cell connrate "$w" wrk_run -H "Connection: close"; done
     for w in $(order "$r"); do cell throughput "$w" iperf_run; done
 done
 T1=$(date +%s)
@@ -324,6 +338,14 @@ END {
         printf "%-11s lbd %.3f (+%.3f)  haproxy %.3f (+%.3f)  direct %.3f  -> lbd added p99 %s haproxy\n", t, l, l - d, h, h - d, d, (l - d <= h - d ? "<=" : "> (WORSE than)")
     }
     printf "failed client requests in all cells: lbd %d, haproxy %d, direct %d\n", err["keepalive", "lbd"] + err["connrate", "lbd"], err["keepalive", "haproxy"] + err["connrate", "haproxy"], err["keepalive", "direct"] + err["connrate", "direct"]
+    if (v["keepalive", "floor"] != "") {
+        print ""
+        print "floor (examples/relay_floor: one-thread epoll relay, nothing else), against HAProxy: raw, per CPU-second, user share:"
+        for (i = 1; i <= 2; i++) {
+            t = T[i]; f = median(v[t, "floor"]); h = median(v[t, "haproxy"]); fe = median(eff[t, "floor"]); he = median(eff[t, "haproxy"])
+            printf "%-11s floor %.1f %s (%.2fx haproxy), per CPU-s %.1f (%.2fx haproxy, lbd %.2fx floor), user %.0f%%, errors %d\n", t, f, unit[t], (h > 0 ? f / h : 0), fe, (he > 0 ? fe / he : 0), (fe > 0 ? median(eff[t, "lbd"]) / fe : 0), 100 * median(us[t, "floor"]), err[t, "floor"]
+        }
+    }
 }' "$RES"
 echo "measurement time $((T1 - T0)) s; cells $(wc -l <"$RES"), retried $(awk -F'\t' '$8 > 1' "$RES" | wc -l)"
 
