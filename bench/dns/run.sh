@@ -24,8 +24,8 @@
 # server-CPU-second numbers are robust to other load; QPS and latency are not.
 #
 # Knobs (env): DURATION (10), LAT_DURATION (5), ROUNDS (3), OUTSTANDING (100),
-# RATE (20000), NODES (200), PORT_BASE (25400, below the ephemeral range
-# 32768-60999 so a port left in TIME_WAIT by another bench cannot take it),
+# RATE (20000), NODES (200), PORT_BASE (25400: below the ephemeral range
+# 32768-60999, so no client socket of another bench can hold the port),
 # OTHER_MAX (0.15),
 # DNSD_BIN (default $CARGO_TARGET_DIR or target, release/dnsd),
 # FLOOR (0; 1 adds a fourth server to the throughput cells: dnsd's
@@ -59,6 +59,7 @@ FLOOR_BIN=${FLOOR_BIN:-$(dirname "$DNSD_BIN")/examples/udp_floor}
 if [ "$FLOOR" = 1 ] && [ ! -x "$FLOOR_BIN" ]; then
     echo "# building dnsd's udp_floor example (release)" >&2
     (cd "$REPO" && cargo build --release -p dnsd --example udp_floor)
+    [ -x "$FLOOR_BIN" ] || { echo "no $FLOOR_BIN after the build (set FLOOR_BIN)" >&2; exit 1; }
 fi
 
 PIDS=()
@@ -245,8 +246,13 @@ fi
 # Same data: the same RCODE mix for one pass over the query file.
 declare -A MIX
 for s in $SERVERS; do
-    MIX[$s]=$(timeout 30 taskset -c $LOAD_CPU dnsperf -s 127.0.0.1 -p "$(port_of $s)" -d "$TMP/queries.txt" -n 1 -q 20 -t 2 2>&1 | awk -F': *' '/Response codes/{print $2}') ||
-        { echo "RCODE-mix check: dnsperf against $s did not finish in 30 s (is port $(port_of $s) taken?)" >&2; exit 1; }
+    rc=0
+    MIX[$s]=$(timeout 30 taskset -c $LOAD_CPU dnsperf -s 127.0.0.1 -p "$(port_of $s)" -d "$TMP/queries.txt" -n 1 -q 20 -t 2 2>&1 | awk -F': *' '/Response codes/{print $2}') || rc=$?
+    case $rc in
+        0) ;;
+        124) echo "RCODE-mix check: dnsperf against $s did not finish in 30 s (is port $(port_of $s) taken?)" >&2; exit 1 ;;
+        *) echo "RCODE-mix check: dnsperf against $s failed (exit $rc)" >&2; exit 1 ;;
+    esac
 done
 for s in nsd knot; do
     [ "${MIX[$s]}" = "${MIX[dnsd]}" ] || { echo "RCODE mix differs: dnsd '${MIX[dnsd]}' vs $s '${MIX[$s]}'" >&2; exit 1; }
@@ -257,6 +263,7 @@ echo "machine: $(nproc --all) vCPU, $(awk -F': ' '/model name/{print $2; exit}' 
 echo "dnsd: $DNSD_BIN, built $(date -u -r "$DNSD_BIN" +%Y-%m-%dT%H:%M:%SZ), repo HEAD $(cd "$REPO" && git rev-parse --short HEAD)"
 echo "nsd: $(nsd -v 2>&1 | head -1); knot: $(knotd --version | head -1); dnsperf: $(dnsperf -h 2>&1 | awk '/Version/{print $2}')"
 echo "zones: ${ZONES[*]} ($NODES nodes); query file: 20000 queries, RCODE mix ${MIX[dnsd]} (same for all three)"
+echo "CPU 0's busy ticks (for other load): $BUSY_HOW"
 echo "servers pinned to CPU $SERVER_CPU with one UDP worker each (dnsd --udp-threads 1, NSD server-count 1, Knot udp-workers 1), dnsperf to CPU $LOAD_CPU"
 echo "throughput: dnsperf -q $OUTSTANDING -l $DURATION; latency: dnsperf -Q $RATE -l $LAT_DURATION -v; rounds: $ROUNDS, interleaved; medians"
 echo
@@ -302,12 +309,17 @@ measure() { # server kind -> appends a line
         printf '%s lat %s %s %s %s\n' "$s" "$lat" "${completed:-0}" "${lost:-0}" "$cpu" >>"$RES"
     fi
 }
-order() { if [ $(($1 % 2)) = 1 ]; then echo "$SERVERS"; else echo "$SERVERS" | tr ' ' '\n' | tac | tr '\n' ' '; fi; }
+order() { # round servers... -> the servers, reversed in even rounds
+    local r=$1
+    shift
+    if [ $((r % 2)) = 1 ]; then echo "$*"; else printf '%s\n' "$@" | tac | tr '\n' ' '; fi
+}
+TPUT_SERVERS=$SERVERS
+if [ "$FLOOR" = 1 ]; then TPUT_SERVERS="dnsd nsd floor knot"; fi
 for r in $(seq "$ROUNDS"); do
     log "round $r/$ROUNDS"
-    for s in $(order "$r"); do measure "$s" tput; done
-    if [ "$FLOOR" = 1 ]; then measure floor tput; fi
-    for s in $(order "$r"); do measure "$s" lat; done
+    for s in $(order "$r" $TPUT_SERVERS); do measure "$s" tput; done
+    for s in $(order "$r" $SERVERS); do measure "$s" lat; done
 done
 
 echo "per cell (throughput: QPS completed lost server-CPU-s other-CPU-s server-user-CPU-s; latency: p50-ms p99-ms completed lost server-CPU-s):"

@@ -69,6 +69,7 @@ FLOOR_BIN=${FLOOR_BIN:-$(dirname "$LBD_BIN")/examples/relay_floor}
 if [ "$FLOOR" = 1 ] && [ ! -x "$FLOOR_BIN" ]; then
     echo "# building lbd's relay_floor example (release)" >&2
     (cd "$REPO" && cargo build --release -p lbd --example relay_floor)
+    [ -x "$FLOOR_BIN" ] || { echo "no $FLOOR_BIN after the build (set FLOOR_BIN)" >&2; exit 1; }
 fi
 
 PIDS=()
@@ -287,6 +288,7 @@ echo "lbd: $LBD_BIN ($(date -u -r "$LBD_BIN" +%Y-%m-%dT%H:%M:%SZ), repo HEAD $(c
 echo "haproxy: $(haproxy -v | head -1 | awk '{print $3}'), nbthread $(awk '/^Threads/{print $2}' "/proc/$HA_PID/status") thread(s), tcp mode, option redispatch, no splice; nginx $(nginx -v 2>&1 | sed 's/.*\///'), 2 backends x 1 worker; wrk $(wrk -v 2>&1 | head -1 | awk '{print $2}'), iperf3 $(iperf3 --version | head -1 | awk '{print $2}')"
 echo "lbd threads: $(awk '/^Threads/{print $2}' "/proc/$LBD_PID/status") (runtime: one worker per CPU it may use)"
 echo "pinning: lbd, haproxy, nginx, iperf3 -s on CPU $SERVER_CPU; wrk, iperf3 -c on CPU $LOAD_CPU; nice $PRIO$([ -n "${BENCH_LB_SESSION:-}" ] && echo ", own session, autogroup $(cat /proc/$$/autogroup | awk '{print $NF}')")"
+echo "CPU busy ticks (for other load): $BUSY_HOW"
 echo "cells: ${DURATION}s each, wrk -t1 -c$CONNS, $ROUNDS rounds interleaved (lbd haproxy direct / reverse), median"
 echo
 

@@ -21,9 +21,17 @@ proc_ticks() {
 # loopback's softirq work mostly runs in our processes' context (left out,
 # "other" went negative by up to a quarter of a CPU). nice is left out: work
 # at positive nice never disturbs us much.
-if grep -qs '^CONFIG_IRQ_TIME_ACCOUNTING=y' "/boot/config-$(uname -r)" || { [ -r /proc/config.gz ] && zgrep -qs '^CONFIG_IRQ_TIME_ACCOUNTING=y' /proc/config.gz; }; then
+# BUSY_COLUMNS (env) overrides the choice; BUSY_HOW says what was chosen and why.
+if [ -n "${BUSY_COLUMNS:-}" ]; then
+    BUSY_HOW="columns $BUSY_COLUMNS (BUSY_COLUMNS from the environment)"
+elif grep -qs '^CONFIG_IRQ_TIME_ACCOUNTING=y' "/boot/config-$(uname -r)" || { [ -r /proc/config.gz ] && zgrep -qs '^CONFIG_IRQ_TIME_ACCOUNTING=y' /proc/config.gz; }; then
     BUSY_COLUMNS='$2 + $4 + $9'
+    BUSY_HOW="user+system+steal (kernel has CONFIG_IRQ_TIME_ACCOUNTING=y)"
+elif [ -r "/boot/config-$(uname -r)" ] || [ -r /proc/config.gz ]; then
+    BUSY_COLUMNS='$2 + $4 + $7 + $8 + $9'
+    BUSY_HOW="user+system+irq+softirq+steal (kernel without CONFIG_IRQ_TIME_ACCOUNTING)"
 else
     BUSY_COLUMNS='$2 + $4 + $7 + $8 + $9'
+    BUSY_HOW="user+system+irq+softirq+steal (kernel config not readable: assumed without IRQ time accounting; set BUSY_COLUMNS to override)"
 fi
 cpu_busy_ticks() { awk -v c="cpu$1" "\$1 == c {print $BUSY_COLUMNS}" /proc/stat; }

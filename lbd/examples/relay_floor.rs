@@ -1,13 +1,16 @@
 //! The floor of a user-space L4 relay, for bench/lb (FLOOR=1): one thread,
 //! level-triggered epoll, one `read` and one `write` per readiness per
 //! direction, a blocking `connect` (instant on loopback) to the backends in
-//! turn, no timers, no health checks, no metrics, no limits. Any relay that
-//! moves bytes through the kernel's TCP sockets in user space makes at
-//! least these system calls per relayed message, so its requests and
-//! connections per CPU-second bound what any user-space change to lbd could
-//! reach.
+//! turn, no timers, no health checks, no metrics, no limits, no half-close
+//! (the first end of stream closes both sockets). A relay that moves bytes
+//! through the kernel's TCP sockets in user space makes the same `read` and
+//! `write` per relayed message, so this relay's requests per CPU-second
+//! show how much of a real relay's cost is the kernel's. Per connection it
+//! also makes two `ioctl(FIONBIO)` that `accept4`/`SOCK_NONBLOCK` would save.
 //!
-//! Not a load balancer: a dead backend fails the client's connection.
+//! Not a load balancer: a dead backend fails the client's connection, a
+//! backend with a full backlog stalls the whole relay (blocking connect), and
+//! an accept error other than EAGAIN (EMFILE) makes it spin until it clears.
 //!
 //! Usage: `relay_floor LISTEN_ADDR BACKEND_ADDR...`
 
@@ -60,6 +63,7 @@ fn main() {
     let mut next = 0usize;
     let mut buf = vec![0u8; 16 * 1024];
     let mut events = vec![EpollEvent::empty(); 256];
+    let mut freed: Vec<usize> = Vec::new();
     loop {
         let n = match ep.wait(&mut events, EpollTimeout::NONE) {
             Ok(n) => n,
@@ -106,8 +110,11 @@ fn main() {
             if done {
                 // Closing both descriptors also takes them out of the epoll set.
                 pairs[idx] = None;
-                free.push(idx);
+                freed.push(idx);
             }
         }
+        // Slots are reused only after the batch: an event of this batch for a
+        // closed pair must not reach a new pair in the same slot.
+        free.append(&mut freed);
     }
 }
