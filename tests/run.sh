@@ -2,7 +2,7 @@
 # The test command (README): installs what the tests need on a fresh Debian 12
 # machine (apt packages, and the Rust toolchain rust-toolchain.toml pins, by
 # rustup, when there is none), then runs every test:
-#   1. formatting and clippy (-D warnings);
+#   1. formatting, clippy (-D warnings), and that the fuzz targets compile;
 #   2. cargo test --workspace: unit, golden and integration tests of every crate
 #      (real servers on loopback, talked to by real clients: hyper, curl, dig,
 #      HTTPS health checks, SQLite store with kill -9, provider fakes);
@@ -39,6 +39,12 @@ cargo fmt --all -- --check
 
 log "clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
+
+# The fuzz targets are their own workspace (cargo fuzz builds them with
+# nightly); checking that they compile keeps them in step with the code they
+# call (one had stopped compiling after a signature change, unnoticed).
+log "fuzz targets compile"
+cargo check --manifest-path fuzz/Cargo.toml --locked --bins
 
 # The lab's guest image and TFTP root first: some cargo tests compare
 # against them (images' core.elf must equal tftp-root.sh's).

@@ -19,7 +19,7 @@ fuzz_target!(|data: &[u8]| {
     }
     let Ok(msg) = Message::decode(&mut Decoder::new(data)) else { return };
     let rx = core::Rx { src: "0.0.0.0:68".parse().unwrap(), local_port: 67 };
-    let out = core::answer(site(), &Table::default(), &msg, rx, 1_000_000);
+    let out = core::answer(site(), &mut Table::default(), &msg, rx, 1_000_000);
     if let Some((reply, _)) = out.reply {
         let mut buf = Vec::new();
         reply.encode(&mut Encoder::new(&mut buf)).expect("replies encode");
