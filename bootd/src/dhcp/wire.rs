@@ -1,14 +1,30 @@
 //! Structural checks on a raw DHCP packet before it is decoded, so that
 //! malformed input is refused with a reason instead of half-parsed:
 //! minimum length, BOOTP header sanity, the magic cookie, every option's
-//! length inside the packet, an END, and option overload (52) pointing only
-//! at well-formed `file`/`sname` areas. Overload is honoured from the
+//! length inside the packet, an END, option overload (52) pointing only
+//! at well-formed `file`/`sname` areas, and the lengths that options of a
+//! fixed shape must have ([`shape_ok`]). Overload is honoured from the
 //! options field only, so it cannot loop.
 
 const HEADER: usize = 236;
 const COOKIE: [u8; 4] = [99, 130, 83, 99];
 const SNAME: std::ops::Range<usize> = 44..108;
 const FILE: std::ops::Range<usize> = 108..236;
+
+/// Options whose value has a fixed shape: the length their RFC gives.
+/// dhcproto (0.14) checks these only with `debug_assert!` (a panic in debug
+/// builds, found by the `dhcp_request` fuzz target) or subtracts from the
+/// length without a check, so such a packet is refused before it is decoded.
+fn shape_ok(code: u8, len: usize) -> bool {
+    match code {
+        80 => len == 0,        // Rapid Commit (RFC 4039)
+        81 => len >= 3,        // Client FQDN: flags, RCODE1, RCODE2, name (RFC 4702)
+        94 => len == 3,        // Client Network Interface Identifier (RFC 4578)
+        151 => len >= 1,       // BLQ status code, then a message (RFC 6926)
+        152..=155 => len == 4, // BLQ times (RFC 6926)
+        _ => true,
+    }
+}
 
 /// Walks one option area; `Ok(overload)` is option 52's value if present.
 fn walk(area: &[u8], must_end: bool) -> Result<Option<u8>, &'static str> {
@@ -29,6 +45,9 @@ fn walk(area: &[u8], must_end: bool) -> Result<Option<u8>, &'static str> {
                 }
                 if code == 53 && len != 1 {
                     return Err("bad message type length");
+                }
+                if !shape_ok(code, len) {
+                    return Err("option length does not fit the option's type");
                 }
                 i += 2 + len;
             }
@@ -147,6 +166,25 @@ mod tests {
         ] {
             let e = check(&bad).unwrap_err();
             assert!(e.contains(why), "{e} vs {why}");
+        }
+        // Options of a fixed shape with another length are refused; with
+        // their own length they pass and decode (this test runs with debug
+        // assertions, which is where dhcproto's own checks would panic).
+        for (code, bad, good) in [(80u8, 1u8, 0u8), (81, 2, 3), (94, 2, 3), (151, 0, 1), (152, 3, 4), (153, 5, 4), (154, 0, 4), (155, 8, 4)]
+        {
+            let with = |len: u8| {
+                let mut p = base();
+                p.extend_from_slice(&[53, 1, 1, code, len]);
+                p.extend(std::iter::repeat_n(0u8, len as usize));
+                p.push(255);
+                p
+            };
+            let e = check(&with(bad)).unwrap_err();
+            assert!(e.contains("fit"), "option {code} length {bad}: {e}");
+            let p = with(good);
+            assert_eq!(check(&p), Ok(()), "option {code} length {good}");
+            use dhcproto::{Decodable, Decoder};
+            let _ = dhcproto::v4::Message::decode(&mut Decoder::new(&p));
         }
         // Overload into a file area with an option and an END is fine.
         let mut p = base();
