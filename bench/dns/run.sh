@@ -309,11 +309,7 @@ measure() { # server kind -> appends a line
         printf '%s lat %s %s %s %s\n' "$s" "$lat" "${completed:-0}" "${lost:-0}" "$cpu" >>"$RES"
     fi
 }
-order() { # round servers... -> the servers, reversed in even rounds
-    local r=$1
-    shift
-    if [ $((r % 2)) = 1 ]; then echo "$*"; else printf '%s\n' "$@" | tac | tr '\n' ' '; fi
-}
+. "$REPO/bench/lib/order.sh"   # order
 TPUT_SERVERS=$SERVERS
 if [ "$FLOOR" = 1 ]; then TPUT_SERVERS="dnsd nsd floor knot"; fi
 for r in $(seq "$ROUNDS"); do
@@ -330,10 +326,11 @@ import statistics, sys
 rows = [l.split() for l in open(sys.argv[1])]
 med = lambda xs: statistics.median(xs) if xs else 0.0
 S = ["dnsd", "nsd", "knot"]
-t = {s: [r for r in rows if r[0] == s and r[1] == "tput"] for s in S}
-l = {s: [r for r in rows if r[0] == s and r[1] == "lat"] for s in S}
+F = ["floor"] if any(r[0] == "floor" for r in rows) else []
+t = {s: [r for r in rows if r[0] == s and r[1] == "tput"] for s in S + F}
+l = {s: [r for r in rows if r[0] == s and r[1] == "lat"] for s in S + F}
 res = {}
-for s in S:
+for s in S + F:
     qps = med([float(r[2]) for r in t[s]])
     per_cpu = med([float(r[3]) / float(r[5]) for r in t[s] if float(r[5]) > 0])
     lost = sum(int(r[4]) for r in t[s])
@@ -354,12 +351,8 @@ for peer in ("nsd", "knot"):
 # none left (only the kernel's send and receive work), dnsd would reach this.
 d = res["dnsd"]
 print(f"ceiling: dnsd with zero user-space time would be {d[1] / (1 - d[6]) / res['nsd'][1]:.2f}x NSD per server-CPU-s" if d[6] < 1 and res["nsd"][1] else "ceiling: n/a")
-f = [r for r in rows if r[0] == "floor" and r[1] == "tput"]
-if f:
-    fq = med([float(r[2]) for r in f])
-    fc = med([float(r[3]) / float(r[5]) for r in f if float(r[5]) > 0])
-    fu = med([float(r[7]) / float(r[5]) for r in f if float(r[5]) > 0])
-    fl = sum(int(r[4]) for r in f)
+if F:
+    fq, fc, fl, _, _, _, fu = res["floor"]
     print(f"floor  {fq:>10.0f} {fc:>15.0f} {fl:>10} {'':>8} {'':>8} {'':>9} {100 * fu:>9.0f}%")
     print(f"floor (no DNS work, same recvmmsg/sendmmsg loop): {fc / res['nsd'][1]:.2f}x NSD, {fc / d[1]:.2f}x dnsd per server-CPU-s")
 EOF

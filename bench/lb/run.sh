@@ -218,7 +218,6 @@ ticks() { # pids... -> utime+stime summed
     echo "${v% *}"
 }
 server_pids() { echo "$LBD_PID $HA_PID $FLOOR_PID $IPERF_PID ${NGX_PID[ng1]} ${NGX_PID[ng2]} $(pgrep -P "${NGX_PID[ng1]}" | tr '\n' ' ') $(pgrep -P "${NGX_PID[ng2]}" | tr '\n' ' ')"; }
-cpu_busy() { cpu_busy_ticks "$1"; }   # bench/lib/ticks.sh says which columns
 # The kernel threads that finish loopback TCP's softirq work when it piles up
 # do our work, not someone else's: counted with the servers (CPU 0) and the
 # generators (CPU 1).
@@ -227,7 +226,7 @@ KSOFT1=$(pgrep -x "ksoftirqd/$LOAD_CPU" || true)
 # snapshot: busy CPU0, busy CPU1, our servers' ticks, our reaped generators' ticks, ns
 snap() {
     # shellcheck disable=SC2046,SC2086
-    echo "$(cpu_busy $SERVER_CPU) $(cpu_busy $LOAD_CPU) $(ticks $(server_pids) $KSOFT0) $(($(awk '{sub(/.*\) /,""); print $14 + $15}' /proc/$$/stat) + $(ticks $KSOFT1))) $(date +%s%N)"
+    echo "$(cpu_busy_ticks $SERVER_CPU) $(cpu_busy_ticks $LOAD_CPU) $(ticks $(server_pids) $KSOFT0) $(($(awk '{sub(/.*\) /,""); print $14 + $15}' /proc/$$/stat) + $(ticks $KSOFT1))) $(date +%s%N)"
 }
 # other CPU-seconds on CPU 0 and CPU 1 between two snapshots, and the seconds
 other() { # "snap0" "snap1"
@@ -279,8 +278,9 @@ cell() { # test target kind args...
     set -- $v
     printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$test" "$who" "$1" "$2" "$3" "$cpu" "$(awk '{print $1 "/" $2}' <<<"$o")" "$a" "$(awk '{print $3}' <<<"$o")" "$(awk -v d=$((u1 - u0)) -v hz="$HZ" 'BEGIN{printf "%.2f", d / hz}')" >>"$RES"
 }
-order() { if [ $(($1 % 2)) = 1 ]; then echo "lbd haproxy direct"; else echo "direct haproxy lbd"; fi; }
-web_order() { if [ "$FLOOR" = 1 ]; then if [ $(($1 % 2)) = 1 ]; then echo "lbd haproxy floor direct"; else echo "direct floor haproxy lbd"; fi; else order "$1"; fi; }
+. "$REPO/bench/lib/order.sh"   # order
+WEB_TARGETS="lbd haproxy direct"
+if [ "$FLOOR" = 1 ]; then WEB_TARGETS="lbd haproxy floor direct"; fi
 
 echo "== lbd vs HAProxy vs direct, L4 benchmark, $(date -u +%Y-%m-%dT%H:%M:%SZ)"
 echo "machine: $(nproc --all) vCPU, $(awk -F': ' '/model name/{print $2; exit}' /proc/cpuinfo), kernel $(uname -r); load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -295,9 +295,9 @@ echo
 T0=$(date +%s)
 for r in $(seq "$ROUNDS"); do
     log "round $r/$ROUNDS"
-    for w in $(web_order "$r"); do cell keepalive "$w" wrk_run; done
-    for w in $(web_order "$r"); do cell connrate "$w" wrk_run -H "Connection: close"; done
-    for w in $(order "$r"); do cell throughput "$w" iperf_run; done
+    for w in $(order "$r" $WEB_TARGETS); do cell keepalive "$w" wrk_run; done
+    for w in $(order "$r" $WEB_TARGETS); do cell connrate "$w" wrk_run -H "Connection: close"; done
+    for w in $(order "$r" lbd haproxy direct); do cell throughput "$w" iperf_run; done
 done
 T1=$(date +%s)
 
