@@ -252,17 +252,20 @@ fn ignition(app: &App, snap: &Snapshot, name: &str, source: IpAddr, q: Option<&s
         Ok(g) => g,
         Err(d) => return denied(d),
     };
-    if pointer {
-        info!(node = %node.name, %source, via = ?granted, "Ignition pointer config served");
-        app.timeline.record(Raw::new(
-            subject,
-            Phase::Ignition,
-            "pointer_served",
-            format!("Ignition pointer config served (via {granted:?})"),
-        ));
-        return json_response(StatusCode::OK, &pointer_for(app, snap, node));
-    }
     let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
+    if pointer {
+        // The pointer is a config too: an older client gets it relabelled.
+        return match render::ignition::negotiate(pointer_for(app, snap, node), accept) {
+            Ok(cfg) => {
+                let v = cfg["ignition"]["version"].as_str().unwrap_or("?");
+                info!(node = %node.name, %source, via = ?granted, version = %v, "Ignition pointer config served");
+                let note = format!("Ignition pointer config {v} served (via {granted:?})");
+                app.timeline.record(Raw::new(subject, Phase::Ignition, "pointer_served", note));
+                json_response(StatusCode::OK, &cfg)
+            }
+            Err(e) => not_acceptable(app, node, source, subject, &e),
+        };
+    }
     let cfg = render::ignition::node_config(&snap.site, node).and_then(|c| render::ignition::negotiate(c, accept));
     match cfg {
         Ok(cfg) => {
@@ -271,17 +274,19 @@ fn ignition(app: &App, snap: &Snapshot, name: &str, source: IpAddr, q: Option<&s
             app.timeline.record(Raw::new(subject, Phase::Ignition, "served", format!("Ignition {v} served (via {granted:?})")));
             json_response(StatusCode::OK, &cfg)
         }
-        Err(e @ IgnitionError::NotAcceptable { .. }) => {
-            warn!(node = %node.name, %source, error = %e, "Ignition spec not acceptable to the client");
-            app.timeline.record(Raw::new(subject, Phase::Ignition, "failed", format!("Ignition not served: {e}")).error());
-            full(StatusCode::NOT_ACCEPTABLE, "text/plain; charset=utf-8", format!("{e}\n"))
-        }
+        Err(e @ IgnitionError::NotAcceptable { .. }) => not_acceptable(app, node, source, subject, &e),
         Err(e) => {
             warn!(node = %node.name, error = %e, "Ignition cannot be rendered");
             app.timeline.record(Raw::new(subject, Phase::Ignition, "failed", "Ignition cannot be rendered (see bootd's log)").error());
             full(StatusCode::INTERNAL_SERVER_ERROR, "text/plain; charset=utf-8", "cannot render Ignition; see bootd's log\n")
         }
     }
+}
+
+fn not_acceptable(app: &App, node: &Node, source: IpAddr, subject: Subject, e: &IgnitionError) -> Response<Body> {
+    warn!(node = %node.name, %source, error = %e, "Ignition spec not acceptable to the client");
+    app.timeline.record(Raw::new(subject, Phase::Ignition, "failed", format!("Ignition not served: {e}")).error());
+    full(StatusCode::NOT_ACCEPTABLE, "text/plain; charset=utf-8", format!("{e}\n"))
 }
 
 fn metadata(app: &App, snap: &Snapshot, source: IpAddr, q: Option<&str>, userdata: bool) -> Response<Body> {

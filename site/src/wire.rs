@@ -68,6 +68,9 @@ pub struct Dhcp {
 #[serde(rename_all = "camelCase")]
 pub struct BootFiles {
     pub bios: Option<String>,
+    /// camelCase of `uefi_x86_64` would be `uefiX8664`: the documented
+    /// spelling keeps the underscore, the other is accepted too.
+    #[serde(rename = "uefiX86_64", alias = "uefiX8664")]
     pub uefi_x86_64: Option<String>,
     pub uefi_arm64: Option<String>,
     pub ieee1275: Option<String>,

@@ -115,9 +115,26 @@ async fn accept_header_negotiates_the_spec_version() {
     let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
     assert_eq!(v["ignition"]["version"], "3.1.0");
     crate::golden::ignition_validate(&body);
+    // What the real client (Ignition 2.14) sends: the 3.2.0 config as it is.
+    let ign_2_14 = "application/vnd.coreos.ignition+json;version=3.3.0, */*;q=0.1";
+    let (s, _, body) = b.get_with(&path, &[("accept", ign_2_14)]).await;
+    assert_eq!(s, StatusCode::OK);
+    let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(v["ignition"]["version"], "3.2.0");
+    // The pointer config is negotiated the same way.
+    let (s, _, body) = b.get_with(&format!("/ignition/worker-0/pointer?token={t}"), &[("accept", ign_2_14)]).await;
+    assert_eq!(s, StatusCode::OK);
+    let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(v["ignition"]["version"], "3.2.0");
+    let (s, _, body) = b
+        .get_with(&format!("/ignition/worker-0/pointer?token={t}"), &[("accept", "application/vnd.coreos.ignition+json;version=3.0.0")])
+        .await;
+    assert_eq!(s, StatusCode::OK);
+    let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(v["ignition"]["version"], "3.0.0");
     let (s, _, body) = b.get_with(&path, &[("accept", "application/vnd.coreos.ignition+json; version=2.2.0")]).await;
     assert_eq!(s, StatusCode::NOT_ACCEPTABLE);
-    assert!(String::from_utf8_lossy(&body).contains("client accepts Ignition spec 2.2.0"));
+    assert!(String::from_utf8_lossy(&body).starts_with("client accepts Ignition spec 2.2.0; node's config is Ignition 3.2.0"));
     b.stop().await;
 }
 
