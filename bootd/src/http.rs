@@ -565,13 +565,6 @@ fn empty() -> Body {
 pub async fn handle<B>(app: Arc<App>, req: Request<B>, peer: SocketAddr) -> Result<Response<Body>, std::convert::Infallible> {
     let (route_name, resp) = route(&app, &req, peer).await;
     let status = resp.status().as_u16();
-    if status == 200 {
-        if let Some((node, kind, msg)) =
-            crate::api::events::http_event(&app.live.load().site, route_name, req.uri().path(), req.uri().query())
-        {
-            app.events.record(&node, kind, msg);
-        }
-    }
     app.metrics.requests.get_or_create(&RouteStatus { route: route_name, status }).inc();
     if route_name != "images" {
         if let Some(n) = resp.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok()) {

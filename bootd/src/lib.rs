@@ -75,10 +75,9 @@ pub struct App {
     /// DHCP leases (empty when bootd serves no DHCP); a node's lease address
     /// counts as its own for Ignition access.
     pub leases: Arc<std::sync::Mutex<dhcp::leases::Table>>,
-    /// Per-node events (DHCP, scripts, Ignition) for the controller API.
-    pub events: api::events::Sink,
-    /// The per-node boot timeline (status page, API, phase metrics).
-    pub timeline: timeline::Recorder,
+    /// The per-node boot timeline: the one record of what nodes do (status
+    /// page, API, phase metrics; the controller subscribes to it).
+    pub timeline: Arc<timeline::Recorder>,
 }
 
 #[derive(Debug)]
@@ -214,18 +213,8 @@ pub fn prepare(config: &Config, want_tls: bool) -> Result<Arc<App>, Error> {
     let live = state::new_live(Snapshot { site: config.site.clone(), revoked });
     let loaded_fingerprint = fingerprint(&config.site.source, &live, &state_dir);
     let metrics = metrics::Metrics::default();
-    let timeline = timeline::Recorder::new(timeline::CAPACITY, metrics.timeline_dropped.clone());
-    Ok(Arc::new(App {
-        live,
-        key,
-        tls,
-        metrics,
-        state_dir,
-        loaded_fingerprint,
-        leases: Default::default(),
-        events: Default::default(),
-        timeline,
-    }))
+    let timeline = Arc::new(timeline::Recorder::new(timeline::CAPACITY, metrics.timeline_dropped.clone()));
+    Ok(Arc::new(App { live, key, tls, metrics, state_dir, loaded_fingerprint, leases: Default::default(), timeline }))
 }
 
 /// Serves until `shutdown` is cancelled, then gives open connections
@@ -246,7 +235,8 @@ pub async fn run_app(app: Arc<App>, config: Config, sockets: Sockets, shutdown: 
         shutdown.clone(),
     ));
     if let Some(rx) = app.timeline.take_receiver() {
-        tracker.spawn(timeline::writer(Arc::clone(&app), rx, shutdown.clone()));
+        let (recorder, live, phase_seconds) = (Arc::clone(&app.timeline), Arc::clone(&app.live), app.metrics.phase_seconds.clone());
+        tracker.spawn(timeline::writer(recorder, live, phase_seconds, rx, shutdown.clone()));
     }
     tracker.spawn(lbwatch::watch(Arc::clone(&app), config.lb_poll, shutdown.clone()));
     // Kept image files are closed once stale even when no request comes, so a
@@ -321,7 +311,7 @@ pub async fn run_app(app: Arc<App>, config: Config, sockets: Sockets, shutdown: 
 /// the iPXE entry script) from the live site, else a file below
 /// `host.tftp.root`.
 fn tftp_resolver(app: Arc<App>) -> tftp::Resolver {
-    Arc::new(move |name: &str, _peer: SocketAddr| {
+    Arc::new(move |name: &str, peer: SocketAddr| {
         let snap = app.live.load();
         let site = &snap.site;
         let base = name.strip_prefix("grub/").unwrap_or(name);
@@ -334,7 +324,9 @@ fn tftp_resolver(app: Arc<App>) -> tftp::Resolver {
                     let tok = app.key.issue(&node.name, SystemTime::now(), site.ignition.token_ttl);
                     let urls = render::NodeUrls::new(site, node, &tok);
                     info!(node = %node.name, %mac, "GRUB config served over TFTP");
-                    app.events.record(&node.name, api::events::GRUB, "GRUB config served over TFTP");
+                    let subject =
+                        timeline::Subject { mac: Some(mac), ..timeline::Subject::node(&node.name) }.with_ip(peer.ip().to_canonical());
+                    app.timeline.record(timeline::Raw::new(subject, timeline::Phase::Script, "served", "GRUB config served over TFTP"));
                     tftp::Resolved::Bytes(render::grub::node(site, node, &urls).into())
                 }
                 None => tftp::Resolved::NotFound,

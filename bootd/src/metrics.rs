@@ -7,6 +7,9 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
+/// `bootd_node_phase_seconds{phase}`.
+pub type PhaseSeconds = Family<PhaseLabel, Histogram, fn() -> Histogram>;
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RouteStatus {
     pub route: &'static str,
@@ -47,7 +50,7 @@ fn phase_histogram() -> Histogram {
 pub struct Metrics {
     registry: Registry,
     /// Per-node boot phase durations (`bootd_node_phase_seconds{phase}`).
-    pub phase_seconds: Family<PhaseLabel, Histogram, fn() -> Histogram>,
+    pub phase_seconds: PhaseSeconds,
     pub timeline_dropped: Counter,
     pub tftp: std::sync::Arc<crate::tftp::TftpMetrics>,
     pub dhcp: Family<Kind, Counter>,

@@ -29,7 +29,7 @@ use std::collections::{HashMap, VecDeque};
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
-use tokio::sync::mpsc;
+use tokio::sync::{broadcast, mpsc};
 use tokio_util::sync::CancellationToken;
 
 /// The phases of a network boot, in the order a healthy boot goes through them.
@@ -114,6 +114,19 @@ impl Event {
     pub fn start_us(&self) -> i64 {
         self.at_us - self.took_us
     }
+}
+
+/// An event joined to a site node, as subscribers ([`Recorder::subscribe`])
+/// receive it: the controller's conditions follow these.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeEvent {
+    pub node: String,
+    pub at_us: i64,
+    pub phase: Phase,
+    pub what: &'static str,
+    pub error: bool,
+    /// Redacted like every timeline detail.
+    pub detail: String,
 }
 
 /// Who an event is about, as far as the daemon that saw it knows.
@@ -291,6 +304,12 @@ impl Book {
     /// Adds one event; returns the phase it closed and that phase's
     /// duration, when the event starts a new phase of the attempt.
     pub fn add(&mut self, site: &Site, raw: Raw) -> Option<(Phase, Duration)> {
+        self.add_joined(site, raw).1
+    }
+
+    /// As [`Book::add`], and also the site node the event was joined to
+    /// (`None`: an unknown client).
+    pub fn add_joined(&mut self, site: &Site, raw: Raw) -> (Option<String>, Option<(Phase, Duration)>) {
         if let Some((ip, mac)) = raw.binds {
             if self.learned.len() < 65536 || self.learned.contains_key(&ip) {
                 self.learned.insert(ip, mac);
@@ -301,6 +320,7 @@ impl Book {
             self.evict_unknown();
         }
         let site_node_of = site.node(&key);
+        let joined = site_node.then(|| key.clone());
         let t = self.tracks.entry(key.clone()).or_insert_with(|| Track {
             key,
             site_node,
@@ -362,10 +382,10 @@ impl Book {
             let (phase, start) = after[after.len() - 2];
             let (_, next_start) = after[after.len() - 1];
             if phase == before[before.len() - 1].0 {
-                return Some((phase, Duration::from_micros((next_start - start).max(0) as u64)));
+                return (joined, Some((phase, Duration::from_micros((next_start - start).max(0) as u64))));
             }
         }
-        None
+        (joined, None)
     }
 
     fn evict_unknown(&mut self) {
@@ -534,7 +554,13 @@ pub struct Recorder {
     pub dropped: Counter,
     /// Read by the status page and the API; written by [`writer`] only.
     pub book: Arc<Mutex<Book>>,
+    /// Events joined to site nodes, for [`Recorder::subscribe`].
+    feed: broadcast::Sender<Arc<NodeEvent>>,
 }
+
+/// How many joined events a subscriber may fall behind before it is told
+/// it lagged (it then reads [`Recorder::track`] to catch up).
+pub const FEED_CAPACITY: usize = 4096;
 
 /// Capacity of the channel to the writer.
 pub const CAPACITY: usize = 8192;
@@ -543,7 +569,15 @@ impl Recorder {
     /// `dropped` is usually `Metrics::timeline_dropped`.
     pub fn new(capacity: usize, dropped: Counter) -> Recorder {
         let (tx, rx) = mpsc::channel(capacity);
-        Recorder { tx, rx: Mutex::new(Some(rx)), dropped, book: Default::default() }
+        let (feed, _) = broadcast::channel(FEED_CAPACITY);
+        Recorder { tx, rx: Mutex::new(Some(rx)), dropped, book: Default::default(), feed }
+    }
+
+    /// Every event the writer joins to a site node from now on, in the
+    /// order it joins them. This is the one record of what nodes do: the
+    /// controller's conditions are made from it.
+    pub fn subscribe(&self) -> broadcast::Receiver<Arc<NodeEvent>> {
+        self.feed.subscribe()
     }
 
     pub fn record(&self, mut raw: Raw) {
@@ -593,8 +627,15 @@ impl Recorder {
     }
 }
 
-/// Joins and stores events until `shutdown`; observes closed phases.
-pub async fn writer(app: Arc<crate::App>, mut rx: mpsc::Receiver<Raw>, shutdown: CancellationToken) {
+/// Joins and stores events until `shutdown`; observes closed phases and
+/// publishes events joined to site nodes to [`Recorder::subscribe`]rs.
+pub async fn writer(
+    recorder: Arc<Recorder>,
+    live: Arc<crate::state::Live>,
+    phase_seconds: crate::metrics::PhaseSeconds,
+    mut rx: mpsc::Receiver<Raw>,
+    shutdown: CancellationToken,
+) {
     let mut batch = Vec::with_capacity(256);
     loop {
         batch.clear();
@@ -602,18 +643,27 @@ pub async fn writer(app: Arc<crate::App>, mut rx: mpsc::Receiver<Raw>, shutdown:
             _ = shutdown.cancelled() => return,
             n = rx.recv_many(&mut batch, 256) => if n == 0 { return },
         }
-        let snap = app.live.load();
+        let snap = live.load();
         let mut closed = Vec::new();
+        let mut joined = Vec::new();
         {
-            let mut book = app.timeline.book.lock().unwrap_or_else(|p| p.into_inner());
+            let mut book = recorder.book.lock().unwrap_or_else(|p| p.into_inner());
             for raw in batch.drain(..) {
-                if let Some(c) = book.add(&snap.site, raw) {
-                    closed.push(c);
+                let (at_us, phase, what, error) = (raw.at_us, raw.phase, raw.what, raw.error);
+                let detail = (recorder.feed.receiver_count() > 0).then(|| raw.detail.clone());
+                let (node, c) = book.add_joined(&snap.site, raw);
+                closed.extend(c);
+                if let (Some(node), Some(detail)) = (node, detail) {
+                    joined.push(Arc::new(NodeEvent { node, at_us, phase, what, error, detail }));
                 }
             }
         }
+        for ev in joined {
+            // No subscriber (no controller): nothing to tell.
+            let _ = recorder.feed.send(ev);
+        }
         for (phase, d) in closed {
-            app.metrics.phase_seconds.get_or_create(&crate::metrics::PhaseLabel { phase: phase.as_str() }).observe(d.as_secs_f64());
+            phase_seconds.get_or_create(&crate::metrics::PhaseLabel { phase: phase.as_str() }).observe(d.as_secs_f64());
         }
         tokio::select! {
             _ = shutdown.cancelled() => return,

@@ -1,14 +1,11 @@
-//! The per-node event timeline: what bootd saw a node do (DHCP lease, iPXE
-//! script, GRUB config over HTTP or TFTP, Ignition) and what the controller
-//! did for it (provider calls). Recorded from the request paths through
-//! [`Sink::record`], which never blocks: events go over a bounded channel to
-//! one writer task that stores them in batches and updates the node's
-//! conditions; when the channel is full, events are dropped and counted.
+//! What the controller keeps of a node's history, and the conditions it
+//! makes of it. What the node did (DHCP lease, boot script, GRUB config,
+//! Ignition) comes from bootd's timeline, the one record of node events
+//! ([`crate::timeline::Recorder::subscribe`]); what the controller did (API
+//! calls, provider actions) it notes itself ([`super::Controller::note`]).
+//! Both are stored per node (newest 500) for `GET /v1/nodes/{name}/events`.
 
-use crate::store::{now_ms, Event};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::OnceLock;
-use tokio::sync::mpsc;
+use crate::timeline::{NodeEvent, Phase};
 
 /// Event kinds, and the condition each sets.
 pub const DHCP: &str = "dhcp";
@@ -18,28 +15,17 @@ pub const IGNITION: &str = "ignition";
 pub const PROVIDER: &str = "provider";
 pub const API: &str = "api";
 
-/// Capacity of the channel to the writer.
-pub const CAPACITY: usize = 4096;
-
-#[derive(Debug, Default)]
-pub struct Sink {
-    tx: OnceLock<mpsc::Sender<(String, Event)>>,
-    pub dropped: AtomicU64,
-}
-
-impl Sink {
-    /// Connects the sink to a writer; before that (no API), events are ignored.
-    pub fn connect(&self) -> Option<mpsc::Receiver<(String, Event)>> {
-        let (tx, rx) = mpsc::channel(CAPACITY);
-        self.tx.set(tx).ok().map(|_| rx)
-    }
-
-    pub fn record(&self, node: &str, kind: &str, message: impl Into<String>) {
-        let Some(tx) = self.tx.get() else { return };
-        let e = Event { at: now_ms(), kind: kind.to_string(), message: message.into() };
-        if tx.try_send((node.to_string(), e)).is_err() {
-            self.dropped.fetch_add(1, Ordering::Relaxed);
-        }
+/// The kind a timeline event is stored under, for the events the controller
+/// keeps: an address leased, a node's script or GRUB config served (not
+/// the shared entry script), its Ignition served (not the pointer: fetching
+/// that is not fetching the config).
+pub fn kind_of(ev: &NodeEvent) -> Option<&'static str> {
+    match (ev.phase, ev.what) {
+        (Phase::Dhcp, "ack") => Some(DHCP),
+        (Phase::Script, "served") if ev.detail.starts_with("GRUB") => Some(GRUB),
+        (Phase::Script, "served") => Some(IPXE),
+        (Phase::Ignition, "served") => Some(IGNITION),
+        _ => None,
     }
 }
 
@@ -54,24 +40,32 @@ pub fn condition_of(kind: &str) -> Option<(&'static str, &'static str)> {
     }
 }
 
-/// The node an HTTP request was about, for the routes that make events:
-/// `/ipxe/<name>.ipxe`, `/ipxe/node?mac=`, `/grub/grub.cfg-01-<mac>`,
-/// `/ignition/<name>` (not the pointer: fetching it is not fetching the config).
-pub fn http_event(site: &site::Site, route: &str, path: &str, query: Option<&str>) -> Option<(String, &'static str, String)> {
-    let segs: Vec<&str> = path.trim_start_matches('/').split('/').collect();
-    let by_mac = |m: &str| m.parse::<site::Mac>().ok().and_then(|m| site.node_by_mac(&m)).map(|n| n.name.clone());
-    match (route, segs.as_slice()) {
-        ("ipxe", ["ipxe", "node"]) => {
-            let mac = query?.split('&').find_map(|kv| kv.strip_prefix("mac="))?;
-            let mac = percent_encoding::percent_decode_str(mac).decode_utf8().ok()?;
-            Some((by_mac(&mac)?, IPXE, "iPXE script served".into()))
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ev(phase: Phase, what: &'static str, detail: &str) -> NodeEvent {
+        NodeEvent { node: "n".into(), at_us: 0, phase, what, error: false, detail: detail.into() }
+    }
+
+    /// The timeline's own words for each step (bootd's DHCP server, HTTP
+    /// routes and TFTP resolver record these) map to the conditions.
+    #[test]
+    fn timeline_events_make_conditions() {
+        let cases = [
+            (ev(Phase::Dhcp, "ack", "lease"), Some("DHCPLease")),
+            (ev(Phase::Dhcp, "offer", "offer"), None),
+            (ev(Phase::Script, "served", "iPXE node script served (by MAC)"), Some("IPXEScriptServed")),
+            (ev(Phase::Script, "served", "GRUB config served over TFTP"), Some("GRUBConfigServed")),
+            (ev(Phase::Script, "served", "GRUB config served over HTTP"), Some("GRUBConfigServed")),
+            (ev(Phase::Script, "entry", "iPXE entry script (boot.ipxe) served"), None),
+            (ev(Phase::Ignition, "served", "Ignition 3.2.0 served (via Token)"), Some("IgnitionServed")),
+            (ev(Phase::Ignition, "pointer_served", "pointer"), None),
+            (ev(Phase::Ignition, "denied", "denied"), None),
+            (ev(Phase::Kernel, "done", "kernel"), None),
+        ];
+        for (e, want) in cases {
+            assert_eq!(kind_of(&e).and_then(condition_of).map(|c| c.1), want, "{e:?}");
         }
-        ("ipxe", ["ipxe", file]) => {
-            let n = site.node(file.strip_suffix(".ipxe")?)?;
-            Some((n.name.clone(), IPXE, "iPXE script served".into()))
-        }
-        ("grub", ["grub", file]) => Some((by_mac(file.strip_prefix("grub.cfg-01-")?)?, GRUB, "GRUB config served over HTTP".into())),
-        ("ignition", ["ignition", name]) => Some((site.node(name)?.name.clone(), IGNITION, "Ignition config served".into())),
-        _ => None,
     }
 }

@@ -3,7 +3,7 @@
 //!
 //! Modules:
 //! - [`auth`]: bearer tokens (file or systemd credential), constant-time.
-//! - [`events`]: the per-node timeline bootd records as it serves a node.
+//! - [`events`]: which timeline events the controller keeps, and the conditions they make.
 //! - [`reconcile`]: one loop per node: find-or-create the machine (intent
 //!   first), poll it, follow its boot, delete it; bounded jittered retries.
 //! - [`client`]: the `bootd nodes …` / `bootd cluster …` command-line client.
@@ -193,9 +193,7 @@ impl Controller {
             tracker,
             shutdown,
         });
-        if let Some(rx) = app.events.connect() {
-            ctl.tracker.spawn(reconcile::event_writer(Arc::clone(&ctl), rx));
-        }
+        ctl.tracker.spawn(reconcile::follow_timeline(Arc::clone(&ctl), app.timeline.subscribe()));
         let rows = ctl.store.nodes()?;
         if !rows.is_empty() {
             // The overlay may lag the store after a crash between the two writes.
@@ -231,6 +229,15 @@ impl Controller {
         let wake = Arc::new(Notify::new());
         loops.insert(name.to_string(), Arc::clone(&wake));
         self.tracker.spawn(reconcile::node_loop(Arc::clone(self), name.to_string(), wake));
+    }
+
+    /// Stores one thing the controller did for a node (API call, provider
+    /// action) in the node's event log.
+    pub fn note(&self, node: &str, kind: &str, message: impl Into<String>) {
+        let e = store::Event { at: store::now_ms(), kind: kind.to_string(), message: message.into() };
+        if let Err(err) = self.store.add_events(&[(node.to_string(), e)]) {
+            error!(error = %err, node, "event not stored");
+        }
     }
 
     pub fn wake(&self, name: &str) {
@@ -597,7 +604,7 @@ async fn create_node(ctl: &Arc<Controller>, _: auth::Caller, req: Request<hyper:
         // Stored: the loop and the next start retry the export.
         error!(node = %spec.name, error = %e, "node stored but the overlay was not written");
     }
-    ctl.app.events.record(&spec.name, events::API, "created through the API");
+    ctl.note(&spec.name, events::API, "created through the API");
     info!(node = %spec.name, provider = %row.provider.as_object().and_then(|o| o.keys().next().cloned()).unwrap_or_else(|| "none".into()), "node created");
     ctl.ensure_loop(&spec.name);
     let snap = ctl.app.live.load_full();
@@ -631,7 +638,7 @@ async fn delete_node(ctl: &Arc<Controller>, _: auth::Caller, name: &str) -> Resp
             }
             Err(e) => return internal(e),
         }
-        ctl.app.events.record(name, events::API, "deletion requested through the API");
+        ctl.note(name, events::API, "deletion requested through the API");
         info!(node = %name, "node deletion requested");
     }
     ctl.ensure_loop(name);

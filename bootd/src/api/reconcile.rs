@@ -19,10 +19,11 @@ use super::{events, Controller};
 use crate::providers::{MachineState, NodeRequest, ProviderError, ProviderSpec};
 use crate::state::Snapshot;
 use crate::store::{now_ms, Condition, Event, NodeRow, Resource, StoreError};
+use crate::timeline::NodeEvent;
 use rand::Rng;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::{mpsc, Notify};
+use tokio::sync::{broadcast, Notify};
 use tracing::{error, info, warn};
 
 pub const PROVISIONED: &str = "Provisioned";
@@ -122,7 +123,7 @@ fn fail_with(ctl: &Controller, name: &str, msg: &str, also: Option<Condition>) {
     warn!(node = %name, reason = %msg, "node failed");
     let conds: Vec<Condition> = also.into_iter().chain([cond(READY, "False", "Failed", msg)]).collect();
     let _ = ctl.store.set_phase_and_conditions(name, "Failed", msg, &conds);
-    ctl.app.events.record(name, events::API, format!("failed: {msg}"));
+    ctl.note(name, events::API, format!("failed: {msg}"));
 }
 
 fn cond(kind: &str, status: &str, reason: &str, message: &str) -> Condition {
@@ -207,7 +208,7 @@ async fn step(ctl: &Arc<Controller>, row: &NodeRow) -> Result<Next, StoreError> 
             };
             ctl.store.put_resource(name, &resource(provider.name(), &m))?;
             ctl.store.finish_intent(intent.id, &format!("{how} {}", m.id))?;
-            ctl.app.events.record(name, events::PROVIDER, format!("{} machine {} {how}", provider.name(), m.id));
+            ctl.note(name, events::PROVIDER, format!("{} machine {} {how}", provider.name(), m.id));
             info!(node = %name, provider = provider.name(), id = %m.id, how, "machine recorded");
             m
         }
@@ -215,7 +216,7 @@ async fn step(ctl: &Arc<Controller>, row: &NodeRow) -> Result<Next, StoreError> 
             Ok(Some(m)) => m,
             Ok(None) => {
                 warn!(node = %name, id = %res.external_id, "the machine is gone at the provider; a new one will be made");
-                ctl.app.events.record(name, events::PROVIDER, format!("machine {} disappeared", res.external_id));
+                ctl.note(name, events::PROVIDER, format!("machine {} disappeared", res.external_id));
                 ctl.store.drop_resource(name)?;
                 return Ok(Next::Poll);
             }
@@ -230,7 +231,7 @@ async fn step(ctl: &Arc<Controller>, row: &NodeRow) -> Result<Next, StoreError> 
             let msg = format!("{} machine {} active; addresses {}", provider.name(), machine.id, machine.addresses.join(", "));
             let was = ctl.store.conditions(name)?.into_iter().any(|c| c.kind == PROVISIONED && c.status == "True");
             if !was {
-                ctl.app.events.record(name, events::PROVIDER, msg.clone());
+                ctl.note(name, events::PROVIDER, msg.clone());
             }
             boot_step(ctl, row, cond(PROVISIONED, "True", "MachineActive", &msg))
         }
@@ -294,7 +295,7 @@ fn boot_step(ctl: &Controller, row: &NodeRow, provisioned: Condition) -> Result<
     if is(NETWORK_BOOTED) && is(IGNITION_SERVED) {
         let ready = cond(READY, "True", "IgnitionServed", "network-booted and fetched its Ignition");
         ctl.store.set_phase_and_conditions(name, "Ready", "", &[provisioned, ready])?;
-        ctl.app.events.record(name, events::API, "Ready");
+        ctl.note(name, events::API, "Ready");
         info!(node = %name, "node Ready");
         return Ok(Next::Idle);
     }
@@ -387,61 +388,95 @@ fn retry_delete(ctl: &Controller, name: &str, e: ProviderError) -> Next {
     }
 }
 
-/// Stores events in batches; sets the condition each implies; watches the
-/// DHCP lease table for nodes not yet seen network-booting.
-pub async fn event_writer(ctl: Arc<Controller>, mut rx: mpsc::Receiver<(String, Event)>) {
-    let mut tick = tokio::time::interval(ctl.tuning.poll.min(Duration::from_secs(2)));
+/// Follows the timeline: stores the events the controller keeps and makes
+/// their conditions True. A lag (more events than the feed holds arrived
+/// while this task was busy) is caught up from the timeline itself.
+pub async fn follow_timeline(ctl: Arc<Controller>, mut rx: broadcast::Receiver<Arc<NodeEvent>>) {
+    catch_up(&ctl);
     loop {
-        let mut batch = Vec::new();
-        tokio::select! {
+        let first = tokio::select! {
             _ = ctl.shutdown.cancelled() => return,
-            n = rx.recv_many(&mut batch, 256) => if n == 0 { return },
-            _ = tick.tick() => {
-                scan_leases(&ctl);
-                continue;
-            }
-        }
-        if let Err(e) = ctl.store.add_events(&batch) {
-            error!(error = %e, events = batch.len(), "events not stored");
-        }
-        for (node, e) in &batch {
-            if let Some((kind, reason)) = events::condition_of(&e.kind) {
-                let c = Condition { kind: kind.into(), status: "True".into(), reason: reason.into(), message: e.message.clone(), at: e.at };
-                let had = ctl.store.conditions(node).map(|cs| cs.iter().any(|x| x.kind == kind && x.status == "True")).unwrap_or(false);
-                if !had {
-                    if let Err(err) = ctl.store.set_condition(node, &c) {
-                        error!(error = %err, "condition not stored");
-                    }
-                    ctl.wake(node);
+            r = rx.recv() => r,
+        };
+        let mut batch = Vec::new();
+        let mut lagged = false;
+        let mut take = |r: Result<Arc<NodeEvent>, broadcast::error::RecvError>, batch: &mut Vec<(String, Event)>| match r {
+            Ok(ev) => {
+                if let Some(kind) = events::kind_of(&ev) {
+                    batch.push((ev.node.clone(), Event { at: ev.at_us / 1000, kind: kind.into(), message: ev.detail.clone() }));
                 }
+                true
+            }
+            Err(broadcast::error::RecvError::Lagged(n)) => {
+                warn!(missed = n, "controller fell behind the timeline; catching up from it");
+                lagged = true;
+                true
+            }
+            Err(broadcast::error::RecvError::Closed) => false,
+        };
+        if !take(first, &mut batch) {
+            return;
+        }
+        while batch.len() < 256 {
+            match rx.try_recv() {
+                Ok(ev) => take(Ok(ev), &mut batch),
+                Err(broadcast::error::TryRecvError::Lagged(n)) => take(Err(broadcast::error::RecvError::Lagged(n)), &mut batch),
+                Err(_) => break,
+            };
+        }
+        apply(&ctl, &batch);
+        if lagged {
+            catch_up(&ctl);
+        }
+    }
+}
+
+/// Stores `batch` and makes each event's condition True where it is not.
+fn apply(ctl: &Controller, batch: &[(String, Event)]) {
+    if batch.is_empty() {
+        return;
+    }
+    if let Err(e) = ctl.store.add_events(batch) {
+        error!(error = %e, events = batch.len(), "events not stored");
+    }
+    for (node, e) in batch {
+        if let Some((kind, reason)) = events::condition_of(&e.kind) {
+            let c = Condition { kind: kind.into(), status: "True".into(), reason: reason.into(), message: e.message.clone(), at: e.at };
+            let had = ctl.store.conditions(node).map(|cs| cs.iter().any(|x| x.kind == kind && x.status == "True")).unwrap_or(false);
+            if !had {
+                if let Err(err) = ctl.store.set_condition(node, &c) {
+                    error!(error = %err, "condition not stored");
+                }
+                ctl.wake(node);
             }
         }
     }
 }
 
-fn scan_leases(ctl: &Controller) {
-    let snap = ctl.app.live.load();
-    let leases = ctl.app.leases.lock().unwrap_or_else(|p| p.into_inner());
-    if leases.is_empty() {
-        return;
-    }
-    let mut seen = Vec::new();
-    for n in &snap.site.nodes {
-        for m in &n.macs {
-            if let Some(l) = leases.get(m) {
-                if l.state == crate::dhcp::leases::LeaseState::Active {
-                    seen.push((n.name.clone(), format!("DHCP lease {} for {m}", l.ip)));
-                    break;
-                }
+/// Reads the timeline of every node the controller manages and applies
+/// what its conditions do not show yet (after a lag, and on start).
+fn catch_up(ctl: &Controller) {
+    let Ok(rows) = ctl.store.nodes() else { return };
+    for r in rows {
+        let Some(track) = ctl.app.timeline.track(&r.name) else { continue };
+        let have: Vec<String> = ctl
+            .store
+            .conditions(&r.name)
+            .map(|cs| cs.into_iter().filter(|c| c.status == "True").map(|c| c.kind).collect())
+            .unwrap_or_default();
+        let mut missing = Vec::new();
+        for e in track.events.iter() {
+            let ev =
+                NodeEvent { node: r.name.clone(), at_us: e.at_us, phase: e.phase, what: e.what, error: e.error, detail: e.detail.clone() };
+            let Some(kind) = events::kind_of(&ev) else { continue };
+            let Some((cond, _)) = events::condition_of(kind) else { continue };
+            if !have.iter().any(|h| h == cond)
+                && !missing.iter().any(|(_, m): &(String, Event)| events::condition_of(&m.kind).map(|c| c.0) == Some(cond))
+            {
+                missing.push((r.name.clone(), Event { at: e.at_us / 1000, kind: kind.into(), message: e.detail.clone() }));
             }
         }
-    }
-    drop(leases);
-    for (node, msg) in seen {
-        let had = ctl.store.conditions(&node).map(|cs| cs.iter().any(|c| c.kind == NETWORK_BOOTED && c.status == "True")).unwrap_or(true);
-        if !had {
-            ctl.app.events.record(&node, events::DHCP, msg);
-        }
+        apply(ctl, &missing);
     }
 }
 

@@ -297,6 +297,36 @@ async fn powervs_node_lifecycle_with_a_cached_iam_token() {
     b.stop().await;
 }
 
+/// The conditions follow bootd's timeline, the one record of node events:
+/// a GRUB config over HTTP, or a DHCP ACK joined to the node by its MAC,
+/// makes a Power node NetworkBooted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conditions_follow_the_timeline() {
+    use bootd::timeline::{Phase, Raw, Subject};
+    let f = Fake::start().await;
+    let b = Bootd::start(&f.url(), &f.url(), &f.url()).await;
+    let (st, v) = b.call("POST", "/v1/nodes", Some(powervs_node("p9-2", "10.77.0.32", "52:54:00:77:00:32"))).await;
+    assert_eq!(st, 201, "{v:#}");
+    b.wait_node("p9-2", 20, |_, v| cond(v, "Provisioned")["status"] == "True").await;
+    assert_eq!(b.boot_get("/grub/grub.cfg-01-52-54-00-77-00-32").await, 200);
+    let v = b.wait_node("p9-2", 10, |_, v| cond(v, "NetworkBooted")["status"] == "True").await;
+    assert_eq!(cond(&v, "NetworkBooted")["reason"], "GRUBConfigServed");
+    let (_, ev) = b.call("GET", "/v1/nodes/p9-2/events", None).await;
+    assert!(
+        ev["events"].as_array().unwrap().iter().any(|e| e["kind"] == "grub" && e["message"] == "GRUB config served over HTTP"),
+        "{ev:#}"
+    );
+    // A DHCP ACK the timeline joins to the node counts as a network boot too.
+    let (st, v) = b.call("POST", "/v1/nodes", Some(powervs_node("p9-3", "10.77.0.33", "52:54:00:77:00:33"))).await;
+    assert_eq!(st, 201, "{v:#}");
+    b.wait_node("p9-3", 20, |_, v| cond(v, "Provisioned")["status"] == "True").await;
+    let mac: site::Mac = "52:54:00:77:00:33".parse().unwrap();
+    b.app.timeline.record(Raw::new(Subject::mac(mac), Phase::Dhcp, "ack", "ACK 10.77.0.33"));
+    let v = b.wait_node("p9-3", 10, |_, v| cond(v, "NetworkBooted")["status"] == "True").await;
+    assert_eq!(cond(&v, "NetworkBooted")["reason"], "DHCPLease");
+    b.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn powervs_user_data_over_63_kib_is_refused_clearly() {
     let f = Fake::start().await;
