@@ -53,7 +53,7 @@ RESULTS=${RESULTS:-$HERE/results-$(date -u +%F).txt}
 for t in perfdhcp kea-dhcp4 dnsmasq taskset ip curl awk sort; do
     command -v "$t" >/dev/null || { echo "missing tool: $t (tests/lab/deps.sh installs them)" >&2; exit 2; }
 done
-[[ -x $BOOTD_BIN ]] || { echo "no bootd at $BOOTD_BIN: cargo build --release -p bootd" >&2; exit 2; }
+[[ -x $BOOTD_BIN ]] || { echo "no bootd at $BOOTD_BIN: cargo build --release -p appliance --bin bootd" >&2; exit 2; }
 [[ $(nproc --all) -ge 2 ]] || { echo "need 2 CPUs" >&2; exit 2; }
 
 S=bdh-s-$$ L=bdh-l-$$

@@ -89,7 +89,7 @@ log() { echo "# $*" >&2; }
 
 if [ ! -x "$BOOTD_BIN" ]; then
     log "building bootd (release)"
-    (cd "$REPO" && cargo build --release -p bootd)
+    (cd "$REPO" && cargo build --release -p appliance --bin bootd)
 fi
 
 TMP=$(mktemp -d /tmp/bench-http.XXXXXX)

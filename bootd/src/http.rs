@@ -228,7 +228,9 @@ fn json_response(status: StatusCode, v: &serde_json::Value) -> Response<Body> {
     no_store(full(status, "application/json", body))
 }
 
-pub(crate) fn pointer_for(app: &App, snap: &Snapshot, node: &Node) -> serde_json::Value {
+/// The pointer Ignition config for `node` (HTTPS with the site CA when
+/// bootd serves HTTPS), with a fresh token: what provider userdata carries.
+pub fn pointer_for(app: &App, snap: &Snapshot, node: &Node) -> serde_json::Value {
     let tok = node_token(app, snap, node);
     match (&snap.site.host.https, &app.tls) {
         (Some(https), Some(tls)) => {

@@ -19,28 +19,25 @@
 //! - [`tls`]: the site CA and serving certificate (rcgen, rustls).
 //! - [`state`]: the live snapshot (swapped atomically) and state-dir files.
 //! - [`metrics`]: Prometheus counters.
-//! - [`api`]: the controller API (HTTPS, bearer tokens), reconcile loops, CLI client.
-//! - [`store`]: the controller's SQLite store (nodes, machines, intents, events).
-//! - [`providers`]: Equinix Metal and Power VS clients.
 //! - [`timeline`]: the per-node boot timeline (DHCP, TFTP, HTTP, lbd), joined by MAC/IP.
 //! - [`status`]: the status page (server-rendered HTML) and the timeline JSON.
 //! - [`lbwatch`]: follows lbd's admin `/status` for the timeline's lbd phases.
 //!
-//! Shape: `main` parses flags, loads the site, binds sockets and calls
-//! [`run`]; tests call the same [`run`] on loopback port 0.
+//! Shape: the executables (the `appliance` package) parse flags, load the
+//! site, bind sockets and call [`run`]; tests call the same [`run`] on
+//! loopback port 0. bootd knows nothing of the controller, dnsd, lbd or the
+//! image catalog: the controller builds on [`App`] and the timeline's feed,
+//! and the image cache check comes in through [`Config::check_images`].
 
-pub mod api;
 pub mod dhcp;
 pub mod files;
 pub mod http;
 pub mod lbwatch;
 pub mod metrics;
 pub mod plain;
-pub mod providers;
 pub mod render;
 pub mod state;
 pub mod status;
-pub mod store;
 pub mod tftp;
 pub mod timeline;
 pub mod tls;
@@ -80,7 +77,9 @@ pub struct App {
     pub timeline: Arc<timeline::Recorder>,
 }
 
-#[derive(Debug)]
+/// See [`Config::check_images`]: `Err` says what is missing or corrupt.
+pub type ImageCheck = Arc<dyn Fn(&Site) -> Result<(), String> + Send + Sync>;
+
 pub struct Config {
     pub site: Site,
     /// Overrides `host.stateDir` (tests, the lab).
@@ -97,10 +96,25 @@ pub struct Config {
     pub grace: Duration,
     /// Where DHCP replies go (tests move them off 67/68).
     pub dhcp_ports: dhcp::server::Ports,
-    /// Timings of the controller's reconcile loops (tests shorten them).
-    pub api_tuning: api::Tuning,
+    /// Checks that the image files the site names are there (the image
+    /// catalog's cache check, passed in by the executables); run before
+    /// serving and before each reload is applied.
+    pub check_images: Option<ImageCheck>,
     /// How often lbd's admin `/status` is read for the timeline (`lb.adminListen`).
     pub lb_poll: Duration,
+}
+
+impl std::fmt::Debug for Config {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Config")
+            .field("site", &self.site.source)
+            .field("state_dir", &self.state_dir)
+            .field("poll", &self.poll)
+            .field("grace", &self.grace)
+            .field("dhcp_ports", &self.dhcp_ports)
+            .field("check_images", &self.check_images.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 impl Config {
@@ -113,7 +127,7 @@ impl Config {
             poll: Some(Duration::from_secs(2)),
             grace: Duration::from_secs(5),
             dhcp_ports: Default::default(),
-            api_tuning: Default::default(),
+            check_images: None,
             lb_poll: Duration::from_secs(1),
         }
     }
@@ -132,8 +146,6 @@ pub struct Sockets {
     pub dhcp_proxy: Option<tokio::net::UdpSocket>,
     /// TFTP on port 69.
     pub tftp: Option<tokio::net::UdpSocket>,
-    /// The controller API (`host.api.listen`), served over TLS.
-    pub api: Option<TcpListener>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -143,12 +155,8 @@ pub enum Error {
     #[error(transparent)]
     Tls(#[from] tls::TlsError),
     /// A `catalog:` image set is not in the cache, or a cached file is corrupt.
-    #[error(transparent)]
-    Images(#[from] images::SiteImagesError),
-    #[error(transparent)]
-    Api(#[from] api::ApiError),
-    #[error("an API socket was given but the site has no host.api, or bootd no TLS")]
-    ApiConfig,
+    #[error("{0}")]
+    Images(String),
     /// A socket the site asks for could not be bound; `what` names the site key.
     #[error("{what} {addr}: {source}")]
     Bind { what: &'static str, addr: std::net::SocketAddr, source: std::io::Error },
@@ -164,10 +172,6 @@ impl Sockets {
         let http = tcp("host.http.listen", site.host.http.listen).await?;
         let https = match &site.host.https {
             Some(h) => Some(tcp("host.https.listen", h.listen).await?),
-            None => None,
-        };
-        let api = match &site.host.api {
-            Some(a) => Some(tcp("host.api.listen", a.listen).await?),
             None => None,
         };
         let (mut dhcp, mut dhcp_proxy) = (None, None);
@@ -186,14 +190,16 @@ impl Sockets {
             })?),
             None => None,
         };
-        Ok(Sockets { http, https, dhcp, dhcp_proxy, tftp, api })
+        Ok(Sockets { http, https, dhcp, dhcp_proxy, tftp })
     }
 }
 
 /// Everything `run` prepares before serving; tests use it to reach the
 /// token key and CA without scraping files.
 pub fn prepare(config: &Config, want_tls: bool) -> Result<Arc<App>, Error> {
-    images::check_site(&config.site)?;
+    if let Some(check) = &config.check_images {
+        check(&config.site).map_err(Error::Images)?;
+    }
     let state_dir = config.state_dir();
     std::fs::create_dir_all(&state_dir).map_err(|e| Error::StateDir(state_dir.clone(), e))?;
     let key = token::TokenKey::load_or_create(&state_dir).map_err(|e| Error::StateDir(state_dir.clone(), e))?;
@@ -220,7 +226,7 @@ pub fn prepare(config: &Config, want_tls: bool) -> Result<Arc<App>, Error> {
 /// Serves until `shutdown` is cancelled, then gives open connections
 /// `config.grace` to finish.
 pub async fn run(config: Config, sockets: Sockets, shutdown: CancellationToken) -> Result<(), Error> {
-    let app = prepare(&config, sockets.https.is_some() || sockets.api.is_some())?;
+    let app = prepare(&config, sockets.https.is_some() || config.site.host.api.is_some())?;
     run_app(app, config, sockets, shutdown).await
 }
 
@@ -232,6 +238,7 @@ pub async fn run_app(app: Arc<App>, config: Config, sockets: Sockets, shutdown: 
         config.site.source.clone(),
         (config.reload.clone(), config.reloaded.clone()),
         config.poll,
+        config.check_images.clone(),
         shutdown.clone(),
     ));
     if let Some(rx) = app.timeline.take_receiver() {
@@ -253,13 +260,6 @@ pub async fn run_app(app: Arc<App>, config: Config, sockets: Sockets, shutdown: 
         info!(addr = %local(&l), "HTTPS listening");
         let acceptor = tokio_rustls::TlsAcceptor::from(Arc::clone(&tls.server_config));
         tracker.spawn(accept_loop(l, Some(acceptor), Arc::clone(&app), shutdown.clone(), conn_stop.clone(), tracker.clone()));
-    }
-    if let Some(l) = sockets.api {
-        let api_cfg = app.live.load().site.host.api.clone();
-        let (Some(api_cfg), Some(tls)) = (api_cfg, &app.tls) else { return Err(Error::ApiConfig) };
-        let ctl = api::Controller::start(Arc::clone(&app), api_cfg, config.api_tuning.clone(), tracker.clone(), shutdown.clone())?;
-        info!(addr = %local(&l), "controller API listening (HTTPS)");
-        tracker.spawn(api::serve(ctl, l, Arc::clone(&tls.server_config), shutdown.clone(), tracker.clone()));
     }
     if sockets.dhcp.is_some() || sockets.dhcp_proxy.is_some() {
         let (store, table) = dhcp::leases::Store::open(&app.state_dir).map_err(|e| Error::StateDir(app.state_dir.clone(), e))?;
@@ -449,6 +449,7 @@ async fn watch_site(
     site_path: PathBuf,
     (reload, reloaded): (Arc<Notify>, Arc<Notify>),
     poll: Option<Duration>,
+    check_images: Option<ImageCheck>,
     shutdown: CancellationToken,
 ) {
     /// Tells `reloaded`'s waiters when this iteration ends, however it ends.
@@ -478,7 +479,7 @@ async fn watch_site(
         match loaded {
             Ok((Ok(site), Ok(revoked))) => {
                 // Cheap unless a cached file changed (then it is hashed again).
-                if let Err(e) = images::check_site(&site) {
+                if let Some(Err(e)) = check_images.as_ref().map(|c| c(&site)) {
                     app.metrics.reloads.get_or_create(&metrics::Outcome { result: "error" }).inc();
                     error!("site reload refused, the previous site keeps serving:\n{e}");
                     continue;

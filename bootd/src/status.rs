@@ -59,7 +59,7 @@ pub fn human(us: i64) -> String {
 }
 
 fn time_of(us: i64) -> String {
-    crate::api::rfc3339(us / 1000)
+    crate::timeline::rfc3339(us / 1000)
 }
 
 fn page(title: &str, body: &str) -> String {

@@ -18,4 +18,4 @@ export PRISM=${PRISM:-$REPO/target/prism/node_modules/.bin/prism}
 export SPECS_DIR=${SPECS_DIR:-$REPO/../shared/specs}
 # Two tests at a time: a Prism test starts up to three Prism processes, and
 # the machine has two cores.
-cargo test -p bootd --test controller -- --include-ignored --test-threads 2
+cargo test -p appliance --test controller -- --include-ignored --test-threads 2

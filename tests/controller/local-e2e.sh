@@ -44,7 +44,7 @@ done
 case $FIRMWARE in seabios-ipxe|ovmf-ipxe) ;; *) echo "local-e2e.sh: bad --firmware $FIRMWARE" >&2; exit 2 ;; esac
 [[ $TIMEOUT =~ ^[0-9]+$ ]] || { echo "local-e2e.sh: bad --timeout $TIMEOUT" >&2; exit 2; }
 if [[ -z $BOOTD ]]; then
-  (cd "$REPO" && cargo build -q -p bootd) >&2
+  (cd "$REPO" && cargo build -q -p appliance --bin bootd) >&2
   BOOTD=${CARGO_TARGET_DIR:-$REPO/target}/debug/bootd
 fi
 BOOTD=$(readlink -f "$BOOTD")

@@ -23,7 +23,7 @@ while [[ $# -gt 0 ]]; do
   esac
 done
 bash tests/lab/deps.sh
-cargo build --release -p bootd
+cargo build --release -p appliance
 bash tests/lab/guest.sh target/lab-images
 if [[ $VIA_API == 1 ]]; then
   WORK=target/lab-runs/demo-api

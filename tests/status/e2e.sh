@@ -31,7 +31,7 @@ done
 CHROMIUM=$(command -v chromium || true)
 [[ -n $CHROMIUM ]] || { echo "FAIL status-page: chromium not installed (tests/lab/deps.sh)"; exit 1; }
 if [[ ! -x $BOOTD ]]; then
-  (cd "$REPO" && cargo build --release --locked -p bootd) >&2
+  (cd "$REPO" && cargo build --release --locked -p appliance --bin bootd) >&2
 fi
 BOOTD=$(readlink -f "$BOOTD")
 

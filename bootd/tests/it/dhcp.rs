@@ -1,33 +1,13 @@
 //! bootd's DHCP server on loopback: a relay's view (giaddr 127.0.0.1),
-//! durability before ACK, malformed input dropped and counted, and a
-//! kill -9 of a real bootd process under load losing no ACKed lease.
+//! durability before ACK, malformed input dropped and counted. (A kill -9
+//! of a bootd process under load: appliance/tests/leases.rs.)
 
+use crate::harness::common::{loopback_site, request};
 use crate::harness::{dhcp_recv, Bootd};
-use dhcproto::v4::{DhcpOption, HType, Message, MessageType, Opcode, OptionCode};
-use dhcproto::{Encodable, Encoder};
+use dhcproto::v4::{DhcpOption, MessageType, OptionCode};
 use std::net::Ipv4Addr;
 use std::time::Duration;
 use tokio::net::UdpSocket;
-
-/// worker-1 moves to 127.0.0.21 on a loopback network, so a "relay" on
-/// 127.0.0.1 can reach it.
-fn loopback_site(t: String) -> String {
-    t.replace("    dnsServers: [10.77.0.1]\n", "    dnsServers: [10.77.0.1]\n  - name: lo\n    subnet: 127.0.0.0/8\n    gateway: 127.0.0.1\n    pool: { start: 127.0.1.0, end: 127.0.9.255 }\n")
-        .replace("ip: 10.77.0.21", "ip: 127.0.0.21")
-}
-
-fn request(mac: [u8; 6], t: MessageType, xid: u32, ip: Option<Ipv4Addr>) -> Vec<u8> {
-    let mut m = Message::default();
-    m.set_opcode(Opcode::BootRequest).set_htype(HType::Eth).set_xid(xid).set_chaddr(&mac).set_giaddr(Ipv4Addr::LOCALHOST).set_hops(1);
-    m.opts_mut().insert(DhcpOption::MessageType(t));
-    if let Some(ip) = ip {
-        m.opts_mut().insert(DhcpOption::RequestedIpAddress(ip));
-        m.opts_mut().insert(DhcpOption::ServerIdentifier(Ipv4Addr::new(10, 77, 0, 1)));
-    }
-    let mut b = Vec::new();
-    m.encode(&mut Encoder::new(&mut b)).unwrap();
-    b
-}
 
 #[tokio::test]
 async fn relayed_dora_is_durable_before_ack_and_bad_packets_are_counted() {
@@ -81,70 +61,4 @@ async fn relayed_dora_is_durable_before_ack_and_bad_packets_are_counted() {
     relay.send(&request(mac, MessageType::Discover, 4, None)).await.unwrap();
     assert_eq!(dhcp_recv(&relay).await.expect("still serving").xid(), 4);
     b.stop().await;
-}
-
-/// A real bootd process under a stream of relayed DORAs, killed with
-/// SIGKILL mid-stream: every lease whose ACK the client saw is in the lease
-/// file after restart.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn kill_9_loses_no_acked_lease() {
-    let dir = tempfile::tempdir().unwrap();
-    let relay = UdpSocket::bind("127.0.0.1:0").await.unwrap();
-    let dhcp_port = {
-        let s = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-        s.local_addr().unwrap().port()
-    };
-    let site = crate::harness::write_site(dir.path(), |t| {
-        loopback_site(t)
-            .replace("    serverAddress: 10.77.0.1\n", &format!("    serverAddress: 10.77.0.1\n    listen: 127.0.0.1:{dhcp_port}\n"))
-            .replace("    interface: br0                # the lab bridge; broadcasts elsewhere are never seen\n", "")
-    });
-    let spawn = || {
-        std::process::Command::new(env!("CARGO_BIN_EXE_bootd"))
-            .args(["--site", site.to_str().unwrap(), "--dhcp-reply-ports", &format!("68,{}", relay.local_addr().unwrap().port())])
-            .env("RUST_LOG", "warn")
-            .stderr(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
-            .spawn()
-            .unwrap()
-    };
-    let mut child = spawn();
-    relay.connect(("127.0.0.1", dhcp_port)).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let mut acked = Vec::new();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    let mut i: u32 = 0;
-    // DORA for pool clients until ~150 ACKs, killing the server after 100.
-    while acked.len() < 150 && tokio::time::Instant::now() < deadline {
-        i += 1;
-        let mac = [0x02, 0, 0, (i >> 16) as u8, (i >> 8) as u8, i as u8];
-        if acked.len() == 100 {
-            child.kill().unwrap(); // SIGKILL
-            child.wait().unwrap();
-            child = spawn();
-            tokio::time::sleep(Duration::from_millis(500)).await;
-        }
-        if relay.send(&request(mac, MessageType::Discover, i * 2, None)).await.is_err() {
-            continue;
-        }
-        let Some(offer) = dhcp_recv(&relay).await else { continue };
-        let _ = relay.send(&request(mac, MessageType::Request, i * 2 + 1, Some(offer.yiaddr()))).await;
-        if let Some(ack) = dhcp_recv(&relay).await {
-            if ack.opts().msg_type() == Some(MessageType::Ack) {
-                acked.push((site::Mac(mac).to_string(), ack.yiaddr()));
-            }
-        }
-    }
-    child.kill().unwrap();
-    child.wait().unwrap();
-    assert!(acked.len() >= 120, "only {} ACKs", acked.len());
-    let text = std::fs::read_to_string(dir.path().join("state/leases.jsonl")).unwrap();
-    let mut stored = std::collections::HashMap::new();
-    for line in text.lines() {
-        let v: serde_json::Value = serde_json::from_str(line).unwrap();
-        stored.insert(v["mac"].as_str().unwrap().to_string(), v["ip"].as_str().unwrap().to_string());
-    }
-    for (mac, ip) in &acked {
-        assert_eq!(stored.get(mac).map(String::as_str), Some(ip.to_string().as_str()), "ACKed lease {mac} {ip} lost");
-    }
 }

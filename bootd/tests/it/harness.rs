@@ -5,7 +5,7 @@ use bytes::Bytes;
 use http::{HeaderMap, Request, StatusCode};
 use http_body_util::{BodyExt, Empty};
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -13,6 +13,9 @@ use tokio_util::sync::CancellationToken;
 #[path = "../common/logs.rs"]
 mod logs_capture;
 pub use logs_capture::logs;
+#[path = "../common/dhcp.rs"]
+pub mod common;
+pub use common::{dhcp_recv, write_site};
 
 pub struct Bootd {
     pub dhcp: Option<SocketAddr>,
@@ -25,10 +28,6 @@ pub struct Bootd {
     pub reload: Arc<tokio::sync::Notify>,
     shutdown: CancellationToken,
     task: Option<tokio::task::JoinHandle<Result<(), bootd::Error>>>,
-}
-
-pub fn lab_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/lab")
 }
 
 impl Bootd {
@@ -81,7 +80,7 @@ impl Bootd {
         let task = tokio::spawn(bootd::run_app(
             Arc::clone(&app),
             config,
-            bootd::Sockets { http, https: Some(https), dhcp: dhcp_sock, dhcp_proxy: None, tftp: tftp_sock, api: None },
+            bootd::Sockets { http, https: Some(https), dhcp: dhcp_sock, dhcp_proxy: None, tftp: tftp_sock },
             shutdown.clone(),
         ));
         Bootd { dhcp, tftp, http: ha, https: hsa, app, dir, reload, shutdown, task: Some(task) }
@@ -117,24 +116,6 @@ impl Bootd {
             t.await.unwrap().unwrap();
         }
     }
-}
-
-/// Writes the lab site (edited) into `dir` with its own images, state and
-/// Ignition; returns the site file's path.
-pub fn write_site(dir: &Path, edit: impl FnOnce(String) -> String) -> PathBuf {
-    let text = std::fs::read_to_string(lab_dir().join("site.yaml")).unwrap();
-    let text = text
-        .replace("root: ../../target/lab-images", "root: images")
-        .replace("stateDir: ../../target/lab-state", "stateDir: state")
-        .replace("root: ../../target/lab-tftp", "root: tftp");
-    std::fs::create_dir_all(dir.join("images/lab")).unwrap();
-    std::fs::create_dir_all(dir.join("tftp")).unwrap();
-    std::fs::create_dir_all(dir.join("ignition")).unwrap();
-    for r in ["bootstrap", "master", "worker"] {
-        std::fs::copy(lab_dir().join(format!("ignition/{r}.ign")), dir.join(format!("ignition/{r}.ign"))).unwrap();
-    }
-    std::fs::write(dir.join("site.yaml"), edit(text)).unwrap();
-    dir.join("site.yaml")
 }
 
 /// One request on a fresh connection.
@@ -173,12 +154,4 @@ pub async fn request_from(
 /// Runs curl (a real client) and returns its stdout.
 pub fn curl(args: &[&str]) -> std::process::Output {
     std::process::Command::new("curl").args(["-sS"]).args(args).output().expect("curl not found")
-}
-
-/// The next DHCP reply on `sock` (a relay's socket), or `None` after 2 s.
-pub async fn dhcp_recv(sock: &tokio::net::UdpSocket) -> Option<dhcproto::v4::Message> {
-    use dhcproto::{Decodable, Decoder};
-    let mut buf = [0u8; 1500];
-    let n = tokio::time::timeout(std::time::Duration::from_secs(2), sock.recv(&mut buf)).await.ok()?.ok()?;
-    dhcproto::v4::Message::decode(&mut Decoder::new(&buf[..n])).ok()
 }

@@ -382,7 +382,7 @@ mod bootd_e2e {
 
         // Not fetched yet: the site loads (fetch and gc need it), bootd refuses.
         let site = site::load(&site_path).unwrap();
-        let err = bootd::prepare(&bootd::Config::new(site), false).unwrap_err().to_string();
+        let err = bootd::prepare(&boot_config(site), false).unwrap_err().to_string();
         let cmd = format!("images fetch --site {} --set coreos", std::fs::canonicalize(&site_path).unwrap().display());
         assert!(err.contains("images.sets.coreos") && err.contains(&cmd), "{err}");
 
@@ -402,12 +402,12 @@ mod bootd_e2e {
 
         let http = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = http.local_addr().unwrap();
-        let mut config = bootd::Config::new(site.clone());
+        let mut config = boot_config(site.clone());
         config.poll = None;
         config.grace = Duration::from_millis(200);
         let app = bootd::prepare(&config, false).unwrap();
         let shutdown = tokio_util::sync::CancellationToken::new();
-        let sockets = bootd::Sockets { http, https: None, dhcp: None, dhcp_proxy: None, tftp: None, api: None };
+        let sockets = bootd::Sockets { http, https: None, dhcp: None, dhcp_proxy: None, tftp: None };
         let task = tokio::spawn(bootd::run_app(app, config, sockets, shutdown.clone()));
 
         for (role, path) in [("kernel", Some(&set.kernel)), ("initramfs", Some(&set.initramfs)), ("rootfs", set.rootfs.as_ref())] {
@@ -438,7 +438,7 @@ mod bootd_e2e {
         let mut bytes = std::fs::read(&kernel).unwrap();
         bytes[0] ^= 1;
         std::fs::write(&kernel, &bytes).unwrap();
-        let err = bootd::prepare(&bootd::Config::new(site::load(&site_path).unwrap()), false).unwrap_err().to_string();
+        let err = bootd::prepare(&boot_config(site::load(&site_path).unwrap()), false).unwrap_err().to_string();
         assert!(
             err.contains("sha256") && err.contains(&artifacts("10.0")[0].1) && err.contains("fetch it again with: images fetch"),
             "{err}"
@@ -512,4 +512,12 @@ mod tftp_root {
             assert_eq!(core, theirs, "differs from {}", lab.display());
         }
     }
+}
+
+/// bootd's configuration with this crate's cache check, as the executables
+/// (appliance/src/lib.rs) give it.
+fn boot_config(site: site::Site) -> bootd::Config {
+    let mut c = bootd::Config::new(site);
+    c.check_images = Some(std::sync::Arc::new(|s: &site::Site| images::check_site(s).map_err(|e| e.to_string())));
+    c
 }

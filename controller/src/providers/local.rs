@@ -168,7 +168,7 @@ impl Local {
     fn write_vm(&self, node: &str, vm: &VmFile) -> Result<()> {
         let d = self.vm_dir(node);
         let w = |name: &str, bytes: &[u8]| {
-            crate::state::write_atomic(&d.join(name), bytes, 0o644)
+            bootd::state::write_atomic(&d.join(name), bytes, 0o644)
                 .map_err(|e| ProviderError::transient(format!("local: cannot write {}: {e}", d.join(name).display())))
         };
         w("vm.json", &serde_json::to_vec_pretty(vm).unwrap_or_default())?;
@@ -262,7 +262,7 @@ impl Local {
             "#!/bin/sh\n# Written by bootd: puts the VM's tap on the bridge.\nPATH=$PATH:/usr/sbin:/sbin\nip link set \"$1\" master {} && ip link set \"$1\" up\n",
             self.cfg.bridge
         );
-        crate::state::write_atomic(&d.join("ifup"), ifup.as_bytes(), 0o755).map_err(|e| err(format!("local: cannot write ifup: {e}")))?;
+        bootd::state::write_atomic(&d.join("ifup"), ifup.as_bytes(), 0o755).map_err(|e| err(format!("local: cannot write ifup: {e}")))?;
         if args.iter().any(|a| a.contains("OVMF_VARS.fd")) {
             std::fs::copy(&self.cfg.ovmf_vars, d.join("OVMF_VARS.fd"))
                 .map_err(|e| err(format!("local: cannot copy {}: {e}", self.cfg.ovmf_vars.display())))?;

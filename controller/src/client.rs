@@ -95,8 +95,8 @@ impl Client {
         let ca_path = conn.ca.clone().unwrap_or_else(|| state_dir.join("ca.pem"));
         let ca = std::fs::read(&ca_path).with_context(|| format!("CA {}", ca_path.display()))?;
         let token = match (&conn.token_file, api) {
-            (Some(f), _) => crate::api::auth::tokens(&site::SecretRef::File(f.clone())),
-            (None, Some(a)) => crate::api::auth::tokens(&a.tokens),
+            (Some(f), _) => crate::auth::tokens(&site::SecretRef::File(f.clone())),
+            (None, Some(a)) => crate::auth::tokens(&a.tokens),
             (None, None) => Err("no --token-file".to_string()),
         }
         .map_err(|e| anyhow::anyhow!("API token: {e}"))?
@@ -224,7 +224,7 @@ pub fn print_timeline(v: &Value, out: &mut impl Write) -> std::io::Result<()> {
     for e in v["events"].as_array().into_iter().flatten() {
         let at = e["atUs"].as_i64().unwrap_or(0);
         let mark = if e["error"].as_bool() == Some(true) { "!" } else { " " };
-        writeln!(out, "{mark} {}  {:<15} {:<17} {}", crate::api::rfc3339(at / 1000), s(e, "phase"), s(e, "what"), s(e, "detail"))?;
+        writeln!(out, "{mark} {}  {:<15} {:<17} {}", crate::rfc3339(at / 1000), s(e, "phase"), s(e, "what"), s(e, "detail"))?;
     }
     Ok(())
 }

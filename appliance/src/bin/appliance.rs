@@ -1,4 +1,4 @@
-//! The all-in-one appliance: bootd, dnsd and lbd in one process, from one
+//! The all-in-one appliance: bootd (with the controller), dnsd and lbd in one process, from one
 //! site description, with one runtime, one signal handler and one systemd
 //! notification. This is what the container runs and what the demo can use;
 //! the three daemons also run as separate units (systemd/).
@@ -15,7 +15,7 @@ use std::sync::Arc;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-// The allocator bootd's own binary uses (see src/main.rs).
+// The allocator bootd's own binary uses (see src/bin/bootd.rs).
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
@@ -39,16 +39,11 @@ struct Cli {
 
 fn main() -> Result<()> {
     let cli = Cli::parse();
-    let (writer, _log_flush) = tracing_appender::non_blocking::NonBlockingBuilder::default().lossy(false).finish(std::io::stderr());
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_writer(writer)
-        .init();
+    let _log_flush = appliance::init_tracing();
     // Stage two of every daemon's config, before anything is bound: a bad
     // site is refused here with file, key and reason.
     let site = site::load(&cli.site).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let mut boot = bootd::Config::new(site);
+    let mut boot = appliance::boot_config(site);
     boot.state_dir = cli.state_dir.clone();
     let state_dir = boot.state_dir();
     let dns = if cli.no_dns {
@@ -72,7 +67,7 @@ fn main() -> Result<()> {
 
 async fn serve(boot: bootd::Config, dns: Option<(dnsd::Config, dnsd::Loaded)>, lb: Option<lbd::Config>) -> Result<()> {
     // Bind everything first: READY only when every socket is ours.
-    let boot_sockets = bootd::Sockets::bind(&boot.site).await?;
+    let boot_sockets = appliance::BootSockets::bind(&boot.site).await?;
     let dns_sockets = match &dns {
         Some((_, loaded)) => {
             let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).min(2);
@@ -102,7 +97,7 @@ async fn serve(boot: bootd::Config, dns: Option<(dnsd::Config, dnsd::Loaded)>, l
         }
         None => None,
     };
-    let app = bootd::prepare(&boot, boot_sockets.https.is_some() || boot_sockets.api.is_some())?;
+    let app = bootd::prepare(&boot, boot_sockets.want_tls())?;
 
     let shutdown = CancellationToken::new();
     let mut reloads: Vec<Arc<Notify>> = vec![Arc::clone(&boot.reload)];
@@ -118,7 +113,7 @@ async fn serve(boot: bootd::Config, dns: Option<(dnsd::Config, dnsd::Loaded)>, l
     );
     {
         let sd = shutdown.clone();
-        tasks.spawn(async move { ("bootd", bootd::run_app(app, boot, boot_sockets, sd).await.map_err(anyhow::Error::from)) });
+        tasks.spawn(async move { ("bootd", appliance::run_boot(app, boot, boot_sockets, controller::Tuning::default(), sd).await) });
     }
     if let (Some((config, loaded)), Some(sockets)) = (dns, dns_sockets) {
         reloads.push(Arc::clone(&config.reload));

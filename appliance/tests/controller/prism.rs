@@ -9,7 +9,7 @@
 
 use crate::fake::{self, Fake};
 use crate::{cond, equinix_node, phase, powervs_node, Bootd};
-use bootd::providers::{self, equinix, powervs, NodeRequest, Provider, ProviderSpec};
+use controller::providers::{self, equinix, powervs, NodeRequest, Provider, ProviderSpec};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};

@@ -1,5 +1,6 @@
-//! The controller API end to end on loopback: the real `run_app` with its
-//! API socket, a stateful fake of the providers (`fake`), and real bootd
+//! The controller API end to end on loopback: bootd's real `run_app` with
+//! the controller beside it (`appliance::run_boot`, as the binaries run them),
+//! a stateful fake of the providers (`fake`), and real bootd
 //! processes killed with SIGKILL. The Prism tests (`prism`) validate every
 //! request and reply against ../shared/specs; they need Prism
 //! (tests/controller/deps.sh) and run from tests/controller/e2e.sh.
@@ -18,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 pub const API_TOKEN: &str = "api-token-for-tests-0c9e";
 
-#[path = "../common/logs.rs"]
+#[path = "../../../bootd/tests/common/logs.rs"]
 mod logs_capture;
 pub use logs_capture::logs;
 
@@ -60,13 +61,13 @@ pub struct Bootd {
     pub api: std::net::SocketAddr,
     pub http: std::net::SocketAddr,
     pub dir: tempfile::TempDir,
-    client: bootd::providers::Http,
+    client: controller::providers::Http,
     shutdown: CancellationToken,
-    task: Option<tokio::task::JoinHandle<Result<(), bootd::Error>>>,
+    task: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
 }
 
-pub fn tuning() -> bootd::api::Tuning {
-    bootd::api::Tuning {
+pub fn tuning() -> controller::Tuning {
+    controller::Tuning {
         poll: Duration::from_millis(100),
         backoff_base: Duration::from_millis(50),
         backoff_cap: Duration::from_millis(800),
@@ -80,7 +81,7 @@ impl Bootd {
         Bootd::start_tuned(equinix, iam, powervs, tuning()).await
     }
 
-    pub async fn start_tuned(equinix: &str, iam: &str, powervs: &str, tuning: bootd::api::Tuning) -> Bootd {
+    pub async fn start_tuned(equinix: &str, iam: &str, powervs: &str, tuning: controller::Tuning) -> Bootd {
         logs();
         let dir = tempfile::tempdir().unwrap();
         let path = write_site(dir.path(), equinix, iam, powervs, "127.0.0.1:0");
@@ -88,7 +89,6 @@ impl Bootd {
         let mut config = bootd::Config::new(site);
         config.poll = Some(Duration::from_millis(200));
         config.grace = Duration::from_millis(300);
-        config.api_tuning = tuning;
         let http = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let https = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let api = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -96,9 +96,10 @@ impl Bootd {
         let app = bootd::prepare(&config, true).unwrap();
         let ca = app.tls.as_ref().unwrap().ca_pem.clone();
         let shutdown = CancellationToken::new();
-        let sockets = bootd::Sockets { http, https: Some(https), dhcp: None, dhcp_proxy: None, tftp: None, api: Some(api) };
-        let task = tokio::spawn(bootd::run_app(Arc::clone(&app), config, sockets, shutdown.clone()));
-        let client = bootd::providers::Http::with_ca(Duration::from_secs(10), ca.as_bytes()).unwrap();
+        let boot = bootd::Sockets { http, https: Some(https), dhcp: None, dhcp_proxy: None, tftp: None };
+        let sockets = appliance::BootSockets { boot, api: Some(api) };
+        let task = tokio::spawn(appliance::run_boot(Arc::clone(&app), config, sockets, tuning, shutdown.clone()));
+        let client = controller::providers::Http::with_ca(Duration::from_secs(10), ca.as_bytes()).unwrap();
         Bootd { app, api: aa, http: ha, dir, client, shutdown, task: Some(task) }
     }
 
@@ -126,13 +127,13 @@ impl Bootd {
 
     /// Plain HTTP GET on bootd's boot server (what a node does).
     pub async fn boot_get(&self, path: &str) -> u16 {
-        let http = bootd::providers::Http::new(Duration::from_secs(5));
+        let http = controller::providers::Http::new(Duration::from_secs(5));
         let req = http::Request::get(format!("http://{}{path}", self.http)).body(http_body_util::Full::new(bytes::Bytes::new())).unwrap();
         http.send(req, "boot").await.unwrap().status.as_u16()
     }
 
     pub async fn metrics(&self) -> String {
-        let http = bootd::providers::Http::new(Duration::from_secs(5));
+        let http = controller::providers::Http::new(Duration::from_secs(5));
         let req = http::Request::get(format!("http://{}/metrics", self.http)).body(http_body_util::Full::new(bytes::Bytes::new())).unwrap();
         String::from_utf8(http.send(req, "metrics").await.unwrap().body.to_vec()).unwrap()
     }
@@ -146,7 +147,7 @@ impl Bootd {
 }
 
 pub async fn api_call(
-    client: &bootd::providers::Http,
+    client: &controller::providers::Http,
     api: std::net::SocketAddr,
     token: Option<&str>,
     method: &str,
@@ -333,7 +334,7 @@ async fn powervs_user_data_over_63_kib_is_refused_clearly() {
     let b = Bootd::start(&f.url(), &f.url(), &f.url()).await;
     // A pointer config is small; a huge kernel argument list cannot change it,
     // so this checks the limit through the same function the API uses.
-    let e = bootd::providers::powervs::user_data(&"x".repeat(50_000)).unwrap_err();
+    let e = controller::providers::powervs::user_data(&"x".repeat(50_000)).unwrap_err();
     assert!(e.contains("63 KiB") && e.contains("66668"), "{e}");
     let mut n = powervs_node("p9-2", "10.77.0.32", "52:54:00:77:00:32");
     n["provider"]["powervs"]["procType"] = json!("turbo");
@@ -474,11 +475,11 @@ struct Proc {
 
 /// A client that trusts the site CA bootd (`p`) wrote to `ca_path`, once its
 /// API answers /healthz (at most 20 s).
-async fn api_client(ca_path: &Path, api_port: u16, p: &Proc) -> bootd::providers::Http {
+async fn api_client(ca_path: &Path, api_port: u16, p: &Proc) -> controller::providers::Http {
     let end = Instant::now() + Duration::from_secs(20);
     loop {
         if let Ok(ca) = std::fs::read(ca_path) {
-            let c = bootd::providers::Http::with_ca(Duration::from_secs(5), &ca).unwrap();
+            let c = controller::providers::Http::with_ca(Duration::from_secs(5), &ca).unwrap();
             let req = http::Request::get(format!("https://localhost:{api_port}/healthz"))
                 .body(http_body_util::Full::new(bytes::Bytes::new()))
                 .unwrap();

@@ -1,11 +1,11 @@
 //! What the controller keeps of a node's history, and the conditions it
 //! makes of it. What the node did (DHCP lease, boot script, GRUB config,
 //! Ignition) comes from bootd's timeline, the one record of node events
-//! ([`crate::timeline::Recorder::subscribe`]); what the controller did (API
+//! ([`bootd::timeline::Recorder::subscribe`]); what the controller did (API
 //! calls, provider actions) it notes itself ([`super::Controller::note`]).
 //! Both are stored per node (newest 500) for `GET /v1/nodes/{name}/events`.
 
-use crate::timeline::{NodeEvent, Phase};
+use bootd::timeline::{NodeEvent, Phase};
 
 /// Event kinds, and the condition each sets.
 pub const DHCP: &str = "dhcp";

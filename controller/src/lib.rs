@@ -20,13 +20,15 @@
 pub mod auth;
 pub mod client;
 pub mod events;
+pub mod providers;
 pub mod reconcile;
+pub mod store;
 
-use crate::http::Body;
-use crate::providers::{self, Provider, ProviderSpec};
-use crate::state::Snapshot;
-use crate::store::{self, NodeRow, Store};
-use crate::App;
+use crate::providers::{Provider, ProviderSpec};
+use crate::store::{NodeRow, Store};
+use bootd::http::Body;
+use bootd::state::Snapshot;
+use bootd::App;
 use bytes::Bytes;
 use http::{header, HeaderValue, Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full, Limited};
@@ -132,6 +134,44 @@ impl std::fmt::Debug for Controller {
 pub enum ApiError {
     #[error(transparent)]
     Store(#[from] store::StoreError),
+    #[error("the site has no host.api, or bootd has no TLS (the API is served with the site CA)")]
+    NotConfigured,
+    #[error("host.api.listen {addr}: {source}")]
+    Bind { addr: SocketAddr, source: std::io::Error },
+}
+
+/// Binds `host.api.listen` (before privileges are dropped and READY is
+/// sent); `None` when the site has no API.
+pub async fn bind(site: &site::Site) -> Result<Option<TcpListener>, ApiError> {
+    match &site.host.api {
+        Some(a) => TcpListener::bind(a.listen).await.map(Some).map_err(|source| ApiError::Bind { addr: a.listen, source }),
+        None => Ok(None),
+    }
+}
+
+/// Runs the controller beside bootd (whose [`App`] it builds on: the live
+/// site, the state directory, the CA, the token key and the timeline it
+/// follows) and serves its API on `listener` until `shutdown`; then gives
+/// open requests and loops `grace` to finish.
+pub async fn run(
+    app: Arc<App>,
+    tuning: Tuning,
+    listener: TcpListener,
+    shutdown: CancellationToken,
+    grace: Duration,
+) -> Result<(), ApiError> {
+    let api = app.live.load().site.host.api.clone();
+    let (Some(api), Some(tls)) = (api, app.tls.as_ref()) else { return Err(ApiError::NotConfigured) };
+    let server_config = Arc::clone(&tls.server_config);
+    let tracker = TaskTracker::new();
+    let ctl = Controller::start(Arc::clone(&app), api, tuning, tracker.clone(), shutdown.clone())?;
+    info!(addr = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(), "controller API listening (HTTPS)");
+    serve(ctl, listener, server_config, shutdown, tracker.clone()).await;
+    tracker.close();
+    if tokio::time::timeout(grace, tracker.wait()).await.is_err() {
+        warn!(?grace, "controller tasks still running after the grace period");
+    }
+    Ok(())
 }
 
 impl Controller {
@@ -263,7 +303,7 @@ impl Controller {
     fn export_overlay_now(&self, rows: &[NodeRow]) -> Result<(), String> {
         let text = Self::overlay_text(rows);
         let site = site::load_with_overlay(&self.site_path, &text).map_err(|e| e.to_string())?;
-        crate::state::write_atomic(&site.overlay.path, text.as_bytes(), 0o644)
+        bootd::state::write_atomic(&site.overlay.path, text.as_bytes(), 0o644)
             .map_err(|e| format!("{}: {e}", site.overlay.path.display()))?;
         let revoked = self.app.live.load().revoked.clone();
         self.app.live.store(Arc::new(Snapshot { site, revoked }));
@@ -330,7 +370,7 @@ async fn handle(
     let path = req.uri().path().to_string();
     let (route_name, resp) = route(&ctl, req).await;
     let status = resp.status().as_u16();
-    ctl.app.metrics.api_requests.get_or_create(&crate::metrics::RouteStatus { route: route_name, status }).inc();
+    ctl.app.metrics.api_requests.get_or_create(&bootd::metrics::RouteStatus { route: route_name, status }).inc();
     info!(%method, path = %path.escape_debug(), %peer, status, route = route_name, "API request");
     Ok(resp)
 }
@@ -373,7 +413,7 @@ pub async fn route(ctl: &Arc<Controller>, req: Request<hyper::body::Incoming>) -
     let caller = match auth::authenticate(req.headers(), &ctl.api.tokens) {
         Ok(c) => c,
         Err(r) => {
-            ctl.app.metrics.api_denials.get_or_create(&crate::metrics::Reason { reason: r.as_str() }).inc();
+            ctl.app.metrics.api_denials.get_or_create(&bootd::metrics::Reason { reason: r.as_str() }).inc();
             warn!(path = %path.escape_debug(), reason = r.as_str(), "API request refused");
             return ("unauthorized", unauthorized());
         }
@@ -401,13 +441,7 @@ pub async fn route(ctl: &Arc<Controller>, req: Request<hyper::body::Incoming>) -
     }
 }
 
-/// RFC 3339 (UTC) for unix milliseconds.
-pub fn rfc3339(ms: i64) -> String {
-    time::OffsetDateTime::from_unix_timestamp_nanos(ms as i128 * 1_000_000)
-        .ok()
-        .and_then(|t| t.format(&time::format_description::well_known::Rfc3339).ok())
-        .unwrap_or_default()
-}
+pub use bootd::timeline::rfc3339;
 
 /// The status of one node (site or API), as the API shows it.
 fn node_view(ctl: &Controller, snap: &Snapshot, name: &str) -> Result<Option<Value>, store::StoreError> {
@@ -497,12 +531,12 @@ fn node_events(ctl: &Arc<Controller>, _: auth::Caller, name: &str) -> Response<B
     }
 }
 
-/// The boot timeline (crate::timeline) of a node, or of an unknown client
+/// The boot timeline (bootd::timeline) of a node, or of an unknown client
 /// by its key (`mac 52:54:…`, `ip 10.…`, percent-encoded in the path).
 fn node_timeline(ctl: &Arc<Controller>, _: auth::Caller, name: &str) -> Response<Body> {
     let snap = ctl.app.live.load_full();
     let name = percent_encoding::percent_decode_str(name).decode_utf8_lossy();
-    match crate::status::timeline_json(&ctl.app, &snap, &name) {
+    match bootd::status::timeline_json(&ctl.app, &snap, &name) {
         Some(v) => reply(StatusCode::OK, &v),
         None => err(StatusCode::NOT_FOUND, "no such node"),
     }
@@ -589,7 +623,7 @@ async fn create_node(ctl: &Arc<Controller>, _: auth::Caller, req: Request<hyper:
         let node = candidate.node(&spec.name).cloned();
         if let Some(node) = node {
             let snap2 = Snapshot { site: candidate.clone(), revoked: snap.revoked.clone() };
-            let pointer = crate::http::pointer_for(&ctl.app, &snap2, &node).to_string();
+            let pointer = bootd::http::pointer_for(&ctl.app, &snap2, &node).to_string();
             if let Err(e) = providers::powervs::user_data(&pointer) {
                 return reply(StatusCode::UNPROCESSABLE_ENTITY, &json!({ "error": "invalid node", "problems": [e] }));
             }
@@ -667,7 +701,7 @@ fn bootstrap_complete(ctl: &Arc<Controller>, _: auth::Caller) -> Response<Body> 
     };
     let body = json!({ "complete": true, "time": rfc3339(at) });
     let path = ctl.bootstrap_file();
-    if let Err(e) = crate::state::write_atomic(&path, format!("{body}\n").as_bytes(), 0o644) {
+    if let Err(e) = bootd::state::write_atomic(&path, format!("{body}\n").as_bytes(), 0o644) {
         error!(path = %path.display(), error = %e, "bootstrap-complete not written to its file");
     }
     info!("cluster bootstrap recorded as complete");

@@ -300,7 +300,7 @@ pub fn redact(text: &str, secrets: &[&str]) -> String {
     for s in secrets.iter().filter(|s| s.len() >= 4) {
         t = t.replace(s, "<redacted>");
     }
-    crate::token::redact_tokens(&t, "<redacted>")
+    bootd::token::redact_tokens(&t, "<redacted>")
 }
 
 /// Parses a JSON reply; a body that does not parse (truncated) is transient.

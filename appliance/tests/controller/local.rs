@@ -147,7 +147,7 @@ async fn local_vm_is_created_adopted_after_kill_9_booted_ready_and_deleted_by_pi
     assert!(log2.contains("how=\"adopted\"") || log2.contains("how=adopted"), "{log2}");
 
     // The VM "boots": its iPXE script, then the Ignition URL the script names.
-    let plain = bootd::providers::Http::new(Duration::from_secs(5));
+    let plain = controller::providers::Http::new(Duration::from_secs(5));
     let get = |path: String| {
         let plain = plain.clone();
         async move {

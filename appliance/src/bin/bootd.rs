@@ -1,6 +1,7 @@
 //! bootd's command line: parse flags, load and validate the site, bind,
-//! then hand over to `bootd::run`. Also the offline tools: `--check-config`,
-//! `render`, `revoke`.
+//! then run bootd (and, with `host.api`, the controller beside it). Also
+//! the offline tools (`--check-config`, `render`, `revoke`) and the
+//! controller API's client (`nodes`, `cluster`).
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
@@ -52,16 +53,16 @@ enum Cmd {
     /// The controller API's client: list, add, delete and wait for nodes.
     Nodes {
         #[command(flatten)]
-        conn: bootd::api::client::Conn,
+        conn: controller::client::Conn,
         #[command(subcommand)]
-        cmd: bootd::api::client::NodesCmd,
+        cmd: controller::client::NodesCmd,
     },
     /// The controller API's client: cluster facts.
     Cluster {
         #[command(flatten)]
-        conn: bootd::api::client::Conn,
+        conn: controller::client::Conn,
         #[command(subcommand)]
-        cmd: bootd::api::client::ClusterCmd,
+        cmd: controller::client::ClusterCmd,
     },
 }
 
@@ -79,17 +80,12 @@ fn main() -> Result<()> {
     // on write(2) to a slow terminal or journal. Not lossy: when the queue is
     // full, logging waits rather than dropping a decision's record. The guard
     // flushes what is queued when main returns.
-    let (writer, _log_flush) = tracing_appender::non_blocking::NonBlockingBuilder::default().lossy(false).finish(std::io::stderr());
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_writer(writer)
-        .init();
+    let _log_flush = appliance::init_tracing();
     if let Some(path) = &cli.check_config {
         return check_config(path);
     }
     let site = site::load(&cli.site).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let mut config = bootd::Config::new(site);
+    let mut config = appliance::boot_config(site);
     config.state_dir = cli.state_dir.clone();
     if let Some(p) = &cli.dhcp_reply_ports {
         let (c, s) = p.split_once(',').context("--dhcp-reply-ports CLIENT,SERVER")?;
@@ -100,8 +96,8 @@ fn main() -> Result<()> {
         Cmd::Render { what, node } => render(&config, what, &node),
         Cmd::Revoke { node } => set_revoked(&config, &node, true),
         Cmd::Unrevoke { node } => set_revoked(&config, &node, false),
-        Cmd::Nodes { conn, cmd } => api_client(&config, &conn, |c| Box::pin(async move { bootd::api::client::nodes(&c, cmd).await })),
-        Cmd::Cluster { conn, cmd } => api_client(&config, &conn, |c| Box::pin(async move { bootd::api::client::cluster(&c, cmd).await })),
+        Cmd::Nodes { conn, cmd } => api_client(&config, &conn, |c| Box::pin(async move { controller::client::nodes(&c, cmd).await })),
+        Cmd::Cluster { conn, cmd } => api_client(&config, &conn, |c| Box::pin(async move { controller::client::cluster(&c, cmd).await })),
     }
 }
 
@@ -158,10 +154,10 @@ type ClientFuture = std::pin::Pin<Box<dyn std::future::Future<Output = Result<i3
 /// Runs one API client command; its exit code becomes the process's.
 fn api_client(
     config: &bootd::Config,
-    conn: &bootd::api::client::Conn,
-    f: impl FnOnce(bootd::api::client::Client) -> ClientFuture,
+    conn: &controller::client::Conn,
+    f: impl FnOnce(controller::client::Client) -> ClientFuture,
 ) -> Result<()> {
-    let client = bootd::api::client::Client::new(&config.site, &config.state_dir(), conn)?;
+    let client = controller::client::Client::new(&config.site, &config.state_dir(), conn)?;
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let code = rt.block_on(f(client))?;
     if code != 0 {
@@ -183,7 +179,7 @@ fn serve(config: bootd::Config) -> Result<()> {
     let rt = site::service::runtime(None)?;
     rt.block_on(async move {
         let site = &config.site;
-        let sockets = bootd::Sockets::bind(site).await?;
+        let sockets = appliance::BootSockets::bind(site).await?;
         let shutdown = CancellationToken::new();
         let reload = Arc::clone(&config.reload);
         println!("bootd: serving cluster {} ({} nodes) from {}", site.cluster.domain(), site.nodes.len(), site.source.display());
@@ -198,16 +194,16 @@ fn serve(config: bootd::Config) -> Result<()> {
             println!("  node {:<12} {:<9} {} {}", n.name, n.role, n.macs.first().map(|m| m.to_string()).unwrap_or_default(), n.ip);
         }
         let reloaded = Arc::clone(&config.reloaded);
-        let app = bootd::prepare(&config, sockets.https.is_some() || sockets.api.is_some())?;
+        let app = bootd::prepare(&config, sockets.want_tls())?;
         // Config validated, sockets bound, state (CA, keys) ready: tell systemd.
         site::service::ready(&format!("serving {} ({} nodes)", site.cluster.domain(), site.nodes.len()));
         let signals = tokio::spawn(site::service::signals(shutdown.clone(), vec![reload], vec![reloaded]));
         let watchdog = site::service::spawn_watchdog();
-        let r = bootd::run_app(app, config, sockets, shutdown).await;
+        let r = appliance::run_boot(app, config, sockets, controller::Tuning::default(), shutdown).await;
         signals.abort();
         if let Some(w) = watchdog {
             w.abort();
         }
-        r.map_err(anyhow::Error::from)
+        r
     })
 }

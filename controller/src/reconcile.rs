@@ -15,11 +15,11 @@
 //! running past the deadline, fail the node with a message that names the
 //! provider, the operation and the status (never a secret).
 
-use super::{events, Controller};
 use crate::providers::{MachineState, NodeRequest, ProviderError, ProviderSpec};
-use crate::state::Snapshot;
 use crate::store::{now_ms, Condition, Event, NodeRow, Resource, StoreError};
-use crate::timeline::NodeEvent;
+use crate::{events, Controller};
+use bootd::state::Snapshot;
+use bootd::timeline::NodeEvent;
 use rand::Rng;
 use std::sync::Arc;
 use std::time::Duration;
@@ -147,7 +147,7 @@ fn node_request(ctl: &Controller, snap: &Snapshot, name: &str) -> Option<NodeReq
         ip: node.ip,
         macs: node.macs.iter().map(|m| m.to_string()).collect(),
         ipxe_url: format!("{}/ipxe/{}.ipxe", snap.site.host.http.url, name),
-        userdata: site::Secret(crate::http::pointer_for(&ctl.app, snap, node).to_string()),
+        userdata: site::Secret(bootd::http::pointer_for(&ctl.app, snap, node).to_string()),
     })
 }
 
@@ -266,7 +266,7 @@ fn provider_failed(ctl: &Controller, name: &str, e: ProviderError) -> Next {
     ctl.app
         .metrics
         .provider_errors
-        .get_or_create(&crate::metrics::Kind { kind: if e.is_transient() { "transient" } else { "permanent" } })
+        .get_or_create(&bootd::metrics::Kind { kind: if e.is_transient() { "transient" } else { "permanent" } })
         .inc();
     if e.is_transient() {
         return Next::Retry(e);

@@ -1,0 +1,91 @@
+//! The executables, above the libraries they compose: `bootd` (the boot
+//! server with the controller API, and the offline tools and API client)
+//! and `appliance` (bootd, the controller, dnsd and lbd in one process).
+//! Cargo forbids a package cycle, so the binaries that compose bootd with
+//! the controller, dnsd, lbd and the image catalog live here, and bootd's
+//! library depends on none of them.
+//!
+//! This file holds what both binaries do the same way: logging, bootd's
+//! configuration (with the image catalog's cache check passed in), binding,
+//! and running bootd with the controller beside it.
+
+use anyhow::Result;
+use std::sync::Arc;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+/// Logs to stderr through a separate thread, so a request never waits on
+/// write(2) to a slow terminal or journal. Not lossy: when the queue is
+/// full, logging waits rather than dropping a decision's record. Keep the
+/// guard until exit: it flushes what is queued.
+pub fn init_tracing() -> tracing_appender::non_blocking::WorkerGuard {
+    let (writer, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default().lossy(false).finish(std::io::stderr());
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_writer(writer)
+        .init();
+    guard
+}
+
+/// bootd's configuration for `site`, with the image catalog's check that
+/// every `catalog:` set is in the cache and intact.
+pub fn boot_config(site: site::Site) -> bootd::Config {
+    let mut c = bootd::Config::new(site);
+    c.check_images = Some(Arc::new(|s: &site::Site| images::check_site(s).map_err(|e| e.to_string())));
+    c
+}
+
+/// Everything bootd and the controller listen on.
+pub struct BootSockets {
+    pub boot: bootd::Sockets,
+    /// `host.api.listen`, when the site has an API.
+    pub api: Option<TcpListener>,
+}
+
+impl BootSockets {
+    pub async fn bind(site: &site::Site) -> Result<BootSockets> {
+        Ok(BootSockets { boot: bootd::Sockets::bind(site).await?, api: controller::bind(site).await? })
+    }
+    /// Whether bootd needs its CA and serving certificate.
+    pub fn want_tls(&self) -> bool {
+        self.boot.https.is_some() || self.api.is_some()
+    }
+}
+
+/// Runs bootd and, with an API socket, the controller beside it on the same
+/// [`bootd::App`], until `shutdown`; the first to fail stops the other.
+pub async fn run_boot(
+    app: Arc<bootd::App>,
+    config: bootd::Config,
+    sockets: BootSockets,
+    tuning: controller::Tuning,
+    shutdown: CancellationToken,
+) -> Result<()> {
+    let grace = config.grace;
+    let stop = shutdown.child_token();
+    let ctl = sockets.api.map(|l| {
+        let (app, stop) = (Arc::clone(&app), stop.clone());
+        tokio::spawn(async move {
+            let r = controller::run(app, tuning, l, stop.clone(), grace).await;
+            stop.cancel();
+            r
+        })
+    });
+    let boot = {
+        let stop = stop.clone();
+        async move {
+            let r = bootd::run_app(app, config, sockets.boot, stop.clone()).await;
+            stop.cancel();
+            r
+        }
+    };
+    let boot_result = boot.await;
+    let ctl_result = match ctl {
+        Some(h) => h.await.map_err(|e| anyhow::anyhow!("the controller task panicked: {e}"))?,
+        None => Ok(()),
+    };
+    boot_result?;
+    ctl_result?;
+    Ok(())
+}
