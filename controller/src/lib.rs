@@ -103,6 +103,10 @@ pub fn parse_create(body: &[u8]) -> Result<(NodeSpec, Option<ProviderSpec>), Str
         None | Some(Value::Null) => None,
         Some(p) => Some(serde_json::from_value::<ProviderSpec>(p).map_err(|e| format!("provider: {e}"))?),
     };
+    if let Some(p) = &provider {
+        // A spec that does not parse is a malformed request, as before any check.
+        p.check().map_err(|e| format!("provider: {e}"))?;
+    }
     let spec = serde_json::from_value::<NodeSpec>(Value::Object(v)).map_err(|e| format!("not a node: {e}"))?;
     Ok((spec, provider))
 }
@@ -115,7 +119,7 @@ pub struct Controller {
     pub api: site::Api,
     pub tuning: Tuning,
     /// Configured providers, or why one cannot be used (unreadable key).
-    providers: HashMap<&'static str, Result<Arc<Provider>, String>>,
+    providers: HashMap<&'static str, providers::Configured>,
     /// Serializes creates, deletes and overlay writes.
     writes: tokio::sync::Mutex<()>,
     /// One entry per running reconcile loop; its notify wakes it.
@@ -186,35 +190,8 @@ impl Controller {
         shutdown: CancellationToken,
     ) -> Result<Arc<Controller>, ApiError> {
         let store = Store::open(&app.state_dir)?;
-        let http = providers::Http::new(tuning.request_timeout);
-        let mut map: HashMap<&'static str, Result<Arc<Provider>, String>> = HashMap::new();
-        if let Some(e) = &api.equinix {
-            let p = providers::read_secret(&e.api_key).map(|key| {
-                Arc::new(Provider::Equinix(providers::equinix::Equinix {
-                    http: http.clone(),
-                    base_url: e.base_url.clone(),
-                    project_id: e.project_id.clone(),
-                    api_key: key,
-                }))
-            });
-            map.insert("equinix", p);
-        }
-        if let Some(p) = &api.powervs {
-            let prov = providers::read_secret(&p.api_key).map(|key| {
-                Arc::new(Provider::PowerVs(providers::powervs::PowerVs::new(
-                    http.clone(),
-                    p.base_url.clone(),
-                    p.iam_url.clone(),
-                    p.cloud_instance_id.clone(),
-                    p.crn.clone(),
-                    key,
-                )))
-            });
-            map.insert("powervs", prov);
-        }
-        if let Some(l) = &api.local {
-            map.insert("local", Ok(Arc::new(Provider::Local(providers::local::Local::new(l.clone(), &app.state_dir)))));
-        }
+        let setup = providers::Setup { http: providers::Http::new(tuning.request_timeout), state_dir: &app.state_dir };
+        let map = providers::configure_all(&api, &setup);
         for (name, p) in &map {
             if let Err(e) = p {
                 error!(provider = name, error = %e, "provider key unreadable: nodes on this provider will fail");
@@ -247,7 +224,7 @@ impl Controller {
         Ok(ctl)
     }
 
-    pub fn provider(&self, name: &str) -> Result<Arc<Provider>, String> {
+    pub fn provider(&self, name: &str) -> Result<Arc<dyn Provider>, String> {
         match self.providers.get(name) {
             Some(Ok(p)) => Ok(Arc::clone(p)),
             Some(Err(e)) => Err(format!("provider {name} unavailable: {e}")),
@@ -551,12 +528,7 @@ async fn create_node(ctl: &Arc<Controller>, _: auth::Caller, req: Request<hyper:
         Ok(x) => x,
         Err(e) => return err(StatusCode::BAD_REQUEST, e),
     };
-    let mut problems: Vec<String> = match &provider {
-        Some(ProviderSpec::Equinix(s)) => s.check(),
-        Some(ProviderSpec::Powervs(s)) => s.check(),
-        Some(ProviderSpec::Local(s)) => s.check(),
-        None => vec![],
-    };
+    let mut problems: Vec<String> = provider.as_ref().and_then(|p| p.check().ok()).unwrap_or_default();
     if let Some(p) = &provider {
         if let Err(e) = ctl.provider(p.name()) {
             problems.push(e);
@@ -618,15 +590,12 @@ async fn create_node(ctl: &Arc<Controller>, _: auth::Caller, req: Request<hyper:
             return reply(StatusCode::UNPROCESSABLE_ENTITY, &json!({ "error": "invalid node", "problems": problems }));
         }
     };
-    if let Some(ProviderSpec::Powervs(_)) = &provider {
-        // Refuse now, not after the machine is half made.
-        let node = candidate.node(&spec.name).cloned();
-        if let Some(node) = node {
-            let snap2 = Snapshot { site: candidate.clone(), revoked: snap.revoked.clone() };
-            let pointer = bootd::http::pointer_for(&ctl.app, &snap2, &node).to_string();
-            if let Err(e) = providers::powervs::user_data(&pointer) {
-                return reply(StatusCode::UNPROCESSABLE_ENTITY, &json!({ "error": "invalid node", "problems": [e] }));
-            }
+    if let (Some(p), Some(node)) = (&provider, candidate.node(&spec.name)) {
+        // A provider's user data limit: refuse now, not after the machine is half made.
+        let snap2 = Snapshot { site: candidate.clone(), revoked: snap.revoked.clone() };
+        let pointer = bootd::http::pointer_for(&ctl.app, &snap2, node).to_string();
+        if let Err(e) = (p.registration.check_userdata)(&pointer) {
+            return reply(StatusCode::UNPROCESSABLE_ENTITY, &json!({ "error": "invalid node", "problems": [e] }));
         }
     }
     match ctl.store.insert_node(&row) {

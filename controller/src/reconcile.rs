@@ -199,7 +199,7 @@ async fn step(ctl: &Arc<Controller>, row: &NodeRow) -> Result<Next, StoreError> 
                 Ok(Some(m)) => (m, "adopted"),
                 Ok(None) => {
                     ctl.store.set_phase(name, "Provisioning", &format!("creating the {} machine", provider.name()))?;
-                    match provider.create(&req, &spec).await {
+                    match provider.create(&req, &spec.spec).await {
                         Ok(m) => (m, "created"),
                         Err(e) => return Ok(provider_failed(ctl, name, e)),
                     }

@@ -9,7 +9,7 @@
 
 use crate::fake::{self, Fake};
 use crate::{cond, equinix_node, phase, powervs_node, Bootd};
-use controller::providers::{self, equinix, powervs, NodeRequest, Provider, ProviderSpec};
+use controller::providers::{self, equinix, powervs, NodeRequest, Provider};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -135,13 +135,14 @@ fn http() -> providers::Http {
 #[ignore = "needs Prism: tests/controller/e2e.sh"]
 async fn prism_mock_equinix_accepts_every_request_and_every_reply_parses() {
     let m = Prism::mock("equinix-metal/openapi3.bundled.json");
-    let p = Provider::Equinix(equinix::Equinix {
+    // Through the interface the controller calls, with the spec as stored.
+    let p: &dyn Provider = &equinix::Equinix {
         http: http(),
         base_url: m.url(),
         project_id: fake::PROJECT.into(),
         api_key: site::Secret(fake::EQUINIX_KEY.into()),
-    });
-    let spec = ProviderSpec::Equinix(equinix::DeviceSpec {
+    };
+    let spec = serde_json::to_value(equinix::DeviceSpec {
         metro: "sv".into(),
         plan: "c3.small.x86".into(),
         always_pxe: true,
@@ -149,7 +150,8 @@ async fn prism_mock_equinix_accepts_every_request_and_every_reply_parses() {
         spot_instance: true,
         spot_price_max: Some(1.23),
         billing_cycle: Some("hourly".into()),
-    });
+    })
+    .unwrap();
     // Prism's invented devices carry none of our tags: nothing is found, but
     // the list must be a valid request and its reply must parse.
     assert_eq!(p.find(&node()).await.unwrap(), None);
@@ -159,12 +161,8 @@ async fn prism_mock_equinix_accepts_every_request_and_every_reply_parses() {
     p.delete(&created.id).await.unwrap();
     m.assert_requests_clean();
     // And without the key, Prism refuses (the mock does check security).
-    let anon = Provider::Equinix(equinix::Equinix {
-        http: http(),
-        base_url: m.url(),
-        project_id: fake::PROJECT.into(),
-        api_key: site::Secret(String::new()),
-    });
+    let anon: &dyn Provider =
+        &equinix::Equinix { http: http(), base_url: m.url(), project_id: fake::PROJECT.into(), api_key: site::Secret(String::new()) };
     let e = anon.find(&node()).await.unwrap_err();
     assert!(e.to_string().contains("HTTP 401"), "{e}");
 }
@@ -174,15 +172,16 @@ async fn prism_mock_equinix_accepts_every_request_and_every_reply_parses() {
 async fn prism_mock_powervs_and_iam_accept_every_request_and_every_reply_parses() {
     let iam = Prism::mock("powervs/iam-identity-token-api.patched.json");
     let pvs = Prism::mock("powervs/power-iaas.derived.swagger.json");
-    let p = Provider::PowerVs(powervs::PowerVs::new(
+    let pv = powervs::PowerVs::new(
         http(),
         pvs.url(),
         iam.url(),
         fake::CLOUD_INSTANCE.into(),
         "crn:v1:bluemix:public:power-iaas:us-south:a/acc:x::".into(),
         site::Secret(fake::POWERVS_KEY.into()),
-    ));
-    let spec = ProviderSpec::Powervs(powervs::InstanceSpec {
+    );
+    let p: &dyn Provider = &pv;
+    let spec = serde_json::to_value(powervs::InstanceSpec {
         image_id: "rhcos-417".into(),
         processors: 0.5,
         memory: 16.0,
@@ -190,7 +189,8 @@ async fn prism_mock_powervs_and_iam_accept_every_request_and_every_reply_parses(
         sys_type: "s922".into(),
         network_id: "net-7".into(),
         metadata_service: true,
-    });
+    })
+    .unwrap();
     p.find(&node()).await.unwrap();
     let created = p.create(&node(), &spec).await.unwrap();
     assert!(!created.id.is_empty());

@@ -66,6 +66,42 @@ impl DeviceSpec {
     }
 }
 
+/// `host.api.equinix` and a node's `provider.equinix`.
+pub const REGISTRATION: super::Registration = super::Registration {
+    name: "equinix",
+    check_spec: |v| super::check_typed(v, DeviceSpec::check),
+    check_userdata: super::any_userdata,
+    configure: |api, setup| {
+        let e = api.equinix.as_ref()?;
+        Some(super::read_secret(&e.api_key).map(|key| {
+            std::sync::Arc::new(Equinix {
+                http: setup.http.clone(),
+                base_url: e.base_url.clone(),
+                project_id: e.project_id.clone(),
+                api_key: key,
+            }) as std::sync::Arc<dyn super::Provider>
+        }))
+    },
+};
+
+impl super::Provider for Equinix {
+    fn name(&self) -> &'static str {
+        "equinix"
+    }
+    fn find<'a>(&'a self, node: &'a NodeRequest) -> super::BoxFuture<'a, Result<Option<Machine>>> {
+        Box::pin(Equinix::find(self, node))
+    }
+    fn create<'a>(&'a self, node: &'a NodeRequest, spec: &'a serde_json::Value) -> super::BoxFuture<'a, Result<Machine>> {
+        Box::pin(async move { Equinix::create(self, node, &super::typed_spec::<DeviceSpec>("equinix", spec)?).await })
+    }
+    fn get<'a>(&'a self, id: &'a str) -> super::BoxFuture<'a, Result<Option<Machine>>> {
+        Box::pin(Equinix::get(self, id))
+    }
+    fn delete<'a>(&'a self, id: &'a str) -> super::BoxFuture<'a, Result<()>> {
+        Box::pin(Equinix::delete(self, id))
+    }
+}
+
 #[derive(Debug)]
 pub struct Equinix {
     pub http: Http,

@@ -70,6 +70,35 @@ struct VmFile {
     tap: String,
 }
 
+/// `host.api.local` and a node's `provider.local`.
+pub const REGISTRATION: super::Registration = super::Registration {
+    name: "local",
+    check_spec: |v| super::check_typed(v, VmSpec::check),
+    check_userdata: super::any_userdata,
+    configure: |api, setup| {
+        let l = api.local.as_ref()?;
+        Some(Ok(std::sync::Arc::new(Local::new(l.clone(), setup.state_dir)) as std::sync::Arc<dyn super::Provider>))
+    },
+};
+
+impl super::Provider for Local {
+    fn name(&self) -> &'static str {
+        "local"
+    }
+    fn find<'a>(&'a self, node: &'a NodeRequest) -> super::BoxFuture<'a, Result<Option<Machine>>> {
+        Box::pin(Local::find(self, node))
+    }
+    fn create<'a>(&'a self, node: &'a NodeRequest, spec: &'a serde_json::Value) -> super::BoxFuture<'a, Result<Machine>> {
+        Box::pin(async move { Local::create(self, node, &super::typed_spec::<VmSpec>("local", spec)?).await })
+    }
+    fn get<'a>(&'a self, id: &'a str) -> super::BoxFuture<'a, Result<Option<Machine>>> {
+        Box::pin(Local::get(self, id))
+    }
+    fn delete<'a>(&'a self, id: &'a str) -> super::BoxFuture<'a, Result<()>> {
+        Box::pin(Local::delete(self, id))
+    }
+}
+
 #[derive(Debug)]
 pub struct Local {
     pub cfg: LocalVms,

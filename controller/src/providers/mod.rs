@@ -1,8 +1,13 @@
-//! Cloud providers that create the machines API nodes run on.
+//! Cloud and machine providers that create the machines API nodes run on.
 //!
 //! - [`equinix`]: Equinix Metal devices (`custom_ipxe`, bootd's per-node script).
 //! - [`powervs`]: IBM Power Virtual Server instances (IAM token exchange).
 //! - [`local`]: QEMU VMs on a local bridge (the lab), network-booting from this host.
+//!
+//! Each provider is one module that implements [`Provider`] and exports a
+//! [`Registration`]; [`REGISTRY`] lists them, and nothing else in the
+//! controller names a provider. A node's `provider` section is
+//! `{"<name>": {...}}`, checked by that provider's registration.
 //!
 //! Every call is a single HTTP exchange with a timeout and no retry of its
 //! own: the reconciler retries whole steps, and every create step looks for
@@ -22,25 +27,137 @@ use http::{HeaderMap, Request, StatusCode};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper_util::client::legacy::{connect::HttpConnector, Client as HyperClient};
 use hyper_util::rt::TokioExecutor;
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 use site::{Secret, SecretRef};
+use std::collections::HashMap;
+use std::future::Future;
+use std::path::Path;
+use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 
-/// The provider spec of an API node: which provider and what to ask it for.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub enum ProviderSpec {
-    Equinix(equinix::DeviceSpec),
-    Powervs(powervs::InstanceSpec),
-    Local(local::VmSpec),
+/// Every provider the controller knows, by the name used in a node's
+/// `provider` section and in `host.api.<name>`. Adding a provider: its
+/// module, and one line here.
+pub const REGISTRY: &[Registration] = &[equinix::REGISTRATION, powervs::REGISTRATION, local::REGISTRATION];
+
+/// A boxed future, so that [`Provider`] can be used as `dyn Provider`.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// One provider, configured from the site and ready to call.
+pub trait Provider: Send + Sync + std::fmt::Debug {
+    fn name(&self) -> &'static str;
+    /// The machine made for `node` earlier (by this or a previous run), if any.
+    fn find<'a>(&'a self, node: &'a NodeRequest) -> BoxFuture<'a, Result<Option<Machine>>>;
+    /// Makes the machine; `spec` is the node's `provider.<name>` section,
+    /// already accepted by the registration's `check_spec`.
+    fn create<'a>(&'a self, node: &'a NodeRequest, spec: &'a Value) -> BoxFuture<'a, Result<Machine>>;
+    /// `None`: the machine is gone.
+    fn get<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<Machine>>>;
+    /// Deleting a machine that is already gone succeeds.
+    fn delete<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<()>>;
+}
+
+/// What the controller needs to build providers.
+#[derive(Debug, Clone)]
+pub struct Setup<'a> {
+    /// The HTTP client every provider shares (timeouts from the tuning).
+    pub http: Http,
+    /// bootd's state directory (the local provider keeps its VMs below it).
+    pub state_dir: &'a Path,
+}
+
+/// A provider ready to call, or why it cannot be used.
+pub type Configured = std::result::Result<Arc<dyn Provider>, String>;
+
+/// How the controller knows a provider.
+#[derive(Debug, Clone, Copy)]
+pub struct Registration {
+    pub name: &'static str,
+    /// Checks a node's `provider.<name>` section: `Err` when it does not
+    /// parse (the request is malformed), else every problem found.
+    pub check_spec: fn(&Value) -> std::result::Result<Vec<String>, String>,
+    /// Checks the node's pointer Ignition config as this provider would
+    /// pass it (user data size limits), before anything is made.
+    pub check_userdata: fn(&str) -> std::result::Result<(), String>,
+    /// The provider, when the site configures it (`host.api.<name>`); `Err`
+    /// says why it cannot be used (an unreadable key).
+    pub configure: fn(&site::Api, &Setup<'_>) -> Option<Configured>,
+}
+
+/// The registration of the provider called `name`.
+pub fn registration(name: &str) -> Option<&'static Registration> {
+    REGISTRY.iter().find(|r| r.name == name)
+}
+
+/// Every provider the site configures, by name.
+pub fn configure_all(api: &site::Api, setup: &Setup<'_>) -> HashMap<&'static str, Configured> {
+    REGISTRY.iter().filter_map(|r| (r.configure)(api, setup).map(|p| (r.name, p))).collect()
+}
+
+/// For a registration's `check_spec`: parses the typed spec (unknown keys
+/// refused) and runs its own checks.
+pub fn check_typed<T: DeserializeOwned>(v: &Value, check: fn(&T) -> Vec<String>) -> std::result::Result<Vec<String>, String> {
+    serde_json::from_value::<T>(v.clone()).map(|t| check(&t)).map_err(|e| e.to_string())
+}
+
+/// For a provider's `create`: the typed spec, or a permanent error.
+pub fn typed_spec<T: DeserializeOwned>(provider: &str, v: &Value) -> Result<T> {
+    serde_json::from_value(v.clone()).map_err(|e| ProviderError::permanent(format!("{provider}: stored provider spec unreadable: {e}")))
+}
+
+/// For a registration without a user data limit.
+pub fn any_userdata(_: &str) -> std::result::Result<(), String> {
+    Ok(())
+}
+
+/// The provider spec of an API node: `{"<name>": {...}}` with a registered
+/// name (stored as given).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProviderSpec {
+    pub registration: &'static Registration,
+    pub spec: Value,
+}
+
+impl PartialEq for Registration {
+    fn eq(&self, other: &Self) -> bool {
+        self.name == other.name
+    }
 }
 
 impl ProviderSpec {
     pub fn name(&self) -> &'static str {
-        match self {
-            ProviderSpec::Equinix(_) => "equinix",
-            ProviderSpec::Powervs(_) => "powervs",
-            ProviderSpec::Local(_) => "local",
+        self.registration.name
+    }
+    /// Every problem with the spec, or `Err` when it does not parse.
+    pub fn check(&self) -> std::result::Result<Vec<String>, String> {
+        (self.registration.check_spec)(&self.spec)
+    }
+}
+
+impl Serialize for ProviderSpec {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut m = s.serialize_map(Some(1))?;
+        m.serialize_entry(self.name(), &self.spec)?;
+        m.end()
+    }
+}
+
+impl<'de> Deserialize<'de> for ProviderSpec {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        use serde::de::Error;
+        let m = serde_json::Map::<String, Value>::deserialize(d)?;
+        let names = || REGISTRY.iter().map(|r| format!("`{}`", r.name)).collect::<Vec<_>>().join(", ");
+        let mut it = m.into_iter();
+        match (it.next(), it.next()) {
+            (Some((name, spec)), None) => match registration(&name) {
+                Some(registration) => Ok(ProviderSpec { registration, spec }),
+                None => Err(D::Error::custom(format!("unknown provider `{name}`, expected one of {}", names()))),
+            },
+            _ => Err(D::Error::custom(format!("exactly one provider, one of {}", names()))),
         }
     }
 }
@@ -109,56 +226,6 @@ impl ProviderError {
 }
 
 pub type Result<T> = std::result::Result<T, ProviderError>;
-
-/// One provider configured in the site, ready to call.
-#[derive(Debug)]
-pub enum Provider {
-    Equinix(equinix::Equinix),
-    PowerVs(powervs::PowerVs),
-    Local(local::Local),
-}
-
-impl Provider {
-    pub fn name(&self) -> &'static str {
-        match self {
-            Provider::Equinix(_) => "equinix",
-            Provider::PowerVs(_) => "powervs",
-            Provider::Local(_) => "local",
-        }
-    }
-    /// The machine made for `node` earlier (by this or a previous run), if any.
-    pub async fn find(&self, node: &NodeRequest) -> Result<Option<Machine>> {
-        match self {
-            Provider::Equinix(p) => p.find(node).await,
-            Provider::PowerVs(p) => p.find(node).await,
-            Provider::Local(p) => p.find(node).await,
-        }
-    }
-    pub async fn create(&self, node: &NodeRequest, spec: &ProviderSpec) -> Result<Machine> {
-        match (self, spec) {
-            (Provider::Equinix(p), ProviderSpec::Equinix(s)) => p.create(node, s).await,
-            (Provider::PowerVs(p), ProviderSpec::Powervs(s)) => p.create(node, s).await,
-            (Provider::Local(p), ProviderSpec::Local(s)) => p.create(node, s).await,
-            _ => Err(ProviderError::permanent("provider spec does not match the provider")),
-        }
-    }
-    /// `None`: the machine is gone.
-    pub async fn get(&self, id: &str) -> Result<Option<Machine>> {
-        match self {
-            Provider::Equinix(p) => p.get(id).await,
-            Provider::PowerVs(p) => p.get(id).await,
-            Provider::Local(p) => p.get(id).await,
-        }
-    }
-    /// Deleting a machine that is already gone succeeds.
-    pub async fn delete(&self, id: &str) -> Result<()> {
-        match self {
-            Provider::Equinix(p) => p.delete(id).await,
-            Provider::PowerVs(p) => p.delete(id).await,
-            Provider::Local(p) => p.delete(id).await,
-        }
-    }
-}
 
 /// Reads a secret named in the site. The error names the file, never its content.
 pub fn read_secret(r: &SecretRef) -> std::result::Result<Secret<String>, String> {
@@ -359,5 +426,49 @@ mod tests {
         for s in [400, 401, 403, 404, 422] {
             assert!(!check(&reply(s), "x", &[]).unwrap_err().is_transient(), "{s}");
         }
+    }
+}
+
+#[cfg(test)]
+mod registry_tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn names_are_unique_and_each_module_names_itself() {
+        let mut names: Vec<&str> = REGISTRY.iter().map(|r| r.name).collect();
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), REGISTRY.len(), "{names:?}");
+        assert_eq!(registration("powervs").map(|r| r.name), Some("powervs"));
+        assert!(registration("alibaba").is_none());
+    }
+
+    /// The stored form is what the API took: `{"<name>": {...}}`.
+    #[test]
+    fn provider_specs_round_trip_and_refuse_clearly() {
+        let v = json!({ "local": { "memory": 256 } });
+        let p: ProviderSpec = serde_json::from_value(v.clone()).unwrap();
+        assert_eq!(p.name(), "local");
+        assert_eq!(serde_json::to_value(&p).unwrap(), v);
+        assert_eq!(p.check(), Ok(vec![]));
+        let e = serde_json::from_value::<ProviderSpec>(json!({ "openstack": {} })).unwrap_err().to_string();
+        assert_eq!(e, "unknown provider `openstack`, expected one of `equinix`, `powervs`, `local`");
+        let e = serde_json::from_value::<ProviderSpec>(json!({ "local": {}, "equinix": {} })).unwrap_err().to_string();
+        assert!(e.starts_with("exactly one provider"), "{e}");
+        // A typed spec with an unknown key does not parse; a bad value is a problem.
+        let p: ProviderSpec = serde_json::from_value(json!({ "local": { "colour": "red" } })).unwrap();
+        assert!(p.check().unwrap_err().contains("unknown field `colour`"));
+        let p: ProviderSpec = serde_json::from_value(json!({ "local": { "memory": 1 } })).unwrap();
+        assert_eq!(p.check().unwrap().len(), 1);
+    }
+
+    /// Power VS's user data limit is checked through its registration.
+    #[test]
+    fn user_data_limits_come_from_the_registration() {
+        let big = "x".repeat(64 * 1024);
+        assert!((registration("powervs").unwrap().check_userdata)(&big).is_err());
+        assert!((registration("powervs").unwrap().check_userdata)("{}").is_ok());
+        assert!((registration("equinix").unwrap().check_userdata)(&big).is_ok());
     }
 }

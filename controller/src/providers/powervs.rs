@@ -85,6 +85,39 @@ pub fn server_name(node: &NodeRequest) -> String {
     format!("{}-{}", node.cluster, node.name)
 }
 
+/// `host.api.powervs` and a node's `provider.powervs`.
+pub const REGISTRATION: super::Registration = super::Registration {
+    name: "powervs",
+    check_spec: |v| super::check_typed(v, InstanceSpec::check),
+    check_userdata: |pointer| user_data(pointer).map(|_| ()),
+    configure: |api, setup| {
+        let p = api.powervs.as_ref()?;
+        Some(super::read_secret(&p.api_key).map(|key| {
+            let pv =
+                PowerVs::new(setup.http.clone(), p.base_url.clone(), p.iam_url.clone(), p.cloud_instance_id.clone(), p.crn.clone(), key);
+            std::sync::Arc::new(pv) as std::sync::Arc<dyn super::Provider>
+        }))
+    },
+};
+
+impl super::Provider for PowerVs {
+    fn name(&self) -> &'static str {
+        "powervs"
+    }
+    fn find<'a>(&'a self, node: &'a NodeRequest) -> super::BoxFuture<'a, Result<Option<Machine>>> {
+        Box::pin(PowerVs::find(self, node))
+    }
+    fn create<'a>(&'a self, node: &'a NodeRequest, spec: &'a serde_json::Value) -> super::BoxFuture<'a, Result<Machine>> {
+        Box::pin(async move { PowerVs::create(self, node, &super::typed_spec::<InstanceSpec>("powervs", spec)?).await })
+    }
+    fn get<'a>(&'a self, id: &'a str) -> super::BoxFuture<'a, Result<Option<Machine>>> {
+        Box::pin(PowerVs::get(self, id))
+    }
+    fn delete<'a>(&'a self, id: &'a str) -> super::BoxFuture<'a, Result<()>> {
+        Box::pin(PowerVs::delete(self, id))
+    }
+}
+
 #[derive(Debug)]
 pub struct PowerVs {
     pub http: Http,
