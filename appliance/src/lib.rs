@@ -5,7 +5,7 @@
 //! the controller, dnsd, lbd and the image catalog live here, and bootd's
 //! library depends on none of them.
 //!
-//! This file holds what both binaries do the same way: logging, bootd's
+//! This file holds what both binaries do the same way: bootd's
 //! configuration (with the image catalog's cache check passed in), binding,
 //! and running bootd with the controller beside it.
 
@@ -13,20 +13,6 @@ use anyhow::Result;
 use std::sync::Arc;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
-
-/// Logs to stderr through a separate thread, so a request never waits on
-/// write(2) to a slow terminal or journal. Not lossy: when the queue is
-/// full, logging waits rather than dropping a decision's record. Keep the
-/// guard until exit: it flushes what is queued.
-pub fn init_tracing() -> tracing_appender::non_blocking::WorkerGuard {
-    let (writer, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default().lossy(false).finish(std::io::stderr());
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_writer(writer)
-        .init();
-    guard
-}
 
 /// bootd's configuration for `site`, with the image catalog's check that
 /// every `catalog:` set is in the cache and intact.

@@ -48,7 +48,7 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use site::Site;
 use state::{Live, Snapshot};
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -66,9 +66,9 @@ pub struct App {
     pub tls: Option<tls::Tls>,
     pub metrics: metrics::Metrics,
     pub state_dir: PathBuf,
-    /// The site files' modification times when [`prepare`] ran: a change
-    /// after that, even before serving starts, triggers a reload.
-    pub loaded_fingerprint: Vec<Option<SystemTime>>,
+    /// The site feed bootd follows ([`Config::feed`]); the controller
+    /// publishes the sites of its API writes into it.
+    pub feed: runtime::SiteFeed,
     /// DHCP leases (empty when bootd serves no DHCP); a node's lease address
     /// counts as its own for Ignition access.
     pub leases: Arc<std::sync::Mutex<dhcp::leases::Table>>,
@@ -82,6 +82,13 @@ pub type ImageCheck = Arc<dyn Fn(&Site) -> Result<(), String> + Send + Sync>;
 
 pub struct Config {
     pub site: Site,
+    /// Where bootd gets each new site from: a feed made from `site` by
+    /// [`Config::new`], which bootd re-reads itself (`watch_site`), or one
+    /// the executable shares with the other daemons of the process.
+    pub feed: runtime::SiteFeed,
+    /// Whether bootd runs the feed's reload loop (on `reload` and when the
+    /// site's files change); `false` when another part of the process does.
+    pub watch_site: bool,
     /// Overrides `host.stateDir` (tests, the lab).
     pub state_dir: Option<PathBuf>,
     /// Notified on SIGHUP (by `main`) or by tests: re-read the site now.
@@ -120,6 +127,8 @@ impl std::fmt::Debug for Config {
 impl Config {
     pub fn new(site: Site) -> Config {
         Config {
+            feed: runtime::SiteFeed::new(site.clone()),
+            watch_site: true,
             site,
             state_dir: None,
             reload: Arc::new(Notify::new()),
@@ -216,11 +225,10 @@ pub fn prepare(config: &Config, want_tls: bool) -> Result<Arc<App>, Error> {
     } else {
         None
     };
-    let live = state::new_live(Snapshot { site: config.site.clone(), revoked });
-    let loaded_fingerprint = fingerprint(&config.site.source, &live, &state_dir);
+    let live = state::new_live(Snapshot { site: config.feed.current(), revoked });
     let metrics = metrics::Metrics::default();
     let timeline = Arc::new(timeline::Recorder::new(timeline::CAPACITY, metrics.timeline_dropped.clone()));
-    Ok(Arc::new(App { live, key, tls, metrics, state_dir, loaded_fingerprint, leases: Default::default(), timeline }))
+    Ok(Arc::new(App { live, key, tls, metrics, state_dir, feed: config.feed.clone(), leases: Default::default(), timeline }))
 }
 
 /// Serves until `shutdown` is cancelled, then gives open connections
@@ -233,14 +241,32 @@ pub async fn run(config: Config, sockets: Sockets, shutdown: CancellationToken) 
 pub async fn run_app(app: Arc<App>, config: Config, sockets: Sockets, shutdown: CancellationToken) -> Result<(), Error> {
     let tracker = TaskTracker::new();
     let conn_stop = CancellationToken::new();
-    tracker.spawn(watch_site(
-        Arc::clone(&app),
-        config.site.source.clone(),
-        (config.reload.clone(), config.reloaded.clone()),
-        config.poll,
-        config.check_images.clone(),
-        shutdown.clone(),
-    ));
+    if config.watch_site {
+        let triggers = runtime::Triggers { reload: config.reload.clone(), reloaded: config.reloaded.clone(), poll: config.poll };
+        tracker.spawn(app.feed.clone().watch(triggers, shutdown.clone()));
+    }
+    {
+        let (app, check) = (Arc::clone(&app), config.check_images.clone());
+        tracker.spawn(runtime::feed::follow(app.feed.subscribe(), shutdown.clone(), move |p| {
+            let (app, check) = (Arc::clone(&app), check.clone());
+            async move { apply_published(&app, p, check).await }
+        }));
+    }
+    {
+        // The revoked-node list changes apart from the site (`bootd revoke`).
+        let app = Arc::clone(&app);
+        let files = vec![app.state_dir.join(state::REVOKED_FILE)];
+        let triggers = runtime::Triggers::new(config.poll);
+        tracker.spawn(runtime::reload::watch(
+            triggers,
+            shutdown.clone(),
+            move || files.clone(),
+            move |_| {
+                let app = Arc::clone(&app);
+                async move { reload_revoked(&app) }
+            },
+        ));
+    }
     if let Some(rx) = app.timeline.take_receiver() {
         let (recorder, live, phase_seconds) = (Arc::clone(&app.timeline), Arc::clone(&app.live), app.metrics.phase_seconds.clone());
         tracker.spawn(timeline::writer(recorder, live, phase_seconds, rx, shutdown.clone()));
@@ -433,73 +459,60 @@ where
     }
 }
 
-/// Modification times of the files a site is made of; a change in any
-/// triggers a reload.
-fn fingerprint(site_path: &Path, live: &Live, state_dir: &Path) -> Vec<Option<SystemTime>> {
-    let snap = live.load();
-    let mut paths = vec![site_path.to_path_buf(), state_dir.join("revoked.json")];
-    paths.extend(snap.site.watched_files());
-    site::fingerprint(&paths)
+/// Serves `site` at once (keeping the revoked-node list): the controller
+/// calls it for the site of an API write before answering, then publishes
+/// the same site on the feed for the other daemons.
+pub fn serve_site(app: &App, site: Arc<Site>) {
+    app.live.rcu(|cur| Snapshot { site: Arc::clone(&site), revoked: cur.revoked.clone() });
 }
 
-/// Re-reads the site on SIGHUP (via `reload`) and when its files change.
-/// A bad site keeps the old one serving.
-async fn watch_site(
-    app: Arc<App>,
-    site_path: PathBuf,
-    (reload, reloaded): (Arc<Notify>, Arc<Notify>),
-    poll: Option<Duration>,
-    check_images: Option<ImageCheck>,
-    shutdown: CancellationToken,
-) {
-    /// Tells `reloaded`'s waiters when this iteration ends, however it ends.
-    struct Done(Arc<Notify>);
-    impl Drop for Done {
-        fn drop(&mut self) {
-            self.0.notify_waiters();
-        }
+/// Applies one publication of the site feed. A refused reload, a site
+/// whose cached images are missing or corrupt, or an unreadable revoked
+/// list keeps the previous site serving.
+async fn apply_published(app: &App, p: runtime::Published, check: Option<ImageCheck>) {
+    let refused = |why: &str| {
+        app.metrics.reloads.get_or_create(&metrics::Outcome { result: "error" }).inc();
+        error!("site reload refused, the previous site keeps serving:\n{why}");
+    };
+    if let Some(why) = &p.refused {
+        return refused(why);
     }
-    let mut last = app.loaded_fingerprint.clone();
-    loop {
-        let forced = tokio::select! {
-            _ = shutdown.cancelled() => return,
-            _ = reload.notified() => true,
-            _ = async { match poll { Some(p) => tokio::time::sleep(p).await, None => std::future::pending().await } } => false,
-        };
-        let _done = forced.then(|| Done(Arc::clone(&reloaded)));
-        let now = fingerprint(&site_path, &app.live, &app.state_dir);
-        tracing::trace!(?now, ?last, forced, "site files checked");
-        if !forced && now == last {
-            continue;
+    // Already served (the controller's API write serves it before publishing).
+    if Arc::ptr_eq(&app.live.load().site, &p.site) && !p.forced {
+        return;
+    }
+    let site = Arc::clone(&p.site);
+    let state_dir = app.state_dir.clone();
+    // Cheap unless a cached file changed (then it is hashed again).
+    let checked = tokio::task::spawn_blocking(move || {
+        let images = check.map(|c| c(&site)).unwrap_or(Ok(()));
+        (images, state::load_revoked(&state_dir))
+    })
+    .await;
+    match checked {
+        Ok((Ok(()), Ok(revoked))) => {
+            let nodes = p.site.nodes.len();
+            app.live.store(Arc::new(Snapshot { site: p.site, revoked }));
+            app.metrics.reloads.get_or_create(&metrics::Outcome { result: "ok" }).inc();
+            info!(nodes, forced = p.forced, "site reloaded");
         }
-        last = now;
-        let path = site_path.clone();
-        let state_dir = app.state_dir.clone();
-        let loaded = tokio::task::spawn_blocking(move || (site::load(&path), state::load_revoked(&state_dir))).await;
-        match loaded {
-            Ok((Ok(site), Ok(revoked))) => {
-                // Cheap unless a cached file changed (then it is hashed again).
-                if let Some(Err(e)) = check_images.as_ref().map(|c| c(&site)) {
-                    app.metrics.reloads.get_or_create(&metrics::Outcome { result: "error" }).inc();
-                    error!("site reload refused, the previous site keeps serving:\n{e}");
-                    continue;
-                }
-                let serial = site.nodes.len();
-                app.live.store(Arc::new(Snapshot { site, revoked }));
-                app.metrics.reloads.get_or_create(&metrics::Outcome { result: "ok" }).inc();
-                info!(nodes = serial, forced, "site reloaded");
-                // The new files' times, so the reload itself is not seen as a change.
-                last = fingerprint(&site_path, &app.live, &app.state_dir);
-            }
-            Ok((Err(e), _)) => {
-                app.metrics.reloads.get_or_create(&metrics::Outcome { result: "error" }).inc();
-                error!("site reload refused, the previous site keeps serving:\n{e}");
-            }
-            Ok((_, Err(e))) => {
-                app.metrics.reloads.get_or_create(&metrics::Outcome { result: "error" }).inc();
-                error!(error = %e, "revoked-node list unreadable; the previous state keeps serving");
-            }
-            Err(e) => error!(error = %e, "site reload task failed"),
+        Ok((Err(e), _)) => refused(&e),
+        Ok((_, Err(e))) => refused(&format!("revoked-node list unreadable: {e}")),
+        Err(e) => error!(error = %e, "site reload task failed"),
+    }
+}
+
+/// Re-reads the revoked-node list; an unreadable one keeps the previous.
+fn reload_revoked(app: &App) {
+    match state::load_revoked(&app.state_dir) {
+        Ok(revoked) => {
+            app.live.rcu(|cur| Snapshot { site: Arc::clone(&cur.site), revoked: revoked.clone() });
+            app.metrics.reloads.get_or_create(&metrics::Outcome { result: "ok" }).inc();
+            info!("revoked-node list reloaded");
+        }
+        Err(e) => {
+            app.metrics.reloads.get_or_create(&metrics::Outcome { result: "error" }).inc();
+            error!(error = %e, "revoked-node list unreadable; the previous state keeps serving");
         }
     }
 }

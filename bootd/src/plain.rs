@@ -200,7 +200,7 @@ pub async fn serve(mut stream: TcpStream, peer: SocketAddr, app: Arc<App>, shutd
                 biased;
                 // Idle between requests: shutdown closes the connection.
                 _ = &mut stopping, if buf.is_empty() => return,
-                r = site::net::read_some(&stream, &mut rx) => r,
+                r = runtime::net::read_some(&stream, &mut rx) => r,
                 _ = &mut timer => {
                     if head_started.elapsed() >= HEAD_TIMEOUT {
                         tracing::debug!(%peer, "no request head within 30 s; closing");

@@ -11,7 +11,8 @@ use std::sync::Arc;
 
 #[derive(Debug)]
 pub struct Snapshot {
-    pub site: Site,
+    /// The site from the feed (shared, not copied, by every snapshot that serves it).
+    pub site: Arc<Site>,
     /// Nodes whose Ignition, metadata and userdata are no longer served
     /// (the bootstrap node's, once the cluster is up).
     pub revoked: BTreeSet<String>,
@@ -23,7 +24,7 @@ pub fn new_live(snap: Snapshot) -> Arc<Live> {
     Arc::new(ArcSwap::from_pointee(snap))
 }
 
-const REVOKED_FILE: &str = "revoked.json";
+pub const REVOKED_FILE: &str = "revoked.json";
 
 pub fn load_revoked(state_dir: &Path) -> io::Result<BTreeSet<String>> {
     match std::fs::read(state_dir.join(REVOKED_FILE)) {

@@ -282,8 +282,11 @@ impl Controller {
         let site = site::load_with_overlay(&self.site_path, &text).map_err(|e| e.to_string())?;
         bootd::state::write_atomic(&site.overlay.path, text.as_bytes(), 0o644)
             .map_err(|e| format!("{}: {e}", site.overlay.path.display()))?;
-        let revoked = self.app.live.load().revoked.clone();
-        self.app.live.store(Arc::new(Snapshot { site, revoked }));
+        // Served by bootd before the API answers, then published for the
+        // other daemons of the process (they need not parse it again).
+        let site = Arc::new(site);
+        bootd::serve_site(&self.app, Arc::clone(&site));
+        self.app.feed.publish(site);
         Ok(())
     }
 
@@ -592,7 +595,7 @@ async fn create_node(ctl: &Arc<Controller>, _: auth::Caller, req: Request<hyper:
     };
     if let (Some(p), Some(node)) = (&provider, candidate.node(&spec.name)) {
         // A provider's user data limit: refuse now, not after the machine is half made.
-        let snap2 = Snapshot { site: candidate.clone(), revoked: snap.revoked.clone() };
+        let snap2 = Snapshot { site: Arc::new(candidate.clone()), revoked: snap.revoked.clone() };
         let pointer = bootd::http::pointer_for(&ctl.app, &snap2, node).to_string();
         if let Err(e) = (p.registration.check_userdata)(&pointer) {
             return reply(StatusCode::UNPROCESSABLE_ENTITY, &json!({ "error": "invalid node", "problems": [e] }));

@@ -44,7 +44,7 @@ use arc_swap::ArcSwap;
 use site::dns::Dns;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
@@ -58,6 +58,9 @@ pub enum Source {
     Site(PathBuf),
     /// Master files `(path, origin)`, with settings given on the command line.
     Files { files: Vec<(PathBuf, Option<String>)>, dns: Box<Dns> },
+    /// The site of the process's feed (the all-in-one binary): dnsd follows
+    /// each published site and parses nothing itself.
+    Feed(runtime::SiteFeed),
 }
 
 #[derive(Debug)]
@@ -168,9 +171,25 @@ fn now_serial() -> u32 {
 /// restarts). Master files keep their own serials.
 pub fn load(source: &Source, prev: Option<&Catalog>) -> Result<Loaded, Error> {
     match source {
-        Source::Site(path) => {
-            let site = site::load(path)?;
-            let mut zones = zone::from_site(&site, 0)?;
+        Source::Site(path) => load_site(&site::load(path)?, prev),
+        Source::Feed(feed) => load_site(&feed.current(), prev),
+        Source::Files { files, dns } => {
+            let zones = zone::from_files(files)?;
+            let options = Options { allow_transfer: dns.allow_transfer.clone(), forward: !dns.upstreams.is_empty() };
+            Ok(Loaded {
+                catalog: Catalog::build(zones, options)?,
+                dns: (**dns).clone(),
+                watched: files.iter().map(|(p, _)| p.clone()).collect(),
+            })
+        }
+    }
+}
+
+/// [`load`] for a site already validated.
+pub fn load_site(site: &site::Site, prev: Option<&Catalog>) -> Result<Loaded, Error> {
+    {
+        {
+            let mut zones = zone::from_site(site, 0)?;
             let now = now_serial();
             for z in &mut zones {
                 let old = prev.and_then(|c| c.zones.iter().find(|o| o.origin == z.origin));
@@ -184,15 +203,6 @@ pub fn load(source: &Source, prev: Option<&Catalog>) -> Result<Loaded, Error> {
             let dns = site.dns.clone();
             let options = Options { allow_transfer: dns.allow_transfer.clone(), forward: !dns.upstreams.is_empty() };
             Ok(Loaded { catalog: Catalog::build(zones, options)?, dns, watched: site.watched_files() })
-        }
-        Source::Files { files, dns } => {
-            let zones = zone::from_files(files)?;
-            let options = Options { allow_transfer: dns.allow_transfer.clone(), forward: !dns.upstreams.is_empty() };
-            Ok(Loaded {
-                catalog: Catalog::build(zones, options)?,
-                dns: (**dns).clone(),
-                watched: files.iter().map(|(p, _)| p.clone()).collect(),
-            })
         }
     }
 }
@@ -214,7 +224,7 @@ pub async fn run(config: Config, sockets: Sockets, shutdown: CancellationToken) 
 /// before binding; tests inspect it).
 pub async fn run_loaded(config: Config, loaded: Loaded, sockets: Sockets, shutdown: CancellationToken) -> Result<(), Error> {
     let Loaded { catalog, dns, watched } = loaded;
-    if dns.nameservers.is_empty() && matches!(config.source, Source::Site(_)) {
+    if dns.nameservers.is_empty() && matches!(config.source, Source::Site(_) | Source::Feed(_)) {
         return Err(Error::Zone(zone::ZoneError::NoNameserver));
     }
     let live = Arc::new(Live { catalog: ArcSwap::from_pointee(catalog), metrics: metrics::Metrics::default() });
@@ -252,15 +262,45 @@ pub async fn run_loaded(config: Config, loaded: Loaded, sockets: Sockets, shutdo
             tracker.spawn(async move { xfr::notify(&z, &targets, &live.metrics).await });
         }
     }
-    tracker.spawn(watch(
-        config.source.clone(),
-        Arc::clone(&live),
-        dns,
-        watched,
-        (config.reload.clone(), config.reloaded.clone()),
-        config.poll,
-        shutdown.clone(),
-    ));
+    let state = Arc::new(Mutex::new(Served { dns, watched }));
+    match &config.source {
+        Source::Feed(feed) => {
+            let (live, state) = (Arc::clone(&live), Arc::clone(&state));
+            tracker.spawn(runtime::feed::follow(feed.subscribe(), shutdown.clone(), move |p| {
+                let (live, state) = (Arc::clone(&live), Arc::clone(&state));
+                async move {
+                    match p.refused {
+                        Some(why) => refused(&live, &why),
+                        None => {
+                            let prev = live.catalog.load_full();
+                            match tokio::task::spawn_blocking(move || load_site(&p.site, Some(&prev))).await {
+                                Ok(r) => applied(&live, &state, r, p.forced),
+                                Err(e) => error!(error = %e, "reload task failed"),
+                            }
+                        }
+                    }
+                }
+            }));
+        }
+        source => {
+            let triggers = runtime::Triggers { reload: config.reload.clone(), reloaded: config.reloaded.clone(), poll: config.poll };
+            let files = {
+                let state = Arc::clone(&state);
+                move || state.lock().unwrap_or_else(|p| p.into_inner()).watched.clone()
+            };
+            let (live, state, source) = (Arc::clone(&live), Arc::clone(&state), source.clone());
+            tracker.spawn(runtime::reload::watch(triggers, shutdown.clone(), files, move |forced| {
+                let (live, state, source) = (Arc::clone(&live), Arc::clone(&state), source.clone());
+                async move {
+                    let prev = live.catalog.load_full();
+                    match tokio::task::spawn_blocking(move || load(&source, Some(&prev))).await {
+                        Ok(r) => applied(&live, &state, r, forced),
+                        Err(e) => error!(error = %e, "reload task failed"),
+                    }
+                }
+            }));
+        }
+    }
     shutdown.cancelled().await;
     tracker.close();
     if tokio::time::timeout(config.grace, tracker.wait()).await.is_err() {
@@ -273,79 +313,53 @@ pub async fn run_loaded(config: Config, loaded: Loaded, sockets: Sockets, shutdo
     Ok(())
 }
 
-/// Reloads on `reload` and when a watched file changes; swaps the catalog
-/// and sends NOTIFY for the zones whose serial changed. A bad load keeps
-/// the old catalog serving.
-async fn watch(
-    source: Source,
-    live: Arc<Live>,
-    mut dns: Dns,
-    mut watched: Vec<PathBuf>,
-    (reload, reloaded): (Arc<Notify>, Arc<Notify>),
-    poll: Option<Duration>,
-    shutdown: CancellationToken,
-) {
-    /// Tells `reloaded`'s waiters when a forced reload ends, however it ends.
-    struct Done(Arc<Notify>);
-    impl Drop for Done {
-        fn drop(&mut self) {
-            self.0.notify_waiters();
+/// What the reload steps keep between reloads.
+#[derive(Debug)]
+struct Served {
+    dns: Dns,
+    watched: Vec<PathBuf>,
+}
+
+fn refused(live: &Live, why: &str) {
+    live.metrics.reloads.get_or_create(&metrics::Outcome { result: "error" }).inc();
+    error!("reload refused, the previous zones keep serving:\n{why}");
+}
+
+/// Swaps in a reloaded catalog and sends NOTIFY for the zones whose serial
+/// changed; a failed load keeps the old catalog serving.
+fn applied(live: &Arc<Live>, state: &Mutex<Served>, r: Result<Loaded, Error>, forced: bool) {
+    let l = match r {
+        Ok(l) => l,
+        Err(e) => return refused(live, &e.to_string()),
+    };
+    let prev = live.catalog.load_full();
+    let changed: Vec<usize> = l
+        .catalog
+        .zones
+        .iter()
+        .enumerate()
+        .filter(|(_, z)| prev.zones.iter().find(|o| o.origin == z.origin).is_none_or(|o| o.serial() != z.serial()))
+        .map(|(i, _)| i)
+        .collect();
+    let mut state = state.lock().unwrap_or_else(|p| p.into_inner());
+    if l.dns.listen != state.dns.listen || l.dns.http != state.dns.http {
+        warn!("dns.listen or dns.http changed: restart dnsd to rebind; the zones are reloaded");
+    }
+    let catalog = Arc::new(l.catalog);
+    live.catalog.store(Arc::clone(&catalog));
+    live.metrics.observe(&catalog);
+    live.metrics.reloads.get_or_create(&metrics::Outcome { result: "ok" }).inc();
+    for &i in &changed {
+        let z = &catalog.zones[i];
+        info!(zone = %z.origin, serial = z.serial(), forced, "zone reloaded");
+    }
+    if !l.dns.notify.is_empty() {
+        for &i in &changed {
+            let targets = l.dns.notify.clone();
+            let z = catalog.zones[i].clone();
+            let live = Arc::clone(live);
+            tokio::spawn(async move { xfr::notify(&z, &targets, &live.metrics).await });
         }
     }
-    let mut last = site::fingerprint(&watched);
-    loop {
-        let forced = tokio::select! {
-            _ = shutdown.cancelled() => return,
-            _ = reload.notified() => true,
-            _ = async { match poll { Some(p) => tokio::time::sleep(p).await, None => std::future::pending().await } } => false,
-        };
-        let _done = forced.then(|| Done(Arc::clone(&reloaded)));
-        let now = site::fingerprint(&watched);
-        if !forced && now == last {
-            continue;
-        }
-        last = now;
-        let prev = live.catalog.load_full();
-        let src = source.clone();
-        let p = Arc::clone(&prev);
-        match tokio::task::spawn_blocking(move || load(&src, Some(&p))).await {
-            Ok(Ok(l)) => {
-                let changed: Vec<usize> = l
-                    .catalog
-                    .zones
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, z)| prev.zones.iter().find(|o| o.origin == z.origin).is_none_or(|o| o.serial() != z.serial()))
-                    .map(|(i, _)| i)
-                    .collect();
-                if l.dns.listen != dns.listen || l.dns.http != dns.http {
-                    warn!("dns.listen or dns.http changed: restart dnsd to rebind; the zones are reloaded");
-                }
-                let catalog = Arc::new(l.catalog);
-                live.catalog.store(Arc::clone(&catalog));
-                live.metrics.observe(&catalog);
-                live.metrics.reloads.get_or_create(&metrics::Outcome { result: "ok" }).inc();
-                for &i in &changed {
-                    let z = &catalog.zones[i];
-                    info!(zone = %z.origin, serial = z.serial(), forced, "zone reloaded");
-                }
-                if !l.dns.notify.is_empty() {
-                    for &i in &changed {
-                        let targets = l.dns.notify.clone();
-                        let z = catalog.zones[i].clone();
-                        let live = Arc::clone(&live);
-                        tokio::spawn(async move { xfr::notify(&z, &targets, &live.metrics).await });
-                    }
-                }
-                dns = l.dns;
-                watched = l.watched;
-                last = site::fingerprint(&watched);
-            }
-            Ok(Err(e)) => {
-                live.metrics.reloads.get_or_create(&metrics::Outcome { result: "error" }).inc();
-                error!("reload refused, the previous zones keep serving:\n{e}");
-            }
-            Err(e) => error!(error = %e, "reload task failed"),
-        }
-    }
+    *state = Served { dns: l.dns, watched: l.watched };
 }

@@ -58,11 +58,7 @@ enum Cmd {
 
 fn main() -> Result<()> {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_writer(std::io::stderr)
-        .init();
+    let _log_flush = runtime::logging::init();
     if let Some(path) = &cli.check_config {
         return check_config(path);
     }
@@ -137,10 +133,10 @@ fn serve(config: dnsd::Config, loaded: dnsd::Loaded, udp_threads: Option<usize>)
         }
         let shutdown = CancellationToken::new();
         // Zones loaded, sockets bound: tell systemd (no-op outside it).
-        site::service::ready(&format!("serving {} zones", loaded.catalog.zones.len()));
+        runtime::service::ready(&format!("serving {} zones", loaded.catalog.zones.len()));
         let signals =
-            tokio::spawn(site::service::signals(shutdown.clone(), vec![Arc::clone(&config.reload)], vec![Arc::clone(&config.reloaded)]));
-        let watchdog = site::service::spawn_watchdog();
+            tokio::spawn(runtime::service::signals(shutdown.clone(), vec![Arc::clone(&config.reload)], vec![Arc::clone(&config.reloaded)]));
+        let watchdog = runtime::service::spawn_watchdog();
         let r = dnsd::run_loaded(config, loaded, sockets, shutdown).await;
         signals.abort();
         if let Some(w) = watchdog {

@@ -58,20 +58,24 @@ pub enum Source {
     Site(PathBuf),
     /// A standalone lbd file (`services`).
     Standalone(PathBuf),
+    /// The site of the process's feed (the all-in-one binary): lbd follows
+    /// each published site and parses nothing itself.
+    Feed(runtime::SiteFeed),
 }
 
 /// A validated configuration.
 #[derive(Debug, Clone)]
 pub enum Loaded {
-    Site(Box<Site>),
+    Site(Arc<Site>),
     Standalone(Lb),
 }
 
 impl Loaded {
     pub fn load(source: &Source) -> Result<Loaded, SiteError> {
         match source {
-            Source::Site(p) => site::load(p).map(|s| Loaded::Site(Box::new(s))),
+            Source::Site(p) => site::load(p).map(|s| Loaded::Site(Arc::new(s))),
             Source::Standalone(p) => site::load_lb(p).map(Loaded::Standalone),
+            Source::Feed(f) => Ok(Loaded::Site(f.current())),
         }
     }
     pub fn lb(&self) -> &Lb {
@@ -92,6 +96,7 @@ impl Loaded {
         let mut v = match (self, source) {
             (Loaded::Site(s), _) => s.watched_files(),
             (Loaded::Standalone(_), Source::Standalone(p) | Source::Site(p)) => vec![p.clone()],
+            (Loaded::Standalone(_), Source::Feed(_)) => vec![],
         };
         for f in &self.lb().frontends {
             if let site::CheckKind::Https { ca: Some(ca), .. } = &f.check.kind {
@@ -235,69 +240,66 @@ pub async fn start(config: Config, mut sockets: Sockets, shutdown: CancellationT
         info!(addr = %l.local_addr().map(|a| a.to_string()).unwrap_or_default(), "admin HTTP listening");
         app.tracker.spawn(admin::serve(l, Arc::clone(&lbd)));
     }
-    app.tracker.spawn(watch(Arc::clone(&lbd), config.reload, config.reloaded, config.poll));
+    match &config.source {
+        Source::Feed(feed) => {
+            let lbd2 = Arc::clone(&lbd);
+            app.tracker.spawn(runtime::feed::follow(feed.subscribe(), app.shutdown.clone(), move |p| {
+                let lbd = Arc::clone(&lbd2);
+                async move {
+                    match p.refused {
+                        Some(why) => refused(&lbd.app, &why),
+                        None => apply_loaded(&lbd, Loaded::Site(p.site), p.forced).await,
+                    }
+                }
+            }));
+        }
+        _ => {
+            let triggers = runtime::Triggers { reload: config.reload, reloaded: config.reloaded, poll: config.poll };
+            let files = {
+                let lbd = Arc::clone(&lbd);
+                move || lbd.with_loaded(|l| l.watched_files(&lbd.source))
+            };
+            let lbd2 = Arc::clone(&lbd);
+            app.tracker.spawn(runtime::reload::watch(triggers, app.shutdown.clone(), files, move |forced| {
+                let lbd = Arc::clone(&lbd2);
+                async move {
+                    let source = lbd.source.clone();
+                    match tokio::task::spawn_blocking(move || Loaded::load(&source)).await {
+                        Ok(Ok(l)) => apply_loaded(&lbd, l, forced).await,
+                        Ok(Err(e)) => refused(&lbd.app, &e.to_string()),
+                        Err(e) => error!(error = %e, "reload task failed"),
+                    }
+                }
+            }));
+        }
+    }
     app.tracker.spawn(auto_bootstrap(Arc::clone(&lbd)));
     Ok(lbd)
 }
 
-fn fingerprint(lbd: &Lbd) -> Vec<Option<SystemTime>> {
-    site::fingerprint(&lbd.with_loaded(|l| l.watched_files(&lbd.source)))
+fn refused(app: &App, why: &str) {
+    app.metrics.reloads_failed.fetch_add(1, Relaxed);
+    error!("reload refused, the previous configuration keeps serving:\n{why}");
 }
 
-/// Reloads on `reload` (SIGHUP) and when a watched file changes. A file that
-/// does not validate, or a plan that cannot be bound, keeps the old one.
-async fn watch(lbd: Arc<Lbd>, reload: Arc<Notify>, reloaded: Arc<Notify>, poll: Option<Duration>) {
-    /// Tells `reloaded`'s waiters when this iteration ends, however it ends.
-    struct Done(Arc<Notify>);
-    impl Drop for Done {
-        fn drop(&mut self) {
-            self.0.notify_waiters();
+/// Applies a reloaded configuration; a plan that cannot be bound keeps the
+/// old one serving.
+async fn apply_loaded(lbd: &Lbd, loaded: Loaded, forced: bool) {
+    let app = &lbd.app;
+    let lb = loaded.lb();
+    app.limits.store(Arc::new(lb.limits.clone()));
+    app.drain_timeout.store(Arc::new(lb.bootstrap.drain_timeout));
+    match app.apply(&loaded.plan(app.bootstrap_done.load(Relaxed)), &mut HashMap::new(), "reload").await {
+        Ok(()) => {
+            app.metrics.reloads_ok.fetch_add(1, Relaxed);
+            info!(frontends = lb.frontends.len(), forced, "configuration reloaded");
+            *lbd.loaded.lock().unwrap_or_else(|p| p.into_inner()) = loaded;
         }
-    }
-    let app = Arc::clone(&lbd.app);
-    let mut last = fingerprint(&lbd);
-    loop {
-        let forced = tokio::select! {
-            _ = app.shutdown.cancelled() => return,
-            _ = reload.notified() => true,
-            _ = async { match poll { Some(p) => tokio::time::sleep(p).await, None => std::future::pending().await } } => false,
-        };
-        let _done = forced.then(|| Done(Arc::clone(&reloaded)));
-        let now = fingerprint(&lbd);
-        if !forced && now == last {
-            continue;
-        }
-        last = now;
-        let source = lbd.source.clone();
-        let loaded = match tokio::task::spawn_blocking(move || Loaded::load(&source)).await {
-            Ok(Ok(l)) => l,
-            Ok(Err(e)) => {
-                app.metrics.reloads_failed.fetch_add(1, Relaxed);
-                error!("reload refused, the previous configuration keeps serving:\n{e}");
-                continue;
-            }
-            Err(e) => {
-                error!(error = %e, "reload task failed");
-                continue;
-            }
-        };
-        let lb = loaded.lb();
-        app.limits.store(Arc::new(lb.limits.clone()));
-        app.drain_timeout.store(Arc::new(lb.bootstrap.drain_timeout));
-        match app.apply(&loaded.plan(app.bootstrap_done.load(Relaxed)), &mut HashMap::new(), "reload").await {
-            Ok(()) => {
-                app.metrics.reloads_ok.fetch_add(1, Relaxed);
-                info!(frontends = lb.frontends.len(), forced, "configuration reloaded");
-                *lbd.loaded.lock().unwrap_or_else(|p| p.into_inner()) = loaded;
-                last = fingerprint(&lbd);
-            }
-            Err(e) => {
-                app.metrics.reloads_failed.fetch_add(1, Relaxed);
-                let old = lbd.with_loaded(|l| l.lb().clone());
-                app.limits.store(Arc::new(old.limits));
-                app.drain_timeout.store(Arc::new(old.bootstrap.drain_timeout));
-                error!(error = %e, "reload refused, the previous configuration keeps serving");
-            }
+        Err(e) => {
+            let old = lbd.with_loaded(|l| l.lb().clone());
+            app.limits.store(Arc::new(old.limits));
+            app.drain_timeout.store(Arc::new(old.bootstrap.drain_timeout));
+            refused(app, &e.to_string());
         }
     }
 }

@@ -58,11 +58,7 @@ enum Cmd {
 
 fn main() -> Result<()> {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_writer(std::io::stderr)
-        .init();
+    let _log_flush = runtime::logging::init();
     if let Some(path) = &cli.check_config {
         let source = if cli.standalone { Source::Standalone(path.clone()) } else { Source::Site(path.clone()) };
         return check_config(&source);
@@ -84,7 +80,10 @@ fn main() -> Result<()> {
 }
 
 fn check_config(source: &Source) -> Result<()> {
-    let (Source::Site(path) | Source::Standalone(path)) = source;
+    let path = match source {
+        Source::Site(p) | Source::Standalone(p) => p.clone(),
+        Source::Feed(f) => f.current().source.clone(),
+    };
     match Loaded::load(source) {
         Ok(loaded) => {
             println!("{}: ok: {} frontends", path.display(), loaded.lb().frontends.len());
@@ -144,7 +143,7 @@ fn raise_nofile() {
 
 fn serve(config: Config, threads: Option<usize>) -> Result<()> {
     raise_nofile();
-    let rt = site::service::runtime(threads)?;
+    let rt = runtime::service::runtime(threads)?;
     rt.block_on(async move {
         let lb = config.loaded.lb().clone();
         let mut sockets = lbd::Sockets::default();
@@ -157,9 +156,9 @@ fn serve(config: Config, threads: Option<usize>) -> Result<()> {
         }
         let shutdown = CancellationToken::new();
         let (reload, reloaded) = (Arc::clone(&config.reload), Arc::clone(&config.reloaded));
-        site::service::ready(&format!("serving {} frontends", config.loaded.plan(false).len()));
-        let signals = tokio::spawn(site::service::signals(shutdown.clone(), vec![reload], vec![reloaded]));
-        let watchdog = site::service::spawn_watchdog();
+        runtime::service::ready(&format!("serving {} frontends", config.loaded.plan(false).len()));
+        let signals = tokio::spawn(runtime::service::signals(shutdown.clone(), vec![reload], vec![reloaded]));
+        let watchdog = runtime::service::spawn_watchdog();
         let r = lbd::run(config, sockets, shutdown).await;
         signals.abort();
         if let Some(w) = watchdog {

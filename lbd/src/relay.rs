@@ -147,7 +147,7 @@ pub async fn until_answered(
         let reading_client = !u.client_eof && u.len < up.len();
         tokio::select! {
             biased;
-            r = site::net::read_some(backend, down) => match r {
+            r = runtime::net::read_some(backend, down) => match r {
                 Ok(0) => return Ok(First::BackendFailed(io::Error::new(io::ErrorKind::UnexpectedEof, "backend closed before answering"))),
                 Ok(n) => {
                     write_all(client, &down[..n]).await?;
@@ -156,7 +156,7 @@ pub async fn until_answered(
                 }
                 Err(e) => return Ok(First::BackendFailed(e)),
             },
-            r = site::net::read_some(client, &mut up[u.len..]), if reading_client => {
+            r = runtime::net::read_some(client, &mut up[u.len..]), if reading_client => {
                 let n = r?;
                 if n == 0 {
                     u.client_eof = true;
@@ -254,7 +254,7 @@ async fn pump(
     ended: &AtomicBool,
 ) -> io::Result<()> {
     loop {
-        let n = site::net::read_some(src.as_ref(), &mut buf).await?;
+        let n = runtime::net::read_some(src.as_ref(), &mut buf).await?;
         if n == 0 {
             return finish(&mut dst, ended).await;
         }

@@ -18,16 +18,13 @@ pub mod catalog;
 pub mod dns;
 pub mod mac;
 pub mod model;
-#[cfg(feature = "daemon")]
-pub mod net;
-pub mod service;
 mod validate;
 pub mod wire;
 
 pub use mac::Mac;
 pub use model::*;
 pub use validate::load_lb;
-pub use validate::{load, load_with_overlay, OVERLAY_FILE};
+pub use validate::{load, load_with_overlay, loads, OVERLAY_FILE};
 
 use std::fmt;
 use std::path::PathBuf;

@@ -443,12 +443,6 @@ pub struct PowerVsAccount {
     pub api_key: SecretRef,
 }
 
-/// Modification times of `files` (None for a missing file): compare two of
-/// these to know whether a reload is due.
-pub fn fingerprint(files: &[PathBuf]) -> Vec<Option<std::time::SystemTime>> {
-    files.iter().map(|p| std::fs::metadata(p).and_then(|m| m.modified()).ok()).collect()
-}
-
 /// `lb:`: lbd's frontends, health checks, limits and bootstrap lifecycle.
 /// Pools of the site frontends are derived from `nodes` by lbd.
 #[derive(Debug, Clone)]

@@ -35,7 +35,18 @@ pub fn load_with_overlay(path: &Path, overlay: &str) -> Result<Site, SiteError> 
     load_inner(path, Some(overlay.to_string()))
 }
 
+/// Site files parsed in this process (see [`loads`]).
+static LOADS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// How many times this process has parsed a site file ([`load`] and
+/// [`load_with_overlay`]): a test's way to check that a change of the site
+/// is parsed once, however many daemons the process runs.
+pub fn loads() -> u64 {
+    LOADS.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 fn load_inner(path: &Path, overlay: Option<String>) -> Result<Site, SiteError> {
+    LOADS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let mut cx = Cx::new(path);
     cx.overlay_text = overlay;
     let text = match std::fs::read_to_string(path) {

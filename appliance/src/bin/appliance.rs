@@ -39,7 +39,7 @@ struct Cli {
 
 fn main() -> Result<()> {
     let cli = Cli::parse();
-    let _log_flush = appliance::init_tracing();
+    let _log_flush = runtime::logging::init();
     // Stage two of every daemon's config, before anything is bound: a bad
     // site is refused here with file, key and reason.
     let site = site::load(&cli.site).map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -49,14 +49,16 @@ fn main() -> Result<()> {
     let dns = if cli.no_dns {
         None
     } else {
-        let source = dnsd::Source::Site(cli.site.clone());
+        // dnsd and lbd follow bootd's site feed: the site is parsed once
+        // per change, whatever the number of daemons.
+        let source = dnsd::Source::Feed(boot.feed.clone());
         let loaded = dnsd::load(&source, None).map_err(|e| anyhow::anyhow!("dnsd: {e}"))?;
         Some((dnsd::Config::new(source), loaded))
     };
     let lb = if cli.no_lb {
         None
     } else {
-        let source = lbd::Source::Site(cli.site.clone());
+        let source = lbd::Source::Feed(boot.feed.clone());
         let loaded = lbd::Loaded::load(&source).map_err(|e| anyhow::anyhow!("lbd: {e}"))?;
         let mut c = lbd::Config::new(source, loaded);
         c.state_dir = Some(state_dir.join("lbd"));
@@ -100,9 +102,11 @@ async fn serve(boot: bootd::Config, dns: Option<(dnsd::Config, dnsd::Loaded)>, l
     let app = bootd::prepare(&boot, boot_sockets.want_tls())?;
 
     let shutdown = CancellationToken::new();
-    let mut reloads: Vec<Arc<Notify>> = vec![Arc::clone(&boot.reload)];
-    // READY=1 after a SIGHUP only once all three have reloaded.
-    let mut reloaded: Vec<Arc<Notify>> = vec![Arc::clone(&boot.reloaded)];
+    // One reload loop for the process (bootd's, on the shared feed): SIGHUP
+    // goes to it, and READY=1 follows once it has published the new site
+    // or its refusal (the daemons apply it from there).
+    let reloads: Vec<Arc<Notify>> = vec![Arc::clone(&boot.reload)];
+    let reloaded: Vec<Arc<Notify>> = vec![Arc::clone(&boot.reloaded)];
     let mut tasks = tokio::task::JoinSet::new();
     let summary = format!(
         "serving {} ({} nodes): bootd{}{}",
@@ -116,21 +120,17 @@ async fn serve(boot: bootd::Config, dns: Option<(dnsd::Config, dnsd::Loaded)>, l
         tasks.spawn(async move { ("bootd", appliance::run_boot(app, boot, boot_sockets, controller::Tuning::default(), sd).await) });
     }
     if let (Some((config, loaded)), Some(sockets)) = (dns, dns_sockets) {
-        reloads.push(Arc::clone(&config.reload));
-        reloaded.push(Arc::clone(&config.reloaded));
         let sd = shutdown.clone();
         tasks.spawn(async move { ("dnsd", dnsd::run_loaded(config, loaded, sockets, sd).await.map_err(anyhow::Error::from)) });
     }
     if let (Some(config), Some(sockets)) = (lb, lb_sockets) {
-        reloads.push(Arc::clone(&config.reload));
-        reloaded.push(Arc::clone(&config.reloaded));
         let sd = shutdown.clone();
         tasks.spawn(async move { ("lbd", lbd::run(config, sockets, sd).await.map_err(anyhow::Error::from)) });
     }
-    site::service::ready(&summary);
+    runtime::service::ready(&summary);
     tracing::info!("{summary}");
-    let signals = tokio::spawn(site::service::signals(shutdown.clone(), reloads, reloaded));
-    let watchdog = site::service::spawn_watchdog();
+    let signals = tokio::spawn(runtime::service::signals(shutdown.clone(), reloads, reloaded));
+    let watchdog = runtime::service::spawn_watchdog();
 
     // The first daemon to stop (an error, or the shutdown) stops the others.
     let mut failed = None;

@@ -80,7 +80,7 @@ fn main() -> Result<()> {
     // on write(2) to a slow terminal or journal. Not lossy: when the queue is
     // full, logging waits rather than dropping a decision's record. The guard
     // flushes what is queued when main returns.
-    let _log_flush = appliance::init_tracing();
+    let _log_flush = runtime::logging::init();
     if let Some(path) = &cli.check_config {
         return check_config(path);
     }
@@ -176,7 +176,7 @@ fn set_revoked(config: &bootd::Config, node: &str, revoked: bool) -> Result<()> 
 }
 
 fn serve(config: bootd::Config) -> Result<()> {
-    let rt = site::service::runtime(None)?;
+    let rt = runtime::service::runtime(None)?;
     rt.block_on(async move {
         let site = &config.site;
         let sockets = appliance::BootSockets::bind(site).await?;
@@ -196,9 +196,9 @@ fn serve(config: bootd::Config) -> Result<()> {
         let reloaded = Arc::clone(&config.reloaded);
         let app = bootd::prepare(&config, sockets.want_tls())?;
         // Config validated, sockets bound, state (CA, keys) ready: tell systemd.
-        site::service::ready(&format!("serving {} ({} nodes)", site.cluster.domain(), site.nodes.len()));
-        let signals = tokio::spawn(site::service::signals(shutdown.clone(), vec![reload], vec![reloaded]));
-        let watchdog = site::service::spawn_watchdog();
+        runtime::service::ready(&format!("serving {} ({} nodes)", site.cluster.domain(), site.nodes.len()));
+        let signals = tokio::spawn(runtime::service::signals(shutdown.clone(), vec![reload], vec![reloaded]));
+        let watchdog = runtime::service::spawn_watchdog();
         let r = appliance::run_boot(app, config, sockets, controller::Tuning::default(), shutdown).await;
         signals.abort();
         if let Some(w) = watchdog {

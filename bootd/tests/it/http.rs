@@ -377,7 +377,7 @@ async fn https_with_the_site_ca_and_tls12_ecdhe_aes_gcm() {
     assert_eq!(String::from_utf8_lossy(&out.stdout), "200", "{out:?}");
     // The CA survives a restart: same ca.pem, so nodes keep trusting it.
     let before = std::fs::read(&ca).unwrap();
-    let cfg = bootd::Config { state_dir: Some(b.state()), ..bootd::Config::new(b.app.live.load().site.clone()) };
+    let cfg = bootd::Config { state_dir: Some(b.state()), ..bootd::Config::new((*b.app.live.load().site).clone()) };
     let app2 = bootd::prepare(&cfg, true).unwrap();
     assert_eq!(app2.tls.as_ref().unwrap().ca_pem.as_bytes(), &before[..]);
     b.stop().await;

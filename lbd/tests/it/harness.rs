@@ -213,6 +213,7 @@ impl Lb {
         sockets.admin = Some(admin_l);
         let path = match &source {
             lbd::Source::Site(p) | lbd::Source::Standalone(p) => p.clone(),
+            lbd::Source::Feed(f) => f.current().source.clone(),
         };
         let mut config = lbd::Config::new(source, loaded);
         config.poll = None;

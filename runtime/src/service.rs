@@ -52,7 +52,6 @@ pub fn watchdog() {
 /// Returns when shutdown starts. Pass no `reloaded` for a daemon that
 /// cannot tell when its reload finished (then READY=1 follows the
 /// notification at once).
-#[cfg(feature = "daemon")]
 pub async fn signals(
     shutdown: tokio_util::sync::CancellationToken,
     reloads: Vec<std::sync::Arc<tokio::sync::Notify>>,
@@ -98,7 +97,6 @@ pub async fn signals(
 /// Sends `WATCHDOG=1` from the async runtime at half the unit's
 /// `WatchdogSec` (so a wedged runtime is noticed); `None` when the
 /// watchdog is off. Abort the handle at exit.
-#[cfg(feature = "daemon")]
 pub fn spawn_watchdog() -> Option<tokio::task::JoinHandle<()>> {
     watchdog_interval().map(|every| {
         tokio::spawn(async move {
@@ -115,7 +113,6 @@ pub fn spawn_watchdog() -> Option<tokio::task::JoinHandle<()>> {
 /// cgroup or `taskset` limit). One worker means a current-thread runtime:
 /// a multi-thread one would have a single worker anyway and pay for
 /// cross-thread wakeups and work-stealing bookkeeping on every idle period.
-#[cfg(feature = "daemon")]
 pub fn runtime(threads: Option<usize>) -> std::io::Result<tokio::runtime::Runtime> {
     let n = threads.unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
     if n <= 1 {

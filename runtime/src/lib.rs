@@ -1,0 +1,22 @@
+//! What every daemon does the same way at run time, written once: the
+//! model crate `site` stays free of it.
+//!
+//! Modules:
+//! - [`service`]: the systemd protocol (sd_notify READY/RELOADING/STOPPING,
+//!   watchdog), the signal loop, the tokio runtime.
+//! - [`reload`]: the reload loop (SIGHUP, or a watched file's change).
+//! - [`feed`]: the site feed: the validated site, loaded once per change,
+//!   published to every daemon in the process.
+//! - [`net`]: socket reads the data paths share.
+//! - [`logging`]: tracing setup.
+//!
+//! Invariant: nothing here knows a daemon; daemons know this crate.
+
+pub mod feed;
+pub mod logging;
+pub mod net;
+pub mod reload;
+pub mod service;
+
+pub use feed::{Published, SiteFeed};
+pub use reload::Triggers;
