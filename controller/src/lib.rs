@@ -280,6 +280,12 @@ impl Controller {
     fn export_overlay_now(&self, rows: &[NodeRow]) -> Result<(), String> {
         let text = Self::overlay_text(rows);
         let site = site::load_with_overlay(&self.site_path, &text).map_err(|e| e.to_string())?;
+        self.write_and_serve(&text, site)
+    }
+
+    /// Writes the overlay `text`, which `site` was validated with, and
+    /// serves that site: no parse of its own.
+    fn write_and_serve(&self, text: &str, site: site::Site) -> Result<(), String> {
         bootd::state::write_atomic(&site.overlay.path, text.as_bytes(), 0o644)
             .map_err(|e| format!("{}: {e}", site.overlay.path.display()))?;
         // Served by bootd before the API answers, then published for the
@@ -606,7 +612,8 @@ async fn create_node(ctl: &Arc<Controller>, _: auth::Caller, req: Request<hyper:
         Ok(false) => return err(StatusCode::CONFLICT, format!("node {:?} exists", spec.name)),
         Err(e) => return internal(e),
     }
-    if let Err(e) = ctl.export_overlay_now(&rows) {
+    // The candidate is the site with exactly these rows: served as validated.
+    if let Err(e) = ctl.write_and_serve(&text, candidate) {
         // Stored: the loop and the next start retry the export.
         error!(node = %spec.name, error = %e, "node stored but the overlay was not written");
     }
