@@ -2,7 +2,8 @@
 # The test command (README): installs what the tests need on a fresh Debian 12
 # machine (apt packages, and the Rust toolchain rust-toolchain.toml pins, by
 # rustup, when there is none), then runs every test:
-#   1. formatting, clippy (-D warnings), and that the fuzz targets compile;
+#   1. formatting, clippy (-D warnings), no module import cycles, and that
+#      the fuzz targets compile;
 #   2. cargo test --workspace: unit, golden and integration tests of every crate
 #      (real servers on loopback, talked to by real clients: hyper, curl, dig,
 #      HTTPS health checks, SQLite store with kill -9, provider fakes);
@@ -39,6 +40,11 @@ cargo fmt --all -- --check
 
 log "clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
+
+# Each crate's modules form no import cycle (a child's use of what its
+# ancestors define is containment, not an import: see the tool's header).
+log "module import cycles"
+python3 tests/tools/module-cycles.py
 
 # The fuzz targets are their own workspace (cargo fuzz builds them with
 # nightly); checking that they compile keeps them in step with the code they

@@ -14,7 +14,7 @@ use crate::token::{self, Deny};
 use crate::App;
 use bytes::Bytes;
 use http::{header, HeaderMap, HeaderValue, Method, Request, Response, StatusCode};
-use http_body_util::{combinators::BoxBody, BodyExt, Full};
+use http_body_util::{BodyExt, Full};
 use percent_encoding::percent_decode_str;
 use site::{Mac, Node};
 use std::io;
@@ -23,7 +23,7 @@ use std::sync::Arc;
 use std::time::SystemTime;
 use tracing::{debug, info, warn};
 
-pub type Body = BoxBody<Bytes, io::Error>;
+pub use crate::body::Body;
 
 /// The body of every refusal and every miss: nothing to tell them apart.
 const NOT_FOUND: &str = "not found\n";

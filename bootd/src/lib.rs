@@ -15,7 +15,7 @@
 //! - [`render`]: pure renderers (iPXE, GRUB, Ignition, metadata), golden-tested.
 //! - [`token`]: who may fetch a node's secrets (source address or HMAC token).
 //! - [`files`]: confined opens (`openat2` RESOLVE_BENEATH), ranges, streaming.
-//! - [`http`]: the routes, listed in one function.
+//! - [`http`]: the routes, listed in one function; [`body`]: their body type.
 //! - [`tls`]: the site CA and serving certificate (rcgen, rustls).
 //! - [`state`]: the live snapshot (swapped atomically) and state-dir files.
 //! - [`metrics`]: Prometheus counters.
@@ -29,6 +29,7 @@
 //! image catalog: the controller builds on [`App`] and the timeline's feed,
 //! and the image cache check comes in through [`Config::check_images`].
 
+pub mod body;
 pub mod dhcp;
 pub mod files;
 pub mod http;

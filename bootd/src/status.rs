@@ -14,7 +14,7 @@
 //! client-chosen). The page shows no secrets: event texts are redacted when
 //! recorded, and nothing else from a request is shown.
 
-use crate::http::Body;
+use crate::body::Body;
 use crate::state::Snapshot;
 use crate::timeline::{summary, Event, Span, Summary, Track};
 use crate::App;

@@ -7,9 +7,8 @@
 //! pool change never refuses connections while new backends warm up, and a
 //! dead new backend is out after one probe timeout at most.
 
+use crate::probe::Prober;
 use crate::state::Backend;
-use site::Check;
-use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -72,12 +71,6 @@ impl CheckState {
             interval
         }
     }
-}
-
-/// One probe of one backend: `Ok` when healthy, `Err(reason)` otherwise.
-/// Two implementations: [`crate::probe::NetProber`] and the tests' fake.
-pub trait Prober: Send + Sync + 'static {
-    fn probe(&self, addr: SocketAddr, check: &Check) -> impl Future<Output = Result<(), String>> + Send;
 }
 
 /// Probes `backend` until `stop` is cancelled, publishing state changes to

@@ -25,6 +25,7 @@
 //! left its pool.
 
 pub mod admin;
+pub mod apply;
 pub mod balance;
 pub mod health;
 pub mod metrics;

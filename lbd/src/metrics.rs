@@ -10,15 +10,10 @@ use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
-/// Counters that are not per backend.
-#[derive(Debug, Default)]
-pub struct Metrics {
-    pub reloads_ok: AtomicU64,
-    pub reloads_failed: AtomicU64,
-}
+pub use crate::state::Metrics;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct BackendLabels {

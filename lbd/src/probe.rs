@@ -2,17 +2,24 @@
 //! the certificate is not verified, as HAProxy's `check-ssl verify none`).
 //! Healthy: connected (tcp), or a 2xx/3xx status line (http, https).
 
-use crate::health::Prober;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{ClientConfig, DigitallySignedStruct, SignatureScheme};
 use site::{Check, CheckKind};
 use std::collections::HashMap;
+use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
+
+/// One probe of one backend: `Ok` when healthy, `Err(reason)` otherwise.
+/// Two implementations: [`NetProber`] and the tests' fake; [`crate::health`]
+/// runs it.
+pub trait Prober: Send + Sync + 'static {
+    fn probe(&self, addr: SocketAddr, check: &Check) -> impl Future<Output = Result<(), String>> + Send;
+}
 
 /// Probes over the network; TLS client configs are built once per CA file.
 #[derive(Debug, Default)]

@@ -1,6 +1,6 @@
-//! The live state: frontends with their pools of backends, applied from a
-//! [`Plan`](crate::plan) without dropping established connections, and the
-//! bootstrap lifecycle.
+//! The live state: frontends with their pools of backends, the limits and
+//! the bootstrap lifecycle. Data only: [`crate::apply`] makes a plan live
+//! (and starts the loops that serve it), below which nothing here reaches.
 //!
 //! Invariants:
 //! - A backend in a pool gets new connections only while healthy; a backend
@@ -12,7 +12,6 @@
 //!   that cannot be served leaves the old one in place.
 //! - The std mutexes here guard short, non-async sections (no await inside).
 
-use crate::health;
 use crate::plan::{BackendPlan, FrontendPlan, Role};
 use crate::probe::NetProber;
 use arc_swap::ArcSwap;
@@ -27,9 +26,8 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tracing::{info, warn};
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
@@ -39,9 +37,9 @@ pub struct Backend {
     pub name: String,
     pub addr: SocketAddr,
     pub role: Role,
-    check: ArcSwap<Check>,
+    pub(crate) check: ArcSwap<Check>,
     healthy: AtomicBool,
-    draining: AtomicBool,
+    pub(crate) draining: AtomicBool,
     pub active: AtomicU64,
     pub total: AtomicU64,
     pub connect_failures: AtomicU64,
@@ -54,7 +52,7 @@ pub struct Backend {
     check_latency_us: AtomicU64,
     pub check_failures: AtomicU64,
     up_since: Mutex<Option<Instant>>,
-    reason: Mutex<String>,
+    pub(crate) reason: Mutex<String>,
     /// Probe now: the data path saw a refused connect.
     pub kick: Notify,
     /// Cancelled at the drain deadline, or when the shutdown grace is over
@@ -140,7 +138,7 @@ pub struct Frontend {
     pub listen: SocketAddr,
     /// The bound address (differs when tests bind port 0).
     pub local: SocketAddr,
-    balance: Mutex<Balance>,
+    pub(crate) balance: Mutex<Balance>,
     pub pool: ArcSwap<Vec<Arc<Backend>>>,
     pub draining: Mutex<Vec<Arc<Backend>>>,
     rr: AtomicUsize,
@@ -159,6 +157,24 @@ pub struct Frontend {
 pub const CLIENTS_SEEN: usize = 4096;
 
 impl Frontend {
+    /// A new frontend for `plan`, listening on `local`, with an empty pool.
+    pub fn new(plan: &FrontendPlan, local: SocketAddr, stop: CancellationToken) -> Frontend {
+        Frontend {
+            name: plan.name.as_str().into(),
+            listen: plan.listen,
+            local,
+            balance: Mutex::new(plan.balance),
+            pool: ArcSwap::from_pointee(Vec::new()),
+            draining: Mutex::new(Vec::new()),
+            rr: AtomicUsize::new(0),
+            stop,
+            accepted: AtomicU64::new(0),
+            refused_no_backend: AtomicU64::new(0),
+            refused_limit: AtomicU64::new(0),
+            clients: Mutex::new(HashMap::new()),
+        }
+    }
+
     /// Notes a client's first connection (one map lookup per accepted connection).
     pub fn note_client(&self, ip: IpAddr) {
         let mut m = lock(&self.clients);
@@ -191,6 +207,13 @@ pub enum BootstrapPhase {
     Removed,
 }
 
+/// Counters that are not per backend (`/metrics` reads them).
+#[derive(Debug, Default)]
+pub struct Metrics {
+    pub reloads_ok: AtomicU64,
+    pub reloads_failed: AtomicU64,
+}
+
 /// Shared by the accept loops, checkers, admin API and reloads.
 #[derive(Debug)]
 pub struct App {
@@ -208,9 +231,9 @@ pub struct App {
     pub shutdown: CancellationToken,
     /// Ends every relay (the grace period after shutdown is over).
     pub conn_stop: CancellationToken,
-    pub metrics: crate::metrics::Metrics,
+    pub metrics: Metrics,
     /// Serializes plan changes (reloads, bootstrap completion).
-    apply_lock: tokio::sync::Mutex<()>,
+    pub(crate) apply_lock: tokio::sync::Mutex<()>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -233,7 +256,7 @@ impl App {
             tracker: TaskTracker::new(),
             shutdown,
             conn_stop: CancellationToken::new(),
-            metrics: crate::metrics::Metrics::default(),
+            metrics: Metrics::default(),
             apply_lock: tokio::sync::Mutex::new(()),
         }
     }
@@ -252,137 +275,6 @@ impl App {
             (false, false, true) => BootstrapPhase::Removed,
             (false, false, false) => BootstrapPhase::None,
         }
-    }
-
-    /// Makes `plan` live. `listeners` are pre-bound sockets by frontend name
-    /// (from `main` or tests); other new frontends are bound here. On error
-    /// nothing has changed.
-    pub async fn apply(
-        self: &Arc<Self>,
-        plan: &[FrontendPlan],
-        listeners: &mut HashMap<String, TcpListener>,
-        why: &str,
-    ) -> Result<(), ApplyError> {
-        let _serial = self.apply_lock.lock().await;
-        let old = self.frontends.load_full();
-        // 1. Bind what is new, before touching anything.
-        let mut bound: HashMap<String, TcpListener> = HashMap::new();
-        for f in plan {
-            if old.iter().any(|o| *o.name == *f.name && o.listen == f.listen) {
-                continue;
-            }
-            let l = match listeners.remove(&f.name) {
-                Some(l) => l,
-                None => bind(f.listen).map_err(|e| ApplyError::Bind { name: f.name.clone(), addr: f.listen, source: e })?,
-            };
-            // Accepted sockets inherit TCP_NODELAY: one setsockopt per
-            // listener instead of one per connection.
-            let _ = socket2::SockRef::from(&l).set_tcp_nodelay(true);
-            bound.insert(f.name.clone(), l);
-        }
-        // 2. Carry over or create each frontend; its pool keeps the backends
-        //    it still has (state, counters and open connections with them).
-        let mut next = Vec::new();
-        for f in plan {
-            let fe = match old.iter().find(|o| *o.name == *f.name && o.listen == f.listen) {
-                Some(fe) => {
-                    *lock(&fe.balance) = f.balance;
-                    Arc::clone(fe)
-                }
-                None => {
-                    let listener = bound.remove(&f.name).expect("bound in step 1");
-                    let local = listener.local_addr().unwrap_or(f.listen);
-                    let fe = Arc::new(Frontend {
-                        name: f.name.as_str().into(),
-                        listen: f.listen,
-                        local,
-                        balance: Mutex::new(f.balance),
-                        pool: ArcSwap::from_pointee(Vec::new()),
-                        draining: Mutex::new(Vec::new()),
-                        rr: AtomicUsize::new(0),
-                        stop: self.shutdown.child_token(),
-                        accepted: AtomicU64::new(0),
-                        refused_no_backend: AtomicU64::new(0),
-                        refused_limit: AtomicU64::new(0),
-                        clients: Mutex::new(HashMap::new()),
-                    });
-                    info!(frontend = %fe.name, addr = %local, backends = f.backends.len(), "listening");
-                    self.tracker.spawn(crate::proxy::accept_loop(listener, Arc::clone(&fe), Arc::clone(self)));
-                    fe
-                }
-            };
-            let current = fe.pool.load_full();
-            let mut pool = Vec::new();
-            for b in &f.backends {
-                match current.iter().find(|c| c.addr == b.addr) {
-                    Some(c) => {
-                        if *c.check() != f.check {
-                            c.check.store(Arc::new(f.check.clone()));
-                        }
-                        pool.push(Arc::clone(c));
-                    }
-                    None => {
-                        let nb = Arc::new(Backend::new(b, f.check.clone(), &self.shutdown, &self.conn_stop));
-                        info!(frontend = %fe.name, backend = %nb.name, addr = %nb.addr, role = nb.role.as_str(), "backend added ({why})");
-                        self.tracker.spawn(health::check_loop(
-                            Arc::clone(&fe.name),
-                            Arc::clone(&nb),
-                            Arc::clone(&self.prober),
-                            nb.stop_checks.clone(),
-                        ));
-                        pool.push(nb);
-                    }
-                }
-            }
-            let gone: Vec<_> = current.iter().filter(|c| !pool.iter().any(|p| Arc::ptr_eq(p, c))).cloned().collect();
-            fe.pool.store(Arc::new(pool));
-            for b in gone {
-                self.drain(&fe, b, why);
-            }
-            next.push(fe);
-        }
-        // 3. Frontends no longer planned (or moved) stop accepting; their
-        //    open connections drain.
-        for o in old.iter() {
-            if !next.iter().any(|n| Arc::ptr_eq(n, o)) {
-                info!(frontend = %o.name, addr = %o.local, "frontend removed: no longer accepting ({why})");
-                o.stop.cancel();
-                for b in o.pool.swap(Arc::new(Vec::new())).iter() {
-                    self.drain(o, Arc::clone(b), why);
-                }
-            }
-        }
-        self.frontends.store(Arc::new(next));
-        Ok(())
-    }
-
-    /// Takes `b` out of service: no new connections; open ones go on until
-    /// they end or the drain deadline, then the backend is forgotten.
-    fn drain(self: &Arc<Self>, fe: &Arc<Frontend>, b: Arc<Backend>, why: &str) {
-        b.draining.store(true, Relaxed);
-        *lock(&b.reason) = format!("draining: {why}");
-        let deadline = **self.drain_timeout.load();
-        info!(frontend = %fe.name, backend = %b.name, addr = %b.addr, active = b.active.load(Relaxed), ?deadline, "backend draining ({why})");
-        lock(&fe.draining).push(Arc::clone(&b));
-        let fe = Arc::clone(fe);
-        let why = why.to_string();
-        let shutdown = self.shutdown.clone();
-        self.tracker.spawn(async move {
-            let end = Instant::now() + deadline;
-            while b.active.load(Relaxed) > 0 && Instant::now() < end && !shutdown.is_cancelled() {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-            let left = b.active.load(Relaxed);
-            if left > 0 && !shutdown.is_cancelled() {
-                warn!(frontend = %fe.name, backend = %b.name, open = left, "drain deadline reached; closing the backend's remaining connections");
-            }
-            if !shutdown.is_cancelled() {
-                b.close_now.cancel();
-            }
-            b.stop_checks.cancel();
-            lock(&fe.draining).retain(|x| !Arc::ptr_eq(x, &b));
-            info!(frontend = %fe.name, backend = %b.name, addr = %b.addr, "backend removed ({why})");
-        });
     }
 
     /// Counts a new client connection against the limits; `None`: refused.

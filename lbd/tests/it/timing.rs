@@ -1,8 +1,9 @@
 //! The check loop's schedule under `tokio::time::pause()`, with a fake
 //! prober: exact detection times without sockets or sleeps.
 
-use lbd::health::{check_loop, Prober};
+use lbd::health::check_loop;
 use lbd::plan::{BackendPlan, Role};
+use lbd::probe::Prober;
 use lbd::state::Backend;
 use site::{Check, CheckKind};
 use std::net::SocketAddr;
