@@ -1,14 +1,19 @@
 #!/usr/bin/env bash
 # Build the lab guest: Debian's amd64 kernel + a tiny busybox initramfs whose
 # /init does DHCP, fetches ignition.config.url= from the kernel command line and
-# prints one marker line on ttyS0, then powers off.
+# prints a marker line on ttyS0, then runs the real Ignition client against
+# the same URL and prints what it wrote, then powers off.
 #
 # Usage: tests/lab/guest.sh [OUTDIR]       (default /work/main/target/lab-images)
 # Output: OUTDIR/lab/kernel, OUTDIR/lab/initramfs (gzip'd cpio newc)
-# Marker (exactly one line on /dev/ttyS0):
-#   LAB-IGNITION sha256=<hex> bytes=<n> url=<url>
+# Markers on /dev/ttyS0:
+#   LAB-IGNITION sha256=<hex> bytes=<n> url=<url>   (what ignition.config.url returns to wget)
 #   LAB-IGNITION-FAILED <reason>
-# Needs (tests/lab/deps.sh): busybox-static cpio gzip kmod, apt lists for apt-get download.
+# then, from the real Ignition client (Debian's ignition, fetch and files stages):
+#   LAB-IGNITION-CLIENT fetch=<exit code> files=<exit code|skipped>
+#   LAB-FILE <path> sha256=<hex>                     (each file it wrote, when both passed)
+#   LAB-IGNITION-CLIENT-LOG <line>                   (the failing stage's last log lines)
+# Needs (tests/lab/deps.sh): busybox-static cpio gzip kmod ignition, apt lists for apt-get download.
 set -euo pipefail
 trap 'echo "guest.sh: failed at line $LINENO: $BASH_COMMAND" >&2' ERR
 
@@ -98,6 +103,31 @@ cp "$KMOD"/modules.order "$KMOD"/modules.builtin "$KMOD"/modules.builtin.modinfo
 depmod -b "$R" "$KVER"
 echo "guest.sh: modules: ${!seen[*]}"
 
+# The real Ignition client (Debian's `ignition`, what RHCOS and FCOS run in
+# their initramfs) with the shared libraries and loader it links against.
+IGNITION_BIN=/usr/lib/dracut/modules.d/30ignition/ignition
+[[ -x $IGNITION_BIN ]] || { echo "guest.sh: $IGNITION_BIN missing (apt-get install ignition; tests/lab/deps.sh)" >&2; exit 1; }
+copy_elf() { # BIN DEST: the binary at DEST in the initramfs, its libraries at their own paths
+  local bin=$1 dest=$2 lib
+  install -D -m 755 "$bin" "$R$dest"
+  for lib in $(ldd "$bin" | grep -o '/[^ ]*'); do
+    [[ -e $R$lib ]] || install -D -m 755 "$(readlink -f "$lib")" "$R$lib"
+  done
+}
+copy_elf "$IGNITION_BIN" /usr/bin/ignition
+echo "guest.sh: ignition $("$IGNITION_BIN" -version 2>&1 | head -n1)"
+# Debian's Ignition relabels what it writes (SELinux), with setfiles from
+# policycoreutils: the real one, from the package (not installed on the host).
+cached_pc() { local d; for d in "$CACHE"/policycoreutils_*.deb; do [[ -f $d ]] && { echo "$d"; return 0; }; done; return 0; }
+PC_DEB=$(cached_pc)
+if [[ -z $PC_DEB ]]; then
+  (cd "$CACHE" && { apt-get download -q policycoreutils 2>&1 | grep -v 'unsandboxed' >&2; } ) || true
+  PC_DEB=$(cached_pc)
+  [[ -n $PC_DEB ]] || { echo "guest.sh: apt-get download policycoreutils failed" >&2; exit 1; }
+fi
+dpkg-deb -x "$PC_DEB" "$WORK/pc"
+copy_elf "$WORK/pc/sbin/setfiles" /usr/sbin/setfiles
+
 cat > "$R/etc/udhcpc.script" <<'SCRIPT'
 #!/bin/sh
 # busybox udhcpc hook: apply lease (no DNS needed; URLs use IPs)
@@ -116,7 +146,7 @@ chmod 755 "$R/etc/udhcpc.script"
 cat > "$R/init" <<'INIT'
 #!/bin/sh
 # Lab guest /init (busybox ash). Never exits: always ends in poweroff -f.
-export PATH=/bin
+export PATH=/bin:/usr/bin:/usr/sbin
 mount -t proc proc /proc
 mount -t sysfs sys /sys
 mount -t devtmpfs dev /dev 2>/dev/null
@@ -182,6 +212,39 @@ done
 SUM=$(sha256sum /tmp/ign | cut -d' ' -f1)
 BYTES=$(wc -c </tmp/ign | tr -d ' ')
 marker "LAB-IGNITION sha256=$SUM bytes=$BYTES url=$URL"
+
+# Then the real client, as a CoreOS initramfs runs it: the fetch stage reads
+# ignition.config.url, follows merge pointers (HTTPS with the CA a pointer
+# config carries) and caches the merged config; the files stage writes it
+# below /sysroot. Markers: the stages' exit codes, then every file written.
+if [ -x /usr/bin/ignition ]; then
+  mkdir -p /sysroot /run/ignition
+  mount -t tmpfs sysroot /sysroot
+  # The files stage relabels what it wrote with setfiles, by the target's
+  # policy: a one-rule "targeted" policy stands in for the OS's.
+  mkdir -p /sysroot/etc/selinux/targeted/contexts/files
+  printf 'SELINUX=enforcing\nSELINUXTYPE=targeted\n' >/sysroot/etc/selinux/config
+  printf '/.*\tsystem_u:object_r:etc_t:s0\n' >/sysroot/etc/selinux/targeted/contexts/files/file_contexts
+  timeout 90 /usr/bin/ignition -platform metal -stage fetch -log-to-stdout -config-cache /run/ignition.json >/tmp/ign-fetch.log 2>&1
+  fetch=$?
+  files=skipped
+  if [ $fetch = 0 ]; then
+    timeout 90 /usr/bin/ignition -platform metal -stage files -root /sysroot -log-to-stdout -config-cache /run/ignition.json >/tmp/ign-files.log 2>&1
+    files=$?
+  fi
+  echo "lab-init: ignition fetch stage:"; cat /tmp/ign-fetch.log
+  [ -f /tmp/ign-files.log ] && { echo "lab-init: ignition files stage:"; cat /tmp/ign-files.log; }
+  marker "LAB-IGNITION-CLIENT fetch=$fetch files=$files"
+  if [ "$files" = 0 ]; then
+    find /sysroot -type f | sort | while read -r f; do
+      marker "LAB-FILE ${f#/sysroot} sha256=$(sha256sum "$f" | cut -d' ' -f1)"
+    done
+  else
+    for l in /tmp/ign-fetch.log /tmp/ign-files.log; do
+      [ -f $l ] && tail -n 3 $l | while read -r line; do marker "LAB-IGNITION-CLIENT-LOG $line"; done
+    done
+  fi
+fi
 finish
 INIT
 chmod 755 "$R/init"

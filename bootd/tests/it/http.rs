@@ -66,7 +66,7 @@ async fn ignition_only_to_its_node() {
     assert_eq!(s, StatusCode::OK);
     assert_eq!(h["content-type"], "application/json");
     let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
-    assert_eq!(v["ignition"]["version"], "3.2.0");
+    assert_eq!(v["ignition"]["version"], "3.3.0");
     crate::golden::ignition_validate(&body);
     // The bytes equal the offline render (what the netboot test compares).
     let site = &b.app.live.load().site;
@@ -115,12 +115,20 @@ async fn accept_header_negotiates_the_spec_version() {
     let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
     assert_eq!(v["ignition"]["version"], "3.1.0");
     crate::golden::ignition_validate(&body);
-    // What the real client (Ignition 2.14) sends: the 3.2.0 config as it is.
+    // What the real client (Ignition 2.14) sends: the bootstrap's 3.2.0
+    // config as it is, the worker's 3.4.0 one (nothing newer than 3.0 in
+    // it) relabelled 3.3.0.
     let ign_2_14 = "application/vnd.coreos.ignition+json;version=3.3.0, */*;q=0.1";
-    let (s, _, body) = b.get_with(&path, &[("accept", ign_2_14)]).await;
+    let tb = b.token("bootstrap");
+    let (s, _, body) = b.get_with(&format!("/ignition/bootstrap?token={tb}"), &[("accept", ign_2_14)]).await;
     assert_eq!(s, StatusCode::OK);
     let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
     assert_eq!(v["ignition"]["version"], "3.2.0");
+    let (s, _, body) = b.get_with(&path, &[("accept", ign_2_14)]).await;
+    assert_eq!(s, StatusCode::OK);
+    let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(v["ignition"]["version"], "3.3.0");
+    crate::golden::ignition_validate(&body);
     // The pointer config is negotiated the same way.
     let (s, _, body) = b.get_with(&format!("/ignition/worker-0/pointer?token={t}"), &[("accept", ign_2_14)]).await;
     assert_eq!(s, StatusCode::OK);
@@ -134,7 +142,7 @@ async fn accept_header_negotiates_the_spec_version() {
     assert_eq!(v["ignition"]["version"], "3.0.0");
     let (s, _, body) = b.get_with(&path, &[("accept", "application/vnd.coreos.ignition+json; version=2.2.0")]).await;
     assert_eq!(s, StatusCode::NOT_ACCEPTABLE);
-    assert!(String::from_utf8_lossy(&body).starts_with("client accepts Ignition spec 2.2.0; node's config is Ignition 3.2.0"));
+    assert!(String::from_utf8_lossy(&body).starts_with("client accepts Ignition spec 2.2.0; node's config is Ignition 3.4.0"));
     b.stop().await;
 }
 
