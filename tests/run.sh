@@ -17,7 +17,10 @@
 #   7. end to end: real firmware network-boots the lab site's nodes from bootd
 #      inside a private network namespace: SeaBIOS + iPXE ROM, OVMF + iPXE ROM and
 #      OVMF's own PXE (-> ipxe.efi over TFTP) boot a Linux guest that proves the
-#      Ignition bytes it fetched equal what bootd rendered; SLOF (ppc64) loads
+#      Ignition bytes it fetched equal what bootd rendered, then runs the real
+#      Ignition client (fetch and files stages) against role configs of spec
+#      3.2.0, 3.3.0 and 3.4.0, over HTTP and through the HTTPS pointer config,
+#      and proves the files it wrote are the node's; SLOF (ppc64) loads
 #      GRUB (core.elf) over TFTP, which loads the node's grub.cfg from bootd;
 #      and a node boots from a `catalog:` image set that `images fetch` took
 #      from a generated stream document (bootd serves the cached bytes).
@@ -83,9 +86,25 @@ t "controller vs Prism mocks"         bash tests/controller/e2e.sh
 t "status page in headless Chromium"  bash tests/status/e2e.sh --bootd $BIN/bootd
 t "API -> local QEMU VM -> netboot -> Ready" bash tests/controller/local-e2e.sh --bootd $BIN/bootd
 t "DHCP interop (udhcpc, dhclient, perfdhcp)" bash tests/lab/dhcp-interop.sh $BIN/bootd
-t "netboot SeaBIOS + iPXE"            e2e --node bootstrap --mac 52:54:00:77:00:10 --ip 10.77.0.10 --firmware seabios-ipxe
-t "netboot OVMF + iPXE"               e2e --node master-0 --mac 52:54:00:77:00:11 --ip 10.77.0.11 --firmware ovmf-ipxe
-t "netboot OVMF PXE -> ipxe.efi"      e2e --node worker-0 --mac 52:54:00:77:00:20 --ip 10.77.0.20 --firmware ovmf-pxe
+# The guest runs the real Ignition client (Debian's 2.14, which asks for spec
+# 3.3.0) against the lab's role configs: bootstrap 3.2.0 (what
+# openshift-install writes), master 3.3.0, worker 3.4.0 (served as 3.3.0).
+boot() { # node mac ip: the lab node's identity for netboot.sh
+  case $1 in
+    bootstrap) echo --node bootstrap --mac 52:54:00:77:00:10 --ip 10.77.0.10 ;;
+    master-0) echo --node master-0 --mac 52:54:00:77:00:11 --ip 10.77.0.11 ;;
+    worker-0) echo --node worker-0 --mac 52:54:00:77:00:20 --ip 10.77.0.20 ;;
+  esac
+}
+# shellcheck disable=SC2046  # boot's words are separate arguments
+{
+t "netboot SeaBIOS + iPXE, Ignition 3.2.0, HTTP"   e2e $(boot bootstrap) --firmware seabios-ipxe --ignition-spec 3.2.0
+t "netboot SeaBIOS + iPXE, Ignition 3.2.0, HTTPS"  e2e $(boot bootstrap) --firmware seabios-ipxe --ignition-spec 3.2.0 --https
+t "netboot OVMF PXE -> ipxe.efi, Ignition 3.2.0, HTTP"  e2e $(boot bootstrap) --firmware ovmf-pxe --ignition-spec 3.2.0
+t "netboot OVMF PXE -> ipxe.efi, Ignition 3.2.0, HTTPS" e2e $(boot bootstrap) --firmware ovmf-pxe --ignition-spec 3.2.0 --https
+t "netboot OVMF + iPXE, Ignition 3.3.0, HTTP"      e2e $(boot master-0) --firmware ovmf-ipxe --ignition-spec 3.3.0
+t "netboot OVMF + iPXE, Ignition 3.4.0 as 3.3.0, HTTPS" e2e $(boot worker-0) --firmware ovmf-ipxe --ignition-spec 3.3.0 --https
+}
 t "netboot SLOF -> GRUB"              e2e --node p9-0 --mac 52:54:00:77:00:30 --ip 10.77.0.30 --firmware slof-grub
 t "netboot from a catalog image set"  bash tests/lab/catalog-netboot.sh --bin $BIN
 

@@ -18,7 +18,6 @@
 # order, durations within 50 ms of the wire-level time captured on br0).
 # Prints "PASS netboot <firmware> <node> <secs>s" (exit 0) or
 # "FAIL netboot <firmware> <node> <reason>" plus logs (exit 1); usage errors exit 2.
-# BOOTD may be tests/lab/fake-bootd (a stand-in with the same CLI).
 #
 # Firmwares:
 #   seabios-ipxe  SeaBIOS + the NIC's iPXE option ROM (ipxe-qemu), HTTP boot
@@ -129,7 +128,7 @@ mkdir -p "$WORKDIR/state"
 if [[ $HTTPS == 1 ]]; then
   # The site with ignition.overHttps, its relative paths made absolute (they
   # are relative to the site file's directory).
-  python3 - "$SITE" "$WORKDIR/site.yaml" <<'PY' || { echo "netboot.sh: cannot write the --https site" >&2; exit 2; }
+  /usr/bin/python3 - "$SITE" "$WORKDIR/site.yaml" <<'PY' || { echo "netboot.sh: cannot write the --https site" >&2; exit 2; }
 import os, sys, yaml
 src, dst = sys.argv[1], sys.argv[2]
 base = os.path.dirname(os.path.abspath(src))
@@ -568,23 +567,21 @@ fi
 # --- the node's boot timeline, as bootd recorded it ------------------------------------
 # Every phase in order, durations adding up, and (with the capture) within 50 ms
 # of the wire-level time from the first DHCP packet to the last Ignition request.
-if [[ $(basename "$BOOTD") != fake-bootd ]]; then
-  case $FIRMWARE in
-    ovmf-pxe) want_phases=dhcp,tftp,script,kernel,initramfs,ignition ;;
-    *) want_phases=dhcp,script,kernel,initramfs,ignition ;;
-  esac
-  nsx curl -fsS --max-time 5 "$HTTP_BASE/status/node/$NODE/timeline.json" >"$WORKDIR/timeline.json" \
-    || fail "bootd did not serve $NODE's timeline"
-  tl_args=(--phases "$want_phases")
-  sleep 0.5   # let tcpdump write the last packets it has seen
-  # Over HTTPS the last Ignition request is TLS: the capture shows no path to
-  # compare the timeline's end with, so only the order and the sums are checked.
-  [[ -n $TL_PCAP && $HTTPS == 0 ]] && tl_args+=(--pcap "$TL_PCAP" --mac "$MAC")
-  python3 "$HERE/timeline-check.py" "$WORKDIR/timeline.json" "${tl_args[@]}" >"$WORKDIR/timeline.txt" 2>&1 \
-    || { sed 's/^/netboot.sh:   /' "$WORKDIR/timeline.txt" >&2; fail "boot timeline: $(grep 'check failed' "$WORKDIR/timeline.txt" | head -n 3 | tr '\n' ' ')"; }
-  log "boot timeline (bootd):"
-  sed 's/^/netboot.sh:   /' "$WORKDIR/timeline.txt" >&2
-fi
+case $FIRMWARE in
+  ovmf-pxe) want_phases=dhcp,tftp,script,kernel,initramfs,ignition ;;
+  *) want_phases=dhcp,script,kernel,initramfs,ignition ;;
+esac
+nsx curl -fsS --max-time 5 "$HTTP_BASE/status/node/$NODE/timeline.json" >"$WORKDIR/timeline.json" \
+  || fail "bootd did not serve $NODE's timeline"
+tl_args=(--phases "$want_phases")
+sleep 0.5   # let tcpdump write the last packets it has seen
+# Over HTTPS the last Ignition request is TLS: the capture shows no path to
+# compare the timeline's end with, so only the order and the sums are checked.
+[[ -n $TL_PCAP && $HTTPS == 0 ]] && tl_args+=(--pcap "$TL_PCAP" --mac "$MAC")
+python3 "$HERE/timeline-check.py" "$WORKDIR/timeline.json" "${tl_args[@]}" >"$WORKDIR/timeline.txt" 2>&1 \
+  || { sed 's/^/netboot.sh:   /' "$WORKDIR/timeline.txt" >&2; fail "boot timeline: $(grep 'check failed' "$WORKDIR/timeline.txt" | head -n 3 | tr '\n' ' ')"; }
+log "boot timeline (bootd):"
+sed 's/^/netboot.sh:   /' "$WORKDIR/timeline.txt" >&2
 if [[ -n $CHECK ]]; then
   nsx env HTTP_BASE="$HTTP_BASE" NODE="$NODE" MAC="$MAC" WORKDIR="$WORKDIR" bash -c "$CHECK" >"$WORKDIR/check.log" 2>&1 \
     || fail "--check failed: $(tail -n 5 "$WORKDIR/check.log" | tr '\n' ' ')"
