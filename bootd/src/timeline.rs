@@ -827,10 +827,10 @@ mod tests {
         assert!(!s.site_node);
         book.add(
             &site,
-            Raw::new(Subject::node("worker-1").with_ip(ip("10.77.0.21")), Phase::Ignition, "denied", "denied: bad_token").error(),
+            Raw::new(Subject::node("worker-1").with_ip(ip("10.77.0.21")), Phase::Ignition, "denied", "denied: token_invalid").error(),
         );
         let s = summary(&book.tracks["worker-1"]);
-        assert_eq!(s.phases[0].last_error.as_deref(), Some("denied: bad_token"));
+        assert_eq!(s.phases[0].last_error.as_deref(), Some("denied: token_invalid"));
     }
 
     #[test]

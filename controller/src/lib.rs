@@ -296,8 +296,9 @@ impl Controller {
         Ok(())
     }
 
-    /// bootstrap-complete is also written to `<host.stateDir>/bootstrap-complete.json`
-    /// for daemons that follow files rather than the API (lbd).
+    /// bootstrap-complete is also written to `<host.stateDir>/bootstrap-complete.json`,
+    /// a record for operators and scripts; lbd keeps its own marker (its
+    /// admin API's completion) and does not read this file.
     fn bootstrap_file(&self) -> PathBuf {
         self.app.live.load().site.host.state_dir.join("bootstrap-complete.json")
     }
