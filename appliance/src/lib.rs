@@ -9,6 +9,8 @@
 //! configuration (with the image catalog's cache check passed in), binding,
 //! and running bootd with the controller beside it.
 
+pub mod lbwatch;
+
 use anyhow::Result;
 use std::sync::Arc;
 use tokio::net::TcpListener;
@@ -41,15 +43,18 @@ impl BootSockets {
 
 /// Runs bootd and, with an API socket, the controller beside it on the same
 /// [`bootd::App`], until `shutdown`; the first to fail stops the other.
+/// With `lb`, lbd's status feeds the timeline's lbd phases (every second).
 pub async fn run_boot(
     app: Arc<bootd::App>,
     config: bootd::Config,
     sockets: BootSockets,
     tuning: controller::Tuning,
+    lb: Option<lbwatch::LbSource>,
     shutdown: CancellationToken,
 ) -> Result<()> {
     let grace = config.grace;
     let stop = shutdown.child_token();
+    let lb_watch = lb.map(|source| tokio::spawn(lbwatch::watch(Arc::clone(&app), source, std::time::Duration::from_secs(1), stop.clone())));
     let ctl = sockets.api.map(|l| {
         let (app, stop) = (Arc::clone(&app), stop.clone());
         tokio::spawn(async move {
@@ -67,6 +72,9 @@ pub async fn run_boot(
         }
     };
     let boot_result = boot.await;
+    if let Some(w) = lb_watch {
+        let _ = w.await;
+    }
     let ctl_result = match ctl {
         Some(h) => h.await.map_err(|e| anyhow::anyhow!("the controller task panicked: {e}"))?,
         None => Ok(()),

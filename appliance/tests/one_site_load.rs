@@ -93,7 +93,8 @@ async fn a_change_is_parsed_once_for_every_daemon() {
         boot: bootd::Sockets { http, https: Some(https), dhcp: None, dhcp_proxy: None, tftp: None },
         api: Some(api),
     };
-    let boot_task = tokio::spawn(appliance::run_boot(Arc::clone(&app), boot, sockets, controller::Tuning::default(), shutdown.clone()));
+    let boot_task =
+        tokio::spawn(appliance::run_boot(Arc::clone(&app), boot, sockets, controller::Tuning::default(), None, shutdown.clone()));
 
     let all_serve = |want: Arc<site::Site>| {
         let (app, lb) = (Arc::clone(&app), Arc::clone(&lb));

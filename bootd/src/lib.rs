@@ -21,7 +21,6 @@
 //! - [`metrics`]: Prometheus counters.
 //! - [`timeline`]: the per-node boot timeline (DHCP, TFTP, HTTP, lbd), joined by MAC/IP.
 //! - [`status`]: the status page (server-rendered HTML) and the timeline JSON.
-//! - [`lbwatch`]: follows lbd's admin `/status` for the timeline's lbd phases.
 //!
 //! Shape: the executables (the `appliance` package) parse flags, load the
 //! site, bind sockets and call [`run`]; tests call the same [`run`] on
@@ -33,7 +32,6 @@ pub mod body;
 pub mod dhcp;
 pub mod files;
 pub mod http;
-pub mod lbwatch;
 pub mod metrics;
 pub mod plain;
 pub mod render;
@@ -108,8 +106,6 @@ pub struct Config {
     /// catalog's cache check, passed in by the executables); run before
     /// serving and before each reload is applied.
     pub check_images: Option<ImageCheck>,
-    /// How often lbd's admin `/status` is read for the timeline (`lb.adminListen`).
-    pub lb_poll: Duration,
 }
 
 impl std::fmt::Debug for Config {
@@ -138,7 +134,6 @@ impl Config {
             grace: Duration::from_secs(5),
             dhcp_ports: Default::default(),
             check_images: None,
-            lb_poll: Duration::from_secs(1),
         }
     }
     pub fn state_dir(&self) -> PathBuf {
@@ -272,7 +267,6 @@ pub async fn run_app(app: Arc<App>, config: Config, sockets: Sockets, shutdown: 
         let (recorder, live, phase_seconds) = (Arc::clone(&app.timeline), Arc::clone(&app.live), app.metrics.phase_seconds.clone());
         tracker.spawn(timeline::writer(recorder, live, phase_seconds, rx, shutdown.clone()));
     }
-    tracker.spawn(lbwatch::watch(Arc::clone(&app), config.lb_poll, shutdown.clone()));
     // Kept image files are closed once stale even when no request comes, so a
     // deleted image's space is freed.
     let stop = shutdown.clone();

@@ -11,6 +11,7 @@
 //! (`lb.adminListen`, default 127.0.0.1:8404).
 
 use crate::state::BootstrapPhase;
+use crate::status::{BackendStatus, ClientStatus, FrontendStatus, Status};
 use crate::Lbd;
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode};
@@ -73,7 +74,7 @@ pub async fn route(lbd: &Arc<Lbd>, req: Request<Incoming>, peer: std::net::Socke
         (&Method::GET, "/metrics") => {
             reply(StatusCode::OK, "application/openmetrics-text; version=1.0.0; charset=utf-8", crate::metrics::encode(&lbd.app))
         }
-        (&Method::GET, "/status") => json(StatusCode::OK, status(lbd)),
+        (&Method::GET, "/status") => json(StatusCode::OK, serde_json::to_value(status(lbd)).unwrap_or_default()),
         (&Method::POST, "/bootstrap/complete") => {
             info!(%peer, "bootstrap completion requested over the admin API");
             match lbd.complete_bootstrap("admin API").await {
@@ -92,54 +93,44 @@ pub async fn route(lbd: &Arc<Lbd>, req: Request<Incoming>, peer: std::net::Socke
 }
 
 /// What `/status` and `lbd status` show.
-pub fn status(lbd: &Lbd) -> serde_json::Value {
+pub fn status(lbd: &Lbd) -> Status {
     let app = &lbd.app;
-    let frontends: Vec<_> = app
+    let now_ms = crate::state::unix_ms(std::time::SystemTime::now());
+    let frontends = app
         .frontends
         .load()
         .iter()
         .map(|f| {
             let mut all: Vec<_> = f.pool.load().iter().cloned().collect();
             all.extend(f.draining.lock().unwrap_or_else(|p| p.into_inner()).iter().cloned());
-            let backends: Vec<_> = all
+            let backends = all
                 .iter()
-                .map(|b| {
-                    serde_json::json!({
-                        "name": b.name,
-                        "addr": b.addr.to_string(),
-                        "role": b.role.as_str(),
-                        "state": b.state_name(),
-                        "reason": b.reason(),
-                        "active": b.active.load(Relaxed),
-                        "connections": b.total.load(Relaxed),
-                        "connectFailures": b.connect_failures.load(Relaxed),
-                        "unansweredFailures": b.unanswered_failures.load(Relaxed),
-                        "bytesTo": b.bytes_to.load(Relaxed),
-                        "bytesFrom": b.bytes_from.load(Relaxed),
-                        "checkLatencyMs": b.check_latency().as_secs_f64() * 1e3,
-                        // Wall clock, for bootd's timeline: when the checks last turned it up.
-                        "upSinceMs": b.up_since().map(|t| {
-                            crate::state::unix_ms(std::time::SystemTime::now()).saturating_sub(t.elapsed().as_millis() as u64)
-                        }),
-                    })
+                .map(|b| BackendStatus {
+                    name: b.name.to_string(),
+                    addr: b.addr,
+                    role: b.role.as_str().to_string(),
+                    state: b.state_name().to_string(),
+                    reason: b.reason(),
+                    active: b.active.load(Relaxed),
+                    connections: b.total.load(Relaxed),
+                    connect_failures: b.connect_failures.load(Relaxed),
+                    unanswered_failures: b.unanswered_failures.load(Relaxed),
+                    bytes_to: b.bytes_to.load(Relaxed),
+                    bytes_from: b.bytes_from.load(Relaxed),
+                    check_latency_ms: b.check_latency().as_secs_f64() * 1e3,
+                    up_since_ms: b.up_since().map(|t| now_ms.saturating_sub(t.elapsed().as_millis() as u64)),
                 })
                 .collect();
             let mut clients: Vec<_> = f.clients.lock().unwrap_or_else(|p| p.into_inner()).iter().map(|(ip, ms)| (*ip, *ms)).collect();
             clients.sort();
-            let clients: Vec<_> = clients.iter().map(|(ip, ms)| serde_json::json!({"ip": ip.to_string(), "firstMs": ms})).collect();
-            serde_json::json!({
-                "name": &*f.name,
-                "listen": f.local.to_string(),
-                "balance": format!("{:?}", f.balance()),
-                "backends": backends,
-                // Each client address's first connection (bootd's boot timeline).
-                "clients": clients,
-            })
+            FrontendStatus {
+                name: f.name.to_string(),
+                listen: f.local,
+                balance: format!("{:?}", f.balance()),
+                backends,
+                clients: clients.into_iter().map(|(ip, first_ms)| ClientStatus { ip, first_ms }).collect(),
+            }
         })
         .collect();
-    serde_json::json!({
-        "bootstrap": app.bootstrap_phase(),
-        "connections": app.conns.load(Relaxed),
-        "frontends": frontends,
-    })
+    Status { bootstrap: app.bootstrap_phase(), connections: app.conns.load(Relaxed), frontends }
 }

@@ -34,6 +34,7 @@ pub mod probe;
 pub mod proxy;
 pub mod relay;
 pub mod state;
+pub mod status;
 
 use plan::FrontendPlan;
 use site::{Lb, Site, SiteError};

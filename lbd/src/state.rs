@@ -197,7 +197,7 @@ pub fn unix_ms(t: std::time::SystemTime) -> u64 {
 }
 
 /// Where the bootstrap node stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum BootstrapPhase {
     /// The site has no bootstrap node (or lbd runs standalone).

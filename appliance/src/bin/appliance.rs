@@ -115,17 +115,25 @@ async fn serve(boot: bootd::Config, dns: Option<(dnsd::Config, dnsd::Loaded)>, l
         if dns.is_some() { " dnsd" } else { "" },
         if lb.is_some() { " lbd" } else { "" }
     );
+    // lbd first: bootd's timeline reads its status in process.
+    let mut lb_source = appliance::lbwatch::LbSource::Admin;
+    if let (Some(config), Some(sockets)) = (lb, lb_sockets) {
+        let lbd = lbd::start(config, sockets, shutdown.clone()).await.context("lbd")?;
+        lb_source = appliance::lbwatch::LbSource::InProcess(Arc::clone(&lbd));
+        tasks.spawn(async move {
+            lbd.wait().await;
+            ("lbd", Ok(()))
+        });
+    }
     {
         let sd = shutdown.clone();
-        tasks.spawn(async move { ("bootd", appliance::run_boot(app, boot, boot_sockets, controller::Tuning::default(), sd).await) });
+        let source = Some(lb_source);
+        tasks
+            .spawn(async move { ("bootd", appliance::run_boot(app, boot, boot_sockets, controller::Tuning::default(), source, sd).await) });
     }
     if let (Some((config, loaded)), Some(sockets)) = (dns, dns_sockets) {
         let sd = shutdown.clone();
         tasks.spawn(async move { ("dnsd", dnsd::run_loaded(config, loaded, sockets, sd).await.map_err(anyhow::Error::from)) });
-    }
-    if let (Some(config), Some(sockets)) = (lb, lb_sockets) {
-        let sd = shutdown.clone();
-        tasks.spawn(async move { ("lbd", lbd::run(config, sockets, sd).await.map_err(anyhow::Error::from)) });
     }
     runtime::service::ready(&summary);
     tracing::info!("{summary}");

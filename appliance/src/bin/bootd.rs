@@ -199,7 +199,9 @@ fn serve(config: bootd::Config) -> Result<()> {
         runtime::service::ready(&format!("serving {} ({} nodes)", site.cluster.domain(), site.nodes.len()));
         let signals = tokio::spawn(runtime::service::signals(shutdown.clone(), vec![reload], vec![reloaded]));
         let watchdog = runtime::service::spawn_watchdog();
-        let r = appliance::run_boot(app, config, sockets, controller::Tuning::default(), shutdown).await;
+        let r =
+            appliance::run_boot(app, config, sockets, controller::Tuning::default(), Some(appliance::lbwatch::LbSource::Admin), shutdown)
+                .await;
         signals.abort();
         if let Some(w) = watchdog {
             w.abort();

@@ -98,7 +98,7 @@ impl Bootd {
         let shutdown = CancellationToken::new();
         let boot = bootd::Sockets { http, https: Some(https), dhcp: None, dhcp_proxy: None, tftp: None };
         let sockets = appliance::BootSockets { boot, api: Some(api) };
-        let task = tokio::spawn(appliance::run_boot(Arc::clone(&app), config, sockets, tuning, shutdown.clone()));
+        let task = tokio::spawn(appliance::run_boot(Arc::clone(&app), config, sockets, tuning, None, shutdown.clone()));
         let client = controller::providers::Http::with_ca(Duration::from_secs(10), ca.as_bytes()).unwrap();
         Bootd { app, api: aa, http: ha, dir, client, shutdown, task: Some(task) }
     }

@@ -1,17 +1,18 @@
 //! The boot timeline end to end on loopback: a "node" (worker-1 moved to
 //! 127.0.0.21) goes through DHCP (relayed), TFTP, the iPXE scripts, kernel,
-//! initramfs and Ignition against the real `run`, and a stand-in for lbd's
-//! admin `/status` reports its first machine-config connection and its API
-//! backend up. The timeline must have every phase in order, each starting
+//! initramfs and Ignition against the real `run`, then lbd's two phases
+//! (its first machine-config connection and its API backend up, with lbd's
+//! own times, as the executables' lbd watcher records them:
+//! appliance/tests/lbwatch.rs). The timeline must have every phase in order, each starting
 //! inside the wall-clock window of the step that caused it, and durations
 //! adding up to the wall-clock time. Failing nodes show the phase and why.
 
 use crate::harness::{dhcp_recv, request, request_from, Bootd};
+use bootd::timeline::{Phase, Raw, Subject};
 use dhcproto::v4::{Architecture, DhcpOption, HType, Message, MessageType, Opcode};
 use dhcproto::{Encodable, Encoder};
 use serde_json::Value;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::net::UdpSocket;
 
@@ -75,27 +76,6 @@ async fn tftp_get(from: IpAddr, server: SocketAddr, file: &str) -> Vec<u8> {
     panic!("TFTP transfer never ended");
 }
 
-/// Stands in for lbd's admin listener: serves `status` at `GET /status`.
-async fn fake_lbd(status: Arc<Mutex<Value>>) -> SocketAddr {
-    use http_body_util::Full;
-    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = l.local_addr().unwrap();
-    tokio::spawn(async move {
-        loop {
-            let Ok((s, _)) = l.accept().await else { return };
-            let status = Arc::clone(&status);
-            tokio::spawn(async move {
-                let svc = hyper::service::service_fn(move |_req| {
-                    let body = status.lock().unwrap().to_string();
-                    async move { Ok::<_, std::convert::Infallible>(hyper::Response::new(Full::new(bytes::Bytes::from(body)))) }
-                });
-                let _ = hyper::server::conn::http1::Builder::new().serve_connection(hyper_util::rt::TokioIo::new(s), svc).await;
-            });
-        }
-    });
-    addr
-}
-
 async fn timeline(b: &Bootd, node: &str) -> Value {
     let path = format!("/status/node/{}/timeline.json", percent_encoding::utf8_percent_encode(node, percent_encoding::NON_ALPHANUMERIC));
     let (st, _, body) = request(b.http, "GET", &path, &[]).await;
@@ -117,13 +97,8 @@ async fn wait_for(b: &Bootd, node: &str, what: &str, f: impl Fn(&Value) -> bool)
 
 #[tokio::test]
 async fn every_phase_in_order_with_durations_matching_the_wall_clock() {
-    let lb_status = Arc::new(Mutex::new(serde_json::json!({ "frontends": [] })));
-    let lb = fake_lbd(Arc::clone(&lb_status)).await;
     let relay = UdpSocket::bind("127.0.0.1:0").await.unwrap();
-    let b = Bootd::start_config(site(true, Some(lb)), Some(relay.local_addr().unwrap().port()), |c| {
-        c.lb_poll = Duration::from_millis(50);
-    })
-    .await;
+    let b = Bootd::start_config(site(true, None), Some(relay.local_addr().unwrap().port()), |_| {}).await;
     std::fs::write(b.dir.path().join("tftp/ipxe.efi"), vec![7u8; 3000]).unwrap();
     std::fs::write(b.images().join("lab/kernel"), vec![1u8; 3 << 20]).unwrap();
     std::fs::write(b.images().join("lab/initramfs"), vec![2u8; 1 << 20]).unwrap();
@@ -180,16 +155,16 @@ async fn every_phase_in_order_with_durations_matching_the_wall_clock() {
     assert_eq!(st, 200);
     windows.push(("ignition", t, now_us()));
 
-    // lbd's view, with lbd's own times.
+    // lbd's view, with lbd's own times (a little in the future of ours).
     let mc_ms = now_us() / 1000 + 150;
     let api_ms = mc_ms + 250;
-    *lb_status.lock().unwrap() = serde_json::json!({ "frontends": [
-        { "name": "machine-config", "listen": "127.0.0.1:22623", "backends": [], "clients": [{ "ip": "127.0.0.21", "firstMs": mc_ms }] },
-        { "name": "api", "listen": "127.0.0.1:6443", "clients": [], "backends": [
-            { "addr": "127.0.0.21:6443", "state": "up", "upSinceMs": api_ms, "reason": "HTTPS /readyz 200" },
-            { "addr": "127.0.0.11:6443", "state": "down", "reason": "connection refused" },
-        ]},
-    ]});
+    b.app.timeline.record(
+        Raw::new(Subject::ip(node_ip), Phase::MachineConfig, "first_connection", "first connection through lbd's machine-config frontend")
+            .at(mc_ms * 1000),
+    );
+    b.app.timeline.record(
+        Raw::new(Subject::ip(node_ip), Phase::Api, "backend_up", "API backend 127.0.0.21:6443 up in lbd's checks").at(api_ms * 1000),
+    );
     windows.push(("machine_config", mc_ms * 1000, mc_ms * 1000));
     windows.push(("api", api_ms * 1000, api_ms * 1000));
 

@@ -464,6 +464,9 @@ async fn metrics_and_status_show_every_backend() {
     }
     let (st, s) = lb.admin("GET", "/status").await;
     assert_eq!(st, 200);
+    // The shared type reads what lbd sends (bootd's timeline does).
+    let typed: lbd::status::Status = serde_json::from_str(&s).unwrap();
+    assert_eq!(typed.frontends[0].backends.len(), 2);
     let v: serde_json::Value = serde_json::from_str(&s).unwrap();
     let backends = v["frontends"][0]["backends"].as_array().unwrap();
     assert_eq!(backends.len(), 2);
