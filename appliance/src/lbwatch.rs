@@ -42,17 +42,33 @@ pub fn events_from_status(status: &Status, seen: &mut HashSet<(Phase, IpAddr, i6
             for c in &fe.clients {
                 let ms = c.first_ms as i64;
                 if seen.insert((Phase::MachineConfig, c.ip, ms)) {
-                    let d = format!("first connection through lbd's machine-config frontend ({})", fe.listen);
-                    out.push(Raw::new(Subject::ip(c.ip), Phase::MachineConfig, "first_connection", d).at(ms * 1000));
+                    let d = format!(
+                        "first connection through lbd's machine-config frontend ({})",
+                        fe.listen
+                    );
+                    out.push(
+                        Raw::new(
+                            Subject::ip(c.ip),
+                            Phase::MachineConfig,
+                            "first_connection",
+                            d,
+                        )
+                        .at(ms * 1000),
+                    );
                 }
             }
         }
         if fe.name == "api" {
             for b in fe.backends.iter().filter(|b| b.state == "up") {
-                let Some(ms) = b.up_since_ms.map(|m| m as i64) else { continue };
+                let Some(ms) = b.up_since_ms.map(|m| m as i64) else {
+                    continue;
+                };
                 if seen.insert((Phase::Api, b.addr.ip(), ms)) {
                     let d = format!("API backend {} up in lbd's checks: {}", b.addr, b.reason);
-                    out.push(Raw::new(Subject::ip(b.addr.ip()), Phase::Api, "backend_up", d).at(ms * 1000));
+                    out.push(
+                        Raw::new(Subject::ip(b.addr.ip()), Phase::Api, "backend_up", d)
+                            .at(ms * 1000),
+                    );
                 }
             }
         }
@@ -65,19 +81,28 @@ async fn fetch(addr: SocketAddr) -> Result<Status, String> {
         .await
         .map_err(|_| "connect timed out".to_string())?
         .map_err(|e| e.to_string())?;
-    let (mut send, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await.map_err(|e| e.to_string())?;
+    let (mut send, conn) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+            .await
+            .map_err(|e| e.to_string())?;
     let driver = tokio::spawn(conn);
     let req = http::Request::get("/status")
         .header(http::header::HOST, addr.to_string())
         .body(Empty::<Bytes>::new())
         .map_err(|e| e.to_string())?;
     let result = async {
-        let resp = tokio::time::timeout(Duration::from_secs(5), send.send_request(req)).await.map_err(|_| "timed out".to_string())?;
+        let resp = tokio::time::timeout(Duration::from_secs(5), send.send_request(req))
+            .await
+            .map_err(|_| "timed out".to_string())?;
         let resp = resp.map_err(|e| e.to_string())?;
         if !resp.status().is_success() {
             return Err(format!("HTTP {}", resp.status()));
         }
-        let body = Limited::new(resp.into_body(), MAX_STATUS).collect().await.map_err(|e| e.to_string())?.to_bytes();
+        let body = Limited::new(resp.into_body(), MAX_STATUS)
+            .collect()
+            .await
+            .map_err(|e| e.to_string())?
+            .to_bytes();
         serde_json::from_slice(&body).map_err(|e| e.to_string())
     }
     .await;
@@ -96,7 +121,11 @@ pub async fn watch(app: Arc<App>, source: LbSource, every: Duration, shutdown: C
             LbSource::InProcess(lbd) => Some(Ok(lbd::admin::status(lbd))),
             LbSource::Admin => match app.live.load().site.lb.admin_listen {
                 Some(a) => {
-                    let ip = if a.ip().is_unspecified() { IpAddr::from([127, 0, 0, 1]) } else { a.ip() };
+                    let ip = if a.ip().is_unspecified() {
+                        IpAddr::from([127, 0, 0, 1])
+                    } else {
+                        a.ip()
+                    };
                     let addr = SocketAddr::new(ip, a.port());
                     Some(fetch(addr).await.map_err(|e| format!("{addr}: {e}")))
                 }
@@ -149,8 +178,19 @@ mod tests {
         }
     }
 
-    fn frontend(name: &str, listen: &str, backends: Vec<BackendStatus>, clients: Vec<ClientStatus>) -> FrontendStatus {
-        FrontendStatus { name: name.into(), listen: listen.parse().unwrap(), balance: "RoundRobin".into(), backends, clients }
+    fn frontend(
+        name: &str,
+        listen: &str,
+        backends: Vec<BackendStatus>,
+        clients: Vec<ClientStatus>,
+    ) -> FrontendStatus {
+        FrontendStatus {
+            name: name.into(),
+            listen: listen.parse().unwrap(),
+            balance: "RoundRobin".into(),
+            backends,
+            clients,
+        }
     }
 
     #[test]
@@ -163,7 +203,12 @@ mod tests {
                     "api",
                     "10.77.0.1:6443",
                     vec![
-                        backend("10.77.0.10:6443", "up", Some(1_700_000_000_123), "HTTPS /readyz 200"),
+                        backend(
+                            "10.77.0.10:6443",
+                            "up",
+                            Some(1_700_000_000_123),
+                            "HTTPS /readyz 200",
+                        ),
                         backend("10.77.0.11:6443", "down", None, "refused"),
                     ],
                     vec![],
@@ -172,21 +217,42 @@ mod tests {
                     "machine-config",
                     "10.77.0.1:22623",
                     vec![],
-                    vec![ClientStatus { ip: "10.77.0.11".parse().unwrap(), first_ms: 1_700_000_000_456 }],
+                    vec![ClientStatus {
+                        ip: "10.77.0.11".parse().unwrap(),
+                        first_ms: 1_700_000_000_456,
+                    }],
                 ),
-                frontend("ingress-http", "10.77.0.1:80", vec![], vec![ClientStatus { ip: "10.77.0.20".parse().unwrap(), first_ms: 1 }]),
+                frontend(
+                    "ingress-http",
+                    "10.77.0.1:80",
+                    vec![],
+                    vec![ClientStatus {
+                        ip: "10.77.0.20".parse().unwrap(),
+                        first_ms: 1,
+                    }],
+                ),
             ],
         };
         let mut seen = HashSet::new();
         let ev = events_from_status(&status, &mut seen);
-        let got: Vec<(Phase, String, i64)> = ev.iter().map(|r| (r.phase, r.subject.ip.unwrap().to_string(), r.at_us)).collect();
+        let got: Vec<(Phase, String, i64)> = ev
+            .iter()
+            .map(|r| (r.phase, r.subject.ip.unwrap().to_string(), r.at_us))
+            .collect();
         assert_eq!(
             got,
             [
                 (Phase::Api, "10.77.0.10".to_string(), 1_700_000_000_123_000),
-                (Phase::MachineConfig, "10.77.0.11".to_string(), 1_700_000_000_456_000),
+                (
+                    Phase::MachineConfig,
+                    "10.77.0.11".to_string(),
+                    1_700_000_000_456_000
+                ),
             ]
         );
-        assert!(events_from_status(&status, &mut seen).is_empty(), "the next poll adds nothing");
+        assert!(
+            events_from_status(&status, &mut seen).is_empty(),
+            "the next poll adds nothing"
+        );
     }
 }

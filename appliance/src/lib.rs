@@ -20,7 +20,9 @@ use tokio_util::sync::CancellationToken;
 /// every `catalog:` set is in the cache and intact.
 pub fn boot_config(site: site::Site) -> bootd::Config {
     let mut c = bootd::Config::new(site);
-    c.check_images = Some(Arc::new(|s: &site::Site| images::check_site(s).map_err(|e| e.to_string())));
+    c.check_images = Some(Arc::new(|s: &site::Site| {
+        images::check_site(s).map_err(|e| e.to_string())
+    }));
     c
 }
 
@@ -33,7 +35,10 @@ pub struct BootSockets {
 
 impl BootSockets {
     pub async fn bind(site: &site::Site) -> Result<BootSockets> {
-        Ok(BootSockets { boot: bootd::Sockets::bind(site).await?, api: controller::bind(site).await? })
+        Ok(BootSockets {
+            boot: bootd::Sockets::bind(site).await?,
+            api: controller::bind(site).await?,
+        })
     }
     /// Whether bootd needs its CA and serving certificate.
     pub fn want_tls(&self) -> bool {
@@ -54,7 +59,14 @@ pub async fn run_boot(
 ) -> Result<()> {
     let grace = config.grace;
     let stop = shutdown.child_token();
-    let lb_watch = lb.map(|source| tokio::spawn(lbwatch::watch(Arc::clone(&app), source, std::time::Duration::from_secs(1), stop.clone())));
+    let lb_watch = lb.map(|source| {
+        tokio::spawn(lbwatch::watch(
+            Arc::clone(&app),
+            source,
+            std::time::Duration::from_secs(1),
+            stop.clone(),
+        ))
+    });
     let ctl = sockets.api.map(|l| {
         let (app, stop) = (Arc::clone(&app), stop.clone());
         tokio::spawn(async move {
@@ -76,7 +88,9 @@ pub async fn run_boot(
         let _ = w.await;
     }
     let ctl_result = match ctl {
-        Some(h) => h.await.map_err(|e| anyhow::anyhow!("the controller task panicked: {e}"))?,
+        Some(h) => h
+            .await
+            .map_err(|e| anyhow::anyhow!("the controller task panicked: {e}"))?,
         None => Ok(()),
     };
     boot_result?;

@@ -27,22 +27,42 @@ async fn lbd_admin(status: Arc<Mutex<Status>>) -> SocketAddr {
             tokio::spawn(async move {
                 let svc = hyper::service::service_fn(move |_req| {
                     let body = serde_json::to_vec(&*status.lock().unwrap()).unwrap();
-                    async move { Ok::<_, std::convert::Infallible>(hyper::Response::new(http_body_util::Full::new(bytes::Bytes::from(body)))) }
+                    async move {
+                        Ok::<_, std::convert::Infallible>(hyper::Response::new(
+                            http_body_util::Full::new(bytes::Bytes::from(body)),
+                        ))
+                    }
                 });
-                let _ = hyper::server::conn::http1::Builder::new().serve_connection(hyper_util::rt::TokioIo::new(s), svc).await;
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(s), svc)
+                    .await;
             });
         }
     });
     addr
 }
 
-fn frontend(name: &str, backends: Vec<BackendStatus>, clients: Vec<ClientStatus>) -> FrontendStatus {
-    FrontendStatus { name: name.into(), listen: "10.77.0.1:6443".parse().unwrap(), balance: "RoundRobin".into(), backends, clients }
+fn frontend(
+    name: &str,
+    backends: Vec<BackendStatus>,
+    clients: Vec<ClientStatus>,
+) -> FrontendStatus {
+    FrontendStatus {
+        name: name.into(),
+        listen: "10.77.0.1:6443".parse().unwrap(),
+        balance: "RoundRobin".into(),
+        backends,
+        clients,
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lbd_phases_from_its_status() {
-    let status = Arc::new(Mutex::new(Status { bootstrap: lbd::state::BootstrapPhase::None, connections: 0, frontends: vec![] }));
+    let status = Arc::new(Mutex::new(Status {
+        bootstrap: lbd::state::BootstrapPhase::None,
+        connections: 0,
+        frontends: vec![],
+    }));
     let admin = lbd_admin(Arc::clone(&status)).await;
     let dir = tempfile::tempdir().unwrap();
     let path = common::write_site(dir.path(), |mut t| {
@@ -65,11 +85,20 @@ async fn lbd_phases_from_its_status() {
         api: None,
     };
     let source = Some(appliance::lbwatch::LbSource::Admin);
-    let task =
-        tokio::spawn(appliance::run_boot(Arc::clone(&app), config, sockets, controller::Tuning::default(), source, shutdown.clone()));
+    let task = tokio::spawn(appliance::run_boot(
+        Arc::clone(&app),
+        config,
+        sockets,
+        controller::Tuning::default(),
+        source,
+        shutdown.clone(),
+    ));
 
     // master-0 (10.77.0.11): its first machine-config connection, then its API backend up.
-    let now_ms = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as u64;
+    let now_ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
     let (mc_ms, api_ms) = (now_ms - 2_000, now_ms - 1_000);
     let up = BackendStatus {
         name: "master-0".into(),
@@ -97,13 +126,23 @@ async fn lbd_phases_from_its_status() {
         bootstrap: lbd::state::BootstrapPhase::None,
         connections: 0,
         frontends: vec![
-            frontend("machine-config", vec![], vec![ClientStatus { ip: "10.77.0.11".parse().unwrap(), first_ms: mc_ms }]),
+            frontend(
+                "machine-config",
+                vec![],
+                vec![ClientStatus {
+                    ip: "10.77.0.11".parse().unwrap(),
+                    first_ms: mc_ms,
+                }],
+            ),
             frontend("api", vec![up, down], vec![]),
         ],
     };
     let mut track = None;
     for _ in 0..100 {
-        track = app.timeline.track("master-0").filter(|t| t.events.len() >= 2);
+        track = app
+            .timeline
+            .track("master-0")
+            .filter(|t| t.events.len() >= 2);
         if track.is_some() {
             break;
         }
@@ -113,13 +152,25 @@ async fn lbd_phases_from_its_status() {
     // Several more polls: each event once.
     tokio::time::sleep(Duration::from_millis(2_500)).await;
     let track = app.timeline.track("master-0").unwrap();
-    let got: Vec<(&str, &str, i64)> = track.events.iter().map(|e| (e.phase.as_str(), e.what, e.at_us)).collect();
+    let got: Vec<(&str, &str, i64)> = track
+        .events
+        .iter()
+        .map(|e| (e.phase.as_str(), e.what, e.at_us))
+        .collect();
     assert_eq!(
         got,
-        [("machine_config", "first_connection", mc_ms as i64 * 1000), ("api", "backend_up", api_ms as i64 * 1000)],
+        [
+            ("machine_config", "first_connection", mc_ms as i64 * 1000),
+            ("api", "backend_up", api_ms as i64 * 1000)
+        ],
         "lbd's phases at lbd's times, once each"
     );
-    assert!(app.timeline.track("master-1").is_none_or(|t| t.events.is_empty()), "a backend that is down adds nothing");
+    assert!(
+        app.timeline
+            .track("master-1")
+            .is_none_or(|t| t.events.is_empty()),
+        "a backend that is down adds nothing"
+    );
     shutdown.cancel();
     task.await.unwrap().unwrap();
 }

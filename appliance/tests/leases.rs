@@ -27,7 +27,12 @@ async fn kill_9_loses_no_acked_lease() {
     });
     let spawn = || {
         std::process::Command::new(env!("CARGO_BIN_EXE_bootd"))
-            .args(["--site", site.to_str().unwrap(), "--dhcp-reply-ports", &format!("68,{}", relay.local_addr().unwrap().port())])
+            .args([
+                "--site",
+                site.to_str().unwrap(),
+                "--dhcp-reply-ports",
+                &format!("68,{}", relay.local_addr().unwrap().port()),
+            ])
             .env("RUST_LOG", "warn")
             .stderr(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
@@ -50,11 +55,24 @@ async fn kill_9_loses_no_acked_lease() {
             child = spawn();
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
-        if relay.send(&request(mac, MessageType::Discover, i * 2, None)).await.is_err() {
+        if relay
+            .send(&request(mac, MessageType::Discover, i * 2, None))
+            .await
+            .is_err()
+        {
             continue;
         }
-        let Some(offer) = dhcp_recv(&relay).await else { continue };
-        let _ = relay.send(&request(mac, MessageType::Request, i * 2 + 1, Some(offer.yiaddr()))).await;
+        let Some(offer) = dhcp_recv(&relay).await else {
+            continue;
+        };
+        let _ = relay
+            .send(&request(
+                mac,
+                MessageType::Request,
+                i * 2 + 1,
+                Some(offer.yiaddr()),
+            ))
+            .await;
         if let Some(ack) = dhcp_recv(&relay).await {
             if ack.opts().msg_type() == Some(MessageType::Ack) {
                 acked.push((site::Mac(mac).to_string(), ack.yiaddr()));
@@ -68,9 +86,16 @@ async fn kill_9_loses_no_acked_lease() {
     let mut stored = std::collections::HashMap::new();
     for line in text.lines() {
         let v: serde_json::Value = serde_json::from_str(line).unwrap();
-        stored.insert(v["mac"].as_str().unwrap().to_string(), v["ip"].as_str().unwrap().to_string());
+        stored.insert(
+            v["mac"].as_str().unwrap().to_string(),
+            v["ip"].as_str().unwrap().to_string(),
+        );
     }
     for (mac, ip) in &acked {
-        assert_eq!(stored.get(mac).map(String::as_str), Some(ip.to_string().as_str()), "ACKed lease {mac} {ip} lost");
+        assert_eq!(
+            stored.get(mac).map(String::as_str),
+            Some(ip.to_string().as_str()),
+            "ACKed lease {mac} {ip} lost"
+        );
     }
 }

@@ -31,7 +31,10 @@ async fn resolve(server: SocketAddr, name: &str) -> Option<Ipv4Addr> {
     q.extend_from_slice(&[0, 0, 1, 0, 1]);
     sock.send_to(&q, server).await.ok()?;
     let mut buf = [0u8; 512];
-    let n = tokio::time::timeout(Duration::from_secs(1), sock.recv(&mut buf)).await.ok()?.ok()?;
+    let n = tokio::time::timeout(Duration::from_secs(1), sock.recv(&mut buf))
+        .await
+        .ok()?
+        .ok()?;
     let r = &buf[..n];
     let answers = u16::from_be_bytes([r[6], r[7]]);
     if answers == 0 {
@@ -54,7 +57,11 @@ async fn until(what: &str, secs: u64, mut f: impl AsyncFnMut() -> bool) {
 async fn a_change_is_parsed_once_for_every_daemon() {
     let dir = tempfile::tempdir().unwrap();
     let path = common::write_site(dir.path(), |t| {
-        t.replacen("host:\n", "host:\n  api:\n    listen: 127.0.0.1:9\n    tokens: { file: api-tokens }\n", 1)
+        t.replacen(
+            "host:\n",
+            "host:\n  api:\n    listen: 127.0.0.1:9\n    tokens: { file: api-tokens }\n",
+            1,
+        )
     });
     std::fs::write(dir.path().join("api-tokens"), format!("{API_TOKEN}\n")).unwrap();
     let mut boot = appliance::boot_config(site::load(&path).unwrap());
@@ -68,19 +75,32 @@ async fn a_change_is_parsed_once_for_every_daemon() {
     let dns_loaded = dnsd::load(&dns_config.source, None).unwrap();
     let udp = dnsd::bind_udp("127.0.0.1:0".parse().unwrap(), 1).unwrap();
     let dns_addr = udp[0].local_addr().unwrap();
-    let dns_sockets = dnsd::Sockets { udp, tcp: vec![], http: None };
-    let dns = tokio::spawn(dnsd::run_loaded(dns_config, dns_loaded, dns_sockets, shutdown.clone()));
+    let dns_sockets = dnsd::Sockets {
+        udp,
+        tcp: vec![],
+        http: None,
+    };
+    let dns = tokio::spawn(dnsd::run_loaded(
+        dns_config,
+        dns_loaded,
+        dns_sockets,
+        shutdown.clone(),
+    ));
 
     // lbd on the feed.
     let lb_source = lbd::Source::Feed(feed.clone());
     let lb_loaded = lbd::Loaded::load(&lb_source).unwrap();
     let mut lb_sockets = lbd::Sockets::default();
     for f in lb_loaded.plan(false) {
-        lb_sockets.frontends.insert(f.name, TcpListener::bind("127.0.0.1:0").await.unwrap());
+        lb_sockets
+            .frontends
+            .insert(f.name, TcpListener::bind("127.0.0.1:0").await.unwrap());
     }
     let mut lb_config = lbd::Config::new(lb_source, lb_loaded);
     lb_config.poll = Some(Duration::from_millis(100));
-    let lb = lbd::start(lb_config, lb_sockets, shutdown.clone()).await.unwrap();
+    let lb = lbd::start(lb_config, lb_sockets, shutdown.clone())
+        .await
+        .unwrap();
 
     // bootd with the controller beside it.
     let http = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -90,17 +110,35 @@ async fn a_change_is_parsed_once_for_every_daemon() {
     let app = bootd::prepare(&boot, true).unwrap();
     let ca = app.tls.as_ref().unwrap().ca_pem.clone();
     let sockets = appliance::BootSockets {
-        boot: bootd::Sockets { http, https: Some(https), dhcp: None, dhcp_proxy: None, tftp: None },
+        boot: bootd::Sockets {
+            http,
+            https: Some(https),
+            dhcp: None,
+            dhcp_proxy: None,
+            tftp: None,
+        },
         api: Some(api),
     };
-    let boot_task =
-        tokio::spawn(appliance::run_boot(Arc::clone(&app), boot, sockets, controller::Tuning::default(), None, shutdown.clone()));
+    let boot_task = tokio::spawn(appliance::run_boot(
+        Arc::clone(&app),
+        boot,
+        sockets,
+        controller::Tuning::default(),
+        None,
+        shutdown.clone(),
+    ));
 
     let all_serve = |want: Arc<site::Site>| {
         let (app, lb) = (Arc::clone(&app), Arc::clone(&lb));
-        move || Arc::ptr_eq(&app.live.load().site, &want) && lb.with_loaded(|l| matches!(l, lbd::Loaded::Site(s) if Arc::ptr_eq(s, &want)))
+        move || {
+            Arc::ptr_eq(&app.live.load().site, &want)
+                && lb.with_loaded(|l| matches!(l, lbd::Loaded::Site(s) if Arc::ptr_eq(s, &want)))
+        }
     };
-    assert_eq!(resolve(dns_addr, "registry.lab.example.test").await, Some(Ipv4Addr::new(10, 77, 0, 1)));
+    assert_eq!(
+        resolve(dns_addr, "registry.lab.example.test").await,
+        Some(Ipv4Addr::new(10, 77, 0, 1))
+    );
 
     // 1. The site file changes: one parse, and every daemon serves the result.
     let before = site::loads();
@@ -111,13 +149,25 @@ async fn a_change_is_parsed_once_for_every_daemon() {
     );
     std::fs::write(&path, text).unwrap();
     // A later modification time whatever the file system's granularity.
-    std::fs::File::options().write(true).open(&path).unwrap().set_modified(SystemTime::now() + Duration::from_secs(2)).unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .set_modified(SystemTime::now() + Duration::from_secs(2))
+        .unwrap();
     until("dnsd answers the new record", 10, async || {
         resolve(dns_addr, "once.lab.example.test").await == Some(Ipv4Addr::new(10, 77, 0, 99))
     })
     .await;
     let published = feed.current();
-    assert!(published.dns.records.iter().any(|r| r.name.starts_with("once.")), "the feed has the edited site");
+    assert!(
+        published
+            .dns
+            .records
+            .iter()
+            .any(|r| r.name.starts_with("once.")),
+        "the feed has the edited site"
+    );
     until("bootd and lbd serve the published site", 10, {
         let f = all_serve(Arc::clone(&published));
         async move || f()
@@ -125,19 +175,31 @@ async fn a_change_is_parsed_once_for_every_daemon() {
     .await;
     // Several polling periods later, still one parse.
     tokio::time::sleep(Duration::from_millis(600)).await;
-    assert_eq!(site::loads() - before, 1, "one change of the site file, parsed once for bootd, the controller, dnsd and lbd");
+    assert_eq!(
+        site::loads() - before,
+        1,
+        "one change of the site file, parsed once for bootd, the controller, dnsd and lbd"
+    );
 
     // 2. An API node write: the controller's validation is the only parse.
     let before = site::loads();
-    let client = controller::providers::Http::with_ca(Duration::from_secs(10), ca.as_bytes()).unwrap();
+    let client =
+        controller::providers::Http::with_ca(Duration::from_secs(10), ca.as_bytes()).unwrap();
     let body = serde_json::json!({ "name": "worker-9", "role": "worker", "macs": ["52:54:00:77:00:29"], "ip": "10.77.0.29" });
     let req = http::Request::post(format!("https://localhost:{}/v1/nodes", api_addr.port()))
         .header("authorization", format!("Bearer {API_TOKEN}"))
         .header("content-type", "application/json")
-        .body(http_body_util::Full::new(bytes::Bytes::from(body.to_string())))
+        .body(http_body_util::Full::new(bytes::Bytes::from(
+            body.to_string(),
+        )))
         .unwrap();
     let reply = client.send(req, "api").await.unwrap();
-    assert_eq!(reply.status.as_u16(), 201, "{}", String::from_utf8_lossy(&reply.body));
+    assert_eq!(
+        reply.status.as_u16(),
+        201,
+        "{}",
+        String::from_utf8_lossy(&reply.body)
+    );
     until("dnsd answers the new node", 10, async || {
         resolve(dns_addr, "worker-9.lab.example.test").await == Some(Ipv4Addr::new(10, 77, 0, 29))
     })
@@ -149,9 +211,18 @@ async fn a_change_is_parsed_once_for_every_daemon() {
         async move || f()
     })
     .await;
-    assert!(std::fs::read_to_string(&published.overlay.path).unwrap().contains("worker-9"), "the overlay file is the durable record");
+    assert!(
+        std::fs::read_to_string(&published.overlay.path)
+            .unwrap()
+            .contains("worker-9"),
+        "the overlay file is the durable record"
+    );
     tokio::time::sleep(Duration::from_millis(600)).await;
-    assert_eq!(site::loads() - before, 1, "an API write: validated once, not parsed again by any daemon or by the reload loop");
+    assert_eq!(
+        site::loads() - before,
+        1,
+        "an API write: validated once, not parsed again by any daemon or by the reload loop"
+    );
 
     shutdown.cancel();
     boot_task.await.unwrap().unwrap();

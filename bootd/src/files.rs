@@ -89,17 +89,25 @@ pub fn close_expired() {
 }
 
 fn close_expired_at(now: std::time::Instant) {
-    OPEN.lock().unwrap_or_else(|p| p.into_inner()).retain(|o| o.fresh(now));
+    OPEN.lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .retain(|o| o.fresh(now));
 }
 
-fn open_beneath_shared_at(root: &Path, rel: &str, now: std::time::Instant) -> io::Result<(Arc<File>, std::fs::Metadata)> {
+fn open_beneath_shared_at(
+    root: &Path,
+    rel: &str,
+    now: std::time::Instant,
+) -> io::Result<(Arc<File>, std::fs::Metadata)> {
     let kept = {
         let mut open = OPEN.lock().unwrap_or_else(|p| p.into_inner());
         // Oldest first: one look says whether any has expired.
         if open.first().is_some_and(|o| !o.fresh(now)) {
             open.retain(|o| o.fresh(now));
         }
-        open.iter().find(|o| o.is(root, rel) && o.fresh(now)).map(|o| Arc::clone(&o.file))
+        open.iter()
+            .find(|o| o.is(root, rel) && o.fresh(now))
+            .map(|o| Arc::clone(&o.file))
     };
     if let Some(file) = kept {
         let md = file.metadata()?;
@@ -114,7 +122,12 @@ fn open_beneath_shared_at(root: &Path, rel: &str, now: std::time::Instant) -> io
     if open.len() >= OPEN_KEPT {
         open.remove(0);
     }
-    open.push(OpenFile { root: root.to_path_buf(), rel: rel.to_owned(), file: Arc::clone(&file), opened: now });
+    open.push(OpenFile {
+        root: root.to_path_buf(),
+        rel: rel.to_owned(),
+        file: Arc::clone(&file),
+        opened: now,
+    });
     Ok((file, md))
 }
 
@@ -123,7 +136,11 @@ pub fn open_beneath_stat(root: &Path, rel: &str) -> io::Result<(File, std::fs::M
     open_beneath_with(root, rel, ResolveFlags::empty())
 }
 
-fn open_beneath_with(root: &Path, rel: &str, extra: ResolveFlags) -> io::Result<(File, std::fs::Metadata)> {
+fn open_beneath_with(
+    root: &Path,
+    rel: &str,
+    extra: ResolveFlags,
+) -> io::Result<(File, std::fs::Metadata)> {
     if rel.contains('\0') {
         return Err(io::Error::new(io::ErrorKind::InvalidInput, "NUL in path"));
     }
@@ -140,7 +157,10 @@ fn open_beneath_with(root: &Path, rel: &str, extra: ResolveFlags) -> io::Result<
     let f = File::from(fd);
     let md = f.metadata()?;
     if !md.is_file() {
-        return Err(io::Error::new(io::ErrorKind::NotFound, "not a regular file"));
+        return Err(io::Error::new(
+            io::ErrorKind::NotFound,
+            "not a regular file",
+        ));
     }
     Ok((f, md))
 }
@@ -154,19 +174,37 @@ const ROOTS_KEPT: usize = 16;
 
 /// Open roots, by path: opening the root for every request was an
 /// `openat2` and a `close` per file served.
-static ROOTS: std::sync::Mutex<Vec<(std::path::PathBuf, Arc<rustix::fd::OwnedFd>, std::time::Instant)>> = std::sync::Mutex::new(Vec::new());
+static ROOTS: std::sync::Mutex<
+    Vec<(
+        std::path::PathBuf,
+        Arc<rustix::fd::OwnedFd>,
+        std::time::Instant,
+    )>,
+> = std::sync::Mutex::new(Vec::new());
 
 fn root_dir(root: &Path, extra: ResolveFlags) -> io::Result<Arc<rustix::fd::OwnedFd>> {
     let now = std::time::Instant::now();
     {
-        let roots = ROOTS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some((_, fd, _)) = roots.iter().find(|(p, _, at)| p == root && now.duration_since(*at) < ROOT_TTL) {
+        let roots = ROOTS
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some((_, fd, _)) = roots
+            .iter()
+            .find(|(p, _, at)| p == root && now.duration_since(*at) < ROOT_TTL)
+        {
             return Ok(Arc::clone(fd));
         }
     }
-    let fd =
-        Arc::new(rustix::fs::openat2(rustix::fs::CWD, root, OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty(), extra)?);
-    let mut roots = ROOTS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let fd = Arc::new(rustix::fs::openat2(
+        rustix::fs::CWD,
+        root,
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+        extra,
+    )?);
+    let mut roots = ROOTS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     roots.retain(|(p, _, _)| p != root);
     if roots.len() >= ROOTS_KEPT {
         roots.remove(0);
@@ -199,7 +237,9 @@ pub fn write_etag(buf: &mut Vec<u8>, len: u64, mtime: SystemTime) {
 
 /// Seconds since 1970; times before it count as 1970.
 fn epoch_secs(t: SystemTime) -> u64 {
-    t.duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+    t.duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
 }
 
 /// `t` as an HTTP date (IMF-fixdate, RFC 9110); times before 1970 as 1970,
@@ -227,7 +267,8 @@ pub fn write_http_date(buf: &mut Vec<u8>, t: SystemTime) {
             buf.extend_from_slice(s);
             return;
         }
-        let s = httpdate::fmt_http_date(SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(secs));
+        let s =
+            httpdate::fmt_http_date(SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(secs));
         buf.extend_from_slice(s.as_bytes());
         // IMF-fixdate is 29 bytes for years 1970-9999.
         if let Ok(b) = <[u8; 29]>::try_from(s.as_bytes()) {
@@ -320,12 +361,20 @@ pub enum Part {
 }
 
 /// Builds the parts of a `multipart/byteranges` body and its total length.
-pub fn multipart(ranges: &[(u64, u64)], file_len: u64, content_type: &str, boundary: &str) -> (Vec<Part>, u64) {
+pub fn multipart(
+    ranges: &[(u64, u64)],
+    file_len: u64,
+    content_type: &str,
+    boundary: &str,
+) -> (Vec<Part>, u64) {
     let mut parts = Vec::new();
     for (s, e) in ranges {
         let head = format!("\r\n--{boundary}\r\nContent-Type: {content_type}\r\nContent-Range: bytes {s}-{e}/{file_len}\r\n\r\n");
         parts.push(Part::Bytes(Bytes::from(head)));
-        parts.push(Part::File { offset: *s, len: e - s + 1 });
+        parts.push(Part::File {
+            offset: *s,
+            len: e - s + 1,
+        });
     }
     parts.push(Part::Bytes(Bytes::from(format!("\r\n--{boundary}--\r\n"))));
     let total = parts
@@ -385,7 +434,14 @@ impl FileBody {
                 Part::File { len, .. } => *len,
             })
             .sum();
-        FileBody { file, parts: parts.into(), remaining, pending: None, on_bytes, spent: None }
+        FileBody {
+            file,
+            parts: parts.into(),
+            remaining,
+            pending: None,
+            on_bytes,
+            spent: None,
+        }
     }
 }
 
@@ -393,7 +449,10 @@ impl Body for FileBody {
     type Data = Bytes;
     type Error = io::Error;
 
-    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, io::Error>>> {
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, io::Error>>> {
         let this = &mut *self;
         loop {
             if let Some(h) = this.pending.as_mut() {
@@ -416,7 +475,10 @@ impl Body for FileBody {
                 Some(Part::File { offset, len }) => {
                     let n = len.min(CHUNK as u64);
                     if len > n {
-                        this.parts.push_front(Part::File { offset: offset + n, len: len - n });
+                        this.parts.push_front(Part::File {
+                            offset: offset + n,
+                            len: len - n,
+                        });
                     }
                     let n = n as usize;
                     let mut buf = this.buffer(n);
@@ -432,7 +494,9 @@ impl Body for FileBody {
                         return Poll::Ready(Some(Ok(this.emit(b))));
                     }
                     let file = Arc::clone(&this.file);
-                    this.pending = Some(tokio::task::spawn_blocking(move || fill_at(&file, offset, buf, done)));
+                    this.pending = Some(tokio::task::spawn_blocking(move || {
+                        fill_at(&file, offset, buf, done)
+                    }));
                 }
             }
         }
@@ -478,7 +542,12 @@ fn read_nowait(file: &File, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
     let mut done = 0;
     while done < buf.len() {
         let mut iov = [io::IoSliceMut::new(&mut buf[done..])];
-        match rustix::io::preadv2(file, &mut iov, offset + done as u64, rustix::io::ReadWriteFlags::NOWAIT) {
+        match rustix::io::preadv2(
+            file,
+            &mut iov,
+            offset + done as u64,
+            rustix::io::ReadWriteFlags::NOWAIT,
+        ) {
             Ok(0) => return Err(shrank()),
             Ok(k) => done += k,
             Err(rustix::io::Errno::INTR) => {}
@@ -506,7 +575,10 @@ fn fill_at(file: &File, offset: u64, mut buf: BytesMut, mut done: usize) -> io::
 
 /// The file shrank under us: the promised length can't be kept.
 fn shrank() -> io::Error {
-    io::Error::new(io::ErrorKind::UnexpectedEof, "file shrank while being served")
+    io::Error::new(
+        io::ErrorKind::UnexpectedEof,
+        "file shrank while being served",
+    )
 }
 
 #[cfg(test)]
@@ -557,7 +629,13 @@ mod tests {
         let (fb, md) = open_beneath_shared_at(b.path(), "k", t0).unwrap();
         assert_eq!(md.len(), 2);
         assert!(!Arc::ptr_eq(&fa, &fb));
-        let kept = |root: &Path| OPEN.lock().unwrap().iter().filter(|o| o.root == root).count();
+        let kept = |root: &Path| {
+            OPEN.lock()
+                .unwrap()
+                .iter()
+                .filter(|o| o.root == root)
+                .count()
+        };
         assert_eq!((kept(a.path()), kept(b.path())), (1, 1));
         close_expired_at(t0 + OPEN_TTL);
         assert_eq!((kept(a.path()), kept(b.path())), (0, 0));
@@ -567,14 +645,26 @@ mod tests {
     fn validators_and_dates() {
         let t = SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(784_111_777);
         assert_eq!(etag(0, SystemTime::UNIX_EPOCH), "\"0-0\"");
-        assert_eq!(etag(1_048_576, t), format!("\"{:x}-{:x}\"", 784_111_777u64, 1_048_576u64));
-        assert_eq!(etag(u64::MAX, t), format!("\"{:x}-{:x}\"", 784_111_777u64, u64::MAX));
+        assert_eq!(
+            etag(1_048_576, t),
+            format!("\"{:x}-{:x}\"", 784_111_777u64, 1_048_576u64)
+        );
+        assert_eq!(
+            etag(u64::MAX, t),
+            format!("\"{:x}-{:x}\"", 784_111_777u64, u64::MAX)
+        );
         // Two dates alternate (now, a file's mtime): both stay right.
         for _ in 0..3 {
             assert_eq!(http_date(t), "Sun, 06 Nov 1994 08:49:37 GMT");
-            assert_eq!(http_date(SystemTime::UNIX_EPOCH), "Thu, 01 Jan 1970 00:00:00 GMT");
+            assert_eq!(
+                http_date(SystemTime::UNIX_EPOCH),
+                "Thu, 01 Jan 1970 00:00:00 GMT"
+            );
         }
-        assert_eq!(http_date(SystemTime::UNIX_EPOCH - std::time::Duration::from_secs(5)), "Thu, 01 Jan 1970 00:00:00 GMT");
+        assert_eq!(
+            http_date(SystemTime::UNIX_EPOCH - std::time::Duration::from_secs(5)),
+            "Thu, 01 Jan 1970 00:00:00 GMT"
+        );
         let far = SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(400_000_000_000);
         assert_eq!(http_date(far), "Fri, 31 Dec 9999 23:59:59 GMT");
     }
@@ -582,24 +672,45 @@ mod tests {
     #[test]
     fn ranges() {
         assert_eq!(parse_range("bytes=0-99", 1000), Ranges::Some(vec![(0, 99)]));
-        assert_eq!(parse_range("bytes=900-", 1000), Ranges::Some(vec![(900, 999)]));
-        assert_eq!(parse_range("bytes=-100", 1000), Ranges::Some(vec![(900, 999)]));
-        assert_eq!(parse_range("bytes=-5000", 1000), Ranges::Some(vec![(0, 999)]));
-        assert_eq!(parse_range("bytes=990-2000", 1000), Ranges::Some(vec![(990, 999)]));
-        assert_eq!(parse_range("bytes=0-0,-1", 1000), Ranges::Some(vec![(0, 0), (999, 999)]));
+        assert_eq!(
+            parse_range("bytes=900-", 1000),
+            Ranges::Some(vec![(900, 999)])
+        );
+        assert_eq!(
+            parse_range("bytes=-100", 1000),
+            Ranges::Some(vec![(900, 999)])
+        );
+        assert_eq!(
+            parse_range("bytes=-5000", 1000),
+            Ranges::Some(vec![(0, 999)])
+        );
+        assert_eq!(
+            parse_range("bytes=990-2000", 1000),
+            Ranges::Some(vec![(990, 999)])
+        );
+        assert_eq!(
+            parse_range("bytes=0-0,-1", 1000),
+            Ranges::Some(vec![(0, 0), (999, 999)])
+        );
         assert_eq!(parse_range("bytes=1000-", 1000), Ranges::Unsatisfiable);
         assert_eq!(parse_range("bytes=-0", 1000), Ranges::Unsatisfiable);
         assert_eq!(parse_range("bytes=5-1", 1000), Ranges::Full);
         assert_eq!(parse_range("items=0-1", 1000), Ranges::Full);
         assert_eq!(parse_range("bytes=a-b", 1000), Ranges::Full);
         assert_eq!(parse_range("bytes=+1-2", 1000), Ranges::Full);
-        let many = (0..17).map(|i| format!("{i}-{i}")).collect::<Vec<_>>().join(",");
+        let many = (0..17)
+            .map(|i| format!("{i}-{i}"))
+            .collect::<Vec<_>>()
+            .join(",");
         assert_eq!(parse_range(&format!("bytes={many}"), 1000), Ranges::Full);
         // Amplification: the same whole file three times.
         assert_eq!(parse_range("bytes=0-,0-,0-", 1000), Ranges::Full);
         // Beyond 4 GiB.
         let big = 5u64 << 30;
-        assert_eq!(parse_range("bytes=4294967296-", big), Ranges::Some(vec![(1 << 32, big - 1)]));
+        assert_eq!(
+            parse_range("bytes=4294967296-", big),
+            Ranges::Some(vec![(1 << 32, big - 1)])
+        );
     }
 
     #[test]
@@ -614,8 +725,20 @@ mod tests {
         std::os::unix::fs::symlink("sub/ok", root.join("in")).unwrap();
         assert!(open_beneath(&root, "sub/ok").is_ok());
         assert!(open_beneath(&root, "/sub/ok").is_ok());
-        assert!(open_beneath(&root, "in").is_ok(), "a symlink inside the root is fine");
-        for bad in ["../secret", "sub/../../secret", "out", "abs", "sub", "", "/", "nope"] {
+        assert!(
+            open_beneath(&root, "in").is_ok(),
+            "a symlink inside the root is fine"
+        );
+        for bad in [
+            "../secret",
+            "sub/../../secret",
+            "out",
+            "abs",
+            "sub",
+            "",
+            "/",
+            "nope",
+        ] {
             assert!(open_beneath(&root, bad).is_err(), "{bad} must not open");
         }
     }
@@ -631,7 +754,10 @@ mod tests {
         std::fs::write(root.join("f"), b"old").unwrap();
         let read = || {
             let mut s = String::new();
-            open_beneath(&root, "f").unwrap().read_to_string(&mut s).unwrap();
+            open_beneath(&root, "f")
+                .unwrap()
+                .read_to_string(&mut s)
+                .unwrap();
             s
         };
         assert_eq!(read(), "old");

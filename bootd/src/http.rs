@@ -32,16 +32,22 @@ fn full(status: StatusCode, content_type: &'static str, body: impl Into<Bytes>) 
     let body: Bytes = body.into();
     let mut r = Response::new(Full::new(body).map_err(|never| match never {}).boxed());
     *r.status_mut() = status;
-    r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    r.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
     r
 }
 
 fn not_found() -> Response<Body> {
-    full(StatusCode::NOT_FOUND, "text/plain; charset=utf-8", NOT_FOUND)
+    full(
+        StatusCode::NOT_FOUND,
+        "text/plain; charset=utf-8",
+        NOT_FOUND,
+    )
 }
 
 fn no_store(mut r: Response<Body>) -> Response<Body> {
-    r.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    r.headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     r
 }
 
@@ -49,26 +55,49 @@ fn no_store(mut r: Response<Body>) -> Response<Body> {
 fn query(req_query: Option<&str>, key: &str) -> Option<String> {
     req_query?.split('&').find_map(|kv| {
         let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
-        (k == key).then(|| percent_decode_str(&v.replace('+', " ")).decode_utf8_lossy().into_owned())
+        (k == key).then(|| {
+            percent_decode_str(&v.replace('+', " "))
+                .decode_utf8_lossy()
+                .into_owned()
+        })
     })
 }
 
 /// Every route of the server, in one place. Returns the route's name (for
 /// metrics) and the response.
-pub async fn route<B>(app: &Arc<App>, req: &Request<B>, peer: SocketAddr) -> (&'static str, Response<Body>) {
+pub async fn route<B>(
+    app: &Arc<App>,
+    req: &Request<B>,
+    peer: SocketAddr,
+) -> (&'static str, Response<Body>) {
     let snap = app.live.load_full();
     let path = req.uri().path();
     let q = req.uri().query();
     let get = req.method() == Method::GET || req.method() == Method::HEAD;
     if !get {
-        let mut r = full(StatusCode::METHOD_NOT_ALLOWED, "text/plain; charset=utf-8", "method not allowed\n");
-        r.headers_mut().insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
+        let mut r = full(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "text/plain; charset=utf-8",
+            "method not allowed\n",
+        );
+        r.headers_mut()
+            .insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
         return ("other", r);
     }
     let segs: Vec<&str> = path.trim_start_matches('/').splitn(3, '/').collect();
     match segs.as_slice() {
-        ["healthz"] => ("healthz", full(StatusCode::OK, "text/plain; charset=utf-8", "ok\n")),
-        ["metrics"] => ("metrics", full(StatusCode::OK, "text/plain; version=0.0.4; charset=utf-8", app.metrics.encode())),
+        ["healthz"] => (
+            "healthz",
+            full(StatusCode::OK, "text/plain; charset=utf-8", "ok\n"),
+        ),
+        ["metrics"] => (
+            "metrics",
+            full(
+                StatusCode::OK,
+                "text/plain; version=0.0.4; charset=utf-8",
+                app.metrics.encode(),
+            ),
+        ),
         ["status"] | ["status", ..] => crate::status::route(app, &snap, path, q),
         ["boot.ipxe"] => {
             app.timeline.record(Raw::new(
@@ -80,21 +109,46 @@ pub async fn route<B>(app: &Arc<App>, req: &Request<B>, peer: SocketAddr) -> (&'
             ("ipxe", script(render::ipxe::entry(&snap.site)))
         }
         ["ipxe", "node"] => ("ipxe", ipxe_by_mac(app, &snap, q, peer.ip())),
-        ["ipxe", file] if file.ends_with(".ipxe") => ("ipxe", ipxe_by_name(app, &snap, file.trim_end_matches(".ipxe"), peer.ip())),
+        ["ipxe", file] if file.ends_with(".ipxe") => (
+            "ipxe",
+            ipxe_by_name(app, &snap, file.trim_end_matches(".ipxe"), peer.ip()),
+        ),
         ["grub", "grub.cfg"] => ("grub", script(render::grub::selector(&snap.site))),
-        ["grub", file] if file.starts_with("grub.cfg-01-") => ("grub", grub_node(app, &snap, &file["grub.cfg-01-".len()..], peer.ip())),
-        ["ignition", name] => ("ignition", ignition(app, &snap, name, peer.ip(), q, req.headers(), false)),
-        ["ignition", name, "pointer"] => ("ignition", ignition(app, &snap, name, peer.ip(), q, req.headers(), true)),
+        ["grub", file] if file.starts_with("grub.cfg-01-") => (
+            "grub",
+            grub_node(app, &snap, &file["grub.cfg-01-".len()..], peer.ip()),
+        ),
+        ["ignition", name] => (
+            "ignition",
+            ignition(app, &snap, name, peer.ip(), q, req.headers(), false),
+        ),
+        ["ignition", name, "pointer"] => (
+            "ignition",
+            ignition(app, &snap, name, peer.ip(), q, req.headers(), true),
+        ),
         ["metadata"] => ("metadata", metadata(app, &snap, peer.ip(), q, false)),
         ["userdata"] => ("metadata", metadata(app, &snap, peer.ip(), q, true)),
         ["images", ..] => {
             let rel = &path["/images/".len().min(path.len())..];
             let track = image_phase(&snap.site, rel).map(|p| (p, peer.ip()));
-            ("images", image(app, &snap.site.images.root, rel, req.headers(), track).await)
+            (
+                "images",
+                image(app, &snap.site.images.root, rel, req.headers(), track).await,
+            )
         }
         // The TFTP root over HTTP, for UEFI HTTP Boot (the iPXE EFI binary).
         ["boot", ..] => match &snap.site.host.tftp {
-            Some(t) => ("boot", image(app, &t.root, &path["/boot/".len().min(path.len())..], req.headers(), None).await),
+            Some(t) => (
+                "boot",
+                image(
+                    app,
+                    &t.root,
+                    &path["/boot/".len().min(path.len())..],
+                    req.headers(),
+                    None,
+                )
+                .await,
+            ),
             None => ("boot", not_found()),
         },
         _ => ("other", not_found()),
@@ -106,7 +160,8 @@ fn script(body: String) -> Response<Body> {
 }
 
 fn node_token(app: &App, snap: &Snapshot, node: &Node) -> String {
-    app.key.issue(&node.name, SystemTime::now(), snap.site.ignition.token_ttl)
+    app.key
+        .issue(&node.name, SystemTime::now(), snap.site.ignition.token_ttl)
 }
 
 fn node_script(app: &App, snap: &Snapshot, node: &Node) -> Response<Body> {
@@ -121,19 +176,34 @@ fn ipxe_by_mac(app: &App, snap: &Snapshot, q: Option<&str>, peer: IpAddr) -> Res
         Some(node) => {
             let fits = matches!(
                 (node.arch, buildarch.as_str()),
-                (_, "") | (site::Arch::X86_64, "x86_64" | "i386") | (site::Arch::Aarch64, "arm64") | (site::Arch::Ppc64le, "ppc64")
+                (_, "")
+                    | (site::Arch::X86_64, "x86_64" | "i386")
+                    | (site::Arch::Aarch64, "arm64")
+                    | (site::Arch::Ppc64le, "ppc64")
             );
             if !fits {
                 warn!(node = %node.name, node_arch = %node.arch, buildarch = %buildarch.escape_debug(), "iPXE build architecture does not match the node's arch");
             }
             info!(node = %node.name, mac = ?mac, "iPXE script served");
-            let subject = Subject { mac, ..Subject::node(&node.name) }.with_ip(peer.to_canonical());
-            app.timeline.record(Raw::new(subject, Phase::Script, "served", "iPXE node script served (by MAC)"));
+            let subject = Subject {
+                mac,
+                ..Subject::node(&node.name)
+            }
+            .with_ip(peer.to_canonical());
+            app.timeline.record(Raw::new(
+                subject,
+                Phase::Script,
+                "served",
+                "iPXE node script served (by MAC)",
+            ));
             node_script(app, snap, node)
         }
         None => {
             warn!(mac = ?mac, raw = %query(q, "mac").unwrap_or_default().escape_debug(), "iPXE request from a MAC no node has: serving the explanation script");
-            let subject = Subject { mac, ..Subject::ip(peer.to_canonical()) };
+            let subject = Subject {
+                mac,
+                ..Subject::ip(peer.to_canonical())
+            };
             app.timeline.record(
                 Raw::new(
                     subject,
@@ -191,7 +261,12 @@ fn grub_node(app: &App, snap: &Snapshot, dashed: &str, peer: IpAddr) -> Response
 }
 
 fn deny(app: &App, what: &str, name: &str, source: IpAddr, reason: Deny) -> Response<Body> {
-    app.metrics.denials.get_or_create(&Reason { reason: reason.as_str() }).inc();
+    app.metrics
+        .denials
+        .get_or_create(&Reason {
+            reason: reason.as_str(),
+        })
+        .inc();
     warn!(node = %name.escape_debug(), %source, reason = reason.as_str(), "{what} refused");
     not_found()
 }
@@ -210,7 +285,13 @@ fn node_addrs(app: &App, node: &Node) -> Vec<IpAddr> {
     v
 }
 
-fn authorize(app: &App, snap: &Snapshot, node: &Node, source: IpAddr, q: Option<&str>) -> Result<token::Granted, Deny> {
+fn authorize(
+    app: &App,
+    snap: &Snapshot,
+    node: &Node,
+    source: IpAddr,
+    q: Option<&str>,
+) -> Result<token::Granted, Deny> {
     let tok = query(q, "token");
     token::authorize(
         &app.key,
@@ -233,18 +314,45 @@ fn json_response(status: StatusCode, v: &serde_json::Value) -> Response<Body> {
 pub fn pointer_for(app: &App, snap: &Snapshot, node: &Node) -> serde_json::Value {
     let tok = node_token(app, snap, node);
     match (&snap.site.host.https, &app.tls) {
-        (Some(https), Some(tls)) => {
-            render::ignition::pointer(&format!("{}/ignition/{}?token={tok}", https.url, node.name), Some(&tls.ca_pem))
-        }
-        _ => render::ignition::pointer(&format!("{}/ignition/{}?token={tok}", snap.site.host.http.url, node.name), None),
+        (Some(https), Some(tls)) => render::ignition::pointer(
+            &format!("{}/ignition/{}?token={tok}", https.url, node.name),
+            Some(&tls.ca_pem),
+        ),
+        _ => render::ignition::pointer(
+            &format!(
+                "{}/ignition/{}?token={tok}",
+                snap.site.host.http.url, node.name
+            ),
+            None,
+        ),
     }
 }
 
-fn ignition(app: &App, snap: &Snapshot, name: &str, source: IpAddr, q: Option<&str>, headers: &HeaderMap, pointer: bool) -> Response<Body> {
-    let what = if pointer { "Ignition pointer config" } else { "Ignition" };
+fn ignition(
+    app: &App,
+    snap: &Snapshot,
+    name: &str,
+    source: IpAddr,
+    q: Option<&str>,
+    headers: &HeaderMap,
+    pointer: bool,
+) -> Response<Body> {
+    let what = if pointer {
+        "Ignition pointer config"
+    } else {
+        "Ignition"
+    };
     let subject = Subject::node(name).with_ip(source.to_canonical());
     let denied = |d: Deny| {
-        app.timeline.record(Raw::new(subject.clone(), Phase::Ignition, "denied", format!("{what} denied: {}", d.as_str())).error());
+        app.timeline.record(
+            Raw::new(
+                subject.clone(),
+                Phase::Ignition,
+                "denied",
+                format!("{what} denied: {}", d.as_str()),
+            )
+            .error(),
+        );
         deny(app, "Ignition", name, source, d)
     };
     let Some(node) = snap.site.node(name) else {
@@ -262,36 +370,81 @@ fn ignition(app: &App, snap: &Snapshot, name: &str, source: IpAddr, q: Option<&s
                 let v = cfg["ignition"]["version"].as_str().unwrap_or("?");
                 info!(node = %node.name, %source, via = ?granted, version = %v, "Ignition pointer config served");
                 let note = format!("Ignition pointer config {v} served (via {granted:?})");
-                app.timeline.record(Raw::new(subject, Phase::Ignition, "pointer_served", note));
+                app.timeline
+                    .record(Raw::new(subject, Phase::Ignition, "pointer_served", note));
                 json_response(StatusCode::OK, &cfg)
             }
             Err(e) => not_acceptable(app, node, source, subject, &e),
         };
     }
-    let cfg = render::ignition::node_config(&snap.site, node).and_then(|c| render::ignition::negotiate(c, accept));
+    let cfg = render::ignition::node_config(&snap.site, node)
+        .and_then(|c| render::ignition::negotiate(c, accept));
     match cfg {
         Ok(cfg) => {
             info!(node = %node.name, %source, via = ?granted, version = %cfg["ignition"]["version"].as_str().unwrap_or("?"), "Ignition served");
             let v = cfg["ignition"]["version"].as_str().unwrap_or("?");
-            app.timeline.record(Raw::new(subject, Phase::Ignition, "served", format!("Ignition {v} served (via {granted:?})")));
+            app.timeline.record(Raw::new(
+                subject,
+                Phase::Ignition,
+                "served",
+                format!("Ignition {v} served (via {granted:?})"),
+            ));
             json_response(StatusCode::OK, &cfg)
         }
-        Err(e @ IgnitionError::NotAcceptable { .. }) => not_acceptable(app, node, source, subject, &e),
+        Err(e @ IgnitionError::NotAcceptable { .. }) => {
+            not_acceptable(app, node, source, subject, &e)
+        }
         Err(e) => {
             warn!(node = %node.name, error = %e, "Ignition cannot be rendered");
-            app.timeline.record(Raw::new(subject, Phase::Ignition, "failed", "Ignition cannot be rendered (see bootd's log)").error());
-            full(StatusCode::INTERNAL_SERVER_ERROR, "text/plain; charset=utf-8", "cannot render Ignition; see bootd's log\n")
+            app.timeline.record(
+                Raw::new(
+                    subject,
+                    Phase::Ignition,
+                    "failed",
+                    "Ignition cannot be rendered (see bootd's log)",
+                )
+                .error(),
+            );
+            full(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "text/plain; charset=utf-8",
+                "cannot render Ignition; see bootd's log\n",
+            )
         }
     }
 }
 
-fn not_acceptable(app: &App, node: &Node, source: IpAddr, subject: Subject, e: &IgnitionError) -> Response<Body> {
+fn not_acceptable(
+    app: &App,
+    node: &Node,
+    source: IpAddr,
+    subject: Subject,
+    e: &IgnitionError,
+) -> Response<Body> {
     warn!(node = %node.name, %source, error = %e, "Ignition spec not acceptable to the client");
-    app.timeline.record(Raw::new(subject, Phase::Ignition, "failed", format!("Ignition not served: {e}")).error());
-    full(StatusCode::NOT_ACCEPTABLE, "text/plain; charset=utf-8", format!("{e}\n"))
+    app.timeline.record(
+        Raw::new(
+            subject,
+            Phase::Ignition,
+            "failed",
+            format!("Ignition not served: {e}"),
+        )
+        .error(),
+    );
+    full(
+        StatusCode::NOT_ACCEPTABLE,
+        "text/plain; charset=utf-8",
+        format!("{e}\n"),
+    )
 }
 
-fn metadata(app: &App, snap: &Snapshot, source: IpAddr, q: Option<&str>, userdata: bool) -> Response<Body> {
+fn metadata(
+    app: &App,
+    snap: &Snapshot,
+    source: IpAddr,
+    q: Option<&str>,
+    userdata: bool,
+) -> Response<Body> {
     let what = if userdata { "userdata" } else { "metadata" };
     let node = match query(q, "node") {
         Some(name) => match snap.site.node(&name) {
@@ -310,7 +463,10 @@ fn metadata(app: &App, snap: &Snapshot, source: IpAddr, q: Option<&str>, userdat
     if userdata {
         json_response(StatusCode::OK, &pointer_for(app, snap, node))
     } else {
-        json_response(StatusCode::OK, &render::metadata::metadata(&snap.site, node))
+        json_response(
+            StatusCode::OK,
+            &render::metadata::metadata(&snap.site, node),
+        )
     }
 }
 
@@ -353,8 +509,16 @@ struct ImageProgress {
 impl ImageProgress {
     /// The `start` event, once, stamped with the response's start.
     fn tell_start(&self) {
-        if !self.started_told.swap(true, std::sync::atomic::Ordering::Relaxed) {
-            let mut raw = Raw::new(self.subject.clone(), self.phase, "start", format!("{}: {} bytes", self.file, self.expected));
+        if !self
+            .started_told
+            .swap(true, std::sync::atomic::Ordering::Relaxed)
+        {
+            let mut raw = Raw::new(
+                self.subject.clone(),
+                self.phase,
+                "start",
+                format!("{}: {} bytes", self.file, self.expected),
+            );
             raw.at_us = self.started_us;
             self.app.timeline.record(raw.bytes(self.expected));
         }
@@ -368,7 +532,11 @@ impl ImageProgress {
         } else if !self.done.swap(true, Relaxed) {
             let took = self.started.elapsed();
             let detail = format!("{}: {total} bytes in {} ms", self.file, took.as_millis());
-            self.app.timeline.record(Raw::new(self.subject.clone(), self.phase, "done", detail).bytes(total).took(took));
+            self.app.timeline.record(
+                Raw::new(self.subject.clone(), self.phase, "done", detail)
+                    .bytes(total)
+                    .took(took),
+            );
         }
     }
 }
@@ -379,8 +547,16 @@ impl Drop for ImageProgress {
         if !self.done.load(Relaxed) {
             self.tell_start();
             let (sent, took) = (self.sent.load(Relaxed), self.started.elapsed());
-            let detail = format!("{}: aborted after {sent} of {} bytes", self.file, self.expected);
-            self.app.timeline.record(Raw::new(self.subject.clone(), self.phase, "aborted", detail).bytes(sent).took(took).error());
+            let detail = format!(
+                "{}: aborted after {sent} of {} bytes",
+                self.file, self.expected
+            );
+            self.app.timeline.record(
+                Raw::new(self.subject.clone(), self.phase, "aborted", detail)
+                    .bytes(sent)
+                    .took(took)
+                    .error(),
+            );
         }
     }
 }
@@ -390,14 +566,22 @@ const IMAGE_TYPE: &str = "application/octet-stream";
 
 /// What reports the bytes of an image response: the `images` byte counter
 /// and, for a set's kernel, initramfs or rootfs, the node's timeline.
-fn image_on_bytes(app: &Arc<App>, track: Option<(Phase, IpAddr)>, rel: &str, expected: u64) -> files::OnBytes {
+fn image_on_bytes(
+    app: &Arc<App>,
+    track: Option<(Phase, IpAddr)>,
+    rel: &str,
+    expected: u64,
+) -> files::OnBytes {
     let bytes = app.metrics.image_bytes.clone();
     let progress = track.map(|(phase, peer)| {
         let p = ImageProgress {
             app: Arc::clone(app),
             subject: Subject::ip(peer.to_canonical()),
             phase,
-            file: if rel.bytes().all(|c| c.is_ascii_alphanumeric() || b"-._/".contains(&c)) {
+            file: if rel
+                .bytes()
+                .all(|c| c.is_ascii_alphanumeric() || b"-._/".contains(&c))
+            {
                 rel.to_owned()
             } else {
                 rel.escape_debug().to_string()
@@ -441,7 +625,12 @@ pub fn whole_image_rel(path: &str) -> Option<&str> {
 /// characters it leaves to the general path, the file is not at hand in
 /// the kernel's caches, or is missing or not a regular file): then the
 /// request goes through [`handle`], which answers it in full.
-pub(crate) fn image_whole(app: &Arc<App>, path: &str, peer: SocketAddr, head: &mut Vec<u8>) -> Option<files::Sendfile> {
+pub(crate) fn image_whole(
+    app: &Arc<App>,
+    path: &str,
+    peer: SocketAddr,
+    head: &mut Vec<u8>,
+) -> Option<files::Sendfile> {
     let rel = whole_image_rel(path)?;
     let snap = app.live.load();
     let (file, md) = files::open_beneath_shared(&snap.site.images.root, rel).ok()?;
@@ -459,12 +648,29 @@ pub(crate) fn image_whole(app: &Arc<App>, path: &str, peer: SocketAddr, head: &m
     head.extend_from_slice(b"\r\ncontent-length: ");
     head.extend_from_slice(itoa::Buffer::new().format(len).as_bytes());
     head.extend_from_slice(b"\r\n");
-    app.metrics.requests.get_or_create(&RouteStatus { route: "images", status: 200 }).inc();
+    app.metrics
+        .requests
+        .get_or_create(&RouteStatus {
+            route: "images",
+            status: 200,
+        })
+        .inc();
     debug!(method = %Method::GET, path = %path.escape_debug(), %peer, status = 200, route = "images", shortcut = true, "request");
-    Some(files::Sendfile { file, offset: 0, len, on_bytes: Some(on_bytes) })
+    Some(files::Sendfile {
+        file,
+        offset: 0,
+        len,
+        on_bytes: Some(on_bytes),
+    })
 }
 
-async fn image(app: &Arc<App>, root: &std::path::Path, raw: &str, headers: &HeaderMap, track: Option<(Phase, IpAddr)>) -> Response<Body> {
+async fn image(
+    app: &Arc<App>,
+    root: &std::path::Path,
+    raw: &str,
+    headers: &HeaderMap,
+    track: Option<(Phase, IpAddr)>,
+) -> Response<Body> {
     let rel = match percent_decode_str(raw).decode_utf8() {
         Ok(s) => s.into_owned(),
         Err(_) => return not_found(),
@@ -475,7 +681,10 @@ async fn image(app: &Arc<App>, root: &std::path::Path, raw: &str, headers: &Head
     let opened = match cached {
         Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
             let (root, rel2) = (root.to_path_buf(), rel.clone());
-            tokio::task::spawn_blocking(move || files::open_beneath_stat(&root, &rel2).map(|(f, md)| (Arc::new(f), md))).await
+            tokio::task::spawn_blocking(move || {
+                files::open_beneath_stat(&root, &rel2).map(|(f, md)| (Arc::new(f), md))
+            })
+            .await
         }
         r => Ok(r),
     };
@@ -497,14 +706,30 @@ async fn image(app: &Arc<App>, root: &std::path::Path, raw: &str, headers: &Head
         .header(header::ETAG, hv(&etag))
         .header(header::LAST_MODIFIED, hv(&last_modified))
         .header(header::ACCEPT_RANGES, "bytes");
-    if let Some(inm) = headers.get(header::IF_NONE_MATCH).and_then(|v| v.to_str().ok()) {
+    if let Some(inm) = headers
+        .get(header::IF_NONE_MATCH)
+        .and_then(|v| v.to_str().ok())
+    {
         if inm.split(',').any(|t| t.trim() == etag || t.trim() == "*") {
-            return base.status(StatusCode::NOT_MODIFIED).body(empty()).unwrap_or_else(|_| not_found());
+            return base
+                .status(StatusCode::NOT_MODIFIED)
+                .body(empty())
+                .unwrap_or_else(|_| not_found());
         }
-    } else if let Some(ims) = headers.get(header::IF_MODIFIED_SINCE).and_then(|v| v.to_str().ok()) {
+    } else if let Some(ims) = headers
+        .get(header::IF_MODIFIED_SINCE)
+        .and_then(|v| v.to_str().ok())
+    {
         if let Ok(t) = httpdate::parse_http_date(ims) {
-            if mtime.duration_since(t).map(|d| d.as_secs() == 0).unwrap_or(true) {
-                return base.status(StatusCode::NOT_MODIFIED).body(empty()).unwrap_or_else(|_| not_found());
+            if mtime
+                .duration_since(t)
+                .map(|d| d.as_secs() == 0)
+                .unwrap_or(true)
+            {
+                return base
+                    .status(StatusCode::NOT_MODIFIED)
+                    .body(empty())
+                    .unwrap_or_else(|_| not_found());
             }
         }
     }
@@ -528,18 +753,32 @@ async fn image(app: &Arc<App>, root: &std::path::Path, raw: &str, headers: &Head
                 .status(StatusCode::RANGE_NOT_SATISFIABLE)
                 .header(header::CONTENT_RANGE, hv(&format!("bytes */{len}")))
                 .header(header::CONTENT_TYPE, "text/plain; charset=utf-8")
-                .body(Full::new(Bytes::from_static(b"range not satisfiable\n")).map_err(|n| match n {}).boxed())
+                .body(
+                    Full::new(Bytes::from_static(b"range not satisfiable\n"))
+                        .map_err(|n| match n {})
+                        .boxed(),
+                )
                 .unwrap_or_else(|_| not_found());
         }
         Ranges::Some(rs) if rs.len() == 1 => {
             let (s, e) = rs[0];
             base = base.header(header::CONTENT_RANGE, hv(&format!("bytes {s}-{e}/{len}")));
-            (StatusCode::PARTIAL_CONTENT, vec![Part::File { offset: s, len: e - s + 1 }], e - s + 1)
+            (
+                StatusCode::PARTIAL_CONTENT,
+                vec![Part::File {
+                    offset: s,
+                    len: e - s + 1,
+                }],
+                e - s + 1,
+            )
         }
         Ranges::Some(rs) => {
             let boundary = format!("bootd{:016x}", rand::random::<u64>());
             let (parts, total) = files::multipart(&rs, len, ctype, &boundary);
-            base = base.header(header::CONTENT_TYPE, hv(&format!("multipart/byteranges; boundary={boundary}")));
+            base = base.header(
+                header::CONTENT_TYPE,
+                hv(&format!("multipart/byteranges; boundary={boundary}")),
+            );
             return base
                 .status(StatusCode::PARTIAL_CONTENT)
                 .header(header::CONTENT_LENGTH, total)
@@ -549,7 +788,12 @@ async fn image(app: &Arc<App>, root: &std::path::Path, raw: &str, headers: &Head
     };
     let on_bytes = on_bytes(body_len);
     if let [Part::File { offset, len }] = parts[..] {
-        base = base.extension(files::Sendfile { file: Arc::clone(&file), offset, len, on_bytes: on_bytes.clone() });
+        base = base.extension(files::Sendfile {
+            file: Arc::clone(&file),
+            offset,
+            len,
+            on_bytes: on_bytes.clone(),
+        });
     }
     base.status(status)
         .header(header::CONTENT_TYPE, ctype)
@@ -564,15 +808,36 @@ fn empty() -> Body {
 
 /// Wraps [`route`]: metrics and one log line per request. The query string
 /// is left out of the log (it carries tokens).
-pub async fn handle<B>(app: Arc<App>, req: Request<B>, peer: SocketAddr) -> Result<Response<Body>, std::convert::Infallible> {
+pub async fn handle<B>(
+    app: Arc<App>,
+    req: Request<B>,
+    peer: SocketAddr,
+) -> Result<Response<Body>, std::convert::Infallible> {
     let (route_name, resp) = route(&app, &req, peer).await;
     let status = resp.status().as_u16();
-    app.metrics.requests.get_or_create(&RouteStatus { route: route_name, status }).inc();
+    app.metrics
+        .requests
+        .get_or_create(&RouteStatus {
+            route: route_name,
+            status,
+        })
+        .inc();
     if route_name != "images" {
-        if let Some(n) = resp.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok()) {
-            app.metrics.bytes.get_or_create(&RouteLabel { route: route_name }).inc_by(n);
+        if let Some(n) = resp
+            .headers()
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok())
+        {
+            app.metrics
+                .bytes
+                .get_or_create(&RouteLabel { route: route_name })
+                .inc_by(n);
         } else if let Some(n) = http_body::Body::size_hint(resp.body()).exact() {
-            app.metrics.bytes.get_or_create(&RouteLabel { route: route_name }).inc_by(n);
+            app.metrics
+                .bytes
+                .get_or_create(&RouteLabel { route: route_name })
+                .inc_by(n);
         }
     }
     debug!(method = %req.method(), path = %req.uri().path().escape_debug(), %peer, status, route = route_name, "request");

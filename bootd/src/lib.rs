@@ -137,7 +137,9 @@ impl Config {
         }
     }
     pub fn state_dir(&self) -> PathBuf {
-        self.state_dir.clone().unwrap_or_else(|| self.site.host.state_dir.clone())
+        self.state_dir
+            .clone()
+            .unwrap_or_else(|| self.site.host.state_dir.clone())
     }
 }
 
@@ -164,7 +166,11 @@ pub enum Error {
     Images(String),
     /// A socket the site asks for could not be bound; `what` names the site key.
     #[error("{what} {addr}: {source}")]
-    Bind { what: &'static str, addr: std::net::SocketAddr, source: std::io::Error },
+    Bind {
+        what: &'static str,
+        addr: std::net::SocketAddr,
+        source: std::io::Error,
+    },
 }
 
 impl Sockets {
@@ -172,7 +178,9 @@ impl Sockets {
     /// and before READY is sent to systemd).
     pub async fn bind(site: &Site) -> Result<Sockets, Error> {
         let tcp = |what: &'static str, addr: std::net::SocketAddr| async move {
-            TcpListener::bind(addr).await.map_err(|source| Error::Bind { what, addr, source })
+            TcpListener::bind(addr)
+                .await
+                .map_err(|source| Error::Bind { what, addr, source })
         };
         let http = tcp("host.http.listen", site.host.http.listen).await?;
         let https = match &site.host.https {
@@ -181,21 +189,40 @@ impl Sockets {
         };
         let (mut dhcp, mut dhcp_proxy) = (None, None);
         if let Some(d) = &site.host.dhcp {
-            let bind = |what, addr| dhcp::server::bind(addr, d.interface.as_deref()).map_err(|source| Error::Bind { what, addr, source });
+            let bind = |what, addr| {
+                dhcp::server::bind(addr, d.interface.as_deref()).map_err(|source| Error::Bind {
+                    what,
+                    addr,
+                    source,
+                })
+            };
             dhcp = Some(bind("host.dhcp.listen", d.listen)?);
             if d.mode == site::DhcpMode::Proxy {
-                dhcp_proxy = Some(bind("host.dhcp (proxyDHCP port 4011)", std::net::SocketAddr::new(d.listen.ip(), 4011))?);
+                dhcp_proxy = Some(bind(
+                    "host.dhcp (proxyDHCP port 4011)",
+                    std::net::SocketAddr::new(d.listen.ip(), 4011),
+                )?);
             }
         }
         let tftp = match &site.host.tftp {
-            Some(t) => Some(tokio::net::UdpSocket::bind(t.listen).await.map_err(|source| Error::Bind {
-                what: "host.tftp.listen",
-                addr: t.listen,
-                source,
-            })?),
+            Some(t) => Some(
+                tokio::net::UdpSocket::bind(t.listen)
+                    .await
+                    .map_err(|source| Error::Bind {
+                        what: "host.tftp.listen",
+                        addr: t.listen,
+                        source,
+                    })?,
+            ),
             None => None,
         };
-        Ok(Sockets { http, https, dhcp, dhcp_proxy, tftp })
+        Ok(Sockets {
+            http,
+            https,
+            dhcp,
+            dhcp_proxy,
+            tftp,
+        })
     }
 }
 
@@ -207,46 +234,90 @@ pub fn prepare(config: &Config, want_tls: bool) -> Result<Arc<App>, Error> {
     }
     let state_dir = config.state_dir();
     std::fs::create_dir_all(&state_dir).map_err(|e| Error::StateDir(state_dir.clone(), e))?;
-    let key = token::TokenKey::load_or_create(&state_dir).map_err(|e| Error::StateDir(state_dir.clone(), e))?;
-    let revoked = state::load_revoked(&state_dir).map_err(|e| Error::StateDir(state_dir.clone(), e))?;
+    let key = token::TokenKey::load_or_create(&state_dir)
+        .map_err(|e| Error::StateDir(state_dir.clone(), e))?;
+    let revoked =
+        state::load_revoked(&state_dir).map_err(|e| Error::StateDir(state_dir.clone(), e))?;
     let tls = if want_tls {
         let mut hosts = vec![config.site.host.http.url_host().to_string()];
         if let Some(h) = &config.site.host.https {
             hosts.push(h.url_host().to_string());
         }
         if let Some(u) = config.site.host.api.as_ref().and_then(|a| a.url.as_deref()) {
-            hosts.push(site::Listen { listen: config.site.host.http.listen, url: u.to_string() }.url_host().to_string());
+            hosts.push(
+                site::Listen {
+                    listen: config.site.host.http.listen,
+                    url: u.to_string(),
+                }
+                .url_host()
+                .to_string(),
+            );
         }
         Some(tls::load_or_create(&state_dir, &hosts)?)
     } else {
         None
     };
-    let live = state::new_live(Snapshot { site: config.feed.current(), revoked });
+    let live = state::new_live(Snapshot {
+        site: config.feed.current(),
+        revoked,
+    });
     let metrics = metrics::Metrics::default();
-    let timeline = Arc::new(timeline::Recorder::new(timeline::CAPACITY, metrics.timeline_dropped.clone()));
-    Ok(Arc::new(App { live, key, tls, metrics, state_dir, feed: config.feed.clone(), leases: Default::default(), timeline }))
+    let timeline = Arc::new(timeline::Recorder::new(
+        timeline::CAPACITY,
+        metrics.timeline_dropped.clone(),
+    ));
+    Ok(Arc::new(App {
+        live,
+        key,
+        tls,
+        metrics,
+        state_dir,
+        feed: config.feed.clone(),
+        leases: Default::default(),
+        timeline,
+    }))
 }
 
 /// Serves until `shutdown` is cancelled, then gives open connections
 /// `config.grace` to finish.
-pub async fn run(config: Config, sockets: Sockets, shutdown: CancellationToken) -> Result<(), Error> {
-    let app = prepare(&config, sockets.https.is_some() || config.site.host.api.is_some())?;
+pub async fn run(
+    config: Config,
+    sockets: Sockets,
+    shutdown: CancellationToken,
+) -> Result<(), Error> {
+    let app = prepare(
+        &config,
+        sockets.https.is_some() || config.site.host.api.is_some(),
+    )?;
     run_app(app, config, sockets, shutdown).await
 }
 
-pub async fn run_app(app: Arc<App>, config: Config, sockets: Sockets, shutdown: CancellationToken) -> Result<(), Error> {
+pub async fn run_app(
+    app: Arc<App>,
+    config: Config,
+    sockets: Sockets,
+    shutdown: CancellationToken,
+) -> Result<(), Error> {
     let tracker = TaskTracker::new();
     let conn_stop = CancellationToken::new();
     if config.watch_site {
-        let triggers = runtime::Triggers { reload: config.reload.clone(), reloaded: config.reloaded.clone(), poll: config.poll };
+        let triggers = runtime::Triggers {
+            reload: config.reload.clone(),
+            reloaded: config.reloaded.clone(),
+            poll: config.poll,
+        };
         tracker.spawn(app.feed.clone().watch(triggers, shutdown.clone()));
     }
     {
         let (app, check) = (Arc::clone(&app), config.check_images.clone());
-        tracker.spawn(runtime::feed::follow(app.feed.subscribe(), shutdown.clone(), move |p| {
-            let (app, check) = (Arc::clone(&app), check.clone());
-            async move { apply_published(&app, p, check).await }
-        }));
+        tracker.spawn(runtime::feed::follow(
+            app.feed.subscribe(),
+            shutdown.clone(),
+            move |p| {
+                let (app, check) = (Arc::clone(&app), check.clone());
+                async move { apply_published(&app, p, check).await }
+            },
+        ));
     }
     {
         // The revoked-node list changes apart from the site (`bootd revoke`).
@@ -264,30 +335,63 @@ pub async fn run_app(app: Arc<App>, config: Config, sockets: Sockets, shutdown: 
         ));
     }
     if let Some(rx) = app.timeline.take_receiver() {
-        let (recorder, live, phase_seconds) = (Arc::clone(&app.timeline), Arc::clone(&app.live), app.metrics.phase_seconds.clone());
-        tracker.spawn(timeline::writer(recorder, live, phase_seconds, rx, shutdown.clone()));
+        let (recorder, live, phase_seconds) = (
+            Arc::clone(&app.timeline),
+            Arc::clone(&app.live),
+            app.metrics.phase_seconds.clone(),
+        );
+        tracker.spawn(timeline::writer(
+            recorder,
+            live,
+            phase_seconds,
+            rx,
+            shutdown.clone(),
+        ));
     }
     // Kept image files are closed once stale even when no request comes, so a
     // deleted image's space is freed.
     let stop = shutdown.clone();
     tracker.spawn(async move {
-        while tokio::time::timeout(files::OPEN_TTL, stop.cancelled()).await.is_err() {
+        while tokio::time::timeout(files::OPEN_TTL, stop.cancelled())
+            .await
+            .is_err()
+        {
             files::close_expired();
         }
     });
     info!(addr = %local(&sockets.http), "HTTP listening");
-    tracker.spawn(accept_loop(sockets.http, None, Arc::clone(&app), shutdown.clone(), conn_stop.clone(), tracker.clone()));
+    tracker.spawn(accept_loop(
+        sockets.http,
+        None,
+        Arc::clone(&app),
+        shutdown.clone(),
+        conn_stop.clone(),
+        tracker.clone(),
+    ));
     if let (Some(l), Some(tls)) = (sockets.https, &app.tls) {
         info!(addr = %local(&l), "HTTPS listening");
         let acceptor = tokio_rustls::TlsAcceptor::from(Arc::clone(&tls.server_config));
-        tracker.spawn(accept_loop(l, Some(acceptor), Arc::clone(&app), shutdown.clone(), conn_stop.clone(), tracker.clone()));
+        tracker.spawn(accept_loop(
+            l,
+            Some(acceptor),
+            Arc::clone(&app),
+            shutdown.clone(),
+            conn_stop.clone(),
+            tracker.clone(),
+        ));
     }
     if sockets.dhcp.is_some() || sockets.dhcp_proxy.is_some() {
-        let (store, table) = dhcp::leases::Store::open(&app.state_dir).map_err(|e| Error::StateDir(app.state_dir.clone(), e))?;
+        let (store, table) = dhcp::leases::Store::open(&app.state_dir)
+            .map_err(|e| Error::StateDir(app.state_dir.clone(), e))?;
         info!(leases = table.len(), "lease store opened");
         *app.leases.lock().unwrap_or_else(|p| p.into_inner()) = table;
         let site = &app.live.load().site;
-        let ifindex = site.host.dhcp.as_ref().and_then(|d| d.interface.as_deref()).and_then(|i| nix::net::if_::if_nametoindex(i).ok());
+        let ifindex = site
+            .host
+            .dhcp
+            .as_ref()
+            .and_then(|d| d.interface.as_deref())
+            .and_then(|i| nix::net::if_::if_nametoindex(i).ok());
         let server = Arc::new(dhcp::server::Server {
             app: Arc::clone(&app),
             table: Arc::clone(&app.leases),
@@ -309,7 +413,10 @@ pub async fn run_app(app: Arc<App>, config: Config, sockets: Sockets, shutdown: 
         let shutdown = shutdown.clone();
         let app = Arc::clone(&app);
         tracker.spawn(async move {
-            let config = tftp::TftpConfig { observer: Some(tftp_observer(Arc::clone(&app))), ..Default::default() };
+            let config = tftp::TftpConfig {
+                observer: Some(tftp_observer(Arc::clone(&app))),
+                ..Default::default()
+            };
             if let Err(e) = tftp::run(config, sock, resolver, metrics, shutdown).await {
                 error!(error = %e, "TFTP server stopped");
             }
@@ -319,7 +426,10 @@ pub async fn run_app(app: Arc<App>, config: Config, sockets: Sockets, shutdown: 
     tracker.close();
     // Connections get the grace period to finish their responses; then
     // whatever is left (idle keep-alives from firmware) is dropped.
-    if tokio::time::timeout(config.grace, tracker.wait()).await.is_err() {
+    if tokio::time::timeout(config.grace, tracker.wait())
+        .await
+        .is_err()
+    {
         warn!(grace = ?config.grace, "connections still open after the grace period; closing them");
         conn_stop.cancel();
         tracker.wait().await;
@@ -339,15 +449,28 @@ fn tftp_resolver(app: Arc<App>) -> tftp::Resolver {
         if base == "grub.cfg" {
             return tftp::Resolved::Bytes(render::grub::selector(site).into());
         }
-        if let Some(mac) = base.strip_prefix("grub.cfg-01-").and_then(|m| m.parse::<site::Mac>().ok()) {
+        if let Some(mac) = base
+            .strip_prefix("grub.cfg-01-")
+            .and_then(|m| m.parse::<site::Mac>().ok())
+        {
             return match site.node_by_mac(&mac) {
                 Some(node) => {
-                    let tok = app.key.issue(&node.name, SystemTime::now(), site.ignition.token_ttl);
+                    let tok = app
+                        .key
+                        .issue(&node.name, SystemTime::now(), site.ignition.token_ttl);
                     let urls = render::NodeUrls::new(site, node, &tok);
                     info!(node = %node.name, %mac, "GRUB config served over TFTP");
-                    let subject =
-                        timeline::Subject { mac: Some(mac), ..timeline::Subject::node(&node.name) }.with_ip(peer.ip().to_canonical());
-                    app.timeline.record(timeline::Raw::new(subject, timeline::Phase::Script, "served", "GRUB config served over TFTP"));
+                    let subject = timeline::Subject {
+                        mac: Some(mac),
+                        ..timeline::Subject::node(&node.name)
+                    }
+                    .with_ip(peer.ip().to_canonical());
+                    app.timeline.record(timeline::Raw::new(
+                        subject,
+                        timeline::Phase::Script,
+                        "served",
+                        "GRUB config served over TFTP",
+                    ));
                     tftp::Resolved::Bytes(render::grub::node(site, node, &urls).into())
                 }
                 None => tftp::Resolved::NotFound,
@@ -371,16 +494,36 @@ fn tftp_observer(app: Arc<App>) -> tftp::Observer {
         let file = tftp::packet::Escaped(r.file).to_string();
         let subject = Subject::ip(r.peer.ip().to_canonical());
         let raw = match (r.outcome, r.bytes) {
-            (tftp::Outcome::Ok, Some(n)) => {
-                Raw::new(subject, Phase::Tftp, "served", format!("{file}: {n} bytes in {} ms", r.took.as_millis())).bytes(n)
-            }
-            (tftp::Outcome::NotFound, _) => Raw::new(subject, Phase::Tftp, "not_found", format!("{file}: not found")),
-            (tftp::Outcome::Replaced | tftp::Outcome::ClientAbort, _) => {
-                Raw::new(subject, Phase::Tftp, "aborted", format!("{file}: {}", r.reason.as_deref().unwrap_or("aborted")))
-            }
-            (o, _) => {
-                Raw::new(subject, Phase::Tftp, "failed", format!("{file}: {}: {}", o.as_str(), r.reason.as_deref().unwrap_or(""))).error()
-            }
+            (tftp::Outcome::Ok, Some(n)) => Raw::new(
+                subject,
+                Phase::Tftp,
+                "served",
+                format!("{file}: {n} bytes in {} ms", r.took.as_millis()),
+            )
+            .bytes(n),
+            (tftp::Outcome::NotFound, _) => Raw::new(
+                subject,
+                Phase::Tftp,
+                "not_found",
+                format!("{file}: not found"),
+            ),
+            (tftp::Outcome::Replaced | tftp::Outcome::ClientAbort, _) => Raw::new(
+                subject,
+                Phase::Tftp,
+                "aborted",
+                format!("{file}: {}", r.reason.as_deref().unwrap_or("aborted")),
+            ),
+            (o, _) => Raw::new(
+                subject,
+                Phase::Tftp,
+                "failed",
+                format!(
+                    "{file}: {}: {}",
+                    o.as_str(),
+                    r.reason.as_deref().unwrap_or("")
+                ),
+            )
+            .error(),
         };
         app.timeline.record(raw.took(r.took));
     }))
@@ -420,7 +563,9 @@ async fn accept_loop(
             }
             Some(acceptor) => {
                 tracker.spawn(async move {
-                    match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(stream)).await {
+                    match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(stream))
+                        .await
+                    {
                         Ok(Ok(s)) => serve_conn(s, peer, app, shutdown, conn_stop).await,
                         Ok(Err(e)) => tracing::debug!(%peer, error = %e, "TLS handshake failed"),
                         Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
@@ -433,8 +578,13 @@ async fn accept_loop(
 
 /// One connection served by hyper: every HTTPS connection, and plain-HTTP
 /// ones [`plain`] hands over.
-pub(crate) async fn serve_conn<I>(io: I, peer: SocketAddr, app: Arc<App>, shutdown: CancellationToken, conn_stop: CancellationToken)
-where
+pub(crate) async fn serve_conn<I>(
+    io: I,
+    peer: SocketAddr,
+    app: Arc<App>,
+    shutdown: CancellationToken,
+    conn_stop: CancellationToken,
+) where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let svc = service_fn(move |req| http::handle(Arc::clone(&app), req, peer));
@@ -458,7 +608,10 @@ where
 /// calls it for the site of an API write before answering, then publishes
 /// the same site on the feed for the other daemons.
 pub fn serve_site(app: &App, site: Arc<Site>) {
-    app.live.rcu(|cur| Snapshot { site: Arc::clone(&site), revoked: cur.revoked.clone() });
+    app.live.rcu(|cur| Snapshot {
+        site: Arc::clone(&site),
+        revoked: cur.revoked.clone(),
+    });
 }
 
 /// Applies one publication of the site feed. A refused reload, a site
@@ -466,7 +619,10 @@ pub fn serve_site(app: &App, site: Arc<Site>) {
 /// list keeps the previous site serving.
 async fn apply_published(app: &App, p: runtime::Published, check: Option<ImageCheck>) {
     let refused = |why: &str| {
-        app.metrics.reloads.get_or_create(&metrics::Outcome { result: "error" }).inc();
+        app.metrics
+            .reloads
+            .get_or_create(&metrics::Outcome { result: "error" })
+            .inc();
         error!("site reload refused, the previous site keeps serving:\n{why}");
     };
     if let Some(why) = &p.refused {
@@ -487,8 +643,14 @@ async fn apply_published(app: &App, p: runtime::Published, check: Option<ImageCh
     match checked {
         Ok((Ok(()), Ok(revoked))) => {
             let nodes = p.site.nodes.len();
-            app.live.store(Arc::new(Snapshot { site: p.site, revoked }));
-            app.metrics.reloads.get_or_create(&metrics::Outcome { result: "ok" }).inc();
+            app.live.store(Arc::new(Snapshot {
+                site: p.site,
+                revoked,
+            }));
+            app.metrics
+                .reloads
+                .get_or_create(&metrics::Outcome { result: "ok" })
+                .inc();
             info!(nodes, forced = p.forced, "site reloaded");
         }
         Ok((Err(e), _)) => refused(&e),
@@ -501,12 +663,21 @@ async fn apply_published(app: &App, p: runtime::Published, check: Option<ImageCh
 fn reload_revoked(app: &App) {
     match state::load_revoked(&app.state_dir) {
         Ok(revoked) => {
-            app.live.rcu(|cur| Snapshot { site: Arc::clone(&cur.site), revoked: revoked.clone() });
-            app.metrics.reloads.get_or_create(&metrics::Outcome { result: "ok" }).inc();
+            app.live.rcu(|cur| Snapshot {
+                site: Arc::clone(&cur.site),
+                revoked: revoked.clone(),
+            });
+            app.metrics
+                .reloads
+                .get_or_create(&metrics::Outcome { result: "ok" })
+                .inc();
             info!("revoked-node list reloaded");
         }
         Err(e) => {
-            app.metrics.reloads.get_or_create(&metrics::Outcome { result: "error" }).inc();
+            app.metrics
+                .reloads
+                .get_or_create(&metrics::Outcome { result: "error" })
+                .inc();
             error!(error = %e, "revoked-node list unreadable; the previous state keeps serving");
         }
     }

@@ -86,17 +86,48 @@ impl Default for Metrics {
             "DHCP requests by outcome (offer, ack, nak, inform, release, decline, proxy, ignored, malformed, store_error)",
             dhcp.clone(),
         );
-        registry.register("http_requests", "HTTP requests by route and status", requests.clone());
-        registry.register("http_response_bytes", "Response body bytes sent, by route", bytes.clone());
-        registry.register("ignition_denials", "Refused requests for a node's Ignition, metadata or userdata, by reason", denials.clone());
-        registry.register("site_reloads", "Site reloads by result (ok, error)", reloads.clone());
+        registry.register(
+            "http_requests",
+            "HTTP requests by route and status",
+            requests.clone(),
+        );
+        registry.register(
+            "http_response_bytes",
+            "Response body bytes sent, by route",
+            bytes.clone(),
+        );
+        registry.register(
+            "ignition_denials",
+            "Refused requests for a node's Ignition, metadata or userdata, by reason",
+            denials.clone(),
+        );
+        registry.register(
+            "site_reloads",
+            "Site reloads by result (ok, error)",
+            reloads.clone(),
+        );
         let api_requests = Family::<RouteStatus, Counter>::default();
         let api_denials = Family::<Reason, Counter>::default();
         let provider_errors = Family::<Kind, Counter>::default();
-        registry.register("api_requests", "Controller API requests by route and status", api_requests.clone());
-        registry.register("api_denials", "Controller API requests refused (missing, wrong, tokens_unavailable)", api_denials.clone());
-        registry.register("provider_errors", "Failed provider calls (transient, permanent)", provider_errors.clone());
-        let phase_seconds = Family::<PhaseLabel, Histogram, fn() -> Histogram>::new_with_constructor(phase_histogram as fn() -> Histogram);
+        registry.register(
+            "api_requests",
+            "Controller API requests by route and status",
+            api_requests.clone(),
+        );
+        registry.register(
+            "api_denials",
+            "Controller API requests refused (missing, wrong, tokens_unavailable)",
+            api_denials.clone(),
+        );
+        registry.register(
+            "provider_errors",
+            "Failed provider calls (transient, permanent)",
+            provider_errors.clone(),
+        );
+        let phase_seconds =
+            Family::<PhaseLabel, Histogram, fn() -> Histogram>::new_with_constructor(
+                phase_histogram as fn() -> Histogram,
+            );
         let timeline_dropped = Counter::default();
         registry.register(
             "node_phase_seconds",

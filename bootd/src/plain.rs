@@ -57,11 +57,19 @@ const COALESCE: usize = 64 * 1024;
 #[derive(Debug)]
 pub enum Head {
     /// A request this loop serves; `len` bytes of the buffer were its head.
-    Simple { req: Request<()>, len: usize, close: bool },
+    Simple {
+        req: Request<()>,
+        len: usize,
+        close: bool,
+    },
     /// A GET below `/images/` without range or condition, which
     /// [`http::image_whole`] may answer without a [`Request`]; `path` is
     /// where the path is in the buffer.
-    Image { path: std::ops::Range<usize>, len: usize, close: bool },
+    Image {
+        path: std::ops::Range<usize>,
+        len: usize,
+        close: bool,
+    },
     /// The head is not complete yet.
     Partial,
     /// Something for hyper.
@@ -75,7 +83,14 @@ pub fn parse(buf: &[u8]) -> Head {
 
 /// Headers that make an image request one for [`http::image`] (which
 /// answers ranges and conditions), not for [`http::image_whole`].
-const NOT_WHOLE: [&str; 6] = ["range", "if-range", "if-none-match", "if-modified-since", "if-match", "if-unmodified-since"];
+const NOT_WHOLE: [&str; 6] = [
+    "range",
+    "if-range",
+    "if-none-match",
+    "if-modified-since",
+    "if-match",
+    "if-unmodified-since",
+];
 
 /// [`parse`] without [`Head::Image`]: the request for the general path.
 pub fn parse_general(buf: &[u8]) -> Head {
@@ -100,7 +115,9 @@ fn parse_with(buf: &[u8], image: bool) -> Head {
         return Head::Other;
     }
     let mut close = false;
-    let Some(path) = r.path else { return Head::Other };
+    let Some(path) = r.path else {
+        return Head::Other;
+    };
     // No URI parsing for the shortcut: `http::image_whole` takes only paths
     // of plain characters and leaves the rest to the general path.
     let mut whole = image && method == Method::GET && path.starts_with("/images/");
@@ -116,18 +133,28 @@ fn parse_with(buf: &[u8], image: bool) -> Head {
         {
             return Head::Other;
         } else if name.eq_ignore_ascii_case("connection") {
-            close |= h.value.split(|&c| c == b',').any(|t| t.trim_ascii().eq_ignore_ascii_case(b"close"));
+            close |= h
+                .value
+                .split(|&c| c == b',')
+                .any(|t| t.trim_ascii().eq_ignore_ascii_case(b"close"));
         } else if whole && NOT_WHOLE.iter().any(|n| name.eq_ignore_ascii_case(n)) {
             whole = false;
         }
         // What `HeaderValue` refuses (httparse has checked the name).
-        if h.value.iter().any(|&b| (b < b' ' && b != b'\t') || b == 0x7f) {
+        if h.value
+            .iter()
+            .any(|&b| (b < b' ' && b != b'\t') || b == 0x7f)
+        {
             return Head::Other;
         }
     }
     if whole {
         let start = path.as_ptr() as usize - buf.as_ptr() as usize;
-        return Head::Image { path: start..start + path.len(), len, close };
+        return Head::Image {
+            path: start..start + path.len(),
+            len,
+            close,
+        };
     }
     let Ok(uri) = path.parse::<hyper::Uri>() else {
         return Head::Other;
@@ -142,7 +169,10 @@ fn parse_with(buf: &[u8], image: bool) -> Head {
     let headers = req.headers_mut();
     headers.reserve(r.headers.len());
     for h in r.headers.iter() {
-        let (Ok(n), Ok(v)) = (HeaderName::from_bytes(h.name.as_bytes()), HeaderValue::from_bytes(h.value)) else {
+        let (Ok(n), Ok(v)) = (
+            HeaderName::from_bytes(h.name.as_bytes()),
+            HeaderValue::from_bytes(h.value),
+        ) else {
             return Head::Other;
         };
         headers.append(n, v);
@@ -152,14 +182,23 @@ fn parse_with(buf: &[u8], image: bool) -> Head {
 
 /// Serves one plain-HTTP connection until the client closes it, a request
 /// needs hyper (then hyper serves the rest), or shutdown.
-pub async fn serve(mut stream: TcpStream, peer: SocketAddr, app: Arc<App>, shutdown: CancellationToken, conn_stop: CancellationToken) {
+pub async fn serve(
+    mut stream: TcpStream,
+    peer: SocketAddr,
+    app: Arc<App>,
+    shutdown: CancellationToken,
+    conn_stop: CancellationToken,
+) {
     let mut buf = BytesMut::with_capacity(4096);
     let mut rx = vec![0u8; 4096];
     // One timer and one registration per token for the connection's life,
     // not one per request: the timer is re-armed only when it fires.
     let mut head_started = Instant::now();
     let timer = tokio::time::sleep(HEAD_TIMEOUT);
-    let (stopping, stopped) = (shutdown.clone().cancelled_owned(), conn_stop.clone().cancelled_owned());
+    let (stopping, stopped) = (
+        shutdown.clone().cancelled_owned(),
+        conn_stop.clone().cancelled_owned(),
+    );
     tokio::pin!(timer, stopping, stopped);
     let mut head = Vec::with_capacity(256);
     loop {
@@ -191,7 +230,10 @@ pub async fn serve(mut stream: TcpStream, peer: SocketAddr, app: Arc<App>, shutd
                     }
                     Head::Partial if buf.len() < MAX_HEAD => {}
                     Head::Image { .. } | Head::Partial | Head::Other => {
-                        let io = Prefixed { prefix: buf.freeze(), io: stream };
+                        let io = Prefixed {
+                            prefix: buf.freeze(),
+                            io: stream,
+                        };
                         return crate::serve_conn(io, peer, app, shutdown, conn_stop).await;
                     }
                 }
@@ -269,8 +311,15 @@ async fn respond(
     };
     let (parts, mut body) = resp.into_parts();
     let status = parts.status;
-    let bodiless = head_only || status == StatusCode::NOT_MODIFIED || status == StatusCode::NO_CONTENT || status.is_informational();
-    let mut length = parts.headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
+    let bodiless = head_only
+        || status == StatusCode::NOT_MODIFIED
+        || status == StatusCode::NO_CONTENT
+        || status.is_informational();
+    let mut length = parts
+        .headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
     head.clear();
     let reason = status.canonical_reason().unwrap_or("");
     let _ = write!(head, "HTTP/1.1 {} {reason}\r\n", status.as_u16());
@@ -308,7 +357,9 @@ async fn respond(
     let mut head_sent = false;
     while let Some(frame) = body.frame().await {
         let frame = frame?;
-        let Ok(data) = frame.into_data() else { continue };
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
         if head_sent {
             stream.write_all(&data).await?;
         } else if data.len() <= COALESCE {
@@ -342,7 +393,11 @@ enum Next {
 fn end_head(head: &mut Vec<u8>, close: bool) {
     head.extend_from_slice(b"date: ");
     crate::files::write_http_date(head, SystemTime::now());
-    head.extend_from_slice(if close { b"\r\nconnection: close\r\n\r\n" } else { b"\r\n\r\n" });
+    head.extend_from_slice(if close {
+        b"\r\nconnection: close\r\n\r\n"
+    } else {
+        b"\r\n\r\n"
+    });
 }
 
 /// Writes `buf` with `MSG_MORE`: the kernel holds it for the file that
@@ -350,7 +405,13 @@ fn end_head(head: &mut Vec<u8>, close: bool) {
 async fn send_more(stream: &TcpStream, mut buf: &[u8]) -> io::Result<()> {
     while !buf.is_empty() {
         stream.writable().await?;
-        match stream.try_io(Interest::WRITABLE, || Ok(rustix::net::send(stream, buf, rustix::net::SendFlags::MORE)?)) {
+        match stream.try_io(Interest::WRITABLE, || {
+            Ok(rustix::net::send(
+                stream,
+                buf,
+                rustix::net::SendFlags::MORE,
+            )?)
+        }) {
             Ok(n) => buf = &buf[n..],
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
             Err(e) => return Err(e),
@@ -369,7 +430,14 @@ async fn sendfile(stream: &TcpStream, sf: &Sendfile) -> io::Result<()> {
     let (mut offset, mut left) = (sf.offset, sf.len);
     while left > 0 {
         stream.writable().await?;
-        let r = stream.try_io(Interest::WRITABLE, || Ok(rustix::fs::sendfile(stream, &*sf.file, Some(&mut offset), left as usize)?));
+        let r = stream.try_io(Interest::WRITABLE, || {
+            Ok(rustix::fs::sendfile(
+                stream,
+                &*sf.file,
+                Some(&mut offset),
+                left as usize,
+            )?)
+        });
         match r {
             Ok(0) => return Err(shrank()),
             Ok(n) => {
@@ -386,7 +454,10 @@ async fn sendfile(stream: &TcpStream, sf: &Sendfile) -> io::Result<()> {
 }
 
 fn shrank() -> io::Error {
-    io::Error::new(io::ErrorKind::UnexpectedEof, "file shrank while it was sent")
+    io::Error::new(
+        io::ErrorKind::UnexpectedEof,
+        "file shrank while it was sent",
+    )
 }
 
 /// How long the sending thread sleeps in `poll` before looking whether
@@ -405,13 +476,21 @@ async fn sendfile_blocking(stream: &TcpStream, sf: &Sendfile) -> io::Result<()> 
     let sf = sf.clone();
     let job = tokio::task::spawn_blocking(move || -> io::Result<()> {
         let (mut offset, mut left) = (sf.offset, sf.len);
-        let timeout = rustix::event::Timespec { tv_sec: 0, tv_nsec: STOP_POLL.as_nanos() as _ };
+        let timeout = rustix::event::Timespec {
+            tv_sec: 0,
+            tv_nsec: STOP_POLL.as_nanos() as _,
+        };
         while left > 0 {
             if stopped.is_cancelled() {
                 return Err(io::Error::other("connection stopped"));
             }
             // At most 4 MiB a call, so progress reports come often enough.
-            match rustix::fs::sendfile(&sock, &*sf.file, Some(&mut offset), left.min(4 << 20) as usize) {
+            match rustix::fs::sendfile(
+                &sock,
+                &*sf.file,
+                Some(&mut offset),
+                left.min(4 << 20) as usize,
+            ) {
                 Ok(0) => return Err(shrank()),
                 Ok(n) => {
                     left -= n as u64;
@@ -420,7 +499,10 @@ async fn sendfile_blocking(stream: &TcpStream, sf: &Sendfile) -> io::Result<()> 
                     }
                 }
                 Err(rustix::io::Errno::AGAIN) => {
-                    let mut fds = [rustix::event::PollFd::new(&sock, rustix::event::PollFlags::OUT)];
+                    let mut fds = [rustix::event::PollFd::new(
+                        &sock,
+                        rustix::event::PollFlags::OUT,
+                    )];
                     match rustix::event::poll(&mut fds, Some(&timeout)) {
                         Ok(_) | Err(rustix::io::Errno::INTR) => {}
                         Err(e) => return Err(e.into()),
@@ -442,7 +524,11 @@ struct Prefixed {
 }
 
 impl AsyncRead for Prefixed {
-    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, out: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        out: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
         if !self.prefix.is_empty() {
             let n = self.prefix.len().min(out.remaining());
             out.put_slice(&self.prefix[..n]);
@@ -454,10 +540,18 @@ impl AsyncRead for Prefixed {
 }
 
 impl AsyncWrite for Prefixed {
-    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
         Pin::new(&mut self.io).poll_write(cx, buf)
     }
-    fn poll_write_vectored(mut self: Pin<&mut Self>, cx: &mut Context<'_>, bufs: &[io::IoSlice<'_>]) -> Poll<io::Result<usize>> {
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
         Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
     }
     fn is_write_vectored(&self) -> bool {
@@ -486,9 +580,20 @@ mod tests {
     fn a_boot_request_is_simple() {
         let b = b"GET /ipxe/k?x=1 HTTP/1.1\r\nHost: a\r\nUser-Agent: iPXE/1.21\r\n\r\nGET /next";
         let (req, len, close) = simple(b);
-        assert_eq!((req.method(), req.uri().path(), req.uri().query(), len, close), (&Method::GET, "/ipxe/k", Some("x=1"), 60, false));
+        assert_eq!(
+            (
+                req.method(),
+                req.uri().path(),
+                req.uri().query(),
+                len,
+                close
+            ),
+            (&Method::GET, "/ipxe/k", Some("x=1"), 60, false)
+        );
         assert_eq!(req.headers()["user-agent"], "iPXE/1.21");
-        let (req, _, close) = simple(b"HEAD / HTTP/1.1\r\nConnection: keep-alive, Close\r\nContent-Length: 0\r\n\r\n");
+        let (req, _, close) = simple(
+            b"HEAD / HTTP/1.1\r\nConnection: keep-alive, Close\r\nContent-Length: 0\r\n\r\n",
+        );
         assert_eq!((req.method(), close), (&Method::HEAD, true));
     }
 
@@ -496,7 +601,9 @@ mod tests {
     fn an_image_get_without_range_or_condition_is_whole() {
         let b = b"GET /images/k?x=1 HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\nGET /next";
         match parse(b) {
-            Head::Image { path, len, close } => assert_eq!((&b[path], len, close), (&b"/images/k?x=1"[..], 58, true)),
+            Head::Image { path, len, close } => {
+                assert_eq!((&b[path], len, close), (&b"/images/k?x=1"[..], 58, true))
+            }
             other => panic!("{other:?}"),
         }
         // With a range or a condition, or as HEAD, or asked not to: a request for the general path.
@@ -511,15 +618,27 @@ mod tests {
             simple(b);
         }
         // Other headers do not matter.
-        assert!(matches!(parse(b"GET /images/k HTTP/1.1\r\nX: y\r\nAccept: */*\r\n\r\n"), Head::Image { .. }));
-        assert!(matches!(parse_general(b"GET /images/k HTTP/1.1\r\n\r\n"), Head::Simple { .. }));
+        assert!(matches!(
+            parse(b"GET /images/k HTTP/1.1\r\nX: y\r\nAccept: */*\r\n\r\n"),
+            Head::Image { .. }
+        ));
+        assert!(matches!(
+            parse_general(b"GET /images/k HTTP/1.1\r\n\r\n"),
+            Head::Simple { .. }
+        ));
         // A value `HeaderValue` refuses goes to hyper on either path.
-        assert!(matches!(parse(b"GET /images/k HTTP/1.1\r\nX: a\x01b\r\n\r\n"), Head::Other));
+        assert!(matches!(
+            parse(b"GET /images/k HTTP/1.1\r\nX: a\x01b\r\n\r\n"),
+            Head::Other
+        ));
     }
 
     #[test]
     fn partial_heads_wait() {
-        assert!(matches!(parse(b"GET /boot.ipxe HTTP/1.1\r\nHost: a\r\n"), Head::Partial));
+        assert!(matches!(
+            parse(b"GET /boot.ipxe HTTP/1.1\r\nHost: a\r\n"),
+            Head::Partial
+        ));
         assert!(matches!(parse(b"GE"), Head::Partial));
     }
 
@@ -538,7 +657,11 @@ mod tests {
             b"GET /x HTTP/1.1\r\nBad Header: 1\r\n\r\n",
             b"\x16\x03\x01\x02\x00",
         ] {
-            assert!(matches!(parse(b), Head::Other), "{:?}", String::from_utf8_lossy(b));
+            assert!(
+                matches!(parse(b), Head::Other),
+                "{:?}",
+                String::from_utf8_lossy(b)
+            );
         }
     }
 

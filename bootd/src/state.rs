@@ -28,7 +28,9 @@ pub const REVOKED_FILE: &str = "revoked.json";
 
 pub fn load_revoked(state_dir: &Path) -> io::Result<BTreeSet<String>> {
     match std::fs::read(state_dir.join(REVOKED_FILE)) {
-        Ok(b) => serde_json::from_slice(&b).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("{REVOKED_FILE}: {e}"))),
+        Ok(b) => serde_json::from_slice(&b).map_err(|e| {
+            io::Error::new(io::ErrorKind::InvalidData, format!("{REVOKED_FILE}: {e}"))
+        }),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(BTreeSet::new()),
         Err(e) => Err(e),
     }
@@ -58,8 +60,16 @@ pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
     use std::os::unix::fs::OpenOptionsExt;
     let dir = path.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir)?;
-    let tmp = dir.join(format!(".{}.tmp", path.file_name().and_then(|f| f.to_str()).unwrap_or("file")));
-    let mut f = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(mode).open(&tmp)?;
+    let tmp = dir.join(format!(
+        ".{}.tmp",
+        path.file_name().and_then(|f| f.to_str()).unwrap_or("file")
+    ));
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(mode)
+        .open(&tmp)?;
     f.write_all(bytes)?;
     f.sync_all()?;
     drop(f);

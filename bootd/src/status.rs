@@ -79,7 +79,10 @@ fn page(title: &str, body: &str) -> String {
 }
 
 fn link(node: &str) -> String {
-    format!("/status/node/{}", utf8_percent_encode(node, NON_ALPHANUMERIC))
+    format!(
+        "/status/node/{}",
+        utf8_percent_encode(node, NON_ALPHANUMERIC)
+    )
 }
 
 fn event_text(e: &Event) -> String {
@@ -95,11 +98,26 @@ pub fn render_index(cluster: &str, rows: &[Summary], now_us: i64, dropped: u64) 
         "<table id=\"nodes\">\n<tr><th>Node</th><th>MAC</th><th>IP</th><th>Phase</th><th>Time in phase</th><th>Last event</th><th>Last error</th></tr>"
     );
     for s in rows {
-        let class = if s.last_error.is_some() { " class=\"err\"" } else { "" };
+        let class = if s.last_error.is_some() {
+            " class=\"err\""
+        } else {
+            ""
+        };
         let phase = s.phase.map(|p| p.as_str()).unwrap_or("waiting");
-        let since = s.phase_since_us.map(|t| human(now_us - t)).unwrap_or_else(|| "-".into());
-        let last = s.last_event.as_ref().map(|e| format!("{} {}", esc(&time_of(e.at_us)), esc(&event_text(e)))).unwrap_or_default();
-        let err = s.last_error.as_ref().map(|e| format!("<span class=\"err\">{}</span>", esc(&event_text(e)))).unwrap_or_default();
+        let since = s
+            .phase_since_us
+            .map(|t| human(now_us - t))
+            .unwrap_or_else(|| "-".into());
+        let last = s
+            .last_event
+            .as_ref()
+            .map(|e| format!("{} {}", esc(&time_of(e.at_us)), esc(&event_text(e))))
+            .unwrap_or_default();
+        let err = s
+            .last_error
+            .as_ref()
+            .map(|e| format!("<span class=\"err\">{}</span>", esc(&event_text(e))))
+            .unwrap_or_default();
         let _ = writeln!(
             b,
             "<tr{class} data-node=\"{n}\" data-phase=\"{phase}\"><td><a href=\"{href}\">{n}</a>{unk}</td><td>{mac}</td><td>{ip}</td><td>{phase}</td><td class=\"num\">{since}</td><td>{last}</td><td>{err}</td></tr>",
@@ -112,7 +130,10 @@ pub fn render_index(cluster: &str, rows: &[Summary], now_us: i64, dropped: u64) 
     }
     b.push_str("</table>\n");
     if dropped > 0 {
-        let _ = writeln!(b, "<p class=\"err\">{dropped} timeline events were dropped (recorder queue full).</p>");
+        let _ = writeln!(
+            b,
+            "<p class=\"err\">{dropped} timeline events were dropped (recorder queue full).</p>"
+        );
     }
     page(&format!("bootd status: {cluster}"), &b)
 }
@@ -121,7 +142,11 @@ fn phase_rows(b: &mut String, spans: &[Span], now_us: i64, last_is_current: bool
     let _ = writeln!(b, "<table id=\"phases\">\n<tr><th>#</th><th>Phase</th><th>Started</th><th>Duration</th><th>Error</th></tr>");
     for (i, s) in spans.iter().enumerate() {
         let current = last_is_current && i + 1 == spans.len();
-        let dur = if current { format!("{} (current)", human(now_us - s.start_us)) } else { human(s.end_us - s.start_us) };
+        let dur = if current {
+            format!("{} (current)", human(now_us - s.start_us))
+        } else {
+            human(s.end_us - s.start_us)
+        };
         let _ = writeln!(
             b,
             "<tr data-phase=\"{p}\"><td class=\"num\">{}</td><td>{p}</td><td>{}</td><td class=\"num\">{}</td><td class=\"err\">{}</td></tr>",
@@ -139,7 +164,11 @@ fn phase_rows(b: &mut String, spans: &[Span], now_us: i64, last_is_current: bool
 pub fn render_node(t: &Track, now_us: i64) -> String {
     let s = summary(t);
     let mut b = String::new();
-    let _ = writeln!(b, "<p><a href=\"/status\">&larr; all nodes</a></p>\n<h1>{}</h1>", esc(&t.key));
+    let _ = writeln!(
+        b,
+        "<p><a href=\"/status\">&larr; all nodes</a></p>\n<h1>{}</h1>",
+        esc(&t.key)
+    );
     let _ = writeln!(
         b,
         "<p>MAC {} &middot; IP {} &middot; boot attempt {} &middot; phase <b id=\"phase\">{}</b> &middot; phases {} &middot; total {}</p>",
@@ -151,7 +180,12 @@ pub fn render_node(t: &Track, now_us: i64) -> String {
         esc(&human(s.total_us)),
     );
     if let Some(e) = &s.last_error {
-        let _ = writeln!(b, "<p class=\"err\" id=\"last-error\">Last error: {} {}</p>", esc(&time_of(e.at_us)), esc(&event_text(e)));
+        let _ = writeln!(
+            b,
+            "<p class=\"err\" id=\"last-error\">Last error: {} {}</p>",
+            esc(&time_of(e.at_us)),
+            esc(&event_text(e))
+        );
     }
     b.push_str("<h2>Phases (current attempt)</h2>\n");
     phase_rows(&mut b, &s.phases, now_us, true);
@@ -216,37 +250,81 @@ pub fn timeline_json(app: &App, snap: &Snapshot, name: &str) -> Option<Value> {
 }
 
 fn html(status: StatusCode, body: String) -> Response<Body> {
-    let mut r = Response::new(Full::new(Bytes::from(body)).map_err(|never| match never {}).boxed());
+    let mut r = Response::new(
+        Full::new(Bytes::from(body))
+            .map_err(|never| match never {})
+            .boxed(),
+    );
     *r.status_mut() = status;
-    r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/html; charset=utf-8"));
-    r.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/html; charset=utf-8"),
+    );
+    r.headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     r
 }
 
 fn json_reply(status: StatusCode, v: &Value) -> Response<Body> {
     let mut body = serde_json::to_vec_pretty(v).unwrap_or_default();
     body.push(b'\n');
-    let mut r = Response::new(Full::new(Bytes::from(body)).map_err(|never| match never {}).boxed());
+    let mut r = Response::new(
+        Full::new(Bytes::from(body))
+            .map_err(|never| match never {})
+            .boxed(),
+    );
     *r.status_mut() = status;
-    r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    r.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    r.headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     r
 }
 
 /// The status routes (`path` starts with `/status`).
-pub fn route(app: &Arc<App>, snap: &Snapshot, path: &str, _q: Option<&str>) -> (&'static str, Response<Body>) {
+pub fn route(
+    app: &Arc<App>,
+    snap: &Snapshot,
+    path: &str,
+    _q: Option<&str>,
+) -> (&'static str, Response<Body>) {
     let now = crate::timeline::now_us();
     let rest = path.trim_start_matches("/status").trim_start_matches('/');
     if rest.is_empty() {
         let rows = app.timeline.summaries(&snap.site);
-        return ("status", html(StatusCode::OK, render_index(&snap.site.cluster.domain(), &rows, now, app.timeline.dropped.get())));
+        return (
+            "status",
+            html(
+                StatusCode::OK,
+                render_index(
+                    &snap.site.cluster.domain(),
+                    &rows,
+                    now,
+                    app.timeline.dropped.get(),
+                ),
+            ),
+        );
     }
     if rest == "timeline.json" {
         let rows = app.timeline.summaries(&snap.site);
-        return ("status", json_reply(StatusCode::OK, &json!({ "nodes": rows })));
+        return (
+            "status",
+            json_reply(StatusCode::OK, &json!({ "nodes": rows })),
+        );
     }
     let Some(node) = rest.strip_prefix("node/") else {
-        return ("status", html(StatusCode::NOT_FOUND, page("not found", "<p>No such page. <a href=\"/status\">All nodes</a></p>")));
+        return (
+            "status",
+            html(
+                StatusCode::NOT_FOUND,
+                page(
+                    "not found",
+                    "<p>No such page. <a href=\"/status\">All nodes</a></p>",
+                ),
+            ),
+        );
     };
     let (raw, as_json) = match node.strip_suffix("/timeline.json") {
         Some(n) => (n, true),
@@ -255,12 +333,19 @@ pub fn route(app: &Arc<App>, snap: &Snapshot, path: &str, _q: Option<&str>) -> (
     let name = percent_decode_str(raw).decode_utf8_lossy().into_owned();
     match (timeline_json(app, snap, &name), as_json) {
         (Some(v), true) => ("status", json_reply(StatusCode::OK, &v)),
-        (None, true) => ("status", json_reply(StatusCode::NOT_FOUND, &json!({ "error": "no such node" }))),
+        (None, true) => (
+            "status",
+            json_reply(StatusCode::NOT_FOUND, &json!({ "error": "no such node" })),
+        ),
         (Some(_), false) => {
             let t = app.timeline.track(&name).unwrap_or_else(|| Track {
                 key: name.clone(),
                 site_node: true,
-                mac: snap.site.node(&name).and_then(|n| n.macs.first()).map(|m| m.to_string()),
+                mac: snap
+                    .site
+                    .node(&name)
+                    .and_then(|n| n.macs.first())
+                    .map(|m| m.to_string()),
                 ip: snap.site.node(&name).map(|n| std::net::IpAddr::V4(n.ip)),
                 attempt: 1,
                 events: Default::default(),
@@ -270,7 +355,16 @@ pub fn route(app: &Arc<App>, snap: &Snapshot, path: &str, _q: Option<&str>) -> (
         }
         (None, false) => (
             "status",
-            html(StatusCode::NOT_FOUND, page("no such node", &format!("<p>No node {}. <a href=\"/status\">All nodes</a></p>", esc(&name)))),
+            html(
+                StatusCode::NOT_FOUND,
+                page(
+                    "no such node",
+                    &format!(
+                        "<p>No node {}. <a href=\"/status\">All nodes</a></p>",
+                        esc(&name)
+                    ),
+                ),
+            ),
         ),
     }
 }
@@ -281,12 +375,18 @@ mod tests {
     use crate::timeline::{Book, Phase, Raw, Subject};
 
     fn lab() -> site::Site {
-        site::load(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/lab/site.yaml")).unwrap()
+        site::load(
+            &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/lab/site.yaml"),
+        )
+        .unwrap()
     }
 
     #[test]
     fn escaping_and_durations() {
-        assert_eq!(esc("<a href=\"x\">&'</a>"), "&lt;a href=&quot;x&quot;&gt;&amp;&#39;&lt;/a&gt;");
+        assert_eq!(
+            esc("<a href=\"x\">&'</a>"),
+            "&lt;a href=&quot;x&quot;&gt;&amp;&#39;&lt;/a&gt;"
+        );
         assert_eq!(esc("a\u{1b}[31mb"), "a\u{fffd}[31mb");
         assert_eq!(human(850_000), "850 ms");
         assert_eq!(human(12_340_000), "12.3 s");
@@ -300,8 +400,20 @@ mod tests {
         let mut book = Book::default();
         let evil = "<script>alert(1)</script>";
         let m: site::Mac = "52:54:00:99:00:02".parse().unwrap();
-        book.add(&site, Raw::new(Subject::mac(m), Phase::Dhcp, "ignored", format!("hostname {evil}")).error());
-        book.add(&site, Raw::new(Subject::node("worker-0"), Phase::Script, "served", evil));
+        book.add(
+            &site,
+            Raw::new(
+                Subject::mac(m),
+                Phase::Dhcp,
+                "ignored",
+                format!("hostname {evil}"),
+            )
+            .error(),
+        );
+        book.add(
+            &site,
+            Raw::new(Subject::node("worker-0"), Phase::Script, "served", evil),
+        );
         let now = crate::timeline::now_us();
         let mut rows: Vec<Summary> = book.tracks.values().map(summary).collect();
         rows.sort_by(|a, b| a.node.cmp(&b.node));
@@ -309,7 +421,10 @@ mod tests {
         assert!(!index.contains("<script>"), "{index}");
         assert!(index.contains("&lt;script&gt;alert(1)&lt;/script&gt;"));
         assert!(index.contains("<meta http-equiv=\"refresh\""));
-        assert!(index.contains("href=\"/status/node/mac%2052%3A54%3A00%3A99%3A00%3A02\""), "{index}");
+        assert!(
+            index.contains("href=\"/status/node/mac%2052%3A54%3A00%3A99%3A00%3A02\""),
+            "{index}"
+        );
         assert!(index.contains("data-node=\"worker-0\" data-phase=\"script\""));
         let node = render_node(&book.tracks["mac 52:54:00:99:00:02"], now);
         assert!(!node.contains("<script>"));

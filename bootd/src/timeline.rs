@@ -84,13 +84,19 @@ impl Phase {
 pub fn rfc3339(ms: i64) -> String {
     time::OffsetDateTime::from_unix_timestamp_nanos(ms as i128 * 1_000_000)
         .ok()
-        .and_then(|t| t.format(&time::format_description::well_known::Rfc3339).ok())
+        .and_then(|t| {
+            t.format(&time::format_description::well_known::Rfc3339)
+                .ok()
+        })
         .unwrap_or_default()
 }
 
 /// Unix microseconds.
 pub fn now_us() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_micros() as i64).unwrap_or(0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_micros() as i64)
+        .unwrap_or(0)
 }
 
 /// One thing that happened to a node.
@@ -148,13 +154,22 @@ pub struct Subject {
 
 impl Subject {
     pub fn node(name: &str) -> Subject {
-        Subject { node: Some(name.to_string()), ..Default::default() }
+        Subject {
+            node: Some(name.to_string()),
+            ..Default::default()
+        }
     }
     pub fn ip(ip: IpAddr) -> Subject {
-        Subject { ip: Some(ip), ..Default::default() }
+        Subject {
+            ip: Some(ip),
+            ..Default::default()
+        }
     }
     pub fn mac(mac: Mac) -> Subject {
-        Subject { mac: Some(mac), ..Default::default() }
+        Subject {
+            mac: Some(mac),
+            ..Default::default()
+        }
     }
     pub fn with_ip(mut self, ip: IpAddr) -> Subject {
         self.ip = Some(ip);
@@ -180,7 +195,12 @@ pub struct Raw {
 }
 
 impl Raw {
-    pub fn new(subject: Subject, phase: Phase, what: &'static str, detail: impl Into<String>) -> Raw {
+    pub fn new(
+        subject: Subject,
+        phase: Phase,
+        what: &'static str,
+        detail: impl Into<String>,
+    ) -> Raw {
         Raw {
             subject,
             at_us: now_us(),
@@ -267,11 +287,16 @@ pub struct Track {
 impl Track {
     /// The events of the current boot attempt.
     pub fn current(&self) -> Vec<&Event> {
-        self.events.iter().filter(|e| e.attempt == self.attempt).collect()
+        self.events
+            .iter()
+            .filter(|e| e.attempt == self.attempt)
+            .collect()
     }
 
     fn phase_starts(&mut self) -> PhaseStarts {
-        *self.starts.get_or_insert_with(|| PhaseStarts::of(&self.events, self.attempt))
+        *self
+            .starts
+            .get_or_insert_with(|| PhaseStarts::of(&self.events, self.attempt))
     }
 
     /// Keeps `starts` right after `old`, the oldest event, was dropped. If
@@ -287,9 +312,15 @@ impl Track {
             self.starts = None;
             return;
         };
-        match self.events.iter().find(|e| e.attempt == self.attempt && e.phase == old.phase) {
+        match self
+            .events
+            .iter()
+            .find(|e| e.attempt == self.attempt && e.phase == old.phase)
+        {
             None => c.remove(i),
-            Some(next) if i + 1 == c.len || next.start_us() < c.seen[i + 1].1 => c.seen[i].1 = next.start_us(),
+            Some(next) if i + 1 == c.len || next.start_us() < c.seen[i + 1].1 => {
+                c.seen[i].1 = next.start_us()
+            }
             Some(_) => self.starts = None,
         }
     }
@@ -317,7 +348,11 @@ impl Book {
 
     /// As [`Book::add`], and also the site node the event was joined to
     /// (`None`: an unknown client).
-    pub fn add_joined(&mut self, site: &Site, raw: Raw) -> (Option<String>, Option<(Phase, Duration)>) {
+    pub fn add_joined(
+        &mut self,
+        site: &Site,
+        raw: Raw,
+    ) -> (Option<String>, Option<(Phase, Duration)>) {
         if let Some((ip, mac)) = raw.binds {
             if self.learned.len() < 65536 || self.learned.contains_key(&ip) {
                 self.learned.insert(ip, mac);
@@ -332,7 +367,9 @@ impl Book {
         let t = self.tracks.entry(key.clone()).or_insert_with(|| Track {
             key,
             site_node,
-            mac: site_node_of.and_then(|n| n.macs.first()).map(|m| m.to_string()),
+            mac: site_node_of
+                .and_then(|n| n.macs.first())
+                .map(|m| m.to_string()),
             ip: site_node_of.map(|n| IpAddr::V4(n.ip)),
             attempt: 1,
             events: VecDeque::new(),
@@ -352,7 +389,11 @@ impl Book {
             }
         }
         let before = t.phase_starts();
-        if raw.phase == Phase::Dhcp && raw.what == "discover" && raw.firmware && before.iter().any(|&(p, _)| p >= Phase::Kernel) {
+        if raw.phase == Phase::Dhcp
+            && raw.what == "discover"
+            && raw.firmware
+            && before.iter().any(|&(p, _)| p >= Phase::Kernel)
+        {
             t.attempt += 1;
             t.starts = None;
         }
@@ -369,7 +410,12 @@ impl Book {
             attempt: t.attempt,
         };
         // Keep time order (lbd's events carry lbd's own, earlier, times).
-        let pos = t.events.iter().rposition(|e| e.start_us() <= ev.start_us()).map(|p| p + 1).unwrap_or(0);
+        let pos = t
+            .events
+            .iter()
+            .rposition(|e| e.start_us() <= ev.start_us())
+            .map(|p| p + 1)
+            .unwrap_or(0);
         let (phase, start) = (ev.phase, ev.start_us());
         let at_end = pos == t.events.len();
         t.events.insert(pos, ev);
@@ -390,7 +436,13 @@ impl Book {
             let (phase, start) = after[after.len() - 2];
             let (_, next_start) = after[after.len() - 1];
             if phase == before[before.len() - 1].0 {
-                return (joined, Some((phase, Duration::from_micros((next_start - start).max(0) as u64))));
+                return (
+                    joined,
+                    Some((
+                        phase,
+                        Duration::from_micros((next_start - start).max(0) as u64),
+                    )),
+                );
             }
         }
         (joined, None)
@@ -447,7 +499,10 @@ const PHASES: usize = Phase::Api as usize + 1;
 
 impl PhaseStarts {
     fn of(events: &VecDeque<Event>, attempt: u32) -> PhaseStarts {
-        let mut p = PhaseStarts { seen: [(Phase::Dhcp, 0); PHASES], len: 0 };
+        let mut p = PhaseStarts {
+            seen: [(Phase::Dhcp, 0); PHASES],
+            len: 0,
+        };
         for e in events.iter().filter(|e| e.attempt == attempt) {
             p.note(e.phase, e.start_us());
         }
@@ -498,7 +553,11 @@ pub fn spans(events: &[&Event]) -> Vec<Span> {
     let last_at = events.iter().map(|e| e.at_us).max().unwrap_or(0);
     let n = out.len();
     for i in 0..n {
-        out[i].end_us = if i + 1 < n { out[i + 1].start_us } else { last_at.max(out[i].start_us) };
+        out[i].end_us = if i + 1 < n {
+            out[i + 1].start_us
+        } else {
+            last_at.max(out[i].start_us)
+        };
     }
     out
 }
@@ -578,7 +637,13 @@ impl Recorder {
     pub fn new(capacity: usize, dropped: Counter) -> Recorder {
         let (tx, rx) = mpsc::channel(capacity);
         let (feed, _) = broadcast::channel(FEED_CAPACITY);
-        Recorder { tx, rx: Mutex::new(Some(rx)), dropped, book: Default::default(), feed }
+        Recorder {
+            tx,
+            rx: Mutex::new(Some(rx)),
+            dropped,
+            book: Default::default(),
+            feed,
+        }
     }
 
     /// Every event the writer joins to a site node from now on, in the
@@ -623,7 +688,11 @@ impl Recorder {
                 }),
             })
             .collect();
-        let mut others: Vec<&Track> = book.tracks.values().filter(|t| site.node(&t.key).is_none()).collect();
+        let mut others: Vec<&Track> = book
+            .tracks
+            .values()
+            .filter(|t| site.node(&t.key).is_none())
+            .collect();
         others.sort_by(|a, b| a.key.cmp(&b.key));
         out.extend(others.into_iter().map(summary));
         out
@@ -631,7 +700,12 @@ impl Recorder {
 
     /// One node's timeline (every attempt kept), by key.
     pub fn track(&self, key: &str) -> Option<Track> {
-        self.book.lock().unwrap_or_else(|p| p.into_inner()).tracks.get(key).cloned()
+        self.book
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .tracks
+            .get(key)
+            .cloned()
     }
 }
 
@@ -662,7 +736,14 @@ pub async fn writer(
                 let (node, c) = book.add_joined(&snap.site, raw);
                 closed.extend(c);
                 if let (Some(node), Some(detail)) = (node, detail) {
-                    joined.push(Arc::new(NodeEvent { node, at_us, phase, what, error, detail }));
+                    joined.push(Arc::new(NodeEvent {
+                        node,
+                        at_us,
+                        phase,
+                        what,
+                        error,
+                        detail,
+                    }));
                 }
             }
         }
@@ -671,7 +752,11 @@ pub async fn writer(
             let _ = recorder.feed.send(ev);
         }
         for (phase, d) in closed {
-            phase_seconds.get_or_create(&crate::metrics::PhaseLabel { phase: phase.as_str() }).observe(d.as_secs_f64());
+            phase_seconds
+                .get_or_create(&crate::metrics::PhaseLabel {
+                    phase: phase.as_str(),
+                })
+                .observe(d.as_secs_f64());
         }
         tokio::select! {
             _ = shutdown.cancelled() => return,
@@ -694,7 +779,10 @@ mod tests {
     use super::*;
 
     fn lab() -> Site {
-        site::load(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/lab/site.yaml")).unwrap()
+        site::load(
+            &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/lab/site.yaml"),
+        )
+        .unwrap()
     }
     fn mac(s: &str) -> Mac {
         s.parse().unwrap()
@@ -710,22 +798,50 @@ mod tests {
     fn join_by_name_mac_ip_and_learned_lease() {
         let site = lab();
         let mut learned = HashMap::new();
-        assert_eq!(join(&site, &learned, &Subject::node("master-0")), ("master-0".into(), true));
-        assert_eq!(join(&site, &learned, &Subject::mac(mac("52:54:00:77:00:10"))), ("bootstrap".into(), true));
-        assert_eq!(join(&site, &learned, &Subject::ip(ip("10.77.0.20"))), ("worker-0".into(), true));
+        assert_eq!(
+            join(&site, &learned, &Subject::node("master-0")),
+            ("master-0".into(), true)
+        );
+        assert_eq!(
+            join(&site, &learned, &Subject::mac(mac("52:54:00:77:00:10"))),
+            ("bootstrap".into(), true)
+        );
+        assert_eq!(
+            join(&site, &learned, &Subject::ip(ip("10.77.0.20"))),
+            ("worker-0".into(), true)
+        );
         // An unknown MAC, and an address DHCP gave it.
         let stray = mac("52:54:00:99:99:99");
-        assert_eq!(join(&site, &learned, &Subject::mac(stray)), ("mac 52:54:00:99:99:99".into(), false));
-        assert_eq!(join(&site, &learned, &Subject::ip(ip("10.77.0.99"))), ("ip 10.77.0.99".into(), false));
+        assert_eq!(
+            join(&site, &learned, &Subject::mac(stray)),
+            ("mac 52:54:00:99:99:99".into(), false)
+        );
+        assert_eq!(
+            join(&site, &learned, &Subject::ip(ip("10.77.0.99"))),
+            ("ip 10.77.0.99".into(), false)
+        );
         learned.insert(ip("10.77.0.99"), stray);
-        assert_eq!(join(&site, &learned, &Subject::ip(ip("10.77.0.99"))), ("mac 52:54:00:99:99:99".into(), false));
+        assert_eq!(
+            join(&site, &learned, &Subject::ip(ip("10.77.0.99"))),
+            ("mac 52:54:00:99:99:99".into(), false)
+        );
         // A node address learned from DHCP (a pool address) joins to the node.
         learned.insert(ip("10.77.0.150"), mac("52:54:00:77:00:11"));
-        assert_eq!(join(&site, &learned, &Subject::ip(ip("10.77.0.150"))), ("master-0".into(), true));
+        assert_eq!(
+            join(&site, &learned, &Subject::ip(ip("10.77.0.150"))),
+            ("master-0".into(), true)
+        );
         // An unknown name from a client falls back to its address.
-        let s = Subject { node: Some("nope".into()), ip: Some(ip("10.77.0.13")), mac: None };
+        let s = Subject {
+            node: Some("nope".into()),
+            ip: Some(ip("10.77.0.13")),
+            mac: None,
+        };
         assert_eq!(join(&site, &learned, &s), ("master-2".into(), true));
-        assert_eq!(join(&site, &learned, &Subject::node("<script>")), ("unknown".into(), false));
+        assert_eq!(
+            join(&site, &learned, &Subject::node("<script>")),
+            ("unknown".into(), false)
+        );
     }
 
     #[test]
@@ -746,7 +862,12 @@ mod tests {
             (Subject::ip(node_ip), Phase::Initramfs, "done", 2900),
             // The guest OS asks DHCP again: no new phase, no new attempt.
             (Subject::mac(m), Phase::Dhcp, "ack", 5000),
-            (Subject::node("bootstrap").with_ip(node_ip), Phase::Ignition, "served", 6000),
+            (
+                Subject::node("bootstrap").with_ip(node_ip),
+                Phase::Ignition,
+                "served",
+                6000,
+            ),
         ];
         for (s, p, w, at) in steps {
             if let Some(c) = book.add(&site, ev(s, p, w, at)) {
@@ -756,7 +877,16 @@ mod tests {
         let t = &book.tracks["bootstrap"];
         let sum = summary(t);
         let phases: Vec<Phase> = sum.phases.iter().map(|s| s.phase).collect();
-        assert_eq!(phases, [Phase::Dhcp, Phase::Script, Phase::Kernel, Phase::Initramfs, Phase::Ignition]);
+        assert_eq!(
+            phases,
+            [
+                Phase::Dhcp,
+                Phase::Script,
+                Phase::Kernel,
+                Phase::Initramfs,
+                Phase::Ignition
+            ]
+        );
         assert!(sum.in_order);
         assert_eq!(sum.phase, Some(Phase::Ignition));
         let secs: Vec<f64> = sum.phases.iter().map(Span::seconds).collect();
@@ -784,13 +914,45 @@ mod tests {
         let m = mac("52:54:00:77:00:20");
         book.add(&site, ev(Subject::mac(m), Phase::Dhcp, "ack", 1000));
         // A TFTP transfer reported when it ended, 2 s after it started.
-        book.add(&site, ev(Subject::ip(ip("10.77.0.20")), Phase::Tftp, "served", 3500).took(Duration::from_secs(2)));
+        book.add(
+            &site,
+            ev(Subject::ip(ip("10.77.0.20")), Phase::Tftp, "served", 3500)
+                .took(Duration::from_secs(2)),
+        );
         // lbd's event arrives late but happened earlier than the next one.
-        book.add(&site, ev(Subject::ip(ip("10.77.0.20")), Phase::Api, "backend_up", 9000));
-        book.add(&site, ev(Subject::ip(ip("10.77.0.20")), Phase::MachineConfig, "first_connection", 8000));
+        book.add(
+            &site,
+            ev(
+                Subject::ip(ip("10.77.0.20")),
+                Phase::Api,
+                "backend_up",
+                9000,
+            ),
+        );
+        book.add(
+            &site,
+            ev(
+                Subject::ip(ip("10.77.0.20")),
+                Phase::MachineConfig,
+                "first_connection",
+                8000,
+            ),
+        );
         let sum = summary(&book.tracks["worker-0"]);
-        let got: Vec<(Phase, i64)> = sum.phases.iter().map(|s| (s.phase, s.start_us / 1000)).collect();
-        assert_eq!(got, [(Phase::Dhcp, 1000), (Phase::Tftp, 1500), (Phase::MachineConfig, 8000), (Phase::Api, 9000)]);
+        let got: Vec<(Phase, i64)> = sum
+            .phases
+            .iter()
+            .map(|s| (s.phase, s.start_us / 1000))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (Phase::Dhcp, 1000),
+                (Phase::Tftp, 1500),
+                (Phase::MachineConfig, 8000),
+                (Phase::Api, 9000)
+            ]
+        );
         assert!(sum.in_order);
     }
 
@@ -812,7 +974,11 @@ mod tests {
         let s = summary(&book.tracks["master-0"]);
         assert_eq!(s.attempt, 2);
         assert_eq!(s.phases.len(), 1);
-        assert_eq!(book.tracks["master-0"].events.len(), 4, "older attempts are kept");
+        assert_eq!(
+            book.tracks["master-0"].events.len(),
+            4,
+            "older attempts are kept"
+        );
     }
 
     #[test]
@@ -820,17 +986,29 @@ mod tests {
         let site = lab();
         let mut book = Book::default();
         let stray = mac("52:54:00:99:00:01");
-        book.add(&site, ev(Subject::mac(stray), Phase::Dhcp, "ignored", 10).error());
+        book.add(
+            &site,
+            ev(Subject::mac(stray), Phase::Dhcp, "ignored", 10).error(),
+        );
         let s = summary(&book.tracks["mac 52:54:00:99:00:01"]);
         assert_eq!(s.phase, Some(Phase::Dhcp));
         assert!(s.last_error.unwrap().detail.contains("ignored"));
         assert!(!s.site_node);
         book.add(
             &site,
-            Raw::new(Subject::node("worker-1").with_ip(ip("10.77.0.21")), Phase::Ignition, "denied", "denied: token_invalid").error(),
+            Raw::new(
+                Subject::node("worker-1").with_ip(ip("10.77.0.21")),
+                Phase::Ignition,
+                "denied",
+                "denied: token_invalid",
+            )
+            .error(),
         );
         let s = summary(&book.tracks["worker-1"]);
-        assert_eq!(s.phases[0].last_error.as_deref(), Some("denied: token_invalid"));
+        assert_eq!(
+            s.phases[0].last_error.as_deref(),
+            Some("denied: token_invalid")
+        );
     }
 
     #[test]
@@ -838,15 +1016,24 @@ mod tests {
         let site = lab();
         let mut book = Book::default();
         for i in 0..(EVENTS_PER_NODE + 50) {
-            book.add(&site, ev(Subject::node("worker-0"), Phase::Dhcp, "discover", i as i64));
+            book.add(
+                &site,
+                ev(Subject::node("worker-0"), Phase::Dhcp, "discover", i as i64),
+            );
         }
         assert_eq!(book.tracks["worker-0"].events.len(), EVENTS_PER_NODE);
         for i in 0..(UNKNOWN_CLIENTS + 10) {
             let m = Mac([2, 0, 0, 0, (i >> 8) as u8, i as u8]);
             book.add(&site, ev(Subject::mac(m), Phase::Dhcp, "ignored", i as i64));
         }
-        assert_eq!(book.tracks.values().filter(|t| !t.site_node).count(), UNKNOWN_CLIENTS);
-        assert!(book.tracks.contains_key("worker-0"), "site nodes are never evicted");
+        assert_eq!(
+            book.tracks.values().filter(|t| !t.site_node).count(),
+            UNKNOWN_CLIENTS
+        );
+        assert!(
+            book.tracks.contains_key("worker-0"),
+            "site nodes are never evicted"
+        );
     }
 
     /// The phases `Book::add` keeps up to date event by event are always
@@ -856,7 +1043,14 @@ mod tests {
     fn kept_phase_starts_match_a_fresh_count() {
         let site = lab();
         let mut book = Book::default();
-        let phases = [Phase::Dhcp, Phase::Tftp, Phase::Script, Phase::Kernel, Phase::Initramfs, Phase::Ignition];
+        let phases = [
+            Phase::Dhcp,
+            Phase::Tftp,
+            Phase::Script,
+            Phase::Kernel,
+            Phase::Initramfs,
+            Phase::Ignition,
+        ];
         let mut x: u64 = 0x2545_f491_4f6c_dd1d;
         let mut next = |n: u64| {
             x ^= x << 13;
@@ -870,8 +1064,21 @@ mod tests {
             at += next(20) as i64;
             let phase = phases[next(phases.len() as u64) as usize];
             // Mostly in order; now and then an event from the past.
-            let when = if next(10) == 0 { at - next(200) as i64 } else { at };
-            let mut raw = ev(Subject::node("worker-0"), phase, if phase == Phase::Dhcp { "discover" } else { "x" }, when);
+            let when = if next(10) == 0 {
+                at - next(200) as i64
+            } else {
+                at
+            };
+            let mut raw = ev(
+                Subject::node("worker-0"),
+                phase,
+                if phase == Phase::Dhcp {
+                    "discover"
+                } else {
+                    "x"
+                },
+                when,
+            );
             raw.firmware = phase == Phase::Dhcp && next(4) == 0;
             book.add(&site, raw);
             let t = book.tracks.get_mut("worker-0").unwrap();
@@ -881,7 +1088,10 @@ mod tests {
                 assert_eq!(k.as_slice(), fresh.as_slice());
                 kept_count += 1;
             }
-            let spans: Vec<(Phase, i64)> = spans(&t.current()).iter().map(|s| (s.phase, s.start_us)).collect();
+            let spans: Vec<(Phase, i64)> = spans(&t.current())
+                .iter()
+                .map(|s| (s.phase, s.start_us))
+                .collect();
             assert_eq!(fresh.as_slice(), &spans[..]);
         }
         assert_eq!(book.tracks["worker-0"].events.len(), EVENTS_PER_NODE);
@@ -895,7 +1105,10 @@ mod tests {
             redact("GET /ignition/bootstrap?token=abc.def&x=1 then token=zzz"),
             "GET /ignition/bootstrap?token=REDACTED&x=1 then token=REDACTED"
         );
-        assert_eq!(redact("{\"source\":\"http://h/ignition/n?token=s3cr3t\"}"), "{\"source\":\"http://h/ignition/n?token=REDACTED\"}");
+        assert_eq!(
+            redact("{\"source\":\"http://h/ignition/n?token=s3cr3t\"}"),
+            "{\"source\":\"http://h/ignition/n?token=REDACTED\"}"
+        );
         assert_eq!(redact("nothing here"), "nothing here");
     }
 
@@ -903,7 +1116,12 @@ mod tests {
     fn a_full_channel_drops_and_counts() {
         let r = Recorder::new(2, Counter::default());
         for _ in 0..5 {
-            r.record(Raw::new(Subject::node("x"), Phase::Dhcp, "discover", "token=1"));
+            r.record(Raw::new(
+                Subject::node("x"),
+                Phase::Dhcp,
+                "discover",
+                "token=1",
+            ));
         }
         assert_eq!(r.dropped.get(), 3);
         let mut rx = r.take_receiver().unwrap();

@@ -8,7 +8,10 @@
 //!
 //! TLS 1.2 with ECDHE + AES-GCM stays enabled beside 1.3: iPXE has no 1.3.
 
-use rcgen::{BasicConstraints, CertificateParams, DistinguishedName, DnType, IsCa, KeyPair, KeyUsagePurpose, SanType};
+use rcgen::{
+    BasicConstraints, CertificateParams, DistinguishedName, DnType, IsCa, KeyPair, KeyUsagePurpose,
+    SanType,
+};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use std::io;
 use std::net::IpAddr;
@@ -37,7 +40,10 @@ impl std::fmt::Debug for Tls {
 }
 
 fn io_err(path: &Path) -> impl FnOnce(io::Error) -> TlsError + '_ {
-    move |source| TlsError::Io { path: path.display().to_string(), source }
+    move |source| TlsError::Io {
+        path: path.display().to_string(),
+        source,
+    }
 }
 
 fn validity(p: &mut CertificateParams, days: i64) {
@@ -54,7 +60,11 @@ fn ca_params() -> CertificateParams {
     dn.push(DnType::OrganizationName, "bootd");
     p.distinguished_name = dn;
     p.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
-    p.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
+    p.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::CrlSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
     validity(&mut p, 3650);
     p
 }
@@ -64,7 +74,10 @@ fn ca_params() -> CertificateParams {
 fn load_or_create_ca(state_dir: &Path) -> Result<(String, rcgen::Certificate, KeyPair), TlsError> {
     let cert_path = state_dir.join("ca.pem");
     let key_path = state_dir.join("ca.key");
-    match (std::fs::read_to_string(&cert_path), std::fs::read_to_string(&key_path)) {
+    match (
+        std::fs::read_to_string(&cert_path),
+        std::fs::read_to_string(&key_path),
+    ) {
         (Ok(pem), Ok(key_pem)) => {
             let key = KeyPair::from_pem(&key_pem)?;
             // Re-create a signer with the stored CA's name and key: what it
@@ -78,8 +91,10 @@ fn load_or_create_ca(state_dir: &Path) -> Result<(String, rcgen::Certificate, Ke
             let key = KeyPair::generate()?;
             let cert = ca_params().self_signed(&key)?;
             let pem = cert.pem();
-            crate::state::write_private(&key_path, key.serialize_pem().as_bytes()).map_err(io_err(&key_path))?;
-            crate::state::write_atomic(&cert_path, pem.as_bytes(), 0o644).map_err(io_err(&cert_path))?;
+            crate::state::write_private(&key_path, key.serialize_pem().as_bytes())
+                .map_err(io_err(&key_path))?;
+            crate::state::write_atomic(&cert_path, pem.as_bytes(), 0o644)
+                .map_err(io_err(&cert_path))?;
             Ok((pem, cert, key))
         }
     }
@@ -91,14 +106,21 @@ pub fn load_or_create(state_dir: &Path, hosts: &[String]) -> Result<Tls, TlsErro
     let (ca_pem, ca, ca_key) = load_or_create_ca(state_dir)?;
     let mut params = CertificateParams::default();
     let mut dn = DistinguishedName::new();
-    dn.push(DnType::CommonName, hosts.first().map(String::as_str).unwrap_or("bootd"));
+    dn.push(
+        DnType::CommonName,
+        hosts.first().map(String::as_str).unwrap_or("bootd"),
+    );
     params.distinguished_name = dn;
     params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
     params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ServerAuth];
     validity(&mut params, 365);
     let mut sans: Vec<SanType> = Vec::new();
     let mut all: Vec<String> = hosts.to_vec();
-    all.extend(["localhost".to_string(), "127.0.0.1".to_string(), "::1".to_string()]);
+    all.extend([
+        "localhost".to_string(),
+        "127.0.0.1".to_string(),
+        "::1".to_string(),
+    ]);
     all.sort();
     all.dedup();
     for h in &all {
@@ -113,8 +135,10 @@ pub fn load_or_create(state_dir: &Path, hosts: &[String]) -> Result<Tls, TlsErro
     let server_pem = format!("{}{}", cert.pem(), ca_pem);
     let cert_path = state_dir.join("server.pem");
     let key_path = state_dir.join("server.key");
-    crate::state::write_atomic(&cert_path, server_pem.as_bytes(), 0o644).map_err(io_err(&cert_path))?;
-    crate::state::write_private(&key_path, key.serialize_pem().as_bytes()).map_err(io_err(&key_path))?;
+    crate::state::write_atomic(&cert_path, server_pem.as_bytes(), 0o644)
+        .map_err(io_err(&cert_path))?;
+    crate::state::write_private(&key_path, key.serialize_pem().as_bytes())
+        .map_err(io_err(&key_path))?;
 
     // The leaf alone: clients hold the CA (ca.pem), and the re-created
     // signer is not byte-identical to it.
@@ -126,5 +150,8 @@ pub fn load_or_create(state_dir: &Path, hosts: &[String]) -> Result<Tls, TlsErro
         .with_no_client_auth()
         .with_single_cert(chain, key_der)?;
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Ok(Tls { ca_pem, server_config: Arc::new(config) })
+    Ok(Tls {
+        ca_pem,
+        server_config: Arc::new(config),
+    })
 }

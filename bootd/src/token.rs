@@ -39,7 +39,12 @@ impl TokenKey {
                 k.copy_from_slice(&b);
                 return Ok(TokenKey(k));
             }
-            Ok(_) => return Err(io::Error::new(io::ErrorKind::InvalidData, format!("{}: not a 32-byte key", path.display()))),
+            Ok(_) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("{}: not a 32-byte key", path.display()),
+                ))
+            }
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
             Err(e) => return Err(e),
         }
@@ -63,7 +68,10 @@ impl TokenKey {
     }
 
     pub fn issue(&self, node: &str, now: SystemTime, ttl: Duration) -> String {
-        let expiry = (now + ttl).duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+        let expiry = (now + ttl)
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
         let tag = self.tag(node, expiry).finalize().into_bytes();
         format!("{expiry}.{}", URL_SAFE_NO_PAD.encode(&tag[..TAG_LEN]))
     }
@@ -71,13 +79,20 @@ impl TokenKey {
     pub fn verify(&self, node: &str, token: &str, now: SystemTime) -> Result<(), Deny> {
         let (exp, tag) = token.split_once('.').ok_or(Deny::TokenInvalid)?;
         let expiry: u64 = exp.parse().map_err(|_| Deny::TokenInvalid)?;
-        let tag = URL_SAFE_NO_PAD.decode(tag).map_err(|_| Deny::TokenInvalid)?;
+        let tag = URL_SAFE_NO_PAD
+            .decode(tag)
+            .map_err(|_| Deny::TokenInvalid)?;
         if tag.len() != TAG_LEN {
             return Err(Deny::TokenInvalid);
         }
         // Constant-time comparison of the truncated tag.
-        self.tag(node, expiry).verify_truncated_left(&tag).map_err(|_| Deny::TokenInvalid)?;
-        let now = now.duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(u64::MAX);
+        self.tag(node, expiry)
+            .verify_truncated_left(&tag)
+            .map_err(|_| Deny::TokenInvalid)?;
+        let now = now
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(u64::MAX);
         if now >= expiry {
             return Err(Deny::TokenExpired);
         }
@@ -125,7 +140,9 @@ pub fn redact_tokens(s: &str, with: &str) -> String {
         out.push_str(&rest[..i + "token=".len()]);
         out.push_str(with);
         let tail = &rest[i + "token=".len()..];
-        let end = tail.find(|c: char| c == '&' || c == '"' || c == '\'' || c.is_whitespace()).unwrap_or(tail.len());
+        let end = tail
+            .find(|c: char| c == '&' || c == '"' || c == '\'' || c.is_whitespace())
+            .unwrap_or(tail.len());
         rest = &tail[end..];
     }
     out.push_str(rest);
@@ -147,7 +164,10 @@ pub fn authorize(
         return Err(Deny::Revoked);
     }
     let source = match source {
-        IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(IpAddr::V6(v6)),
+        IpAddr::V6(v6) => v6
+            .to_ipv4_mapped()
+            .map(IpAddr::V4)
+            .unwrap_or(IpAddr::V6(v6)),
         v4 => v4,
     };
     if node_addrs.contains(&source) {
@@ -173,13 +193,26 @@ mod tests {
         let t = key().issue("master-0", now, Duration::from_secs(60));
         assert_eq!(key().verify("master-0", &t, now), Ok(()));
         assert_eq!(key().verify("master-1", &t, now), Err(Deny::TokenInvalid));
-        assert_eq!(key().verify("master-0", &t, now + Duration::from_secs(60)), Err(Deny::TokenExpired));
-        assert_eq!(TokenKey::from_bytes([8; 32]).verify("master-0", &t, now), Err(Deny::TokenInvalid));
+        assert_eq!(
+            key().verify("master-0", &t, now + Duration::from_secs(60)),
+            Err(Deny::TokenExpired)
+        );
+        assert_eq!(
+            TokenKey::from_bytes([8; 32]).verify("master-0", &t, now),
+            Err(Deny::TokenInvalid)
+        );
         // Moving the expiry invalidates the tag.
         let (_, tag) = t.split_once('.').unwrap();
-        assert_eq!(key().verify("master-0", &format!("9999999999.{tag}"), now), Err(Deny::TokenInvalid));
+        assert_eq!(
+            key().verify("master-0", &format!("9999999999.{tag}"), now),
+            Err(Deny::TokenInvalid)
+        );
         for junk in ["", ".", "x.y", "1.", "1.AAAA"] {
-            assert_eq!(key().verify("master-0", junk, now), Err(Deny::TokenInvalid), "{junk}");
+            assert_eq!(
+                key().verify("master-0", junk, now),
+                Err(Deny::TokenInvalid),
+                "{junk}"
+            );
         }
     }
 
@@ -189,12 +222,27 @@ mod tests {
         let k = key();
         let addrs = ["10.0.0.5".parse().unwrap()];
         let other: IpAddr = "10.0.0.6".parse().unwrap();
-        assert_eq!(authorize(&k, "n", &addrs, false, addrs[0], None, now), Ok(Granted::SourceAddress));
+        assert_eq!(
+            authorize(&k, "n", &addrs, false, addrs[0], None, now),
+            Ok(Granted::SourceAddress)
+        );
         let mapped: IpAddr = "::ffff:10.0.0.5".parse().unwrap();
-        assert_eq!(authorize(&k, "n", &addrs, false, mapped, None, now), Ok(Granted::SourceAddress));
-        assert_eq!(authorize(&k, "n", &addrs, false, other, None, now), Err(Deny::NotFromNode));
+        assert_eq!(
+            authorize(&k, "n", &addrs, false, mapped, None, now),
+            Ok(Granted::SourceAddress)
+        );
+        assert_eq!(
+            authorize(&k, "n", &addrs, false, other, None, now),
+            Err(Deny::NotFromNode)
+        );
         let t = k.issue("n", now, Duration::from_secs(5));
-        assert_eq!(authorize(&k, "n", &addrs, false, other, Some(&t), now), Ok(Granted::Token));
-        assert_eq!(authorize(&k, "n", &addrs, true, addrs[0], Some(&t), now), Err(Deny::Revoked));
+        assert_eq!(
+            authorize(&k, "n", &addrs, false, other, Some(&t), now),
+            Ok(Granted::Token)
+        );
+        assert_eq!(
+            authorize(&k, "n", &addrs, true, addrs[0], Some(&t), now),
+            Err(Deny::Revoked)
+        );
     }
 }

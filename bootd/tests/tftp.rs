@@ -86,8 +86,20 @@ impl Server {
         let addr = socket.local_addr().unwrap();
         let metrics = Arc::new(TftpMetrics::default());
         let shutdown = CancellationToken::new();
-        let task = tokio::spawn(tftp::run(config, socket, resolver, Arc::clone(&metrics), shutdown.clone()));
-        Server { addr, dir, metrics, shutdown, task }
+        let task = tokio::spawn(tftp::run(
+            config,
+            socket,
+            resolver,
+            Arc::clone(&metrics),
+            shutdown.clone(),
+        ));
+        Server {
+            addr,
+            dir,
+            metrics,
+            shutdown,
+            task,
+        }
     }
 
     fn root(&self) -> PathBuf {
@@ -104,13 +116,21 @@ impl Server {
 
     async fn stop(self) {
         self.shutdown.cancel();
-        tokio::time::timeout(Duration::from_secs(5), self.task).await.expect("run did not stop").unwrap().unwrap();
+        tokio::time::timeout(Duration::from_secs(5), self.task)
+            .await
+            .expect("run did not stop")
+            .unwrap()
+            .unwrap();
         assert_eq!(self.metrics.transfers_active.get(), 0);
     }
 }
 
 fn quick() -> TftpConfig {
-    TftpConfig { default_timeout: Duration::from_millis(300), retries: 3, ..TftpConfig::default() }
+    TftpConfig {
+        default_timeout: Duration::from_millis(300),
+        retries: 3,
+        ..TftpConfig::default()
+    }
 }
 
 /// A hand-driven client on one UDP socket.
@@ -121,8 +141,15 @@ struct Raw {
 
 impl Raw {
     async fn new(server: SocketAddr) -> Raw {
-        let local = if server.is_ipv4() { "127.0.0.1:0" } else { "[::1]:0" };
-        Raw { sock: UdpSocket::bind(local).await.unwrap(), server }
+        let local = if server.is_ipv4() {
+            "127.0.0.1:0"
+        } else {
+            "[::1]:0"
+        };
+        Raw {
+            sock: UdpSocket::bind(local).await.unwrap(),
+            server,
+        }
     }
 
     async fn send_raw(&self, bytes: &[u8]) {
@@ -131,7 +158,12 @@ impl Raw {
 
     async fn rrq(&self, name: &str, options: &[(&str, &str)]) {
         let mut out = Vec::new();
-        Packet::Rrq(Request { filename: name, mode: Mode::Octet, options: options.to_vec() }).encode(&mut out);
+        Packet::Rrq(Request {
+            filename: name,
+            mode: Mode::Octet,
+            options: options.to_vec(),
+        })
+        .encode(&mut out);
         self.send_raw(&out).await;
     }
 
@@ -143,13 +175,18 @@ impl Raw {
 
     async fn recv_within(&self, d: Duration) -> Option<(Vec<u8>, SocketAddr)> {
         let mut buf = vec![0u8; 70_000];
-        let (n, from) = tokio::time::timeout(d, self.sock.recv_from(&mut buf)).await.ok()?.unwrap();
+        let (n, from) = tokio::time::timeout(d, self.sock.recv_from(&mut buf))
+            .await
+            .ok()?
+            .unwrap();
         buf.truncate(n);
         Some((buf, from))
     }
 
     async fn recv(&self) -> (Vec<u8>, SocketAddr) {
-        self.recv_within(Duration::from_secs(3)).await.expect("no answer from the server")
+        self.recv_within(Duration::from_secs(3))
+            .await
+            .expect("no answer from the server")
     }
 
     /// The next packet must be an ERROR; returns its code and text.
@@ -172,13 +209,24 @@ impl Raw {
     async fn expect_oack(&self) -> (Vec<(String, String)>, SocketAddr) {
         let (b, from) = self.recv().await;
         match packet::parse(&b).unwrap() {
-            Packet::Oack { options } => (options.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(), from),
+            Packet::Oack { options } => (
+                options
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+                from,
+            ),
             other => panic!("expected OACK, got {other:?}"),
         }
     }
 
     /// Lock-step download of the rest of a file after DATA `first` arrived.
-    async fn finish(&self, mut got: Vec<u8>, first: (u16, Vec<u8>, SocketAddr), blksize: usize) -> Vec<u8> {
+    async fn finish(
+        &self,
+        mut got: Vec<u8>,
+        first: (u16, Vec<u8>, SocketAddr),
+        blksize: usize,
+    ) -> Vec<u8> {
         let (mut block, data, tid) = first;
         let mut last = data.len() < blksize;
         got.extend_from_slice(&data);
@@ -200,7 +248,11 @@ impl Raw {
 async fn run(cmd: &str, args: &[&str], cwd: &Path) -> Output {
     let out = tokio::time::timeout(
         Duration::from_secs(300),
-        tokio::process::Command::new(cmd).args(args).current_dir(cwd).kill_on_drop(true).output(),
+        tokio::process::Command::new(cmd)
+            .args(args)
+            .current_dir(cwd)
+            .kill_on_drop(true)
+            .output(),
     )
     .await
     .unwrap_or_else(|_| panic!("{cmd} {args:?} timed out"))
@@ -224,7 +276,11 @@ async fn curl_downloads_with_and_without_blksize() {
     let out_dir = tempfile::tempdir().unwrap();
     // Not "empty": curl refuses an OACK with tsize 0 (CURLE_TFTP_ILLEGAL),
     // from any server; tftp-hpa fetches it below.
-    for (name, extra) in [("ipxe.efi", vec!["--tftp-blksize", "1468"]), ("ipxe.efi", vec![]), ("exact.bin", vec![])] {
+    for (name, extra) in [
+        ("ipxe.efi", vec!["--tftp-blksize", "1468"]),
+        ("ipxe.efi", vec![]),
+        ("exact.bin", vec![]),
+    ] {
         let dest = out_dir.path().join("out");
         let url = format!("tftp://127.0.0.1:{}/{name}", s.port());
         let mut args = vec!["-sS", "--max-time", "60", "-o", dest.to_str().unwrap()];
@@ -232,18 +288,40 @@ async fn curl_downloads_with_and_without_blksize() {
         args.push(&url);
         let out = run("curl", &args, out_dir.path()).await;
         assert_ok(&out, &format!("curl {name} {extra:?}"));
-        assert_eq!(sha(&std::fs::read(&dest).unwrap()), sha(&s.file(name)), "{name} {extra:?}");
+        assert_eq!(
+            sha(&std::fs::read(&dest).unwrap()),
+            sha(&s.file(name)),
+            "{name} {extra:?}"
+        );
     }
     // A blksize above the server's limit is granted at the limit.
     let dest = out_dir.path().join("big-blocks");
     let url = format!("tftp://127.0.0.1:{}/ipxe.efi", s.port());
-    let out = run("curl", &["-sS", "--tftp-blksize", "8192", "-o", dest.to_str().unwrap(), &url], out_dir.path()).await;
+    let out = run(
+        "curl",
+        &[
+            "-sS",
+            "--tftp-blksize",
+            "8192",
+            "-o",
+            dest.to_str().unwrap(),
+            &url,
+        ],
+        out_dir.path(),
+    )
+    .await;
     assert_ok(&out, "curl blksize 8192");
-    assert_eq!(sha(&std::fs::read(&dest).unwrap()), sha(&s.file("ipxe.efi")));
+    assert_eq!(
+        sha(&std::fs::read(&dest).unwrap()),
+        sha(&s.file("ipxe.efi"))
+    );
     assert_eq!(s.metrics.requests_with(Outcome::Ok), 4);
     // One info line per completed transfer, with its numbers.
     let logs = log_text();
-    assert!(logs.contains("tftp transfer complete bytes=1000003 blksize=1468 windowsize=1"), "{logs}");
+    assert!(
+        logs.contains("tftp transfer complete bytes=1000003 blksize=1468 windowsize=1"),
+        "{logs}"
+    );
     s.stop().await;
 }
 
@@ -253,16 +331,31 @@ async fn generated_file_with_and_without_leading_slash() {
     let out_dir = tempfile::tempdir().unwrap();
     let want = format!("set default=0\n# for 127.0.0.1\n# {SECRET}\n");
     // curl drops the URL's first slash: `//name` asks for `/name`.
-    for url in [format!("tftp://127.0.0.1:{}/{MAC_CFG}", s.port()), format!("tftp://127.0.0.1:{}//{MAC_CFG}", s.port())] {
+    for url in [
+        format!("tftp://127.0.0.1:{}/{MAC_CFG}", s.port()),
+        format!("tftp://127.0.0.1:{}//{MAC_CFG}", s.port()),
+    ] {
         let out = run("curl", &["-sS", "-o", "-", &url], out_dir.path()).await;
         assert_ok(&out, &url);
         assert_eq!(String::from_utf8_lossy(&out.stdout), want);
     }
-    let out =
-        run("curl", &["-sS", "-o", "-", &format!("tftp://127.0.0.1:{}//grub/x86_64-efi/command.lst", s.port())], out_dir.path()).await;
+    let out = run(
+        "curl",
+        &[
+            "-sS",
+            "-o",
+            "-",
+            &format!("tftp://127.0.0.1:{}//grub/x86_64-efi/command.lst", s.port()),
+        ],
+        out_dir.path(),
+    )
+    .await;
     assert_ok(&out, "leading slash");
     assert_eq!(out.stdout, b"linux: linux\n");
-    assert!(!log_text().contains("SECRET"), "generated content reached the log");
+    assert!(
+        !log_text().contains("SECRET"),
+        "generated content reached the log"
+    );
     s.stop().await;
 }
 
@@ -293,9 +386,16 @@ async fn atftp_windowsize_16_and_blksize_1468() {
     )
     .await;
     assert_ok(&out, "atftp");
-    assert_eq!(sha(&std::fs::read(&dest).unwrap()), sha(&s.file("ipxe.efi")));
-    let trace = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
-    assert!(trace.contains("windowsize: 16") || trace.contains("windowsize 16"), "{trace}");
+    assert_eq!(
+        sha(&std::fs::read(&dest).unwrap()),
+        sha(&s.file("ipxe.efi"))
+    );
+    let trace =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(
+        trace.contains("windowsize: 16") || trace.contains("windowsize 16"),
+        "{trace}"
+    );
     assert!(log_text().contains("bytes=1000003 blksize=1468 windowsize=16"));
     s.stop().await;
 }
@@ -305,9 +405,27 @@ async fn tftp_hpa_lock_step() {
     let s = Server::start(TftpConfig::default()).await;
     let out_dir = tempfile::tempdir().unwrap();
     for name in ["small.txt", "exact.bin", "empty", "ipxe.efi"] {
-        let out = run("tftp", &["-m", "binary", "127.0.0.1", &s.port(), "-c", "get", name, "out"], out_dir.path()).await;
+        let out = run(
+            "tftp",
+            &[
+                "-m",
+                "binary",
+                "127.0.0.1",
+                &s.port(),
+                "-c",
+                "get",
+                name,
+                "out",
+            ],
+            out_dir.path(),
+        )
+        .await;
         assert_ok(&out, name);
-        assert_eq!(sha(&std::fs::read(out_dir.path().join("out")).unwrap()), sha(&s.file(name)), "{name}");
+        assert_eq!(
+            sha(&std::fs::read(out_dir.path().join("out")).unwrap()),
+            sha(&s.file(name)),
+            "{name}"
+        );
     }
     s.stop().await;
 }
@@ -320,16 +438,63 @@ async fn block_number_rollover() {
     std::fs::write(s.root().join("big.img"), pattern(40_000_000, 3)).unwrap();
     let want = sha(&s.file("big.img"));
     let out_dir = tempfile::tempdir().unwrap();
-    let out = run("tftp", &["-m", "binary", "127.0.0.1", &s.port(), "-c", "get", "big.img", "hpa"], out_dir.path()).await;
+    let out = run(
+        "tftp",
+        &[
+            "-m",
+            "binary",
+            "127.0.0.1",
+            &s.port(),
+            "-c",
+            "get",
+            "big.img",
+            "hpa",
+        ],
+        out_dir.path(),
+    )
+    .await;
     assert_ok(&out, "tftp-hpa big.img");
-    assert_eq!(sha(&std::fs::read(out_dir.path().join("hpa")).unwrap()), want);
-    let out =
-        run("atftp", &["--option", "windowsize 16", "-g", "-r", "big.img", "-l", "atftp", "127.0.0.1", &s.port()], out_dir.path()).await;
+    assert_eq!(
+        sha(&std::fs::read(out_dir.path().join("hpa")).unwrap()),
+        want
+    );
+    let out = run(
+        "atftp",
+        &[
+            "--option",
+            "windowsize 16",
+            "-g",
+            "-r",
+            "big.img",
+            "-l",
+            "atftp",
+            "127.0.0.1",
+            &s.port(),
+        ],
+        out_dir.path(),
+    )
+    .await;
     assert_ok(&out, "atftp big.img");
-    assert_eq!(sha(&std::fs::read(out_dir.path().join("atftp")).unwrap()), want);
-    let out = run("curl", &["-sS", "-o", "curl", &format!("tftp://127.0.0.1:{}/big.img", s.port())], out_dir.path()).await;
+    assert_eq!(
+        sha(&std::fs::read(out_dir.path().join("atftp")).unwrap()),
+        want
+    );
+    let out = run(
+        "curl",
+        &[
+            "-sS",
+            "-o",
+            "curl",
+            &format!("tftp://127.0.0.1:{}/big.img", s.port()),
+        ],
+        out_dir.path(),
+    )
+    .await;
     assert_ok(&out, "curl big.img");
-    assert_eq!(sha(&std::fs::read(out_dir.path().join("curl")).unwrap()), want);
+    assert_eq!(
+        sha(&std::fs::read(out_dir.path().join("curl")).unwrap()),
+        want
+    );
     s.stop().await;
 }
 
@@ -337,11 +502,33 @@ async fn block_number_rollover() {
 async fn oack_reports_tsize_and_clamped_options() {
     let s = Server::start(TftpConfig::default()).await;
     let c = Raw::new(s.addr).await;
-    c.rrq("ipxe.efi", &[("TSIZE", "0"), ("blksize", "65464"), ("windowsize", "1000"), ("timeout", "3"), ("utimeout", "1000")]).await;
+    c.rrq(
+        "ipxe.efi",
+        &[
+            ("TSIZE", "0"),
+            ("blksize", "65464"),
+            ("windowsize", "1000"),
+            ("timeout", "3"),
+            ("utimeout", "1000"),
+        ],
+    )
+    .await;
     let (opts, tid) = c.expect_oack().await;
     let opts: Vec<(&str, &str)> = opts.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-    assert_eq!(opts, [("blksize", "1468"), ("tsize", "1000003"), ("timeout", "3"), ("windowsize", "64")]);
-    assert_ne!(tid.port(), s.addr.port(), "a transfer answers from its own port");
+    assert_eq!(
+        opts,
+        [
+            ("blksize", "1468"),
+            ("tsize", "1000003"),
+            ("timeout", "3"),
+            ("windowsize", "64")
+        ]
+    );
+    assert_ne!(
+        tid.port(),
+        s.addr.port(),
+        "a transfer answers from its own port"
+    );
     assert_eq!(tid.ip(), s.addr.ip());
     c.send_to(tid, Packet::Ack { block: 0 }).await;
     let mut got = Vec::new();
@@ -351,7 +538,14 @@ async fn oack_reports_tsize_and_clamped_options() {
         got.extend_from_slice(&data);
     }
     assert_eq!(got[..], s.file("ipxe.efi")[..64 * 1468]);
-    c.send_to(tid, Packet::Error { code: 0, message: "enough".into() }).await;
+    c.send_to(
+        tid,
+        Packet::Error {
+            code: 0,
+            message: "enough".into(),
+        },
+    )
+    .await;
     s.stop().await;
 }
 
@@ -360,7 +554,12 @@ async fn no_options_no_oack_and_netascii_is_served_as_octet() {
     let s = Server::start(TftpConfig::default()).await;
     let c = Raw::new(s.addr).await;
     let mut out = Vec::new();
-    Packet::Rrq(Request { filename: "small.txt", mode: Mode::Netascii, options: vec![] }).encode(&mut out);
+    Packet::Rrq(Request {
+        filename: "small.txt",
+        mode: Mode::Netascii,
+        options: vec![],
+    })
+    .encode(&mut out);
     c.send_raw(&out).await;
     let first = c.expect_data().await;
     assert_eq!(first.0, 1);
@@ -392,13 +591,23 @@ async fn path_escapes_are_refused() {
         let (got, message, from) = c.expect_error().await;
         assert_eq!(got, code, "{name}: {message}");
         assert_ne!(from.port(), s.addr.port());
-        assert!(c.recv_within(Duration::from_millis(50)).await.is_none(), "{name}: more than one answer");
+        assert!(
+            c.recv_within(Duration::from_millis(50)).await.is_none(),
+            "{name}: more than one answer"
+        );
     }
     // A symlink that stays inside the root is fine.
     c.rrq("inside-link", &[]).await;
     let (b, data, tid) = c.expect_data().await;
     assert_eq!((b, &data[..]), (1, &s.file("ipxe.efi")[..512]));
-    c.send_to(tid, Packet::Error { code: 0, message: "done".into() }).await;
+    c.send_to(
+        tid,
+        Packet::Error {
+            code: 0,
+            message: "done".into(),
+        },
+    )
+    .await;
     assert_eq!(s.metrics.requests_with(Outcome::Denied), 5);
     assert_eq!(s.metrics.requests_with(Outcome::NotFound), 4);
     s.stop().await;
@@ -409,7 +618,12 @@ async fn wrq_is_refused() {
     let s = Server::start(TftpConfig::default()).await;
     let c = Raw::new(s.addr).await;
     let mut out = Vec::new();
-    Packet::Wrq(Request { filename: "ipxe.efi", mode: Mode::Octet, options: vec![("tsize", "100")] }).encode(&mut out);
+    Packet::Wrq(Request {
+        filename: "ipxe.efi",
+        mode: Mode::Octet,
+        options: vec![("tsize", "100")],
+    })
+    .encode(&mut out);
     c.send_raw(&out).await;
     let (code, message, _) = c.expect_error().await;
     assert_eq!(code, 2, "{message}");
@@ -440,11 +654,19 @@ async fn malformed_requests_are_answered_or_dropped_and_counted() {
         assert_eq!(code, 4, "{bytes:?}");
         assert_eq!(from, s.addr);
     }
-    let dropped: [&[u8]; 4] = [b"\x01", b"\x00\x09ipxe.efi\x00octet\x00", b"\x00\x04\x00\x01", b"\x00\x05\x00\x00x\x00"];
+    let dropped: [&[u8]; 4] = [
+        b"\x01",
+        b"\x00\x09ipxe.efi\x00octet\x00",
+        b"\x00\x04\x00\x01",
+        b"\x00\x05\x00\x00x\x00",
+    ];
     for bytes in dropped {
         c.send_raw(bytes).await;
     }
-    assert!(c.recv_within(Duration::from_millis(300)).await.is_none(), "garbage got an answer");
+    assert!(
+        c.recv_within(Duration::from_millis(300)).await.is_none(),
+        "garbage got an answer"
+    );
     assert_eq!(s.metrics.malformed.get(), 11);
     assert_eq!(s.metrics.requests_with(Outcome::Malformed), 7);
     // The server still serves.
@@ -455,7 +677,11 @@ async fn malformed_requests_are_answered_or_dropped_and_counted() {
 
 #[tokio::test]
 async fn beyond_max_transfers_a_request_is_told_busy_at_once() {
-    let s = Server::start(TftpConfig { max_transfers: 1, ..TftpConfig::default() }).await;
+    let s = Server::start(TftpConfig {
+        max_transfers: 1,
+        ..TftpConfig::default()
+    })
+    .await;
     let a = Raw::new(s.addr).await;
     a.rrq("ipxe.efi", &[]).await;
     let (b, _, tid) = a.expect_data().await;
@@ -470,7 +696,14 @@ async fn beyond_max_transfers_a_request_is_told_busy_at_once() {
     assert_eq!(s.metrics.requests_with(Outcome::Busy), 1);
     assert_eq!(s.metrics.transfers_active.get(), 1);
     // Once A gives up, B is served.
-    a.send_to(tid, Packet::Error { code: 0, message: "bye".into() }).await;
+    a.send_to(
+        tid,
+        Packet::Error {
+            code: 0,
+            message: "bye".into(),
+        },
+    )
+    .await;
     let deadline = Instant::now() + Duration::from_secs(3);
     loop {
         b.rrq("small.txt", &[]).await;
@@ -480,7 +713,9 @@ async fn beyond_max_transfers_a_request_is_told_busy_at_once() {
                 assert_eq!(data, s.file("small.txt"));
                 break;
             }
-            Packet::Error { code: 0, .. } if Instant::now() < deadline => tokio::time::sleep(Duration::from_millis(20)).await,
+            Packet::Error { code: 0, .. } if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(20)).await
+            }
             other => panic!("{other:?}"),
         }
     }
@@ -496,7 +731,14 @@ async fn abort_and_rerequest_from_the_same_port() {
     c.rrq("ipxe.efi", &[("tsize", "0")]).await;
     let (opts, tid1) = c.expect_oack().await;
     assert_eq!(opts, [("tsize".to_string(), "1000003".to_string())]);
-    c.send_to(tid1, Packet::Error { code: 8, message: "User aborted the transfer".into() }).await;
+    c.send_to(
+        tid1,
+        Packet::Error {
+            code: 8,
+            message: "User aborted the transfer".into(),
+        },
+    )
+    .await;
     c.rrq("ipxe.efi", &[("blksize", "1468")]).await;
     let (opts, tid2) = c.expect_oack().await;
     assert_eq!(opts, [("blksize".to_string(), "1468".to_string())]);
@@ -519,8 +761,14 @@ async fn abort_and_rerequest_from_the_same_port() {
     assert!(c.recv_within(Duration::from_millis(800)).await.is_none());
     // The first re-request may overtake the ERROR in the server: then it
     // replaces the transfer rather than finding it ended.
-    let (aborted, replaced) = (s.metrics.requests_with(Outcome::ClientAbort), s.metrics.requests_with(Outcome::Replaced));
-    assert!(replaced >= 1 && aborted + replaced == 2, "aborted {aborted} replaced {replaced}");
+    let (aborted, replaced) = (
+        s.metrics.requests_with(Outcome::ClientAbort),
+        s.metrics.requests_with(Outcome::Replaced),
+    );
+    assert!(
+        replaced >= 1 && aborted + replaced == 2,
+        "aborted {aborted} replaced {replaced}"
+    );
     assert_eq!(s.metrics.requests_with(Outcome::Ok), 2);
     s.stop().await;
 }
@@ -529,7 +777,11 @@ async fn abort_and_rerequest_from_the_same_port() {
 /// next block twice.
 #[tokio::test]
 async fn duplicate_acks_do_not_duplicate_data() {
-    let s = Server::start(TftpConfig { default_timeout: Duration::from_secs(2), ..TftpConfig::default() }).await;
+    let s = Server::start(TftpConfig {
+        default_timeout: Duration::from_secs(2),
+        ..TftpConfig::default()
+    })
+    .await;
     let c = Raw::new(s.addr).await;
     c.rrq("exact.bin", &[]).await;
     let (b, _, tid) = c.expect_data().await;
@@ -538,13 +790,21 @@ async fn duplicate_acks_do_not_duplicate_data() {
     c.send_to(tid, Packet::Ack { block: 1 }).await;
     c.send_to(tid, Packet::Ack { block: 0 }).await;
     assert_eq!(c.expect_data().await.0, 2);
-    assert!(c.recv_within(Duration::from_millis(500)).await.is_none(), "a duplicate ACK was answered");
+    assert!(
+        c.recv_within(Duration::from_millis(500)).await.is_none(),
+        "a duplicate ACK was answered"
+    );
     s.stop().await;
 }
 
 #[tokio::test]
 async fn unacknowledged_blocks_are_resent_then_the_transfer_gives_up() {
-    let s = Server::start(TftpConfig { default_timeout: Duration::from_millis(150), retries: 2, ..TftpConfig::default() }).await;
+    let s = Server::start(TftpConfig {
+        default_timeout: Duration::from_millis(150),
+        retries: 2,
+        ..TftpConfig::default()
+    })
+    .await;
     let c = Raw::new(s.addr).await;
     c.rrq("exact.bin", &[]).await;
     let sent = Instant::now();
@@ -567,11 +827,22 @@ async fn unacknowledged_blocks_are_resent_then_the_transfer_gives_up() {
 /// right after the acknowledged block.
 #[tokio::test]
 async fn windows_resume_after_a_partial_ack() {
-    let s = Server::start(TftpConfig { default_timeout: Duration::from_secs(2), ..TftpConfig::default() }).await;
+    let s = Server::start(TftpConfig {
+        default_timeout: Duration::from_secs(2),
+        ..TftpConfig::default()
+    })
+    .await;
     let c = Raw::new(s.addr).await;
-    c.rrq("ipxe.efi", &[("windowsize", "4"), ("blksize", "512")]).await;
+    c.rrq("ipxe.efi", &[("windowsize", "4"), ("blksize", "512")])
+        .await;
     let (opts, tid) = c.expect_oack().await;
-    assert_eq!(opts, [("blksize".to_string(), "512".to_string()), ("windowsize".to_string(), "4".to_string())]);
+    assert_eq!(
+        opts,
+        [
+            ("blksize".to_string(), "512".to_string()),
+            ("windowsize".to_string(), "4".to_string())
+        ]
+    );
     c.send_to(tid, Packet::Ack { block: 0 }).await;
     let mut blocks = Vec::new();
     for _ in 0..4 {
@@ -588,7 +859,14 @@ async fn windows_resume_after_a_partial_ack() {
     c.send_to(tid, Packet::Ack { block: 6 }).await;
     let (b, data, _) = c.expect_data().await;
     assert_eq!((b, &data[..]), (7, &s.file("ipxe.efi")[6 * 512..7 * 512]));
-    c.send_to(tid, Packet::Error { code: 0, message: "enough".into() }).await;
+    c.send_to(
+        tid,
+        Packet::Error {
+            code: 0,
+            message: "enough".into(),
+        },
+    )
+    .await;
     s.stop().await;
 }
 
@@ -605,7 +883,12 @@ async fn wildcard_socket_answers_from_the_request_address() {
     assert_eq!(tid.ip(), to.ip());
     c.send_to(tid, Packet::Ack { block: 1 }).await;
     let mut wrq = Vec::new();
-    Packet::Wrq(Request { filename: "x", mode: Mode::Octet, options: vec![] }).encode(&mut wrq);
+    Packet::Wrq(Request {
+        filename: "x",
+        mode: Mode::Octet,
+        options: vec![],
+    })
+    .encode(&mut wrq);
     c.send_raw(&wrq).await;
     let (code, _, from) = c.expect_error().await;
     assert_eq!((code, from), (2, to));
@@ -615,7 +898,10 @@ async fn wildcard_socket_answers_from_the_request_address() {
 #[tokio::test]
 async fn ipv6_dual_stack_wildcard() {
     let s = Server::start_on("[::]:0", TftpConfig::default()).await;
-    for to in [format!("[::1]:{}", s.port()), format!("127.0.0.1:{}", s.port())] {
+    for to in [
+        format!("[::1]:{}", s.port()),
+        format!("127.0.0.1:{}", s.port()),
+    ] {
         let to: SocketAddr = to.parse().unwrap();
         let c = Raw::new(to).await;
         c.rrq("small.txt", &[("blksize", "1024")]).await;
@@ -653,7 +939,8 @@ async fn metrics_register_and_filenames_are_logged_escaped() {
     // The ERROR is sent before the transfer's thread returns and its outcome
     // is counted: wait (bounded) for the count.
     for _ in 0..200 {
-        if s.metrics.requests_with(Outcome::NotFound) == 1 && s.metrics.transfers_active.get() == 0 {
+        if s.metrics.requests_with(Outcome::NotFound) == 1 && s.metrics.transfers_active.get() == 0
+        {
             break;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;

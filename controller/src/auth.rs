@@ -36,7 +36,13 @@ impl Refused {
 
 pub fn tokens(r: &SecretRef) -> Result<Vec<Vec<u8>>, String> {
     let text = crate::providers::read_secret(r)?;
-    Ok(text.expose().lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')).map(|l| l.as_bytes().to_vec()).collect())
+    Ok(text
+        .expose()
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(|l| l.as_bytes().to_vec())
+        .collect())
 }
 
 /// Checks `Authorization: Bearer <token>` against the configured tokens.
@@ -44,7 +50,10 @@ pub fn authenticate(headers: &http::HeaderMap, configured: &SecretRef) -> Result
     let presented = headers
         .get(http::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
+        .and_then(|v| {
+            v.strip_prefix("Bearer ")
+                .or_else(|| v.strip_prefix("bearer "))
+        })
         .map(str::trim)
         .filter(|t| !t.is_empty())
         .ok_or(Refused::Missing)?;
@@ -88,10 +97,22 @@ mod tests {
         assert!(authenticate(&h(Some("Bearer alpha-token")), &r).is_ok());
         assert!(authenticate(&h(Some("Bearer beta-token")), &r).is_ok());
         assert_eq!(authenticate(&h(None), &r).unwrap_err(), Refused::Missing);
-        assert_eq!(authenticate(&h(Some("Basic YWxwaGE=")), &r).unwrap_err(), Refused::Missing);
-        assert_eq!(authenticate(&h(Some("Bearer alpha")), &r).unwrap_err(), Refused::Wrong);
-        assert_eq!(authenticate(&h(Some("Bearer # operators")), &r).unwrap_err(), Refused::Wrong);
+        assert_eq!(
+            authenticate(&h(Some("Basic YWxwaGE=")), &r).unwrap_err(),
+            Refused::Missing
+        );
+        assert_eq!(
+            authenticate(&h(Some("Bearer alpha")), &r).unwrap_err(),
+            Refused::Wrong
+        );
+        assert_eq!(
+            authenticate(&h(Some("Bearer # operators")), &r).unwrap_err(),
+            Refused::Wrong
+        );
         std::fs::remove_file(&f).unwrap();
-        assert_eq!(authenticate(&h(Some("Bearer alpha-token")), &r).unwrap_err(), Refused::Unavailable);
+        assert_eq!(
+            authenticate(&h(Some("Bearer alpha-token")), &r).unwrap_err(),
+            Refused::Unavailable
+        );
     }
 }

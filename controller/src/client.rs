@@ -80,14 +80,22 @@ pub struct Client {
 }
 
 impl Client {
-    pub fn new(site: &site::Site, state_dir: &std::path::Path, conn: &Conn) -> anyhow::Result<Client> {
+    pub fn new(
+        site: &site::Site,
+        state_dir: &std::path::Path,
+        conn: &Conn,
+    ) -> anyhow::Result<Client> {
         use anyhow::Context;
         let api = site.host.api.as_ref();
         let base = match (&conn.api, api) {
             (Some(u), _) => u.trim_end_matches('/').to_string(),
             (None, Some(a)) => a.url.clone().unwrap_or_else(|| {
                 let l = a.listen;
-                let host = if l.ip().is_unspecified() { "127.0.0.1".to_string() } else { l.ip().to_string() };
+                let host = if l.ip().is_unspecified() {
+                    "127.0.0.1".to_string()
+                } else {
+                    l.ip().to_string()
+                };
                 format!("https://{host}:{}", l.port())
             }),
             (None, None) => anyhow::bail!("the site has no host.api and no --api was given"),
@@ -103,21 +111,40 @@ impl Client {
         .into_iter()
         .next()
         .ok_or_else(|| anyhow::anyhow!("API token: the token file has no token"))?;
-        let token = site::Secret(String::from_utf8(token).map_err(|_| anyhow::anyhow!("API token: not UTF-8"))?);
-        Ok(Client { http: Http::with_ca(Duration::from_secs(30), &ca)?, base, token })
+        let token = site::Secret(
+            String::from_utf8(token).map_err(|_| anyhow::anyhow!("API token: not UTF-8"))?,
+        );
+        Ok(Client {
+            http: Http::with_ca(Duration::from_secs(30), &ca)?,
+            base,
+            token,
+        })
     }
 
-    pub async fn call(&self, method: Method, path: &str, body: Option<Vec<u8>>) -> anyhow::Result<(StatusCode, Value)> {
+    pub async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Vec<u8>>,
+    ) -> anyhow::Result<(StatusCode, Value)> {
         let mut b = Request::builder()
             .method(method)
             .uri(format!("{}{path}", self.base))
-            .header(http::header::AUTHORIZATION, format!("Bearer {}", self.token.expose()));
+            .header(
+                http::header::AUTHORIZATION,
+                format!("Bearer {}", self.token.expose()),
+            );
         if body.is_some() {
             b = b.header(http::header::CONTENT_TYPE, "application/json");
         }
         let req = b.body(Full::new(Bytes::from(body.unwrap_or_default())))?;
-        let reply = self.http.send(req, "bootd API").await.map_err(|e| anyhow::anyhow!("{e}"))?;
-        let v = serde_json::from_slice(&reply.body).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&reply.body).into_owned()));
+        let reply = self
+            .http
+            .send(req, "bootd API")
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        let v = serde_json::from_slice(&reply.body)
+            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&reply.body).into_owned()));
         Ok((reply.status, v))
     }
 }
@@ -126,7 +153,11 @@ fn ok_or_bail(status: StatusCode, v: &Value) -> anyhow::Result<()> {
     if status.is_success() {
         return Ok(());
     }
-    let mut msg = v.get("error").and_then(Value::as_str).unwrap_or("request failed").to_string();
+    let mut msg = v
+        .get("error")
+        .and_then(Value::as_str)
+        .unwrap_or("request failed")
+        .to_string();
     if let Some(p) = v.get("problems").and_then(Value::as_array) {
         for p in p {
             msg.push_str(&format!("\n  {}", p.as_str().unwrap_or_default()));
@@ -145,26 +176,54 @@ pub async fn nodes(client: &Client, cmd: NodesCmd) -> anyhow::Result<i32> {
         NodesCmd::List => {
             let (st, v) = client.call(Method::GET, "/v1/nodes", None).await?;
             ok_or_bail(st, &v)?;
-            writeln!(out, "{:<16} {:<6} {:<10} {:<14} MESSAGE", "NAME", "ORIGIN", "PROVIDER", "PHASE")?;
+            writeln!(
+                out,
+                "{:<16} {:<6} {:<10} {:<14} MESSAGE",
+                "NAME", "ORIGIN", "PROVIDER", "PHASE"
+            )?;
             for n in v["nodes"].as_array().into_iter().flatten() {
-                let provider = n["provider"].as_object().and_then(|o| o.keys().next().cloned()).unwrap_or_else(|| "-".into());
-                writeln!(out, "{:<16} {:<6} {:<10} {:<14} {}", s(n, "name"), s(n, "origin"), provider, s(n, "phase"), s(n, "message"))?;
+                let provider = n["provider"]
+                    .as_object()
+                    .and_then(|o| o.keys().next().cloned())
+                    .unwrap_or_else(|| "-".into());
+                writeln!(
+                    out,
+                    "{:<16} {:<6} {:<10} {:<14} {}",
+                    s(n, "name"),
+                    s(n, "origin"),
+                    provider,
+                    s(n, "phase"),
+                    s(n, "message")
+                )?;
             }
         }
         NodesCmd::Get { name } => {
-            let (st, v) = client.call(Method::GET, &format!("/v1/nodes/{name}"), None).await?;
+            let (st, v) = client
+                .call(Method::GET, &format!("/v1/nodes/{name}"), None)
+                .await?;
             ok_or_bail(st, &v)?;
             writeln!(out, "{}", serde_json::to_string_pretty(&v)?)?;
         }
         NodesCmd::Events { name } => {
-            let (st, v) = client.call(Method::GET, &format!("/v1/nodes/{name}/events"), None).await?;
+            let (st, v) = client
+                .call(Method::GET, &format!("/v1/nodes/{name}/events"), None)
+                .await?;
             ok_or_bail(st, &v)?;
             for e in v["events"].as_array().into_iter().flatten() {
-                writeln!(out, "{}  {:<9} {}", s(e, "time"), s(e, "kind"), s(e, "message"))?;
+                writeln!(
+                    out,
+                    "{}  {:<9} {}",
+                    s(e, "time"),
+                    s(e, "kind"),
+                    s(e, "message")
+                )?;
             }
         }
         NodesCmd::Timeline { name, json } => {
-            let path = format!("/v1/nodes/{}/timeline", percent_encoding::utf8_percent_encode(&name, percent_encoding::NON_ALPHANUMERIC));
+            let path = format!(
+                "/v1/nodes/{}/timeline",
+                percent_encoding::utf8_percent_encode(&name, percent_encoding::NON_ALPHANUMERIC)
+            );
             let (st, v) = client.call(Method::GET, &path, None).await?;
             ok_or_bail(st, &v)?;
             if json {
@@ -186,11 +245,26 @@ pub async fn nodes(client: &Client, cmd: NodesCmd) -> anyhow::Result<i32> {
             writeln!(out, "node {}: {}", s(&v, "name"), s(&v, "phase"))?;
         }
         NodesCmd::Delete { name } => {
-            let (st, v) = client.call(Method::DELETE, &format!("/v1/nodes/{name}"), None).await?;
+            let (st, v) = client
+                .call(Method::DELETE, &format!("/v1/nodes/{name}"), None)
+                .await?;
             ok_or_bail(st, &v)?;
             writeln!(out, "node {name}: {}", s(&v, "phase"))?;
         }
-        NodesCmd::Wait { names, timeout, interval } => return wait(client, &names, Duration::from_secs(timeout), interval, &mut out).await,
+        NodesCmd::Wait {
+            names,
+            timeout,
+            interval,
+        } => {
+            return wait(
+                client,
+                &names,
+                Duration::from_secs(timeout),
+                interval,
+                &mut out,
+            )
+            .await
+        }
     }
     Ok(0)
 }
@@ -205,10 +279,18 @@ pub fn print_timeline(v: &Value, out: &mut impl Write) -> std::io::Result<()> {
         s(v, "node"),
         v["attempt"].as_u64().unwrap_or(1),
         phase,
-        if v["inOrder"].as_bool() == Some(true) { "in order" } else { "OUT OF ORDER" },
+        if v["inOrder"].as_bool() == Some(true) {
+            "in order"
+        } else {
+            "OUT OF ORDER"
+        },
         v["totalSeconds"].as_f64().unwrap_or(0.0)
     )?;
-    writeln!(out, "{:<3} {:<15} {:<30} {:>10}  ERROR", "#", "PHASE", "START", "SECONDS")?;
+    writeln!(
+        out,
+        "{:<3} {:<15} {:<30} {:>10}  ERROR",
+        "#", "PHASE", "START", "SECONDS"
+    )?;
     for (i, p) in v["phases"].as_array().into_iter().flatten().enumerate() {
         writeln!(
             out,
@@ -223,23 +305,44 @@ pub fn print_timeline(v: &Value, out: &mut impl Write) -> std::io::Result<()> {
     writeln!(out, "events:")?;
     for e in v["events"].as_array().into_iter().flatten() {
         let at = e["atUs"].as_i64().unwrap_or(0);
-        let mark = if e["error"].as_bool() == Some(true) { "!" } else { " " };
-        writeln!(out, "{mark} {}  {:<15} {:<17} {}", crate::rfc3339(at / 1000), s(e, "phase"), s(e, "what"), s(e, "detail"))?;
+        let mark = if e["error"].as_bool() == Some(true) {
+            "!"
+        } else {
+            " "
+        };
+        writeln!(
+            out,
+            "{mark} {}  {:<15} {:<17} {}",
+            crate::rfc3339(at / 1000),
+            s(e, "phase"),
+            s(e, "what"),
+            s(e, "detail")
+        )?;
     }
     Ok(())
 }
 
 /// Polls until every wanted node is Ready (0), one is Failed (1) or the
 /// timeout passes (2), printing a line whenever a node's phase changes.
-pub async fn wait(client: &Client, names: &[String], timeout: Duration, interval: f64, out: &mut impl Write) -> anyhow::Result<i32> {
+pub async fn wait(
+    client: &Client,
+    names: &[String],
+    timeout: Duration,
+    interval: f64,
+    out: &mut impl Write,
+) -> anyhow::Result<i32> {
     let start = Instant::now();
     let mut last: std::collections::BTreeMap<String, String> = Default::default();
     let interval = Duration::from_secs_f64(interval.clamp(0.05, 60.0));
     loop {
         let (st, v) = client.call(Method::GET, "/v1/nodes", None).await?;
         ok_or_bail(st, &v)?;
-        let nodes: Vec<&Value> =
-            v["nodes"].as_array().into_iter().flatten().filter(|n| names.is_empty() || names.iter().any(|w| w == s(n, "name"))).collect();
+        let nodes: Vec<&Value> = v["nodes"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|n| names.is_empty() || names.iter().any(|w| w == s(n, "name")))
+            .collect();
         for w in names {
             if !nodes.iter().any(|n| s(n, "name") == w) {
                 writeln!(out, "FAILED {w}: no such node")?;
@@ -250,7 +353,14 @@ pub async fn wait(client: &Client, names: &[String], timeout: Duration, interval
         for n in &nodes {
             let line = format!("{} {}", s(n, "phase"), s(n, "message"));
             if last.get(s(n, "name")) != Some(&line) {
-                writeln!(out, "[{:>4}s] {:<16} {:<13} {}", elapsed, s(n, "name"), s(n, "phase"), s(n, "message"))?;
+                writeln!(
+                    out,
+                    "[{:>4}s] {:<16} {:<13} {}",
+                    elapsed,
+                    s(n, "name"),
+                    s(n, "phase"),
+                    s(n, "message")
+                )?;
                 last.insert(s(n, "name").to_string(), line);
             }
         }
@@ -264,9 +374,17 @@ pub async fn wait(client: &Client, names: &[String], timeout: Duration, interval
             return Ok(0);
         }
         if start.elapsed() >= timeout {
-            let waiting: Vec<String> =
-                nodes.iter().filter(|n| s(n, "phase") != "Ready").map(|n| format!("{} ({})", s(n, "name"), s(n, "phase"))).collect();
-            writeln!(out, "TIMEOUT after {}s waiting for {}", elapsed, waiting.join(", "))?;
+            let waiting: Vec<String> = nodes
+                .iter()
+                .filter(|n| s(n, "phase") != "Ready")
+                .map(|n| format!("{} ({})", s(n, "name"), s(n, "phase")))
+                .collect();
+            writeln!(
+                out,
+                "TIMEOUT after {}s waiting for {}",
+                elapsed,
+                waiting.join(", ")
+            )?;
             return Ok(2);
         }
         tokio::time::sleep(interval).await;
@@ -276,7 +394,15 @@ pub async fn wait(client: &Client, names: &[String], timeout: Duration, interval
 pub async fn cluster(client: &Client, cmd: ClusterCmd) -> anyhow::Result<i32> {
     let (st, v) = match cmd {
         ClusterCmd::Status => client.call(Method::GET, "/v1/cluster", None).await?,
-        ClusterCmd::BootstrapComplete => client.call(Method::POST, "/v1/cluster/bootstrap-complete", Some(b"{}".to_vec())).await?,
+        ClusterCmd::BootstrapComplete => {
+            client
+                .call(
+                    Method::POST,
+                    "/v1/cluster/bootstrap-complete",
+                    Some(b"{}".to_vec()),
+                )
+                .await?
+        }
     };
     ok_or_bail(st, &v)?;
     println!("{}", serde_json::to_string_pretty(&v)?);

@@ -45,7 +45,14 @@ mod tests {
     use super::*;
 
     fn ev(phase: Phase, what: &'static str, detail: &str) -> NodeEvent {
-        NodeEvent { node: "n".into(), at_us: 0, phase, what, error: false, detail: detail.into() }
+        NodeEvent {
+            node: "n".into(),
+            at_us: 0,
+            phase,
+            what,
+            error: false,
+            detail: detail.into(),
+        }
     }
 
     /// The timeline's own words for each step (bootd's DHCP server, HTTP
@@ -55,17 +62,44 @@ mod tests {
         let cases = [
             (ev(Phase::Dhcp, "ack", "lease"), Some("DHCPLease")),
             (ev(Phase::Dhcp, "offer", "offer"), None),
-            (ev(Phase::Script, "served", "iPXE node script served (by MAC)"), Some("IPXEScriptServed")),
-            (ev(Phase::Script, "served", "GRUB config served over TFTP"), Some("GRUBConfigServed")),
-            (ev(Phase::Script, "served", "GRUB config served over HTTP"), Some("GRUBConfigServed")),
-            (ev(Phase::Script, "entry", "iPXE entry script (boot.ipxe) served"), None),
-            (ev(Phase::Ignition, "served", "Ignition 3.2.0 served (via Token)"), Some("IgnitionServed")),
+            (
+                ev(Phase::Script, "served", "iPXE node script served (by MAC)"),
+                Some("IPXEScriptServed"),
+            ),
+            (
+                ev(Phase::Script, "served", "GRUB config served over TFTP"),
+                Some("GRUBConfigServed"),
+            ),
+            (
+                ev(Phase::Script, "served", "GRUB config served over HTTP"),
+                Some("GRUBConfigServed"),
+            ),
+            (
+                ev(
+                    Phase::Script,
+                    "entry",
+                    "iPXE entry script (boot.ipxe) served",
+                ),
+                None,
+            ),
+            (
+                ev(
+                    Phase::Ignition,
+                    "served",
+                    "Ignition 3.2.0 served (via Token)",
+                ),
+                Some("IgnitionServed"),
+            ),
             (ev(Phase::Ignition, "pointer_served", "pointer"), None),
             (ev(Phase::Ignition, "denied", "denied"), None),
             (ev(Phase::Kernel, "done", "kernel"), None),
         ];
         for (e, want) in cases {
-            assert_eq!(kind_of(&e).and_then(condition_of).map(|c| c.1), want, "{e:?}");
+            assert_eq!(
+                kind_of(&e).and_then(condition_of).map(|c| c.1),
+                want,
+                "{e:?}"
+            );
         }
     }
 }

@@ -98,16 +98,20 @@ pub struct NodeSpec {
 /// The body of `POST /v1/nodes`: a [`NodeSpec`] plus an optional
 /// `provider`; unknown keys are refused.
 pub fn parse_create(body: &[u8]) -> Result<(NodeSpec, Option<ProviderSpec>), String> {
-    let mut v: serde_json::Map<String, Value> = serde_json::from_slice(body).map_err(|e| format!("not a JSON object: {e}"))?;
+    let mut v: serde_json::Map<String, Value> =
+        serde_json::from_slice(body).map_err(|e| format!("not a JSON object: {e}"))?;
     let provider = match v.remove("provider") {
         None | Some(Value::Null) => None,
-        Some(p) => Some(serde_json::from_value::<ProviderSpec>(p).map_err(|e| format!("provider: {e}"))?),
+        Some(p) => {
+            Some(serde_json::from_value::<ProviderSpec>(p).map_err(|e| format!("provider: {e}"))?)
+        }
     };
     if let Some(p) = &provider {
         // A spec that does not parse is a malformed request, as before any check.
         p.check().map_err(|e| format!("provider: {e}"))?;
     }
-    let spec = serde_json::from_value::<NodeSpec>(Value::Object(v)).map_err(|e| format!("not a node: {e}"))?;
+    let spec = serde_json::from_value::<NodeSpec>(Value::Object(v))
+        .map_err(|e| format!("not a node: {e}"))?;
     Ok((spec, provider))
 }
 
@@ -130,7 +134,9 @@ pub struct Controller {
 
 impl std::fmt::Debug for Controller {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Controller").field("site_path", &self.site_path).finish_non_exhaustive()
+        f.debug_struct("Controller")
+            .field("site_path", &self.site_path)
+            .finish_non_exhaustive()
     }
 }
 
@@ -141,14 +147,23 @@ pub enum ApiError {
     #[error("the site has no host.api, or bootd has no TLS (the API is served with the site CA)")]
     NotConfigured,
     #[error("host.api.listen {addr}: {source}")]
-    Bind { addr: SocketAddr, source: std::io::Error },
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
 }
 
 /// Binds `host.api.listen` (before privileges are dropped and READY is
 /// sent); `None` when the site has no API.
 pub async fn bind(site: &site::Site) -> Result<Option<TcpListener>, ApiError> {
     match &site.host.api {
-        Some(a) => TcpListener::bind(a.listen).await.map(Some).map_err(|source| ApiError::Bind { addr: a.listen, source }),
+        Some(a) => TcpListener::bind(a.listen)
+            .await
+            .map(Some)
+            .map_err(|source| ApiError::Bind {
+                addr: a.listen,
+                source,
+            }),
         None => Ok(None),
     }
 }
@@ -165,15 +180,26 @@ pub async fn run(
     grace: Duration,
 ) -> Result<(), ApiError> {
     let api = app.live.load().site.host.api.clone();
-    let (Some(api), Some(tls)) = (api, app.tls.as_ref()) else { return Err(ApiError::NotConfigured) };
+    let (Some(api), Some(tls)) = (api, app.tls.as_ref()) else {
+        return Err(ApiError::NotConfigured);
+    };
     let server_config = Arc::clone(&tls.server_config);
     let tracker = TaskTracker::new();
-    let ctl = Controller::start(Arc::clone(&app), api, tuning, tracker.clone(), shutdown.clone())?;
+    let ctl = Controller::start(
+        Arc::clone(&app),
+        api,
+        tuning,
+        tracker.clone(),
+        shutdown.clone(),
+    )?;
     info!(addr = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(), "controller API listening (HTTPS)");
     serve(ctl, listener, server_config, shutdown, tracker.clone()).await;
     tracker.close();
     if tokio::time::timeout(grace, tracker.wait()).await.is_err() {
-        warn!(?grace, "controller tasks still running after the grace period");
+        warn!(
+            ?grace,
+            "controller tasks still running after the grace period"
+        );
     }
     Ok(())
 }
@@ -190,7 +216,10 @@ impl Controller {
         shutdown: CancellationToken,
     ) -> Result<Arc<Controller>, ApiError> {
         let store = Store::open(&app.state_dir)?;
-        let setup = providers::Setup { http: providers::Http::new(tuning.request_timeout), state_dir: &app.state_dir };
+        let setup = providers::Setup {
+            http: providers::Http::new(tuning.request_timeout),
+            state_dir: &app.state_dir,
+        };
         let map = providers::configure_all(&api, &setup);
         for (name, p) in &map {
             if let Err(e) = p {
@@ -210,7 +239,10 @@ impl Controller {
             tracker,
             shutdown,
         });
-        ctl.tracker.spawn(reconcile::follow_timeline(Arc::clone(&ctl), app.timeline.subscribe()));
+        ctl.tracker.spawn(reconcile::follow_timeline(
+            Arc::clone(&ctl),
+            app.timeline.subscribe(),
+        ));
         let rows = ctl.store.nodes()?;
         if !rows.is_empty() {
             // The overlay may lag the store after a crash between the two writes.
@@ -228,7 +260,9 @@ impl Controller {
         match self.providers.get(name) {
             Some(Ok(p)) => Ok(Arc::clone(p)),
             Some(Err(e)) => Err(format!("provider {name} unavailable: {e}")),
-            None => Err(format!("provider {name} is not configured (host.api.{name})")),
+            None => Err(format!(
+                "provider {name} is not configured (host.api.{name})"
+            )),
         }
     }
 
@@ -245,32 +279,54 @@ impl Controller {
         }
         let wake = Arc::new(Notify::new());
         loops.insert(name.to_string(), Arc::clone(&wake));
-        self.tracker.spawn(reconcile::node_loop(Arc::clone(self), name.to_string(), wake));
+        self.tracker.spawn(reconcile::node_loop(
+            Arc::clone(self),
+            name.to_string(),
+            wake,
+        ));
     }
 
     /// Stores one thing the controller did for a node (API call, provider
     /// action) in the node's event log.
     pub fn note(&self, node: &str, kind: &str, message: impl Into<String>) {
-        let e = store::Event { at: store::now_ms(), kind: kind.to_string(), message: message.into() };
+        let e = store::Event {
+            at: store::now_ms(),
+            kind: kind.to_string(),
+            message: message.into(),
+        };
         if let Err(err) = self.store.add_events(&[(node.to_string(), e)]) {
             error!(error = %err, node, "event not stored");
         }
     }
 
     pub fn wake(&self, name: &str) {
-        if let Some(n) = self.loops.lock().unwrap_or_else(|p| p.into_inner()).get(name) {
+        if let Some(n) = self
+            .loops
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(name)
+        {
             n.notify_one();
         }
     }
 
     pub(crate) fn loop_ended(&self, name: &str) {
-        self.loops.lock().unwrap_or_else(|p| p.into_inner()).remove(name);
+        self.loops
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(name);
     }
 
     /// The overlay text for `rows` (those not being deleted).
     fn overlay_text(rows: &[NodeRow]) -> String {
-        let nodes: Vec<&Value> = rows.iter().filter(|r| !r.deleting).map(|r| &r.spec).collect();
-        let mut text = String::from("# Nodes added through bootd's API (docs/api.md). Written by bootd; do not edit.\n");
+        let nodes: Vec<&Value> = rows
+            .iter()
+            .filter(|r| !r.deleting)
+            .map(|r| &r.spec)
+            .collect();
+        let mut text = String::from(
+            "# Nodes added through bootd's API (docs/api.md). Written by bootd; do not edit.\n",
+        );
         text.push_str(&serde_yaml_ng::to_string(&json!({ "nodes": nodes })).unwrap_or_default());
         text
     }
@@ -300,7 +356,13 @@ impl Controller {
     /// a record for operators and scripts; lbd keeps its own marker (its
     /// admin API's completion) and does not read this file.
     fn bootstrap_file(&self) -> PathBuf {
-        self.app.live.load().site.host.state_dir.join("bootstrap-complete.json")
+        self.app
+            .live
+            .load()
+            .site
+            .host
+            .state_dir
+            .join("bootstrap-complete.json")
     }
 }
 
@@ -327,7 +389,9 @@ pub async fn serve(
         };
         let (ctl, acceptor, shutdown) = (Arc::clone(&ctl), acceptor.clone(), shutdown.clone());
         tracker.spawn(async move {
-            let tls = match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(stream)).await {
+            let tls = match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(stream))
+                .await
+            {
                 Ok(Ok(s)) => s,
                 _ => return tracing::debug!(%peer, "API TLS handshake failed or timed out"),
             };
@@ -357,7 +421,14 @@ async fn handle(
     let path = req.uri().path().to_string();
     let (route_name, resp) = route(&ctl, req).await;
     let status = resp.status().as_u16();
-    ctl.app.metrics.api_requests.get_or_create(&bootd::metrics::RouteStatus { route: route_name, status }).inc();
+    ctl.app
+        .metrics
+        .api_requests
+        .get_or_create(&bootd::metrics::RouteStatus {
+            route: route_name,
+            status,
+        })
+        .inc();
     info!(%method, path = %path.escape_debug(), %peer, status, route = route_name, "API request");
     Ok(resp)
 }
@@ -365,10 +436,18 @@ async fn handle(
 fn reply(status: StatusCode, v: &Value) -> Response<Body> {
     let mut body = serde_json::to_vec_pretty(v).unwrap_or_default();
     body.push(b'\n');
-    let mut r = Response::new(Full::new(Bytes::from(body)).map_err(|never| match never {}).boxed());
+    let mut r = Response::new(
+        Full::new(Bytes::from(body))
+            .map_err(|never| match never {})
+            .boxed(),
+    );
     *r.status_mut() = status;
-    r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    r.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    r.headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     r
 }
 
@@ -378,20 +457,27 @@ fn err(status: StatusCode, msg: impl Into<String>) -> Response<Body> {
 
 fn unauthorized() -> Response<Body> {
     let mut r = err(StatusCode::UNAUTHORIZED, "unauthorized");
-    r.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+    r.headers_mut()
+        .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
     r
 }
 
 fn internal(e: impl std::fmt::Display) -> Response<Body> {
     error!(error = %e, "API request failed");
-    err(StatusCode::INTERNAL_SERVER_ERROR, "internal error; see bootd's log")
+    err(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "internal error; see bootd's log",
+    )
 }
 
 /// Largest request body accepted.
 const MAX_REQUEST: usize = 64 * 1024;
 
 /// Every route of the API, in one place.
-pub async fn route(ctl: &Arc<Controller>, req: Request<hyper::body::Incoming>) -> (&'static str, Response<Body>) {
+pub async fn route(
+    ctl: &Arc<Controller>,
+    req: Request<hyper::body::Incoming>,
+) -> (&'static str, Response<Body>) {
     let path = req.uri().path().to_string();
     let segs: Vec<&str> = path.trim_start_matches('/').split('/').collect();
     if segs.as_slice() == ["healthz"] {
@@ -400,7 +486,11 @@ pub async fn route(ctl: &Arc<Controller>, req: Request<hyper::body::Incoming>) -
     let caller = match auth::authenticate(req.headers(), &ctl.api.tokens) {
         Ok(c) => c,
         Err(r) => {
-            ctl.app.metrics.api_denials.get_or_create(&bootd::metrics::Reason { reason: r.as_str() }).inc();
+            ctl.app
+                .metrics
+                .api_denials
+                .get_or_create(&bootd::metrics::Reason { reason: r.as_str() })
+                .inc();
             warn!(path = %path.escape_debug(), reason = r.as_str(), "API request refused");
             return ("unauthorized", unauthorized());
         }
@@ -411,10 +501,16 @@ pub async fn route(ctl: &Arc<Controller>, req: Request<hyper::body::Incoming>) -
         (&Method::POST, ["v1", "nodes"]) => ("nodes", create_node(ctl, caller, req).await),
         (&Method::GET, ["v1", "nodes", name]) => ("node", get_node(ctl, caller, name)),
         (&Method::DELETE, ["v1", "nodes", name]) => ("node", delete_node(ctl, caller, name).await),
-        (&Method::GET, ["v1", "nodes", name, "events"]) => ("events", node_events(ctl, caller, name)),
-        (&Method::GET, ["v1", "nodes", name, "timeline"]) => ("timeline", node_timeline(ctl, caller, name)),
+        (&Method::GET, ["v1", "nodes", name, "events"]) => {
+            ("events", node_events(ctl, caller, name))
+        }
+        (&Method::GET, ["v1", "nodes", name, "timeline"]) => {
+            ("timeline", node_timeline(ctl, caller, name))
+        }
         (&Method::GET, ["v1", "cluster"]) => ("cluster", cluster(ctl, caller)),
-        (&Method::POST, ["v1", "cluster", "bootstrap-complete"]) => ("cluster", bootstrap_complete(ctl, caller)),
+        (&Method::POST, ["v1", "cluster", "bootstrap-complete"]) => {
+            ("cluster", bootstrap_complete(ctl, caller))
+        }
         (
             _,
             ["v1", "nodes"]
@@ -423,7 +519,10 @@ pub async fn route(ctl: &Arc<Controller>, req: Request<hyper::body::Incoming>) -
             | ["v1", "nodes", _, "timeline"]
             | ["v1", "cluster"]
             | ["v1", "cluster", "bootstrap-complete"],
-        ) => ("other", err(StatusCode::METHOD_NOT_ALLOWED, "method not allowed")),
+        ) => (
+            "other",
+            err(StatusCode::METHOD_NOT_ALLOWED, "method not allowed"),
+        ),
         _ => ("other", err(StatusCode::NOT_FOUND, "no such route")),
     }
 }
@@ -431,20 +530,32 @@ pub async fn route(ctl: &Arc<Controller>, req: Request<hyper::body::Incoming>) -
 pub use bootd::timeline::rfc3339;
 
 /// The status of one node (site or API), as the API shows it.
-fn node_view(ctl: &Controller, snap: &Snapshot, name: &str) -> Result<Option<Value>, store::StoreError> {
+fn node_view(
+    ctl: &Controller,
+    snap: &Snapshot,
+    name: &str,
+) -> Result<Option<Value>, store::StoreError> {
     let (row, stored) = ctl.store.node_and_conditions(name)?;
     let site_node = snap.site.node(name);
     if row.is_none() && site_node.is_none() {
         return Ok(None);
     }
     let conds = reconcile::conditions_view(row.as_ref(), stored);
-    let ready = conds.iter().any(|c| c.kind == "Ready" && c.status == "True");
+    let ready = conds
+        .iter()
+        .any(|c| c.kind == "Ready" && c.status == "True");
     let (phase, message) = match &row {
         Some(r) => (r.phase.clone(), r.message.clone()),
         None if ready => ("Ready".to_string(), String::new()),
         None => {
-            let booted = conds.iter().any(|c| c.kind == reconcile::NETWORK_BOOTED && c.status == "True");
-            let msg = conds.iter().find(|c| c.status != "True").map(|c| c.message.clone()).unwrap_or_default();
+            let booted = conds
+                .iter()
+                .any(|c| c.kind == reconcile::NETWORK_BOOTED && c.status == "True");
+            let msg = conds
+                .iter()
+                .find(|c| c.status != "True")
+                .map(|c| c.message.clone())
+                .unwrap_or_default();
             (if booted { "Booting" } else { "Waiting" }.to_string(), msg)
         }
     };
@@ -481,7 +592,11 @@ fn list_nodes(ctl: &Arc<Controller>, _: auth::Caller) -> Response<Body> {
         Err(e) => return internal(e),
     };
     let mut names: Vec<String> = snap.site.nodes.iter().map(|n| n.name.clone()).collect();
-    names.extend(rows.into_iter().map(|r| r.name).filter(|n| snap.site.node(n).is_none()));
+    names.extend(
+        rows.into_iter()
+            .map(|r| r.name)
+            .filter(|n| snap.site.node(n).is_none()),
+    );
     let mut out = Vec::new();
     for n in &names {
         match node_view(ctl, &snap, n) {
@@ -505,13 +620,18 @@ fn get_node(ctl: &Arc<Controller>, _: auth::Caller, name: &str) -> Response<Body
 fn node_events(ctl: &Arc<Controller>, _: auth::Caller, name: &str) -> Response<Body> {
     let snap = ctl.app.live.load_full();
     match ctl.store.node(name) {
-        Ok(None) if snap.site.node(name).is_none() => return err(StatusCode::NOT_FOUND, "no such node"),
+        Ok(None) if snap.site.node(name).is_none() => {
+            return err(StatusCode::NOT_FOUND, "no such node")
+        }
         Err(e) => return internal(e),
         _ => {}
     }
     match ctl.store.events(name) {
         Ok(ev) => {
-            let list: Vec<Value> = ev.iter().map(|e| json!({ "time": rfc3339(e.at), "kind": e.kind, "message": e.message })).collect();
+            let list: Vec<Value> = ev
+                .iter()
+                .map(|e| json!({ "time": rfc3339(e.at), "kind": e.kind, "message": e.message }))
+                .collect();
             reply(StatusCode::OK, &json!({ "node": name, "events": list }))
         }
         Err(e) => internal(e),
@@ -529,25 +649,43 @@ fn node_timeline(ctl: &Arc<Controller>, _: auth::Caller, name: &str) -> Response
     }
 }
 
-async fn create_node(ctl: &Arc<Controller>, _: auth::Caller, req: Request<hyper::body::Incoming>) -> Response<Body> {
+async fn create_node(
+    ctl: &Arc<Controller>,
+    _: auth::Caller,
+    req: Request<hyper::body::Incoming>,
+) -> Response<Body> {
     let body = match Limited::new(req.into_body(), MAX_REQUEST).collect().await {
         Ok(b) => b.to_bytes(),
-        Err(_) => return err(StatusCode::PAYLOAD_TOO_LARGE, format!("request body larger than {MAX_REQUEST} bytes or cut short")),
+        Err(_) => {
+            return err(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!("request body larger than {MAX_REQUEST} bytes or cut short"),
+            )
+        }
     };
     let (spec, provider) = match parse_create(&body) {
         Ok(x) => x,
         Err(e) => return err(StatusCode::BAD_REQUEST, e),
     };
-    let mut problems: Vec<String> = provider.as_ref().and_then(|p| p.check().ok()).unwrap_or_default();
+    let mut problems: Vec<String> = provider
+        .as_ref()
+        .and_then(|p| p.check().ok())
+        .unwrap_or_default();
     if let Some(p) = &provider {
         if let Err(e) = ctl.provider(p.name()) {
             problems.push(e);
         }
     }
     if !problems.is_empty() {
-        return reply(StatusCode::UNPROCESSABLE_ENTITY, &json!({ "error": "invalid node", "problems": problems }));
+        return reply(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            &json!({ "error": "invalid node", "problems": problems }),
+        );
     }
-    let provider_json = provider.as_ref().map(|p| serde_json::to_value(p).unwrap_or(Value::Null)).unwrap_or(Value::Null);
+    let provider_json = provider
+        .as_ref()
+        .map(|p| serde_json::to_value(p).unwrap_or(Value::Null))
+        .unwrap_or(Value::Null);
     let spec_json = serde_json::to_value(&spec).unwrap_or(Value::Null);
 
     let _w = ctl.writes.lock().await;
@@ -555,14 +693,21 @@ async fn create_node(ctl: &Arc<Controller>, _: auth::Caller, req: Request<hyper:
     match ctl.store.node(&spec.name) {
         Ok(Some(existing)) => {
             // The same request again (a retry, or one of many concurrent ones): same answer.
-            if existing.spec == spec_json && existing.provider == provider_json && !existing.deleting {
+            if existing.spec == spec_json
+                && existing.provider == provider_json
+                && !existing.deleting
+            {
                 return match node_view(ctl, &snap, &spec.name) {
                     Ok(Some(v)) => reply(StatusCode::OK, &v),
                     Ok(None) => err(StatusCode::NOT_FOUND, "no such node"),
                     Err(e) => internal(e),
                 };
             }
-            let why = if existing.deleting { "is being deleted" } else { "exists with a different spec" };
+            let why = if existing.deleting {
+                "is being deleted"
+            } else {
+                "exists with a different spec"
+            };
             return err(StatusCode::CONFLICT, format!("node {:?} {why}", spec.name));
         }
         Ok(None) => {}
@@ -571,7 +716,10 @@ async fn create_node(ctl: &Arc<Controller>, _: auth::Caller, req: Request<hyper:
     if snap.site.node(&spec.name).is_some() {
         return err(
             StatusCode::CONFLICT,
-            format!("node {:?} is defined in the site file; it cannot be created through the API", spec.name),
+            format!(
+                "node {:?} is defined in the site file; it cannot be created through the API",
+                spec.name
+            ),
         );
     }
     let mut rows = match ctl.store.nodes() {
@@ -595,17 +743,35 @@ async fn create_node(ctl: &Arc<Controller>, _: auth::Caller, req: Request<hyper:
     let candidate = match site::load_with_overlay(&ctl.site_path, &text) {
         Ok(s) => s,
         Err(e) => {
-            let problems: Vec<String> =
-                e.problems.iter().map(|p| if p.key.is_empty() { p.reason.clone() } else { format!("{}: {}", p.key, p.reason) }).collect();
-            return reply(StatusCode::UNPROCESSABLE_ENTITY, &json!({ "error": "invalid node", "problems": problems }));
+            let problems: Vec<String> = e
+                .problems
+                .iter()
+                .map(|p| {
+                    if p.key.is_empty() {
+                        p.reason.clone()
+                    } else {
+                        format!("{}: {}", p.key, p.reason)
+                    }
+                })
+                .collect();
+            return reply(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                &json!({ "error": "invalid node", "problems": problems }),
+            );
         }
     };
     if let (Some(p), Some(node)) = (&provider, candidate.node(&spec.name)) {
         // A provider's user data limit: refuse now, not after the machine is half made.
-        let snap2 = Snapshot { site: Arc::new(candidate.clone()), revoked: snap.revoked.clone() };
+        let snap2 = Snapshot {
+            site: Arc::new(candidate.clone()),
+            revoked: snap.revoked.clone(),
+        };
         let pointer = bootd::http::pointer_for(&ctl.app, &snap2, node).to_string();
         if let Err(e) = (p.registration.check_userdata)(&pointer) {
-            return reply(StatusCode::UNPROCESSABLE_ENTITY, &json!({ "error": "invalid node", "problems": [e] }));
+            return reply(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                &json!({ "error": "invalid node", "problems": [e] }),
+            );
         }
     }
     match ctl.store.insert_node(&row) {
@@ -635,7 +801,10 @@ async fn delete_node(ctl: &Arc<Controller>, _: auth::Caller, name: &str) -> Resp
     let row = match ctl.store.node(name) {
         Ok(Some(r)) => r,
         Ok(None) if snap.site.node(name).is_some() => {
-            return err(StatusCode::CONFLICT, format!("node {name:?} is defined in the site file; remove it there"));
+            return err(
+                StatusCode::CONFLICT,
+                format!("node {name:?} is defined in the site file; remove it there"),
+            );
         }
         Ok(None) => return err(StatusCode::NOT_FOUND, "no such node"),
         Err(e) => return internal(e),
@@ -656,7 +825,10 @@ async fn delete_node(ctl: &Arc<Controller>, _: auth::Caller, name: &str) -> Resp
         info!(node = %name, "node deletion requested");
     }
     ctl.ensure_loop(name);
-    reply(StatusCode::ACCEPTED, &json!({ "name": name, "phase": "Deleting" }))
+    reply(
+        StatusCode::ACCEPTED,
+        &json!({ "name": name, "phase": "Deleting" }),
+    )
 }
 
 fn cluster(ctl: &Arc<Controller>, _: auth::Caller) -> Response<Body> {

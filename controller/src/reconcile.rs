@@ -84,19 +84,33 @@ pub async fn node_loop(ctl: Arc<Controller>, name: String, wake: Arc<Notify>) {
             }
             Next::Retry(e) => {
                 let mut delay = backoff(attempt, ctl.tuning.backoff_base, ctl.tuning.backoff_cap);
-                if let ProviderError::Transient { retry_after: Some(ra), .. } = &e {
+                if let ProviderError::Transient {
+                    retry_after: Some(ra),
+                    ..
+                } = &e
+                {
                     delay = delay.max(*ra);
                 }
                 attempt = attempt.saturating_add(1);
                 let row = ctl.store.node(&name).ok().flatten();
-                let left = row.as_ref().map(|r| deadline_left(&ctl, r)).unwrap_or_default();
+                let left = row
+                    .as_ref()
+                    .map(|r| deadline_left(&ctl, r))
+                    .unwrap_or_default();
                 if row.as_ref().is_some_and(|r| !r.deleting) && delay > left {
                     fail(&ctl, &name, &format!("gave up before the deadline: {e}"));
                     continue;
                 }
-                let msg = format!("retrying in {:.1}s (attempt {attempt}): {e}", delay.as_secs_f64());
+                let msg = format!(
+                    "retrying in {:.1}s (attempt {attempt}): {e}",
+                    delay.as_secs_f64()
+                );
                 warn!(node = %name, error = %e, delay = ?delay, attempt, "provider step failed; retrying");
-                let _ = ctl.store.set_phase(&name, row.as_ref().map(|r| r.phase.as_str()).unwrap_or("Pending"), &msg);
+                let _ = ctl.store.set_phase(
+                    &name,
+                    row.as_ref().map(|r| r.phase.as_str()).unwrap_or("Pending"),
+                    &msg,
+                );
                 // Only shutdown cuts a backoff short: Retry-After is honoured.
                 tokio::select! {
                     _ = ctl.shutdown.cancelled() => break,
@@ -121,20 +135,33 @@ fn fail(ctl: &Controller, name: &str, msg: &str) {
 /// same transaction.
 fn fail_with(ctl: &Controller, name: &str, msg: &str, also: Option<Condition>) {
     warn!(node = %name, reason = %msg, "node failed");
-    let conds: Vec<Condition> = also.into_iter().chain([cond(READY, "False", "Failed", msg)]).collect();
-    let _ = ctl.store.set_phase_and_conditions(name, "Failed", msg, &conds);
+    let conds: Vec<Condition> = also
+        .into_iter()
+        .chain([cond(READY, "False", "Failed", msg)])
+        .collect();
+    let _ = ctl
+        .store
+        .set_phase_and_conditions(name, "Failed", msg, &conds);
     ctl.note(name, events::API, format!("failed: {msg}"));
 }
 
 fn cond(kind: &str, status: &str, reason: &str, message: &str) -> Condition {
-    Condition { kind: kind.into(), status: status.into(), reason: reason.into(), message: message.into(), at: now_ms() }
+    Condition {
+        kind: kind.into(),
+        status: status.into(),
+        reason: reason.into(),
+        message: message.into(),
+        at: now_ms(),
+    }
 }
 
 fn provider_spec(row: &NodeRow) -> Result<Option<ProviderSpec>, String> {
     if row.provider.is_null() {
         return Ok(None);
     }
-    serde_json::from_value(row.provider.clone()).map(Some).map_err(|e| format!("stored provider spec unreadable: {e}"))
+    serde_json::from_value(row.provider.clone())
+        .map(Some)
+        .map_err(|e| format!("stored provider spec unreadable: {e}"))
 }
 
 /// What the provider is asked for: the node's script URL and its userdata
@@ -167,7 +194,16 @@ async fn step(ctl: &Arc<Controller>, row: &NodeRow) -> Result<Next, StoreError> 
         return Ok(Next::Idle);
     }
     let Some(spec) = spec else {
-        return boot_step(ctl, row, cond(PROVISIONED, "True", "NoProvider", "no provider: the machine is brought up by other means"));
+        return boot_step(
+            ctl,
+            row,
+            cond(
+                PROVISIONED,
+                "True",
+                "NoProvider",
+                "no provider: the machine is brought up by other means",
+            ),
+        );
     };
     let provider = match ctl.provider(spec.name()) {
         Ok(p) => p,
@@ -182,23 +218,40 @@ async fn step(ctl: &Arc<Controller>, row: &NodeRow) -> Result<Next, StoreError> 
         let _w = ctl.writes.lock().await;
         let rows = ctl.store.nodes()?;
         if let Err(e) = ctl.export_overlay_now(&rows) {
-            fail(ctl, name, &format!("the node overlay cannot be written: {e}"));
+            fail(
+                ctl,
+                name,
+                &format!("the node overlay cannot be written: {e}"),
+            );
             return Ok(Next::Idle);
         }
         return Ok(Next::Poll);
     };
     let machine = match ctl.store.resource(name)? {
         None => {
-            ctl.store.set_phase(name, "Provisioning", &format!("looking for an existing {} machine", provider.name()))?;
+            ctl.store.set_phase(
+                name,
+                "Provisioning",
+                &format!("looking for an existing {} machine", provider.name()),
+            )?;
             // The intent is committed before the provider hears anything.
-            let intent = match ctl.store.open_intents(name)?.into_iter().find(|i| i.op == "create") {
+            let intent = match ctl
+                .store
+                .open_intents(name)?
+                .into_iter()
+                .find(|i| i.op == "create")
+            {
                 Some(i) => i,
                 None => ctl.store.begin_intent(name, "create", provider.name())?,
             };
             let (m, how) = match provider.find(&req).await {
                 Ok(Some(m)) => (m, "adopted"),
                 Ok(None) => {
-                    ctl.store.set_phase(name, "Provisioning", &format!("creating the {} machine", provider.name()))?;
+                    ctl.store.set_phase(
+                        name,
+                        "Provisioning",
+                        &format!("creating the {} machine", provider.name()),
+                    )?;
                     match provider.create(&req, &spec.spec).await {
                         Ok(m) => (m, "created"),
                         Err(e) => return Ok(provider_failed(ctl, name, e)),
@@ -206,9 +259,15 @@ async fn step(ctl: &Arc<Controller>, row: &NodeRow) -> Result<Next, StoreError> 
                 }
                 Err(e) => return Ok(provider_failed(ctl, name, e)),
             };
-            ctl.store.put_resource(name, &resource(provider.name(), &m))?;
-            ctl.store.finish_intent(intent.id, &format!("{how} {}", m.id))?;
-            ctl.note(name, events::PROVIDER, format!("{} machine {} {how}", provider.name(), m.id));
+            ctl.store
+                .put_resource(name, &resource(provider.name(), &m))?;
+            ctl.store
+                .finish_intent(intent.id, &format!("{how} {}", m.id))?;
+            ctl.note(
+                name,
+                events::PROVIDER,
+                format!("{} machine {} {how}", provider.name(), m.id),
+            );
             info!(node = %name, provider = provider.name(), id = %m.id, how, "machine recorded");
             m
         }
@@ -216,7 +275,11 @@ async fn step(ctl: &Arc<Controller>, row: &NodeRow) -> Result<Next, StoreError> 
             Ok(Some(m)) => m,
             Ok(None) => {
                 warn!(node = %name, id = %res.external_id, "the machine is gone at the provider; a new one will be made");
-                ctl.note(name, events::PROVIDER, format!("machine {} disappeared", res.external_id));
+                ctl.note(
+                    name,
+                    events::PROVIDER,
+                    format!("machine {} disappeared", res.external_id),
+                );
                 ctl.store.drop_resource(name)?;
                 return Ok(Next::Poll);
             }
@@ -228,8 +291,17 @@ async fn step(ctl: &Arc<Controller>, row: &NodeRow) -> Result<Next, StoreError> 
     ctl.store.put_resource(name, &res)?;
     match &machine.state {
         MachineState::Active => {
-            let msg = format!("{} machine {} active; addresses {}", provider.name(), machine.id, machine.addresses.join(", "));
-            let was = ctl.store.conditions(name)?.into_iter().any(|c| c.kind == PROVISIONED && c.status == "True");
+            let msg = format!(
+                "{} machine {} active; addresses {}",
+                provider.name(),
+                machine.id,
+                machine.addresses.join(", ")
+            );
+            let was = ctl
+                .store
+                .conditions(name)?
+                .into_iter()
+                .any(|c| c.kind == PROVISIONED && c.status == "True");
             if !was {
                 ctl.note(name, events::PROVIDER, msg.clone());
             }
@@ -237,7 +309,12 @@ async fn step(ctl: &Arc<Controller>, row: &NodeRow) -> Result<Next, StoreError> 
         }
         MachineState::Pending(s) => {
             let msg = format!("machine {} is {s}", machine.id);
-            ctl.store.set_phase_and_conditions(name, "Provisioning", &msg, &[cond(PROVISIONED, "False", "MachineNotActive", &msg)])?;
+            ctl.store.set_phase_and_conditions(
+                name,
+                "Provisioning",
+                &msg,
+                &[cond(PROVISIONED, "False", "MachineNotActive", &msg)],
+            )?;
             Ok(past_deadline(ctl, row).unwrap_or(Next::Poll))
         }
         MachineState::Failed(why) => {
@@ -266,7 +343,13 @@ fn provider_failed(ctl: &Controller, name: &str, e: ProviderError) -> Next {
     ctl.app
         .metrics
         .provider_errors
-        .get_or_create(&bootd::metrics::Kind { kind: if e.is_transient() { "transient" } else { "permanent" } })
+        .get_or_create(&bootd::metrics::Kind {
+            kind: if e.is_transient() {
+                "transient"
+            } else {
+                "permanent"
+            },
+        })
         .inc();
     if e.is_transient() {
         return Next::Retry(e);
@@ -280,9 +363,18 @@ fn past_deadline(ctl: &Controller, row: &NodeRow) -> Option<Next> {
         return None;
     }
     let conds = ctl.store.conditions(&row.name).unwrap_or_default();
-    let waiting =
-        [PROVISIONED, NETWORK_BOOTED, IGNITION_SERVED].into_iter().find(|k| !conds.iter().any(|c| c.kind == *k && c.status == "True"));
-    fail(ctl, &row.name, &format!("not Ready within {:?}: still waiting for {}", ctl.deadline(), waiting.unwrap_or(READY)));
+    let waiting = [PROVISIONED, NETWORK_BOOTED, IGNITION_SERVED]
+        .into_iter()
+        .find(|k| !conds.iter().any(|c| c.kind == *k && c.status == "True"));
+    fail(
+        ctl,
+        &row.name,
+        &format!(
+            "not Ready within {:?}: still waiting for {}",
+            ctl.deadline(),
+            waiting.unwrap_or(READY)
+        ),
+    );
     Some(Next::Idle)
 }
 
@@ -293,23 +385,46 @@ fn boot_step(ctl: &Controller, row: &NodeRow, provisioned: Condition) -> Result<
     let conds = ctl.store.conditions(name)?;
     let is = |k: &str| conds.iter().any(|c| c.kind == k && c.status == "True");
     if is(NETWORK_BOOTED) && is(IGNITION_SERVED) {
-        let ready = cond(READY, "True", "IgnitionServed", "network-booted and fetched its Ignition");
-        ctl.store.set_phase_and_conditions(name, "Ready", "", &[provisioned, ready])?;
+        let ready = cond(
+            READY,
+            "True",
+            "IgnitionServed",
+            "network-booted and fetched its Ignition",
+        );
+        ctl.store
+            .set_phase_and_conditions(name, "Ready", "", &[provisioned, ready])?;
         ctl.note(name, events::API, "Ready");
         info!(node = %name, "node Ready");
         return Ok(Next::Idle);
     }
     let (phase, msg) = if is(NETWORK_BOOTED) {
-        ("Booting", "network-booted; waiting for it to fetch its Ignition")
+        (
+            "Booting",
+            "network-booted; waiting for it to fetch its Ignition",
+        )
     } else {
         ("Provisioned", "waiting for the machine to network-boot")
     };
-    let ready = cond(READY, "False", if is(NETWORK_BOOTED) { "WaitingForIgnition" } else { "WaitingForNetworkBoot" }, msg);
-    ctl.store.set_phase_and_conditions(name, phase, msg, &[provisioned, ready])?;
+    let ready = cond(
+        READY,
+        "False",
+        if is(NETWORK_BOOTED) {
+            "WaitingForIgnition"
+        } else {
+            "WaitingForNetworkBoot"
+        },
+        msg,
+    );
+    ctl.store
+        .set_phase_and_conditions(name, phase, msg, &[provisioned, ready])?;
     Ok(past_deadline(ctl, row).unwrap_or(Next::Poll))
 }
 
-async fn delete_step(ctl: &Arc<Controller>, row: &NodeRow, spec: Option<&ProviderSpec>) -> Result<Next, StoreError> {
+async fn delete_step(
+    ctl: &Arc<Controller>,
+    row: &NodeRow,
+    spec: Option<&ProviderSpec>,
+) -> Result<Next, StoreError> {
     let name = row.name.as_str();
     let Some(spec) = spec else {
         ctl.store.remove_node(name)?;
@@ -320,7 +435,8 @@ async fn delete_step(ctl: &Arc<Controller>, row: &NodeRow, spec: Option<&Provide
         Ok(p) => p,
         Err(e) => {
             // Cannot reach the provider: keep the node (and its machine's record), say why.
-            ctl.store.set_phase(name, "Deleting", &format!("cannot delete the machine: {e}"))?;
+            ctl.store
+                .set_phase(name, "Deleting", &format!("cannot delete the machine: {e}"))?;
             return Ok(Next::Idle);
         }
     };
@@ -354,7 +470,8 @@ async fn delete_step(ctl: &Arc<Controller>, row: &NodeRow, spec: Option<&Provide
         if let Err(e) = provider.delete(&id).await {
             return Ok(retry_delete(ctl, name, e));
         }
-        ctl.store.finish_intent(intent.id, &format!("delete of {id} accepted"))?;
+        ctl.store
+            .finish_intent(intent.id, &format!("delete of {id} accepted"))?;
         ctl.store.put_resource(
             name,
             &Resource {
@@ -365,7 +482,11 @@ async fn delete_step(ctl: &Arc<Controller>, row: &NodeRow, spec: Option<&Provide
                 updated_at: now_ms(),
             },
         )?;
-        ctl.store.set_phase(name, "Deleting", &format!("waiting for machine {id} to go away"))?;
+        ctl.store.set_phase(
+            name,
+            "Deleting",
+            &format!("waiting for machine {id} to go away"),
+        )?;
     }
     match provider.get(&id).await {
         Ok(None) => {
@@ -381,10 +502,15 @@ async fn delete_step(ctl: &Arc<Controller>, row: &NodeRow, spec: Option<&Provide
 /// Deletes never give up on their own: a machine must not be orphaned. A
 /// permanent error is shown and retried at the backoff cap.
 fn retry_delete(ctl: &Controller, name: &str, e: ProviderError) -> Next {
-    let _ = ctl.store.set_phase(name, "Deleting", &format!("delete failed: {e}"));
+    let _ = ctl
+        .store
+        .set_phase(name, "Deleting", &format!("delete failed: {e}"));
     match e {
         ProviderError::Transient { .. } => Next::Retry(e),
-        ProviderError::Permanent { what } => Next::Retry(ProviderError::Transient { what, retry_after: Some(ctl.tuning.backoff_cap) }),
+        ProviderError::Permanent { what } => Next::Retry(ProviderError::Transient {
+            what,
+            retry_after: Some(ctl.tuning.backoff_cap),
+        }),
     }
 }
 
@@ -400,15 +526,26 @@ pub async fn follow_timeline(ctl: Arc<Controller>, mut rx: broadcast::Receiver<A
         };
         let mut batch = Vec::new();
         let mut lagged = false;
-        let mut take = |r: Result<Arc<NodeEvent>, broadcast::error::RecvError>, batch: &mut Vec<(String, Event)>| match r {
+        let mut take = |r: Result<Arc<NodeEvent>, broadcast::error::RecvError>,
+                        batch: &mut Vec<(String, Event)>| match r {
             Ok(ev) => {
                 if let Some(kind) = events::kind_of(&ev) {
-                    batch.push((ev.node.clone(), Event { at: ev.at_us / 1000, kind: kind.into(), message: ev.detail.clone() }));
+                    batch.push((
+                        ev.node.clone(),
+                        Event {
+                            at: ev.at_us / 1000,
+                            kind: kind.into(),
+                            message: ev.detail.clone(),
+                        },
+                    ));
                 }
                 true
             }
             Err(broadcast::error::RecvError::Lagged(n)) => {
-                warn!(missed = n, "controller fell behind the timeline; catching up from it");
+                warn!(
+                    missed = n,
+                    "controller fell behind the timeline; catching up from it"
+                );
                 lagged = true;
                 true
             }
@@ -420,7 +557,9 @@ pub async fn follow_timeline(ctl: Arc<Controller>, mut rx: broadcast::Receiver<A
         while batch.len() < 256 {
             match rx.try_recv() {
                 Ok(ev) => take(Ok(ev), &mut batch),
-                Err(broadcast::error::TryRecvError::Lagged(n)) => take(Err(broadcast::error::RecvError::Lagged(n)), &mut batch),
+                Err(broadcast::error::TryRecvError::Lagged(n)) => {
+                    take(Err(broadcast::error::RecvError::Lagged(n)), &mut batch)
+                }
                 Err(_) => break,
             };
         }
@@ -441,8 +580,18 @@ fn apply(ctl: &Controller, batch: &[(String, Event)]) {
     }
     for (node, e) in batch {
         if let Some((kind, reason)) = events::condition_of(&e.kind) {
-            let c = Condition { kind: kind.into(), status: "True".into(), reason: reason.into(), message: e.message.clone(), at: e.at };
-            let had = ctl.store.conditions(node).map(|cs| cs.iter().any(|x| x.kind == kind && x.status == "True")).unwrap_or(false);
+            let c = Condition {
+                kind: kind.into(),
+                status: "True".into(),
+                reason: reason.into(),
+                message: e.message.clone(),
+                at: e.at,
+            };
+            let had = ctl
+                .store
+                .conditions(node)
+                .map(|cs| cs.iter().any(|x| x.kind == kind && x.status == "True"))
+                .unwrap_or(false);
             if !had {
                 if let Err(err) = ctl.store.set_condition(node, &c) {
                     error!(error = %err, "condition not stored");
@@ -458,22 +607,48 @@ fn apply(ctl: &Controller, batch: &[(String, Event)]) {
 fn catch_up(ctl: &Controller) {
     let Ok(rows) = ctl.store.nodes() else { return };
     for r in rows {
-        let Some(track) = ctl.app.timeline.track(&r.name) else { continue };
+        let Some(track) = ctl.app.timeline.track(&r.name) else {
+            continue;
+        };
         let have: Vec<String> = ctl
             .store
             .conditions(&r.name)
-            .map(|cs| cs.into_iter().filter(|c| c.status == "True").map(|c| c.kind).collect())
+            .map(|cs| {
+                cs.into_iter()
+                    .filter(|c| c.status == "True")
+                    .map(|c| c.kind)
+                    .collect()
+            })
             .unwrap_or_default();
         let mut missing = Vec::new();
         for e in track.events.iter() {
-            let ev =
-                NodeEvent { node: r.name.clone(), at_us: e.at_us, phase: e.phase, what: e.what, error: e.error, detail: e.detail.clone() };
-            let Some(kind) = events::kind_of(&ev) else { continue };
-            let Some((cond, _)) = events::condition_of(kind) else { continue };
+            let ev = NodeEvent {
+                node: r.name.clone(),
+                at_us: e.at_us,
+                phase: e.phase,
+                what: e.what,
+                error: e.error,
+                detail: e.detail.clone(),
+            };
+            let Some(kind) = events::kind_of(&ev) else {
+                continue;
+            };
+            let Some((cond, _)) = events::condition_of(kind) else {
+                continue;
+            };
             if !have.iter().any(|h| h == cond)
-                && !missing.iter().any(|(_, m): &(String, Event)| events::condition_of(&m.kind).map(|c| c.0) == Some(cond))
+                && !missing.iter().any(|(_, m): &(String, Event)| {
+                    events::condition_of(&m.kind).map(|c| c.0) == Some(cond)
+                })
             {
-                missing.push((r.name.clone(), Event { at: e.at_us / 1000, kind: kind.into(), message: e.detail.clone() }));
+                missing.push((
+                    r.name.clone(),
+                    Event {
+                        at: e.at_us / 1000,
+                        kind: kind.into(),
+                        message: e.detail.clone(),
+                    },
+                ));
             }
         }
         apply(ctl, &missing);
@@ -503,15 +678,26 @@ pub fn conditions_view(row: Option<&NodeRow>, stored: Vec<Condition>) -> Vec<Con
         },
         Some(_) => unknown(PROVISIONED, "Pending", "the machine is not made yet"),
     });
-    let booted =
-        get(NETWORK_BOOTED).unwrap_or_else(|| unknown(NETWORK_BOOTED, "NotSeen", "no DHCP lease, boot script or GRUB config served yet"));
-    let ign = get(IGNITION_SERVED).unwrap_or_else(|| unknown(IGNITION_SERVED, "NotSeen", "Ignition not fetched yet"));
+    let booted = get(NETWORK_BOOTED).unwrap_or_else(|| {
+        unknown(
+            NETWORK_BOOTED,
+            "NotSeen",
+            "no DHCP lease, boot script or GRUB config served yet",
+        )
+    });
+    let ign = get(IGNITION_SERVED)
+        .unwrap_or_else(|| unknown(IGNITION_SERVED, "NotSeen", "Ignition not fetched yet"));
     let ready = match (get(READY), row) {
         (Some(r), Some(_)) => r,
         _ => {
-            let all = [&provisioned, &booted, &ign].iter().all(|c| c.status == "True");
+            let all = [&provisioned, &booted, &ign]
+                .iter()
+                .all(|c| c.status == "True");
             if all {
-                let at = [provisioned.at, booted.at, ign.at].into_iter().max().unwrap_or(0);
+                let at = [provisioned.at, booted.at, ign.at]
+                    .into_iter()
+                    .max()
+                    .unwrap_or(0);
                 Condition {
                     kind: READY.into(),
                     status: "True".into(),
@@ -520,8 +706,11 @@ pub fn conditions_view(row: Option<&NodeRow>, stored: Vec<Condition>) -> Vec<Con
                     at,
                 }
             } else {
-                let first =
-                    [&provisioned, &booted, &ign].into_iter().find(|c| c.status != "True").map(|c| c.kind.clone()).unwrap_or_default();
+                let first = [&provisioned, &booted, &ign]
+                    .into_iter()
+                    .find(|c| c.status != "True")
+                    .map(|c| c.kind.clone())
+                    .unwrap_or_default();
                 Condition {
                     kind: READY.into(),
                     status: "False".into(),
@@ -546,9 +735,14 @@ mod tests {
         for attempt in 0..40 {
             let d = backoff(attempt, base, cap);
             let full = base.saturating_mul(1u32 << attempt.min(16)).min(cap);
-            assert!(d >= full / 2 && d <= full, "attempt {attempt}: {d:?} not in [{:?}, {full:?}]", full / 2);
+            assert!(
+                d >= full / 2 && d <= full,
+                "attempt {attempt}: {d:?} not in [{:?}, {full:?}]",
+                full / 2
+            );
         }
-        let samples: std::collections::BTreeSet<_> = (0..20).map(|_| backoff(5, base, cap)).collect();
+        let samples: std::collections::BTreeSet<_> =
+            (0..20).map(|_| backoff(5, base, cap)).collect();
         assert!(samples.len() > 1, "jitter");
     }
 }

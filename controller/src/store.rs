@@ -33,7 +33,10 @@ pub type Result<T> = std::result::Result<T, StoreError>;
 
 /// Unix milliseconds.
 pub fn now_ms() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -154,20 +157,32 @@ fn json_col(s: String) -> serde_json::Value {
 impl Store {
     pub fn open(state_dir: &Path) -> Result<Store> {
         let path = state_dir.join(DB_FILE);
-        let err = |source| StoreError { path: path.clone(), source };
+        let err = |source| StoreError {
+            path: path.clone(),
+            source,
+        };
         let conn = Connection::open(&path).map_err(err)?;
         // WAL: readers never block the writer; synchronous=FULL: a committed
         // intent survives power loss, not only a crash of bootd.
-        conn.pragma_update(None, "journal_mode", "WAL").map_err(err)?;
-        conn.pragma_update(None, "synchronous", "FULL").map_err(err)?;
-        conn.busy_timeout(std::time::Duration::from_secs(5)).map_err(err)?;
+        conn.pragma_update(None, "journal_mode", "WAL")
+            .map_err(err)?;
+        conn.pragma_update(None, "synchronous", "FULL")
+            .map_err(err)?;
+        conn.busy_timeout(std::time::Duration::from_secs(5))
+            .map_err(err)?;
         conn.execute_batch(SCHEMA).map_err(err)?;
-        Ok(Store { path, conn: Mutex::new(conn) })
+        Ok(Store {
+            path,
+            conn: Mutex::new(conn),
+        })
     }
 
     fn with<T>(&self, f: impl FnOnce(&mut Connection) -> rusqlite::Result<T>) -> Result<T> {
         let mut c = self.conn.lock().unwrap_or_else(|p| p.into_inner());
-        f(&mut c).map_err(|source| StoreError { path: self.path.clone(), source })
+        f(&mut c).map_err(|source| StoreError {
+            path: self.path.clone(),
+            source,
+        })
     }
 
     /// Inserts a node; `false` if one of that name exists (nothing changed).
@@ -208,7 +223,13 @@ impl Store {
     /// sees the phase without the conditions that go with it (phase `Failed`
     /// with Ready still "waiting", Provisioned True while still
     /// `Provisioning`).
-    pub fn set_phase_and_conditions(&self, name: &str, phase: &str, message: &str, conds: &[Condition]) -> Result<()> {
+    pub fn set_phase_and_conditions(
+        &self,
+        name: &str,
+        phase: &str,
+        message: &str,
+        conds: &[Condition],
+    ) -> Result<()> {
         self.with(|c| {
             let tx = c.transaction()?;
             for cond in conds {
@@ -279,20 +300,38 @@ impl Store {
     }
 
     pub fn drop_resource(&self, node: &str) -> Result<()> {
-        self.with(|c| c.execute("DELETE FROM resources WHERE node=?1", [node]).map(|_| ()))
+        self.with(|c| {
+            c.execute("DELETE FROM resources WHERE node=?1", [node])
+                .map(|_| ())
+        })
     }
 
     /// Records (and commits) that a provider call is about to be made.
     pub fn begin_intent(&self, node: &str, op: &str, provider: &str) -> Result<Intent> {
         let at = now_ms();
         self.with(|c| {
-            c.execute("INSERT INTO intents(node, op, provider, created_at) VALUES(?1,?2,?3,?4)", params![node, op, provider, at])?;
-            Ok(Intent { id: c.last_insert_rowid(), node: node.into(), op: op.into(), provider: provider.into(), created_at: at })
+            c.execute(
+                "INSERT INTO intents(node, op, provider, created_at) VALUES(?1,?2,?3,?4)",
+                params![node, op, provider, at],
+            )?;
+            Ok(Intent {
+                id: c.last_insert_rowid(),
+                node: node.into(),
+                op: op.into(),
+                provider: provider.into(),
+                created_at: at,
+            })
         })
     }
 
     pub fn finish_intent(&self, id: i64, outcome: &str) -> Result<()> {
-        self.with(|c| c.execute("UPDATE intents SET done_at=?2, outcome=?3 WHERE id=?1", params![id, now_ms(), outcome]).map(|_| ()))
+        self.with(|c| {
+            c.execute(
+                "UPDATE intents SET done_at=?2, outcome=?3 WHERE id=?1",
+                params![id, now_ms(), outcome],
+            )
+            .map(|_| ())
+        })
     }
 
     /// Intents recorded but never closed: a crash came between the record
@@ -326,8 +365,15 @@ impl Store {
 
     pub fn events(&self, node: &str) -> Result<Vec<Event>> {
         self.with(|c| {
-            let mut st = c.prepare("SELECT at, kind, message FROM events WHERE node=?1 ORDER BY id")?;
-            let rows = st.query_map([node], |r| Ok(Event { at: r.get(0)?, kind: r.get(1)?, message: r.get(2)? }))?;
+            let mut st =
+                c.prepare("SELECT at, kind, message FROM events WHERE node=?1 ORDER BY id")?;
+            let rows = st.query_map([node], |r| {
+                Ok(Event {
+                    at: r.get(0)?,
+                    kind: r.get(1)?,
+                    message: r.get(2)?,
+                })
+            })?;
             rows.collect()
         })
     }
@@ -345,13 +391,21 @@ impl Store {
     /// Sets a cluster fact once; returns its (first) time.
     pub fn set_cluster_once(&self, key: &str, value: &str) -> Result<i64> {
         self.with(|c| {
-            c.execute("INSERT OR IGNORE INTO cluster(key, value, at) VALUES(?1,?2,?3)", params![key, value, now_ms()])?;
+            c.execute(
+                "INSERT OR IGNORE INTO cluster(key, value, at) VALUES(?1,?2,?3)",
+                params![key, value, now_ms()],
+            )?;
             c.query_row("SELECT at FROM cluster WHERE key=?1", [key], |r| r.get(0))
         })
     }
 
     pub fn cluster(&self, key: &str) -> Result<Option<(String, i64)>> {
-        self.with(|c| c.query_row("SELECT value, at FROM cluster WHERE key=?1", [key], |r| Ok((r.get(0)?, r.get(1)?))).optional())
+        self.with(|c| {
+            c.query_row("SELECT value, at FROM cluster WHERE key=?1", [key], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })
+            .optional()
+        })
     }
 }
 
@@ -378,15 +432,25 @@ fn query_node(c: &Connection, name: &str) -> rusqlite::Result<Option<NodeRow>> {
 }
 
 fn query_conditions(c: &Connection, node: &str) -> rusqlite::Result<Vec<Condition>> {
-    let mut st = c.prepare("SELECT type, status, reason, message, at FROM conditions WHERE node=?1")?;
+    let mut st =
+        c.prepare("SELECT type, status, reason, message, at FROM conditions WHERE node=?1")?;
     let rows = st.query_map([node], |r| {
-        Ok(Condition { kind: r.get(0)?, status: r.get(1)?, reason: r.get(2)?, message: r.get(3)?, at: r.get(4)? })
+        Ok(Condition {
+            kind: r.get(0)?,
+            status: r.get(1)?,
+            reason: r.get(2)?,
+            message: r.get(3)?,
+            at: r.get(4)?,
+        })
     })?;
     rows.collect()
 }
 
 fn update_phase(c: &Connection, name: &str, phase: &str, message: &str) -> rusqlite::Result<()> {
-    c.execute("UPDATE nodes SET phase=?2, message=?3, updated_at=?4 WHERE name=?1", params![name, phase, message, now_ms()])?;
+    c.execute(
+        "UPDATE nodes SET phase=?2, message=?3, updated_at=?4 WHERE name=?1",
+        params![name, phase, message, now_ms()],
+    )?;
     Ok(())
 }
 
@@ -396,7 +460,14 @@ fn upsert_condition(c: &Connection, node: &str, cond: &Condition) -> rusqlite::R
         "INSERT INTO conditions(node, type, status, reason, message, at) VALUES(?1,?2,?3,?4,?5,?6)
          ON CONFLICT(node, type) DO UPDATE SET reason=?4, message=?5,
            at=CASE WHEN conditions.status=?3 THEN conditions.at ELSE ?6 END, status=?3",
-        params![node, cond.kind, cond.status, cond.reason, cond.message, cond.at],
+        params![
+            node,
+            cond.kind,
+            cond.status,
+            cond.reason,
+            cond.message,
+            cond.at
+        ],
     )?;
     Ok(())
 }
@@ -425,27 +496,46 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let s = std::sync::Arc::new(Store::open(dir.path()).unwrap());
         assert!(s.insert_node(&row("a")).unwrap());
-        let ready =
-            |reason: &str| Condition { kind: "Ready".into(), status: "False".into(), reason: reason.into(), message: String::new(), at: 1 };
+        let ready = |reason: &str| Condition {
+            kind: "Ready".into(),
+            status: "False".into(),
+            reason: reason.into(),
+            message: String::new(),
+            at: 1,
+        };
         let writer = {
             let s = std::sync::Arc::clone(&s);
             std::thread::spawn(move || {
                 for _ in 0..200 {
-                    s.set_phase_and_conditions("a", "Provisioned", "", &[ready("WaitingForNetworkBoot")]).unwrap();
-                    s.set_phase_and_conditions("a", "Failed", "", &[ready("Failed")]).unwrap();
+                    s.set_phase_and_conditions(
+                        "a",
+                        "Provisioned",
+                        "",
+                        &[ready("WaitingForNetworkBoot")],
+                    )
+                    .unwrap();
+                    s.set_phase_and_conditions("a", "Failed", "", &[ready("Failed")])
+                        .unwrap();
                 }
             })
         };
         let check = || {
             let (row, conds) = s.node_and_conditions("a").unwrap();
             let phase = row.unwrap().phase;
-            let reason = conds.into_iter().find(|c| c.kind == "Ready").map(|c| c.reason);
+            let reason = conds
+                .into_iter()
+                .find(|c| c.kind == "Ready")
+                .map(|c| c.reason);
             let want = match phase.as_str() {
                 "Pending" => None, // before the first write
                 "Failed" => Some("Failed"),
                 _ => Some("WaitingForNetworkBoot"),
             };
-            assert_eq!(reason.as_deref(), want, "phase {phase} with Ready {reason:?}");
+            assert_eq!(
+                reason.as_deref(),
+                want,
+                "phase {phase} with Ready {reason:?}"
+            );
         };
         let mut reads = 0;
         while !writer.is_finished() {
@@ -464,7 +554,10 @@ mod tests {
         {
             let s = Store::open(dir.path()).unwrap();
             assert!(s.insert_node(&row("a")).unwrap());
-            assert!(!s.insert_node(&row("a")).unwrap(), "a second insert of the same name changes nothing");
+            assert!(
+                !s.insert_node(&row("a")).unwrap(),
+                "a second insert of the same name changes nothing"
+            );
             let i = s.begin_intent("a", "create", "equinix").unwrap();
             assert_eq!(s.open_intents("a").unwrap(), vec![i.clone()]);
             s.put_resource(
@@ -497,19 +590,41 @@ mod tests {
     fn conditions_keep_their_transition_time_and_events_are_bounded() {
         let dir = tempfile::tempdir().unwrap();
         let s = Store::open(dir.path()).unwrap();
-        let c =
-            |status: &str, at| Condition { kind: "Ready".into(), status: status.into(), reason: "R".into(), message: String::new(), at };
+        let c = |status: &str, at| Condition {
+            kind: "Ready".into(),
+            status: status.into(),
+            reason: "R".into(),
+            message: String::new(),
+            at,
+        };
         s.set_condition("a", &c("False", 10)).unwrap();
         s.set_condition("a", &c("False", 20)).unwrap();
-        assert_eq!(s.conditions("a").unwrap()[0].at, 10, "same status: time unchanged");
+        assert_eq!(
+            s.conditions("a").unwrap()[0].at,
+            10,
+            "same status: time unchanged"
+        );
         s.set_condition("a", &c("True", 30)).unwrap();
         assert_eq!(s.conditions("a").unwrap()[0].at, 30);
-        let batch: Vec<_> =
-            (0..EVENTS_PER_NODE + 20).map(|i| ("a".to_string(), Event { at: i, kind: "k".into(), message: String::new() })).collect();
+        let batch: Vec<_> = (0..EVENTS_PER_NODE + 20)
+            .map(|i| {
+                (
+                    "a".to_string(),
+                    Event {
+                        at: i,
+                        kind: "k".into(),
+                        message: String::new(),
+                    },
+                )
+            })
+            .collect();
         s.add_events(&batch).unwrap();
         let ev = s.events("a").unwrap();
         assert_eq!(ev.len() as i64, EVENTS_PER_NODE);
         assert_eq!(ev.last().unwrap().at, EVENTS_PER_NODE + 19);
-        assert_eq!(s.set_cluster_once("bootstrapComplete", "true").unwrap(), s.set_cluster_once("bootstrapComplete", "true").unwrap());
+        assert_eq!(
+            s.set_cluster_once("bootstrapComplete", "true").unwrap(),
+            s.set_cluster_once("bootstrapComplete", "true").unwrap()
+        );
     }
 }

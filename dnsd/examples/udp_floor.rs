@@ -35,8 +35,17 @@ fn main() {
     loop {
         addrs.clear();
         {
-            let mut iovs: Vec<[IoSliceMut<'_>; 1]> = bufs.iter_mut().map(|b| [IoSliceMut::new(&mut b[..])]).collect();
-            match recvmmsg(fd, &mut rhdr, iovs.iter_mut(), MsgFlags::MSG_WAITFORONE, None) {
+            let mut iovs: Vec<[IoSliceMut<'_>; 1]> = bufs
+                .iter_mut()
+                .map(|b| [IoSliceMut::new(&mut b[..])])
+                .collect();
+            match recvmmsg(
+                fd,
+                &mut rhdr,
+                iovs.iter_mut(),
+                MsgFlags::MSG_WAITFORONE,
+                None,
+            ) {
                 Ok(res) => {
                     for (i, r) in res.enumerate() {
                         lens[i] = r.bytes;
@@ -55,10 +64,22 @@ fn main() {
                 b[2] |= 0x84; // QR, AA
             }
         }
-        let slices: Vec<[IoSlice<'_>; 1]> = bufs.iter().zip(&lens).take(addrs.len()).map(|(b, &l)| [IoSlice::new(&b[..l])]).collect();
+        let slices: Vec<[IoSlice<'_>; 1]> = bufs
+            .iter()
+            .zip(&lens)
+            .take(addrs.len())
+            .map(|(b, &l)| [IoSlice::new(&b[..l])])
+            .collect();
         let mut from = 0;
         while from < slices.len() {
-            match sendmmsg(fd, &mut shdr, slices[from..].iter(), &addrs[from..], [], MsgFlags::empty()) {
+            match sendmmsg(
+                fd,
+                &mut shdr,
+                slices[from..].iter(),
+                &addrs[from..],
+                [],
+                MsgFlags::empty(),
+            ) {
                 Ok(res) => match res.count() {
                     0 => break,
                     n => from += n,

@@ -61,7 +61,10 @@ pub enum Action {
     Drop,
     /// A zone transfer (TCP, allowed peer): zone index, and the client's
     /// serial for IXFR.
-    Transfer { zone: usize, ixfr_serial: Option<u32> },
+    Transfer {
+        zone: usize,
+        ixfr_serial: Option<u32>,
+    },
     /// Forward to an upstream resolver (outside every zone, RD set).
     Forward,
 }
@@ -242,7 +245,14 @@ struct Logical {
 }
 
 /// A template's whole content: equal keys, one template.
-type TemplateKey = (Vec<u8>, Vec<(u32, bool, u16)>, u16, u16, u16, Vec<(u32, u16)>);
+type TemplateKey = (
+    Vec<u8>,
+    Vec<(u32, bool, u16)>,
+    u16,
+    u16,
+    u16,
+    Vec<(u32, u16)>,
+);
 
 struct Builder<'z> {
     zones: &'z [Zone],
@@ -266,33 +276,67 @@ impl Catalog {
         b.load()?;
         b.mark_cuts();
         let infos = b.compile()?;
-        let Builder { map, nodes, templates, .. } = b;
-        Ok(Catalog { map, nodes, templates, infos, zones, options })
+        let Builder {
+            map,
+            nodes,
+            templates,
+            ..
+        } = b;
+        Ok(Catalog {
+            map,
+            nodes,
+            templates,
+            infos,
+            zones,
+            options,
+        })
     }
 
     /// Answers one request into `out` (cleared first).
-    pub fn answer(&self, pkt: &[u8], transport: Transport, peer: IpAddr, out: &mut Vec<u8>) -> Action {
+    pub fn answer(
+        &self,
+        pkt: &[u8],
+        transport: Transport,
+        peer: IpAddr,
+        out: &mut Vec<u8>,
+    ) -> Action {
         let mut lower = [0u8; MAX_NAME];
         let req = match wire::parse(pkt, &mut lower) {
             Ok(r) => r,
             Err(Malformed::Drop) => return Action::Drop,
-            Err(Malformed::FormErr { id, flags, question_end }) => {
+            Err(Malformed::FormErr {
+                id,
+                flags,
+                question_end,
+            }) => {
                 header_only(pkt, id, flags, question_end, wire::RCODE_FORMERR, out);
-                return Action::Reply { rcode: wire::RCODE_FORMERR, truncated: false };
+                return Action::Reply {
+                    rcode: wire::RCODE_FORMERR,
+                    truncated: false,
+                };
             }
         };
         let limit = match transport {
-            Transport::Udp => req.edns.map(|e| e.udp_size.clamp(512, MAX_UDP)).unwrap_or(512) as usize,
+            Transport::Udp => req
+                .edns
+                .map(|e| e.udp_size.clamp(512, MAX_UDP))
+                .unwrap_or(512) as usize,
             Transport::Tcp => 65535,
         };
         let reply = |rcode: u8, out: &mut Vec<u8>| {
             simple(pkt, &req, rcode, 0, out);
-            Action::Reply { rcode, truncated: false }
+            Action::Reply {
+                rcode,
+                truncated: false,
+            }
         };
         if let Some(e) = req.edns {
             if e.version != 0 {
                 simple(pkt, &req, 0, wire::EXT_RCODE_BADVERS, out);
-                return Action::Reply { rcode: 16, truncated: false };
+                return Action::Reply {
+                    rcode: 16,
+                    truncated: false,
+                };
             }
         }
         if req.opcode != wire::OPCODE_QUERY {
@@ -307,20 +351,35 @@ impl Catalog {
             wire::TYPE_OPT => return reply(wire::RCODE_FORMERR, out),
             wire::TYPE_AXFR | wire::TYPE_IXFR => {
                 let zone = match self.map.get(key) {
-                    Some(&n) if self.infos[self.nodes[n as usize].zone as usize].apex == n => self.nodes[n as usize].zone as usize,
+                    Some(&n) if self.infos[self.nodes[n as usize].zone as usize].apex == n => {
+                        self.nodes[n as usize].zone as usize
+                    }
                     _ => return reply(wire::RCODE_NOTAUTH, out),
                 };
-                if !self.options.allow_transfer.iter().any(|net| net.contains(&peer)) {
+                if !self
+                    .options
+                    .allow_transfer
+                    .iter()
+                    .any(|net| net.contains(&peer))
+                {
                     return reply(wire::RCODE_REFUSED, out);
                 }
                 let serial = self.zones[zone].serial();
-                let up_to_date = req.qtype == wire::TYPE_IXFR && req.soa_serial.is_some_and(|s| serial_ge(s, serial));
+                let up_to_date = req.qtype == wire::TYPE_IXFR
+                    && req.soa_serial.is_some_and(|s| serial_ge(s, serial));
                 return match (transport, req.qtype) {
                     // RFC 1995 §2: over UDP, or when the client is current, the SOA alone.
-                    (Transport::Udp, wire::TYPE_IXFR) => self.emit(self.infos[zone].soa, pkt, &req, limit, out),
-                    (_, wire::TYPE_IXFR) if up_to_date => self.emit(self.infos[zone].soa, pkt, &req, limit, out),
+                    (Transport::Udp, wire::TYPE_IXFR) => {
+                        self.emit(self.infos[zone].soa, pkt, &req, limit, out)
+                    }
+                    (_, wire::TYPE_IXFR) if up_to_date => {
+                        self.emit(self.infos[zone].soa, pkt, &req, limit, out)
+                    }
                     (Transport::Udp, _) => reply(wire::RCODE_FORMERR, out),
-                    (Transport::Tcp, _) => Action::Transfer { zone, ixfr_serial: req.soa_serial.filter(|_| req.qtype == wire::TYPE_IXFR) },
+                    (Transport::Tcp, _) => Action::Transfer {
+                        zone,
+                        ixfr_serial: req.soa_serial.filter(|_| req.qtype == wire::TYPE_IXFR),
+                    },
                 };
             }
             _ => {}
@@ -330,10 +389,17 @@ impl Catalog {
                 let node = &self.nodes[n as usize];
                 match req.qtype {
                     wire::TYPE_ANY => node.any,
-                    t => node.by_type.iter().find(|(ty, _)| *ty == t).map(|(_, i)| *i).unwrap_or(node.other),
+                    t => node
+                        .by_type
+                        .iter()
+                        .find(|(ty, _)| *ty == t)
+                        .map(|(_, i)| *i)
+                        .unwrap_or(node.other),
                 }
             }
-            Found::AtCut(n) if req.qtype == wire::TYPE_DS => self.infos[self.nodes[n as usize].zone as usize].nodata,
+            Found::AtCut(n) if req.qtype == wire::TYPE_DS => {
+                self.infos[self.nodes[n as usize].zone as usize].nodata
+            }
             Found::AtCut(n) | Found::Referral(n) => self.nodes[n as usize].referral,
             Found::Nx(z) => self.infos[z as usize].nxdomain,
             Found::Outside if self.options.forward && req.rd() => return Action::Forward,
@@ -370,12 +436,18 @@ impl Catalog {
             if pos >= end {
                 break;
             }
-            let ptr = if f.into_question { wire::HEADER + lq - f.val as usize } else { base + f.val as usize };
+            let ptr = if f.into_question {
+                wire::HEADER + lq - f.val as usize
+            } else {
+                base + f.val as usize
+            };
             out[base + pos..base + pos + 2].copy_from_slice(&(0xC000 | ptr as u16).to_be_bytes());
         }
         let rcode = (t.flags & 0xF) as u8;
-        let flags =
-            wire::FLAG_QR | (req.flags & (0x7800 | wire::FLAG_RD | wire::FLAG_CD)) | t.flags | if truncated { wire::FLAG_TC } else { 0 };
+        let flags = wire::FLAG_QR
+            | (req.flags & (0x7800 | wire::FLAG_RD | wire::FLAG_CD))
+            | t.flags
+            | if truncated { wire::FLAG_TC } else { 0 };
         write_header(out, flags, an, ns, ar + (opt > 0) as u16);
         if let Some(e) = req.edns {
             push_opt(out, 0, e.dnssec_ok);
@@ -404,14 +476,27 @@ fn write_header(out: &mut [u8], flags: u16, an: u16, ns: u16, ar: u16) {
 
 fn push_opt(out: &mut Vec<u8>, ext_rcode: u8, dnssec_ok: bool) {
     let [s0, s1] = MAX_UDP.to_be_bytes();
-    out.extend_from_slice(&[0, 0, 41, s0, s1, ext_rcode, 0, if dnssec_ok { 0x80 } else { 0 }, 0, 0, 0]);
+    out.extend_from_slice(&[
+        0,
+        0,
+        41,
+        s0,
+        s1,
+        ext_rcode,
+        0,
+        if dnssec_ok { 0x80 } else { 0 },
+        0,
+        0,
+        0,
+    ]);
 }
 
 /// Header, the question, and OPT when the request had one.
 fn simple(pkt: &[u8], req: &Request, rcode: u8, ext_rcode: u8, out: &mut Vec<u8>) {
     out.clear();
     out.extend_from_slice(&pkt[..req.question_end]);
-    let flags = wire::FLAG_QR | (req.flags & (0x7800 | wire::FLAG_RD | wire::FLAG_CD)) | rcode as u16;
+    let flags =
+        wire::FLAG_QR | (req.flags & (0x7800 | wire::FLAG_RD | wire::FLAG_CD)) | rcode as u16;
     write_header(out, flags, 0, 0, req.edns.is_some() as u16);
     if let Some(e) = req.edns {
         push_opt(out, ext_rcode, e.dnssec_ok);
@@ -419,7 +504,14 @@ fn simple(pkt: &[u8], req: &Request, rcode: u8, ext_rcode: u8, out: &mut Vec<u8>
 }
 
 /// A FORMERR: the header, and the question if it was readable.
-fn header_only(pkt: &[u8], id: u16, flags: u16, question_end: Option<usize>, rcode: u8, out: &mut Vec<u8>) {
+fn header_only(
+    pkt: &[u8],
+    id: u16,
+    flags: u16,
+    question_end: Option<usize>,
+    rcode: u8,
+    out: &mut Vec<u8>,
+) {
     out.clear();
     out.extend_from_slice(&id.to_be_bytes());
     let f = wire::FLAG_QR | (flags & (0x7800 | wire::FLAG_RD | wire::FLAG_CD)) | rcode as u16;
@@ -439,7 +531,14 @@ impl Builder<'_> {
             return n;
         }
         let id = self.nodes.len() as u32;
-        self.nodes.push(Node { zone, kind: Kind::Auth, by_type: Box::new([]), other: 0, any: 0, referral: u32::MAX });
+        self.nodes.push(Node {
+            zone,
+            kind: Kind::Auth,
+            by_type: Box::new([]),
+            other: 0,
+            any: 0,
+            referral: u32::MAX,
+        });
         self.bnodes.push(BuildNode::default());
         self.map.insert(key.into_boxed_slice(), id);
         id
@@ -459,8 +558,11 @@ impl Builder<'_> {
             self.bnodes[n as usize].name = Some(z.origin.clone());
         }
         for (zi, z) in zones.iter().enumerate() {
-            let children: Vec<&Name> =
-                zones.iter().filter(|c| c.origin != z.origin && z.origin.zone_of(&c.origin)).map(|c| &c.origin).collect();
+            let children: Vec<&Name> = zones
+                .iter()
+                .filter(|c| c.origin != z.origin && z.origin.zone_of(&c.origin))
+                .map(|c| &c.origin)
+                .collect();
             for r in &z.records {
                 if children.iter().any(|c| c.zone_of(r.name())) {
                     continue;
@@ -473,7 +575,13 @@ impl Builder<'_> {
                 }
                 let bn = &mut self.bnodes[owner as usize];
                 bn.name.get_or_insert_with(|| r.name().clone());
-                let set = bn.rrsets.entry(u16::from(r.record_type())).or_insert(RRset { ttl: r.ttl(), rdatas: Vec::new() });
+                let set = bn
+                    .rrsets
+                    .entry(u16::from(r.record_type()))
+                    .or_insert(RRset {
+                        ttl: r.ttl(),
+                        rdatas: Vec::new(),
+                    });
                 set.ttl = set.ttl.min(r.ttl());
                 if !set.rdatas.contains(r.data()) {
                     set.rdatas.push(r.data().clone());
@@ -483,7 +591,9 @@ impl Builder<'_> {
                     name = name.base_name();
                     let (_, key) = wire_name(&name);
                     let n = self.node_for(key, zi as u16);
-                    self.bnodes[n as usize].name.get_or_insert_with(|| name.clone());
+                    self.bnodes[n as usize]
+                        .name
+                        .get_or_insert_with(|| name.clone());
                 }
             }
         }
@@ -491,22 +601,34 @@ impl Builder<'_> {
     }
 
     fn mark_cuts(&mut self) {
-        let apexes: BTreeSet<u32> = self.zones.iter().map(|z| self.map[wire_name(&z.origin).1.as_slice()]).collect();
+        let apexes: BTreeSet<u32> = self
+            .zones
+            .iter()
+            .map(|z| self.map[wire_name(&z.origin).1.as_slice()])
+            .collect();
         let ids: Vec<u32> = (0..self.nodes.len() as u32).collect();
         for id in &ids {
-            if !apexes.contains(id) && self.bnodes[*id as usize].rrsets.contains_key(&wire::TYPE_NS) {
+            if !apexes.contains(id)
+                && self.bnodes[*id as usize]
+                    .rrsets
+                    .contains_key(&wire::TYPE_NS)
+            {
                 self.nodes[*id as usize].kind = Kind::Cut;
             }
         }
         // Below a cut: the highest cut above the node (excluding itself).
         for id in ids {
-            let Some(mut name) = self.bnodes[id as usize].name.clone() else { continue };
+            let Some(mut name) = self.bnodes[id as usize].name.clone() else {
+                continue;
+            };
             let zone = &self.zones[self.nodes[id as usize].zone as usize].origin;
             let mut below = None;
             while labels(&name) > labels(zone) + 1 {
                 name = name.base_name();
                 if let Some(&a) = self.map.get(wire_name(&name).1.as_slice()) {
-                    if self.nodes[a as usize].kind == Kind::Cut || matches!(self.nodes[a as usize].kind, Kind::Below(_)) {
+                    if self.nodes[a as usize].kind == Kind::Cut
+                        || matches!(self.nodes[a as usize].kind, Kind::Below(_))
+                    {
                         below = Some(a);
                     }
                 }
@@ -524,7 +646,10 @@ impl Builder<'_> {
         Section {
             owner: Owner::Name(z.origin.clone()),
             rtype: wire::TYPE_SOA,
-            set: RRset { ttl, rdatas: vec![z.records[0].data().clone()] },
+            set: RRset {
+                ttl,
+                rdatas: vec![z.records[0].data().clone()],
+            },
         }
     }
 
@@ -532,12 +657,26 @@ impl Builder<'_> {
         let mut infos = Vec::new();
         for (zi, z) in self.zones.iter().enumerate() {
             let soa = self.soa_section(zi);
-            let nx = Logical { rcode: wire::RCODE_NXDOMAIN, aa: true, authority: vec![soa.clone()], ..Default::default() };
-            let nodata = Logical { rcode: wire::RCODE_NOERROR, aa: true, authority: vec![soa.clone()], ..Default::default() };
+            let nx = Logical {
+                rcode: wire::RCODE_NXDOMAIN,
+                aa: true,
+                authority: vec![soa.clone()],
+                ..Default::default()
+            };
+            let nodata = Logical {
+                rcode: wire::RCODE_NOERROR,
+                aa: true,
+                authority: vec![soa.clone()],
+                ..Default::default()
+            };
             let mut soa_answer = soa;
             soa_answer.set.ttl = z.records[0].ttl();
             soa_answer.owner = Owner::Query;
-            let soa_only = Logical { aa: true, answer: vec![soa_answer], ..Default::default() };
+            let soa_only = Logical {
+                aa: true,
+                answer: vec![soa_answer],
+                ..Default::default()
+            };
             let apex = self.map[wire_name(&z.origin).1.as_slice()];
             infos.push(ZoneInfo {
                 nxdomain: self.template(&z.origin, &nx)?,
@@ -546,10 +685,16 @@ impl Builder<'_> {
                 apex,
             });
         }
-        let all_types: BTreeSet<u16> = self.bnodes.iter().flat_map(|b| b.rrsets.keys().copied()).collect();
+        let all_types: BTreeSet<u16> = self
+            .bnodes
+            .iter()
+            .flat_map(|b| b.rrsets.keys().copied())
+            .collect();
         for id in 0..self.nodes.len() {
             let node_zone = self.nodes[id].zone as usize;
-            let Some(name) = self.bnodes[id].name.clone() else { continue };
+            let Some(name) = self.bnodes[id].name.clone() else {
+                continue;
+            };
             match self.nodes[id].kind {
                 Kind::Cut => {
                     let l = self.referral(id as u32);
@@ -559,10 +704,17 @@ impl Builder<'_> {
                 Kind::Auth => {
                     // A wildcard's templates are anchored at its parent: they
                     // serve every name the wildcard matches.
-                    let anchor = if name.is_wildcard() { name.base_name() } else { name.clone() };
+                    let anchor = if name.is_wildcard() {
+                        name.base_name()
+                    } else {
+                        name.clone()
+                    };
                     let has_cname = self.bnodes[id].rrsets.contains_key(&wire::TYPE_CNAME);
-                    let types: Vec<u16> =
-                        if has_cname { all_types.iter().copied().collect() } else { self.bnodes[id].rrsets.keys().copied().collect() };
+                    let types: Vec<u16> = if has_cname {
+                        all_types.iter().copied().collect()
+                    } else {
+                        self.bnodes[id].rrsets.keys().copied().collect()
+                    };
                     let mut by_type = Vec::new();
                     for t in types {
                         let l = self.resolve(id as u32, t);
@@ -574,7 +726,11 @@ impl Builder<'_> {
                     } else {
                         // The zone's NODATA, valid for any name in it.
                         let soa = self.soa_section(node_zone);
-                        let l = Logical { aa: true, authority: vec![soa], ..Default::default() };
+                        let l = Logical {
+                            aa: true,
+                            authority: vec![soa],
+                            ..Default::default()
+                        };
                         self.template(&anchor, &l)?
                     };
                     let l = self.resolve(id as u32, wire::TYPE_ANY);
@@ -596,7 +752,9 @@ impl Builder<'_> {
     /// A and AAAA of `target` if `zone` has them (glue included). Other
     /// zones' data is left out, as NSD and Knot do.
     fn addresses(&self, target: &Name, zone: u16, out: &mut Vec<Section>) {
-        let Some(&n) = self.map.get(wire_name(target).1.as_slice()) else { return };
+        let Some(&n) = self.map.get(wire_name(target).1.as_slice()) else {
+            return;
+        };
         if self.nodes[n as usize].zone != zone {
             return;
         }
@@ -604,8 +762,15 @@ impl Builder<'_> {
         for t in [wire::TYPE_A, wire::TYPE_AAAA] {
             if let Some(set) = bn.rrsets.get(&t) {
                 let owner = Owner::Name(bn.name.clone().unwrap_or_else(|| target.clone()));
-                if !out.iter().any(|s| s.rtype == t && matches!(&s.owner, Owner::Name(o) if o == target)) {
-                    out.push(Section { owner, rtype: t, set: set.clone() });
+                if !out
+                    .iter()
+                    .any(|s| s.rtype == t && matches!(&s.owner, Owner::Name(o) if o == target))
+                {
+                    out.push(Section {
+                        owner,
+                        rtype: t,
+                        set: set.clone(),
+                    });
                 }
             }
         }
@@ -625,7 +790,11 @@ impl Builder<'_> {
             rcode: 0,
             aa: false,
             answer: vec![],
-            authority: vec![Section { owner: Owner::Name(name), rtype: wire::TYPE_NS, set: ns }],
+            authority: vec![Section {
+                owner: Owner::Name(name),
+                rtype: wire::TYPE_NS,
+                set: ns,
+            }],
             additional,
         }
     }
@@ -633,7 +802,10 @@ impl Builder<'_> {
     /// The logical answer for `qtype` at node `start` (an exact or
     /// wildcard match; the owner of the first RRset is the question name).
     fn resolve(&self, start: u32, qtype: u16) -> Logical {
-        let mut l = Logical { aa: true, ..Default::default() };
+        let mut l = Logical {
+            aa: true,
+            ..Default::default()
+        };
         let mut cur = start;
         let mut owner = Owner::Query;
         let mut seen = vec![start];
@@ -642,17 +814,31 @@ impl Builder<'_> {
             if qtype == wire::TYPE_ANY {
                 // RFC 8482: one RRset (the first by type number, as Knot).
                 if let Some((t, set)) = bn.rrsets.iter().next() {
-                    l.answer.push(Section { owner, rtype: *t, set: set.clone() });
+                    l.answer.push(Section {
+                        owner,
+                        rtype: *t,
+                        set: set.clone(),
+                    });
                 }
                 break;
             }
             if let Some(set) = bn.rrsets.get(&qtype) {
-                l.answer.push(Section { owner, rtype: qtype, set: set.clone() });
+                l.answer.push(Section {
+                    owner,
+                    rtype: qtype,
+                    set: set.clone(),
+                });
                 break;
             }
             if let Some(set) = bn.rrsets.get(&wire::TYPE_CNAME) {
-                l.answer.push(Section { owner, rtype: wire::TYPE_CNAME, set: set.clone() });
-                let RData::CNAME(target) = &set.rdatas[0] else { break };
+                l.answer.push(Section {
+                    owner,
+                    rtype: wire::TYPE_CNAME,
+                    set: set.clone(),
+                });
+                let RData::CNAME(target) = &set.rdatas[0] else {
+                    break;
+                };
                 let target = target.0.clone();
                 if l.answer.len() > MAX_CHAIN {
                     break;
@@ -674,7 +860,8 @@ impl Builder<'_> {
                 }
                 break;
             }
-            l.authority.push(self.soa_section(self.nodes[cur as usize].zone as usize));
+            l.authority
+                .push(self.soa_section(self.nodes[cur as usize].zone as usize));
             break;
         }
         let mut additional = Vec::new();
@@ -690,7 +877,10 @@ impl Builder<'_> {
             }
         }
         additional.retain(|a| {
-            !l.answer.iter().any(|s| s.rtype == a.rtype && matches!((&s.owner, &a.owner), (Owner::Name(x), Owner::Name(y)) if x == y))
+            !l.answer.iter().any(|s| {
+                s.rtype == a.rtype
+                    && matches!((&s.owner, &a.owner), (Owner::Name(x), Owner::Name(y)) if x == y)
+            })
         });
         l.additional = additional;
         l
@@ -721,7 +911,11 @@ impl Builder<'_> {
             additional.push((e.buf.len() as u32, ar));
         }
         let flags = (if l.aa { wire::FLAG_AA } else { 0 }) | l.rcode as u16;
-        let fixups: Vec<(u32, bool, u16)> = e.fixups.iter().map(|f| (f.pos, f.into_question, f.val)).collect();
+        let fixups: Vec<(u32, bool, u16)> = e
+            .fixups
+            .iter()
+            .map(|f| (f.pos, f.into_question, f.val))
+            .collect();
         let key = (e.buf.clone(), fixups, flags, an, ns, additional.clone());
         if let Some(&t) = self.dedup.get(&key) {
             return Ok(t);
@@ -762,11 +956,19 @@ impl Enc {
             known.push((lower[i..].to_vec(), true, (lower.len() - i) as u16));
             i += 1 + lower[i] as usize;
         }
-        Enc { buf: Vec::new(), fixups: Vec::new(), known }
+        Enc {
+            buf: Vec::new(),
+            fixups: Vec::new(),
+            known,
+        }
     }
 
     fn pointer(&mut self, into_question: bool, val: u16) {
-        self.fixups.push(Fixup { pos: self.buf.len() as u32, into_question, val });
+        self.fixups.push(Fixup {
+            pos: self.buf.len() as u32,
+            into_question,
+            val,
+        });
         self.buf.extend_from_slice(&[0xC0, 0]);
     }
 
@@ -779,7 +981,11 @@ impl Enc {
         let mut i = 0;
         let start = self.buf.len();
         while i < lower.len() && lower[i] != 0 {
-            if let Some(&(_, q, v)) = self.known.iter().find(|(k, _, _)| k.as_slice() == &lower[i..]) {
+            if let Some(&(_, q, v)) = self
+                .known
+                .iter()
+                .find(|(k, _, _)| k.as_slice() == &lower[i..])
+            {
                 self.buf.extend_from_slice(&w[..i]);
                 self.remember(&lower[..], i, start);
                 self.pointer(q, v);
@@ -796,7 +1002,8 @@ impl Enc {
         let mut i = 0;
         while i < upto {
             if start + i <= MAX_TARGET {
-                self.known.push((lower[i..].to_vec(), false, (start + i) as u16));
+                self.known
+                    .push((lower[i..].to_vec(), false, (start + i) as u16));
             }
             i += 1 + lower[i] as usize;
         }
@@ -825,7 +1032,13 @@ impl Enc {
             RData::SOA(s) => {
                 self.name(s.mname(), true);
                 self.name(s.rname(), true);
-                for v in [s.serial(), s.refresh() as u32, s.retry() as u32, s.expire() as u32, s.minimum()] {
+                for v in [
+                    s.serial(),
+                    s.refresh() as u32,
+                    s.retry() as u32,
+                    s.expire() as u32,
+                    s.minimum(),
+                ] {
                     self.buf.extend_from_slice(&v.to_be_bytes());
                 }
             }

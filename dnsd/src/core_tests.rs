@@ -15,12 +15,22 @@ fn data(p: &str) -> std::path::PathBuf {
 pub(crate) fn test_catalog() -> Catalog {
     let site = site::load(&data("tests/data/site.yaml")).expect("test site");
     let zones = crate::zone::from_site(&site, 2024010101).unwrap();
-    Catalog::build(zones, Options { allow_transfer: vec!["127.0.0.0/8".parse().unwrap()], forward: false }).unwrap()
+    Catalog::build(
+        zones,
+        Options {
+            allow_transfer: vec!["127.0.0.0/8".parse().unwrap()],
+            forward: false,
+        },
+    )
+    .unwrap()
 }
 
 pub(crate) fn query(name: &str, t: RecordType, edns: Option<u16>) -> Vec<u8> {
     let mut m = Message::new();
-    m.set_id(0x4242).set_message_type(MessageType::Query).set_op_code(OpCode::Query).set_recursion_desired(true);
+    m.set_id(0x4242)
+        .set_message_type(MessageType::Query)
+        .set_op_code(OpCode::Query)
+        .set_recursion_desired(true);
     m.add_query(Query::query(Name::from_ascii(name).unwrap(), t));
     if let Some(size) = edns {
         let mut e = Edns::new();
@@ -37,44 +47,272 @@ fn ask(c: &Catalog, q: &[u8], tr: Transport) -> (Action, Vec<u8>) {
 }
 
 const CASES: &[(&str, &str, RecordType, Option<u16>, Transport)] = &[
-    ("api A", "api.lab.example.test.", RecordType::A, None, Transport::Udp),
-    ("mixed case keeps the question's case", "API.Lab.Example.TEST.", RecordType::A, Some(1232), Transport::Udp),
-    ("api-int", "api-int.lab.example.test.", RecordType::A, None, Transport::Udp),
-    ("wildcard", "console-openshift-console.apps.lab.example.test.", RecordType::A, None, Transport::Udp),
-    ("wildcard, two labels below", "a.b.apps.lab.example.test.", RecordType::A, None, Transport::Udp),
-    ("wildcard NODATA", "x.apps.lab.example.test.", RecordType::AAAA, None, Transport::Udp),
-    ("the wildcard's parent is an empty non-terminal", "apps.lab.example.test.", RecordType::A, None, Transport::Udp),
-    ("NXDOMAIN", "nope.lab.example.test.", RecordType::A, Some(4096), Transport::Udp),
-    ("NODATA", "master-0.lab.example.test.", RecordType::TXT, None, Transport::Udp),
-    ("node", "master-0.lab.example.test.", RecordType::A, None, Transport::Udp),
-    ("apex SOA", "lab.example.test.", RecordType::SOA, None, Transport::Udp),
-    ("apex NS with glue", "lab.example.test.", RecordType::NS, None, Transport::Udp),
-    ("apex MX with additional", "lab.example.test.", RecordType::MX, None, Transport::Udp),
-    ("apex TXT", "lab.example.test.", RecordType::TXT, None, Transport::Udp),
-    ("SRV (target in additional)", "_etcd-server-ssl._tcp.lab.example.test.", RecordType::SRV, None, Transport::Udp),
-    ("empty non-terminal", "_tcp.lab.example.test.", RecordType::SRV, None, Transport::Udp),
-    ("CNAME chain", "www.lab.example.test.", RecordType::A, None, Transport::Udp),
-    ("CNAME chain, NODATA at the end", "www.lab.example.test.", RecordType::MX, None, Transport::Udp),
-    ("CNAME asked for", "www.lab.example.test.", RecordType::CNAME, None, Transport::Udp),
-    ("CNAME to a missing name: NXDOMAIN (RFC 6604)", "dangling.lab.example.test.", RecordType::A, None, Transport::Udp),
-    ("CNAME out of the zones", "elsewhere.lab.example.test.", RecordType::A, None, Transport::Udp),
-    ("referral", "host.sub.lab.example.test.", RecordType::A, None, Transport::Udp),
-    ("referral at the cut", "sub.lab.example.test.", RecordType::NS, None, Transport::Udp),
-    ("DS at the cut: the parent's NODATA", "sub.lab.example.test.", RecordType::DS, None, Transport::Udp),
-    ("glue is occluded", "ns.sub.lab.example.test.", RecordType::A, None, Transport::Udp),
-    ("PTR", "11.0.77.10.in-addr.arpa.", RecordType::PTR, None, Transport::Udp),
-    ("PTR of the api VIP", "2.0.77.10.in-addr.arpa.", RecordType::PTR, None, Transport::Udp),
-    ("PTR from dns.records", "5.0.77.10.in-addr.arpa.", RecordType::PTR, None, Transport::Udp),
-    ("reverse NXDOMAIN", "99.0.77.10.in-addr.arpa.", RecordType::PTR, None, Transport::Udp),
-    ("ANY over UDP: one RRset (RFC 8482)", "lab.example.test.", RecordType::ANY, None, Transport::Udp),
-    ("ANY over TCP: one RRset too", "lab.example.test.", RecordType::ANY, None, Transport::Tcp),
-    ("large TXT without EDNS: TC", "big.lab.example.test.", RecordType::TXT, None, Transport::Udp),
-    ("large TXT with EDNS 1232", "big.lab.example.test.", RecordType::TXT, Some(1232), Transport::Udp),
-    ("large TXT over TCP", "big.lab.example.test.", RecordType::TXT, None, Transport::Tcp),
-    ("outside every zone: REFUSED", "www.example.org.", RecordType::A, None, Transport::Udp),
-    ("IXFR over UDP: the SOA", "lab.example.test.", RecordType::IXFR, None, Transport::Udp),
-    ("AXFR over UDP: FORMERR", "lab.example.test.", RecordType::AXFR, None, Transport::Udp),
-    ("AXFR of a name that is not an apex", "api.lab.example.test.", RecordType::AXFR, None, Transport::Tcp),
+    (
+        "api A",
+        "api.lab.example.test.",
+        RecordType::A,
+        None,
+        Transport::Udp,
+    ),
+    (
+        "mixed case keeps the question's case",
+        "API.Lab.Example.TEST.",
+        RecordType::A,
+        Some(1232),
+        Transport::Udp,
+    ),
+    (
+        "api-int",
+        "api-int.lab.example.test.",
+        RecordType::A,
+        None,
+        Transport::Udp,
+    ),
+    (
+        "wildcard",
+        "console-openshift-console.apps.lab.example.test.",
+        RecordType::A,
+        None,
+        Transport::Udp,
+    ),
+    (
+        "wildcard, two labels below",
+        "a.b.apps.lab.example.test.",
+        RecordType::A,
+        None,
+        Transport::Udp,
+    ),
+    (
+        "wildcard NODATA",
+        "x.apps.lab.example.test.",
+        RecordType::AAAA,
+        None,
+        Transport::Udp,
+    ),
+    (
+        "the wildcard's parent is an empty non-terminal",
+        "apps.lab.example.test.",
+        RecordType::A,
+        None,
+        Transport::Udp,
+    ),
+    (
+        "NXDOMAIN",
+        "nope.lab.example.test.",
+        RecordType::A,
+        Some(4096),
+        Transport::Udp,
+    ),
+    (
+        "NODATA",
+        "master-0.lab.example.test.",
+        RecordType::TXT,
+        None,
+        Transport::Udp,
+    ),
+    (
+        "node",
+        "master-0.lab.example.test.",
+        RecordType::A,
+        None,
+        Transport::Udp,
+    ),
+    (
+        "apex SOA",
+        "lab.example.test.",
+        RecordType::SOA,
+        None,
+        Transport::Udp,
+    ),
+    (
+        "apex NS with glue",
+        "lab.example.test.",
+        RecordType::NS,
+        None,
+        Transport::Udp,
+    ),
+    (
+        "apex MX with additional",
+        "lab.example.test.",
+        RecordType::MX,
+        None,
+        Transport::Udp,
+    ),
+    (
+        "apex TXT",
+        "lab.example.test.",
+        RecordType::TXT,
+        None,
+        Transport::Udp,
+    ),
+    (
+        "SRV (target in additional)",
+        "_etcd-server-ssl._tcp.lab.example.test.",
+        RecordType::SRV,
+        None,
+        Transport::Udp,
+    ),
+    (
+        "empty non-terminal",
+        "_tcp.lab.example.test.",
+        RecordType::SRV,
+        None,
+        Transport::Udp,
+    ),
+    (
+        "CNAME chain",
+        "www.lab.example.test.",
+        RecordType::A,
+        None,
+        Transport::Udp,
+    ),
+    (
+        "CNAME chain, NODATA at the end",
+        "www.lab.example.test.",
+        RecordType::MX,
+        None,
+        Transport::Udp,
+    ),
+    (
+        "CNAME asked for",
+        "www.lab.example.test.",
+        RecordType::CNAME,
+        None,
+        Transport::Udp,
+    ),
+    (
+        "CNAME to a missing name: NXDOMAIN (RFC 6604)",
+        "dangling.lab.example.test.",
+        RecordType::A,
+        None,
+        Transport::Udp,
+    ),
+    (
+        "CNAME out of the zones",
+        "elsewhere.lab.example.test.",
+        RecordType::A,
+        None,
+        Transport::Udp,
+    ),
+    (
+        "referral",
+        "host.sub.lab.example.test.",
+        RecordType::A,
+        None,
+        Transport::Udp,
+    ),
+    (
+        "referral at the cut",
+        "sub.lab.example.test.",
+        RecordType::NS,
+        None,
+        Transport::Udp,
+    ),
+    (
+        "DS at the cut: the parent's NODATA",
+        "sub.lab.example.test.",
+        RecordType::DS,
+        None,
+        Transport::Udp,
+    ),
+    (
+        "glue is occluded",
+        "ns.sub.lab.example.test.",
+        RecordType::A,
+        None,
+        Transport::Udp,
+    ),
+    (
+        "PTR",
+        "11.0.77.10.in-addr.arpa.",
+        RecordType::PTR,
+        None,
+        Transport::Udp,
+    ),
+    (
+        "PTR of the api VIP",
+        "2.0.77.10.in-addr.arpa.",
+        RecordType::PTR,
+        None,
+        Transport::Udp,
+    ),
+    (
+        "PTR from dns.records",
+        "5.0.77.10.in-addr.arpa.",
+        RecordType::PTR,
+        None,
+        Transport::Udp,
+    ),
+    (
+        "reverse NXDOMAIN",
+        "99.0.77.10.in-addr.arpa.",
+        RecordType::PTR,
+        None,
+        Transport::Udp,
+    ),
+    (
+        "ANY over UDP: one RRset (RFC 8482)",
+        "lab.example.test.",
+        RecordType::ANY,
+        None,
+        Transport::Udp,
+    ),
+    (
+        "ANY over TCP: one RRset too",
+        "lab.example.test.",
+        RecordType::ANY,
+        None,
+        Transport::Tcp,
+    ),
+    (
+        "large TXT without EDNS: TC",
+        "big.lab.example.test.",
+        RecordType::TXT,
+        None,
+        Transport::Udp,
+    ),
+    (
+        "large TXT with EDNS 1232",
+        "big.lab.example.test.",
+        RecordType::TXT,
+        Some(1232),
+        Transport::Udp,
+    ),
+    (
+        "large TXT over TCP",
+        "big.lab.example.test.",
+        RecordType::TXT,
+        None,
+        Transport::Tcp,
+    ),
+    (
+        "outside every zone: REFUSED",
+        "www.example.org.",
+        RecordType::A,
+        None,
+        Transport::Udp,
+    ),
+    (
+        "IXFR over UDP: the SOA",
+        "lab.example.test.",
+        RecordType::IXFR,
+        None,
+        Transport::Udp,
+    ),
+    (
+        "AXFR over UDP: FORMERR",
+        "lab.example.test.",
+        RecordType::AXFR,
+        None,
+        Transport::Udp,
+    ),
+    (
+        "AXFR of a name that is not an apex",
+        "api.lab.example.test.",
+        RecordType::AXFR,
+        None,
+        Transport::Tcp,
+    ),
 ];
 
 #[test]
@@ -84,17 +322,34 @@ fn golden_answers() {
     for (what, name, t, edns, tr) in CASES {
         let (a, out) = ask(&c, &query(name, *t, *edns), *tr);
         assert!(matches!(a, Action::Reply { .. }), "{what}: {a:?}");
-        got.push_str(&format!("### {what}: {name} {t} edns={edns:?} {tr:?}\n{}\n", text::message(&out)));
+        got.push_str(&format!(
+            "### {what}: {name} {t} edns={edns:?} {tr:?}\n{}\n",
+            text::message(&out)
+        ));
     }
     let path = data("tests/golden/answers.txt");
     if std::env::var_os("UPDATE_GOLDEN").is_some() {
         std::fs::write(&path, &got).unwrap();
     }
-    let want = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e} (run with UPDATE_GOLDEN=1 to create)", path.display()));
+    let want = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e} (run with UPDATE_GOLDEN=1 to create)",
+            path.display()
+        )
+    });
     if got != want {
-        let diff: Vec<String> =
-            got.lines().zip(want.lines()).filter(|(g, w)| g != w).take(10).map(|(g, w)| format!("got  {g}\nwant {w}")).collect();
-        panic!("answers differ from {}:\n{}", path.display(), diff.join("\n"));
+        let diff: Vec<String> = got
+            .lines()
+            .zip(want.lines())
+            .filter(|(g, w)| g != w)
+            .take(10)
+            .map(|(g, w)| format!("got  {g}\nwant {w}"))
+            .collect();
+        panic!(
+            "answers differ from {}:\n{}",
+            path.display(),
+            diff.join("\n")
+        );
     }
 }
 
@@ -117,7 +372,11 @@ fn answers_keep_the_question_bytes_and_case() {
 #[test]
 fn wildcard_answers_carry_the_query_name() {
     let c = test_catalog();
-    for name in ["x.apps.lab.example.test.", "a-much-longer-name-than-the-others.apps.lab.example.test.", "a.b.c.apps.lab.example.test."] {
+    for name in [
+        "x.apps.lab.example.test.",
+        "a-much-longer-name-than-the-others.apps.lab.example.test.",
+        "a.b.c.apps.lab.example.test.",
+    ] {
         let (_, out) = ask(&c, &query(name, RecordType::A, None), Transport::Udp);
         let m = decode(&out);
         assert_eq!(m.answers().len(), 1, "{name}");
@@ -129,13 +388,20 @@ fn wildcard_answers_carry_the_query_name() {
 #[test]
 fn negative_answers_use_the_negative_ttl() {
     let c = test_catalog();
-    for (name, rcode) in [("nope.lab.example.test.", 3), ("master-0.lab.example.test.", 0)] {
+    for (name, rcode) in [
+        ("nope.lab.example.test.", 3),
+        ("master-0.lab.example.test.", 0),
+    ] {
         let (_, out) = ask(&c, &query(name, RecordType::TXT, None), Transport::Udp);
         let m = decode(&out);
         assert_eq!(u16::from(m.response_code()), rcode);
         assert_eq!(m.name_servers().len(), 1);
         assert_eq!(m.name_servers()[0].record_type(), RecordType::SOA);
-        assert_eq!(m.name_servers()[0].ttl(), 30, "min(SOA TTL 300, minimum 30)");
+        assert_eq!(
+            m.name_servers()[0].ttl(),
+            30,
+            "min(SOA TTL 300, minimum 30)"
+        );
     }
 }
 
@@ -143,7 +409,10 @@ fn negative_answers_use_the_negative_ttl() {
 fn edns_badvers_and_do_bit() {
     let c = test_catalog();
     let mut m = Message::new();
-    m.set_id(7).add_query(Query::query(Name::from_ascii("api.lab.example.test.").unwrap(), RecordType::A));
+    m.set_id(7).add_query(Query::query(
+        Name::from_ascii("api.lab.example.test.").unwrap(),
+        RecordType::A,
+    ));
     let mut e = Edns::new();
     e.set_version(1);
     e.set_dnssec_ok(true);
@@ -175,9 +444,21 @@ fn transfers_follow_the_acl() {
     let c = test_catalog();
     let q = query("lab.example.test.", RecordType::AXFR, None);
     let mut out = Vec::new();
-    assert_eq!(c.answer(&q, Transport::Tcp, "127.0.0.1".parse().unwrap(), &mut out), Action::Transfer { zone: 0, ixfr_serial: None });
+    assert_eq!(
+        c.answer(&q, Transport::Tcp, "127.0.0.1".parse().unwrap(), &mut out),
+        Action::Transfer {
+            zone: 0,
+            ixfr_serial: None
+        }
+    );
     let a = c.answer(&q, Transport::Tcp, "192.0.2.1".parse().unwrap(), &mut out);
-    assert_eq!(a, Action::Reply { rcode: wire::RCODE_REFUSED, truncated: false });
+    assert_eq!(
+        a,
+        Action::Reply {
+            rcode: wire::RCODE_REFUSED,
+            truncated: false
+        }
+    );
 }
 
 #[test]
@@ -186,7 +467,13 @@ fn other_opcodes_are_not_implemented() {
     let mut q = query("lab.example.test.", RecordType::SOA, None);
     q[2] = (q[2] & 0x87) | (5 << 3); // UPDATE
     let (a, _) = ask(&c, &q, Transport::Udp);
-    assert_eq!(a, Action::Reply { rcode: wire::RCODE_NOTIMP, truncated: false });
+    assert_eq!(
+        a,
+        Action::Reply {
+            rcode: wire::RCODE_NOTIMP,
+            truncated: false
+        }
+    );
 }
 
 #[test]
@@ -222,8 +509,13 @@ fn malformed_input_never_panics() {
 fn compression_pointers_are_all_backwards_and_decodable_for_every_template() {
     // Every node and type, in a long and a short spelling.
     let c = test_catalog();
-    let names =
-        ["lab.example.test.", "master-0.lab.example.test.", "www.lab.example.test.", "x.apps.lab.example.test.", "sub.lab.example.test."];
+    let names = [
+        "lab.example.test.",
+        "master-0.lab.example.test.",
+        "www.lab.example.test.",
+        "x.apps.lab.example.test.",
+        "sub.lab.example.test.",
+    ];
     for n in names {
         for t in [
             RecordType::A,

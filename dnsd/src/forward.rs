@@ -50,12 +50,21 @@ impl Forwarder {
 /// Whether `resp` answers `q`: same ID and the same question bytes
 /// (compared case-insensitively; a resolver may change the case).
 fn matches(q: &[u8], resp: &[u8]) -> bool {
-    let qend = crate::wire::skip_name(q, crate::wire::HEADER).map(|e| e + 4).unwrap_or(q.len());
-    resp.len() >= qend && resp[..2] == q[..2] && resp[2] & 0x80 != 0 && resp[12..qend].eq_ignore_ascii_case(&q[12..qend])
+    let qend = crate::wire::skip_name(q, crate::wire::HEADER)
+        .map(|e| e + 4)
+        .unwrap_or(q.len());
+    resp.len() >= qend
+        && resp[..2] == q[..2]
+        && resp[2] & 0x80 != 0
+        && resp[12..qend].eq_ignore_ascii_case(&q[12..qend])
 }
 
 async fn ask_udp(up: SocketAddr, q: &[u8]) -> std::io::Result<Vec<u8>> {
-    let bind: SocketAddr = if up.is_ipv4() { "0.0.0.0:0".parse().unwrap_or(up) } else { "[::]:0".parse().unwrap_or(up) };
+    let bind: SocketAddr = if up.is_ipv4() {
+        "0.0.0.0:0".parse().unwrap_or(up)
+    } else {
+        "[::]:0".parse().unwrap_or(up)
+    };
     let s = tokio::net::UdpSocket::bind(bind).await?;
     s.connect(up).await?;
     s.send(q).await?;

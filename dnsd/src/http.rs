@@ -49,18 +49,37 @@ pub fn route<B>(live: &Live, req: &Request<B>) -> Response<Full<Bytes>> {
     let text = |status: StatusCode, ctype: &'static str, body: String| {
         let mut r = Response::new(Full::new(Bytes::from(body)));
         *r.status_mut() = status;
-        r.headers_mut().insert(hyper::header::CONTENT_TYPE, hyper::header::HeaderValue::from_static(ctype));
+        r.headers_mut().insert(
+            hyper::header::CONTENT_TYPE,
+            hyper::header::HeaderValue::from_static(ctype),
+        );
         r
     };
     if req.method() != hyper::Method::GET && req.method() != hyper::Method::HEAD {
-        return text(StatusCode::METHOD_NOT_ALLOWED, "text/plain", "GET only\n".into());
+        return text(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "text/plain",
+            "GET only\n".into(),
+        );
     }
     match req.uri().path() {
-        "/metrics" => text(StatusCode::OK, "application/openmetrics-text; version=1.0.0; charset=utf-8", live.metrics.encode()),
+        "/metrics" => text(
+            StatusCode::OK,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            live.metrics.encode(),
+        ),
         "/healthz" => {
             let c = live.catalog.load();
-            let zones: Vec<String> = c.zones.iter().map(|z| format!("{} {}", z.origin, z.serial())).collect();
-            text(StatusCode::OK, "text/plain", format!("ok\n{}\n", zones.join("\n")))
+            let zones: Vec<String> = c
+                .zones
+                .iter()
+                .map(|z| format!("{} {}", z.origin, z.serial()))
+                .collect();
+            text(
+                StatusCode::OK,
+                "text/plain",
+                format!("ok\n{}\n", zones.join("\n")),
+            )
         }
         _ => text(StatusCode::NOT_FOUND, "text/plain", "not found\n".into()),
     }

@@ -57,7 +57,10 @@ pub enum Source {
     /// Derived from the site; `dns:` settings come from it too.
     Site(PathBuf),
     /// Master files `(path, origin)`, with settings given on the command line.
-    Files { files: Vec<(PathBuf, Option<String>)>, dns: Box<Dns> },
+    Files {
+        files: Vec<(PathBuf, Option<String>)>,
+        dns: Box<Dns>,
+    },
     /// The site of the process's feed (the all-in-one binary): dnsd follows
     /// each published site and parses nothing itself.
     Feed(runtime::SiteFeed),
@@ -162,7 +165,10 @@ pub struct Loaded {
 }
 
 fn now_serial() -> u32 {
-    SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_secs() as u32).unwrap_or(1)
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_secs() as u32)
+        .unwrap_or(1)
 }
 
 /// Loads and compiles the zones. For a site, each zone's serial is the
@@ -175,7 +181,10 @@ pub fn load(source: &Source, prev: Option<&Catalog>) -> Result<Loaded, Error> {
         Source::Feed(feed) => load_site(&feed.current(), prev),
         Source::Files { files, dns } => {
             let zones = zone::from_files(files)?;
-            let options = Options { allow_transfer: dns.allow_transfer.clone(), forward: !dns.upstreams.is_empty() };
+            let options = Options {
+                allow_transfer: dns.allow_transfer.clone(),
+                forward: !dns.upstreams.is_empty(),
+            };
             Ok(Loaded {
                 catalog: Catalog::build(zones, options)?,
                 dns: (**dns).clone(),
@@ -201,8 +210,15 @@ pub fn load_site(site: &site::Site, prev: Option<&Catalog>) -> Result<Loaded, Er
                 z.set_serial(serial);
             }
             let dns = site.dns.clone();
-            let options = Options { allow_transfer: dns.allow_transfer.clone(), forward: !dns.upstreams.is_empty() };
-            Ok(Loaded { catalog: Catalog::build(zones, options)?, dns, watched: site.watched_files() })
+            let options = Options {
+                allow_transfer: dns.allow_transfer.clone(),
+                forward: !dns.upstreams.is_empty(),
+            };
+            Ok(Loaded {
+                catalog: Catalog::build(zones, options)?,
+                dns,
+                watched: site.watched_files(),
+            })
         }
     }
 }
@@ -215,40 +231,80 @@ pub struct Live {
 }
 
 /// Serves until `shutdown` is cancelled.
-pub async fn run(config: Config, sockets: Sockets, shutdown: CancellationToken) -> Result<(), Error> {
+pub async fn run(
+    config: Config,
+    sockets: Sockets,
+    shutdown: CancellationToken,
+) -> Result<(), Error> {
     let loaded = tokio::task::block_in_place(|| load(&config.source, None))?;
     run_loaded(config, loaded, sockets, shutdown).await
 }
 
 /// As [`run`], with the first load already done (main reports its errors
 /// before binding; tests inspect it).
-pub async fn run_loaded(config: Config, loaded: Loaded, sockets: Sockets, shutdown: CancellationToken) -> Result<(), Error> {
-    let Loaded { catalog, dns, watched } = loaded;
+pub async fn run_loaded(
+    config: Config,
+    loaded: Loaded,
+    sockets: Sockets,
+    shutdown: CancellationToken,
+) -> Result<(), Error> {
+    let Loaded {
+        catalog,
+        dns,
+        watched,
+    } = loaded;
     if dns.nameservers.is_empty() && matches!(config.source, Source::Site(_) | Source::Feed(_)) {
         return Err(Error::Zone(zone::ZoneError::NoNameserver));
     }
-    let live = Arc::new(Live { catalog: ArcSwap::from_pointee(catalog), metrics: metrics::Metrics::default() });
+    let live = Arc::new(Live {
+        catalog: ArcSwap::from_pointee(catalog),
+        metrics: metrics::Metrics::default(),
+    });
     live.metrics.observe(&live.catalog.load());
     let tracker = TaskTracker::new();
     let forwarder = Arc::new(forward::Forwarder::new(dns.upstreams.clone()));
     let (fwd_tx, fwd_rx) = tokio::sync::mpsc::channel::<udp::Forwarded>(1024);
-    tracker.spawn(udp::forward_loop(fwd_rx, Arc::clone(&forwarder), Arc::clone(&live), shutdown.clone()));
+    tracker.spawn(udp::forward_loop(
+        fwd_rx,
+        Arc::clone(&forwarder),
+        Arc::clone(&live),
+        shutdown.clone(),
+    ));
     let mut threads = Vec::new();
-    let limit = rrl::Limit { per_second: dns.rate_limit, slip: dns.slip };
+    let limit = rrl::Limit {
+        per_second: dns.rate_limit,
+        slip: dns.slip,
+    };
     for (i, sock) in sockets.udp.into_iter().enumerate() {
         info!(addr = %sock.local_addr().map(|a| a.to_string()).unwrap_or_default(), worker = i, "UDP listening");
         // A duplicate of the socket for the forwarder's replies. It shares
         // the file status flags, so it stays blocking like the worker's
         // (O_NONBLOCK on it would make the worker's recvmmsg spin).
         let reply = Arc::new(sock.try_clone()?);
-        let w = udp::Worker { sock, live: Arc::clone(&live), stop: shutdown.clone(), forward: fwd_tx.clone(), reply, limit };
-        threads.push(std::thread::Builder::new().name(format!("dnsd-udp-{i}")).spawn(move || w.run())?);
+        let w = udp::Worker {
+            sock,
+            live: Arc::clone(&live),
+            stop: shutdown.clone(),
+            forward: fwd_tx.clone(),
+            reply,
+            limit,
+        };
+        threads.push(
+            std::thread::Builder::new()
+                .name(format!("dnsd-udp-{i}"))
+                .spawn(move || w.run())?,
+        );
     }
     drop(fwd_tx);
     let conns = Arc::new(tokio::sync::Semaphore::new(config.tcp_max));
     for l in sockets.tcp {
         info!(addr = %l.local_addr().map(|a| a.to_string()).unwrap_or_default(), "TCP listening");
-        let t = tcp::Tcp { live: Arc::clone(&live), forwarder: Arc::clone(&forwarder), idle: config.tcp_idle, conns: Arc::clone(&conns) };
+        let t = tcp::Tcp {
+            live: Arc::clone(&live),
+            forwarder: Arc::clone(&forwarder),
+            idle: config.tcp_idle,
+            conns: Arc::clone(&conns),
+        };
         tracker.spawn(t.accept_loop(l, shutdown.clone(), tracker.clone()));
     }
     if let Some(l) = sockets.http {
@@ -266,44 +322,72 @@ pub async fn run_loaded(config: Config, loaded: Loaded, sockets: Sockets, shutdo
     match &config.source {
         Source::Feed(feed) => {
             let (live, state) = (Arc::clone(&live), Arc::clone(&state));
-            tracker.spawn(runtime::feed::follow(feed.subscribe(), shutdown.clone(), move |p| {
-                let (live, state) = (Arc::clone(&live), Arc::clone(&state));
-                async move {
-                    match p.refused {
-                        Some(why) => refused(&live, &why),
-                        None => {
-                            let prev = live.catalog.load_full();
-                            match tokio::task::spawn_blocking(move || load_site(&p.site, Some(&prev))).await {
-                                Ok(r) => applied(&live, &state, r, p.forced),
-                                Err(e) => error!(error = %e, "reload task failed"),
+            tracker.spawn(runtime::feed::follow(
+                feed.subscribe(),
+                shutdown.clone(),
+                move |p| {
+                    let (live, state) = (Arc::clone(&live), Arc::clone(&state));
+                    async move {
+                        match p.refused {
+                            Some(why) => refused(&live, &why),
+                            None => {
+                                let prev = live.catalog.load_full();
+                                match tokio::task::spawn_blocking(move || {
+                                    load_site(&p.site, Some(&prev))
+                                })
+                                .await
+                                {
+                                    Ok(r) => applied(&live, &state, r, p.forced),
+                                    Err(e) => error!(error = %e, "reload task failed"),
+                                }
                             }
                         }
                     }
-                }
-            }));
+                },
+            ));
         }
         source => {
-            let triggers = runtime::Triggers { reload: config.reload.clone(), reloaded: config.reloaded.clone(), poll: config.poll };
+            let triggers = runtime::Triggers {
+                reload: config.reload.clone(),
+                reloaded: config.reloaded.clone(),
+                poll: config.poll,
+            };
             let files = {
                 let state = Arc::clone(&state);
-                move || state.lock().unwrap_or_else(|p| p.into_inner()).watched.clone()
+                move || {
+                    state
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .watched
+                        .clone()
+                }
             };
             let (live, state, source) = (Arc::clone(&live), Arc::clone(&state), source.clone());
-            tracker.spawn(runtime::reload::watch(triggers, shutdown.clone(), files, move |forced| {
-                let (live, state, source) = (Arc::clone(&live), Arc::clone(&state), source.clone());
-                async move {
-                    let prev = live.catalog.load_full();
-                    match tokio::task::spawn_blocking(move || load(&source, Some(&prev))).await {
-                        Ok(r) => applied(&live, &state, r, forced),
-                        Err(e) => error!(error = %e, "reload task failed"),
+            tracker.spawn(runtime::reload::watch(
+                triggers,
+                shutdown.clone(),
+                files,
+                move |forced| {
+                    let (live, state, source) =
+                        (Arc::clone(&live), Arc::clone(&state), source.clone());
+                    async move {
+                        let prev = live.catalog.load_full();
+                        match tokio::task::spawn_blocking(move || load(&source, Some(&prev))).await
+                        {
+                            Ok(r) => applied(&live, &state, r, forced),
+                            Err(e) => error!(error = %e, "reload task failed"),
+                        }
                     }
-                }
-            }));
+                },
+            ));
         }
     }
     shutdown.cancelled().await;
     tracker.close();
-    if tokio::time::timeout(config.grace, tracker.wait()).await.is_err() {
+    if tokio::time::timeout(config.grace, tracker.wait())
+        .await
+        .is_err()
+    {
         warn!(grace = ?config.grace, "connections still open after the grace period");
     }
     for t in threads {
@@ -321,7 +405,10 @@ struct Served {
 }
 
 fn refused(live: &Live, why: &str) {
-    live.metrics.reloads.get_or_create(&metrics::Outcome { result: "error" }).inc();
+    live.metrics
+        .reloads
+        .get_or_create(&metrics::Outcome { result: "error" })
+        .inc();
     error!("reload refused, the previous zones keep serving:\n{why}");
 }
 
@@ -338,7 +425,12 @@ fn applied(live: &Arc<Live>, state: &Mutex<Served>, r: Result<Loaded, Error>, fo
         .zones
         .iter()
         .enumerate()
-        .filter(|(_, z)| prev.zones.iter().find(|o| o.origin == z.origin).is_none_or(|o| o.serial() != z.serial()))
+        .filter(|(_, z)| {
+            prev.zones
+                .iter()
+                .find(|o| o.origin == z.origin)
+                .is_none_or(|o| o.serial() != z.serial())
+        })
         .map(|(i, _)| i)
         .collect();
     let mut state = state.lock().unwrap_or_else(|p| p.into_inner());
@@ -348,7 +440,10 @@ fn applied(live: &Arc<Live>, state: &Mutex<Served>, r: Result<Loaded, Error>, fo
     let catalog = Arc::new(l.catalog);
     live.catalog.store(Arc::clone(&catalog));
     live.metrics.observe(&catalog);
-    live.metrics.reloads.get_or_create(&metrics::Outcome { result: "ok" }).inc();
+    live.metrics
+        .reloads
+        .get_or_create(&metrics::Outcome { result: "ok" })
+        .inc();
     for &i in &changed {
         let z = &catalog.zones[i];
         info!(zone = %z.origin, serial = z.serial(), forced, "zone reloaded");
@@ -361,5 +456,8 @@ fn applied(live: &Arc<Live>, state: &Mutex<Served>, r: Result<Loaded, Error>, fo
             tokio::spawn(async move { xfr::notify(&z, &targets, &live.metrics).await });
         }
     }
-    *state = Served { dns: l.dns, watched: l.watched };
+    *state = Served {
+        dns: l.dns,
+        watched: l.watched,
+    };
 }

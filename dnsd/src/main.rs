@@ -10,7 +10,11 @@ use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
 #[derive(Parser, Debug)]
-#[command(name = "dnsd", version, about = "Authoritative DNS for the cluster, derived from the site description")]
+#[command(
+    name = "dnsd",
+    version,
+    about = "Authoritative DNS for the cluster, derived from the site description"
+)]
 struct Cli {
     /// The site description (YAML); its `dns:` section configures dnsd.
     #[arg(long, global = true, default_value = "/etc/bootd/site.yaml")]
@@ -74,7 +78,11 @@ fn main() -> Result<()> {
             })
             .collect();
         let dns = site::dns::Dns {
-            listen: if cli.listen.is_empty() { vec![SocketAddr::from(([0, 0, 0, 0], 53))] } else { cli.listen.clone() },
+            listen: if cli.listen.is_empty() {
+                vec![SocketAddr::from(([0, 0, 0, 0], 53))]
+            } else {
+                cli.listen.clone()
+            },
             http: cli.http,
             serve_base_domain: false,
             nameservers: vec![],
@@ -87,7 +95,10 @@ fn main() -> Result<()> {
             slip: site::dns::DEFAULT_SLIP,
             records: vec![],
         };
-        dnsd::Source::Files { files, dns: Box::new(dns) }
+        dnsd::Source::Files {
+            files,
+            dns: Box::new(dns),
+        }
     };
     let loaded = dnsd::load(&source, None).map_err(|e| anyhow::anyhow!("{e}"))?;
     match cli.cmd.unwrap_or(Cmd::Run) {
@@ -104,8 +115,18 @@ fn main() -> Result<()> {
 fn check_config(path: &std::path::Path) -> Result<()> {
     match dnsd::load(&dnsd::Source::Site(path.to_path_buf()), None) {
         Ok(l) => {
-            let zones: Vec<String> = l.catalog.zones.iter().map(|z| z.origin.to_string()).collect();
-            println!("{}: ok: zones {}; listening on {:?}", path.display(), zones.join(", "), l.dns.listen);
+            let zones: Vec<String> = l
+                .catalog
+                .zones
+                .iter()
+                .map(|z| z.origin.to_string())
+                .collect();
+            println!(
+                "{}: ok: zones {}; listening on {:?}",
+                path.display(),
+                zones.join(", "),
+                l.dns.listen
+            );
             Ok(())
         }
         Err(e) => {
@@ -116,17 +137,34 @@ fn check_config(path: &std::path::Path) -> Result<()> {
 }
 
 fn serve(config: dnsd::Config, loaded: dnsd::Loaded, udp_threads: Option<usize>) -> Result<()> {
-    let threads = udp_threads.unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(threads.clamp(1, 4)).enable_all().build()?;
+    let threads = udp_threads.unwrap_or_else(|| {
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1)
+    });
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads.clamp(1, 4))
+        .enable_all()
+        .build()?;
     rt.block_on(async move {
-        let mut sockets = dnsd::Sockets { udp: Vec::new(), tcp: Vec::new(), http: None };
+        let mut sockets = dnsd::Sockets {
+            udp: Vec::new(),
+            tcp: Vec::new(),
+            http: None,
+        };
         for a in &loaded.dns.listen {
-            sockets.udp.extend(dnsd::bind_udp(*a, threads).with_context(|| format!("UDP {a}"))?);
+            sockets
+                .udp
+                .extend(dnsd::bind_udp(*a, threads).with_context(|| format!("UDP {a}"))?);
             let t = dnsd::bind_tcp(*a).with_context(|| format!("TCP {a}"))?;
             sockets.tcp.push(tokio::net::TcpListener::from_std(t)?);
         }
         if let Some(h) = loaded.dns.http {
-            sockets.http = Some(tokio::net::TcpListener::bind(h).await.with_context(|| format!("HTTP {h}"))?);
+            sockets.http = Some(
+                tokio::net::TcpListener::bind(h)
+                    .await
+                    .with_context(|| format!("HTTP {h}"))?,
+            );
         }
         for z in &loaded.catalog.zones {
             println!("dnsd: zone {} serial {}", z.origin, z.serial());
@@ -134,8 +172,11 @@ fn serve(config: dnsd::Config, loaded: dnsd::Loaded, udp_threads: Option<usize>)
         let shutdown = CancellationToken::new();
         // Zones loaded, sockets bound: tell systemd (no-op outside it).
         runtime::service::ready(&format!("serving {} zones", loaded.catalog.zones.len()));
-        let signals =
-            tokio::spawn(runtime::service::signals(shutdown.clone(), vec![Arc::clone(&config.reload)], vec![Arc::clone(&config.reloaded)]));
+        let signals = tokio::spawn(runtime::service::signals(
+            shutdown.clone(),
+            vec![Arc::clone(&config.reload)],
+            vec![Arc::clone(&config.reloaded)],
+        ));
         let watchdog = runtime::service::spawn_watchdog();
         let r = dnsd::run_loaded(config, loaded, sockets, shutdown).await;
         signals.abort();

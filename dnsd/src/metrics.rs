@@ -61,16 +61,56 @@ impl Default for Metrics {
             tcp_connections: Gauge::default(),
             registry: Registry::default(),
         };
-        registry.register("responses", "Responses sent, by transport and RCODE", m.responses.clone());
-        registry.register("truncated_responses", "UDP responses sent with TC set", m.truncated.clone());
-        registry.register("dropped", "Requests not answered, by reason (malformed, send_error, forward_queue)", m.dropped.clone());
-        registry.register("rrl", "Responses rate-limited, by result (slipped, dropped)", m.rrl.clone());
-        registry.register("reloads", "Zone reloads by result (ok, error)", m.reloads.clone());
-        registry.register("notifies", "NOTIFY messages by result (acked, unanswered)", m.notifies.clone());
-        registry.register("transfers", "Zone transfers by result (axfr, ixfr_current, refused)", m.transfers.clone());
-        registry.register("forwarded", "Queries forwarded to upstream resolvers, by result (ok, failed)", m.forwarded.clone());
-        registry.register("zone_serial", "The SOA serial being served, per zone", m.serial.clone());
-        registry.register("tcp_connections", "Open TCP connections", m.tcp_connections.clone());
+        registry.register(
+            "responses",
+            "Responses sent, by transport and RCODE",
+            m.responses.clone(),
+        );
+        registry.register(
+            "truncated_responses",
+            "UDP responses sent with TC set",
+            m.truncated.clone(),
+        );
+        registry.register(
+            "dropped",
+            "Requests not answered, by reason (malformed, send_error, forward_queue)",
+            m.dropped.clone(),
+        );
+        registry.register(
+            "rrl",
+            "Responses rate-limited, by result (slipped, dropped)",
+            m.rrl.clone(),
+        );
+        registry.register(
+            "reloads",
+            "Zone reloads by result (ok, error)",
+            m.reloads.clone(),
+        );
+        registry.register(
+            "notifies",
+            "NOTIFY messages by result (acked, unanswered)",
+            m.notifies.clone(),
+        );
+        registry.register(
+            "transfers",
+            "Zone transfers by result (axfr, ixfr_current, refused)",
+            m.transfers.clone(),
+        );
+        registry.register(
+            "forwarded",
+            "Queries forwarded to upstream resolvers, by result (ok, failed)",
+            m.forwarded.clone(),
+        );
+        registry.register(
+            "zone_serial",
+            "The SOA serial being served, per zone",
+            m.serial.clone(),
+        );
+        registry.register(
+            "tcp_connections",
+            "Open TCP connections",
+            m.tcp_connections.clone(),
+        );
         Metrics { registry, ..m }
     }
 }
@@ -99,11 +139,20 @@ impl Metrics {
     /// Records the serials of a newly served catalog.
     pub fn observe(&self, c: &Catalog) {
         for z in &c.zones {
-            self.serial.get_or_create(&ZoneLabel { zone: z.origin.to_string() }).set(i64::from(z.serial()));
+            self.serial
+                .get_or_create(&ZoneLabel {
+                    zone: z.origin.to_string(),
+                })
+                .set(i64::from(z.serial()));
         }
     }
     pub fn answered(&self, transport: &'static str, rcode: u8) {
-        self.responses.get_or_create(&Answered { transport, rcode: rcode_name(rcode) }).inc();
+        self.responses
+            .get_or_create(&Answered {
+                transport,
+                rcode: rcode_name(rcode),
+            })
+            .inc();
     }
 }
 
@@ -126,7 +175,12 @@ impl Local {
     pub fn flush(&mut self, m: &Metrics) {
         for (rcode, n) in self.by_rcode.iter_mut().enumerate() {
             if *n > 0 {
-                m.responses.get_or_create(&Answered { transport: "udp", rcode: rcode_name(rcode as u8) }).inc_by(*n);
+                m.responses
+                    .get_or_create(&Answered {
+                        transport: "udp",
+                        rcode: rcode_name(rcode as u8),
+                    })
+                    .inc_by(*n);
                 *n = 0;
             }
         }

@@ -51,7 +51,10 @@ fn prefix(ip: IpAddr) -> u64 {
 
 impl Rrl {
     pub fn new(limit: Limit) -> Rrl {
-        Rrl { limit, table: HashMap::default() }
+        Rrl {
+            limit,
+            table: HashMap::default(),
+        }
     }
 
     pub fn check(&mut self, ip: IpAddr, now: Instant) -> Verdict {
@@ -62,7 +65,11 @@ impl Rrl {
             self.table.clear();
         }
         let rate = f64::from(self.limit.per_second);
-        let b = self.table.entry(prefix(ip)).or_insert(Bucket { tokens: rate, at: now, limited: 0 });
+        let b = self.table.entry(prefix(ip)).or_insert(Bucket {
+            tokens: rate,
+            at: now,
+            limited: 0,
+        });
         let dt = now.saturating_duration_since(b.at).as_secs_f64();
         b.tokens = (b.tokens + dt * rate).min(rate);
         b.at = now;
@@ -86,7 +93,10 @@ mod tests {
 
     #[test]
     fn limits_per_network_and_refills() {
-        let mut r = Rrl::new(Limit { per_second: 10, slip: 2 });
+        let mut r = Rrl::new(Limit {
+            per_second: 10,
+            slip: 2,
+        });
         let t0 = Instant::now();
         let a: IpAddr = "192.0.2.1".parse().unwrap();
         let same_net: IpAddr = "192.0.2.200".parse().unwrap();
@@ -95,7 +105,10 @@ mod tests {
         assert_eq!(sent, 10);
         // the /24 shares the bucket: limited now, every second one slips
         let v: Vec<Verdict> = (0..4).map(|_| r.check(same_net, t0)).collect();
-        assert_eq!(v, [Verdict::Drop, Verdict::Slip, Verdict::Drop, Verdict::Slip]);
+        assert_eq!(
+            v,
+            [Verdict::Drop, Verdict::Slip, Verdict::Drop, Verdict::Slip]
+        );
         assert_eq!(r.check(other, t0), Verdict::Send);
         // 100 ms later one token is back
         assert_eq!(r.check(a, t0 + Duration::from_millis(100)), Verdict::Send);
@@ -104,7 +117,10 @@ mod tests {
 
     #[test]
     fn zero_means_off() {
-        let mut r = Rrl::new(Limit { per_second: 0, slip: 2 });
+        let mut r = Rrl::new(Limit {
+            per_second: 0,
+            slip: 2,
+        });
         let t0 = Instant::now();
         assert!((0..100_000).all(|_| r.check("192.0.2.1".parse().unwrap(), t0) == Verdict::Send));
     }

@@ -57,7 +57,12 @@ impl Tcp {
         }
     }
 
-    async fn serve(&self, stream: TcpStream, peer: SocketAddr, stop: CancellationToken) -> std::io::Result<()> {
+    async fn serve(
+        &self,
+        stream: TcpStream,
+        peer: SocketAddr,
+        stop: CancellationToken,
+    ) -> std::io::Result<()> {
         let (r, w) = stream.into_split();
         let mut r = BufReader::with_capacity(16 * 1024, r);
         let mut w = BufWriter::with_capacity(16 * 1024, w);
@@ -93,8 +98,16 @@ impl Tcp {
                 Action::Transfer { zone, ixfr_serial } => {
                     let z = &catalog.zones[zone];
                     let msgs = crate::xfr::transfer(z, q, ixfr_serial);
-                    let kind = if ixfr_serial.is_some() && msgs.len() == 1 { "ixfr_current" } else { "axfr" };
-                    self.live.metrics.transfers.get_or_create(&Outcome { result: kind }).inc();
+                    let kind = if ixfr_serial.is_some() && msgs.len() == 1 {
+                        "ixfr_current"
+                    } else {
+                        "axfr"
+                    };
+                    self.live
+                        .metrics
+                        .transfers
+                        .get_or_create(&Outcome { result: kind })
+                        .inc();
                     info!(%peer, zone = %z.origin, serial = z.serial(), kind, messages = msgs.len(), "zone transfer");
                     for m in msgs {
                         write_msg(&mut w, &m).await?;
@@ -102,7 +115,13 @@ impl Tcp {
                 }
                 Action::Forward => {
                     let resp = self.forwarder.forward(q, true).await;
-                    self.live.metrics.forwarded.get_or_create(&Outcome { result: if resp.is_some() { "ok" } else { "failed" } }).inc();
+                    self.live
+                        .metrics
+                        .forwarded
+                        .get_or_create(&Outcome {
+                            result: if resp.is_some() { "ok" } else { "failed" },
+                        })
+                        .inc();
                     let resp = resp.unwrap_or_else(|| crate::wire::servfail(q));
                     write_msg(&mut w, &resp).await?;
                 }
@@ -118,7 +137,11 @@ impl Tcp {
         let mut lower = [0u8; crate::wire::MAX_NAME];
         if let Ok(req) = crate::wire::parse(q, &mut lower) {
             if matches!(req.qtype, crate::wire::TYPE_AXFR | crate::wire::TYPE_IXFR) {
-                self.live.metrics.transfers.get_or_create(&Outcome { result: "refused" }).inc();
+                self.live
+                    .metrics
+                    .transfers
+                    .get_or_create(&Outcome { result: "refused" })
+                    .inc();
                 warn!(%peer, "zone transfer refused (not in dns.allowTransfer)");
             }
         }

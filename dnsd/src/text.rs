@@ -23,12 +23,28 @@ pub fn message(bytes: &[u8]) -> String {
             flags.push(f);
         }
     }
-    let mut s = format!(";; opcode {:?}, rcode {}, flags [{}], {} bytes\n", m.op_code(), m.response_code(), flags.join(" "), bytes.len());
+    let mut s = format!(
+        ";; opcode {:?}, rcode {}, flags [{}], {} bytes\n",
+        m.op_code(),
+        m.response_code(),
+        flags.join(" "),
+        bytes.len()
+    );
     if let Some(e) = m.extensions() {
-        s.push_str(&format!(";; EDNS version {}, udp {}, do {}\n", e.version(), e.max_payload(), e.flags().dnssec_ok));
+        s.push_str(&format!(
+            ";; EDNS version {}, udp {}, do {}\n",
+            e.version(),
+            e.max_payload(),
+            e.flags().dnssec_ok
+        ));
     }
     for q in m.queries() {
-        s.push_str(&format!(";QUESTION {} {} {}\n", q.name(), q.query_class(), q.query_type()));
+        s.push_str(&format!(
+            ";QUESTION {} {} {}\n",
+            q.name(),
+            q.query_class(),
+            q.query_type()
+        ));
     }
     let section = |s: &mut String, title: &str, rs: &[Record]| {
         for r in rs {

@@ -50,7 +50,8 @@ fn ip_of(a: &SockaddrStorage) -> Option<SocketAddr> {
     if let Some(v4) = a.as_sockaddr_in() {
         return Some(SocketAddr::new(IpAddr::V4(v4.ip()), v4.port()));
     }
-    a.as_sockaddr_in6().map(|v6| SocketAddr::new(IpAddr::V6(v6.ip()), v6.port()))
+    a.as_sockaddr_in6()
+        .map(|v6| SocketAddr::new(IpAddr::V6(v6.ip()), v6.port()))
 }
 
 impl Worker {
@@ -61,7 +62,9 @@ impl Worker {
         }
         let fd = self.sock.as_raw_fd();
         let mut bufs = vec![[0u8; MAX_QUERY]; BATCH];
-        let mut outs: Vec<Vec<u8>> = (0..BATCH).map(|_| Vec::with_capacity(crate::core::MAX_UDP as usize)).collect();
+        let mut outs: Vec<Vec<u8>> = (0..BATCH)
+            .map(|_| Vec::with_capacity(crate::core::MAX_UDP as usize))
+            .collect();
         let mut rhdr = MultiHeaders::<SockaddrStorage>::preallocate(BATCH, None);
         let mut shdr = MultiHeaders::<SockaddrStorage>::preallocate(BATCH, None);
         let mut got: [(usize, Option<SockaddrStorage>); BATCH] = [(0, None); BATCH];
@@ -73,8 +76,17 @@ impl Worker {
         let mut flushed = Instant::now();
         while !self.stop.is_cancelled() {
             let n = {
-                let mut iovs: Vec<[IoSliceMut<'_>; 1]> = bufs.iter_mut().map(|b| [IoSliceMut::new(&mut b[..])]).collect();
-                match recvmmsg(fd, &mut rhdr, iovs.iter_mut(), MsgFlags::MSG_WAITFORONE, None) {
+                let mut iovs: Vec<[IoSliceMut<'_>; 1]> = bufs
+                    .iter_mut()
+                    .map(|b| [IoSliceMut::new(&mut b[..])])
+                    .collect();
+                match recvmmsg(
+                    fd,
+                    &mut rhdr,
+                    iovs.iter_mut(),
+                    MsgFlags::MSG_WAITFORONE,
+                    None,
+                ) {
                     Ok(res) => {
                         let mut n = 0;
                         for r in res {
@@ -102,7 +114,9 @@ impl Worker {
             addrs.clear();
             for i in 0..n {
                 let (len, addr) = got[i];
-                let Some(peer) = addr.as_ref().and_then(ip_of) else { continue };
+                let Some(peer) = addr.as_ref().and_then(ip_of) else {
+                    continue;
+                };
                 if len == 0 {
                     counts.dropped += 1;
                     continue;
@@ -127,7 +141,11 @@ impl Worker {
                     }
                     Action::Drop => counts.dropped += 1,
                     Action::Forward => {
-                        let f = Forwarded { query: pkt.to_vec(), peer, reply: Arc::clone(&self.reply) };
+                        let f = Forwarded {
+                            query: pkt.to_vec(),
+                            peer,
+                            reply: Arc::clone(&self.reply),
+                        };
                         if self.forward.try_send(f).is_err() {
                             counts.dropped += 1;
                         }
@@ -139,8 +157,18 @@ impl Worker {
             drop(catalog);
             let mut from = 0;
             while from < send.len() {
-                let slices: Vec<[IoSlice<'_>; 1]> = send[from..].iter().map(|&i| [IoSlice::new(&outs[i])]).collect();
-                match sendmmsg(fd, &mut shdr, slices.iter(), &addrs[from..], [], MsgFlags::empty()) {
+                let slices: Vec<[IoSlice<'_>; 1]> = send[from..]
+                    .iter()
+                    .map(|&i| [IoSlice::new(&outs[i])])
+                    .collect();
+                match sendmmsg(
+                    fd,
+                    &mut shdr,
+                    slices.iter(),
+                    &addrs[from..],
+                    [],
+                    MsgFlags::empty(),
+                ) {
                     Ok(res) => {
                         let sent = res.count();
                         if sent == 0 {
@@ -168,7 +196,12 @@ impl Worker {
 
 /// Answers forwarded queries: one task each, replies sent from the socket
 /// the query came in on.
-pub async fn forward_loop(mut rx: tokio::sync::mpsc::Receiver<Forwarded>, fwd: Arc<Forwarder>, live: Arc<Live>, stop: CancellationToken) {
+pub async fn forward_loop(
+    mut rx: tokio::sync::mpsc::Receiver<Forwarded>,
+    fwd: Arc<Forwarder>,
+    live: Arc<Live>,
+    stop: CancellationToken,
+) {
     loop {
         let f = tokio::select! {
             _ = stop.cancelled() => return,
@@ -177,7 +210,12 @@ pub async fn forward_loop(mut rx: tokio::sync::mpsc::Receiver<Forwarded>, fwd: A
         let (fwd, live) = (Arc::clone(&fwd), Arc::clone(&live));
         tokio::spawn(async move {
             let out = fwd.forward(&f.query, false).await;
-            live.metrics.forwarded.get_or_create(&crate::metrics::Outcome { result: if out.is_some() { "ok" } else { "failed" } }).inc();
+            live.metrics
+                .forwarded
+                .get_or_create(&crate::metrics::Outcome {
+                    result: if out.is_some() { "ok" } else { "failed" },
+                })
+                .inc();
             let reply = out.unwrap_or_else(|| crate::wire::servfail(&f.query));
             if !reply.is_empty() {
                 // A blocking socket: one datagram, off the runtime's threads.

@@ -90,7 +90,11 @@ pub enum Malformed {
     Drop,
     /// Answer FORMERR; `question_end` is set when the question itself was
     /// well-formed (it is echoed then).
-    FormErr { id: u16, flags: u16, question_end: Option<usize> },
+    FormErr {
+        id: u16,
+        flags: u16,
+        question_end: Option<usize>,
+    },
 }
 
 fn u16_at(b: &[u8], at: usize) -> Option<u16> {
@@ -98,7 +102,12 @@ fn u16_at(b: &[u8], at: usize) -> Option<u16> {
 }
 
 fn u32_at(b: &[u8], at: usize) -> Option<u32> {
-    Some(u32::from_be_bytes([*b.get(at)?, *b.get(at + 1)?, *b.get(at + 2)?, *b.get(at + 3)?]))
+    Some(u32::from_be_bytes([
+        *b.get(at)?,
+        *b.get(at + 1)?,
+        *b.get(at + 2)?,
+        *b.get(at + 3)?,
+    ]))
 }
 
 /// Reads the question name at `at` (no pointers allowed), writing it
@@ -175,9 +184,18 @@ pub fn parse(b: &[u8], lower: &mut [u8; MAX_NAME]) -> Result<Request, Malformed>
         return Err(Malformed::Drop);
     }
     let opcode = ((flags >> 11) & 0xF) as u8;
-    let (qd, an, ns, ar) = (u16::from_be_bytes([b[4], b[5]]), u16::from_be_bytes([b[6], b[7]]), u16_at(b, 8), u16_at(b, 10));
+    let (qd, an, ns, ar) = (
+        u16::from_be_bytes([b[4], b[5]]),
+        u16::from_be_bytes([b[6], b[7]]),
+        u16_at(b, 8),
+        u16_at(b, 10),
+    );
     let (ns, ar) = (ns.unwrap_or(0), ar.unwrap_or(0));
-    let formerr = |q: Option<usize>| Malformed::FormErr { id, flags, question_end: q };
+    let formerr = |q: Option<usize>| Malformed::FormErr {
+        id,
+        flags,
+        question_end: q,
+    };
     if qd != 1 || an != 0 {
         return Err(formerr(None));
     }
@@ -216,11 +234,17 @@ pub fn parse(b: &[u8], lower: &mut [u8; MAX_NAME]) -> Result<Request, Malformed>
             if o != end {
                 return Err(bad());
             }
-            edns = Some(Edns { udp_size: class, version: (ttl >> 16) as u8, dnssec_ok: ttl & 0x8000 != 0 });
+            edns = Some(Edns {
+                udp_size: class,
+                version: (ttl >> 16) as u8,
+                dnssec_ok: ttl & 0x8000 != 0,
+            });
         } else if rtype == TYPE_SOA && !in_additional && soa_serial.is_none() && rdlen >= 22 {
             // mname, rname, then serial..minimum (20 bytes): the serial is
             // 20 bytes from the end; the names are checked for pointers.
-            let after_names = skip_name(b, rdata).and_then(|j| skip_name(b, j)).ok_or_else(bad)?;
+            let after_names = skip_name(b, rdata)
+                .and_then(|j| skip_name(b, j))
+                .ok_or_else(bad)?;
             if after_names + 20 != end {
                 return Err(bad());
             }
@@ -231,7 +255,17 @@ pub fn parse(b: &[u8], lower: &mut [u8; MAX_NAME]) -> Result<Request, Malformed>
     if i != b.len() {
         return Err(bad());
     }
-    Ok(Request { id, flags, opcode, qname_len, qtype, qclass, question_end, edns, soa_serial })
+    Ok(Request {
+        id,
+        flags,
+        opcode,
+        qname_len,
+        qtype,
+        qclass,
+        question_end,
+        edns,
+        soa_serial,
+    })
 }
 
 /// Cuts a response after its question, sets TC and zeroes the other
@@ -255,7 +289,9 @@ pub fn truncate_to_question(out: &mut Vec<u8>) {
 /// request is not one.
 pub fn servfail(q: &[u8]) -> Vec<u8> {
     let mut lower = [0; MAX_NAME];
-    let Ok(r) = parse(q, &mut lower) else { return Vec::new() };
+    let Ok(r) = parse(q, &mut lower) else {
+        return Vec::new();
+    };
     let mut out = q[..r.question_end].to_vec();
     let flags = FLAG_QR | (r.flags & (0x7800 | FLAG_RD | FLAG_CD)) | RCODE_SERVFAIL as u16;
     out[2..4].copy_from_slice(&flags.to_be_bytes());
@@ -297,14 +333,23 @@ mod tests {
         let mut lower = [0; MAX_NAME];
         let r = parse(&q, &mut lower).unwrap();
         assert_eq!(&lower[..r.qname_len], b"\x03api\x03lab\x00");
-        assert_eq!(r.edns, Some(Edns { udp_size: 1232, version: 0, dnssec_ok: true }));
+        assert_eq!(
+            r.edns,
+            Some(Edns {
+                udp_size: 1232,
+                version: 0,
+                dnssec_ok: true
+            })
+        );
         assert!(r.rd());
     }
 
     #[test]
     fn rfc9267_cases_are_refused() {
         let mut lower = [0; MAX_NAME];
-        let fe = |q: &[u8], lower: &mut [u8; MAX_NAME]| matches!(parse(q, lower), Err(Malformed::FormErr { .. }));
+        let fe = |q: &[u8], lower: &mut [u8; MAX_NAME]| {
+            matches!(parse(q, lower), Err(Malformed::FormErr { .. }))
+        };
         // pointer in the question (to itself: a loop)
         assert!(fe(&query(b"\xc0\x0c", &[], [1, 0, 0, 0]), &mut lower));
         // label length past the end
@@ -322,13 +367,37 @@ mod tests {
         // counts beyond the data
         assert!(fe(&query(b"\x01a\x00", &[], [1, 0, 0, 3]), &mut lower));
         // a forward pointer, and a pointer to itself (a loop), in the additional section
-        assert!(fe(&query(b"\x01a\x00", &[0xc0, 0x30, 0, 1, 0, 1, 0, 0, 0, 0, 0, 0], [1, 0, 0, 1]), &mut lower));
-        assert!(fe(&query(b"\x01a\x00", &[0xc0, 0x13, 0, 1, 0, 1, 0, 0, 0, 0, 0, 0], [1, 0, 0, 1]), &mut lower));
+        assert!(fe(
+            &query(
+                b"\x01a\x00",
+                &[0xc0, 0x30, 0, 1, 0, 1, 0, 0, 0, 0, 0, 0],
+                [1, 0, 0, 1]
+            ),
+            &mut lower
+        ));
+        assert!(fe(
+            &query(
+                b"\x01a\x00",
+                &[0xc0, 0x13, 0, 1, 0, 1, 0, 0, 0, 0, 0, 0],
+                [1, 0, 0, 1]
+            ),
+            &mut lower
+        ));
         // two OPTs
         let opt = [0, 0, 41, 4, 0, 0, 0, 0, 0, 0, 0];
-        assert!(fe(&query(b"\x01a\x00", &[opt, opt].concat(), [1, 0, 0, 2]), &mut lower));
+        assert!(fe(
+            &query(b"\x01a\x00", &[opt, opt].concat(), [1, 0, 0, 2]),
+            &mut lower
+        ));
         // OPT option length past its RDATA
-        assert!(fe(&query(b"\x01a\x00", &[0, 0, 41, 4, 0, 0, 0, 0, 0, 0, 4, 0, 10, 0, 9, 1, 2, 3, 4], [1, 0, 0, 1]), &mut lower));
+        assert!(fe(
+            &query(
+                b"\x01a\x00",
+                &[0, 0, 41, 4, 0, 0, 0, 0, 0, 0, 4, 0, 10, 0, 9, 1, 2, 3, 4],
+                [1, 0, 0, 1]
+            ),
+            &mut lower
+        ));
         // trailing bytes, no question, two questions
         assert!(fe(&query(b"\x01a\x00", &[9], [1, 0, 0, 0]), &mut lower));
         assert!(fe(&query(b"\x01a\x00", &[], [0, 0, 0, 0]), &mut lower));
@@ -344,7 +413,9 @@ mod tests {
     fn backward_pointers_are_fine() {
         let mut lower = [0; MAX_NAME];
         // an authority SOA whose names point back to the question
-        let mut soa = vec![0xc0, 0x0c, 0, 6, 0, 1, 0, 0, 0, 0, 0, 24, 0xc0, 0x0c, 0xc0, 0x0c];
+        let mut soa = vec![
+            0xc0, 0x0c, 0, 6, 0, 1, 0, 0, 0, 0, 0, 24, 0xc0, 0x0c, 0xc0, 0x0c,
+        ];
         soa.extend_from_slice(&[0, 0, 0, 7, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 1]);
         let r = parse(&query(b"\x01a\x00", &soa, [1, 0, 1, 0]), &mut lower).unwrap();
         assert_eq!(r.soa_serial, Some(7));

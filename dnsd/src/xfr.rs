@@ -19,11 +19,16 @@ const MESSAGE_BYTES: usize = 16 * 1024;
 /// core: TCP, an apex, an allowed peer). `ixfr_serial`: the client's serial
 /// of an IXFR request.
 pub fn transfer(zone: &Zone, request: &[u8], ixfr_serial: Option<u32>) -> Vec<Vec<u8>> {
-    let Ok(req) = Message::from_vec(request) else { return Vec::new() };
+    let Ok(req) = Message::from_vec(request) else {
+        return Vec::new();
+    };
     let soa = zone.records[0].clone();
     let records: Vec<&Record> = match ixfr_serial {
         Some(s) if serial_ge(s, zone.serial()) => vec![&zone.records[0]],
-        _ => std::iter::once(&zone.records[0]).chain(zone.records[1..].iter()).chain(std::iter::once(&soa)).collect(),
+        _ => std::iter::once(&zone.records[0])
+            .chain(zone.records[1..].iter())
+            .chain(std::iter::once(&soa))
+            .collect(),
     };
     let mut out = Vec::new();
     let mut msg = response(&req, true);
@@ -44,7 +49,10 @@ pub fn transfer(zone: &Zone, request: &[u8], ixfr_serial: Option<u32>) -> Vec<Ve
 
 fn response(req: &Message, first: bool) -> Message {
     let mut m = Message::new();
-    m.set_id(req.id()).set_message_type(MessageType::Response).set_op_code(OpCode::Query).set_authoritative(true);
+    m.set_id(req.id())
+        .set_message_type(MessageType::Response)
+        .set_op_code(OpCode::Query)
+        .set_authoritative(true);
     if first {
         m.add_queries(req.queries().iter().cloned());
     }
@@ -63,7 +71,12 @@ pub async fn notify(zone: &Zone, targets: &[SocketAddr], metrics: &Metrics) {
         });
     }
     for (t, ok) in futures_join(tasks).await {
-        metrics.notifies.get_or_create(&Outcome { result: if ok { "acked" } else { "unanswered" } }).inc();
+        metrics
+            .notifies
+            .get_or_create(&Outcome {
+                result: if ok { "acked" } else { "unanswered" },
+            })
+            .inc();
         if ok {
             info!(zone = %zone.origin, serial = zone.serial(), secondary = %t, "NOTIFY acknowledged");
         } else {
@@ -72,7 +85,9 @@ pub async fn notify(zone: &Zone, targets: &[SocketAddr], metrics: &Metrics) {
     }
 }
 
-async fn futures_join<F: std::future::Future<Output = T> + Send + 'static, T: Send + 'static>(fs: Vec<F>) -> Vec<T> {
+async fn futures_join<F: std::future::Future<Output = T> + Send + 'static, T: Send + 'static>(
+    fs: Vec<F>,
+) -> Vec<T> {
     let handles: Vec<_> = fs.into_iter().map(tokio::spawn).collect();
     let mut out = Vec::new();
     for h in handles {
@@ -86,7 +101,10 @@ async fn futures_join<F: std::future::Future<Output = T> + Send + 'static, T: Se
 /// The NOTIFY message for `zone` (SOA in the answer section, RFC 1996 §3.7).
 pub fn notify_message(zone: &Zone, id: u16) -> Option<Vec<u8>> {
     let mut m = Message::new();
-    m.set_id(id).set_message_type(MessageType::Query).set_op_code(OpCode::Notify).set_authoritative(true);
+    m.set_id(id)
+        .set_message_type(MessageType::Query)
+        .set_op_code(OpCode::Notify)
+        .set_authoritative(true);
     let mut q = Query::query(zone.origin.clone(), RecordType::SOA);
     q.set_query_class(DNSClass::IN);
     m.add_query(q);
@@ -95,13 +113,21 @@ pub fn notify_message(zone: &Zone, id: u16) -> Option<Vec<u8>> {
 }
 
 async fn notify_one(zone: &Zone, target: SocketAddr) -> bool {
-    let bind: SocketAddr = if target.is_ipv4() { SocketAddr::from(([0, 0, 0, 0], 0)) } else { SocketAddr::from(([0u16; 8], 0)) };
-    let Ok(sock) = tokio::net::UdpSocket::bind(bind).await else { return false };
+    let bind: SocketAddr = if target.is_ipv4() {
+        SocketAddr::from(([0, 0, 0, 0], 0))
+    } else {
+        SocketAddr::from(([0u16; 8], 0))
+    };
+    let Ok(sock) = tokio::net::UdpSocket::bind(bind).await else {
+        return false;
+    };
     if sock.connect(target).await.is_err() {
         return false;
     }
     let id: u16 = rand::random();
-    let Some(msg) = notify_message(zone, id) else { return false };
+    let Some(msg) = notify_message(zone, id) else {
+        return false;
+    };
     let mut buf = vec![0u8; 4096];
     for _ in 0..5 {
         if sock.send(&msg).await.is_err() {

@@ -31,7 +31,15 @@ impl Zone {
     /// Sets the SOA serial.
     pub fn set_serial(&mut self, serial: u32) {
         let s = self.soa().clone();
-        let soa = SOA::new(s.mname().clone(), s.rname().clone(), serial, s.refresh(), s.retry(), s.expire(), s.minimum());
+        let soa = SOA::new(
+            s.mname().clone(),
+            s.rname().clone(),
+            serial,
+            s.refresh(),
+            s.retry(),
+            s.expire(),
+            s.minimum(),
+        );
         self.records[0].set_data(RData::SOA(soa));
     }
     /// The records without the SOA's serial, in a stable order: two zones
@@ -39,7 +47,11 @@ impl Zone {
     pub fn content(&self) -> Vec<String> {
         let mut z = self.clone();
         z.set_serial(0);
-        let mut v: Vec<String> = z.records.iter().map(|r| r.to_string().to_ascii_lowercase()).collect();
+        let mut v: Vec<String> = z
+            .records
+            .iter()
+            .map(|r| r.to_string().to_ascii_lowercase())
+            .collect();
         v.sort();
         v
     }
@@ -112,33 +124,75 @@ pub fn from_site(site: &Site, serial: u32) -> Result<Vec<Zone>, ZoneError> {
     let domain = site.cluster.domain();
     let ttl = d.ttl.as_secs() as u32;
     let neg = d.negative_ttl.as_secs() as u32;
-    let fwd_origin = if d.serve_base_domain { site.cluster.base_domain.clone() } else { domain.clone() };
+    let fwd_origin = if d.serve_base_domain {
+        site.cluster.base_domain.clone()
+    } else {
+        domain.clone()
+    };
     let mut origins = vec![fwd_origin.clone()];
-    origins.extend(site::dns::reverse_zones(&site.networks.iter().map(|n| n.subnet).collect::<Vec<_>>()));
+    origins.extend(site::dns::reverse_zones(
+        &site.networks.iter().map(|n| n.subnet).collect::<Vec<_>>(),
+    ));
     let mut zones = Vec::new();
     for o in &origins {
         let origin = name(o)?;
-        let soa = SOA::new(name(&ns0.name)?, name(&format!("hostmaster.{o}"))?, serial, REFRESH, RETRY, EXPIRE, neg);
+        let soa = SOA::new(
+            name(&ns0.name)?,
+            name(&format!("hostmaster.{o}"))?,
+            serial,
+            REFRESH,
+            RETRY,
+            EXPIRE,
+            neg,
+        );
         let mut records = vec![Record::from_rdata(origin.clone(), ttl, RData::SOA(soa))];
         for ns in &d.nameservers {
-            records.push(Record::from_rdata(origin.clone(), ttl, RData::NS(NS(name(&ns.name)?))));
+            records.push(Record::from_rdata(
+                origin.clone(),
+                ttl,
+                RData::NS(NS(name(&ns.name)?)),
+            ));
         }
         zones.push(Zone { origin, records });
     }
     let mut all: Vec<Record> = Vec::new();
     for ns in &d.nameservers {
-        all.push(Record::from_rdata(name(&ns.name)?, ttl, rdata_for_ip(ns.ip)));
+        all.push(Record::from_rdata(
+            name(&ns.name)?,
+            ttl,
+            rdata_for_ip(ns.ip),
+        ));
     }
-    all.push(Record::from_rdata(name(&format!("api.{domain}"))?, ttl, rdata_for_ip(site.vips.api)));
-    all.push(Record::from_rdata(name(&format!("api-int.{domain}"))?, ttl, rdata_for_ip(site.vips.api)));
-    all.push(Record::from_rdata(name(&format!("*.apps.{domain}"))?, ttl, rdata_for_ip(site.vips.ingress)));
+    all.push(Record::from_rdata(
+        name(&format!("api.{domain}"))?,
+        ttl,
+        rdata_for_ip(site.vips.api),
+    ));
+    all.push(Record::from_rdata(
+        name(&format!("api-int.{domain}"))?,
+        ttl,
+        rdata_for_ip(site.vips.api),
+    ));
+    all.push(Record::from_rdata(
+        name(&format!("*.apps.{domain}"))?,
+        ttl,
+        rdata_for_ip(site.vips.ingress),
+    ));
     for n in &site.nodes {
         let fqdn = format!("{}.{domain}", n.name);
         all.push(Record::from_rdata(name(&fqdn)?, ttl, RData::A(A(n.ip))));
-        all.push(Record::from_rdata(name(&site::dns::reverse_name(IpAddr::V4(n.ip)))?, ttl, RData::PTR(PTR(name(&fqdn)?))));
+        all.push(Record::from_rdata(
+            name(&site::dns::reverse_name(IpAddr::V4(n.ip)))?,
+            ttl,
+            RData::PTR(PTR(name(&fqdn)?)),
+        ));
     }
     if !site.nodes.iter().any(|n| IpAddr::V4(n.ip) == site.vips.api) {
-        all.push(Record::from_rdata(name(&site::dns::reverse_name(site.vips.api))?, ttl, RData::PTR(PTR(name(&format!("api.{domain}"))?))));
+        all.push(Record::from_rdata(
+            name(&site::dns::reverse_name(site.vips.api))?,
+            ttl,
+            RData::PTR(PTR(name(&format!("api.{domain}"))?)),
+        ));
     }
     for r in &d.records {
         let rd = match &r.data {
@@ -147,16 +201,34 @@ pub fn from_site(site: &Site, serial: u32) -> Result<Vec<Zone>, ZoneError> {
             SiteRData::Cname(t) => RData::CNAME(CNAME(name(t)?)),
             SiteRData::Ns(t) => RData::NS(NS(name(t)?)),
             SiteRData::Ptr(t) => RData::PTR(PTR(name(t)?)),
-            SiteRData::Mx { preference, exchange } => RData::MX(MX::new(*preference, name(exchange)?)),
-            SiteRData::Srv { priority, weight, port, target } => RData::SRV(SRV::new(*priority, *weight, *port, name(target)?)),
+            SiteRData::Mx {
+                preference,
+                exchange,
+            } => RData::MX(MX::new(*preference, name(exchange)?)),
+            SiteRData::Srv {
+                priority,
+                weight,
+                port,
+                target,
+            } => RData::SRV(SRV::new(*priority, *weight, *port, name(target)?)),
             SiteRData::Txt(t) => RData::TXT(TXT::from_bytes(t.as_bytes().chunks(255).collect())),
         };
-        all.push(Record::from_rdata(name(&r.name)?, r.ttl.map(|t| t.as_secs() as u32).unwrap_or(ttl), rd));
+        all.push(Record::from_rdata(
+            name(&r.name)?,
+            r.ttl.map(|t| t.as_secs() as u32).unwrap_or(ttl),
+            rd,
+        ));
     }
     for r in all {
         // The deepest zone holding the name; names in no zone (a PTR of a
         // node whose subnet's zone is elsewhere) are left out.
-        let Some(z) = zones.iter_mut().filter(|z| z.origin.zone_of(r.name())).max_by_key(|z| z.origin.num_labels()) else { continue };
+        let Some(z) = zones
+            .iter_mut()
+            .filter(|z| z.origin.zone_of(r.name()))
+            .max_by_key(|z| z.origin.num_labels())
+        else {
+            continue;
+        };
         if !z.records.contains(&r) {
             z.records.push(r);
         }
@@ -174,9 +246,10 @@ pub fn from_files(files: &[(PathBuf, Option<String>)]) -> Result<Vec<Zone>, Zone
     for (path, origin) in files {
         let text = std::fs::read_to_string(path).map_err(|e| ZoneError::Read(path.clone(), e))?;
         let origin = origin.as_deref().map(name).transpose()?;
-        let (origin, sets) = hickory_proto::serialize::txt::Parser::new(text, Some(path.clone()), origin)
-            .parse()
-            .map_err(|e| ZoneError::Parse(path.clone(), e.to_string()))?;
+        let (origin, sets) =
+            hickory_proto::serialize::txt::Parser::new(text, Some(path.clone()), origin)
+                .parse()
+                .map_err(|e| ZoneError::Parse(path.clone(), e.to_string()))?;
         let mut soa = Vec::new();
         let mut records = Vec::new();
         for set in sets.values() {
@@ -188,12 +261,20 @@ pub fn from_files(files: &[(PathBuf, Option<String>)]) -> Result<Vec<Zone>, Zone
                 }
             }
         }
-        let invalid = |reason: String| ZoneError::Invalid { file: path.clone(), reason };
+        let invalid = |reason: String| ZoneError::Invalid {
+            file: path.clone(),
+            reason,
+        };
         if soa.len() != 1 || soa[0].name() != &origin {
-            return Err(invalid(format!("want exactly one SOA, at the origin {origin}")));
+            return Err(invalid(format!(
+                "want exactly one SOA, at the origin {origin}"
+            )));
         }
         soa.extend(records);
-        let z = Zone { origin, records: soa };
+        let z = Zone {
+            origin,
+            records: soa,
+        };
         check(&z, path)?;
         zones.push(z);
     }
@@ -203,12 +284,19 @@ pub fn from_files(files: &[(PathBuf, Option<String>)]) -> Result<Vec<Zone>, Zone
 /// What no zone may hold: names outside it, a CNAME beside other data,
 /// two zones with one origin.
 fn check(z: &Zone, file: &Path) -> Result<(), ZoneError> {
-    let invalid = |reason: String| ZoneError::Invalid { file: file.to_path_buf(), reason };
+    let invalid = |reason: String| ZoneError::Invalid {
+        file: file.to_path_buf(),
+        reason,
+    };
     let mut cname = BTreeSet::new();
     let mut other = BTreeSet::new();
     for r in &z.records {
         if !z.origin.zone_of(r.name()) {
-            return Err(invalid(format!("{} is outside the zone {}", r.name(), z.origin)));
+            return Err(invalid(format!(
+                "{} is outside the zone {}",
+                r.name(),
+                z.origin
+            )));
         }
         let key = r.name().to_lowercase();
         if r.record_type() == RecordType::CNAME {

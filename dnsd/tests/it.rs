@@ -26,7 +26,9 @@ struct Server {
 fn site_with(dir: &Path, extra: &str) -> PathBuf {
     let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data");
     std::fs::copy(data.join("worker.ign"), dir.join("worker.ign")).unwrap();
-    let text = std::fs::read_to_string(data.join("site.yaml")).unwrap().replace("  records:\n", &format!("{extra}  records:\n"));
+    let text = std::fs::read_to_string(data.join("site.yaml"))
+        .unwrap()
+        .replace("  records:\n", &format!("{extra}  records:\n"));
     let path = dir.join("site.yaml");
     std::fs::write(&path, text).unwrap();
     path
@@ -46,20 +48,44 @@ async fn start(extra: &str) -> Server {
     let reload = Arc::clone(&config.reload);
     let stop = CancellationToken::new();
     let s = stop.clone();
-    tokio::spawn(async move { dnsd::run(config, dnsd::Sockets { udp, tcp: vec![tcp], http: Some(http) }, s).await.unwrap() });
-    Server { udp: udp_addr, tcp: tcp_addr, http: http_addr, site, reload, stop, _dir: dir }
+    tokio::spawn(async move {
+        dnsd::run(
+            config,
+            dnsd::Sockets {
+                udp,
+                tcp: vec![tcp],
+                http: Some(http),
+            },
+            s,
+        )
+        .await
+        .unwrap()
+    });
+    Server {
+        udp: udp_addr,
+        tcp: tcp_addr,
+        http: http_addr,
+        site,
+        reload,
+        stop,
+        _dir: dir,
+    }
 }
 
 fn query(id: u16, name: &str, t: RecordType, rd: bool) -> Vec<u8> {
     let mut m = Message::new();
-    m.set_id(id).set_message_type(MessageType::Query).set_op_code(OpCode::Query).set_recursion_desired(rd);
+    m.set_id(id)
+        .set_message_type(MessageType::Query)
+        .set_op_code(OpCode::Query)
+        .set_recursion_desired(rd);
     m.add_query(Query::query(Name::from_ascii(name).unwrap(), t));
     m.to_vec().unwrap()
 }
 
 fn udp_ask(to: SocketAddr, q: &[u8]) -> Option<Vec<u8>> {
     let s = UdpSocket::bind("127.0.0.1:0").unwrap();
-    s.set_read_timeout(Some(Duration::from_millis(1500))).unwrap();
+    s.set_read_timeout(Some(Duration::from_millis(1500)))
+        .unwrap();
     s.send_to(q, to).unwrap();
     let mut buf = [0u8; 65535];
     let (n, _) = s.recv_from(&mut buf).ok()?;
@@ -75,7 +101,10 @@ fn tcp_read(s: &mut TcpStream) -> std::io::Result<Message> {
 }
 
 fn serial(to: SocketAddr) -> u32 {
-    let r = Message::from_vec(&udp_ask(to, &query(1, "lab.example.test.", RecordType::SOA, false)).unwrap()).unwrap();
+    let r = Message::from_vec(
+        &udp_ask(to, &query(1, "lab.example.test.", RecordType::SOA, false)).unwrap(),
+    )
+    .unwrap();
     match r.answers()[0].data() {
         hickory_proto::rr::RData::SOA(s) => s.serial(),
         other => panic!("{other:?}"),
@@ -86,7 +115,11 @@ async fn http_get(addr: SocketAddr, path: &str) -> String {
     let path = path.to_string();
     tokio::task::spawn_blocking(move || {
         let mut s = TcpStream::connect(addr).unwrap();
-        write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
+        write!(
+            s,
+            "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        )
+        .unwrap();
         let mut out = String::new();
         s.read_to_string(&mut out).unwrap();
         out
@@ -99,14 +132,22 @@ async fn http_get(addr: SocketAddr, path: &str) -> String {
 async fn udp_tcp_pipelining_idle_and_axfr() {
     let s = start("").await;
     let udp = s.udp;
-    let r = tokio::task::spawn_blocking(move || udp_ask(udp, &query(7, "Master-0.Lab.Example.Test.", RecordType::A, true)))
-        .await
-        .unwrap()
-        .unwrap();
+    let r = tokio::task::spawn_blocking(move || {
+        udp_ask(
+            udp,
+            &query(7, "Master-0.Lab.Example.Test.", RecordType::A, true),
+        )
+    })
+    .await
+    .unwrap()
+    .unwrap();
     let m = Message::from_vec(&r).unwrap();
     assert_eq!(m.id(), 7);
     assert!(m.authoritative());
-    assert_eq!(m.answers()[0].name().to_ascii(), "Master-0.Lab.Example.Test.");
+    assert_eq!(
+        m.answers()[0].name().to_ascii(),
+        "Master-0.Lab.Example.Test."
+    );
     assert_eq!(m.answers()[0].data().to_string(), "10.77.0.11");
 
     let tcp = s.tcp;
@@ -114,7 +155,11 @@ async fn udp_tcp_pipelining_idle_and_axfr() {
         // three queries in one write: three answers, in order
         let mut c = TcpStream::connect(tcp).unwrap();
         let mut batch = Vec::new();
-        for (id, name) in [(1u16, "api.lab.example.test."), (2, "nope.lab.example.test."), (3, "x.apps.lab.example.test.")] {
+        for (id, name) in [
+            (1u16, "api.lab.example.test."),
+            (2, "nope.lab.example.test."),
+            (3, "x.apps.lab.example.test."),
+        ] {
             let q = query(id, name, RecordType::A, false);
             batch.extend_from_slice(&(q.len() as u16).to_be_bytes());
             batch.extend_from_slice(&q);
@@ -138,7 +183,10 @@ async fn udp_tcp_pipelining_idle_and_axfr() {
         let a = m.answers();
         assert_eq!(a.first().unwrap().record_type(), RecordType::SOA);
         assert_eq!(a.last().unwrap().record_type(), RecordType::SOA);
-        assert!(a.iter().any(|r| r.name().to_ascii() == "*.apps.lab.example.test." && r.data().to_string() == "10.77.0.3"));
+        assert!(a
+            .iter()
+            .any(|r| r.name().to_ascii() == "*.apps.lab.example.test."
+                && r.data().to_string() == "10.77.0.3"));
         assert!(a.len() > 15, "{}", a.len());
     })
     .await
@@ -157,8 +205,14 @@ async fn udp_tcp_pipelining_idle_and_axfr() {
     .await
     .unwrap();
     let metrics = http_get(s.http, "/metrics").await;
-    assert!(metrics.contains("dnsd_responses_total{transport=\"udp\",rcode=\"FORMERR\"} 1"), "{metrics}");
-    assert!(metrics.contains("dnsd_transfers_total{result=\"axfr\"} 1"), "{metrics}");
+    assert!(
+        metrics.contains("dnsd_responses_total{transport=\"udp\",rcode=\"FORMERR\"} 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("dnsd_transfers_total{result=\"axfr\"} 1"),
+        "{metrics}"
+    );
     s.stop.cancel();
 }
 
@@ -172,45 +226,86 @@ async fn reload_notify_and_a_bad_site() {
     // one NOTIFY per zone at start
     let mut notified = Vec::new();
     for _ in 0..2 {
-        let (n, from) = tokio::time::timeout(Duration::from_secs(5), secondary.recv_from(&mut buf)).await.unwrap().unwrap();
+        let (n, from) = tokio::time::timeout(Duration::from_secs(5), secondary.recv_from(&mut buf))
+            .await
+            .unwrap()
+            .unwrap();
         let m = Message::from_vec(&buf[..n]).unwrap();
         assert_eq!(m.op_code(), OpCode::Notify);
         notified.push(m.queries()[0].name().to_ascii());
         let mut ack = m.clone();
         ack.set_message_type(MessageType::Response);
-        secondary.send_to(&ack.to_vec().unwrap(), from).await.unwrap();
+        secondary
+            .send_to(&ack.to_vec().unwrap(), from)
+            .await
+            .unwrap();
     }
     notified.sort();
     assert_eq!(notified, ["0.77.10.in-addr.arpa.", "lab.example.test."]);
 
     let udp = s.udp;
-    let before = tokio::task::spawn_blocking(move || serial(udp)).await.unwrap();
-    let text = std::fs::read_to_string(&s.site).unwrap() + "    - { name: added, type: A, value: 10.77.0.99 }\n";
+    let before = tokio::task::spawn_blocking(move || serial(udp))
+        .await
+        .unwrap();
+    let text = std::fs::read_to_string(&s.site).unwrap()
+        + "    - { name: added, type: A, value: 10.77.0.99 }\n";
     std::fs::write(&s.site, text).unwrap();
     s.reload.notify_one();
     // the changed zone only: a NOTIFY for lab.example.test with the new serial
-    let (n, _) = tokio::time::timeout(Duration::from_secs(5), secondary.recv_from(&mut buf)).await.unwrap().unwrap();
-    let m = Message::from_vec(&buf[..n]).unwrap();
-    assert_eq!(m.queries()[0].name().to_ascii(), "lab.example.test.");
-    let after = tokio::task::spawn_blocking(move || serial(udp)).await.unwrap();
-    assert!(after > before, "serial {before} -> {after}");
-    let r = tokio::task::spawn_blocking(move || udp_ask(udp, &query(3, "added.lab.example.test.", RecordType::A, false)))
+    let (n, _) = tokio::time::timeout(Duration::from_secs(5), secondary.recv_from(&mut buf))
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(Message::from_vec(&r).unwrap().answers()[0].data().to_string(), "10.77.0.99");
+    let m = Message::from_vec(&buf[..n]).unwrap();
+    assert_eq!(m.queries()[0].name().to_ascii(), "lab.example.test.");
+    let after = tokio::task::spawn_blocking(move || serial(udp))
+        .await
+        .unwrap();
+    assert!(after > before, "serial {before} -> {after}");
+    let r = tokio::task::spawn_blocking(move || {
+        udp_ask(
+            udp,
+            &query(3, "added.lab.example.test.", RecordType::A, false),
+        )
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    assert_eq!(
+        Message::from_vec(&r).unwrap().answers()[0]
+            .data()
+            .to_string(),
+        "10.77.0.99"
+    );
 
     // a bad site: refused, the old zones keep serving
     let text = std::fs::read_to_string(&s.site).unwrap() + "  colour: red\n";
     std::fs::write(&s.site, text).unwrap();
     s.reload.notify_one();
     tokio::time::sleep(Duration::from_millis(500)).await;
-    assert_eq!(tokio::task::spawn_blocking(move || serial(udp)).await.unwrap(), after);
+    assert_eq!(
+        tokio::task::spawn_blocking(move || serial(udp))
+            .await
+            .unwrap(),
+        after
+    );
     let metrics = http_get(s.http, "/metrics").await;
-    assert!(metrics.contains("dnsd_reloads_total{result=\"error\"} 1"), "{metrics}");
-    assert!(metrics.contains(&format!("dnsd_zone_serial{{zone=\"lab.example.test.\"}} {after}")), "{metrics}");
+    assert!(
+        metrics.contains("dnsd_reloads_total{result=\"error\"} 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(&format!(
+            "dnsd_zone_serial{{zone=\"lab.example.test.\"}} {after}"
+        )),
+        "{metrics}"
+    );
     let health = http_get(s.http, "/healthz").await;
-    assert!(health.starts_with("HTTP/1.1 200") && health.contains(&format!("lab.example.test. {after}")), "{health}");
+    assert!(
+        health.starts_with("HTTP/1.1 200")
+            && health.contains(&format!("lab.example.test. {after}")),
+        "{health}"
+    );
     s.stop.cancel();
 }
 
@@ -224,25 +319,44 @@ async fn forwards_other_names_when_asked_to_recurse() {
         while let Ok((n, from)) = up.recv_from(&mut buf).await {
             let q = Message::from_vec(&buf[..n]).unwrap();
             let mut r = Message::new();
-            r.set_id(q.id()).set_message_type(MessageType::Response).set_recursion_available(true);
+            r.set_id(q.id())
+                .set_message_type(MessageType::Response)
+                .set_recursion_available(true);
             r.add_queries(q.queries().iter().cloned());
             let name = q.queries()[0].name().clone();
-            r.add_answer(hickory_proto::rr::Record::from_rdata(name, 60, hickory_proto::rr::RData::A("192.0.2.7".parse().unwrap())));
+            r.add_answer(hickory_proto::rr::Record::from_rdata(
+                name,
+                60,
+                hickory_proto::rr::RData::A("192.0.2.7".parse().unwrap()),
+            ));
             up.send_to(&r.to_vec().unwrap(), from).await.unwrap();
         }
     });
     let s = start(&format!("  upstreams: [{up_addr}]\n")).await;
     let udp = s.udp;
     tokio::task::spawn_blocking(move || {
-        let r = Message::from_vec(&udp_ask(udp, &query(0x5151, "www.example.org.", RecordType::A, true)).unwrap()).unwrap();
+        let r = Message::from_vec(
+            &udp_ask(udp, &query(0x5151, "www.example.org.", RecordType::A, true)).unwrap(),
+        )
+        .unwrap();
         assert_eq!(r.id(), 0x5151);
         assert!(r.recursion_available());
         assert_eq!(r.answers()[0].data().to_string(), "192.0.2.7");
         // without RD: not forwarded
-        let r = Message::from_vec(&udp_ask(udp, &query(2, "www.example.org.", RecordType::A, false)).unwrap()).unwrap();
+        let r = Message::from_vec(
+            &udp_ask(udp, &query(2, "www.example.org.", RecordType::A, false)).unwrap(),
+        )
+        .unwrap();
         assert_eq!(r.response_code(), ResponseCode::Refused);
         // in-zone names are never forwarded
-        let r = Message::from_vec(&udp_ask(udp, &query(3, "nope.lab.example.test.", RecordType::A, true)).unwrap()).unwrap();
+        let r = Message::from_vec(
+            &udp_ask(
+                udp,
+                &query(3, "nope.lab.example.test.", RecordType::A, true),
+            )
+            .unwrap(),
+        )
+        .unwrap();
         assert_eq!(r.response_code(), ResponseCode::NXDomain);
     })
     .await

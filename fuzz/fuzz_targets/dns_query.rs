@@ -10,9 +10,19 @@ use std::sync::OnceLock;
 fn catalog() -> &'static Catalog {
     static C: OnceLock<Catalog> = OnceLock::new();
     C.get_or_init(|| {
-        let site = site::load(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../dnsd/tests/data/site.yaml")).expect("test site");
+        let site = site::load(
+            &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../dnsd/tests/data/site.yaml"),
+        )
+        .expect("test site");
         let zones = dnsd::zone::from_site(&site, 1).expect("zones");
-        Catalog::build(zones, Options { allow_transfer: vec!["127.0.0.0/8".parse().unwrap()], forward: true }).expect("catalog")
+        Catalog::build(
+            zones,
+            Options {
+                allow_transfer: vec!["127.0.0.0/8".parse().unwrap()],
+                forward: true,
+            },
+        )
+        .expect("catalog")
     })
 }
 
@@ -22,7 +32,9 @@ fuzz_target!(|data: &[u8]| {
     // e.g. an unknown type with class 256. So no equivalence is asserted.)
     let mut out = Vec::new();
     for (t, limit) in [(Transport::Udp, 1232), (Transport::Tcp, 65535)] {
-        if let Action::Reply { .. } = catalog().answer(data, t, "127.0.0.1".parse().unwrap(), &mut out) {
+        if let Action::Reply { .. } =
+            catalog().answer(data, t, "127.0.0.1".parse().unwrap(), &mut out)
+        {
             assert!(out.len() >= 12 && out.len() <= limit);
             assert_eq!(out[..2], data[..2]);
             hickory_proto::op::Message::from_vec(&out).expect("replies decode");

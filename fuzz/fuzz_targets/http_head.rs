@@ -18,7 +18,11 @@ fuzz_target!(|data: &[u8]| {
         assert!(p.starts_with("/images/"));
         if let Some(rel) = whole_image_rel(p) {
             match parse_general(&data[..len]) {
-                Head::Simple { req, len: l2, close: c2 } => {
+                Head::Simple {
+                    req,
+                    len: l2,
+                    close: c2,
+                } => {
                     assert_eq!((l2, c2), (len, close));
                     assert_eq!(req.method(), "GET");
                     assert_eq!(req.uri().path(), p);
@@ -35,7 +39,11 @@ fuzz_target!(|data: &[u8]| {
         assert!(req.uri().path().starts_with('/'));
         assert!(req.uri().scheme().is_none());
         match parse(&data[..len]) {
-            Head::Simple { req: again, len: l2, close: c2 } => {
+            Head::Simple {
+                req: again,
+                len: l2,
+                close: c2,
+            } => {
                 assert_eq!((l2, c2), (len, close));
                 assert_eq!(again.uri(), req.uri());
                 assert_eq!(again.headers(), req.headers());

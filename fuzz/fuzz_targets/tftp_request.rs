@@ -13,7 +13,13 @@ fuzz_target!(|data: &[u8]| {
     assert_eq!(packet::parse(&out).as_ref(), Ok(&p));
     if let Packet::Rrq(r) | Packet::Wrq(r) = &p {
         assert!(!r.filename.is_empty());
-        let n = packet::negotiate(&r.options, Limits { max_blksize: 1468, max_windowsize: 64 });
+        let n = packet::negotiate(
+            &r.options,
+            Limits {
+                max_blksize: 1468,
+                max_windowsize: 64,
+            },
+        );
         assert!((8..=1468).contains(&n.block_size()) || n.block_size() == 512);
         assert!((1..=64).contains(&n.window_size()));
         if let Some(t) = n.timeout {

@@ -40,7 +40,11 @@ pub enum FileProblem {
     #[error("{path}: {got} bytes, the manifest says {want}")]
     Size { path: PathBuf, want: u64, got: u64 },
     #[error("{path}: sha256 {got}, the manifest says {want}")]
-    Sha256 { path: PathBuf, want: String, got: String },
+    Sha256 {
+        path: PathBuf,
+        want: String,
+        got: String,
+    },
     #[error("{path}: {error}")]
     Io { path: PathBuf, error: String },
 }
@@ -77,7 +81,8 @@ impl Cache {
     }
 
     pub fn set_path(&self, stream: &str, version: &str, arch: &str, platform: &str) -> PathBuf {
-        self.root.join(catalog::set_dir(stream, version, arch, platform))
+        self.root
+            .join(catalog::set_dir(stream, version, arch, platform))
     }
 
     /// Every set with a readable manifest, sorted by directory.
@@ -107,7 +112,11 @@ impl Cache {
         let mut problems = Vec::new();
         let mut changed = false;
         for f in &manifest.files {
-            match check_file(&abs, f, stamps.get(&f.name).filter(|_| depth == Depth::Stamped)) {
+            match check_file(
+                &abs,
+                f,
+                stamps.get(&f.name).filter(|_| depth == Depth::Stamped),
+            ) {
                 Ok(Some(stamp)) => {
                     stamps.insert(f.name.clone(), stamp);
                     changed = true;
@@ -122,13 +131,21 @@ impl Cache {
         if changed {
             // Best effort: a read-only cache (bootd's view) is still checked,
             // only not remembered.
-            let _ = write_atomic(&abs.join(STAMPS), &serde_json::to_vec_pretty(&stamps).unwrap_or_default());
+            let _ = write_atomic(
+                &abs.join(STAMPS),
+                &serde_json::to_vec_pretty(&stamps).unwrap_or_default(),
+            );
         }
         problems
     }
 
     /// Records that `name` in `dir` was just hashed with this result.
-    pub(crate) fn record_hash(&self, abs_dir: &Path, name: &str, sha256: &str) -> std::io::Result<()> {
+    pub(crate) fn record_hash(
+        &self,
+        abs_dir: &Path,
+        name: &str,
+        sha256: &str,
+    ) -> std::io::Result<()> {
         let md = std::fs::metadata(abs_dir.join(name))?;
         let mut stamps = read_stamps(abs_dir);
         stamps.insert(name.to_string(), stamp_of(&md, sha256));
@@ -136,14 +153,23 @@ impl Cache {
     }
 
     /// Points `latest` for one arch/platform of a stream at `version`.
-    pub fn set_latest(&self, stream: &str, arch: &str, platform: &str, version: &str) -> std::io::Result<()> {
+    pub fn set_latest(
+        &self,
+        stream: &str,
+        arch: &str,
+        platform: &str,
+        version: &str,
+    ) -> std::io::Result<()> {
         let mut latest = catalog::read_latest(&self.root, stream).unwrap_or_default();
         let key = format!("{arch}/{platform}");
         if latest.get(&key).map(String::as_str) == Some(version) {
             return Ok(());
         }
         latest.insert(key, version.to_string());
-        write_atomic(&catalog::latest_path(&self.root, stream), &serde_json::to_vec_pretty(&latest)?)
+        write_atomic(
+            &catalog::latest_path(&self.root, stream),
+            &serde_json::to_vec_pretty(&latest)?,
+        )
     }
 
     /// Removes every set that none of `keep` (directories relative to the
@@ -182,7 +208,10 @@ impl Cache {
                 if latest.is_empty() {
                     std::fs::remove_file(catalog::latest_path(&self.root, &stream))?;
                 } else if latest.len() != before {
-                    write_atomic(&catalog::latest_path(&self.root, &stream), &serde_json::to_vec_pretty(&latest)?)?;
+                    write_atomic(
+                        &catalog::latest_path(&self.root, &stream),
+                        &serde_json::to_vec_pretty(&latest)?,
+                    )?;
                 }
             }
             remove_empty_dirs(&sdir)?;
@@ -203,7 +232,10 @@ pub fn referenced_sets(site: &site::Site) -> BTreeSet<String> {
                 }
             }
             None => {
-                for p in [Some(&set.kernel), Some(&set.initramfs), set.rootfs.as_ref()].into_iter().flatten() {
+                for p in [Some(&set.kernel), Some(&set.initramfs), set.rootfs.as_ref()]
+                    .into_iter()
+                    .flatten()
+                {
                     // <stream>/<version>/<arch>/<platform>/<file>
                     let parts: Vec<&str> = p.split('/').collect();
                     if parts.len() == 5 {
@@ -224,7 +256,11 @@ pub struct SiteImagesError {
 }
 
 fn render_site_problems(p: &[String]) -> String {
-    let mut s = format!("{} image set problem{}:", p.len(), if p.len() == 1 { "" } else { "s" });
+    let mut s = format!(
+        "{} image set problem{}:",
+        p.len(),
+        if p.len() == 1 { "" } else { "s" }
+    );
     for line in p {
         s.push_str("\n  ");
         s.push_str(line);
@@ -247,10 +283,16 @@ pub fn check_site(site: &site::Site) -> Result<(), SiteImagesError> {
     for (name, set) in &site.images.sets {
         let Some(c) = &set.catalog else { continue };
         match &c.resolved {
-            Err(why) => problems.push(format!("images.sets.{name}: {why}; fetch it with: {}", fetch_command(site, name))),
+            Err(why) => problems.push(format!(
+                "images.sets.{name}: {why}; fetch it with: {}",
+                fetch_command(site, name)
+            )),
             Ok(r) => {
                 for p in cache.check_set(&r.dir, &r.manifest, Depth::Stamped) {
-                    problems.push(format!("images.sets.{name}: {p}; fetch it again with: {}", fetch_command(site, name)));
+                    problems.push(format!(
+                        "images.sets.{name}: {p}; fetch it again with: {}",
+                        fetch_command(site, name)
+                    ));
                 }
             }
         }
@@ -264,29 +306,54 @@ pub fn check_site(site: &site::Site) -> Result<(), SiteImagesError> {
 
 /// Checks one file; `Ok(Some(stamp))` when it was hashed (and is good),
 /// `Ok(None)` when the stamp vouched for it.
-fn check_file(dir: &Path, f: &ManifestFile, stamp: Option<&Stamp>) -> Result<Option<Stamp>, FileProblem> {
+fn check_file(
+    dir: &Path,
+    f: &ManifestFile,
+    stamp: Option<&Stamp>,
+) -> Result<Option<Stamp>, FileProblem> {
     let path = dir.join(&f.name);
     let md = match std::fs::metadata(&path) {
         Ok(m) if m.is_file() => m,
         Ok(_) => return Err(FileProblem::Missing { path }),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(FileProblem::Missing { path }),
-        Err(e) => return Err(FileProblem::Io { path, error: e.to_string() }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(FileProblem::Missing { path })
+        }
+        Err(e) => {
+            return Err(FileProblem::Io {
+                path,
+                error: e.to_string(),
+            })
+        }
     };
     if md.len() != f.size {
-        return Err(FileProblem::Size { path, want: f.size, got: md.len() });
+        return Err(FileProblem::Size {
+            path,
+            want: f.size,
+            got: md.len(),
+        });
     }
     if stamp.is_some_and(|s| *s == stamp_of(&md, &f.sha256)) {
         return Ok(None);
     }
-    let got = sha256_file(&path).map_err(|e| FileProblem::Io { path: path.clone(), error: e.to_string() })?;
+    let got = sha256_file(&path).map_err(|e| FileProblem::Io {
+        path: path.clone(),
+        error: e.to_string(),
+    })?;
     if !got.eq_ignore_ascii_case(&f.sha256) {
-        return Err(FileProblem::Sha256 { path, want: f.sha256.clone(), got });
+        return Err(FileProblem::Sha256 {
+            path,
+            want: f.sha256.clone(),
+            got,
+        });
     }
     Ok(Some(stamp_of(&md, &f.sha256)))
 }
 
 fn read_stamps(dir: &Path) -> BTreeMap<String, Stamp> {
-    std::fs::read(dir.join(STAMPS)).ok().and_then(|b| serde_json::from_slice(&b).ok()).unwrap_or_default()
+    std::fs::read(dir.join(STAMPS))
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or_default()
 }
 
 pub fn sha256_file(path: &Path) -> std::io::Result<String> {
@@ -311,7 +378,10 @@ pub fn hex(bytes: &[u8]) -> String {
 /// never a mix, and the new content survives a crash: a temporary name in
 /// the same directory, fsync, rename, fsync of the directory.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir)?;
     let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("file");
     let tmp = dir.join(format!(".{name}.tmp.{}", std::process::id()));
@@ -403,10 +473,16 @@ mod tests {
         // Same size, other bytes, new mtime: the stamp no longer matches.
         std::fs::write(root.path().join(dir).join("k"), b"KERNEL").unwrap();
         let p = cache.check_set(dir, &m, Depth::Stamped);
-        assert!(matches!(p.as_slice(), [FileProblem::Sha256 { .. }]), "{p:?}");
+        assert!(
+            matches!(p.as_slice(), [FileProblem::Sha256 { .. }]),
+            "{p:?}"
+        );
         std::fs::remove_file(root.path().join(dir).join("k")).unwrap();
         let p = cache.check_set(dir, &m, Depth::Full);
-        assert!(matches!(p.as_slice(), [FileProblem::Missing { .. }]), "{p:?}");
+        assert!(
+            matches!(p.as_slice(), [FileProblem::Missing { .. }]),
+            "{p:?}"
+        );
     }
 
     #[test]
@@ -416,7 +492,10 @@ mod tests {
         write_atomic(&p, b"{}").unwrap();
         write_atomic(&p, b"[]").unwrap();
         assert_eq!(std::fs::read(&p).unwrap(), b"[]");
-        let names: Vec<_> = std::fs::read_dir(root.path().join("a")).unwrap().map(|e| e.unwrap().file_name()).collect();
+        let names: Vec<_> = std::fs::read_dir(root.path().join("a"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
         assert_eq!(names, vec![std::ffi::OsString::from("b.json")]);
     }
 }

@@ -40,40 +40,75 @@ impl Client {
             let _ = roots.add(cert);
         }
         if let Some(p) = extra_ca {
-            let pem = std::fs::read(p).map_err(|e| ClientError::Tls(format!("{}: {e}", p.display())))?;
+            let pem =
+                std::fs::read(p).map_err(|e| ClientError::Tls(format!("{}: {e}", p.display())))?;
             for c in rustls_pemfile::certs(&mut pem.as_slice()) {
                 let c = c.map_err(|e| ClientError::Tls(format!("{}: {e}", p.display())))?;
-                roots.add(c).map_err(|e| ClientError::Tls(format!("{}: {e}", p.display())))?;
+                roots
+                    .add(c)
+                    .map_err(|e| ClientError::Tls(format!("{}: {e}", p.display())))?;
             }
         }
-        let tls = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-            .with_safe_default_protocol_versions()
-            .map_err(|e| ClientError::Tls(e.to_string()))?
-            .with_root_certificates(roots)
-            .with_no_client_auth();
+        let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .map_err(|e| ClientError::Tls(e.to_string()))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
         let mut http = HttpConnector::new();
         http.enforce_http(false);
         http.set_connect_timeout(Some(Duration::from_secs(15)));
         http.set_nodelay(true);
-        let https = hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(tls).https_or_http().enable_http1().wrap_connector(http);
-        let inner = Hyper::builder(TokioExecutor::new()).pool_idle_timeout(Duration::from_secs(30)).build(https);
-        Ok(Client { inner, timeout: Duration::from_secs(30) })
+        let https = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_tls_config(tls)
+            .https_or_http()
+            .enable_http1()
+            .wrap_connector(http);
+        let inner = Hyper::builder(TokioExecutor::new())
+            .pool_idle_timeout(Duration::from_secs(30))
+            .build(https);
+        Ok(Client {
+            inner,
+            timeout: Duration::from_secs(30),
+        })
     }
 
     /// GET `url` with `headers`, following redirects. Returns the final URL
     /// with the response (its body not read yet).
-    pub async fn get(&self, url: &str, headers: &HeaderMap) -> Result<(String, Response<Incoming>), ClientError> {
+    pub async fn get(
+        &self,
+        url: &str,
+        headers: &HeaderMap,
+    ) -> Result<(String, Response<Incoming>), ClientError> {
         let mut url = url.to_string();
         for _ in 0..=MAX_REDIRECTS {
-            let uri: Uri = url.parse().map_err(|e| ClientError::Request { url: url.clone(), msg: format!("not a URL: {e}") })?;
+            let uri: Uri = url.parse().map_err(|e| ClientError::Request {
+                url: url.clone(),
+                msg: format!("not a URL: {e}"),
+            })?;
             let mut req =
-                Request::get(uri.clone()).body(Empty::new()).map_err(|e| ClientError::Request { url: url.clone(), msg: e.to_string() })?;
+                Request::get(uri.clone())
+                    .body(Empty::new())
+                    .map_err(|e| ClientError::Request {
+                        url: url.clone(),
+                        msg: e.to_string(),
+                    })?;
             req.headers_mut().extend(headers.clone());
-            req.headers_mut().insert(header::USER_AGENT, header::HeaderValue::from_static(concat!("images/", env!("CARGO_PKG_VERSION"))));
+            req.headers_mut().insert(
+                header::USER_AGENT,
+                header::HeaderValue::from_static(concat!("images/", env!("CARGO_PKG_VERSION"))),
+            );
             let resp = tokio::time::timeout(self.timeout, self.inner.request(req))
                 .await
-                .map_err(|_| ClientError::Request { url: url.clone(), msg: format!("no response within {:?}", self.timeout) })?
-                .map_err(|e| ClientError::Request { url: url.clone(), msg: error_chain(&e) })?;
+                .map_err(|_| ClientError::Request {
+                    url: url.clone(),
+                    msg: format!("no response within {:?}", self.timeout),
+                })?
+                .map_err(|e| ClientError::Request {
+                    url: url.clone(),
+                    msg: error_chain(&e),
+                })?;
             let redirect = matches!(
                 resp.status(),
                 StatusCode::MOVED_PERMANENTLY
@@ -89,10 +124,16 @@ impl Client {
                 .headers()
                 .get(header::LOCATION)
                 .and_then(|l| l.to_str().ok())
-                .ok_or_else(|| ClientError::Request { url: url.clone(), msg: format!("{} without a Location", resp.status()) })?;
+                .ok_or_else(|| ClientError::Request {
+                    url: url.clone(),
+                    msg: format!("{} without a Location", resp.status()),
+                })?;
             url = join(&uri, loc);
         }
-        Err(ClientError::Request { url, msg: format!("more than {MAX_REDIRECTS} redirects") })
+        Err(ClientError::Request {
+            url,
+            msg: format!("more than {MAX_REDIRECTS} redirects"),
+        })
     }
 }
 

@@ -42,7 +42,13 @@ pub struct CloudCatalog {
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum CloudError {
     #[error("no {provider} image for version {version} ({arch}) in region {region}{known}")]
-    NotFound { provider: String, region: String, version: String, arch: String, known: String },
+    NotFound {
+        provider: String,
+        region: String,
+        version: String,
+        arch: String,
+        known: String,
+    },
     #[error("{file}: {msg}")]
     Config { file: String, msg: String },
 }
@@ -107,7 +113,12 @@ impl CloudCatalog {
         let mut images = Vec::new();
         for (arch, a) in &doc.architectures {
             let arch = normalize_arch(arch);
-            let mut push = |provider: &str, region: &str, version: &str, id: &str, bucket: Option<&str>, url: Option<&str>| {
+            let mut push = |provider: &str,
+                            region: &str,
+                            version: &str,
+                            id: &str,
+                            bucket: Option<&str>,
+                            url: Option<&str>| {
                 images.push(CloudImage {
                     provider: provider.to_string(),
                     name: doc.stream.clone(),
@@ -127,11 +138,25 @@ impl CloudCatalog {
             }
             for (provider, r) in [("powervs", &i.powervs), ("ibmcloud", &i.ibmcloud)] {
                 for (region, o) in r.iter().flat_map(|r| r.regions.iter()) {
-                    push(provider, region, &o.release, &o.object, Some(&o.bucket), Some(&o.url));
+                    push(
+                        provider,
+                        region,
+                        &o.release,
+                        &o.object,
+                        Some(&o.bucket),
+                        Some(&o.url),
+                    );
                 }
             }
             if let Some(g) = &i.gcp {
-                push("gcp", "global", &g.release, &format!("projects/{}/global/images/{}", g.project, g.name), None, None);
+                push(
+                    "gcp",
+                    "global",
+                    &g.release,
+                    &format!("projects/{}/global/images/{}", g.project, g.name),
+                    None,
+                    None,
+                );
             }
         }
         CloudCatalog { images }
@@ -140,16 +165,22 @@ impl CloudCatalog {
     /// Everything the cache's stream documents list.
     pub fn from_cache(cache: &Cache) -> std::io::Result<CloudCatalog> {
         let mut out = CloudCatalog::default();
-        let Ok(streams) = std::fs::read_dir(&cache.root) else { return Ok(out) };
+        let Ok(streams) = std::fs::read_dir(&cache.root) else {
+            return Ok(out);
+        };
         for s in streams {
             let s = s?;
-            let Ok(versions) = std::fs::read_dir(s.path()) else { continue };
+            let Ok(versions) = std::fs::read_dir(s.path()) else {
+                continue;
+            };
             for v in versions {
                 let doc = v?.path().join(STREAM_DOC);
                 if let Ok(bytes) = std::fs::read(&doc) {
                     match Stream::parse(&bytes) {
                         Ok(d) => out.merge(CloudCatalog::from_stream(&d)),
-                        Err(e) => tracing::warn!(file = %doc.display(), error = %e, "unreadable stream document skipped"),
+                        Err(e) => {
+                            tracing::warn!(file = %doc.display(), error = %e, "unreadable stream document skipped")
+                        }
                     }
                 }
             }
@@ -158,10 +189,18 @@ impl CloudCatalog {
     }
 
     /// Adds the images of a Gardener-style `CloudProfileConfig` for `provider`.
-    pub fn merge_cloud_profile_config(&mut self, provider: &str, file: &Path) -> Result<(), CloudError> {
-        let err = |msg: String| CloudError::Config { file: file.display().to_string(), msg };
+    pub fn merge_cloud_profile_config(
+        &mut self,
+        provider: &str,
+        file: &Path,
+    ) -> Result<(), CloudError> {
+        let err = |msg: String| CloudError::Config {
+            file: file.display().to_string(),
+            msg,
+        };
         let text = std::fs::read_to_string(file).map_err(|e| err(e.to_string()))?;
-        let cfg: CloudProfileConfig = serde_yaml_ng::from_str(&text).map_err(|e| err(e.to_string()))?;
+        let cfg: CloudProfileConfig =
+            serde_yaml_ng::from_str(&text).map_err(|e| err(e.to_string()))?;
         let mut add = CloudCatalog::default();
         for mi in &cfg.machine_images {
             for v in &mi.versions {
@@ -187,17 +226,28 @@ impl CloudCatalog {
     /// version and arch (an operator's file over the stream's).
     pub fn merge(&mut self, other: CloudCatalog) {
         for img in other.images {
-            self.images
-                .retain(|i| !(i.provider == img.provider && i.region == img.region && i.version == img.version && i.arch == img.arch));
+            self.images.retain(|i| {
+                !(i.provider == img.provider
+                    && i.region == img.region
+                    && i.version == img.version
+                    && i.arch == img.arch)
+            });
             self.images.push(img);
         }
     }
 
     /// The image to create a `provider` machine from in `region`.
-    pub fn image_id(&self, provider: &str, region: &str, version: &str, arch: &str) -> Result<&CloudImage, CloudError> {
+    pub fn image_id(
+        &self,
+        provider: &str,
+        region: &str,
+        version: &str,
+        arch: &str,
+    ) -> Result<&CloudImage, CloudError> {
         let arch = normalize_arch(arch);
-        if let Some(i) = self.images.iter().find(|i| i.provider == provider && i.region == region && i.version == version && i.arch == arch)
-        {
+        if let Some(i) = self.images.iter().find(|i| {
+            i.provider == provider && i.region == region && i.version == version && i.arch == arch
+        }) {
             return Ok(i);
         }
         let regions: Vec<&str> = self
@@ -207,31 +257,57 @@ impl CloudCatalog {
             .map(|i| i.region.as_str())
             .collect();
         let known = if regions.is_empty() {
-            let versions: std::collections::BTreeSet<&str> =
-                self.images.iter().filter(|i| i.provider == provider && i.arch == arch).map(|i| i.version.as_str()).collect();
+            let versions: std::collections::BTreeSet<&str> = self
+                .images
+                .iter()
+                .filter(|i| i.provider == provider && i.arch == arch)
+                .map(|i| i.version.as_str())
+                .collect();
             if versions.is_empty() {
                 String::new()
             } else {
-                format!("; known versions: {}", versions.into_iter().collect::<Vec<_>>().join(", "))
+                format!(
+                    "; known versions: {}",
+                    versions.into_iter().collect::<Vec<_>>().join(", ")
+                )
             }
         } else {
             format!("; that version is in: {}", regions.join(", "))
         };
-        Err(CloudError::NotFound { provider: provider.into(), region: region.into(), version: version.into(), arch, known })
+        Err(CloudError::NotFound {
+            provider: provider.into(),
+            region: region.into(),
+            version: version.into(),
+            arch,
+            known,
+        })
     }
 
     /// The mapping for one provider as a Gardener `CloudProfileConfig`.
     pub fn to_cloud_profile_config(&self, provider: &str, api_version: &str) -> CloudProfileConfig {
         let mut machine_images: Vec<MachineImage> = Vec::new();
-        let mut mine: Vec<&CloudImage> = self.images.iter().filter(|i| i.provider == provider).collect();
-        mine.sort_by(|a, b| (&a.name, &a.version, &a.region, &a.arch).cmp(&(&b.name, &b.version, &b.region, &b.arch)));
+        let mut mine: Vec<&CloudImage> = self
+            .images
+            .iter()
+            .filter(|i| i.provider == provider)
+            .collect();
+        mine.sort_by(|a, b| {
+            (&a.name, &a.version, &a.region, &a.arch)
+                .cmp(&(&b.name, &b.version, &b.region, &b.arch))
+        });
         for i in mine {
             if machine_images.last().is_none_or(|m| m.name != i.name) {
-                machine_images.push(MachineImage { name: i.name.clone(), versions: Vec::new() });
+                machine_images.push(MachineImage {
+                    name: i.name.clone(),
+                    versions: Vec::new(),
+                });
             }
             let mi = machine_images.last_mut().expect("pushed above");
             if mi.versions.last().is_none_or(|v| v.version != i.version) {
-                mi.versions.push(MachineImageVersion { version: i.version.clone(), regions: Vec::new() });
+                mi.versions.push(MachineImageVersion {
+                    version: i.version.clone(),
+                    regions: Vec::new(),
+                });
             }
             let v = mi.versions.last_mut().expect("pushed above");
             v.regions.push(RegionIdMapping {
@@ -240,6 +316,10 @@ impl CloudCatalog {
                 architecture: Some(gardener_arch(&i.arch).to_string()),
             });
         }
-        CloudProfileConfig { api_version: Some(api_version.to_string()), kind: Some("CloudProfileConfig".into()), machine_images }
+        CloudProfileConfig {
+            api_version: Some(api_version.to_string()),
+            kind: Some("CloudProfileConfig".into()),
+            machine_images,
+        }
     }
 }

@@ -48,8 +48,11 @@ impl Source {
     /// Fedora CoreOS publishes its streams by name; other streams (RHCOS)
     /// need a URL or file (openshift-install's `coreos/rhcos.json`).
     pub fn default_for(stream: &str) -> Option<Source> {
-        matches!(stream, "stable" | "testing" | "next")
-            .then(|| Source::Url(format!("https://builds.coreos.fedoraproject.org/streams/{stream}.json")))
+        matches!(stream, "stable" | "testing" | "next").then(|| {
+            Source::Url(format!(
+                "https://builds.coreos.fedoraproject.org/streams/{stream}.json"
+            ))
+        })
     }
 }
 
@@ -89,17 +92,19 @@ pub struct Options {
 
 impl Default for Options {
     fn default() -> Options {
-        Options { jobs: 3, retries: 5, backoff: Duration::from_millis(500), stall: Duration::from_secs(30) }
+        Options {
+            jobs: 3,
+            retries: 5,
+            backoff: Duration::from_millis(500),
+            stall: Duration::from_secs(30),
+        }
     }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
     /// Already in the cache and intact; nothing downloaded.
-    Cached {
-        dir: String,
-        version: String,
-    },
+    Cached { dir: String, version: String },
     Fetched {
         dir: String,
         version: String,
@@ -117,15 +122,32 @@ pub enum FetchError {
     #[error("no stream metadata source for stream {0:?}: give --stream-url (a URL or a file, e.g. openshift-install's coreos/rhcos.json)")]
     NoSource(String),
     #[error("the metadata at {from} is stream {got:?}, not {want:?}")]
-    StreamMismatch { from: String, want: String, got: String },
+    StreamMismatch {
+        from: String,
+        want: String,
+        got: String,
+    },
     #[error("stream {stream} {arch}/{platform} is at {have}; {want} is not in the cache and the metadata no longer describes it (use \"latest\", or the stream metadata of that release)")]
-    VersionNotInStream { stream: String, arch: String, platform: String, want: String, have: String },
+    VersionNotInStream {
+        stream: String,
+        arch: String,
+        platform: String,
+        want: String,
+        have: String,
+    },
     #[error("{name}: {msg}")]
     Download { name: String, msg: String },
     #[error("{name}: sha256 {got} does not match the stream metadata's {want}; nothing was kept")]
-    Sha256 { name: String, want: String, got: String },
+    Sha256 {
+        name: String,
+        want: String,
+        got: String,
+    },
     #[error("{path}: {error}")]
-    Io { path: PathBuf, error: std::io::Error },
+    Io {
+        path: PathBuf,
+        error: std::io::Error,
+    },
 }
 
 impl From<StreamError> for FetchError {
@@ -135,7 +157,10 @@ impl From<StreamError> for FetchError {
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> FetchError + '_ {
-    move |error| FetchError::Io { path: path.to_path_buf(), error }
+    move |error| FetchError::Io {
+        path: path.to_path_buf(),
+        error,
+    }
 }
 
 pub struct Fetcher {
@@ -151,32 +176,54 @@ impl Fetcher {
         if let Some(stream) = &req.stream {
             if req.version != catalog::VERSION_LATEST {
                 if let Some(dir) = self.cached(stream, &req.version, req) {
-                    return Ok(Outcome::Cached { dir, version: req.version.clone() });
+                    return Ok(Outcome::Cached {
+                        dir,
+                        version: req.version.clone(),
+                    });
                 }
             }
         }
         let source = match (&req.source, &req.stream) {
             (Some(s), _) => s.clone(),
-            (None, Some(name)) => Source::default_for(name).ok_or_else(|| FetchError::NoSource(name.clone()))?,
+            (None, Some(name)) => {
+                Source::default_for(name).ok_or_else(|| FetchError::NoSource(name.clone()))?
+            }
             (None, None) => return Err(FetchError::NoSource(String::new())),
         };
         let raw = self.load_source(&source).await?;
         let doc = Stream::parse(&raw)?;
         let stream = req.stream.clone().unwrap_or_else(|| doc.stream.clone());
         if doc.stream != stream {
-            return Err(FetchError::StreamMismatch { from: source.to_string(), want: stream, got: doc.stream.clone() });
+            return Err(FetchError::StreamMismatch {
+                from: source.to_string(),
+                want: stream,
+                got: doc.stream.clone(),
+            });
         }
         if !catalog::is_component(&stream) {
-            return Err(FetchError::Source { from: source.to_string(), msg: format!("stream name {stream:?} is not a plain name") });
+            return Err(FetchError::Source {
+                from: source.to_string(),
+                msg: format!("stream name {stream:?} is not a plain name"),
+            });
         }
         let release = doc.platform(&req.arch, &req.platform)?.release.clone();
         let latest = req.version == catalog::VERSION_LATEST;
-        let version = if latest { release.clone() } else { req.version.clone() };
+        let version = if latest {
+            release.clone()
+        } else {
+            req.version.clone()
+        };
         if !catalog::is_component(&version) {
-            return Err(FetchError::Source { from: source.to_string(), msg: format!("release {version:?} is not a plain name") });
+            return Err(FetchError::Source {
+                from: source.to_string(),
+                msg: format!("release {version:?} is not a plain name"),
+            });
         }
         let outcome = match self.cached(&stream, &version, req) {
-            Some(dir) => Outcome::Cached { dir, version: version.clone() },
+            Some(dir) => Outcome::Cached {
+                dir,
+                version: version.clone(),
+            },
             None if version != release => {
                 return Err(FetchError::VersionNotInStream {
                     stream,
@@ -186,10 +233,15 @@ impl Fetcher {
                     have: release,
                 })
             }
-            None => self.download_set(&doc, &raw, &stream, &version, req).await?,
+            None => {
+                self.download_set(&doc, &raw, &stream, &version, req)
+                    .await?
+            }
         };
         if latest {
-            self.cache.set_latest(&stream, &req.arch, &req.platform, &version).map_err(io(&self.cache.root))?;
+            self.cache
+                .set_latest(&stream, &req.arch, &req.platform, &version)
+                .map_err(io(&self.cache.root))?;
         }
         Ok(outcome)
     }
@@ -198,27 +250,38 @@ impl Fetcher {
     fn cached(&self, stream: &str, version: &str, req: &Request) -> Option<String> {
         let dir = catalog::set_dir(stream, version, &req.arch, &req.platform);
         let m = catalog::read_manifest(&self.cache.root.join(&dir)).ok()?;
-        let has_all = req.formats.iter().all(|f| m.files.iter().any(|x| &x.format == f));
+        let has_all = req
+            .formats
+            .iter()
+            .all(|f| m.files.iter().any(|x| &x.format == f));
         (has_all && self.cache.check_set(&dir, &m, Depth::Stamped).is_empty()).then_some(dir)
     }
 
     async fn load_source(&self, source: &Source) -> Result<Vec<u8>, FetchError> {
-        let err = |msg: String| FetchError::Source { from: source.to_string(), msg };
+        let err = |msg: String| FetchError::Source {
+            from: source.to_string(),
+            msg,
+        };
         match source {
             Source::File(p) => std::fs::read(p).map_err(|e| err(e.to_string())),
             Source::Url(url) => {
                 let mut attempt = 0;
                 loop {
                     let r: Result<Vec<u8>, (bool, String)> = async {
-                        let (_, resp) = self.client.get(url, &HeaderMap::new()).await.map_err(|e| (true, e.to_string()))?;
+                        let (_, resp) = self
+                            .client
+                            .get(url, &HeaderMap::new())
+                            .await
+                            .map_err(|e| (true, e.to_string()))?;
                         let status = resp.status();
                         if !status.is_success() {
                             return Err((retryable(status), format!("HTTP {status}")));
                         }
-                        let body = tokio::time::timeout(self.options.stall, resp.into_body().collect())
-                            .await
-                            .map_err(|_| (true, "body timed out".to_string()))?
-                            .map_err(|e| (true, e.to_string()))?;
+                        let body =
+                            tokio::time::timeout(self.options.stall, resp.into_body().collect())
+                                .await
+                                .map_err(|_| (true, "body timed out".to_string()))?
+                                .map_err(|e| (true, e.to_string()))?;
                         Ok(body.to_bytes().to_vec())
                     }
                     .await;
@@ -236,7 +299,14 @@ impl Fetcher {
         }
     }
 
-    async fn download_set(&self, doc: &Stream, raw: &[u8], stream: &str, version: &str, req: &Request) -> Result<Outcome, FetchError> {
+    async fn download_set(
+        &self,
+        doc: &Stream,
+        raw: &[u8],
+        stream: &str,
+        version: &str,
+        req: &Request,
+    ) -> Result<Outcome, FetchError> {
         let picked = doc.select(&req.arch, &req.platform, &req.formats)?;
         let rel = catalog::set_dir(stream, version, &req.arch, &req.platform);
         let dir = self.cache.root.join(&rel);
@@ -244,8 +314,13 @@ impl Fetcher {
         let sem = Arc::new(tokio::sync::Semaphore::new(self.options.jobs.max(1)));
         let mut tasks = tokio::task::JoinSet::new();
         for sel in picked.iter().cloned() {
-            let (sem, client, opts, progress, dir) =
-                (Arc::clone(&sem), self.client.clone(), self.options.clone(), Arc::clone(&self.progress), dir.clone());
+            let (sem, client, opts, progress, dir) = (
+                Arc::clone(&sem),
+                self.client.clone(),
+                self.options.clone(),
+                Arc::clone(&self.progress),
+                dir.clone(),
+            );
             tasks.spawn(async move {
                 let _permit = sem.acquire_owned().await;
                 let r = download(&client, &opts, progress.as_ref(), &dir, &sel).await;
@@ -256,7 +331,10 @@ impl Fetcher {
         let mut total = 0;
         let mut first_err = None;
         while let Some(joined) = tasks.join_next().await {
-            let (sel, r) = joined.map_err(|e| FetchError::Download { name: rel.clone(), msg: format!("download task failed: {e}") })?;
+            let (sel, r) = joined.map_err(|e| FetchError::Download {
+                name: rel.clone(),
+                msg: format!("download task failed: {e}"),
+            })?;
             match r {
                 Ok((size, fresh)) => {
                     total += if fresh { size } else { 0 };
@@ -279,11 +357,20 @@ impl Fetcher {
             return Err(e);
         }
         // Files of other formats fetched earlier stay listed.
-        let mut all = catalog::read_manifest(&dir).map(|m| m.files).unwrap_or_default();
+        let mut all = catalog::read_manifest(&dir)
+            .map(|m| m.files)
+            .unwrap_or_default();
         all.retain(|f| !files.iter().any(|n| n.name == f.name));
         all.extend(files);
-        let order = |r: &str| ["kernel", "initramfs", "rootfs", "disk"].iter().position(|x| *x == r).unwrap_or(9);
-        all.sort_by(|a, b| (order(&a.role), &a.format, &a.name).cmp(&(order(&b.role), &b.format, &b.name)));
+        let order = |r: &str| {
+            ["kernel", "initramfs", "rootfs", "disk"]
+                .iter()
+                .position(|x| *x == r)
+                .unwrap_or(9)
+        };
+        all.sort_by(|a, b| {
+            (order(&a.role), &a.format, &a.name).cmp(&(order(&b.role), &b.format, &b.name))
+        });
         let manifest = Manifest {
             stream: stream.to_string(),
             version: version.to_string(),
@@ -291,20 +378,37 @@ impl Fetcher {
             platform: req.platform.clone(),
             files: all,
         };
-        let stream_doc = self.cache.root.join(stream).join(version).join(cache::STREAM_DOC);
+        let stream_doc = self
+            .cache
+            .root
+            .join(stream)
+            .join(version)
+            .join(cache::STREAM_DOC);
         cache::write_atomic(&stream_doc, raw).map_err(io(&stream_doc))?;
         let mpath = dir.join(catalog::MANIFEST);
-        let json = serde_json::to_vec_pretty(&manifest).map_err(|e| FetchError::Io { path: mpath.clone(), error: e.into() })?;
+        let json = serde_json::to_vec_pretty(&manifest).map_err(|e| FetchError::Io {
+            path: mpath.clone(),
+            error: e.into(),
+        })?;
         cache::write_atomic(&mpath, &json).map_err(io(&mpath))?;
         for f in &manifest.files {
-            self.cache.record_hash(&dir, &f.name, &f.sha256).map_err(io(&dir))?;
+            self.cache
+                .record_hash(&dir, &f.name, &f.sha256)
+                .map_err(io(&dir))?;
         }
-        Ok(Outcome::Fetched { dir: rel, version: version.to_string(), files: picked.len(), bytes: total })
+        Ok(Outcome::Fetched {
+            dir: rel,
+            version: version.to_string(),
+            files: picked.len(),
+            bytes: total,
+        })
     }
 }
 
 fn backoff(o: &Options, attempt: u32) -> Duration {
-    o.backoff.saturating_mul(1 << attempt.min(16)).min(Duration::from_secs(30))
+    o.backoff
+        .saturating_mul(1 << attempt.min(16))
+        .min(Duration::from_secs(30))
 }
 
 fn retryable(s: StatusCode) -> bool {
@@ -319,7 +423,13 @@ enum Attempt {
 
 /// Downloads one artifact into `dir`; returns its size and whether it was
 /// downloaded now (false: an earlier run had already put it in place).
-async fn download(client: &Client, opts: &Options, progress: &dyn Progress, dir: &Path, sel: &Selected) -> Result<(u64, bool), FetchError> {
+async fn download(
+    client: &Client,
+    opts: &Options,
+    progress: &dyn Progress,
+    dir: &Path,
+    sel: &Selected,
+) -> Result<(u64, bool), FetchError> {
     let name = sel.artifact.file_name().to_string();
     let want = sel.artifact.sha256.to_ascii_lowercase();
     let path = dir.join(&name);
@@ -336,7 +446,18 @@ async fn download(client: &Client, opts: &Options, progress: &dyn Progress, dir:
     let validator = dir.join(format!(".{name}.part.validator"));
     let mut attempt = 0;
     loop {
-        match attempt_once(client, opts, progress, &sel.artifact.location, &part, &validator, &name, &want).await {
+        match attempt_once(
+            client,
+            opts,
+            progress,
+            &sel.artifact.location,
+            &part,
+            &validator,
+            &name,
+            &want,
+        )
+        .await
+        {
             Ok(size) => {
                 std::fs::rename(&part, &path).map_err(io(&path))?;
                 cache::sync_dir(dir).map_err(io(dir))?;
@@ -350,7 +471,10 @@ async fn download(client: &Client, opts: &Options, progress: &dyn Progress, dir:
                 attempt += 1;
             }
             Err(Attempt::Retry(msg)) => {
-                return Err(FetchError::Download { name, msg: format!("{msg} (gave up after {} attempts)", opts.retries + 1) })
+                return Err(FetchError::Download {
+                    name,
+                    msg: format!("{msg} (gave up after {} attempts)", opts.retries + 1),
+                })
             }
             Err(Attempt::Fatal(e)) => return Err(e),
         }
@@ -372,12 +496,22 @@ async fn attempt_once(
     let have = std::fs::metadata(part).map(|m| m.len()).unwrap_or(0);
     let mut headers = HeaderMap::new();
     if have > 0 {
-        headers.insert(header::RANGE, HeaderValue::from_str(&format!("bytes={have}-")).map_err(|e| Attempt::Retry(e.to_string()))?);
-        if let Some(v) = std::fs::read_to_string(validator).ok().and_then(|v| HeaderValue::from_str(v.trim()).ok()) {
+        headers.insert(
+            header::RANGE,
+            HeaderValue::from_str(&format!("bytes={have}-"))
+                .map_err(|e| Attempt::Retry(e.to_string()))?,
+        );
+        if let Some(v) = std::fs::read_to_string(validator)
+            .ok()
+            .and_then(|v| HeaderValue::from_str(v.trim()).ok())
+        {
             headers.insert(header::IF_RANGE, v);
         }
     }
-    let (_, resp) = client.get(url, &headers).await.map_err(|e| Attempt::Retry(e.to_string()))?;
+    let (_, resp) = client
+        .get(url, &headers)
+        .await
+        .map_err(|e| Attempt::Retry(e.to_string()))?;
     let status = resp.status();
     let offset = match status {
         StatusCode::PARTIAL_CONTENT if have > 0 => {
@@ -391,7 +525,9 @@ async fn attempt_once(
             if start != Some(have) {
                 // Not the range asked for: start over.
                 let _ = std::fs::remove_file(part);
-                return Err(Attempt::Retry(format!("server answered Range {have}- with Content-Range from {start:?}")));
+                return Err(Attempt::Retry(format!(
+                    "server answered Range {have}- with Content-Range from {start:?}"
+                )));
             }
             have
         }
@@ -400,12 +536,19 @@ async fn attempt_once(
             // The part may already be whole (a cut after the last byte);
             // its hash decides. Otherwise it is discarded below.
             return finish_part(part, name, want, None).map_err(|e| match e {
-                FetchError::Sha256 { .. } => Attempt::Retry(format!("{name}: 416 for a part whose hash does not match; restarting")),
+                FetchError::Sha256 { .. } => Attempt::Retry(format!(
+                    "{name}: 416 for a part whose hash does not match; restarting"
+                )),
                 e => fatal(e),
             });
         }
         s if retryable(s) => return Err(Attempt::Retry(format!("HTTP {s}"))),
-        s => return Err(fatal(FetchError::Download { name: name.to_string(), msg: format!("HTTP {s} from {url}") })),
+        s => {
+            return Err(fatal(FetchError::Download {
+                name: name.to_string(),
+                msg: format!("HTTP {s} from {url}"),
+            }))
+        }
     };
     if offset == 0 {
         // Remember what we are downloading, so a resume can ask If-Range.
@@ -415,29 +558,56 @@ async fn attempt_once(
             .filter(|v| !v.as_bytes().starts_with(b"W/"))
             .or_else(|| resp.headers().get(header::LAST_MODIFIED));
         match v.and_then(|v| v.to_str().ok()) {
-            Some(v) => std::fs::write(validator, v).map_err(|e| fatal(FetchError::Io { path: validator.to_path_buf(), error: e }))?,
+            Some(v) => std::fs::write(validator, v).map_err(|e| {
+                fatal(FetchError::Io {
+                    path: validator.to_path_buf(),
+                    error: e,
+                })
+            })?,
             None => drop(std::fs::remove_file(validator)),
         }
     }
-    let total =
-        resp.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok()).map(|n| n + offset);
+    let total = resp
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok())
+        .map(|n| n + offset);
     let mut hasher = Sha256::new();
-    let mut file =
-        std::fs::OpenOptions::new().create(true).write(true).read(true).truncate(false).open(part).map_err(|e| fatal(io(part)(e)))?;
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .write(true)
+        .read(true)
+        .truncate(false)
+        .open(part)
+        .map_err(|e| fatal(io(part)(e)))?;
     if offset > 0 {
         hash_prefix(&mut file, offset, &mut hasher).map_err(|e| fatal(io(part)(e)))?;
     } else {
         file.set_len(0).map_err(|e| fatal(io(part)(e)))?;
     }
-    file.seek(std::io::SeekFrom::Start(offset)).map_err(|e| fatal(io(part)(e)))?;
+    file.seek(std::io::SeekFrom::Start(offset))
+        .map_err(|e| fatal(io(part)(e)))?;
     let mut bar = progress.start(name, total, offset);
     let mut body = resp.into_body();
     let mut written = offset;
     loop {
         let frame = match tokio::time::timeout(opts.stall, body.frame()).await {
-            Err(_) => return Err(broke(&mut bar, &mut file, format!("no data for {:?}", opts.stall))),
+            Err(_) => {
+                return Err(broke(
+                    &mut bar,
+                    &mut file,
+                    format!("no data for {:?}", opts.stall),
+                ))
+            }
             Ok(None) => break,
-            Ok(Some(Err(e))) => return Err(broke(&mut bar, &mut file, format!("transfer broke at {written} bytes: {e}"))),
+            Ok(Some(Err(e))) => {
+                return Err(broke(
+                    &mut bar,
+                    &mut file,
+                    format!("transfer broke at {written} bytes: {e}"),
+                ))
+            }
             Ok(Some(Ok(f))) => f,
         };
         if let Ok(data) = frame.into_data() {
@@ -448,7 +618,11 @@ async fn attempt_once(
         }
     }
     if let Some(t) = total.filter(|t| *t != written) {
-        return Err(broke(&mut bar, &mut file, format!("body ended at {written} of {t} bytes")));
+        return Err(broke(
+            &mut bar,
+            &mut file,
+            format!("body ended at {written} of {t} bytes"),
+        ));
     }
     file.sync_all().map_err(|e| fatal(io(part)(e)))?;
     drop(file);
@@ -472,7 +646,12 @@ async fn attempt_once(
 
 /// The part is complete: check its hash (computed now when `got` is None);
 /// a mismatch deletes it.
-fn finish_part(part: &Path, name: &str, want: &str, got: Option<String>) -> Result<u64, FetchError> {
+fn finish_part(
+    part: &Path,
+    name: &str,
+    want: &str,
+    got: Option<String>,
+) -> Result<u64, FetchError> {
     let got = match got {
         Some(g) => g,
         None => cache::sha256_file(part).map_err(io(part))?,
@@ -480,7 +659,11 @@ fn finish_part(part: &Path, name: &str, want: &str, got: Option<String>) -> Resu
     if got != want {
         let _ = std::fs::remove_file(part);
         let _ = std::fs::remove_file(part.with_extension("part.validator"));
-        return Err(FetchError::Sha256 { name: name.to_string(), want: want.to_string(), got });
+        return Err(FetchError::Sha256 {
+            name: name.to_string(),
+            want: want.to_string(),
+            got,
+        });
     }
     std::fs::metadata(part).map(|m| m.len()).map_err(io(part))
 }
@@ -503,7 +686,10 @@ fn hash_prefix(file: &mut std::fs::File, len: u64, h: &mut Sha256) -> std::io::R
     while left > 0 {
         let n = file.read(&mut buf[..left.min(1 << 20) as usize])?;
         if n == 0 {
-            return Err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "part shorter than its length"));
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                "part shorter than its length",
+            ));
         }
         h.update(&buf[..n]);
         left -= n as u64;

@@ -132,10 +132,16 @@ struct TftpArgs {
 fn main() -> Result<()> {
     let cli = Cli::parse();
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
+        )
         .with_writer(std::io::stderr)
         .init();
-    let sites = cli.site.iter().map(|p| site::load(p).map_err(|e| anyhow::anyhow!("{e}"))).collect::<Result<Vec<_>>>()?;
+    let sites = cli
+        .site
+        .iter()
+        .map(|p| site::load(p).map_err(|e| anyhow::anyhow!("{e}")))
+        .collect::<Result<Vec<_>>>()?;
     let root = || -> Result<PathBuf> {
         match (&cli.root, sites.first()) {
             (Some(r), _) => Ok(r.clone()),
@@ -149,7 +155,13 @@ fn main() -> Result<()> {
         Cmd::Verify => verify(&Cache::new(root()?)),
         Cmd::Gc { dry_run } => gc(&Cache::new(root()?), &sites, dry_run),
         Cmd::Show { src, arch } => show(src, arch),
-        Cmd::Ids(a) => ids(cli.root.as_deref().map(Cache::new).or_else(|| root().ok().map(Cache::new)), a),
+        Cmd::Ids(a) => ids(
+            cli.root
+                .as_deref()
+                .map(Cache::new)
+                .or_else(|| root().ok().map(Cache::new)),
+            a,
+        ),
         Cmd::TftpRoot(a) => tftp_root(&sites, cli.root.as_deref(), a),
     }
 }
@@ -165,10 +177,14 @@ fn fetch_cmd(cache: Cache, sites: &[site::Site], a: FetchArgs) -> Result<()> {
                     continue;
                 }
                 let r = &c.reference;
-                let source = r.stream_url.as_deref().map(Source::parse).map(|src| match src {
-                    Source::File(p) if p.is_relative() => Source::File(dir.join(p)),
-                    other => other,
-                });
+                let source = r
+                    .stream_url
+                    .as_deref()
+                    .map(Source::parse)
+                    .map(|src| match src {
+                        Source::File(p) if p.is_relative() => Source::File(dir.join(p)),
+                        other => other,
+                    });
                 requests.push(fetch::Request {
                     stream: Some(r.stream.clone()),
                     version: r.version.clone(),
@@ -182,7 +198,11 @@ fn fetch_cmd(cache: Cache, sites: &[site::Site], a: FetchArgs) -> Result<()> {
         if requests.is_empty() {
             bail!(
                 "no catalog image sets{} in the site",
-                if a.set.is_empty() { String::new() } else { format!(" named {}", a.set.join(", ")) }
+                if a.set.is_empty() {
+                    String::new()
+                } else {
+                    format!(" named {}", a.set.join(", "))
+                }
             );
         }
     } else {
@@ -203,17 +223,36 @@ fn fetch_cmd(cache: Cache, sites: &[site::Site], a: FetchArgs) -> Result<()> {
     let fetcher = Fetcher {
         cache,
         client: images::client::Client::new(a.ca_file.as_deref())?,
-        options: fetch::Options { jobs: a.jobs, retries: a.retries, ..Default::default() },
+        options: fetch::Options {
+            jobs: a.jobs,
+            retries: a.retries,
+            ..Default::default()
+        },
         progress: Arc::from(images::progress::auto()),
     };
     let rt = tokio::runtime::Runtime::new()?;
     let mut failed = 0;
     for r in &requests {
-        let what = format!("{} {} {}/{}", r.stream.as_deref().unwrap_or("(stream)"), r.version, r.arch, r.platform);
+        let what = format!(
+            "{} {} {}/{}",
+            r.stream.as_deref().unwrap_or("(stream)"),
+            r.version,
+            r.arch,
+            r.platform
+        );
         match rt.block_on(fetcher.fetch(r)) {
-            Ok(Outcome::Cached { dir, .. }) => println!("{what}: in the cache: {}", fetcher.cache.root.join(dir).display()),
-            Ok(Outcome::Fetched { dir, files, bytes, .. }) => {
-                println!("{what}: fetched {files} files ({}): {}", indicatif::HumanBytes(bytes), fetcher.cache.root.join(dir).display())
+            Ok(Outcome::Cached { dir, .. }) => println!(
+                "{what}: in the cache: {}",
+                fetcher.cache.root.join(dir).display()
+            ),
+            Ok(Outcome::Fetched {
+                dir, files, bytes, ..
+            }) => {
+                println!(
+                    "{what}: fetched {files} files ({}): {}",
+                    indicatif::HumanBytes(bytes),
+                    fetcher.cache.root.join(dir).display()
+                )
             }
             Err(e) => {
                 eprintln!("{what}: {e}");
@@ -228,7 +267,9 @@ fn fetch_cmd(cache: Cache, sites: &[site::Site], a: FetchArgs) -> Result<()> {
 }
 
 fn list(cache: &Cache) -> Result<()> {
-    let sets = cache.list().with_context(|| format!("reading {}", cache.root.display()))?;
+    let sets = cache
+        .list()
+        .with_context(|| format!("reading {}", cache.root.display()))?;
     if sets.is_empty() {
         println!("no sets in {}", cache.root.display());
     }
@@ -237,9 +278,21 @@ fn list(cache: &Cache) -> Result<()> {
         let latest = catalog::read_latest(&cache.root, &m.stream).unwrap_or_default();
         let is_latest = latest.get(&format!("{}/{}", m.arch, m.platform)) == Some(&m.version);
         let size: u64 = m.files.iter().map(|f| f.size).sum();
-        println!("{}{}  ({} files, {})", s.dir, if is_latest { "  [latest]" } else { "" }, m.files.len(), indicatif::HumanBytes(size));
+        println!(
+            "{}{}  ({} files, {})",
+            s.dir,
+            if is_latest { "  [latest]" } else { "" },
+            m.files.len(),
+            indicatif::HumanBytes(size)
+        );
         for f in &m.files {
-            println!("    {:<9} {:<7} {}  {}", f.role, f.format, f.name, indicatif::HumanBytes(f.size));
+            println!(
+                "    {:<9} {:<7} {}  {}",
+                f.role,
+                f.format,
+                f.name,
+                indicatif::HumanBytes(f.size)
+            );
         }
     }
     Ok(())
@@ -261,7 +314,10 @@ fn verify(cache: &Cache) -> Result<()> {
         }
     }
     if bad > 0 {
-        bail!("{bad} of {} sets have problems: fetch them again (images fetch ...)", sets.len());
+        bail!(
+            "{bad} of {} sets have problems: fetch them again (images fetch ...)",
+            sets.len()
+        );
     }
     println!("{} sets verified", sets.len());
     Ok(())
@@ -274,7 +330,12 @@ fn gc(cache: &Cache, sites: &[site::Site], dry_run: bool) -> Result<()> {
     let mut keep = BTreeSet::new();
     for s in sites {
         if s.images.root != cache.root {
-            eprintln!("note: {} serves images from {}, not {}", s.source.display(), s.images.root.display(), cache.root.display());
+            eprintln!(
+                "note: {} serves images from {}, not {}",
+                s.source.display(),
+                s.images.root.display(),
+                cache.root.display()
+            );
         }
         keep.extend(cache::referenced_sets(s));
     }
@@ -282,14 +343,20 @@ fn gc(cache: &Cache, sites: &[site::Site], dry_run: bool) -> Result<()> {
     for r in &removed {
         println!("{} {r}", if dry_run { "would remove" } else { "removed" });
     }
-    println!("{} sets kept, {} {}", keep.len(), removed.len(), if dry_run { "to remove" } else { "removed" });
+    println!(
+        "{} sets kept, {} {}",
+        keep.len(),
+        removed.len(),
+        if dry_run { "to remove" } else { "removed" }
+    );
     Ok(())
 }
 
 fn load_doc(src: &SourceArgs) -> Result<Stream> {
     let source = match (&src.stream_url, &src.stream) {
         (Some(u), _) => Source::parse(u),
-        (None, Some(s)) => Source::default_for(s).with_context(|| format!("no default URL for stream {s:?}: give --stream-url"))?,
+        (None, Some(s)) => Source::default_for(s)
+            .with_context(|| format!("no default URL for stream {s:?}: give --stream-url"))?,
         (None, None) => bail!("give --stream or --stream-url"),
     };
     let bytes = match &source {
@@ -311,19 +378,35 @@ fn load_doc(src: &SourceArgs) -> Result<Stream> {
 
 fn show(src: SourceArgs, arch: Option<String>) -> Result<()> {
     let doc = load_doc(&src)?;
-    println!("stream {} (last modified {})", doc.stream, doc.metadata.last_modified);
+    println!(
+        "stream {} (last modified {})",
+        doc.stream, doc.metadata.last_modified
+    );
     for (a, entry) in &doc.architectures {
-        if arch.as_deref().is_some_and(|x| images::cloud::normalize_arch(x) != images::cloud::normalize_arch(a)) {
+        if arch
+            .as_deref()
+            .is_some_and(|x| images::cloud::normalize_arch(x) != images::cloud::normalize_arch(a))
+        {
             continue;
         }
         println!("{a}:");
         for (p, pa) in &entry.artifacts {
-            println!("  {p:<12} {}  formats: {}", pa.release, pa.formats.keys().cloned().collect::<Vec<_>>().join(", "));
+            println!(
+                "  {p:<12} {}  formats: {}",
+                pa.release,
+                pa.formats.keys().cloned().collect::<Vec<_>>().join(", ")
+            );
         }
     }
     let cloud = CloudCatalog::from_stream(&doc);
-    for i in cloud.images.iter().filter(|i| arch.as_deref().is_none_or(|x| images::cloud::normalize_arch(x) == i.arch)) {
-        println!("  image {:<9} {:<8} {:<16} {}", i.provider, i.arch, i.region, i.id);
+    for i in cloud.images.iter().filter(|i| {
+        arch.as_deref()
+            .is_none_or(|x| images::cloud::normalize_arch(x) == i.arch)
+    }) {
+        println!(
+            "  image {:<9} {:<8} {:<16} {}",
+            i.provider, i.arch, i.region, i.id
+        );
     }
     Ok(())
 }
@@ -337,15 +420,26 @@ fn ids(cache: Option<Cache>, a: IdsArgs) -> Result<()> {
         cat.merge_cloud_profile_config(&a.provider, f)?;
     }
     if a.export {
-        let cfg = cat.to_cloud_profile_config(&a.provider, &format!("{}.provider.extensions.gardener.cloud/v1alpha1", a.provider));
+        let cfg = cat.to_cloud_profile_config(
+            &a.provider,
+            &format!("{}.provider.extensions.gardener.cloud/v1alpha1", a.provider),
+        );
         print!("{}", serde_yaml_ng::to_string(&cfg)?);
         return Ok(());
     }
-    let (Some(region), Some(version)) = (&a.region, &a.version) else { bail!("give --region and --version (or --export)") };
+    let (Some(region), Some(version)) = (&a.region, &a.version) else {
+        bail!("give --region and --version (or --export)")
+    };
     let img = cat.image_id(&a.provider, region, version, &a.arch)?;
     println!("{}", img.id);
     if let Some(b) = &img.bucket {
-        eprintln!("bucket {b}{}", img.url.as_deref().map(|u| format!(", {u}")).unwrap_or_default());
+        eprintln!(
+            "bucket {b}{}",
+            img.url
+                .as_deref()
+                .map(|u| format!(", {u}"))
+                .unwrap_or_default()
+        );
     }
     Ok(())
 }
@@ -353,14 +447,25 @@ fn ids(cache: Option<Cache>, a: IdsArgs) -> Result<()> {
 fn tftp_root(sites: &[site::Site], root: Option<&Path>, a: TftpArgs) -> Result<()> {
     let mut arches: Vec<site::Arch> = Vec::new();
     for x in &a.arch {
-        arches.push(site::Arch::parse(x).with_context(|| format!("--arch {x:?}: want x86_64, aarch64 or ppc64le"))?);
+        arches.push(
+            site::Arch::parse(x)
+                .with_context(|| format!("--arch {x:?}: want x86_64, aarch64 or ppc64le"))?,
+        );
     }
     if arches.is_empty() {
         arches.extend(sites.iter().flat_map(|s| s.nodes.iter().map(|n| n.arch)));
     }
     if arches.is_empty() {
-        if let Some(r) = root.map(Path::to_path_buf).or_else(|| sites.first().map(|s| s.images.root.clone())) {
-            arches.extend(Cache::new(r).list()?.iter().filter_map(|s| site::Arch::parse(&s.manifest.arch)));
+        if let Some(r) = root
+            .map(Path::to_path_buf)
+            .or_else(|| sites.first().map(|s| s.images.root.clone()))
+        {
+            arches.extend(
+                Cache::new(r)
+                    .list()?
+                    .iter()
+                    .filter_map(|s| site::Arch::parse(&s.manifest.arch)),
+            );
         }
     }
     if arches.is_empty() {

@@ -45,10 +45,20 @@ struct Line {
 }
 impl Progress for Lines {
     fn start(&self, name: &str, total: Option<u64>, done: u64) -> Box<dyn FileProgress> {
-        let size = total.map(|t| format!(" ({})", indicatif::HumanBytes(t))).unwrap_or_default();
-        let from = if done > 0 { format!(", resuming at {}", indicatif::HumanBytes(done)) } else { String::new() };
+        let size = total
+            .map(|t| format!(" ({})", indicatif::HumanBytes(t)))
+            .unwrap_or_default();
+        let from = if done > 0 {
+            format!(", resuming at {}", indicatif::HumanBytes(done))
+        } else {
+            String::new()
+        };
         eprintln!("download {name}{size}{from}");
-        Box::new(Line { name: name.to_string(), total, done })
+        Box::new(Line {
+            name: name.to_string(),
+            total,
+            done,
+        })
     }
 }
 impl FileProgress for Line {
@@ -56,11 +66,22 @@ impl FileProgress for Line {
         self.done += n;
     }
     fn retry(&mut self, why: &str) {
-        eprintln!("download {}: {why}; will resume from {}", self.name, indicatif::HumanBytes(self.done));
+        eprintln!(
+            "download {}: {why}; will resume from {}",
+            self.name,
+            indicatif::HumanBytes(self.done)
+        );
     }
     fn finish(&mut self, msg: &str) {
-        let of = self.total.map(|t| format!(" of {}", indicatif::HumanBytes(t))).unwrap_or_default();
-        eprintln!("download {}: {msg} ({}{of})", self.name, indicatif::HumanBytes(self.done));
+        let of = self
+            .total
+            .map(|t| format!(" of {}", indicatif::HumanBytes(t)))
+            .unwrap_or_default();
+        eprintln!(
+            "download {}: {msg} ({}{of})",
+            self.name,
+            indicatif::HumanBytes(self.done)
+        );
     }
 }
 
@@ -72,8 +93,10 @@ impl Progress for Bars {
             Some(t) => ProgressBar::new(t),
             None => ProgressBar::no_length(),
         };
-        let style = ProgressStyle::with_template("{msg:40!} {bar:30} {bytes:>10}/{total_bytes:<10} {bytes_per_sec:>12} {eta}")
-            .unwrap_or_else(|_| ProgressStyle::default_bar());
+        let style = ProgressStyle::with_template(
+            "{msg:40!} {bar:30} {bytes:>10}/{total_bytes:<10} {bytes_per_sec:>12} {eta}",
+        )
+        .unwrap_or_else(|_| ProgressStyle::default_bar());
         pb.set_style(style);
         pb.set_message(name.to_string());
         pb.set_position(done);
@@ -85,7 +108,8 @@ impl FileProgress for Bar {
         self.0.inc(n);
     }
     fn retry(&mut self, why: &str) {
-        self.0.println(format!("{}: {why}; will resume", self.0.message()));
+        self.0
+            .println(format!("{}: {why}; will resume", self.0.message()));
     }
     fn finish(&mut self, msg: &str) {
         let name = self.0.message();

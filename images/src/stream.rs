@@ -62,10 +62,15 @@ pub struct Format {
 impl Format {
     /// (role, artifact) for each artifact present, in a stable order.
     pub fn artifacts(&self) -> Vec<(&'static str, &Artifact)> {
-        [("kernel", &self.kernel), ("initramfs", &self.initramfs), ("rootfs", &self.rootfs), ("disk", &self.disk)]
-            .into_iter()
-            .filter_map(|(role, a)| a.as_ref().map(|a| (role, a)))
-            .collect()
+        [
+            ("kernel", &self.kernel),
+            ("initramfs", &self.initramfs),
+            ("rootfs", &self.rootfs),
+            ("disk", &self.disk),
+        ]
+        .into_iter()
+        .filter_map(|(role, a)| a.as_ref().map(|a| (role, a)))
+        .collect()
     }
 }
 
@@ -75,7 +80,11 @@ pub struct Artifact {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub signature: Option<String>,
     pub sha256: String,
-    #[serde(rename = "uncompressed-sha256", default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        rename = "uncompressed-sha256",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
     pub uncompressed_sha256: Option<String>,
 }
 
@@ -141,13 +150,34 @@ pub enum StreamError {
     #[error("not CoreOS stream metadata: {0}")]
     Parse(#[from] serde_json::Error),
     #[error("stream {stream}: no architecture {arch} (has {have})")]
-    NoArch { stream: String, arch: String, have: String },
+    NoArch {
+        stream: String,
+        arch: String,
+        have: String,
+    },
     #[error("stream {stream} {arch}: no platform {platform} (has {have})")]
-    NoPlatform { stream: String, arch: String, platform: String, have: String },
+    NoPlatform {
+        stream: String,
+        arch: String,
+        platform: String,
+        have: String,
+    },
     #[error("stream {stream} {arch} {platform}: no format {format} (has {have})")]
-    NoFormat { stream: String, arch: String, platform: String, format: String, have: String },
+    NoFormat {
+        stream: String,
+        arch: String,
+        platform: String,
+        format: String,
+        have: String,
+    },
     #[error("stream {stream} {arch} {platform} {format}: {why}")]
-    BadArtifact { stream: String, arch: String, platform: String, format: String, why: String },
+    BadArtifact {
+        stream: String,
+        arch: String,
+        platform: String,
+        format: String,
+        why: String,
+    },
 }
 
 impl Stream {
@@ -156,26 +186,35 @@ impl Stream {
     }
 
     pub fn arch(&self, arch: &str) -> Result<&ArchEntry, StreamError> {
-        self.architectures.get(arch).ok_or_else(|| StreamError::NoArch {
-            stream: self.stream.clone(),
-            arch: arch.to_string(),
-            have: keys(&self.architectures),
-        })
+        self.architectures
+            .get(arch)
+            .ok_or_else(|| StreamError::NoArch {
+                stream: self.stream.clone(),
+                arch: arch.to_string(),
+                have: keys(&self.architectures),
+            })
     }
 
     pub fn platform(&self, arch: &str, platform: &str) -> Result<&PlatformArtifacts, StreamError> {
         let a = self.arch(arch)?;
-        a.artifacts.get(platform).ok_or_else(|| StreamError::NoPlatform {
-            stream: self.stream.clone(),
-            arch: arch.to_string(),
-            platform: platform.to_string(),
-            have: keys(&a.artifacts),
-        })
+        a.artifacts
+            .get(platform)
+            .ok_or_else(|| StreamError::NoPlatform {
+                stream: self.stream.clone(),
+                arch: arch.to_string(),
+                platform: platform.to_string(),
+                have: keys(&a.artifacts),
+            })
     }
 
     /// The artifacts of `formats` for one arch and platform, checked: every
     /// file name is a plain name and every sha256 is 64 hex digits.
-    pub fn select(&self, arch: &str, platform: &str, formats: &[String]) -> Result<Vec<Selected>, StreamError> {
+    pub fn select(
+        &self,
+        arch: &str,
+        platform: &str,
+        formats: &[String],
+    ) -> Result<Vec<Selected>, StreamError> {
         let p = self.platform(arch, platform)?;
         let mut out = Vec::new();
         for format in formats {
@@ -195,12 +234,22 @@ impl Stream {
                     why,
                 };
                 if !site::catalog::is_component(a.file_name()) {
-                    return Err(bad(format!("{role} location {:?} does not end in a plain file name", a.location)));
+                    return Err(bad(format!(
+                        "{role} location {:?} does not end in a plain file name",
+                        a.location
+                    )));
                 }
                 if !is_sha256(&a.sha256) {
-                    return Err(bad(format!("{role} sha256 {:?} is not 64 hex digits", a.sha256)));
+                    return Err(bad(format!(
+                        "{role} sha256 {:?} is not 64 hex digits",
+                        a.sha256
+                    )));
                 }
-                out.push(Selected { role, format: format.clone(), artifact: a.clone() });
+                out.push(Selected {
+                    role,
+                    format: format.clone(),
+                    artifact: a.clone(),
+                });
             }
         }
         Ok(out)
@@ -246,11 +295,20 @@ mod tests {
         let doc = br#"{"stream":"s","architectures":{"x86_64":{"artifacts":{"metal":{"release":"1","formats":{"pxe":{
             "kernel":{"location":"http://h/..","sha256":"0000000000000000000000000000000000000000000000000000000000000000"}}}}}}}}"#;
         let s = Stream::parse(doc).unwrap();
-        let e = s.select("x86_64", "metal", &["pxe".into()]).unwrap_err().to_string();
+        let e = s
+            .select("x86_64", "metal", &["pxe".into()])
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("plain file name"), "{e}");
-        let e = s.select("x86_64", "metal", &["iso".into()]).unwrap_err().to_string();
+        let e = s
+            .select("x86_64", "metal", &["iso".into()])
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("no format iso (has pxe)"), "{e}");
-        let e = s.select("s390x", "metal", &["pxe".into()]).unwrap_err().to_string();
+        let e = s
+            .select("s390x", "metal", &["pxe".into()])
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("no architecture s390x (has x86_64)"), "{e}");
     }
 }

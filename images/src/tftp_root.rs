@@ -76,7 +76,10 @@ pub enum TftpRootError {
     #[error("{arch}: {msg}")]
     Missing { arch: Arch, msg: String },
     #[error("{path}: {error}")]
-    Io { path: PathBuf, error: std::io::Error },
+    Io {
+        path: PathBuf,
+        error: std::io::Error,
+    },
     #[error("{cmd}: {msg}")]
     Command { cmd: String, msg: String },
 }
@@ -113,16 +116,25 @@ pub fn assemble(dir: &Path, arches: &[Arch], src: &Sources) -> Result<Report, Tf
                     let from = src.ipxe_dir.join(f);
                     let bytes = std::fs::read(&from).map_err(|e| TftpRootError::Missing {
                         arch: *arch,
-                        msg: format!("{}: {e} (install Debian's ipxe package, or give --ipxe-dir)", from.display()),
+                        msg: format!(
+                            "{}: {e} (install Debian's ipxe package, or give --ipxe-dir)",
+                            from.display()
+                        ),
                     })?;
                     put(f, &bytes)?;
                 }
             }
             Arch::Aarch64 => {
-                let from = src.ipxe_arm64.clone().unwrap_or_else(|| src.ipxe_dir.join("ipxe-arm64.efi"));
+                let from = src
+                    .ipxe_arm64
+                    .clone()
+                    .unwrap_or_else(|| src.ipxe_dir.join("ipxe-arm64.efi"));
                 let bytes = std::fs::read(&from).map_err(|e| TftpRootError::Missing {
                     arch: *arch,
-                    msg: format!("{}: {e} (give --ipxe-arm64 FILE: an arm64 EFI build of iPXE)", from.display()),
+                    msg: format!(
+                        "{}: {e} (give --ipxe-arm64 FILE: an arm64 EFI build of iPXE)",
+                        from.display()
+                    ),
                 })?;
                 put("ipxe-arm64.efi", &bytes)?;
             }
@@ -138,7 +150,10 @@ pub fn assemble(dir: &Path, arches: &[Arch], src: &Sources) -> Result<Report, Tf
                 if !moddir.join("kernel.img").is_file() {
                     return Err(TftpRootError::Missing {
                         arch: *arch,
-                        msg: format!("{}: no kernel.img (not a powerpc-ieee1275 module directory)", moddir.display()),
+                        msg: format!(
+                            "{}: no kernel.img (not a powerpc-ieee1275 module directory)",
+                            moddir.display()
+                        ),
                     });
                 }
                 let core = build_core_elf(moddir, src)?;
@@ -163,7 +178,13 @@ pub fn assemble(dir: &Path, arches: &[Arch], src: &Sources) -> Result<Report, Tf
 /// The netboot script with its retry count filled in.
 pub fn netboot_script(tries: u32) -> String {
     let tries = tries.clamp(1, 99);
-    NETBOOT_CFG.replace("@TRIES@", &(1..=tries).map(|t| t.to_string()).collect::<Vec<_>>().join(" "))
+    NETBOOT_CFG.replace(
+        "@TRIES@",
+        &(1..=tries)
+            .map(|t| t.to_string())
+            .collect::<Vec<_>>()
+            .join(" "),
+    )
 }
 
 fn build_core_elf(moddir: &Path, src: &Sources) -> Result<Vec<u8>, TftpRootError> {
@@ -171,19 +192,30 @@ fn build_core_elf(moddir: &Path, src: &Sources) -> Result<Vec<u8>, TftpRootError
         let path = path.to_path_buf();
         move |error| TftpRootError::Io { path, error }
     };
-    let build = tempfile::Builder::new().prefix("images-core-elf.").tempdir().map_err(io(&std::env::temp_dir()))?;
+    let build = tempfile::Builder::new()
+        .prefix("images-core-elf.")
+        .tempdir()
+        .map_err(io(&std::env::temp_dir()))?;
     let b = build.path();
     let mem = b.join("memdisk");
     std::fs::create_dir_all(mem.join("powerpc-ieee1275")).map_err(io(&mem))?;
     let ofnet = moddir.join("ofnet.mod");
     std::fs::copy(&ofnet, mem.join("powerpc-ieee1275/ofnet.mod")).map_err(io(&ofnet))?;
-    std::fs::write(mem.join("netboot.cfg"), netboot_script(src.grub_net_tries)).map_err(io(&mem))?;
+    std::fs::write(mem.join("netboot.cfg"), netboot_script(src.grub_net_tries))
+        .map_err(io(&mem))?;
     std::fs::write(b.join("embed.cfg"), EMBED_CFG).map_err(io(b))?;
     // Reproducible: sorted names, fixed mtimes and owners.
     run(Command::new("tar")
         .arg("-C")
         .arg(&mem)
-        .args(["--sort=name", "--mtime=@0", "--owner=0", "--group=0", "--numeric-owner", "-cf"])
+        .args([
+            "--sort=name",
+            "--mtime=@0",
+            "--owner=0",
+            "--group=0",
+            "--numeric-owner",
+            "-cf",
+        ])
         .arg(b.join("memdisk.tar"))
         .args(["powerpc-ieee1275", "netboot.cfg"]))?;
     let out = b.join("core.elf");
@@ -202,11 +234,19 @@ fn build_core_elf(moddir: &Path, src: &Sources) -> Result<Vec<u8>, TftpRootError
 
 fn run(cmd: &mut Command) -> Result<(), TftpRootError> {
     let name = cmd.get_program().to_string_lossy().into_owned();
-    let out = cmd
-        .output()
-        .map_err(|e| TftpRootError::Command { cmd: name.clone(), msg: format!("cannot run: {e} (package grub-common / tar)") })?;
+    let out = cmd.output().map_err(|e| TftpRootError::Command {
+        cmd: name.clone(),
+        msg: format!("cannot run: {e} (package grub-common / tar)"),
+    })?;
     if !out.status.success() {
-        return Err(TftpRootError::Command { cmd: name, msg: format!("{}: {}", out.status, String::from_utf8_lossy(&out.stderr).trim()) });
+        return Err(TftpRootError::Command {
+            cmd: name,
+            msg: format!(
+                "{}: {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            ),
+        });
     }
     Ok(())
 }

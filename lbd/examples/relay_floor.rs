@@ -53,11 +53,17 @@ fn main() {
         eprintln!("usage: relay_floor LISTEN_ADDR BACKEND_ADDR...");
         std::process::exit(2)
     }
-    let backends: Vec<SocketAddr> = args[1..].iter().map(|a| a.parse().unwrap_or_else(|e| die(a, e))).collect();
+    let backends: Vec<SocketAddr> = args[1..]
+        .iter()
+        .map(|a| a.parse().unwrap_or_else(|e| die(a, e)))
+        .collect();
     let listener = TcpListener::bind(&args[0]).unwrap_or_else(|e| die(&args[0], e));
-    listener.set_nonblocking(true).unwrap_or_else(|e| die("listener", e));
+    listener
+        .set_nonblocking(true)
+        .unwrap_or_else(|e| die("listener", e));
     let ep = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC).unwrap_or_else(|e| die("epoll", e));
-    ep.add(&listener, EpollEvent::new(EpollFlags::EPOLLIN, LISTENER)).unwrap_or_else(|e| die("epoll add", e));
+    ep.add(&listener, EpollEvent::new(EpollFlags::EPOLLIN, LISTENER))
+        .unwrap_or_else(|e| die("epoll add", e));
     let mut pairs: Vec<Option<Pair>> = Vec::new();
     let mut free: Vec<usize> = Vec::new();
     let mut next = 0usize;
@@ -76,8 +82,12 @@ fn main() {
                 while let Ok((client, _)) = listener.accept() {
                     let to = backends[next % backends.len()];
                     next += 1;
-                    let Ok(backend) = TcpStream::connect(to) else { continue };
-                    let ok = [&client, &backend].iter().all(|s| s.set_nodelay(true).is_ok() && s.set_nonblocking(true).is_ok());
+                    let Ok(backend) = TcpStream::connect(to) else {
+                        continue;
+                    };
+                    let ok = [&client, &backend]
+                        .iter()
+                        .all(|s| s.set_nodelay(true).is_ok() && s.set_nonblocking(true).is_ok());
                     if !ok {
                         continue;
                     }
@@ -88,7 +98,9 @@ fn main() {
                     let t = (idx as u64) << 1;
                     let reg = ep
                         .add(&client, EpollEvent::new(EpollFlags::EPOLLIN, t))
-                        .and_then(|_| ep.add(&backend, EpollEvent::new(EpollFlags::EPOLLIN, t | 1)));
+                        .and_then(|_| {
+                            ep.add(&backend, EpollEvent::new(EpollFlags::EPOLLIN, t | 1))
+                        });
                     if reg.is_err() {
                         free.push(idx);
                         continue;
@@ -99,12 +111,22 @@ fn main() {
             }
             let idx = (token >> 1) as usize;
             let from_backend = token & 1 == 1;
-            let Some(pair) = pairs.get_mut(idx).and_then(|p| p.as_mut()) else { continue };
-            let (src, dst) = if from_backend { (&mut pair.backend, &mut pair.client) } else { (&mut pair.client, &mut pair.backend) };
+            let Some(pair) = pairs.get_mut(idx).and_then(|p| p.as_mut()) else {
+                continue;
+            };
+            let (src, dst) = if from_backend {
+                (&mut pair.backend, &mut pair.client)
+            } else {
+                (&mut pair.client, &mut pair.backend)
+            };
             let done = match src.read(&mut buf) {
                 Ok(0) => true,
                 Ok(k) => write_all(dst, &buf[..k]).is_err(),
-                Err(e) if e.kind() == ErrorKind::WouldBlock || e.kind() == ErrorKind::Interrupted => false,
+                Err(e)
+                    if e.kind() == ErrorKind::WouldBlock || e.kind() == ErrorKind::Interrupted =>
+                {
+                    false
+                }
                 Err(_) => true,
             };
             if done {

@@ -59,7 +59,11 @@ pub async fn serve(listener: TcpListener, lbd: Arc<Lbd>) {
 }
 
 fn reply(status: StatusCode, content_type: &str, body: impl Into<Bytes>) -> Response<Full<Bytes>> {
-    Response::builder().status(status).header("content-type", content_type).body(Full::new(body.into())).unwrap_or_default()
+    Response::builder()
+        .status(status)
+        .header("content-type", content_type)
+        .body(Full::new(body.into()))
+        .unwrap_or_default()
 }
 
 fn json(status: StatusCode, v: serde_json::Value) -> Response<Full<Bytes>> {
@@ -68,26 +72,41 @@ fn json(status: StatusCode, v: serde_json::Value) -> Response<Full<Bytes>> {
     reply(status, "application/json", body)
 }
 
-pub async fn route(lbd: &Arc<Lbd>, req: Request<Incoming>, peer: std::net::SocketAddr) -> Response<Full<Bytes>> {
+pub async fn route(
+    lbd: &Arc<Lbd>,
+    req: Request<Incoming>,
+    peer: std::net::SocketAddr,
+) -> Response<Full<Bytes>> {
     match (req.method(), req.uri().path()) {
         (&Method::GET, "/healthz") => reply(StatusCode::OK, "text/plain", "ok\n"),
-        (&Method::GET, "/metrics") => {
-            reply(StatusCode::OK, "application/openmetrics-text; version=1.0.0; charset=utf-8", crate::metrics::encode(&lbd.app))
-        }
-        (&Method::GET, "/status") => json(StatusCode::OK, serde_json::to_value(status(lbd)).unwrap_or_default()),
+        (&Method::GET, "/metrics") => reply(
+            StatusCode::OK,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            crate::metrics::encode(&lbd.app),
+        ),
+        (&Method::GET, "/status") => json(
+            StatusCode::OK,
+            serde_json::to_value(status(lbd)).unwrap_or_default(),
+        ),
         (&Method::POST, "/bootstrap/complete") => {
             info!(%peer, "bootstrap completion requested over the admin API");
             match lbd.complete_bootstrap("admin API").await {
-                Ok(BootstrapPhase::None) => {
-                    json(StatusCode::CONFLICT, serde_json::json!({"error": "no bootstrap node in this configuration"}))
-                }
+                Ok(BootstrapPhase::None) => json(
+                    StatusCode::CONFLICT,
+                    serde_json::json!({"error": "no bootstrap node in this configuration"}),
+                ),
                 Ok(phase) => json(StatusCode::OK, serde_json::json!({"bootstrap": phase})),
-                Err(e) => json(StatusCode::INTERNAL_SERVER_ERROR, serde_json::json!({"error": e.to_string()})),
+                Err(e) => json(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    serde_json::json!({"error": e.to_string()}),
+                ),
             }
         }
-        (_, "/healthz" | "/metrics" | "/status" | "/bootstrap/complete") => {
-            reply(StatusCode::METHOD_NOT_ALLOWED, "text/plain", "method not allowed\n")
-        }
+        (_, "/healthz" | "/metrics" | "/status" | "/bootstrap/complete") => reply(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "text/plain",
+            "method not allowed\n",
+        ),
         _ => reply(StatusCode::NOT_FOUND, "text/plain", "not found\n"),
     }
 }
@@ -102,7 +121,13 @@ pub fn status(lbd: &Lbd) -> Status {
         .iter()
         .map(|f| {
             let mut all: Vec<_> = f.pool.load().iter().cloned().collect();
-            all.extend(f.draining.lock().unwrap_or_else(|p| p.into_inner()).iter().cloned());
+            all.extend(
+                f.draining
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .iter()
+                    .cloned(),
+            );
             let backends = all
                 .iter()
                 .map(|b| BackendStatus {
@@ -118,19 +143,34 @@ pub fn status(lbd: &Lbd) -> Status {
                     bytes_to: b.bytes_to.load(Relaxed),
                     bytes_from: b.bytes_from.load(Relaxed),
                     check_latency_ms: b.check_latency().as_secs_f64() * 1e3,
-                    up_since_ms: b.up_since().map(|t| now_ms.saturating_sub(t.elapsed().as_millis() as u64)),
+                    up_since_ms: b
+                        .up_since()
+                        .map(|t| now_ms.saturating_sub(t.elapsed().as_millis() as u64)),
                 })
                 .collect();
-            let mut clients: Vec<_> = f.clients.lock().unwrap_or_else(|p| p.into_inner()).iter().map(|(ip, ms)| (*ip, *ms)).collect();
+            let mut clients: Vec<_> = f
+                .clients
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .iter()
+                .map(|(ip, ms)| (*ip, *ms))
+                .collect();
             clients.sort();
             FrontendStatus {
                 name: f.name.to_string(),
                 listen: f.local,
                 balance: format!("{:?}", f.balance()),
                 backends,
-                clients: clients.into_iter().map(|(ip, first_ms)| ClientStatus { ip, first_ms }).collect(),
+                clients: clients
+                    .into_iter()
+                    .map(|(ip, first_ms)| ClientStatus { ip, first_ms })
+                    .collect(),
             }
         })
         .collect();
-    Status { bootstrap: app.bootstrap_phase(), connections: app.conns.load(Relaxed), frontends }
+    Status {
+        bootstrap: app.bootstrap_phase(),
+        connections: app.conns.load(Relaxed),
+        frontends,
+    }
 }

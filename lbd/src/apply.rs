@@ -35,12 +35,19 @@ impl App {
         // 1. Bind what is new, before touching anything.
         let mut bound: HashMap<String, TcpListener> = HashMap::new();
         for f in plan {
-            if old.iter().any(|o| *o.name == *f.name && o.listen == f.listen) {
+            if old
+                .iter()
+                .any(|o| *o.name == *f.name && o.listen == f.listen)
+            {
                 continue;
             }
             let l = match listeners.remove(&f.name) {
                 Some(l) => l,
-                None => bind(f.listen).map_err(|e| ApplyError::Bind { name: f.name.clone(), addr: f.listen, source: e })?,
+                None => bind(f.listen).map_err(|e| ApplyError::Bind {
+                    name: f.name.clone(),
+                    addr: f.listen,
+                    source: e,
+                })?,
             };
             // Accepted sockets inherit TCP_NODELAY: one setsockopt per
             // listener instead of one per connection.
@@ -51,7 +58,10 @@ impl App {
         //    it still has (state, counters and open connections with them).
         let mut next = Vec::new();
         for f in plan {
-            let fe = match old.iter().find(|o| *o.name == *f.name && o.listen == f.listen) {
+            let fe = match old
+                .iter()
+                .find(|o| *o.name == *f.name && o.listen == f.listen)
+            {
                 Some(fe) => {
                     *lock(&fe.balance) = f.balance;
                     Arc::clone(fe)
@@ -61,7 +71,11 @@ impl App {
                     let local = listener.local_addr().unwrap_or(f.listen);
                     let fe = Arc::new(Frontend::new(f, local, self.shutdown.child_token()));
                     info!(frontend = %fe.name, addr = %local, backends = f.backends.len(), "listening");
-                    self.tracker.spawn(crate::proxy::accept_loop(listener, Arc::clone(&fe), Arc::clone(self)));
+                    self.tracker.spawn(crate::proxy::accept_loop(
+                        listener,
+                        Arc::clone(&fe),
+                        Arc::clone(self),
+                    ));
                     fe
                 }
             };
@@ -76,7 +90,12 @@ impl App {
                         pool.push(Arc::clone(c));
                     }
                     None => {
-                        let nb = Arc::new(Backend::new(b, f.check.clone(), &self.shutdown, &self.conn_stop));
+                        let nb = Arc::new(Backend::new(
+                            b,
+                            f.check.clone(),
+                            &self.shutdown,
+                            &self.conn_stop,
+                        ));
                         info!(frontend = %fe.name, backend = %nb.name, addr = %nb.addr, role = nb.role.as_str(), "backend added ({why})");
                         self.tracker.spawn(health::check_loop(
                             Arc::clone(&fe.name),
@@ -88,7 +107,11 @@ impl App {
                     }
                 }
             }
-            let gone: Vec<_> = current.iter().filter(|c| !pool.iter().any(|p| Arc::ptr_eq(p, c))).cloned().collect();
+            let gone: Vec<_> = current
+                .iter()
+                .filter(|c| !pool.iter().any(|p| Arc::ptr_eq(p, c)))
+                .cloned()
+                .collect();
             fe.pool.store(Arc::new(pool));
             for b in gone {
                 self.drain(&fe, b, why);

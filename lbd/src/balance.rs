@@ -18,7 +18,9 @@ pub fn pick(candidates: &[Candidate], balance: Balance, start: usize) -> Option<
     if n == 0 {
         return None;
     }
-    let order = (0..n).map(|i| (start + i) % n).filter(|&i| candidates[i].eligible);
+    let order = (0..n)
+        .map(|i| (start + i) % n)
+        .filter(|&i| candidates[i].eligible);
     match balance {
         Balance::RoundRobin => order.into_iter().next(),
         Balance::LeastConn => order.min_by_key(|&i| candidates[i].active),
@@ -36,7 +38,9 @@ mod tests {
     #[test]
     fn round_robin_rotates_and_skips_ineligible() {
         let pool = [c(true, 0), c(false, 0), c(true, 0)];
-        let got: Vec<_> = (0..6).map(|s| pick(&pool, Balance::RoundRobin, s)).collect();
+        let got: Vec<_> = (0..6)
+            .map(|s| pick(&pool, Balance::RoundRobin, s))
+            .collect();
         assert_eq!(got, [Some(0), Some(2), Some(2), Some(0), Some(2), Some(2)]);
     }
 
@@ -51,7 +55,13 @@ mod tests {
     #[test]
     fn nothing_eligible_is_none() {
         assert_eq!(pick(&[], Balance::RoundRobin, 0), None);
-        assert_eq!(pick(&[c(false, 0), c(false, 1)], Balance::LeastConn, 1), None);
-        assert_eq!(pick(&[c(false, 0), c(false, 1)], Balance::RoundRobin, 1), None);
+        assert_eq!(
+            pick(&[c(false, 0), c(false, 1)], Balance::LeastConn, 1),
+            None
+        );
+        assert_eq!(
+            pick(&[c(false, 0), c(false, 1)], Balance::RoundRobin, 1),
+            None
+        );
     }
 }

@@ -34,7 +34,12 @@ pub enum Transition {
 
 impl Default for CheckState {
     fn default() -> Self {
-        CheckState { up: true, confirmed: false, ok_run: 0, fail_run: 0 }
+        CheckState {
+            up: true,
+            confirmed: false,
+            ok_run: 0,
+            fail_run: 0,
+        }
     }
 }
 
@@ -76,7 +81,12 @@ impl CheckState {
 /// Probes `backend` until `stop` is cancelled, publishing state changes to
 /// it (with the reason, logged). A refused connect on the data path wakes
 /// the loop early (`Backend::kick`).
-pub async fn check_loop<P: Prober>(frontend: Arc<str>, backend: Arc<Backend>, prober: Arc<P>, stop: CancellationToken) {
+pub async fn check_loop<P: Prober>(
+    frontend: Arc<str>,
+    backend: Arc<Backend>,
+    prober: Arc<P>,
+    stop: CancellationToken,
+) {
     let mut st = CheckState::default();
     loop {
         let check = backend.check();
@@ -145,7 +155,10 @@ mod tests {
         assert!(st.up);
         assert_eq!(run(&mut st, &[false]), [Some(Transition::WentDown)]);
         let mut st = CheckState::default();
-        assert_eq!(run(&mut st, &[true, false, false, false]), [None, None, None, Some(Transition::WentDown)]);
+        assert_eq!(
+            run(&mut st, &[true, false, false, false]),
+            [None, None, None, Some(Transition::WentDown)]
+        );
     }
 
     #[test]

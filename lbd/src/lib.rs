@@ -181,7 +181,8 @@ impl Lbd {
     /// or automatically. Idempotent.
     pub async fn complete_bootstrap(&self, why: &str) -> Result<BootstrapPhase, Error> {
         let loaded = self.loaded();
-        let has_bootstrap = matches!(&loaded, Loaded::Site(s) if s.nodes.iter().any(|n| n.is_bootstrap()));
+        let has_bootstrap =
+            matches!(&loaded, Loaded::Site(s) if s.nodes.iter().any(|n| n.is_bootstrap()));
         if !has_bootstrap {
             return Ok(BootstrapPhase::None);
         }
@@ -190,11 +191,19 @@ impl Lbd {
             if let Some(dir) = &self.state_dir {
                 let marker = dir.join(BOOTSTRAP_MARKER);
                 let text = format!("bootstrap completed ({why}) at {:?}\n", SystemTime::now());
-                if let Err(e) = std::fs::create_dir_all(dir).and_then(|()| std::fs::write(&marker, text)) {
+                if let Err(e) =
+                    std::fs::create_dir_all(dir).and_then(|()| std::fs::write(&marker, text))
+                {
                     warn!(error = %e, path = %marker.display(), "cannot remember the bootstrap completion; a restart would serve the bootstrap node again");
                 }
             }
-            self.app.apply(&loaded.plan(true), &mut HashMap::new(), &format!("bootstrap complete: {why}")).await?;
+            self.app
+                .apply(
+                    &loaded.plan(true),
+                    &mut HashMap::new(),
+                    &format!("bootstrap complete: {why}"),
+                )
+                .await?;
         }
         Ok(self.app.bootstrap_phase())
     }
@@ -204,7 +213,10 @@ impl Lbd {
         let app = &self.app;
         app.shutdown.cancelled().await;
         app.tracker.close();
-        if tokio::time::timeout(self.grace, app.tracker.wait()).await.is_err() {
+        if tokio::time::timeout(self.grace, app.tracker.wait())
+            .await
+            .is_err()
+        {
             warn!(grace = ?self.grace, open = app.conns.load(Relaxed), "connections still open after the grace period; closing them");
             app.conn_stop.cancel();
             app.tracker.wait().await;
@@ -214,23 +226,40 @@ impl Lbd {
 }
 
 /// Serves until `shutdown` is cancelled and open connections have had their grace.
-pub async fn run(config: Config, sockets: Sockets, shutdown: CancellationToken) -> Result<(), Error> {
+pub async fn run(
+    config: Config,
+    sockets: Sockets,
+    shutdown: CancellationToken,
+) -> Result<(), Error> {
     let lbd = start(config, sockets, shutdown).await?;
     lbd.wait().await;
     Ok(())
 }
 
 /// Starts serving and returns at once.
-pub async fn start(config: Config, mut sockets: Sockets, shutdown: CancellationToken) -> Result<Arc<Lbd>, Error> {
+pub async fn start(
+    config: Config,
+    mut sockets: Sockets,
+    shutdown: CancellationToken,
+) -> Result<Arc<Lbd>, Error> {
     let lb = config.loaded.lb().clone();
-    let app = Arc::new(App::new(lb.limits.clone(), lb.bootstrap.drain_timeout, shutdown.clone()));
+    let app = Arc::new(App::new(
+        lb.limits.clone(),
+        lb.bootstrap.drain_timeout,
+        shutdown.clone(),
+    ));
     if let Some(dir) = &config.state_dir {
         if dir.join(BOOTSTRAP_MARKER).exists() {
             info!(path = %dir.join(BOOTSTRAP_MARKER).display(), "bootstrap was completed earlier: the bootstrap node stays out");
             app.bootstrap_done.store(true, Relaxed);
         }
     }
-    app.apply(&config.loaded.plan(app.bootstrap_done.load(Relaxed)), &mut sockets.frontends, "configuration loaded").await?;
+    app.apply(
+        &config.loaded.plan(app.bootstrap_done.load(Relaxed)),
+        &mut sockets.frontends,
+        "configuration loaded",
+    )
+    .await?;
     let lbd = Arc::new(Lbd {
         app: Arc::clone(&app),
         source: config.source.clone(),
@@ -245,34 +274,47 @@ pub async fn start(config: Config, mut sockets: Sockets, shutdown: CancellationT
     match &config.source {
         Source::Feed(feed) => {
             let lbd2 = Arc::clone(&lbd);
-            app.tracker.spawn(runtime::feed::follow(feed.subscribe(), app.shutdown.clone(), move |p| {
-                let lbd = Arc::clone(&lbd2);
-                async move {
-                    match p.refused {
-                        Some(why) => refused(&lbd.app, &why),
-                        None => apply_loaded(&lbd, Loaded::Site(p.site), p.forced).await,
+            app.tracker.spawn(runtime::feed::follow(
+                feed.subscribe(),
+                app.shutdown.clone(),
+                move |p| {
+                    let lbd = Arc::clone(&lbd2);
+                    async move {
+                        match p.refused {
+                            Some(why) => refused(&lbd.app, &why),
+                            None => apply_loaded(&lbd, Loaded::Site(p.site), p.forced).await,
+                        }
                     }
-                }
-            }));
+                },
+            ));
         }
         _ => {
-            let triggers = runtime::Triggers { reload: config.reload, reloaded: config.reloaded, poll: config.poll };
+            let triggers = runtime::Triggers {
+                reload: config.reload,
+                reloaded: config.reloaded,
+                poll: config.poll,
+            };
             let files = {
                 let lbd = Arc::clone(&lbd);
                 move || lbd.with_loaded(|l| l.watched_files(&lbd.source))
             };
             let lbd2 = Arc::clone(&lbd);
-            app.tracker.spawn(runtime::reload::watch(triggers, app.shutdown.clone(), files, move |forced| {
-                let lbd = Arc::clone(&lbd2);
-                async move {
-                    let source = lbd.source.clone();
-                    match tokio::task::spawn_blocking(move || Loaded::load(&source)).await {
-                        Ok(Ok(l)) => apply_loaded(&lbd, l, forced).await,
-                        Ok(Err(e)) => refused(&lbd.app, &e.to_string()),
-                        Err(e) => error!(error = %e, "reload task failed"),
+            app.tracker.spawn(runtime::reload::watch(
+                triggers,
+                app.shutdown.clone(),
+                files,
+                move |forced| {
+                    let lbd = Arc::clone(&lbd2);
+                    async move {
+                        let source = lbd.source.clone();
+                        match tokio::task::spawn_blocking(move || Loaded::load(&source)).await {
+                            Ok(Ok(l)) => apply_loaded(&lbd, l, forced).await,
+                            Ok(Err(e)) => refused(&lbd.app, &e.to_string()),
+                            Err(e) => error!(error = %e, "reload task failed"),
+                        }
                     }
-                }
-            }));
+                },
+            ));
         }
     }
     app.tracker.spawn(auto_bootstrap(Arc::clone(&lbd)));
@@ -290,17 +332,29 @@ async fn apply_loaded(lbd: &Lbd, loaded: Loaded, forced: bool) {
     let app = &lbd.app;
     let lb = loaded.lb();
     app.limits.store(Arc::new(lb.limits.clone()));
-    app.drain_timeout.store(Arc::new(lb.bootstrap.drain_timeout));
-    match app.apply(&loaded.plan(app.bootstrap_done.load(Relaxed)), &mut HashMap::new(), "reload").await {
+    app.drain_timeout
+        .store(Arc::new(lb.bootstrap.drain_timeout));
+    match app
+        .apply(
+            &loaded.plan(app.bootstrap_done.load(Relaxed)),
+            &mut HashMap::new(),
+            "reload",
+        )
+        .await
+    {
         Ok(()) => {
             app.metrics.reloads_ok.fetch_add(1, Relaxed);
-            info!(frontends = lb.frontends.len(), forced, "configuration reloaded");
+            info!(
+                frontends = lb.frontends.len(),
+                forced, "configuration reloaded"
+            );
             *lbd.loaded.lock().unwrap_or_else(|p| p.into_inner()) = loaded;
         }
         Err(e) => {
             let old = lbd.with_loaded(|l| l.lb().clone());
             app.limits.store(Arc::new(old.limits));
-            app.drain_timeout.store(Arc::new(old.bootstrap.drain_timeout));
+            app.drain_timeout
+                .store(Arc::new(old.bootstrap.drain_timeout));
             refused(app, &e.to_string());
         }
     }
@@ -318,11 +372,20 @@ async fn auto_bootstrap(lbd: Arc<Lbd>) {
         if app.bootstrap_done.load(Relaxed) {
             return;
         }
-        let Some(hold) = lbd.with_loaded(|l| l.lb().bootstrap.auto_complete_after) else { continue };
+        let Some(hold) = lbd.with_loaded(|l| l.lb().bootstrap.auto_complete_after) else {
+            continue;
+        };
         let masters: Vec<_> = ["api", "machine-config"]
             .iter()
             .filter_map(|n| app.frontend(n))
-            .flat_map(|f| f.pool.load().iter().filter(|b| b.role == plan::Role::Master).map(|b| b.up_since()).collect::<Vec<_>>())
+            .flat_map(|f| {
+                f.pool
+                    .load()
+                    .iter()
+                    .filter(|b| b.role == plan::Role::Master)
+                    .map(|b| b.up_since())
+                    .collect::<Vec<_>>()
+            })
             .collect();
         if state::bootstrap_due(&masters, tokio::time::Instant::now(), hold) {
             let why = format!("automatic: every master up for {hold:?}");

@@ -13,7 +13,11 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 #[derive(Parser, Debug)]
-#[command(name = "lbd", version, about = "L4 load balancer for the cluster API, machine-config server and ingress")]
+#[command(
+    name = "lbd",
+    version,
+    about = "L4 load balancer for the cluster API, machine-config server and ingress"
+)]
 struct Cli {
     /// The site description (YAML): frontends derived from its VIPs, nodes and `lb:` section.
     #[arg(long, global = true, default_value = "/etc/bootd/site.yaml")]
@@ -60,7 +64,11 @@ fn main() -> Result<()> {
     let cli = Cli::parse();
     let _log_flush = runtime::logging::init();
     if let Some(path) = &cli.check_config {
-        let source = if cli.standalone { Source::Standalone(path.clone()) } else { Source::Site(path.clone()) };
+        let source = if cli.standalone {
+            Source::Standalone(path.clone())
+        } else {
+            Source::Site(path.clone())
+        };
         return check_config(&source);
     }
     let source = match &cli.config {
@@ -74,7 +82,9 @@ fn main() -> Result<()> {
             config.state_dir = Some(cli.state_dir);
             serve(config, cli.threads)
         }
-        Cmd::BootstrapComplete { admin } => admin_call(&source, admin, "POST", "/bootstrap/complete"),
+        Cmd::BootstrapComplete { admin } => {
+            admin_call(&source, admin, "POST", "/bootstrap/complete")
+        }
         Cmd::Status { admin } => admin_call(&source, admin, "GET", "/status"),
     }
 }
@@ -86,7 +96,11 @@ fn check_config(source: &Source) -> Result<()> {
     };
     match Loaded::load(source) {
         Ok(loaded) => {
-            println!("{}: ok: {} frontends", path.display(), loaded.lb().frontends.len());
+            println!(
+                "{}: ok: {} frontends",
+                path.display(),
+                loaded.lb().frontends.len()
+            );
             print!("{}", lbd::plan::render(&loaded.plan(false)));
             if let Some(a) = loaded.lb().admin_listen {
                 println!("admin http://{a}/ (metrics, status, bootstrap completion)");
@@ -105,17 +119,26 @@ fn admin_call(source: &Source, admin: Option<SocketAddr>, method: &str, path: &s
     let addr = match admin {
         Some(a) => a,
         None => {
-            let loaded = Loaded::load(source).map_err(|e| anyhow::anyhow!("{e}(or give --admin ADDR)"))?;
-            loaded.lb().admin_listen.context("the admin listener is off in this configuration (lb.adminListen)")?
+            let loaded =
+                Loaded::load(source).map_err(|e| anyhow::anyhow!("{e}(or give --admin ADDR)"))?;
+            loaded
+                .lb()
+                .admin_listen
+                .context("the admin listener is off in this configuration (lb.adminListen)")?
         }
     };
     // A wildcard listen address is reached on loopback.
     let addr = match addr.ip() {
-        IpAddr::V4(a) if a.is_unspecified() => SocketAddr::new(Ipv4Addr::LOCALHOST.into(), addr.port()),
-        IpAddr::V6(a) if a.is_unspecified() => SocketAddr::new(Ipv6Addr::LOCALHOST.into(), addr.port()),
+        IpAddr::V4(a) if a.is_unspecified() => {
+            SocketAddr::new(Ipv4Addr::LOCALHOST.into(), addr.port())
+        }
+        IpAddr::V6(a) if a.is_unspecified() => {
+            SocketAddr::new(Ipv6Addr::LOCALHOST.into(), addr.port())
+        }
         _ => addr,
     };
-    let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(5)).with_context(|| format!("admin API at {addr}"))?;
+    let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(5))
+        .with_context(|| format!("admin API at {addr}"))?;
     s.set_read_timeout(Some(Duration::from_secs(30)))?;
     write!(s, "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")?;
     let mut resp = String::new();
@@ -148,7 +171,8 @@ fn serve(config: Config, threads: Option<usize>) -> Result<()> {
         let lb = config.loaded.lb().clone();
         let mut sockets = lbd::Sockets::default();
         for f in &config.loaded.plan(false) {
-            let l = lbd::state::bind(f.listen).with_context(|| format!("frontend {} listen {}", f.name, f.listen))?;
+            let l = lbd::state::bind(f.listen)
+                .with_context(|| format!("frontend {} listen {}", f.name, f.listen))?;
             sockets.frontends.insert(f.name.clone(), l);
         }
         if let Some(a) = lb.admin_listen {
@@ -156,8 +180,15 @@ fn serve(config: Config, threads: Option<usize>) -> Result<()> {
         }
         let shutdown = CancellationToken::new();
         let (reload, reloaded) = (Arc::clone(&config.reload), Arc::clone(&config.reloaded));
-        runtime::service::ready(&format!("serving {} frontends", config.loaded.plan(false).len()));
-        let signals = tokio::spawn(runtime::service::signals(shutdown.clone(), vec![reload], vec![reloaded]));
+        runtime::service::ready(&format!(
+            "serving {} frontends",
+            config.loaded.plan(false).len()
+        ));
+        let signals = tokio::spawn(runtime::service::signals(
+            shutdown.clone(),
+            vec![reload],
+            vec![reloaded],
+        ));
         let watchdog = runtime::service::spawn_watchdog();
         let r = lbd::run(config, sockets, shutdown).await;
         signals.abort();

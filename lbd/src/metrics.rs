@@ -64,7 +64,10 @@ pub fn encode(app: &App) -> String {
         frontends: app.frontends.load_full(),
         conns: app.conns.load(Relaxed),
         accept_errors: app.accept_errors.load(Relaxed),
-        reloads: [app.metrics.reloads_ok.load(Relaxed), app.metrics.reloads_failed.load(Relaxed)],
+        reloads: [
+            app.metrics.reloads_ok.load(Relaxed),
+            app.metrics.reloads_failed.load(Relaxed),
+        ],
         bootstrap: app.bootstrap_phase(),
     }));
     let mut s = String::new();
@@ -81,7 +84,13 @@ impl Collector for Scrape {
             .iter()
             .flat_map(|f| {
                 let mut v: Vec<_> = f.pool.load().iter().cloned().collect();
-                v.extend(f.draining.lock().unwrap_or_else(|p| p.into_inner()).iter().cloned());
+                v.extend(
+                    f.draining
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .iter()
+                        .cloned(),
+                );
                 v.into_iter().map(move |b| (Arc::clone(&f.name), b))
             })
             .collect();
@@ -93,10 +102,26 @@ impl Collector for Scrape {
         };
         type Value = fn(&crate::state::Backend) -> i64;
         let gauges: [(&str, &str, Value); 4] = [
-            ("backend_up", "1 when the backend passes its health checks", |b| b.healthy() as i64),
-            ("backend_draining", "1 while the backend drains (no new connections)", |b| b.draining() as i64),
-            ("backend_active_connections", "Open connections to the backend", |b| b.active.load(Relaxed) as i64),
-            ("backend_check_latency_microseconds", "Duration of the last health probe", |b| b.check_latency().as_micros() as i64),
+            (
+                "backend_up",
+                "1 when the backend passes its health checks",
+                |b| b.healthy() as i64,
+            ),
+            (
+                "backend_draining",
+                "1 while the backend drains (no new connections)",
+                |b| b.draining() as i64,
+            ),
+            (
+                "backend_active_connections",
+                "Open connections to the backend",
+                |b| b.active.load(Relaxed) as i64,
+            ),
+            (
+                "backend_check_latency_microseconds",
+                "Duration of the last health probe",
+                |b| b.check_latency().as_micros() as i64,
+            ),
         ];
         for (name, help, value) in gauges {
             let mut m = enc.encode_descriptor(name, help, None, MetricType::Gauge)?;
@@ -106,14 +131,24 @@ impl Collector for Scrape {
         }
         type Count = fn(&crate::state::Backend) -> u64;
         let counters: [(&str, &str, Count); 4] = [
-            ("backend_connections", "Connections relayed to the backend", |b| b.total.load(Relaxed)),
-            ("backend_connect_failures", "Connects to the backend that failed (then retried on another)", |b| {
-                b.connect_failures.load(Relaxed)
+            (
+                "backend_connections",
+                "Connections relayed to the backend",
+                |b| b.total.load(Relaxed),
+            ),
+            (
+                "backend_connect_failures",
+                "Connects to the backend that failed (then retried on another)",
+                |b| b.connect_failures.load(Relaxed),
+            ),
+            (
+                "backend_unanswered_failures",
+                "Connections the backend reset or closed before answering (then sent to another)",
+                |b| b.unanswered_failures.load(Relaxed),
+            ),
+            ("backend_check_failures", "Failed health probes", |b| {
+                b.check_failures.load(Relaxed)
             }),
-            ("backend_unanswered_failures", "Connections the backend reset or closed before answering (then sent to another)", |b| {
-                b.unanswered_failures.load(Relaxed)
-            }),
-            ("backend_check_failures", "Failed health probes", |b| b.check_failures.load(Relaxed)),
         ];
         for (name, help, value) in counters {
             let mut m = enc.encode_descriptor(name, help, None, MetricType::Counter)?;
@@ -130,18 +165,44 @@ impl Collector for Scrape {
         for (f, b) in &all {
             for (direction, v) in [("to", &b.bytes_to), ("from", &b.bytes_from)] {
                 let l = labels(f, b);
-                let l = DirLabels { frontend: l.frontend, backend: l.backend, addr: l.addr, role: l.role, direction };
+                let l = DirLabels {
+                    frontend: l.frontend,
+                    backend: l.backend,
+                    addr: l.addr,
+                    role: l.role,
+                    direction,
+                };
                 ConstCounter::new(v.load(Relaxed)).encode(m.encode_family(&l)?)?;
             }
         }
-        let mut m = enc.encode_descriptor("frontend_accepted", "Connections accepted", None, MetricType::Counter)?;
+        let mut m = enc.encode_descriptor(
+            "frontend_accepted",
+            "Connections accepted",
+            None,
+            MetricType::Counter,
+        )?;
         for f in self.frontends.iter() {
-            ConstCounter::new(f.accepted.load(Relaxed)).encode(m.encode_family(&FrontendLabels { frontend: f.name.to_string() })?)?;
+            ConstCounter::new(f.accepted.load(Relaxed)).encode(m.encode_family(
+                &FrontendLabels {
+                    frontend: f.name.to_string(),
+                },
+            )?)?;
         }
-        let mut m = enc.encode_descriptor("frontend_refused", "Connections reset at once, by reason", None, MetricType::Counter)?;
+        let mut m = enc.encode_descriptor(
+            "frontend_refused",
+            "Connections reset at once, by reason",
+            None,
+            MetricType::Counter,
+        )?;
         for f in self.frontends.iter() {
-            for (reason, v) in [("no_backend", &f.refused_no_backend), ("limit", &f.refused_limit)] {
-                ConstCounter::new(v.load(Relaxed)).encode(m.encode_family(&ReasonLabels { frontend: f.name.to_string(), reason })?)?;
+            for (reason, v) in [
+                ("no_backend", &f.refused_no_backend),
+                ("limit", &f.refused_limit),
+            ] {
+                ConstCounter::new(v.load(Relaxed)).encode(m.encode_family(&ReasonLabels {
+                    frontend: f.name.to_string(),
+                    reason,
+                })?)?;
             }
         }
         ConstGauge::new(self.conns as i64).encode(enc.encode_descriptor(
@@ -156,7 +217,12 @@ impl Collector for Scrape {
             None,
             MetricType::Counter,
         )?)?;
-        let mut m = enc.encode_descriptor("reloads", "Configuration reloads by result", None, MetricType::Counter)?;
+        let mut m = enc.encode_descriptor(
+            "reloads",
+            "Configuration reloads by result",
+            None,
+            MetricType::Counter,
+        )?;
         for (result, v) in [("ok", self.reloads[0]), ("error", self.reloads[1])] {
             ConstCounter::new(v).encode(m.encode_family(&ResultLabels { result })?)?;
         }

@@ -55,27 +55,52 @@ pub fn from_site(site: &Site, bootstrap_done: bool) -> Vec<FrontendPlan> {
             let backends = match (&f.backends, f.name.as_str()) {
                 (Some(fixed), _) => service_backends(fixed),
                 (None, "api" | "machine-config") => {
-                    let boot = nodes(site::ROLE_BOOTSTRAP).filter(|_| !bootstrap_done).map(|n| (n, Role::Bootstrap));
+                    let boot = nodes(site::ROLE_BOOTSTRAP)
+                        .filter(|_| !bootstrap_done)
+                        .map(|n| (n, Role::Bootstrap));
                     boot.chain(nodes(site::ROLE_MASTER).map(|n| (n, Role::Master)))
-                        .map(|(n, role)| BackendPlan { name: n.name.clone(), addr: SocketAddr::new(n.ip.into(), f.backend_port), role })
+                        .map(|(n, role)| BackendPlan {
+                            name: n.name.clone(),
+                            addr: SocketAddr::new(n.ip.into(), f.backend_port),
+                            role,
+                        })
                         .collect()
                 }
                 (None, _) => {
-                    let (role_name, role) = if has_workers { (site::ROLE_WORKER, Role::Worker) } else { (site::ROLE_MASTER, Role::Master) };
+                    let (role_name, role) = if has_workers {
+                        (site::ROLE_WORKER, Role::Worker)
+                    } else {
+                        (site::ROLE_MASTER, Role::Master)
+                    };
                     nodes(role_name)
-                        .map(|n| BackendPlan { name: n.name.clone(), addr: SocketAddr::new(n.ip.into(), f.backend_port), role })
+                        .map(|n| BackendPlan {
+                            name: n.name.clone(),
+                            addr: SocketAddr::new(n.ip.into(), f.backend_port),
+                            role,
+                        })
                         .collect()
                 }
             };
             let mut check = f.check.clone();
             // A verified API or MCS check needs a name in the serving
             // certificate; the node IP usually is not one, api-int is.
-            if let CheckKind::Https { ca: Some(_), server_name: sn @ None, .. } = &mut check.kind {
+            if let CheckKind::Https {
+                ca: Some(_),
+                server_name: sn @ None,
+                ..
+            } = &mut check.kind
+            {
                 if f.backends.is_none() {
                     *sn = Some(format!("api-int.{}", site.cluster.domain()));
                 }
             }
-            FrontendPlan { name: f.name.clone(), listen: f.listen, balance: f.balance, check, backends }
+            FrontendPlan {
+                name: f.name.clone(),
+                listen: f.listen,
+                balance: f.balance,
+                check,
+                backends,
+            }
         })
         .collect()
 }
@@ -95,7 +120,14 @@ pub fn from_lb(lb: &Lb) -> Vec<FrontendPlan> {
 }
 
 fn service_backends(addrs: &[SocketAddr]) -> Vec<BackendPlan> {
-    addrs.iter().map(|a| BackendPlan { name: a.to_string(), addr: *a, role: Role::Service }).collect()
+    addrs
+        .iter()
+        .map(|a| BackendPlan {
+            name: a.to_string(),
+            addr: *a,
+            role: Role::Service,
+        })
+        .collect()
 }
 
 /// A plan as text: `--check-config` prints it, the golden tests pin it.
@@ -106,10 +138,19 @@ pub fn render(plan: &[FrontendPlan]) -> String {
         let kind = match &c.kind {
             CheckKind::Tcp => "tcp connect".to_string(),
             CheckKind::Http { path } => format!("http GET {path}"),
-            CheckKind::Https { path, ca, server_name } => format!(
+            CheckKind::Https {
+                path,
+                ca,
+                server_name,
+            } => format!(
                 "https GET {path} ({}{})",
-                ca.as_ref().map(|p| format!("CA {}", p.display())).unwrap_or_else(|| "certificate not verified".into()),
-                server_name.as_ref().map(|n| format!(", name {n}")).unwrap_or_default()
+                ca.as_ref()
+                    .map(|p| format!("CA {}", p.display()))
+                    .unwrap_or_else(|| "certificate not verified".into()),
+                server_name
+                    .as_ref()
+                    .map(|n| format!(", name {n}"))
+                    .unwrap_or_default()
             ),
         };
         let balance = match f.balance {
@@ -131,7 +172,13 @@ pub fn render(plan: &[FrontendPlan]) -> String {
             let _ = writeln!(s, "  (no backends: every connection is refused)");
         }
         for b in &f.backends {
-            let _ = writeln!(s, "  backend {:<12} {:<21} {}", b.name, b.addr.to_string(), b.role.as_str());
+            let _ = writeln!(
+                s,
+                "  backend {:<12} {:<21} {}",
+                b.name,
+                b.addr.to_string(),
+                b.role.as_str()
+            );
         }
     }
     s

@@ -18,7 +18,11 @@ use tokio::net::TcpStream;
 /// Two implementations: [`NetProber`] and the tests' fake; [`crate::health`]
 /// runs it.
 pub trait Prober: Send + Sync + 'static {
-    fn probe(&self, addr: SocketAddr, check: &Check) -> impl Future<Output = Result<(), String>> + Send;
+    fn probe(
+        &self,
+        addr: SocketAddr,
+        check: &Check,
+    ) -> impl Future<Output = Result<(), String>> + Send;
 }
 
 /// Probes over the network; TLS client configs are built once per CA file.
@@ -29,19 +33,29 @@ pub struct NetProber {
 
 impl Prober for NetProber {
     async fn probe(&self, addr: SocketAddr, check: &Check) -> Result<(), String> {
-        let tcp = TcpStream::connect(addr).await.map_err(|e| format!("connect {addr}: {e}"))?;
+        let tcp = TcpStream::connect(addr)
+            .await
+            .map_err(|e| format!("connect {addr}: {e}"))?;
         let _ = tcp.set_nodelay(true);
         match &check.kind {
             CheckKind::Tcp => Ok(()),
             CheckKind::Http { path } => http_get(tcp, &addr.ip().to_string(), path).await,
-            CheckKind::Https { path, ca, server_name } => {
+            CheckKind::Https {
+                path,
+                ca,
+                server_name,
+            } => {
                 let config = self.tls_config(ca.as_ref())?;
                 let name = match server_name {
-                    Some(n) => ServerName::try_from(n.clone()).map_err(|e| format!("server name {n:?}: {e}"))?,
+                    Some(n) => ServerName::try_from(n.clone())
+                        .map_err(|e| format!("server name {n:?}: {e}"))?,
                     None => ServerName::IpAddress(addr.ip().into()),
                 };
                 let host = server_name.clone().unwrap_or_else(|| addr.ip().to_string());
-                let tls = tokio_rustls::TlsConnector::from(config).connect(name, tcp).await.map_err(|e| format!("TLS: {e}"))?;
+                let tls = tokio_rustls::TlsConnector::from(config)
+                    .connect(name, tcp)
+                    .await
+                    .map_err(|e| format!("TLS: {e}"))?;
                 http_get(tls, &host, path).await
             }
         }
@@ -60,11 +74,14 @@ impl NetProber {
                 let mut roots = rustls::RootCertStore::empty();
                 for cert in rustls_pemfile::certs(&mut pem.as_slice()) {
                     let cert = cert.map_err(|e| format!("CA {}: {e}", path.display()))?;
-                    roots.add(cert).map_err(|e| format!("CA {}: {e}", path.display()))?;
+                    roots
+                        .add(cert)
+                        .map_err(|e| format!("CA {}: {e}", path.display()))?;
                 }
                 let provider = Arc::new(rustls::crypto::ring::default_provider());
-                let builder =
-                    ClientConfig::builder_with_provider(provider).with_safe_default_protocol_versions().map_err(|e| e.to_string())?;
+                let builder = ClientConfig::builder_with_provider(provider)
+                    .with_safe_default_protocol_versions()
+                    .map_err(|e| e.to_string())?;
                 Arc::new(builder.with_root_certificates(roots).with_no_client_auth())
             }
             None => insecure_client_config(),
@@ -75,9 +92,15 @@ impl NetProber {
 }
 
 /// Sends `GET path` and reads the status line.
-async fn http_get<S: AsyncRead + AsyncWrite + Unpin>(mut s: S, host: &str, path: &str) -> Result<(), String> {
+async fn http_get<S: AsyncRead + AsyncWrite + Unpin>(
+    mut s: S,
+    host: &str,
+    path: &str,
+) -> Result<(), String> {
     let req = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: lbd-check\r\nAccept: */*\r\nConnection: close\r\n\r\n");
-    s.write_all(req.as_bytes()).await.map_err(|e| format!("send: {e}"))?;
+    s.write_all(req.as_bytes())
+        .await
+        .map_err(|e| format!("send: {e}"))?;
     let mut buf = Vec::with_capacity(256);
     let mut chunk = [0u8; 256];
     while !buf.contains(&b'\n') && buf.len() < 4096 {
@@ -87,10 +110,20 @@ async fn http_get<S: AsyncRead + AsyncWrite + Unpin>(mut s: S, host: &str, path:
         }
         buf.extend_from_slice(&chunk[..n]);
     }
-    let line = String::from_utf8_lossy(buf.split(|b| *b == b'\n').next().unwrap_or_default()).trim_end().to_string();
+    let line = String::from_utf8_lossy(buf.split(|b| *b == b'\n').next().unwrap_or_default())
+        .trim_end()
+        .to_string();
     let status: u16 = match line.split(' ').collect::<Vec<_>>().as_slice() {
-        [v, code, ..] if v.starts_with("HTTP/1.") => code.parse().map_err(|_| format!("bad status line {line:?}"))?,
-        _ => return Err(if line.is_empty() { "no HTTP answer".into() } else { format!("bad status line {line:?}") }),
+        [v, code, ..] if v.starts_with("HTTP/1.") => code
+            .parse()
+            .map_err(|_| format!("bad status line {line:?}"))?,
+        _ => {
+            return Err(if line.is_empty() {
+                "no HTTP answer".into()
+            } else {
+                format!("bad status line {line:?}")
+            })
+        }
     };
     if (200..400).contains(&status) {
         Ok(())

@@ -10,7 +10,9 @@
 //! away instead of hanging.
 
 use crate::balance::{pick, Candidate};
-use crate::relay::{relay, replay, until_answered, Buffers, Counters, First, RelayError, Unanswered};
+use crate::relay::{
+    relay, replay, until_answered, Buffers, Counters, First, RelayError, Unanswered,
+};
 use crate::state::{App, Backend, ConnGuard, Frontend};
 use std::io;
 use std::net::SocketAddr;
@@ -60,7 +62,13 @@ pub async fn accept_loop(listener: TcpListener, fe: Arc<Frontend>, app: Arc<App>
             continue;
         };
         fe.note_client(peer.ip());
-        app.tracker.spawn(serve(stream, peer, Arc::clone(&fe), Arc::clone(&app), guard));
+        app.tracker.spawn(serve(
+            stream,
+            peer,
+            Arc::clone(&fe),
+            Arc::clone(&app),
+            guard,
+        ));
     }
 }
 
@@ -74,10 +82,18 @@ fn reset(stream: TcpStream) {
 }
 
 /// `client` has TCP_NODELAY from its listener (see [`crate::state::App::apply`]).
-async fn serve(mut client: TcpStream, peer: SocketAddr, fe: Arc<Frontend>, app: Arc<App>, _guard: ConnGuard) {
+async fn serve(
+    mut client: TcpStream,
+    peer: SocketAddr,
+    fe: Arc<Frontend>,
+    app: Arc<App>,
+    _guard: ConnGuard,
+) {
     let limits = app.limits.load_full();
     let mut tried = Vec::new();
-    let Some((mut server, mut backend)) = connect_some(&fe, limits.connect_timeout, &mut tried).await else {
+    let Some((mut server, mut backend)) =
+        connect_some(&fe, limits.connect_timeout, &mut tried).await
+    else {
         reset(client);
         return;
     };
@@ -86,7 +102,10 @@ async fn serve(mut client: TcpStream, peer: SocketAddr, fe: Arc<Frontend>, app: 
     let r = loop {
         backend.total.fetch_add(1, Relaxed);
         backend.active.fetch_add(1, Relaxed);
-        let counters = Counters { to_backend: &backend.bytes_to, from_backend: &backend.bytes_from };
+        let counters = Counters {
+            to_backend: &backend.bytes_to,
+            from_backend: &backend.bytes_from,
+        };
         if let Some(u) = unanswered.as_mut() {
             let first = tokio::select! {
                 biased;
@@ -102,7 +121,8 @@ async fn serve(mut client: TcpStream, peer: SocketAddr, fe: Arc<Frontend>, app: 
                     backend.kick.notify_one();
                     debug!(frontend = %fe.name, %peer, backend = %backend.name, error = %e, sent = u.len, "backend failed before answering: sending the client's bytes to another");
                     tried.push(backend.addr);
-                    let Some((s, b)) = connect_some(&fe, limits.connect_timeout, &mut tried).await else {
+                    let Some((s, b)) = connect_some(&fe, limits.connect_timeout, &mut tried).await
+                    else {
                         reset(client);
                         return;
                     };
@@ -134,13 +154,20 @@ async fn cut_off(backend: &Backend) -> RelayError {
 }
 
 /// Connects to a healthy backend not in `tried`, trying each at most once.
-async fn connect_some(fe: &Frontend, timeout: Duration, tried: &mut Vec<SocketAddr>) -> Option<(TcpStream, Arc<Backend>)> {
+async fn connect_some(
+    fe: &Frontend,
+    timeout: Duration,
+    tried: &mut Vec<SocketAddr>,
+) -> Option<(TcpStream, Arc<Backend>)> {
     loop {
         let backend = {
             let pool = fe.pool.load();
             let view: Vec<Candidate> = pool
                 .iter()
-                .map(|b| Candidate { eligible: b.eligible() && !tried.contains(&b.addr), active: b.active.load(Relaxed) })
+                .map(|b| Candidate {
+                    eligible: b.eligible() && !tried.contains(&b.addr),
+                    active: b.active.load(Relaxed),
+                })
                 .collect();
             match pick(&view, fe.balance(), fe.next_start()) {
                 Some(i) => Arc::clone(&pool[i]),

@@ -58,7 +58,10 @@ pub struct Buffers {
 
 impl Buffers {
     pub fn new() -> Buffers {
-        Buffers { up: Pooled::take(), down: Pooled::take() }
+        Buffers {
+            up: Pooled::take(),
+            down: Pooled::take(),
+        }
     }
 }
 
@@ -220,7 +223,15 @@ pub async fn relay(
     let (br, bw) = backend.split();
     let ended = AtomicBool::new(false);
     let up = pump(cr, bw, counters.to_backend, &last, start, bufs.up, &ended);
-    let down = pump(br, cw, counters.from_backend, &last, start, bufs.down, &ended);
+    let down = pump(
+        br,
+        cw,
+        counters.from_backend,
+        &last,
+        start,
+        bufs.down,
+        &ended,
+    );
     let both = async { tokio::try_join!(up, down) };
     tokio::pin!(both);
     let mut deadline = start + idle;
@@ -290,7 +301,13 @@ mod splice {
     /// `src` → pipe → `dst` until `src`'s EOF. Readiness is cleared only by a
     /// real EAGAIN: a short splice may stop at the pipe's capacity, and
     /// clearing then would wait forever on an edge that already passed.
-    pub(super) async fn pump(src: &TcpStream, dst: &TcpStream, bytes: &AtomicU64, last: &AtomicU64, start: Instant) -> io::Result<()> {
+    pub(super) async fn pump(
+        src: &TcpStream,
+        dst: &TcpStream,
+        bytes: &AtomicU64,
+        last: &AtomicU64,
+        start: Instant,
+    ) -> io::Result<()> {
         let (pr, pw) = pipe_with(PipeFlags::NONBLOCK | PipeFlags::CLOEXEC)?;
         // A bigger pipe moves more per syscall; the default (64 KiB) is fine too.
         let cap = rustix::pipe::fcntl_setpipe_size(&pw, PIPE).unwrap_or(64 * 1024);
@@ -298,7 +315,9 @@ mod splice {
         loop {
             let n = loop {
                 src.readable().await?;
-                match src.try_io(Interest::READABLE, || Ok(splice(src, None, &pw, None, cap, flags)?)) {
+                match src.try_io(Interest::READABLE, || {
+                    Ok(splice(src, None, &pw, None, cap, flags)?)
+                }) {
                     Ok(n) => break n,
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
                     Err(e) => return Err(e),
@@ -310,7 +329,9 @@ mod splice {
             let mut left = n;
             while left > 0 {
                 dst.writable().await?;
-                match dst.try_io(Interest::WRITABLE, || Ok(splice(&pr, None, dst, None, left, flags)?)) {
+                match dst.try_io(Interest::WRITABLE, || {
+                    Ok(splice(&pr, None, dst, None, left, flags)?)
+                }) {
                     Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
                     Ok(k) => left -= k,
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,

@@ -64,7 +64,12 @@ pub struct Backend {
 
 impl Backend {
     /// `shutdown` stops its checks; `conn_stop` ends its relays.
-    pub fn new(plan: &BackendPlan, check: Check, shutdown: &CancellationToken, conn_stop: &CancellationToken) -> Backend {
+    pub fn new(
+        plan: &BackendPlan,
+        check: Check,
+        shutdown: &CancellationToken,
+        conn_stop: &CancellationToken,
+    ) -> Backend {
         Backend {
             name: plan.name.clone(),
             addr: plan.addr,
@@ -106,7 +111,8 @@ impl Backend {
         *lock(&self.reason) = reason;
     }
     pub fn record_probe(&self, latency: Duration, ok: bool) {
-        self.check_latency_us.store(latency.as_micros().min(u64::MAX as u128) as u64, Relaxed);
+        self.check_latency_us
+            .store(latency.as_micros().min(u64::MAX as u128) as u64, Relaxed);
         if !ok {
             self.check_failures.fetch_add(1, Relaxed);
         }
@@ -193,7 +199,9 @@ impl Frontend {
 
 /// Unix milliseconds of a wall-clock time.
 pub fn unix_ms(t: std::time::SystemTime) -> u64 {
-    t.duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+    t.duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
 }
 
 /// Where the bootstrap node stands.
@@ -239,7 +247,11 @@ pub struct App {
 #[derive(Debug, thiserror::Error)]
 pub enum ApplyError {
     #[error("frontend {name}: cannot listen on {addr}: {source}")]
-    Bind { name: String, addr: SocketAddr, source: std::io::Error },
+    Bind {
+        name: String,
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
 }
 
 impl App {
@@ -262,13 +274,21 @@ impl App {
     }
 
     pub fn frontend(&self, name: &str) -> Option<Arc<Frontend>> {
-        self.frontends.load().iter().find(|f| &*f.name == name).cloned()
+        self.frontends
+            .load()
+            .iter()
+            .find(|f| &*f.name == name)
+            .cloned()
     }
 
     pub fn bootstrap_phase(&self) -> BootstrapPhase {
         let fes = self.frontends.load();
-        let serving = fes.iter().any(|f| f.pool.load().iter().any(|b| b.role == Role::Bootstrap));
-        let draining = fes.iter().any(|f| lock(&f.draining).iter().any(|b| b.role == Role::Bootstrap));
+        let serving = fes
+            .iter()
+            .any(|f| f.pool.load().iter().any(|b| b.role == Role::Bootstrap));
+        let draining = fes
+            .iter()
+            .any(|f| lock(&f.draining).iter().any(|b| b.role == Role::Bootstrap));
         match (serving, draining, self.bootstrap_done.load(Relaxed)) {
             (true, _, _) => BootstrapPhase::Serving,
             (false, true, _) => BootstrapPhase::Draining,
@@ -292,7 +312,10 @@ impl App {
             return None;
         }
         *n += 1;
-        Some(ConnGuard { app: Arc::clone(self), peer })
+        Some(ConnGuard {
+            app: Arc::clone(self),
+            peer,
+        })
     }
 }
 
@@ -318,7 +341,11 @@ impl Drop for ConnGuard {
 
 /// A listening socket with SO_REUSEADDR (a restarted lbd rebinds at once).
 pub fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
-    let sock = if addr.is_ipv4() { tokio::net::TcpSocket::new_v4()? } else { tokio::net::TcpSocket::new_v6()? };
+    let sock = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
     sock.set_reuseaddr(true)?;
     sock.bind(addr)?;
     sock.listen(4096)
@@ -328,7 +355,10 @@ pub fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
 /// (`up_since` of each master backend on api and machine-config) has been
 /// up for `hold`. No masters: never.
 pub fn bootstrap_due(masters: &[Option<Instant>], now: Instant, hold: Duration) -> bool {
-    !masters.is_empty() && masters.iter().all(|m| m.is_some_and(|t| now.saturating_duration_since(t) >= hold))
+    !masters.is_empty()
+        && masters
+            .iter()
+            .all(|m| m.is_some_and(|t| now.saturating_duration_since(t) >= hold))
 }
 
 #[cfg(test)]

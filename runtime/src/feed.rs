@@ -50,8 +50,17 @@ impl SiteFeed {
 
     pub fn from_arc(site: Arc<Site>) -> SiteFeed {
         let since = Arc::new(reload::fingerprint(&site.watched_files()));
-        let (tx, _) = watch::channel(Published { site, generation: 0, refused: None, forced: false });
-        SiteFeed { tx: Arc::new(tx), since, published: Default::default() }
+        let (tx, _) = watch::channel(Published {
+            site,
+            generation: 0,
+            refused: None,
+            forced: false,
+        });
+        SiteFeed {
+            tx: Arc::new(tx),
+            since,
+            published: Default::default(),
+        }
     }
 
     /// Every publication from now on (the current one is marked seen).
@@ -129,8 +138,11 @@ impl SiteFeed {
 /// Calls `apply` with each publication on `rx`, in order (a publication
 /// made while `apply` runs is seen once, the newest), until `shutdown` or
 /// until the feed is gone.
-pub async fn follow<F, Fut>(mut rx: watch::Receiver<Published>, shutdown: CancellationToken, mut apply: F)
-where
+pub async fn follow<F, Fut>(
+    mut rx: watch::Receiver<Published>,
+    shutdown: CancellationToken,
+    mut apply: F,
+) where
     F: FnMut(Published) -> Fut,
     Fut: std::future::Future<Output = ()>,
 {

@@ -62,7 +62,10 @@ mod tests {
         let mut got = Vec::new();
         loop {
             let n =
-                tokio::time::timeout(std::time::Duration::from_secs(10), read_some(&c, &mut buf)).await.expect("no lost wakeup").unwrap();
+                tokio::time::timeout(std::time::Duration::from_secs(10), read_some(&c, &mut buf))
+                    .await
+                    .expect("no lost wakeup")
+                    .unwrap();
             if n == 0 {
                 break;
             }

@@ -26,13 +26,20 @@ pub struct Triggers {
 
 impl Triggers {
     pub fn new(poll: Option<Duration>) -> Triggers {
-        Triggers { reload: Arc::new(Notify::new()), reloaded: Arc::new(Notify::new()), poll }
+        Triggers {
+            reload: Arc::new(Notify::new()),
+            reloaded: Arc::new(Notify::new()),
+            poll,
+        }
     }
 }
 
 /// Modification times of `files` (`None` for a file that cannot be read).
 pub fn fingerprint(files: &[PathBuf]) -> Fingerprint {
-    files.iter().map(|p| std::fs::metadata(p).and_then(|m| m.modified()).ok()).collect()
+    files
+        .iter()
+        .map(|p| std::fs::metadata(p).and_then(|m| m.modified()).ok())
+        .collect()
 }
 
 /// Runs `step(forced)` whenever `reload` is notified (`forced`) or one of
@@ -132,7 +139,12 @@ mod tests {
         assert_eq!(steps.load(Ordering::SeqCst), 1, "a forced reload steps");
         // A change of modification time (set explicitly: the clock is paused).
         let later = SystemTime::now() + Duration::from_secs(10);
-        std::fs::File::options().write(true).open(&f).unwrap().set_modified(later).unwrap();
+        std::fs::File::options()
+            .write(true)
+            .open(&f)
+            .unwrap()
+            .set_modified(later)
+            .unwrap();
         tokio::time::sleep(Duration::from_millis(250)).await;
         assert_eq!(steps.load(Ordering::SeqCst), 2, "a changed file steps once");
         tokio::time::sleep(Duration::from_millis(500)).await;

@@ -22,7 +22,10 @@ pub fn ready(status: &str) {
 
 /// A reload starts (systemd 253+ requires the monotonic timestamp with it).
 pub fn reloading() {
-    send(&[NotifyState::Reloading, NotifyState::monotonic_usec_now().unwrap_or(NotifyState::MonotonicUsec(0))]);
+    send(&[
+        NotifyState::Reloading,
+        NotifyState::monotonic_usec_now().unwrap_or(NotifyState::MonotonicUsec(0)),
+    ]);
 }
 
 /// A reload finished (applied or refused; the status line says which).
@@ -31,7 +34,10 @@ pub fn reloaded(status: &str) {
 }
 
 pub fn stopping() {
-    send(&[NotifyState::Stopping, NotifyState::Status("stopping: draining connections")]);
+    send(&[
+        NotifyState::Stopping,
+        NotifyState::Status("stopping: draining connections"),
+    ]);
 }
 
 /// How often to send [`watchdog`]: half the unit's `WatchdogSec`, or
@@ -114,10 +120,19 @@ pub fn spawn_watchdog() -> Option<tokio::task::JoinHandle<()>> {
 /// a multi-thread one would have a single worker anyway and pay for
 /// cross-thread wakeups and work-stealing bookkeeping on every idle period.
 pub fn runtime(threads: Option<usize>) -> std::io::Result<tokio::runtime::Runtime> {
-    let n = threads.unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
+    let n = threads.unwrap_or_else(|| {
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1)
+    });
     if n <= 1 {
-        tokio::runtime::Builder::new_current_thread().enable_all().build()
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
     } else {
-        tokio::runtime::Builder::new_multi_thread().worker_threads(n).enable_all().build()
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(n)
+            .enable_all()
+            .build()
     }
 }

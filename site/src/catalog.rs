@@ -79,7 +79,8 @@ pub fn is_component(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 128
         && !s.starts_with('.')
-        && s.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-' | b'+'))
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-' | b'+'))
 }
 
 /// `<stream>/<version>/<arch>/<platform>`, relative to the image root.
@@ -101,9 +102,14 @@ pub fn read_latest(root: &Path, stream: &str) -> Result<BTreeMap<String, String>
 pub fn read_manifest(dir: &Path) -> Result<Manifest, String> {
     let p = dir.join(MANIFEST);
     let bytes = std::fs::read(&p).map_err(|e| format!("{}: {e}", p.display()))?;
-    let m: Manifest = serde_json::from_slice(&bytes).map_err(|e| format!("{}: {e}", p.display()))?;
+    let m: Manifest =
+        serde_json::from_slice(&bytes).map_err(|e| format!("{}: {e}", p.display()))?;
     if let Some(bad) = m.files.iter().find(|f| !is_component(&f.name)) {
-        return Err(format!("{}: file name {:?} is not a plain name", p.display(), bad.name));
+        return Err(format!(
+            "{}: file name {:?} is not a plain name",
+            p.display(),
+            bad.name
+        ));
     }
     Ok(m)
 }
@@ -121,7 +127,9 @@ pub struct Resolved {
 impl Resolved {
     /// Path of a role's file relative to the root, as served under `/images/`.
     pub fn rel(&self, role: &str) -> Option<String> {
-        self.manifest.file(role).map(|f| format!("{}/{}", self.dir, f.name))
+        self.manifest
+            .file(role)
+            .map(|f| format!("{}/{}", self.dir, f.name))
     }
 }
 
@@ -129,7 +137,8 @@ impl Resolved {
 /// missing (not fetched yet, no "latest" recorded, no kernel in the set).
 pub fn resolve(root: &Path, r: &CatalogRef) -> Result<Resolved, String> {
     let version = if r.version == VERSION_LATEST {
-        let latest = read_latest(root, &r.stream).map_err(|e| format!("no \"latest\" recorded for stream {} ({e})", r.stream))?;
+        let latest = read_latest(root, &r.stream)
+            .map_err(|e| format!("no \"latest\" recorded for stream {} ({e})", r.stream))?;
         let key = format!("{}/{}", r.arch, r.platform);
         match latest.get(&key) {
             Some(v) if is_component(v) => v.clone(),
@@ -139,14 +148,24 @@ pub fn resolve(root: &Path, r: &CatalogRef) -> Result<Resolved, String> {
         r.version.clone()
     };
     let dir = set_dir(&r.stream, &version, &r.arch, &r.platform);
-    let manifest = read_manifest(&root.join(&dir))
-        .map_err(|e| format!("{} {version} {}/{} is not in the cache ({e})", r.stream, r.arch, r.platform))?;
+    let manifest = read_manifest(&root.join(&dir)).map_err(|e| {
+        format!(
+            "{} {version} {}/{} is not in the cache ({e})",
+            r.stream, r.arch, r.platform
+        )
+    })?;
     for role in ["kernel", "initramfs"] {
         if manifest.file(role).is_none() {
-            return Err(format!("{dir}/{MANIFEST} lists no {role} (fetch the pxe format)"));
+            return Err(format!(
+                "{dir}/{MANIFEST} lists no {role} (fetch the pxe format)"
+            ));
         }
     }
-    Ok(Resolved { version, dir, manifest })
+    Ok(Resolved {
+        version,
+        dir,
+        manifest,
+    })
 }
 
 #[cfg(test)]
@@ -191,9 +210,15 @@ mod tests {
             platform: "metal".into(),
             stream_url: None,
         };
-        assert!(resolve(root.path(), &r).unwrap_err().contains("no \"latest\""));
+        assert!(resolve(root.path(), &r)
+            .unwrap_err()
+            .contains("no \"latest\""));
         std::fs::write(dir.join(MANIFEST), serde_json::to_vec(&m).unwrap()).unwrap();
-        std::fs::write(latest_path(root.path(), "stable"), r#"{"x86_64/metal":"39.1"}"#).unwrap();
+        std::fs::write(
+            latest_path(root.path(), "stable"),
+            r#"{"x86_64/metal":"39.1"}"#,
+        )
+        .unwrap();
         let got = resolve(root.path(), &r).unwrap();
         assert_eq!(got.version, "39.1");
         assert_eq!(got.rel("kernel").unwrap(), "stable/39.1/x86_64/metal/k");

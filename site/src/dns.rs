@@ -122,8 +122,16 @@ pub enum RData {
     Cname(String),
     Ns(String),
     Ptr(String),
-    Mx { preference: u16, exchange: String },
-    Srv { priority: u16, weight: u16, port: u16, target: String },
+    Mx {
+        preference: u16,
+        exchange: String,
+    },
+    Srv {
+        priority: u16,
+        weight: u16,
+        port: u16,
+        target: String,
+    },
     Txt(String),
 }
 
@@ -158,7 +166,9 @@ pub fn reverse_zones(subnets: &[IpNet]) -> Vec<String> {
         let down = p.div_ceil(step) * step;
         let zones: Vec<IpNet> = if down == p || down - p > 4 || down > bits {
             let up = (p / step) * step;
-            vec![IpNet::new(net.network(), up).map(|n| n.trunc()).unwrap_or(*net)]
+            vec![IpNet::new(net.network(), up)
+                .map(|n| n.trunc())
+                .unwrap_or(*net)]
         } else {
             net.subnets(down).map(|s| s.collect()).unwrap_or_default()
         };
@@ -186,7 +196,11 @@ pub fn reverse_zone_name(net: &IpNet) -> String {
         IpNet::V6(n) => {
             let nibbles = ipv6_nibbles(n.network());
             let k = (n.prefix_len() / 4) as usize;
-            let mut labels: Vec<String> = nibbles[..k].iter().rev().map(|d| format!("{d:x}")).collect();
+            let mut labels: Vec<String> = nibbles[..k]
+                .iter()
+                .rev()
+                .map(|d| format!("{d:x}"))
+                .collect();
             labels.push("ip6.arpa".into());
             labels.join(".")
         }
@@ -201,7 +215,11 @@ pub fn reverse_name(ip: IpAddr) -> String {
             format!("{}.{}.{}.{}.in-addr.arpa", o[3], o[2], o[1], o[0])
         }
         IpAddr::V6(a) => {
-            let mut labels: Vec<String> = ipv6_nibbles(a).iter().rev().map(|d| format!("{d:x}")).collect();
+            let mut labels: Vec<String> = ipv6_nibbles(a)
+                .iter()
+                .rev()
+                .map(|d| format!("{d:x}"))
+                .collect();
             labels.push("ip6.arpa".into());
             labels.join(".")
         }
@@ -221,12 +239,23 @@ mod tests {
         let z = |s: &str| reverse_zones(&[s.parse().unwrap()]);
         assert_eq!(z("10.77.0.0/24"), ["0.77.10.in-addr.arpa"]);
         assert_eq!(z("10.0.0.0/8"), ["10.in-addr.arpa"]);
-        assert_eq!(z("10.0.4.0/22"), ["4.0.10.in-addr.arpa", "5.0.10.in-addr.arpa", "6.0.10.in-addr.arpa", "7.0.10.in-addr.arpa"]);
+        assert_eq!(
+            z("10.0.4.0/22"),
+            [
+                "4.0.10.in-addr.arpa",
+                "5.0.10.in-addr.arpa",
+                "6.0.10.in-addr.arpa",
+                "7.0.10.in-addr.arpa"
+            ]
+        );
         assert_eq!(z("10.0.0.64/26"), ["0.0.10.in-addr.arpa"]);
         assert_eq!(z("10.0.0.0/12").len(), 16);
         assert_eq!(z("10.0.0.0/9"), ["10.in-addr.arpa"]);
         assert_eq!(z("fd00:1:2::/48"), ["2.0.0.0.1.0.0.0.0.0.d.f.ip6.arpa"]);
-        assert_eq!(reverse_name("10.77.0.5".parse().unwrap()), "5.0.77.10.in-addr.arpa");
+        assert_eq!(
+            reverse_name("10.77.0.5".parse().unwrap()),
+            "5.0.77.10.in-addr.arpa"
+        );
         assert!(reverse_name("fd00::1".parse().unwrap()).starts_with("1.0.0.0.0.0.0.0"));
     }
 }

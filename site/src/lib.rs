@@ -57,7 +57,11 @@ pub struct SiteError {
 impl fmt::Display for SiteError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let n = self.problems.len();
-        writeln!(f, "invalid site ({n} problem{}):", if n == 1 { "" } else { "s" })?;
+        writeln!(
+            f,
+            "invalid site ({n} problem{}):",
+            if n == 1 { "" } else { "s" }
+        )?;
         for p in &self.problems {
             writeln!(f, "  {p}")?;
         }

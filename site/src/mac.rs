@@ -48,7 +48,11 @@ impl Mac {
 impl fmt::Display for Mac {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let m = self.0;
-        write!(f, "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}", m[0], m[1], m[2], m[3], m[4], m[5])
+        write!(
+            f,
+            "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
+            m[0], m[1], m[2], m[3], m[4], m[5]
+        )
     }
 }
 
@@ -74,7 +78,14 @@ mod tests {
 
     #[test]
     fn rejects_malformed() {
-        for bad in ["", "52:54:00:aa:00", "52:54:00:aa:00:10:11", "5:54:00:aa:00:10", "zz:54:00:aa:00:10", "52:54-00:aa:00:10"] {
+        for bad in [
+            "",
+            "52:54:00:aa:00",
+            "52:54:00:aa:00:10:11",
+            "5:54:00:aa:00:10",
+            "zz:54:00:aa:00:10",
+            "52:54-00:aa:00:10",
+        ] {
             assert!(bad.parse::<Mac>().is_err(), "{bad}");
         }
     }

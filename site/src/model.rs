@@ -118,12 +118,19 @@ pub struct Listen {
 impl Listen {
     /// The host part of the URL (an IP address or a DNS name), for TLS SANs.
     pub fn url_host(&self) -> &str {
-        let rest = self.url.split_once("://").map(|(_, r)| r).unwrap_or(&self.url);
+        let rest = self
+            .url
+            .split_once("://")
+            .map(|(_, r)| r)
+            .unwrap_or(&self.url);
         let authority = rest.split('/').next().unwrap_or(rest);
         if let Some(v6) = authority.strip_prefix('[') {
             return v6.split(']').next().unwrap_or(v6);
         }
-        authority.rsplit_once(':').map(|(h, _)| h).unwrap_or(authority)
+        authority
+            .rsplit_once(':')
+            .map(|(h, _)| h)
+            .unwrap_or(authority)
     }
 }
 
@@ -183,9 +190,9 @@ impl Images {
             // fetch that creates it triggers the reload.
             let dir = match &c.resolved {
                 Ok(res) => Some(res.dir.clone()),
-                Err(_) if r.version != crate::catalog::VERSION_LATEST => {
-                    Some(crate::catalog::set_dir(&r.stream, &r.version, &r.arch, &r.platform))
-                }
+                Err(_) if r.version != crate::catalog::VERSION_LATEST => Some(
+                    crate::catalog::set_dir(&r.stream, &r.version, &r.arch, &r.platform),
+                ),
                 Err(_) => None,
             };
             v.extend(dir.map(|d| self.root.join(d).join(crate::catalog::MANIFEST)));
@@ -544,6 +551,9 @@ pub struct LbBootstrap {
 
 impl Default for LbBootstrap {
     fn default() -> Self {
-        LbBootstrap { auto_complete_after: None, drain_timeout: Duration::from_secs(120) }
+        LbBootstrap {
+            auto_complete_after: None,
+            drain_timeout: Duration::from_secs(120),
+        }
     }
 }

@@ -74,17 +74,36 @@ struct Cx {
 
 impl Cx {
     fn new(path: &Path) -> Cx {
-        let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("."));
-        Cx { file: path.to_path_buf(), dir, problems: Vec::new(), overlay_text: None }
+        let dir = path
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .map(Path::to_path_buf)
+            .unwrap_or_else(|| PathBuf::from("."));
+        Cx {
+            file: path.to_path_buf(),
+            dir,
+            problems: Vec::new(),
+            overlay_text: None,
+        }
     }
     fn err(&mut self, key: impl Into<String>, reason: impl Into<String>) {
-        self.problems.push(Problem { file: self.file.clone(), key: key.into(), reason: reason.into() });
+        self.problems.push(Problem {
+            file: self.file.clone(),
+            key: key.into(),
+            reason: reason.into(),
+        });
     }
     fn err_in(&mut self, file: &Path, key: impl Into<String>, reason: impl Into<String>) {
-        self.problems.push(Problem { file: file.to_path_buf(), key: key.into(), reason: reason.into() });
+        self.problems.push(Problem {
+            file: file.to_path_buf(),
+            key: key.into(),
+            reason: reason.into(),
+        });
     }
     fn into_error(self) -> SiteError {
-        SiteError { problems: self.problems }
+        SiteError {
+            problems: self.problems,
+        }
     }
     /// A path from the site file, relative to the site file's directory.
     fn resolve(&self, p: &Path) -> PathBuf {
@@ -103,7 +122,10 @@ fn parse<T: serde::de::DeserializeOwned>(text: &str, cx: &mut Cx) -> Option<T> {
     let ignored = serde_ignored::Deserializer::new(de, &mut on_unknown);
     let result: Result<T, _> = serde_path_to_error::deserialize(ignored);
     for key in unknown {
-        cx.err(key, "unknown key (see docs/site.md for the keys a site file takes)");
+        cx.err(
+            key,
+            "unknown key (see docs/site.md for the keys a site file takes)",
+        );
     }
     match result {
         Ok(w) => Some(w),
@@ -129,7 +151,9 @@ fn ignored_path(p: &serde_ignored::Path<'_>) -> String {
                 format!("{parent}.{key}")
             }
         }
-        P::Some { parent } | P::NewtypeStruct { parent } | P::NewtypeVariant { parent } => ignored_path(parent),
+        P::Some { parent } | P::NewtypeStruct { parent } | P::NewtypeVariant { parent } => {
+            ignored_path(parent)
+        }
     }
 }
 
@@ -146,7 +170,10 @@ fn read_install_config(cx: &mut Cx, p: &Path) -> Option<InstallConfig> {
     let text = match std::fs::read_to_string(&path) {
         Ok(t) => t,
         Err(e) => {
-            cx.err("cluster.installConfig", format!("cannot read {}: {e}", path.display()));
+            cx.err(
+                "cluster.installConfig",
+                format!("cannot read {}: {e}", path.display()),
+            );
             return None;
         }
     };
@@ -159,11 +186,23 @@ fn read_install_config(cx: &mut Cx, p: &Path) -> Option<InstallConfig> {
     };
     let s = |v: Option<&serde_yaml_ng::Value>| v.and_then(|v| v.as_str()).map(str::to_string);
     let mut machine_networks = Vec::new();
-    if let Some(list) = v.get("networking").and_then(|n| n.get("machineNetwork")).and_then(|m| m.as_sequence()) {
+    if let Some(list) = v
+        .get("networking")
+        .and_then(|n| n.get("machineNetwork"))
+        .and_then(|m| m.as_sequence())
+    {
         for (i, m) in list.iter().enumerate() {
-            match m.get("cidr").and_then(|c| c.as_str()).map(str::parse::<IpNet>) {
+            match m
+                .get("cidr")
+                .and_then(|c| c.as_str())
+                .map(str::parse::<IpNet>)
+            {
                 Some(Ok(n)) => machine_networks.push(n),
-                _ => cx.err_in(&path, format!("networking.machineNetwork[{i}].cidr"), "missing or not a CIDR"),
+                _ => cx.err_in(
+                    &path,
+                    format!("networking.machineNetwork[{i}].cidr"),
+                    "missing or not a CIDR",
+                ),
             }
         }
     }
@@ -176,7 +215,11 @@ fn read_install_config(cx: &mut Cx, p: &Path) -> Option<InstallConfig> {
 }
 
 fn validate(w: wire::SiteFile, cx: &mut Cx) -> Option<Site> {
-    let ic = w.cluster.install_config.as_deref().and_then(|p| read_install_config(cx, p));
+    let ic = w
+        .cluster
+        .install_config
+        .as_deref()
+        .and_then(|p| read_install_config(cx, p));
     let cluster = cluster(cx, &w.cluster, ic.as_ref());
     let host = host(cx, &w.host);
     let networks = networks(cx, &w.networks, ic.as_ref());
@@ -192,27 +235,50 @@ fn validate(w: wire::SiteFile, cx: &mut Cx) -> Option<Site> {
         let mut macs: HashMap<Mac, (usize, String)> = HashMap::new();
         let mut ips: HashMap<Ipv4Addr, String> = HashMap::new();
         // Site nodes, then overlay nodes (their problems name the overlay file).
-        let all = w.nodes.iter().enumerate().map(|(i, n)| (false, i, n)).chain(overlay.iter().enumerate().map(|(i, n)| (true, i, n)));
+        let all = w
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (false, i, n))
+            .chain(overlay.iter().enumerate().map(|(i, n)| (true, i, n)));
         // Uniqueness is checked on the raw values, so a node that is broken
         // in another way is still compared with the others.
         for (g, (from_overlay, i, wn)) in all.enumerate() {
-            cx.file = if from_overlay { overlay_path.clone() } else { site_file.clone() };
-            let here = if from_overlay { format!("nodes[{i}] of {}", overlay_path.display()) } else { format!("nodes[{i}]") };
+            cx.file = if from_overlay {
+                overlay_path.clone()
+            } else {
+                site_file.clone()
+            };
+            let here = if from_overlay {
+                format!("nodes[{i}] of {}", overlay_path.display())
+            } else {
+                format!("nodes[{i}]")
+            };
             if let Some(name) = &wn.name {
                 if let Some(j) = names.insert(name.clone(), here.clone()) {
-                    cx.err(format!("nodes[{i}].name"), format!("duplicate node name {name:?} (also {j})"));
+                    cx.err(
+                        format!("nodes[{i}].name"),
+                        format!("duplicate node name {name:?} (also {j})"),
+                    );
                 }
             }
             for (k, m) in wn.macs.iter().enumerate() {
                 if let Ok(m) = m.parse::<Mac>() {
-                    if let Some((_, j)) = macs.insert(m, (g, here.clone())).filter(|(j, _)| *j != g) {
-                        cx.err(format!("nodes[{i}].macs[{k}]"), format!("duplicate MAC {m} (also in {j})"));
+                    if let Some((_, j)) = macs.insert(m, (g, here.clone())).filter(|(j, _)| *j != g)
+                    {
+                        cx.err(
+                            format!("nodes[{i}].macs[{k}]"),
+                            format!("duplicate MAC {m} (also in {j})"),
+                        );
                     }
                 }
             }
             if let Some(Ok(ip)) = wn.ip.as_deref().map(str::parse::<Ipv4Addr>) {
                 if let Some(j) = ips.insert(ip, here.clone()) {
-                    cx.err(format!("nodes[{i}].ip"), format!("duplicate IP {ip} (also {j})"));
+                    cx.err(
+                        format!("nodes[{i}].ip"),
+                        format!("duplicate IP {ip} (also {j})"),
+                    );
                 }
             }
             if let Some(n) = node(cx, i, wn, &networks, &images, &broken_images) {
@@ -236,15 +302,28 @@ fn validate(w: wire::SiteFile, cx: &mut Cx) -> Option<Site> {
     let mut ssh_keys = Vec::new();
     for (i, k) in w.ssh_keys.iter().enumerate() {
         let k = k.trim();
-        let known = ["ssh-", "ecdsa-sha2-", "sk-ssh-", "sk-ecdsa-"].iter().any(|p| k.starts_with(p));
+        let known = ["ssh-", "ecdsa-sha2-", "sk-ssh-", "sk-ecdsa-"]
+            .iter()
+            .any(|p| k.starts_with(p));
         if !known || k.contains(['\n', '\r']) {
-            cx.err(format!("sshKeys[{i}]"), "not an OpenSSH public key line (want e.g. 'ssh-ed25519 AAAA... comment')");
+            cx.err(
+                format!("sshKeys[{i}]"),
+                "not an OpenSSH public key line (want e.g. 'ssh-ed25519 AAAA... comment')",
+            );
         } else {
             ssh_keys.push(k.to_string());
         }
     }
-    let dns =
-        dns::dns(cx, w.dns.as_ref(), &dns::Facts { cluster: cluster.as_ref(), host: host.as_ref(), networks: &networks, nodes: &nodes });
+    let dns = dns::dns(
+        cx,
+        w.dns.as_ref(),
+        &dns::Facts {
+            cluster: cluster.as_ref(),
+            host: host.as_ref(),
+            networks: &networks,
+            nodes: &nodes,
+        },
+    );
     let cluster = cluster?;
     let mut host = host?;
     if let Some(d) = host.dhcp.as_mut() {
@@ -253,7 +332,10 @@ fn validate(w: wire::SiteFile, cx: &mut Cx) -> Option<Site> {
         }
     }
     let lb = lb::lb(cx, "lb.", w.lb.as_ref(), vips.as_ref());
-    let overlay = Overlay { path: overlay_path, nodes: overlay_names };
+    let overlay = Overlay {
+        path: overlay_path,
+        nodes: overlay_names,
+    };
     Some(Site {
         source: cx.file.clone(),
         cluster,
@@ -273,7 +355,8 @@ fn validate(w: wire::SiteFile, cx: &mut Cx) -> Option<Site> {
 fn is_dns_label(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 63
-        && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
         && !s.starts_with('-')
         && !s.ends_with('-')
 }
@@ -283,27 +366,52 @@ fn is_dns_name(s: &str) -> bool {
 }
 
 fn cluster(cx: &mut Cx, w: &wire::Cluster, ic: Option<&InstallConfig>) -> Option<Cluster> {
-    let mut pick = |key: &str, ic_key: &str, site: &Option<String>, from_ic: Option<&String>, icpath: Option<&Path>| match (site, from_ic) {
+    let mut pick = |key: &str,
+                    ic_key: &str,
+                    site: &Option<String>,
+                    from_ic: Option<&String>,
+                    icpath: Option<&Path>| match (site, from_ic) {
         (Some(a), Some(b)) if a != b => {
             cx.err(
                 format!("cluster.{key}"),
-                format!("{a:?} conflicts with {ic_key} {b:?} in {}", icpath.map(|p| p.display().to_string()).unwrap_or_default()),
+                format!(
+                    "{a:?} conflicts with {ic_key} {b:?} in {}",
+                    icpath.map(|p| p.display().to_string()).unwrap_or_default()
+                ),
             );
             None
         }
         (Some(a), _) => Some(a.clone()),
         (None, Some(b)) => Some(b.clone()),
         (None, None) => {
-            cx.err(format!("cluster.{key}"), "required (or give cluster.installConfig)");
+            cx.err(
+                format!("cluster.{key}"),
+                "required (or give cluster.installConfig)",
+            );
             None
         }
     };
     let icp = ic.map(|i| i.path.as_path());
-    let name = pick("name", "metadata.name", &w.name, ic.and_then(|i| i.name.as_ref()), icp);
-    let base = pick("baseDomain", "baseDomain", &w.base_domain, ic.and_then(|i| i.base_domain.as_ref()), icp);
+    let name = pick(
+        "name",
+        "metadata.name",
+        &w.name,
+        ic.and_then(|i| i.name.as_ref()),
+        icp,
+    );
+    let base = pick(
+        "baseDomain",
+        "baseDomain",
+        &w.base_domain,
+        ic.and_then(|i| i.base_domain.as_ref()),
+        icp,
+    );
     if let Some(n) = &name {
         if !is_dns_label(n) {
-            cx.err("cluster.name", format!("{n:?} is not a DNS label (lower-case letters, digits, '-', at most 63)"));
+            cx.err(
+                "cluster.name",
+                format!("{n:?} is not a DNS label (lower-case letters, digits, '-', at most 63)"),
+            );
         }
     }
     if let Some(b) = &base {
@@ -311,14 +419,23 @@ fn cluster(cx: &mut Cx, w: &wire::Cluster, ic: Option<&InstallConfig>) -> Option
             cx.err("cluster.baseDomain", format!("{b:?} is not a DNS name"));
         }
     }
-    Some(Cluster { name: name?, base_domain: base? })
+    Some(Cluster {
+        name: name?,
+        base_domain: base?,
+    })
 }
 
 fn listen(cx: &mut Cx, key: &str, w: &wire::Listen, scheme: &str) -> Option<Listen> {
     let addr = match w.listen.as_deref().map(str::parse::<SocketAddr>) {
         Some(Ok(a)) => Some(a),
         Some(Err(_)) => {
-            cx.err(format!("{key}.listen"), format!("{:?} is not an address:port", w.listen.as_deref().unwrap_or("")));
+            cx.err(
+                format!("{key}.listen"),
+                format!(
+                    "{:?} is not an address:port",
+                    w.listen.as_deref().unwrap_or("")
+                ),
+            );
             None
         }
         None => {
@@ -327,23 +444,40 @@ fn listen(cx: &mut Cx, key: &str, w: &wire::Listen, scheme: &str) -> Option<List
         }
     };
     let url = match w.url.as_deref() {
-        Some(u) if u.starts_with(&format!("{scheme}://")) && u.len() > scheme.len() + 3 && !u.contains(char::is_whitespace) => {
+        Some(u)
+            if u.starts_with(&format!("{scheme}://"))
+                && u.len() > scheme.len() + 3
+                && !u.contains(char::is_whitespace) =>
+        {
             Some(u.trim_end_matches('/').to_string())
         }
         Some(u) => {
-            cx.err(format!("{key}.url"), format!("{u:?} is not a {scheme}:// URL"));
+            cx.err(
+                format!("{key}.url"),
+                format!("{u:?} is not a {scheme}:// URL"),
+            );
             None
         }
         None => {
-            cx.err(format!("{key}.url"), "required: the base URL nodes use to reach this listener");
+            cx.err(
+                format!("{key}.url"),
+                "required: the base URL nodes use to reach this listener",
+            );
             None
         }
     };
-    Some(Listen { listen: addr?, url: url? })
+    Some(Listen {
+        listen: addr?,
+        url: url?,
+    })
 }
 
 fn host(cx: &mut Cx, w: &wire::Host) -> Option<Host> {
-    let state_dir = w.state_dir.as_deref().map(|p| cx.resolve(p)).unwrap_or_else(|| PathBuf::from(DEFAULT_STATE_DIR));
+    let state_dir = w
+        .state_dir
+        .as_deref()
+        .map(|p| cx.resolve(p))
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_STATE_DIR));
     let http = match &w.http {
         Some(l) => listen(cx, "host.http", l, "http"),
         None => {
@@ -351,7 +485,10 @@ fn host(cx: &mut Cx, w: &wire::Host) -> Option<Host> {
             None
         }
     };
-    let https = w.https.as_ref().map(|l| listen(cx, "host.https", l, "https"));
+    let https = w
+        .https
+        .as_ref()
+        .map(|l| listen(cx, "host.https", l, "https"));
     let https = match https {
         Some(None) => return None,
         Some(Some(l)) => Some(l),
@@ -364,21 +501,38 @@ fn host(cx: &mut Cx, w: &wire::Host) -> Option<Host> {
         None => None,
     };
     let tftp = w.tftp.as_ref().map(|t| {
-        let listen = match t.listen.as_deref().unwrap_or("0.0.0.0:69").parse::<SocketAddr>() {
+        let listen = match t
+            .listen
+            .as_deref()
+            .unwrap_or("0.0.0.0:69")
+            .parse::<SocketAddr>()
+        {
             Ok(a) => Some(a),
             Err(_) => {
-                cx.err("host.tftp.listen", format!("{:?} is not an address:port", t.listen.as_deref().unwrap_or("")));
+                cx.err(
+                    "host.tftp.listen",
+                    format!(
+                        "{:?} is not an address:port",
+                        t.listen.as_deref().unwrap_or("")
+                    ),
+                );
                 None
             }
         };
         let root = match &t.root {
             Some(r) => Some(cx.resolve(r)),
             None => {
-                cx.err("host.tftp.root", "required: the directory with iPXE and GRUB boot files");
+                cx.err(
+                    "host.tftp.root",
+                    "required: the directory with iPXE and GRUB boot files",
+                );
                 None
             }
         };
-        Some(Tftp { listen: listen?, root: root? })
+        Some(Tftp {
+            listen: listen?,
+            root: root?,
+        })
     });
     let tftp = match tftp {
         Some(None) => return None,
@@ -390,7 +544,14 @@ fn host(cx: &mut Cx, w: &wire::Host) -> Option<Host> {
         Some(Some(a)) => Some(a),
         None => None,
     };
-    Some(Host { state_dir, http: http?, https, dhcp, tftp, api })
+    Some(Host {
+        state_dir,
+        http: http?,
+        https,
+        dhcp,
+        tftp,
+        api,
+    })
 }
 
 fn parse_ip(cx: &mut Cx, key: &str, s: &str) -> Option<IpAddr> {
@@ -414,7 +575,10 @@ fn networks(cx: &mut Cx, w: &[wire::Network], ic: Option<&InstallConfig>) -> Vec
             }
             Some(s) => match s.parse::<IpNet>() {
                 Ok(net) if net.trunc() != net => {
-                    cx.err(k("subnet"), format!("{s:?} has host bits set; did you mean {}?", net.trunc()));
+                    cx.err(
+                        k("subnet"),
+                        format!("{s:?} has host bits set; did you mean {}?", net.trunc()),
+                    );
                     continue;
                 }
                 Ok(net) => net,
@@ -432,9 +596,15 @@ fn networks(cx: &mut Cx, w: &[wire::Network], ic: Option<&InstallConfig>) -> Vec
             }
             Some(a)
         };
-        let gateway = n.gateway.as_deref().and_then(|g| inside(cx, k("gateway"), g));
+        let gateway = n
+            .gateway
+            .as_deref()
+            .and_then(|g| inside(cx, k("gateway"), g));
         let pool = n.pool.as_ref().and_then(|p| {
-            let start = p.start.as_deref().and_then(|s| inside(cx, k("pool.start"), s));
+            let start = p
+                .start
+                .as_deref()
+                .and_then(|s| inside(cx, k("pool.start"), s));
             let end = p.end.as_deref().and_then(|s| inside(cx, k("pool.end"), s));
             if p.start.is_none() || p.end.is_none() {
                 cx.err(k("pool"), "needs both start and end");
@@ -448,13 +618,30 @@ fn networks(cx: &mut Cx, w: &[wire::Network], ic: Option<&InstallConfig>) -> Vec
                 _ => None,
             }
         });
-        let dns_servers = n.dns_servers.iter().enumerate().filter_map(|(j, s)| parse_ip(cx, &k(&format!("dnsServers[{j}]")), s)).collect();
-        out.push(Network { name: n.name.clone().unwrap_or_else(|| format!("net{i}")), subnet, gateway, dns_servers, pool });
+        let dns_servers = n
+            .dns_servers
+            .iter()
+            .enumerate()
+            .filter_map(|(j, s)| parse_ip(cx, &k(&format!("dnsServers[{j}]")), s))
+            .collect();
+        out.push(Network {
+            name: n.name.clone().unwrap_or_else(|| format!("net{i}")),
+            subnet,
+            gateway,
+            dns_servers,
+            pool,
+        });
     }
     if let Some(ic) = ic {
         if w.is_empty() {
             for (i, m) in ic.machine_networks.iter().enumerate() {
-                out.push(Network { name: format!("machine{i}"), subnet: *m, gateway: None, dns_servers: vec![], pool: None });
+                out.push(Network {
+                    name: format!("machine{i}"),
+                    subnet: *m,
+                    gateway: None,
+                    dns_servers: vec![],
+                    pool: None,
+                });
             }
         } else {
             for m in &ic.machine_networks {
@@ -472,7 +659,10 @@ fn networks(cx: &mut Cx, w: &[wire::Network], ic: Option<&InstallConfig>) -> Vec
 
 fn vips(cx: &mut Cx, w: Option<&wire::Vips>) -> Option<Vips> {
     let Some(w) = w else {
-        cx.err("vips", "required: api and ingress addresses (they may equal this host's)");
+        cx.err(
+            "vips",
+            "required: api and ingress addresses (they may equal this host's)",
+        );
         return None;
     };
     let mut one = |key: &str, v: &Option<String>| match v {
@@ -484,7 +674,10 @@ fn vips(cx: &mut Cx, w: Option<&wire::Vips>) -> Option<Vips> {
     };
     let api = one("vips.api", &w.api);
     let ingress = one("vips.ingress", &w.ingress);
-    Some(Vips { api: api?, ingress: ingress? })
+    Some(Vips {
+        api: api?,
+        ingress: ingress?,
+    })
 }
 
 /// An image path must stay below the image root: relative, no `..`.
@@ -492,7 +685,13 @@ fn rel_path(cx: &mut Cx, key: String, p: &Path) -> Option<String> {
     let ok = !p.as_os_str().is_empty() && p.components().all(|c| matches!(c, Component::Normal(_)));
     let s = p.to_str();
     match (ok, s) {
-        (true, Some(s)) if !s.contains(|c: char| c.is_whitespace() || c.is_control() || c == '?' || c == '#') => Some(s.to_string()),
+        (true, Some(s))
+            if !s.contains(|c: char| {
+                c.is_whitespace() || c.is_control() || c == '?' || c == '#'
+            }) =>
+        {
+            Some(s.to_string())
+        }
         _ => {
             cx.err(key, format!("{:?} must be a plain relative path below images.root (no '..', no leading '/', no spaces)", p.display()));
             None
@@ -503,7 +702,10 @@ fn rel_path(cx: &mut Cx, key: String, p: &Path) -> Option<String> {
 /// Returns the valid image sets, and the names of the broken ones (already
 /// reported; nodes naming them are not blamed again).
 fn images(cx: &mut Cx, w: Option<&wire::Images>) -> (Images, Vec<String>) {
-    let root = w.and_then(|i| i.root.as_deref()).map(|p| cx.resolve(p)).unwrap_or_else(|| cx.resolve(Path::new("images")));
+    let root = w
+        .and_then(|i| i.root.as_deref())
+        .map(|p| cx.resolve(p))
+        .unwrap_or_else(|| cx.resolve(Path::new("images")));
     let mut sets = BTreeMap::new();
     let mut broken = Vec::new();
     for (name, s) in w.map(|i| &i.sets).into_iter().flatten() {
@@ -519,7 +721,10 @@ fn images(cx: &mut Cx, w: Option<&wire::Images>) -> (Images, Vec<String>) {
         let k = |f: &str| format!("images.sets.{name}.{f}");
         let arch = match s.arch.as_deref() {
             Some(a) => Arch::parse(a).or_else(|| {
-                cx.err(k("arch"), format!("{a:?} is not one of x86_64, aarch64, ppc64le"));
+                cx.err(
+                    k("arch"),
+                    format!("{a:?} is not one of x86_64, aarch64, ppc64le"),
+                );
                 None
             }),
             None => {
@@ -539,10 +744,28 @@ fn images(cx: &mut Cx, w: Option<&wire::Images>) -> (Images, Vec<String>) {
         let rootfs = s.rootfs.as_ref().map(|p| rel_path(cx, k("rootfs"), p));
         match (arch, kernel, initramfs, rootfs) {
             (Some(arch), Some(kernel), Some(initramfs), None) => {
-                sets.insert(name.clone(), ImageSet { arch, kernel, initramfs, rootfs: None, catalog: None });
+                sets.insert(
+                    name.clone(),
+                    ImageSet {
+                        arch,
+                        kernel,
+                        initramfs,
+                        rootfs: None,
+                        catalog: None,
+                    },
+                );
             }
             (Some(arch), Some(kernel), Some(initramfs), Some(Some(r))) => {
-                sets.insert(name.clone(), ImageSet { arch, kernel, initramfs, rootfs: Some(r), catalog: None });
+                sets.insert(
+                    name.clone(),
+                    ImageSet {
+                        arch,
+                        kernel,
+                        initramfs,
+                        rootfs: Some(r),
+                        catalog: None,
+                    },
+                );
             }
             _ => broken.push(name.clone()),
         }
@@ -551,16 +774,29 @@ fn images(cx: &mut Cx, w: Option<&wire::Images>) -> (Images, Vec<String>) {
 }
 
 fn arg_ok(a: &str) -> bool {
-    !a.is_empty() && !a.contains(|c: char| c.is_whitespace() || c.is_control() || c == '"' || c == '\'' || c == '\\')
+    !a.is_empty()
+        && !a.contains(|c: char| {
+            c.is_whitespace() || c.is_control() || c == '"' || c == '\'' || c == '\\'
+        })
 }
 
-fn node(cx: &mut Cx, i: usize, w: &wire::Node, networks: &[Network], images: &Images, broken: &[String]) -> Option<Node> {
+fn node(
+    cx: &mut Cx,
+    i: usize,
+    w: &wire::Node,
+    networks: &[Network],
+    images: &Images,
+    broken: &[String],
+) -> Option<Node> {
     let k = |f: &str| format!("nodes[{i}].{f}");
     let before = cx.problems.len();
     let name = match w.name.as_deref() {
         Some(n) if is_dns_label(n) => n.to_string(),
         Some(n) => {
-            cx.err(k("name"), format!("{n:?} is not a DNS label (lower-case letters, digits, '-')"));
+            cx.err(
+                k("name"),
+                format!("{n:?} is not a DNS label (lower-case letters, digits, '-')"),
+            );
             String::new()
         }
         None => {
@@ -571,11 +807,17 @@ fn node(cx: &mut Cx, i: usize, w: &wire::Node, networks: &[Network], images: &Im
     let role = match w.role.as_deref() {
         Some(r) if is_dns_label(r) => r.to_string(),
         Some(r) => {
-            cx.err(k("role"), format!("{r:?}: want bootstrap, master, worker, or a custom role name (DNS label)"));
+            cx.err(
+                k("role"),
+                format!("{r:?}: want bootstrap, master, worker, or a custom role name (DNS label)"),
+            );
             String::new()
         }
         None => {
-            cx.err(k("role"), "required (bootstrap, master, worker, or a custom role)");
+            cx.err(
+                k("role"),
+                "required (bootstrap, master, worker, or a custom role)",
+            );
             String::new()
         }
     };
@@ -585,7 +827,9 @@ fn node(cx: &mut Cx, i: usize, w: &wire::Node, networks: &[Network], images: &Im
     }
     for (j, m) in w.macs.iter().enumerate() {
         match m.parse::<Mac>() {
-            Ok(m) if macs.contains(&m) => cx.err(format!("nodes[{i}].macs[{j}]"), format!("{m} listed twice")),
+            Ok(m) if macs.contains(&m) => {
+                cx.err(format!("nodes[{i}].macs[{j}]"), format!("{m} listed twice"))
+            }
             Ok(m) => macs.push(m),
             Err(e) => cx.err(format!("nodes[{i}].macs[{j}]"), e.to_string()),
         }
@@ -593,20 +837,30 @@ fn node(cx: &mut Cx, i: usize, w: &wire::Node, networks: &[Network], images: &Im
     let mut network = 0;
     let ip = match w.ip.as_deref().map(str::parse::<Ipv4Addr>) {
         Some(Ok(a)) => {
-            match networks.iter().position(|n| n.subnet.contains(&IpAddr::V4(a))) {
+            match networks
+                .iter()
+                .position(|n| n.subnet.contains(&IpAddr::V4(a)))
+            {
                 Some(p) => network = p,
                 None => cx.err(
                     k("ip"),
                     format!(
                         "{a} is outside every network ({})",
-                        networks.iter().map(|n| n.subnet.to_string()).collect::<Vec<_>>().join(", ")
+                        networks
+                            .iter()
+                            .map(|n| n.subnet.to_string())
+                            .collect::<Vec<_>>()
+                            .join(", ")
                     ),
                 ),
             }
             a
         }
         Some(Err(_)) => {
-            cx.err(k("ip"), format!("{:?} is not an IPv4 address", w.ip.as_deref().unwrap_or("")));
+            cx.err(
+                k("ip"),
+                format!("{:?} is not an IPv4 address", w.ip.as_deref().unwrap_or("")),
+            );
             Ipv4Addr::UNSPECIFIED
         }
         None => {
@@ -617,14 +871,20 @@ fn node(cx: &mut Cx, i: usize, w: &wire::Node, networks: &[Network], images: &Im
     let arch = match w.arch.as_deref() {
         None => Arch::X86_64,
         Some(a) => Arch::parse(a).unwrap_or_else(|| {
-            cx.err(k("arch"), format!("{a:?} is not one of x86_64, aarch64, ppc64le"));
+            cx.err(
+                k("arch"),
+                format!("{a:?} is not one of x86_64, aarch64, ppc64le"),
+            );
             Arch::X86_64
         }),
     };
     let firmware = match w.firmware.as_deref() {
         None => Firmware::Auto,
         Some(f) => Firmware::parse(f).unwrap_or_else(|| {
-            cx.err(k("firmware"), format!("{f:?} is not one of auto, bios, uefi, uefi-http, ieee1275"));
+            cx.err(
+                k("firmware"),
+                format!("{f:?} is not one of auto, bios, uefi, uefi-http, ieee1275"),
+            );
             Firmware::Auto
         }),
     };
@@ -637,25 +897,45 @@ fn node(cx: &mut Cx, i: usize, w: &wire::Node, networks: &[Network], images: &Im
         }
         Some(name) => match images.sets.get(name) {
             Some(set) if set.arch != arch => {
-                cx.err(k("image"), format!("image {name:?} is for {}, but the node is {arch}", set.arch));
+                cx.err(
+                    k("image"),
+                    format!("image {name:?} is for {}, but the node is {arch}", set.arch),
+                );
                 String::new()
             }
             Some(_) => name.to_string(),
             None => {
-                cx.err(k("image"), format!("no image set named {name:?} in images.sets"));
+                cx.err(
+                    k("image"),
+                    format!("no image set named {name:?} in images.sets"),
+                );
                 String::new()
             }
         },
         None => {
-            let fits: Vec<_> = images.sets.iter().filter(|(_, s)| s.arch == arch).map(|(n, _)| n.clone()).collect();
+            let fits: Vec<_> = images
+                .sets
+                .iter()
+                .filter(|(_, s)| s.arch == arch)
+                .map(|(n, _)| n.clone())
+                .collect();
             match fits.as_slice() {
                 [one] => one.clone(),
                 [] => {
-                    cx.err(k("image"), format!("missing: no image set for {arch} in images.sets"));
+                    cx.err(
+                        k("image"),
+                        format!("missing: no image set for {arch} in images.sets"),
+                    );
                     String::new()
                 }
                 _ => {
-                    cx.err(k("image"), format!("required: several image sets fit {arch} ({})", fits.join(", ")));
+                    cx.err(
+                        k("image"),
+                        format!(
+                            "required: several image sets fit {arch} ({})",
+                            fits.join(", ")
+                        ),
+                    );
                     String::new()
                 }
             }
@@ -680,11 +960,19 @@ fn node(cx: &mut Cx, i: usize, w: &wire::Node, networks: &[Network], images: &Im
     let static_network = w.network.as_ref().and_then(|s| {
         let net = networks.get(network);
         let interface = match s.interface.as_deref() {
-            Some(n) if !n.is_empty() && n.len() <= 15 && n.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b)) => {
+            Some(n)
+                if !n.is_empty()
+                    && n.len() <= 15
+                    && n.bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b)) =>
+            {
                 n.to_string()
             }
             Some(n) => {
-                cx.err(k("network.interface"), format!("{n:?} is not an interface name"));
+                cx.err(
+                    k("network.interface"),
+                    format!("{n:?} is not an interface name"),
+                );
                 return None;
             }
             None => {
@@ -700,7 +988,11 @@ fn node(cx: &mut Cx, i: usize, w: &wire::Node, networks: &[Network], images: &Im
                     return None;
                 }
             },
-            None => IpNet::new(IpAddr::V4(ip), net.map(|n| n.subnet.prefix_len()).unwrap_or(24)).ok()?,
+            None => IpNet::new(
+                IpAddr::V4(ip),
+                net.map(|n| n.subnet.prefix_len()).unwrap_or(24),
+            )
+            .ok()?,
         };
         let gateway = match s.gateway.as_deref() {
             Some(g) => Some(parse_ip(cx, &k("network.gateway"), g)?),
@@ -709,11 +1001,24 @@ fn node(cx: &mut Cx, i: usize, w: &wire::Node, networks: &[Network], images: &Im
         let dns = if s.dns.is_empty() {
             net.map(|n| n.dns_servers.clone()).unwrap_or_default()
         } else {
-            s.dns.iter().enumerate().filter_map(|(j, d)| parse_ip(cx, &k(&format!("network.dns[{j}]")), d)).collect()
+            s.dns
+                .iter()
+                .enumerate()
+                .filter_map(|(j, d)| parse_ip(cx, &k(&format!("network.dns[{j}]")), d))
+                .collect()
         };
-        Some(StaticNetwork { interface, address, gateway, dns, mtu: s.mtu })
+        Some(StaticNetwork {
+            interface,
+            address,
+            gateway,
+            dns,
+            mtu: s.mtu,
+        })
     });
-    let ipxe_binary = w.ipxe_binary.as_deref().map(|b| boot_file(cx, &k("ipxeBinary"), Some(b), "ipxe.efi"));
+    let ipxe_binary = w
+        .ipxe_binary
+        .as_deref()
+        .map(|b| boot_file(cx, &k("ipxeBinary"), Some(b), "ipxe.efi"));
     let dhcp_options = dhcp_options(cx, &k("dhcpOptions"), &w.dhcp_options);
     (cx.problems.len() == before && !quiet_fail).then_some(Node {
         name,
@@ -746,11 +1051,19 @@ fn duration(s: &str) -> Option<Duration> {
     Some(Duration::from_secs(n.checked_mul(mult)?)).filter(|d| !d.is_zero())
 }
 
-fn ignition(cx: &mut Cx, w: Option<&wire::Ignition>, nodes: &[(String, String)], host: Option<&Host>) -> Option<Ignition> {
+fn ignition(
+    cx: &mut Cx,
+    w: Option<&wire::Ignition>,
+    nodes: &[(String, String)],
+    host: Option<&Host>,
+) -> Option<Ignition> {
     let token_ttl = match w.and_then(|w| w.token_ttl.as_deref()) {
         None => DEFAULT_TOKEN_TTL,
         Some(s) => duration(s).unwrap_or_else(|| {
-            cx.err("ignition.tokenTtl", format!("{s:?} is not a duration like 30m, 24h, 3600s"));
+            cx.err(
+                "ignition.tokenTtl",
+                format!("{s:?} is not a duration like 30m, 24h, 3600s"),
+            );
             DEFAULT_TOKEN_TTL
         }),
     };
@@ -766,7 +1079,10 @@ fn ignition(cx: &mut Cx, w: Option<&wire::Ignition>, nodes: &[(String, String)],
     let explicit = w.map(|w| w.roles.clone()).unwrap_or_default();
     for role in explicit.keys() {
         if !is_dns_label(role) {
-            cx.err(format!("ignition.roles.{role}"), "role names are DNS labels");
+            cx.err(
+                format!("ignition.roles.{role}"),
+                "role names are DNS labels",
+            );
         }
     }
     let mut wanted: Vec<String> = explicit.keys().cloned().collect();
@@ -778,7 +1094,11 @@ fn ignition(cx: &mut Cx, w: Option<&wire::Ignition>, nodes: &[(String, String)],
             (Some(p), _) => (format!("ignition.roles.{role}"), cx.resolve(p)),
             (None, Some(d)) => ("ignition.dir".to_string(), d.join(format!("{role}.ign"))),
             (None, None) => {
-                let who: Vec<_> = nodes.iter().filter(|(r, _)| *r == role).map(|(_, n)| n.as_str()).collect();
+                let who: Vec<_> = nodes
+                    .iter()
+                    .filter(|(r, _)| *r == role)
+                    .map(|(_, n)| n.as_str())
+                    .collect();
                 cx.err(
                     "ignition",
                     format!("role {role:?} (nodes {}) has no Ignition: set ignition.dir or ignition.roles.{role}", who.join(", ")),
@@ -791,26 +1111,50 @@ fn ignition(cx: &mut Cx, w: Option<&wire::Ignition>, nodes: &[(String, String)],
                 roles.insert(role, rc);
             }
             Err(reason) => {
-                let who: Vec<_> = nodes.iter().filter(|(r, _)| *r == role).map(|(_, n)| n.as_str()).collect();
-                let users = if who.is_empty() { String::new() } else { format!(" (used by {})", who.join(", ")) };
-                cx.err(key, format!("role {role:?}{users}: {}: {reason}", path.display()));
+                let who: Vec<_> = nodes
+                    .iter()
+                    .filter(|(r, _)| *r == role)
+                    .map(|(_, n)| n.as_str())
+                    .collect();
+                let users = if who.is_empty() {
+                    String::new()
+                } else {
+                    format!(" (used by {})", who.join(", "))
+                };
+                cx.err(
+                    key,
+                    format!("role {role:?}{users}: {}: {reason}", path.display()),
+                );
             }
         }
     }
-    Some(Ignition { roles, token_ttl, over_https })
+    Some(Ignition {
+        roles,
+        token_ttl,
+        over_https,
+    })
 }
 
 /// Reads one role's Ignition config. The error text never quotes the file's
 /// content: it may hold secrets.
 fn read_role(path: &Path) -> Result<RoleConfig, String> {
     let bytes = std::fs::read(path).map_err(|e| format!("cannot read: {e}"))?;
-    let config: serde_json::Value =
-        serde_json::from_slice(&bytes).map_err(|e| format!("not JSON (line {}, column {})", e.line(), e.column()))?;
-    let version = config.get("ignition").and_then(|i| i.get("version")).and_then(|v| v.as_str()).ok_or("no ignition.version")?.to_string();
+    let config: serde_json::Value = serde_json::from_slice(&bytes)
+        .map_err(|e| format!("not JSON (line {}, column {})", e.line(), e.column()))?;
+    let version = config
+        .get("ignition")
+        .and_then(|i| i.get("version"))
+        .and_then(|v| v.as_str())
+        .ok_or("no ignition.version")?
+        .to_string();
     if !version.starts_with("3.") {
         return Err(format!("Ignition spec {version} is not supported: want 3.x (openshift-install writes 3.2.0 and later)"));
     }
-    Ok(RoleConfig { path: path.to_path_buf(), config: Secret(config), version })
+    Ok(RoleConfig {
+        path: path.to_path_buf(),
+        config: Secret(config),
+        version,
+    })
 }
 
 fn dhcp_options(cx: &mut Cx, key: &str, w: &[wire::DhcpOption]) -> Vec<DhcpOptionValue> {
@@ -823,10 +1167,21 @@ fn dhcp_options(cx: &mut Cx, key: &str, w: &[wire::DhcpOption]) -> Vec<DhcpOptio
         };
         // Options bootd sets itself (or that frame the packet) are not overridable.
         if matches!(code, 0 | 255 | 50..=58 | 61 | 82) {
-            cx.err(format!("{k}.code"), format!("option {code} is managed by bootd and cannot be set"));
+            cx.err(
+                format!("{k}.code"),
+                format!("option {code} is managed by bootd and cannot be set"),
+            );
             continue;
         }
-        let given = [o.text.is_some(), !o.ips.is_empty(), o.hex.is_some(), o.u32.is_some()].iter().filter(|b| **b).count();
+        let given = [
+            o.text.is_some(),
+            !o.ips.is_empty(),
+            o.hex.is_some(),
+            o.u32.is_some(),
+        ]
+        .iter()
+        .filter(|b| **b)
+        .count();
         if given != 1 {
             cx.err(&k, "give exactly one of text, ips, hex, u32");
             continue;
@@ -834,12 +1189,21 @@ fn dhcp_options(cx: &mut Cx, key: &str, w: &[wire::DhcpOption]) -> Vec<DhcpOptio
         let value = if let Some(t) = &o.text {
             t.as_bytes().to_vec()
         } else if let Some(h) = &o.hex {
-            let h: String = h.chars().filter(|c| *c != ':' && !c.is_whitespace()).collect();
+            let h: String = h
+                .chars()
+                .filter(|c| *c != ':' && !c.is_whitespace())
+                .collect();
             if h.len() % 2 != 0 || !h.bytes().all(|b| b.is_ascii_hexdigit()) {
-                cx.err(format!("{k}.hex"), "not hex bytes (e.g. 01:02:0a or 01020a)");
+                cx.err(
+                    format!("{k}.hex"),
+                    "not hex bytes (e.g. 01:02:0a or 01020a)",
+                );
                 continue;
             }
-            (0..h.len()).step_by(2).filter_map(|j| u8::from_str_radix(&h[j..j + 2], 16).ok()).collect()
+            (0..h.len())
+                .step_by(2)
+                .filter_map(|j| u8::from_str_radix(&h[j..j + 2], 16).ok())
+                .collect()
         } else if let Some(n) = o.u32 {
             n.to_be_bytes().to_vec()
         } else {
@@ -847,7 +1211,10 @@ fn dhcp_options(cx: &mut Cx, key: &str, w: &[wire::DhcpOption]) -> Vec<DhcpOptio
             for (j, ip) in o.ips.iter().enumerate() {
                 match ip.parse::<Ipv4Addr>() {
                     Ok(a) => v.extend_from_slice(&a.octets()),
-                    Err(_) => cx.err(format!("{k}.ips[{j}]"), format!("{ip:?} is not an IPv4 address")),
+                    Err(_) => cx.err(
+                        format!("{k}.ips[{j}]"),
+                        format!("{ip:?} is not an IPv4 address"),
+                    ),
                 }
             }
             v
@@ -864,21 +1231,40 @@ fn dhcp_options(cx: &mut Cx, key: &str, w: &[wire::DhcpOption]) -> Vec<DhcpOptio
 fn boot_file(cx: &mut Cx, key: &str, v: Option<&str>, default: &str) -> String {
     match v {
         None => default.to_string(),
-        Some(f) if !f.is_empty() && f.len() < 128 && f.is_ascii() && !f.contains(|c: char| c.is_whitespace() || c.is_control()) => {
+        Some(f)
+            if !f.is_empty()
+                && f.len() < 128
+                && f.is_ascii()
+                && !f.contains(|c: char| c.is_whitespace() || c.is_control()) =>
+        {
             f.to_string()
         }
         Some(f) => {
-            cx.err(key, format!("{f:?} is not a boot file name (ASCII, no spaces, < 128 bytes)"));
+            cx.err(
+                key,
+                format!("{f:?} is not a boot file name (ASCII, no spaces, < 128 bytes)"),
+            );
             default.to_string()
         }
     }
 }
 
 fn dhcp(cx: &mut Cx, w: &wire::Dhcp, http: Option<&Listen>) -> Option<Dhcp> {
-    let listen = match w.listen.as_deref().unwrap_or("0.0.0.0:67").parse::<SocketAddr>() {
+    let listen = match w
+        .listen
+        .as_deref()
+        .unwrap_or("0.0.0.0:67")
+        .parse::<SocketAddr>()
+    {
         Ok(a) => Some(a),
         Err(_) => {
-            cx.err("host.dhcp.listen", format!("{:?} is not an address:port", w.listen.as_deref().unwrap_or("")));
+            cx.err(
+                "host.dhcp.listen",
+                format!(
+                    "{:?} is not an address:port",
+                    w.listen.as_deref().unwrap_or("")
+                ),
+            );
             None
         }
     };
@@ -892,14 +1278,20 @@ fn dhcp(cx: &mut Cx, w: &wire::Dhcp, http: Option<&Listen>) -> Option<Dhcp> {
     };
     let server_address = match w.server_address.as_deref() {
         Some(a) => a.parse::<Ipv4Addr>().ok().or_else(|| {
-            cx.err("host.dhcp.serverAddress", format!("{a:?} is not an IPv4 address"));
+            cx.err(
+                "host.dhcp.serverAddress",
+                format!("{a:?} is not an IPv4 address"),
+            );
             None
         }),
         // The host in the HTTP URL, if it is an IPv4 address.
         None => match http.map(|h| h.url_host().parse::<Ipv4Addr>()) {
             Some(Ok(a)) => Some(a),
             Some(Err(_)) => {
-                cx.err("host.dhcp.serverAddress", "required when host.http.url does not name an IPv4 address");
+                cx.err(
+                    "host.dhcp.serverAddress",
+                    "required when host.http.url does not name an IPv4 address",
+                );
                 None
             }
             None => None,
@@ -908,7 +1300,10 @@ fn dhcp(cx: &mut Cx, w: &wire::Dhcp, http: Option<&Listen>) -> Option<Dhcp> {
     let lease_time = match w.lease_time.as_deref() {
         None => Duration::from_secs(3600),
         Some(s) => duration(s).unwrap_or_else(|| {
-            cx.err("host.dhcp.leaseTime", format!("{s:?} is not a duration like 1h"));
+            cx.err(
+                "host.dhcp.leaseTime",
+                format!("{s:?} is not a duration like 1h"),
+            );
             Duration::from_secs(3600)
         }),
     };
@@ -916,20 +1311,46 @@ fn dhcp(cx: &mut Cx, w: &wire::Dhcp, http: Option<&Listen>) -> Option<Dhcp> {
     for (i, n) in w.ntp_servers.iter().enumerate() {
         match n.parse::<Ipv4Addr>() {
             Ok(a) => ntp_servers.push(a),
-            Err(_) => cx.err(format!("host.dhcp.ntpServers[{i}]"), format!("{n:?} is not an IPv4 address")),
+            Err(_) => cx.err(
+                format!("host.dhcp.ntpServers[{i}]"),
+                format!("{n:?} is not an IPv4 address"),
+            ),
         }
     }
     if let Some(i) = &w.interface {
         if i.is_empty() || i.len() > 15 {
-            cx.err("host.dhcp.interface", format!("{i:?} is not an interface name"));
+            cx.err(
+                "host.dhcp.interface",
+                format!("{i:?} is not an interface name"),
+            );
         }
     }
     let bf = w.boot_files.as_ref();
     let boot_files = BootFiles {
-        bios: boot_file(cx, "host.dhcp.bootFiles.bios", bf.and_then(|b| b.bios.as_deref()), "undionly.kpxe"),
-        uefi_x86_64: boot_file(cx, "host.dhcp.bootFiles.uefiX86_64", bf.and_then(|b| b.uefi_x86_64.as_deref()), "ipxe.efi"),
-        uefi_arm64: boot_file(cx, "host.dhcp.bootFiles.uefiArm64", bf.and_then(|b| b.uefi_arm64.as_deref()), "ipxe-arm64.efi"),
-        ieee1275: boot_file(cx, "host.dhcp.bootFiles.ieee1275", bf.and_then(|b| b.ieee1275.as_deref()), "core.elf"),
+        bios: boot_file(
+            cx,
+            "host.dhcp.bootFiles.bios",
+            bf.and_then(|b| b.bios.as_deref()),
+            "undionly.kpxe",
+        ),
+        uefi_x86_64: boot_file(
+            cx,
+            "host.dhcp.bootFiles.uefiX86_64",
+            bf.and_then(|b| b.uefi_x86_64.as_deref()),
+            "ipxe.efi",
+        ),
+        uefi_arm64: boot_file(
+            cx,
+            "host.dhcp.bootFiles.uefiArm64",
+            bf.and_then(|b| b.uefi_arm64.as_deref()),
+            "ipxe-arm64.efi",
+        ),
+        ieee1275: boot_file(
+            cx,
+            "host.dhcp.bootFiles.ieee1275",
+            bf.and_then(|b| b.ieee1275.as_deref()),
+            "core.elf",
+        ),
     };
     let options = dhcp_options(cx, "host.dhcp.options", &w.options);
     Some(Dhcp {

@@ -5,7 +5,11 @@ use std::path::Path;
 
 fn load(dns: &str) -> Result<site::Site, site::SiteError> {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("w.ign"), r#"{"ignition":{"version":"3.2.0"}}"#).unwrap();
+    std::fs::write(
+        dir.path().join("w.ign"),
+        r#"{"ignition":{"version":"3.2.0"}}"#,
+    )
+    .unwrap();
     let text = format!(
         "cluster: {{ name: lab, baseDomain: example.test }}\n\
          host: {{ http: {{ listen: 127.0.0.1:8080, url: http://10.77.0.1:8080 }} }}\n\
@@ -24,7 +28,13 @@ fn load(dns: &str) -> Result<site::Site, site::SiteError> {
 fn defaults_without_a_dns_section() {
     let s = load("").unwrap();
     assert_eq!(s.dns.listen, vec!["0.0.0.0:53".parse().unwrap()]);
-    assert_eq!(s.dns.nameservers, vec![site::dns::Nameserver { name: "ns1.lab.example.test".into(), ip: "10.77.0.1".parse().unwrap() }]);
+    assert_eq!(
+        s.dns.nameservers,
+        vec![site::dns::Nameserver {
+            name: "ns1.lab.example.test".into(),
+            ip: "10.77.0.1".parse().unwrap()
+        }]
+    );
     assert_eq!(s.dns.ttl.as_secs(), 300);
     assert_eq!(s.dns.negative_ttl.as_secs(), 30);
     assert!(s.dns.records.is_empty() && s.dns.upstreams.is_empty());
@@ -46,12 +56,29 @@ fn records_are_made_absolute() {
     assert_eq!(r[0].name, "registry.lab.example.test");
     assert_eq!(r[0].data, RData::A("10.77.0.5".parse().unwrap()));
     assert_eq!(r[0].ttl.unwrap().as_secs(), 30);
-    assert_eq!(r[1].data, RData::Srv { priority: 0, weight: 10, port: 2380, target: "m0.lab.example.test".into() });
+    assert_eq!(
+        r[1].data,
+        RData::Srv {
+            priority: 0,
+            weight: 10,
+            port: 2380,
+            target: "m0.lab.example.test".into()
+        }
+    );
     assert_eq!(r[2].name, "lab.example.test");
-    assert_eq!(r[2].data, RData::Mx { preference: 10, exchange: "mail.example.org".into() });
+    assert_eq!(
+        r[2].data,
+        RData::Mx {
+            preference: 10,
+            exchange: "mail.example.org".into()
+        }
+    );
     assert_eq!(r[3].name, "5.0.77.10.in-addr.arpa");
     assert_eq!(r[4].data, RData::Ns("ns.sub.lab.example.test".into()));
-    assert_eq!(s.dns.allow_transfer, vec!["10.77.0.9/32".parse::<ipnet::IpNet>().unwrap()]);
+    assert_eq!(
+        s.dns.allow_transfer,
+        vec!["10.77.0.9/32".parse::<ipnet::IpNet>().unwrap()]
+    );
     assert_eq!(s.dns.notify, vec!["10.77.0.9:53".parse().unwrap()]);
     assert_eq!(s.dns.ttl.as_secs(), 60);
 }
@@ -70,7 +97,11 @@ fn every_dns_problem_at_once() {
          \x20   - { name: bad..name, type: A, value: 10.0.0.1 }\n",
     )
     .unwrap_err();
-    let got: Vec<String> = err.problems.iter().map(|p| format!("{}: {}", p.key, p.reason)).collect();
+    let got: Vec<String> = err
+        .problems
+        .iter()
+        .map(|p| format!("{}: {}", p.key, p.reason))
+        .collect();
     let expect = [
         "dns.colour: unknown key",
         "dns.listen[0]: \"nope\" is not an address:port",
@@ -86,7 +117,10 @@ fn every_dns_problem_at_once() {
         "dns.records[7].name: \"bad..name\" is not a DNS name",
     ];
     for e in expect {
-        assert!(got.iter().any(|g| g.starts_with(e)), "missing {e:?} in {got:#?}");
+        assert!(
+            got.iter().any(|g| g.starts_with(e)),
+            "missing {e:?} in {got:#?}"
+        );
     }
     assert_eq!(got.len(), expect.len(), "{got:#?}");
     assert!(err.problems.iter().all(|p| p.file.ends_with("site.yaml")));

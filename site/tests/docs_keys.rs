@@ -42,7 +42,11 @@ fn documented_keys(doc: &str) -> Vec<String> {
             let cell = line.split('|').nth(1).unwrap_or_default();
             let base = prefix.clone().unwrap_or_else(|| section.clone());
             for k in codes(cell) {
-                keys.push(if base.is_empty() { k } else { format!("{base}.{k}") });
+                keys.push(if base.is_empty() {
+                    k
+                } else {
+                    format!("{base}.{k}")
+                });
             }
         }
     }
@@ -50,7 +54,11 @@ fn documented_keys(doc: &str) -> Vec<String> {
 }
 
 fn codes(s: &str) -> Vec<String> {
-    s.split('`').skip(1).step_by(2).map(str::to_string).collect()
+    s.split('`')
+        .skip(1)
+        .step_by(2)
+        .map(str::to_string)
+        .collect()
 }
 
 fn first_code(s: &str) -> Option<String> {
@@ -72,15 +80,27 @@ fn set(doc: &mut Value, key: &str, sample: &str) -> String {
             None => (*seg, false),
         };
         let map = cur.as_mapping_mut().expect("a map on the way");
-        let name =
-            if name.starts_with('<') { map.keys().next().and_then(Value::as_str).unwrap_or(sample).to_string() } else { name.to_string() };
+        let name = if name.starts_with('<') {
+            map.keys()
+                .next()
+                .and_then(Value::as_str)
+                .unwrap_or(sample)
+                .to_string()
+        } else {
+            name.to_string()
+        };
         reported.push(name.clone());
         if last && !list {
             map.insert(Value::String(name), Value::String("x".into()));
             break;
         }
-        let entry =
-            map.entry(Value::String(name)).or_insert_with(|| if list { Value::Sequence(vec![]) } else { Value::Mapping(Mapping::new()) });
+        let entry = map.entry(Value::String(name)).or_insert_with(|| {
+            if list {
+                Value::Sequence(vec![])
+            } else {
+                Value::Mapping(Mapping::new())
+            }
+        });
         if !entry.is_mapping() && !entry.is_sequence() {
             *entry = Value::Mapping(Mapping::new());
         }
@@ -105,7 +125,11 @@ fn set(doc: &mut Value, key: &str, sample: &str) -> String {
 fn write_lab_copy(doc: &Value) -> std::path::PathBuf {
     let lab = repo().join("examples/lab").canonicalize().unwrap();
     let mut d = doc.clone();
-    for (a, b) in [("host", "stateDir"), ("images", "root"), ("ignition", "dir")] {
+    for (a, b) in [
+        ("host", "stateDir"),
+        ("images", "root"),
+        ("ignition", "dir"),
+    ] {
         if let Some(p) = d[a][b].as_str() {
             d[a][b] = Value::String(lab.join(p).display().to_string());
         }
@@ -126,7 +150,12 @@ fn unknown_keys(doc: &Value) -> Vec<String> {
     std::fs::remove_dir_all(file.parent().unwrap()).unwrap();
     match got {
         Ok(_) => vec![],
-        Err(e) => e.problems.into_iter().filter(|p| p.reason.starts_with("unknown key")).map(|p| p.key).collect(),
+        Err(e) => e
+            .problems
+            .into_iter()
+            .filter(|p| p.reason.starts_with("unknown key"))
+            .map(|p| p.key)
+            .collect(),
     }
 }
 
@@ -135,28 +164,53 @@ fn every_documented_key_is_accepted() {
     let doc = std::fs::read_to_string(repo().join("docs/site.md")).unwrap();
     let keys = documented_keys(&doc);
     // The doc's tables, not an empty match: roughly a hundred keys today.
-    assert!(keys.len() >= 90, "found only {} keys in docs/site.md: {keys:?}", keys.len());
-    for k in ["host.dhcp.bootFiles.uefiX86_64", "lb.frontends.<name>.check.serverName", "nodes.network.mtu", "dns.rateLimit.slip"] {
-        assert!(keys.iter().any(|x| x == k), "{k} not among the documented keys: {keys:?}");
+    assert!(
+        keys.len() >= 90,
+        "found only {} keys in docs/site.md: {keys:?}",
+        keys.len()
+    );
+    for k in [
+        "host.dhcp.bootFiles.uefiX86_64",
+        "lb.frontends.<name>.check.serverName",
+        "nodes.network.mtu",
+        "dns.rateLimit.slip",
+    ] {
+        assert!(
+            keys.iter().any(|x| x == k),
+            "{k} not among the documented keys: {keys:?}"
+        );
     }
-    let lab: Value = serde_yaml_ng::from_str(&std::fs::read_to_string(repo().join("examples/lab/site.yaml")).unwrap()).unwrap();
+    let lab: Value = serde_yaml_ng::from_str(
+        &std::fs::read_to_string(repo().join("examples/lab/site.yaml")).unwrap(),
+    )
+    .unwrap();
     assert!(unknown_keys(&lab).is_empty());
     let mut refused = Vec::new();
     for k in &keys {
         let mut d = lab.clone();
-        let sample = if k.starts_with("lb.frontends") { "api" } else { "sample" };
+        let sample = if k.starts_with("lb.frontends") {
+            "api"
+        } else {
+            "sample"
+        };
         let path = set(&mut d, k, sample);
         if unknown_keys(&d).contains(&path) {
             refused.push(format!("{k} (as {path})"));
         }
     }
-    assert!(refused.is_empty(), "documented in docs/site.md but refused as unknown: {refused:#?}");
+    assert!(
+        refused.is_empty(),
+        "documented in docs/site.md but refused as unknown: {refused:#?}"
+    );
 }
 
 /// The check above can fail: a key the parser does not know is caught.
 #[test]
 fn an_undocumented_spelling_is_caught() {
-    let lab: Value = serde_yaml_ng::from_str(&std::fs::read_to_string(repo().join("examples/lab/site.yaml")).unwrap()).unwrap();
+    let lab: Value = serde_yaml_ng::from_str(
+        &std::fs::read_to_string(repo().join("examples/lab/site.yaml")).unwrap(),
+    )
+    .unwrap();
     let mut d = lab.clone();
     let path = set(&mut d, "host.dhcp.bootFiles.uefiX86-64", "");
     assert_eq!(path, "host.dhcp.bootFiles.uefiX86-64");
@@ -171,12 +225,19 @@ fn an_undocumented_spelling_is_caught() {
 #[test]
 fn uefi_x86_64_boot_file_spellings() {
     for spelling in ["uefiX86_64", "uefiX8664"] {
-        let mut d: Value = serde_yaml_ng::from_str(&std::fs::read_to_string(repo().join("examples/lab/site.yaml")).unwrap()).unwrap();
+        let mut d: Value = serde_yaml_ng::from_str(
+            &std::fs::read_to_string(repo().join("examples/lab/site.yaml")).unwrap(),
+        )
+        .unwrap();
         set(&mut d, &format!("host.dhcp.bootFiles.{spelling}"), "");
         d["host"]["dhcp"]["bootFiles"][spelling] = Value::String("snponly.efi".into());
         let file = write_lab_copy(&d);
         let got = site::load(&file);
         let s = got.unwrap_or_else(|e| panic!("{spelling}: {e}"));
-        assert_eq!(s.host.dhcp.as_ref().unwrap().boot_files.uefi_x86_64, "snponly.efi", "{spelling}");
+        assert_eq!(
+            s.host.dhcp.as_ref().unwrap().boot_files.uefi_x86_64,
+            "snponly.efi",
+            "{spelling}"
+        );
     }
 }

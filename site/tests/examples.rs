@@ -20,7 +20,10 @@ fn every_example_parses() {
         }
         seen += 1;
     }
-    assert!(seen >= 4, "expected lab, openshift, compact, ppc64le; saw {seen}");
+    assert!(
+        seen >= 4,
+        "expected lab, openshift, compact, ppc64le; saw {seen}"
+    );
 }
 
 #[test]
@@ -28,12 +31,28 @@ fn lab_site_is_what_the_tests_expect() {
     let s = site::load(&examples().join("lab/site.yaml")).unwrap();
     assert_eq!(s.cluster.domain(), "lab.example.test");
     let names: Vec<_> = s.nodes.iter().map(|n| n.name.as_str()).collect();
-    assert_eq!(names, ["bootstrap", "master-0", "master-1", "master-2", "worker-0", "worker-1", "p9-0"]);
+    assert_eq!(
+        names,
+        [
+            "bootstrap",
+            "master-0",
+            "master-1",
+            "master-2",
+            "worker-0",
+            "worker-1",
+            "p9-0"
+        ]
+    );
     let p9 = s.node("p9-0").unwrap();
     assert_eq!(p9.macs[0].to_string(), "52:54:00:77:00:30");
     assert_eq!(p9.arch, site::Arch::Ppc64le);
     assert_eq!(s.image_of(p9).kernel, "lab-ppc64le/vmlinux");
-    assert_eq!(s.node_by_mac(&"52:54:00:77:00:21".parse().unwrap()).unwrap().name, "worker-1");
+    assert_eq!(
+        s.node_by_mac(&"52:54:00:77:00:21".parse().unwrap())
+            .unwrap()
+            .name,
+        "worker-1"
+    );
 }
 
 #[test]
@@ -44,26 +63,43 @@ fn install_config_supplies_cluster_facts() {
     // The secret-bearing Ignition never shows in Debug output.
     let dbg = format!("{s:?}");
     assert!(dbg.contains("<redacted>"));
-    assert!(!dbg.contains("TEFCLVBVTEwtU0VDUkVULUNBTkFSWQ"), "pull secret leaked into Debug");
+    assert!(
+        !dbg.contains("TEFCLVBVTEwtU0VDUkVULUNBTkFSWQ"),
+        "pull secret leaked into Debug"
+    );
 }
 
 #[test]
 fn conflicting_install_config_names_both_places() {
     let dir = tempfile::tempdir().unwrap();
     let ex = examples().join("openshift");
-    std::fs::copy(ex.join("install-config.yaml"), dir.path().join("install-config.yaml")).unwrap();
+    std::fs::copy(
+        ex.join("install-config.yaml"),
+        dir.path().join("install-config.yaml"),
+    )
+    .unwrap();
     std::fs::create_dir(dir.path().join("ignition")).unwrap();
     for r in ["bootstrap", "master", "worker"] {
-        std::fs::copy(ex.join(format!("ignition/{r}.ign")), dir.path().join(format!("ignition/{r}.ign"))).unwrap();
+        std::fs::copy(
+            ex.join(format!("ignition/{r}.ign")),
+            dir.path().join(format!("ignition/{r}.ign")),
+        )
+        .unwrap();
     }
     let text = std::fs::read_to_string(ex.join("site.yaml"))
         .unwrap()
-        .replace("installConfig: install-config.yaml", "installConfig: install-config.yaml\n  name: other");
+        .replace(
+            "installConfig: install-config.yaml",
+            "installConfig: install-config.yaml\n  name: other",
+        );
     let path = dir.path().join("site.yaml");
     std::fs::write(&path, text).unwrap();
     let err = site::load(&path).unwrap_err();
     let msg = err.to_string();
-    assert!(msg.contains("cluster.name: \"other\" conflicts with metadata.name \"ocp\""), "{msg}");
+    assert!(
+        msg.contains("cluster.name: \"other\" conflicts with metadata.name \"ocp\""),
+        "{msg}"
+    );
     assert!(msg.contains("install-config.yaml"), "{msg}");
 }
 
@@ -71,7 +107,11 @@ fn conflicting_install_config_names_both_places() {
 fn every_problem_is_reported_at_once() {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/bad.yaml");
     let err = site::load(&path).unwrap_err();
-    let got: Vec<String> = err.problems.iter().map(|p| format!("{}: {}", p.key, p.reason)).collect();
+    let got: Vec<String> = err
+        .problems
+        .iter()
+        .map(|p| format!("{}: {}", p.key, p.reason))
+        .collect();
     let expect = [
         "cluster.colour: unknown key",
         "nodes[2].speed: unknown key",
@@ -91,7 +131,11 @@ fn every_problem_is_reported_at_once() {
         "ignition: role \"infra\" (nodes d) has no Ignition",
     ];
     for e in expect {
-        assert!(got.iter().any(|g| g.starts_with(e)), "missing problem {e:?}\n got:\n{}", got.join("\n"));
+        assert!(
+            got.iter().any(|g| g.starts_with(e)),
+            "missing problem {e:?}\n got:\n{}",
+            got.join("\n")
+        );
     }
     for p in &err.problems {
         assert_eq!(p.file, path, "every problem names its file");
@@ -112,5 +156,9 @@ fn yaml_type_error_names_the_key() {
 #[test]
 fn missing_file_is_a_clear_error() {
     let err = site::load(Path::new("/nonexistent/site.yaml")).unwrap_err();
-    assert!(err.to_string().contains("/nonexistent/site.yaml: cannot read site file"), "{err}");
+    assert!(
+        err.to_string()
+            .contains("/nonexistent/site.yaml: cannot read site file"),
+        "{err}"
+    );
 }

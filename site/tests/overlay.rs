@@ -8,7 +8,9 @@ use std::path::{Path, PathBuf};
 fn lab() -> (tempfile::TempDir, PathBuf) {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/lab");
     let dir = tempfile::tempdir().unwrap();
-    let text = std::fs::read_to_string(src.join("site.yaml")).unwrap().replace("stateDir: ../../target/lab-state", "stateDir: state");
+    let text = std::fs::read_to_string(src.join("site.yaml"))
+        .unwrap()
+        .replace("stateDir: ../../target/lab-state", "stateDir: state");
     assert!(text.contains("stateDir: state"));
     std::fs::write(dir.path().join("site.yaml"), text).unwrap();
     std::fs::create_dir_all(dir.path().join("ignition")).unwrap();
@@ -21,7 +23,8 @@ fn lab() -> (tempfile::TempDir, PathBuf) {
     (dir, site)
 }
 
-const WORKER_3: &str = "nodes:\n  - { name: worker-3, role: worker, macs: [\"52:54:00:77:00:23\"], ip: 10.77.0.23 }\n";
+const WORKER_3: &str =
+    "nodes:\n  - { name: worker-3, role: worker, macs: [\"52:54:00:77:00:23\"], ip: 10.77.0.23 }\n";
 
 #[test]
 fn overlay_nodes_are_merged_and_watched() {
@@ -29,7 +32,10 @@ fn overlay_nodes_are_merged_and_watched() {
     let before = site::load(&path).unwrap();
     let overlay = dir.path().join("state").join(site::OVERLAY_FILE);
     assert_eq!(before.overlay.path, overlay);
-    assert!(before.watched_files().contains(&overlay), "the overlay must be watched even before it exists");
+    assert!(
+        before.watched_files().contains(&overlay),
+        "the overlay must be watched even before it exists"
+    );
     assert!(before.node("worker-3").is_none());
 
     std::fs::write(&overlay, WORKER_3).unwrap();
@@ -40,7 +46,13 @@ fn overlay_nodes_are_merged_and_watched() {
     assert!(after.from_overlay("worker-3"));
     assert!(!after.from_overlay("worker-0"));
     assert_eq!(after.nodes.len(), before.nodes.len() + 1);
-    assert_eq!(after.node_by_mac(&"52:54:00:77:00:23".parse().unwrap()).unwrap().name, "worker-3");
+    assert_eq!(
+        after
+            .node_by_mac(&"52:54:00:77:00:23".parse().unwrap())
+            .unwrap()
+            .name,
+        "worker-3"
+    );
 }
 
 #[test]
@@ -55,11 +67,36 @@ fn overlay_problems_name_the_overlay_file_and_key() {
     .unwrap();
     let e = site::load(&path).unwrap_err();
     let text = e.to_string();
-    let in_overlay = |key: &str| e.problems.iter().find(|p| p.file == overlay && p.key == key).map(|p| p.reason.clone());
-    assert!(in_overlay("nodes[0].macs[0]").unwrap().contains("duplicate MAC 52:54:00:77:00:20 (also in nodes[4])"), "{text}");
-    assert!(in_overlay("nodes[0].ip").unwrap().contains("duplicate IP 10.77.0.21 (also nodes[5])"), "{text}");
-    assert!(in_overlay("nodes[1].ip").unwrap().contains("outside every network"), "{text}");
-    assert!(in_overlay("nodes[1].colour").unwrap().contains("unknown key"), "{text}");
+    let in_overlay = |key: &str| {
+        e.problems
+            .iter()
+            .find(|p| p.file == overlay && p.key == key)
+            .map(|p| p.reason.clone())
+    };
+    assert!(
+        in_overlay("nodes[0].macs[0]")
+            .unwrap()
+            .contains("duplicate MAC 52:54:00:77:00:20 (also in nodes[4])"),
+        "{text}"
+    );
+    assert!(
+        in_overlay("nodes[0].ip")
+            .unwrap()
+            .contains("duplicate IP 10.77.0.21 (also nodes[5])"),
+        "{text}"
+    );
+    assert!(
+        in_overlay("nodes[1].ip")
+            .unwrap()
+            .contains("outside every network"),
+        "{text}"
+    );
+    assert!(
+        in_overlay("nodes[1].colour")
+            .unwrap()
+            .contains("unknown key"),
+        "{text}"
+    );
     // Nothing is blamed on the site file itself.
     assert!(e.problems.iter().all(|p| p.file == overlay), "{text}");
 }
@@ -72,9 +109,16 @@ fn candidate_overlay_is_checked_without_writing_it() {
     assert!(!dir.path().join("state").join(site::OVERLAY_FILE).exists());
     let dup = WORKER_3.replace("worker-3", "master-0");
     let e = site::load_with_overlay(&path, &dup).unwrap_err();
-    assert!(e.to_string().contains("duplicate node name \"master-0\" (also nodes[1])"), "{e}");
+    assert!(
+        e.to_string()
+            .contains("duplicate node name \"master-0\" (also nodes[1])"),
+        "{e}"
+    );
     // An empty overlay is no overlay.
-    assert_eq!(site::load_with_overlay(&path, "").unwrap().nodes.len(), site::load(&path).unwrap().nodes.len());
+    assert_eq!(
+        site::load_with_overlay(&path, "").unwrap().nodes.len(),
+        site::load(&path).unwrap().nodes.len()
+    );
 }
 
 #[test]
@@ -89,10 +133,16 @@ fn host_api_keys_are_validated() {
     let s = site::load(&path).unwrap();
     let api = s.host.api.as_ref().unwrap();
     assert_eq!(api.deadline.as_secs(), 2700);
-    assert_eq!(api.tokens, site::SecretRef::Credential("bootd-api-tokens".into()));
+    assert_eq!(
+        api.tokens,
+        site::SecretRef::Credential("bootd-api-tokens".into())
+    );
     let eq = api.equinix.as_ref().unwrap();
     assert_eq!(eq.base_url, "https://api.equinix.com/metal/v1");
-    assert_eq!(eq.api_key, site::SecretRef::File(dir.path().join("metal.key")));
+    assert_eq!(
+        eq.api_key,
+        site::SecretRef::File(dir.path().join("metal.key"))
+    );
 
     let bad = text.replace(
         "host:\n",
@@ -101,8 +151,13 @@ fn host_api_keys_are_validated() {
     std::fs::write(&path, &bad).unwrap();
     let e = site::load(&path).unwrap_err();
     let keys: Vec<_> = e.problems.iter().map(|p| p.key.as_str()).collect();
-    for k in ["host.api.listen", "host.api.tokens", "host.api.powervs.baseUrl", "host.api.powervs.cloudInstanceId", "host.api.powervs.crn"]
-    {
+    for k in [
+        "host.api.listen",
+        "host.api.tokens",
+        "host.api.powervs.baseUrl",
+        "host.api.powervs.cloudInstanceId",
+        "host.api.powervs.crn",
+    ] {
         assert!(keys.contains(&k), "{k} missing in {e}");
     }
 }
@@ -112,18 +167,35 @@ fn host_api_local_keys_are_validated() {
     let (dir, path) = lab();
     let text = std::fs::read_to_string(&path).unwrap();
     let api = "host:\n  api:\n    listen: 127.0.0.1:9443\n    tokens: { file: t }\n";
-    std::fs::write(&path, text.replace("host:\n", &format!("{api}    local: {{}}\n"))).unwrap();
+    std::fs::write(
+        &path,
+        text.replace("host:\n", &format!("{api}    local: {{}}\n")),
+    )
+    .unwrap();
     let s = site::load(&path).unwrap();
     let l = s.host.api.as_ref().unwrap().local.clone().unwrap();
-    assert_eq!((l.qemu.as_str(), l.bridge.as_str(), l.netns.as_deref()), ("qemu-system-x86_64", "br0", None));
-    assert_eq!((l.firmware, l.memory_mib, l.state_dir.clone()), (site::LocalFirmware::SeabiosIpxe, 512, None));
+    assert_eq!(
+        (l.qemu.as_str(), l.bridge.as_str(), l.netns.as_deref()),
+        ("qemu-system-x86_64", "br0", None)
+    );
+    assert_eq!(
+        (l.firmware, l.memory_mib, l.state_dir.clone()),
+        (site::LocalFirmware::SeabiosIpxe, 512, None)
+    );
 
     let good =
         format!("{api}    local: {{ qemu: bin/qemu, bridge: labbr, netns: lab, firmware: ovmf-ipxe, memory: 1024, stateDir: vms }}\n");
     std::fs::write(&path, text.replace("host:\n", &good)).unwrap();
     let l = site::load(&path).unwrap().host.api.unwrap().local.unwrap();
-    assert_eq!(l.qemu, dir.path().join("bin/qemu").display().to_string(), "a path is relative to the site file");
-    assert_eq!((l.firmware, l.memory_mib, l.netns.as_deref()), (site::LocalFirmware::OvmfIpxe, 1024, Some("lab")));
+    assert_eq!(
+        l.qemu,
+        dir.path().join("bin/qemu").display().to_string(),
+        "a path is relative to the site file"
+    );
+    assert_eq!(
+        (l.firmware, l.memory_mib, l.netns.as_deref()),
+        (site::LocalFirmware::OvmfIpxe, 1024, Some("lab"))
+    );
     assert_eq!(l.state_dir, Some(dir.path().join("vms")));
 
     let bad = format!(
@@ -142,5 +214,8 @@ fn host_api_local_keys_are_validated() {
     ] {
         assert!(keys.contains(&k), "{k} missing in {e}");
     }
-    assert!(e.to_string().contains("want seabios-ipxe or ovmf-ipxe"), "{e}");
+    assert!(
+        e.to_string().contains("want seabios-ipxe or ovmf-ipxe"),
+        "{e}"
+    );
 }

@@ -20,7 +20,11 @@ use tokio_util::sync::CancellationToken;
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[derive(Parser, Debug)]
-#[command(name = "appliance", version, about = "bootd + dnsd + lbd in one process, from one site description")]
+#[command(
+    name = "appliance",
+    version,
+    about = "bootd + dnsd + lbd in one process, from one site description"
+)]
 struct Cli {
     /// The site description.
     #[arg(long, default_value = "/etc/bare-metal-boot/site.yaml")]
@@ -67,19 +71,38 @@ fn main() -> Result<()> {
     tokio::runtime::Runtime::new()?.block_on(serve(boot, dns, lb))
 }
 
-async fn serve(boot: bootd::Config, dns: Option<(dnsd::Config, dnsd::Loaded)>, lb: Option<lbd::Config>) -> Result<()> {
+async fn serve(
+    boot: bootd::Config,
+    dns: Option<(dnsd::Config, dnsd::Loaded)>,
+    lb: Option<lbd::Config>,
+) -> Result<()> {
     // Bind everything first: READY only when every socket is ours.
     let boot_sockets = appliance::BootSockets::bind(&boot.site).await?;
     let dns_sockets = match &dns {
         Some((_, loaded)) => {
-            let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).min(2);
-            let mut s = dnsd::Sockets { udp: Vec::new(), tcp: Vec::new(), http: None };
+            let threads = std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(1)
+                .min(2);
+            let mut s = dnsd::Sockets {
+                udp: Vec::new(),
+                tcp: Vec::new(),
+                http: None,
+            };
             for a in &loaded.dns.listen {
-                s.udp.extend(dnsd::bind_udp(*a, threads).with_context(|| format!("dns.listen {a} (UDP)"))?);
-                s.tcp.push(tokio::net::TcpListener::from_std(dnsd::bind_tcp(*a).with_context(|| format!("dns.listen {a} (TCP)"))?)?);
+                s.udp.extend(
+                    dnsd::bind_udp(*a, threads).with_context(|| format!("dns.listen {a} (UDP)"))?,
+                );
+                s.tcp.push(tokio::net::TcpListener::from_std(
+                    dnsd::bind_tcp(*a).with_context(|| format!("dns.listen {a} (TCP)"))?,
+                )?);
             }
             if let Some(h) = loaded.dns.http {
-                s.http = Some(tokio::net::TcpListener::bind(h).await.with_context(|| format!("dns.http {h}"))?);
+                s.http = Some(
+                    tokio::net::TcpListener::bind(h)
+                        .await
+                        .with_context(|| format!("dns.http {h}"))?,
+                );
             }
             Some(s)
         }
@@ -89,8 +112,11 @@ async fn serve(boot: bootd::Config, dns: Option<(dnsd::Config, dnsd::Loaded)>, l
         Some(c) => {
             let mut s = lbd::Sockets::default();
             for f in &c.loaded.plan(false) {
-                s.frontends
-                    .insert(f.name.clone(), lbd::state::bind(f.listen).with_context(|| format!("lb frontend {} {}", f.name, f.listen))?);
+                s.frontends.insert(
+                    f.name.clone(),
+                    lbd::state::bind(f.listen)
+                        .with_context(|| format!("lb frontend {} {}", f.name, f.listen))?,
+                );
             }
             if let Some(a) = c.loaded.lb().admin_listen {
                 s.admin = Some(lbd::state::bind(a).with_context(|| format!("lb.adminListen {a}"))?);
@@ -118,7 +144,9 @@ async fn serve(boot: bootd::Config, dns: Option<(dnsd::Config, dnsd::Loaded)>, l
     // lbd first: bootd's timeline reads its status in process.
     let mut lb_source = appliance::lbwatch::LbSource::Admin;
     if let (Some(config), Some(sockets)) = (lb, lb_sockets) {
-        let lbd = lbd::start(config, sockets, shutdown.clone()).await.context("lbd")?;
+        let lbd = lbd::start(config, sockets, shutdown.clone())
+            .await
+            .context("lbd")?;
         lb_source = appliance::lbwatch::LbSource::InProcess(Arc::clone(&lbd));
         tasks.spawn(async move {
             lbd.wait().await;
@@ -128,16 +156,39 @@ async fn serve(boot: bootd::Config, dns: Option<(dnsd::Config, dnsd::Loaded)>, l
     {
         let sd = shutdown.clone();
         let source = Some(lb_source);
-        tasks
-            .spawn(async move { ("bootd", appliance::run_boot(app, boot, boot_sockets, controller::Tuning::default(), source, sd).await) });
+        tasks.spawn(async move {
+            (
+                "bootd",
+                appliance::run_boot(
+                    app,
+                    boot,
+                    boot_sockets,
+                    controller::Tuning::default(),
+                    source,
+                    sd,
+                )
+                .await,
+            )
+        });
     }
     if let (Some((config, loaded)), Some(sockets)) = (dns, dns_sockets) {
         let sd = shutdown.clone();
-        tasks.spawn(async move { ("dnsd", dnsd::run_loaded(config, loaded, sockets, sd).await.map_err(anyhow::Error::from)) });
+        tasks.spawn(async move {
+            (
+                "dnsd",
+                dnsd::run_loaded(config, loaded, sockets, sd)
+                    .await
+                    .map_err(anyhow::Error::from),
+            )
+        });
     }
     runtime::service::ready(&summary);
     tracing::info!("{summary}");
-    let signals = tokio::spawn(runtime::service::signals(shutdown.clone(), reloads, reloaded));
+    let signals = tokio::spawn(runtime::service::signals(
+        shutdown.clone(),
+        reloads,
+        reloaded,
+    ));
     let watchdog = runtime::service::spawn_watchdog();
 
     // The first daemon to stop (an error, or the shutdown) stops the others.

@@ -16,7 +16,11 @@ use tokio_util::sync::CancellationToken;
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[derive(Parser, Debug)]
-#[command(name = "bootd", version, about = "Network-boot server: iPXE/GRUB scripts, per-node Ignition, OS images")]
+#[command(
+    name = "bootd",
+    version,
+    about = "Network-boot server: iPXE/GRUB scripts, per-node Ignition, OS images"
+)]
 struct Cli {
     /// The site description (YAML).
     #[arg(long, global = true, default_value = "/etc/bootd/site.yaml")]
@@ -88,34 +92,57 @@ fn main() -> Result<()> {
     let mut config = appliance::boot_config(site);
     config.state_dir = cli.state_dir.clone();
     if let Some(p) = &cli.dhcp_reply_ports {
-        let (c, s) = p.split_once(',').context("--dhcp-reply-ports CLIENT,SERVER")?;
-        config.dhcp_ports = bootd::dhcp::server::Ports { client: c.parse()?, server: s.parse()? };
+        let (c, s) = p
+            .split_once(',')
+            .context("--dhcp-reply-ports CLIENT,SERVER")?;
+        config.dhcp_ports = bootd::dhcp::server::Ports {
+            client: c.parse()?,
+            server: s.parse()?,
+        };
     }
     match cli.cmd.unwrap_or(Cmd::Run) {
         Cmd::Run => serve(config),
         Cmd::Render { what, node } => render(&config, what, &node),
         Cmd::Revoke { node } => set_revoked(&config, &node, true),
         Cmd::Unrevoke { node } => set_revoked(&config, &node, false),
-        Cmd::Nodes { conn, cmd } => api_client(&config, &conn, |c| Box::pin(async move { controller::client::nodes(&c, cmd).await })),
-        Cmd::Cluster { conn, cmd } => api_client(&config, &conn, |c| Box::pin(async move { controller::client::cluster(&c, cmd).await })),
+        Cmd::Nodes { conn, cmd } => api_client(&config, &conn, |c| {
+            Box::pin(async move { controller::client::nodes(&c, cmd).await })
+        }),
+        Cmd::Cluster { conn, cmd } => api_client(&config, &conn, |c| {
+            Box::pin(async move { controller::client::cluster(&c, cmd).await })
+        }),
     }
 }
 
 fn check_config(path: &std::path::Path) -> Result<()> {
     match site::load(path) {
         Ok(site) => {
-            println!("{}: ok: cluster {}, {} nodes", path.display(), site.cluster.domain(), site.nodes.len());
+            println!(
+                "{}: ok: cluster {}, {} nodes",
+                path.display(),
+                site.cluster.domain(),
+                site.nodes.len()
+            );
             // Image files are not required to exist yet (they may be fetched
             // later), but say so.
             for (name, set) in &site.images.sets {
                 if let Some(Err(why)) = set.catalog.as_ref().map(|c| &c.resolved) {
-                    println!("warning: images.sets.{name}: {why}; fetch it with: {}", images::cache::fetch_command(&site, name));
+                    println!(
+                        "warning: images.sets.{name}: {why}; fetch it with: {}",
+                        images::cache::fetch_command(&site, name)
+                    );
                     continue;
                 }
-                for f in [Some(&set.kernel), Some(&set.initramfs), set.rootfs.as_ref()].into_iter().flatten() {
+                for f in [Some(&set.kernel), Some(&set.initramfs), set.rootfs.as_ref()]
+                    .into_iter()
+                    .flatten()
+                {
                     let p = site.images.root.join(f);
                     if !p.is_file() {
-                        println!("warning: images.sets.{name}: {} does not exist yet", p.display());
+                        println!(
+                            "warning: images.sets.{name}: {} does not exist yet",
+                            p.display()
+                        );
                     }
                 }
             }
@@ -130,7 +157,9 @@ fn check_config(path: &std::path::Path) -> Result<()> {
 
 fn render(config: &bootd::Config, what: What, name: &str) -> Result<()> {
     let site = &config.site;
-    let Some(node) = site.node(name) else { bail!("no node named {name:?} in {}", site.source.display()) };
+    let Some(node) = site.node(name) else {
+        bail!("no node named {name:?} in {}", site.source.display())
+    };
     let key = bootd::token::TokenKey::load_or_create(&config.state_dir())
         .with_context(|| format!("state directory {}", config.state_dir().display()))?;
     let token = key.issue(&node.name, SystemTime::now(), site.ignition.token_ttl);
@@ -143,7 +172,9 @@ fn render(config: &bootd::Config, what: What, name: &str) -> Result<()> {
             // Exactly the bytes the HTTP route sends.
             String::from_utf8(serde_json::to_vec(&cfg)?)?
         }
-        What::Metadata => serde_json::to_string_pretty(&bootd::render::metadata::metadata(site, node))? + "\n",
+        What::Metadata => {
+            serde_json::to_string_pretty(&bootd::render::metadata::metadata(site, node))? + "\n"
+        }
     };
     print!("{out}");
     Ok(())
@@ -158,7 +189,9 @@ fn api_client(
     f: impl FnOnce(controller::client::Client) -> ClientFuture,
 ) -> Result<()> {
     let client = controller::client::Client::new(&config.site, &config.state_dir(), conn)?;
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
     let code = rt.block_on(f(client))?;
     if code != 0 {
         std::process::exit(code);
@@ -171,7 +204,10 @@ fn set_revoked(config: &bootd::Config, node: &str, revoked: bool) -> Result<()> 
         bail!("no node named {node:?} in {}", config.site.source.display());
     }
     let set = bootd::state::set_revoked(&config.state_dir(), node, revoked)?;
-    println!("revoked nodes: {}", set.into_iter().collect::<Vec<_>>().join(", "));
+    println!(
+        "revoked nodes: {}",
+        set.into_iter().collect::<Vec<_>>().join(", ")
+    );
     Ok(())
 }
 
@@ -182,26 +218,62 @@ fn serve(config: bootd::Config) -> Result<()> {
         let sockets = appliance::BootSockets::bind(site).await?;
         let shutdown = CancellationToken::new();
         let reload = Arc::clone(&config.reload);
-        println!("bootd: serving cluster {} ({} nodes) from {}", site.cluster.domain(), site.nodes.len(), site.source.display());
+        println!(
+            "bootd: serving cluster {} ({} nodes) from {}",
+            site.cluster.domain(),
+            site.nodes.len(),
+            site.source.display()
+        );
         println!("  iPXE entry:    {}/boot.ipxe", site.host.http.url);
         println!("  GRUB:          {}/grub/grub.cfg", site.host.http.url);
-        println!("  images:        {}/images/  ({})", site.host.http.url, site.images.root.display());
+        println!(
+            "  images:        {}/images/  ({})",
+            site.host.http.url,
+            site.images.root.display()
+        );
         if let Some(h) = &site.host.https {
-            println!("  HTTPS:         {}/  (CA: {}/ca.pem)", h.url, config.state_dir().display());
+            println!(
+                "  HTTPS:         {}/  (CA: {}/ca.pem)",
+                h.url,
+                config.state_dir().display()
+            );
         }
-        println!("  health/metrics {}/healthz {}/metrics", site.host.http.url, site.host.http.url);
+        println!(
+            "  health/metrics {}/healthz {}/metrics",
+            site.host.http.url, site.host.http.url
+        );
         for n in &site.nodes {
-            println!("  node {:<12} {:<9} {} {}", n.name, n.role, n.macs.first().map(|m| m.to_string()).unwrap_or_default(), n.ip);
+            println!(
+                "  node {:<12} {:<9} {} {}",
+                n.name,
+                n.role,
+                n.macs.first().map(|m| m.to_string()).unwrap_or_default(),
+                n.ip
+            );
         }
         let reloaded = Arc::clone(&config.reloaded);
         let app = bootd::prepare(&config, sockets.want_tls())?;
         // Config validated, sockets bound, state (CA, keys) ready: tell systemd.
-        runtime::service::ready(&format!("serving {} ({} nodes)", site.cluster.domain(), site.nodes.len()));
-        let signals = tokio::spawn(runtime::service::signals(shutdown.clone(), vec![reload], vec![reloaded]));
+        runtime::service::ready(&format!(
+            "serving {} ({} nodes)",
+            site.cluster.domain(),
+            site.nodes.len()
+        ));
+        let signals = tokio::spawn(runtime::service::signals(
+            shutdown.clone(),
+            vec![reload],
+            vec![reloaded],
+        ));
         let watchdog = runtime::service::spawn_watchdog();
-        let r =
-            appliance::run_boot(app, config, sockets, controller::Tuning::default(), Some(appliance::lbwatch::LbSource::Admin), shutdown)
-                .await;
+        let r = appliance::run_boot(
+            app,
+            config,
+            sockets,
+            controller::Tuning::default(),
+            Some(appliance::lbwatch::LbSource::Admin),
+            shutdown,
+        )
+        .await;
         signals.abort();
         if let Some(w) = watchdog {
             w.abort();

@@ -56,15 +56,22 @@ impl Fake {
     pub async fn start() -> Fake {
         let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = l.local_addr().unwrap();
-        let state = Arc::new(Mutex::new(State { issued_token: "iam-access-token-1".into(), ..Default::default() }));
+        let state = Arc::new(Mutex::new(State {
+            issued_token: "iam-access-token-1".into(),
+            ..Default::default()
+        }));
         let st = Arc::clone(&state);
         tokio::spawn(async move {
             loop {
-                let Ok((s, _)) = l.accept().await else { continue };
+                let Ok((s, _)) = l.accept().await else {
+                    continue;
+                };
                 let st = Arc::clone(&st);
                 tokio::spawn(async move {
                     let svc = hyper::service::service_fn(move |req| handle(Arc::clone(&st), req));
-                    let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(s), svc).await;
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(s), svc)
+                        .await;
                 });
             }
         });
@@ -81,32 +88,58 @@ impl Fake {
 
     /// Machines not deleted.
     pub fn live_devices(&self) -> usize {
-        self.st().devices.values().filter(|d| d["state"] != "deprovisioning").count()
+        self.st()
+            .devices
+            .values()
+            .filter(|d| d["state"] != "deprovisioning")
+            .count()
     }
     pub fn live_instances(&self) -> usize {
-        self.st().instances.values().filter(|d| d["status"] != "DELETING").count()
+        self.st()
+            .instances
+            .values()
+            .filter(|d| d["status"] != "DELETING")
+            .count()
     }
 }
 
 fn reply(status: u16, v: &Value) -> Response<Full<Bytes>> {
     let mut r = Response::new(Full::new(Bytes::from(serde_json::to_vec(v).unwrap())));
     *r.status_mut() = StatusCode::from_u16(status).unwrap();
-    r.headers_mut().insert(http::header::CONTENT_TYPE, "application/json".parse().unwrap());
+    r.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        "application/json".parse().unwrap(),
+    );
     r
 }
 
 fn uuid() -> String {
     let b: [u8; 16] = rand::random();
     let h: String = b.iter().map(|x| format!("{x:02x}")).collect();
-    format!("{}-{}-4{}-a{}-{}", &h[0..8], &h[8..12], &h[13..16], &h[17..20], &h[20..32])
+    format!(
+        "{}-{}-4{}-a{}-{}",
+        &h[0..8],
+        &h[8..12],
+        &h[13..16],
+        &h[17..20],
+        &h[20..32]
+    )
 }
 
-async fn handle(st: Arc<Mutex<State>>, req: Request<hyper::body::Incoming>) -> Result<Response<Full<Bytes>>, std::convert::Infallible> {
+async fn handle(
+    st: Arc<Mutex<State>>,
+    req: Request<hyper::body::Incoming>,
+) -> Result<Response<Full<Bytes>>, std::convert::Infallible> {
     let method = req.method().clone();
     let path = req.uri().path().to_string();
     let query = req.uri().query().unwrap_or("").to_string();
     let headers = req.headers().clone();
-    let body = req.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+    let body = req
+        .into_body()
+        .collect()
+        .await
+        .map(|b| b.to_bytes())
+        .unwrap_or_default();
     let is_iam = path == "/identity/token";
     let fault = {
         let mut s = st.lock().unwrap();
@@ -119,15 +152,24 @@ async fn handle(st: Arc<Mutex<State>>, req: Request<hyper::body::Incoming>) -> R
     };
     match fault {
         Some(Fault::Status(code, ra)) => {
-            let mut r = reply(code, &json!({ "error": "injected", "errors": ["injected fault"] }));
+            let mut r = reply(
+                code,
+                &json!({ "error": "injected", "errors": ["injected fault"] }),
+            );
             if let Some(s) = ra {
-                r.headers_mut().insert(http::header::RETRY_AFTER, s.to_string().parse().unwrap());
+                r.headers_mut()
+                    .insert(http::header::RETRY_AFTER, s.to_string().parse().unwrap());
             }
             return Ok(r);
         }
         Some(Fault::Truncated) => {
-            let mut r = Response::new(Full::new(Bytes::from_static(b"{\"devices\": [{\"id\": \"0a1b")));
-            r.headers_mut().insert(http::header::CONTENT_TYPE, "application/json".parse().unwrap());
+            let mut r = Response::new(Full::new(Bytes::from_static(
+                b"{\"devices\": [{\"id\": \"0a1b",
+            )));
+            r.headers_mut().insert(
+                http::header::CONTENT_TYPE,
+                "application/json".parse().unwrap(),
+            );
             return Ok(r);
         }
         Some(Fault::Hang(d)) => tokio::time::sleep(d).await,
@@ -141,14 +183,25 @@ async fn handle(st: Arc<Mutex<State>>, req: Request<hyper::body::Incoming>) -> R
         let field = |k: &str| {
             form.split('&')
                 .find_map(|kv| kv.strip_prefix(&format!("{k}=")))
-                .map(|v| percent_encoding::percent_decode_str(v).decode_utf8_lossy().to_string())
+                .map(|v| {
+                    percent_encoding::percent_decode_str(v)
+                        .decode_utf8_lossy()
+                        .to_string()
+                })
         };
         if field("grant_type").as_deref() != Some("urn:ibm:params:oauth:grant-type:apikey")
             || field("apikey").as_deref() != Some(POWERVS_KEY)
         {
-            return Ok(reply(400, &json!({ "errorCode": "BXNIM0415E", "errorMessage": "Provided API key could not be found" })));
+            return Ok(reply(
+                400,
+                &json!({ "errorCode": "BXNIM0415E", "errorMessage": "Provided API key could not be found" }),
+            ));
         }
-        let exp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() + 3600;
+        let exp = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs()
+            + 3600;
         return Ok(reply(
             200,
             &json!({ "access_token": s.issued_token, "refresh_token": "not_supported", "token_type": "Bearer", "expires_in": 3600, "expiration": exp }),
@@ -163,21 +216,42 @@ async fn handle(st: Arc<Mutex<State>>, req: Request<hyper::body::Incoming>) -> R
     Ok(equinix(&st, &method, &segs, &query, &body).await)
 }
 
-async fn equinix(st: &Arc<Mutex<State>>, method: &Method, segs: &[&str], query: &str, body: &[u8]) -> Response<Full<Bytes>> {
+async fn equinix(
+    st: &Arc<Mutex<State>>,
+    method: &Method,
+    segs: &[&str],
+    query: &str,
+    body: &[u8],
+) -> Response<Full<Bytes>> {
     match (method, segs) {
         (&Method::GET, ["projects", p, "devices"]) if *p == PROJECT => {
             let tag = query
                 .split('&')
                 .find_map(|kv| kv.strip_prefix("tag="))
-                .map(|t| percent_encoding::percent_decode_str(t).decode_utf8_lossy().to_string());
+                .map(|t| {
+                    percent_encoding::percent_decode_str(t)
+                        .decode_utf8_lossy()
+                        .to_string()
+                });
             let s = st.lock().unwrap();
             let list: Vec<Value> = s
                 .devices
                 .values()
-                .filter(|d| tag.as_ref().is_none_or(|t| d["tags"].as_array().unwrap().iter().any(|x| x == t.as_str())))
+                .filter(|d| {
+                    tag.as_ref().is_none_or(|t| {
+                        d["tags"]
+                            .as_array()
+                            .unwrap()
+                            .iter()
+                            .any(|x| x == t.as_str())
+                    })
+                })
                 .cloned()
                 .collect();
-            reply(200, &json!({ "devices": list, "meta": { "total": list.len(), "current_page": 1, "last_page": 1 } }))
+            reply(
+                200,
+                &json!({ "devices": list, "meta": { "total": list.len(), "current_page": 1, "last_page": 1 } }),
+            )
         }
         (&Method::POST, ["projects", p, "devices"]) if *p == PROJECT => {
             let v: Value = match serde_json::from_slice(body) {
@@ -189,7 +263,10 @@ async fn equinix(st: &Arc<Mutex<State>>, method: &Method, segs: &[&str], query: 
                 (s.hold_create.clone(), s.refuse_create.take())
             };
             if let Some(code) = refuse {
-                return reply(code, &json!({ "errors": ["plan c3.small.x86 is not available in metro sv"] }));
+                return reply(
+                    code,
+                    &json!({ "errors": ["plan c3.small.x86 is not available in metro sv"] }),
+                );
             }
             let id = uuid();
             let dev = json!({
@@ -217,7 +294,9 @@ async fn equinix(st: &Arc<Mutex<State>>, method: &Method, segs: &[&str], query: 
         }
         (&Method::GET, ["devices", id]) => {
             let mut s = st.lock().unwrap();
-            let Some(d) = s.devices.get_mut(*id) else { return reply(404, &json!({ "error": "Not found" })) };
+            let Some(d) = s.devices.get_mut(*id) else {
+                return reply(404, &json!({ "error": "Not found" }));
+            };
             let next = match d["state"].as_str() {
                 Some("queued") => "provisioning",
                 Some("provisioning") => "active",
@@ -261,16 +340,38 @@ fn instance_ref(i: &Value) -> Value {
     r
 }
 
-async fn powervs(st: &Arc<Mutex<State>>, method: &Method, segs: &[&str], headers: &http::HeaderMap, body: &[u8]) -> Response<Full<Bytes>> {
+async fn powervs(
+    st: &Arc<Mutex<State>>,
+    method: &Method,
+    segs: &[&str],
+    headers: &http::HeaderMap,
+    body: &[u8],
+) -> Response<Full<Bytes>> {
     let tok = st.lock().unwrap().issued_token.clone();
-    let auth_ok = headers.get(http::header::AUTHORIZATION).and_then(|v| v.to_str().ok()) == Some(&format!("Bearer {tok}"));
-    let crn_ok = headers.get("CRN").and_then(|v| v.to_str().ok()).is_some_and(|c| c.starts_with("crn:"));
+    let auth_ok = headers
+        .get(http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        == Some(&format!("Bearer {tok}"));
+    let crn_ok = headers
+        .get("CRN")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|c| c.starts_with("crn:"));
     if !auth_ok || !crn_ok {
-        return reply(401, &json!({ "code": 401, "description": "unauthorized", "error": "unauthorized", "message": "unauthorized" }));
+        return reply(
+            401,
+            &json!({ "code": 401, "description": "unauthorized", "error": "unauthorized", "message": "unauthorized" }),
+        );
     }
     let base = ["pcloud", "v1", "cloud-instances"];
-    if segs.len() < 5 || segs[..3] != base || segs[3] != CLOUD_INSTANCE || segs[4] != "pvm-instances" {
-        return reply(404, &json!({ "code": 404, "description": "not found", "error": "not found", "message": "not found" }));
+    if segs.len() < 5
+        || segs[..3] != base
+        || segs[3] != CLOUD_INSTANCE
+        || segs[4] != "pvm-instances"
+    {
+        return reply(
+            404,
+            &json!({ "code": 404, "description": "not found", "error": "not found", "message": "not found" }),
+        );
     }
     match (method, &segs[5..]) {
         (&Method::GET, []) => {
@@ -306,11 +407,17 @@ async fn powervs(st: &Arc<Mutex<State>>, method: &Method, segs: &[&str], headers
         (&Method::GET, [id]) => {
             let mut s = st.lock().unwrap();
             let Some(i) = s.instances.get_mut(*id) else {
-                return reply(404, &json!({ "code": 404, "description": "not found", "error": "not found", "message": "not found" }));
+                return reply(
+                    404,
+                    &json!({ "code": 404, "description": "not found", "error": "not found", "message": "not found" }),
+                );
             };
             if i["status"] == "DELETING" {
                 s.instances.remove(*id);
-                return reply(404, &json!({ "code": 404, "description": "not found", "error": "not found", "message": "not found" }));
+                return reply(
+                    404,
+                    &json!({ "code": 404, "description": "not found", "error": "not found", "message": "not found" }),
+                );
             }
             i["status"] = json!("ACTIVE");
             reply(200, i)
@@ -322,9 +429,15 @@ async fn powervs(st: &Arc<Mutex<State>>, method: &Method, segs: &[&str], headers
                     i["status"] = json!("DELETING");
                     reply(200, &json!({}))
                 }
-                None => reply(404, &json!({ "code": 404, "description": "not found", "error": "not found", "message": "not found" })),
+                None => reply(
+                    404,
+                    &json!({ "code": 404, "description": "not found", "error": "not found", "message": "not found" }),
+                ),
             }
         }
-        _ => reply(404, &json!({ "code": 404, "description": "not found", "error": "not found", "message": "not found" })),
+        _ => reply(
+            404,
+            &json!({ "code": 404, "description": "not found", "error": "not found", "message": "not found" }),
+        ),
     }
 }

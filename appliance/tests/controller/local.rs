@@ -15,7 +15,10 @@ impl StandIns {
         std::fs::read_to_string(self.0.join("calls"))
             .unwrap_or_default()
             .lines()
-            .filter_map(|l| l.split_once(' ').and_then(|(p, a)| Some((p.parse().ok()?, a.to_string()))))
+            .filter_map(|l| {
+                l.split_once(' ')
+                    .and_then(|(p, a)| Some((p.parse().ok()?, a.to_string())))
+            })
             .collect()
     }
     fn script(&self) -> PathBuf {
@@ -27,8 +30,13 @@ impl Drop for StandIns {
     fn drop(&mut self) {
         let me = self.script().display().to_string();
         for (pid, _) in self.calls() {
-            if std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| String::from_utf8_lossy(&c).contains(&me)) {
-                let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
+            if std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| String::from_utf8_lossy(&c).contains(&me))
+            {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(pid),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
             }
         }
     }
@@ -38,7 +46,10 @@ impl Drop for StandIns {
 fn alive(pid: i32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .ok()
-        .and_then(|s| s.rsplit_once(')').map(|(_, r)| r.trim_start().chars().next()))
+        .and_then(|s| {
+            s.rsplit_once(')')
+                .map(|(_, r)| r.trim_start().chars().next())
+        })
         .is_some_and(|state| state != Some('Z') && state != Some('X'))
 }
 
@@ -48,7 +59,11 @@ fn cli(site: &Path, args: &[&str]) -> (i32, String) {
         .args(args)
         .output()
         .unwrap();
-    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
     (out.status.code().unwrap_or(-1), text)
 }
 
@@ -69,7 +84,13 @@ async fn local_vm_is_created_adopted_after_kill_9_booted_ready_and_deleted_by_pi
     // Providers that are configured but unused by this test.
     let api_port = free_port();
     let http_port = free_port();
-    let site = write_site(dir.path(), "http://127.0.0.1:9", "http://127.0.0.1:9", "http://127.0.0.1:9", &format!("127.0.0.1:{api_port}"));
+    let site = write_site(
+        dir.path(),
+        "http://127.0.0.1:9",
+        "http://127.0.0.1:9",
+        "http://127.0.0.1:9",
+        &format!("127.0.0.1:{api_port}"),
+    );
     let text = std::fs::read_to_string(&site)
         .unwrap()
         .replace(
@@ -83,7 +104,10 @@ async fn local_vm_is_created_adopted_after_kill_9_booted_ready_and_deleted_by_pi
         .replace("listen: 0.0.0.0:8443", &format!("listen: 127.0.0.1:{}", free_port()))
         .replace("  dhcp:\n    interface: br0                # the lab bridge; broadcasts elsewhere are never seen\n    serverAddress: 10.77.0.1\n    leaseTime: 1h\n", "")
         .replace("  tftp:\n    listen: 0.0.0.0:69\n    root: tftp   # tests/lab fills it with iPXE and GRUB binaries\n", "");
-    assert!(text.contains("local: {") && !text.contains("dhcp:") && !text.contains("0.0.0.0"), "{text}");
+    assert!(
+        text.contains("local: {") && !text.contains("dhcp:") && !text.contains("0.0.0.0"),
+        "{text}"
+    );
     std::fs::write(&site, text).unwrap();
 
     let mut p1 = Proc::start(&site, 1);
@@ -94,14 +118,21 @@ async fn local_vm_is_created_adopted_after_kill_9_booted_ready_and_deleted_by_pi
         let client = client.clone();
         async move { api_call(&client, api, Some(API_TOKEN), method, &path, body).await }
     };
-    let wait = |name: &'static str, what: &'static str, pred: fn(u16, &Value) -> bool, log: PathBuf| async move {
+    let wait = |name: &'static str,
+                what: &'static str,
+                pred: fn(u16, &Value) -> bool,
+                log: PathBuf| async move {
         let end = Instant::now() + Duration::from_secs(30);
         loop {
             let (st, v) = call("GET", format!("/v1/nodes/{name}"), None).await;
             if pred(st, &v) {
                 return v;
             }
-            assert!(Instant::now() < end, "{name}: never {what}; last {st} {v:#}\n{}", std::fs::read_to_string(&log).unwrap_or_default());
+            assert!(
+                Instant::now() < end,
+                "{name}: never {what}; last {st} {v:#}\n{}",
+                std::fs::read_to_string(&log).unwrap_or_default()
+            );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     };
@@ -120,7 +151,13 @@ async fn local_vm_is_created_adopted_after_kill_9_booted_ready_and_deleted_by_pi
     let calls = stand.calls();
     assert_eq!(calls.len(), 1, "{calls:?}");
     assert_eq!(calls[0].0, pid, "the machine id names the VM's PID");
-    for want in ["-name bootd:worker-8", "-m 256", "-boot order=n", "mac=52:54:00:77:00:28", "ifname=bd"] {
+    for want in [
+        "-name bootd:worker-8",
+        "-m 256",
+        "-boot order=n",
+        "mac=52:54:00:77:00:28",
+        "ifname=bd",
+    ] {
         assert!(calls[0].1.contains(want), "{want} not in {}", calls[0].1);
     }
     let pidfile = std::fs::read_to_string(dir.path().join("vms/worker-8/qemu.pid")).unwrap();
@@ -133,18 +170,27 @@ async fn local_vm_is_created_adopted_after_kill_9_booted_ready_and_deleted_by_pi
     assert!(alive(pid), "the VM outlives bootd");
     {
         let db = rusqlite::Connection::open(dir.path().join("state/controller.db")).unwrap();
-        db.execute("DELETE FROM resources WHERE node='worker-8'", []).unwrap();
-        db.execute("DELETE FROM conditions WHERE node='worker-8'", []).unwrap();
+        db.execute("DELETE FROM resources WHERE node='worker-8'", [])
+            .unwrap();
+        db.execute("DELETE FROM conditions WHERE node='worker-8'", [])
+            .unwrap();
         let n = db.execute("UPDATE intents SET done_at=NULL, outcome=NULL WHERE node='worker-8' AND op='create'", []).unwrap();
         assert_eq!(n, 1);
-        db.execute("UPDATE nodes SET phase='Provisioning' WHERE name='worker-8'", []).unwrap();
+        db.execute(
+            "UPDATE nodes SET phase='Provisioning' WHERE name='worker-8'",
+            [],
+        )
+        .unwrap();
     }
     let p2 = Proc::start(&site, 2);
     let v = wait("worker-8", "Provisioned again", provisioned, p2.log.clone()).await;
     assert_eq!(v["machine"]["id"], id.as_str(), "the same VM");
     assert_eq!(stand.calls().len(), 1, "no second VM was started");
     let log2 = std::fs::read_to_string(&p2.log).unwrap();
-    assert!(log2.contains("how=\"adopted\"") || log2.contains("how=adopted"), "{log2}");
+    assert!(
+        log2.contains("how=\"adopted\"") || log2.contains("how=adopted"),
+        "{log2}"
+    );
 
     // The VM "boots": its iPXE script, then the Ignition URL the script names.
     let plain = controller::providers::Http::new(Duration::from_secs(5));
@@ -155,20 +201,34 @@ async fn local_vm_is_created_adopted_after_kill_9_booted_ready_and_deleted_by_pi
                 .body(http_body_util::Full::new(bytes::Bytes::new()))
                 .unwrap();
             let r = plain.send(req, "boot").await.unwrap();
-            (r.status.as_u16(), String::from_utf8_lossy(&r.body).into_owned())
+            (
+                r.status.as_u16(),
+                String::from_utf8_lossy(&r.body).into_owned(),
+            )
         }
     };
     let (st, script) = get("/ipxe/worker-8.ipxe".into()).await;
     assert_eq!(st, 200, "{script}");
-    let url = script.split_whitespace().find_map(|w| w.strip_prefix("ignition.config.url=")).expect("ignition URL in the script");
-    let path = url.strip_prefix("http://10.77.0.1:8080").unwrap_or(url).to_string();
+    let url = script
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("ignition.config.url="))
+        .expect("ignition URL in the script");
+    let path = url
+        .strip_prefix("http://10.77.0.1:8080")
+        .unwrap_or(url)
+        .to_string();
     let (st, ign) = get(path).await;
     assert_eq!(st, 200, "{ign}");
 
     // `bootd nodes wait`: 0 when Ready; 1 with the reason for a node that is unknown or fails.
     let (code, out) = tokio::task::spawn_blocking({
         let site = site.clone();
-        move || cli(&site, &["wait", "worker-8", "--timeout", "30", "--interval", "0.2"])
+        move || {
+            cli(
+                &site,
+                &["wait", "worker-8", "--timeout", "30", "--interval", "0.2"],
+            )
+        }
     })
     .await
     .unwrap();
@@ -184,12 +244,20 @@ async fn local_vm_is_created_adopted_after_kill_9_booted_ready_and_deleted_by_pi
     assert_eq!(st, 201, "{v:#}");
     let (code, out) = tokio::task::spawn_blocking({
         let site = site.clone();
-        move || cli(&site, &["wait", "worker-9", "--timeout", "30", "--interval", "0.2"])
+        move || {
+            cli(
+                &site,
+                &["wait", "worker-9", "--timeout", "30", "--interval", "0.2"],
+            )
+        }
     })
     .await
     .unwrap();
     assert_eq!(code, 1, "{out}");
-    assert!(out.contains("FAILED worker-9: local: cannot copy") && out.contains("no-such-vars.fd"), "{out}");
+    assert!(
+        out.contains("FAILED worker-9: local: cannot copy") && out.contains("no-such-vars.fd"),
+        "{out}"
+    );
     assert_eq!(stand.calls().len(), 1, "nothing started for worker-9");
     // A bad provider spec is refused before anything is stored.
     let (st, v) = call(

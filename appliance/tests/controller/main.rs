@@ -29,7 +29,13 @@ fn lab() -> PathBuf {
 
 /// The lab site in `dir` with `host.api` pointing the providers at
 /// `equinix_url`, `iam_url` and `powervs_url`; returns the site path.
-pub fn write_site(dir: &Path, equinix_url: &str, iam_url: &str, powervs_url: &str, api_listen: &str) -> PathBuf {
+pub fn write_site(
+    dir: &Path,
+    equinix_url: &str,
+    iam_url: &str,
+    powervs_url: &str,
+    api_listen: &str,
+) -> PathBuf {
     let text = std::fs::read_to_string(lab().join("site.yaml")).unwrap();
     let api = format!(
         "host:\n  api:\n    listen: {api_listen}\n    tokens: {{ file: api-tokens }}\n    deadline: 10m\n    equinix: {{ baseUrl: \"{equinix_url}\", projectId: {}, apiKey: {{ file: metal.key }} }}\n    powervs: {{ baseUrl: \"{powervs_url}\", iamUrl: \"{iam_url}\", cloudInstanceId: {}, crn: \"crn:v1:bluemix:public:power-iaas:us-south:a/acc:{}::\", apiKey: {{ file: ibm.key }} }}\n",
@@ -46,9 +52,17 @@ pub fn write_site(dir: &Path, equinix_url: &str, iam_url: &str, powervs_url: &st
         std::fs::create_dir_all(dir.join(d)).unwrap();
     }
     for r in ["bootstrap", "master", "worker"] {
-        std::fs::copy(lab().join(format!("ignition/{r}.ign")), dir.join(format!("ignition/{r}.ign"))).unwrap();
+        std::fs::copy(
+            lab().join(format!("ignition/{r}.ign")),
+            dir.join(format!("ignition/{r}.ign")),
+        )
+        .unwrap();
     }
-    std::fs::write(dir.join("api-tokens"), format!("# test tokens\n{API_TOKEN}\n")).unwrap();
+    std::fs::write(
+        dir.join("api-tokens"),
+        format!("# test tokens\n{API_TOKEN}\n"),
+    )
+    .unwrap();
     std::fs::write(dir.join("metal.key"), format!("{}\n", fake::EQUINIX_KEY)).unwrap();
     std::fs::write(dir.join("ibm.key"), format!("{}\n", fake::POWERVS_KEY)).unwrap();
     let path = dir.join("site.yaml");
@@ -81,7 +95,12 @@ impl Bootd {
         Bootd::start_tuned(equinix, iam, powervs, tuning()).await
     }
 
-    pub async fn start_tuned(equinix: &str, iam: &str, powervs: &str, tuning: controller::Tuning) -> Bootd {
+    pub async fn start_tuned(
+        equinix: &str,
+        iam: &str,
+        powervs: &str,
+        tuning: controller::Tuning,
+    ) -> Bootd {
         logs();
         let dir = tempfile::tempdir().unwrap();
         let path = write_site(dir.path(), equinix, iam, powervs, "127.0.0.1:0");
@@ -96,15 +115,46 @@ impl Bootd {
         let app = bootd::prepare(&config, true).unwrap();
         let ca = app.tls.as_ref().unwrap().ca_pem.clone();
         let shutdown = CancellationToken::new();
-        let boot = bootd::Sockets { http, https: Some(https), dhcp: None, dhcp_proxy: None, tftp: None };
-        let sockets = appliance::BootSockets { boot, api: Some(api) };
-        let task = tokio::spawn(appliance::run_boot(Arc::clone(&app), config, sockets, tuning, None, shutdown.clone()));
-        let client = controller::providers::Http::with_ca(Duration::from_secs(10), ca.as_bytes()).unwrap();
-        Bootd { app, api: aa, http: ha, dir, client, shutdown, task: Some(task) }
+        let boot = bootd::Sockets {
+            http,
+            https: Some(https),
+            dhcp: None,
+            dhcp_proxy: None,
+            tftp: None,
+        };
+        let sockets = appliance::BootSockets {
+            boot,
+            api: Some(api),
+        };
+        let task = tokio::spawn(appliance::run_boot(
+            Arc::clone(&app),
+            config,
+            sockets,
+            tuning,
+            None,
+            shutdown.clone(),
+        ));
+        let client =
+            controller::providers::Http::with_ca(Duration::from_secs(10), ca.as_bytes()).unwrap();
+        Bootd {
+            app,
+            api: aa,
+            http: ha,
+            dir,
+            client,
+            shutdown,
+            task: Some(task),
+        }
     }
 
     /// An API request over HTTPS (trusting the site CA) with `token`.
-    pub async fn call_as(&self, token: Option<&str>, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
+    pub async fn call_as(
+        &self,
+        token: Option<&str>,
+        method: &str,
+        path: &str,
+        body: Option<Value>,
+    ) -> (u16, Value) {
         api_call(&self.client, self.api, token, method, path, body).await
     }
 
@@ -113,14 +163,22 @@ impl Bootd {
     }
 
     /// Polls GET /v1/nodes/<name> until `pred` holds (at most `secs`).
-    pub async fn wait_node(&self, name: &str, secs: u64, pred: impl Fn(u16, &Value) -> bool) -> Value {
+    pub async fn wait_node(
+        &self,
+        name: &str,
+        secs: u64,
+        pred: impl Fn(u16, &Value) -> bool,
+    ) -> Value {
         let end = Instant::now() + Duration::from_secs(secs);
         loop {
             let (st, v) = self.call("GET", &format!("/v1/nodes/{name}"), None).await;
             if pred(st, &v) {
                 return v;
             }
-            assert!(Instant::now() < end, "node {name} never got there; last: {st} {v:#}");
+            assert!(
+                Instant::now() < end,
+                "node {name} never got there; last: {st} {v:#}"
+            );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
@@ -128,13 +186,17 @@ impl Bootd {
     /// Plain HTTP GET on bootd's boot server (what a node does).
     pub async fn boot_get(&self, path: &str) -> u16 {
         let http = controller::providers::Http::new(Duration::from_secs(5));
-        let req = http::Request::get(format!("http://{}{path}", self.http)).body(http_body_util::Full::new(bytes::Bytes::new())).unwrap();
+        let req = http::Request::get(format!("http://{}{path}", self.http))
+            .body(http_body_util::Full::new(bytes::Bytes::new()))
+            .unwrap();
         http.send(req, "boot").await.unwrap().status.as_u16()
     }
 
     pub async fn metrics(&self) -> String {
         let http = controller::providers::Http::new(Duration::from_secs(5));
-        let req = http::Request::get(format!("http://{}/metrics", self.http)).body(http_body_util::Full::new(bytes::Bytes::new())).unwrap();
+        let req = http::Request::get(format!("http://{}/metrics", self.http))
+            .body(http_body_util::Full::new(bytes::Bytes::new()))
+            .unwrap();
         String::from_utf8(http.send(req, "metrics").await.unwrap().body.to_vec()).unwrap()
     }
 
@@ -154,14 +216,28 @@ pub async fn api_call(
     path: &str,
     body: Option<Value>,
 ) -> (u16, Value) {
-    let mut b = http::Request::builder().method(method).uri(format!("https://localhost:{}{path}", api.port()));
+    let mut b = http::Request::builder()
+        .method(method)
+        .uri(format!("https://localhost:{}{path}", api.port()));
     if let Some(t) = token {
         b = b.header("Authorization", format!("Bearer {t}"));
     }
-    let body = body.map(|v| serde_json::to_vec(&v).unwrap()).unwrap_or_default();
+    let body = body
+        .map(|v| serde_json::to_vec(&v).unwrap())
+        .unwrap_or_default();
     // Status 0: no answer (a bootd being restarted).
-    match client.send(b.body(http_body_util::Full::new(bytes::Bytes::from(body))).unwrap(), "api").await {
-        Ok(r) => (r.status.as_u16(), serde_json::from_slice(&r.body).unwrap_or(Value::Null)),
+    match client
+        .send(
+            b.body(http_body_util::Full::new(bytes::Bytes::from(body)))
+                .unwrap(),
+            "api",
+        )
+        .await
+    {
+        Ok(r) => (
+            r.status.as_u16(),
+            serde_json::from_slice(&r.body).unwrap_or(Value::Null),
+        ),
         Err(_) => (0, Value::Null),
     }
 }
@@ -181,7 +257,12 @@ pub fn powervs_node(name: &str, ip: &str, mac: &str) -> Value {
 }
 
 pub fn cond<'a>(v: &'a Value, t: &str) -> &'a Value {
-    v["conditions"].as_array().unwrap().iter().find(|c| c["type"] == t).unwrap()
+    v["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == t)
+        .unwrap()
 }
 
 pub fn phase(v: &Value) -> &str {
@@ -193,19 +274,42 @@ async fn auth_missing_or_wrong_token_gets_a_generic_401() {
     let f = Fake::start().await;
     let b = Bootd::start(&f.url(), &f.url(), &f.url()).await;
     let (st, v) = b.call_as(None, "GET", "/healthz", None).await;
-    assert_eq!((st, v["status"].as_str()), (200, Some("ok")), "liveness needs no token");
+    assert_eq!(
+        (st, v["status"].as_str()),
+        (200, Some("ok")),
+        "liveness needs no token"
+    );
     let (missing, body1) = b.call_as(None, "GET", "/v1/nodes", None).await;
-    let (wrong, body2) = b.call_as(Some("api-token-for-tests-0c9"), "GET", "/v1/nodes", None).await;
-    let (wrong2, body3) = b.call_as(Some("nope"), "POST", "/v1/nodes", Some(equinix_node("x", "10.77.0.40", "52:54:00:77:00:40"))).await;
+    let (wrong, body2) = b
+        .call_as(Some("api-token-for-tests-0c9"), "GET", "/v1/nodes", None)
+        .await;
+    let (wrong2, body3) = b
+        .call_as(
+            Some("nope"),
+            "POST",
+            "/v1/nodes",
+            Some(equinix_node("x", "10.77.0.40", "52:54:00:77:00:40")),
+        )
+        .await;
     assert_eq!((missing, wrong, wrong2), (401, 401, 401));
     assert_eq!(body1, json!({ "error": "unauthorized" }));
-    assert_eq!(body1, body2, "missing and wrong tokens are indistinguishable");
+    assert_eq!(
+        body1, body2,
+        "missing and wrong tokens are indistinguishable"
+    );
     assert_eq!(body1, body3);
     assert_eq!(f.st().creates, 0, "a refused request creates nothing");
     let (ok, v) = b.call("GET", "/v1/nodes", None).await;
     assert_eq!(ok, 200);
-    assert_eq!(v["nodes"].as_array().unwrap().len(), 7, "the lab site's nodes");
-    assert!(b.metrics().await.contains("bootd_api_denials_total{reason=\"wrong\"} 2"));
+    assert_eq!(
+        v["nodes"].as_array().unwrap().len(),
+        7,
+        "the lab site's nodes"
+    );
+    assert!(b
+        .metrics()
+        .await
+        .contains("bootd_api_denials_total{reason=\"wrong\"} 2"));
     b.stop().await;
 }
 
@@ -213,52 +317,126 @@ async fn auth_missing_or_wrong_token_gets_a_generic_401() {
 async fn equinix_node_lifecycle_create_boot_ready_delete() {
     let f = Fake::start().await;
     let b = Bootd::start(&f.url(), &f.url(), &f.url()).await;
-    let (st, v) = b.call("POST", "/v1/nodes", Some(equinix_node("worker-3", "10.77.0.23", "52:54:00:77:00:23"))).await;
+    let (st, v) = b
+        .call(
+            "POST",
+            "/v1/nodes",
+            Some(equinix_node("worker-3", "10.77.0.23", "52:54:00:77:00:23")),
+        )
+        .await;
     assert_eq!(st, 201, "{v:#}");
     assert_eq!(v["origin"], "api");
     // Exported to the overlay at once, and served by this bootd.
     let overlay = std::fs::read_to_string(b.dir.path().join("state/nodes.yaml")).unwrap();
-    assert!(overlay.contains("worker-3") && overlay.contains("10.77.0.23"), "{overlay}");
-    assert!(site::load(&b.dir.path().join("site.yaml")).unwrap().node("worker-3").is_some(), "every daemon loading the site sees it");
+    assert!(
+        overlay.contains("worker-3") && overlay.contains("10.77.0.23"),
+        "{overlay}"
+    );
+    assert!(
+        site::load(&b.dir.path().join("site.yaml"))
+            .unwrap()
+            .node("worker-3")
+            .is_some(),
+        "every daemon loading the site sees it"
+    );
     assert!(b.app.live.load().site.node("worker-3").is_some());
 
-    let v = b.wait_node("worker-3", 20, |_, v| cond(v, "Provisioned")["status"] == "True").await;
+    let v = b
+        .wait_node("worker-3", 20, |_, v| {
+            cond(v, "Provisioned")["status"] == "True"
+        })
+        .await;
     assert_eq!(v["machine"]["provider"], "equinix");
-    assert_eq!(v["machine"]["addresses"], json!(["147.75.1.2", "10.70.1.2"]));
+    assert_eq!(
+        v["machine"]["addresses"],
+        json!(["147.75.1.2", "10.70.1.2"])
+    );
     assert_eq!(phase(&v), "Provisioned");
     {
         let s = f.st();
         assert_eq!(s.devices.len(), 1);
         let d = s.devices.values().next().unwrap();
-        assert_eq!(d["ipxe_script_url"], format!("{}/ipxe/worker-3.ipxe", b.app.live.load().site.host.http.url));
+        assert_eq!(
+            d["ipxe_script_url"],
+            format!(
+                "{}/ipxe/worker-3.ipxe",
+                b.app.live.load().site.host.http.url
+            )
+        );
         assert_eq!(d["always_pxe"], true);
-        assert_eq!(d["tags"], json!(["kubernetes.io/cluster/lab:owned", "bootd-node:worker-3"]));
+        assert_eq!(
+            d["tags"],
+            json!(["kubernetes.io/cluster/lab:owned", "bootd-node:worker-3"])
+        );
         let ud: Value = serde_json::from_str(d["userdata"].as_str().unwrap()).unwrap();
-        let src = ud["ignition"]["config"]["merge"][0]["source"].as_str().unwrap();
-        assert!(src.starts_with("https://") && src.contains("/ignition/worker-3?token="), "{src}");
-        assert!(ud["ignition"]["security"]["tls"]["certificateAuthorities"][0]["source"].as_str().unwrap().starts_with("data:"));
+        let src = ud["ignition"]["config"]["merge"][0]["source"]
+            .as_str()
+            .unwrap();
+        assert!(
+            src.starts_with("https://") && src.contains("/ignition/worker-3?token="),
+            "{src}"
+        );
+        assert!(
+            ud["ignition"]["security"]["tls"]["certificateAuthorities"][0]["source"]
+                .as_str()
+                .unwrap()
+                .starts_with("data:")
+        );
     }
     // The machine boots: its script, then its Ignition (with the token from userdata).
     assert_eq!(b.boot_get("/ipxe/worker-3.ipxe").await, 200);
-    let v = b.wait_node("worker-3", 10, |_, v| cond(v, "NetworkBooted")["status"] == "True").await;
+    let v = b
+        .wait_node("worker-3", 10, |_, v| {
+            cond(v, "NetworkBooted")["status"] == "True"
+        })
+        .await;
     assert_eq!(cond(&v, "NetworkBooted")["reason"], "IPXEScriptServed");
     assert_ne!(phase(&v), "Ready");
-    let tok = b.app.key.issue("worker-3", std::time::SystemTime::now(), Duration::from_secs(60));
-    assert_eq!(b.boot_get(&format!("/ignition/worker-3?token={tok}")).await, 200);
-    let v = b.wait_node("worker-3", 10, |_, v| phase(v) == "Ready").await;
+    let tok = b.app.key.issue(
+        "worker-3",
+        std::time::SystemTime::now(),
+        Duration::from_secs(60),
+    );
+    assert_eq!(
+        b.boot_get(&format!("/ignition/worker-3?token={tok}")).await,
+        200
+    );
+    let v = b
+        .wait_node("worker-3", 10, |_, v| phase(v) == "Ready")
+        .await;
     for c in ["Provisioned", "NetworkBooted", "IgnitionServed", "Ready"] {
         assert_eq!(cond(&v, c)["status"], "True", "{c}: {v:#}");
-        assert!(cond(&v, c)["lastTransitionTime"].as_str().unwrap().ends_with('Z'));
+        assert!(cond(&v, c)["lastTransitionTime"]
+            .as_str()
+            .unwrap()
+            .ends_with('Z'));
     }
     let (_, ev) = b.call("GET", "/v1/nodes/worker-3/events", None).await;
-    let kinds: Vec<&str> = ev["events"].as_array().unwrap().iter().map(|e| e["kind"].as_str().unwrap()).collect();
+    let kinds: Vec<&str> = ev["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["kind"].as_str().unwrap())
+        .collect();
     for k in ["api", "provider", "ipxe", "ignition"] {
         assert!(kinds.contains(&k), "{k} missing from {kinds:?}");
     }
     // Idempotent: the same create again is 200 with the same node, no second machine.
-    let (st, _) = b.call("POST", "/v1/nodes", Some(equinix_node("worker-3", "10.77.0.23", "52:54:00:77:00:23"))).await;
+    let (st, _) = b
+        .call(
+            "POST",
+            "/v1/nodes",
+            Some(equinix_node("worker-3", "10.77.0.23", "52:54:00:77:00:23")),
+        )
+        .await;
     assert_eq!(st, 200);
-    let (st, _) = b.call("POST", "/v1/nodes", Some(equinix_node("worker-3", "10.77.0.24", "52:54:00:77:00:23"))).await;
+    let (st, _) = b
+        .call(
+            "POST",
+            "/v1/nodes",
+            Some(equinix_node("worker-3", "10.77.0.24", "52:54:00:77:00:23")),
+        )
+        .await;
     assert_eq!(st, 409, "same name, different spec");
     assert_eq!(f.st().creates, 1);
 
@@ -278,9 +456,19 @@ async fn equinix_node_lifecycle_create_boot_ready_delete() {
 async fn powervs_node_lifecycle_with_a_cached_iam_token() {
     let f = Fake::start().await;
     let b = Bootd::start(&f.url(), &f.url(), &f.url()).await;
-    let (st, v) = b.call("POST", "/v1/nodes", Some(powervs_node("p9-1", "10.77.0.31", "52:54:00:77:00:31"))).await;
+    let (st, v) = b
+        .call(
+            "POST",
+            "/v1/nodes",
+            Some(powervs_node("p9-1", "10.77.0.31", "52:54:00:77:00:31")),
+        )
+        .await;
     assert_eq!(st, 201, "{v:#}");
-    let v = b.wait_node("p9-1", 20, |_, v| cond(v, "Provisioned")["status"] == "True").await;
+    let v = b
+        .wait_node("p9-1", 20, |_, v| {
+            cond(v, "Provisioned")["status"] == "True"
+        })
+        .await;
     assert_eq!(v["machine"]["provider"], "powervs");
     {
         let s = f.st();
@@ -293,7 +481,11 @@ async fn powervs_node_lifecycle_with_a_cached_iam_token() {
     assert_eq!(st, 202);
     b.wait_node("p9-1", 20, |st, _| st == 404).await;
     assert_eq!(f.live_instances(), 0);
-    assert_eq!(f.st().iam_calls, 1, "the IAM token is cached until it expires");
+    assert_eq!(
+        f.st().iam_calls,
+        1,
+        "the IAM token is cached until it expires"
+    );
     assert_eq!(f.st().creates, 1);
     b.stop().await;
 }
@@ -306,24 +498,59 @@ async fn conditions_follow_the_timeline() {
     use bootd::timeline::{Phase, Raw, Subject};
     let f = Fake::start().await;
     let b = Bootd::start(&f.url(), &f.url(), &f.url()).await;
-    let (st, v) = b.call("POST", "/v1/nodes", Some(powervs_node("p9-2", "10.77.0.32", "52:54:00:77:00:32"))).await;
+    let (st, v) = b
+        .call(
+            "POST",
+            "/v1/nodes",
+            Some(powervs_node("p9-2", "10.77.0.32", "52:54:00:77:00:32")),
+        )
+        .await;
     assert_eq!(st, 201, "{v:#}");
-    b.wait_node("p9-2", 20, |_, v| cond(v, "Provisioned")["status"] == "True").await;
+    b.wait_node("p9-2", 20, |_, v| {
+        cond(v, "Provisioned")["status"] == "True"
+    })
+    .await;
     assert_eq!(b.boot_get("/grub/grub.cfg-01-52-54-00-77-00-32").await, 200);
-    let v = b.wait_node("p9-2", 10, |_, v| cond(v, "NetworkBooted")["status"] == "True").await;
+    let v = b
+        .wait_node("p9-2", 10, |_, v| {
+            cond(v, "NetworkBooted")["status"] == "True"
+        })
+        .await;
     assert_eq!(cond(&v, "NetworkBooted")["reason"], "GRUBConfigServed");
     let (_, ev) = b.call("GET", "/v1/nodes/p9-2/events", None).await;
     assert!(
-        ev["events"].as_array().unwrap().iter().any(|e| e["kind"] == "grub" && e["message"] == "GRUB config served over HTTP"),
+        ev["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["kind"] == "grub" && e["message"] == "GRUB config served over HTTP"),
         "{ev:#}"
     );
     // A DHCP ACK the timeline joins to the node counts as a network boot too.
-    let (st, v) = b.call("POST", "/v1/nodes", Some(powervs_node("p9-3", "10.77.0.33", "52:54:00:77:00:33"))).await;
+    let (st, v) = b
+        .call(
+            "POST",
+            "/v1/nodes",
+            Some(powervs_node("p9-3", "10.77.0.33", "52:54:00:77:00:33")),
+        )
+        .await;
     assert_eq!(st, 201, "{v:#}");
-    b.wait_node("p9-3", 20, |_, v| cond(v, "Provisioned")["status"] == "True").await;
+    b.wait_node("p9-3", 20, |_, v| {
+        cond(v, "Provisioned")["status"] == "True"
+    })
+    .await;
     let mac: site::Mac = "52:54:00:77:00:33".parse().unwrap();
-    b.app.timeline.record(Raw::new(Subject::mac(mac), Phase::Dhcp, "ack", "ACK 10.77.0.33"));
-    let v = b.wait_node("p9-3", 10, |_, v| cond(v, "NetworkBooted")["status"] == "True").await;
+    b.app.timeline.record(Raw::new(
+        Subject::mac(mac),
+        Phase::Dhcp,
+        "ack",
+        "ACK 10.77.0.33",
+    ));
+    let v = b
+        .wait_node("p9-3", 10, |_, v| {
+            cond(v, "NetworkBooted")["status"] == "True"
+        })
+        .await;
     assert_eq!(cond(&v, "NetworkBooted")["reason"], "DHCPLease");
     b.stop().await;
 }
@@ -340,7 +567,10 @@ async fn powervs_user_data_over_63_kib_is_refused_clearly() {
     n["provider"]["powervs"]["procType"] = json!("turbo");
     let (st, v) = b.call("POST", "/v1/nodes", Some(n)).await;
     assert_eq!(st, 422);
-    assert!(v["problems"][0].as_str().unwrap().contains("procType"), "{v:#}");
+    assert!(
+        v["problems"][0].as_str().unwrap().contains("procType"),
+        "{v:#}"
+    );
     assert_eq!(f.st().creates, 0);
     b.stop().await;
 }
@@ -349,21 +579,50 @@ async fn powervs_user_data_over_63_kib_is_refused_clearly() {
 async fn invalid_nodes_are_refused_with_the_site_s_reasons() {
     let f = Fake::start().await;
     let b = Bootd::start(&f.url(), &f.url(), &f.url()).await;
-    let (st, v) = b.call("POST", "/v1/nodes", Some(equinix_node("worker-9", "10.77.0.20", "52:54:00:77:00:99"))).await;
+    let (st, v) = b
+        .call(
+            "POST",
+            "/v1/nodes",
+            Some(equinix_node("worker-9", "10.77.0.20", "52:54:00:77:00:99")),
+        )
+        .await;
     assert_eq!(st, 422);
-    assert!(v["problems"].to_string().contains("duplicate IP 10.77.0.20"), "{v:#}");
-    let (st, v) = b.call("POST", "/v1/nodes", Some(equinix_node("worker-9", "10.99.0.1", "52:54:00:77:00:99"))).await;
+    assert!(
+        v["problems"]
+            .to_string()
+            .contains("duplicate IP 10.77.0.20"),
+        "{v:#}"
+    );
+    let (st, v) = b
+        .call(
+            "POST",
+            "/v1/nodes",
+            Some(equinix_node("worker-9", "10.99.0.1", "52:54:00:77:00:99")),
+        )
+        .await;
     assert_eq!(st, 422);
-    assert!(v["problems"].to_string().contains("outside every network"), "{v:#}");
+    assert!(
+        v["problems"].to_string().contains("outside every network"),
+        "{v:#}"
+    );
     let mut bad = equinix_node("worker-9", "10.77.0.29", "52:54:00:77:00:99");
     bad["colour"] = json!("red");
     let (st, v) = b.call("POST", "/v1/nodes", Some(bad)).await;
     assert_eq!(st, 400);
     assert!(v["error"].as_str().unwrap().contains("colour"), "{v:#}");
-    let (st, _) = b.call("POST", "/v1/nodes", Some(equinix_node("master-0", "10.77.0.29", "52:54:00:77:00:99"))).await;
+    let (st, _) = b
+        .call(
+            "POST",
+            "/v1/nodes",
+            Some(equinix_node("master-0", "10.77.0.29", "52:54:00:77:00:99")),
+        )
+        .await;
     assert_eq!(st, 409);
     assert_eq!(f.st().creates, 0);
-    assert!(!b.dir.path().join("state/nodes.yaml").exists(), "nothing exported for refused nodes");
+    assert!(
+        !b.dir.path().join("state/nodes.yaml").exists(),
+        "nothing exported for refused nodes"
+    );
     b.stop().await;
 }
 
@@ -379,9 +638,19 @@ async fn faults_are_retried_honouring_retry_after() {
     ]);
     let b = Bootd::start(&f.url(), &f.url(), &f.url()).await;
     let t0 = Instant::now();
-    let (st, _) = b.call("POST", "/v1/nodes", Some(equinix_node("worker-4", "10.77.0.24", "52:54:00:77:00:24"))).await;
+    let (st, _) = b
+        .call(
+            "POST",
+            "/v1/nodes",
+            Some(equinix_node("worker-4", "10.77.0.24", "52:54:00:77:00:24")),
+        )
+        .await;
     assert_eq!(st, 201);
-    let v = b.wait_node("worker-4", 30, |_, v| cond(v, "Provisioned")["status"] == "True").await;
+    let v = b
+        .wait_node("worker-4", 30, |_, v| {
+            cond(v, "Provisioned")["status"] == "True"
+        })
+        .await;
     assert_eq!(phase(&v), "Provisioned");
     assert!(t0.elapsed() >= Duration::from_secs(1));
     {
@@ -390,10 +659,16 @@ async fn faults_are_retried_honouring_retry_after() {
         assert_eq!(s.devices.len(), 1, "one machine despite the retries");
         // The request after the 429 came at least Retry-After (1 s) later.
         let gap = s.log[1].0 - s.log[0].0;
-        assert!(gap >= Duration::from_millis(990), "Retry-After not honoured: {gap:?}");
+        assert!(
+            gap >= Duration::from_millis(990),
+            "Retry-After not honoured: {gap:?}"
+        );
     }
     let m = b.metrics().await;
-    assert!(m.contains("bootd_provider_errors_total{kind=\"transient\"} 5"), "{m}");
+    assert!(
+        m.contains("bootd_provider_errors_total{kind=\"transient\"} 5"),
+        "{m}"
+    );
     b.stop().await;
 }
 
@@ -402,21 +677,41 @@ async fn a_refusal_fails_the_node_clearly_and_secrets_stay_out() {
     let f = Fake::start().await;
     f.st().refuse_create = Some(422);
     let b = Bootd::start(&f.url(), &f.url(), &f.url()).await;
-    let (st, _) = b.call("POST", "/v1/nodes", Some(equinix_node("worker-5", "10.77.0.25", "52:54:00:77:00:25"))).await;
+    let (st, _) = b
+        .call(
+            "POST",
+            "/v1/nodes",
+            Some(equinix_node("worker-5", "10.77.0.25", "52:54:00:77:00:25")),
+        )
+        .await;
     assert_eq!(st, 201);
-    let v = b.wait_node("worker-5", 20, |_, v| phase(v) == "Failed").await;
+    let v = b
+        .wait_node("worker-5", 20, |_, v| phase(v) == "Failed")
+        .await;
     let msg = v["message"].as_str().unwrap();
     assert_eq!(msg, "Equinix Metal: create device: HTTP 422");
     assert_eq!(cond(&v, "Ready")["reason"], "Failed");
     // Power VS too (IAM exchange, then a create that goes through).
-    let (st, _) = b.call("POST", "/v1/nodes", Some(powervs_node("p9-3", "10.77.0.33", "52:54:00:77:00:33"))).await;
+    let (st, _) = b
+        .call(
+            "POST",
+            "/v1/nodes",
+            Some(powervs_node("p9-3", "10.77.0.33", "52:54:00:77:00:33")),
+        )
+        .await;
     assert_eq!(st, 201);
-    b.wait_node("p9-3", 20, |_, v| cond(v, "Provisioned")["status"] == "True").await;
+    b.wait_node("p9-3", 20, |_, v| {
+        cond(v, "Provisioned")["status"] == "True"
+    })
+    .await;
     // The canary keys never show: not in API answers, metrics or logs.
     let (_, all) = b.call("GET", "/v1/nodes", None).await;
     let metrics = b.metrics().await;
     let logs = String::from_utf8_lossy(&logs().lock().unwrap()).to_string();
-    assert!(logs.contains("Equinix Metal: create device: refused"), "the refusal is logged");
+    assert!(
+        logs.contains("Equinix Metal: create device: refused"),
+        "the refusal is logged"
+    );
     for canary in [fake::EQUINIX_KEY, fake::POWERVS_KEY, "iam-access-token-1"] {
         assert!(!all.to_string().contains(canary), "{canary} in API answer");
         assert!(!metrics.contains(canary), "{canary} in metrics");
@@ -434,7 +729,13 @@ async fn a_hundred_parallel_creates_make_one_machine() {
     for _ in 0..100 {
         let b = Arc::clone(&b);
         tasks.push(tokio::spawn(async move {
-            b.call("POST", "/v1/nodes", Some(equinix_node("worker-6", "10.77.0.26", "52:54:00:77:00:26"))).await.0
+            b.call(
+                "POST",
+                "/v1/nodes",
+                Some(equinix_node("worker-6", "10.77.0.26", "52:54:00:77:00:26")),
+            )
+            .await
+            .0
         }));
     }
     let mut codes = Vec::new();
@@ -443,7 +744,10 @@ async fn a_hundred_parallel_creates_make_one_machine() {
     }
     assert_eq!(codes.iter().filter(|c| **c == 201).count(), 1, "{codes:?}");
     assert_eq!(codes.iter().filter(|c| **c == 200).count(), 99, "{codes:?}");
-    b.wait_node("worker-6", 20, |_, v| cond(v, "Provisioned")["status"] == "True").await;
+    b.wait_node("worker-6", 20, |_, v| {
+        cond(v, "Provisioned")["status"] == "True"
+    })
+    .await;
     assert_eq!(f.st().creates, 1);
     assert_eq!(f.live_devices(), 1);
     Arc::into_inner(b).unwrap().stop().await;
@@ -455,14 +759,21 @@ async fn cluster_bootstrap_complete_is_recorded_once() {
     let b = Bootd::start(&f.url(), &f.url(), &f.url()).await;
     let (_, v) = b.call("GET", "/v1/cluster", None).await;
     assert_eq!(v["bootstrapComplete"]["complete"], false);
-    let (st, first) = b.call("POST", "/v1/cluster/bootstrap-complete", Some(json!({}))).await;
+    let (st, first) = b
+        .call("POST", "/v1/cluster/bootstrap-complete", Some(json!({})))
+        .await;
     assert_eq!(st, 200);
     tokio::time::sleep(Duration::from_millis(20)).await;
-    let (_, again) = b.call("POST", "/v1/cluster/bootstrap-complete", Some(json!({}))).await;
+    let (_, again) = b
+        .call("POST", "/v1/cluster/bootstrap-complete", Some(json!({})))
+        .await;
     assert_eq!(first["time"], again["time"], "the first time is kept");
     let (_, v) = b.call("GET", "/v1/cluster", None).await;
     assert_eq!(v["bootstrapComplete"]["complete"], true);
-    let file: Value = serde_json::from_slice(&std::fs::read(b.dir.path().join("state/bootstrap-complete.json")).unwrap()).unwrap();
+    let file: Value = serde_json::from_slice(
+        &std::fs::read(b.dir.path().join("state/bootstrap-complete.json")).unwrap(),
+    )
+    .unwrap();
     assert_eq!(file["complete"], true);
     b.stop().await;
 }
@@ -487,13 +798,21 @@ async fn api_client(ca_path: &Path, api_port: u16, p: &Proc) -> controller::prov
                 return c;
             }
         }
-        assert!(Instant::now() < end, "bootd did not start: {}", std::fs::read_to_string(&p.log).unwrap_or_default());
+        assert!(
+            Instant::now() < end,
+            "bootd did not start: {}",
+            std::fs::read_to_string(&p.log).unwrap_or_default()
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 impl Proc {
@@ -510,7 +829,11 @@ impl Proc {
         Proc { child, log }
     }
     fn kill9(&mut self) {
-        nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), nix::sys::signal::Signal::SIGKILL).unwrap();
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.child.id() as i32),
+            nix::sys::signal::Signal::SIGKILL,
+        )
+        .unwrap();
         self.child.wait().unwrap();
     }
 }
@@ -530,22 +853,37 @@ async fn kill_9_between_intent_and_reply_leaves_no_duplicate_and_no_orphan() {
     f.st().hold_create = Some(Arc::clone(&hold));
     let dir = tempfile::tempdir().unwrap();
     let api_port = free_port();
-    let site = write_site(dir.path(), &f.url(), &f.url(), &f.url(), &format!("127.0.0.1:{api_port}"));
+    let site = write_site(
+        dir.path(),
+        &f.url(),
+        &f.url(),
+        &f.url(),
+        &format!("127.0.0.1:{api_port}"),
+    );
     let text = std::fs::read_to_string(&site)
         .unwrap()
         .replace("listen: 0.0.0.0:8080", &format!("listen: 127.0.0.1:{}", free_port()))
         .replace("listen: 0.0.0.0:8443", &format!("listen: 127.0.0.1:{}", free_port()))
         .replace("  dhcp:\n    interface: br0                # the lab bridge; broadcasts elsewhere are never seen\n    serverAddress: 10.77.0.1\n    leaseTime: 1h\n", "")
         .replace("  tftp:\n    listen: 0.0.0.0:69\n    root: tftp   # tests/lab fills it with iPXE and GRUB binaries\n", "");
-    assert!(!text.contains("dhcp:") && !text.contains("0.0.0.0"), "{text}");
+    assert!(
+        !text.contains("dhcp:") && !text.contains("0.0.0.0"),
+        "{text}"
+    );
     std::fs::write(&site, text).unwrap();
     let mut p1 = Proc::start(&site, 1);
     let api: std::net::SocketAddr = format!("127.0.0.1:{api_port}").parse().unwrap();
     let ca_path = dir.path().join("state/ca.pem");
     let client = api_client(&ca_path, api_port, &p1).await;
-    let (st, v) =
-        api_call(&client, api, Some(API_TOKEN), "POST", "/v1/nodes", Some(equinix_node("worker-7", "10.77.0.27", "52:54:00:77:00:27")))
-            .await;
+    let (st, v) = api_call(
+        &client,
+        api,
+        Some(API_TOKEN),
+        "POST",
+        "/v1/nodes",
+        Some(equinix_node("worker-7", "10.77.0.27", "52:54:00:77:00:27")),
+    )
+    .await;
     assert_eq!(st, 201, "{v:#}");
     // The provider made the machine but has not answered: kill bootd now.
     let end = Instant::now() + Duration::from_secs(20);
@@ -557,8 +895,17 @@ async fn kill_9_between_intent_and_reply_leaves_no_duplicate_and_no_orphan() {
     let db = rusqlite::Connection::open(dir.path().join("state/controller.db")).unwrap();
     let open: i64 =
         db.query_row("SELECT count(*) FROM intents WHERE node='worker-7' AND op='create' AND done_at IS NULL", [], |r| r.get(0)).unwrap();
-    assert_eq!(open, 1, "the intent was recorded before the call and is still open");
-    let res: i64 = db.query_row("SELECT count(*) FROM resources WHERE node='worker-7'", [], |r| r.get(0)).unwrap();
+    assert_eq!(
+        open, 1,
+        "the intent was recorded before the call and is still open"
+    );
+    let res: i64 = db
+        .query_row(
+            "SELECT count(*) FROM resources WHERE node='worker-7'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
     assert_eq!(res, 0, "the reply never arrived");
     drop(db);
     f.st().hold_create = None;
@@ -567,23 +914,54 @@ async fn kill_9_between_intent_and_reply_leaves_no_duplicate_and_no_orphan() {
     let p2 = Proc::start(&site, 2);
     let end = Instant::now() + Duration::from_secs(30);
     loop {
-        let (st, v) = api_call(&client, api, Some(API_TOKEN), "GET", "/v1/nodes/worker-7", None).await;
+        let (st, v) = api_call(
+            &client,
+            api,
+            Some(API_TOKEN),
+            "GET",
+            "/v1/nodes/worker-7",
+            None,
+        )
+        .await;
         if st == 200 && cond(&v, "Provisioned")["status"] == "True" {
             break;
         }
-        assert!(Instant::now() < end, "never converged: {}", std::fs::read_to_string(&p2.log).unwrap_or_default());
+        assert!(
+            Instant::now() < end,
+            "never converged: {}",
+            std::fs::read_to_string(&p2.log).unwrap_or_default()
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert_eq!(f.st().creates, 1, "no duplicate");
     assert_eq!(f.live_devices(), 1);
     let log2 = std::fs::read_to_string(&p2.log).unwrap();
-    assert!(log2.contains("how=\"adopted\"") || log2.contains("how=adopted"), "the restarted bootd adopted the machine: {log2}");
+    assert!(
+        log2.contains("how=\"adopted\"") || log2.contains("how=adopted"),
+        "the restarted bootd adopted the machine: {log2}"
+    );
     // Delete, kill again mid-way, and the machine still goes away: no orphan.
-    let (st, _) = api_call(&client, api, Some(API_TOKEN), "DELETE", "/v1/nodes/worker-7", None).await;
+    let (st, _) = api_call(
+        &client,
+        api,
+        Some(API_TOKEN),
+        "DELETE",
+        "/v1/nodes/worker-7",
+        None,
+    )
+    .await;
     assert_eq!(st, 202);
     let end = Instant::now() + Duration::from_secs(30);
     loop {
-        let (st, _) = api_call(&client, api, Some(API_TOKEN), "GET", "/v1/nodes/worker-7", None).await;
+        let (st, _) = api_call(
+            &client,
+            api,
+            Some(API_TOKEN),
+            "GET",
+            "/v1/nodes/worker-7",
+            None,
+        )
+        .await;
         if st == 404 {
             break;
         }
@@ -597,10 +975,20 @@ async fn kill_9_between_intent_and_reply_leaves_no_duplicate_and_no_orphan() {
     let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap();
     for canary in [fake::EQUINIX_KEY, fake::POWERVS_KEY, API_TOKEN] {
         let c = canary.as_bytes();
-        assert!(!cmdline.windows(c.len()).any(|w| w == c), "{canary} in argv");
-        assert!(!environ.windows(c.len()).any(|w| w == c), "{canary} in environment");
+        assert!(
+            !cmdline.windows(c.len()).any(|w| w == c),
+            "{canary} in argv"
+        );
+        assert!(
+            !environ.windows(c.len()).any(|w| w == c),
+            "{canary} in environment"
+        );
         for l in [&p1.log, &p2.log] {
-            assert!(!std::fs::read_to_string(l).unwrap().contains(canary), "{canary} in {}", l.display());
+            assert!(
+                !std::fs::read_to_string(l).unwrap().contains(canary),
+                "{canary} in {}",
+                l.display()
+            );
         }
     }
     drop(p2);

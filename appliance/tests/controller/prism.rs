@@ -19,13 +19,21 @@ fn repo() -> PathBuf {
 }
 
 fn prism_bin() -> PathBuf {
-    let p = std::env::var_os("PRISM").map(PathBuf::from).unwrap_or_else(|| repo().join("target/prism/node_modules/.bin/prism"));
-    assert!(p.exists(), "Prism not found at {} (run tests/controller/deps.sh, or set PRISM)", p.display());
+    let p = std::env::var_os("PRISM")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo().join("target/prism/node_modules/.bin/prism"));
+    assert!(
+        p.exists(),
+        "Prism not found at {} (run tests/controller/deps.sh, or set PRISM)",
+        p.display()
+    );
     p
 }
 
 fn spec(rel: &str) -> PathBuf {
-    let dir = std::env::var_os("SPECS_DIR").map(PathBuf::from).unwrap_or_else(|| repo().join("../shared/specs"));
+    let dir = std::env::var_os("SPECS_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo().join("../shared/specs"));
     let p = dir.join(rel);
     assert!(p.exists(), "spec {} not found (set SPECS_DIR)", p.display());
     p
@@ -41,7 +49,11 @@ pub struct Prism {
 
 impl Prism {
     fn start(args: &[&str]) -> Prism {
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("prism.log");
         let child = Command::new(prism_bin())
@@ -49,16 +61,27 @@ impl Prism {
             .args(["-h", "127.0.0.1", "-p", &port.to_string()])
             .stdin(Stdio::null())
             .stdout(std::fs::File::create(&log).unwrap())
-            .stderr(Stdio::from(std::fs::File::options().append(true).open(&log).unwrap()))
+            .stderr(Stdio::from(
+                std::fs::File::options().append(true).open(&log).unwrap(),
+            ))
             .spawn()
             .unwrap();
-        let mut p = Prism { child, port, log, _dir: dir };
+        let mut p = Prism {
+            child,
+            port,
+            log,
+            _dir: dir,
+        };
         let end = Instant::now() + Duration::from_secs(60);
         while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
             if let Ok(Some(st)) = p.child.try_wait() {
                 panic!("Prism exited ({st}): {}", p.log_text());
             }
-            assert!(Instant::now() < end, "Prism did not start: {}", p.log_text());
+            assert!(
+                Instant::now() < end,
+                "Prism did not start: {}",
+                p.log_text()
+            );
             std::thread::sleep(Duration::from_millis(200));
         }
         p
@@ -69,7 +92,12 @@ impl Prism {
     }
 
     pub fn proxy(spec_rel: &str, upstream: &str) -> Prism {
-        Prism::start(&["proxy", "--errors", spec(spec_rel).to_str().unwrap(), upstream])
+        Prism::start(&[
+            "proxy",
+            "--errors",
+            spec(spec_rel).to_str().unwrap(),
+            upstream,
+        ])
     }
 
     pub fn url(&self) -> String {
@@ -85,9 +113,19 @@ impl Prism {
     /// "not valid").
     pub fn assert_clean(&self) {
         let log = self.log_text();
-        assert!(log.contains("Forwarding"), "Prism forwarded nothing:\n{log}");
-        let bad: Vec<&str> = log.lines().filter(|l| l.contains("Violation") || l.contains("not valid")).collect();
-        assert!(bad.is_empty(), "Prism found violations:\n{}", bad.join("\n"));
+        assert!(
+            log.contains("Forwarding"),
+            "Prism forwarded nothing:\n{log}"
+        );
+        let bad: Vec<&str> = log
+            .lines()
+            .filter(|l| l.contains("Violation") || l.contains("not valid"))
+            .collect();
+        assert!(
+            bad.is_empty(),
+            "Prism found violations:\n{}",
+            bad.join("\n")
+        );
     }
 
     /// Prism's log has no request violation. (A mock's own invented replies
@@ -98,16 +136,26 @@ impl Prism {
 
     fn assert_no_violation(&self, what: &str) {
         let log = self.log_text();
-        assert!(log.contains("The request passed the validation rules"), "Prism validated nothing:\n{log}");
+        assert!(
+            log.contains("The request passed the validation rules"),
+            "Prism validated nothing:\n{log}"
+        );
         let bad: Vec<&str> = log.lines().filter(|l| l.contains(what)).collect();
-        assert!(bad.is_empty(), "Prism found violations:\n{}", bad.join("\n"));
+        assert!(
+            bad.is_empty(),
+            "Prism found violations:\n{}",
+            bad.join("\n")
+        );
     }
 }
 
 impl Drop for Prism {
     fn drop(&mut self) {
         if let Ok(None) = self.child.try_wait() {
-            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), nix::sys::signal::Signal::SIGTERM);
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(self.child.id() as i32),
+                nix::sys::signal::Signal::SIGTERM,
+            );
             let _ = self.child.wait();
         }
     }
@@ -161,8 +209,12 @@ async fn prism_mock_equinix_accepts_every_request_and_every_reply_parses() {
     p.delete(&created.id).await.unwrap();
     m.assert_requests_clean();
     // And without the key, Prism refuses (the mock does check security).
-    let anon: &dyn Provider =
-        &equinix::Equinix { http: http(), base_url: m.url(), project_id: fake::PROJECT.into(), api_key: site::Secret(String::new()) };
+    let anon: &dyn Provider = &equinix::Equinix {
+        http: http(),
+        base_url: m.url(),
+        project_id: fake::PROJECT.into(),
+        api_key: site::Secret(String::new()),
+    };
     let e = anon.find(&node()).await.unwrap_err();
     assert!(e.to_string().contains("HTTP 401"), "{e}");
 }
@@ -209,13 +261,29 @@ async fn prism_proxy_checks_the_fake_s_replies_through_both_lifecycles() {
     let pvs = Prism::proxy("powervs/power-iaas.derived.swagger.json", &f.url());
     let b = Bootd::start(&eq.url(), &iam.url(), &pvs.url()).await;
     for (name, body) in [
-        ("worker-3", equinix_node("worker-3", "10.77.0.23", "52:54:00:77:00:23")),
-        ("p9-1", powervs_node("p9-1", "10.77.0.31", "52:54:00:77:00:31")),
+        (
+            "worker-3",
+            equinix_node("worker-3", "10.77.0.23", "52:54:00:77:00:23"),
+        ),
+        (
+            "p9-1",
+            powervs_node("p9-1", "10.77.0.31", "52:54:00:77:00:31"),
+        ),
     ] {
         let (st, v) = b.call("POST", "/v1/nodes", Some(body)).await;
         assert_eq!(st, 201, "{v:#}");
-        let v = b.wait_node(name, 60, |_, v| cond(v, "Provisioned")["status"] == "True" || phase(v) == "Failed").await;
-        assert_eq!(cond(&v, "Provisioned")["status"], "True", "{v:#}\n{}\n{}", eq.log_text(), pvs.log_text());
+        let v = b
+            .wait_node(name, 60, |_, v| {
+                cond(v, "Provisioned")["status"] == "True" || phase(v) == "Failed"
+            })
+            .await;
+        assert_eq!(
+            cond(&v, "Provisioned")["status"],
+            "True",
+            "{v:#}\n{}\n{}",
+            eq.log_text(),
+            pvs.log_text()
+        );
         let (st, _) = b.call("DELETE", &format!("/v1/nodes/{name}"), None).await;
         assert_eq!(st, 202);
         b.wait_node(name, 60, |st, _| st == 404).await;

@@ -53,7 +53,11 @@ impl ClientInfo {
             let i = v.find("Arch:")?;
             v.get(i + 5..i + 10)?.parse().ok()
         });
-        ClientInfo { arch, vendor_class, ipxe }
+        ClientInfo {
+            arch,
+            vendor_class,
+            ipxe,
+        }
     }
 }
 
@@ -93,22 +97,29 @@ pub fn decide(site: &Site, node: Option<&Node>, client: &ClientInfo) -> Result<B
     if vc.starts_with("HTTPClient") {
         let file = match client.arch {
             Some(19) => &bf.uefi_arm64,
-            _ => node.and_then(|n| n.ipxe_binary.as_ref()).unwrap_or(&bf.uefi_x86_64),
+            _ => node
+                .and_then(|n| n.ipxe_binary.as_ref())
+                .unwrap_or(&bf.uefi_x86_64),
         };
         return Ok(BootAnswer {
             filename: format!("{http}/boot/{file}"),
             tftp: false,
             vendor_class: Some("HTTPClient".into()),
             ipxe_options: false,
-            reason: format!("UEFI HTTP Boot (arch {:?}): iPXE EFI over HTTP", client.arch),
+            reason: format!(
+                "UEFI HTTP Boot (arch {:?}): iPXE EFI over HTTP",
+                client.arch
+            ),
         });
     }
     if vc.starts_with("PXEClient") {
         let (file, what) = match client.arch {
             Some(0) => (bf.bios.clone(), "BIOS PXE (arch 0)"),
-            Some(6 | 7 | 9) => {
-                (node.and_then(|n| n.ipxe_binary.clone()).unwrap_or_else(|| bf.uefi_x86_64.clone()), "UEFI x86 PXE (arch 6/7/9)")
-            }
+            Some(6 | 7 | 9) => (
+                node.and_then(|n| n.ipxe_binary.clone())
+                    .unwrap_or_else(|| bf.uefi_x86_64.clone()),
+                "UEFI x86 PXE (arch 6/7/9)",
+            ),
             Some(11) => (bf.uefi_arm64.clone(), "UEFI arm64 PXE (arch 11)"),
             Some(12) => (bf.ieee1275.clone(), "Open Firmware PXE (arch 12)"),
             other => return Err(format!("PXE client with unsupported arch {other:?}")),
@@ -121,19 +132,26 @@ pub fn decide(site: &Site, node: Option<&Node>, client: &ClientInfo) -> Result<B
             reason: format!("{what}: iPXE over TFTP"),
         });
     }
-    let open_firmware =
-        client.arch == Some(12) || hint == Firmware::Ieee1275 || (hint == Firmware::Auto && node_arch == Some(Arch::Ppc64le));
+    let open_firmware = client.arch == Some(12)
+        || hint == Firmware::Ieee1275
+        || (hint == Firmware::Auto && node_arch == Some(Arch::Ppc64le));
     if client.vendor_class.is_none() && open_firmware {
         return Ok(BootAnswer {
             filename: bf.ieee1275.clone(),
             tftp: true,
             vendor_class: None,
             ipxe_options: false,
-            reason: format!("Open Firmware (arch {:?}, firmware hint {hint:?}): GRUB over TFTP", client.arch),
+            reason: format!(
+                "Open Firmware (arch {:?}, firmware hint {hint:?}): GRUB over TFTP",
+                client.arch
+            ),
         });
     }
     Err(match &client.vendor_class {
-        Some(v) => format!("not a network-boot client (vendor class {:?})", v.escape_debug().to_string()),
+        Some(v) => format!(
+            "not a network-boot client (vendor class {:?})",
+            v.escape_debug().to_string()
+        ),
         None => "not a network-boot client (no vendor class, no PXE arch)".into(),
     })
 }

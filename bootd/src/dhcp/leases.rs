@@ -77,7 +77,9 @@ impl Table {
         self.by_mac.is_empty()
     }
     pub fn apply(&mut self, lease: Lease) {
-        let Ok(mac) = lease.mac.parse::<Mac>() else { return };
+        let Ok(mac) = lease.mac.parse::<Mac>() else {
+            return;
+        };
         if let Some(old) = self.by_mac.get(&mac) {
             if self.by_ip.get(&old.ip) == Some(&mac) {
                 self.by_ip.remove(&old.ip);
@@ -95,7 +97,9 @@ impl Table {
     /// The address `mac` holds: its lease, if that address is still its own
     /// (an expired lease's address may since have gone to someone else).
     pub fn held_by(&self, mac: &Mac) -> Option<&Lease> {
-        self.by_mac.get(mac).filter(|l| l.state == LeaseState::Active && self.by_ip.get(&l.ip) == Some(mac))
+        self.by_mac
+            .get(mac)
+            .filter(|l| l.state == LeaseState::Active && self.by_ip.get(&l.ip) == Some(mac))
     }
 
     /// Whether `ip` may be given to `mac`: nobody holds it, `mac` itself
@@ -104,8 +108,14 @@ impl Table {
     pub fn is_free_for(&self, ip: Ipv4Addr, mac: &Mac, now: u64) -> bool {
         match self.by_ip.get(&ip) {
             None => true,
-            Some(m) if m == mac => self.by_mac.get(m).is_some_and(|l| l.state == LeaseState::Active),
-            Some(m) => self.by_mac.get(m).is_some_and(|l| l.state == LeaseState::Active && l.expires < now),
+            Some(m) if m == mac => self
+                .by_mac
+                .get(m)
+                .is_some_and(|l| l.state == LeaseState::Active),
+            Some(m) => self
+                .by_mac
+                .get(m)
+                .is_some_and(|l| l.state == LeaseState::Active && l.expires < now),
         }
     }
 
@@ -126,7 +136,12 @@ impl Table {
             return None;
         }
         let size = u64::from(e - s) + 1;
-        let mut a = self.cursors.get(&s).copied().filter(|c| (s..=e).contains(c)).unwrap_or(s);
+        let mut a = self
+            .cursors
+            .get(&s)
+            .copied()
+            .filter(|c| (s..=e).contains(c))
+            .unwrap_or(s);
         for _ in 0..size {
             let ip = Ipv4Addr::from(a);
             let next = if a == e { s } else { a + 1 };
@@ -199,15 +214,21 @@ impl Store {
         compact(&path, &table)?;
         let file = std::fs::OpenOptions::new().append(true).open(&path)?;
         let (tx, rx) = mpsc::channel::<Pending>(4096);
-        std::thread::Builder::new().name("bootd-leases".into()).spawn(move || writer(file, path, rx))?;
+        std::thread::Builder::new()
+            .name("bootd-leases".into())
+            .spawn(move || writer(file, path, rx))?;
         Ok((Store { tx }, table))
     }
 
     /// Resolves once `lease` is on disk (fdatasync'ed).
     pub async fn commit(&self, lease: Lease) -> io::Result<()> {
         let (done, wait) = oneshot::channel();
-        self.tx.send((lease, done)).await.map_err(|_| io::Error::other("lease writer stopped"))?;
-        wait.await.map_err(|_| io::Error::other("lease writer stopped"))?
+        self.tx
+            .send((lease, done))
+            .await
+            .map_err(|_| io::Error::other("lease writer stopped"))?;
+        wait.await
+            .map_err(|_| io::Error::other("lease writer stopped"))?
     }
 }
 
@@ -234,7 +255,11 @@ fn writer(mut file: std::fs::File, path: PathBuf, mut rx: mpsc::Receiver<Pending
             error!(file = %path.display(), error = %e, "lease write failed; the ACKs waiting on it are not sent");
         }
         for (_, done) in batch.drain(..) {
-            let _ = done.send(res.as_ref().map(|_| ()).map_err(|e| io::Error::new(e.kind(), e.to_string())));
+            let _ = done.send(
+                res.as_ref()
+                    .map(|_| ())
+                    .map_err(|e| io::Error::new(e.kind(), e.to_string())),
+            );
         }
     }
 }
@@ -244,7 +269,13 @@ mod tests {
     use super::*;
 
     fn lease(mac: &str, ip: &str, host: Option<&str>) -> Lease {
-        Lease { mac: mac.into(), ip: ip.parse().unwrap(), expires: 100, hostname: host.map(Into::into), state: LeaseState::Active }
+        Lease {
+            mac: mac.into(),
+            ip: ip.parse().unwrap(),
+            expires: 100,
+            hostname: host.map(Into::into),
+            state: LeaseState::Active,
+        }
     }
 
     #[test]
@@ -252,7 +283,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("leases.jsonl");
         let mut text = String::new();
-        for l in [lease("52:54:00:00:00:01", "10.0.0.1", Some("a\u{0}\n\"b")), lease("52:54:00:00:00:02", "10.0.0.2", None)] {
+        for l in [
+            lease("52:54:00:00:00:01", "10.0.0.1", Some("a\u{0}\n\"b")),
+            lease("52:54:00:00:00:02", "10.0.0.2", None),
+        ] {
             text.push_str(&serde_json::to_string(&l).unwrap());
             text.push('\n');
         }
@@ -260,7 +294,13 @@ mod tests {
         std::fs::write(&p, text).unwrap();
         let (t, bad) = load(&p).unwrap();
         assert_eq!((t.len(), bad), (2, 1));
-        assert_eq!(t.get(&"52:54:00:00:00:01".parse().unwrap()).unwrap().hostname.as_deref(), Some("a\u{0}\n\"b"));
+        assert_eq!(
+            t.get(&"52:54:00:00:00:01".parse().unwrap())
+                .unwrap()
+                .hostname
+                .as_deref(),
+            Some("a\u{0}\n\"b")
+        );
     }
 
     #[tokio::test]
@@ -268,10 +308,19 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (store, t) = Store::open(dir.path()).unwrap();
         assert!(t.is_empty());
-        store.commit(lease("52:54:00:00:00:01", "10.0.0.1", None)).await.unwrap();
-        store.commit(lease("52:54:00:00:00:01", "10.0.0.9", None)).await.unwrap();
+        store
+            .commit(lease("52:54:00:00:00:01", "10.0.0.1", None))
+            .await
+            .unwrap();
+        store
+            .commit(lease("52:54:00:00:00:01", "10.0.0.9", None))
+            .await
+            .unwrap();
         let (_, t) = Store::open(dir.path()).unwrap();
-        assert_eq!(t.get(&"52:54:00:00:00:01".parse().unwrap()).unwrap().ip, "10.0.0.9".parse::<Ipv4Addr>().unwrap());
+        assert_eq!(
+            t.get(&"52:54:00:00:00:01".parse().unwrap()).unwrap().ip,
+            "10.0.0.9".parse::<Ipv4Addr>().unwrap()
+        );
         assert_eq!(t.holder("10.0.0.1".parse().unwrap()), None);
     }
 }

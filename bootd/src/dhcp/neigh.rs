@@ -49,9 +49,19 @@ pub fn message(ifindex: u32, ip: Ipv4Addr, mac: Mac) -> Vec<u8> {
 }
 
 pub fn replace(ifindex: u32, ip: Ipv4Addr, mac: Mac) -> io::Result<()> {
-    let fd = rustix::net::socket_with(AddressFamily::NETLINK, SocketType::RAW, SocketFlags::CLOEXEC, None)?;
+    let fd = rustix::net::socket_with(
+        AddressFamily::NETLINK,
+        SocketType::RAW,
+        SocketFlags::CLOEXEC,
+        None,
+    )?;
     let msg = message(ifindex, ip, mac);
-    rustix::net::sendto(&fd, &msg, rustix::net::SendFlags::empty(), &SocketAddrNetlink::new(0, 0))?;
+    rustix::net::sendto(
+        &fd,
+        &msg,
+        rustix::net::SendFlags::empty(),
+        &SocketAddrNetlink::new(0, 0),
+    )?;
     Ok(())
 }
 
@@ -60,7 +70,11 @@ mod tests {
     use super::*;
     #[test]
     fn layout() {
-        let m = message(3, Ipv4Addr::new(10, 77, 0, 10), "52:54:00:77:00:10".parse().unwrap());
+        let m = message(
+            3,
+            Ipv4Addr::new(10, 77, 0, 10),
+            "52:54:00:77:00:10".parse().unwrap(),
+        );
         // nlmsghdr 16 + ndmsg 12 + dst 8 + lladdr 12
         assert_eq!(m.len(), 48);
         assert_eq!(u32::from_ne_bytes(m[0..4].try_into().unwrap()), 48);

@@ -31,7 +31,10 @@ pub struct Ports {
 
 impl Default for Ports {
     fn default() -> Self {
-        Ports { client: 68, server: 67 }
+        Ports {
+            client: 68,
+            server: 67,
+        }
     }
 }
 
@@ -39,7 +42,11 @@ impl Default for Ports {
 /// interface (so broadcasts from other networks are never seen, and ours
 /// leave through it).
 pub fn bind(addr: SocketAddr, interface: Option<&str>) -> io::Result<UdpSocket> {
-    let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::DGRAM, Some(socket2::Protocol::UDP))?;
+    let s = socket2::Socket::new(
+        socket2::Domain::IPV4,
+        socket2::Type::DGRAM,
+        Some(socket2::Protocol::UDP),
+    )?;
     s.set_reuse_address(true)?;
     s.set_broadcast(true)?;
     // A rack powering on sends bursts; the default (~200 KiB) overflows.
@@ -63,13 +70,21 @@ pub struct Server {
 }
 
 fn now() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
 }
 
 impl Server {
     /// Serves `socket` until `shutdown`. `local_port` is 67, or 4011 for
     /// the proxyDHCP boot-server socket.
-    pub async fn run(self: Arc<Self>, socket: UdpSocket, local_port: u16, shutdown: CancellationToken) {
+    pub async fn run(
+        self: Arc<Self>,
+        socket: UdpSocket,
+        local_port: u16,
+        shutdown: CancellationToken,
+    ) {
         let socket = Arc::new(socket);
         let tracker = TaskTracker::new();
         let mut buf = vec![0u8; 4096];
@@ -89,10 +104,21 @@ impl Server {
     }
 
     fn count(&self, kind: &'static str) {
-        self.app.metrics.dhcp.get_or_create(&crate::metrics::Kind { kind }).inc();
+        self.app
+            .metrics
+            .dhcp
+            .get_or_create(&crate::metrics::Kind { kind })
+            .inc();
     }
 
-    fn handle(self: &Arc<Self>, socket: &Arc<UdpSocket>, tracker: &TaskTracker, packet: &[u8], src: SocketAddrV4, local_port: u16) {
+    fn handle(
+        self: &Arc<Self>,
+        socket: &Arc<UdpSocket>,
+        tracker: &TaskTracker,
+        packet: &[u8],
+        src: SocketAddrV4,
+        local_port: u16,
+    ) {
         if let Err(why) = super::wire::check(packet) {
             self.count("malformed");
             debug!(%src, len = packet.len(), why, "malformed DHCP packet dropped");
@@ -137,7 +163,10 @@ impl Server {
                 format!(
                     "{} xid {xid:#010x} from {src}{}{}",
                     what.to_uppercase(),
-                    client.arch.map(|a| format!(", arch {a}")).unwrap_or_default(),
+                    client
+                        .arch
+                        .map(|a| format!(", arch {a}"))
+                        .unwrap_or_default(),
                     client
                         .vendor_class
                         .as_deref()
@@ -148,14 +177,24 @@ impl Server {
             raw.firmware = *firmware;
             self.app.timeline.record(raw);
             if matches!(outcome.kind, "ignored" | "disabled") {
-                self.app.timeline.record(Raw::new(subject.clone(), Phase::Dhcp, "ignored", outcome.reason.clone()).error());
+                self.app.timeline.record(
+                    Raw::new(
+                        subject.clone(),
+                        Phase::Dhcp,
+                        "ignored",
+                        outcome.reason.clone(),
+                    )
+                    .error(),
+                );
             }
         }
         match outcome.kind {
             "malformed" | "ignored" => {
                 info!(%src, xid, kind = outcome.kind, reason = %outcome.reason.escape_debug(), "DHCP request not answered")
             }
-            _ => info!(%src, xid, kind = outcome.kind, reason = %outcome.reason.escape_debug(), "DHCP"),
+            _ => {
+                info!(%src, xid, kind = outcome.kind, reason = %outcome.reason.escape_debug(), "DHCP")
+            }
         }
         let Some((reply, dest)) = outcome.reply else {
             if let Some(l) = outcome.commit {
@@ -219,7 +258,10 @@ impl Server {
         raw.copy_from_slice(&req.chaddr()[..6]);
         let client = super::boot::ClientInfo::from_message(req);
         let vc = client.vendor_class.as_deref().unwrap_or("");
-        let firmware = client.ipxe || vc.starts_with("PXEClient") || vc.starts_with("HTTPClient") || client.arch.is_some();
+        let firmware = client.ipxe
+            || vc.starts_with("PXEClient")
+            || vc.starts_with("HTTPClient")
+            || client.arch.is_some();
         Some((Subject::mac(site::Mac(raw)), firmware))
     }
 
@@ -229,14 +271,16 @@ impl Server {
             Dest::Unicast(ip) => SocketAddrV4::new(ip, self.ports.client),
             Dest::Broadcast => SocketAddrV4::new(Ipv4Addr::BROADCAST, self.ports.client),
             Dest::Source => src,
-            Dest::Hardware { ip, mac } => match self.ifindex.map(|i| super::neigh::replace(i, ip, mac)) {
-                Some(Ok(())) => SocketAddrV4::new(ip, self.ports.client),
-                Some(Err(e)) => {
-                    debug!(%ip, %mac, error = %e, "no neighbour entry; broadcasting instead");
-                    SocketAddrV4::new(Ipv4Addr::BROADCAST, self.ports.client)
+            Dest::Hardware { ip, mac } => {
+                match self.ifindex.map(|i| super::neigh::replace(i, ip, mac)) {
+                    Some(Ok(())) => SocketAddrV4::new(ip, self.ports.client),
+                    Some(Err(e)) => {
+                        debug!(%ip, %mac, error = %e, "no neighbour entry; broadcasting instead");
+                        SocketAddrV4::new(Ipv4Addr::BROADCAST, self.ports.client)
+                    }
+                    None => SocketAddrV4::new(Ipv4Addr::BROADCAST, self.ports.client),
                 }
-                None => SocketAddrV4::new(Ipv4Addr::BROADCAST, self.ports.client),
-            },
+            }
         };
         if let Err(e) = socket.try_send_to(bytes, to.into()) {
             warn!(%to, error = %e, "DHCP reply not sent");

@@ -36,7 +36,9 @@ fn walk(area: &[u8], must_end: bool) -> Result<Option<u8>, &'static str> {
             255 => return Ok(overload),
             code => {
                 let len = *area.get(i + 1).ok_or("option length past the end")? as usize;
-                let val = area.get(i + 2..i + 2 + len).ok_or("option value past the end")?;
+                let val = area
+                    .get(i + 2..i + 2 + len)
+                    .ok_or("option value past the end")?;
                 if code == 52 {
                     if len != 1 || !(1..=3).contains(&val[0]) {
                         return Err("bad option overload value");
@@ -80,7 +82,9 @@ pub fn check(p: &[u8]) -> Result<(), &'static str> {
     match overload {
         Some(1) => walk(&p[FILE], false).map(|_| ()),
         Some(2) => walk(&p[SNAME], false).map(|_| ()),
-        Some(3) => walk(&p[FILE], false).and_then(|_| walk(&p[SNAME], false)).map(|_| ()),
+        Some(3) => walk(&p[FILE], false)
+            .and_then(|_| walk(&p[SNAME], false))
+            .map(|_| ()),
         _ => Ok(()),
     }
 }
@@ -170,8 +174,16 @@ mod tests {
         // Options of a fixed shape with another length are refused; with
         // their own length they pass and decode (this test runs with debug
         // assertions, which is where dhcproto's own checks would panic).
-        for (code, bad, good) in [(80u8, 1u8, 0u8), (81, 2, 3), (94, 2, 3), (151, 0, 1), (152, 3, 4), (153, 5, 4), (154, 0, 4), (155, 8, 4)]
-        {
+        for (code, bad, good) in [
+            (80u8, 1u8, 0u8),
+            (81, 2, 3),
+            (94, 2, 3),
+            (151, 0, 1),
+            (152, 3, 4),
+            (153, 5, 4),
+            (154, 0, 4),
+            (155, 8, 4),
+        ] {
             let with = |len: u8| {
                 let mut p = base();
                 p.extend_from_slice(&[53, 1, 1, code, len]);

@@ -18,7 +18,10 @@ fn http_device(url: &str) -> (String, String) {
         Some(i) => (&rest[..i], &rest[i..]),
         None => (rest, ""),
     };
-    (format!("(http,{authority})"), path.trim_end_matches('/').to_string())
+    (
+        format!("(http,{authority})"),
+        path.trim_end_matches('/').to_string(),
+    )
 }
 
 fn grub_url(url: &str) -> String {
@@ -71,7 +74,10 @@ pub fn selector(site: &Site) -> String {
         "echo \"bootd: no node in {} has MAC $net_default_mac; add it under nodes[].macs.\"\n\
 sleep 30\n\
 reboot\n",
-        site.source.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default()
+        site.source
+            .file_name()
+            .map(|f| f.to_string_lossy().into_owned())
+            .unwrap_or_default()
     ));
     s
 }
@@ -81,7 +87,13 @@ mod tests {
     use super::*;
     #[test]
     fn grub_device_syntax() {
-        assert_eq!(grub_url("http://10.77.0.1:8080/images/k"), "(http,10.77.0.1:8080)/images/k");
-        assert_eq!(grub_url("http://boot.example/images/k"), "(http,boot.example)/images/k");
+        assert_eq!(
+            grub_url("http://10.77.0.1:8080/images/k"),
+            "(http,10.77.0.1:8080)/images/k"
+        );
+        assert_eq!(
+            grub_url("http://boot.example/images/k"),
+            "(http,boot.example)/images/k"
+        );
     }
 }

@@ -83,6 +83,10 @@ echo bootd: add a node with this MAC under nodes[].macs; bootd reloads the site 
 echo bootd: asking again in 30 s.\n\
 sleep 30\n\
 chain --autofree --replace {base}/boot.ipxe\n",
-        file = site.source.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default(),
+        file = site
+            .source
+            .file_name()
+            .map(|f| f.to_string_lossy().into_owned())
+            .unwrap_or_default(),
     )
 }

@@ -8,11 +8,23 @@ use site::{Node, Site};
 pub fn metadata(site: &Site, node: &Node) -> Value {
     let net = &site.networks[node.network];
     let (netmask, network, cidr) = match net.subnet {
-        ipnet::IpNet::V4(n) => (n.netmask().to_string(), n.network().to_string(), n.prefix_len()),
-        ipnet::IpNet::V6(n) => (n.netmask().to_string(), n.network().to_string(), n.prefix_len()),
+        ipnet::IpNet::V4(n) => (
+            n.netmask().to_string(),
+            n.network().to_string(),
+            n.prefix_len(),
+        ),
+        ipnet::IpNet::V6(n) => (
+            n.netmask().to_string(),
+            n.network().to_string(),
+            n.prefix_len(),
+        ),
     };
-    let interfaces: Vec<Value> =
-        node.macs.iter().enumerate().map(|(i, m)| json!({ "name": format!("eth{i}"), "mac": m.to_string() })).collect();
+    let interfaces: Vec<Value> = node
+        .macs
+        .iter()
+        .enumerate()
+        .map(|(i, m)| json!({ "name": format!("eth{i}"), "mac": m.to_string() }))
+        .collect();
     json!({
         "id": node.name,
         "hostname": fqdn(site, node),

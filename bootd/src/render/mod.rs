@@ -31,7 +31,12 @@ impl NodeUrls {
         } else {
             format!("{base}/ignition/{}?token={token}", node.name)
         };
-        NodeUrls { kernel: image(&img.kernel), initramfs: image(&img.initramfs), rootfs: img.rootfs.as_deref().map(image), ignition }
+        NodeUrls {
+            kernel: image(&img.kernel),
+            initramfs: image(&img.initramfs),
+            rootfs: img.rootfs.as_deref().map(image),
+            ignition,
+        }
     }
 }
 
@@ -59,7 +64,12 @@ pub fn kernel_args(site: &Site, node: &Node, urls: &NodeUrls) -> Vec<String> {
         // dracut's ip=<client>::<gw>:<netmask>:<hostname>:<iface>:none
         let gw = sn.gateway.map(|g| g.to_string()).unwrap_or_default();
         let mask = prefix_to_netmask(sn.address.prefix_len(), sn.address.addr().is_ipv4());
-        args.push(format!("ip={}::{gw}:{mask}:{}:{}:none", sn.address.addr(), fqdn(site, node), sn.interface));
+        args.push(format!(
+            "ip={}::{gw}:{mask}:{}:{}:none",
+            sn.address.addr(),
+            fqdn(site, node),
+            sn.interface
+        ));
         for d in &sn.dns {
             args.push(format!("nameserver={d}"));
         }
@@ -74,7 +84,11 @@ pub fn fqdn(site: &Site, node: &Node) -> String {
 
 fn prefix_to_netmask(prefix: u8, v4: bool) -> String {
     if v4 {
-        let m: u32 = if prefix == 0 { 0 } else { u32::MAX << (32 - u32::from(prefix)) };
+        let m: u32 = if prefix == 0 {
+            0
+        } else {
+            u32::MAX << (32 - u32::from(prefix))
+        };
         std::net::Ipv4Addr::from(m).to_string()
     } else {
         prefix.to_string()

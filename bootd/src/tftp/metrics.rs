@@ -74,19 +74,51 @@ pub struct TftpMetrics {
 
 impl TftpMetrics {
     pub fn register(&self, registry: &mut Registry) {
-        registry.register("tftp_requests", "TFTP requests by result", self.requests.clone());
-        registry.register("tftp_malformed", "Datagrams on the TFTP port that are not a valid request", self.malformed.clone());
-        registry.register("tftp_busy", "TFTP requests refused because max_transfers were running", self.busy.clone());
-        registry.register("tftp_bytes_sent", "TFTP DATA payload bytes sent, retransmissions included", self.bytes_sent.clone());
-        registry.register("tftp_retransmits", "TFTP DATA packets sent again", self.retransmits.clone());
-        registry.register("tftp_transfers_active", "TFTP transfers in progress", self.transfers_active.clone());
+        registry.register(
+            "tftp_requests",
+            "TFTP requests by result",
+            self.requests.clone(),
+        );
+        registry.register(
+            "tftp_malformed",
+            "Datagrams on the TFTP port that are not a valid request",
+            self.malformed.clone(),
+        );
+        registry.register(
+            "tftp_busy",
+            "TFTP requests refused because max_transfers were running",
+            self.busy.clone(),
+        );
+        registry.register(
+            "tftp_bytes_sent",
+            "TFTP DATA payload bytes sent, retransmissions included",
+            self.bytes_sent.clone(),
+        );
+        registry.register(
+            "tftp_retransmits",
+            "TFTP DATA packets sent again",
+            self.retransmits.clone(),
+        );
+        registry.register(
+            "tftp_transfers_active",
+            "TFTP transfers in progress",
+            self.transfers_active.clone(),
+        );
     }
 
     pub fn request(&self, outcome: Outcome) {
-        self.requests.get_or_create(&ResultLabel { result: outcome.as_str() }).inc();
+        self.requests
+            .get_or_create(&ResultLabel {
+                result: outcome.as_str(),
+            })
+            .inc();
     }
 
     pub fn requests_with(&self, outcome: Outcome) -> u64 {
-        self.requests.get_or_create(&ResultLabel { result: outcome.as_str() }).get()
+        self.requests
+            .get_or_create(&ResultLabel {
+                result: outcome.as_str(),
+            })
+            .get()
     }
 }

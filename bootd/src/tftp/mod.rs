@@ -56,8 +56,11 @@ pub fn resolve_in(root: &std::path::Path, name: &str) -> Resolved {
     match crate::files::open_beneath(root, name) {
         Ok(f) => Resolved::File(f),
         Err(e) => {
-            let not_found =
-                e.kind() == io::ErrorKind::NotFound || matches!(e.raw_os_error(), Some(nix::libc::ENOTDIR | nix::libc::ENAMETOOLONG));
+            let not_found = e.kind() == io::ErrorKind::NotFound
+                || matches!(
+                    e.raw_os_error(),
+                    Some(nix::libc::ENOTDIR | nix::libc::ENAMETOOLONG)
+                );
             // EXDEV is an escape (`..`, absolute symlink), ELOOP a magic
             // link, EACCES/EPERM permissions: all "access violation".
             tracing::debug!(file = %packet::Escaped(name), error = %e, "tftp open");

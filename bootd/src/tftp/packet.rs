@@ -144,7 +144,11 @@ pub fn parse(buf: &[u8]) -> Result<Packet<'_>, ParseError> {
                 return Err(ParseError::TooLong);
             }
             let req = parse_request(body)?;
-            Ok(if opcode == OP_RRQ { Packet::Rrq(req) } else { Packet::Wrq(req) })
+            Ok(if opcode == OP_RRQ {
+                Packet::Rrq(req)
+            } else {
+                Packet::Wrq(req)
+            })
         }
         OP_DATA => {
             let block = u16_at(body)?;
@@ -154,18 +158,25 @@ pub fn parse(buf: &[u8]) -> Result<Packet<'_>, ParseError> {
             }
             Ok(Packet::Data { block, data })
         }
-        OP_ACK => Ok(Packet::Ack { block: u16_at(body)? }),
+        OP_ACK => Ok(Packet::Ack {
+            block: u16_at(body)?,
+        }),
         OP_ERROR => {
             let code = u16_at(body)?;
             // Some clients leave out the final NUL; take the text up to the
             // first NUL or the end.
             let text = &body[2..];
             let text = text.split(|b| *b == 0).next().unwrap_or_default();
-            Ok(Packet::Error { code, message: String::from_utf8_lossy(text) })
+            Ok(Packet::Error {
+                code,
+                message: String::from_utf8_lossy(text),
+            })
         }
         OP_OACK => {
             let fields = nul_fields(body)?;
-            Ok(Packet::Oack { options: pairs(&fields)? })
+            Ok(Packet::Oack {
+                options: pairs(&fields)?,
+            })
         }
         other => Err(ParseError::UnknownOpcode(other)),
     }
@@ -186,7 +197,10 @@ fn nul_fields(body: &[u8]) -> Result<Vec<&str>, ParseError> {
         // An empty body has no fields; callers decide if that is an error.
         None => return Ok(Vec::new()),
     }
-    body[..body.len() - 1].split(|b| *b == 0).map(|f| std::str::from_utf8(f).map_err(|_| ParseError::NotUtf8)).collect()
+    body[..body.len() - 1]
+        .split(|b| *b == 0)
+        .map(|f| std::str::from_utf8(f).map_err(|_| ParseError::NotUtf8))
+        .collect()
 }
 
 fn pairs<'a>(fields: &[&'a str]) -> Result<Vec<(&'a str, &'a str)>, ParseError> {
@@ -224,7 +238,11 @@ fn parse_request(body: &[u8]) -> Result<Request<'_>, ParseError> {
         // "mail" (obsolete since RFC 1350) and anything else.
         return Err(ParseError::BadMode);
     };
-    Ok(Request { filename, mode, options: pairs(&fields[2..])? })
+    Ok(Request {
+        filename,
+        mode,
+        options: pairs(&fields[2..])?,
+    })
 }
 
 impl Packet<'_> {
@@ -232,7 +250,11 @@ impl Packet<'_> {
     pub fn encode(&self, out: &mut Vec<u8>) {
         match self {
             Packet::Rrq(r) | Packet::Wrq(r) => {
-                let op = if matches!(self, Packet::Rrq(_)) { OP_RRQ } else { OP_WRQ };
+                let op = if matches!(self, Packet::Rrq(_)) {
+                    OP_RRQ
+                } else {
+                    OP_WRQ
+                };
                 out.extend_from_slice(&op.to_be_bytes());
                 put_str(out, r.filename);
                 put_str(out, r.mode.as_str());
@@ -283,7 +305,11 @@ pub fn ack(block: u16) -> [u8; 4] {
 
 pub fn error(code: ErrorCode, message: &str) -> Vec<u8> {
     let mut out = Vec::with_capacity(5 + message.len());
-    Packet::Error { code: code as u16, message: Cow::Borrowed(message) }.encode(&mut out);
+    Packet::Error {
+        code: code as u16,
+        message: Cow::Borrowed(message),
+    }
+    .encode(&mut out);
     out
 }
 
@@ -355,7 +381,9 @@ pub fn negotiate(options: &[(&str, &str)], limits: Limits) -> Negotiated {
     let mut n = Negotiated::default();
     let mut seen = [false; 4];
     for (name, value) in options {
-        let slot = ["blksize", "tsize", "timeout", "windowsize"].iter().position(|k| name.eq_ignore_ascii_case(k));
+        let slot = ["blksize", "tsize", "timeout", "windowsize"]
+            .iter()
+            .position(|k| name.eq_ignore_ascii_case(k));
         let Some(slot) = slot else { continue };
         if std::mem::replace(&mut seen[slot], true) {
             continue;
@@ -402,7 +430,10 @@ mod tests {
         v
     }
 
-    const LIMITS: Limits = Limits { max_blksize: 1468, max_windowsize: 64 };
+    const LIMITS: Limits = Limits {
+        max_blksize: 1468,
+        max_windowsize: 64,
+    };
 
     #[test]
     fn rrq_with_options() {
@@ -415,16 +446,23 @@ mod tests {
 
     #[test]
     fn mode_is_case_insensitive_and_netascii_accepted() {
-        let Packet::Rrq(r) = parse(b"\x00\x01f\x00OcTeT\x00").unwrap() else { panic!() };
+        let Packet::Rrq(r) = parse(b"\x00\x01f\x00OcTeT\x00").unwrap() else {
+            panic!()
+        };
         assert_eq!(r.mode, Mode::Octet);
-        let Packet::Rrq(r) = parse(b"\x00\x01f\x00NETASCII\x00").unwrap() else { panic!() };
+        let Packet::Rrq(r) = parse(b"\x00\x01f\x00NETASCII\x00").unwrap() else {
+            panic!()
+        };
         assert_eq!(r.mode, Mode::Netascii);
         assert_eq!(parse(b"\x00\x01f\x00mail\x00"), Err(ParseError::BadMode));
     }
 
     #[test]
     fn trailing_nul_padding_is_tolerated() {
-        let Packet::Rrq(r) = parse(b"\x00\x01f\x00octet\x00blksize\x001024\x00\x00\x00").unwrap() else { panic!() };
+        let Packet::Rrq(r) = parse(b"\x00\x01f\x00octet\x00blksize\x001024\x00\x00\x00").unwrap()
+        else {
+            panic!()
+        };
         assert_eq!(r.options, vec![("blksize", "1024")]);
     }
 
@@ -439,7 +477,10 @@ mod tests {
             (b"\x00\x01file\x00", ParseError::MissingMode),
             (b"\x00\x01\x00octet\x00", ParseError::EmptyFilename),
             (b"\x00\x01f\xffe\x00octet\x00", ParseError::NotUtf8),
-            (b"\x00\x01f\x00octet\x00blksize\x00", ParseError::OptionWithoutValue),
+            (
+                b"\x00\x01f\x00octet\x00blksize\x00",
+                ParseError::OptionWithoutValue,
+            ),
             (b"\x00\x09f\x00octet\x00", ParseError::UnknownOpcode(9)),
             (b"\x00\x00", ParseError::UnknownOpcode(0)),
             (b"\x00\x04\x00", ParseError::TooShort),
@@ -460,20 +501,47 @@ mod tests {
     #[test]
     fn round_trips() {
         let packets = [
-            Packet::Rrq(Request { filename: "grub/grub.cfg-01-52-54-00-77-00-10", mode: Mode::Octet, options: vec![] }),
-            Packet::Wrq(Request { filename: "x", mode: Mode::Netascii, options: vec![("blksize", "8")] }),
+            Packet::Rrq(Request {
+                filename: "grub/grub.cfg-01-52-54-00-77-00-10",
+                mode: Mode::Octet,
+                options: vec![],
+            }),
+            Packet::Wrq(Request {
+                filename: "x",
+                mode: Mode::Netascii,
+                options: vec![("blksize", "8")],
+            }),
             Packet::Rrq(Request {
                 filename: "ipxe.efi",
                 mode: Mode::Octet,
-                options: vec![("tsize", "0"), ("blksize", "1468"), ("windowsize", "16"), ("timeout", "3")],
+                options: vec![
+                    ("tsize", "0"),
+                    ("blksize", "1468"),
+                    ("windowsize", "16"),
+                    ("timeout", "3"),
+                ],
             }),
-            Packet::Data { block: 0, data: b"" },
-            Packet::Data { block: 65535, data: &[7u8; 1468] },
+            Packet::Data {
+                block: 0,
+                data: b"",
+            },
+            Packet::Data {
+                block: 65535,
+                data: &[7u8; 1468],
+            },
             Packet::Ack { block: 0 },
             Packet::Ack { block: 513 },
-            Packet::Error { code: 1, message: "file not found".into() },
-            Packet::Error { code: 0, message: "".into() },
-            Packet::Oack { options: vec![("tsize", "123"), ("blksize", "1468")] },
+            Packet::Error {
+                code: 1,
+                message: "file not found".into(),
+            },
+            Packet::Error {
+                code: 0,
+                message: "".into(),
+            },
+            Packet::Oack {
+                options: vec![("tsize", "123"), ("blksize", "1468")],
+            },
             Packet::Oack { options: vec![] },
         ];
         for p in packets {
@@ -483,22 +551,56 @@ mod tests {
 
     #[test]
     fn error_without_final_nul_or_utf8() {
-        assert_eq!(parse(b"\x00\x05\x00\x08abort").unwrap(), Packet::Error { code: 8, message: "abort".into() });
-        let Packet::Error { code: 0, message } = parse(b"\x00\x05\x00\x00\xffx\x00").unwrap() else { panic!() };
+        assert_eq!(
+            parse(b"\x00\x05\x00\x08abort").unwrap(),
+            Packet::Error {
+                code: 8,
+                message: "abort".into()
+            }
+        );
+        let Packet::Error { code: 0, message } = parse(b"\x00\x05\x00\x00\xffx\x00").unwrap()
+        else {
+            panic!()
+        };
         assert_eq!(message, "\u{fffd}x");
     }
 
     #[test]
     fn helpers_match_encode() {
         assert_eq!(ack(0x0102), *enc(&Packet::Ack { block: 0x0102 }));
-        assert_eq!(data_header(9)[..], enc(&Packet::Data { block: 9, data: b"" })[..]);
-        assert_eq!(error(ErrorCode::AccessViolation, "no"), b"\x00\x05\x00\x02no\x00");
+        assert_eq!(
+            data_header(9)[..],
+            enc(&Packet::Data {
+                block: 9,
+                data: b""
+            })[..]
+        );
+        assert_eq!(
+            error(ErrorCode::AccessViolation, "no"),
+            b"\x00\x05\x00\x02no\x00"
+        );
     }
 
     #[test]
     fn negotiation_clamps_and_honours() {
-        let n = negotiate(&[("blksize", "65464"), ("windowsize", "1000"), ("tsize", "0"), ("timeout", "5")], LIMITS);
-        assert_eq!(n, Negotiated { blksize: Some(1468), windowsize: Some(64), timeout: Some(5), tsize: true });
+        let n = negotiate(
+            &[
+                ("blksize", "65464"),
+                ("windowsize", "1000"),
+                ("tsize", "0"),
+                ("timeout", "5"),
+            ],
+            LIMITS,
+        );
+        assert_eq!(
+            n,
+            Negotiated {
+                blksize: Some(1468),
+                windowsize: Some(64),
+                timeout: Some(5),
+                tsize: true
+            }
+        );
         let n = negotiate(&[("BlkSize", "1428"), ("WINDOWSIZE", "16")], LIMITS);
         assert_eq!((n.block_size(), n.window_size()), (1428, 16));
         assert!(n.needs_oack());
@@ -507,22 +609,46 @@ mod tests {
     #[test]
     fn negotiation_ignores_bad_values_and_unknown_names() {
         let n = negotiate(
-            &[("blksize", "7"), ("timeout", "0"), ("windowsize", "0"), ("utimeout", "100"), ("tsize", "-1"), ("multicast", "")],
+            &[
+                ("blksize", "7"),
+                ("timeout", "0"),
+                ("windowsize", "0"),
+                ("utimeout", "100"),
+                ("tsize", "-1"),
+                ("multicast", ""),
+            ],
             LIMITS,
         );
         assert_eq!(n, Negotiated::default());
         assert!(!n.needs_oack());
         assert_eq!((n.block_size(), n.window_size()), (512, 1));
-        let n = negotiate(&[("blksize", "65465"), ("timeout", "256"), ("windowsize", "65536"), ("blksize", "1024")], LIMITS);
+        let n = negotiate(
+            &[
+                ("blksize", "65465"),
+                ("timeout", "256"),
+                ("windowsize", "65536"),
+                ("blksize", "1024"),
+            ],
+            LIMITS,
+        );
         // The first blksize counts even when unusable.
         assert_eq!(n, Negotiated::default());
-        let n = negotiate(&[("blksize", " 512"), ("blksize", "99999999999999999999999")], LIMITS);
+        let n = negotiate(
+            &[("blksize", " 512"), ("blksize", "99999999999999999999999")],
+            LIMITS,
+        );
         assert_eq!(n.blksize, None);
     }
 
     #[test]
     fn negotiation_bounds_the_limits_themselves() {
-        let n = negotiate(&[("blksize", "9000"), ("windowsize", "4")], Limits { max_blksize: 1, max_windowsize: 0 });
+        let n = negotiate(
+            &[("blksize", "9000"), ("windowsize", "4")],
+            Limits {
+                max_blksize: 1,
+                max_windowsize: 0,
+            },
+        );
         assert_eq!((n.blksize, n.windowsize), (Some(MIN_BLKSIZE), Some(1)));
     }
 
@@ -531,7 +657,12 @@ mod tests {
         let n = negotiate(&[("tsize", "0"), ("blksize", "1432")], LIMITS);
         let mut out = Vec::new();
         n.encode_oack(4_294_967_296, &mut out);
-        assert_eq!(parse(&out).unwrap(), Packet::Oack { options: vec![("blksize", "1432"), ("tsize", "4294967296")] });
+        assert_eq!(
+            parse(&out).unwrap(),
+            Packet::Oack {
+                options: vec![("blksize", "1432"), ("tsize", "4294967296")]
+            }
+        );
     }
 
     /// A cheap stand-in for the fuzz target that runs with every `cargo

@@ -127,8 +127,14 @@ pub async fn run(
     let listener = Listener::new(socket)?;
     info!(addr = %listener.local_addr()?, max_blksize = config.max_blksize, max_windowsize = config.max_windowsize,
         max_transfers = config.max_transfers, "tftp listening");
-    let shared =
-        Arc::new(Shared { config, resolver, metrics, listener, transfers: Mutex::new(HashMap::new()), shutdown: shutdown.clone() });
+    let shared = Arc::new(Shared {
+        config,
+        resolver,
+        metrics,
+        listener,
+        transfers: Mutex::new(HashMap::new()),
+        shutdown: shutdown.clone(),
+    });
     let tracker = TaskTracker::new();
     let mut buf = vec![0u8; RECV_BUF];
     let mut cmsg = udp::cmsg_buffer();
@@ -156,7 +162,13 @@ pub async fn run(
     Ok(())
 }
 
-async fn on_datagram(shared: &Arc<Shared>, tracker: &TaskTracker, bytes: &[u8], d: Datagram, id: u64) {
+async fn on_datagram(
+    shared: &Arc<Shared>,
+    tracker: &TaskTracker,
+    bytes: &[u8],
+    d: Datagram,
+    id: u64,
+) {
     let m = &shared.metrics;
     let peer = d.peer;
     let req = match packet::parse(bytes) {
@@ -164,7 +176,13 @@ async fn on_datagram(shared: &Arc<Shared>, tracker: &TaskTracker, bytes: &[u8], 
         Ok(Packet::Wrq(r)) => {
             m.request(Outcome::WriteRefused);
             warn!(%peer, file = %Escaped(r.filename), reason = "write request to a read-only server", "tftp request refused");
-            refuse(shared, d, ErrorCode::AccessViolation, "access violation: read-only server").await;
+            refuse(
+                shared,
+                d,
+                ErrorCode::AccessViolation,
+                "access violation: read-only server",
+            )
+            .await;
             return;
         }
         Ok(other) => {
@@ -185,19 +203,31 @@ async fn on_datagram(shared: &Arc<Shared>, tracker: &TaskTracker, bytes: &[u8], 
             m.malformed.inc();
             m.request(Outcome::Malformed);
             warn!(%peer, reason = %e, "tftp request refused");
-            refuse(shared, d, ErrorCode::IllegalOperation, "illegal operation: malformed request").await;
+            refuse(
+                shared,
+                d,
+                ErrorCode::IllegalOperation,
+                "illegal operation: malformed request",
+            )
+            .await;
             return;
         }
     };
     let name = req.filename.strip_prefix('/').unwrap_or(req.filename);
     let neg = packet::negotiate(
         &req.options,
-        packet::Limits { max_blksize: shared.config.max_blksize, max_windowsize: shared.config.max_windowsize },
+        packet::Limits {
+            max_blksize: shared.config.max_blksize,
+            max_windowsize: shared.config.max_windowsize,
+        },
     );
 
     let cancel = shared.shutdown.child_token();
     let busy = {
-        let mut map = shared.transfers.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut map = shared
+            .transfers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         if let Some(old) = map.remove(&peer) {
             // The client gave up on it (EDK2 after its tsize probe, SLOF
             // after an error): its old TID must fall silent.
@@ -205,7 +235,13 @@ async fn on_datagram(shared: &Arc<Shared>, tracker: &TaskTracker, bytes: &[u8], 
         }
         let busy = map.len() >= shared.config.max_transfers;
         if !busy {
-            map.insert(peer, Slot { id, cancel: cancel.clone() });
+            map.insert(
+                peer,
+                Slot {
+                    id,
+                    cancel: cancel.clone(),
+                },
+            );
         }
         busy
     };
@@ -217,7 +253,11 @@ async fn on_datagram(shared: &Arc<Shared>, tracker: &TaskTracker, bytes: &[u8], 
         return;
     }
     m.transfers_active.inc();
-    let slot = SlotGuard { shared: Arc::clone(shared), peer, id };
+    let slot = SlotGuard {
+        shared: Arc::clone(shared),
+        peer,
+        id,
+    };
 
     let sock = match udp::transfer_socket(d.local, peer) {
         Ok(s) => s,
@@ -229,7 +269,14 @@ async fn on_datagram(shared: &Arc<Shared>, tracker: &TaskTracker, bytes: &[u8], 
         }
     };
     let span = info_span!("tftp", %peer, file = %Escaped(name));
-    let t = Transfer { name: name.to_owned(), peer, neg, sock, cancel, _slot: slot };
+    let t = Transfer {
+        name: name.to_owned(),
+        peer,
+        neg,
+        sock,
+        cancel,
+        _slot: slot,
+    };
     tracker.spawn(transfer(Arc::clone(shared), t).instrument(span));
 }
 
@@ -246,7 +293,11 @@ fn kind(p: &Packet<'_>) -> &'static str {
 
 /// An ERROR for a request that gets no transfer, from the request socket.
 async fn refuse(shared: &Shared, d: Datagram, code: ErrorCode, message: &str) {
-    if let Err(e) = shared.listener.send(&packet::error(code, message), d.peer, d.local).await {
+    if let Err(e) = shared
+        .listener
+        .send(&packet::error(code, message), d.peer, d.local)
+        .await
+    {
         debug!(peer = %d.peer, error = %e, "tftp error reply");
     }
 }
@@ -260,7 +311,11 @@ struct SlotGuard {
 
 impl Drop for SlotGuard {
     fn drop(&mut self) {
-        let mut map = self.shared.transfers.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut map = self
+            .shared
+            .transfers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         // A replacement from the same port may hold the entry by now.
         if map.get(&self.peer).is_some_and(|s| s.id == self.id) {
             map.remove(&self.peer);
@@ -305,7 +360,11 @@ async fn transfer(shared: Arc<Shared>, t: Transfer) {
     let started = Instant::now();
     let (blksize, windowsize) = (t.neg.block_size(), t.neg.window_size());
     let result = {
-        let (shared, cancel, span) = (Arc::clone(&shared), t.cancel.clone(), tracing::Span::current());
+        let (shared, cancel, span) = (
+            Arc::clone(&shared),
+            t.cancel.clone(),
+            tracing::Span::current(),
+        );
         let (name, peer, neg) = (t.name.clone(), t.peer, t.neg);
         let sock = t.sock;
         tokio::task::spawn_blocking(move || {
@@ -314,7 +373,11 @@ async fn transfer(shared: Arc<Shared>, t: Transfer) {
             serve(&shared, &mut io, &name, peer, neg)
         })
         .await
-        .unwrap_or_else(|e| Err(End::Socket(io::Error::other(format!("transfer thread: {e}")))))
+        .unwrap_or_else(|e| {
+            Err(End::Socket(io::Error::other(format!(
+                "transfer thread: {e}"
+            ))))
+        })
     };
     let took = started.elapsed();
     let ms = took.as_millis() as u64;
@@ -341,7 +404,14 @@ async fn transfer(shared: Arc<Shared>, t: Transfer) {
     }
     let outcome = match result {
         Ok(done) => {
-            info!(bytes = done.bytes, blksize, windowsize, retransmits = done.retransmits, ms, "tftp transfer complete");
+            info!(
+                bytes = done.bytes,
+                blksize,
+                windowsize,
+                retransmits = done.retransmits,
+                ms,
+                "tftp transfer complete"
+            );
             Outcome::Ok
         }
         // GRUB probes a dozen names per boot that do not exist: a miss is
@@ -368,7 +438,10 @@ async fn transfer(shared: Arc<Shared>, t: Transfer) {
             Outcome::Shutdown
         }
         Err(End::Cancelled) => {
-            info!(ms, "tftp transfer replaced by a new request from the same port");
+            info!(
+                ms,
+                "tftp transfer replaced by a new request from the same port"
+            );
             Outcome::Replaced
         }
         Err(e @ (End::Read(_) | End::Socket(_))) => {
@@ -399,7 +472,11 @@ struct TransferIo {
 impl TransferIo {
     fn new(sock: UdpSocket, cancel: CancellationToken) -> Result<TransferIo, End> {
         sock.set_read_timeout(Some(CANCEL_POLL))?;
-        Ok(TransferIo { sock, cancel, rcvtimeo: CANCEL_POLL })
+        Ok(TransferIo {
+            sock,
+            cancel,
+            rcvtimeo: CANCEL_POLL,
+        })
     }
 
     fn send(&self, buf: &[u8]) -> Result<(), End> {
@@ -429,13 +506,22 @@ impl TransferIo {
             }
             match self.sock.recv(rx) {
                 Ok(n) => break n,
-                Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted) => {}
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock
+                            | io::ErrorKind::TimedOut
+                            | io::ErrorKind::Interrupted
+                    ) => {}
                 Err(e) => return Err(e.into()),
             }
         };
         Ok(Some(match packet::parse(&rx[..n]) {
             Ok(Packet::Ack { block }) => Incoming::Ack(block),
-            Ok(Packet::Error { code, message }) => Incoming::Error { code, message: message.into_owned() },
+            Ok(Packet::Error { code, message }) => Incoming::Error {
+                code,
+                message: message.into_owned(),
+            },
             // Anything else from the client is ignored rather than ending the
             // transfer: the retransmission deadline still bounds it.
             _ => Incoming::Other,
@@ -443,10 +529,20 @@ impl TransferIo {
     }
 }
 
-fn serve(shared: &Shared, io: &mut TransferIo, name: &str, peer: SocketAddr, neg: Negotiated) -> Result<Done, End> {
+fn serve(
+    shared: &Shared,
+    io: &mut TransferIo,
+    name: &str,
+    peer: SocketAddr,
+    neg: Negotiated,
+) -> Result<Done, End> {
     let config = &shared.config;
     let m = &shared.metrics;
-    let resolved = if name.is_empty() { Resolved::NotFound } else { (shared.resolver)(name, peer) };
+    let resolved = if name.is_empty() {
+        Resolved::NotFound
+    } else {
+        (shared.resolver)(name, peer)
+    };
     let source = match resolved {
         Resolved::File(f) => Source::file(f).map_err(End::Read)?,
         Resolved::Bytes(b) => Source::Bytes(b),
@@ -455,13 +551,18 @@ fn serve(shared: &Shared, io: &mut TransferIo, name: &str, peer: SocketAddr, neg
             return Err(End::NotFound);
         }
         Resolved::Denied => {
-            let _ = io.send(&packet::error(ErrorCode::AccessViolation, "access violation"));
+            let _ = io.send(&packet::error(
+                ErrorCode::AccessViolation,
+                "access violation",
+            ));
             return Err(End::Denied);
         }
     };
     let len = source.len();
     let (blksize, windowsize) = (neg.block_size(), neg.window_size());
-    let timeout = neg.timeout.map_or(config.default_timeout, |s| Duration::from_secs(s.into()));
+    let timeout = neg
+        .timeout
+        .map_or(config.default_timeout, |s| Duration::from_secs(s.into()));
     // ACKs are 4 bytes; an ERROR's text beyond this is not needed.
     let mut rx = [0u8; 516];
 
@@ -475,7 +576,9 @@ fn serve(shared: &Shared, io: &mut TransferIo, name: &str, peer: SocketAddr, neg
             loop {
                 match io.recv_until(&mut rx, deadline)? {
                     Some(Incoming::Ack(0)) => break 'send,
-                    Some(Incoming::Error { code, message }) => return Err(End::ClientAbort { code, message }),
+                    Some(Incoming::Error { code, message }) => {
+                        return Err(End::ClientAbort { code, message })
+                    }
                     Some(_) => {}
                     None if tries == config.retries => return Err(End::Timeout(config.retries)),
                     None => {
@@ -501,11 +604,15 @@ fn serve(shared: &Shared, io: &mut TransferIo, name: &str, peer: SocketAddr, neg
         for block in range.clone() {
             let (offset, n) = Window::span(block, blksize, len);
             tx[..4].copy_from_slice(&packet::data_header(Window::wire(block)));
-            ahead.read(&source, offset, &mut tx[4..4 + n]).map_err(End::Read)?;
+            ahead
+                .read(&source, offset, &mut tx[4..4 + n])
+                .map_err(End::Read)?;
             io.send(&tx[..4 + n])?;
             payload += n as u64;
         }
-        let resent = highest_sent.min(*range.end()).saturating_sub(*range.start() - 1);
+        let resent = highest_sent
+            .min(*range.end())
+            .saturating_sub(*range.start() - 1);
         highest_sent = highest_sent.max(*range.end());
         m.bytes_sent.inc_by(payload);
         if resent > 0 {
@@ -516,14 +623,21 @@ fn serve(shared: &Shared, io: &mut TransferIo, name: &str, peer: SocketAddr, neg
         range = loop {
             match io.recv_until(&mut rx, deadline)? {
                 Some(Incoming::Ack(block)) => match window.on_ack(block) {
-                    Step::Done => return Ok(Done { bytes: len, retransmits }),
+                    Step::Done => {
+                        return Ok(Done {
+                            bytes: len,
+                            retransmits,
+                        })
+                    }
                     Step::Send(next) => {
                         tries = 0;
                         break next;
                     }
                     Step::Ignore => {}
                 },
-                Some(Incoming::Error { code, message }) => return Err(End::ClientAbort { code, message }),
+                Some(Incoming::Error { code, message }) => {
+                    return Err(End::ClientAbort { code, message })
+                }
                 Some(Incoming::Other) => {}
                 None if tries == config.retries => return Err(End::Timeout(config.retries)),
                 None => {

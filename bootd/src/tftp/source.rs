@@ -62,7 +62,9 @@ impl Source {
             Source::File { file, .. } => file.read_exact_at(buf, offset),
             Source::Bytes(b) => {
                 let start = usize::try_from(offset).map_err(|_| io::ErrorKind::UnexpectedEof)?;
-                let src = b.get(start..start + buf.len()).ok_or(io::ErrorKind::UnexpectedEof)?;
+                let src = b
+                    .get(start..start + buf.len())
+                    .ok_or(io::ErrorKind::UnexpectedEof)?;
                 buf.copy_from_slice(src);
                 Ok(())
             }
@@ -83,13 +85,19 @@ impl ReadAhead {
     pub(crate) const SIZE: usize = 64 * 1024;
 
     pub(crate) fn new() -> ReadAhead {
-        ReadAhead { buf: Vec::new(), start: 0, filled: 0 }
+        ReadAhead {
+            buf: Vec::new(),
+            start: 0,
+            filled: 0,
+        }
     }
 
     /// Fills `out` with the bytes of `source` at `offset` (`out` is at most
     /// one block, and blocks are never larger than [`Self::SIZE`]).
     pub(crate) fn read(&mut self, source: &Source, offset: u64, out: &mut [u8]) -> io::Result<()> {
-        let Source::File { len, .. } = source else { return source.read_exact_at(offset, out) };
+        let Source::File { len, .. } = source else {
+            return source.read_exact_at(offset, out);
+        };
         let end = offset + out.len() as u64;
         if offset < self.start || end > self.start + self.filled as u64 {
             let want = (*len - offset).min(Self::SIZE.max(out.len()) as u64) as usize;
@@ -114,7 +122,9 @@ mod tests {
 
     #[test]
     fn read_ahead_returns_the_file_bytes_across_refills_and_detects_shrinking() {
-        let data: Vec<u8> = (0..200_000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8).collect();
+        let data: Vec<u8> = (0..200_000u32)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8)
+            .collect();
         let mut f = tempfile::tempfile().unwrap();
         f.write_all(&data).unwrap();
         let source = Source::file(f.try_clone().unwrap()).unwrap();

@@ -7,7 +7,9 @@
 //! address as their source. A socket bound to one address needs neither.
 
 use nix::libc;
-use nix::sys::socket::{self, sockopt, ControlMessage, ControlMessageOwned, MsgFlags, SockaddrStorage};
+use nix::sys::socket::{
+    self, sockopt, ControlMessage, ControlMessageOwned, MsgFlags, SockaddrStorage,
+};
 use std::io::{self, IoSlice, IoSliceMut};
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::os::fd::AsRawFd;
@@ -50,7 +52,11 @@ impl Listener {
                 SocketAddr::V6(_) => socket::setsockopt(&sock, sockopt::Ipv6RecvPacketInfo, &true)?,
             }
         }
-        Ok(Listener { sock, pktinfo, bound })
+        Ok(Listener {
+            sock,
+            pktinfo,
+            bound,
+        })
     }
 
     pub(crate) fn local_addr(&self) -> io::Result<SocketAddr> {
@@ -60,38 +66,67 @@ impl Listener {
     pub(crate) async fn recv(&self, buf: &mut [u8], cmsg: &mut Vec<u8>) -> io::Result<Datagram> {
         if !self.pktinfo {
             let (len, peer) = self.sock.recv_from(buf).await?;
-            return Ok(Datagram { len, peer, local: self.bound });
+            return Ok(Datagram {
+                len,
+                peer,
+                local: self.bound,
+            });
         }
         let fd = self.sock.as_raw_fd();
         let bound = self.bound;
         self.sock
             .async_io(Interest::READABLE, || {
                 let mut iov = [IoSliceMut::new(&mut buf[..])];
-                let msg = socket::recvmsg::<SockaddrStorage>(fd, &mut iov, Some(&mut *cmsg), MsgFlags::empty())?;
-                let peer = msg.address.as_ref().and_then(to_std).ok_or_else(|| io::Error::other("datagram without a source address"))?;
+                let msg = socket::recvmsg::<SockaddrStorage>(
+                    fd,
+                    &mut iov,
+                    Some(&mut *cmsg),
+                    MsgFlags::empty(),
+                )?;
+                let peer = msg
+                    .address
+                    .as_ref()
+                    .and_then(to_std)
+                    .ok_or_else(|| io::Error::other("datagram without a source address"))?;
                 let mut local = bound;
                 for c in msg.cmsgs()? {
                     match c {
                         ControlMessageOwned::Ipv4PacketInfo(pi) => {
                             // ipi_spec_dst: the local address, also when the
                             // packet was sent to a broadcast address.
-                            local = SocketAddr::new(Ipv4Addr::from(u32::from_be(pi.ipi_spec_dst.s_addr)).into(), 0);
+                            local = SocketAddr::new(
+                                Ipv4Addr::from(u32::from_be(pi.ipi_spec_dst.s_addr)).into(),
+                                0,
+                            );
                         }
                         ControlMessageOwned::Ipv6PacketInfo(pi) => {
                             let ip = Ipv6Addr::from(pi.ipi6_addr.s6_addr);
-                            let scope = if ip.is_unicast_link_local() { pi.ipi6_ifindex } else { 0 };
+                            let scope = if ip.is_unicast_link_local() {
+                                pi.ipi6_ifindex
+                            } else {
+                                0
+                            };
                             local = SocketAddr::V6(SocketAddrV6::new(ip, 0, 0, scope));
                         }
                         _ => {}
                     }
                 }
-                Ok(Datagram { len: msg.bytes, peer, local })
+                Ok(Datagram {
+                    len: msg.bytes,
+                    peer,
+                    local,
+                })
             })
             .await
     }
 
     /// Sends `buf` to `peer` from `local` (the address its request came to).
-    pub(crate) async fn send(&self, buf: &[u8], peer: SocketAddr, local: SocketAddr) -> io::Result<()> {
+    pub(crate) async fn send(
+        &self,
+        buf: &[u8],
+        peer: SocketAddr,
+        local: SocketAddr,
+    ) -> io::Result<()> {
         if !self.pktinfo || local.ip().is_unspecified() {
             self.sock.send_to(buf, peer).await?;
             return Ok(());
@@ -105,14 +140,33 @@ impl Listener {
                     SocketAddr::V4(a) => {
                         let pi = libc::in_pktinfo {
                             ipi_ifindex: 0,
-                            ipi_spec_dst: libc::in_addr { s_addr: u32::from(*a.ip()).to_be() },
+                            ipi_spec_dst: libc::in_addr {
+                                s_addr: u32::from(*a.ip()).to_be(),
+                            },
                             ipi_addr: libc::in_addr { s_addr: 0 },
                         };
-                        socket::sendmsg(fd, &iov, &[ControlMessage::Ipv4PacketInfo(&pi)], MsgFlags::empty(), Some(&dst))?;
+                        socket::sendmsg(
+                            fd,
+                            &iov,
+                            &[ControlMessage::Ipv4PacketInfo(&pi)],
+                            MsgFlags::empty(),
+                            Some(&dst),
+                        )?;
                     }
                     SocketAddr::V6(a) => {
-                        let pi = libc::in6_pktinfo { ipi6_addr: libc::in6_addr { s6_addr: a.ip().octets() }, ipi6_ifindex: a.scope_id() };
-                        socket::sendmsg(fd, &iov, &[ControlMessage::Ipv6PacketInfo(&pi)], MsgFlags::empty(), Some(&dst))?;
+                        let pi = libc::in6_pktinfo {
+                            ipi6_addr: libc::in6_addr {
+                                s6_addr: a.ip().octets(),
+                            },
+                            ipi6_ifindex: a.scope_id(),
+                        };
+                        socket::sendmsg(
+                            fd,
+                            &iov,
+                            &[ControlMessage::Ipv6PacketInfo(&pi)],
+                            MsgFlags::empty(),
+                            Some(&dst),
+                        )?;
                     }
                 }
                 Ok(())
@@ -125,7 +179,8 @@ fn to_std(a: &SockaddrStorage) -> Option<SocketAddr> {
     if let Some(v4) = a.as_sockaddr_in() {
         return Some(SocketAddr::V4(SocketAddrV4::from(*v4)));
     }
-    a.as_sockaddr_in6().map(|v6| SocketAddr::V6(SocketAddrV6::from(*v6)))
+    a.as_sockaddr_in6()
+        .map(|v6| SocketAddr::V6(SocketAddrV6::from(*v6)))
 }
 
 /// A socket for one transfer: bound to an ephemeral port on `local` (the
@@ -133,7 +188,10 @@ fn to_std(a: &SockaddrStorage) -> Option<SocketAddr> {
 /// kernel drops datagrams from anyone else and reports an ICMP "port
 /// unreachable" (client gone) as an error on the next receive.
 /// Blocking: the transfer runs on a thread of its own (see `server`).
-pub(crate) fn transfer_socket(local: SocketAddr, peer: SocketAddr) -> io::Result<std::net::UdpSocket> {
+pub(crate) fn transfer_socket(
+    local: SocketAddr,
+    peer: SocketAddr,
+) -> io::Result<std::net::UdpSocket> {
     let sock = std::net::UdpSocket::bind(local)?;
     sock.connect(peer)?;
     Ok(sock)

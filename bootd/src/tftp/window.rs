@@ -39,7 +39,12 @@ impl Window {
     /// A file of `len` bytes in blocks of `blksize`, `windowsize` blocks per
     /// window (1 = RFC 1350 lock-step).
     pub fn new(len: u64, blksize: u16, windowsize: u16) -> Window {
-        Window { last: len / u64::from(blksize.max(1)) + 1, acked: 0, sent: 0, size: u64::from(windowsize.max(1)) }
+        Window {
+            last: len / u64::from(blksize.max(1)) + 1,
+            acked: 0,
+            sent: 0,
+            size: u64::from(windowsize.max(1)),
+        }
     }
 
     pub fn last_block(&self) -> u64 {
@@ -75,7 +80,10 @@ impl Window {
     /// Byte offset and length of an absolute block in a file of `len` bytes.
     pub fn span(block: u64, blksize: u16, len: u64) -> (u64, usize) {
         let off = (block - 1) * u64::from(blksize);
-        (off, len.saturating_sub(off).min(u64::from(blksize)) as usize)
+        (
+            off,
+            len.saturating_sub(off).min(u64::from(blksize)) as usize,
+        )
     }
 }
 

@@ -23,7 +23,11 @@ pub fn write_site(dir: &Path, edit: impl FnOnce(String) -> String) -> PathBuf {
     std::fs::create_dir_all(dir.join("tftp")).unwrap();
     std::fs::create_dir_all(dir.join("ignition")).unwrap();
     for r in ["bootstrap", "master", "worker"] {
-        std::fs::copy(lab_dir().join(format!("ignition/{r}.ign")), dir.join(format!("ignition/{r}.ign"))).unwrap();
+        std::fs::copy(
+            lab_dir().join(format!("ignition/{r}.ign")),
+            dir.join(format!("ignition/{r}.ign")),
+        )
+        .unwrap();
     }
     std::fs::write(dir.join("site.yaml"), edit(text)).unwrap();
     dir.join("site.yaml")
@@ -38,11 +42,17 @@ pub fn loopback_site(t: String) -> String {
 
 pub fn request(mac: [u8; 6], t: MessageType, xid: u32, ip: Option<Ipv4Addr>) -> Vec<u8> {
     let mut m = Message::default();
-    m.set_opcode(Opcode::BootRequest).set_htype(HType::Eth).set_xid(xid).set_chaddr(&mac).set_giaddr(Ipv4Addr::LOCALHOST).set_hops(1);
+    m.set_opcode(Opcode::BootRequest)
+        .set_htype(HType::Eth)
+        .set_xid(xid)
+        .set_chaddr(&mac)
+        .set_giaddr(Ipv4Addr::LOCALHOST)
+        .set_hops(1);
     m.opts_mut().insert(DhcpOption::MessageType(t));
     if let Some(ip) = ip {
         m.opts_mut().insert(DhcpOption::RequestedIpAddress(ip));
-        m.opts_mut().insert(DhcpOption::ServerIdentifier(Ipv4Addr::new(10, 77, 0, 1)));
+        m.opts_mut()
+            .insert(DhcpOption::ServerIdentifier(Ipv4Addr::new(10, 77, 0, 1)));
     }
     let mut b = Vec::new();
     m.encode(&mut Encoder::new(&mut b)).unwrap();
@@ -53,6 +63,9 @@ pub fn request(mac: [u8; 6], t: MessageType, xid: u32, ip: Option<Ipv4Addr>) -> 
 pub async fn dhcp_recv(sock: &tokio::net::UdpSocket) -> Option<dhcproto::v4::Message> {
     use dhcproto::{Decodable, Decoder};
     let mut buf = [0u8; 1500];
-    let n = tokio::time::timeout(std::time::Duration::from_secs(2), sock.recv(&mut buf)).await.ok()?.ok()?;
+    let n = tokio::time::timeout(std::time::Duration::from_secs(2), sock.recv(&mut buf))
+        .await
+        .ok()?
+        .ok()?;
     dhcproto::v4::Message::decode(&mut Decoder::new(&buf[..n])).ok()
 }

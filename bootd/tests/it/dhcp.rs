@@ -16,18 +16,30 @@ async fn relayed_dora_is_durable_before_ack_and_bad_packets_are_counted() {
     let server = b.dhcp.unwrap();
     relay.connect(server).await.unwrap();
     let mac = [0x52, 0x54, 0, 0x77, 0, 0x21];
-    relay.send(&request(mac, MessageType::Discover, 1, None)).await.unwrap();
+    relay
+        .send(&request(mac, MessageType::Discover, 1, None))
+        .await
+        .unwrap();
     let offer = dhcp_recv(&relay).await.expect("an OFFER to the relay");
     assert_eq!(offer.opts().msg_type(), Some(MessageType::Offer));
     assert_eq!(offer.yiaddr(), Ipv4Addr::new(127, 0, 0, 21));
     assert_eq!(offer.giaddr(), Ipv4Addr::LOCALHOST);
-    relay.send(&request(mac, MessageType::Request, 2, Some(offer.yiaddr()))).await.unwrap();
+    relay
+        .send(&request(mac, MessageType::Request, 2, Some(offer.yiaddr())))
+        .await
+        .unwrap();
     let ack = dhcp_recv(&relay).await.expect("an ACK");
     assert_eq!(ack.opts().msg_type(), Some(MessageType::Ack));
-    assert_eq!(ack.opts().get(OptionCode::Hostname), Some(&DhcpOption::Hostname("worker-1".into())));
+    assert_eq!(
+        ack.opts().get(OptionCode::Hostname),
+        Some(&DhcpOption::Hostname("worker-1".into()))
+    );
     // The ACK arrived, so the lease is already on disk.
     let leases = std::fs::read_to_string(b.state().join("leases.jsonl")).unwrap();
-    assert!(leases.contains("\"52:54:00:77:00:21\"") && leases.contains("127.0.0.21"), "{leases}");
+    assert!(
+        leases.contains("\"52:54:00:77:00:21\"") && leases.contains("127.0.0.21"),
+        "{leases}"
+    );
 
     // Malformed input: dropped (no reply) and counted.
     let good = request(mac, MessageType::Discover, 3, None);
@@ -40,13 +52,30 @@ async fn relayed_dora_is_durable_before_ack_and_bad_packets_are_counted() {
     let mut overload_loop = good[..240].to_vec();
     overload_loop[108..112].copy_from_slice(&[52, 1, 3, 255]);
     overload_loop.extend_from_slice(&[53, 1, 1, 52, 1, 3, 255]);
-    let cases: Vec<Vec<u8>> = vec![vec![], vec![1], good[..100].to_vec(), good[..239].to_vec(), bad_cookie, overflow, vec![0xff; 600]];
+    let cases: Vec<Vec<u8>> = vec![
+        vec![],
+        vec![1],
+        good[..100].to_vec(),
+        good[..239].to_vec(),
+        bad_cookie,
+        overflow,
+        vec![0xff; 600],
+    ];
     for c in &cases {
         relay.send(c).await.unwrap();
     }
-    assert!(dhcp_recv(&relay).await.is_none(), "no reply to malformed input");
+    assert!(
+        dhcp_recv(&relay).await.is_none(),
+        "no reply to malformed input"
+    );
     relay.send(&overload_loop).await.unwrap();
-    assert_eq!(dhcp_recv(&relay).await.expect("the overload case is answered once").xid(), 3);
+    assert_eq!(
+        dhcp_recv(&relay)
+            .await
+            .expect("the overload case is answered once")
+            .xid(),
+        3
+    );
     tokio::time::sleep(Duration::from_millis(200)).await;
     let (_, _, m) = b.get("/metrics").await;
     let m = String::from_utf8_lossy(&m).to_string();
@@ -56,9 +85,15 @@ async fn relayed_dora_is_durable_before_ack_and_bad_packets_are_counted() {
         .and_then(|l| l.rsplit(' ').next())
         .and_then(|v| v.parse().ok())
         .unwrap_or(0);
-    assert!(malformed as usize >= cases.len(), "malformed packets counted: {malformed}\n{m}");
+    assert!(
+        malformed as usize >= cases.len(),
+        "malformed packets counted: {malformed}\n{m}"
+    );
     // And the server still answers.
-    relay.send(&request(mac, MessageType::Discover, 4, None)).await.unwrap();
+    relay
+        .send(&request(mac, MessageType::Discover, 4, None))
+        .await
+        .unwrap();
     assert_eq!(dhcp_recv(&relay).await.expect("still serving").xid(), 4);
     b.stop().await;
 }

@@ -19,8 +19,17 @@ fn check(name: &str, got: &str) {
         std::fs::write(&path, got).unwrap();
         return;
     }
-    let want = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e} (run with UPDATE_GOLDEN=1 to create)", path.display()));
-    assert!(want == got, "{name} differs from its golden file {}:\n--- want\n{want}\n--- got\n{got}", path.display());
+    let want = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e} (run with UPDATE_GOLDEN=1 to create)",
+            path.display()
+        )
+    });
+    assert!(
+        want == got,
+        "{name} differs from its golden file {}:\n--- want\n{want}\n--- got\n{got}",
+        path.display()
+    );
 }
 
 /// `ignition-validate` from Debian's `ignition` package, on a rendered config.
@@ -43,18 +52,37 @@ pub fn ignition_validate(json: &[u8]) {
 fn render_site(example: &str) {
     let site = site::load(&examples().join(example).join("site.yaml")).unwrap();
     check(&format!("{example}-boot.ipxe"), &render::ipxe::entry(&site));
-    check(&format!("{example}-grub.cfg"), &render::grub::selector(&site));
-    check(&format!("{example}-unknown.ipxe"), &render::ipxe::unknown(&site, Some(&"52:54:00:00:00:99".parse().unwrap())));
+    check(
+        &format!("{example}-grub.cfg"),
+        &render::grub::selector(&site),
+    );
+    check(
+        &format!("{example}-unknown.ipxe"),
+        &render::ipxe::unknown(&site, Some(&"52:54:00:00:00:99".parse().unwrap())),
+    );
     for node in &site.nodes {
         let urls = NodeUrls::new(&site, node, "TOKEN");
-        check(&format!("{example}-{}.ipxe", node.name), &render::ipxe::node(&site, node, &urls));
-        check(&format!("{example}-{}.grub.cfg", node.name), &render::grub::node(&site, node, &urls));
+        check(
+            &format!("{example}-{}.ipxe", node.name),
+            &render::ipxe::node(&site, node, &urls),
+        );
+        check(
+            &format!("{example}-{}.grub.cfg", node.name),
+            &render::grub::node(&site, node, &urls),
+        );
         let cfg = render::ignition::node_config(&site, node).unwrap();
         let bytes = serde_json::to_vec_pretty(&cfg).unwrap();
-        check(&format!("{example}-{}.ign", node.name), &String::from_utf8(bytes.clone()).unwrap());
+        check(
+            &format!("{example}-{}.ign", node.name),
+            &String::from_utf8(bytes.clone()).unwrap(),
+        );
         // As served to the validator's own Ignition (2.14, spec 3.3.0 at
         // most): a 3.4.0 config that uses nothing newer goes relabelled.
-        let served = render::ignition::negotiate(cfg, Some("application/vnd.coreos.ignition+json;version=3.3.0, */*;q=0.1")).unwrap();
+        let served = render::ignition::negotiate(
+            cfg,
+            Some("application/vnd.coreos.ignition+json;version=3.3.0, */*;q=0.1"),
+        )
+        .unwrap();
         ignition_validate(&serde_json::to_vec(&served).unwrap());
         let md = serde_json::to_string_pretty(&render::metadata::metadata(&site, node)).unwrap();
         check(&format!("{example}-{}.metadata.json", node.name), &md);
@@ -91,5 +119,8 @@ fn grub_selector_lists_both_cases_for_letters() {
     let cfg = render::grub::selector(&site);
     assert!(cfg.contains("\"fa:16:3e:00:10:10\""), "{cfg}");
     assert!(cfg.contains("\"FA:16:3E:00:10:10\""), "{cfg}");
-    assert!(cfg.contains("configfile \"$prefix/grub.cfg-01-fa-16-3e-00-10-10\""), "{cfg}");
+    assert!(
+        cfg.contains("configfile \"$prefix/grub.cfg-01-fa-16-3e-00-10-10\""),
+        "{cfg}"
+    );
 }

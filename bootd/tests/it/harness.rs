@@ -59,8 +59,12 @@ impl Bootd {
         let mut config = bootd::Config::new(site);
         let mut dhcp_sock = None;
         if let Some(p) = relay_port {
-            config.dhcp_ports = bootd::dhcp::server::Ports { client: 68, server: p };
-            dhcp_sock = Some(bootd::dhcp::server::bind("127.0.0.1:0".parse().unwrap(), None).unwrap());
+            config.dhcp_ports = bootd::dhcp::server::Ports {
+                client: 68,
+                server: p,
+            };
+            dhcp_sock =
+                Some(bootd::dhcp::server::bind("127.0.0.1:0".parse().unwrap(), None).unwrap());
         }
         let dhcp = dhcp_sock.as_ref().map(|s| s.local_addr().unwrap());
         let tftp_sock = match relay_port {
@@ -80,10 +84,26 @@ impl Bootd {
         let task = tokio::spawn(bootd::run_app(
             Arc::clone(&app),
             config,
-            bootd::Sockets { http, https: Some(https), dhcp: dhcp_sock, dhcp_proxy: None, tftp: tftp_sock },
+            bootd::Sockets {
+                http,
+                https: Some(https),
+                dhcp: dhcp_sock,
+                dhcp_proxy: None,
+                tftp: tftp_sock,
+            },
             shutdown.clone(),
         ));
-        Bootd { dhcp, tftp, http: ha, https: hsa, app, dir, reload, shutdown, task: Some(task) }
+        Bootd {
+            dhcp,
+            tftp,
+            http: ha,
+            https: hsa,
+            app,
+            dir,
+            reload,
+            shutdown,
+            task: Some(task),
+        }
     }
 
     pub async fn start() -> Bootd {
@@ -99,14 +119,22 @@ impl Bootd {
     }
 
     pub fn token(&self, node: &str) -> String {
-        self.app.key.issue(node, std::time::SystemTime::now(), std::time::Duration::from_secs(600))
+        self.app.key.issue(
+            node,
+            std::time::SystemTime::now(),
+            std::time::Duration::from_secs(600),
+        )
     }
 
     pub async fn get(&self, path: &str) -> (StatusCode, HeaderMap, Bytes) {
         self.get_with(path, &[]).await
     }
 
-    pub async fn get_with(&self, path: &str, headers: &[(&str, &str)]) -> (StatusCode, HeaderMap, Bytes) {
+    pub async fn get_with(
+        &self,
+        path: &str,
+        headers: &[(&str, &str)],
+    ) -> (StatusCode, HeaderMap, Bytes) {
         request(self.http, "GET", path, headers).await
     }
 
@@ -119,7 +147,12 @@ impl Bootd {
 }
 
 /// One request on a fresh connection.
-pub async fn request(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)]) -> (StatusCode, HeaderMap, Bytes) {
+pub async fn request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> (StatusCode, HeaderMap, Bytes) {
     request_from(None, addr, method, path, headers).await
 }
 
@@ -139,13 +172,22 @@ pub async fn request_from(
             s.connect(addr).await.unwrap()
         }
     };
-    let (mut send, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await.unwrap();
+    let (mut send, conn) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+            .await
+            .unwrap();
     tokio::spawn(conn);
-    let mut req = Request::builder().method(method).uri(path).header("host", addr.to_string());
+    let mut req = Request::builder()
+        .method(method)
+        .uri(path)
+        .header("host", addr.to_string());
     for (k, v) in headers {
         req = req.header(*k, *v);
     }
-    let resp = send.send_request(req.body(Empty::<Bytes>::new()).unwrap()).await.unwrap();
+    let resp = send
+        .send_request(req.body(Empty::<Bytes>::new()).unwrap())
+        .await
+        .unwrap();
     let (parts, body) = resp.into_parts();
     let body = body.collect().await.unwrap().to_bytes();
     (parts.status, parts.headers, body)
@@ -153,5 +195,9 @@ pub async fn request_from(
 
 /// Runs curl (a real client) and returns its stdout.
 pub fn curl(args: &[&str]) -> std::process::Output {
-    std::process::Command::new("curl").args(["-sS"]).args(args).output().expect("curl not found")
+    std::process::Command::new("curl")
+        .args(["-sS"])
+        .args(args)
+        .output()
+        .expect("curl not found")
 }

@@ -13,26 +13,40 @@ async fn scripts_by_mac_and_unknown_mac() {
     let b = Bootd::start().await;
     let (s, _, body) = b.get("/boot.ipxe").await;
     assert_eq!(s, StatusCode::OK);
-    assert!(String::from_utf8_lossy(&body).contains("/ipxe/node?mac=${mac:hexhyp}&buildarch=${buildarch}&uuid=${uuid}"));
+    assert!(String::from_utf8_lossy(&body)
+        .contains("/ipxe/node?mac=${mac:hexhyp}&buildarch=${buildarch}&uuid=${uuid}"));
 
-    let (s, h, body) = b.get("/ipxe/node?mac=52-54-00-77-00-11&buildarch=x86_64").await;
+    let (s, h, body) = b
+        .get("/ipxe/node?mac=52-54-00-77-00-11&buildarch=x86_64")
+        .await;
     let body = String::from_utf8(body.to_vec()).unwrap();
     assert_eq!(s, StatusCode::OK);
     assert_eq!(h["cache-control"], "no-store");
     assert!(body.starts_with("#!ipxe\n# bootd: master-0"), "{body}");
-    assert!(body.contains("ignition.config.url=http://10.77.0.1:8080/ignition/master-0?token="), "{body}");
+    assert!(
+        body.contains("ignition.config.url=http://10.77.0.1:8080/ignition/master-0?token="),
+        "{body}"
+    );
     // Upper-case and colon spellings reach the same node.
     let (_, _, b2) = b.get("/ipxe/node?mac=52%3A54%3A00%3A77%3A00%3A11").await;
     assert!(String::from_utf8_lossy(&b2).contains("# bootd: master-0"));
 
     let (s, _, body) = b.get("/ipxe/node?mac=52-54-00-de-ad-01").await;
     let body = String::from_utf8(body.to_vec()).unwrap();
-    assert_eq!(s, StatusCode::OK, "an unknown MAC gets an explanation, not a bare 404");
-    assert!(body.contains("52:54:00:de:ad:01") && body.contains("not in the site description"), "{body}");
+    assert_eq!(
+        s,
+        StatusCode::OK,
+        "an unknown MAC gets an explanation, not a bare 404"
+    );
+    assert!(
+        body.contains("52:54:00:de:ad:01") && body.contains("not in the site description"),
+        "{body}"
+    );
 
     let (s, _, body) = b.get("/grub/grub.cfg-01-52-54-00-77-00-30").await;
     assert_eq!(s, StatusCode::OK);
-    assert!(String::from_utf8_lossy(&body).contains("linux (http,10.77.0.1:8080)/images/lab-ppc64le/vmlinux"));
+    assert!(String::from_utf8_lossy(&body)
+        .contains("linux (http,10.77.0.1:8080)/images/lab-ppc64le/vmlinux"));
     let (s, _, _) = b.get("/grub/grub.cfg-01-52-54-00-77-00-99").await;
     assert_eq!(s, StatusCode::NOT_FOUND);
     b.stop().await;
@@ -47,9 +61,15 @@ async fn ignition_only_to_its_node() {
     // Another node's token.
     let t0 = b.token("master-0");
     let (s, _, body) = b.get(&format!("/ignition/master-1?token={t0}")).await;
-    assert_eq!((s, &body), (StatusCode::NOT_FOUND, &deny_body), "every denial looks the same");
+    assert_eq!(
+        (s, &body),
+        (StatusCode::NOT_FOUND, &deny_body),
+        "every denial looks the same"
+    );
     // A forged or expired token.
-    let (s, _, _) = b.get("/ignition/master-0?token=9999999999.AAAAAAAAAAAAAAAAAAAAAA").await;
+    let (s, _, _) = b
+        .get("/ignition/master-0?token=9999999999.AAAAAAAAAAAAAAAAAAAAAA")
+        .await;
     assert_eq!(s, StatusCode::NOT_FOUND);
     let expired = b.app.key.issue(
         "master-0",
@@ -70,14 +90,27 @@ async fn ignition_only_to_its_node() {
     crate::golden::ignition_validate(&body);
     // The bytes equal the offline render (what the netboot test compares).
     let site = &b.app.live.load().site;
-    let want = serde_json::to_vec(&bootd::render::ignition::node_config(site, site.node("master-0").unwrap()).unwrap()).unwrap();
+    let want = serde_json::to_vec(
+        &bootd::render::ignition::node_config(site, site.node("master-0").unwrap()).unwrap(),
+    )
+    .unwrap();
     assert_eq!(body.to_vec(), want);
 
     // Denials are counted by reason.
     let (_, _, m) = b.get("/metrics").await;
     let m = String::from_utf8(m.to_vec()).unwrap();
-    for reason in ["not_from_node", "token_invalid", "token_expired", "unknown_node"] {
-        assert!(m.contains(&format!("bootd_ignition_denials_total{{reason=\"{reason}\"}}")), "{reason} not counted:\n{m}");
+    for reason in [
+        "not_from_node",
+        "token_invalid",
+        "token_expired",
+        "unknown_node",
+    ] {
+        assert!(
+            m.contains(&format!(
+                "bootd_ignition_denials_total{{reason=\"{reason}\"}}"
+            )),
+            "{reason} not counted:\n{m}"
+        );
     }
     b.stop().await;
 }
@@ -86,8 +119,11 @@ async fn ignition_only_to_its_node() {
 async fn ignition_from_the_nodes_own_address() {
     // Put worker-1 on loopback: requests from 127.0.0.1 are then its own.
     let b = Bootd::start_with(|t| {
-        t.replace("    dnsServers: [10.77.0.1]\n", "    dnsServers: [10.77.0.1]\n  - name: lo\n    subnet: 127.0.0.0/8\n")
-            .replace("ip: 10.77.0.21", "ip: 127.0.0.1")
+        t.replace(
+            "    dnsServers: [10.77.0.1]\n",
+            "    dnsServers: [10.77.0.1]\n  - name: lo\n    subnet: 127.0.0.0/8\n",
+        )
+        .replace("ip: 10.77.0.21", "ip: 127.0.0.1")
     })
     .await;
     let (s, _, body) = b.get("/ignition/worker-1").await;
@@ -110,7 +146,15 @@ async fn accept_header_negotiates_the_spec_version() {
     let b = Bootd::start().await;
     let t = b.token("worker-0");
     let path = format!("/ignition/worker-0?token={t}");
-    let (s, _, body) = b.get_with(&path, &[("accept", "application/vnd.coreos.ignition+json;version=3.1.0, */*;q=0.1")]).await;
+    let (s, _, body) = b
+        .get_with(
+            &path,
+            &[(
+                "accept",
+                "application/vnd.coreos.ignition+json;version=3.1.0, */*;q=0.1",
+            )],
+        )
+        .await;
     assert_eq!(s, StatusCode::OK);
     let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
     assert_eq!(v["ignition"]["version"], "3.1.0");
@@ -120,7 +164,12 @@ async fn accept_header_negotiates_the_spec_version() {
     // it) relabelled 3.3.0.
     let ign_2_14 = "application/vnd.coreos.ignition+json;version=3.3.0, */*;q=0.1";
     let tb = b.token("bootstrap");
-    let (s, _, body) = b.get_with(&format!("/ignition/bootstrap?token={tb}"), &[("accept", ign_2_14)]).await;
+    let (s, _, body) = b
+        .get_with(
+            &format!("/ignition/bootstrap?token={tb}"),
+            &[("accept", ign_2_14)],
+        )
+        .await;
     assert_eq!(s, StatusCode::OK);
     let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
     assert_eq!(v["ignition"]["version"], "3.2.0");
@@ -130,19 +179,39 @@ async fn accept_header_negotiates_the_spec_version() {
     assert_eq!(v["ignition"]["version"], "3.3.0");
     crate::golden::ignition_validate(&body);
     // The pointer config is negotiated the same way.
-    let (s, _, body) = b.get_with(&format!("/ignition/worker-0/pointer?token={t}"), &[("accept", ign_2_14)]).await;
+    let (s, _, body) = b
+        .get_with(
+            &format!("/ignition/worker-0/pointer?token={t}"),
+            &[("accept", ign_2_14)],
+        )
+        .await;
     assert_eq!(s, StatusCode::OK);
     let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
     assert_eq!(v["ignition"]["version"], "3.2.0");
     let (s, _, body) = b
-        .get_with(&format!("/ignition/worker-0/pointer?token={t}"), &[("accept", "application/vnd.coreos.ignition+json;version=3.0.0")])
+        .get_with(
+            &format!("/ignition/worker-0/pointer?token={t}"),
+            &[(
+                "accept",
+                "application/vnd.coreos.ignition+json;version=3.0.0",
+            )],
+        )
         .await;
     assert_eq!(s, StatusCode::OK);
     let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
     assert_eq!(v["ignition"]["version"], "3.0.0");
-    let (s, _, body) = b.get_with(&path, &[("accept", "application/vnd.coreos.ignition+json; version=2.2.0")]).await;
+    let (s, _, body) = b
+        .get_with(
+            &path,
+            &[(
+                "accept",
+                "application/vnd.coreos.ignition+json; version=2.2.0",
+            )],
+        )
+        .await;
     assert_eq!(s, StatusCode::NOT_ACCEPTABLE);
-    assert!(String::from_utf8_lossy(&body).starts_with("client accepts Ignition spec 2.2.0; node's config is Ignition 3.4.0"));
+    assert!(String::from_utf8_lossy(&body)
+        .starts_with("client accepts Ignition spec 2.2.0; node's config is Ignition 3.4.0"));
     b.stop().await;
 }
 
@@ -164,9 +233,16 @@ async fn revoking_the_bootstrap_node_stops_its_ignition() {
     }
     assert!(ok, "bootstrap Ignition still served after revocation");
     let (_, _, m) = b.get("/metrics").await;
-    assert!(String::from_utf8_lossy(&m).contains("bootd_ignition_denials_total{reason=\"revoked\"}"));
+    assert!(
+        String::from_utf8_lossy(&m).contains("bootd_ignition_denials_total{reason=\"revoked\"}")
+    );
     // Other nodes are unaffected.
-    assert_eq!(b.get(&format!("/ignition/master-0?token={}", b.token("master-0"))).await.0, StatusCode::OK);
+    assert_eq!(
+        b.get(&format!("/ignition/master-0?token={}", b.token("master-0")))
+            .await
+            .0,
+        StatusCode::OK
+    );
     b.stop().await;
 }
 
@@ -184,9 +260,16 @@ async fn metadata_and_userdata_by_token() {
     let (s, _, body) = b.get(&format!("/userdata?node=master-2&token={t}")).await;
     assert_eq!(s, StatusCode::OK);
     let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
-    let src = v["ignition"]["config"]["merge"][0]["source"].as_str().unwrap();
-    assert!(src.starts_with("https://10.77.0.1:8443/ignition/master-2?token="), "{src}");
-    let ca = v["ignition"]["security"]["tls"]["certificateAuthorities"][0]["source"].as_str().unwrap();
+    let src = v["ignition"]["config"]["merge"][0]["source"]
+        .as_str()
+        .unwrap();
+    assert!(
+        src.starts_with("https://10.77.0.1:8443/ignition/master-2?token="),
+        "{src}"
+    );
+    let ca = v["ignition"]["security"]["tls"]["certificateAuthorities"][0]["source"]
+        .as_str()
+        .unwrap();
     assert!(ca.starts_with("data:text/plain;charset=utf-8;base64,"));
     crate::golden::ignition_validate(&body);
     b.stop().await;
@@ -209,32 +292,71 @@ async fn image_ranges_and_validators() {
     let etag = h["etag"].to_str().unwrap().to_string();
     let lm = h["last-modified"].to_str().unwrap().to_string();
 
-    let (s, h, body) = b.get_with("/images/lab/kernel", &[("range", "bytes=10-19")]).await;
+    let (s, h, body) = b
+        .get_with("/images/lab/kernel", &[("range", "bytes=10-19")])
+        .await;
     assert_eq!(s, StatusCode::PARTIAL_CONTENT);
     assert_eq!(h["content-range"], "bytes 10-19/100000");
     assert_eq!(&body[..], &data[10..20]);
-    let (s, _, body) = b.get_with("/images/lab/kernel", &[("range", "bytes=-5")]).await;
-    assert_eq!((s, &body[..]), (StatusCode::PARTIAL_CONTENT, &data[99_995..]));
-    let (s, h, _) = b.get_with("/images/lab/kernel", &[("range", "bytes=100000-")]).await;
+    let (s, _, body) = b
+        .get_with("/images/lab/kernel", &[("range", "bytes=-5")])
+        .await;
+    assert_eq!(
+        (s, &body[..]),
+        (StatusCode::PARTIAL_CONTENT, &data[99_995..])
+    );
+    let (s, h, _) = b
+        .get_with("/images/lab/kernel", &[("range", "bytes=100000-")])
+        .await;
     assert_eq!(s, StatusCode::RANGE_NOT_SATISFIABLE);
     assert_eq!(h["content-range"], "bytes */100000");
     // Multi-range: a multipart/byteranges body with both parts.
-    let (s, h, body) = b.get_with("/images/lab/kernel", &[("range", "bytes=0-1,99998-")]).await;
+    let (s, h, body) = b
+        .get_with("/images/lab/kernel", &[("range", "bytes=0-1,99998-")])
+        .await;
     assert_eq!(s, StatusCode::PARTIAL_CONTENT);
     let ct = h["content-type"].to_str().unwrap();
     assert!(ct.starts_with("multipart/byteranges; boundary="), "{ct}");
-    assert_eq!(h["content-length"].to_str().unwrap().parse::<usize>().unwrap(), body.len());
+    assert_eq!(
+        h["content-length"]
+            .to_str()
+            .unwrap()
+            .parse::<usize>()
+            .unwrap(),
+        body.len()
+    );
     let text = String::from_utf8_lossy(&body);
-    assert!(text.contains("Content-Range: bytes 0-1/100000") && text.contains("Content-Range: bytes 99998-99999/100000"), "{text}");
+    assert!(
+        text.contains("Content-Range: bytes 0-1/100000")
+            && text.contains("Content-Range: bytes 99998-99999/100000"),
+        "{text}"
+    );
     // If-Range with the current validator honours the range; a stale one gets the whole file.
-    let (s, _, _) = b.get_with("/images/lab/kernel", &[("range", "bytes=0-0"), ("if-range", &etag)]).await;
+    let (s, _, _) = b
+        .get_with(
+            "/images/lab/kernel",
+            &[("range", "bytes=0-0"), ("if-range", &etag)],
+        )
+        .await;
     assert_eq!(s, StatusCode::PARTIAL_CONTENT);
-    let (s, _, body) = b.get_with("/images/lab/kernel", &[("range", "bytes=0-0"), ("if-range", "\"stale\"")]).await;
+    let (s, _, body) = b
+        .get_with(
+            "/images/lab/kernel",
+            &[("range", "bytes=0-0"), ("if-range", "\"stale\"")],
+        )
+        .await;
     assert_eq!((s, body.len()), (StatusCode::OK, data.len()));
-    let (s, _, _) = b.get_with("/images/lab/kernel", &[("range", "bytes=0-0"), ("if-range", &lm)]).await;
+    let (s, _, _) = b
+        .get_with(
+            "/images/lab/kernel",
+            &[("range", "bytes=0-0"), ("if-range", &lm)],
+        )
+        .await;
     assert_eq!(s, StatusCode::PARTIAL_CONTENT);
     // Conditional GET.
-    let (s, _, body) = b.get_with("/images/lab/kernel", &[("if-none-match", &etag)]).await;
+    let (s, _, body) = b
+        .get_with("/images/lab/kernel", &[("if-none-match", &etag)])
+        .await;
     assert_eq!((s, body.len()), (StatusCode::NOT_MODIFIED, 0));
     // HEAD: the length, no body.
     let (s, h, body) = request(b.http, "HEAD", "/images/lab/kernel", &[]).await;
@@ -268,13 +390,27 @@ async fn path_escapes_are_refused() {
         "/images/lab%00/kernel",
     ] {
         // curl --path-as-is sends the path exactly as written.
-        let out = curl(&["--path-as-is", "-o", "-", "-w", "\n%{http_code}", &format!("{base}{p}")]);
+        let out = curl(&[
+            "--path-as-is",
+            "-o",
+            "-",
+            "-w",
+            "\n%{http_code}",
+            &format!("{base}{p}"),
+        ]);
         let text = String::from_utf8_lossy(&out.stdout).to_string();
         assert!(text.ends_with("\n404"), "{p}: {text}");
-        assert!(!text.contains("SECRET") && !text.contains("root:"), "{p} leaked: {text}");
+        assert!(
+            !text.contains("SECRET") && !text.contains("root:"),
+            "{p} leaked: {text}"
+        );
     }
     let (s, _, body) = b.get("/images/inside").await;
-    assert_eq!((s, &body[..]), (StatusCode::OK, &b"kernel"[..]), "a symlink inside the root is served");
+    assert_eq!(
+        (s, &body[..]),
+        (StatusCode::OK, &b"kernel"[..]),
+        "a symlink inside the root is served"
+    );
     b.stop().await;
 }
 
@@ -295,12 +431,24 @@ async fn resume_of_a_file_over_4gib() {
         f.write_at(&[0xAB; 4096], (1 << 32) - 2048).unwrap();
         f.write_at(b"end-of-image", len - 12).unwrap();
     }
-    let (s, h, body) = b.get_with("/images/big.img", &[("range", "bytes=4294965248-4294967295")]).await;
+    let (s, h, body) = b
+        .get_with(
+            "/images/big.img",
+            &[("range", "bytes=4294965248-4294967295")],
+        )
+        .await;
     assert_eq!(s, StatusCode::PARTIAL_CONTENT);
-    assert_eq!(h["content-range"], format!("bytes 4294965248-4294967295/{len}").as_str());
+    assert_eq!(
+        h["content-range"],
+        format!("bytes 4294965248-4294967295/{len}").as_str()
+    );
     assert!(body.iter().all(|&x| x == 0xAB) && body.len() == 2048);
     let (_, h, _) = request(b.http, "HEAD", "/images/big.img", &[]).await;
-    assert_eq!(h["content-length"], len.to_string().as_str(), "64-bit length");
+    assert_eq!(
+        h["content-length"],
+        len.to_string().as_str(),
+        "64-bit length"
+    );
 
     let out_dir = tempfile::tempdir().unwrap();
     let out = out_dir.path().join("big.img");
@@ -310,12 +458,28 @@ async fn resume_of_a_file_over_4gib() {
     assert!(first.status.success(), "{first:?}");
     assert_eq!(std::fs::metadata(&out).unwrap().len(), 4294971392);
     // Resume: curl asks for bytes=4294971392- and appends.
-    let second = curl(&["-C", "-", "-o", out.to_str().unwrap(), "-w", "%{http_code}", &url]);
+    let second = curl(&[
+        "-C",
+        "-",
+        "-o",
+        out.to_str().unwrap(),
+        "-w",
+        "%{http_code}",
+        &url,
+    ]);
     assert_eq!(String::from_utf8_lossy(&second.stdout), "206", "{second:?}");
     assert_eq!(std::fs::metadata(&out).unwrap().len(), len);
     let sum = |p: &std::path::Path| {
-        let o = std::process::Command::new("sha256sum").arg(p).output().unwrap();
-        String::from_utf8(o.stdout).unwrap().split_whitespace().next().unwrap().to_string()
+        let o = std::process::Command::new("sha256sum")
+            .arg(p)
+            .output()
+            .unwrap();
+        String::from_utf8(o.stdout)
+            .unwrap()
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .to_string()
     };
     assert_eq!(sum(&out), sum(&path));
     b.stop().await;
@@ -332,11 +496,19 @@ async fn a_stalled_big_download_ends_at_shutdown() {
     let f = std::fs::File::create(b.images().join("stall.img")).unwrap();
     f.set_len(256 << 20).unwrap();
     let mut c = tokio::net::TcpStream::connect(b.http).await.unwrap();
-    socket2::SockRef::from(&c).set_recv_buffer_size(64 << 10).unwrap();
-    c.write_all(b"GET /images/stall.img HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
+    socket2::SockRef::from(&c)
+        .set_recv_buffer_size(64 << 10)
+        .unwrap();
+    c.write_all(b"GET /images/stall.img HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
     let mut buf = vec![0u8; 64 << 10];
     let n = c.read(&mut buf).await.unwrap();
-    assert!(buf[..n].starts_with(b"HTTP/1.1 200 OK"), "{:?}", String::from_utf8_lossy(&buf[..n.min(100)]));
+    assert!(
+        buf[..n].starts_with(b"HTTP/1.1 200 OK"),
+        "{:?}",
+        String::from_utf8_lossy(&buf[..n.min(100)])
+    );
     // Stop reading; the server's sends stall. Then shut bootd down.
     tokio::time::sleep(Duration::from_millis(300)).await;
     b.stop().await;
@@ -355,7 +527,10 @@ async fn a_stalled_big_download_ends_at_shutdown() {
     })
     .await;
     assert!(end.is_ok(), "the connection outlived shutdown");
-    assert!(more < 32 << 20, "{more} bytes after shutdown: the sending thread went on");
+    assert!(
+        more < 32 << 20,
+        "{more} bytes after shutdown: the sending thread went on"
+    );
 }
 
 // curl blocks its thread: the server needs another.
@@ -385,7 +560,10 @@ async fn https_with_the_site_ca_and_tls12_ecdhe_aes_gcm() {
     assert_eq!(String::from_utf8_lossy(&out.stdout), "200", "{out:?}");
     // The CA survives a restart: same ca.pem, so nodes keep trusting it.
     let before = std::fs::read(&ca).unwrap();
-    let cfg = bootd::Config { state_dir: Some(b.state()), ..bootd::Config::new((*b.app.live.load().site).clone()) };
+    let cfg = bootd::Config {
+        state_dir: Some(b.state()),
+        ..bootd::Config::new((*b.app.live.load().site).clone())
+    };
     let app2 = bootd::prepare(&cfg, true).unwrap();
     assert_eq!(app2.tls.as_ref().unwrap().ca_pem.as_bytes(), &before[..]);
     b.stop().await;
@@ -411,9 +589,16 @@ async fn reload_applies_good_sites_and_keeps_the_old_on_bad() {
         }
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
-    assert!(seen, "the added node was not picked up:\n{}", String::from_utf8_lossy(&logs().lock().unwrap()));
+    assert!(
+        seen,
+        "the added node was not picked up:\n{}",
+        String::from_utf8_lossy(&logs().lock().unwrap())
+    );
     // A broken site is refused; the previous one keeps serving.
-    let mut f = std::fs::OpenOptions::new().append(true).open(&site_path).unwrap();
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&site_path)
+        .unwrap();
     writeln!(f, "bogus: key").unwrap();
     drop(f);
     b.reload.notify_one();
@@ -428,7 +613,10 @@ async fn reload_applies_good_sites_and_keeps_the_old_on_bad() {
     }
     assert!(refused, "the bad site was not refused");
     let (_, _, body) = b.get("/ipxe/node?mac=52-54-00-77-00-22").await;
-    assert!(String::from_utf8_lossy(&body).contains("# bootd: worker-2"), "old site no longer serving");
+    assert!(
+        String::from_utf8_lossy(&body).contains("# bootd: worker-2"),
+        "old site no longer serving"
+    );
     let logs = String::from_utf8_lossy(&logs().lock().unwrap()).to_string();
     assert!(logs.contains("bogus: unknown key"), "the log says why");
     b.stop().await;
@@ -440,7 +628,10 @@ async fn secrets_never_reach_logs_or_metrics() {
     let t = b.token("bootstrap");
     let (s, _, body) = b.get(&format!("/ignition/bootstrap?token={t}")).await;
     assert_eq!(s, StatusCode::OK);
-    assert!(String::from_utf8_lossy(&body).contains(CANARY), "the canary is in the served config");
+    assert!(
+        String::from_utf8_lossy(&body).contains(CANARY),
+        "the canary is in the served config"
+    );
     let (_, _, m) = b.get("/metrics").await;
     let m = String::from_utf8_lossy(&m).to_string();
     let logs = String::from_utf8_lossy(&logs().lock().unwrap()).to_string();
@@ -449,12 +640,19 @@ async fn secrets_never_reach_logs_or_metrics() {
         assert!(!text.contains(&t), "token in {what}");
         assert!(!text.contains("token="), "a token query in {what}");
     }
-    assert!(logs.contains("Ignition served"), "the serving itself is logged");
+    assert!(
+        logs.contains("Ignition served"),
+        "the serving itself is logged"
+    );
     b.stop().await;
 }
 
 /// Reads from `s` until `n` whole responses are in; returns (status, headers, body) of each.
-async fn read_responses(s: &mut tokio::net::TcpStream, n: usize, head_only: &[bool]) -> Vec<(u16, Vec<(String, String)>, Vec<u8>)> {
+async fn read_responses(
+    s: &mut tokio::net::TcpStream,
+    n: usize,
+    head_only: &[bool],
+) -> Vec<(u16, Vec<(String, String)>, Vec<u8>)> {
     use tokio::io::AsyncReadExt;
     let mut buf = Vec::new();
     let mut out = Vec::new();
@@ -463,9 +661,21 @@ async fn read_responses(s: &mut tokio::net::TcpStream, n: usize, head_only: &[bo
         let mut headers = [httparse::EMPTY_HEADER; 32];
         let mut r = httparse::Response::new(&mut headers);
         if let Ok(httparse::Status::Complete(len)) = r.parse(&buf) {
-            let hs: Vec<(String, String)> =
-                r.headers.iter().map(|h| (h.name.to_ascii_lowercase(), String::from_utf8_lossy(h.value).into_owned())).collect();
-            let cl: usize = hs.iter().find(|(k, _)| k == "content-length").map(|(_, v)| v.parse().unwrap()).unwrap_or(0);
+            let hs: Vec<(String, String)> = r
+                .headers
+                .iter()
+                .map(|h| {
+                    (
+                        h.name.to_ascii_lowercase(),
+                        String::from_utf8_lossy(h.value).into_owned(),
+                    )
+                })
+                .collect();
+            let cl: usize = hs
+                .iter()
+                .find(|(k, _)| k == "content-length")
+                .map(|(_, v)| v.parse().unwrap())
+                .unwrap_or(0);
             let body_len = if head_only[out.len()] { 0 } else { cl };
             if buf.len() >= len + body_len {
                 let body = buf[len..len + body_len].to_vec();
@@ -475,11 +685,18 @@ async fn read_responses(s: &mut tokio::net::TcpStream, n: usize, head_only: &[bo
             }
         }
         let mut chunk = vec![0u8; 65536];
-        let k = tokio::time::timeout_at(deadline, s.read(&mut chunk)).await.expect("responses within 10 s").unwrap();
+        let k = tokio::time::timeout_at(deadline, s.read(&mut chunk))
+            .await
+            .expect("responses within 10 s")
+            .unwrap();
         assert!(k > 0, "connection closed after {} responses", out.len());
         buf.extend_from_slice(&chunk[..k]);
     }
-    assert!(buf.is_empty(), "extra bytes after {n} responses: {:?}", String::from_utf8_lossy(&buf));
+    assert!(
+        buf.is_empty(),
+        "extra bytes after {n} responses: {:?}",
+        String::from_utf8_lossy(&buf)
+    );
     out
 }
 
@@ -507,30 +724,51 @@ async fn plain_http_pipelines_sends_files_and_hands_over_to_hyper() {
     assert_eq!(header(0, "accept-ranges").as_deref(), Some("bytes"));
     assert!(header(0, "etag").is_some() && header(0, "date").is_some());
     assert_eq!((r[1].0, &r[1].2[..]), (200, &b"ok\n"[..]));
-    assert_eq!((r[2].0, header(2, "content-length").as_deref()), (200, Some("300000")));
+    assert_eq!(
+        (r[2].0, header(2, "content-length").as_deref()),
+        (200, Some("300000"))
+    );
     assert_eq!(r[3].0, 200);
-    assert!(r[3].2.starts_with(b"#!ipxe"), "{}", String::from_utf8_lossy(&r[3].2));
+    assert!(
+        r[3].2.starts_with(b"#!ipxe"),
+        "{}",
+        String::from_utf8_lossy(&r[3].2)
+    );
 
     // A request with a body: hyper takes the connection (405, as before).
     s.write_all(b"POST /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nhiGET /healthz HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
     let r = read_responses(&mut s, 2, &[false, false]).await;
     assert_eq!(r[0].0, 405);
-    assert!(r[0].1.iter().any(|(k, v)| k == "allow" && v == "GET, HEAD"), "{:?}", r[0].1);
+    assert!(
+        r[0].1.iter().any(|(k, v)| k == "allow" && v == "GET, HEAD"),
+        "{:?}",
+        r[0].1
+    );
     assert_eq!((r[1].0, &r[1].2[..]), (200, &b"ok\n"[..]));
 
     // Connection: close is honoured.
     let mut s = tokio::net::TcpStream::connect(b.http).await.unwrap();
-    s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").await.unwrap();
+    s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
     let r = read_responses(&mut s, 1, &[false]).await;
-    assert!(r[0].1.iter().any(|(k, v)| k == "connection" && v == "close"));
+    assert!(r[0]
+        .1
+        .iter()
+        .any(|(k, v)| k == "connection" && v == "close"));
     let mut rest = Vec::new();
-    tokio::io::AsyncReadExt::read_to_end(&mut s, &mut rest).await.unwrap();
+    tokio::io::AsyncReadExt::read_to_end(&mut s, &mut rest)
+        .await
+        .unwrap();
     assert!(rest.is_empty());
 
     // The file's bytes were counted (sendfile reports them as the body would).
     let (_, _, m) = b.get("/metrics").await;
     let m = String::from_utf8_lossy(&m);
-    let line = m.lines().find(|l| l.starts_with("bootd_http_response_bytes_total{route=\"images\"}")).unwrap_or_else(|| panic!("{m}"));
+    let line = m
+        .lines()
+        .find(|l| l.starts_with("bootd_http_response_bytes_total{route=\"images\"}"))
+        .unwrap_or_else(|| panic!("{m}"));
     let n: u64 = line.rsplit(' ').next().unwrap().parse().unwrap();
     assert_eq!(n, 300_000, "{line}");
     b.stop().await;
@@ -563,13 +801,33 @@ async fn the_whole_image_shortcut_answers_as_the_general_path() {
     .await
     .unwrap();
     let r = read_responses(&mut s, 6, &[false; 6]).await;
-    let without_date = |i: usize| r[i].1.iter().filter(|(k, _)| k != "date").cloned().collect::<Vec<_>>();
+    let without_date = |i: usize| {
+        r[i].1
+            .iter()
+            .filter(|(k, _)| k != "date")
+            .cloned()
+            .collect::<Vec<_>>()
+    };
     assert_eq!(r[0].0, 200);
     assert!(r[0].2 == data, "file body differs ({} bytes)", r[0].2.len());
     let names: Vec<&str> = r[0].1.iter().map(|(k, _)| k.as_str()).collect();
-    assert_eq!(names, ["etag", "last-modified", "accept-ranges", "content-type", "content-length", "date"]);
+    assert_eq!(
+        names,
+        [
+            "etag",
+            "last-modified",
+            "accept-ranges",
+            "content-type",
+            "content-length",
+            "date"
+        ]
+    );
     for (i, resp) in r.iter().enumerate().take(4).skip(1) {
-        assert_eq!((resp.0, without_date(i)), (200, without_date(0)), "response {i}");
+        assert_eq!(
+            (resp.0, without_date(i)),
+            (200, without_date(0)),
+            "response {i}"
+        );
         assert!(resp.2 == data, "response {i}: body differs");
     }
     assert_eq!((r[4].0, &r[4].2[..]), (404, &b"not found\n"[..]));
@@ -577,22 +835,45 @@ async fn the_whole_image_shortcut_answers_as_the_general_path() {
     closing.push(("connection".into(), "close".into()));
     assert_eq!((r[5].0, without_date(5)), (200, closing));
     let mut rest = Vec::new();
-    tokio::io::AsyncReadExt::read_to_end(&mut s, &mut rest).await.unwrap();
-    assert!(rest.is_empty(), "the connection closes after `Connection: close`");
+    tokio::io::AsyncReadExt::read_to_end(&mut s, &mut rest)
+        .await
+        .unwrap();
+    assert!(
+        rest.is_empty(),
+        "the connection closes after `Connection: close`"
+    );
 
     let (_, _, m) = b.get("/metrics").await;
     let m = String::from_utf8_lossy(&m);
     let count = |prefix: &str| -> u64 {
-        let line = m.lines().find(|l| l.starts_with(prefix)).unwrap_or_else(|| panic!("no {prefix} in {m}"));
+        let line = m
+            .lines()
+            .find(|l| l.starts_with(prefix))
+            .unwrap_or_else(|| panic!("no {prefix} in {m}"));
         line.rsplit(' ').next().unwrap().parse().unwrap()
     };
-    assert_eq!(count("bootd_http_requests_total{route=\"images\",status=\"200\"}"), 5);
-    assert_eq!(count("bootd_http_requests_total{route=\"images\",status=\"404\"}"), 1);
-    assert_eq!(count("bootd_http_response_bytes_total{route=\"images\"}"), 5 * 150_000);
+    assert_eq!(
+        count("bootd_http_requests_total{route=\"images\",status=\"200\"}"),
+        5
+    );
+    assert_eq!(
+        count("bootd_http_requests_total{route=\"images\",status=\"404\"}"),
+        1
+    );
+    assert_eq!(
+        count("bootd_http_response_bytes_total{route=\"images\"}"),
+        5 * 150_000
+    );
     // The first and the last went the shortcut, the others the general way.
     let logs = String::from_utf8_lossy(&logs().lock().unwrap()).to_string();
-    let requests: Vec<&str> = logs.lines().filter(|l| l.contains("shortcut-") && l.contains(" request")).collect();
-    let short = requests.iter().filter(|l| l.contains("shortcut=true")).count();
+    let requests: Vec<&str> = logs
+        .lines()
+        .filter(|l| l.contains("shortcut-") && l.contains(" request"))
+        .collect();
+    let short = requests
+        .iter()
+        .filter(|l| l.contains("shortcut=true"))
+        .count();
     assert_eq!((requests.len(), short), (6, 2), "{requests:#?}");
     b.stop().await;
 }

@@ -11,7 +11,10 @@
 //!   `ip_addresses`, MACs from `network_ports`);
 //! - delete: `DELETE /devices/{id}` (404: already gone).
 
-use super::{body_of, built, check, json_request, parse, Http, Machine, MachineState, NodeRequest, ProviderError, Result};
+use super::{
+    body_of, built, check, json_request, parse, Http, Machine, MachineState, NodeRequest,
+    ProviderError, Result,
+};
 use http::Method;
 use percent_encoding::utf8_percent_encode;
 use serde::{Deserialize, Serialize};
@@ -60,7 +63,9 @@ impl DeviceSpec {
             p.push("provider.equinix.spotPriceMax: only with spotInstance: true".to_string());
         }
         if self.spot_instance && self.spot_price_max.is_none_or(|m| m.is_nan() || m <= 0.0) {
-            p.push("provider.equinix.spotPriceMax: required (> 0) with spotInstance: true".to_string());
+            p.push(
+                "provider.equinix.spotPriceMax: required (> 0) with spotInstance: true".to_string(),
+            );
         }
         p
     }
@@ -91,8 +96,19 @@ impl super::Provider for Equinix {
     fn find<'a>(&'a self, node: &'a NodeRequest) -> super::BoxFuture<'a, Result<Option<Machine>>> {
         Box::pin(Equinix::find(self, node))
     }
-    fn create<'a>(&'a self, node: &'a NodeRequest, spec: &'a serde_json::Value) -> super::BoxFuture<'a, Result<Machine>> {
-        Box::pin(async move { Equinix::create(self, node, &super::typed_spec::<DeviceSpec>("equinix", spec)?).await })
+    fn create<'a>(
+        &'a self,
+        node: &'a NodeRequest,
+        spec: &'a serde_json::Value,
+    ) -> super::BoxFuture<'a, Result<Machine>> {
+        Box::pin(async move {
+            Equinix::create(
+                self,
+                node,
+                &super::typed_spec::<DeviceSpec>("equinix", spec)?,
+            )
+            .await
+        })
     }
     fn get<'a>(&'a self, id: &'a str) -> super::BoxFuture<'a, Result<Option<Machine>>> {
         Box::pin(Equinix::get(self, id))
@@ -188,7 +204,9 @@ impl Equinix {
     }
 
     fn machine(d: Device, what: &str) -> Result<Machine> {
-        let id = d.id.filter(|i| !i.is_empty()).ok_or_else(|| ProviderError::transient(format!("{what}: device without an id")))?;
+        let id =
+            d.id.filter(|i| !i.is_empty())
+                .ok_or_else(|| ProviderError::transient(format!("{what}: device without an id")))?;
         let state = match d.state.as_deref() {
             Some("active") => MachineState::Active,
             Some("failed") => MachineState::Failed("the device failed to provision".into()),
@@ -198,8 +216,16 @@ impl Equinix {
         Ok(Machine {
             id,
             state,
-            addresses: d.ip_addresses.into_iter().filter_map(|a| a.address).collect(),
-            macs: d.network_ports.into_iter().filter_map(|p| p.data.and_then(|d| d.mac)).collect(),
+            addresses: d
+                .ip_addresses
+                .into_iter()
+                .filter_map(|a| a.address)
+                .collect(),
+            macs: d
+                .network_ports
+                .into_iter()
+                .filter_map(|p| p.data.and_then(|d| d.mac))
+                .collect(),
         })
     }
 
@@ -214,13 +240,27 @@ impl Equinix {
                 utf8_percent_encode(&self.project_id, super::COMPONENT),
                 utf8_percent_encode(&tag, super::COMPONENT)
             );
-            let reply = self.http.send(self.request(Method::GET, &path, None, what)?, what).await?;
+            let reply = self
+                .http
+                .send(self.request(Method::GET, &path, None, what)?, what)
+                .await?;
             check(&reply, what, &self.secrets())?;
             let list: DeviceList = parse(&reply, what)?;
-            let more = list.meta.as_ref().and_then(|m| m.next.as_ref()).and_then(|n| n.href.as_ref()).is_some() && !list.devices.is_empty();
+            let more = list
+                .meta
+                .as_ref()
+                .and_then(|m| m.next.as_ref())
+                .and_then(|n| n.href.as_ref())
+                .is_some()
+                && !list.devices.is_empty();
             for d in list.devices {
-                let ours = d.tags.contains(&tag) && d.tags.contains(&owner) && d.hostname.as_deref() == Some(node.name.as_str());
-                if ours && d.state.as_deref() != Some("deleted") && d.state.as_deref() != Some("deprovisioning") {
+                let ours = d.tags.contains(&tag)
+                    && d.tags.contains(&owner)
+                    && d.hostname.as_deref() == Some(node.name.as_str());
+                if ours
+                    && d.state.as_deref() != Some("deleted")
+                    && d.state.as_deref() != Some("deprovisioning")
+                {
                     found.push(Self::machine(d, what)?);
                 }
             }
@@ -262,9 +302,15 @@ impl Equinix {
 
     pub async fn create(&self, node: &NodeRequest, spec: &DeviceSpec) -> Result<Machine> {
         let what = "Equinix Metal: create device";
-        let path = format!("/projects/{}/devices", utf8_percent_encode(&self.project_id, super::COMPONENT));
+        let path = format!(
+            "/projects/{}/devices",
+            utf8_percent_encode(&self.project_id, super::COMPONENT)
+        );
         let body = Self::create_body(node, spec);
-        let reply = self.http.send(self.request(Method::POST, &path, Some(&body), what)?, what).await?;
+        let reply = self
+            .http
+            .send(self.request(Method::POST, &path, Some(&body), what)?, what)
+            .await?;
         check(&reply, what, &self.secrets())?;
         Self::machine(parse(&reply, what)?, what)
     }
@@ -272,7 +318,10 @@ impl Equinix {
     pub async fn get(&self, id: &str) -> Result<Option<Machine>> {
         let what = "Equinix Metal: get device";
         let path = format!("/devices/{}", utf8_percent_encode(id, super::COMPONENT));
-        let reply = self.http.send(self.request(Method::GET, &path, None, what)?, what).await?;
+        let reply = self
+            .http
+            .send(self.request(Method::GET, &path, None, what)?, what)
+            .await?;
         if reply.status == http::StatusCode::NOT_FOUND {
             return Ok(None);
         }
@@ -287,7 +336,10 @@ impl Equinix {
     pub async fn delete(&self, id: &str) -> Result<()> {
         let what = "Equinix Metal: delete device";
         let path = format!("/devices/{}", utf8_percent_encode(id, super::COMPONENT));
-        let reply = self.http.send(self.request(Method::DELETE, &path, None, what)?, what).await?;
+        let reply = self
+            .http
+            .send(self.request(Method::DELETE, &path, None, what)?, what)
+            .await?;
         if reply.status == http::StatusCode::NOT_FOUND {
             return Ok(());
         }
@@ -324,9 +376,15 @@ mod tests {
         assert!(spec.check().is_empty());
         let b = Equinix::create_body(&node(), &spec);
         assert_eq!(b["operating_system"], "custom_ipxe");
-        assert_eq!(b["ipxe_script_url"], "http://10.77.0.1:8080/ipxe/worker-3.ipxe");
+        assert_eq!(
+            b["ipxe_script_url"],
+            "http://10.77.0.1:8080/ipxe/worker-3.ipxe"
+        );
         assert_eq!(b["always_pxe"], true);
-        assert_eq!(b["tags"], json!(["kubernetes.io/cluster/lab:owned", "bootd-node:worker-3"]));
+        assert_eq!(
+            b["tags"],
+            json!(["kubernetes.io/cluster/lab:owned", "bootd-node:worker-3"])
+        );
         assert_eq!(b["hardware_reservation_id"], "next-available");
         assert_eq!(b["spot_price_max"], 0.5);
         assert_eq!(b["billing_cycle"], "hourly");
@@ -344,6 +402,11 @@ mod tests {
             billing_cycle: Some("weekly".into()),
         };
         let p = spec.check().join("\n");
-        assert!(p.contains("metro: required") && p.contains("weekly") && p.contains("spotPriceMax: required"), "{p}");
+        assert!(
+            p.contains("metro: required")
+                && p.contains("weekly")
+                && p.contains("spotPriceMax: required"),
+            "{p}"
+        );
     }
 }

@@ -47,7 +47,9 @@ impl VmSpec {
         let mut p = Vec::new();
         if let Some(f) = &self.firmware {
             if LocalFirmware::parse(f).is_none() {
-                p.push(format!("provider.local.firmware: {f:?}: want seabios-ipxe or ovmf-ipxe"));
+                p.push(format!(
+                    "provider.local.firmware: {f:?}: want seabios-ipxe or ovmf-ipxe"
+                ));
             }
         }
         if let Some(m) = self.memory {
@@ -77,7 +79,10 @@ pub const REGISTRATION: super::Registration = super::Registration {
     check_userdata: super::any_userdata,
     configure: |api, setup| {
         let l = api.local.as_ref()?;
-        Some(Ok(std::sync::Arc::new(Local::new(l.clone(), setup.state_dir)) as std::sync::Arc<dyn super::Provider>))
+        Some(Ok(
+            std::sync::Arc::new(Local::new(l.clone(), setup.state_dir))
+                as std::sync::Arc<dyn super::Provider>,
+        ))
     },
 };
 
@@ -88,8 +93,14 @@ impl super::Provider for Local {
     fn find<'a>(&'a self, node: &'a NodeRequest) -> super::BoxFuture<'a, Result<Option<Machine>>> {
         Box::pin(Local::find(self, node))
     }
-    fn create<'a>(&'a self, node: &'a NodeRequest, spec: &'a serde_json::Value) -> super::BoxFuture<'a, Result<Machine>> {
-        Box::pin(async move { Local::create(self, node, &super::typed_spec::<VmSpec>("local", spec)?).await })
+    fn create<'a>(
+        &'a self,
+        node: &'a NodeRequest,
+        spec: &'a serde_json::Value,
+    ) -> super::BoxFuture<'a, Result<Machine>> {
+        Box::pin(async move {
+            Local::create(self, node, &super::typed_spec::<VmSpec>("local", spec)?).await
+        })
     }
     fn get<'a>(&'a self, id: &'a str) -> super::BoxFuture<'a, Result<Option<Machine>>> {
         Box::pin(Local::get(self, id))
@@ -127,8 +138,16 @@ fn proc_info(pid: i32) -> Option<ProcInfo> {
     // starttime is field 22 of stat; `rest` starts at field 3.
     let start_time = f.get(19)?.parse().ok()?;
     let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-    let args = cmdline.split(|b| *b == 0).filter(|a| !a.is_empty()).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
-    Some(ProcInfo { start_time, zombie: *state == "Z" || *state == "X", args })
+    let args = cmdline
+        .split(|b| *b == 0)
+        .filter(|a| !a.is_empty())
+        .map(|a| String::from_utf8_lossy(a).into_owned())
+        .collect();
+    Some(ProcInfo {
+        start_time,
+        zombie: *state == "Z" || *state == "X",
+        args,
+    })
 }
 
 /// The `-name` value that marks a node's VM.
@@ -160,8 +179,15 @@ fn err(what: String) -> ProviderError {
 
 impl Local {
     pub fn new(cfg: LocalVms, bootd_state_dir: &Path) -> Local {
-        let dir = cfg.state_dir.clone().unwrap_or_else(|| bootd_state_dir.join("vms"));
-        Local { cfg, dir, settle: Duration::from_millis(500) }
+        let dir = cfg
+            .state_dir
+            .clone()
+            .unwrap_or_else(|| bootd_state_dir.join("vms"));
+        Local {
+            cfg,
+            dir,
+            settle: Duration::from_millis(500),
+        }
     }
 
     fn vm_dir(&self, node: &str) -> PathBuf {
@@ -197,10 +223,17 @@ impl Local {
     fn write_vm(&self, node: &str, vm: &VmFile) -> Result<()> {
         let d = self.vm_dir(node);
         let w = |name: &str, bytes: &[u8]| {
-            bootd::state::write_atomic(&d.join(name), bytes, 0o644)
-                .map_err(|e| ProviderError::transient(format!("local: cannot write {}: {e}", d.join(name).display())))
+            bootd::state::write_atomic(&d.join(name), bytes, 0o644).map_err(|e| {
+                ProviderError::transient(format!(
+                    "local: cannot write {}: {e}",
+                    d.join(name).display()
+                ))
+            })
         };
-        w("vm.json", &serde_json::to_vec_pretty(vm).unwrap_or_default())?;
+        w(
+            "vm.json",
+            &serde_json::to_vec_pretty(vm).unwrap_or_default(),
+        )?;
         w("qemu.pid", format!("{}\n", vm.pid).as_bytes())
     }
 
@@ -221,15 +254,30 @@ impl Local {
         }
         // A VM started just before a crash, before its pidfile was written.
         let (mark, serial) = (marker(&node.name), self.serial_arg(&node.name));
-        let Ok(rd) = std::fs::read_dir("/proc") else { return Ok(None) };
+        let Ok(rd) = std::fs::read_dir("/proc") else {
+            return Ok(None);
+        };
         for e in rd.flatten() {
-            let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else { continue };
+            let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+                continue;
+            };
             let Some(p) = proc_info(pid) else { continue };
             if p.zombie || !p.args.contains(&mark) || !p.args.contains(&serial) {
                 continue;
             }
-            let mac = p.args.iter().find_map(|a| a.split(',').find_map(|kv| kv.strip_prefix("mac="))).unwrap_or_default().to_string();
-            let vm = VmFile { pid, start_time: p.start_time, mac, ip: node.ip.to_string(), tap: tap_name(&node.name) };
+            let mac = p
+                .args
+                .iter()
+                .find_map(|a| a.split(',').find_map(|kv| kv.strip_prefix("mac=")))
+                .unwrap_or_default()
+                .to_string();
+            let vm = VmFile {
+                pid,
+                start_time: p.start_time,
+                mac,
+                ip: node.ip.to_string(),
+                tap: tap_name(&node.name),
+            };
             info!(node = %node.name, pid, "adopting a running local VM found by its command line (no pidfile)");
             self.write_vm(&node.name, &vm)?;
             return Ok(Some(self.machine(&node.name, &vm)));
@@ -239,8 +287,15 @@ impl Local {
 
     /// QEMU's arguments for `node`.
     pub fn args(&self, node: &NodeRequest, spec: &VmSpec) -> Result<Vec<String>> {
-        let mac = node.macs.first().ok_or_else(|| err("local: the node has no MAC address".into()))?;
-        let firmware = spec.firmware.as_deref().and_then(LocalFirmware::parse).unwrap_or(self.cfg.firmware);
+        let mac = node
+            .macs
+            .first()
+            .ok_or_else(|| err("local: the node has no MAC address".into()))?;
+        let firmware = spec
+            .firmware
+            .as_deref()
+            .and_then(LocalFirmware::parse)
+            .unwrap_or(self.cfg.firmware);
         let memory = spec.memory.unwrap_or(self.cfg.memory_mib);
         let d = self.vm_dir(&node.name);
         let mut a: Vec<String> = vec![
@@ -267,16 +322,26 @@ impl Local {
             "-serial".into(),
             self.serial_arg(&node.name),
             "-netdev".into(),
-            format!("tap,id=n0,ifname={},script={},downscript=no", tap_name(&node.name), d.join("ifup").display()),
+            format!(
+                "tap,id=n0,ifname={},script={},downscript=no",
+                tap_name(&node.name),
+                d.join("ifup").display()
+            ),
             "-device".into(),
             format!("virtio-net-pci,netdev=n0,mac={mac}"),
         ];
         if firmware == LocalFirmware::OvmfIpxe {
             a.extend([
                 "-drive".into(),
-                format!("if=pflash,format=raw,unit=0,readonly=on,file={}", self.cfg.ovmf_code.display()),
+                format!(
+                    "if=pflash,format=raw,unit=0,readonly=on,file={}",
+                    self.cfg.ovmf_code.display()
+                ),
                 "-drive".into(),
-                format!("if=pflash,format=raw,unit=1,file={}", d.join("OVMF_VARS.fd").display()),
+                format!(
+                    "if=pflash,format=raw,unit=1,file={}",
+                    d.join("OVMF_VARS.fd").display()
+                ),
             ]);
         }
         Ok(a)
@@ -285,19 +350,26 @@ impl Local {
     pub async fn create(&self, node: &NodeRequest, spec: &VmSpec) -> Result<Machine> {
         let args = self.args(node, spec)?;
         let d = self.vm_dir(&node.name);
-        std::fs::create_dir_all(&d).map_err(|e| err(format!("local: cannot create {}: {e}", d.display())))?;
+        std::fs::create_dir_all(&d)
+            .map_err(|e| err(format!("local: cannot create {}: {e}", d.display())))?;
         // QEMU runs this with the tap's name once it has made the tap.
         let ifup = format!(
             "#!/bin/sh\n# Written by bootd: puts the VM's tap on the bridge.\nPATH=$PATH:/usr/sbin:/sbin\nip link set \"$1\" master {} && ip link set \"$1\" up\n",
             self.cfg.bridge
         );
-        bootd::state::write_atomic(&d.join("ifup"), ifup.as_bytes(), 0o755).map_err(|e| err(format!("local: cannot write ifup: {e}")))?;
+        bootd::state::write_atomic(&d.join("ifup"), ifup.as_bytes(), 0o755)
+            .map_err(|e| err(format!("local: cannot write ifup: {e}")))?;
         if args.iter().any(|a| a.contains("OVMF_VARS.fd")) {
-            std::fs::copy(&self.cfg.ovmf_vars, d.join("OVMF_VARS.fd"))
-                .map_err(|e| err(format!("local: cannot copy {}: {e}", self.cfg.ovmf_vars.display())))?;
+            std::fs::copy(&self.cfg.ovmf_vars, d.join("OVMF_VARS.fd")).map_err(|e| {
+                err(format!(
+                    "local: cannot copy {}: {e}",
+                    self.cfg.ovmf_vars.display()
+                ))
+            })?;
         }
         let log_path = d.join("qemu.log");
-        let log = std::fs::File::create(&log_path).map_err(|e| err(format!("local: cannot create {}: {e}", log_path.display())))?;
+        let log = std::fs::File::create(&log_path)
+            .map_err(|e| err(format!("local: cannot create {}: {e}", log_path.display())))?;
         let log2 = log.try_clone().map_err(|e| err(format!("local: {e}")))?;
         let mut cmd = match &self.cfg.netns {
             Some(ns) => {
@@ -307,11 +379,27 @@ impl Local {
             }
             None => tokio::process::Command::new(&self.cfg.qemu),
         };
-        cmd.args(&args).stdin(std::process::Stdio::null()).stdout(log).stderr(log2).process_group(0).kill_on_drop(false);
-        let mut child = cmd.spawn().map_err(|e| err(format!("local: cannot start {}: {e}", self.cfg.qemu)))?;
-        let pid = child.id().map(|p| p as i32).ok_or_else(|| err("local: the VM exited at once".into()))?;
+        cmd.args(&args)
+            .stdin(std::process::Stdio::null())
+            .stdout(log)
+            .stderr(log2)
+            .process_group(0)
+            .kill_on_drop(false);
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| err(format!("local: cannot start {}: {e}", self.cfg.qemu)))?;
+        let pid = child
+            .id()
+            .map(|p| p as i32)
+            .ok_or_else(|| err("local: the VM exited at once".into()))?;
         let start_time = proc_info(pid).map(|p| p.start_time).unwrap_or(0);
-        let vm = VmFile { pid, start_time, mac: node.macs[0].clone(), ip: node.ip.to_string(), tap: tap_name(&node.name) };
+        let vm = VmFile {
+            pid,
+            start_time,
+            mac: node.macs[0].clone(),
+            ip: node.ip.to_string(),
+            tap: tap_name(&node.name),
+        };
         // Recorded before anything else can fail, so find() sees it after a crash.
         if let Err(e) = self.write_vm(&node.name, &vm) {
             let _ = child.start_kill();
@@ -330,7 +418,9 @@ impl Local {
                     .find(|l| !l.trim().is_empty())
                     .unwrap_or("")
                     .to_string();
-                return Err(err(format!("local: the VM exited at once ({status}): {last}")));
+                return Err(err(format!(
+                    "local: the VM exited at once ({status}): {last}"
+                )));
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
@@ -348,26 +438,36 @@ impl Local {
 
     /// `None`: the VM is gone.
     pub async fn get(&self, id: &str) -> Result<Option<Machine>> {
-        let Some((node, pid, start)) = parse_id(id) else { return Ok(None) };
+        let Some((node, pid, start)) = parse_id(id) else {
+            return Ok(None);
+        };
         if !self.is_vm(node, pid, start) {
             return Ok(None);
         }
-        let vm = self.read_vm(node).filter(|v| v.pid == pid).unwrap_or(VmFile {
-            pid,
-            start_time: start,
-            mac: String::new(),
-            ip: String::new(),
-            tap: tap_name(node),
-        });
+        let vm = self
+            .read_vm(node)
+            .filter(|v| v.pid == pid)
+            .unwrap_or(VmFile {
+                pid,
+                start_time: start,
+                mac: String::new(),
+                ip: String::new(),
+                tap: tap_name(node),
+            });
         Ok(Some(self.machine(node, &vm)))
     }
 
     /// Kills the VM's PID (checked to still be the VM); a VM already gone is fine.
     pub async fn delete(&self, id: &str) -> Result<()> {
-        let Some((node, pid, start)) = parse_id(id) else { return Err(err(format!("local: {id:?} is not a local VM id"))) };
+        let Some((node, pid, start)) = parse_id(id) else {
+            return Err(err(format!("local: {id:?} is not a local VM id")));
+        };
         use nix::sys::signal::{kill, Signal};
         let target = nix::unistd::Pid::from_raw(pid);
-        for (sig, wait) in [(Signal::SIGTERM, Duration::from_secs(5)), (Signal::SIGKILL, Duration::from_secs(5))] {
+        for (sig, wait) in [
+            (Signal::SIGTERM, Duration::from_secs(5)),
+            (Signal::SIGKILL, Duration::from_secs(5)),
+        ] {
             if !self.is_vm(node, pid, start) {
                 break;
             }
@@ -378,7 +478,9 @@ impl Local {
             }
         }
         if self.is_vm(node, pid, start) {
-            return Err(ProviderError::transient(format!("local: VM {pid} still runs after SIGKILL")));
+            return Err(ProviderError::transient(format!(
+                "local: VM {pid} still runs after SIGKILL"
+            )));
         }
         if self.read_vm(node).is_some_and(|v| v.pid == pid) {
             self.forget(node);
@@ -396,7 +498,14 @@ mod tests {
     /// A stand-in for QEMU: appends "PID ARGS" to `calls`, then sleeps until killed.
     fn stand_in(dir: &Path, body: &str) -> PathBuf {
         let p = dir.join("qemu-stand-in");
-        std::fs::write(&p, format!("#!/bin/sh\necho \"$$ $*\" >>{}/calls\n{body}\n", dir.display())).unwrap();
+        std::fs::write(
+            &p,
+            format!(
+                "#!/bin/sh\necho \"$$ $*\" >>{}/calls\n{body}\n",
+                dir.display()
+            ),
+        )
+        .unwrap();
         std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
         p
     }
@@ -433,7 +542,11 @@ mod tests {
     }
 
     fn calls(dir: &Path) -> Vec<String> {
-        std::fs::read_to_string(dir.join("calls")).unwrap_or_default().lines().map(String::from).collect()
+        std::fs::read_to_string(dir.join("calls"))
+            .unwrap_or_default()
+            .lines()
+            .map(String::from)
+            .collect()
     }
 
     #[tokio::test]
@@ -444,7 +557,13 @@ mod tests {
         assert_eq!(l.find(&n).await.unwrap(), None);
         let m = l.create(&n, &VmSpec::default()).await.unwrap();
         assert_eq!(m.state, MachineState::Active);
-        assert_eq!((m.addresses.clone(), m.macs.clone()), (vec!["10.77.0.40".to_string()], vec!["52:54:00:77:00:40".to_string()]));
+        assert_eq!(
+            (m.addresses.clone(), m.macs.clone()),
+            (
+                vec!["10.77.0.40".to_string()],
+                vec!["52:54:00:77:00:40".to_string()]
+            )
+        );
         let (name, pid, _) = parse_id(&m.id).unwrap();
         assert_eq!(name, "vm-a");
         assert!(alive(pid));
@@ -460,19 +579,29 @@ mod tests {
             "-boot order=n",
             "-no-shutdown",
             "-device virtio-net-pci,netdev=n0,mac=52:54:00:77:00:40",
-            &format!("-netdev tap,id=n0,ifname={},script={}/vms/vm-a/ifup,downscript=no", tap_name("vm-a"), t.path().display()),
+            &format!(
+                "-netdev tap,id=n0,ifname={},script={}/vms/vm-a/ifup,downscript=no",
+                tap_name("vm-a"),
+                t.path().display()
+            ),
             &format!("-serial file:{}/vms/vm-a/serial.log", t.path().display()),
         ] {
             assert!(argv.contains(want), "{want} not in {argv}");
         }
-        assert!(!argv.contains("-drive") && !argv.contains("-hda") && !argv.contains("-cdrom"), "no disk: {argv}");
+        assert!(
+            !argv.contains("-drive") && !argv.contains("-hda") && !argv.contains("-cdrom"),
+            "no disk: {argv}"
+        );
         let ifup = std::fs::read_to_string(t.path().join("vms/vm-a/ifup")).unwrap();
         assert!(ifup.contains("ip link set \"$1\" master br0"), "{ifup}");
 
         // A new provider instance (bootd restarted) finds the same VM by its pidfile.
         let l2 = local(t.path(), &stand_in(t.path(), SLEEPS));
         assert_eq!(l2.find(&n).await.unwrap().map(|m| m.id), Some(m.id.clone()));
-        assert_eq!(l2.get(&m.id).await.unwrap().map(|m| m.id), Some(m.id.clone()));
+        assert_eq!(
+            l2.get(&m.id).await.unwrap().map(|m| m.id),
+            Some(m.id.clone())
+        );
         assert_eq!(calls(t.path()).len(), 1, "find started nothing");
 
         l2.delete(&m.id).await.unwrap();
@@ -488,7 +617,16 @@ mod tests {
         let t = tempfile::tempdir().unwrap();
         let l = local(t.path(), &stand_in(t.path(), SLEEPS));
         let n = node("vm-b");
-        let m = l.create(&n, &VmSpec { firmware: None, memory: Some(256) }).await.unwrap();
+        let m = l
+            .create(
+                &n,
+                &VmSpec {
+                    firmware: None,
+                    memory: Some(256),
+                },
+            )
+            .await
+            .unwrap();
         assert!(calls(t.path())[0].contains("-m 256"));
         // A crash between spawn and the pidfile: no vm.json, no qemu.pid.
         l.forget("vm-b");
@@ -496,7 +634,10 @@ mod tests {
         let found = l2.find(&n).await.unwrap().expect("adopted");
         assert_eq!(found.id, m.id);
         assert_eq!(found.macs, vec!["52:54:00:77:00:40".to_string()]);
-        assert!(t.path().join("vms/vm-b/qemu.pid").exists(), "pidfile rewritten");
+        assert!(
+            t.path().join("vms/vm-b/qemu.pid").exists(),
+            "pidfile rewritten"
+        );
         // Another node's name is not adopted.
         assert_eq!(l2.find(&node("vm-b2")).await.unwrap(), None);
         l2.delete(&found.id).await.unwrap();
@@ -509,13 +650,26 @@ mod tests {
         let l = local(t.path(), &stand_in(t.path(), SLEEPS));
         let n = node("vm-c");
         // An unrelated process under the recorded PID (as after a reboot and PID reuse).
-        let mut other = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+        let mut other = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
         let pid = other.id() as i32;
         let start = proc_info(pid).unwrap().start_time;
         std::fs::create_dir_all(t.path().join("vms/vm-c")).unwrap();
-        let vm = VmFile { pid, start_time: start, mac: "52:54:00:77:00:40".into(), ip: "10.77.0.40".into(), tap: tap_name("vm-c") };
+        let vm = VmFile {
+            pid,
+            start_time: start,
+            mac: "52:54:00:77:00:40".into(),
+            ip: "10.77.0.40".into(),
+            tap: tap_name("vm-c"),
+        };
         l.write_vm("vm-c", &vm).unwrap();
-        assert_eq!(l.find(&n).await.unwrap(), None, "not the VM: its command line has no -name bootd:vm-c");
+        assert_eq!(
+            l.find(&n).await.unwrap(),
+            None,
+            "not the VM: its command line has no -name bootd:vm-c"
+        );
         let id = format!("vm-c.{pid}.{start}");
         assert_eq!(l.get(&id).await.unwrap(), None);
         l.delete(&id).await.unwrap();
@@ -528,13 +682,25 @@ mod tests {
     #[tokio::test]
     async fn a_vm_that_cannot_start_is_a_clear_error() {
         let t = tempfile::tempdir().unwrap();
-        let l = local(t.path(), &stand_in(t.path(), "echo 'qemu: could not open /dev/net/tun: Operation not permitted' >&2\nexit 1"));
-        let e = l.create(&node("vm-d"), &VmSpec::default()).await.unwrap_err();
+        let l = local(
+            t.path(),
+            &stand_in(
+                t.path(),
+                "echo 'qemu: could not open /dev/net/tun: Operation not permitted' >&2\nexit 1",
+            ),
+        );
+        let e = l
+            .create(&node("vm-d"), &VmSpec::default())
+            .await
+            .unwrap_err();
         assert!(!e.is_transient());
         assert!(e.to_string().contains("could not open /dev/net/tun"), "{e}");
         assert!(!t.path().join("vms/vm-d/qemu.pid").exists());
         let missing = local(t.path(), &t.path().join("no-such-qemu"));
-        let e = missing.create(&node("vm-e"), &VmSpec::default()).await.unwrap_err();
+        let e = missing
+            .create(&node("vm-e"), &VmSpec::default())
+            .await
+            .unwrap_err();
         assert!(e.to_string().contains("cannot start"), "{e}");
     }
 
@@ -543,14 +709,24 @@ mod tests {
         let t = tempfile::tempdir().unwrap();
         std::fs::write(t.path().join("vars.fd"), b"vars").unwrap();
         let l = local(t.path(), &stand_in(t.path(), SLEEPS));
-        let spec = VmSpec { firmware: Some("ovmf-ipxe".into()), memory: None };
+        let spec = VmSpec {
+            firmware: Some("ovmf-ipxe".into()),
+            memory: None,
+        };
         let m = l.create(&node("vm-f"), &spec).await.unwrap();
         let argv = &calls(t.path())[0];
         assert!(argv.contains("-drive if=pflash,format=raw,unit=0,readonly=on,file=/usr/share/OVMF/OVMF_CODE_4M.fd"), "{argv}");
-        assert_eq!(std::fs::read(t.path().join("vms/vm-f/OVMF_VARS.fd")).unwrap(), b"vars");
+        assert_eq!(
+            std::fs::read(t.path().join("vms/vm-f/OVMF_VARS.fd")).unwrap(),
+            b"vars"
+        );
         l.delete(&m.id).await.unwrap();
         assert!(VmSpec::default().check().is_empty());
-        let bad = VmSpec { firmware: Some("slof".into()), memory: Some(64) }.check();
+        let bad = VmSpec {
+            firmware: Some("slof".into()),
+            memory: Some(64),
+        }
+        .check();
         assert_eq!(bad.len(), 2, "{bad:?}");
         assert_eq!(parse_id("a-b.12.34"), Some(("a-b", 12, 34)));
         assert_eq!(parse_id("12.34"), None);

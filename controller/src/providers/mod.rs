@@ -41,7 +41,11 @@ use std::time::Duration;
 /// Every provider the controller knows, by the name used in a node's
 /// `provider` section and in `host.api.<name>`. Adding a provider: its
 /// module, and one line here.
-pub const REGISTRY: &[Registration] = &[equinix::REGISTRATION, powervs::REGISTRATION, local::REGISTRATION];
+pub const REGISTRY: &[Registration] = &[
+    equinix::REGISTRATION,
+    powervs::REGISTRATION,
+    local::REGISTRATION,
+];
 
 /// A boxed future, so that [`Provider`] can be used as `dyn Provider`.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -53,7 +57,11 @@ pub trait Provider: Send + Sync + std::fmt::Debug {
     fn find<'a>(&'a self, node: &'a NodeRequest) -> BoxFuture<'a, Result<Option<Machine>>>;
     /// Makes the machine; `spec` is the node's `provider.<name>` section,
     /// already accepted by the registration's `check_spec`.
-    fn create<'a>(&'a self, node: &'a NodeRequest, spec: &'a Value) -> BoxFuture<'a, Result<Machine>>;
+    fn create<'a>(
+        &'a self,
+        node: &'a NodeRequest,
+        spec: &'a Value,
+    ) -> BoxFuture<'a, Result<Machine>>;
     /// `None`: the machine is gone.
     fn get<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<Machine>>>;
     /// Deleting a machine that is already gone succeeds.
@@ -94,18 +102,28 @@ pub fn registration(name: &str) -> Option<&'static Registration> {
 
 /// Every provider the site configures, by name.
 pub fn configure_all(api: &site::Api, setup: &Setup<'_>) -> HashMap<&'static str, Configured> {
-    REGISTRY.iter().filter_map(|r| (r.configure)(api, setup).map(|p| (r.name, p))).collect()
+    REGISTRY
+        .iter()
+        .filter_map(|r| (r.configure)(api, setup).map(|p| (r.name, p)))
+        .collect()
 }
 
 /// For a registration's `check_spec`: parses the typed spec (unknown keys
 /// refused) and runs its own checks.
-pub fn check_typed<T: DeserializeOwned>(v: &Value, check: fn(&T) -> Vec<String>) -> std::result::Result<Vec<String>, String> {
-    serde_json::from_value::<T>(v.clone()).map(|t| check(&t)).map_err(|e| e.to_string())
+pub fn check_typed<T: DeserializeOwned>(
+    v: &Value,
+    check: fn(&T) -> Vec<String>,
+) -> std::result::Result<Vec<String>, String> {
+    serde_json::from_value::<T>(v.clone())
+        .map(|t| check(&t))
+        .map_err(|e| e.to_string())
 }
 
 /// For a provider's `create`: the typed spec, or a permanent error.
 pub fn typed_spec<T: DeserializeOwned>(provider: &str, v: &Value) -> Result<T> {
-    serde_json::from_value(v.clone()).map_err(|e| ProviderError::permanent(format!("{provider}: stored provider spec unreadable: {e}")))
+    serde_json::from_value(v.clone()).map_err(|e| {
+        ProviderError::permanent(format!("{provider}: stored provider spec unreadable: {e}"))
+    })
 }
 
 /// For a registration without a user data limit.
@@ -150,14 +168,26 @@ impl<'de> Deserialize<'de> for ProviderSpec {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
         use serde::de::Error;
         let m = serde_json::Map::<String, Value>::deserialize(d)?;
-        let names = || REGISTRY.iter().map(|r| format!("`{}`", r.name)).collect::<Vec<_>>().join(", ");
+        let names = || {
+            REGISTRY
+                .iter()
+                .map(|r| format!("`{}`", r.name))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
         let mut it = m.into_iter();
         match (it.next(), it.next()) {
             (Some((name, spec)), None) => match registration(&name) {
                 Some(registration) => Ok(ProviderSpec { registration, spec }),
-                None => Err(D::Error::custom(format!("unknown provider `{name}`, expected one of {}", names()))),
+                None => Err(D::Error::custom(format!(
+                    "unknown provider `{name}`, expected one of {}",
+                    names()
+                ))),
             },
-            _ => Err(D::Error::custom(format!("exactly one provider, one of {}", names()))),
+            _ => Err(D::Error::custom(format!(
+                "exactly one provider, one of {}",
+                names()
+            ))),
         }
     }
 }
@@ -207,7 +237,10 @@ pub enum ProviderError {
     /// Worth retrying: 429, 5xx, 408, timeouts, connection failures,
     /// truncated or unparseable replies.
     #[error("{what}")]
-    Transient { what: String, retry_after: Option<Duration> },
+    Transient {
+        what: String,
+        retry_after: Option<Duration>,
+    },
     /// Not worth retrying: the provider refused the request.
     #[error("{what}")]
     Permanent { what: String },
@@ -215,7 +248,10 @@ pub enum ProviderError {
 
 impl ProviderError {
     pub fn transient(what: impl Into<String>) -> ProviderError {
-        ProviderError::Transient { what: what.into(), retry_after: None }
+        ProviderError::Transient {
+            what: what.into(),
+            retry_after: None,
+        }
     }
     pub fn permanent(what: impl Into<String>) -> ProviderError {
         ProviderError::Permanent { what: what.into() }
@@ -245,7 +281,11 @@ pub fn read_secret(r: &SecretRef) -> std::result::Result<Secret<String>, String>
 
 /// What is percent-encoded in a path segment or query value: everything
 /// but RFC 3986's unreserved characters.
-pub const COMPONENT: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC.remove(b'-').remove(b'.').remove(b'_').remove(b'~');
+pub const COMPONENT: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
 
 /// The largest reply body read from a provider.
 const MAX_BODY: usize = 8 << 20;
@@ -267,7 +307,9 @@ pub struct Http {
 
 impl std::fmt::Debug for Http {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Http").field("timeout", &self.timeout).finish_non_exhaustive()
+        f.debug_struct("Http")
+            .field("timeout", &self.timeout)
+            .finish_non_exhaustive()
     }
 }
 
@@ -289,10 +331,17 @@ impl Http {
                     .expect("ring supports TLS 1.2 and 1.3")
                     .with_root_certificates(rustls::RootCertStore::empty())
                     .with_no_client_auth();
-                hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(tls).https_or_http().enable_http1().build()
+                hyper_rustls::HttpsConnectorBuilder::new()
+                    .with_tls_config(tls)
+                    .https_or_http()
+                    .enable_http1()
+                    .build()
             }
         };
-        Http { client: HyperClient::builder(TokioExecutor::new()).build(conn), timeout }
+        Http {
+            client: HyperClient::builder(TokioExecutor::new()).build(conn),
+            timeout,
+        }
     }
 
     /// With a custom root CA (the CLI talking to bootd's API).
@@ -307,8 +356,15 @@ impl Http {
             .map_err(std::io::Error::other)?
             .with_root_certificates(roots)
             .with_no_client_auth();
-        let conn = hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(tls).https_or_http().enable_http1().build();
-        Ok(Http { client: HyperClient::builder(TokioExecutor::new()).build(conn), timeout })
+        let conn = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_tls_config(tls)
+            .https_or_http()
+            .enable_http1()
+            .build();
+        Ok(Http {
+            client: HyperClient::builder(TokioExecutor::new()).build(conn),
+            timeout,
+        })
     }
 
     /// Sends `req`; `what` names the operation in errors (no secrets in it).
@@ -322,13 +378,25 @@ impl Http {
             let body = Limited::new(body, MAX_BODY)
                 .collect()
                 .await
-                .map_err(|_| ProviderError::transient(format!("{what}: reply cut short (HTTP {})", parts.status.as_u16())))?
+                .map_err(|_| {
+                    ProviderError::transient(format!(
+                        "{what}: reply cut short (HTTP {})",
+                        parts.status.as_u16()
+                    ))
+                })?
                 .to_bytes();
-            Ok(Reply { status: parts.status, headers: parts.headers, body })
+            Ok(Reply {
+                status: parts.status,
+                headers: parts.headers,
+                body,
+            })
         };
         match tokio::time::timeout(self.timeout, fut).await {
             Ok(r) => r,
-            Err(_) => Err(ProviderError::transient(format!("{what}: no reply within {:?}", self.timeout))),
+            Err(_) => Err(ProviderError::transient(format!(
+                "{what}: no reply within {:?}",
+                self.timeout
+            ))),
         }
     }
 }
@@ -340,7 +408,10 @@ pub fn retry_after(h: &HeaderMap) -> Option<Duration> {
         return Some(Duration::from_secs(s));
     }
     let t = httpdate::parse_http_date(v).ok()?;
-    Some(t.duration_since(std::time::SystemTime::now()).unwrap_or_default())
+    Some(
+        t.duration_since(std::time::SystemTime::now())
+            .unwrap_or_default(),
+    )
 }
 
 /// Turns a non-success reply into an error: 429, 408 and 5xx are transient
@@ -351,11 +422,18 @@ pub fn check(reply: &Reply, what: &str, secrets: &[&str]) -> Result<()> {
     if s.is_success() {
         return Ok(());
     }
-    let detail = redact(&String::from_utf8_lossy(&reply.body[..reply.body.len().min(2048)]), secrets);
+    let detail = redact(
+        &String::from_utf8_lossy(&reply.body[..reply.body.len().min(2048)]),
+        secrets,
+    );
     tracing::warn!(status = s.as_u16(), provider_said = %detail, "{what}: refused");
     let what = format!("{what}: HTTP {}", s.as_u16());
-    if s == StatusCode::TOO_MANY_REQUESTS || s == StatusCode::REQUEST_TIMEOUT || s.is_server_error() {
-        Err(ProviderError::Transient { what, retry_after: retry_after(&reply.headers) })
+    if s == StatusCode::TOO_MANY_REQUESTS || s == StatusCode::REQUEST_TIMEOUT || s.is_server_error()
+    {
+        Err(ProviderError::Transient {
+            what,
+            retry_after: retry_after(&reply.headers),
+        })
     } else {
         Err(ProviderError::Permanent { what })
     }
@@ -374,12 +452,23 @@ pub fn redact(text: &str, secrets: &[&str]) -> String {
 pub fn parse<T: serde::de::DeserializeOwned>(reply: &Reply, what: &str) -> Result<T> {
     serde_json::from_slice(&reply.body).map_err(|e| {
         tracing::warn!(error = %e, len = reply.body.len(), "{what}: reply does not parse");
-        ProviderError::transient(format!("{what}: reply does not parse (line {}, column {})", e.line(), e.column()))
+        ProviderError::transient(format!(
+            "{what}: reply does not parse (line {}, column {})",
+            e.line(),
+            e.column()
+        ))
     })
 }
 
-pub fn json_request(method: http::Method, url: &str, body: Option<&serde_json::Value>) -> http::request::Builder {
-    let b = Request::builder().method(method).uri(url).header(http::header::ACCEPT, "application/json");
+pub fn json_request(
+    method: http::Method,
+    url: &str,
+    body: Option<&serde_json::Value>,
+) -> http::request::Builder {
+    let b = Request::builder()
+        .method(method)
+        .uri(url)
+        .header(http::header::ACCEPT, "application/json");
     match body {
         Some(_) => b.header(http::header::CONTENT_TYPE, "application/json"),
         None => b,
@@ -387,11 +476,17 @@ pub fn json_request(method: http::Method, url: &str, body: Option<&serde_json::V
 }
 
 pub fn body_of(v: Option<&serde_json::Value>) -> Full<Bytes> {
-    Full::new(v.map(|v| Bytes::from(serde_json::to_vec(v).unwrap_or_default())).unwrap_or_default())
+    Full::new(
+        v.map(|v| Bytes::from(serde_json::to_vec(v).unwrap_or_default()))
+            .unwrap_or_default(),
+    )
 }
 
 /// A request that could not be built (a bad base URL): permanent.
-pub fn built(r: std::result::Result<Request<Full<Bytes>>, http::Error>, what: &str) -> Result<Request<Full<Bytes>>> {
+pub fn built(
+    r: std::result::Result<Request<Full<Bytes>>, http::Error>,
+    what: &str,
+) -> Result<Request<Full<Bytes>>> {
     r.map_err(|e| ProviderError::permanent(format!("{what}: cannot build the request ({e})")))
 }
 
@@ -401,8 +496,14 @@ mod tests {
 
     #[test]
     fn redaction_removes_keys_and_tokens() {
-        let r = redact(r#"{"error":"bad key sekrit-123 for https://h/ignition/a?token=999.abc&x=1 and token=zz"}"#, &["sekrit-123"]);
-        assert_eq!(r, r#"{"error":"bad key <redacted> for https://h/ignition/a?token=<redacted>&x=1 and token=<redacted>"}"#);
+        let r = redact(
+            r#"{"error":"bad key sekrit-123 for https://h/ignition/a?token=999.abc&x=1 and token=zz"}"#,
+            &["sekrit-123"],
+        );
+        assert_eq!(
+            r,
+            r#"{"error":"bad key <redacted> for https://h/ignition/a?token=<redacted>&x=1 and token=<redacted>"}"#
+        );
     }
 
     #[test]
@@ -411,20 +512,36 @@ mod tests {
         h.insert(http::header::RETRY_AFTER, "7".parse().unwrap());
         assert_eq!(retry_after(&h), Some(Duration::from_secs(7)));
         let later = std::time::SystemTime::now() + Duration::from_secs(120);
-        h.insert(http::header::RETRY_AFTER, httpdate::fmt_http_date(later).parse().unwrap());
+        h.insert(
+            http::header::RETRY_AFTER,
+            httpdate::fmt_http_date(later).parse().unwrap(),
+        );
         let d = retry_after(&h).unwrap();
-        assert!(d > Duration::from_secs(100) && d <= Duration::from_secs(120), "{d:?}");
+        assert!(
+            d > Duration::from_secs(100) && d <= Duration::from_secs(120),
+            "{d:?}"
+        );
     }
 
     #[test]
     fn status_classes() {
-        let reply = |s: u16| Reply { status: StatusCode::from_u16(s).unwrap(), headers: HeaderMap::new(), body: Bytes::from_static(b"{}") };
+        let reply = |s: u16| Reply {
+            status: StatusCode::from_u16(s).unwrap(),
+            headers: HeaderMap::new(),
+            body: Bytes::from_static(b"{}"),
+        };
         assert!(check(&reply(200), "x", &[]).is_ok());
         for s in [429, 500, 502, 503, 408] {
-            assert!(check(&reply(s), "x", &[]).unwrap_err().is_transient(), "{s}");
+            assert!(
+                check(&reply(s), "x", &[]).unwrap_err().is_transient(),
+                "{s}"
+            );
         }
         for s in [400, 401, 403, 404, 422] {
-            assert!(!check(&reply(s), "x", &[]).unwrap_err().is_transient(), "{s}");
+            assert!(
+                !check(&reply(s), "x", &[]).unwrap_err().is_transient(),
+                "{s}"
+            );
         }
     }
 }
@@ -452,12 +569,20 @@ mod registry_tests {
         assert_eq!(p.name(), "local");
         assert_eq!(serde_json::to_value(&p).unwrap(), v);
         assert_eq!(p.check(), Ok(vec![]));
-        let e = serde_json::from_value::<ProviderSpec>(json!({ "openstack": {} })).unwrap_err().to_string();
-        assert_eq!(e, "unknown provider `openstack`, expected one of `equinix`, `powervs`, `local`");
-        let e = serde_json::from_value::<ProviderSpec>(json!({ "local": {}, "equinix": {} })).unwrap_err().to_string();
+        let e = serde_json::from_value::<ProviderSpec>(json!({ "openstack": {} }))
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            "unknown provider `openstack`, expected one of `equinix`, `powervs`, `local`"
+        );
+        let e = serde_json::from_value::<ProviderSpec>(json!({ "local": {}, "equinix": {} }))
+            .unwrap_err()
+            .to_string();
         assert!(e.starts_with("exactly one provider"), "{e}");
         // A typed spec with an unknown key does not parse; a bad value is a problem.
-        let p: ProviderSpec = serde_json::from_value(json!({ "local": { "colour": "red" } })).unwrap();
+        let p: ProviderSpec =
+            serde_json::from_value(json!({ "local": { "colour": "red" } })).unwrap();
         assert!(p.check().unwrap_err().contains("unknown field `colour`"));
         let p: ProviderSpec = serde_json::from_value(json!({ "local": { "memory": 1 } })).unwrap();
         assert_eq!(p.check().unwrap().len(), 1);

@@ -12,7 +12,10 @@
 //! - poll: `GET .../pvm-instances/{id}` until `status` is `ACTIVE`;
 //! - delete: `DELETE .../pvm-instances/{id}` (404 and 410: already gone).
 
-use super::{body_of, built, check, json_request, parse, Http, Machine, MachineState, NodeRequest, ProviderError, Result};
+use super::{
+    body_of, built, check, json_request, parse, Http, Machine, MachineState, NodeRequest,
+    ProviderError, Result,
+};
 use base64::Engine;
 use bytes::Bytes;
 use http::Method;
@@ -50,13 +53,20 @@ pub struct InstanceSpec {
 impl InstanceSpec {
     pub fn check(&self) -> Vec<String> {
         let mut p = Vec::new();
-        for (k, v) in [("imageID", &self.image_id), ("sysType", &self.sys_type), ("networkID", &self.network_id)] {
+        for (k, v) in [
+            ("imageID", &self.image_id),
+            ("sysType", &self.sys_type),
+            ("networkID", &self.network_id),
+        ] {
             if v.is_empty() {
                 p.push(format!("provider.powervs.{k}: required"));
             }
         }
         if !["dedicated", "shared", "capped"].contains(&self.proc_type.as_str()) {
-            p.push(format!("provider.powervs.procType: {:?} is not one of dedicated, shared, capped", self.proc_type));
+            p.push(format!(
+                "provider.powervs.procType: {:?} is not one of dedicated, shared, capped",
+                self.proc_type
+            ));
         }
         if self.processors.is_nan() || self.processors < 0.05 {
             p.push("provider.powervs.processors: at least 0.05".to_string());
@@ -93,8 +103,14 @@ pub const REGISTRATION: super::Registration = super::Registration {
     configure: |api, setup| {
         let p = api.powervs.as_ref()?;
         Some(super::read_secret(&p.api_key).map(|key| {
-            let pv =
-                PowerVs::new(setup.http.clone(), p.base_url.clone(), p.iam_url.clone(), p.cloud_instance_id.clone(), p.crn.clone(), key);
+            let pv = PowerVs::new(
+                setup.http.clone(),
+                p.base_url.clone(),
+                p.iam_url.clone(),
+                p.cloud_instance_id.clone(),
+                p.crn.clone(),
+                key,
+            );
             std::sync::Arc::new(pv) as std::sync::Arc<dyn super::Provider>
         }))
     },
@@ -107,8 +123,19 @@ impl super::Provider for PowerVs {
     fn find<'a>(&'a self, node: &'a NodeRequest) -> super::BoxFuture<'a, Result<Option<Machine>>> {
         Box::pin(PowerVs::find(self, node))
     }
-    fn create<'a>(&'a self, node: &'a NodeRequest, spec: &'a serde_json::Value) -> super::BoxFuture<'a, Result<Machine>> {
-        Box::pin(async move { PowerVs::create(self, node, &super::typed_spec::<InstanceSpec>("powervs", spec)?).await })
+    fn create<'a>(
+        &'a self,
+        node: &'a NodeRequest,
+        spec: &'a serde_json::Value,
+    ) -> super::BoxFuture<'a, Result<Machine>> {
+        Box::pin(async move {
+            PowerVs::create(
+                self,
+                node,
+                &super::typed_spec::<InstanceSpec>("powervs", spec)?,
+            )
+            .await
+        })
     }
     fn get<'a>(&'a self, id: &'a str) -> super::BoxFuture<'a, Result<Option<Machine>>> {
         Box::pin(PowerVs::get(self, id))
@@ -171,8 +198,23 @@ struct InstanceList {
 }
 
 impl PowerVs {
-    pub fn new(http: Http, base_url: String, iam_url: String, cloud_instance_id: String, crn: String, api_key: Secret<String>) -> PowerVs {
-        PowerVs { http, base_url, iam_url, cloud_instance_id, crn, api_key, token: tokio::sync::Mutex::new(None) }
+    pub fn new(
+        http: Http,
+        base_url: String,
+        iam_url: String,
+        cloud_instance_id: String,
+        crn: String,
+        api_key: Secret<String>,
+    ) -> PowerVs {
+        PowerVs {
+            http,
+            base_url,
+            iam_url,
+            cloud_instance_id,
+            crn,
+            api_key,
+            token: tokio::sync::Mutex::new(None),
+        }
     }
 
     fn secrets<'a>(&'a self, token: &'a str) -> [&'a str; 2] {
@@ -196,14 +238,19 @@ impl PowerVs {
         let req = http::Request::builder()
             .method(Method::POST)
             .uri(format!("{}/identity/token", self.iam_url))
-            .header(http::header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+            .header(
+                http::header::CONTENT_TYPE,
+                "application/x-www-form-urlencoded",
+            )
             .header(http::header::ACCEPT, "application/json")
             .body(Full::new(Bytes::from(form)));
         let reply = self.http.send(built(req, what)?, what).await?;
         check(&reply, what, &self.secrets(""))?;
         let t: TokenResponse = parse(&reply, what)?;
         if t.access_token.is_empty() {
-            return Err(ProviderError::transient(format!("{what}: empty access token")));
+            return Err(ProviderError::transient(format!(
+                "{what}: empty access token"
+            )));
         }
         let life = Duration::from_secs(t.expires_in.unwrap_or(3600));
         let until = Instant::now() + life.saturating_sub(Duration::from_secs(60));
@@ -219,13 +266,25 @@ impl PowerVs {
     }
 
     fn instances_path(&self) -> String {
-        format!("/pcloud/v1/cloud-instances/{}/pvm-instances", utf8_percent_encode(&self.cloud_instance_id, super::COMPONENT))
+        format!(
+            "/pcloud/v1/cloud-instances/{}/pvm-instances",
+            utf8_percent_encode(&self.cloud_instance_id, super::COMPONENT)
+        )
     }
 
-    async fn call(&self, method: Method, path: &str, body: Option<&Value>, what: &str) -> Result<super::Reply> {
+    async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&Value>,
+        what: &str,
+    ) -> Result<super::Reply> {
         let token = self.token().await?;
         let req = json_request(method, &format!("{}{path}", self.base_url), body)
-            .header(http::header::AUTHORIZATION, format!("Bearer {}", token.expose()))
+            .header(
+                http::header::AUTHORIZATION,
+                format!("Bearer {}", token.expose()),
+            )
             .header("CRN", self.crn.as_str())
             .body(body_of(body));
         let reply = self.http.send(built(req, what)?, what).await?;
@@ -233,7 +292,10 @@ impl PowerVs {
             self.forget_token().await;
             check(&reply, what, &self.secrets(token.expose()))?;
         }
-        if reply.status.is_success() || reply.status == http::StatusCode::NOT_FOUND || reply.status == http::StatusCode::GONE {
+        if reply.status.is_success()
+            || reply.status == http::StatusCode::NOT_FOUND
+            || reply.status == http::StatusCode::GONE
+        {
             return Ok(reply);
         }
         check(&reply, what, &self.secrets(token.expose()))?;
@@ -248,7 +310,10 @@ impl PowerVs {
         let state = match i.status.as_deref().map(str::to_ascii_uppercase).as_deref() {
             Some("ACTIVE") => MachineState::Active,
             Some("ERROR") => MachineState::Failed(
-                i.fault.and_then(|f| f.message).map(|m| format!("instance in ERROR: {m}")).unwrap_or_else(|| "instance in ERROR".into()),
+                i.fault
+                    .and_then(|f| f.message)
+                    .map(|m| format!("instance in ERROR: {m}"))
+                    .unwrap_or_else(|| "instance in ERROR".into()),
             ),
             Some(s) => MachineState::Pending(s.to_ascii_lowercase()),
             None => MachineState::Pending("unknown".into()),
@@ -257,24 +322,43 @@ impl PowerVs {
         let mut addresses = Vec::new();
         let mut macs = Vec::new();
         for n in nets {
-            addresses.extend(n.ip_address.into_iter().chain(n.external_ip).filter(|a| !a.is_empty()));
+            addresses.extend(
+                n.ip_address
+                    .into_iter()
+                    .chain(n.external_ip)
+                    .filter(|a| !a.is_empty()),
+            );
             macs.extend(n.mac_address.filter(|m| !m.is_empty()));
         }
         addresses.dedup();
         macs.dedup();
-        Ok(Machine { id, state, addresses, macs })
+        Ok(Machine {
+            id,
+            state,
+            addresses,
+            macs,
+        })
     }
 
     pub async fn find(&self, node: &NodeRequest) -> Result<Option<Machine>> {
         let what = "Power VS: list instances";
-        let reply = self.call(Method::GET, &self.instances_path(), None, what).await?;
+        let reply = self
+            .call(Method::GET, &self.instances_path(), None, what)
+            .await?;
         if !reply.status.is_success() {
-            return Err(ProviderError::permanent(format!("{what}: HTTP {} (is cloudInstanceId right?)", reply.status.as_u16())));
+            return Err(ProviderError::permanent(format!(
+                "{what}: HTTP {} (is cloudInstanceId right?)",
+                reply.status.as_u16()
+            )));
         }
         let list: InstanceList = parse(&reply, what)?;
         let name = server_name(node);
         let mut found: Vec<Machine> = Vec::new();
-        for i in list.pvm_instances.into_iter().filter(|i| i.server_name.as_deref() == Some(name.as_str())) {
+        for i in list
+            .pvm_instances
+            .into_iter()
+            .filter(|i| i.server_name.as_deref() == Some(name.as_str()))
+        {
             found.push(Self::machine(i, what)?);
         }
         if found.len() > 1 {
@@ -284,7 +368,10 @@ impl PowerVs {
     }
 
     /// The `PVMInstanceCreate` body for `node`.
-    pub fn create_body(node: &NodeRequest, spec: &InstanceSpec) -> std::result::Result<Value, String> {
+    pub fn create_body(
+        node: &NodeRequest,
+        spec: &InstanceSpec,
+    ) -> std::result::Result<Value, String> {
         let mut body = json!({
             "serverName": server_name(node),
             "imageID": spec.image_id,
@@ -305,18 +392,29 @@ impl PowerVs {
     pub async fn create(&self, node: &NodeRequest, spec: &InstanceSpec) -> Result<Machine> {
         let what = "Power VS: create instance";
         let body = Self::create_body(node, spec).map_err(ProviderError::permanent)?;
-        let reply = self.call(Method::POST, &self.instances_path(), Some(&body), what).await?;
+        let reply = self
+            .call(Method::POST, &self.instances_path(), Some(&body), what)
+            .await?;
         if !reply.status.is_success() {
-            return Err(ProviderError::permanent(format!("{what}: HTTP {}", reply.status.as_u16())));
+            return Err(ProviderError::permanent(format!(
+                "{what}: HTTP {}",
+                reply.status.as_u16()
+            )));
         }
         let list: Vec<Instance> = parse(&reply, what)?;
-        let first = list.into_iter().next().ok_or_else(|| ProviderError::transient(format!("{what}: empty instance list in the reply")))?;
+        let first = list.into_iter().next().ok_or_else(|| {
+            ProviderError::transient(format!("{what}: empty instance list in the reply"))
+        })?;
         Self::machine(first, what)
     }
 
     pub async fn get(&self, id: &str) -> Result<Option<Machine>> {
         let what = "Power VS: get instance";
-        let path = format!("{}/{}", self.instances_path(), utf8_percent_encode(id, super::COMPONENT));
+        let path = format!(
+            "{}/{}",
+            self.instances_path(),
+            utf8_percent_encode(id, super::COMPONENT)
+        );
         let reply = self.call(Method::GET, &path, None, what).await?;
         if !reply.status.is_success() {
             return Ok(None);
@@ -326,8 +424,14 @@ impl PowerVs {
 
     pub async fn delete(&self, id: &str) -> Result<()> {
         let what = "Power VS: delete instance";
-        let path = format!("{}/{}", self.instances_path(), utf8_percent_encode(id, super::COMPONENT));
-        self.call(Method::DELETE, &path, None, what).await.map(|_| ())
+        let path = format!(
+            "{}/{}",
+            self.instances_path(),
+            utf8_percent_encode(id, super::COMPONENT)
+        );
+        self.call(Method::DELETE, &path, None, what)
+            .await
+            .map(|_| ())
     }
 }
 
@@ -338,7 +442,12 @@ mod tests {
     #[test]
     fn user_data_limit_is_63_kib_of_base64() {
         let small = user_data("{\"ignition\":{\"version\":\"3.2.0\"}}").unwrap();
-        assert_eq!(base64::engine::general_purpose::STANDARD.decode(small).unwrap(), b"{\"ignition\":{\"version\":\"3.2.0\"}}");
+        assert_eq!(
+            base64::engine::general_purpose::STANDARD
+                .decode(small)
+                .unwrap(),
+            b"{\"ignition\":{\"version\":\"3.2.0\"}}"
+        );
         // 48 KiB of text is 64 KiB of base64: refused, with both sizes.
         let e = user_data(&"x".repeat(48 * 1024)).unwrap_err();
         assert!(e.contains("65536 bytes") && e.contains("64512"), "{e}");
@@ -357,6 +466,12 @@ mod tests {
             metadata_service: false,
         };
         let p = s.check().join("\n");
-        assert!(p.contains("imageID: required") && p.contains("turbo") && p.contains("processors") && p.contains("memory"), "{p}");
+        assert!(
+            p.contains("imageID: required")
+                && p.contains("turbo")
+                && p.contains("processors")
+                && p.contains("memory"),
+            "{p}"
+        );
     }
 }

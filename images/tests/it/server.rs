@@ -34,11 +34,16 @@ pub struct Server {
 impl Server {
     pub async fn start() -> Server {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let s = Server { addr: Some(listener.local_addr().unwrap()), ..Default::default() };
+        let s = Server {
+            addr: Some(listener.local_addr().unwrap()),
+            ..Default::default()
+        };
         let me = s.clone();
         tokio::spawn(async move {
             loop {
-                let Ok((sock, _)) = listener.accept().await else { return };
+                let Ok((sock, _)) = listener.accept().await else {
+                    return;
+                };
                 tokio::spawn(me.clone().serve(sock));
             }
         });
@@ -50,8 +55,20 @@ impl Server {
     }
 
     pub fn put(&self, path: &str, body: &[u8]) {
-        let etag = format!("\"{:x}-{}\"", body.len(), body.iter().map(|b| *b as u64).sum::<u64>());
-        self.files.lock().unwrap().insert(path.to_string(), File { body: body.to_vec(), etag, cuts: 0, cut_at: 0 });
+        let etag = format!(
+            "\"{:x}-{}\"",
+            body.len(),
+            body.iter().map(|b| *b as u64).sum::<u64>()
+        );
+        self.files.lock().unwrap().insert(
+            path.to_string(),
+            File {
+                body: body.to_vec(),
+                etag,
+                cuts: 0,
+                cut_at: 0,
+            },
+        );
     }
 
     /// The next `times` GETs of `path` send `at` body bytes, then close.
@@ -81,14 +98,26 @@ impl Server {
         }
         let head = String::from_utf8_lossy(&buf).to_string();
         let mut lines = head.split("\r\n");
-        let path = lines.next().unwrap_or("").split(' ').nth(1).unwrap_or("").to_string();
+        let path = lines
+            .next()
+            .unwrap_or("")
+            .split(' ')
+            .nth(1)
+            .unwrap_or("")
+            .to_string();
         let header = |name: &str| {
             head.split("\r\n").skip(1).find_map(|l| {
                 let (k, v) = l.split_once(':')?;
-                k.trim().eq_ignore_ascii_case(name).then(|| v.trim().to_string())
+                k.trim()
+                    .eq_ignore_ascii_case(name)
+                    .then(|| v.trim().to_string())
             })
         };
-        let seen = Seen { path: path.clone(), range: header("range"), if_range: header("if-range") };
+        let seen = Seen {
+            path: path.clone(),
+            range: header("range"),
+            if_range: header("if-range"),
+        };
         self.seen.lock().unwrap().push(seen.clone());
         let file = {
             let mut files = self.files.lock().unwrap();
@@ -99,7 +128,11 @@ impl Server {
             f
         };
         let Some(file) = file else {
-            let _ = sock.write_all(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n").await;
+            let _ = sock
+                .write_all(
+                    b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+                )
+                .await;
             return;
         };
         let start = seen
@@ -118,7 +151,11 @@ impl Server {
                 let _ = sock.write_all(h.as_bytes()).await;
                 return;
             }
-            Some(s) => ("206 Partial Content", &file.body[s..], format!("content-range: bytes {s}-{}/{len}\r\n", len - 1)),
+            Some(s) => (
+                "206 Partial Content",
+                &file.body[s..],
+                format!("content-range: bytes {s}-{}/{len}\r\n", len - 1),
+            ),
             None => ("200 OK", &file.body[..], String::new()),
         };
         let h = format!(
@@ -128,7 +165,11 @@ impl Server {
         );
         let _ = sock.write_all(h.as_bytes()).await;
         let cut = file.cuts > 0;
-        let send = if cut { &body[..file.cut_at.min(body.len())] } else { body };
+        let send = if cut {
+            &body[..file.cut_at.min(body.len())]
+        } else {
+            body
+        };
         let _ = sock.write_all(send).await;
         let _ = sock.flush().await;
         // Dropping the socket mid-body is the cut.

@@ -49,8 +49,15 @@ async fn cluster(net: u8) -> Cluster {
     let (acc, _) = tls_acceptor(&[&ip(10), &ip(11), &ip(12)]);
     let at = |h: u8| -> SocketAddr { format!("{}:6443", ip(h)).parse().unwrap() };
     let bootstrap = Backend::start_tls("bootstrap", at(10), acc.clone()).await;
-    let masters = vec![Backend::start_tls("master-0", at(11), acc.clone()).await, Backend::start_tls("master-1", at(12), acc).await];
-    Cluster { bootstrap, masters, tls: client_config() }
+    let masters = vec![
+        Backend::start_tls("master-0", at(11), acc.clone()).await,
+        Backend::start_tls("master-1", at(12), acc).await,
+    ];
+    Cluster {
+        bootstrap,
+        masters,
+        tls: client_config(),
+    }
 }
 
 fn client_config() -> Arc<rustls::ClientConfig> {
@@ -63,7 +70,10 @@ type Tls = tokio_rustls::client::TlsStream<TcpStream>;
 async fn connect_tls(addr: SocketAddr, tls: &Arc<rustls::ClientConfig>) -> Tls {
     let tcp = TcpStream::connect(addr).await.unwrap();
     let name = rustls::pki_types::ServerName::try_from("api.t.example.test").unwrap();
-    tokio_rustls::TlsConnector::from(Arc::clone(tls)).connect(name, tcp).await.unwrap()
+    tokio_rustls::TlsConnector::from(Arc::clone(tls))
+        .connect(name, tcp)
+        .await
+        .unwrap()
 }
 
 async fn api_get(lb: &Lb, c: &Cluster) -> String {
@@ -73,8 +83,11 @@ async fn api_get(lb: &Lb, c: &Cluster) -> String {
 
 async fn all_up(lb: &Lb, c: &Cluster) {
     for b in std::iter::once(&c.bootstrap).chain(&c.masters) {
-        wait_for(Duration::from_secs(3), || lb.backend("api", b.addr).is_some_and(|x| x.healthy() && x.check_latency() > Duration::ZERO))
-            .await;
+        wait_for(Duration::from_secs(3), || {
+            lb.backend("api", b.addr)
+                .is_some_and(|x| x.healthy() && x.check_latency() > Duration::ZERO)
+        })
+        .await;
     }
 }
 
@@ -84,11 +97,22 @@ async fn https_readyz_checks_take_a_failing_api_server_out() {
     let dir = tempfile::tempdir().unwrap();
     let lb = Lb::start(lbd::Source::Site(site(dir.path(), 1, "")), None).await;
     all_up(&lb, &c).await;
-    assert!(c.masters[0].probes.load(std::sync::atomic::Ordering::Relaxed) >= 1, "no /readyz probe over TLS");
-    c.masters[0].healthy.store(false, std::sync::atomic::Ordering::Relaxed);
+    assert!(
+        c.masters[0]
+            .probes
+            .load(std::sync::atomic::Ordering::Relaxed)
+            >= 1,
+        "no /readyz probe over TLS"
+    );
+    c.masters[0]
+        .healthy
+        .store(false, std::sync::atomic::Ordering::Relaxed);
     let m0 = lb.backend("api", c.masters[0].addr).unwrap();
     let took = wait_for(Duration::from_secs(3), || !m0.healthy()).await;
-    assert!(took <= Duration::from_millis(600 + 150), "detection took {took:?}");
+    assert!(
+        took <= Duration::from_millis(600 + 150),
+        "detection took {took:?}"
+    );
     assert!(m0.reason().contains("HTTP 503"), "{}", m0.reason());
     for _ in 0..12 {
         assert_ne!(api_get(&lb, &c).await, "master-0");
@@ -100,7 +124,11 @@ async fn bootstrap_completion_drains_then_removes_it() {
     let c = cluster(2).await;
     let dir = tempfile::tempdir().unwrap();
     let state = tempfile::tempdir().unwrap();
-    let lb = Lb::start(lbd::Source::Site(site(dir.path(), 2, "")), Some(state.path())).await;
+    let lb = Lb::start(
+        lbd::Source::Site(site(dir.path(), 2, "")),
+        Some(state.path()),
+    )
+    .await;
     all_up(&lb, &c).await;
     assert_eq!(lb.lbd.app.bootstrap_phase(), BootstrapPhase::Serving);
     // A long-lived connection on the bootstrap node (round robin: one of three).
@@ -127,13 +155,21 @@ async fn bootstrap_completion_drains_then_removes_it() {
     // Completing again changes nothing.
     assert_eq!(lb.admin("POST", "/bootstrap/complete").await.0, 200);
     drop(held);
-    wait_for(Duration::from_secs(3), || lb.lbd.app.bootstrap_phase() == BootstrapPhase::Removed).await;
+    wait_for(Duration::from_secs(3), || {
+        lb.lbd.app.bootstrap_phase() == BootstrapPhase::Removed
+    })
+    .await;
     assert!(lb.backend("api", c.bootstrap.addr).is_none());
     // Reloads keep it out, and so does a restart with the same state directory.
-    lb.rewrite(&std::fs::read_to_string(&lb.path).unwrap()).await;
+    lb.rewrite(&std::fs::read_to_string(&lb.path).unwrap())
+        .await;
     assert!(lb.backend("api", c.bootstrap.addr).is_none());
     drop(lb);
-    let lb = Lb::start(lbd::Source::Site(dir.path().join("site.yaml")), Some(state.path())).await;
+    let lb = Lb::start(
+        lbd::Source::Site(dir.path().join("site.yaml")),
+        Some(state.path()),
+    )
+    .await;
     assert!(lb.backend("api", c.bootstrap.addr).is_none());
     assert_eq!(lb.lbd.app.bootstrap_phase(), BootstrapPhase::Removed);
 }
@@ -142,7 +178,15 @@ async fn bootstrap_completion_drains_then_removes_it() {
 async fn drain_deadline_closes_what_is_left() {
     let c = cluster(3).await;
     let dir = tempfile::tempdir().unwrap();
-    let lb = Lb::start(lbd::Source::Site(site(dir.path(), 3, "  bootstrap: { drainTimeout: 500ms }\n")), None).await;
+    let lb = Lb::start(
+        lbd::Source::Site(site(
+            dir.path(),
+            3,
+            "  bootstrap: { drainTimeout: 500ms }\n",
+        )),
+        None,
+    )
+    .await;
     all_up(&lb, &c).await;
     let mut held = Vec::new();
     for _ in 0..3 {
@@ -152,14 +196,26 @@ async fn drain_deadline_closes_what_is_left() {
     }
     assert!(held.iter().any(|(_, w)| w == "bootstrap"));
     let t0 = std::time::Instant::now();
-    assert_eq!(lb.lbd.complete_bootstrap("test").await.unwrap(), BootstrapPhase::Draining);
-    wait_for(Duration::from_secs(3), || lb.lbd.app.bootstrap_phase() == BootstrapPhase::Removed).await;
+    assert_eq!(
+        lb.lbd.complete_bootstrap("test").await.unwrap(),
+        BootstrapPhase::Draining
+    );
+    wait_for(Duration::from_secs(3), || {
+        lb.lbd.app.bootstrap_phase() == BootstrapPhase::Removed
+    })
+    .await;
     let t = t0.elapsed();
-    assert!(t >= Duration::from_millis(450), "removed after {t:?}, before the deadline");
+    assert!(
+        t >= Duration::from_millis(450),
+        "removed after {t:?}, before the deadline"
+    );
     for (s, who) in held.iter_mut() {
         let r = get_on(s, false).await;
         if who == "bootstrap" {
-            assert!(r.is_err(), "the bootstrap connection outlived the drain deadline");
+            assert!(
+                r.is_err(),
+                "the bootstrap connection outlived the drain deadline"
+            );
         } else {
             assert_eq!(&r.unwrap(), who, "a master connection was cut");
         }
@@ -170,17 +226,39 @@ async fn drain_deadline_closes_what_is_left() {
 async fn bootstrap_completes_by_itself_once_masters_are_ready_long_enough() {
     let c = cluster(4).await;
     let dir = tempfile::tempdir().unwrap();
-    c.masters[1].healthy.store(false, std::sync::atomic::Ordering::Relaxed);
-    let lb = Lb::start(lbd::Source::Site(site(dir.path(), 4, "  bootstrap: { autoCompleteAfter: 1s, drainTimeout: 1s }\n")), None).await;
+    c.masters[1]
+        .healthy
+        .store(false, std::sync::atomic::Ordering::Relaxed);
+    let lb = Lb::start(
+        lbd::Source::Site(site(
+            dir.path(),
+            4,
+            "  bootstrap: { autoCompleteAfter: 1s, drainTimeout: 1s }\n",
+        )),
+        None,
+    )
+    .await;
     let m1 = lb.backend("api", c.masters[1].addr).unwrap();
     wait_for(Duration::from_secs(3), || !m1.healthy()).await;
     // One master not ready: the bootstrap stays however long we wait.
     tokio::time::sleep(Duration::from_millis(2500)).await;
     assert_eq!(lb.lbd.app.bootstrap_phase(), BootstrapPhase::Serving);
-    c.masters[1].healthy.store(true, std::sync::atomic::Ordering::Relaxed);
+    c.masters[1]
+        .healthy
+        .store(true, std::sync::atomic::Ordering::Relaxed);
     let t0 = std::time::Instant::now();
-    wait_for(Duration::from_secs(6), || lb.lbd.app.bootstrap_phase() != BootstrapPhase::Serving).await;
+    wait_for(Duration::from_secs(6), || {
+        lb.lbd.app.bootstrap_phase() != BootstrapPhase::Serving
+    })
+    .await;
     // rise 2 x 100 ms, then held 1 s.
-    assert!(t0.elapsed() >= Duration::from_millis(1000), "completed after {:?}", t0.elapsed());
-    wait_for(Duration::from_secs(3), || lb.lbd.app.bootstrap_phase() == BootstrapPhase::Removed).await;
+    assert!(
+        t0.elapsed() >= Duration::from_millis(1000),
+        "completed after {:?}",
+        t0.elapsed()
+    );
+    wait_for(Duration::from_secs(3), || {
+        lb.lbd.app.bootstrap_phase() == BootstrapPhase::Removed
+    })
+    .await;
 }

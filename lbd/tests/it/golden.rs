@@ -8,32 +8,58 @@ fn repo() -> PathBuf {
 }
 
 fn golden(name: &str, got: &str) {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden").join(name);
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/golden")
+        .join(name);
     if std::env::var_os("UPDATE_GOLDEN").is_some() {
         std::fs::write(&path, got).unwrap();
     }
-    let want = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e} (run with UPDATE_GOLDEN=1 to create)", path.display()));
-    assert_eq!(got, want, "{} differs (UPDATE_GOLDEN=1 to accept)", path.display());
+    let want = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e} (run with UPDATE_GOLDEN=1 to create)",
+            path.display()
+        )
+    });
+    assert_eq!(
+        got,
+        want,
+        "{} differs (UPDATE_GOLDEN=1 to accept)",
+        path.display()
+    );
 }
 
 #[test]
 fn openshift_site_frontends() {
-    let site = site::load(&repo().join("examples/openshift/site.yaml")).unwrap_or_else(|e| panic!("{e}"));
-    golden("openshift.plan", &lbd::plan::render(&lbd::plan::from_site(&site, false)));
+    let site =
+        site::load(&repo().join("examples/openshift/site.yaml")).unwrap_or_else(|e| panic!("{e}"));
+    golden(
+        "openshift.plan",
+        &lbd::plan::render(&lbd::plan::from_site(&site, false)),
+    );
     // After the bootstrap completes: the same without the bootstrap node.
-    golden("openshift-bootstrap-complete.plan", &lbd::plan::render(&lbd::plan::from_site(&site, true)));
+    golden(
+        "openshift-bootstrap-complete.plan",
+        &lbd::plan::render(&lbd::plan::from_site(&site, true)),
+    );
 }
 
 #[test]
 fn compact_site_sends_ingress_to_masters() {
-    let site = site::load(&repo().join("examples/compact/site.yaml")).unwrap_or_else(|e| panic!("{e}"));
-    golden("compact.plan", &lbd::plan::render(&lbd::plan::from_site(&site, false)));
+    let site =
+        site::load(&repo().join("examples/compact/site.yaml")).unwrap_or_else(|e| panic!("{e}"));
+    golden(
+        "compact.plan",
+        &lbd::plan::render(&lbd::plan::from_site(&site, false)),
+    );
 }
 
 #[test]
 fn standalone_example() {
     let lb = site::load_lb(&repo().join("examples/lbd/lb.yaml")).unwrap_or_else(|e| panic!("{e}"));
-    golden("standalone.plan", &lbd::plan::render(&lbd::plan::from_lb(&lb)));
+    golden(
+        "standalone.plan",
+        &lbd::plan::render(&lbd::plan::from_lb(&lb)),
+    );
 }
 
 /// The shape of `GET /status` (JSON crossing a process boundary: bootd's
@@ -63,11 +89,18 @@ fn status_json_shape() {
                 check_latency_ms: 1.5,
                 up_since_ms: Some(1_795_550_000_123),
             }],
-            clients: vec![ClientStatus { ip: "10.77.0.11".parse().unwrap(), first_ms: 1_795_550_000_456 }],
+            clients: vec![ClientStatus {
+                ip: "10.77.0.11".parse().unwrap(),
+                first_ms: 1_795_550_000_456,
+            }],
         }],
     };
     let mut got = serde_json::to_string_pretty(&s).unwrap();
     got.push('\n');
     golden("status.json", &got);
-    assert_eq!(serde_json::from_str::<Status>(&got).unwrap(), s, "what lbd sends, a reader reads back");
+    assert_eq!(
+        serde_json::from_str::<Status>(&got).unwrap(),
+        s,
+        "what lbd sends, a reader reads back"
+    );
 }

@@ -29,11 +29,19 @@ impl Backend {
         Self::start_with(name, addr, None).await
     }
 
-    pub async fn start_tls(name: &str, addr: SocketAddr, tls: tokio_rustls::TlsAcceptor) -> Backend {
+    pub async fn start_tls(
+        name: &str,
+        addr: SocketAddr,
+        tls: tokio_rustls::TlsAcceptor,
+    ) -> Backend {
         Self::start_with(name, addr, Some(tls)).await
     }
 
-    async fn start_with(name: &str, addr: SocketAddr, tls: Option<tokio_rustls::TlsAcceptor>) -> Backend {
+    async fn start_with(
+        name: &str,
+        addr: SocketAddr,
+        tls: Option<tokio_rustls::TlsAcceptor>,
+    ) -> Backend {
         let l = lbd::state::bind(addr).unwrap_or_else(|e| panic!("bind backend {addr}: {e}"));
         let addr = l.local_addr().unwrap();
         let b = Backend {
@@ -45,16 +53,27 @@ impl Backend {
             probes: Arc::new(AtomicU64::new(0)),
             stop: CancellationToken::new(),
         };
-        let (name, healthy, flap, hits, probes, stop) =
-            (b.name.clone(), b.healthy.clone(), b.flap.clone(), b.hits.clone(), b.probes.clone(), b.stop.clone());
+        let (name, healthy, flap, hits, probes, stop) = (
+            b.name.clone(),
+            b.healthy.clone(),
+            b.flap.clone(),
+            b.hits.clone(),
+            b.probes.clone(),
+            b.stop.clone(),
+        );
         tokio::spawn(async move {
             loop {
                 let (s, _) = tokio::select! {
                     _ = stop.cancelled() => return,
                     r = l.accept() => match r { Ok(x) => x, Err(_) => continue },
                 };
-                let st =
-                    State { name: name.clone(), healthy: healthy.clone(), flap: flap.clone(), hits: hits.clone(), probes: probes.clone() };
+                let st = State {
+                    name: name.clone(),
+                    healthy: healthy.clone(),
+                    flap: flap.clone(),
+                    hits: hits.clone(),
+                    probes: probes.clone(),
+                };
                 let stop = stop.clone();
                 let tls = tls.clone();
                 tokio::spawn(async move {
@@ -98,7 +117,9 @@ struct State {
 async fn serve_http<S: AsyncRead + AsyncWrite + Unpin>(mut s: S, st: State) {
     let mut buf = Vec::new();
     loop {
-        let Some(head) = read_head(&mut s, &mut buf).await else { return };
+        let Some(head) = read_head(&mut s, &mut buf).await else {
+            return;
+        };
         let path = head.split(' ').nth(1).unwrap_or("/").to_string();
         let close = head.to_ascii_lowercase().contains("connection: close");
         let (status, body) = if path == "/healthz" || path == "/readyz" {
@@ -116,7 +137,10 @@ async fn serve_http<S: AsyncRead + AsyncWrite + Unpin>(mut s: S, st: State) {
             st.hits.fetch_add(1, Relaxed);
             ("200 OK", st.name.clone())
         };
-        let resp = format!("HTTP/1.1 {status}\r\nContent-Length: {}\r\n\r\n{body}", body.len());
+        let resp = format!(
+            "HTTP/1.1 {status}\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
         if s.write_all(resp.as_bytes()).await.is_err() || close {
             let _ = s.shutdown().await;
             return;
@@ -147,16 +171,24 @@ pub async fn get(addr: SocketAddr) -> std::io::Result<String> {
 }
 
 /// One request on an open connection (keep-alive unless `close`).
-pub async fn get_on<S: AsyncRead + AsyncWrite + Unpin>(s: &mut S, close: bool) -> std::io::Result<String> {
+pub async fn get_on<S: AsyncRead + AsyncWrite + Unpin>(
+    s: &mut S,
+    close: bool,
+) -> std::io::Result<String> {
     let conn = if close { "close" } else { "keep-alive" };
-    s.write_all(format!("GET / HTTP/1.1\r\nHost: t\r\nConnection: {conn}\r\n\r\n").as_bytes()).await?;
+    s.write_all(format!("GET / HTTP/1.1\r\nHost: t\r\nConnection: {conn}\r\n\r\n").as_bytes())
+        .await?;
     let mut buf = Vec::new();
     let head = tokio::time::timeout(Duration::from_secs(5), read_head(s, &mut buf))
         .await?
         .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "no response"))?;
     let len: usize = head
         .lines()
-        .find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length: ").map(|v| v.trim().parse().unwrap_or(0)))
+        .find_map(|l| {
+            l.to_ascii_lowercase()
+                .strip_prefix("content-length: ")
+                .map(|v| v.trim().parse().unwrap_or(0))
+        })
         .unwrap_or(0);
     while buf.len() < len {
         let mut chunk = [0u8; 4096];
@@ -222,7 +254,14 @@ impl Lb {
         let reload = Arc::clone(&config.reload);
         let shutdown = CancellationToken::new();
         let lbd = lbd::start(config, sockets, shutdown.clone()).await.unwrap();
-        Lb { lbd, addrs, admin, reload, shutdown, path }
+        Lb {
+            lbd,
+            addrs,
+            admin,
+            reload,
+            shutdown,
+            path,
+        }
     }
 
     pub fn addr(&self, frontend: &str) -> SocketAddr {
@@ -234,7 +273,10 @@ impl Lb {
         let fe = self.lbd.app.frontend(frontend)?;
         let pool = fe.pool.load();
         let draining = fe.draining.lock().unwrap();
-        pool.iter().chain(draining.iter()).find(|b| b.addr == addr).cloned()
+        pool.iter()
+            .chain(draining.iter())
+            .find(|b| b.addr == addr)
+            .cloned()
     }
 
     pub async fn admin(&self, method: &str, path: &str) -> (u16, String) {
@@ -245,7 +287,10 @@ impl Lb {
         let mut out = String::new();
         s.read_to_string(&mut out).await.unwrap();
         let status = out.split(' ').nth(1).unwrap_or("0").parse().unwrap_or(0);
-        let body = out.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
+        let body = out
+            .split_once("\r\n\r\n")
+            .map(|(_, b)| b.to_string())
+            .unwrap_or_default();
         (status, body)
     }
 
@@ -255,7 +300,10 @@ impl Lb {
         let before = m.reloads_ok.load(Relaxed) + m.reloads_failed.load(Relaxed);
         std::fs::write(&self.path, text).unwrap();
         self.reload.notify_one();
-        wait_for(Duration::from_secs(5), || m.reloads_ok.load(Relaxed) + m.reloads_failed.load(Relaxed) > before).await;
+        wait_for(Duration::from_secs(5), || {
+            m.reloads_ok.load(Relaxed) + m.reloads_failed.load(Relaxed) > before
+        })
+        .await;
     }
 }
 

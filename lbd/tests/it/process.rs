@@ -11,7 +11,11 @@ fn lbd() -> Command {
 }
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 #[test]
@@ -22,7 +26,12 @@ fn check_config_lists_every_problem_with_its_key() {
         "lb.yaml",
         "balance: random\nlimits: { maxConnsPerSource: 0, idleTimeout: 5 }\nservices:\n  - name: Web\n    listen: 127.0.0.1\n    backends: []\n    check: { type: tcp, path: /x, rise: 0, colour: red }\n",
     );
-    let out = lbd().arg("--check-config").arg(&p).arg("--standalone").output().unwrap();
+    let out = lbd()
+        .arg("--check-config")
+        .arg(&p)
+        .arg("--standalone")
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
     for want in [
@@ -38,17 +47,31 @@ fn check_config_lists_every_problem_with_its_key() {
     ] {
         assert!(err.contains(want), "missing {want:?} in:\n{err}");
     }
-    assert!(err.contains(&format!("{}: ", p.display())), "problems do not name the file:\n{err}");
+    assert!(
+        err.contains(&format!("{}: ", p.display())),
+        "problems do not name the file:\n{err}"
+    );
 }
 
 #[test]
 fn check_config_prints_the_derived_frontends() {
-    let site = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/openshift/site.yaml");
+    let site =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/openshift/site.yaml");
     let out = lbd().arg("--check-config").arg(&site).output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert!(text.contains("frontend api listen 192.168.111.5:6443"), "{text}");
-    assert!(text.contains("backend bootstrap    192.168.111.10:6443"), "{text}");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains("frontend api listen 192.168.111.5:6443"),
+        "{text}"
+    );
+    assert!(
+        text.contains("backend bootstrap    192.168.111.10:6443"),
+        "{text}"
+    );
 }
 
 /// Stops the child on drop (by its PID).
@@ -86,7 +109,10 @@ async fn out_of_descriptors_backs_off_and_recovers() {
     let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
     let t0 = Instant::now();
     while get(addr).await.is_err() {
-        assert!(t0.elapsed() < Duration::from_secs(10), "lbd did not come up");
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "lbd did not come up"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     // Hold 40 connections open: more than the descriptors allow.
@@ -96,8 +122,15 @@ async fn out_of_descriptors_backs_off_and_recovers() {
     }
     let logf = dir.path().join("lbd.log");
     let t0 = Instant::now();
-    while !std::fs::read_to_string(&logf).unwrap().contains("out of resources; backing off") {
-        assert!(t0.elapsed() < Duration::from_secs(5), "no backoff logged:\n{}", std::fs::read_to_string(&logf).unwrap());
+    while !std::fs::read_to_string(&logf)
+        .unwrap()
+        .contains("out of resources; backing off")
+    {
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "no backoff logged:\n{}",
+            std::fs::read_to_string(&logf).unwrap()
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     drop(held);
@@ -112,15 +145,36 @@ async fn out_of_descriptors_backs_off_and_recovers() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     // The admin CLI against the same process.
-    let out = lbd().arg("--config").arg(&cfg).arg("status").output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = lbd()
+        .arg("--config")
+        .arg(&cfg)
+        .arg("status")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["frontends"][0]["backends"][0]["state"], "up");
-    let out = lbd().arg("--config").arg(&cfg).arg("bootstrap-complete").output().unwrap();
+    let out = lbd()
+        .arg("--config")
+        .arg(&cfg)
+        .arg("bootstrap-complete")
+        .output()
+        .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stdout).contains("no bootstrap node"));
-    let m = std::process::Command::new("curl").args(["-sf", &format!("http://127.0.0.1:{admin}/metrics")]).output().unwrap();
+    let m = std::process::Command::new("curl")
+        .args(["-sf", &format!("http://127.0.0.1:{admin}/metrics")])
+        .output()
+        .unwrap();
     let m = String::from_utf8_lossy(&m.stdout);
-    let errors: u64 = m.lines().find_map(|l| l.strip_prefix("lbd_accept_errors_total ")).and_then(|v| v.trim().parse().ok()).unwrap_or(0);
+    let errors: u64 = m
+        .lines()
+        .find_map(|l| l.strip_prefix("lbd_accept_errors_total "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0);
     assert!(errors > 0, "{m}");
 }

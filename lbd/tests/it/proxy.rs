@@ -20,15 +20,21 @@ async fn web(backends: &[&Backend], extra: &str) -> (Lb, tempfile::TempDir) {
     let lb = Lb::start(lbd::Source::Standalone(p), None).await;
     // Every backend confirmed up by its first probe.
     for b in backends {
-        wait_for(Duration::from_secs(3), || lb.backend("web", b.addr).is_some_and(|x| x.healthy() && x.check_latency() > Duration::ZERO))
-            .await;
+        wait_for(Duration::from_secs(3), || {
+            lb.backend("web", b.addr)
+                .is_some_and(|x| x.healthy() && x.check_latency() > Duration::ZERO)
+        })
+        .await;
     }
     (lb, dir)
 }
 
 #[tokio::test]
 async fn round_robin_spreads_over_backends() {
-    let (a, b) = (Backend::start("a", local()).await, Backend::start("b", local()).await);
+    let (a, b) = (
+        Backend::start("a", local()).await,
+        Backend::start("b", local()).await,
+    );
     let (lb, _d) = web(&[&a, &b], "").await;
     let mut got = Vec::new();
     for _ in 0..10 {
@@ -40,7 +46,10 @@ async fn round_robin_spreads_over_backends() {
 
 #[tokio::test]
 async fn least_conn_avoids_the_busy_backend() {
-    let (a, b) = (Backend::start("a", local()).await, Backend::start("b", local()).await);
+    let (a, b) = (
+        Backend::start("a", local()).await,
+        Backend::start("b", local()).await,
+    );
     let (lb, _d) = web(&[&a, &b], "balance: leastConn\n").await;
     // Three long-lived connections: they spread 2/1 at least; then every new
     // connection goes to the one with fewer.
@@ -50,7 +59,10 @@ async fn least_conn_avoids_the_busy_backend() {
         get_on(&mut s, false).await.unwrap();
         held.push(s);
     }
-    let (ba, bb) = (lb.backend("web", a.addr).unwrap(), lb.backend("web", b.addr).unwrap());
+    let (ba, bb) = (
+        lb.backend("web", a.addr).unwrap(),
+        lb.backend("web", b.addr).unwrap(),
+    );
     let (na, nb) = (ba.active.load(Relaxed), bb.active.load(Relaxed));
     assert_eq!(na + nb, 3);
     let idle = if na < nb { "a" } else { "b" };
@@ -60,14 +72,24 @@ async fn least_conn_avoids_the_busy_backend() {
 
 #[tokio::test]
 async fn failover_within_fall_times_interval_and_no_client_error_after() {
-    let (a, b) = (Backend::start("a", local()).await, Backend::start("b", local()).await);
+    let (a, b) = (
+        Backend::start("a", local()).await,
+        Backend::start("b", local()).await,
+    );
     let (lb, _d) = web(&[&a, &b], "").await;
     // interval 200ms, fall 3: out within fall x interval = 600 ms.
     a.healthy.store(false, Relaxed);
     let ba = lb.backend("web", a.addr).unwrap();
     let took = wait_for(Duration::from_secs(3), || !ba.healthy()).await;
-    assert!(took <= Duration::from_millis(600 + 100), "detection took {took:?}");
-    assert!(ba.reason().contains("3 consecutive probes failed"), "{}", ba.reason());
+    assert!(
+        took <= Duration::from_millis(600 + 100),
+        "detection took {took:?}"
+    );
+    assert!(
+        ba.reason().contains("3 consecutive probes failed"),
+        "{}",
+        ba.reason()
+    );
     let hits = a.hits.load(Relaxed);
     for _ in 0..50 {
         assert_eq!(get(lb.addr("web")).await.unwrap(), "b");
@@ -90,7 +112,10 @@ async fn futures_all(addr: SocketAddr, n: usize) -> Vec<String> {
 
 #[tokio::test]
 async fn killed_backend_refusals_are_redispatched_before_detection() {
-    let (a, b) = (Backend::start("a", local()).await, Backend::start("b", local()).await);
+    let (a, b) = (
+        Backend::start("a", local()).await,
+        Backend::start("b", local()).await,
+    );
     let (lb, _d) = web(&[&a, &b], "").await;
     a.kill();
     // Before any check has noticed: every request still succeeds.
@@ -105,7 +130,10 @@ async fn killed_backend_refusals_are_redispatched_before_detection() {
 
 #[tokio::test]
 async fn a_flapping_backend_does_not_thrash() {
-    let (a, b) = (Backend::start("a", local()).await, Backend::start("b", local()).await);
+    let (a, b) = (
+        Backend::start("a", local()).await,
+        Backend::start("b", local()).await,
+    );
     let (lb, _d) = web(&[&a, &b], "").await;
     a.flap.store(true, Relaxed);
     let ba = lb.backend("web", a.addr).unwrap();
@@ -122,22 +150,35 @@ async fn a_flapping_backend_does_not_thrash() {
     }
     let probes = a.probes.load(Relaxed) - p0;
     assert!(probes >= 8, "only {probes} probes");
-    assert_eq!(changes, 0, "state changed {changes} times over {probes} alternating probes");
+    assert_eq!(
+        changes, 0,
+        "state changed {changes} times over {probes} alternating probes"
+    );
 }
 
 #[tokio::test]
 async fn with_every_backend_down_connections_are_refused_at_once() {
-    let (a, b) = (Backend::start("a", local()).await, Backend::start("b", local()).await);
+    let (a, b) = (
+        Backend::start("a", local()).await,
+        Backend::start("b", local()).await,
+    );
     let (lb, _d) = web(&[&a, &b], "").await;
     a.healthy.store(false, Relaxed);
     b.healthy.store(false, Relaxed);
-    let (ba, bb) = (lb.backend("web", a.addr).unwrap(), lb.backend("web", b.addr).unwrap());
+    let (ba, bb) = (
+        lb.backend("web", a.addr).unwrap(),
+        lb.backend("web", b.addr).unwrap(),
+    );
     wait_for(Duration::from_secs(3), || !ba.healthy() && !bb.healthy()).await;
     for _ in 0..5 {
         let t0 = Instant::now();
         let r = get(lb.addr("web")).await;
         assert!(r.is_err(), "got {r:?}");
-        assert!(t0.elapsed() < Duration::from_millis(200), "refusal took {:?}", t0.elapsed());
+        assert!(
+            t0.elapsed() < Duration::from_millis(200),
+            "refusal took {:?}",
+            t0.elapsed()
+        );
     }
     let fe = lb.lbd.app.frontend("web").unwrap();
     assert!(fe.refused_no_backend.load(Relaxed) >= 5);
@@ -185,8 +226,15 @@ where
 async fn raw(backends: &[SocketAddr], extra: &str) -> (Lb, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let list: Vec<String> = backends.iter().map(|a| format!("\"{a}\"")).collect();
-    let text = format!("{extra}services:\n  - name: raw\n    listen: 127.0.0.1:2\n    backends: [{}]\n", list.join(", "));
-    let lb = Lb::start(lbd::Source::Standalone(write(dir.path(), "lb.yaml", &text)), None).await;
+    let text = format!(
+        "{extra}services:\n  - name: raw\n    listen: 127.0.0.1:2\n    backends: [{}]\n",
+        list.join(", ")
+    );
+    let lb = Lb::start(
+        lbd::Source::Standalone(write(dir.path(), "lb.yaml", &text)),
+        None,
+    )
+    .await;
     (lb, dir)
 }
 
@@ -194,14 +242,18 @@ async fn raw(backends: &[SocketAddr], extra: &str) -> (Lb, tempfile::TempDir) {
 /// all back, then closes.
 async fn counting_backend() -> SocketAddr {
     after_eof(|mut s, all| async move {
-        let _ = s.write_all(format!("{} {:x}", all.len(), fnv(&all)).as_bytes()).await;
+        let _ = s
+            .write_all(format!("{} {:x}", all.len(), fnv(&all)).as_bytes())
+            .await;
         let _ = s.write_all(&all).await;
     })
     .await
 }
 
 fn fnv(b: &[u8]) -> u64 {
-    b.iter().fold(0xcbf29ce484222325u64, |h, x| (h ^ u64::from(*x)).wrapping_mul(0x100000001b3))
+    b.iter().fold(0xcbf29ce484222325u64, |h, x| {
+        (h ^ u64::from(*x)).wrapping_mul(0x100000001b3)
+    })
 }
 
 #[tokio::test]
@@ -219,11 +271,23 @@ async fn half_close_is_propagated_both_ways_small_and_bulk() {
             w.shutdown().await.unwrap();
         };
         let mut got = Vec::new();
-        let recv = async { tokio::time::timeout(Duration::from_secs(20), r.read_to_end(&mut got)).await.unwrap().unwrap() };
+        let recv = async {
+            tokio::time::timeout(Duration::from_secs(20), r.read_to_end(&mut got))
+                .await
+                .unwrap()
+                .unwrap()
+        };
         tokio::join!(send, recv);
         let header = format!("{} {:x}", size, fnv(&data));
-        assert!(got.starts_with(header.as_bytes()), "size {size}: got {:?}", String::from_utf8_lossy(&got[..got.len().min(60)]));
-        assert!(got[header.len()..] == data[..], "size {size}: echoed bytes differ");
+        assert!(
+            got.starts_with(header.as_bytes()),
+            "size {size}: got {:?}",
+            String::from_utf8_lossy(&got[..got.len().min(60)])
+        );
+        assert!(
+            got[header.len()..] == data[..],
+            "size {size}: echoed bytes differ"
+        );
     }
     let b = lb.backend("raw", back).unwrap();
     assert!(b.bytes_to.load(Relaxed) >= (8 << 20) + 100);
@@ -249,7 +313,9 @@ async fn exchange(addr: SocketAddr, data: &[u8]) -> Vec<u8> {
     s.write_all(data).await.unwrap();
     s.shutdown().await.unwrap();
     let mut got = Vec::new();
-    let _ = tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut got)).await.expect("no end");
+    let _ = tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut got))
+        .await
+        .expect("no end");
     got
 }
 
@@ -258,8 +324,16 @@ async fn a_backend_dying_before_answering_is_replaced_and_the_request_replayed()
     let good = counting_backend().await;
     for rst in [true, false] {
         let dying = dying_backend(rst).await;
-        for (retry, size, replayed) in [(true, 3000, true), (true, 20 << 10, false), (false, 100, false)] {
-            let (lb, _d) = raw(&[dying, good], &format!("limits: {{ retryUnanswered: {retry} }}\n")).await;
+        for (retry, size, replayed) in [
+            (true, 3000, true),
+            (true, 20 << 10, false),
+            (false, 100, false),
+        ] {
+            let (lb, _d) = raw(
+                &[dying, good],
+                &format!("limits: {{ retryUnanswered: {retry} }}\n"),
+            )
+            .await;
             let data: Vec<u8> = (0..size).map(|i| (i * 13 % 251) as u8).collect();
             let header = format!("{} {:x}", size, fnv(&data));
             let mut answered = 0;
@@ -276,13 +350,26 @@ async fn a_backend_dying_before_answering_is_replaced_and_the_request_replayed()
                 }
             }
             // Round robin: half the connections go to the dying backend first.
-            let failures = lb.backend("raw", dying).unwrap().unanswered_failures.load(Relaxed);
+            let failures = lb
+                .backend("raw", dying)
+                .unwrap()
+                .unanswered_failures
+                .load(Relaxed);
             if replayed {
-                assert_eq!(answered, 6, "rst {rst}: every request answered (by the good backend)");
+                assert_eq!(
+                    answered, 6,
+                    "rst {rst}: every request answered (by the good backend)"
+                );
                 // (A retry takes a round-robin turn too, so it can be all six.)
-                assert!(failures >= 3, "rst {rst}: {failures}: at least three went to the dying backend first");
+                assert!(
+                    failures >= 3,
+                    "rst {rst}: {failures}: at least three went to the dying backend first"
+                );
             } else {
-                assert_eq!(answered, 3, "rst {rst} retry {retry} size {size}: only the good backend's answers");
+                assert_eq!(
+                    answered, 3,
+                    "rst {rst} retry {retry} size {size}: only the good backend's answers"
+                );
                 assert_eq!(failures, 0);
             }
         }
@@ -315,8 +402,15 @@ async fn a_backend_failing_before_the_client_speaks_is_replaced() {
             s.write_all(b"hello").await.unwrap();
             s.shutdown().await.unwrap();
             let mut got = Vec::new();
-            tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut got)).await.expect("no end").unwrap();
-            assert!(got.starts_with(format!("5 {:x}", fnv(b"hello")).as_bytes()), "rst {rst}: {:?}", String::from_utf8_lossy(&got));
+            tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut got))
+                .await
+                .expect("no end")
+                .unwrap();
+            assert!(
+                got.starts_with(format!("5 {:x}", fnv(b"hello")).as_bytes()),
+                "rst {rst}: {:?}",
+                String::from_utf8_lossy(&got)
+            );
         }
         let b = lb.backend("raw", gone).unwrap();
         assert!(
@@ -337,10 +431,16 @@ async fn idle_connections_are_closed() {
     get_on(&mut s, false).await.unwrap();
     let t0 = Instant::now();
     let mut buf = [0u8; 16];
-    let n = tokio::time::timeout(Duration::from_secs(3), s.read(&mut buf)).await.expect("not closed").unwrap_or(0);
+    let n = tokio::time::timeout(Duration::from_secs(3), s.read(&mut buf))
+        .await
+        .expect("not closed")
+        .unwrap_or(0);
     assert_eq!(n, 0);
     let t = t0.elapsed();
-    assert!(t >= Duration::from_millis(250) && t < Duration::from_millis(1500), "closed after {t:?}");
+    assert!(
+        t >= Duration::from_millis(250) && t < Duration::from_millis(1500),
+        "closed after {t:?}"
+    );
 }
 
 #[tokio::test]
@@ -355,14 +455,29 @@ async fn per_source_limit_refuses_at_once_and_frees_on_close() {
     assert!(get(lb.addr("web")).await.is_err());
     assert!(t0.elapsed() < Duration::from_millis(200));
     drop(one);
-    wait_for(Duration::from_secs(2), || lb.lbd.app.conns.load(Relaxed) == 1).await;
+    wait_for(Duration::from_secs(2), || {
+        lb.lbd.app.conns.load(Relaxed) == 1
+    })
+    .await;
     assert_eq!(get(lb.addr("web")).await.unwrap(), "a");
-    assert_eq!(lb.lbd.app.frontend("web").unwrap().refused_limit.load(Relaxed), 1);
+    assert_eq!(
+        lb.lbd
+            .app
+            .frontend("web")
+            .unwrap()
+            .refused_limit
+            .load(Relaxed),
+        1
+    );
 }
 
 #[tokio::test]
 async fn pool_change_under_continuous_load_fails_no_request() {
-    let (a, b, c) = (Backend::start("a", local()).await, Backend::start("b", local()).await, Backend::start("c", local()).await);
+    let (a, b, c) = (
+        Backend::start("a", local()).await,
+        Backend::start("b", local()).await,
+        Backend::start("c", local()).await,
+    );
     let (lb, _d) = web(&[&a, &b], "").await;
     let addr = lb.addr("web");
     // A long-lived keep-alive connection on each of a and b.
@@ -396,7 +511,8 @@ async fn pool_change_under_continuous_load_fails_no_request() {
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
     // a leaves, c joins, and the algorithm changes: three changes at once.
-    lb.rewrite(&web_service(&[b.addr, c.addr], "balance: leastConn\n")).await;
+    lb.rewrite(&web_service(&[b.addr, c.addr], "balance: leastConn\n"))
+        .await;
     assert_eq!(lb.lbd.app.metrics.reloads_ok.load(Relaxed), 1);
     tokio::time::sleep(Duration::from_millis(500)).await;
     let a_hits = a.hits.load(Relaxed);
@@ -404,25 +520,40 @@ async fn pool_change_under_continuous_load_fails_no_request() {
     for (s, who) in held.iter_mut() {
         assert_eq!(&get_on(s, false).await.unwrap(), who);
     }
-    assert_eq!(a.hits.load(Relaxed), a_hits + held.iter().filter(|(_, w)| w == "a").count() as u64);
+    assert_eq!(
+        a.hits.load(Relaxed),
+        a_hits + held.iter().filter(|(_, w)| w == "a").count() as u64
+    );
     tokio::time::sleep(Duration::from_millis(300)).await;
     stop.store(true, Relaxed);
     for l in load {
         l.await.unwrap();
     }
-    assert_eq!(failed.load(Relaxed), 0, "{} requests failed of {}", failed.load(Relaxed), ok.load(Relaxed));
+    assert_eq!(
+        failed.load(Relaxed),
+        0,
+        "{} requests failed of {}",
+        failed.load(Relaxed),
+        ok.load(Relaxed)
+    );
     assert!(ok.load(Relaxed) > 100, "only {} requests", ok.load(Relaxed));
     assert!(c.hits.load(Relaxed) > 0, "the new backend got nothing");
     // a drained: once its held connection closes, it is gone.
     held.clear();
-    wait_for(Duration::from_secs(3), || lb.backend("web", a.addr).is_none()).await;
+    wait_for(Duration::from_secs(3), || {
+        lb.backend("web", a.addr).is_none()
+    })
+    .await;
 }
 
 #[tokio::test]
 async fn a_bad_reload_keeps_the_old_configuration() {
     let a = Backend::start("a", local()).await;
     let (lb, _d) = web(&[&a], "").await;
-    lb.rewrite("services:\n  - name: web\n    listen: nonsense\n    backends: []\n    colour: blue\n").await;
+    lb.rewrite(
+        "services:\n  - name: web\n    listen: nonsense\n    backends: []\n    colour: blue\n",
+    )
+    .await;
     assert_eq!(lb.lbd.app.metrics.reloads_failed.load(Relaxed), 1);
     assert_eq!(get(lb.addr("web")).await.unwrap(), "a");
     // A valid file that cannot be bound (a port taken) is refused as a whole too.
@@ -441,7 +572,10 @@ async fn a_bad_reload_keeps_the_old_configuration() {
 
 #[tokio::test]
 async fn metrics_and_status_show_every_backend() {
-    let (a, b) = (Backend::start("a", local()).await, Backend::start("b", local()).await);
+    let (a, b) = (
+        Backend::start("a", local()).await,
+        Backend::start("b", local()).await,
+    );
     let (lb, _d) = web(&[&a, &b], "").await;
     b.healthy.store(false, Relaxed);
     let bb = lb.backend("web", b.addr).unwrap();
@@ -449,8 +583,14 @@ async fn metrics_and_status_show_every_backend() {
     get(lb.addr("web")).await.unwrap();
     let (st, m) = lb.admin("GET", "/metrics").await;
     assert_eq!(st, 200);
-    let la = format!("frontend=\"web\",backend=\"{0}\",addr=\"{0}\",role=\"service\"", a.addr);
-    let lbk = format!("frontend=\"web\",backend=\"{0}\",addr=\"{0}\",role=\"service\"", b.addr);
+    let la = format!(
+        "frontend=\"web\",backend=\"{0}\",addr=\"{0}\",role=\"service\"",
+        a.addr
+    );
+    let lbk = format!(
+        "frontend=\"web\",backend=\"{0}\",addr=\"{0}\",role=\"service\"",
+        b.addr
+    );
     for want in [
         format!("lbd_backend_up{{{la}}} 1"),
         format!("lbd_backend_up{{{lbk}}} 0"),
@@ -471,7 +611,10 @@ async fn metrics_and_status_show_every_backend() {
     let backends = v["frontends"][0]["backends"].as_array().unwrap();
     assert_eq!(backends.len(), 2);
     assert_eq!(backends[1]["state"], "down");
-    assert!(backends[1]["reason"].as_str().unwrap().contains("HTTP 503"), "{s}");
+    assert!(
+        backends[1]["reason"].as_str().unwrap().contains("HTTP 503"),
+        "{s}"
+    );
     assert_eq!(lb.admin("POST", "/bootstrap/complete").await.0, 409);
     assert_eq!(lb.admin("GET", "/nope").await.0, 404);
 }

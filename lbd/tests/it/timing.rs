@@ -50,8 +50,17 @@ fn check() -> Check {
 }
 
 fn backend(stop: &CancellationToken) -> Arc<Backend> {
-    let plan = BackendPlan { name: "m0".into(), addr: "127.0.0.1:6443".parse().unwrap(), role: Role::Master };
-    Arc::new(Backend::new(&plan, check(), stop, &CancellationToken::new()))
+    let plan = BackendPlan {
+        name: "m0".into(),
+        addr: "127.0.0.1:6443".parse().unwrap(),
+        role: Role::Master,
+    };
+    Arc::new(Backend::new(
+        &plan,
+        check(),
+        stop,
+        &CancellationToken::new(),
+    ))
 }
 
 /// Advances paused time in small steps until `cond`; returns the elapsed time.
@@ -70,11 +79,32 @@ async fn default_timings_take_a_failed_api_server_out_well_within_30_s() {
     let b = backend(&stop);
     // Starts failing at 12 s: probes ran at 0, 5, 10; the next at 15 fails,
     // then 2 more at the fast interval (1 s): down at 17 s, i.e. 5 s after.
-    let fake = Arc::new(Fake { start, fail_from: Duration::from_secs(12), ok_from: None, takes: Duration::ZERO, seen: Mutex::default() });
-    tokio::spawn(check_loop("api".into(), Arc::clone(&b), Arc::clone(&fake), stop.clone()));
+    let fake = Arc::new(Fake {
+        start,
+        fail_from: Duration::from_secs(12),
+        ok_from: None,
+        takes: Duration::ZERO,
+        seen: Mutex::default(),
+    });
+    tokio::spawn(check_loop(
+        "api".into(),
+        Arc::clone(&b),
+        Arc::clone(&fake),
+        stop.clone(),
+    ));
     until(start, Duration::from_secs(60), || !b.healthy()).await;
-    assert_eq!(start.elapsed().as_secs(), 17, "probes at {:?}", fake.seen.lock().unwrap());
-    assert!(b.reason().contains("3 consecutive probes failed, last: HTTP 503"), "{}", b.reason());
+    assert_eq!(
+        start.elapsed().as_secs(),
+        17,
+        "probes at {:?}",
+        fake.seen.lock().unwrap()
+    );
+    assert!(
+        b.reason()
+            .contains("3 consecutive probes failed, last: HTTP 503"),
+        "{}",
+        b.reason()
+    );
     stop.cancel();
 }
 
@@ -85,9 +115,20 @@ async fn worst_case_with_probes_timing_out_is_interval_plus_fall_timeouts() {
     let b = backend(&stop);
     // Fails right after the probe at 0 s; every failing probe hangs past the
     // 2 s timeout: 5 + (2 + 1) x 2 + 2 = 13 s after the failure began.
-    let fake = Arc::new(Fake { start, fail_from: Duration::from_millis(1), ok_from: None, takes: Duration::ZERO, seen: Mutex::default() });
+    let fake = Arc::new(Fake {
+        start,
+        fail_from: Duration::from_millis(1),
+        ok_from: None,
+        takes: Duration::ZERO,
+        seen: Mutex::default(),
+    });
     let slow = Arc::new(Slow(fake));
-    tokio::spawn(check_loop("api".into(), Arc::clone(&b), Arc::clone(&slow), stop.clone()));
+    tokio::spawn(check_loop(
+        "api".into(),
+        Arc::clone(&b),
+        Arc::clone(&slow),
+        stop.clone(),
+    ));
     let t = until(start, Duration::from_secs(60), || !b.healthy()).await;
     assert_eq!(t.as_secs(), 13);
     assert!(t < Duration::from_secs(30));
@@ -120,14 +161,24 @@ async fn recovery_needs_rise_probes_at_the_fast_interval() {
         takes: Duration::from_millis(100),
         seen: Mutex::default(),
     });
-    tokio::spawn(check_loop("api".into(), Arc::clone(&b), Arc::clone(&fake), stop.clone()));
+    tokio::spawn(check_loop(
+        "api".into(),
+        Arc::clone(&b),
+        Arc::clone(&fake),
+        stop.clone(),
+    ));
     // The first probe (t=0) fails: down at once (a new backend is not trusted).
     until(start, Duration::from_secs(5), || !b.healthy()).await;
     assert!(start.elapsed() < Duration::from_millis(200));
     // Down: probes every 5 s (0.1 s each): 5.1, 10.2, 15.3, 20.4 fail; 25.5
     // passes; one fast interval later (26.6) the second pass: up.
     let t = until(start, Duration::from_secs(60), || b.healthy()).await;
-    assert_eq!(t.as_millis() / 100, 267, "up at {t:?}, probes at {:?}", fake.seen.lock().unwrap());
+    assert_eq!(
+        t.as_millis() / 100,
+        267,
+        "up at {t:?}, probes at {:?}",
+        fake.seen.lock().unwrap()
+    );
     stop.cancel();
 }
 
@@ -136,14 +187,29 @@ async fn a_refused_connect_brings_the_next_probe_forward() {
     let start = Instant::now();
     let stop = CancellationToken::new();
     let b = backend(&stop);
-    let fake = Arc::new(Fake { start, fail_from: Duration::from_secs(1), ok_from: None, takes: Duration::ZERO, seen: Mutex::default() });
-    tokio::spawn(check_loop("api".into(), Arc::clone(&b), Arc::clone(&fake), stop.clone()));
+    let fake = Arc::new(Fake {
+        start,
+        fail_from: Duration::from_secs(1),
+        ok_from: None,
+        takes: Duration::ZERO,
+        seen: Mutex::default(),
+    });
+    tokio::spawn(check_loop(
+        "api".into(),
+        Arc::clone(&b),
+        Arc::clone(&fake),
+        stop.clone(),
+    ));
     tokio::time::sleep(Duration::from_secs(2)).await;
     b.kick.notify_one();
     tokio::time::sleep(Duration::from_millis(10)).await;
     let seen = fake.seen.lock().unwrap().clone();
     assert_eq!(seen.len(), 2, "{seen:?}");
-    assert_eq!(seen[1].as_secs(), 2, "the kick did not bring the probe forward: {seen:?}");
+    assert_eq!(
+        seen[1].as_secs(),
+        2,
+        "the kick did not bring the probe forward: {seen:?}"
+    );
     // Down at 2 + 1 + 1 = 4 s instead of 5 + 1 + 1 = 7 s.
     let t = until(start, Duration::from_secs(60), || !b.healthy()).await;
     assert_eq!(t.as_secs(), 4);

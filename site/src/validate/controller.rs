@@ -14,7 +14,11 @@ pub const OVERLAY_FILE: &str = "nodes.yaml";
 const DEFAULT_DEADLINE: Duration = Duration::from_secs(3600);
 
 pub(super) fn overlay_path(cx: &Cx, host: &wire::Host) -> PathBuf {
-    let dir = host.state_dir.as_deref().map(|p| cx.resolve(p)).unwrap_or_else(|| PathBuf::from(DEFAULT_STATE_DIR));
+    let dir = host
+        .state_dir
+        .as_deref()
+        .map(|p| cx.resolve(p))
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_STATE_DIR));
     dir.join(OVERLAY_FILE)
 }
 
@@ -43,10 +47,19 @@ pub(super) fn read_overlay(cx: &mut Cx, path: &Path) -> Vec<wire::Node> {
 
 fn secret_ref(cx: &mut Cx, key: &str, w: Option<&wire::SecretRef>) -> Option<SecretRef> {
     match w {
-        Some(wire::SecretRef { file: Some(f), credential: None }) => Some(SecretRef::File(cx.resolve(f))),
-        Some(wire::SecretRef { file: None, credential: Some(c) }) => {
+        Some(wire::SecretRef {
+            file: Some(f),
+            credential: None,
+        }) => Some(SecretRef::File(cx.resolve(f))),
+        Some(wire::SecretRef {
+            file: None,
+            credential: Some(c),
+        }) => {
             if c.is_empty() || c.contains('/') || c == "." || c == ".." {
-                cx.err(format!("{key}.credential"), format!("{c:?} is not a credential name"));
+                cx.err(
+                    format!("{key}.credential"),
+                    format!("{c:?} is not a credential name"),
+                );
                 return None;
             }
             Some(SecretRef::Credential(c.clone()))
@@ -56,7 +69,10 @@ fn secret_ref(cx: &mut Cx, key: &str, w: Option<&wire::SecretRef>) -> Option<Sec
             None
         }
         None => {
-            cx.err(key, "required: {file: PATH} or {credential: NAME} (a systemd credential)");
+            cx.err(
+                key,
+                "required: {file: PATH} or {credential: NAME} (a systemd credential)",
+            );
             None
         }
     }
@@ -64,7 +80,10 @@ fn secret_ref(cx: &mut Cx, key: &str, w: Option<&wire::SecretRef>) -> Option<Sec
 
 fn url_of(cx: &mut Cx, key: &str, v: Option<&str>, default: &str) -> Option<String> {
     let u = v.unwrap_or(default);
-    if (u.starts_with("https://") || u.starts_with("http://")) && !u.contains(char::is_whitespace) && !u.contains(['?', '#']) {
+    if (u.starts_with("https://") || u.starts_with("http://"))
+        && !u.contains(char::is_whitespace)
+        && !u.contains(['?', '#'])
+    {
         Some(u.trim_end_matches('/').to_string())
     } else {
         cx.err(key, format!("{u:?} is not an http(s):// base URL"));
@@ -74,7 +93,9 @@ fn url_of(cx: &mut Cx, key: &str, v: Option<&str>, default: &str) -> Option<Stri
 
 fn required(cx: &mut Cx, key: &str, v: Option<&String>) -> Option<String> {
     match v {
-        Some(s) if !s.is_empty() && !s.contains(|c: char| c.is_whitespace() || c == '/') => Some(s.clone()),
+        Some(s) if !s.is_empty() && !s.contains(|c: char| c.is_whitespace() || c == '/') => {
+            Some(s.clone())
+        }
         Some(s) => {
             cx.err(key, format!("{s:?}: no spaces or '/'"));
             None
@@ -90,7 +111,13 @@ pub(super) fn api(cx: &mut Cx, w: &wire::Api) -> Option<Api> {
     let listen = match w.listen.as_deref().map(str::parse::<SocketAddr>) {
         Some(Ok(a)) => Some(a),
         Some(Err(_)) => {
-            cx.err("host.api.listen", format!("{:?} is not an address:port", w.listen.as_deref().unwrap_or("")));
+            cx.err(
+                "host.api.listen",
+                format!(
+                    "{:?} is not an address:port",
+                    w.listen.as_deref().unwrap_or("")
+                ),
+            );
             None
         }
         None => {
@@ -104,7 +131,10 @@ pub(super) fn api(cx: &mut Cx, w: &wire::Api) -> Option<Api> {
             Some(u.trim_end_matches('/').to_string())
         }
         Some(u) => {
-            cx.err("host.api.url", format!("{u:?} is not an https:// URL (the API is served over HTTPS only)"));
+            cx.err(
+                "host.api.url",
+                format!("{u:?} is not an https:// URL (the API is served over HTTPS only)"),
+            );
             None
         }
     };
@@ -112,15 +142,27 @@ pub(super) fn api(cx: &mut Cx, w: &wire::Api) -> Option<Api> {
     let deadline = match w.deadline.as_deref() {
         None => DEFAULT_DEADLINE,
         Some(s) => duration(s).unwrap_or_else(|| {
-            cx.err("host.api.deadline", format!("{s:?} is not a duration like 45m, 2h"));
+            cx.err(
+                "host.api.deadline",
+                format!("{s:?} is not a duration like 45m, 2h"),
+            );
             DEFAULT_DEADLINE
         }),
     };
     let equinix = w.equinix.as_ref().map(|e| {
-        let base_url = url_of(cx, "host.api.equinix.baseUrl", e.base_url.as_deref(), "https://api.equinix.com/metal/v1");
+        let base_url = url_of(
+            cx,
+            "host.api.equinix.baseUrl",
+            e.base_url.as_deref(),
+            "https://api.equinix.com/metal/v1",
+        );
         let project_id = required(cx, "host.api.equinix.projectId", e.project_id.as_ref());
         let api_key = secret_ref(cx, "host.api.equinix.apiKey", e.api_key.as_ref());
-        Some(EquinixAccount { base_url: base_url?, project_id: project_id?, api_key: api_key? })
+        Some(EquinixAccount {
+            base_url: base_url?,
+            project_id: project_id?,
+            api_key: api_key?,
+        })
     });
     let powervs = w.powervs.as_ref().map(|p| {
         let base_url = match p.base_url.as_deref() {
@@ -162,7 +204,15 @@ pub(super) fn api(cx: &mut Cx, w: &wire::Api) -> Option<Api> {
         Some(Some(p)) => Some(p),
         None => None,
     };
-    Some(Api { listen: listen?, url, tokens: tokens?, deadline, equinix, powervs, local })
+    Some(Api {
+        listen: listen?,
+        url,
+        tokens: tokens?,
+        deadline,
+        equinix,
+        powervs,
+        local,
+    })
 }
 
 /// A network interface name as Linux takes it: 1-15 bytes, no '/', ':' or space.
@@ -176,39 +226,83 @@ fn ifname_ok(s: &str) -> bool {
 
 fn local(cx: &mut Cx, w: &wire::Local) -> Option<LocalVms> {
     let mut ok = true;
-    let qemu = w.qemu.clone().unwrap_or_else(|| "qemu-system-x86_64".into());
+    let qemu = w
+        .qemu
+        .clone()
+        .unwrap_or_else(|| "qemu-system-x86_64".into());
     if qemu.is_empty() || qemu.contains(|c: char| c.is_whitespace() || c.is_control()) {
-        cx.err("host.api.local.qemu", format!("{qemu:?} is not a command (a name in PATH or a path, no spaces)"));
+        cx.err(
+            "host.api.local.qemu",
+            format!("{qemu:?} is not a command (a name in PATH or a path, no spaces)"),
+        );
         ok = false;
     }
     // A path relative to the site file; a bare name is looked up in PATH.
-    let qemu = if qemu.contains('/') { cx.resolve(Path::new(&qemu)).to_string_lossy().into_owned() } else { qemu };
+    let qemu = if qemu.contains('/') {
+        cx.resolve(Path::new(&qemu)).to_string_lossy().into_owned()
+    } else {
+        qemu
+    };
     let bridge = w.bridge.clone().unwrap_or_else(|| "br0".into());
     if !ifname_ok(&bridge) {
-        cx.err("host.api.local.bridge", format!("{bridge:?} is not an interface name (1-15 characters, no '/', ':' or spaces)"));
+        cx.err(
+            "host.api.local.bridge",
+            format!("{bridge:?} is not an interface name (1-15 characters, no '/', ':' or spaces)"),
+        );
         ok = false;
     }
     if let Some(n) = &w.netns {
-        if n.is_empty() || n.len() > 64 || n == "." || n == ".." || n.contains(|c: char| c == '/' || c.is_whitespace() || c.is_control()) {
-            cx.err("host.api.local.netns", format!("{n:?} is not a network namespace name (as `ip netns list` shows them)"));
+        if n.is_empty()
+            || n.len() > 64
+            || n == "."
+            || n == ".."
+            || n.contains(|c: char| c == '/' || c.is_whitespace() || c.is_control())
+        {
+            cx.err(
+                "host.api.local.netns",
+                format!("{n:?} is not a network namespace name (as `ip netns list` shows them)"),
+            );
             ok = false;
         }
     }
     let firmware = match w.firmware.as_deref() {
         None => LocalFirmware::SeabiosIpxe,
         Some(f) => LocalFirmware::parse(f).unwrap_or_else(|| {
-            cx.err("host.api.local.firmware", format!("{f:?}: want seabios-ipxe or ovmf-ipxe"));
+            cx.err(
+                "host.api.local.firmware",
+                format!("{f:?}: want seabios-ipxe or ovmf-ipxe"),
+            );
             ok = false;
             LocalFirmware::SeabiosIpxe
         }),
     };
     let memory_mib = w.memory.unwrap_or(512);
     if !(128..=65536).contains(&memory_mib) {
-        cx.err("host.api.local.memory", format!("{memory_mib} MiB: want 128 to 65536 (MiB)"));
+        cx.err(
+            "host.api.local.memory",
+            format!("{memory_mib} MiB: want 128 to 65536 (MiB)"),
+        );
         ok = false;
     }
     let state_dir = w.state_dir.as_deref().map(|p| cx.resolve(p));
-    let ovmf_code = w.ovmf_code.as_deref().map(|p| cx.resolve(p)).unwrap_or_else(|| PathBuf::from("/usr/share/OVMF/OVMF_CODE_4M.fd"));
-    let ovmf_vars = w.ovmf_vars.as_deref().map(|p| cx.resolve(p)).unwrap_or_else(|| PathBuf::from("/usr/share/OVMF/OVMF_VARS_4M.fd"));
-    ok.then(|| LocalVms { qemu, bridge, netns: w.netns.clone(), firmware, memory_mib, state_dir, ovmf_code, ovmf_vars })
+    let ovmf_code = w
+        .ovmf_code
+        .as_deref()
+        .map(|p| cx.resolve(p))
+        .unwrap_or_else(|| PathBuf::from("/usr/share/OVMF/OVMF_CODE_4M.fd"));
+    let ovmf_vars = w
+        .ovmf_vars
+        .as_deref()
+        .map(|p| cx.resolve(p))
+        .unwrap_or_else(|| PathBuf::from("/usr/share/OVMF/OVMF_VARS_4M.fd"));
+    ok.then(|| LocalVms {
+        qemu,
+        bridge,
+        netns: w.netns.clone(),
+        firmware,
+        memory_mib,
+        state_dir,
+        ovmf_code,
+        ovmf_vars,
+    })
 }

@@ -23,9 +23,14 @@ pub(super) fn dns(cx: &mut Cx, w: Option<&wire::Dns>, f: &Facts<'_>) -> Option<D
     let mut listen = Vec::new();
     for (i, l) in w.listen.iter().enumerate() {
         match addr(l, 53) {
-            Some(a) if listen.contains(&a) => cx.err(format!("dns.listen[{i}]"), format!("{a} is listed twice")),
+            Some(a) if listen.contains(&a) => {
+                cx.err(format!("dns.listen[{i}]"), format!("{a} is listed twice"))
+            }
             Some(a) => listen.push(a),
-            None => cx.err(format!("dns.listen[{i}]"), format!("{l:?} is not an address:port (or an address, port 53)")),
+            None => cx.err(
+                format!("dns.listen[{i}]"),
+                format!("{l:?} is not an address:port (or an address, port 53)"),
+            ),
         }
     }
     if w.listen.is_empty() {
@@ -48,13 +53,21 @@ pub(super) fn dns(cx: &mut Cx, w: Option<&wire::Dns>, f: &Facts<'_>) -> Option<D
         },
     };
     let ttl = seconds(cx, "dns.ttl", w.ttl.as_deref(), dns::DEFAULT_TTL);
-    let negative_ttl = seconds(cx, "dns.negativeTtl", w.negative_ttl.as_deref(), dns::DEFAULT_NEGATIVE_TTL);
+    let negative_ttl = seconds(
+        cx,
+        "dns.negativeTtl",
+        w.negative_ttl.as_deref(),
+        dns::DEFAULT_NEGATIVE_TTL,
+    );
     let addrs = |cx: &mut Cx, key: &str, v: &[String]| -> Vec<SocketAddr> {
         let mut out = Vec::new();
         for (i, s) in v.iter().enumerate() {
             match addr(s, 53) {
                 Some(a) => out.push(a),
-                None => cx.err(format!("{key}[{i}]"), format!("{s:?} is not an address or address:port")),
+                None => cx.err(
+                    format!("{key}[{i}]"),
+                    format!("{s:?} is not an address or address:port"),
+                ),
             }
         }
         out
@@ -63,20 +76,41 @@ pub(super) fn dns(cx: &mut Cx, w: Option<&wire::Dns>, f: &Facts<'_>) -> Option<D
     let notify = addrs(cx, "dns.notify", &w.notify);
     let mut allow_transfer = Vec::new();
     for (i, s) in w.allow_transfer.iter().enumerate() {
-        match s.parse::<IpNet>().ok().or_else(|| s.parse::<IpAddr>().ok().map(IpNet::from)) {
+        match s
+            .parse::<IpNet>()
+            .ok()
+            .or_else(|| s.parse::<IpAddr>().ok().map(IpNet::from))
+        {
             Some(n) => allow_transfer.push(n.trunc()),
-            None => cx.err(format!("dns.allowTransfer[{i}]"), format!("{s:?} is not an address or CIDR")),
+            None => cx.err(
+                format!("dns.allowTransfer[{i}]"),
+                format!("{s:?} is not an address or CIDR"),
+            ),
         }
     }
-    let rate_limit = w.rate_limit.as_ref().and_then(|r| r.responses_per_second).unwrap_or(dns::DEFAULT_RATE_LIMIT);
-    let slip = w.rate_limit.as_ref().and_then(|r| r.slip).unwrap_or(dns::DEFAULT_SLIP);
+    let rate_limit = w
+        .rate_limit
+        .as_ref()
+        .and_then(|r| r.responses_per_second)
+        .unwrap_or(dns::DEFAULT_RATE_LIMIT);
+    let slip = w
+        .rate_limit
+        .as_ref()
+        .and_then(|r| r.slip)
+        .unwrap_or(dns::DEFAULT_SLIP);
 
     // Names below need the cluster's domain; without it (already reported)
     // there is nothing more to check.
     let cluster = f.cluster?;
     let domain = cluster.domain();
-    let mut zones = vec![if w.serve_base_domain { cluster.base_domain.clone() } else { domain.clone() }];
-    zones.extend(dns::reverse_zones(&f.networks.iter().map(|n| n.subnet).collect::<Vec<_>>()));
+    let mut zones = vec![if w.serve_base_domain {
+        cluster.base_domain.clone()
+    } else {
+        domain.clone()
+    }];
+    zones.extend(dns::reverse_zones(
+        &f.networks.iter().map(|n| n.subnet).collect::<Vec<_>>(),
+    ));
 
     let mut nameservers = Vec::new();
     for (i, ns) in w.nameservers.iter().enumerate() {
@@ -143,13 +177,24 @@ pub(super) fn dns(cx: &mut Cx, w: Option<&wire::Dns>, f: &Facts<'_>) -> Option<D
         let rtype = r.rtype.as_deref().map(str::to_ascii_uppercase);
         let name = match rtype.as_deref() {
             // A PTR may be written for its address.
-            Some("PTR") if name.parse::<IpAddr>().is_ok() => name.parse::<IpAddr>().ok().map(dns::reverse_name),
+            Some("PTR") if name.parse::<IpAddr>().is_ok() => {
+                name.parse::<IpAddr>().ok().map(dns::reverse_name)
+            }
             _ => absolute(cx, &k("name"), name, &domain, true),
         };
         let Some(name) = name else { continue };
         let lname = name.to_ascii_lowercase();
-        if !zones.iter().any(|z| in_zone(&lname, &z.to_ascii_lowercase())) {
-            cx.err(k("name"), format!("{name} is outside every zone dnsd serves ({})", zones.join(", ")));
+        if !zones
+            .iter()
+            .any(|z| in_zone(&lname, &z.to_ascii_lowercase()))
+        {
+            cx.err(
+                k("name"),
+                format!(
+                    "{name} is outside every zone dnsd serves ({})",
+                    zones.join(", ")
+                ),
+            );
         }
         let Some(value) = r.value.as_deref() else {
             cx.err(k("value"), "required");
@@ -157,27 +202,45 @@ pub(super) fn dns(cx: &mut Cx, w: Option<&wire::Dns>, f: &Facts<'_>) -> Option<D
         };
         let data = match rtype.as_deref() {
             None => {
-                cx.err(k("type"), "required: A, AAAA, CNAME, TXT, SRV, MX, PTR or NS");
+                cx.err(
+                    k("type"),
+                    "required: A, AAAA, CNAME, TXT, SRV, MX, PTR or NS",
+                );
                 None
             }
             Some(t) => rdata(cx, &k("value"), t, value, &domain).or_else(|| {
-                if !matches!(t, "A" | "AAAA" | "CNAME" | "TXT" | "SRV" | "MX" | "PTR" | "NS") {
-                    cx.err(k("type"), format!("{t:?} is not one of A, AAAA, CNAME, TXT, SRV, MX, PTR, NS"));
+                if !matches!(
+                    t,
+                    "A" | "AAAA" | "CNAME" | "TXT" | "SRV" | "MX" | "PTR" | "NS"
+                ) {
+                    cx.err(
+                        k("type"),
+                        format!("{t:?} is not one of A, AAAA, CNAME, TXT, SRV, MX, PTR, NS"),
+                    );
                 }
                 None
             }),
         };
-        let ttl = r.ttl.as_deref().map(|s| seconds(cx, &k("ttl"), Some(s), ttl));
+        let ttl = r
+            .ttl
+            .as_deref()
+            .map(|s| seconds(cx, &k("ttl"), Some(s), ttl));
         let Some(data) = data else { continue };
         let is_cname = matches!(data, RData::Cname(_));
         if let RData::Ns(_) = data {
             if zones.iter().any(|z| z.eq_ignore_ascii_case(&name)) {
-                cx.err(k("name"), "the zone apex's NS records come from dns.nameservers");
+                cx.err(
+                    k("name"),
+                    "the zone apex's NS records come from dns.nameservers",
+                );
             }
         }
         if is_cname {
             if let Some(what) = taken.get(&lname) {
-                cx.err(k("name"), format!("a CNAME cannot share its name {name} with {what}"));
+                cx.err(
+                    k("name"),
+                    format!("a CNAME cannot share its name {name} with {what}"),
+                );
             }
         }
         match owners.get(&lname) {
@@ -209,7 +272,9 @@ pub(super) fn dns(cx: &mut Cx, w: Option<&wire::Dns>, f: &Facts<'_>) -> Option<D
 }
 
 fn addr(s: &str, port: u16) -> Option<SocketAddr> {
-    s.parse::<SocketAddr>().ok().or_else(|| s.parse::<IpAddr>().ok().map(|ip| SocketAddr::new(ip, port)))
+    s.parse::<SocketAddr>()
+        .ok()
+        .or_else(|| s.parse::<IpAddr>().ok().map(|ip| SocketAddr::new(ip, port)))
 }
 
 /// This host's address for the default NS glue: what nodes are told to use
@@ -221,8 +286,17 @@ fn default_nameserver_ip(f: &Facts<'_>, listen: &[SocketAddr]) -> Option<IpAddr>
         .flat_map(|n| n.dns_servers.first())
         .next()
         .copied()
-        .or_else(|| f.host.and_then(|h| h.dhcp.as_ref()).map(|d| IpAddr::V4(d.server_address)))
-        .or_else(|| listen.iter().map(|a| a.ip()).find(|ip| !ip.is_unspecified()))
+        .or_else(|| {
+            f.host
+                .and_then(|h| h.dhcp.as_ref())
+                .map(|d| IpAddr::V4(d.server_address))
+        })
+        .or_else(|| {
+            listen
+                .iter()
+                .map(|a| a.ip())
+                .find(|ip| !ip.is_unspecified())
+        })
         .or_else(|| f.host.and_then(|h| h.http.url_host().parse().ok()))
 }
 
@@ -244,7 +318,8 @@ fn absolute(cx: &mut Cx, key: &str, s: &str, domain: &str, owner: bool) -> Optio
         (owner && i == 0 && l == "*")
             || (!l.is_empty()
                 && l.len() <= 63
-                && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+                && l.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
                 && !l.starts_with('-')
                 && !l.ends_with('-'))
     });
@@ -266,8 +341,16 @@ fn rdata(cx: &mut Cx, key: &str, rtype: &str, v: &str, domain: &str) -> Option<R
     let fields: Vec<&str> = v.split_whitespace().collect();
     let num = |s: &str| s.parse::<u16>().ok();
     match rtype {
-        "A" => v.parse().map(RData::A).ok().or_else(|| bad(cx, "an IPv4 address")),
-        "AAAA" => v.parse().map(RData::Aaaa).ok().or_else(|| bad(cx, "an IPv6 address")),
+        "A" => v
+            .parse()
+            .map(RData::A)
+            .ok()
+            .or_else(|| bad(cx, "an IPv4 address")),
+        "AAAA" => v
+            .parse()
+            .map(RData::Aaaa)
+            .ok()
+            .or_else(|| bad(cx, "an IPv6 address")),
         "CNAME" => absolute(cx, key, v, domain, false).map(RData::Cname),
         "NS" => absolute(cx, key, v, domain, false).map(RData::Ns),
         "PTR" => absolute(cx, key, v, domain, false).map(RData::Ptr),
@@ -276,16 +359,27 @@ fn rdata(cx: &mut Cx, key: &str, rtype: &str, v: &str, domain: &str) -> Option<R
         "MX" => match fields.as_slice() {
             [p, x] if num(p).is_some() => {
                 let preference = num(p)?;
-                absolute(cx, key, x, domain, false).map(|exchange| RData::Mx { preference, exchange })
+                absolute(cx, key, x, domain, false).map(|exchange| RData::Mx {
+                    preference,
+                    exchange,
+                })
             }
             _ => bad(cx, "\"PREFERENCE EXCHANGE\" (e.g. \"10 mail\")"),
         },
         "SRV" => match fields.as_slice() {
             [p, w, port, t] if num(p).is_some() && num(w).is_some() && num(port).is_some() => {
                 let (priority, weight, port) = (num(p)?, num(w)?, num(port)?);
-                absolute(cx, key, t, domain, false).map(|target| RData::Srv { priority, weight, port, target })
+                absolute(cx, key, t, domain, false).map(|target| RData::Srv {
+                    priority,
+                    weight,
+                    port,
+                    target,
+                })
             }
-            _ => bad(cx, "\"PRIORITY WEIGHT PORT TARGET\" (e.g. \"0 10 2380 etcd-0\")"),
+            _ => bad(
+                cx,
+                "\"PRIORITY WEIGHT PORT TARGET\" (e.g. \"0 10 2380 etcd-0\")",
+            ),
         },
         _ => None,
     }

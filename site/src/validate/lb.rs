@@ -28,18 +28,22 @@ pub fn load_lb(path: &Path) -> Result<Lb, SiteError> {
         }
     };
     let w: Option<wire::Lb> = parse(&text, &mut cx);
-    let lb = w.and_then(|w| {
-        if w.frontends.is_some() || w.listen.is_some() {
-            cx.err(
+    let lb =
+        w.and_then(|w| {
+            if w.frontends.is_some() || w.listen.is_some() {
+                cx.err(
                 if w.frontends.is_some() { "frontends" } else { "listen" },
                 "only in a site file's lb section (there are no VIPs or nodes here); use services",
             );
-        }
-        if w.services.is_empty() {
-            cx.err("services", "at least one service is required (name, listen, backends)");
-        }
-        lb(&mut cx, "", Some(&w), None)
-    });
+            }
+            if w.services.is_empty() {
+                cx.err(
+                    "services",
+                    "at least one service is required (name, listen, backends)",
+                );
+            }
+            lb(&mut cx, "", Some(&w), None)
+        });
     match lb {
         Some(l) if cx.problems.is_empty() => Ok(l),
         _ => Err(cx.into_error()),
@@ -47,16 +51,27 @@ pub fn load_lb(path: &Path) -> Result<Lb, SiteError> {
 }
 
 /// Stage two of `lb:`; `vips` is `None` for a standalone file (no site frontends).
-pub(super) fn lb(cx: &mut Cx, prefix: &str, w: Option<&wire::Lb>, vips: Option<&Vips>) -> Option<Lb> {
+pub(super) fn lb(
+    cx: &mut Cx,
+    prefix: &str,
+    w: Option<&wire::Lb>,
+    vips: Option<&Vips>,
+) -> Option<Lb> {
     let k = |f: &str| format!("{prefix}{f}");
     let admin_listen = match w.and_then(|w| w.admin_listen.as_deref()) {
         Some("off") => None,
         a => sockaddr(cx, &k("adminListen"), a.unwrap_or(DEFAULT_ADMIN)),
     };
-    let balance = balance(cx, &k("balance"), w.and_then(|w| w.balance.as_deref())).unwrap_or(Balance::RoundRobin);
+    let balance = balance(cx, &k("balance"), w.and_then(|w| w.balance.as_deref()))
+        .unwrap_or(Balance::RoundRobin);
     let site_check = w.and_then(|w| w.check.as_ref());
     if let Some(c) = site_check {
-        for (given, key) in [(c.kind.is_some(), "type"), (c.path.is_some(), "path"), (c.port.is_some(), "port"), (c.ca.is_some(), "ca")] {
+        for (given, key) in [
+            (c.kind.is_some(), "type"),
+            (c.path.is_some(), "path"),
+            (c.port.is_some(), "port"),
+            (c.ca.is_some(), "ca"),
+        ] {
             if given {
                 cx.err(
                     k(&format!("check.{key}")),
@@ -85,10 +100,38 @@ pub(super) fn lb(cx: &mut Cx, prefix: &str, w: Option<&wire::Lb>, vips: Option<&
         };
         let over = w.and_then(|w| w.frontends.as_ref());
         let table = [
-            ("api", "api", vips.api, 6443, over.and_then(|o| o.api.as_ref()), https("/readyz")),
-            ("machine-config", "machineConfig", vips.api, 22623, over.and_then(|o| o.machine_config.as_ref()), https("/healthz")),
-            ("ingress-http", "ingressHttp", vips.ingress, 80, over.and_then(|o| o.ingress_http.as_ref()), CheckKind::Tcp),
-            ("ingress-https", "ingressHttps", vips.ingress, 443, over.and_then(|o| o.ingress_https.as_ref()), CheckKind::Tcp),
+            (
+                "api",
+                "api",
+                vips.api,
+                6443,
+                over.and_then(|o| o.api.as_ref()),
+                https("/readyz"),
+            ),
+            (
+                "machine-config",
+                "machineConfig",
+                vips.api,
+                22623,
+                over.and_then(|o| o.machine_config.as_ref()),
+                https("/healthz"),
+            ),
+            (
+                "ingress-http",
+                "ingressHttp",
+                vips.ingress,
+                80,
+                over.and_then(|o| o.ingress_http.as_ref()),
+                CheckKind::Tcp,
+            ),
+            (
+                "ingress-https",
+                "ingressHttps",
+                vips.ingress,
+                443,
+                over.and_then(|o| o.ingress_https.as_ref()),
+                CheckKind::Tcp,
+            ),
         ];
         for (name, key, vip, port, o, kind) in table {
             let fk = k(&format!("frontends.{key}"));
@@ -104,20 +147,46 @@ pub(super) fn lb(cx: &mut Cx, prefix: &str, w: Option<&wire::Lb>, vips: Option<&
                 None => balance,
             };
             // TCP checks are cheap: ingress probes twice as often.
-            let base = if kind == CheckKind::Tcp { Duration::from_secs(2) } else { Duration::from_secs(5) };
-            let check = check(cx, &format!("{fk}.check"), kind, base, site_check, o.and_then(|o| o.check.as_ref()));
+            let base = if kind == CheckKind::Tcp {
+                Duration::from_secs(2)
+            } else {
+                Duration::from_secs(5)
+            };
+            let check = check(
+                cx,
+                &format!("{fk}.check"),
+                kind,
+                base,
+                site_check,
+                o.and_then(|o| o.check.as_ref()),
+            );
             if let (Some(listen), Some(check)) = (listen, check) {
-                frontends.push(LbFrontend { name: name.to_string(), listen, backend_port: port, backends: None, balance, check });
+                frontends.push(LbFrontend {
+                    name: name.to_string(),
+                    listen,
+                    backend_port: port,
+                    backends: None,
+                    balance,
+                    check,
+                });
             }
         }
     }
     let mut names: HashMap<String, usize> = HashMap::new();
-    for (i, s) in w.map(|w| w.services.as_slice()).unwrap_or_default().iter().enumerate() {
+    for (i, s) in w
+        .map(|w| w.services.as_slice())
+        .unwrap_or_default()
+        .iter()
+        .enumerate()
+    {
         let sk = |f: &str| k(&format!("services[{i}].{f}"));
         let name = match s.name.as_deref() {
             Some(n) if is_label(n) => Some(n.to_string()),
             Some(n) => {
-                cx.err(sk("name"), format!("{n:?} is not a name (lower-case letters, digits, '-')"));
+                cx.err(
+                    sk("name"),
+                    format!("{n:?} is not a name (lower-case letters, digits, '-')"),
+                );
                 None
             }
             None => {
@@ -127,10 +196,18 @@ pub(super) fn lb(cx: &mut Cx, prefix: &str, w: Option<&wire::Lb>, vips: Option<&
         };
         if let Some(n) = &name {
             if let Some(j) = names.insert(n.clone(), i) {
-                cx.err(sk("name"), format!("duplicate service name {n:?} (also services[{j}])"));
+                cx.err(
+                    sk("name"),
+                    format!("duplicate service name {n:?} (also services[{j}])"),
+                );
             }
-            if ["api", "machine-config", "ingress-http", "ingress-https"].contains(&n.as_str()) && vips.is_some() {
-                cx.err(sk("name"), format!("{n:?} is a site frontend's name; configure it under frontends"));
+            if ["api", "machine-config", "ingress-http", "ingress-https"].contains(&n.as_str())
+                && vips.is_some()
+            {
+                cx.err(
+                    sk("name"),
+                    format!("{n:?} is a site frontend's name; configure it under frontends"),
+                );
             }
         }
         let listen = match s.listen.as_deref() {
@@ -157,32 +234,64 @@ pub(super) fn lb(cx: &mut Cx, prefix: &str, w: Option<&wire::Lb>, vips: Option<&
             None => balance,
         };
         // A service's check is a TCP connect unless its own `type` says otherwise.
-        let check = check(cx, &sk("check"), CheckKind::Tcp, Duration::from_secs(2), site_check, s.check.as_ref());
+        let check = check(
+            cx,
+            &sk("check"),
+            CheckKind::Tcp,
+            Duration::from_secs(2),
+            site_check,
+            s.check.as_ref(),
+        );
         if let (Some(name), Some(listen), Some(check)) = (name, listen, check) {
             let port = backends.first().map(|b| b.port()).unwrap_or(0);
-            frontends.push(LbFrontend { name, listen, backend_port: port, backends: Some(backends), balance, check });
+            frontends.push(LbFrontend {
+                name,
+                listen,
+                backend_port: port,
+                backends: Some(backends),
+                balance,
+                check,
+            });
         }
     }
     let mut seen: HashMap<SocketAddr, &str> = HashMap::new();
     for f in &frontends {
         if let Some(other) = seen.insert(f.listen, &f.name) {
-            cx.err(k("frontends"), format!("{} and {other} both listen on {}", f.name, f.listen));
+            cx.err(
+                k("frontends"),
+                format!("{} and {other} both listen on {}", f.name, f.listen),
+            );
         }
     }
     if let Some(a) = admin_listen {
         if let Some(f) = seen.get(&a) {
-            cx.err(k("adminListen"), format!("{a} is also frontend {f}'s address"));
+            cx.err(
+                k("adminListen"),
+                format!("{a} is also frontend {f}'s address"),
+            );
         }
     }
-    Some(Lb { admin_listen, limits, bootstrap, frontends })
+    Some(Lb {
+        admin_listen,
+        limits,
+        bootstrap,
+        frontends,
+    })
 }
 
 fn https(path: &str) -> CheckKind {
-    CheckKind::Https { path: path.to_string(), ca: None, server_name: None }
+    CheckKind::Https {
+        path: path.to_string(),
+        ca: None,
+        server_name: None,
+    }
 }
 
 fn is_label(s: &str) -> bool {
-    !s.is_empty() && s.len() <= 63 && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+    !s.is_empty()
+        && s.len() <= 63
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
 }
 
 fn sockaddr(cx: &mut Cx, key: &str, s: &str) -> Option<SocketAddr> {
@@ -225,7 +334,10 @@ fn dur(cx: &mut Cx, key: &str, s: Option<&str>, default: Duration) -> Duration {
     match s {
         None => default,
         Some(s) => lb_duration(s).unwrap_or_else(|| {
-            cx.err(key, format!("{s:?} is not a duration like 500ms, 5s, 2m, 1h"));
+            cx.err(
+                key,
+                format!("{s:?} is not a duration like 500ms, 5s, 2m, 1h"),
+            );
             default
         }),
     }
@@ -242,22 +354,56 @@ fn check(
     own: Option<&wire::LbCheck>,
 ) -> Option<Check> {
     let before = cx.problems.len();
-    let pick = |f: fn(&wire::LbCheck) -> Option<&String>| own.and_then(f).or_else(|| site.and_then(f)).map(String::as_str);
-    let interval = dur(cx, &format!("{key}.interval"), pick(|c| c.interval.as_ref()), interval);
-    let fast_interval = dur(cx, &format!("{key}.fastInterval"), pick(|c| c.fast_interval.as_ref()), Duration::from_secs(1).min(interval));
-    let timeout = dur(cx, &format!("{key}.timeout"), pick(|c| c.timeout.as_ref()), Duration::from_secs(2).min(interval));
-    let rise = own.and_then(|c| c.rise).or(site.and_then(|c| c.rise)).unwrap_or(2);
-    let fall = own.and_then(|c| c.fall).or(site.and_then(|c| c.fall)).unwrap_or(3);
+    let pick = |f: fn(&wire::LbCheck) -> Option<&String>| {
+        own.and_then(f)
+            .or_else(|| site.and_then(f))
+            .map(String::as_str)
+    };
+    let interval = dur(
+        cx,
+        &format!("{key}.interval"),
+        pick(|c| c.interval.as_ref()),
+        interval,
+    );
+    let fast_interval = dur(
+        cx,
+        &format!("{key}.fastInterval"),
+        pick(|c| c.fast_interval.as_ref()),
+        Duration::from_secs(1).min(interval),
+    );
+    let timeout = dur(
+        cx,
+        &format!("{key}.timeout"),
+        pick(|c| c.timeout.as_ref()),
+        Duration::from_secs(2).min(interval),
+    );
+    let rise = own
+        .and_then(|c| c.rise)
+        .or(site.and_then(|c| c.rise))
+        .unwrap_or(2);
+    let fall = own
+        .and_then(|c| c.fall)
+        .or(site.and_then(|c| c.fall))
+        .unwrap_or(3);
     for (n, name) in [(rise, "rise"), (fall, "fall")] {
         if !(1..=100).contains(&n) {
-            cx.err(format!("{key}.{name}"), format!("{n}: want 1 to 100 consecutive probes"));
+            cx.err(
+                format!("{key}.{name}"),
+                format!("{n}: want 1 to 100 consecutive probes"),
+            );
         }
     }
     if fast_interval > interval {
-        cx.err(format!("{key}.fastInterval"), format!("{fast_interval:?} is longer than interval {interval:?}"));
+        cx.err(
+            format!("{key}.fastInterval"),
+            format!("{fast_interval:?} is longer than interval {interval:?}"),
+        );
     }
     if timeout > interval {
-        cx.err(format!("{key}.timeout"), format!("{timeout:?} is longer than interval {interval:?}"));
+        cx.err(
+            format!("{key}.timeout"),
+            format!("{timeout:?} is longer than interval {interval:?}"),
+        );
     }
     let port = own.and_then(|c| c.port);
     if port == Some(0) {
@@ -266,31 +412,53 @@ fn check(
     let path = own.and_then(|c| c.path.clone());
     if let Some(p) = &path {
         if !p.starts_with('/') || p.contains(|c: char| c.is_whitespace() || c.is_control()) {
-            cx.err(format!("{key}.path"), format!("{p:?}: want an absolute path without spaces, e.g. /readyz"));
+            cx.err(
+                format!("{key}.path"),
+                format!("{p:?}: want an absolute path without spaces, e.g. /readyz"),
+            );
         }
     }
     let ca = own.and_then(|c| c.ca.as_deref()).map(|p| cx.resolve(p));
     if let Some(ca) = &ca {
         match std::fs::read_to_string(ca) {
             Ok(t) if t.contains("-----BEGIN CERTIFICATE-----") => {}
-            Ok(_) => cx.err(format!("{key}.ca"), format!("{}: no PEM certificate in it", ca.display())),
-            Err(e) => cx.err(format!("{key}.ca"), format!("cannot read {}: {e}", ca.display())),
+            Ok(_) => cx.err(
+                format!("{key}.ca"),
+                format!("{}: no PEM certificate in it", ca.display()),
+            ),
+            Err(e) => cx.err(
+                format!("{key}.ca"),
+                format!("cannot read {}: {e}", ca.display()),
+            ),
         }
     }
     let server_name = own.and_then(|c| c.server_name.clone());
     let kind = match own.and_then(|c| c.kind.as_deref()) {
         None => kind,
         Some("tcp") => CheckKind::Tcp,
-        Some("http") => CheckKind::Http { path: String::new() },
-        Some("https") => CheckKind::Https { path: String::new(), ca: None, server_name: None },
+        Some("http") => CheckKind::Http {
+            path: String::new(),
+        },
+        Some("https") => CheckKind::Https {
+            path: String::new(),
+            ca: None,
+            server_name: None,
+        },
         Some(t) => {
-            cx.err(format!("{key}.type"), format!("{t:?}: want tcp, http or https"));
+            cx.err(
+                format!("{key}.type"),
+                format!("{t:?}: want tcp, http or https"),
+            );
             kind
         }
     };
     let kind = match kind {
         CheckKind::Tcp => {
-            for (given, f) in [(path.is_some(), "path"), (ca.is_some(), "ca"), (server_name.is_some(), "serverName")] {
+            for (given, f) in [
+                (path.is_some(), "path"),
+                (ca.is_some(), "ca"),
+                (server_name.is_some(), "serverName"),
+            ] {
                 if given {
                     cx.err(format!("{key}.{f}"), "only for http and https checks");
                 }
@@ -303,34 +471,65 @@ fn check(
                     cx.err(format!("{key}.{f}"), "only for https checks");
                 }
             }
-            CheckKind::Http { path: path.unwrap_or(if p.is_empty() { "/".to_string() } else { p }) }
+            CheckKind::Http {
+                path: path.unwrap_or(if p.is_empty() { "/".to_string() } else { p }),
+            }
         }
-        CheckKind::Https { path: p, ca: c, server_name: s } => CheckKind::Https {
+        CheckKind::Https {
+            path: p,
+            ca: c,
+            server_name: s,
+        } => CheckKind::Https {
             path: path.unwrap_or(if p.is_empty() { "/".to_string() } else { p }),
             ca: ca.or(c),
             server_name: server_name.or(s),
         },
     };
-    (cx.problems.len() == before).then_some(Check { kind, port, interval, fast_interval, timeout, rise, fall })
+    (cx.problems.len() == before).then_some(Check {
+        kind,
+        port,
+        interval,
+        fast_interval,
+        timeout,
+        rise,
+        fall,
+    })
 }
 
 fn limits(cx: &mut Cx, prefix: &str, w: Option<&wire::LbLimits>) -> LbLimits {
     let k = |f: &str| format!("{prefix}limits.{f}");
     let d = LbLimits::default();
     let max_conns = w.and_then(|w| w.max_conns).unwrap_or(d.max_conns);
-    let per_source = w.and_then(|w| w.max_conns_per_source).unwrap_or(d.max_conns_per_source.min(max_conns));
+    let per_source = w
+        .and_then(|w| w.max_conns_per_source)
+        .unwrap_or(d.max_conns_per_source.min(max_conns));
     if max_conns == 0 {
         cx.err(k("maxConns"), "0 would refuse everything");
     }
     if per_source == 0 || per_source > max_conns {
-        cx.err(k("maxConnsPerSource"), format!("{per_source}: want 1 to maxConns ({max_conns})"));
+        cx.err(
+            k("maxConnsPerSource"),
+            format!("{per_source}: want 1 to maxConns ({max_conns})"),
+        );
     }
     LbLimits {
         max_conns,
         max_conns_per_source: per_source,
-        connect_timeout: dur(cx, &k("connectTimeout"), w.and_then(|w| w.connect_timeout.as_deref()), d.connect_timeout),
-        idle_timeout: dur(cx, &k("idleTimeout"), w.and_then(|w| w.idle_timeout.as_deref()), d.idle_timeout),
-        retry_unanswered: w.and_then(|w| w.retry_unanswered).unwrap_or(d.retry_unanswered),
+        connect_timeout: dur(
+            cx,
+            &k("connectTimeout"),
+            w.and_then(|w| w.connect_timeout.as_deref()),
+            d.connect_timeout,
+        ),
+        idle_timeout: dur(
+            cx,
+            &k("idleTimeout"),
+            w.and_then(|w| w.idle_timeout.as_deref()),
+            d.idle_timeout,
+        ),
+        retry_unanswered: w
+            .and_then(|w| w.retry_unanswered)
+            .unwrap_or(d.retry_unanswered),
     }
 }
 
@@ -339,11 +538,21 @@ fn bootstrap(cx: &mut Cx, prefix: &str, w: Option<&wire::LbBootstrap>) -> LbBoot
     let d = LbBootstrap::default();
     let auto_complete_after = match w.and_then(|w| w.auto_complete_after.as_deref()) {
         None | Some("off") => None,
-        Some(s) => Some(dur(cx, &k("autoCompleteAfter"), Some(s), Duration::from_secs(600))),
+        Some(s) => Some(dur(
+            cx,
+            &k("autoCompleteAfter"),
+            Some(s),
+            Duration::from_secs(600),
+        )),
     };
     LbBootstrap {
         auto_complete_after,
-        drain_timeout: dur(cx, &k("drainTimeout"), w.and_then(|w| w.drain_timeout.as_deref()), d.drain_timeout),
+        drain_timeout: dur(
+            cx,
+            &k("drainTimeout"),
+            w.and_then(|w| w.drain_timeout.as_deref()),
+            d.drain_timeout,
+        ),
     }
 }
 

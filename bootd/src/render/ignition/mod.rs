@@ -18,12 +18,22 @@ pub enum IgnitionError {
     #[error("node {node}: role {role:?} has no Ignition config")]
     NoRoleConfig { node: String, role: String },
     /// The client accepts no spec version we can serve this config as.
-    #[error("client accepts {accepted}; node's config is Ignition {have} and needs at least {needs}")]
-    NotAcceptable { accepted: String, have: String, needs: String },
+    #[error(
+        "client accepts {accepted}; node's config is Ignition {have} and needs at least {needs}"
+    )]
+    NotAcceptable {
+        accepted: String,
+        have: String,
+        needs: String,
+    },
 }
 
 /// Everything a data: URL may carry unescaped (RFC 3986 unreserved).
-const DATA_URL: &AsciiSet = &NON_ALPHANUMERIC.remove(b'-').remove(b'.').remove(b'_').remove(b'~');
+const DATA_URL: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
 
 fn data_url(content: &str) -> String {
     format!("data:,{}", utf8_percent_encode(content, DATA_URL))
@@ -40,11 +50,18 @@ fn file_entry(path: &str, content: &str, mode: u32) -> Value {
 
 /// A NetworkManager keyfile for the node's static addressing.
 pub fn nm_keyfile(site: &Site, sn: &StaticNetwork) -> String {
-    let mut s = format!("[connection]\nid={iface}\ntype=ethernet\ninterface-name={iface}\nautoconnect=true\n\n", iface = sn.interface);
+    let mut s = format!(
+        "[connection]\nid={iface}\ntype=ethernet\ninterface-name={iface}\nautoconnect=true\n\n",
+        iface = sn.interface
+    );
     if let Some(mtu) = sn.mtu {
         s.push_str(&format!("[ethernet]\nmtu={mtu}\n\n"));
     }
-    let fam = if sn.address.addr().is_ipv4() { "ipv4" } else { "ipv6" };
+    let fam = if sn.address.addr().is_ipv4() {
+        "ipv4"
+    } else {
+        "ipv6"
+    };
     let other = if fam == "ipv4" { "ipv6" } else { "ipv4" };
     s.push_str(&format!("[{fam}]\nmethod=manual\naddress1={}", sn.address));
     if let Some(gw) = sn.gateway {
@@ -55,7 +72,10 @@ pub fn nm_keyfile(site: &Site, sn: &StaticNetwork) -> String {
         let dns: Vec<String> = sn.dns.iter().map(|d| format!("{d};")).collect();
         s.push_str(&format!("dns={}\n", dns.concat()));
     }
-    s.push_str(&format!("dns-search={};\n\n[{other}]\nmethod=disabled\n", site.cluster.domain()));
+    s.push_str(&format!(
+        "dns-search={};\n\n[{other}]\nmethod=disabled\n",
+        site.cluster.domain()
+    ));
     s
 }
 
@@ -65,30 +85,51 @@ pub fn node_config(site: &Site, node: &Node) -> Result<Value, IgnitionError> {
         .ignition
         .roles
         .get(&node.role)
-        .ok_or_else(|| IgnitionError::NoRoleConfig { node: node.name.clone(), role: node.role.clone() })?;
+        .ok_or_else(|| IgnitionError::NoRoleConfig {
+            node: node.name.clone(),
+            role: node.role.clone(),
+        })?;
     let mut cfg = role.config.expose().clone();
-    let mut ours = vec![file_entry("/etc/hostname", &format!("{}\n", fqdn(site, node)), 0o644)];
+    let mut ours = vec![file_entry(
+        "/etc/hostname",
+        &format!("{}\n", fqdn(site, node)),
+        0o644,
+    )];
     if let Some(sn) = &node.static_network {
         ours.push(file_entry(
-            &format!("/etc/NetworkManager/system-connections/{}.nmconnection", sn.interface),
+            &format!(
+                "/etc/NetworkManager/system-connections/{}.nmconnection",
+                sn.interface
+            ),
             &nm_keyfile(site, sn),
             0o600,
         ));
     }
-    let obj = cfg.as_object_mut().expect("role configs are validated to be JSON objects");
+    let obj = cfg
+        .as_object_mut()
+        .expect("role configs are validated to be JSON objects");
     let storage = obj.entry("storage").or_insert_with(|| json!({}));
     if !storage.is_object() {
         *storage = json!({});
     }
-    let files = storage.as_object_mut().map(|s| s.entry("files").or_insert_with(|| json!([])));
+    let files = storage
+        .as_object_mut()
+        .map(|s| s.entry("files").or_insert_with(|| json!([])));
     if let Some(files) = files {
         if !files.is_array() {
             *files = json!([]);
         }
         let list = files.as_array_mut().expect("just made an array");
         // Ignition rejects two entries for one path: ours win.
-        let our_paths: Vec<String> = ours.iter().map(|f| f["path"].as_str().unwrap_or_default().to_string()).collect();
-        list.retain(|f| !our_paths.iter().any(|p| f.get("path").and_then(Value::as_str) == Some(p)));
+        let our_paths: Vec<String> = ours
+            .iter()
+            .map(|f| f["path"].as_str().unwrap_or_default().to_string())
+            .collect();
+        list.retain(|f| {
+            !our_paths
+                .iter()
+                .any(|p| f.get("path").and_then(Value::as_str) == Some(p))
+        });
         list.extend(ours);
     }
     Ok(cfg)
@@ -109,13 +150,18 @@ pub struct Accepted {
 /// Reads an `Accept` header (RFC 9110 section 12.5.1).
 pub fn accepted(accept: Option<&str>) -> Accepted {
     let header = accept.unwrap_or_default();
-    let mut out = Accepted { versions: Vec::new(), anything: header.trim().is_empty() };
+    let mut out = Accepted {
+        versions: Vec::new(),
+        anything: header.trim().is_empty(),
+    };
     for item in header.split(',') {
         let mut parts = item.split(';').map(str::trim);
         let range = parts.next().unwrap_or_default().to_ascii_lowercase();
         let (mut version, mut q) = (None, 1.0f32);
         for p in parts {
-            let Some((k, v)) = p.split_once('=') else { continue };
+            let Some((k, v)) = p.split_once('=') else {
+                continue;
+            };
             let v = v.trim().trim_matches('"');
             match k.trim().to_ascii_lowercase().as_str() {
                 "version" => version = Some(Version::parse(v)),
@@ -130,7 +176,9 @@ pub fn accepted(accept: Option<&str>) -> Accepted {
             (IGNITION_MEDIA, Some(Some(v))) => out.versions.push(v),
             // A version we cannot read names nothing we can serve.
             (IGNITION_MEDIA, Some(None)) => {}
-            (IGNITION_MEDIA | "*/*" | "application/*" | "application/json", _) => out.anything = true,
+            (IGNITION_MEDIA | "*/*" | "application/*" | "application/json", _) => {
+                out.anything = true
+            }
             _ => {}
         }
     }
@@ -156,28 +204,56 @@ pub enum Serve {
 /// `*/*`: Ignition 2.0.0 named spec 2.2.0 with `*/*;q=0.1` while it read
 /// 3.0.0), else 406. Configs are never relabelled upwards.
 pub fn decide(have: Version, needs: Version, acc: &Accepted) -> Result<Serve, IgnitionError> {
-    let threes: Vec<Version> = acc.versions.iter().copied().filter(|v| v.0 == have.0).collect();
+    let threes: Vec<Version> = acc
+        .versions
+        .iter()
+        .copied()
+        .filter(|v| v.0 == have.0)
+        .collect();
     let refuse = || {
         let named = if acc.versions.is_empty() {
             "no Ignition spec and no */*".to_string()
         } else {
-            format!("Ignition spec {}", acc.versions.iter().map(Version::to_string).collect::<Vec<_>>().join(", "))
+            format!(
+                "Ignition spec {}",
+                acc.versions
+                    .iter()
+                    .map(Version::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
         };
-        IgnitionError::NotAcceptable { accepted: named, have: have.to_string(), needs: needs.to_string() }
+        IgnitionError::NotAcceptable {
+            accepted: named,
+            have: have.to_string(),
+            needs: needs.to_string(),
+        }
     };
     if threes.is_empty() {
-        return if acc.anything { Ok(Serve::AsIs) } else { Err(refuse()) };
+        return if acc.anything {
+            Ok(Serve::AsIs)
+        } else {
+            Err(refuse())
+        };
     }
     if threes.iter().any(|v| *v >= have) {
         return Ok(Serve::AsIs);
     }
-    threes.into_iter().filter(|v| *v >= needs).max().map(Serve::As).ok_or_else(refuse)
+    threes
+        .into_iter()
+        .filter(|v| *v >= needs)
+        .max()
+        .map(Serve::As)
+        .ok_or_else(refuse)
 }
 
 /// Serves `cfg` to a client with this `Accept` header by [`decide`]'s rule,
 /// rewriting `ignition.version` when it goes down.
 pub fn negotiate(mut cfg: Value, accept: Option<&str>) -> Result<Value, IgnitionError> {
-    let have = cfg["ignition"]["version"].as_str().and_then(Version::parse).unwrap_or(Version::V3_0);
+    let have = cfg["ignition"]["version"]
+        .as_str()
+        .and_then(Version::parse)
+        .unwrap_or(Version::V3_0);
     match decide(have, spec::min_version(&cfg), &accepted(accept))? {
         Serve::AsIs => Ok(cfg),
         Serve::As(v) => {
@@ -214,16 +290,58 @@ mod tests {
     #[test]
     fn accept_parsing() {
         let a = "application/vnd.coreos.ignition+json;version=3.4.0, application/vnd.coreos.ignition+json; version=3.2.0;q=0.5, */*;q=0.1";
-        assert_eq!(accepted(Some(a)), Accepted { versions: vec![V(4, 0), V(2, 0)], anything: true });
-        assert_eq!(accepted(Some("*/*")), Accepted { versions: vec![], anything: true });
-        assert_eq!(accepted(None), Accepted { versions: vec![], anything: true });
-        assert_eq!(accepted(Some("")), Accepted { versions: vec![], anything: true });
-        assert_eq!(accepted(Some("text/html")), Accepted { versions: vec![], anything: false });
+        assert_eq!(
+            accepted(Some(a)),
+            Accepted {
+                versions: vec![V(4, 0), V(2, 0)],
+                anything: true
+            }
+        );
+        assert_eq!(
+            accepted(Some("*/*")),
+            Accepted {
+                versions: vec![],
+                anything: true
+            }
+        );
+        assert_eq!(
+            accepted(None),
+            Accepted {
+                versions: vec![],
+                anything: true
+            }
+        );
+        assert_eq!(
+            accepted(Some("")),
+            Accepted {
+                versions: vec![],
+                anything: true
+            }
+        );
+        assert_eq!(
+            accepted(Some("text/html")),
+            Accepted {
+                versions: vec![],
+                anything: false
+            }
+        );
         // q=0 means "not acceptable"; names are case-insensitive.
         let a = "Application/VND.CoreOS.Ignition+JSON;Version=\"3.3.0\", */*;q=0";
-        assert_eq!(accepted(Some(a)), Accepted { versions: vec![V(3, 0)], anything: false });
+        assert_eq!(
+            accepted(Some(a)),
+            Accepted {
+                versions: vec![V(3, 0)],
+                anything: false
+            }
+        );
         assert!(accepted(Some("application/json;q=0.2")).anything);
-        assert_eq!(accepted(Some("application/vnd.coreos.ignition+json;version=banana")), Accepted { versions: vec![], anything: false });
+        assert_eq!(
+            accepted(Some("application/vnd.coreos.ignition+json;version=banana")),
+            Accepted {
+                versions: vec![],
+                anything: false
+            }
+        );
     }
 
     /// The Accept headers real clients send, each against configs of every
@@ -251,10 +369,19 @@ mod tests {
         let field_of = |minor: u32| -> Option<(&str, Value)> {
             match minor {
                 1 => Some(("proxy", json!({"httpProxy": "http://p"}))),
-                2 => Some(("storage", json!({"luks": [{"name": "root", "device": "/dev/sda"}]}))),
+                2 => Some((
+                    "storage",
+                    json!({"luks": [{"name": "root", "device": "/dev/sda"}]}),
+                )),
                 3 => Some(("kernelArguments", json!({"shouldExist": ["a"]}))),
-                4 => Some(("storage", json!({"luks": [{"name": "root", "device": "/dev/sda", "discard": true}]}))),
-                5 => Some(("storage", json!({"luks": [{"name": "root", "device": "/dev/sda", "cex": {"enabled": true}}]}))),
+                4 => Some((
+                    "storage",
+                    json!({"luks": [{"name": "root", "device": "/dev/sda", "discard": true}]}),
+                )),
+                5 => Some((
+                    "storage",
+                    json!({"luks": [{"name": "root", "device": "/dev/sda", "cex": {"enabled": true}}]}),
+                )),
                 _ => None,
             }
         };
@@ -303,12 +430,21 @@ mod tests {
 
     #[test]
     fn refusals_say_why() {
-        let cfg = json!({"ignition": {"version": "3.2.0"}, "storage": {"luks": [{"name": "root"}]}});
+        let cfg =
+            json!({"ignition": {"version": "3.2.0"}, "storage": {"luks": [{"name": "root"}]}});
         // A client that names only spec 2 and takes nothing else.
-        let e = negotiate(cfg.clone(), Some("application/vnd.coreos.ignition+json; version=2.2.0")).unwrap_err();
+        let e = negotiate(
+            cfg.clone(),
+            Some("application/vnd.coreos.ignition+json; version=2.2.0"),
+        )
+        .unwrap_err();
         assert_eq!(e.to_string(), "client accepts Ignition spec 2.2.0; node's config is Ignition 3.2.0 and needs at least 3.2.0");
         // An older 3.x client, and a field it cannot read: */* does not override what it named.
-        let e = negotiate(cfg.clone(), Some("application/vnd.coreos.ignition+json;version=3.1.0, */*;q=0.1")).unwrap_err();
+        let e = negotiate(
+            cfg.clone(),
+            Some("application/vnd.coreos.ignition+json;version=3.1.0, */*;q=0.1"),
+        )
+        .unwrap_err();
         assert_eq!(e.to_string(), "client accepts Ignition spec 3.1.0; node's config is Ignition 3.2.0 and needs at least 3.2.0");
         let e = negotiate(cfg, Some("text/html")).unwrap_err();
         assert_eq!(e.to_string(), "client accepts no Ignition spec and no */*; node's config is Ignition 3.2.0 and needs at least 3.2.0");

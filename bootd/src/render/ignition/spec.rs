@@ -49,8 +49,14 @@ const NEW_FIELDS: &[(&str, Version)] = &[
     (".ignition.config.replace.compression", Version(3, 1, 0)),
     (".ignition.config.replace.httpHeaders", Version(3, 1, 0)),
     (".ignition.proxy", Version(3, 1, 0)),
-    (".ignition.security.tls.certificateAuthorities[].compression", Version(3, 1, 0)),
-    (".ignition.security.tls.certificateAuthorities[].httpHeaders", Version(3, 1, 0)),
+    (
+        ".ignition.security.tls.certificateAuthorities[].compression",
+        Version(3, 1, 0),
+    ),
+    (
+        ".ignition.security.tls.certificateAuthorities[].httpHeaders",
+        Version(3, 1, 0),
+    ),
     (".storage.files[].append[].httpHeaders", Version(3, 1, 0)),
     (".storage.files[].contents.httpHeaders", Version(3, 1, 0)),
     (".storage.filesystems[].mountOptions", Version(3, 1, 0)),
@@ -62,7 +68,10 @@ const NEW_FIELDS: &[(&str, Version)] = &[
     // 3.3.0
     (".kernelArguments", Version(3, 3, 0)),
     // 3.4.0
-    (".storage.luks[].clevis.tang[].advertisement", Version(3, 4, 0)),
+    (
+        ".storage.luks[].clevis.tang[].advertisement",
+        Version(3, 4, 0),
+    ),
     (".storage.luks[].discard", Version(3, 4, 0)),
     (".storage.luks[].openOptions", Version(3, 4, 0)),
     // 3.5.0
@@ -78,7 +87,9 @@ fn needs_for_value(path: &str, v: &Value) -> Version {
         ("source", Value::String(s)) if s.starts_with("gs://") => Version(3, 2, 0),
         // verification.hash: sha256 arrived in 3.1.0 (3.0.0 knew sha512 only).
         ("hash", Value::String(s)) if s.starts_with("sha256-") => Version(3, 1, 0),
-        ("format", Value::String(s)) if s == "none" && path == ".storage.filesystems[].format" => Version(3, 3, 0),
+        ("format", Value::String(s)) if s == "none" && path == ".storage.filesystems[].format" => {
+            Version(3, 3, 0)
+        }
         // setuid, setgid and sticky bits are honoured from 3.6.0 (ignored before).
         ("mode", Value::Number(n))
             if (path == ".storage.files[].mode" || path == ".storage.directories[].mode")
@@ -144,30 +155,90 @@ mod tests {
     #[test]
     fn each_boundary() {
         let cases: Vec<(Value, Version)> = vec![
-            (json!({"storage": {"files": [{"path": "/a", "mode": 420}]}}), Version(3, 0, 0)),
-            (json!({"storage": {"files": [{"path": "/a", "contents": {"verification": {"hash": "sha512-00"}}}]}}), Version(3, 0, 0)),
-            (json!({"ignition": {"proxy": {"httpProxy": "http://p"}}}), Version(3, 1, 0)),
-            (json!({"ignition": {"config": {"merge": [{"source": "http://x", "httpHeaders": []}]}}}), Version(3, 1, 0)),
-            (json!({"ignition": {"config": {"replace": {"source": "http://x", "compression": "gzip"}}}}), Version(3, 1, 0)),
-            (json!({"storage": {"filesystems": [{"device": "/dev/sda", "mountOptions": ["ro"]}]}}), Version(3, 1, 0)),
-            (json!({"storage": {"files": [{"path": "/a", "contents": {"verification": {"hash": "sha256-00"}}}]}}), Version(3, 1, 0)),
-            (json!({"storage": {"luks": [{"name": "root"}]}}), Version(3, 2, 0)),
-            (json!({"passwd": {"users": [{"name": "u", "shouldExist": false}]}}), Version(3, 2, 0)),
-            (json!({"storage": {"disks": [{"device": "/dev/sda", "partitions": [{"resize": true}]}]}}), Version(3, 2, 0)),
-            (json!({"storage": {"files": [{"path": "/a", "contents": {"source": "gs://b/o"}}]}}), Version(3, 2, 0)),
-            (json!({"kernelArguments": {"shouldExist": ["a"]}}), Version(3, 3, 0)),
-            (json!({"storage": {"filesystems": [{"device": "/dev/sda", "format": "none"}]}}), Version(3, 3, 0)),
-            (json!({"storage": {"filesystems": [{"device": "/dev/sda", "format": "xfs"}]}}), Version(3, 0, 0)),
-            (json!({"storage": {"luks": [{"name": "r", "discard": true}]}}), Version(3, 4, 0)),
-            (json!({"storage": {"luks": [{"name": "r", "openOptions": []}]}}), Version(3, 4, 0)),
-            (json!({"storage": {"luks": [{"name": "r", "clevis": {"tang": [{"url": "u", "advertisement": "{}"}]}}]}}), Version(3, 4, 0)),
+            (
+                json!({"storage": {"files": [{"path": "/a", "mode": 420}]}}),
+                Version(3, 0, 0),
+            ),
+            (
+                json!({"storage": {"files": [{"path": "/a", "contents": {"verification": {"hash": "sha512-00"}}}]}}),
+                Version(3, 0, 0),
+            ),
+            (
+                json!({"ignition": {"proxy": {"httpProxy": "http://p"}}}),
+                Version(3, 1, 0),
+            ),
+            (
+                json!({"ignition": {"config": {"merge": [{"source": "http://x", "httpHeaders": []}]}}}),
+                Version(3, 1, 0),
+            ),
+            (
+                json!({"ignition": {"config": {"replace": {"source": "http://x", "compression": "gzip"}}}}),
+                Version(3, 1, 0),
+            ),
+            (
+                json!({"storage": {"filesystems": [{"device": "/dev/sda", "mountOptions": ["ro"]}]}}),
+                Version(3, 1, 0),
+            ),
+            (
+                json!({"storage": {"files": [{"path": "/a", "contents": {"verification": {"hash": "sha256-00"}}}]}}),
+                Version(3, 1, 0),
+            ),
+            (
+                json!({"storage": {"luks": [{"name": "root"}]}}),
+                Version(3, 2, 0),
+            ),
+            (
+                json!({"passwd": {"users": [{"name": "u", "shouldExist": false}]}}),
+                Version(3, 2, 0),
+            ),
+            (
+                json!({"storage": {"disks": [{"device": "/dev/sda", "partitions": [{"resize": true}]}]}}),
+                Version(3, 2, 0),
+            ),
+            (
+                json!({"storage": {"files": [{"path": "/a", "contents": {"source": "gs://b/o"}}]}}),
+                Version(3, 2, 0),
+            ),
+            (
+                json!({"kernelArguments": {"shouldExist": ["a"]}}),
+                Version(3, 3, 0),
+            ),
+            (
+                json!({"storage": {"filesystems": [{"device": "/dev/sda", "format": "none"}]}}),
+                Version(3, 3, 0),
+            ),
+            (
+                json!({"storage": {"filesystems": [{"device": "/dev/sda", "format": "xfs"}]}}),
+                Version(3, 0, 0),
+            ),
+            (
+                json!({"storage": {"luks": [{"name": "r", "discard": true}]}}),
+                Version(3, 4, 0),
+            ),
+            (
+                json!({"storage": {"luks": [{"name": "r", "openOptions": []}]}}),
+                Version(3, 4, 0),
+            ),
+            (
+                json!({"storage": {"luks": [{"name": "r", "clevis": {"tang": [{"url": "u", "advertisement": "{}"}]}}]}}),
+                Version(3, 4, 0),
+            ),
             (
                 json!({"storage": {"files": [{"path": "/a", "contents": {"source": "arn:aws:s3:r:1:accesspoint/a/object/b"}}]}}),
                 Version(3, 4, 0),
             ),
-            (json!({"storage": {"luks": [{"name": "r", "cex": {"enabled": true}}]}}), Version(3, 5, 0)),
-            (json!({"storage": {"files": [{"path": "/a", "mode": 0o4755}]}}), Version(3, 6, 0)),
-            (json!({"storage": {"directories": [{"path": "/d", "mode": 0o1777}]}}), Version(3, 6, 0)),
+            (
+                json!({"storage": {"luks": [{"name": "r", "cex": {"enabled": true}}]}}),
+                Version(3, 5, 0),
+            ),
+            (
+                json!({"storage": {"files": [{"path": "/a", "mode": 0o4755}]}}),
+                Version(3, 6, 0),
+            ),
+            (
+                json!({"storage": {"directories": [{"path": "/d", "mode": 0o1777}]}}),
+                Version(3, 6, 0),
+            ),
         ];
         for (cfg, want) in cases {
             assert_eq!(min_version(&cfg), want, "{cfg}");
@@ -178,9 +249,20 @@ mod tests {
     /// `kernelArguments` is 3.3's, `resize` elsewhere is nobody's.
     #[test]
     fn fields_are_matched_by_path() {
-        assert_eq!(min_version(&json!({"storage": {"files": [{"path": "/resize", "resize": 1}]}})), Version(3, 0, 0));
-        assert_eq!(min_version(&json!({"storage": {"files": [{"path": "/a", "cex": true}]}})), Version(3, 0, 0));
-        assert_eq!(min_version(&json!({"systemd": {"units": [{"name": "a", "contents": "[Unit]\nmode=4755"}]}})), Version(3, 0, 0));
+        assert_eq!(
+            min_version(&json!({"storage": {"files": [{"path": "/resize", "resize": 1}]}})),
+            Version(3, 0, 0)
+        );
+        assert_eq!(
+            min_version(&json!({"storage": {"files": [{"path": "/a", "cex": true}]}})),
+            Version(3, 0, 0)
+        );
+        assert_eq!(
+            min_version(
+                &json!({"systemd": {"units": [{"name": "a", "contents": "[Unit]\nmode=4755"}]}})
+            ),
+            Version(3, 0, 0)
+        );
     }
 
     /// Every listed path starts at the root and names a field (no array
