@@ -9,7 +9,9 @@
 //! 2. Vendor class "HTTPClient" (UEFI HTTP Boot, arch 15/16/19) → an HTTP
 //!    URL of the iPXE EFI binary; option 60 echoed ("HTTPClient").
 //! 3. Vendor class "PXEClient": arch 0 → undionly.kpxe (BIOS PXE); 6/7/9 →
-//!    the x86_64 UEFI iPXE (per site, per node); 11 → the arm64 iPXE.
+//!    the x86_64 UEFI iPXE (per site, per node); 11 → the arm64 iPXE. A
+//!    PXE client that says no architecture gets what the node's firmware
+//!    hint names (`bios`, `uefi`/`uefi-http`, `ieee1275`); with `auto`, none.
 //! 4. Open Firmware (SLOF, PowerVM): no vendor class; arch 12 only in the
 //!    REQUEST, so a node hinted `ieee1275` (or ppc64le) gets GRUB's core.elf
 //!    from DISCOVER on.
@@ -122,7 +124,32 @@ pub fn decide(site: &Site, node: Option<&Node>, client: &ClientInfo) -> Result<B
             ),
             Some(11) => (bf.uefi_arm64.clone(), "UEFI arm64 PXE (arch 11)"),
             Some(12) => (bf.ieee1275.clone(), "Open Firmware PXE (arch 12)"),
-            other => return Err(format!("PXE client with unsupported arch {other:?}")),
+            // No architecture (option 93) and none in the vendor class: the
+            // node's firmware hint decides.
+            None => match (hint, node_arch) {
+                (Firmware::Bios, _) => (bf.bios.clone(), "PXE without an arch, firmware hint bios"),
+                (Firmware::Uefi | Firmware::UefiHttp, Some(Arch::Aarch64)) => (
+                    bf.uefi_arm64.clone(),
+                    "PXE without an arch, firmware hint uefi (aarch64 node)",
+                ),
+                (Firmware::Uefi | Firmware::UefiHttp, _) => (
+                    node.and_then(|n| n.ipxe_binary.clone())
+                        .unwrap_or_else(|| bf.uefi_x86_64.clone()),
+                    "PXE without an arch, firmware hint uefi",
+                ),
+                (Firmware::Ieee1275, _) => (
+                    bf.ieee1275.clone(),
+                    "PXE without an arch, firmware hint ieee1275",
+                ),
+                (Firmware::Auto, _) => {
+                    return Err(
+                        "PXE client sent no architecture (option 93): set the node's \
+                                firmware hint (bios, uefi, ieee1275) to decide"
+                            .into(),
+                    )
+                }
+            },
+            Some(other) => return Err(format!("PXE client with unsupported arch {other}")),
         };
         return Ok(BootAnswer {
             filename: file,
@@ -154,4 +181,65 @@ pub fn decide(site: &Site, node: Option<&Node>, client: &ClientInfo) -> Result<B
         ),
         None => "not a network-boot client (no vendor class, no PXE arch)".into(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lab() -> Site {
+        site::load(
+            &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/lab/site.yaml"),
+        )
+        .unwrap()
+    }
+
+    fn pxe(arch: Option<u16>) -> ClientInfo {
+        ClientInfo {
+            arch,
+            vendor_class: Some("PXEClient".into()),
+            ipxe: false,
+        }
+    }
+
+    /// The firmware hint decides only what the client leaves open; what
+    /// the client says about itself wins.
+    #[test]
+    fn the_firmware_hint_decides_for_a_pxe_client_without_an_arch() {
+        let site = lab();
+        let mut node = site.node("worker-0").unwrap().clone();
+        let file = |node: &Node, c: &ClientInfo| decide(&site, Some(node), c).map(|a| a.filename);
+        let cases = [
+            (Firmware::Bios, "undionly.kpxe"),
+            (Firmware::Uefi, "ipxe.efi"),
+            (Firmware::UefiHttp, "ipxe.efi"),
+            (Firmware::Ieee1275, "core.elf"),
+        ];
+        for (hint, want) in cases {
+            node.firmware = hint;
+            assert_eq!(file(&node, &pxe(None)).as_deref(), Ok(want), "{hint:?}");
+            // The client's own arch wins over the hint.
+            assert_eq!(
+                file(&node, &pxe(Some(7))).as_deref(),
+                Ok("ipxe.efi"),
+                "{hint:?}"
+            );
+            assert_eq!(
+                file(&node, &pxe(Some(0))).as_deref(),
+                Ok("undionly.kpxe"),
+                "{hint:?}"
+            );
+        }
+        node.firmware = Firmware::Auto;
+        let e = file(&node, &pxe(None)).unwrap_err();
+        assert!(
+            e.contains("no architecture") && e.contains("firmware hint"),
+            "{e}"
+        );
+        // An unknown client gets nothing (no hint for it).
+        assert!(decide(&site, None, &pxe(None)).is_err());
+        node.firmware = Firmware::Uefi;
+        node.arch = Arch::Aarch64;
+        assert_eq!(file(&node, &pxe(None)).as_deref(), Ok("ipxe-arm64.efi"));
+    }
 }
