@@ -1037,18 +1037,21 @@ fn node(
     })
 }
 
-fn duration(s: &str) -> Option<Duration> {
+/// `500ms`, `30s`, `5m`, `24h`, `7d`; never zero. The one duration syntax
+/// of every key of the site.
+pub(crate) fn duration(s: &str) -> Option<Duration> {
     let s = s.trim();
     let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit())?);
     let n: u64 = num.parse().ok()?;
-    let mult = match unit {
-        "s" => 1,
-        "m" => 60,
-        "h" => 3600,
-        "d" => 86400,
+    let d = match unit {
+        "ms" => Duration::from_millis(n),
+        "s" => Duration::from_secs(n),
+        "m" => Duration::from_secs(n.checked_mul(60)?),
+        "h" => Duration::from_secs(n.checked_mul(3600)?),
+        "d" => Duration::from_secs(n.checked_mul(86400)?),
         _ => return None,
     };
-    Some(Duration::from_secs(n.checked_mul(mult)?)).filter(|d| !d.is_zero())
+    (!d.is_zero()).then_some(d)
 }
 
 fn ignition(
@@ -1377,6 +1380,11 @@ mod tests {
         assert_eq!(duration("0s"), None);
         assert_eq!(duration("h"), None);
         assert_eq!(duration("5y"), None);
+        assert_eq!(duration("500ms"), Some(Duration::from_millis(500)));
+        assert_eq!(duration("7d"), Some(Duration::from_secs(7 * 86400)));
+        assert_eq!(duration("5"), None);
+        assert_eq!(duration("0ms"), None);
+        assert_eq!(duration("99999999999999999999d"), None);
     }
 
     #[test]

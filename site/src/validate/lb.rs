@@ -315,25 +315,10 @@ fn balance(cx: &mut Cx, key: &str, s: Option<&str>) -> Option<Balance> {
     }
 }
 
-/// `500ms`, `2s`, `1m`, `1h`; never zero.
-pub(crate) fn lb_duration(s: &str) -> Option<Duration> {
-    let s = s.trim();
-    let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit())?);
-    let n: u64 = num.parse().ok()?;
-    let d = match unit {
-        "ms" => Duration::from_millis(n),
-        "s" => Duration::from_secs(n),
-        "m" => Duration::from_secs(n.checked_mul(60)?),
-        "h" => Duration::from_secs(n.checked_mul(3600)?),
-        _ => return None,
-    };
-    (!d.is_zero()).then_some(d)
-}
-
 fn dur(cx: &mut Cx, key: &str, s: Option<&str>, default: Duration) -> Duration {
     match s {
         None => default,
-        Some(s) => lb_duration(s).unwrap_or_else(|| {
+        Some(s) => super::duration(s).unwrap_or_else(|| {
             cx.err(
                 key,
                 format!("{s:?} is not a duration like 500ms, 5s, 2m, 1h"),
@@ -553,20 +538,5 @@ fn bootstrap(cx: &mut Cx, prefix: &str, w: Option<&wire::LbBootstrap>) -> LbBoot
             w.and_then(|w| w.drain_timeout.as_deref()),
             d.drain_timeout,
         ),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn durations_take_milliseconds() {
-        assert_eq!(lb_duration("500ms"), Some(Duration::from_millis(500)));
-        assert_eq!(lb_duration("5s"), Some(Duration::from_secs(5)));
-        assert_eq!(lb_duration("2m"), Some(Duration::from_secs(120)));
-        assert_eq!(lb_duration("0s"), None);
-        assert_eq!(lb_duration("5"), None);
-        assert_eq!(lb_duration("1d"), None);
     }
 }
