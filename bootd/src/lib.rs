@@ -11,7 +11,9 @@
 //!
 //! Modules:
 //! - [`dhcp`]: DHCPv4 (+proxyDHCP, relays), arch-aware boot, durable leases.
-//! - [`tftp`]: read-only TFTP with windowsize, confined to its root.
+//! - TFTP is the `tftp` crate (read-only, windowsize), confined to its
+//!   root through [`files::open_beneath`]; `tftp_resolver` maps names to
+//!   generated files (GRUB configs, the iPXE entry script) or the root.
 //! - [`render`]: pure renderers (iPXE, GRUB, Ignition, metadata), golden-tested.
 //! - [`token`]: who may fetch a node's secrets (source address or HMAC token).
 //! - [`files`]: confined opens (`openat2` RESOLVE_BENEATH), ranges, streaming.
@@ -37,7 +39,6 @@ pub mod plain;
 pub mod render;
 pub mod state;
 pub mod status;
-pub mod tftp;
 pub mod timeline;
 pub mod tls;
 pub mod token;
@@ -480,7 +481,7 @@ fn tftp_resolver(app: Arc<App>) -> tftp::Resolver {
             return tftp::Resolved::Bytes(render::ipxe::entry(site).into());
         }
         match &site.host.tftp {
-            Some(t) => tftp::resolve_in(&t.root, name),
+            Some(t) => tftp::resolve_in(files::open_beneath, &t.root, name),
             None => tftp::Resolved::NotFound,
         }
     })

@@ -52,7 +52,7 @@ pub struct Metrics {
     /// Per-node boot phase durations (`bootd_node_phase_seconds{phase}`).
     pub phase_seconds: PhaseSeconds,
     pub timeline_dropped: Counter,
-    pub tftp: std::sync::Arc<crate::tftp::TftpMetrics>,
+    pub tftp: std::sync::Arc<tftp::TftpMetrics>,
     pub dhcp: Family<Kind, Counter>,
     pub requests: Family<RouteStatus, Counter>,
     pub bytes: Family<RouteLabel, Counter>,
@@ -79,7 +79,7 @@ impl Default for Metrics {
         let denials = Family::<Reason, Counter>::default();
         let reloads = Family::<Outcome, Counter>::default();
         let dhcp = Family::<Kind, Counter>::default();
-        let tftp = std::sync::Arc::new(crate::tftp::TftpMetrics::default());
+        let tftp = std::sync::Arc::new(tftp::TftpMetrics::default());
         tftp.register(&mut registry);
         registry.register(
             "dhcp_packets",

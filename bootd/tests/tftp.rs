@@ -3,14 +3,14 @@
 //! requests, busy, abort and re-request from the same port, duplicate ACKs,
 //! windows, retransmission).
 
-use bootd::tftp::packet::{self, Mode, Packet, Request};
-use bootd::tftp::{self, Outcome, Resolved, Resolver, TftpConfig, TftpMetrics};
 use sha2::{Digest, Sha256};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Output;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tftp::packet::{self, Mode, Packet, Request};
+use tftp::{Outcome, Resolved, Resolver, TftpConfig, TftpMetrics};
 use tokio::net::UdpSocket;
 use tokio_util::sync::CancellationToken;
 
@@ -74,7 +74,7 @@ impl Server {
         std::os::unix::fs::symlink("/etc/passwd", root.join("abs-link")).unwrap();
         std::os::unix::fs::symlink("../secret.txt", root.join("rel-link")).unwrap();
         std::os::unix::fs::symlink("ipxe.efi", root.join("inside-link")).unwrap();
-        let files = tftp::root_resolver(root);
+        let files = tftp::root_resolver(root, bootd::files::open_beneath);
         let resolver: Resolver = Arc::new(move |name: &str, peer: SocketAddr| {
             if name == MAC_CFG {
                 Resolved::Bytes(format!("set default=0\n# for {}\n# {SECRET}\n", peer.ip()).into())

@@ -3,7 +3,7 @@
 //! stay inside the server's limits.
 #![no_main]
 
-use bootd::tftp::packet::{self, Limits, Packet};
+use tftp::packet::{self, Limits, Packet};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -13,9 +13,13 @@
 //! Invariants:
 //! - Nothing is ever written: every WRQ is refused with ERROR 2.
 //! - A name maps to content only through the [`Resolver`]; the one that
-//!   reads a directory ([`root_resolver`]) opens through
-//!   [`crate::files::open_beneath`], so `..`, absolute names and symlinks
-//!   out of the root fail in the kernel, not in a string check.
+//!   reads a directory ([`root_resolver`]) opens through the confined open
+//!   it is given (bootd's `files::open_beneath`: `openat2(RESOLVE_BENEATH)`),
+//!   so `..`, absolute names and symlinks out of the root fail in the
+//!   kernel, not in a string check.
+//!
+//! The crate knows nothing of bootd: it reaches the rest only through the
+//! [`Resolver`] and the [`Observer`] closures.
 //! - One transfer per client address and port: a new RRQ from the same
 //!   port replaces the running one (EDK2 and SLOF abort and re-ask from the
 //!   port they used before).
@@ -45,15 +49,18 @@ use std::sync::Arc;
 /// Called on the transfer's task: it should not block for long.
 pub type Resolver = Arc<dyn Fn(&str, SocketAddr) -> Resolved + Send + Sync>;
 
+/// A confined open: the regular file `name` below `root`, refusing anything
+/// that would resolve outside it.
+pub type OpenBeneath = fn(&std::path::Path, &str) -> io::Result<std::fs::File>;
+
 /// Serves the regular files below `root`, and nothing else.
-pub fn root_resolver(root: PathBuf) -> Resolver {
-    Arc::new(move |name: &str, _peer: SocketAddr| resolve_in(&root, name))
+pub fn root_resolver(root: PathBuf, open: OpenBeneath) -> Resolver {
+    Arc::new(move |name: &str, _peer: SocketAddr| resolve_in(open, &root, name))
 }
 
-/// [`crate::files::open_beneath`], with its errors sorted into the two
-/// answers TFTP has.
-pub fn resolve_in(root: &std::path::Path, name: &str) -> Resolved {
-    match crate::files::open_beneath(root, name) {
+/// `open`, with its errors sorted into the two answers TFTP has.
+pub fn resolve_in(open: OpenBeneath, root: &std::path::Path, name: &str) -> Resolved {
+    match open(root, name) {
         Ok(f) => Resolved::File(f),
         Err(e) => {
             let not_found = e.kind() == io::ErrorKind::NotFound

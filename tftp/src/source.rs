@@ -7,7 +7,7 @@ use std::os::unix::fs::FileExt;
 
 /// The resolver's answer for a filename.
 pub enum Resolved {
-    /// An open regular file (from [`crate::files::open_beneath`] for
+    /// An open regular file (from a confined open ([`crate::OpenBeneath`]) for
     /// anything under a root directory).
     File(File),
     /// Generated content (per-node GRUB configs, iPXE scripts).
