@@ -16,14 +16,13 @@
 //! provider, the operation and the status (never a secret).
 
 use crate::providers::{MachineState, NodeRequest, ProviderError, ProviderSpec};
-use crate::store::{now_ms, Condition, Event, NodeRow, Resource, StoreError};
+use crate::store::{now_ms, Condition, NodeRow, Resource, StoreError};
 use crate::{events, Controller};
 use bootd::state::Snapshot;
-use bootd::timeline::NodeEvent;
 use rand::Rng;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::{broadcast, Notify};
+use tokio::sync::Notify;
 use tracing::{error, info, warn};
 
 pub const PROVISIONED: &str = "Provisioned";
@@ -511,147 +510,6 @@ fn retry_delete(ctl: &Controller, name: &str, e: ProviderError) -> Next {
             what,
             retry_after: Some(ctl.tuning.backoff_cap),
         }),
-    }
-}
-
-/// Follows the timeline: stores the events the controller keeps and makes
-/// their conditions True. A lag (more events than the feed holds arrived
-/// while this task was busy) is caught up from the timeline itself.
-pub async fn follow_timeline(ctl: Arc<Controller>, mut rx: broadcast::Receiver<Arc<NodeEvent>>) {
-    catch_up(&ctl);
-    loop {
-        let first = tokio::select! {
-            _ = ctl.shutdown.cancelled() => return,
-            r = rx.recv() => r,
-        };
-        let mut batch = Vec::new();
-        let mut lagged = false;
-        let mut take = |r: Result<Arc<NodeEvent>, broadcast::error::RecvError>,
-                        batch: &mut Vec<(String, Event)>| match r {
-            Ok(ev) => {
-                if let Some(kind) = events::kind_of(&ev) {
-                    batch.push((
-                        ev.node.clone(),
-                        Event {
-                            at: ev.at_us / 1000,
-                            kind: kind.into(),
-                            message: ev.detail.clone(),
-                        },
-                    ));
-                }
-                true
-            }
-            Err(broadcast::error::RecvError::Lagged(n)) => {
-                warn!(
-                    missed = n,
-                    "controller fell behind the timeline; catching up from it"
-                );
-                lagged = true;
-                true
-            }
-            Err(broadcast::error::RecvError::Closed) => false,
-        };
-        if !take(first, &mut batch) {
-            return;
-        }
-        while batch.len() < 256 {
-            match rx.try_recv() {
-                Ok(ev) => take(Ok(ev), &mut batch),
-                Err(broadcast::error::TryRecvError::Lagged(n)) => {
-                    take(Err(broadcast::error::RecvError::Lagged(n)), &mut batch)
-                }
-                Err(_) => break,
-            };
-        }
-        apply(&ctl, &batch);
-        if lagged {
-            catch_up(&ctl);
-        }
-    }
-}
-
-/// Stores `batch` and makes each event's condition True where it is not.
-fn apply(ctl: &Controller, batch: &[(String, Event)]) {
-    if batch.is_empty() {
-        return;
-    }
-    if let Err(e) = ctl.store.add_events(batch) {
-        error!(error = %e, events = batch.len(), "events not stored");
-    }
-    for (node, e) in batch {
-        if let Some((kind, reason)) = events::condition_of(&e.kind) {
-            let c = Condition {
-                kind: kind.into(),
-                status: "True".into(),
-                reason: reason.into(),
-                message: e.message.clone(),
-                at: e.at,
-            };
-            let had = ctl
-                .store
-                .conditions(node)
-                .map(|cs| cs.iter().any(|x| x.kind == kind && x.status == "True"))
-                .unwrap_or(false);
-            if !had {
-                if let Err(err) = ctl.store.set_condition(node, &c) {
-                    error!(error = %err, "condition not stored");
-                }
-                ctl.wake(node);
-            }
-        }
-    }
-}
-
-/// Reads the timeline of every node the controller manages and applies
-/// what its conditions do not show yet (after a lag, and on start).
-fn catch_up(ctl: &Controller) {
-    let Ok(rows) = ctl.store.nodes() else { return };
-    for r in rows {
-        let Some(track) = ctl.app.timeline.track(&r.name) else {
-            continue;
-        };
-        let have: Vec<String> = ctl
-            .store
-            .conditions(&r.name)
-            .map(|cs| {
-                cs.into_iter()
-                    .filter(|c| c.status == "True")
-                    .map(|c| c.kind)
-                    .collect()
-            })
-            .unwrap_or_default();
-        let mut missing = Vec::new();
-        for e in track.events.iter() {
-            let ev = NodeEvent {
-                node: r.name.clone(),
-                at_us: e.at_us,
-                phase: e.phase,
-                what: e.what,
-                error: e.error,
-                detail: e.detail.clone(),
-            };
-            let Some(kind) = events::kind_of(&ev) else {
-                continue;
-            };
-            let Some((cond, _)) = events::condition_of(kind) else {
-                continue;
-            };
-            if !have.iter().any(|h| h == cond)
-                && !missing.iter().any(|(_, m): &(String, Event)| {
-                    events::condition_of(&m.kind).map(|c| c.0) == Some(cond)
-                })
-            {
-                missing.push((
-                    r.name.clone(),
-                    Event {
-                        at: e.at_us / 1000,
-                        kind: kind.into(),
-                        message: e.detail.clone(),
-                    },
-                ));
-            }
-        }
-        apply(ctl, &missing);
     }
 }
 

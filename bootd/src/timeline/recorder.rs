@@ -1,0 +1,169 @@
+//! Recording without blocking, and the one writer: events go over a
+//! bounded channel to [`writer`], which joins them to nodes, keeps them in
+//! the [`Book`], observes phase durations and publishes joined events to
+//! subscribers (the controller).
+
+use super::*;
+use tokio::sync::broadcast;
+
+/// The handle every request path records through; never blocks.
+#[derive(Debug)]
+pub struct Recorder {
+    tx: mpsc::Sender<Raw>,
+    rx: Mutex<Option<mpsc::Receiver<Raw>>>,
+    /// Events dropped because the channel was full (also in /metrics).
+    pub dropped: Counter,
+    /// Read by the status page and the API; written by [`writer`] only.
+    pub book: Arc<Mutex<Book>>,
+    /// Events joined to site nodes, for [`Recorder::subscribe`].
+    feed: broadcast::Sender<Arc<NodeEvent>>,
+}
+
+/// How many joined events a subscriber may fall behind before it is told
+/// it lagged (it then reads [`Recorder::track`] to catch up).
+pub const FEED_CAPACITY: usize = 4096;
+
+/// Capacity of the channel to the writer.
+pub const CAPACITY: usize = 8192;
+
+impl Recorder {
+    /// `dropped` is usually `Metrics::timeline_dropped`.
+    pub fn new(capacity: usize, dropped: Counter) -> Recorder {
+        let (tx, rx) = mpsc::channel(capacity);
+        let (feed, _) = broadcast::channel(FEED_CAPACITY);
+        Recorder {
+            tx,
+            rx: Mutex::new(Some(rx)),
+            dropped,
+            book: Default::default(),
+            feed,
+        }
+    }
+
+    /// Every event the writer joins to a site node from now on, in the
+    /// order it joins them. This is the one record of what nodes do: the
+    /// controller's conditions are made from it.
+    pub fn subscribe(&self) -> broadcast::Receiver<Arc<NodeEvent>> {
+        self.feed.subscribe()
+    }
+
+    pub fn record(&self, mut raw: Raw) {
+        // Most details carry no token: no copy for them.
+        if raw.detail.contains("token=") {
+            raw.detail = redact(&raw.detail);
+        }
+        if self.tx.try_send(raw).is_err() {
+            self.dropped.inc();
+        }
+    }
+
+    /// The receiving end, once (for [`writer`]).
+    pub fn take_receiver(&self) -> Option<mpsc::Receiver<Raw>> {
+        self.rx.lock().unwrap_or_else(|p| p.into_inner()).take()
+    }
+
+    /// Summaries of every timeline: site nodes in site order (those not seen
+    /// yet too), then unknown clients by key.
+    pub fn summaries(&self, site: &Site) -> Vec<Summary> {
+        let book = self.book.lock().unwrap_or_else(|p| p.into_inner());
+        let mut out: Vec<Summary> = site
+            .nodes
+            .iter()
+            .map(|n| match book.tracks.get(&n.name) {
+                Some(t) => summary(t),
+                None => summary(&Track {
+                    key: n.name.clone(),
+                    site_node: true,
+                    mac: n.macs.first().map(|m| m.to_string()),
+                    ip: Some(IpAddr::V4(n.ip)),
+                    attempt: 1,
+                    events: VecDeque::new(),
+                    starts: None,
+                }),
+            })
+            .collect();
+        let mut others: Vec<&Track> = book
+            .tracks
+            .values()
+            .filter(|t| site.node(&t.key).is_none())
+            .collect();
+        others.sort_by(|a, b| a.key.cmp(&b.key));
+        out.extend(others.into_iter().map(summary));
+        out
+    }
+
+    /// One node's timeline (every attempt kept), by key.
+    pub fn track(&self, key: &str) -> Option<Track> {
+        self.book
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .tracks
+            .get(key)
+            .cloned()
+    }
+}
+
+/// Joins and stores events until `shutdown`; observes closed phases and
+/// publishes events joined to site nodes to [`Recorder::subscribe`]rs.
+pub async fn writer(
+    recorder: Arc<Recorder>,
+    live: Arc<crate::state::Live>,
+    phase_seconds: crate::metrics::PhaseSeconds,
+    mut rx: mpsc::Receiver<Raw>,
+    shutdown: CancellationToken,
+) {
+    let mut batch = Vec::with_capacity(256);
+    loop {
+        batch.clear();
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            n = rx.recv_many(&mut batch, 256) => if n == 0 { return },
+        }
+        let snap = live.load();
+        let mut closed = Vec::new();
+        let mut joined = Vec::new();
+        {
+            let mut book = recorder.book.lock().unwrap_or_else(|p| p.into_inner());
+            for raw in batch.drain(..) {
+                let (at_us, phase, what, error) = (raw.at_us, raw.phase, raw.what, raw.error);
+                let detail = (recorder.feed.receiver_count() > 0).then(|| raw.detail.clone());
+                let (node, c) = book.add_joined(&snap.site, raw);
+                closed.extend(c);
+                if let (Some(node), Some(detail)) = (node, detail) {
+                    joined.push(Arc::new(NodeEvent {
+                        node,
+                        at_us,
+                        phase,
+                        what,
+                        error,
+                        detail,
+                    }));
+                }
+            }
+        }
+        for ev in joined {
+            // No subscriber (no controller): nothing to tell.
+            let _ = recorder.feed.send(ev);
+        }
+        for (phase, d) in closed {
+            phase_seconds
+                .get_or_create(&crate::metrics::PhaseLabel {
+                    phase: phase.as_str(),
+                })
+                .observe(d.as_secs_f64());
+        }
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(PACE) => {}
+        }
+    }
+}
+
+/// After a batch the writer rests this long: events sent meanwhile wait in
+/// the channel (no waker is registered, so sending wakes nobody) and are
+/// taken in one batch. Without the rest, every image request woke the
+/// writer task once; with a client fetching small files back to back that
+/// was about a tenth of bootd's CPU per request. The timeline lags by at
+/// most this much; the channel ([`CAPACITY`]) holds far more than arrives
+/// in it.
+const PACE: Duration = Duration::from_millis(10);

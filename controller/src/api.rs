@@ -1,0 +1,496 @@
+//! The API's HTTP side: the accept loop, every route in one function (`route`), each handler, and the JSON replies (errors carry a safe message; the detail goes to the log).
+
+use super::*;
+
+/// Serves the API on `listener` (TLS with the site CA) until `shutdown`.
+pub(super) async fn serve(
+    ctl: Arc<Controller>,
+    listener: TcpListener,
+    tls: Arc<rustls::ServerConfig>,
+    shutdown: CancellationToken,
+    tracker: TaskTracker,
+) {
+    let acceptor = tokio_rustls::TlsAcceptor::from(tls);
+    loop {
+        let (stream, peer) = tokio::select! {
+            _ = shutdown.cancelled() => return,
+            r = listener.accept() => match r {
+                Ok(x) => x,
+                Err(e) => {
+                    warn!(error = %e, "API accept failed; backing off 100 ms");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+        };
+        let (ctl, acceptor, shutdown) = (Arc::clone(&ctl), acceptor.clone(), shutdown.clone());
+        tracker.spawn(async move {
+            let tls = match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(stream))
+                .await
+            {
+                Ok(Ok(s)) => s,
+                _ => return tracing::debug!(%peer, "API TLS handshake failed or timed out"),
+            };
+            let svc = hyper::service::service_fn(move |req| handle(Arc::clone(&ctl), req, peer));
+            let conn = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(Duration::from_secs(30))
+                .serve_connection(TokioIo::new(tls), svc);
+            let mut conn = std::pin::pin!(conn);
+            tokio::select! {
+                _ = conn.as_mut() => {}
+                _ = shutdown.cancelled() => {
+                    conn.as_mut().graceful_shutdown();
+                    let _ = tokio::time::timeout(Duration::from_secs(5), conn).await;
+                }
+            }
+        });
+    }
+}
+
+pub(super) async fn handle(
+    ctl: Arc<Controller>,
+    req: Request<hyper::body::Incoming>,
+    peer: SocketAddr,
+) -> Result<Response<Body>, std::convert::Infallible> {
+    let method = req.method().clone();
+    let path = req.uri().path().to_string();
+    let (route_name, resp) = route(&ctl, req).await;
+    let status = resp.status().as_u16();
+    ctl.app
+        .metrics
+        .api_requests
+        .get_or_create(&bootd::metrics::RouteStatus {
+            route: route_name,
+            status,
+        })
+        .inc();
+    info!(%method, path = %path.escape_debug(), %peer, status, route = route_name, "API request");
+    Ok(resp)
+}
+
+pub(super) fn reply(status: StatusCode, v: &Value) -> Response<Body> {
+    let mut body = serde_json::to_vec_pretty(v).unwrap_or_default();
+    body.push(b'\n');
+    let mut r = Response::new(
+        Full::new(Bytes::from(body))
+            .map_err(|never| match never {})
+            .boxed(),
+    );
+    *r.status_mut() = status;
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    r.headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    r
+}
+
+pub(super) fn err(status: StatusCode, msg: impl Into<String>) -> Response<Body> {
+    reply(status, &json!({ "error": msg.into() }))
+}
+
+pub(super) fn unauthorized() -> Response<Body> {
+    let mut r = err(StatusCode::UNAUTHORIZED, "unauthorized");
+    r.headers_mut()
+        .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+    r
+}
+
+pub(super) fn internal(e: impl std::fmt::Display) -> Response<Body> {
+    error!(error = %e, "API request failed");
+    err(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "internal error; see bootd's log",
+    )
+}
+
+/// Every route of the API, in one place.
+pub(super) async fn route(
+    ctl: &Arc<Controller>,
+    req: Request<hyper::body::Incoming>,
+) -> (&'static str, Response<Body>) {
+    let path = req.uri().path().to_string();
+    let segs: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    if segs.as_slice() == ["healthz"] {
+        return ("healthz", reply(StatusCode::OK, &json!({ "status": "ok" })));
+    }
+    let caller = match auth::authenticate(req.headers(), &ctl.api.tokens) {
+        Ok(c) => c,
+        Err(r) => {
+            ctl.app
+                .metrics
+                .api_denials
+                .get_or_create(&bootd::metrics::Reason { reason: r.as_str() })
+                .inc();
+            warn!(path = %path.escape_debug(), reason = r.as_str(), "API request refused");
+            return ("unauthorized", unauthorized());
+        }
+    };
+    let method = req.method().clone();
+    match (&method, segs.as_slice()) {
+        (&Method::GET, ["v1", "nodes"]) => ("nodes", list_nodes(ctl, caller)),
+        (&Method::POST, ["v1", "nodes"]) => ("nodes", create_node(ctl, caller, req).await),
+        (&Method::GET, ["v1", "nodes", name]) => ("node", get_node(ctl, caller, name)),
+        (&Method::DELETE, ["v1", "nodes", name]) => ("node", delete_node(ctl, caller, name).await),
+        (&Method::GET, ["v1", "nodes", name, "events"]) => {
+            ("events", node_events(ctl, caller, name))
+        }
+        (&Method::GET, ["v1", "nodes", name, "timeline"]) => {
+            ("timeline", node_timeline(ctl, caller, name))
+        }
+        (&Method::GET, ["v1", "cluster"]) => ("cluster", cluster(ctl, caller)),
+        (&Method::POST, ["v1", "cluster", "bootstrap-complete"]) => {
+            ("cluster", bootstrap_complete(ctl, caller))
+        }
+        (
+            _,
+            ["v1", "nodes"]
+            | ["v1", "nodes", _]
+            | ["v1", "nodes", _, "events"]
+            | ["v1", "nodes", _, "timeline"]
+            | ["v1", "cluster"]
+            | ["v1", "cluster", "bootstrap-complete"],
+        ) => (
+            "other",
+            err(StatusCode::METHOD_NOT_ALLOWED, "method not allowed"),
+        ),
+        _ => ("other", err(StatusCode::NOT_FOUND, "no such route")),
+    }
+}
+
+/// The status of one node (site or API), as the API shows it.
+pub(super) fn node_view(
+    ctl: &Controller,
+    snap: &Snapshot,
+    name: &str,
+) -> Result<Option<Value>, store::StoreError> {
+    let (row, stored) = ctl.store.node_and_conditions(name)?;
+    let site_node = snap.site.node(name);
+    if row.is_none() && site_node.is_none() {
+        return Ok(None);
+    }
+    let conds = reconcile::conditions_view(row.as_ref(), stored);
+    let ready = conds
+        .iter()
+        .any(|c| c.kind == "Ready" && c.status == "True");
+    let (phase, message) = match &row {
+        Some(r) => (r.phase.clone(), r.message.clone()),
+        None if ready => ("Ready".to_string(), String::new()),
+        None => {
+            let booted = conds
+                .iter()
+                .any(|c| c.kind == reconcile::NETWORK_BOOTED && c.status == "True");
+            let msg = conds
+                .iter()
+                .find(|c| c.status != "True")
+                .map(|c| c.message.clone())
+                .unwrap_or_default();
+            (if booted { "Booting" } else { "Waiting" }.to_string(), msg)
+        }
+    };
+    let machine = ctl.store.resource(name)?.map(|m| {
+        json!({ "provider": m.provider, "id": m.external_id, "state": m.state, "addresses": m.addresses, "updatedAt": rfc3339(m.updated_at) })
+    });
+    let spec = match (&row, site_node) {
+        (Some(r), _) => r.spec.clone(),
+        (None, Some(n)) => json!({
+            "name": n.name, "role": n.role, "macs": n.macs.iter().map(|m| m.to_string()).collect::<Vec<_>>(),
+            "ip": n.ip.to_string(), "arch": n.arch.as_str(), "image": n.image,
+        }),
+        (None, None) => Value::Null,
+    };
+    Ok(Some(json!({
+        "name": name,
+        "origin": if row.is_some() { "api" } else { "site" },
+        "spec": spec,
+        "provider": row.as_ref().map(|r| r.provider.clone()).unwrap_or(Value::Null),
+        "phase": phase,
+        "message": message,
+        "createdAt": row.as_ref().map(|r| json!(rfc3339(r.created_at))).unwrap_or(Value::Null),
+        "machine": machine,
+        "conditions": conds.iter().map(|c| json!({
+            "type": c.kind, "status": c.status, "reason": c.reason, "message": c.message, "lastTransitionTime": rfc3339(c.at),
+        })).collect::<Vec<_>>(),
+    })))
+}
+
+pub(super) fn list_nodes(ctl: &Arc<Controller>, _: auth::Caller) -> Response<Body> {
+    let snap = ctl.app.live.load_full();
+    let rows = match ctl.store.nodes() {
+        Ok(r) => r,
+        Err(e) => return internal(e),
+    };
+    let mut names: Vec<String> = snap.site.nodes.iter().map(|n| n.name.clone()).collect();
+    names.extend(
+        rows.into_iter()
+            .map(|r| r.name)
+            .filter(|n| snap.site.node(n).is_none()),
+    );
+    let mut out = Vec::new();
+    for n in &names {
+        match node_view(ctl, &snap, n) {
+            Ok(Some(v)) => out.push(v),
+            Ok(None) => {}
+            Err(e) => return internal(e),
+        }
+    }
+    reply(StatusCode::OK, &json!({ "nodes": out }))
+}
+
+pub(super) fn get_node(ctl: &Arc<Controller>, _: auth::Caller, name: &str) -> Response<Body> {
+    let snap = ctl.app.live.load_full();
+    match node_view(ctl, &snap, name) {
+        Ok(Some(v)) => reply(StatusCode::OK, &v),
+        Ok(None) => err(StatusCode::NOT_FOUND, "no such node"),
+        Err(e) => internal(e),
+    }
+}
+
+pub(super) fn node_events(ctl: &Arc<Controller>, _: auth::Caller, name: &str) -> Response<Body> {
+    let snap = ctl.app.live.load_full();
+    match ctl.store.node(name) {
+        Ok(None) if snap.site.node(name).is_none() => {
+            return err(StatusCode::NOT_FOUND, "no such node")
+        }
+        Err(e) => return internal(e),
+        _ => {}
+    }
+    match ctl.store.events(name) {
+        Ok(ev) => {
+            let list: Vec<Value> = ev
+                .iter()
+                .map(|e| json!({ "time": rfc3339(e.at), "kind": e.kind, "message": e.message }))
+                .collect();
+            reply(StatusCode::OK, &json!({ "node": name, "events": list }))
+        }
+        Err(e) => internal(e),
+    }
+}
+
+/// The boot timeline (bootd::timeline) of a node, or of an unknown client
+/// by its key (`mac 52:54:…`, `ip 10.…`, percent-encoded in the path).
+pub(super) fn node_timeline(ctl: &Arc<Controller>, _: auth::Caller, name: &str) -> Response<Body> {
+    let snap = ctl.app.live.load_full();
+    let name = percent_encoding::percent_decode_str(name).decode_utf8_lossy();
+    match bootd::status::timeline_json(&ctl.app, &snap, &name) {
+        Some(v) => reply(StatusCode::OK, &v),
+        None => err(StatusCode::NOT_FOUND, "no such node"),
+    }
+}
+
+pub(super) async fn create_node(
+    ctl: &Arc<Controller>,
+    _: auth::Caller,
+    req: Request<hyper::body::Incoming>,
+) -> Response<Body> {
+    let body = match Limited::new(req.into_body(), MAX_REQUEST).collect().await {
+        Ok(b) => b.to_bytes(),
+        Err(_) => {
+            return err(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!("request body larger than {MAX_REQUEST} bytes or cut short"),
+            )
+        }
+    };
+    let (spec, provider) = match parse_create(&body) {
+        Ok(x) => x,
+        Err(e) => return err(StatusCode::BAD_REQUEST, e),
+    };
+    let mut problems: Vec<String> = provider
+        .as_ref()
+        .and_then(|p| p.check().ok())
+        .unwrap_or_default();
+    if let Some(p) = &provider {
+        if let Err(e) = ctl.provider(p.name()) {
+            problems.push(e);
+        }
+    }
+    if !problems.is_empty() {
+        return reply(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            &json!({ "error": "invalid node", "problems": problems }),
+        );
+    }
+    let provider_json = provider
+        .as_ref()
+        .map(|p| serde_json::to_value(p).unwrap_or(Value::Null))
+        .unwrap_or(Value::Null);
+    let spec_json = serde_json::to_value(&spec).unwrap_or(Value::Null);
+
+    let _w = ctl.writes.lock().await;
+    let snap = ctl.app.live.load_full();
+    match ctl.store.node(&spec.name) {
+        Ok(Some(existing)) => {
+            // The same request again (a retry, or one of many concurrent ones): same answer.
+            if existing.spec == spec_json
+                && existing.provider == provider_json
+                && !existing.deleting
+            {
+                return match node_view(ctl, &snap, &spec.name) {
+                    Ok(Some(v)) => reply(StatusCode::OK, &v),
+                    Ok(None) => err(StatusCode::NOT_FOUND, "no such node"),
+                    Err(e) => internal(e),
+                };
+            }
+            let why = if existing.deleting {
+                "is being deleted"
+            } else {
+                "exists with a different spec"
+            };
+            return err(StatusCode::CONFLICT, format!("node {:?} {why}", spec.name));
+        }
+        Ok(None) => {}
+        Err(e) => return internal(e),
+    }
+    if snap.site.node(&spec.name).is_some() {
+        return err(
+            StatusCode::CONFLICT,
+            format!(
+                "node {:?} is defined in the site file; it cannot be created through the API",
+                spec.name
+            ),
+        );
+    }
+    let mut rows = match ctl.store.nodes() {
+        Ok(r) => r,
+        Err(e) => return internal(e),
+    };
+    let now = store::now_ms();
+    let row = NodeRow {
+        name: spec.name.clone(),
+        spec: spec_json,
+        provider: provider_json,
+        created_at: now,
+        deleting: false,
+        phase: "Pending".into(),
+        message: String::new(),
+        updated_at: now,
+    };
+    rows.push(row.clone());
+    // Validate exactly as every daemon will load it, before anything is stored.
+    let text = Controller::overlay_text(&rows);
+    let candidate = match site::load_with_overlay(&ctl.site_path, &text) {
+        Ok(s) => s,
+        Err(e) => {
+            let problems: Vec<String> = e
+                .problems
+                .iter()
+                .map(|p| {
+                    if p.key.is_empty() {
+                        p.reason.clone()
+                    } else {
+                        format!("{}: {}", p.key, p.reason)
+                    }
+                })
+                .collect();
+            return reply(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                &json!({ "error": "invalid node", "problems": problems }),
+            );
+        }
+    };
+    if let (Some(p), Some(node)) = (&provider, candidate.node(&spec.name)) {
+        // A provider's user data limit: refuse now, not after the machine is half made.
+        let snap2 = Snapshot {
+            site: Arc::new(candidate.clone()),
+            revoked: snap.revoked.clone(),
+        };
+        let pointer = bootd::http::pointer_for(&ctl.app, &snap2, node).to_string();
+        if let Err(e) = (p.registration.check_userdata)(&pointer) {
+            return reply(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                &json!({ "error": "invalid node", "problems": [e] }),
+            );
+        }
+    }
+    match ctl.store.insert_node(&row) {
+        Ok(true) => {}
+        Ok(false) => return err(StatusCode::CONFLICT, format!("node {:?} exists", spec.name)),
+        Err(e) => return internal(e),
+    }
+    // The candidate is the site with exactly these rows: served as validated.
+    if let Err(e) = ctl.write_and_serve(&text, candidate) {
+        // Stored: the loop and the next start retry the export.
+        error!(node = %spec.name, error = %e, "node stored but the overlay was not written");
+    }
+    ctl.note(&spec.name, events::API, "created through the API");
+    info!(node = %spec.name, provider = %row.provider.as_object().and_then(|o| o.keys().next().cloned()).unwrap_or_else(|| "none".into()), "node created");
+    ctl.ensure_loop(&spec.name);
+    let snap = ctl.app.live.load_full();
+    match node_view(ctl, &snap, &spec.name) {
+        Ok(Some(v)) => reply(StatusCode::CREATED, &v),
+        Ok(None) => err(StatusCode::NOT_FOUND, "no such node"),
+        Err(e) => internal(e),
+    }
+}
+
+pub(super) async fn delete_node(
+    ctl: &Arc<Controller>,
+    _: auth::Caller,
+    name: &str,
+) -> Response<Body> {
+    let _w = ctl.writes.lock().await;
+    let snap = ctl.app.live.load_full();
+    let row = match ctl.store.node(name) {
+        Ok(Some(r)) => r,
+        Ok(None) if snap.site.node(name).is_some() => {
+            return err(
+                StatusCode::CONFLICT,
+                format!("node {name:?} is defined in the site file; remove it there"),
+            );
+        }
+        Ok(None) => return err(StatusCode::NOT_FOUND, "no such node"),
+        Err(e) => return internal(e),
+    };
+    if !row.deleting {
+        if let Err(e) = ctl.store.mark_deleting(name) {
+            return internal(e);
+        }
+        match ctl.store.nodes() {
+            Ok(rows) => {
+                if let Err(e) = ctl.export_overlay_now(&rows) {
+                    error!(node = %name, error = %e, "node marked for deletion but the overlay was not written");
+                }
+            }
+            Err(e) => return internal(e),
+        }
+        ctl.note(name, events::API, "deletion requested through the API");
+        info!(node = %name, "node deletion requested");
+    }
+    ctl.ensure_loop(name);
+    reply(
+        StatusCode::ACCEPTED,
+        &json!({ "name": name, "phase": "Deleting" }),
+    )
+}
+
+pub(super) fn cluster(ctl: &Arc<Controller>, _: auth::Caller) -> Response<Body> {
+    let snap = ctl.app.live.load();
+    match ctl.store.cluster("bootstrapComplete") {
+        Ok(b) => reply(
+            StatusCode::OK,
+            &json!({
+                "name": snap.site.cluster.name,
+                "domain": snap.site.cluster.domain(),
+                "bootstrapComplete": { "complete": b.is_some(), "time": b.map(|(_, at)| json!(rfc3339(at))).unwrap_or(Value::Null) },
+            }),
+        ),
+        Err(e) => internal(e),
+    }
+}
+
+pub(super) fn bootstrap_complete(ctl: &Arc<Controller>, _: auth::Caller) -> Response<Body> {
+    let at = match ctl.store.set_cluster_once("bootstrapComplete", "true") {
+        Ok(at) => at,
+        Err(e) => return internal(e),
+    };
+    let body = json!({ "complete": true, "time": rfc3339(at) });
+    let path = ctl.bootstrap_file();
+    if let Err(e) = bootd::state::write_atomic(&path, format!("{body}\n").as_bytes(), 0o644) {
+        error!(path = %path.display(), error = %e, "bootstrap-complete not written to its file");
+    }
+    info!("cluster bootstrap recorded as complete");
+    reply(StatusCode::OK, &body)
+}

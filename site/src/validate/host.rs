@@ -1,0 +1,341 @@
+//! Stage two for `host`: listeners, the DHCP server (boot files, options) and TFTP.
+
+use super::*;
+
+pub(super) fn listen(cx: &mut Cx, key: &str, w: &wire::Listen, scheme: &str) -> Option<Listen> {
+    let addr = match w.listen.as_deref().map(str::parse::<SocketAddr>) {
+        Some(Ok(a)) => Some(a),
+        Some(Err(_)) => {
+            cx.err(
+                format!("{key}.listen"),
+                format!(
+                    "{:?} is not an address:port",
+                    w.listen.as_deref().unwrap_or("")
+                ),
+            );
+            None
+        }
+        None => {
+            cx.err(format!("{key}.listen"), "required");
+            None
+        }
+    };
+    let url = match w.url.as_deref() {
+        Some(u)
+            if u.starts_with(&format!("{scheme}://"))
+                && u.len() > scheme.len() + 3
+                && !u.contains(char::is_whitespace) =>
+        {
+            Some(u.trim_end_matches('/').to_string())
+        }
+        Some(u) => {
+            cx.err(
+                format!("{key}.url"),
+                format!("{u:?} is not a {scheme}:// URL"),
+            );
+            None
+        }
+        None => {
+            cx.err(
+                format!("{key}.url"),
+                "required: the base URL nodes use to reach this listener",
+            );
+            None
+        }
+    };
+    Some(Listen {
+        listen: addr?,
+        url: url?,
+    })
+}
+
+pub(super) fn host(cx: &mut Cx, w: &wire::Host) -> Option<Host> {
+    let state_dir = w
+        .state_dir
+        .as_deref()
+        .map(|p| cx.resolve(p))
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_STATE_DIR));
+    let http = match &w.http {
+        Some(l) => listen(cx, "host.http", l, "http"),
+        None => {
+            cx.err("host.http", "required");
+            None
+        }
+    };
+    let https = w
+        .https
+        .as_ref()
+        .map(|l| listen(cx, "host.https", l, "https"));
+    let https = match https {
+        Some(None) => return None,
+        Some(Some(l)) => Some(l),
+        None => None,
+    };
+    let dhcp = w.dhcp.as_ref().map(|d| dhcp(cx, d, http.as_ref()));
+    let dhcp = match dhcp {
+        Some(None) => return None,
+        Some(Some(d)) => Some(d),
+        None => None,
+    };
+    let tftp = w.tftp.as_ref().map(|t| {
+        let listen = match t
+            .listen
+            .as_deref()
+            .unwrap_or("0.0.0.0:69")
+            .parse::<SocketAddr>()
+        {
+            Ok(a) => Some(a),
+            Err(_) => {
+                cx.err(
+                    "host.tftp.listen",
+                    format!(
+                        "{:?} is not an address:port",
+                        t.listen.as_deref().unwrap_or("")
+                    ),
+                );
+                None
+            }
+        };
+        let root = match &t.root {
+            Some(r) => Some(cx.resolve(r)),
+            None => {
+                cx.err(
+                    "host.tftp.root",
+                    "required: the directory with iPXE and GRUB boot files",
+                );
+                None
+            }
+        };
+        Some(Tftp {
+            listen: listen?,
+            root: root?,
+        })
+    });
+    let tftp = match tftp {
+        Some(None) => return None,
+        Some(Some(t)) => Some(t),
+        None => None,
+    };
+    let api = match w.api.as_ref().map(|a| controller::api(cx, a)) {
+        Some(None) => return None,
+        Some(Some(a)) => Some(a),
+        None => None,
+    };
+    Some(Host {
+        state_dir,
+        http: http?,
+        https,
+        dhcp,
+        tftp,
+        api,
+    })
+}
+
+pub(super) fn dhcp_options(cx: &mut Cx, key: &str, w: &[wire::DhcpOption]) -> Vec<DhcpOptionValue> {
+    let mut out = Vec::new();
+    for (i, o) in w.iter().enumerate() {
+        let k = format!("{key}[{i}]");
+        let Some(code) = o.code else {
+            cx.err(format!("{k}.code"), "required (1-254)");
+            continue;
+        };
+        // Options bootd sets itself (or that frame the packet) are not overridable.
+        if matches!(code, 0 | 255 | 50..=58 | 61 | 82) {
+            cx.err(
+                format!("{k}.code"),
+                format!("option {code} is managed by bootd and cannot be set"),
+            );
+            continue;
+        }
+        let given = [
+            o.text.is_some(),
+            !o.ips.is_empty(),
+            o.hex.is_some(),
+            o.u32.is_some(),
+        ]
+        .iter()
+        .filter(|b| **b)
+        .count();
+        if given != 1 {
+            cx.err(&k, "give exactly one of text, ips, hex, u32");
+            continue;
+        }
+        let value = if let Some(t) = &o.text {
+            t.as_bytes().to_vec()
+        } else if let Some(h) = &o.hex {
+            let h: String = h
+                .chars()
+                .filter(|c| *c != ':' && !c.is_whitespace())
+                .collect();
+            if h.len() % 2 != 0 || !h.bytes().all(|b| b.is_ascii_hexdigit()) {
+                cx.err(
+                    format!("{k}.hex"),
+                    "not hex bytes (e.g. 01:02:0a or 01020a)",
+                );
+                continue;
+            }
+            (0..h.len())
+                .step_by(2)
+                .filter_map(|j| u8::from_str_radix(&h[j..j + 2], 16).ok())
+                .collect()
+        } else if let Some(n) = o.u32 {
+            n.to_be_bytes().to_vec()
+        } else {
+            let mut v = Vec::new();
+            for (j, ip) in o.ips.iter().enumerate() {
+                match ip.parse::<Ipv4Addr>() {
+                    Ok(a) => v.extend_from_slice(&a.octets()),
+                    Err(_) => cx.err(
+                        format!("{k}.ips[{j}]"),
+                        format!("{ip:?} is not an IPv4 address"),
+                    ),
+                }
+            }
+            v
+        };
+        if value.len() > 255 {
+            cx.err(&k, "value longer than 255 bytes");
+            continue;
+        }
+        out.push(DhcpOptionValue { code, value });
+    }
+    out
+}
+
+pub(super) fn boot_file(cx: &mut Cx, key: &str, v: Option<&str>, default: &str) -> String {
+    match v {
+        None => default.to_string(),
+        Some(f)
+            if !f.is_empty()
+                && f.len() < 128
+                && f.is_ascii()
+                && !f.contains(|c: char| c.is_whitespace() || c.is_control()) =>
+        {
+            f.to_string()
+        }
+        Some(f) => {
+            cx.err(
+                key,
+                format!("{f:?} is not a boot file name (ASCII, no spaces, < 128 bytes)"),
+            );
+            default.to_string()
+        }
+    }
+}
+
+pub(super) fn dhcp(cx: &mut Cx, w: &wire::Dhcp, http: Option<&Listen>) -> Option<Dhcp> {
+    let listen = match w
+        .listen
+        .as_deref()
+        .unwrap_or("0.0.0.0:67")
+        .parse::<SocketAddr>()
+    {
+        Ok(a) => Some(a),
+        Err(_) => {
+            cx.err(
+                "host.dhcp.listen",
+                format!(
+                    "{:?} is not an address:port",
+                    w.listen.as_deref().unwrap_or("")
+                ),
+            );
+            None
+        }
+    };
+    let mode = match w.mode.as_deref().unwrap_or("server") {
+        "server" => Some(DhcpMode::Server),
+        "proxy" => Some(DhcpMode::Proxy),
+        m => {
+            cx.err("host.dhcp.mode", format!("{m:?}: want server or proxy"));
+            None
+        }
+    };
+    let server_address = match w.server_address.as_deref() {
+        Some(a) => a.parse::<Ipv4Addr>().ok().or_else(|| {
+            cx.err(
+                "host.dhcp.serverAddress",
+                format!("{a:?} is not an IPv4 address"),
+            );
+            None
+        }),
+        // The host in the HTTP URL, if it is an IPv4 address.
+        None => match http.map(|h| h.url_host().parse::<Ipv4Addr>()) {
+            Some(Ok(a)) => Some(a),
+            Some(Err(_)) => {
+                cx.err(
+                    "host.dhcp.serverAddress",
+                    "required when host.http.url does not name an IPv4 address",
+                );
+                None
+            }
+            None => None,
+        },
+    };
+    let lease_time = match w.lease_time.as_deref() {
+        None => Duration::from_secs(3600),
+        Some(s) => duration(s).unwrap_or_else(|| {
+            cx.err(
+                "host.dhcp.leaseTime",
+                format!("{s:?} is not a duration like 1h"),
+            );
+            Duration::from_secs(3600)
+        }),
+    };
+    let mut ntp_servers = Vec::new();
+    for (i, n) in w.ntp_servers.iter().enumerate() {
+        match n.parse::<Ipv4Addr>() {
+            Ok(a) => ntp_servers.push(a),
+            Err(_) => cx.err(
+                format!("host.dhcp.ntpServers[{i}]"),
+                format!("{n:?} is not an IPv4 address"),
+            ),
+        }
+    }
+    if let Some(i) = &w.interface {
+        if i.is_empty() || i.len() > 15 {
+            cx.err(
+                "host.dhcp.interface",
+                format!("{i:?} is not an interface name"),
+            );
+        }
+    }
+    let bf = w.boot_files.as_ref();
+    let boot_files = BootFiles {
+        bios: boot_file(
+            cx,
+            "host.dhcp.bootFiles.bios",
+            bf.and_then(|b| b.bios.as_deref()),
+            "undionly.kpxe",
+        ),
+        uefi_x86_64: boot_file(
+            cx,
+            "host.dhcp.bootFiles.uefiX86_64",
+            bf.and_then(|b| b.uefi_x86_64.as_deref()),
+            "ipxe.efi",
+        ),
+        uefi_arm64: boot_file(
+            cx,
+            "host.dhcp.bootFiles.uefiArm64",
+            bf.and_then(|b| b.uefi_arm64.as_deref()),
+            "ipxe-arm64.efi",
+        ),
+        ieee1275: boot_file(
+            cx,
+            "host.dhcp.bootFiles.ieee1275",
+            bf.and_then(|b| b.ieee1275.as_deref()),
+            "core.elf",
+        ),
+    };
+    let options = dhcp_options(cx, "host.dhcp.options", &w.options);
+    Some(Dhcp {
+        listen: listen?,
+        interface: w.interface.clone(),
+        mode: mode?,
+        server_address: server_address?,
+        lease_time,
+        ntp_servers,
+        domain_name: w.domain_name.clone().unwrap_or_default(),
+        boot_files,
+        options,
+    })
+}

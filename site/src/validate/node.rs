@@ -1,0 +1,267 @@
+//! Stage two for `nodes[]`: each node checked and resolved (image, network, firmware, kernel arguments, DHCP options).
+
+use super::*;
+
+pub(super) fn arg_ok(a: &str) -> bool {
+    !a.is_empty()
+        && !a.contains(|c: char| {
+            c.is_whitespace() || c.is_control() || c == '"' || c == '\'' || c == '\\'
+        })
+}
+
+pub(super) fn node(
+    cx: &mut Cx,
+    i: usize,
+    w: &wire::Node,
+    networks: &[Network],
+    images: &Images,
+    broken: &[String],
+) -> Option<Node> {
+    let k = |f: &str| format!("nodes[{i}].{f}");
+    let before = cx.problems.len();
+    let name = match w.name.as_deref() {
+        Some(n) if is_dns_label(n) => n.to_string(),
+        Some(n) => {
+            cx.err(
+                k("name"),
+                format!("{n:?} is not a DNS label (lower-case letters, digits, '-')"),
+            );
+            String::new()
+        }
+        None => {
+            cx.err(k("name"), "required");
+            String::new()
+        }
+    };
+    let role = match w.role.as_deref() {
+        Some(r) if is_dns_label(r) => r.to_string(),
+        Some(r) => {
+            cx.err(
+                k("role"),
+                format!("{r:?}: want bootstrap, master, worker, or a custom role name (DNS label)"),
+            );
+            String::new()
+        }
+        None => {
+            cx.err(
+                k("role"),
+                "required (bootstrap, master, worker, or a custom role)",
+            );
+            String::new()
+        }
+    };
+    let mut macs = Vec::new();
+    if w.macs.is_empty() {
+        cx.err(k("macs"), "at least one MAC is required");
+    }
+    for (j, m) in w.macs.iter().enumerate() {
+        match m.parse::<Mac>() {
+            Ok(m) if macs.contains(&m) => {
+                cx.err(format!("nodes[{i}].macs[{j}]"), format!("{m} listed twice"))
+            }
+            Ok(m) => macs.push(m),
+            Err(e) => cx.err(format!("nodes[{i}].macs[{j}]"), e.to_string()),
+        }
+    }
+    let mut network = 0;
+    let ip = match w.ip.as_deref().map(str::parse::<Ipv4Addr>) {
+        Some(Ok(a)) => {
+            match networks
+                .iter()
+                .position(|n| n.subnet.contains(&IpAddr::V4(a)))
+            {
+                Some(p) => network = p,
+                None => cx.err(
+                    k("ip"),
+                    format!(
+                        "{a} is outside every network ({})",
+                        networks
+                            .iter()
+                            .map(|n| n.subnet.to_string())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                ),
+            }
+            a
+        }
+        Some(Err(_)) => {
+            cx.err(
+                k("ip"),
+                format!("{:?} is not an IPv4 address", w.ip.as_deref().unwrap_or("")),
+            );
+            Ipv4Addr::UNSPECIFIED
+        }
+        None => {
+            cx.err(k("ip"), "required");
+            Ipv4Addr::UNSPECIFIED
+        }
+    };
+    let arch = match w.arch.as_deref() {
+        None => Arch::X86_64,
+        Some(a) => Arch::parse(a).unwrap_or_else(|| {
+            cx.err(
+                k("arch"),
+                format!("{a:?} is not one of x86_64, aarch64, ppc64le"),
+            );
+            Arch::X86_64
+        }),
+    };
+    let firmware = match w.firmware.as_deref() {
+        None => Firmware::Auto,
+        Some(f) => Firmware::parse(f).unwrap_or_else(|| {
+            cx.err(
+                k("firmware"),
+                format!("{f:?} is not one of auto, bios, uefi, uefi-http, ieee1275"),
+            );
+            Firmware::Auto
+        }),
+    };
+    let mut quiet_fail = false;
+    let image = match w.image.as_deref() {
+        Some(name) if broken.iter().any(|b| b == name) => {
+            // Already reported under images.sets; the node is not blamed again.
+            quiet_fail = true;
+            String::new()
+        }
+        Some(name) => match images.sets.get(name) {
+            Some(set) if set.arch != arch => {
+                cx.err(
+                    k("image"),
+                    format!("image {name:?} is for {}, but the node is {arch}", set.arch),
+                );
+                String::new()
+            }
+            Some(_) => name.to_string(),
+            None => {
+                cx.err(
+                    k("image"),
+                    format!("no image set named {name:?} in images.sets"),
+                );
+                String::new()
+            }
+        },
+        None => {
+            let fits: Vec<_> = images
+                .sets
+                .iter()
+                .filter(|(_, s)| s.arch == arch)
+                .map(|(n, _)| n.clone())
+                .collect();
+            match fits.as_slice() {
+                [one] => one.clone(),
+                [] => {
+                    cx.err(
+                        k("image"),
+                        format!("missing: no image set for {arch} in images.sets"),
+                    );
+                    String::new()
+                }
+                _ => {
+                    cx.err(
+                        k("image"),
+                        format!(
+                            "required: several image sets fit {arch} ({})",
+                            fits.join(", ")
+                        ),
+                    );
+                    String::new()
+                }
+            }
+        }
+    };
+    let install_disk = match w.install_disk.as_deref() {
+        Some(d) if d.starts_with("/dev/") && arg_ok(d) => Some(d.to_string()),
+        Some(d) => {
+            cx.err(k("installDisk"), format!("{d:?} is not a /dev/ path"));
+            None
+        }
+        None => None,
+    };
+    for (j, a) in w.kernel_args.iter().enumerate() {
+        if !arg_ok(a) {
+            cx.err(
+                format!("nodes[{i}].kernelArgs[{j}]"),
+                format!("{a:?}: one argument per entry, no spaces, quotes or control characters"),
+            );
+        }
+    }
+    let static_network = w.network.as_ref().and_then(|s| {
+        let net = networks.get(network);
+        let interface = match s.interface.as_deref() {
+            Some(n)
+                if !n.is_empty()
+                    && n.len() <= 15
+                    && n.bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b)) =>
+            {
+                n.to_string()
+            }
+            Some(n) => {
+                cx.err(
+                    k("network.interface"),
+                    format!("{n:?} is not an interface name"),
+                );
+                return None;
+            }
+            None => {
+                cx.err(k("network.interface"), "required (e.g. ens3)");
+                return None;
+            }
+        };
+        let address = match s.address.as_deref() {
+            Some(a) => match a.parse::<IpNet>() {
+                Ok(n) => n,
+                Err(_) => {
+                    cx.err(k("network.address"), format!("{a:?} is not address/prefix"));
+                    return None;
+                }
+            },
+            None => IpNet::new(
+                IpAddr::V4(ip),
+                net.map(|n| n.subnet.prefix_len()).unwrap_or(24),
+            )
+            .ok()?,
+        };
+        let gateway = match s.gateway.as_deref() {
+            Some(g) => Some(parse_ip(cx, &k("network.gateway"), g)?),
+            None => net.and_then(|n| n.gateway),
+        };
+        let dns = if s.dns.is_empty() {
+            net.map(|n| n.dns_servers.clone()).unwrap_or_default()
+        } else {
+            s.dns
+                .iter()
+                .enumerate()
+                .filter_map(|(j, d)| parse_ip(cx, &k(&format!("network.dns[{j}]")), d))
+                .collect()
+        };
+        Some(StaticNetwork {
+            interface,
+            address,
+            gateway,
+            dns,
+            mtu: s.mtu,
+        })
+    });
+    let ipxe_binary = w
+        .ipxe_binary
+        .as_deref()
+        .map(|b| boot_file(cx, &k("ipxeBinary"), Some(b), "ipxe.efi"));
+    let dhcp_options = dhcp_options(cx, &k("dhcpOptions"), &w.dhcp_options);
+    (cx.problems.len() == before && !quiet_fail).then_some(Node {
+        name,
+        role,
+        macs,
+        ip,
+        network,
+        arch,
+        firmware,
+        image,
+        install_disk,
+        kernel_args: w.kernel_args.clone(),
+        static_network,
+        ipxe_binary,
+        dhcp_options,
+    })
+}
