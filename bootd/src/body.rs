@@ -3,7 +3,29 @@
 //! responses need not import each other for it.
 
 use bytes::Bytes;
+use http::{header, HeaderValue, Response, StatusCode};
 use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full};
 use std::io;
 
 pub type Body = BoxBody<Bytes, io::Error>;
+
+/// A JSON answer (pretty, with a final newline) that caches must not keep:
+/// the status page's JSON and the controller API's replies.
+pub fn json_reply(status: StatusCode, v: &serde_json::Value) -> Response<Body> {
+    let mut body = serde_json::to_vec_pretty(v).unwrap_or_default();
+    body.push(b'\n');
+    let mut r = Response::new(
+        Full::new(Bytes::from(body))
+            .map_err(|never| match never {})
+            .boxed(),
+    );
+    *r.status_mut() = status;
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    r.headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    r
+}

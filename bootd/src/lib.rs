@@ -542,19 +542,7 @@ async fn accept_loop(
     conn_stop: CancellationToken,
     tracker: TaskTracker,
 ) {
-    loop {
-        let (stream, peer) = tokio::select! {
-            _ = shutdown.cancelled() => return,
-            r = listener.accept() => match r {
-                Ok(x) => x,
-                Err(e) => {
-                    // EMFILE and friends: back off instead of spinning.
-                    warn!(error = %e, "accept failed; backing off 100 ms");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
-                }
-            },
-        };
+    while let Some((stream, peer)) = runtime::net::accept(&listener, &shutdown, "HTTP").await {
         let _ = stream.set_nodelay(true);
         let app = Arc::clone(&app);
         let (shutdown, conn_stop) = (shutdown.clone(), conn_stop.clone());

@@ -14,7 +14,7 @@
 //! client-chosen). The page shows no secrets: event texts are redacted when
 //! recorded, and nothing else from a request is shown.
 
-use crate::body::Body;
+use crate::body::{json_reply, Body};
 use crate::state::Snapshot;
 use crate::timeline::{summary, Event, Span, Summary, Track};
 use crate::App;
@@ -259,24 +259,6 @@ fn html(status: StatusCode, body: String) -> Response<Body> {
     r.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("text/html; charset=utf-8"),
-    );
-    r.headers_mut()
-        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    r
-}
-
-fn json_reply(status: StatusCode, v: &Value) -> Response<Body> {
-    let mut body = serde_json::to_vec_pretty(v).unwrap_or_default();
-    body.push(b'\n');
-    let mut r = Response::new(
-        Full::new(Bytes::from(body))
-            .map_err(|never| match never {})
-            .boxed(),
-    );
-    *r.status_mut() = status;
-    r.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
     );
     r.headers_mut()
         .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));

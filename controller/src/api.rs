@@ -11,18 +11,7 @@ pub(super) async fn serve(
     tracker: TaskTracker,
 ) {
     let acceptor = tokio_rustls::TlsAcceptor::from(tls);
-    loop {
-        let (stream, peer) = tokio::select! {
-            _ = shutdown.cancelled() => return,
-            r = listener.accept() => match r {
-                Ok(x) => x,
-                Err(e) => {
-                    warn!(error = %e, "API accept failed; backing off 100 ms");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
-                }
-            },
-        };
+    while let Some((stream, peer)) = runtime::net::accept(&listener, &shutdown, "API").await {
         let (ctl, acceptor, shutdown) = (Arc::clone(&ctl), acceptor.clone(), shutdown.clone());
         tracker.spawn(async move {
             let tls = match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(stream))
@@ -70,21 +59,7 @@ pub(super) async fn handle(
 }
 
 pub(super) fn reply(status: StatusCode, v: &Value) -> Response<Body> {
-    let mut body = serde_json::to_vec_pretty(v).unwrap_or_default();
-    body.push(b'\n');
-    let mut r = Response::new(
-        Full::new(Bytes::from(body))
-            .map_err(|never| match never {})
-            .boxed(),
-    );
-    *r.status_mut() = status;
-    r.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    r.headers_mut()
-        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    r
+    bootd::body::json_reply(status, v)
 }
 
 pub(super) fn err(status: StatusCode, msg: impl Into<String>) -> Response<Body> {

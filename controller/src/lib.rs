@@ -32,9 +32,9 @@ use crate::store::{NodeRow, Store};
 use bootd::http::Body;
 use bootd::state::Snapshot;
 use bootd::App;
-use bytes::Bytes;
+
 use http::{header, HeaderValue, Method, Request, Response, StatusCode};
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::{BodyExt, Limited};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};

@@ -15,17 +15,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 pub async fn serve(l: TcpListener, live: Arc<Live>, stop: CancellationToken) {
-    loop {
-        let (stream, _) = tokio::select! {
-            _ = stop.cancelled() => return,
-            r = l.accept() => match r {
-                Ok(x) => x,
-                Err(_) => {
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
-                }
-            },
-        };
+    while let Some((stream, _)) = runtime::net::accept(&l, &stop, "dnsd HTTP").await {
         let live = Arc::clone(&live);
         let stop = stop.clone();
         tokio::spawn(async move {

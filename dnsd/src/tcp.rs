@@ -27,18 +27,7 @@ pub struct Tcp {
 impl Tcp {
     pub async fn accept_loop(self, l: TcpListener, stop: CancellationToken, tracker: TaskTracker) {
         let this = Arc::new(self);
-        loop {
-            let (stream, peer) = tokio::select! {
-                _ = stop.cancelled() => return,
-                r = l.accept() => match r {
-                    Ok(x) => x,
-                    Err(e) => {
-                        warn!(error = %e, "accept failed; backing off 100 ms");
-                        tokio::time::sleep(Duration::from_millis(100)).await;
-                        continue;
-                    }
-                },
-            };
+        while let Some((stream, peer)) = runtime::net::accept(&l, &stop, "DNS over TCP").await {
             // Over the cap: close at once (the client retries or uses UDP).
             let Ok(permit) = Arc::clone(&this.conns).try_acquire_owned() else {
                 debug!(%peer, "TCP connection refused: too many open");

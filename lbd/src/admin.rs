@@ -23,22 +23,13 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
-use tracing::{debug, info};
+use tracing::info;
 
 pub async fn serve(listener: TcpListener, lbd: Arc<Lbd>) {
     let app = Arc::clone(&lbd.app);
-    loop {
-        let (stream, peer) = tokio::select! {
-            _ = app.shutdown.cancelled() => return,
-            r = listener.accept() => match r {
-                Ok(x) => x,
-                Err(e) => {
-                    debug!(error = %e, "admin accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
-        };
+    while let Some((stream, peer)) =
+        runtime::net::accept(&listener, &app.shutdown, "lbd admin").await
+    {
         let lbd = Arc::clone(&lbd);
         let shutdown = app.shutdown.clone();
         app.tracker.spawn(async move {

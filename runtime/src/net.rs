@@ -36,6 +36,32 @@ pub async fn read_some(stream: &TcpStream, buf: &mut [u8]) -> io::Result<usize> 
     }
 }
 
+/// The next connection on `listener`, or `None` once `stop` is cancelled:
+/// the accept loop every listener of every daemon shares. An accept error
+/// (EMFILE and friends: the pending connection stays in the backlog, so
+/// retrying at once would spin) is logged and retried after 100 ms.
+pub async fn accept(
+    listener: &tokio::net::TcpListener,
+    stop: &tokio_util::sync::CancellationToken,
+    what: &str,
+) -> Option<(TcpStream, std::net::SocketAddr)> {
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return None,
+            r = listener.accept() => match r {
+                Ok(x) => return Some(x),
+                Err(e) => {
+                    tracing::warn!(error = %e, listener = what, "accept failed; backing off 100 ms");
+                    tokio::select! {
+                        _ = stop.cancelled() => return None,
+                        _ = tokio::time::sleep(std::time::Duration::from_millis(100)) => {}
+                    }
+                }
+            },
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
