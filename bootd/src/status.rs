@@ -14,13 +14,12 @@
 //! client-chosen). The page shows no secrets: event texts are redacted when
 //! recorded, and nothing else from a request is shown.
 
-use crate::body::{json_reply, Body};
+use crate::body::{json_reply, no_store_reply, Body};
 use crate::state::Snapshot;
 use crate::timeline::{summary, Event, Span, Summary, Track};
 use crate::App;
-use bytes::Bytes;
-use http::{header, HeaderValue, Response, StatusCode};
-use http_body_util::{BodyExt, Full};
+
+use http::{Response, StatusCode};
 use percent_encoding::{percent_decode_str, utf8_percent_encode, NON_ALPHANUMERIC};
 use serde_json::{json, Value};
 use std::fmt::Write;
@@ -250,19 +249,7 @@ pub fn timeline_json(app: &App, snap: &Snapshot, name: &str) -> Option<Value> {
 }
 
 fn html(status: StatusCode, body: String) -> Response<Body> {
-    let mut r = Response::new(
-        Full::new(Bytes::from(body))
-            .map_err(|never| match never {})
-            .boxed(),
-    );
-    *r.status_mut() = status;
-    r.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/html; charset=utf-8"),
-    );
-    r.headers_mut()
-        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    r
+    no_store_reply(status, "text/html; charset=utf-8", body.into_bytes())
 }
 
 /// The status routes (`path` starts with `/status`).
