@@ -3,6 +3,9 @@
 //! (`UPDATE_GOLDEN=1` rewrites them), plus properties the dumps cannot show.
 
 use super::*;
+
+#[path = "../../tests/support/golden.rs"]
+mod golden_file;
 use crate::text;
 use hickory_proto::op::{Edns, Message, MessageType, OpCode, Query};
 use hickory_proto::rr::{DNSClass, RecordType};
@@ -327,30 +330,7 @@ fn golden_answers() {
             text::message(&out)
         ));
     }
-    let path = data("tests/golden/answers.txt");
-    if std::env::var_os("UPDATE_GOLDEN").is_some() {
-        std::fs::write(&path, &got).unwrap();
-    }
-    let want = std::fs::read_to_string(&path).unwrap_or_else(|e| {
-        panic!(
-            "{}: {e} (run with UPDATE_GOLDEN=1 to create)",
-            path.display()
-        )
-    });
-    if got != want {
-        let diff: Vec<String> = got
-            .lines()
-            .zip(want.lines())
-            .filter(|(g, w)| g != w)
-            .take(10)
-            .map(|(g, w)| format!("got  {g}\nwant {w}"))
-            .collect();
-        panic!(
-            "answers differ from {}:\n{}",
-            path.display(),
-            diff.join("\n")
-        );
-    }
+    golden_file::check(&data("tests/golden/answers.txt"), &got);
 }
 
 fn decode(b: &[u8]) -> Message {

@@ -28,12 +28,9 @@ P_NSD=$((P_DNSD + 1))
 P_KNOT=$((P_DNSD + 2))
 TMP=$(mktemp -d /tmp/dnsd-e2e.XXXXXX)
 PIDS=()
+. "$REPO/tests/lib.sh"
 cleanup() {
-    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-    for p in "${PIDS[@]}"; do
-        for _ in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
-        kill -9 "$p" 2>/dev/null || true
-    done
+    stop_started
     rm -rf "$TMP"
 }
 trap cleanup EXIT

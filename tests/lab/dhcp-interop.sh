@@ -16,10 +16,9 @@ BOOTD=${1:-$REPO/target/release/bootd}
 S=dhcpi-s-$$ C=dhcpi-c-$$ R=dhcpi-r-$$
 WORK=$(mktemp -d /tmp/dhcp-interop.XXXXXX)
 PIDS=()
+. "$REPO/tests/lib.sh"
 cleanup() {
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-  for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
-  for n in "$S" "$C" "$R"; do ip netns del "$n" 2>/dev/null || true; done
+  stop_started "$S" "$C" "$R"
   rm -rf "$WORK"
 }
 trap cleanup EXIT

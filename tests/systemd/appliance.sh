@@ -7,16 +7,14 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 BINDIR=$(realpath "${1:-target/release}")
 ns=appl-$$ state=$(mktemp -d)
-ip netns add "$ns"
-pid=
-cleanup() { [ -n "$pid" ] && kill "$pid" 2>/dev/null; wait 2>/dev/null; ip netns del "$ns"; rm -rf "$state"; }
+PIDS=()
+. tests/lib.sh
+cleanup() { stop_started "$ns"; rm -rf "$state"; }
 trap cleanup EXIT
-ip -n "$ns" link set lo up
-ip -n "$ns" link add br0 type bridge
-ip -n "$ns" addr add 10.77.0.1/24 dev br0
-ip -n "$ns" link set br0 up
+lab_netns "$ns"
 ip netns exec "$ns" "$BINDIR/appliance" --site examples/lab/site.yaml --state-dir "$state" >"$state/log" 2>&1 &
 pid=$!
+PIDS+=("$pid")
 fail=0
 check() { # what, command...
     local what=$1; shift

@@ -6,18 +6,16 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 BINDIR=$(realpath "${1:-target/release}")
 SITE=$PWD/examples/lab/site.yaml
+PIDS=()
+. tests/lib.sh
 fail=0
 run() { # name tcp-ports... -- args
     local name=$1; shift
     local ns=sdn-$name-$$ state
     state=$(mktemp -d)
-    ip netns add "$ns"
-    ip -n "$ns" link set lo up
-    ip -n "$ns" link add br0 type bridge
-    ip -n "$ns" addr add 10.77.0.1/24 dev br0
-    ip -n "$ns" link set br0 up
+    lab_netns "$ns"
     if ! ip netns exec "$ns" python3 tests/systemd/notify.py "$@"; then fail=1; fi
-    ip netns del "$ns"
+    stop_started "$ns"
     rm -rf "$state"
 }
 run bootd --tcp 8080 --tcp 8443 -- "$BINDIR/bootd" --site "$SITE" --state-dir "$(mktemp -d)" run

@@ -2,6 +2,9 @@
 //! pinned in `bootd/tests/golden/`. `UPDATE_GOLDEN=1 cargo test` rewrites
 //! them; review the diff. Every Ignition also passes `ignition-validate`.
 
+#[path = "../../../tests/support/golden.rs"]
+mod golden_file;
+
 use bootd::render::{self, NodeUrls};
 use std::path::{Path, PathBuf};
 
@@ -14,22 +17,7 @@ fn golden_dir() -> PathBuf {
 }
 
 fn check(name: &str, got: &str) {
-    let path = golden_dir().join(name);
-    if std::env::var_os("UPDATE_GOLDEN").is_some() {
-        std::fs::write(&path, got).unwrap();
-        return;
-    }
-    let want = std::fs::read_to_string(&path).unwrap_or_else(|e| {
-        panic!(
-            "{}: {e} (run with UPDATE_GOLDEN=1 to create)",
-            path.display()
-        )
-    });
-    assert!(
-        want == got,
-        "{name} differs from its golden file {}:\n--- want\n{want}\n--- got\n{got}",
-        path.display()
-    );
+    golden_file::check(&golden_dir().join(name), got);
 }
 
 /// `ignition-validate` from Debian's `ignition` package, on a rendered config.

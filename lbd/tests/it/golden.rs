@@ -1,6 +1,9 @@
 //! What lbd derives from the example configurations, pinned in
 //! `lbd/tests/golden/`. `UPDATE_GOLDEN=1 cargo test -p lbd` rewrites them.
 
+#[path = "../../../tests/support/golden.rs"]
+mod golden_file;
+
 use std::path::{Path, PathBuf};
 
 fn repo() -> PathBuf {
@@ -11,21 +14,7 @@ fn golden(name: &str, got: &str) {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/golden")
         .join(name);
-    if std::env::var_os("UPDATE_GOLDEN").is_some() {
-        std::fs::write(&path, got).unwrap();
-    }
-    let want = std::fs::read_to_string(&path).unwrap_or_else(|e| {
-        panic!(
-            "{}: {e} (run with UPDATE_GOLDEN=1 to create)",
-            path.display()
-        )
-    });
-    assert_eq!(
-        got,
-        want,
-        "{} differs (UPDATE_GOLDEN=1 to accept)",
-        path.display()
-    );
+    golden_file::check(&path, got);
 }
 
 #[test]

@@ -1,0 +1,553 @@
+//! `answer` without sockets: every DHCP behaviour, with golden dumps of
+//! the replies in `bootd/tests/golden/dhcp-*.txt`.
+
+#[path = "../../../tests/support/golden.rs"]
+mod golden_file;
+
+use super::*;
+use dhcproto::v4::{Architecture, Flags};
+use std::fmt::Write;
+use std::net::SocketAddrV4;
+
+fn lab() -> Site {
+    site::load(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/lab/site.yaml"))
+        .unwrap()
+}
+
+fn req(mac: &str, t: MessageType) -> Message {
+    let mac: Mac = mac.parse().unwrap();
+    let mut m = Message::default();
+    m.set_opcode(Opcode::BootRequest)
+        .set_htype(HType::Eth)
+        .set_xid(0x1234)
+        .set_chaddr(&mac.0);
+    m.opts_mut().insert(DhcpOption::MessageType(t));
+    m
+}
+
+fn rx() -> Rx {
+    Rx {
+        src: SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 68),
+        local_port: 67,
+    }
+}
+
+fn pxe(m: &mut Message, arch: u16) {
+    m.opts_mut()
+        .insert(DhcpOption::ClientSystemArchitecture(Architecture::from(
+            arch,
+        )));
+    m.opts_mut().insert(DhcpOption::ClassIdentifier(
+        format!("PXEClient:Arch:{arch:05}:UNDI:003016").into_bytes(),
+    ));
+}
+
+/// A stable text dump of a reply: fixed fields, then options by code.
+fn dump(o: &Outcome) -> String {
+    let mut s = format!("kind: {}\nreason: {}\n", o.kind, o.reason);
+    if let Some((m, dest)) = &o.reply {
+        let _ = writeln!(
+            s,
+            "dest: {dest:?}\nyiaddr: {}\nsiaddr: {}\nciaddr: {}\ngiaddr: {}",
+            m.yiaddr(),
+            m.siaddr(),
+            m.ciaddr(),
+            m.giaddr()
+        );
+        let _ = writeln!(
+            s,
+            "file: {:?}",
+            m.fname_str().and_then(|r| r.ok()).unwrap_or("")
+        );
+        let mut opts: Vec<_> = m
+            .opts()
+            .iter()
+            .map(|(c, o)| (u8::from(*c), format!("{o:?}")))
+            .collect();
+        opts.sort();
+        for (c, o) in opts {
+            let _ = writeln!(s, "option {c:3}: {o}");
+        }
+    }
+    if let Some(l) = &o.commit {
+        let _ = writeln!(s, "commit: {} {} {:?}", l.mac, l.ip, l.state);
+    }
+    s
+}
+
+fn golden(name: &str, got: &str) {
+    let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/golden")
+        .join(format!("dhcp-{name}.txt"));
+    golden_file::check(&p, got);
+}
+
+#[test]
+fn ipxe_gets_the_http_script_and_no_binary() {
+    let site = lab();
+    let mut m = req("52:54:00:77:00:10", MessageType::Discover);
+    pxe(&mut m, 0);
+    m.opts_mut().insert(DhcpOption::UserClass(b"iPXE".to_vec()));
+    m.opts_mut().insert(DhcpOption::Unknown(UnknownOption::new(
+        OptionCode::Unknown(175),
+        vec![19, 1, 1],
+    )));
+    let o = answer(&site, &mut Table::default(), &m, rx(), 1000);
+    golden("ipxe-offer", &dump(&o));
+    let (r, dest) = o.reply.unwrap();
+    assert_eq!(r.yiaddr(), Ipv4Addr::new(10, 77, 0, 10));
+    assert_eq!(
+        r.fname_str().unwrap().unwrap(),
+        "http://10.77.0.1:8080/boot.ipxe"
+    );
+    assert_eq!(
+        dest,
+        Dest::Hardware {
+            ip: r.yiaddr(),
+            mac: "52:54:00:77:00:10".parse().unwrap()
+        }
+    );
+}
+
+#[test]
+fn firmware_families() {
+    let site = lab();
+    // (golden name, MAC, client arch, vendor class, expected boot file)
+    type Case<'a> = (&'a str, &'a str, Option<u16>, Option<&'a str>, &'a str);
+    let cases: [Case; 6] = [
+        ("bios", "52:54:00:77:00:11", Some(0), None, "undionly.kpxe"),
+        ("uefi-x64", "52:54:00:77:00:12", Some(7), None, "ipxe.efi"),
+        (
+            "uefi-arm64",
+            "52:54:00:77:00:13",
+            Some(11),
+            None,
+            "ipxe-arm64.efi",
+        ),
+        (
+            "uefi-http",
+            "52:54:00:77:00:20",
+            Some(16),
+            Some("HTTPClient:Arch:00016:UNDI:003001"),
+            "http://10.77.0.1:8080/boot/ipxe.efi",
+        ),
+        ("slof", "52:54:00:77:00:30", None, None, "core.elf"),
+        (
+            "udhcpc",
+            "52:54:00:77:00:21",
+            None,
+            Some("udhcp 1.35.0"),
+            "",
+        ),
+    ];
+    for (name, mac, arch, vendor, file) in cases {
+        let mut m = req(mac, MessageType::Discover);
+        m.set_flags(Flags::default().set_broadcast());
+        if let Some(a) = arch {
+            pxe(&mut m, a);
+        }
+        if let Some(v) = vendor {
+            m.opts_mut()
+                .insert(DhcpOption::ClassIdentifier(v.as_bytes().to_vec()));
+        }
+        let o = answer(&site, &mut Table::default(), &m, rx(), 1000);
+        golden(name, &dump(&o));
+        let (r, dest) = o.reply.expect(name);
+        assert_eq!(dest, Dest::Broadcast, "{name}");
+        assert_eq!(
+            r.fname_str().and_then(|x| x.ok()).unwrap_or(""),
+            file,
+            "{name}"
+        );
+        if name == "uefi-http" {
+            assert_eq!(
+                r.opts().get(OptionCode::ClassIdentifier),
+                Some(&DhcpOption::ClassIdentifier(b"HTTPClient".to_vec()))
+            );
+        }
+        if file.ends_with(".kpxe")
+            || file.ends_with(".efi") && !file.starts_with("http")
+            || file == "core.elf"
+        {
+            assert_eq!(
+                r.siaddr(),
+                Ipv4Addr::new(10, 77, 0, 1),
+                "{name}: next-server"
+            );
+        }
+    }
+}
+
+#[test]
+fn request_ack_nak_and_other_server() {
+    let site = lab();
+    let mut m = req("52:54:00:77:00:11", MessageType::Request);
+    m.opts_mut()
+        .insert(DhcpOption::RequestedIpAddress(Ipv4Addr::new(10, 77, 0, 11)));
+    m.opts_mut()
+        .insert(DhcpOption::ServerIdentifier(Ipv4Addr::new(10, 77, 0, 1)));
+    m.opts_mut()
+        .insert(DhcpOption::Hostname("evil\n\u{1b}[31mname".into()));
+    let o = answer(&site, &mut Table::default(), &m, rx(), 1000);
+    golden("ack", &dump(&o));
+    assert_eq!(o.kind, "ack");
+    let l = o.commit.unwrap();
+    assert_eq!(
+        (l.ip, l.expires, l.hostname.as_deref()),
+        (
+            Ipv4Addr::new(10, 77, 0, 11),
+            1000 + 3600,
+            Some("evil\n\u{1b}[31mname")
+        )
+    );
+
+    let mut wrong = req("52:54:00:77:00:11", MessageType::Request);
+    wrong
+        .opts_mut()
+        .insert(DhcpOption::RequestedIpAddress(Ipv4Addr::new(10, 77, 0, 99)));
+    let o = answer(&site, &mut Table::default(), &wrong, rx(), 1000);
+    golden("nak", &dump(&o));
+    assert_eq!(o.kind, "nak");
+    assert_eq!(o.reply.unwrap().1, Dest::Broadcast);
+
+    let mut other = req("52:54:00:77:00:11", MessageType::Request);
+    other
+        .opts_mut()
+        .insert(DhcpOption::ServerIdentifier(Ipv4Addr::new(10, 77, 0, 2)));
+    other
+        .opts_mut()
+        .insert(DhcpOption::RequestedIpAddress(Ipv4Addr::new(10, 77, 0, 11)));
+    assert!(answer(&site, &mut Table::default(), &other, rx(), 1000)
+        .reply
+        .is_none());
+}
+
+#[test]
+fn unknown_mac_without_pool_gets_nothing() {
+    let o = answer(
+        &lab(),
+        &mut Table::default(),
+        &req("52:54:00:de:ad:00", MessageType::Discover),
+        rx(),
+        1000,
+    );
+    assert!(o.reply.is_none());
+    assert!(o.reason.contains("no dynamic pool"), "{}", o.reason);
+}
+
+#[test]
+fn relays_and_forged_giaddr() {
+    let site = lab();
+    let mut m = req("52:54:00:77:00:12", MessageType::Discover);
+    m.set_giaddr(Ipv4Addr::new(10, 77, 0, 254));
+    let o = answer(&site, &mut Table::default(), &m, rx(), 1000);
+    assert_eq!(
+        o.reply.unwrap().1,
+        Dest::Relay(Ipv4Addr::new(10, 77, 0, 254))
+    );
+    let mut forged = req("52:54:00:77:00:12", MessageType::Discover);
+    forged.set_giaddr(Ipv4Addr::new(192, 0, 2, 1));
+    let o = answer(&site, &mut Table::default(), &forged, rx(), 1000);
+    assert!(o.reply.is_none());
+    assert!(o.reason.contains("in no site network"), "{}", o.reason);
+}
+
+#[test]
+fn inform_release_decline() {
+    let site = lab();
+    let mut m = req("52:54:00:77:00:20", MessageType::Inform);
+    m.set_ciaddr(Ipv4Addr::new(10, 77, 0, 20));
+    let o = answer(&site, &mut Table::default(), &m, rx(), 1000);
+    let (r, dest) = o.reply.unwrap();
+    assert_eq!(dest, Dest::Unicast(Ipv4Addr::new(10, 77, 0, 20)));
+    assert!(r.yiaddr().is_unspecified());
+    assert!(r.opts().get(OptionCode::AddressLeaseTime).is_none());
+
+    let mut t = Table::default();
+    t.apply(Lease {
+        mac: "52:54:00:77:00:20".into(),
+        ip: Ipv4Addr::new(10, 77, 0, 20),
+        expires: 5000,
+        hostname: None,
+        state: LeaseState::Active,
+    });
+    let mut rel = req("52:54:00:77:00:20", MessageType::Release);
+    rel.set_ciaddr(Ipv4Addr::new(10, 77, 0, 20));
+    let o = answer(&site, &mut t, &rel, rx(), 1000);
+    assert!(o.reply.is_none());
+    assert_eq!(o.commit.unwrap().state, LeaseState::Released);
+
+    let mut dec = req("52:54:00:77:00:20", MessageType::Decline);
+    dec.opts_mut()
+        .insert(DhcpOption::RequestedIpAddress(Ipv4Addr::new(10, 77, 0, 20)));
+    let o = answer(&site, &mut t, &dec, rx(), 1000);
+    assert_eq!(o.commit.unwrap().state, LeaseState::Declined);
+}
+
+#[test]
+fn dynamic_pool_allocates_and_skips_reservations() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/lab/site.yaml"),
+    )
+    .unwrap()
+    .replace(
+        "dnsServers: [10.77.0.1]",
+        "dnsServers: [10.77.0.1]\n    pool: { start: 10.77.0.10, end: 10.77.0.12 }",
+    )
+    .replace(
+        "dir: ignition",
+        &format!(
+            "dir: {}/ignition",
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../examples/lab")
+                .display()
+        ),
+    );
+    std::fs::write(dir.path().join("site.yaml"), text).unwrap();
+    let site = site::load(&dir.path().join("site.yaml")).unwrap();
+    let mut t = Table::default();
+    // .10 and .11 are reserved by nodes: skipped; .12 too; so .13 is... also a node: exhausted.
+    let o = answer(
+        &site,
+        &mut t,
+        &req("52:54:00:de:ad:01", MessageType::Discover),
+        rx(),
+        1000,
+    );
+    assert!(
+        o.reply.is_none() && o.reason.contains("exhausted"),
+        "{}",
+        o.reason
+    );
+    // A pool beside the reservations.
+    let site2 = {
+        let text = std::fs::read_to_string(dir.path().join("site.yaml"))
+            .unwrap()
+            .replace(
+                "start: 10.77.0.10, end: 10.77.0.12",
+                "start: 10.77.0.100, end: 10.77.0.101",
+            );
+        std::fs::write(dir.path().join("site.yaml"), text).unwrap();
+        site::load(&dir.path().join("site.yaml")).unwrap()
+    };
+    for (mac, want) in [
+        ("52:54:00:de:ad:01", Some("10.77.0.100")),
+        ("52:54:00:de:ad:02", Some("10.77.0.101")),
+        ("52:54:00:de:ad:03", None),
+    ] {
+        let mut r = req(mac, MessageType::Request);
+        r.opts_mut()
+            .insert(DhcpOption::RequestedIpAddress(Ipv4Addr::new(
+                10, 77, 0, 100,
+            )));
+        let d = answer(&site2, &mut t, &req(mac, MessageType::Discover), rx(), 1000);
+        match want {
+            Some(ip) => {
+                let ip: Ipv4Addr = ip.parse().unwrap();
+                assert_eq!(d.reply.as_ref().unwrap().0.yiaddr(), ip);
+                let mut r = req(mac, MessageType::Request);
+                r.opts_mut().insert(DhcpOption::RequestedIpAddress(ip));
+                let a = answer(&site2, &mut t, &r, rx(), 1000);
+                t.apply(a.commit.unwrap());
+            }
+            None => assert!(d.reply.is_none(), "{mac} should find the pool exhausted"),
+        }
+    }
+    // After the leases expire the addresses are reusable.
+    let d = answer(
+        &site2,
+        &mut t,
+        &req("52:54:00:de:ad:03", MessageType::Discover),
+        rx(),
+        1000 + 3601,
+    );
+    assert_eq!(d.reply.unwrap().0.yiaddr(), Ipv4Addr::new(10, 77, 0, 100));
+}
+
+/// A site with a dynamic pool of `start..=end` on the lab network.
+fn pool_site(dir: &std::path::Path, start: &str, end: &str) -> Site {
+    let lab = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/lab");
+    let text = std::fs::read_to_string(lab.join("site.yaml"))
+        .unwrap()
+        .replace(
+            "dnsServers: [10.77.0.1]",
+            &format!("dnsServers: [10.77.0.1]\n    pool: {{ start: {start}, end: {end} }}"),
+        )
+        .replace("dir: ignition", &format!("dir: {}/ignition", lab.display()));
+    std::fs::write(dir.join("site.yaml"), text).unwrap();
+    site::load(&dir.join("site.yaml")).unwrap()
+}
+
+#[test]
+fn concurrent_discovers_get_distinct_offers_and_requests_are_granted() {
+    let dir = tempfile::tempdir().unwrap();
+    let site = pool_site(dir.path(), "10.77.0.100", "10.77.0.199");
+    let mut t = Table::default();
+    // 50 clients DISCOVER before any REQUESTs (a rack powering on).
+    let macs: Vec<String> = (0..50).map(|i| format!("52:54:00:aa:00:{i:02x}")).collect();
+    let offers: Vec<Ipv4Addr> = macs
+        .iter()
+        .map(|m| {
+            answer(&site, &mut t, &req(m, MessageType::Discover), rx(), 1000)
+                .reply
+                .unwrap()
+                .0
+                .yiaddr()
+        })
+        .collect();
+    let distinct: std::collections::HashSet<_> = offers.iter().collect();
+    assert_eq!(distinct.len(), 50, "offers: {offers:?}");
+    // Their REQUESTs arrive in reverse order; every one is ACKed with its offer.
+    for (m, ip) in macs.iter().zip(&offers).rev() {
+        let mut r = req(m, MessageType::Request);
+        r.opts_mut().insert(DhcpOption::RequestedIpAddress(*ip));
+        let a = answer(&site, &mut t, &r, rx(), 1000);
+        assert_eq!(a.kind, "ack", "{m}: {}", a.reason);
+        t.apply(a.commit.unwrap());
+    }
+    // A client asking for an address another holds is NAKed.
+    let mut r = req("52:54:00:aa:01:00", MessageType::Request);
+    r.opts_mut()
+        .insert(DhcpOption::RequestedIpAddress(offers[0]));
+    assert_eq!(answer(&site, &mut t, &r, rx(), 1000).kind, "nak");
+    // Asking for a free one (INIT-REBOOT after our restart lost nothing) is granted.
+    let mut r = req("52:54:00:aa:01:00", MessageType::Request);
+    r.opts_mut()
+        .insert(DhcpOption::RequestedIpAddress(Ipv4Addr::new(
+            10, 77, 0, 199,
+        )));
+    assert_eq!(answer(&site, &mut t, &r, rx(), 1000).kind, "ack");
+}
+
+#[test]
+fn exhausted_pool_and_an_expired_lease_whose_address_moved() {
+    let dir = tempfile::tempdir().unwrap();
+    let site = pool_site(dir.path(), "10.77.0.200", "10.77.0.201");
+    let mut t = Table::default();
+    for (m, want) in [
+        ("52:54:00:aa:00:01", "10.77.0.200"),
+        ("52:54:00:aa:00:02", "10.77.0.201"),
+    ] {
+        let mut r = req(m, MessageType::Request);
+        r.opts_mut()
+            .insert(DhcpOption::RequestedIpAddress(want.parse().unwrap()));
+        let a = answer(&site, &mut t, &r, rx(), 1000);
+        t.apply(a.commit.unwrap());
+    }
+    let o = answer(
+        &site,
+        &mut t,
+        &req("52:54:00:aa:00:03", MessageType::Discover),
+        rx(),
+        1000,
+    );
+    assert!(
+        o.reply.is_none() && o.reason.contains("exhausted"),
+        "{}",
+        o.reason
+    );
+    // Again in the same second: the same answer (without a walk).
+    assert!(answer(
+        &site,
+        &mut t,
+        &req("52:54:00:aa:00:03", MessageType::Discover),
+        rx(),
+        1000
+    )
+    .reply
+    .is_none());
+    // A release frees an address at once.
+    let mut rel = req("52:54:00:aa:00:02", MessageType::Release);
+    rel.set_ciaddr(Ipv4Addr::new(10, 77, 0, 201));
+    let l = answer(&site, &mut t, &rel, rx(), 1000).commit.unwrap();
+    t.apply(l);
+    let o = answer(
+        &site,
+        &mut t,
+        &req("52:54:00:aa:00:03", MessageType::Discover),
+        rx(),
+        1000,
+    );
+    assert_eq!(o.reply.unwrap().0.yiaddr(), Ipv4Addr::new(10, 77, 0, 201));
+    // After 00:01's lease expires, 00:04 takes its address; 00:01 coming
+    // back must not be offered the address it no longer holds.
+    let later = 1000 + 3601;
+    let mut r = req("52:54:00:aa:00:04", MessageType::Request);
+    r.opts_mut()
+        .insert(DhcpOption::RequestedIpAddress(Ipv4Addr::new(
+            10, 77, 0, 200,
+        )));
+    let a = answer(&site, &mut t, &r, rx(), later);
+    assert_eq!(a.kind, "ack", "{}", a.reason);
+    t.apply(a.commit.unwrap());
+    let o = answer(
+        &site,
+        &mut t,
+        &req("52:54:00:aa:00:01", MessageType::Discover),
+        rx(),
+        later,
+    );
+    assert_ne!(
+        o.reply.map(|r| r.0.yiaddr()),
+        Some(Ipv4Addr::new(10, 77, 0, 200))
+    );
+}
+
+#[test]
+fn proxy_dhcp_gives_boot_information_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let lab = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/lab");
+    let text = std::fs::read_to_string(lab.join("site.yaml"))
+        .unwrap()
+        .replace(
+            "    serverAddress: 10.77.0.1\n",
+            "    serverAddress: 10.77.0.1\n    mode: proxy\n",
+        )
+        .replace("dir: ignition", &format!("dir: {}/ignition", lab.display()));
+    std::fs::write(dir.path().join("site.yaml"), text).unwrap();
+    let site = site::load(&dir.path().join("site.yaml")).unwrap();
+    // A BIOS PXE client's DISCOVER on 67: an OFFER with no address.
+    let mut m = req("52:54:00:77:00:11", MessageType::Discover);
+    pxe(&mut m, 0);
+    let o = answer(&site, &mut Table::default(), &m, rx(), 1000);
+    golden("proxy-offer", &dump(&o));
+    let (r, _) = o.reply.unwrap();
+    assert!(
+        r.yiaddr().is_unspecified(),
+        "proxyDHCP never hands out an address"
+    );
+    assert_eq!(r.fname_str().unwrap().unwrap(), "undionly.kpxe");
+    assert_eq!(
+        r.opts().get(OptionCode::ClassIdentifier),
+        Some(&DhcpOption::ClassIdentifier(b"PXEClient".to_vec()))
+    );
+    assert!(o.commit.is_none());
+    // Its REQUEST to port 4011: an ACK back to where it came from.
+    let mut q = req("52:54:00:77:00:11", MessageType::Request);
+    pxe(&mut q, 0);
+    q.set_ciaddr(Ipv4Addr::new(10, 77, 0, 11));
+    let src = SocketAddrV4::new(Ipv4Addr::new(10, 77, 0, 11), 68);
+    let o = answer(
+        &site,
+        &mut Table::default(),
+        &q,
+        Rx {
+            src,
+            local_port: 4011,
+        },
+        1000,
+    );
+    let (r, dest) = o.reply.unwrap();
+    assert_eq!(
+        (r.opts().msg_type(), dest),
+        (Some(MessageType::Ack), Dest::Source)
+    );
+    // A client with nothing to boot gets no proxy answer at all.
+    let mut u = req("52:54:00:77:00:21", MessageType::Discover);
+    u.opts_mut()
+        .insert(DhcpOption::ClassIdentifier(b"udhcp 1.35.0".to_vec()));
+    assert!(answer(&site, &mut Table::default(), &u, rx(), 1000)
+        .reply
+        .is_none());
+}
