@@ -27,6 +27,7 @@ pub use crate::body::Body;
 
 mod images;
 pub(crate) use images::image_whole;
+pub use images::whole_image_rel;
 use images::{image, image_phase};
 
 /// The body of every refusal and every miss: nothing to tell them apart.

@@ -144,7 +144,7 @@ pub(super) fn image_on_bytes(
 /// request path: one of unreserved and sub-delimiter characters only (no
 /// query, no percent-encoding), which the general path would read as the
 /// same file.
-pub(super) fn whole_image_rel(path: &str) -> Option<&str> {
+pub fn whole_image_rel(path: &str) -> Option<&str> {
     let rel = path.strip_prefix("/images/")?;
     let plain = |c: u8| c.is_ascii_alphanumeric() || b"-._~/!$&'()*+,;=:@".contains(&c);
     (!rel.is_empty() && rel.bytes().all(plain)).then_some(rel)
