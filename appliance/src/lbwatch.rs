@@ -76,6 +76,28 @@ pub fn events_from_status(status: &Status, seen: &mut HashSet<(Phase, IpAddr, i6
     out
 }
 
+/// lbd took the bootstrap node out of its pools (its `autoCompleteAfter`,
+/// its CLI or its admin API): one event per bootstrap node of the site,
+/// which the controller takes as bootstrap complete.
+pub fn bootstrap_events(status: &Status, site: &site::Site) -> Vec<Raw> {
+    use lbd::state::BootstrapPhase::{Draining, Removed};
+    if !matches!(status.bootstrap, Draining | Removed) {
+        return Vec::new();
+    }
+    site.nodes
+        .iter()
+        .filter(|n| n.is_bootstrap())
+        .map(|n| {
+            Raw::new(
+                Subject::node(&n.name),
+                Phase::Api,
+                bootd::timeline::BOOTSTRAP_REMOVED,
+                "lbd took the bootstrap node out of api and machine-config",
+            )
+        })
+        .collect()
+}
+
 async fn fetch(addr: SocketAddr) -> Result<Status, String> {
     let stream = tokio::time::timeout(Duration::from_secs(2), tokio::net::TcpStream::connect(addr))
         .await
@@ -115,6 +137,7 @@ async fn fetch(addr: SocketAddr) -> Result<Status, String> {
 /// the site has no `lb.adminListen`.
 pub async fn watch(app: Arc<App>, source: LbSource, every: Duration, shutdown: CancellationToken) {
     let mut seen = HashSet::new();
+    let mut bootstrap_told = false;
     let mut last_error = String::new();
     loop {
         let status = match &source {
@@ -139,6 +162,14 @@ pub async fn watch(app: Arc<App>, source: LbSource, every: Duration, shutdown: C
                 }
                 for raw in events_from_status(&s, &mut seen) {
                     app.timeline.record(raw);
+                }
+                if !bootstrap_told {
+                    let site = Arc::clone(&app.live.load().site);
+                    let raws = bootstrap_events(&s, &site);
+                    bootstrap_told = !raws.is_empty();
+                    for raw in raws {
+                        app.timeline.record(raw);
+                    }
                 }
                 last_error.clear();
             }

@@ -314,20 +314,21 @@ fn json_response(status: StatusCode, v: &serde_json::Value) -> Response<Body> {
     no_store(full(status, "application/json", body))
 }
 
-/// The pointer Ignition config for `node` (HTTPS with the site CA when
-/// bootd serves HTTPS), with a fresh token: what provider userdata carries.
-pub fn pointer_for(app: &App, snap: &Snapshot, node: &Node) -> serde_json::Value {
-    let tok = node_token(app, snap, node);
+/// The pointer Ignition config for the node called `name` (HTTPS with the
+/// site CA when bootd serves HTTPS), with a fresh token: what provider
+/// userdata carries. The node need not be served yet (a node waiting for
+/// its provider's address).
+pub fn pointer_for(app: &App, snap: &Snapshot, name: &str) -> serde_json::Value {
+    let tok = app
+        .key
+        .issue(name, SystemTime::now(), snap.site.ignition.token_ttl);
     match (&snap.site.host.https, &app.tls) {
         (Some(https), Some(tls)) => render::ignition::pointer(
-            &format!("{}/ignition/{}?token={tok}", https.url, node.name),
+            &format!("{}/ignition/{}?token={tok}", https.url, name),
             Some(&tls.ca_pem),
         ),
         _ => render::ignition::pointer(
-            &format!(
-                "{}/ignition/{}?token={tok}",
-                snap.site.host.http.url, node.name
-            ),
+            &format!("{}/ignition/{}?token={tok}", snap.site.host.http.url, name),
             None,
         ),
     }
@@ -370,7 +371,7 @@ fn ignition(
     let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
     if pointer {
         // The pointer is a config too: an older client gets it relabelled.
-        return match render::ignition::negotiate(pointer_for(app, snap, node), accept) {
+        return match render::ignition::negotiate(pointer_for(app, snap, &node.name), accept) {
             Ok(cfg) => {
                 let v = cfg["ignition"]["version"].as_str().unwrap_or("?");
                 info!(node = %node.name, %source, via = ?granted, version = %v, "Ignition pointer config served");
@@ -466,7 +467,7 @@ fn metadata(
     }
     info!(node = %node.name, %source, "{what} served");
     if userdata {
-        json_response(StatusCode::OK, &pointer_for(app, snap, node))
+        json_response(StatusCode::OK, &pointer_for(app, snap, &node.name))
     } else {
         json_response(
             StatusCode::OK,

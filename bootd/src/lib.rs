@@ -649,7 +649,7 @@ async fn apply_published(app: &App, p: runtime::Published, check: Option<ImageCh
 }
 
 /// Re-reads the revoked-node list; an unreadable one keeps the previous.
-fn reload_revoked(app: &App) {
+pub fn reload_revoked(app: &App) {
     match state::load_revoked(&app.state_dir) {
         Ok(revoked) => {
             app.live.rcu(|cur| Snapshot {

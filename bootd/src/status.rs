@@ -94,7 +94,7 @@ pub fn render_index(cluster: &str, rows: &[Summary], now_us: i64, dropped: u64) 
     let _ = writeln!(b, "<h1>bootd: {}</h1>", esc(cluster));
     let _ = writeln!(
         b,
-        "<table id=\"nodes\">\n<tr><th>Node</th><th>MAC</th><th>IP</th><th>Phase</th><th>Time in phase</th><th>Last event</th><th>Last error</th></tr>"
+        "<table id=\"nodes\">\n<tr><th>Node</th><th>Boot</th><th>MAC</th><th>IP</th><th>Phase</th><th>Time in phase</th><th>Last event</th><th>Last error</th></tr>"
     );
     for s in rows {
         let class = if s.last_error.is_some() {
@@ -119,10 +119,11 @@ pub fn render_index(cluster: &str, rows: &[Summary], now_us: i64, dropped: u64) 
             .unwrap_or_default();
         let _ = writeln!(
             b,
-            "<tr{class} data-node=\"{n}\" data-phase=\"{phase}\"><td><a href=\"{href}\">{n}</a>{unk}</td><td>{mac}</td><td>{ip}</td><td>{phase}</td><td class=\"num\">{since}</td><td>{last}</td><td>{err}</td></tr>",
+            "<tr{class} data-node=\"{n}\" data-phase=\"{phase}\"><td><a href=\"{href}\">{n}</a>{unk}</td><td>{boot}</td><td>{mac}</td><td>{ip}</td><td>{phase}</td><td class=\"num\">{since}</td><td>{last}</td><td>{err}</td></tr>",
             n = esc(&s.node),
             href = esc(&link(&s.node)),
             unk = if s.site_node { "" } else { " <span class=\"muted\">(not in the site)</span>" },
+            boot = s.boot,
             mac = esc(s.mac.as_deref().unwrap_or("")),
             ip = s.ip.map(|i| i.to_string()).unwrap_or_default(),
         );

@@ -39,6 +39,9 @@ pub use recorder::{writer, Recorder, CAPACITY, FEED_CAPACITY};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Phase {
+    /// The node's machine as its provider reports it (made, active, its
+    /// addresses and MACs recorded): written by the controller.
+    Machine,
     /// DHCP DISCOVER/OFFER/REQUEST/ACK, with the boot decision.
     Dhcp,
     /// The firmware fetching its boot file (iPXE, GRUB) over TFTP.
@@ -57,7 +60,8 @@ pub enum Phase {
 }
 
 impl Phase {
-    pub const ALL: [Phase; 9] = [
+    pub const ALL: [Phase; 10] = [
+        Phase::Machine,
         Phase::Dhcp,
         Phase::Tftp,
         Phase::Script,
@@ -70,6 +74,7 @@ impl Phase {
     ];
     pub fn as_str(self) -> &'static str {
         match self {
+            Phase::Machine => "machine",
             Phase::Dhcp => "dhcp",
             Phase::Tftp => "tftp",
             Phase::Script => "script",
@@ -589,6 +594,10 @@ pub struct Summary {
     /// First event's start to last event, microseconds.
     #[serde(rename = "totalUs")]
     pub total_us: i64,
+    /// How the node's machine starts its OS: `network` (through this host:
+    /// the default) or `image` (a provider's image with the pointer config
+    /// as user data), as whoever made the machine said ([`Recorder::set_boot`]).
+    pub boot: &'static str,
 }
 
 pub fn summary(t: &Track) -> Summary {
@@ -612,8 +621,17 @@ pub fn summary(t: &Track) -> Summary {
         in_order,
         phases: sp,
         total_us,
+        boot: BOOT_NETWORK,
     }
 }
+
+/// The `what` of the event lbd's watcher records when lbd takes the
+/// bootstrap node out of its pools.
+pub const BOOTSTRAP_REMOVED: &str = "bootstrap_removed";
+
+/// [`Summary::boot`] values.
+pub const BOOT_NETWORK: &str = "network";
+pub const BOOT_IMAGE: &str = "image";
 
 #[cfg(test)]
 mod tests {

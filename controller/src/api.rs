@@ -117,7 +117,7 @@ pub(super) async fn route(
         }
         (&Method::GET, ["v1", "cluster"]) => ("cluster", cluster(ctl, caller)),
         (&Method::POST, ["v1", "cluster", "bootstrap-complete"]) => {
-            ("cluster", bootstrap_complete(ctl, caller))
+            ("cluster", bootstrap_complete(ctl, caller).await)
         }
         (
             _,
@@ -146,7 +146,11 @@ pub(super) fn node_view(
     if row.is_none() && site_node.is_none() {
         return Ok(None);
     }
-    let conds = reconcile::conditions_view(row.as_ref(), stored);
+    let kind = row
+        .as_ref()
+        .map(|r| providers::BootKind::of_provider(&r.provider))
+        .unwrap_or(providers::BootKind::Network);
+    let conds = reconcile::conditions_view(row.as_ref(), stored, kind);
     let ready = conds
         .iter()
         .any(|c| c.kind == "Ready" && c.status == "True");
@@ -168,8 +172,14 @@ pub(super) fn node_view(
     let machine = ctl.store.resource(name)?.map(|m| {
         json!({ "provider": m.provider, "id": m.external_id, "state": m.state, "addresses": m.addresses, "updatedAt": rfc3339(m.updated_at) })
     });
+    let facts = ctl
+        .store
+        .all_facts()?
+        .remove(name)
+        .and_then(|v| facts::Facts::from_json(&v));
     let spec = match (&row, site_node) {
-        (Some(r), _) => r.spec.clone(),
+        // As served: with the provider's address and MACs where it gave them.
+        (Some(r), _) => facts::effective(&r.spec, facts.as_ref()).unwrap_or_else(|| r.spec.clone()),
         (None, Some(n)) => json!({
             "name": n.name, "role": n.role, "macs": n.macs.iter().map(|m| m.to_string()).collect::<Vec<_>>(),
             "ip": n.ip.to_string(), "arch": n.arch.as_str(), "image": n.image,
@@ -181,10 +191,12 @@ pub(super) fn node_view(
         "origin": if row.is_some() { "api" } else { "site" },
         "spec": spec,
         "provider": row.as_ref().map(|r| r.provider.clone()).unwrap_or(Value::Null),
+        "bootKind": kind.as_str(),
         "phase": phase,
         "message": message,
         "createdAt": row.as_ref().map(|r| json!(rfc3339(r.created_at))).unwrap_or(Value::Null),
         "machine": machine,
+        "facts": facts,
         "conditions": conds.iter().map(|c| json!({
             "type": c.kind, "status": c.status, "reason": c.reason, "message": c.message, "lastTransitionTime": rfc3339(c.at),
         })).collect::<Vec<_>>(),
@@ -344,35 +356,40 @@ pub(super) async fn create_node(
         updated_at: now,
     };
     rows.push(row.clone());
-    // Validate exactly as every daemon will load it, before anything is stored.
-    let text = Controller::overlay_text(&rows);
+    let facts = match ctl.store.all_facts() {
+        Ok(f) => f,
+        Err(e) => return internal(e),
+    };
+    // Validate exactly as every daemon will load it, before anything is
+    // stored; a node whose provider assigns its address or MACs is
+    // validated with stand-ins for them, and served once the provider says.
+    let assigned = spec.ip.is_empty() || spec.macs.is_empty();
+    if assigned && provider.is_none() {
+        return reply(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            &json!({ "error": "invalid node", "problems": ["ip and macs: required for a node without a provider (only a provider can assign them)"] }),
+        );
+    }
+    let mut check_rows = rows.clone();
+    if assigned {
+        if let Some(last) = check_rows.last_mut() {
+            last.spec = facts::stand_ins(&snap.site, &rows, &facts, &last.spec);
+        }
+    }
+    let text = Controller::overlay_text(&check_rows, &facts);
     let candidate = match site::load_with_overlay(&ctl.site_path, &text) {
         Ok(s) => s,
         Err(e) => {
-            let problems: Vec<String> = e
-                .problems
-                .iter()
-                .map(|p| {
-                    if p.key.is_empty() {
-                        p.reason.clone()
-                    } else {
-                        format!("{}: {}", p.key, p.reason)
-                    }
-                })
-                .collect();
+            let problems = crate::problems(&e);
             return reply(
                 StatusCode::UNPROCESSABLE_ENTITY,
                 &json!({ "error": "invalid node", "problems": problems }),
             );
         }
     };
-    if let (Some(p), Some(node)) = (&provider, candidate.node(&spec.name)) {
+    if let Some(p) = &provider {
         // A provider's user data limit: refuse now, not after the machine is half made.
-        let snap2 = Snapshot {
-            site: Arc::new(candidate.clone()),
-            revoked: snap.revoked.clone(),
-        };
-        let pointer = bootd::http::pointer_for(&ctl.app, &snap2, node).to_string();
+        let pointer = bootd::http::pointer_for(&ctl.app, &snap, &spec.name).to_string();
         if let Err(e) = (p.registration.check_userdata)(&pointer) {
             return reply(
                 StatusCode::UNPROCESSABLE_ENTITY,
@@ -380,6 +397,17 @@ pub(super) async fn create_node(
             );
         }
     }
+    // What is served: the site with exactly these rows (the new node only
+    // once it has an address and MACs).
+    let (text, candidate) = if assigned {
+        let text = Controller::overlay_text(&rows, &facts);
+        match site::load_with_overlay(&ctl.site_path, &text) {
+            Ok(s) => (text, s),
+            Err(e) => return internal(e),
+        }
+    } else {
+        (text, candidate)
+    };
     match ctl.store.insert_node(&row) {
         Ok(true) => {}
         Ok(false) => return err(StatusCode::CONFLICT, format!("node {:?} exists", spec.name)),
@@ -419,22 +447,9 @@ pub(super) async fn delete_node(
         Ok(None) => return err(StatusCode::NOT_FOUND, "no such node"),
         Err(e) => return internal(e),
     };
-    if !row.deleting {
-        if let Err(e) = ctl.store.mark_deleting(name) {
-            return internal(e);
-        }
-        match ctl.store.nodes() {
-            Ok(rows) => {
-                if let Err(e) = ctl.export_overlay_now(&rows) {
-                    error!(node = %name, error = %e, "node marked for deletion but the overlay was not written");
-                }
-            }
-            Err(e) => return internal(e),
-        }
-        ctl.note(name, events::API, "deletion requested through the API");
-        info!(node = %name, "node deletion requested");
+    if let Err(e) = ctl.delete_locked(&row, "requested through the API") {
+        return internal(e);
     }
-    ctl.ensure_loop(name);
     reply(
         StatusCode::ACCEPTED,
         &json!({ "name": name, "phase": "Deleting" }),
@@ -443,29 +458,39 @@ pub(super) async fn delete_node(
 
 pub(super) fn cluster(ctl: &Arc<Controller>, _: auth::Caller) -> Response<Body> {
     let snap = ctl.app.live.load();
-    match ctl.store.cluster("bootstrapComplete") {
+    match ctl.store.cluster(teardown::BOOTSTRAP_COMPLETE) {
         Ok(b) => reply(
             StatusCode::OK,
             &json!({
                 "name": snap.site.cluster.name,
                 "domain": snap.site.cluster.domain(),
-                "bootstrapComplete": { "complete": b.is_some(), "time": b.map(|(_, at)| json!(rfc3339(at))).unwrap_or(Value::Null) },
+                "bootstrapComplete": bootstrap_view(b),
+                "conditions": teardown::conditions(ctl).iter().map(|c| json!({
+                    "type": c.kind, "status": c.status, "reason": c.reason, "message": c.message, "lastTransitionTime": rfc3339(c.at),
+                })).collect::<Vec<_>>(),
             }),
         ),
         Err(e) => internal(e),
     }
 }
 
-pub(super) fn bootstrap_complete(ctl: &Arc<Controller>, _: auth::Caller) -> Response<Body> {
-    let at = match ctl.store.set_cluster_once("bootstrapComplete", "true") {
-        Ok(at) => at,
-        Err(e) => return internal(e),
-    };
-    let body = json!({ "complete": true, "time": rfc3339(at) });
-    let path = ctl.bootstrap_file();
-    if let Err(e) = bootd::state::write_atomic(&path, format!("{body}\n").as_bytes(), 0o644) {
-        error!(path = %path.display(), error = %e, "bootstrap-complete not written to its file");
+fn bootstrap_view(b: Option<(String, i64)>) -> Value {
+    match b {
+        Some((by, at)) => json!({ "complete": true, "time": rfc3339(at), "by": by }),
+        None => json!({ "complete": false, "time": null }),
     }
-    info!("cluster bootstrap recorded as complete");
-    reply(StatusCode::OK, &body)
+}
+
+pub(super) async fn bootstrap_complete(ctl: &Arc<Controller>, _: auth::Caller) -> Response<Body> {
+    match ctl.complete_bootstrap("api") {
+        Ok(_) => {}
+        Err(e) => return internal(e),
+    }
+    // The revocation is local and quick: answer after it, so that the
+    // bootstrap node's Ignition is refused once this returns.
+    teardown::settle(ctl, Duration::from_secs(2)).await;
+    match ctl.store.cluster(teardown::BOOTSTRAP_COMPLETE) {
+        Ok(b) => reply(StatusCode::OK, &bootstrap_view(b)),
+        Err(e) => internal(e),
+    }
 }

@@ -178,8 +178,8 @@ pub async fn nodes(client: &Client, cmd: NodesCmd) -> anyhow::Result<i32> {
             ok_or_bail(st, &v)?;
             writeln!(
                 out,
-                "{:<16} {:<6} {:<10} {:<14} MESSAGE",
-                "NAME", "ORIGIN", "PROVIDER", "PHASE"
+                "{:<16} {:<6} {:<10} {:<7} {:<14} MESSAGE",
+                "NAME", "ORIGIN", "PROVIDER", "BOOT", "PHASE"
             )?;
             for n in v["nodes"].as_array().into_iter().flatten() {
                 let provider = n["provider"]
@@ -188,10 +188,11 @@ pub async fn nodes(client: &Client, cmd: NodesCmd) -> anyhow::Result<i32> {
                     .unwrap_or_else(|| "-".into());
                 writeln!(
                     out,
-                    "{:<16} {:<6} {:<10} {:<14} {}",
+                    "{:<16} {:<6} {:<10} {:<7} {:<14} {}",
                     s(n, "name"),
                     s(n, "origin"),
                     provider,
+                    s(n, "bootKind"),
                     s(n, "phase"),
                     s(n, "message")
                 )?;
@@ -355,9 +356,10 @@ pub async fn wait(
             if last.get(s(n, "name")) != Some(&line) {
                 writeln!(
                     out,
-                    "[{:>4}s] {:<16} {:<13} {}",
+                    "[{:>4}s] {:<16} {:<7} {:<13} {}",
                     elapsed,
                     s(n, "name"),
+                    s(n, "bootKind"),
                     s(n, "phase"),
                     s(n, "message")
                 )?;

@@ -1,7 +1,8 @@
 //! The controller's side of the one record of node events: it follows
 //! bootd's timeline feed, stores the events it shows
 //! (`GET /v1/nodes/{name}/events`) and makes their conditions True
-//! (NetworkBooted, IgnitionServed), waking the node's reconcile loop.
+//! (NetworkBooted, IgnitionServed), waking the node's reconcile loop. lbd
+//! taking the bootstrap node out of its pools is bootstrap complete.
 
 use crate::events;
 use crate::store::{Condition, Event};
@@ -26,6 +27,13 @@ pub async fn follow_timeline(ctl: Arc<Controller>, mut rx: broadcast::Receiver<A
         let mut take = |r: Result<Arc<NodeEvent>, broadcast::error::RecvError>,
                         batch: &mut Vec<(String, Event)>| match r {
             Ok(ev) => {
+                if ev.phase == bootd::timeline::Phase::Api
+                    && ev.what == bootd::timeline::BOOTSTRAP_REMOVED
+                {
+                    if let Err(e) = ctl.complete_bootstrap("lbd") {
+                        error!(error = %e, "bootstrap completion from lbd not stored");
+                    }
+                }
                 if let Some(kind) = events::kind_of(&ev) {
                     batch.push((
                         ev.node.clone(),

@@ -4,10 +4,14 @@
 //! Modules:
 //! - [`auth`]: bearer tokens (file or systemd credential), constant-time.
 //! - [`events`]: which timeline events the controller keeps, and the conditions they make.
+//! - [`facts`]: what a provider says of a node's machine (MACs, addresses),
+//!   recorded on the node and served to every daemon.
 //! - [`follow`]: follows bootd's timeline feed into stored events and conditions.
 //! - `api`: the HTTP side (every route in `api::route`, the handlers).
 //! - [`reconcile`]: one loop per node: find-or-create the machine (intent
 //!   first), poll it, follow its boot, delete it; bounded jittered retries.
+//! - [`teardown`]: once bootstrap is complete, the bootstrap node's
+//!   Ignition revoked, lbd drained, its machine deleted; resumable.
 //! - [`client`]: the `bootd nodes …` / `bootd cluster …` command-line client.
 //!
 //! Every route is in `api::route`. Only `/healthz` is served without a token.
@@ -22,10 +26,12 @@
 pub mod auth;
 pub mod client;
 pub mod events;
+pub mod facts;
 pub mod follow;
 pub mod providers;
 pub mod reconcile;
 pub mod store;
+pub mod teardown;
 
 use crate::providers::{Provider, ProviderSpec};
 use crate::store::{NodeRow, Store};
@@ -84,7 +90,10 @@ impl Default for Tuning {
 pub struct NodeSpec {
     pub name: String,
     pub role: String,
+    /// May be left out where the provider assigns them ([`facts`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub macs: Vec<String>,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub ip: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub arch: Option<String>,
@@ -133,6 +142,8 @@ pub struct Controller {
     writes: tokio::sync::Mutex<()>,
     /// One entry per running reconcile loop; its notify wakes it.
     loops: std::sync::Mutex<HashMap<String, Arc<Notify>>>,
+    /// Wakes the bootstrap teardown.
+    teardown: Arc<Notify>,
     tracker: TaskTracker,
     shutdown: CancellationToken,
 }
@@ -241,6 +252,7 @@ impl Controller {
             providers: map,
             writes: tokio::sync::Mutex::new(()),
             loops: Default::default(),
+            teardown: Arc::new(Notify::new()),
             tracker,
             shutdown,
         });
@@ -258,6 +270,9 @@ impl Controller {
         for r in rows {
             ctl.ensure_loop(&r.name);
         }
+        // Resumes a teardown a crash interrupted.
+        ctl.tracker
+            .spawn(teardown::run(Arc::clone(&ctl), Arc::clone(&ctl.teardown)));
         Ok(ctl)
     }
 
@@ -322,12 +337,17 @@ impl Controller {
             .remove(name);
     }
 
-    /// The overlay text for `rows` (those not being deleted).
-    fn overlay_text(rows: &[NodeRow]) -> String {
-        let nodes: Vec<&Value> = rows
+    /// The overlay text for `rows` (those not being deleted), each node with
+    /// its provider facts; a node still waiting for its provider's address
+    /// or MACs is left out.
+    fn overlay_text(rows: &[NodeRow], facts: &HashMap<String, Value>) -> String {
+        let nodes: Vec<Value> = rows
             .iter()
             .filter(|r| !r.deleting)
-            .map(|r| &r.spec)
+            .filter_map(|r| {
+                let f = facts.get(&r.name).and_then(facts::Facts::from_json);
+                facts::effective(&r.spec, f.as_ref())
+            })
             .collect();
         let mut text = String::from(
             "# Nodes added through bootd's API (docs/api.md). Written by bootd; do not edit.\n",
@@ -339,7 +359,8 @@ impl Controller {
     /// Validates the overlay for `rows` with the site exactly as every daemon
     /// will load it; on success writes it atomically and serves the new site.
     fn export_overlay_now(&self, rows: &[NodeRow]) -> Result<(), String> {
-        let text = Self::overlay_text(rows);
+        let facts = self.store.all_facts().map_err(|e| e.to_string())?;
+        let text = Self::overlay_text(rows, &facts);
         let site = site::load_with_overlay(&self.site_path, &text).map_err(|e| e.to_string())?;
         self.write_and_serve(&text, site)
     }
@@ -357,18 +378,71 @@ impl Controller {
         Ok(())
     }
 
-    /// bootstrap-complete is also written to `<host.stateDir>/bootstrap-complete.json`,
-    /// a record for operators and scripts; lbd keeps its own marker (its
-    /// admin API's completion) and does not read this file.
-    fn bootstrap_file(&self) -> PathBuf {
-        self.app
-            .live
-            .load()
-            .site
-            .host
-            .state_dir
-            .join("bootstrap-complete.json")
+    /// Records that bootstrap is complete (the first time, and who said so,
+    /// are kept) and starts the teardown; returns when it was recorded.
+    /// `<host.stateDir>/bootstrap-complete.json` is an export of the fact
+    /// for operators and scripts; nothing reads it back.
+    pub fn complete_bootstrap(&self, by: &str) -> Result<i64, store::StoreError> {
+        let first = self.store.cluster(teardown::BOOTSTRAP_COMPLETE)?.is_none();
+        let at = self
+            .store
+            .set_cluster_once(teardown::BOOTSTRAP_COMPLETE, by)?;
+        if first {
+            info!(by, "cluster bootstrap recorded as complete");
+            let body = json!({ "complete": true, "time": rfc3339(at), "by": by });
+            let path = self.app.state_dir.join("bootstrap-complete.json");
+            if let Err(e) = bootd::state::write_atomic(&path, format!("{body}\n").as_bytes(), 0o644)
+            {
+                error!(path = %path.display(), error = %e, "bootstrap-complete not exported to its file");
+            }
+        }
+        self.teardown.notify_one();
+        Ok(at)
     }
+
+    /// Starts deleting an API node (its machine, then the node): marks it,
+    /// serves the site without it, wakes its loop. Idempotent.
+    pub async fn begin_delete(
+        self: &Arc<Self>,
+        name: &str,
+        why: &str,
+    ) -> Result<(), store::StoreError> {
+        let _w = self.writes.lock().await;
+        match self.store.node(name)? {
+            Some(row) => self.delete_locked(&row, why),
+            None => Ok(()),
+        }
+    }
+
+    /// [`Controller::begin_delete`], with the writes lock held.
+    fn delete_locked(self: &Arc<Self>, row: &NodeRow, why: &str) -> Result<(), store::StoreError> {
+        if !row.deleting {
+            self.store.mark_deleting(&row.name)?;
+            let rows = self.store.nodes()?;
+            if let Err(e) = self.export_overlay_now(&rows) {
+                error!(node = %row.name, error = %e, "node marked for deletion but the overlay was not written");
+            }
+            self.note(&row.name, events::API, format!("deletion {why}"));
+            info!(node = %row.name, why, "node deletion requested");
+        }
+        self.ensure_loop(&row.name);
+        Ok(())
+    }
+}
+
+/// A refused site's problems as API clients and conditions show them:
+/// `key: reason` (the reason alone when it names no key).
+pub(crate) fn problems(e: &site::SiteError) -> Vec<String> {
+    e.problems
+        .iter()
+        .map(|p| {
+            if p.key.is_empty() {
+                p.reason.clone()
+            } else {
+                format!("{}: {}", p.key, p.reason)
+            }
+        })
+        .collect()
 }
 
 /// Largest request body accepted.

@@ -6,7 +6,10 @@
 //!   name: after a crash the provider may have made one whose reply never
 //!   arrived), create one only if there is none, store its id, close the intent;
 //! - a machine: poll it until active, learning its addresses; then follow
-//!   the node's boot (NetworkBooted, IgnitionServed) until Ready;
+//!   the node's boot until Ready: a network-booted node (`BootKind:
+//!   Network`) is Ready once NetworkBooted and IgnitionServed, an
+//!   image-booted one (`BootKind: Image`: the provider boots an OS image
+//!   with the pointer config as user data) once IgnitionServed;
 //! - deleting: find the machine (stored id, or by tag/name), delete it
 //!   (intent first), poll until it is gone, then drop the node.
 //!
@@ -15,7 +18,7 @@
 //! running past the deadline, fail the node with a message that names the
 //! provider, the operation and the status (never a secret).
 
-use crate::providers::{MachineState, NodeRequest, ProviderError, ProviderSpec};
+use crate::providers::{BootKind, MachineState, NodeRequest, ProviderError, ProviderSpec};
 use crate::store::{now_ms, Condition, NodeRow, Resource, StoreError};
 use crate::{events, Controller};
 use bootd::state::Snapshot;
@@ -29,6 +32,7 @@ pub const PROVISIONED: &str = "Provisioned";
 pub const NETWORK_BOOTED: &str = "NetworkBooted";
 pub const IGNITION_SERVED: &str = "IgnitionServed";
 pub const READY: &str = "Ready";
+pub const BOOT_KIND: &str = "BootKind";
 
 /// What a step leaves the loop to do.
 #[derive(Debug)]
@@ -144,7 +148,7 @@ fn fail_with(ctl: &Controller, name: &str, msg: &str, also: Option<Condition>) {
     ctl.note(name, events::API, format!("failed: {msg}"));
 }
 
-fn cond(kind: &str, status: &str, reason: &str, message: &str) -> Condition {
+pub(crate) fn cond(kind: &str, status: &str, reason: &str, message: &str) -> Condition {
     Condition {
         kind: kind.into(),
         status: status.into(),
@@ -164,16 +168,41 @@ fn provider_spec(row: &NodeRow) -> Result<Option<ProviderSpec>, String> {
 }
 
 /// What the provider is asked for: the node's script URL and its userdata
-/// (an Ignition pointer config with the site CA and a token).
-fn node_request(ctl: &Controller, snap: &Snapshot, name: &str) -> Option<NodeRequest> {
-    let node = snap.site.node(name)?;
+/// (an Ignition pointer config with the site CA and a token). A node whose
+/// provider assigns its address or MACs is asked for without them. `None`:
+/// the node should be served and is not (the overlay was not written).
+fn node_request(ctl: &Controller, snap: &Snapshot, row: &NodeRow) -> Option<NodeRequest> {
+    let name = row.name.as_str();
+    let (ip, macs) = match snap.site.node(name) {
+        Some(node) => (node.ip, node.macs.iter().map(|m| m.to_string()).collect()),
+        None => {
+            let facts = ctl.store.all_facts().ok()?;
+            let f = facts.get(name).and_then(crate::facts::Facts::from_json);
+            if crate::facts::effective(&row.spec, f.as_ref()).is_some() {
+                return None;
+            }
+            let ip = row.spec["ip"]
+                .as_str()
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(std::net::Ipv4Addr::UNSPECIFIED);
+            let macs = row.spec["macs"]
+                .as_array()
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|m| m.as_str().map(str::to_string))
+                        .collect()
+                })
+                .unwrap_or_default();
+            (ip, macs)
+        }
+    };
     Some(NodeRequest {
         name: name.to_string(),
         cluster: snap.site.cluster.name.clone(),
-        ip: node.ip,
-        macs: node.macs.iter().map(|m| m.to_string()).collect(),
+        ip,
+        macs,
         ipxe_url: format!("{}/ipxe/{}.ipxe", snap.site.host.http.url, name),
-        userdata: site::Secret(bootd::http::pointer_for(&ctl.app, snap, node).to_string()),
+        userdata: site::Secret(bootd::http::pointer_for(&ctl.app, snap, name).to_string()),
     })
 }
 
@@ -202,8 +231,11 @@ async fn step(ctl: &Arc<Controller>, row: &NodeRow) -> Result<Next, StoreError> 
                 "NoProvider",
                 "no provider: the machine is brought up by other means",
             ),
+            BootKind::Network,
         );
     };
+    let kind = (spec.registration.boot_kind)(&spec.spec);
+    ctl.app.timeline.set_boot(name, kind == BootKind::Image);
     let provider = match ctl.provider(spec.name()) {
         Ok(p) => p,
         Err(e) => {
@@ -212,7 +244,7 @@ async fn step(ctl: &Arc<Controller>, row: &NodeRow) -> Result<Next, StoreError> 
         }
     };
     let snap = ctl.app.live.load_full();
-    let Some(req) = node_request(ctl, &snap, name) else {
+    let Some(req) = node_request(ctl, &snap, row) else {
         // Not in the served site yet (the overlay write failed): export again.
         let _w = ctl.writes.lock().await;
         let rows = ctl.store.nodes()?;
@@ -290,6 +322,9 @@ async fn step(ctl: &Arc<Controller>, row: &NodeRow) -> Result<Next, StoreError> 
     ctl.store.put_resource(name, &res)?;
     match &machine.state {
         MachineState::Active => {
+            let site = Arc::clone(&ctl.app.live.load().site);
+            let f = crate::facts::Facts::of_machine(provider.name(), &machine, &site);
+            crate::facts::record(ctl, name, &f).await?;
             let msg = format!(
                 "{} machine {} active; addresses {}",
                 provider.name(),
@@ -304,7 +339,12 @@ async fn step(ctl: &Arc<Controller>, row: &NodeRow) -> Result<Next, StoreError> 
             if !was {
                 ctl.note(name, events::PROVIDER, msg.clone());
             }
-            boot_step(ctl, row, cond(PROVISIONED, "True", "MachineActive", &msg))
+            boot_step(
+                ctl,
+                row,
+                cond(PROVISIONED, "True", "MachineActive", &msg),
+                kind,
+            )
         }
         MachineState::Pending(s) => {
             let msg = format!("machine {} is {s}", machine.id);
@@ -314,7 +354,7 @@ async fn step(ctl: &Arc<Controller>, row: &NodeRow) -> Result<Next, StoreError> 
                 &msg,
                 &[cond(PROVISIONED, "False", "MachineNotActive", &msg)],
             )?;
-            Ok(past_deadline(ctl, row).unwrap_or(Next::Poll))
+            Ok(past_deadline(ctl, row, kind).unwrap_or(Next::Poll))
         }
         MachineState::Failed(why) => {
             fail_with(
@@ -357,14 +397,33 @@ fn provider_failed(ctl: &Controller, name: &str, e: ProviderError) -> Next {
     Next::Idle
 }
 
-fn past_deadline(ctl: &Controller, row: &NodeRow) -> Option<Next> {
+fn past_deadline(ctl: &Controller, row: &NodeRow, kind: BootKind) -> Option<Next> {
     if deadline_left(ctl, row) > Duration::ZERO {
         return None;
     }
     let conds = ctl.store.conditions(&row.name).unwrap_or_default();
-    let waiting = [PROVISIONED, NETWORK_BOOTED, IGNITION_SERVED]
-        .into_iter()
-        .find(|k| !conds.iter().any(|c| c.kind == *k && c.status == "True"));
+    let is = |k: &str| conds.iter().any(|c| c.kind == k && c.status == "True");
+    let wanted: &[&str] = match kind {
+        BootKind::Network => &[PROVISIONED, NETWORK_BOOTED, IGNITION_SERVED],
+        BootKind::Image => &[PROVISIONED, IGNITION_SERVED],
+    };
+    let waiting = wanted.iter().copied().find(|k| !is(k));
+    if kind == BootKind::Image && waiting == Some(IGNITION_SERVED) {
+        // The machine runs, but what it booted never asked for its config.
+        let msg = format!(
+            "the machine is active but its image never fetched its Ignition within {:?}: \
+             the pointer config in its user data was not followed (does the image run \
+             Ignition, and can it reach this host's Ignition URL?)",
+            ctl.deadline()
+        );
+        fail_with(
+            ctl,
+            &row.name,
+            &msg,
+            Some(cond(IGNITION_SERVED, "False", "NeverFetched", &msg)),
+        );
+        return Some(Next::Idle);
+    }
     fail(
         ctl,
         &row.name,
@@ -377,46 +436,79 @@ fn past_deadline(ctl: &Controller, row: &NodeRow) -> Option<Next> {
     Some(Next::Idle)
 }
 
+/// The condition that says which boot path makes the node Ready.
+pub fn boot_kind_condition(kind: BootKind, at: i64) -> Condition {
+    let message = match kind {
+        BootKind::Network => {
+            "network-boots through this host: Ready once network-booted and its Ignition fetched"
+        }
+        BootKind::Image => {
+            "boots its image with the pointer config as user data: Ready once it fetched its Ignition"
+        }
+    };
+    Condition {
+        kind: BOOT_KIND.into(),
+        status: "True".into(),
+        reason: kind.as_str().into(),
+        message: message.into(),
+        at,
+    }
+}
+
 /// After the machine is up (`provisioned`, written with the phase): Ready
-/// once it network-booted and fetched its Ignition.
-fn boot_step(ctl: &Controller, row: &NodeRow, provisioned: Condition) -> Result<Next, StoreError> {
+/// once it did what its boot kind needs (network-booted and fetched its
+/// Ignition, or, booting an image, fetched its Ignition).
+fn boot_step(
+    ctl: &Controller,
+    row: &NodeRow,
+    provisioned: Condition,
+    kind: BootKind,
+) -> Result<Next, StoreError> {
     let name = row.name.as_str();
     let conds = ctl.store.conditions(name)?;
     let is = |k: &str| conds.iter().any(|c| c.kind == k && c.status == "True");
-    if is(NETWORK_BOOTED) && is(IGNITION_SERVED) {
+    let boot = match conds.iter().find(|c| c.kind == BOOT_KIND) {
+        Some(c) if c.reason == kind.as_str() => c.clone(),
+        _ => boot_kind_condition(kind, now_ms()),
+    };
+    let booted = kind == BootKind::Image || is(NETWORK_BOOTED);
+    if booted && is(IGNITION_SERVED) {
         let ready = cond(
             READY,
             "True",
             "IgnitionServed",
-            "network-booted and fetched its Ignition",
+            match kind {
+                BootKind::Network => "network-booted and fetched its Ignition",
+                BootKind::Image => "booted its image and fetched its Ignition",
+            },
         );
         ctl.store
-            .set_phase_and_conditions(name, "Ready", "", &[provisioned, ready])?;
+            .set_phase_and_conditions(name, "Ready", "", &[provisioned, boot, ready])?;
         ctl.note(name, events::API, "Ready");
-        info!(node = %name, "node Ready");
+        info!(node = %name, kind = kind.as_str(), "node Ready");
         return Ok(Next::Idle);
     }
-    let (phase, msg) = if is(NETWORK_BOOTED) {
-        (
+    let (phase, reason, msg) = match kind {
+        BootKind::Image => (
             "Booting",
+            "WaitingForIgnition",
+            "booting its image; waiting for it to fetch its Ignition",
+        ),
+        BootKind::Network if booted => (
+            "Booting",
+            "WaitingForIgnition",
             "network-booted; waiting for it to fetch its Ignition",
-        )
-    } else {
-        ("Provisioned", "waiting for the machine to network-boot")
+        ),
+        BootKind::Network => (
+            "Provisioned",
+            "WaitingForNetworkBoot",
+            "waiting for the machine to network-boot",
+        ),
     };
-    let ready = cond(
-        READY,
-        "False",
-        if is(NETWORK_BOOTED) {
-            "WaitingForIgnition"
-        } else {
-            "WaitingForNetworkBoot"
-        },
-        msg,
-    );
+    let ready = cond(READY, "False", reason, msg);
     ctl.store
-        .set_phase_and_conditions(name, phase, msg, &[provisioned, ready])?;
-    Ok(past_deadline(ctl, row).unwrap_or(Next::Poll))
+        .set_phase_and_conditions(name, phase, msg, &[provisioned, boot, ready])?;
+    Ok(past_deadline(ctl, row, kind).unwrap_or(Next::Poll))
 }
 
 async fn delete_step(
@@ -445,7 +537,7 @@ async fn delete_step(
         None => {
             // A create may have reached the provider before a crash: look.
             let snap = ctl.app.live.load_full();
-            let req = node_request(ctl, &snap, name).unwrap_or_else(|| NodeRequest {
+            let req = node_request(ctl, &snap, row).unwrap_or_else(|| NodeRequest {
                 name: name.to_string(),
                 cluster: snap.site.cluster.name.clone(),
                 ip: std::net::Ipv4Addr::UNSPECIFIED,
@@ -513,10 +605,15 @@ fn retry_delete(ctl: &Controller, name: &str, e: ProviderError) -> Next {
     }
 }
 
-/// The four conditions of a node as shown: stored ones, with defaults for
-/// those not yet set, and for site nodes (no machine to make) Provisioned
-/// True and Ready computed from the boot conditions.
-pub fn conditions_view(row: Option<&NodeRow>, stored: Vec<Condition>) -> Vec<Condition> {
+/// The conditions of a node as shown: stored ones, with defaults for those
+/// not yet set, and for site nodes (no machine to make) Provisioned True
+/// and Ready computed from the boot conditions. `BootKind` says which path
+/// makes the node Ready; an image-booted node's NetworkBooted does not apply.
+pub fn conditions_view(
+    row: Option<&NodeRow>,
+    stored: Vec<Condition>,
+    kind: BootKind,
+) -> Vec<Condition> {
     let get = |k: &str| stored.iter().find(|c| c.kind == k).cloned();
     let created = row.map(|r| r.created_at).unwrap_or(0);
     let unknown = |k: &str, reason: &str, msg: &str| Condition {
@@ -536,26 +633,36 @@ pub fn conditions_view(row: Option<&NodeRow>, stored: Vec<Condition>) -> Vec<Con
         },
         Some(_) => unknown(PROVISIONED, "Pending", "the machine is not made yet"),
     });
-    let booted = get(NETWORK_BOOTED).unwrap_or_else(|| {
-        unknown(
-            NETWORK_BOOTED,
-            "NotSeen",
-            "no DHCP lease, boot script or GRUB config served yet",
-        )
-    });
+    let boot = get(BOOT_KIND)
+        .filter(|c| c.reason == kind.as_str())
+        .unwrap_or_else(|| boot_kind_condition(kind, created));
+    let booted = match kind {
+        BootKind::Network => get(NETWORK_BOOTED).unwrap_or_else(|| {
+            unknown(
+                NETWORK_BOOTED,
+                "NotSeen",
+                "no DHCP lease, boot script or GRUB config served yet",
+            )
+        }),
+        BootKind::Image => get(NETWORK_BOOTED).unwrap_or_else(|| {
+            unknown(
+                NETWORK_BOOTED,
+                "NotApplicable",
+                "boots its image, not through this host",
+            )
+        }),
+    };
     let ign = get(IGNITION_SERVED)
         .unwrap_or_else(|| unknown(IGNITION_SERVED, "NotSeen", "Ignition not fetched yet"));
+    let needed: Vec<&Condition> = match kind {
+        BootKind::Network => vec![&provisioned, &booted, &ign],
+        BootKind::Image => vec![&provisioned, &ign],
+    };
     let ready = match (get(READY), row) {
         (Some(r), Some(_)) => r,
         _ => {
-            let all = [&provisioned, &booted, &ign]
-                .iter()
-                .all(|c| c.status == "True");
-            if all {
-                let at = [provisioned.at, booted.at, ign.at]
-                    .into_iter()
-                    .max()
-                    .unwrap_or(0);
+            if needed.iter().all(|c| c.status == "True") {
+                let at = needed.iter().map(|c| c.at).max().unwrap_or(0);
                 Condition {
                     kind: READY.into(),
                     status: "True".into(),
@@ -564,8 +671,8 @@ pub fn conditions_view(row: Option<&NodeRow>, stored: Vec<Condition>) -> Vec<Con
                     at,
                 }
             } else {
-                let first = [&provisioned, &booted, &ign]
-                    .into_iter()
+                let first = needed
+                    .iter()
                     .find(|c| c.status != "True")
                     .map(|c| c.kind.clone())
                     .unwrap_or_default();
@@ -579,7 +686,24 @@ pub fn conditions_view(row: Option<&NodeRow>, stored: Vec<Condition>) -> Vec<Con
             }
         }
     };
-    vec![provisioned, booted, ign, ready]
+    let mut out = vec![provisioned, boot, booted, ign, ready];
+    // Others the controller sets (AddressesRecorded), after the fixed five.
+    out.extend(
+        stored
+            .iter()
+            .filter(|c| {
+                ![
+                    PROVISIONED,
+                    BOOT_KIND,
+                    NETWORK_BOOTED,
+                    IGNITION_SERVED,
+                    READY,
+                ]
+                .contains(&c.kind.as_str())
+            })
+            .cloned(),
+    );
+    out
 }
 
 #[cfg(test)]

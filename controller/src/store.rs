@@ -139,6 +139,11 @@ CREATE TABLE IF NOT EXISTS conditions(
   at INTEGER NOT NULL,
   PRIMARY KEY(node, type)
 );
+CREATE TABLE IF NOT EXISTS facts(
+  node TEXT PRIMARY KEY,
+  value TEXT NOT NULL,
+  at INTEGER NOT NULL
+);
 CREATE TABLE IF NOT EXISTS cluster(
   key TEXT PRIMARY KEY,
   value TEXT NOT NULL,
@@ -258,11 +263,32 @@ impl Store {
     pub fn remove_node(&self, name: &str) -> Result<()> {
         self.with(|c| {
             let tx = c.transaction()?;
-            for t in ["nodes WHERE name", "resources WHERE node", "conditions WHERE node", "events WHERE node"] {
+            for t in ["nodes WHERE name", "resources WHERE node", "conditions WHERE node", "events WHERE node", "facts WHERE node"] {
                 tx.execute(&format!("DELETE FROM {t}=?1"), [name])?;
             }
             tx.execute("UPDATE intents SET done_at=?2, outcome='node removed' WHERE node=?1 AND done_at IS NULL", params![name, now_ms()])?;
             tx.commit()
+        })
+    }
+
+    /// Records what the provider says of a node's machine (JSON).
+    pub fn put_facts(&self, node: &str, value: &serde_json::Value) -> Result<()> {
+        self.with(|c| {
+            c.execute(
+                "INSERT INTO facts(node, value, at) VALUES(?1,?2,?3) \
+                 ON CONFLICT(node) DO UPDATE SET value=excluded.value, at=excluded.at",
+                params![node, value.to_string(), now_ms()],
+            )
+            .map(|_| ())
+        })
+    }
+
+    /// Every node's recorded provider facts.
+    pub fn all_facts(&self) -> Result<std::collections::HashMap<String, serde_json::Value>> {
+        self.with(|c| {
+            let mut st = c.prepare("SELECT node, value FROM facts")?;
+            let rows = st.query_map([], |r| Ok((r.get::<_, String>(0)?, json_col(r.get(1)?))))?;
+            rows.collect()
         })
     }
 
@@ -396,6 +422,20 @@ impl Store {
                 params![key, value, now_ms()],
             )?;
             c.query_row("SELECT at FROM cluster WHERE key=?1", [key], |r| r.get(0))
+        })
+    }
+
+    /// Sets a cluster fact, replacing what was there (with a new time when
+    /// the value changes).
+    pub fn set_cluster(&self, key: &str, value: &str) -> Result<()> {
+        self.with(|c| {
+            c.execute(
+                "INSERT INTO cluster(key, value, at) VALUES(?1,?2,?3) \
+                 ON CONFLICT(key) DO UPDATE SET value=excluded.value, at=excluded.at \
+                 WHERE value != excluded.value",
+                params![key, value, now_ms()],
+            )
+            .map(|_| ())
         })
     }
 

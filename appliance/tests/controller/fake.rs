@@ -44,6 +44,18 @@ pub struct State {
     /// When set, the next create is refused with this status.
     pub refuse_create: Option<u16>,
     pub issued_token: String,
+    /// When set (e.g. `127.79.0.`), machines get private addresses from
+    /// `<prefix>100` upwards, as a provider assigns them; else Equinix
+    /// devices all report 10.70.1.2 and Power VS instances the address asked for.
+    pub private_prefix: Option<String>,
+    /// Machines made so far: numbers each one's MACs and addresses.
+    pub made: u32,
+    /// The user data each Power VS instance was made with (by server name).
+    pub user_data: BTreeMap<String, String>,
+    /// Each machine's number (by id).
+    pub numbers: BTreeMap<String, u32>,
+    /// Every DELETE of a machine that reached the fake.
+    pub deletes: Vec<String>,
 }
 
 #[derive(Clone)]
@@ -269,6 +281,12 @@ async fn equinix(
                 );
             }
             let id = uuid();
+            {
+                let mut s = st.lock().unwrap();
+                s.made += 1;
+                let n = s.made;
+                s.numbers.insert(id.clone(), n);
+            }
             let dev = json!({
                 "id": id,
                 "href": format!("/metal/v1/devices/{id}"),
@@ -294,6 +312,8 @@ async fn equinix(
         }
         (&Method::GET, ["devices", id]) => {
             let mut s = st.lock().unwrap();
+            let s_prefix = s.private_prefix.clone();
+            let numbers = s.numbers.clone();
             let Some(d) = s.devices.get_mut(*id) else {
                 return reply(404, &json!({ "error": "Not found" }));
             };
@@ -310,13 +330,24 @@ async fn equinix(
             .to_string();
             d["state"] = json!(next);
             if next == "active" {
-                d["ip_addresses"] = json!([{ "address": "147.75.1.2", "address_family": 4, "public": true }, { "address": "10.70.1.2", "address_family": 4, "public": false }]);
-                d["network_ports"] = json!([{ "id": uuid(), "name": "eth0", "type": "NetworkPort", "data": { "mac": "b4:96:91:aa:bb:cc", "bonded": false } }]);
+                let n = numbers.get(*id).copied().unwrap_or(0);
+                let private = match &s_prefix {
+                    Some(p) => format!("{p}{}", 100 + n),
+                    None => "10.70.1.2".to_string(),
+                };
+                let public = if s_prefix.is_some() {
+                    format!("147.75.1.{}", 100 + n)
+                } else {
+                    "147.75.1.2".into()
+                };
+                d["ip_addresses"] = json!([{ "address": public, "address_family": 4, "public": true }, { "address": private, "address_family": 4, "public": false }]);
+                d["network_ports"] = json!([{ "id": uuid(), "name": "eth0", "type": "NetworkPort", "data": { "mac": format!("b4:96:91:aa:{:02x}:{:02x}", n >> 8, n & 0xff), "bonded": false } }]);
             }
             reply(200, d)
         }
         (&Method::DELETE, ["devices", id]) => {
             let mut s = st.lock().unwrap();
+            s.deletes.push(id.to_string());
             match s.devices.get_mut(*id) {
                 Some(d) => {
                     d["state"] = json!("deprovisioning");
@@ -382,6 +413,20 @@ async fn powervs(
         (&Method::POST, []) => {
             let v: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
             let id = uuid();
+            let (n, prefix) = {
+                let mut s = st.lock().unwrap();
+                s.made += 1;
+                if let (Some(name), Some(ud)) = (v["serverName"].as_str(), v["userData"].as_str()) {
+                    s.user_data.insert(name.to_string(), ud.to_string());
+                }
+                (s.made, s.private_prefix.clone())
+            };
+            let ip = match (&v["networks"][0]["ipAddress"], prefix) {
+                (Value::String(a), _) => a.clone(),
+                (_, Some(p)) => format!("{p}{}", 100 + n),
+                (_, None) => "192.168.0.10".into(),
+            };
+            let mac = format!("fa:16:3e:00:{:02x}:{:02x}", n >> 8, n & 0xff);
             let inst = json!({
                 "pvmInstanceID": id,
                 "serverName": v["serverName"],
@@ -397,7 +442,7 @@ async fn powervs(
                 "networkIDs": [v["networks"][0]["networkID"]],
                 "volumeIDs": [],
                 "href": format!("/pcloud/v1/cloud-instances/{CLOUD_INSTANCE}/pvm-instances/{id}"),
-                "networks": [{ "ipAddress": v["networks"][0]["ipAddress"], "macAddress": "fa:16:3e:00:00:01", "networkID": v["networks"][0]["networkID"] }],
+                "networks": [{ "ipAddress": ip, "macAddress": mac, "networkID": v["networks"][0]["networkID"] }],
             });
             let mut s = st.lock().unwrap();
             s.creates += 1;
@@ -424,6 +469,7 @@ async fn powervs(
         }
         (&Method::DELETE, [id]) => {
             let mut s = st.lock().unwrap();
+            s.deletes.push(id.to_string());
             match s.instances.get_mut(*id) {
                 Some(i) => {
                     i["status"] = json!("DELETING");

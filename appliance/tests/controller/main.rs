@@ -7,6 +7,7 @@
 
 mod fake;
 mod local;
+mod platforms;
 mod prism;
 
 use fake::{Fake, Fault};
@@ -101,10 +102,19 @@ impl Bootd {
         powervs: &str,
         tuning: controller::Tuning,
     ) -> Bootd {
-        logs();
         let dir = tempfile::tempdir().unwrap();
         let path = write_site(dir.path(), equinix, iam, powervs, "127.0.0.1:0");
-        let site = site::load(&path).unwrap();
+        Bootd::start_site(dir, &path, tuning).await
+    }
+
+    /// bootd with the controller on the site at `path` (in `dir`).
+    pub async fn start_site(
+        dir: tempfile::TempDir,
+        path: &Path,
+        tuning: controller::Tuning,
+    ) -> Bootd {
+        logs();
+        let site = site::load(path).unwrap();
         let mut config = bootd::Config::new(site);
         config.poll = Some(Duration::from_millis(200));
         config.grace = Duration::from_millis(300);
@@ -190,6 +200,15 @@ impl Bootd {
             .body(http_body_util::Full::new(bytes::Bytes::new()))
             .unwrap();
         http.send(req, "boot").await.unwrap().status.as_u16()
+    }
+
+    /// A plain HTTP GET's body from bootd's boot server.
+    pub async fn boot_body(&self, path: &str) -> String {
+        let http = controller::providers::Http::new(Duration::from_secs(5));
+        let req = http::Request::get(format!("http://{}{path}", self.http))
+            .body(http_body_util::Full::new(bytes::Bytes::new()))
+            .unwrap();
+        String::from_utf8(http.send(req, "boot").await.unwrap().body.to_vec()).unwrap()
     }
 
     pub async fn metrics(&self) -> String {
@@ -464,19 +483,63 @@ async fn powervs_node_lifecycle_with_a_cached_iam_token() {
         )
         .await;
     assert_eq!(st, 201, "{v:#}");
+    assert_eq!(v["bootKind"], "Image");
     let v = b
         .wait_node("p9-1", 20, |_, v| {
             cond(v, "Provisioned")["status"] == "True"
         })
         .await;
     assert_eq!(v["machine"]["provider"], "powervs");
-    {
+    let user_data = {
         let s = f.st();
         let i = s.instances.values().next().unwrap();
         assert_eq!(i["serverName"], "lab-p9-1");
         assert_eq!(i["networkIDs"], json!(["net-7"]));
         assert_eq!(i["networks"][0]["ipAddress"], "10.77.0.31");
-    }
+        s.user_data["lab-p9-1"].clone()
+    };
+    // An image-booted node: no network boot is waited for.
+    let v = b.wait_node("p9-1", 10, |_, v| phase(v) == "Booting").await;
+    assert_eq!(cond(&v, "BootKind")["reason"], "Image");
+    assert_eq!(cond(&v, "NetworkBooted")["reason"], "NotApplicable");
+    assert_eq!(cond(&v, "Ready")["reason"], "WaitingForIgnition");
+    let (_, status) = b.call("GET", "/v1/nodes", None).await;
+    assert!(status["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|n| n["name"] == "p9-1" && n["bootKind"] == "Image"));
+    // What the instance's image does: the pointer config from its user
+    // data, then the config it points at.
+    use base64::Engine as _;
+    let pointer: Value = serde_json::from_slice(
+        &base64::engine::general_purpose::STANDARD
+            .decode(&user_data)
+            .unwrap(),
+    )
+    .unwrap();
+    let src = pointer["ignition"]["config"]["merge"][0]["source"]
+        .as_str()
+        .unwrap();
+    let path = &src[src.find("/ignition/").unwrap()..];
+    assert!(path.starts_with("/ignition/p9-1?token="), "{src}");
+    assert_eq!(b.boot_get(path).await, 200);
+    let v = b.wait_node("p9-1", 10, |_, v| phase(v) == "Ready").await;
+    assert_eq!(cond(&v, "Ready")["status"], "True");
+    assert_eq!(
+        cond(&v, "Ready")["message"],
+        "booted its image and fetched its Ignition"
+    );
+    let page = b.boot_body("/status/timeline.json").await;
+    let page: Value = serde_json::from_str(&page).unwrap();
+    assert!(
+        page["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|n| n["node"] == "p9-1" && n["boot"] == "image"),
+        "{page:#}"
+    );
     let (st, _) = b.call("DELETE", "/v1/nodes/p9-1", None).await;
     assert_eq!(st, 202);
     b.wait_node("p9-1", 20, |st, _| st == 404).await;
@@ -487,6 +550,36 @@ async fn powervs_node_lifecycle_with_a_cached_iam_token() {
         "the IAM token is cached until it expires"
     );
     assert_eq!(f.st().creates, 1);
+    b.stop().await;
+}
+
+/// An image that boots but never follows the pointer in its user data
+/// fails the node with exactly that, not a generic timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_image_that_never_fetches_its_ignition_fails_saying_so() {
+    let f = Fake::start().await;
+    let mut t = tuning();
+    t.deadline = Some(Duration::from_secs(2));
+    let b = Bootd::start_tuned(&f.url(), &f.url(), &f.url(), t).await;
+    let (st, v) = b
+        .call(
+            "POST",
+            "/v1/nodes",
+            Some(powervs_node("p9-2", "10.77.0.32", "52:54:00:77:00:32")),
+        )
+        .await;
+    assert_eq!(st, 201, "{v:#}");
+    let v = b.wait_node("p9-2", 20, |_, v| phase(v) == "Failed").await;
+    let ign = cond(&v, "IgnitionServed");
+    assert_eq!(ign["status"], "False");
+    assert_eq!(ign["reason"], "NeverFetched");
+    let msg = v["message"].as_str().unwrap();
+    assert!(
+        msg.contains("active but its image never fetched its Ignition")
+            && msg.contains("pointer config in its user data"),
+        "{msg}"
+    );
+    assert!(!msg.contains("not Ready within"), "{msg}");
     b.stop().await;
 }
 
@@ -510,7 +603,17 @@ async fn conditions_follow_the_timeline() {
         cond(v, "Provisioned")["status"] == "True"
     })
     .await;
-    assert_eq!(b.boot_get("/grub/grub.cfg-01-52-54-00-77-00-32").await, 200);
+    // The machine's MAC as its provider reports it is the node's now.
+    let mac = b.app.live.load().site.node("p9-2").unwrap().macs[0].to_string();
+    assert_ne!(
+        mac, "52:54:00:77:00:32",
+        "the provider's MAC replaced the typed one"
+    );
+    assert_eq!(
+        b.boot_get(&format!("/grub/grub.cfg-01-{}", mac.replace(':', "-")))
+            .await,
+        200
+    );
     let v = b
         .wait_node("p9-2", 10, |_, v| {
             cond(v, "NetworkBooted")["status"] == "True"
@@ -539,7 +642,7 @@ async fn conditions_follow_the_timeline() {
         cond(v, "Provisioned")["status"] == "True"
     })
     .await;
-    let mac: site::Mac = "52:54:00:77:00:33".parse().unwrap();
+    let mac = b.app.live.load().site.node("p9-3").unwrap().macs[0];
     b.app.timeline.record(Raw::new(
         Subject::mac(mac),
         Phase::Dhcp,

@@ -194,6 +194,7 @@ async fn prism_mock_equinix_accepts_every_request_and_every_reply_parses() {
         metro: "sv".into(),
         plan: "c3.small.x86".into(),
         always_pxe: true,
+        operating_system: None,
         hardware_reservation_id: Some("next-available".into()),
         spot_instance: true,
         spot_price_max: Some(1.23),

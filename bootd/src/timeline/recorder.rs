@@ -17,6 +17,8 @@ pub struct Recorder {
     pub book: Arc<Mutex<Book>>,
     /// Events joined to site nodes, for [`Recorder::subscribe`].
     feed: broadcast::Sender<Arc<NodeEvent>>,
+    /// Nodes whose machine boots an image ([`Recorder::set_boot`]).
+    image_boot: Mutex<std::collections::BTreeSet<String>>,
 }
 
 /// How many joined events a subscriber may fall behind before it is told
@@ -37,6 +39,19 @@ impl Recorder {
             dropped,
             book: Default::default(),
             feed,
+            image_boot: Default::default(),
+        }
+    }
+
+    /// Whether `node`'s machine boots an image from its provider (`true`)
+    /// or network-boots through this host (`false`, the default): said by
+    /// the controller for the machines it makes, shown on the status page.
+    pub fn set_boot(&self, node: &str, image: bool) {
+        let mut set = self.image_boot.lock().unwrap_or_else(|p| p.into_inner());
+        if image {
+            set.insert(node.to_string());
+        } else {
+            set.remove(node);
         }
     }
 
@@ -89,6 +104,12 @@ impl Recorder {
             .collect();
         others.sort_by(|a, b| a.key.cmp(&b.key));
         out.extend(others.into_iter().map(summary));
+        let image = self.image_boot.lock().unwrap_or_else(|p| p.into_inner());
+        for s in &mut out {
+            if image.contains(&s.node) {
+                s.boot = super::BOOT_IMAGE;
+            }
+        }
         out
     }
 

@@ -3,8 +3,10 @@
 //!
 //! - create: `POST /projects/{id}/devices` with `DeviceCreateInMetroInput`:
 //!   `operating_system: custom_ipxe`, `ipxe_script_url` = bootd's per-node
-//!   script, `always_pxe`, `userdata` = the Ignition pointer config with the
-//!   site CA, ownership `tags`, `hardware_reservation_id`, spot options;
+//!   script, `always_pxe` (a network-booted node), or the `operatingSystem`
+//!   slug of an OS image that runs Ignition (an image-booted node: no iPXE);
+//!   `userdata` = the Ignition pointer config with the site CA, ownership
+//!   `tags`, `hardware_reservation_id`, spot options;
 //! - find: `GET /projects/{id}/devices?tag=bootd-node:<name>` (then the
 //!   cluster tag and hostname are checked too), every page;
 //! - poll: `GET /devices/{id}` until `state` is `active` (addresses from
@@ -32,6 +34,11 @@ pub struct DeviceSpec {
     /// iPXE on every boot (`true`) or only the first (`false`, Equinix's default).
     #[serde(default)]
     pub always_pxe: bool,
+    /// An OS slug whose image runs Ignition from the user data (the node
+    /// boots that image, not through this host); absent or `custom_ipxe`:
+    /// the node network-boots bootd's script.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub operating_system: Option<String>,
     /// A reservation UUID or `next-available`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hardware_reservation_id: Option<String>,
@@ -45,6 +52,13 @@ pub struct DeviceSpec {
 }
 
 impl DeviceSpec {
+    /// The device boots an OS image (with the pointer as user data), not iPXE.
+    pub fn image_boot(&self) -> bool {
+        self.operating_system
+            .as_deref()
+            .is_some_and(|os| os != "custom_ipxe")
+    }
+
     /// Problems with the spec, before anything is created.
     pub fn check(&self) -> Vec<String> {
         let mut p = Vec::new();
@@ -57,6 +71,18 @@ impl DeviceSpec {
         if let Some(c) = &self.billing_cycle {
             if !["hourly", "daily", "monthly", "yearly"].contains(&c.as_str()) {
                 p.push(format!("provider.equinix.billingCycle: {c:?} is not one of hourly, daily, monthly, yearly"));
+            }
+        }
+        if let Some(os) = &self.operating_system {
+            if os.is_empty()
+                || !os
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b))
+            {
+                p.push(format!("provider.equinix.operatingSystem: {os:?} is not an OS slug (letters, digits, _ . -)"));
+            }
+            if self.always_pxe && self.image_boot() {
+                p.push("provider.equinix.alwaysPxe: only for a network-booted node (no operatingSystem, or custom_ipxe)".to_string());
             }
         }
         if self.spot_price_max.is_some() && !self.spot_instance {
@@ -76,6 +102,10 @@ pub const REGISTRATION: super::Registration = super::Registration {
     name: "equinix",
     check_spec: |v| super::check_typed(v, DeviceSpec::check),
     check_userdata: super::any_userdata,
+    boot_kind: |v| match serde_json::from_value::<DeviceSpec>(v.clone()) {
+        Ok(s) if s.image_boot() => super::BootKind::Image,
+        _ => super::BootKind::Network,
+    },
     configure: |api, setup| {
         let e = api.equinix.as_ref()?;
         Some(super::read_secret(&e.api_key).map(|key| {
@@ -288,6 +318,13 @@ impl Equinix {
             "tags": [cluster_tag(&node.cluster), node_tag(&node.name)],
             "billing_cycle": spec.billing_cycle.as_deref().unwrap_or("hourly"),
         });
+        if spec.image_boot() {
+            let os = spec.operating_system.as_deref().unwrap_or_default();
+            let m = body.as_object_mut().expect("an object");
+            m.remove("ipxe_script_url");
+            m.remove("always_pxe");
+            m.insert("operating_system".into(), json!(os));
+        }
         if let Some(r) = &spec.hardware_reservation_id {
             body["hardware_reservation_id"] = json!(r);
         }
@@ -368,6 +405,7 @@ mod tests {
             metro: "sv".into(),
             plan: "c3.small.x86".into(),
             always_pxe: true,
+            operating_system: None,
             hardware_reservation_id: Some("next-available".into()),
             spot_instance: true,
             spot_price_max: Some(0.5),
@@ -390,12 +428,49 @@ mod tests {
         assert_eq!(b["billing_cycle"], "hourly");
     }
 
+    /// An image-booted device: the OS slug, the pointer as user data, no iPXE.
+    #[test]
+    fn an_os_image_device_has_no_ipxe() {
+        let spec: DeviceSpec = serde_json::from_value(json!({
+            "metro": "da", "plan": "m3.small.x86", "operatingSystem": "rhcos_4_14"
+        }))
+        .unwrap();
+        assert!(spec.check().is_empty(), "{:?}", spec.check());
+        let b = Equinix::create_body(&node(), &spec);
+        assert_eq!(b["operating_system"], "rhcos_4_14");
+        assert!(b.get("ipxe_script_url").is_none() && b.get("always_pxe").is_none());
+        assert_eq!(b["userdata"], "{\"ignition\":{}}");
+        let kind = |v: Value| (REGISTRATION.boot_kind)(&v);
+        assert_eq!(
+            kind(serde_json::to_value(&spec).unwrap()),
+            super::super::BootKind::Image
+        );
+        assert_eq!(
+            kind(json!({"metro": "da", "plan": "p", "operatingSystem": "custom_ipxe"})),
+            super::super::BootKind::Network
+        );
+        assert_eq!(
+            kind(json!({"metro": "da", "plan": "p"})),
+            super::super::BootKind::Network
+        );
+        let bad: DeviceSpec = serde_json::from_value(json!({
+            "metro": "da", "plan": "p", "operatingSystem": "rhcos 4", "alwaysPxe": true
+        }))
+        .unwrap();
+        let p = bad.check().join("\n");
+        assert!(
+            p.contains("not an OS slug") && p.contains("alwaysPxe: only for a network-booted"),
+            "{p}"
+        );
+    }
+
     #[test]
     fn spec_problems() {
         let spec = DeviceSpec {
             metro: String::new(),
             plan: "p".into(),
             always_pxe: false,
+            operating_system: None,
             hardware_reservation_id: None,
             spot_instance: true,
             spot_price_max: None,

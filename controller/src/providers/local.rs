@@ -77,6 +77,7 @@ pub const REGISTRATION: super::Registration = super::Registration {
     name: "local",
     check_spec: |v| super::check_typed(v, VmSpec::check),
     check_userdata: super::any_userdata,
+    boot_kind: super::network_boot,
     configure: |api, setup| {
         let l = api.local.as_ref()?;
         Some(Ok(

@@ -90,9 +90,46 @@ pub struct Registration {
     /// Checks the node's pointer Ignition config as this provider would
     /// pass it (user data size limits), before anything is made.
     pub check_userdata: fn(&str) -> std::result::Result<(), String>,
+    /// How a machine made from this `provider.<name>` section starts its
+    /// OS, which decides what makes the node Ready.
+    pub boot_kind: fn(&Value) -> BootKind,
     /// The provider, when the site configures it (`host.api.<name>`); `Err`
     /// says why it cannot be used (an unreadable key).
     pub configure: fn(&site::Api, &Setup<'_>) -> Option<Configured>,
+}
+
+/// How a node's machine starts its operating system.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BootKind {
+    /// Network boot through this host (DHCP or the provider's iPXE hook,
+    /// then a boot script): Ready once network-booted and its Ignition fetched.
+    Network,
+    /// Boots an image the provider holds, with the Ignition pointer config
+    /// as user data: Ready once the pointer's target (the node's Ignition)
+    /// was fetched from the node.
+    Image,
+}
+
+impl BootKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BootKind::Network => "Network",
+            BootKind::Image => "Image",
+        }
+    }
+    /// The boot kind of a stored node: its provider section (`null`: no
+    /// provider, a machine brought up by other means, network-booted).
+    pub fn of_provider(provider: &Value) -> BootKind {
+        match serde_json::from_value::<ProviderSpec>(provider.clone()) {
+            Ok(p) => (p.registration.boot_kind)(&p.spec),
+            Err(_) => BootKind::Network,
+        }
+    }
+}
+
+/// For a registration whose machines always network-boot.
+pub fn network_boot(_: &Value) -> BootKind {
+    BootKind::Network
 }
 
 /// The registration of the provider called `name`.

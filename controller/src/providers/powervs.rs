@@ -100,6 +100,8 @@ pub const REGISTRATION: super::Registration = super::Registration {
     name: "powervs",
     check_spec: |v| super::check_typed(v, InstanceSpec::check),
     check_userdata: |pointer| user_data(pointer).map(|_| ()),
+    // An instance boots the image it was made from, with the pointer as user data.
+    boot_kind: |_| super::BootKind::Image,
     configure: |api, setup| {
         let p = api.powervs.as_ref()?;
         Some(super::read_secret(&p.api_key).map(|key| {
@@ -379,7 +381,12 @@ impl PowerVs {
             "memory": spec.memory,
             "procType": spec.proc_type,
             "sysType": spec.sys_type,
-            "networks": [ { "networkID": spec.network_id, "ipAddress": node.ip.to_string() } ],
+            // Without the node's address, Power VS assigns one in the network.
+            "networks": [ if node.ip.is_unspecified() {
+                json!({ "networkID": spec.network_id })
+            } else {
+                json!({ "networkID": spec.network_id, "ipAddress": node.ip.to_string() })
+            } ],
             "userData": user_data(node.userdata.expose())?,
             "userTags": [format!("kubernetes.io/cluster/{}:owned", node.cluster)],
         });

@@ -1,0 +1,487 @@
+//! The seed platforms' loop on loopback, all in one process as the
+//! all-in-one binary runs it: bootd with the controller, dnsd and lbd
+//! following the same published site, and the stateful provider fake
+//! assigning each machine its own address in the site's network
+//! (127.79.0.0/24 or 127.80.0.0/24: loopback, so a simulated node can send
+//! from the address its provider gave it).
+//!
+//! A bootstrap, three masters and two workers are created through the API
+//! with no address and no MAC; the provider's come back and are served:
+//! `dig` against dnsd answers them (A and PTR), lbd's pools hold them, and
+//! bootd lets a node fetch its Ignition from that address without a token.
+//! Each simulated node does what its machine would (its iPXE script for a
+//! network-booted Equinix device; the pointer config from its user data and
+//! then its Ignition), and every node reaches Ready. bootstrap-complete then
+//! revokes the bootstrap Ignition, drains it out of lbd through lbd's admin
+//! interface and deletes its machine; a second bootstrap-complete changes
+//! nothing.
+
+use super::fake::{self, Fake};
+use super::{cond, phase, Bootd, API_TOKEN};
+use serde_json::{json, Value};
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio_util::sync::CancellationToken;
+
+fn write_site(dir: &Path, net: u8, fake_url: &str, admin: SocketAddr) -> PathBuf {
+    let lab = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/lab");
+    for d in ["images", "ignition", "state"] {
+        std::fs::create_dir_all(dir.join(d)).unwrap();
+    }
+    for r in ["bootstrap", "master", "worker"] {
+        std::fs::copy(
+            lab.join(format!("ignition/{r}.ign")),
+            dir.join(format!("ignition/{r}.ign")),
+        )
+        .unwrap();
+    }
+    std::fs::write(dir.join("api-tokens"), format!("{API_TOKEN}\n")).unwrap();
+    std::fs::write(dir.join("metal.key"), format!("{}\n", fake::EQUINIX_KEY)).unwrap();
+    std::fs::write(dir.join("ibm.key"), format!("{}\n", fake::POWERVS_KEY)).unwrap();
+    let text = format!(
+        r#"cluster: {{ name: plat, baseDomain: example.test }}
+host:
+  stateDir: state
+  http: {{ listen: "127.0.0.1:1", url: "http://127.{net}.0.1:8080" }}
+  https: {{ listen: "127.0.0.1:2", url: "https://127.{net}.0.1:8443" }}
+  api:
+    listen: 127.0.0.1:0
+    tokens: {{ file: api-tokens }}
+    deadline: 10m
+    equinix: {{ baseUrl: "{fake_url}", projectId: {project}, apiKey: {{ file: metal.key }} }}
+    powervs: {{ baseUrl: "{fake_url}", iamUrl: "{fake_url}", cloudInstanceId: {ci}, crn: "crn:v1:bluemix:public:power-iaas:us-south:a/acc:{ci}::", apiKey: {{ file: ibm.key }} }}
+networks:
+  - {{ name: plat, subnet: 127.{net}.0.0/24, gateway: 127.{net}.0.1, dnsServers: [127.{net}.0.1] }}
+vips: {{ api: 127.{net}.0.2, ingress: 127.{net}.0.3 }}
+images:
+  root: images
+  sets:
+    x: {{ arch: x86_64, kernel: k, initramfs: i }}
+    p: {{ arch: ppc64le, kernel: k, initramfs: i }}
+ignition: {{ dir: ignition }}
+dns:
+  listen: [127.{net}.0.1:53]
+  negativeTtl: 1s
+lb:
+  adminListen: {admin}
+  check: {{ interval: 200ms, fastInterval: 100ms, timeout: 150ms }}
+"#,
+        project = fake::PROJECT,
+        ci = fake::CLOUD_INSTANCE,
+    );
+    let path = dir.join("site.yaml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// dnsd and lbd following bootd's published site, on loopback ports.
+struct Daemons {
+    dns: SocketAddr,
+    admin: SocketAddr,
+    shutdown: CancellationToken,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Daemons {
+    async fn start(b: &Bootd, admin: SocketAddr) -> Daemons {
+        let shutdown = CancellationToken::new();
+        let mut tasks = Vec::new();
+        // dnsd
+        let source = dnsd::Source::Feed(b.app.feed.clone());
+        let loaded = dnsd::load(&source, None).unwrap();
+        let udp = dnsd::bind_udp("127.0.0.1:0".parse().unwrap(), 1).unwrap();
+        let dns = udp[0].local_addr().unwrap();
+        let sockets = dnsd::Sockets {
+            udp,
+            tcp: vec![],
+            http: None,
+        };
+        let sd = shutdown.clone();
+        tasks.push(tokio::spawn(async move {
+            dnsd::run_loaded(dnsd::Config::new(source), loaded, sockets, sd)
+                .await
+                .unwrap();
+        }));
+        // lbd
+        let source = lbd::Source::Feed(b.app.feed.clone());
+        let loaded = lbd::Loaded::load(&source).unwrap();
+        let mut sockets = lbd::Sockets::default();
+        for f in loaded.plan(false) {
+            let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            sockets.frontends.insert(f.name, l);
+        }
+        sockets.admin = Some(tokio::net::TcpListener::bind(admin).await.unwrap());
+        let mut config = lbd::Config::new(source, loaded);
+        config.state_dir = Some(b.dir.path().join("state/lbd"));
+        config.grace = Duration::from_millis(200);
+        let lbd = lbd::start(config, sockets, shutdown.clone()).await.unwrap();
+        tasks.push(tokio::spawn(async move { lbd.wait().await }));
+        Daemons {
+            dns,
+            admin,
+            shutdown,
+            tasks,
+        }
+    }
+
+    async fn stop(self) {
+        self.shutdown.cancel();
+        for t in self.tasks {
+            t.await.unwrap();
+        }
+    }
+
+    fn dig(&self, args: &[&str]) -> String {
+        let out = std::process::Command::new("dig")
+            .args([
+                &format!("@{}", self.dns.ip()),
+                "-p",
+                &self.dns.port().to_string(),
+                "+short",
+                "+time=2",
+                "+tries=1",
+            ])
+            .args(args)
+            .output()
+            .expect("dig (dnsutils) is installed by the test command");
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
+    async fn lbd_status(&self) -> Value {
+        serde_json::from_str(&get_from(None, self.admin, "/status").await.1).unwrap()
+    }
+}
+
+/// A plain HTTP/1.1 GET from `source` (a node's own address), as the node
+/// would send it: (status, body).
+async fn get_from(source: Option<IpAddr>, to: SocketAddr, path: &str) -> (u16, String) {
+    let sock = tokio::net::TcpSocket::new_v4().unwrap();
+    if let Some(ip) = source {
+        sock.bind(SocketAddr::new(ip, 0)).unwrap();
+    }
+    let mut s = sock.connect(to).await.unwrap();
+    s.write_all(
+        format!(
+            "GET {path} HTTP/1.1\r\nHost: {to}\r\nAccept: application/vnd.coreos.ignition+json;version=3.4.0, */*;q=0.1\r\nConnection: close\r\n\r\n"
+        )
+        .as_bytes(),
+    )
+    .await
+    .unwrap();
+    let mut buf = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut buf))
+        .await
+        .unwrap()
+        .unwrap();
+    let text = String::from_utf8_lossy(&buf).into_owned();
+    let status = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    (status, body)
+}
+
+fn has(v: &Value, t: &str, status: &str) -> bool {
+    v["conditions"]
+        .as_array()
+        .is_some_and(|cs| cs.iter().any(|c| c["type"] == t && c["status"] == status))
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Platform {
+    Equinix,
+    PowerVs,
+}
+
+fn node_body(p: Platform, name: &str, role: &str) -> Value {
+    match p {
+        // Workers boot an OS image with the pointer as user data; the
+        // others network-boot bootd's script (custom_ipxe).
+        Platform::Equinix if role == "worker" => json!({
+            "name": name, "role": role,
+            "provider": { "equinix": { "metro": "da", "plan": "m3.small.x86", "operatingSystem": "rhcos_4_14" } }
+        }),
+        Platform::Equinix => json!({
+            "name": name, "role": role,
+            "provider": { "equinix": { "metro": "da", "plan": "m3.small.x86", "alwaysPxe": true } }
+        }),
+        Platform::PowerVs => json!({
+            "name": name, "role": role, "arch": "ppc64le", "firmware": "ieee1275",
+            "provider": { "powervs": { "imageID": "rhcos-417", "processors": 0.5, "memory": 16, "procType": "shared", "sysType": "s922", "networkID": "net-7" } }
+        }),
+    }
+}
+
+/// The user data the provider holds for `name`'s machine: the pointer config.
+fn user_data(f: &Fake, p: Platform, name: &str) -> Value {
+    let s = f.st();
+    let raw = match p {
+        Platform::Equinix => s
+            .devices
+            .values()
+            .find(|d| d["hostname"] == name && d["state"] != "deprovisioning")
+            .map(|d| d["userdata"].as_str().unwrap().to_string()),
+        Platform::PowerVs => s.user_data.get(&format!("plat-{name}")).map(|ud| {
+            use base64::Engine as _;
+            String::from_utf8(
+                base64::engine::general_purpose::STANDARD
+                    .decode(ud)
+                    .unwrap(),
+            )
+            .unwrap()
+        }),
+    };
+    serde_json::from_str(&raw.expect("the machine exists")).unwrap()
+}
+
+const NODES: [(&str, &str); 6] = [
+    ("bootstrap", "bootstrap"),
+    ("master-0", "master"),
+    ("master-1", "master"),
+    ("master-2", "master"),
+    ("worker-0", "worker"),
+    ("worker-1", "worker"),
+];
+
+async fn cluster_loop(p: Platform, net: u8) {
+    let f = Fake::start().await;
+    f.st().private_prefix = Some(format!("127.{net}.0."));
+    let admin: SocketAddr = format!("127.0.0.1:{}", super::free_port()).parse().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_site(dir.path(), net, &f.url(), admin);
+    let b = Bootd::start_site(dir, &path, super::tuning()).await;
+    let d = Daemons::start(&b, admin).await;
+
+    for (name, role) in NODES {
+        let (st, v) = b
+            .call("POST", "/v1/nodes", Some(node_body(p, name, role)))
+            .await;
+        assert_eq!(st, 201, "{v:#}");
+        assert!(
+            b.app.live.load().site.node(name).is_none(),
+            "not served before its provider gave an address"
+        );
+    }
+    // The provider's addresses and MACs come back and are served.
+    let mut ips = std::collections::BTreeMap::new();
+    for (name, _) in NODES {
+        let v = b
+            .wait_node(name, 30, |_, v| {
+                has(v, "AddressesRecorded", "True") || phase(v) == "Failed"
+            })
+            .await;
+        assert_eq!(cond(&v, "AddressesRecorded")["status"], "True", "{v:#}");
+        let node = b.app.live.load().site.node(name).cloned().expect("served");
+        assert!(
+            node.ip.to_string().starts_with(&format!("127.{net}.0.1")),
+            "{}",
+            node.ip
+        );
+        let prefix = match p {
+            Platform::Equinix => "b4:96:91:aa:",
+            Platform::PowerVs => "fa:16:3e:00:",
+        };
+        assert!(
+            node.macs[0].to_string().starts_with(prefix),
+            "{:?}",
+            node.macs
+        );
+        assert_eq!(
+            v["spec"]["ip"],
+            node.ip.to_string(),
+            "the node's view shows it"
+        );
+        ips.insert(name, IpAddr::V4(node.ip));
+    }
+    let overlay = std::fs::read_to_string(b.dir.path().join("state/nodes.yaml")).unwrap();
+    for ip in ips.values() {
+        assert!(
+            overlay.contains(&ip.to_string()),
+            "exported for other processes: {overlay}"
+        );
+    }
+
+    // Each machine does what it would do.
+    for (name, role) in NODES {
+        let ip = ips[name];
+        let image = p == Platform::PowerVs || role == "worker";
+        if !image {
+            let (st, script) = get_from(Some(ip), b.http, &format!("/ipxe/{name}.ipxe")).await;
+            assert_eq!(st, 200, "{script}");
+        }
+        let pointer = user_data(&f, p, name);
+        let src = pointer["ignition"]["config"]["merge"][0]["source"]
+            .as_str()
+            .unwrap();
+        let path = &src[src.find("/ignition/").unwrap()..];
+        let (st, cfg) = get_from(Some(ip), b.http, path).await;
+        assert_eq!(st, 200, "{name}: {cfg}");
+        let cfg: Value = serde_json::from_str(&cfg).unwrap();
+        assert!(cfg["ignition"]["version"]
+            .as_str()
+            .unwrap()
+            .starts_with("3."));
+    }
+    // The source check follows the provider's address: no token needed
+    // from it, refused from any other.
+    let (st, _) = get_from(Some(ips["master-1"]), b.http, "/ignition/master-1").await;
+    assert_eq!(st, 200);
+    let other: IpAddr = format!("127.{net}.0.250").parse().unwrap();
+    let (st, _) = get_from(Some(other), b.http, "/ignition/master-1").await;
+    assert_eq!(st, 404);
+    for (name, role) in NODES {
+        let v = b
+            .wait_node(name, 20, |_, v| phase(v) == "Ready" || phase(v) == "Failed")
+            .await;
+        assert_eq!(phase(&v), "Ready", "{v:#}");
+        let image = p == Platform::PowerVs || role == "worker";
+        assert_eq!(
+            v["bootKind"],
+            if image { "Image" } else { "Network" },
+            "{name}"
+        );
+    }
+
+    // dnsd answers the provider's addresses (A and PTR).
+    for (name, _) in NODES {
+        let fqdn = format!("{name}.plat.example.test");
+        let mut a = String::new();
+        for _ in 0..50 {
+            a = d.dig(&[&fqdn, "A"]);
+            if a == ips[name].to_string() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert_eq!(a, ips[name].to_string(), "{fqdn}");
+        assert_eq!(d.dig(&["-x", &ips[name].to_string()]), format!("{fqdn}."));
+    }
+    // lbd's pools hold them: api = bootstrap + masters, at their addresses.
+    let api_pool = |s: &Value| -> Vec<String> {
+        let fe = s["frontends"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["name"] == "api")
+            .unwrap()
+            .clone();
+        let mut v: Vec<String> = fe["backends"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| b["addr"].as_str().unwrap().to_string())
+            .collect();
+        v.sort();
+        v
+    };
+    let mut want: Vec<String> = ["bootstrap", "master-0", "master-1", "master-2"]
+        .iter()
+        .map(|n| format!("{}:6443", ips[n]))
+        .collect();
+    want.sort();
+    let mut pool = Vec::new();
+    for _ in 0..50 {
+        pool = api_pool(&d.lbd_status().await);
+        if pool == want {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(pool, want);
+
+    // Bootstrap teardown.
+    let deletes_before = f.st().deletes.len();
+    let (st, first) = b
+        .call("POST", "/v1/cluster/bootstrap-complete", Some(json!({})))
+        .await;
+    assert_eq!(st, 200, "{first:#}");
+    assert_eq!(first["by"], "api");
+    assert!(
+        b.app.live.load().revoked.contains("bootstrap"),
+        "revoked once the call returns"
+    );
+    let mut cluster = Value::Null;
+    for _ in 0..200 {
+        let (_, v) = b.call("GET", "/v1/cluster", None).await;
+        let all = [
+            "BootstrapIgnitionRevoked",
+            "BootstrapDrained",
+            "BootstrapMachineDeleted",
+        ]
+        .iter()
+        .all(|t| {
+            v["conditions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|c| c["type"] == *t && c["status"] == "True")
+        });
+        cluster = v;
+        if all {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let conds = cluster["conditions"].as_array().unwrap();
+    for (t, reason) in [
+        ("BootstrapIgnitionRevoked", "Revoked"),
+        ("BootstrapDrained", "Removed"),
+        ("BootstrapMachineDeleted", "Deleted"),
+    ] {
+        let c = conds
+            .iter()
+            .find(|c| c["type"] == t)
+            .unwrap_or_else(|| panic!("{t}: {cluster:#}"));
+        assert_eq!(
+            (c["status"].as_str(), c["reason"].as_str()),
+            (Some("True"), Some(reason)),
+            "{cluster:#}"
+        );
+    }
+    assert_eq!(d.lbd_status().await["bootstrap"], "removed");
+    b.wait_node("bootstrap", 10, |st, _| st == 404).await;
+    assert_eq!(
+        f.st().deletes.len(),
+        deletes_before + 1,
+        "one delete, of the bootstrap machine"
+    );
+    let mut pool_after = want.clone();
+    pool_after.retain(|a| !a.starts_with(&format!("{}:", ips["bootstrap"])));
+    assert_eq!(api_pool(&d.lbd_status().await), pool_after);
+    assert_eq!(d.dig(&["bootstrap.plat.example.test", "A"]), "");
+    // A second bootstrap-complete changes nothing.
+    let (st, again) = b
+        .call("POST", "/v1/cluster/bootstrap-complete", Some(json!({})))
+        .await;
+    assert_eq!(st, 200);
+    assert_eq!(again["time"], first["time"]);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(f.st().deletes.len(), deletes_before + 1);
+    let (_, v) = b.call("GET", "/v1/cluster", None).await;
+    assert_eq!(v["conditions"], cluster["conditions"]);
+    for (name, _) in NODES.iter().skip(1) {
+        let (st, v) = b.call("GET", &format!("/v1/nodes/{name}"), None).await;
+        assert_eq!((st, phase(&v)), (200, "Ready"));
+    }
+    d.stop().await;
+    b.stop().await;
+    let _ = Arc::clone(&f.state);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn equinix_cluster_from_api_calls_to_ready_then_bootstrap_leaves() {
+    cluster_loop(Platform::Equinix, 79).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn powervs_cluster_from_api_calls_to_ready_then_bootstrap_leaves() {
+    cluster_loop(Platform::PowerVs, 80).await;
+}
