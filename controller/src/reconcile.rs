@@ -346,8 +346,8 @@ async fn step(ctl: &Arc<Controller>, row: &NodeRow) -> Result<Next, StoreError> 
                 kind,
             )
         }
-        MachineState::Pending(s) => {
-            let msg = format!("machine {} is {s}", machine.id);
+        MachineState::Pending(_) | MachineState::Deleting => {
+            let msg = format!("machine {} is {}", machine.id, machine.state_str());
             ctl.store.set_phase_and_conditions(
                 name,
                 "Provisioning",
@@ -556,28 +556,41 @@ async fn delete_step(
         info!(node = %name, "node removed (no machine existed)");
         return Ok(Next::Gone);
     };
+    let open = ctl
+        .store
+        .open_intents(name)?
+        .into_iter()
+        .find(|i| i.op == "delete");
+    if let Some(intent) = &open {
+        // A delete was begun before a crash: it may have reached the
+        // provider. Look before sending another.
+        match provider.get(&id).await {
+            Ok(None) => {
+                ctl.store.remove_node(name)?;
+                info!(node = %name, id = %id, "machine gone; node removed");
+                return Ok(Next::Gone);
+            }
+            Ok(Some(m)) if m.state == MachineState::Deleting => {
+                ctl.store
+                    .finish_intent(intent.id, &format!("delete of {id} found under way"))?;
+                mark_deleting(ctl, name, provider.name(), &id)?;
+            }
+            Ok(Some(_)) => {}
+            Err(e) => return Ok(retry_delete(ctl, name, e)),
+        }
+    }
+    let res = ctl.store.resource(name)?;
     if res.as_ref().map(|r| r.state.as_str()) != Some("deleting") {
-        let intent = ctl.store.begin_intent(name, "delete", provider.name())?;
+        let intent = match open {
+            Some(i) => i,
+            None => ctl.store.begin_intent(name, "delete", provider.name())?,
+        };
         if let Err(e) = provider.delete(&id).await {
             return Ok(retry_delete(ctl, name, e));
         }
         ctl.store
             .finish_intent(intent.id, &format!("delete of {id} accepted"))?;
-        ctl.store.put_resource(
-            name,
-            &Resource {
-                provider: provider.name().into(),
-                external_id: id.clone(),
-                state: "deleting".into(),
-                addresses: vec![],
-                updated_at: now_ms(),
-            },
-        )?;
-        ctl.store.set_phase(
-            name,
-            "Deleting",
-            &format!("waiting for machine {id} to go away"),
-        )?;
+        mark_deleting(ctl, name, provider.name(), &id)?;
     }
     match provider.get(&id).await {
         Ok(None) => {
@@ -588,6 +601,25 @@ async fn delete_step(
         Ok(Some(_)) => Ok(Next::Poll),
         Err(e) => Ok(retry_delete(ctl, name, e)),
     }
+}
+
+/// Records that the provider is deleting the node's machine `id`.
+fn mark_deleting(ctl: &Controller, name: &str, provider: &str, id: &str) -> Result<(), StoreError> {
+    ctl.store.put_resource(
+        name,
+        &Resource {
+            provider: provider.into(),
+            external_id: id.to_string(),
+            state: "deleting".into(),
+            addresses: vec![],
+            updated_at: now_ms(),
+        },
+    )?;
+    ctl.store.set_phase(
+        name,
+        "Deleting",
+        &format!("waiting for machine {id} to go away"),
+    )
 }
 
 /// Deletes never give up on their own: a machine must not be orphaned. A

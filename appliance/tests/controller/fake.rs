@@ -41,6 +41,8 @@ pub struct State {
     pub creates: u32,
     /// When set, a create makes the machine, then waits for this before replying.
     pub hold_create: Option<Arc<Notify>>,
+    /// When set, a device DELETE is carried out, then waits for this before replying.
+    pub hold_delete: Option<Arc<Notify>>,
     /// When set, the next create is refused with this status.
     pub refuse_create: Option<u16>,
     pub issued_token: String,
@@ -48,6 +50,8 @@ pub struct State {
     /// `<prefix>100` upwards, as a provider assigns them; else Equinix
     /// devices all report 10.70.1.2 and Power VS instances the address asked for.
     pub private_prefix: Option<String>,
+    /// Addresses handed to the next machines made without one, first.
+    pub assign: VecDeque<String>,
     /// Machines made so far: numbers each one's MACs and addresses.
     pub made: u32,
     /// The user data each Power VS instance was made with (by server name).
@@ -346,17 +350,21 @@ async fn equinix(
             reply(200, d)
         }
         (&Method::DELETE, ["devices", id]) => {
-            let mut s = st.lock().unwrap();
-            s.deletes.push(id.to_string());
-            match s.devices.get_mut(*id) {
-                Some(d) => {
-                    d["state"] = json!("deprovisioning");
-                    let mut r = Response::new(Full::new(Bytes::new()));
-                    *r.status_mut() = StatusCode::NO_CONTENT;
-                    r
+            let hold = {
+                let mut s = st.lock().unwrap();
+                s.deletes.push(id.to_string());
+                match s.devices.get_mut(*id) {
+                    Some(d) => d["state"] = json!("deprovisioning"),
+                    None => return reply(404, &json!({ "error": "Not found" })),
                 }
-                None => reply(404, &json!({ "error": "Not found" })),
+                s.hold_delete.clone()
+            };
+            if let Some(h) = hold {
+                h.notified().await;
             }
+            let mut r = Response::new(Full::new(Bytes::new()));
+            *r.status_mut() = StatusCode::NO_CONTENT;
+            r
         }
         _ => reply(404, &json!({ "error": "no such route in the fake" })),
     }
@@ -421,8 +429,10 @@ async fn powervs(
                 }
                 (s.made, s.private_prefix.clone())
             };
+            let forced = st.lock().unwrap().assign.pop_front();
             let ip = match (&v["networks"][0]["ipAddress"], prefix) {
                 (Value::String(a), _) => a.clone(),
+                _ if forced.is_some() => forced.unwrap_or_default(),
                 (_, Some(p)) => format!("{p}{}", 100 + n),
                 (_, None) => "192.168.0.10".into(),
             };

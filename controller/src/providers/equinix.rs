@@ -240,6 +240,7 @@ impl Equinix {
         let state = match d.state.as_deref() {
             Some("active") => MachineState::Active,
             Some("failed") => MachineState::Failed("the device failed to provision".into()),
+            Some("deprovisioning") => MachineState::Deleting,
             Some(s) => MachineState::Pending(s.to_string()),
             None => MachineState::Pending("unknown".into()),
         };

@@ -249,6 +249,8 @@ pub enum MachineState {
     Pending(String),
     Active,
     Failed(String),
+    /// A delete was accepted and the provider is carrying it out.
+    Deleting,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -265,6 +267,7 @@ impl Machine {
             MachineState::Pending(s) => s.clone(),
             MachineState::Active => "active".into(),
             MachineState::Failed(s) => format!("failed: {s}"),
+            MachineState::Deleting => "deleting".into(),
         }
     }
 }

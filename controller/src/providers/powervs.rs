@@ -311,6 +311,7 @@ impl PowerVs {
             .ok_or_else(|| ProviderError::transient(format!("{what}: instance without an id")))?;
         let state = match i.status.as_deref().map(str::to_ascii_uppercase).as_deref() {
             Some("ACTIVE") => MachineState::Active,
+            Some("DELETING") => MachineState::Deleting,
             Some("ERROR") => MachineState::Failed(
                 i.fault
                     .and_then(|f| f.message)
