@@ -281,6 +281,14 @@ pub(super) async fn create_node(
             )
         }
     };
+    // What the provider section leaves out and the site says (install-config's machine pools).
+    let body = match serde_json::from_slice::<Value>(&body) {
+        Ok(mut v) => {
+            providers::fill_defaults(&mut v, &ctl.app.live.load().site);
+            serde_json::to_vec(&v).unwrap_or_default().into()
+        }
+        Err(_) => body,
+    };
     let (spec, provider) = match parse_create(&body) {
         Ok(x) => x,
         Err(e) => return err(StatusCode::BAD_REQUEST, e),
@@ -465,6 +473,7 @@ pub(super) fn cluster(ctl: &Arc<Controller>, _: auth::Caller) -> Response<Body> 
                 "name": snap.site.cluster.name,
                 "domain": snap.site.cluster.domain(),
                 "bootstrapComplete": bootstrap_view(b),
+                "roles": roles_view(ctl, &snap),
                 "conditions": teardown::conditions(ctl).iter().map(|c| json!({
                     "type": c.kind, "status": c.status, "reason": c.reason, "message": c.message, "lastTransitionTime": rfc3339(c.at),
                 })).collect::<Vec<_>>(),
@@ -472,6 +481,38 @@ pub(super) fn cluster(ctl: &Arc<Controller>, _: auth::Caller) -> Response<Body> 
         ),
         Err(e) => internal(e),
     }
+}
+
+/// Per role with a replica count: how many nodes it has and how many are Ready.
+fn roles_view(ctl: &Controller, snap: &Snapshot) -> Value {
+    let rows = ctl.store.nodes().unwrap_or_default();
+    let mut out = serde_json::Map::new();
+    for (role, want) in &snap.site.cluster.replicas {
+        let mut names: Vec<String> = snap
+            .site
+            .nodes
+            .iter()
+            .filter(|n| &n.role == role)
+            .map(|n| n.name.clone())
+            .collect();
+        for r in rows
+            .iter()
+            .filter(|r| !r.deleting && r.spec["role"] == role.as_str())
+        {
+            if !names.contains(&r.name) {
+                names.push(r.name.clone());
+            }
+        }
+        let ready = names
+            .iter()
+            .filter(|n| matches!(node_view(ctl, snap, n), Ok(Some(v)) if v["phase"] == "Ready"))
+            .count();
+        out.insert(
+            role.clone(),
+            json!({ "replicas": want, "present": names.len(), "ready": ready }),
+        );
+    }
+    Value::Object(out)
 }
 
 fn bootstrap_view(b: Option<(String, i64)>) -> Value {

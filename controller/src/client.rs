@@ -371,16 +371,35 @@ pub async fn wait(
             writeln!(out, "FAILED {}: {}", s(f, "name"), s(f, "message"))?;
             return Ok(1);
         }
-        if !nodes.is_empty() && nodes.iter().all(|n| s(n, "phase") == "Ready") {
+        // With no names, the roles the cluster counts must be whole too.
+        let mut short = Vec::new();
+        if names.is_empty() {
+            let (st, c) = client.call(Method::GET, "/v1/cluster", None).await?;
+            ok_or_bail(st, &c)?;
+            for (role, r) in c["roles"].as_object().into_iter().flatten() {
+                let want = r["replicas"].as_u64().unwrap_or(0);
+                let have = r["present"].as_u64().unwrap_or(0);
+                if have < want {
+                    short.push(format!("{} more {role} node(s)", want - have));
+                }
+            }
+            let line = short.join(", ");
+            if last.get("") != Some(&line) && !line.is_empty() {
+                writeln!(out, "[{:>4}s] waiting for {line} (replicas)", elapsed)?;
+            }
+            last.insert(String::new(), line);
+        }
+        if short.is_empty() && !nodes.is_empty() && nodes.iter().all(|n| s(n, "phase") == "Ready") {
             writeln!(out, "all {} node(s) Ready after {}s", nodes.len(), elapsed)?;
             return Ok(0);
         }
         if start.elapsed() >= timeout {
-            let waiting: Vec<String> = nodes
+            let mut waiting: Vec<String> = nodes
                 .iter()
                 .filter(|n| s(n, "phase") != "Ready")
                 .map(|n| format!("{} ({})", s(n, "name"), s(n, "phase")))
                 .collect();
+            waiting.extend(short);
             writeln!(
                 out,
                 "TIMEOUT after {}s waiting for {}",

@@ -32,10 +32,37 @@ pub struct Site {
     pub overlay: Overlay,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Cluster {
     pub name: String,
     pub base_domain: String,
+    /// How many nodes each role has once the cluster is whole
+    /// (`cluster.replicas`, or install-config's `controlPlane.replicas` and
+    /// `compute[].replicas`); a role not listed has no bound.
+    pub replicas: BTreeMap<String, u32>,
+    /// install-config's `platform.powervs` and the Power VS machine pools.
+    pub powervs: Option<PowerVsPlatform>,
+}
+
+/// What install-config.yaml says of a Power VS cluster.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PowerVsPlatform {
+    pub region: Option<String>,
+    pub zone: Option<String>,
+    /// The workspace (`serviceInstanceGUID`, or `serviceInstanceID`).
+    pub service_instance: Option<String>,
+    /// Machine pool per role (`master` from `controlPlane`, others from `compute`).
+    pub pools: BTreeMap<String, PowerVsPool>,
+}
+
+/// A Power VS machine pool: defaults for the instances of a role.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PowerVsPool {
+    pub sys_type: Option<String>,
+    pub proc_type: Option<String>,
+    pub processors: Option<f64>,
+    /// GiB.
+    pub memory: Option<u32>,
 }
 
 impl Cluster {

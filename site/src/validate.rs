@@ -19,6 +19,8 @@ pub use lb::load_lb;
 
 mod dns;
 mod host;
+mod install_config;
+use install_config::{read_install_config, InstallConfig};
 mod ignition;
 mod node;
 use host::{boot_file, dhcp_options, host};
@@ -163,63 +165,6 @@ fn ignored_path(p: &serde_ignored::Path<'_>) -> String {
     }
 }
 
-/// Facts read from OpenShift's install-config.yaml.
-struct InstallConfig {
-    path: PathBuf,
-    name: Option<String>,
-    base_domain: Option<String>,
-    machine_networks: Vec<IpNet>,
-}
-
-fn read_install_config(cx: &mut Cx, p: &Path) -> Option<InstallConfig> {
-    let path = cx.resolve(p);
-    let text = match std::fs::read_to_string(&path) {
-        Ok(t) => t,
-        Err(e) => {
-            cx.err(
-                "cluster.installConfig",
-                format!("cannot read {}: {e}", path.display()),
-            );
-            return None;
-        }
-    };
-    let v: serde_yaml_ng::Value = match serde_yaml_ng::from_str(&text) {
-        Ok(v) => v,
-        Err(e) => {
-            cx.err_in(&path, "", format!("not valid YAML: {e}"));
-            return None;
-        }
-    };
-    let s = |v: Option<&serde_yaml_ng::Value>| v.and_then(|v| v.as_str()).map(str::to_string);
-    let mut machine_networks = Vec::new();
-    if let Some(list) = v
-        .get("networking")
-        .and_then(|n| n.get("machineNetwork"))
-        .and_then(|m| m.as_sequence())
-    {
-        for (i, m) in list.iter().enumerate() {
-            match m
-                .get("cidr")
-                .and_then(|c| c.as_str())
-                .map(str::parse::<IpNet>)
-            {
-                Some(Ok(n)) => machine_networks.push(n),
-                _ => cx.err_in(
-                    &path,
-                    format!("networking.machineNetwork[{i}].cidr"),
-                    "missing or not a CIDR",
-                ),
-            }
-        }
-    }
-    Some(InstallConfig {
-        name: s(v.get("metadata").and_then(|m| m.get("name"))),
-        base_domain: s(v.get("baseDomain")),
-        machine_networks,
-        path,
-    })
-}
-
 fn validate(w: wire::SiteFile, cx: &mut Cx) -> Option<Site> {
     let ic = w
         .cluster
@@ -227,6 +172,19 @@ fn validate(w: wire::SiteFile, cx: &mut Cx) -> Option<Site> {
         .as_deref()
         .and_then(|p| read_install_config(cx, p));
     let cluster = cluster(cx, &w.cluster, ic.as_ref());
+    let mut w = w;
+    if let Some(ic) = &ic {
+        // The workspace the installer names, unless the site names one.
+        let pv = ic.powervs.as_ref().and_then(|p| p.service_instance.clone());
+        if let (Some(id), Some(p)) = (pv, w.host.api.as_mut().and_then(|a| a.powervs.as_mut())) {
+            p.cloud_instance_id.get_or_insert(id);
+        }
+        if let Some(k) = &ic.ssh_key {
+            if !w.ssh_keys.iter().any(|s| s.trim() == k) {
+                w.ssh_keys.push(k.clone());
+            }
+        }
+    }
     let host = host(cx, &w.host);
     let networks = networks(cx, &w.networks, ic.as_ref());
     let vips = vips(cx, w.vips.as_ref());
@@ -304,6 +262,17 @@ fn validate(w: wire::SiteFile, cx: &mut Cx) -> Option<Site> {
         .filter_map(|n| Some((n.role.clone()?, n.name.clone().unwrap_or_default())))
         .filter(|(r, _)| is_dns_label(r))
         .collect();
+    if let Some(c) = &cluster {
+        for (role, want) in &c.replicas {
+            let have = raw_roles.iter().filter(|(r, _)| r == role).count();
+            if have > *want as usize {
+                cx.err(
+                    format!("cluster.replicas.{role}"),
+                    format!("{have} nodes have role {role}, more than the {want} the cluster has (cluster.replicas, or the install-config's replicas)"),
+                );
+            }
+        }
+    }
     let ignition = ignition(cx, w.ignition.as_ref(), &raw_roles, host.as_ref());
     let mut ssh_keys = Vec::new();
     for (i, k) in w.ssh_keys.iter().enumerate() {
@@ -425,9 +394,26 @@ fn cluster(cx: &mut Cx, w: &wire::Cluster, ic: Option<&InstallConfig>) -> Option
             cx.err("cluster.baseDomain", format!("{b:?} is not a DNS name"));
         }
     }
+    let mut replicas = ic.map(|i| i.replicas.clone()).unwrap_or_default();
+    for (role, n) in w.replicas.iter().flatten() {
+        match replicas.get(role) {
+            Some(m) if m != n => cx.err(
+                format!("cluster.replicas.{role}"),
+                format!(
+                    "{n} conflicts with {m} in {}",
+                    icp.map(|p| p.display().to_string()).unwrap_or_default()
+                ),
+            ),
+            _ => {
+                replicas.insert(role.clone(), *n);
+            }
+        }
+    }
     Some(Cluster {
         name: name?,
         base_domain: base?,
+        replicas,
+        powervs: ic.and_then(|i| i.powervs.clone()),
     })
 }
 

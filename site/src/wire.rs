@@ -35,6 +35,8 @@ pub struct Cluster {
     pub name: Option<String>,
     pub base_domain: Option<String>,
     pub install_config: Option<PathBuf>,
+    /// Nodes expected per role (`master`, `worker`, …).
+    pub replicas: Option<BTreeMap<String, u32>>,
 }
 
 #[derive(Debug, Deserialize)]

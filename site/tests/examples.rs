@@ -60,6 +60,13 @@ fn install_config_supplies_cluster_facts() {
     let s = site::load(&examples().join("openshift/site.yaml")).unwrap();
     assert_eq!(s.cluster.name, "ocp");
     assert_eq!(s.cluster.base_domain, "example.com");
+    assert_eq!(s.cluster.replicas.get("master"), Some(&3));
+    assert_eq!(s.cluster.replicas.get("worker"), Some(&2));
+    assert!(
+        s.ssh_keys.iter().any(|k| k.ends_with("admin@bastion")),
+        "sshKey read: {:?}",
+        s.ssh_keys
+    );
     // The secret-bearing Ignition never shows in Debug output.
     let dbg = format!("{s:?}");
     assert!(dbg.contains("<redacted>"));
@@ -161,4 +168,118 @@ fn missing_file_is_a_clear_error() {
             .contains("/nonexistent/site.yaml: cannot read site file"),
         "{err}"
     );
+}
+
+/// A Power VS install-config: its platform, machine pools, replicas and SSH
+/// key are read; its pull secret is skipped by the parser and appears in
+/// nothing the site keeps; more nodes of a role than its replicas is refused.
+#[test]
+fn powervs_install_config_facts_and_never_the_pull_secret() {
+    const CANARY: &str = "PULL-SECRET-CANARY-8f3a1c";
+    let dir = tempfile::tempdir().unwrap();
+    let ex = examples().join("openshift");
+    std::fs::create_dir(dir.path().join("ignition")).unwrap();
+    for r in ["bootstrap", "master", "worker"] {
+        std::fs::copy(
+            ex.join(format!("ignition/{r}.ign")),
+            dir.path().join(format!("ignition/{r}.ign")),
+        )
+        .unwrap();
+    }
+    let ic = format!(
+        r#"apiVersion: v1
+baseDomain: example.com
+metadata: {{ name: ocp }}
+networking: {{ machineNetwork: [ {{ cidr: 192.168.111.0/24 }} ] }}
+controlPlane:
+  name: master
+  replicas: 3
+  platform: {{ powervs: {{ sysType: s922, procType: shared, processors: "0.5", memoryGiB: 32 }} }}
+compute:
+  - name: worker
+    replicas: 1
+    platform: {{ powervs: {{ sysType: e980, procType: dedicated, processors: 2, memoryGiB: 64 }} }}
+platform:
+  powervs:
+    userID: someone@example.com
+    powervsResourceGroup: rg
+    region: lon
+    zone: lon04
+    serviceInstanceGUID: 0aa1bb2c-workspace
+pullSecret: '{{"auths":{{"quay.io":{{"auth":"{CANARY}"}}}}}}'
+sshKey: ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIPowerKey ops@bastion
+"#
+    );
+    std::fs::write(dir.path().join("install-config.yaml"), &ic).unwrap();
+    std::fs::write(dir.path().join("ibm.key"), "k\n").unwrap();
+    let text = std::fs::read_to_string(ex.join("site.yaml")).unwrap().replace(
+        "  stateDir: /var/lib/bootd\n",
+        "  stateDir: state\n  api:\n    listen: 127.0.0.1:9443\n    tokens: { file: ibm.key }\n    powervs: { baseUrl: \"https://lon.power-iaas.cloud.ibm.com\", crn: \"crn:v1:bluemix:public:power-iaas:lon04:a/acc:0aa1bb2c-workspace::\", apiKey: { file: ibm.key } }\n",
+    );
+    let path = dir.path().join("site.yaml");
+    std::fs::write(&path, &text).unwrap();
+    // The example lists two workers; this install-config says one.
+    let err = site::load(&path).unwrap_err().to_string();
+    assert!(
+        err.contains("cluster.replicas.worker: 2 nodes have role worker, more than the 1"),
+        "{err}"
+    );
+    assert!(!err.contains(CANARY));
+    std::fs::write(
+        dir.path().join("install-config.yaml"),
+        ic.replace("replicas: 1", "replicas: 2"),
+    )
+    .unwrap();
+    let s = site::load(&path).unwrap();
+    let pv = s.cluster.powervs.as_ref().expect("platform.powervs read");
+    assert_eq!(pv.region.as_deref(), Some("lon"));
+    assert_eq!(pv.zone.as_deref(), Some("lon04"));
+    assert_eq!(pv.service_instance.as_deref(), Some("0aa1bb2c-workspace"));
+    let m = &pv.pools["master"];
+    assert_eq!(
+        (
+            m.sys_type.as_deref(),
+            m.proc_type.as_deref(),
+            m.processors,
+            m.memory
+        ),
+        (Some("s922"), Some("shared"), Some(0.5), Some(32))
+    );
+    let w = &pv.pools["worker"];
+    assert_eq!(
+        (w.sys_type.as_deref(), w.processors, w.memory),
+        (Some("e980"), Some(2.0), Some(64))
+    );
+    assert_eq!(
+        s.host
+            .api
+            .as_ref()
+            .unwrap()
+            .powervs
+            .as_ref()
+            .unwrap()
+            .cloud_instance_id,
+        "0aa1bb2c-workspace",
+        "the workspace comes from the install-config"
+    );
+    assert!(s.ssh_keys.iter().any(|k| k.ends_with("ops@bastion")));
+    assert!(
+        !format!("{s:?}").contains(CANARY),
+        "pull secret in the site"
+    );
+    // A site value that differs from the install-config names both places.
+    std::fs::write(
+        &path,
+        text.replace(
+            "  installConfig: install-config.yaml",
+            "  installConfig: install-config.yaml\n  replicas: { master: 5 }",
+        ),
+    )
+    .unwrap();
+    let err = site::load(&path).unwrap_err().to_string();
+    assert!(
+        err.contains("cluster.replicas.master: 5 conflicts with 3 in"),
+        "{err}"
+    );
+    assert!(!err.contains(CANARY));
 }

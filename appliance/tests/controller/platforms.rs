@@ -41,8 +41,24 @@ fn write_site(dir: &Path, net: u8, fake_url: &str, admin: SocketAddr) -> PathBuf
     std::fs::write(dir.join("api-tokens"), format!("{API_TOKEN}\n")).unwrap();
     std::fs::write(dir.join("metal.key"), format!("{}\n", fake::EQUINIX_KEY)).unwrap();
     std::fs::write(dir.join("ibm.key"), format!("{}\n", fake::POWERVS_KEY)).unwrap();
+    // What openshift-install reads: the cluster's shape and, on Power VS,
+    // the machine pools the nodes' provider sections leave out.
+    let pools = if net == 80 {
+        "\n  platform: { powervs: { sysType: s922, procType: shared, processors: \"0.5\", memoryGiB: 16 } }"
+    } else {
+        ""
+    };
+    std::fs::write(
+        dir.join("install-config.yaml"),
+        format!(
+            "apiVersion: v1\nbaseDomain: example.test\nmetadata: {{ name: plat }}\nnetworking: {{ machineNetwork: [ {{ cidr: 127.{net}.0.0/24 }} ] }}\ncontrolPlane:\n  name: master\n  replicas: 3{pools}\ncompute:\n  - name: worker\n    replicas: 2{}\n{}pullSecret: '{{\"auths\":{{}}}}'\n",
+            pools.replace("\n  ", "\n    "),
+            if net == 80 { "platform: { powervs: { region: lon, zone: lon04, serviceInstanceGUID: workspace-1 } }\n" } else { "platform: { none: {} }\n" }
+        ),
+    )
+    .unwrap();
     let text = format!(
-        r#"cluster: {{ name: plat, baseDomain: example.test }}
+        r#"cluster: {{ installConfig: install-config.yaml }}
 host:
   stateDir: state
   http: {{ listen: "127.0.0.1:1", url: "http://127.{net}.0.1:8080" }}
@@ -213,9 +229,11 @@ fn node_body(p: Platform, name: &str, role: &str) -> Value {
             "name": name, "role": role,
             "provider": { "equinix": { "metro": "da", "plan": "m3.small.x86", "alwaysPxe": true } }
         }),
+        // Processors, memory, procType and sysType come from the
+        // install-config's machine pools.
         Platform::PowerVs => json!({
             "name": name, "role": role, "arch": "ppc64le", "firmware": "ieee1275",
-            "provider": { "powervs": { "imageID": "rhcos-417", "processors": 0.5, "memory": 16, "procType": "shared", "sysType": "s922", "networkID": "net-7" } }
+            "provider": { "powervs": { "imageID": "rhcos-417", "networkID": "net-7" } }
         }),
     }
 }
@@ -268,6 +286,20 @@ async fn cluster_loop(p: Platform, net: u8) {
         assert!(
             b.app.live.load().site.node(name).is_none(),
             "not served before its provider gave an address"
+        );
+    }
+    if p == Platform::PowerVs {
+        let s = f.st();
+        let i = s.instances.values().next().unwrap();
+        assert_eq!(
+            (
+                &i["sysType"],
+                &i["procType"],
+                &i["processors"],
+                &i["memory"]
+            ),
+            (&json!("s922"), &json!("shared"), &json!(0.5), &json!(16.0)),
+            "the machine pool from install-config.yaml"
         );
     }
     // The provider's addresses and MACs come back and are served.
@@ -350,6 +382,32 @@ async fn cluster_loop(p: Platform, net: u8) {
         );
     }
 
+    let (_, c) = b.call("GET", "/v1/cluster", None).await;
+    assert_eq!(
+        c["roles"]["master"],
+        json!({"replicas": 3, "present": 3, "ready": 3}),
+        "{c:#}"
+    );
+    assert_eq!(
+        c["roles"]["worker"],
+        json!({"replicas": 2, "present": 2, "ready": 2}),
+        "{c:#}"
+    );
+    // A fourth master is more than the install-config's replicas.
+    let (st, v) = b
+        .call(
+            "POST",
+            "/v1/nodes",
+            Some(node_body(p, "master-3", "master")),
+        )
+        .await;
+    assert_eq!(st, 422, "{v:#}");
+    assert!(
+        v["problems"]
+            .to_string()
+            .contains("cluster.replicas.master"),
+        "{v:#}"
+    );
     // dnsd answers the provider's addresses (A and PTR).
     for (name, _) in NODES {
         let fqdn = format!("{name}.plat.example.test");

@@ -106,6 +106,7 @@ pub const REGISTRATION: super::Registration = super::Registration {
         Ok(s) if s.image_boot() => super::BootKind::Image,
         _ => super::BootKind::Network,
     },
+    defaults: super::no_defaults,
     configure: |api, setup| {
         let e = api.equinix.as_ref()?;
         Some(super::read_secret(&e.api_key).map(|key| {

@@ -78,6 +78,7 @@ pub const REGISTRATION: super::Registration = super::Registration {
     check_spec: |v| super::check_typed(v, VmSpec::check),
     check_userdata: super::any_userdata,
     boot_kind: super::network_boot,
+    defaults: super::no_defaults,
     configure: |api, setup| {
         let l = api.local.as_ref()?;
         Some(Ok(

@@ -93,6 +93,10 @@ pub struct Registration {
     /// How a machine made from this `provider.<name>` section starts its
     /// OS, which decides what makes the node Ready.
     pub boot_kind: fn(&Value) -> BootKind,
+    /// Keys a node's `provider.<name>` section may leave out because the
+    /// site already says them (install-config's machine pool for the
+    /// node's role): an object, merged under what the node gives.
+    pub defaults: fn(&site::Site, &str) -> Value,
     /// The provider, when the site configures it (`host.api.<name>`); `Err`
     /// says why it cannot be used (an unreadable key).
     pub configure: fn(&site::Api, &Setup<'_>) -> Option<Configured>,
@@ -123,6 +127,30 @@ impl BootKind {
         match serde_json::from_value::<ProviderSpec>(provider.clone()) {
             Ok(p) => (p.registration.boot_kind)(&p.spec),
             Err(_) => BootKind::Network,
+        }
+    }
+}
+
+/// For a registration with no defaults from the site.
+pub fn no_defaults(_: &site::Site, _: &str) -> Value {
+    Value::Object(Default::default())
+}
+
+/// Fills what the node's provider section leaves out from the site
+/// ([`Registration::defaults`]) in a `POST /v1/nodes` body.
+pub fn fill_defaults(body: &mut Value, site: &site::Site) {
+    let role = body["role"].as_str().unwrap_or_default().to_string();
+    let Some(p) = body.get_mut("provider").and_then(Value::as_object_mut) else {
+        return;
+    };
+    for (name, spec) in p.iter_mut() {
+        let (Some(reg), Some(spec)) = (registration(name), spec.as_object_mut()) else {
+            continue;
+        };
+        if let Value::Object(d) = (reg.defaults)(site, &role) {
+            for (k, v) in d {
+                spec.entry(k).or_insert(v);
+            }
         }
     }
 }

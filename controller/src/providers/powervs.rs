@@ -50,6 +50,37 @@ pub struct InstanceSpec {
     pub metadata_service: bool,
 }
 
+/// install-config's Power VS machine pool for `role` (`controlPlane` for
+/// masters, the compute pool of that name otherwise), as spec keys.
+pub fn pool_defaults(site: &site::Site, role: &str) -> Value {
+    let mut d = serde_json::Map::new();
+    let role = if role == site::ROLE_BOOTSTRAP {
+        site::ROLE_MASTER
+    } else {
+        role
+    };
+    if let Some(p) = site
+        .cluster
+        .powervs
+        .as_ref()
+        .and_then(|p| p.pools.get(role))
+    {
+        if let Some(v) = &p.sys_type {
+            d.insert("sysType".into(), json!(v));
+        }
+        if let Some(v) = &p.proc_type {
+            d.insert("procType".into(), json!(v));
+        }
+        if let Some(v) = p.processors {
+            d.insert("processors".into(), json!(v));
+        }
+        if let Some(v) = p.memory {
+            d.insert("memory".into(), json!(v));
+        }
+    }
+    Value::Object(d)
+}
+
 impl InstanceSpec {
     pub fn check(&self) -> Vec<String> {
         let mut p = Vec::new();
@@ -102,6 +133,7 @@ pub const REGISTRATION: super::Registration = super::Registration {
     check_userdata: |pointer| user_data(pointer).map(|_| ()),
     // An instance boots the image it was made from, with the pointer as user data.
     boot_kind: |_| super::BootKind::Image,
+    defaults: pool_defaults,
     configure: |api, setup| {
         let p = api.powervs.as_ref()?;
         Some(super::read_secret(&p.api_key).map(|key| {
