@@ -5,9 +5,13 @@
 #     fake, faults (429 + Retry-After, 500, 503, timeout, truncated JSON),
 #     100 parallel creates, kill -9 of a real bootd between intent and reply,
 #     canary keys absent from logs, metrics, argv and environment;
+#   - the seed platforms' loop (platforms.rs): six nodes per platform from
+#     API calls to Ready with provider-assigned addresses, dig against dnsd,
+#     lbd's pools, bootstrap teardown; kill -9 in the middle of teardown;
 #   - Prism (from ../shared/specs, on 127.0.0.1 only): mock mode validates
 #     every request the clients send; proxy mode (--errors) in front of the
-#     fake validates requests and replies through both lifecycles.
+#     fake validates requests and replies through both lifecycles and both
+#     platforms' whole loops.
 # Exits non-zero on any failure. Needs ../shared/specs beside the repo
 # (SPECS_DIR overrides).
 set -euo pipefail

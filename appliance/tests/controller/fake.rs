@@ -291,7 +291,7 @@ async fn equinix(
                 let n = s.made;
                 s.numbers.insert(id.clone(), n);
             }
-            let dev = json!({
+            let mut dev = json!({
                 "id": id,
                 "href": format!("/metal/v1/devices/{id}"),
                 "hostname": v["hostname"],
@@ -304,6 +304,10 @@ async fn equinix(
                 "ip_addresses": [],
                 "network_ports": [],
             });
+            // Keys the request left out (an image-booted device has no iPXE) are absent, not null.
+            if let Some(o) = dev.as_object_mut() {
+                o.retain(|_, v| !v.is_null());
+            }
             {
                 let mut s = st.lock().unwrap();
                 s.creates += 1;

@@ -26,7 +26,16 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 
-fn write_site(dir: &Path, net: u8, fake_url: &str, admin: SocketAddr) -> PathBuf {
+/// Where the controller finds each provider API: the fake itself, or Prism
+/// proxies in front of it that check every request and reply against the
+/// providers' specs.
+pub struct Urls {
+    pub equinix: String,
+    pub iam: String,
+    pub powervs: String,
+}
+
+fn write_site(dir: &Path, net: u8, powervs: bool, urls: &Urls, admin: SocketAddr) -> PathBuf {
     let lab = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/lab");
     for d in ["images", "ignition", "state"] {
         std::fs::create_dir_all(dir.join(d)).unwrap();
@@ -43,7 +52,7 @@ fn write_site(dir: &Path, net: u8, fake_url: &str, admin: SocketAddr) -> PathBuf
     std::fs::write(dir.join("ibm.key"), format!("{}\n", fake::POWERVS_KEY)).unwrap();
     // What openshift-install reads: the cluster's shape and, on Power VS,
     // the machine pools the nodes' provider sections leave out.
-    let pools = if net == 80 {
+    let pools = if powervs {
         "\n  platform: { powervs: { sysType: s922, procType: shared, processors: \"0.5\", memoryGiB: 16 } }"
     } else {
         ""
@@ -53,7 +62,7 @@ fn write_site(dir: &Path, net: u8, fake_url: &str, admin: SocketAddr) -> PathBuf
         format!(
             "apiVersion: v1\nbaseDomain: example.test\nmetadata: {{ name: plat }}\nnetworking: {{ machineNetwork: [ {{ cidr: 127.{net}.0.0/24 }} ] }}\ncontrolPlane:\n  name: master\n  replicas: 3{pools}\ncompute:\n  - name: worker\n    replicas: 2{}\n{}pullSecret: '{{\"auths\":{{}}}}'\n",
             pools.replace("\n  ", "\n    "),
-            if net == 80 { "platform: { powervs: { region: lon, zone: lon04, serviceInstanceGUID: workspace-1 } }\n" } else { "platform: { none: {} }\n" }
+            if powervs { "platform: { powervs: { region: lon, zone: lon04, serviceInstanceGUID: workspace-1 } }\n" } else { "platform: { none: {} }\n" }
         ),
     )
     .unwrap();
@@ -67,8 +76,8 @@ host:
     listen: 127.0.0.1:0
     tokens: {{ file: api-tokens }}
     deadline: 10m
-    equinix: {{ baseUrl: "{fake_url}", projectId: {project}, apiKey: {{ file: metal.key }} }}
-    powervs: {{ baseUrl: "{fake_url}", iamUrl: "{fake_url}", cloudInstanceId: {ci}, crn: "crn:v1:bluemix:public:power-iaas:us-south:a/acc:{ci}::", apiKey: {{ file: ibm.key }} }}
+    equinix: {{ baseUrl: "{eq}", projectId: {project}, apiKey: {{ file: metal.key }} }}
+    powervs: {{ baseUrl: "{pvs}", iamUrl: "{iam}", cloudInstanceId: {ci}, crn: "crn:v1:bluemix:public:power-iaas:us-south:a/acc:{ci}::", apiKey: {{ file: ibm.key }} }}
 networks:
   - {{ name: plat, subnet: 127.{net}.0.0/24, gateway: 127.{net}.0.1, dnsServers: [127.{net}.0.1] }}
 vips: {{ api: 127.{net}.0.2, ingress: 127.{net}.0.3 }}
@@ -87,6 +96,9 @@ lb:
 "#,
         project = fake::PROJECT,
         ci = fake::CLOUD_INSTANCE,
+        eq = urls.equinix,
+        iam = urls.iam,
+        pvs = urls.powervs,
     );
     let path = dir.join("site.yaml");
     std::fs::write(&path, text).unwrap();
@@ -212,7 +224,7 @@ fn has(v: &Value, t: &str, status: &str) -> bool {
 }
 
 #[derive(Clone, Copy, PartialEq)]
-enum Platform {
+pub enum Platform {
     Equinix,
     PowerVs,
 }
@@ -269,12 +281,23 @@ const NODES: [(&str, &str); 6] = [
     ("worker-1", "worker"),
 ];
 
-async fn cluster_loop(p: Platform, net: u8) {
+/// The loop on `p` with its machines' addresses in 127.`net`.0.0/24;
+/// `urls` maps the fake's URL to where the controller reaches it (`None`:
+/// directly).
+pub async fn cluster_loop(p: Platform, net: u8, urls: Option<&dyn Fn(&str) -> Urls>) {
     let f = Fake::start().await;
     f.st().private_prefix = Some(format!("127.{net}.0."));
     let admin: SocketAddr = format!("127.0.0.1:{}", super::free_port()).parse().unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let path = write_site(dir.path(), net, &f.url(), admin);
+    let urls = match urls {
+        Some(u) => u(&f.url()),
+        None => Urls {
+            equinix: f.url(),
+            iam: f.url(),
+            powervs: f.url(),
+        },
+    };
+    let path = write_site(dir.path(), net, p == Platform::PowerVs, &urls, admin);
     let b = Bootd::start_site(dir, &path, super::tuning()).await;
     let d = Daemons::start(&b, admin).await;
 
@@ -289,16 +312,22 @@ async fn cluster_loop(p: Platform, net: u8) {
         );
     }
     if p == Platform::PowerVs {
+        for _ in 0..300 {
+            if !f.st().instances.is_empty() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
         let s = f.st();
         let i = s.instances.values().next().unwrap();
         assert_eq!(
             (
-                &i["sysType"],
-                &i["procType"],
-                &i["processors"],
-                &i["memory"]
+                i["sysType"].as_str(),
+                i["procType"].as_str(),
+                i["processors"].as_f64(),
+                i["memory"].as_f64()
             ),
-            (&json!("s922"), &json!("shared"), &json!(0.5), &json!(16.0)),
+            (Some("s922"), Some("shared"), Some(0.5), Some(16.0)),
             "the machine pool from install-config.yaml"
         );
     }
@@ -536,10 +565,10 @@ async fn cluster_loop(p: Platform, net: u8) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn equinix_cluster_from_api_calls_to_ready_then_bootstrap_leaves() {
-    cluster_loop(Platform::Equinix, 79).await;
+    cluster_loop(Platform::Equinix, 79, None).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn powervs_cluster_from_api_calls_to_ready_then_bootstrap_leaves() {
-    cluster_loop(Platform::PowerVs, 80).await;
+    cluster_loop(Platform::PowerVs, 80, None).await;
 }
