@@ -25,6 +25,7 @@
 
 pub mod auth;
 pub mod client;
+pub mod conditions;
 pub mod events;
 pub mod facts;
 pub mod follow;

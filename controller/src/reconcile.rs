@@ -18,6 +18,10 @@
 //! running past the deadline, fail the node with a message that names the
 //! provider, the operation and the status (never a secret).
 
+pub use crate::conditions::{
+    boot_kind_condition, cond, conditions_view, BOOT_KIND, IGNITION_SERVED, NETWORK_BOOTED,
+    PROVISIONED, READY,
+};
 use crate::providers::{BootKind, MachineState, NodeRequest, ProviderError, ProviderSpec};
 use crate::store::{now_ms, Condition, NodeRow, Resource, StoreError};
 use crate::{events, Controller};
@@ -27,12 +31,6 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Notify;
 use tracing::{error, info, warn};
-
-pub const PROVISIONED: &str = "Provisioned";
-pub const NETWORK_BOOTED: &str = "NetworkBooted";
-pub const IGNITION_SERVED: &str = "IgnitionServed";
-pub const READY: &str = "Ready";
-pub const BOOT_KIND: &str = "BootKind";
 
 /// What a step leaves the loop to do.
 #[derive(Debug)]
@@ -146,16 +144,6 @@ fn fail_with(ctl: &Controller, name: &str, msg: &str, also: Option<Condition>) {
         .store
         .set_phase_and_conditions(name, "Failed", msg, &conds);
     ctl.note(name, events::API, format!("failed: {msg}"));
-}
-
-pub(crate) fn cond(kind: &str, status: &str, reason: &str, message: &str) -> Condition {
-    Condition {
-        kind: kind.into(),
-        status: status.into(),
-        reason: reason.into(),
-        message: message.into(),
-        at: now_ms(),
-    }
 }
 
 fn provider_spec(row: &NodeRow) -> Result<Option<ProviderSpec>, String> {
@@ -436,25 +424,6 @@ fn past_deadline(ctl: &Controller, row: &NodeRow, kind: BootKind) -> Option<Next
     Some(Next::Idle)
 }
 
-/// The condition that says which boot path makes the node Ready.
-pub fn boot_kind_condition(kind: BootKind, at: i64) -> Condition {
-    let message = match kind {
-        BootKind::Network => {
-            "network-boots through this host: Ready once network-booted and its Ignition fetched"
-        }
-        BootKind::Image => {
-            "boots its image with the pointer config as user data: Ready once it fetched its Ignition"
-        }
-    };
-    Condition {
-        kind: BOOT_KIND.into(),
-        status: "True".into(),
-        reason: kind.as_str().into(),
-        message: message.into(),
-        at,
-    }
-}
-
 /// After the machine is up (`provisioned`, written with the phase): Ready
 /// once it did what its boot kind needs (network-booted and fetched its
 /// Ignition, or, booting an image, fetched its Ignition).
@@ -635,107 +604,6 @@ fn retry_delete(ctl: &Controller, name: &str, e: ProviderError) -> Next {
             retry_after: Some(ctl.tuning.backoff_cap),
         }),
     }
-}
-
-/// The conditions of a node as shown: stored ones, with defaults for those
-/// not yet set, and for site nodes (no machine to make) Provisioned True
-/// and Ready computed from the boot conditions. `BootKind` says which path
-/// makes the node Ready; an image-booted node's NetworkBooted does not apply.
-pub fn conditions_view(
-    row: Option<&NodeRow>,
-    stored: Vec<Condition>,
-    kind: BootKind,
-) -> Vec<Condition> {
-    let get = |k: &str| stored.iter().find(|c| c.kind == k).cloned();
-    let created = row.map(|r| r.created_at).unwrap_or(0);
-    let unknown = |k: &str, reason: &str, msg: &str| Condition {
-        kind: k.into(),
-        status: "Unknown".into(),
-        reason: reason.into(),
-        message: msg.into(),
-        at: created,
-    };
-    let provisioned = get(PROVISIONED).unwrap_or_else(|| match row {
-        None => Condition {
-            kind: PROVISIONED.into(),
-            status: "True".into(),
-            reason: "InSite".into(),
-            message: "defined in the site file".into(),
-            at: 0,
-        },
-        Some(_) => unknown(PROVISIONED, "Pending", "the machine is not made yet"),
-    });
-    let boot = get(BOOT_KIND)
-        .filter(|c| c.reason == kind.as_str())
-        .unwrap_or_else(|| boot_kind_condition(kind, created));
-    let booted = match kind {
-        BootKind::Network => get(NETWORK_BOOTED).unwrap_or_else(|| {
-            unknown(
-                NETWORK_BOOTED,
-                "NotSeen",
-                "no DHCP lease, boot script or GRUB config served yet",
-            )
-        }),
-        BootKind::Image => get(NETWORK_BOOTED).unwrap_or_else(|| {
-            unknown(
-                NETWORK_BOOTED,
-                "NotApplicable",
-                "boots its image, not through this host",
-            )
-        }),
-    };
-    let ign = get(IGNITION_SERVED)
-        .unwrap_or_else(|| unknown(IGNITION_SERVED, "NotSeen", "Ignition not fetched yet"));
-    let needed: Vec<&Condition> = match kind {
-        BootKind::Network => vec![&provisioned, &booted, &ign],
-        BootKind::Image => vec![&provisioned, &ign],
-    };
-    let ready = match (get(READY), row) {
-        (Some(r), Some(_)) => r,
-        _ => {
-            if needed.iter().all(|c| c.status == "True") {
-                let at = needed.iter().map(|c| c.at).max().unwrap_or(0);
-                Condition {
-                    kind: READY.into(),
-                    status: "True".into(),
-                    reason: "IgnitionServed".into(),
-                    message: "network-booted and fetched its Ignition".into(),
-                    at,
-                }
-            } else {
-                let first = needed
-                    .iter()
-                    .find(|c| c.status != "True")
-                    .map(|c| c.kind.clone())
-                    .unwrap_or_default();
-                Condition {
-                    kind: READY.into(),
-                    status: "False".into(),
-                    reason: format!("WaitingFor{first}"),
-                    message: format!("waiting for {first}"),
-                    at: created,
-                }
-            }
-        }
-    };
-    let mut out = vec![provisioned, boot, booted, ign, ready];
-    // Others the controller sets (AddressesRecorded), after the fixed five.
-    out.extend(
-        stored
-            .iter()
-            .filter(|c| {
-                ![
-                    PROVISIONED,
-                    BOOT_KIND,
-                    NETWORK_BOOTED,
-                    IGNITION_SERVED,
-                    READY,
-                ]
-                .contains(&c.kind.as_str())
-            })
-            .cloned(),
-    );
-    out
 }
 
 #[cfg(test)]

@@ -471,6 +471,4 @@ pub fn answer(site: &Site, table: &mut Table, req: &Message, rx: Rx, now: u64) -
     }
 }
 
-#[cfg(test)]
-#[path = "core_tests.rs"]
-mod tests;
+// Tests: bootd/tests/it/dhcp_core.rs (`answer` without sockets, golden dumps).

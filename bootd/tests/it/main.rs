@@ -2,6 +2,7 @@
 //! loopback talked to by real clients (hyper and curl).
 
 mod dhcp;
+mod dhcp_core;
 mod golden;
 mod harness;
 mod http;

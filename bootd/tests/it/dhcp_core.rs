@@ -4,9 +4,13 @@
 #[path = "../../../tests/support/golden.rs"]
 mod golden_file;
 
-use super::*;
+use bootd::dhcp::core::*;
+use bootd::dhcp::leases::{Lease, LeaseState, Table};
 use dhcproto::v4::{Architecture, Flags};
+use dhcproto::v4::{DhcpOption, HType, Message, MessageType, Opcode, OptionCode, UnknownOption};
+use site::{Mac, Site};
 use std::fmt::Write;
+use std::net::Ipv4Addr;
 use std::net::SocketAddrV4;
 
 fn lab() -> Site {
