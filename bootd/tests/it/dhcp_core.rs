@@ -1,9 +1,6 @@
 //! `answer` without sockets: every DHCP behaviour, with golden dumps of
 //! the replies in `bootd/tests/golden/dhcp-*.txt`.
 
-#[path = "../../../tests/support/golden.rs"]
-mod golden_file;
-
 use bootd::dhcp::core::*;
 use bootd::dhcp::leases::{Lease, LeaseState, Table};
 use dhcproto::v4::{Architecture, Flags};
@@ -83,7 +80,7 @@ fn golden(name: &str, got: &str) {
     let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/golden")
         .join(format!("dhcp-{name}.txt"));
-    golden_file::check(&p, got);
+    crate::golden_file::check(&p, got);
 }
 
 #[test]

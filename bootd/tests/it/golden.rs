@@ -2,8 +2,7 @@
 //! pinned in `bootd/tests/golden/`. `UPDATE_GOLDEN=1 cargo test` rewrites
 //! them; review the diff. Every Ignition also passes `ignition-validate`.
 
-#[path = "../../../tests/support/golden.rs"]
-mod golden_file;
+use crate::golden_file;
 
 use bootd::render::{self, NodeUrls};
 use std::path::{Path, PathBuf};

@@ -4,6 +4,8 @@
 mod dhcp;
 mod dhcp_core;
 mod golden;
+#[path = "../../../tests/support/golden.rs"]
+mod golden_file;
 mod harness;
 mod http;
 mod timeline;
