@@ -161,6 +161,16 @@ fn provider_spec(row: &NodeRow) -> Result<Option<ProviderSpec>, String> {
 /// the node should be served and is not (the overlay was not written).
 fn node_request(ctl: &Controller, snap: &Snapshot, row: &NodeRow) -> Option<NodeRequest> {
     let name = row.name.as_str();
+    let firmware = snap
+        .site
+        .node(name)
+        .map(|n| n.firmware)
+        .or_else(|| {
+            row.spec["firmware"]
+                .as_str()
+                .and_then(site::Firmware::parse)
+        })
+        .unwrap_or(site::Firmware::Auto);
     let (ip, macs) = match snap.site.node(name) {
         Some(node) => (node.ip, node.macs.iter().map(|m| m.to_string()).collect()),
         None => {
@@ -190,6 +200,19 @@ fn node_request(ctl: &Controller, snap: &Snapshot, row: &NodeRow) -> Option<Node
         ip,
         macs,
         ipxe_url: format!("{}/ipxe/{}.ipxe", snap.site.host.http.url, name),
+        firmware,
+        uefi_http_url: snap
+            .site
+            .host
+            .dhcp
+            .as_ref()
+            .map(|d| {
+                format!(
+                    "{}/boot/{}",
+                    snap.site.host.http.url, d.boot_files.uefi_x86_64
+                )
+            })
+            .unwrap_or_default(),
         userdata: site::Secret(bootd::http::pointer_for(&ctl.app, snap, name).to_string()),
     })
 }
@@ -308,11 +331,17 @@ async fn step(ctl: &Arc<Controller>, row: &NodeRow) -> Result<Next, StoreError> 
     let mut res = resource(provider.name(), &machine);
     res.updated_at = now_ms();
     ctl.store.put_resource(name, &res)?;
+    // What the provider says of the machine is recorded once it runs, and
+    // before that when it already knows the MACs (a BMC's machine, read
+    // before its power-on, so DHCP knows it at its first DISCOVER).
+    let early = matches!(machine.state, MachineState::Pending(_)) && !machine.macs.is_empty();
+    if machine.state == MachineState::Active || early {
+        let site = Arc::clone(&ctl.app.live.load().site);
+        let f = crate::facts::Facts::of_machine(provider.name(), &machine, &site);
+        crate::facts::record(ctl, name, &f).await?;
+    }
     match &machine.state {
         MachineState::Active => {
-            let site = Arc::clone(&ctl.app.live.load().site);
-            let f = crate::facts::Facts::of_machine(provider.name(), &machine, &site);
-            crate::facts::record(ctl, name, &f).await?;
             let msg = format!(
                 "{} machine {} active; addresses {}",
                 provider.name(),
@@ -512,6 +541,8 @@ async fn delete_step(
                 ip: std::net::Ipv4Addr::UNSPECIFIED,
                 macs: vec![],
                 ipxe_url: String::new(),
+                firmware: site::Firmware::Auto,
+                uefi_http_url: String::new(),
                 userdata: site::Secret(String::new()),
             });
             match provider.find(&req).await {

@@ -402,6 +402,15 @@ pub struct Api {
     pub equinix: Option<EquinixAccount>,
     pub powervs: Option<PowerVsAccount>,
     pub local: Option<LocalVms>,
+    pub redfish: Option<BmcDriver>,
+    pub ipmi: Option<BmcDriver>,
+}
+
+/// `host.api.redfish`, `host.api.ipmi`: the BMC providers are enabled.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BmcDriver {
+    /// How long a graceful power-off may take before it is forced.
+    pub power_off_timeout: Duration,
 }
 
 /// `host.api.local`: the local provider starts a QEMU VM per node, with a
@@ -456,6 +465,16 @@ pub enum SecretRef {
     File(PathBuf),
     /// A systemd credential: `$CREDENTIALS_DIRECTORY/<name>`.
     Credential(String),
+    /// An environment variable of the daemon (not of a child it starts).
+    Env(String),
+}
+
+/// A portable environment variable name: letters, digits and `_`, not
+/// starting with a digit.
+pub fn env_name_ok(v: &str) -> bool {
+    !v.is_empty()
+        && !v.starts_with(|c: char| c.is_ascii_digit())
+        && v.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
 #[derive(Debug, Clone)]

@@ -212,15 +212,27 @@ pub struct Api {
     pub equinix: Option<Equinix>,
     pub powervs: Option<PowerVs>,
     pub local: Option<Local>,
+    pub redfish: Option<Bmc>,
+    pub ipmi: Option<Bmc>,
+}
+
+/// `host.api.redfish`, `host.api.ipmi`: machines behind BMCs (each node's
+/// BMC address and credentials come with the node).
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Bmc {
+    pub power_off_timeout: Option<String>,
 }
 
 /// Where a secret is read from: a file, or a systemd credential
-/// (`$CREDENTIALS_DIRECTORY/<name>`). Never the secret itself.
+/// (`$CREDENTIALS_DIRECTORY/<name>`), or an environment variable of the
+/// daemon. Never the secret itself.
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SecretRef {
     pub file: Option<PathBuf>,
     pub credential: Option<String>,
+    pub env: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -397,6 +397,8 @@ mod tests {
             ip: "10.77.0.23".parse().unwrap(),
             macs: vec!["52:54:00:77:00:23".into()],
             ipxe_url: "http://10.77.0.1:8080/ipxe/worker-3.ipxe".into(),
+            firmware: site::Firmware::Auto,
+            uefi_http_url: String::new(),
             userdata: Secret("{\"ignition\":{}}".into()),
         }
     }

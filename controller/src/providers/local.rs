@@ -535,6 +535,8 @@ mod tests {
             ip: "10.77.0.40".parse().unwrap(),
             macs: vec!["52:54:00:77:00:40".into()],
             ipxe_url: String::new(),
+            firmware: site::Firmware::Auto,
+            uefi_http_url: String::new(),
             userdata: site::Secret(String::new()),
         }
     }

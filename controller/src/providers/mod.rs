@@ -3,6 +3,7 @@
 //! - [`equinix`]: Equinix Metal devices (`custom_ipxe`, bootd's per-node script).
 //! - [`powervs`]: IBM Power Virtual Server instances (IAM token exchange).
 //! - [`local`]: QEMU VMs on a local bridge (the lab), network-booting from this host.
+//! - [`redfish`]: machines behind a Redfish BMC, powered on to network-boot once.
 //!
 //! Each provider is one module that implements [`Provider`] and exports a
 //! [`Registration`]; [`REGISTRY`] lists them, and nothing else in the
@@ -18,9 +19,11 @@
 //! provider, the operation and the HTTP status, never a key, a token or the
 //! provider's raw body (that goes to the log, redacted).
 
+pub mod bmc;
 pub mod equinix;
 pub mod local;
 pub mod powervs;
+pub mod redfish;
 
 use bytes::Bytes;
 use http::{HeaderMap, Request, StatusCode};
@@ -45,6 +48,7 @@ pub const REGISTRY: &[Registration] = &[
     equinix::REGISTRATION,
     powervs::REGISTRATION,
     local::REGISTRATION,
+    redfish::REGISTRATION,
 ];
 
 /// A boxed future, so that [`Provider`] can be used as `dyn Provider`.
@@ -267,6 +271,10 @@ pub struct NodeRequest {
     pub macs: Vec<String>,
     /// bootd's per-node iPXE script URL.
     pub ipxe_url: String,
+    /// The node's firmware hint (`firmware:`), for a BMC's boot mode.
+    pub firmware: site::Firmware,
+    /// UEFI HTTP Boot's first URL: the UEFI iPXE binary over HTTP.
+    pub uefi_http_url: String,
     /// The Ignition pointer config (JSON) with the site CA and a token: secret.
     pub userdata: Secret<String>,
 }
@@ -335,6 +343,13 @@ pub type Result<T> = std::result::Result<T, ProviderError>;
 pub fn read_secret(r: &SecretRef) -> std::result::Result<Secret<String>, String> {
     let path = match r {
         SecretRef::File(p) => p.clone(),
+        SecretRef::Env(var) => {
+            return match std::env::var(var) {
+                Ok(s) if !s.trim().is_empty() => Ok(Secret(s.trim().to_string())),
+                Ok(_) => Err(format!("environment variable {var} is empty")),
+                Err(_) => Err(format!("environment variable {var} is not set")),
+            }
+        }
         SecretRef::Credential(name) => match std::env::var_os("CREDENTIALS_DIRECTORY") {
             Some(d) => std::path::Path::new(&d).join(name),
             None => return Err(format!("systemd credential {name:?}: $CREDENTIALS_DIRECTORY is not set (LoadCredential= in the unit)")),
@@ -412,35 +427,60 @@ impl Http {
         }
     }
 
-    /// With a custom root CA (the CLI talking to bootd's API).
+    /// With a custom root CA (the CLI talking to bootd's API, a BMC's CA bundle).
     pub fn with_ca(timeout: Duration, ca_pem: &[u8]) -> std::io::Result<Http> {
         let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
         let mut roots = rustls::RootCertStore::empty();
         for c in rustls_pemfile::certs(&mut &ca_pem[..]) {
             roots.add(c?).map_err(std::io::Error::other)?;
         }
+        if roots.is_empty() {
+            return Err(std::io::Error::other("no PEM certificate in it"));
+        }
         let tls = rustls::ClientConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
             .map_err(std::io::Error::other)?
             .with_root_certificates(roots)
             .with_no_client_auth();
+        Ok(Http::with_tls(timeout, tls))
+    }
+
+    /// Accepts any server certificate (a BMC's `insecureSkipVerify`): the
+    /// handshake's signatures are still checked, the certificate's chain
+    /// and name are not. Whoever can answer for the address sees the
+    /// credentials sent.
+    pub fn insecure(timeout: Duration) -> Http {
+        let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+        let tls = rustls::ClientConfig::builder_with_provider(provider.clone())
+            .with_safe_default_protocol_versions()
+            .expect("ring supports TLS 1.2 and 1.3")
+            .dangerous()
+            .with_custom_certificate_verifier(std::sync::Arc::new(AnyCertificate(provider)))
+            .with_no_client_auth();
+        Http::with_tls(timeout, tls)
+    }
+
+    fn with_tls(timeout: Duration, tls: rustls::ClientConfig) -> Http {
         let conn = hyper_rustls::HttpsConnectorBuilder::new()
             .with_tls_config(tls)
             .https_or_http()
             .enable_http1()
             .build();
-        Ok(Http {
+        Http {
             client: HyperClient::builder(TokioExecutor::new()).build(conn),
             timeout,
-        })
+        }
     }
 
     /// Sends `req`; `what` names the operation in errors (no secrets in it).
     pub async fn send(&self, req: Request<Full<Bytes>>, what: &str) -> Result<Reply> {
         let fut = async {
             let resp = self.client.request(req).await.map_err(|e| {
-                tracing::debug!(error = %e, "{what}: request failed");
-                ProviderError::transient(format!("{what}: connection failed"))
+                tracing::debug!(error = ?e, "{what}: request failed");
+                match tls_refusal(&e) {
+                    Some(why) => ProviderError::permanent(format!("{what}: {why}")),
+                    None => ProviderError::transient(format!("{what}: connection failed")),
+                }
             })?;
             let (parts, body) = resp.into_parts();
             let body = Limited::new(body, MAX_BODY)
@@ -466,6 +506,78 @@ impl Http {
                 self.timeout
             ))),
         }
+    }
+}
+
+/// A TLS handshake that failed because the server's certificate was not
+/// trusted: worth saying precisely, and not worth retrying.
+fn tls_refusal(e: &(dyn std::error::Error + 'static)) -> Option<String> {
+    // hyper's error, whose source is an io::Error, holding an io::Error,
+    // holding rustls' error.
+    fn rustls_in<'a>(err: &'a (dyn std::error::Error + 'static)) -> Option<&'a rustls::Error> {
+        if let Some(r) = err.downcast_ref::<rustls::Error>() {
+            return Some(r);
+        }
+        err.downcast_ref::<std::io::Error>()
+            .and_then(|io| io.get_ref())
+            .and_then(|inner| rustls_in(inner))
+    }
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = cur {
+        if let Some(rustls::Error::InvalidCertificate(why)) = rustls_in(err) {
+            return Some(format!(
+                "the server's TLS certificate does not verify ({why:?}): give its CA, or \
+                 (on a trusted network only) skip verification"
+            ));
+        }
+        cur = err.source();
+    }
+    None
+}
+
+/// The verifier of [`Http::insecure`].
+#[derive(Debug)]
+struct AnyCertificate(std::sync::Arc<rustls::crypto::CryptoProvider>);
+
+impl rustls::client::danger::ServerCertVerifier for AnyCertificate {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &rustls::pki_types::CertificateDer<'_>,
+        _intermediates: &[rustls::pki_types::CertificateDer<'_>],
+        _server_name: &rustls::pki_types::ServerName<'_>,
+        _ocsp: &[u8],
+        _now: rustls::pki_types::UnixTime,
+    ) -> std::result::Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> std::result::Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> std::result::Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
     }
 }
 
@@ -642,7 +754,7 @@ mod registry_tests {
             .to_string();
         assert_eq!(
             e,
-            "unknown provider `openstack`, expected one of `equinix`, `powervs`, `local`"
+            "unknown provider `openstack`, expected one of `equinix`, `powervs`, `local`, `redfish`"
         );
         let e = serde_json::from_value::<ProviderSpec>(json!({ "local": {}, "equinix": {} }))
             .unwrap_err()

@@ -2,7 +2,9 @@
 //! (`<stateDir>/nodes.yaml`, the nodes added through that API).
 
 use super::{duration, parse, Cx, DEFAULT_STATE_DIR};
-use crate::model::{Api, EquinixAccount, LocalFirmware, LocalVms, PowerVsAccount, SecretRef};
+use crate::model::{
+    env_name_ok, Api, BmcDriver, EquinixAccount, LocalFirmware, LocalVms, PowerVsAccount, SecretRef,
+};
 use crate::wire;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -12,6 +14,7 @@ use std::time::Duration;
 pub const OVERLAY_FILE: &str = "nodes.yaml";
 
 const DEFAULT_DEADLINE: Duration = Duration::from_secs(3600);
+const DEFAULT_POWER_OFF_TIMEOUT: Duration = Duration::from_secs(120);
 
 pub(super) fn overlay_path(cx: &Cx, host: &wire::Host) -> PathBuf {
     let dir = host
@@ -46,15 +49,16 @@ pub(super) fn read_overlay(cx: &mut Cx, path: &Path) -> Vec<wire::Node> {
 }
 
 fn secret_ref(cx: &mut Cx, key: &str, w: Option<&wire::SecretRef>) -> Option<SecretRef> {
-    match w {
-        Some(wire::SecretRef {
-            file: Some(f),
-            credential: None,
-        }) => Some(SecretRef::File(cx.resolve(f))),
-        Some(wire::SecretRef {
-            file: None,
-            credential: Some(c),
-        }) => {
+    let Some(w) = w else {
+        cx.err(
+            key,
+            "required: {file: PATH}, {credential: NAME} (a systemd credential) or {env: VAR}",
+        );
+        return None;
+    };
+    match (&w.file, &w.credential, &w.env) {
+        (Some(f), None, None) => Some(SecretRef::File(cx.resolve(f))),
+        (None, Some(c), None) => {
             if c.is_empty() || c.contains('/') || c == "." || c == ".." {
                 cx.err(
                     format!("{key}.credential"),
@@ -64,18 +68,38 @@ fn secret_ref(cx: &mut Cx, key: &str, w: Option<&wire::SecretRef>) -> Option<Sec
             }
             Some(SecretRef::Credential(c.clone()))
         }
-        Some(_) => {
-            cx.err(key, "give exactly one of file, credential");
-            None
+        (None, None, Some(v)) => {
+            if !env_name_ok(v) {
+                cx.err(
+                    format!("{key}.env"),
+                    format!("{v:?} is not an environment variable name"),
+                );
+                return None;
+            }
+            Some(SecretRef::Env(v.clone()))
         }
-        None => {
-            cx.err(
-                key,
-                "required: {file: PATH} or {credential: NAME} (a systemd credential)",
-            );
+        _ => {
+            cx.err(key, "give exactly one of file, credential, env");
             None
         }
     }
+}
+
+fn bmc(cx: &mut Cx, key: &str, w: &wire::Bmc) -> BmcDriver {
+    let power_off_timeout = match w.power_off_timeout.as_deref() {
+        None => DEFAULT_POWER_OFF_TIMEOUT,
+        Some(s) => match duration(s) {
+            Some(d) if d >= Duration::from_secs(1) => d,
+            _ => {
+                cx.err(
+                    format!("{key}.powerOffTimeout"),
+                    format!("{s:?} is not a duration of at least 1s, like 90s or 5m"),
+                );
+                DEFAULT_POWER_OFF_TIMEOUT
+            }
+        },
+    };
+    BmcDriver { power_off_timeout }
 }
 
 fn url_of(cx: &mut Cx, key: &str, v: Option<&str>, default: &str) -> Option<String> {
@@ -204,6 +228,8 @@ pub(super) fn api(cx: &mut Cx, w: &wire::Api) -> Option<Api> {
         Some(Some(p)) => Some(p),
         None => None,
     };
+    let redfish = w.redfish.as_ref().map(|b| bmc(cx, "host.api.redfish", b));
+    let ipmi = w.ipmi.as_ref().map(|b| bmc(cx, "host.api.ipmi", b));
     Some(Api {
         listen: listen?,
         url,
@@ -212,6 +238,8 @@ pub(super) fn api(cx: &mut Cx, w: &wire::Api) -> Option<Api> {
         equinix,
         powervs,
         local,
+        redfish,
+        ipmi,
     })
 }
 

@@ -1,0 +1,238 @@
+//! What the BMC providers ([`super::redfish`], [`super::ipmi`]) share: the
+//! reference to a BMC password, and the provider's own durable record of
+//! what it did to a machine it does not own.
+//!
+//! A BMC cannot be asked "did I already power this on for node X?": the
+//! machine exists before and after the node, and its power state says
+//! nothing about who set it. So before each power action the provider
+//! writes (fsync, rename) what it is about to do in
+//! `<stateDir>/bmc/<provider>-<node>.json`; `find` and `get` read it back
+//! after a crash, so an action is sent once, and a delete that began before
+//! a crash goes on from where it was. The record also holds the node's BMC
+//! spec, so `get` and `delete` (which receive only the machine id) can reach
+//! the BMC. It holds references to the password, never the password.
+
+use super::{ProviderError, Result};
+use serde::{Deserialize, Serialize};
+use site::{Secret, SecretRef};
+use std::path::{Path, PathBuf};
+
+/// Where a BMC password is read from: `{file: PATH}` (absolute),
+/// `{credential: NAME}` (a systemd credential) or `{env: VAR}` (bootd's
+/// environment). Exactly one.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PasswordRef {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file: Option<PathBuf>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credential: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub env: Option<String>,
+}
+
+/// The fields, parsed only from a map: a string in their place is likely
+/// the password itself, and serde's own error would quote it.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct PasswordFields {
+    #[serde(default)]
+    file: Option<PathBuf>,
+    #[serde(default)]
+    credential: Option<String>,
+    #[serde(default)]
+    env: Option<String>,
+}
+
+impl<'de> Deserialize<'de> for PasswordRef {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        use serde::de::Error;
+        const WANT: &str =
+            "password: give {file: PATH}, {credential: NAME} or {env: VAR}, never the password itself";
+        let v = serde_json::Value::deserialize(d)?;
+        if !v.is_object() {
+            return Err(D::Error::custom(WANT));
+        }
+        let f: PasswordFields = serde_json::from_value(v).map_err(|_| D::Error::custom(WANT))?;
+        Ok(PasswordRef {
+            file: f.file,
+            credential: f.credential,
+            env: f.env,
+        })
+    }
+}
+
+impl PasswordRef {
+    /// Every problem, with `key` (e.g. `provider.redfish.password`) in front.
+    pub fn check(&self, key: &str) -> Vec<String> {
+        let mut p = Vec::new();
+        match (&self.file, &self.credential, &self.env) {
+            (Some(f), None, None) if !f.is_absolute() => p.push(format!(
+                "{key}.file: {:?} is not an absolute path (it is read by bootd, on its host)",
+                f.display()
+            )),
+            (None, Some(c), None) if c.is_empty() || c.contains('/') || c == "." || c == ".." => {
+                p.push(format!("{key}.credential: {c:?} is not a credential name"))
+            }
+            (None, None, Some(v)) if !site::env_name_ok(v) => p.push(format!(
+                "{key}.env: {v:?} is not an environment variable name"
+            )),
+            (Some(_), None, None) | (None, Some(_), None) | (None, None, Some(_)) => {}
+            _ => p.push(format!(
+                "{key}: give exactly one of file, credential, env (never the password itself)"
+            )),
+        }
+        p
+    }
+
+    pub fn to_ref(&self) -> Option<SecretRef> {
+        match (&self.file, &self.credential, &self.env) {
+            (Some(f), None, None) => Some(SecretRef::File(f.clone())),
+            (None, Some(c), None) => Some(SecretRef::Credential(c.clone())),
+            (None, None, Some(v)) => Some(SecretRef::Env(v.clone())),
+            _ => None,
+        }
+    }
+
+    /// The password; a permanent error names where it was looked for.
+    pub fn read(&self, provider: &str) -> Result<Secret<String>> {
+        let r = self.to_ref().ok_or_else(|| {
+            ProviderError::permanent(format!("{provider}: the password reference is invalid"))
+        })?;
+        super::read_secret(&r)
+            .map_err(|e| ProviderError::permanent(format!("{provider}: the BMC password: {e}")))
+    }
+}
+
+/// The directory of the BMC providers' records.
+pub fn dir(state_dir: &Path) -> PathBuf {
+    state_dir.join("bmc")
+}
+
+fn path_of(dir: &Path, provider: &str, node: &str) -> PathBuf {
+    dir.join(format!("{provider}-{node}.json"))
+}
+
+/// A record, or `None` when there is none.
+pub fn load<T: serde::de::DeserializeOwned>(
+    dir: &Path,
+    provider: &str,
+    node: &str,
+) -> Result<Option<T>> {
+    let p = path_of(dir, provider, node);
+    match std::fs::read(&p) {
+        Ok(b) => serde_json::from_slice(&b).map(Some).map_err(|e| {
+            ProviderError::permanent(format!(
+                "{provider}: the record {} does not parse: {e}",
+                p.display()
+            ))
+        }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(ProviderError::transient(format!(
+            "{provider}: cannot read {}: {e}",
+            p.display()
+        ))),
+    }
+}
+
+/// Writes a record durably (temporary file, fsync, rename, fsync of the
+/// directory) before the action it announces is sent.
+pub fn store<T: Serialize>(dir: &Path, provider: &str, node: &str, rec: &T) -> Result<()> {
+    use std::io::Write;
+    let fail = |e: std::io::Error| {
+        ProviderError::transient(format!(
+            "{provider}: cannot write its record in {}: {e}",
+            dir.display()
+        ))
+    };
+    std::fs::create_dir_all(dir).map_err(fail)?;
+    let p = path_of(dir, provider, node);
+    let tmp = p.with_extension("json.tmp");
+    let body = serde_json::to_vec_pretty(rec).map_err(|e| fail(std::io::Error::other(e)))?;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&tmp)
+        .map_err(fail)?;
+    f.write_all(&body).map_err(fail)?;
+    f.sync_all().map_err(fail)?;
+    std::fs::rename(&tmp, &p).map_err(fail)?;
+    std::fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(fail)
+}
+
+pub fn remove(dir: &Path, provider: &str, node: &str) -> Result<()> {
+    match std::fs::remove_file(path_of(dir, provider, node)) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(ProviderError::transient(format!(
+            "{provider}: cannot remove its record: {e}"
+        ))),
+    }
+}
+
+/// A machine id of a BMC provider: `<node>@<where>`; the node names the record.
+pub fn node_of(id: &str) -> &str {
+    id.split_once('@').map(|(n, _)| n).unwrap_or(id)
+}
+
+/// Milliseconds since the epoch.
+pub fn now_ms() -> i64 {
+    crate::store::now_ms()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn password_references_are_checked() {
+        let ok = PasswordRef {
+            file: Some("/etc/bootd/bmc".into()),
+            ..Default::default()
+        };
+        assert!(ok.check("k").is_empty());
+        let rel = PasswordRef {
+            file: Some("bmc".into()),
+            ..Default::default()
+        };
+        assert!(rel.check("k")[0].contains("absolute"));
+        let two = PasswordRef {
+            file: Some("/a".into()),
+            env: Some("B".into()),
+            ..Default::default()
+        };
+        assert!(two.check("k")[0].contains("exactly one"));
+        let none = PasswordRef::default();
+        assert!(none.check("k")[0].contains("exactly one"));
+        let bad_env = PasswordRef {
+            env: Some("1-X".into()),
+            ..Default::default()
+        };
+        assert!(bad_env.check("k")[0].contains("environment variable"));
+    }
+
+    #[test]
+    fn records_round_trip_and_go() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = super::dir(d.path());
+        assert_eq!(
+            load::<serde_json::Value>(&dir, "redfish", "n").unwrap(),
+            None
+        );
+        store(&dir, "redfish", "n", &serde_json::json!({"a": 1})).unwrap();
+        assert_eq!(
+            load::<serde_json::Value>(&dir, "redfish", "n").unwrap(),
+            Some(serde_json::json!({"a": 1}))
+        );
+        remove(&dir, "redfish", "n").unwrap();
+        remove(&dir, "redfish", "n").unwrap();
+        assert_eq!(
+            load::<serde_json::Value>(&dir, "redfish", "n").unwrap(),
+            None
+        );
+        assert_eq!(node_of("n@https://bmc/redfish/v1/Systems/1"), "n");
+    }
+}

@@ -1,0 +1,558 @@
+//! The Redfish provider against a Redfish fake, for the paths a real BMC
+//! emulator does not take on demand: a refused password, 5xx with
+//! Retry-After, a system that does not exist, a BMC that never powers
+//! off, a reply that never comes, a certificate that does not verify, and
+//! a crash after the power-on was sent. (tests/controller/bmc-e2e.sh drives
+//! sushy-tools and real VMs.)
+
+use bytes::Bytes;
+use controller::providers::redfish::{self, Redfish};
+use controller::providers::{MachineState, NodeRequest, Provider, ProviderError};
+use http_body_util::{BodyExt, Full};
+use hyper::{Request, Response};
+use serde_json::{json, Value};
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+const PASSWORD: &str = "s3cret-bmc-Pa55";
+const SYS: &str = "/redfish/v1/Systems/sys-1";
+
+#[derive(Default)]
+struct Bmc {
+    power: String,
+    target: String,
+    enabled: String,
+    mode: String,
+    etag: u32,
+    /// (method, path prefix, status, Retry-After), taken once each.
+    faults: Vec<(&'static str, &'static str, u16, Option<u32>)>,
+    /// Resets as sent.
+    resets: Vec<String>,
+    patches: Vec<Value>,
+    /// Ignores GracefulShutdown (a hung OS).
+    hung: bool,
+    /// Accepts the next reset and then drops the connection unanswered.
+    drop_after_reset: bool,
+    /// Every GET waits this long first.
+    slow: Duration,
+}
+
+type Shared = Arc<Mutex<Bmc>>;
+
+fn reply(status: u16, v: Option<Value>, etag: Option<String>) -> Response<Full<Bytes>> {
+    let mut b = Response::builder().status(status);
+    if let Some(e) = etag {
+        b = b.header("ETag", e);
+    }
+    match v {
+        Some(v) => b
+            .header("Content-Type", "application/json")
+            .body(Full::new(Bytes::from(v.to_string())))
+            .unwrap(),
+        None => b.body(Full::new(Bytes::new())).unwrap(),
+    }
+}
+
+async fn handle(bmc: Shared, req: Request<hyper::body::Incoming>) -> Option<Response<Full<Bytes>>> {
+    use base64::Engine as _;
+    let want = format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode(format!("admin:{PASSWORD}"))
+    );
+    let (parts, body) = req.into_parts();
+    let body = body.collect().await.unwrap().to_bytes();
+    let method = parts.method.as_str().to_string();
+    let path = parts.uri.path().to_string();
+    let slow = bmc.lock().unwrap().slow;
+    if method == "GET" && !slow.is_zero() {
+        tokio::time::sleep(slow).await;
+    }
+    if parts
+        .headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        != Some(want.as_str())
+    {
+        return Some(reply(401, Some(json!({"error": "no"})), None));
+    }
+    let mut b = bmc.lock().unwrap();
+    if let Some(i) = b
+        .faults
+        .iter()
+        .position(|(m, p, _, _)| *m == method && path.starts_with(p))
+    {
+        let (_, _, status, ra) = b.faults.remove(i);
+        let mut r = reply(status, Some(json!({"error": {"message": "busy"}})), None);
+        if let Some(s) = ra {
+            r.headers_mut()
+                .insert("Retry-After", s.to_string().parse().unwrap());
+        }
+        return Some(r);
+    }
+    let etag = format!("W/\"{}\"", b.etag);
+    let v: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    match (method.as_str(), path.as_str()) {
+        ("GET", "/redfish/v1") => Some(reply(
+            200,
+            Some(json!({"Systems": {"@odata.id": "/redfish/v1/Systems"}})),
+            None,
+        )),
+        ("GET", "/redfish/v1/Systems") => Some(reply(
+            200,
+            Some(json!({"Members": [{"@odata.id": SYS}]})),
+            None,
+        )),
+        ("GET", SYS) => Some(reply(
+            200,
+            Some(json!({
+                "Id": "sys-1", "Name": "rack1-u7", "UUID": "1b4e28ba-2fa1-11d2-883f-0016d3cca427",
+                "PowerState": b.power,
+                "Boot": {"BootSourceOverrideTarget": b.target, "BootSourceOverrideEnabled": b.enabled, "BootSourceOverrideMode": b.mode},
+                "EthernetInterfaces": {"@odata.id": format!("{SYS}/EthernetInterfaces")},
+                "Actions": {"#ComputerSystem.Reset": {
+                    "target": format!("{SYS}/Actions/ComputerSystem.Reset"),
+                    "ResetType@Redfish.AllowableValues": ["On", "ForceOff", "GracefulShutdown", "ForceRestart"]}}
+            })),
+            Some(etag),
+        )),
+        ("GET", p) if p == format!("{SYS}/EthernetInterfaces") => Some(reply(
+            200,
+            Some(
+                json!({"Members": [{"@odata.id": format!("{SYS}/EthernetInterfaces/nic1")}, {"@odata.id": format!("{SYS}/EthernetInterfaces/nic2")}]}),
+            ),
+            None,
+        )),
+        ("GET", p) if p.starts_with(&format!("{SYS}/EthernetInterfaces/")) => {
+            let mac = if p.ends_with("nic1") {
+                "52:54:00:AA:BB:01"
+            } else {
+                "52:54:00:AA:BB:02"
+            };
+            Some(reply(200, Some(json!({"MACAddress": mac})), None))
+        }
+        ("PATCH", SYS) => {
+            if parts.headers.get("if-match").and_then(|v| v.to_str().ok()) != Some(etag.as_str()) {
+                return Some(reply(412, Some(json!({"error": "etag"})), None));
+            }
+            let boot = &v["Boot"];
+            if let Some(t) = boot["BootSourceOverrideTarget"].as_str() {
+                b.target = t.into();
+            }
+            if let Some(e) = boot["BootSourceOverrideEnabled"].as_str() {
+                b.enabled = e.into();
+            }
+            if let Some(m) = boot["BootSourceOverrideMode"].as_str() {
+                b.mode = m.into();
+            }
+            b.etag += 1;
+            b.patches.push(v);
+            Some(reply(204, None, None))
+        }
+        ("POST", p) if p == format!("{SYS}/Actions/ComputerSystem.Reset") => {
+            let t = v["ResetType"].as_str().unwrap_or_default().to_string();
+            b.resets.push(t.clone());
+            match t.as_str() {
+                "On" | "ForceRestart" => b.power = "On".into(),
+                "ForceOff" => b.power = "Off".into(),
+                "GracefulShutdown" if !b.hung => b.power = "Off".into(),
+                _ => {}
+            }
+            if b.drop_after_reset {
+                b.drop_after_reset = false;
+                return None;
+            }
+            Some(reply(204, None, None))
+        }
+        _ => Some(reply(404, Some(json!({"error": "not found"})), None)),
+    }
+}
+
+/// A fake BMC on 127.0.0.1, over TLS when `tls` is given.
+async fn serve(bmc: Shared, tls: Option<Arc<rustls::ServerConfig>>) -> SocketAddr {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let Ok((s, _)) = l.accept().await else { return };
+            let bmc = bmc.clone();
+            let tls = tls.clone();
+            tokio::spawn(async move {
+                let svc = hyper::service::service_fn(move |req| {
+                    let bmc = bmc.clone();
+                    async move {
+                        match handle(bmc, req).await {
+                            Some(r) => Ok(r),
+                            None => Err(std::io::Error::other("dropped")),
+                        }
+                    }
+                });
+                let b = hyper::server::conn::http1::Builder::new();
+                match tls {
+                    Some(cfg) => {
+                        if let Ok(s) = tokio_rustls::TlsAcceptor::from(cfg).accept(s).await {
+                            let _ = b
+                                .serve_connection(hyper_util::rt::TokioIo::new(s), svc)
+                                .await;
+                        }
+                    }
+                    None => {
+                        let _ = b
+                            .serve_connection(hyper_util::rt::TokioIo::new(s), svc)
+                            .await;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+fn fresh() -> Shared {
+    Arc::new(Mutex::new(Bmc {
+        power: "Off".into(),
+        target: "None".into(),
+        enabled: "Disabled".into(),
+        mode: "UEFI".into(),
+        ..Default::default()
+    }))
+}
+
+fn node(name: &str) -> NodeRequest {
+    NodeRequest {
+        name: name.into(),
+        cluster: "lab".into(),
+        ip: "10.77.0.60".parse().unwrap(),
+        macs: vec![],
+        ipxe_url: "http://10.77.0.1:8080/ipxe/x.ipxe".into(),
+        firmware: site::Firmware::Bios,
+        uefi_http_url: "http://10.77.0.1:8080/boot/ipxe.efi".into(),
+        userdata: site::Secret(String::new()),
+    }
+}
+
+fn spec(url: &str, pw: &Path) -> Value {
+    json!({ "url": url, "username": "admin", "password": { "file": pw } })
+}
+
+fn setup() -> (tempfile::TempDir, std::path::PathBuf) {
+    let d = tempfile::tempdir().unwrap();
+    let pw = d.path().join("bmc-password");
+    std::fs::write(&pw, format!("{PASSWORD}\n")).unwrap();
+    (d, pw)
+}
+
+fn provider(dir: &Path) -> Redfish {
+    redfish::for_tests(
+        dir.join("state"),
+        Duration::from_secs(3),
+        Duration::from_secs(1),
+    )
+}
+
+fn no_secret(e: &ProviderError) {
+    let s = format!("{e} {e:?}");
+    assert!(!s.contains(PASSWORD), "the password leaked: {s}");
+}
+
+#[tokio::test]
+async fn override_once_one_power_on_macs_read_and_a_delete_that_powers_off() {
+    let (d, pw) = setup();
+    let bmc = fresh();
+    let addr = serve(bmc.clone(), None).await;
+    let p = provider(d.path());
+    // The service root and a selector by Name.
+    let mut s = spec(&format!("http://{addr}"), &pw);
+    s["system"] = json!("rack1-u7");
+    let n = node("bmc-0");
+    assert_eq!(p.find(&n).await.unwrap(), None);
+    let m = p.create(&n, &s).await.unwrap();
+    assert_eq!(m.state, MachineState::Active);
+    assert_eq!(m.macs, vec!["52:54:00:aa:bb:01", "52:54:00:aa:bb:02"]);
+    assert_eq!(m.id, format!("bmc-0@http://{addr}{SYS}"));
+    {
+        let b = bmc.lock().unwrap();
+        assert_eq!(b.resets, vec!["On"]);
+        assert_eq!(
+            b.patches,
+            vec![
+                json!({"Boot": {"BootSourceOverrideEnabled": "Once", "BootSourceOverrideTarget": "Pxe", "BootSourceOverrideMode": "Legacy"}})
+            ]
+        );
+    }
+    // A restarted controller finds it, and powers nothing again.
+    let p2 = provider(d.path());
+    let found = p2.find(&n).await.unwrap().unwrap();
+    assert_eq!(found.id, m.id);
+    assert_eq!(
+        p2.get(&m.id).await.unwrap().unwrap().state,
+        MachineState::Active
+    );
+    assert_eq!(bmc.lock().unwrap().resets, vec!["On"]);
+    // Delete: a graceful shutdown; once off, the override is cleared and the record goes.
+    p2.delete(&m.id).await.unwrap();
+    p2.delete(&m.id).await.unwrap();
+    assert_eq!(p2.get(&m.id).await.unwrap(), None);
+    let b = bmc.lock().unwrap();
+    assert_eq!(b.resets, vec!["On", "GracefulShutdown"]);
+    assert_eq!(b.enabled, "Disabled");
+    assert_eq!(b.power, "Off");
+    assert!(std::fs::read_dir(d.path().join("state"))
+        .unwrap()
+        .next()
+        .is_none());
+}
+
+#[tokio::test]
+async fn a_machine_already_on_is_restarted_and_uefi_http_points_at_this_host() {
+    let (d, pw) = setup();
+    let bmc = fresh();
+    bmc.lock().unwrap().power = "On".into();
+    let addr = serve(bmc.clone(), None).await;
+    let p = provider(d.path());
+    let mut s = spec(&format!("http://{addr}{SYS}"), &pw);
+    s["boot"] = json!("uefiHttp");
+    let mut n = node("bmc-1");
+    n.firmware = site::Firmware::Auto;
+    p.create(&n, &s).await.unwrap();
+    let b = bmc.lock().unwrap();
+    assert_eq!(b.resets, vec!["ForceRestart"]);
+    assert_eq!(
+        b.patches[0]["Boot"],
+        json!({"BootSourceOverrideEnabled": "Once", "BootSourceOverrideTarget": "UefiHttp",
+               "BootSourceOverrideMode": "UEFI", "HttpBootUri": "http://10.77.0.1:8080/boot/ipxe.efi"})
+    );
+}
+
+#[tokio::test]
+async fn wrong_password_unknown_system_and_faults_say_so_without_the_password() {
+    let (d, pw) = setup();
+    let bmc = fresh();
+    let addr = serve(bmc.clone(), None).await;
+    let p = provider(d.path());
+    let bad = d.path().join("wrong");
+    std::fs::write(&bad, "not-it").unwrap();
+    let e = p
+        .create(&node("a"), &spec(&format!("http://{addr}{SYS}"), &bad))
+        .await
+        .unwrap_err();
+    assert!(!e.is_transient());
+    assert!(
+        e.to_string().contains("refused the username or password"),
+        "{e}"
+    );
+    no_secret(&e);
+    let e = p
+        .create(
+            &node("a"),
+            &spec(&format!("http://{addr}/redfish/v1/Systems/nope"), &pw),
+        )
+        .await
+        .unwrap_err();
+    assert!(!e.is_transient());
+    assert!(
+        e.to_string()
+            .contains("/redfish/v1/Systems/nope does not exist"),
+        "{e}"
+    );
+    let mut s = spec(&format!("http://{addr}"), &pw);
+    s["system"] = json!("rack9");
+    let e = p.create(&node("a"), &s).await.unwrap_err();
+    assert!(e.to_string().contains("no system \"rack9\""), "{e}");
+    // Unreadable password file: the path, never content.
+    let e = p
+        .create(
+            &node("a"),
+            &spec(&format!("http://{addr}{SYS}"), &d.path().join("missing")),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        e.to_string().contains("missing") && !e.is_transient(),
+        "{e}"
+    );
+    // Unreachable BMC: transient.
+    let e = p
+        .create(
+            &node("a"),
+            &spec("http://127.0.0.1:9/redfish/v1/Systems/1", &pw),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        e.is_transient() && e.to_string().contains("connection failed"),
+        "{e}"
+    );
+    // 503 with Retry-After on the override: transient with the delay; nothing powered.
+    bmc.lock()
+        .unwrap()
+        .faults
+        .push(("PATCH", SYS, 503, Some(7)));
+    let e = p
+        .create(&node("a"), &spec(&format!("http://{addr}{SYS}"), &pw))
+        .await
+        .unwrap_err();
+    match &e {
+        ProviderError::Transient { retry_after, .. } => {
+            assert_eq!(*retry_after, Some(Duration::from_secs(7)))
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(bmc.lock().unwrap().resets.is_empty());
+    // A refused power-on (500): the next attempt sends it, once.
+    bmc.lock().unwrap().faults.push(("POST", SYS, 500, None));
+    let e = p
+        .create(&node("a"), &spec(&format!("http://{addr}{SYS}"), &pw))
+        .await
+        .unwrap_err();
+    assert!(e.is_transient(), "{e}");
+    assert_eq!(
+        p.find(&node("a")).await.unwrap(),
+        None,
+        "a refused power-on is not a machine"
+    );
+    p.create(&node("a"), &spec(&format!("http://{addr}{SYS}"), &pw))
+        .await
+        .unwrap();
+    // The refused one did nothing (the fake answered before acting).
+    assert_eq!(bmc.lock().unwrap().resets, vec!["On"]);
+    assert_eq!(bmc.lock().unwrap().power, "On");
+    // A BMC that does not answer in time.
+    bmc.lock().unwrap().slow = Duration::from_millis(1500);
+    let quick = redfish::for_tests(
+        d.path().join("q"),
+        Duration::from_millis(300),
+        Duration::from_secs(1),
+    );
+    let e = quick
+        .create(&node("b"), &spec(&format!("http://{addr}{SYS}"), &pw))
+        .await
+        .unwrap_err();
+    assert!(
+        e.is_transient() && e.to_string().contains("no reply within"),
+        "{e}"
+    );
+}
+
+/// The power-on reached the BMC and the reply was lost (a crash, or a cut
+/// connection, at that moment): after a restart the machine is found, and
+/// not powered again.
+#[tokio::test]
+async fn a_power_on_whose_reply_was_lost_is_not_sent_twice() {
+    let (d, pw) = setup();
+    let bmc = fresh();
+    bmc.lock().unwrap().drop_after_reset = true;
+    let addr = serve(bmc.clone(), None).await;
+    let p = provider(d.path());
+    let s = spec(&format!("http://{addr}{SYS}"), &pw);
+    let e = p.create(&node("c"), &s).await.unwrap_err();
+    assert!(e.is_transient(), "{e}");
+    let p2 = provider(d.path());
+    let m = p2
+        .find(&node("c"))
+        .await
+        .unwrap()
+        .expect("the record says a power-on was sent");
+    assert_eq!(m.state, MachineState::Active);
+    assert_eq!(bmc.lock().unwrap().resets, vec!["On"]);
+}
+
+#[tokio::test]
+async fn a_hung_os_is_forced_off_after_the_timeout() {
+    let (d, pw) = setup();
+    let bmc = fresh();
+    let addr = serve(bmc.clone(), None).await;
+    let p = provider(d.path());
+    let m = p
+        .create(&node("d"), &spec(&format!("http://{addr}{SYS}"), &pw))
+        .await
+        .unwrap();
+    bmc.lock().unwrap().hung = true;
+    p.delete(&m.id).await.unwrap();
+    assert_eq!(
+        p.get(&m.id).await.unwrap().unwrap().state,
+        MachineState::Deleting
+    );
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    assert_eq!(
+        p.get(&m.id).await.unwrap().unwrap().state,
+        MachineState::Deleting
+    );
+    assert_eq!(p.get(&m.id).await.unwrap(), None);
+    assert_eq!(
+        bmc.lock().unwrap().resets,
+        vec!["On", "GracefulShutdown", "ForceOff"]
+    );
+}
+
+#[tokio::test]
+async fn the_bmc_certificate_is_verified_unless_told_not_to() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let (d, pw) = setup();
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    let ca = ca_params.self_signed(&ca_key).unwrap();
+    let key = rcgen::KeyPair::generate().unwrap();
+    let leaf = rcgen::CertificateParams::new(vec!["127.0.0.1".to_string()])
+        .unwrap()
+        .signed_by(&key, &ca, &ca_key)
+        .unwrap();
+    let cfg = rustls::ServerConfig::builder()
+        .with_no_client_auth()
+        .with_single_cert(
+            vec![leaf.der().clone()],
+            rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()),
+        )
+        .unwrap();
+    let bmc = fresh();
+    let addr = serve(bmc.clone(), Some(Arc::new(cfg))).await;
+    let url = format!("https://{addr}{SYS}");
+    let p = provider(d.path());
+    let e = p.create(&node("e"), &spec(&url, &pw)).await.unwrap_err();
+    assert!(
+        e.to_string().contains("certificate does not verify"),
+        "{e:?}"
+    );
+    assert!(!e.is_transient(), "{e}");
+    assert!(bmc.lock().unwrap().patches.is_empty());
+    let ca_file = d.path().join("bmc-ca.pem");
+    std::fs::write(&ca_file, ca.pem()).unwrap();
+    let mut s = spec(&url, &pw);
+    s["caBundle"] = json!(ca_file);
+    p.create(&node("e"), &s).await.unwrap();
+    let mut s = spec(&url, &pw);
+    s["insecureSkipVerify"] = json!(true);
+    p.create(&node("f"), &s).await.unwrap();
+    assert_eq!(bmc.lock().unwrap().resets, vec!["On", "ForceRestart"]);
+}
+
+#[test]
+fn specs_are_checked_with_every_problem() {
+    let reg = controller::providers::registration("redfish").unwrap();
+    let ok = json!({"url": "https://10.0.0.5/redfish/v1/Systems/1", "username": "admin", "password": {"credential": "bmc-r1"}});
+    assert_eq!((reg.check_spec)(&ok), Ok(vec![]));
+    let bad = json!({"url": "ftp://admin:pw@x/", "username": "", "password": {"file": "rel", "env": "X"},
+                     "caBundle": "/ca.pem", "insecureSkipVerify": true, "boot": "virtualMedia", "mode": "BIOS"});
+    let p = (reg.check_spec)(&bad).unwrap();
+    assert_eq!(p.len(), 6, "{p:#?}");
+    assert!(
+        p.iter().any(|x| x.starts_with("provider.redfish.url")),
+        "{p:?}"
+    );
+    assert!(
+        p.iter()
+            .any(|x| x.contains("exactly one of file, credential, env")),
+        "{p:?}"
+    );
+    assert!(
+        p.iter()
+            .any(|x| x.contains("virtualMedia is not available")),
+        "{p:?}"
+    );
+    // An inline password is not a reference: refused when parsed.
+    let inline = json!({"url": "https://b", "username": "a", "password": "hunter2"});
+    let e = (reg.check_spec)(&inline).unwrap_err();
+    assert!(!e.contains("hunter2"), "{e}");
+}
