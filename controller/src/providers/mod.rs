@@ -4,6 +4,7 @@
 //! - [`powervs`]: IBM Power Virtual Server instances (IAM token exchange).
 //! - [`local`]: QEMU VMs on a local bridge (the lab), network-booting from this host.
 //! - [`redfish`]: machines behind a Redfish BMC, powered on to network-boot once.
+//! - [`ipmi`]: the same through an IPMI BMC (ipmitool, lanplus).
 //!
 //! Each provider is one module that implements [`Provider`] and exports a
 //! [`Registration`]; [`REGISTRY`] lists them, and nothing else in the
@@ -21,6 +22,7 @@
 
 pub mod bmc;
 pub mod equinix;
+pub mod ipmi;
 pub mod local;
 pub mod powervs;
 pub mod redfish;
@@ -49,6 +51,7 @@ pub const REGISTRY: &[Registration] = &[
     powervs::REGISTRATION,
     local::REGISTRATION,
     redfish::REGISTRATION,
+    ipmi::REGISTRATION,
 ];
 
 /// A boxed future, so that [`Provider`] can be used as `dyn Provider`.
@@ -754,7 +757,7 @@ mod registry_tests {
             .to_string();
         assert_eq!(
             e,
-            "unknown provider `openstack`, expected one of `equinix`, `powervs`, `local`, `redfish`"
+            "unknown provider `openstack`, expected one of `equinix`, `powervs`, `local`, `redfish`, `ipmi`"
         );
         let e = serde_json::from_value::<ProviderSpec>(json!({ "local": {}, "equinix": {} }))
             .unwrap_err()

@@ -1,0 +1,143 @@
+//! The IPMI provider's use of ipmitool, against a stand-in ipmitool (a
+//! script that logs its argv and environment and answers like the real
+//! one) for the paths the virtualbmc end-to-end test does not take: the
+//! argument vector, the password kept out of it, refusals and timeouts.
+//! (tests/controller/bmc-e2e.sh drives virtualbmc and a real VM.)
+
+use controller::providers::ipmi::Ipmi;
+use controller::providers::{MachineState, NodeRequest, Provider};
+use serde_json::json;
+use std::path::Path;
+use std::time::Duration;
+
+const PASSWORD: &str = "ipmi-Pa55-word";
+
+/// A stand-in ipmitool: the chassis power state in `power`, every call in
+/// `calls` (argv, then IPMI_PASSWORD); `mode` = ok | refuse | hang.
+fn stand_in(dir: &Path, mode: &str) -> std::path::PathBuf {
+    let p = dir.join("ipmitool");
+    std::fs::write(
+        &p,
+        format!(
+            r#"#!/bin/sh
+d={d}
+echo "$* | pw=$IPMI_PASSWORD" >> $d/calls
+case {mode} in
+  refuse) echo "Error: Unable to establish IPMI v2 / RMCP+ session" >&2; echo "RAKP 2 HMAC is invalid" >&2; exit 1 ;;
+  hang) sleep 5 ;;
+esac
+[ -f $d/power ] || echo off > $d/power
+for a in "$@"; do last3="$prev2 $prev1 $a"; prev2=$prev1; prev1=$a; done
+case "$last3" in
+  "chassis power status") echo "Chassis Power is $(cat $d/power)" ;;
+  "chassis power on"|"chassis power reset") echo on > $d/power; echo "Chassis Power Control: Up/On" ;;
+  "chassis power soft"|"chassis power off") echo off > $d/power; echo "Chassis Power Control: Down/Off" ;;
+  *) echo "Set Boot Device to $a" ;;
+esac
+"#,
+            d = dir.display()
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    p
+}
+
+fn provider(dir: &Path, mode: &str, timeout: Duration) -> Ipmi {
+    Ipmi {
+        ipmitool: stand_in(dir, mode),
+        timeout,
+        power_off_timeout: Duration::from_secs(60),
+        dir: dir.join("records"),
+    }
+}
+
+fn node(macs: &[&str]) -> NodeRequest {
+    NodeRequest {
+        name: "rack-3".into(),
+        cluster: "lab".into(),
+        ip: "10.77.0.61".parse().unwrap(),
+        macs: macs.iter().map(|m| m.to_string()).collect(),
+        ipxe_url: String::new(),
+        firmware: site::Firmware::Uefi,
+        uefi_http_url: String::new(),
+        userdata: site::Secret(String::new()),
+    }
+}
+
+fn spec(dir: &Path) -> serde_json::Value {
+    let pw = dir.join("pw");
+    std::fs::write(&pw, PASSWORD).unwrap();
+    json!({"address": "127.0.0.1", "port": 6230, "username": "admin", "password": {"file": pw}})
+}
+
+#[tokio::test]
+async fn bootdev_then_power_on_with_the_password_in_the_environment_only() {
+    let d = tempfile::tempdir().unwrap();
+    let p = provider(d.path(), "ok", Duration::from_secs(5));
+    let s = spec(d.path());
+    let m = p.create(&node(&["52:54:00:77:00:61"]), &s).await.unwrap();
+    assert_eq!(m.state, MachineState::Active);
+    assert_eq!(m.id, "rack-3@ipmi://127.0.0.1:6230");
+    let calls = std::fs::read_to_string(d.path().join("calls")).unwrap();
+    let lines: Vec<&str> = calls.lines().collect();
+    let pre = "-I lanplus -H 127.0.0.1 -p 6230 -U admin -E -N 2 -R 2";
+    assert_eq!(
+        lines,
+        vec![
+            format!("{pre} chassis power status | pw={PASSWORD}"),
+            format!("{pre} chassis bootdev pxe options=efiboot | pw={PASSWORD}"),
+            format!("{pre} chassis power on | pw={PASSWORD}"),
+            format!("{pre} chassis power status | pw={PASSWORD}"),
+        ]
+    );
+    // A restart finds it without a second power action; delete is a soft off.
+    let p2 = provider(d.path(), "ok", Duration::from_secs(5));
+    assert!(p2
+        .find(&node(&["52:54:00:77:00:61"]))
+        .await
+        .unwrap()
+        .is_some());
+    p2.delete(&m.id).await.unwrap();
+    assert_eq!(p2.get(&m.id).await.unwrap(), None);
+    let calls = std::fs::read_to_string(d.path().join("calls")).unwrap();
+    assert_eq!(calls.matches("chassis power on").count(), 1, "{calls}");
+    assert!(calls.contains("chassis power soft"), "{calls}");
+    assert!(calls.contains("chassis bootdev none"), "{calls}");
+}
+
+#[tokio::test]
+async fn refusals_timeouts_and_missing_macs_say_so_without_the_password() {
+    let d = tempfile::tempdir().unwrap();
+    let s = spec(d.path());
+    let e = provider(d.path(), "ok", Duration::from_secs(5))
+        .create(&node(&[]), &s)
+        .await
+        .unwrap_err();
+    assert!(
+        !e.is_transient() && e.to_string().contains("give the node's macs"),
+        "{e}"
+    );
+    let e = provider(d.path(), "refuse", Duration::from_secs(5))
+        .create(&node(&["52:54:00:77:00:61"]), &s)
+        .await
+        .unwrap_err();
+    assert!(!e.is_transient(), "{e}");
+    assert!(
+        e.to_string().contains("refused the username, password"),
+        "{e}"
+    );
+    assert!(!format!("{e:?}").contains(PASSWORD));
+    let e = provider(d.path(), "hang", Duration::from_millis(300))
+        .create(&node(&["52:54:00:77:00:61"]), &s)
+        .await
+        .unwrap_err();
+    assert!(
+        e.is_transient() && e.to_string().contains("no answer"),
+        "{e}"
+    );
+    let reg = controller::providers::registration("ipmi").unwrap();
+    let p = (reg.check_spec)(&json!({"address": "-oProxyCommand", "username": "", "password": {"env": "A"}, "mode": "bios"})).unwrap();
+    assert_eq!(p.len(), 3, "{p:?}");
+}
