@@ -169,7 +169,48 @@ fn node_token(app: &App, snap: &Snapshot, node: &Node) -> String {
         .issue(&node.name, SystemTime::now(), snap.site.ignition.token_ttl)
 }
 
-fn node_script(app: &App, snap: &Snapshot, node: &Node) -> Response<Body> {
+fn installed_at(app: &App, snap: &Snapshot, node: &Node) -> Option<i64> {
+    match snap.site.ignition.after_install {
+        site::AfterInstall::Disk => app.installed.at(&node.name),
+        site::AfterInstall::Network => None,
+    }
+}
+
+/// An installed node network-booted again: its boot order puts the
+/// network first (or someone asked for it). Told to boot its disk.
+fn local_boot_flag(app: &App, node: &Node, subject: Subject, installed_at: i64) {
+    warn!(node = %node.name, installed_at, "installed node network-booted again: serving a local-disk boot (check its boot order; bootd nodes reinstall to install again)");
+    app.timeline.record(
+        Raw::new(
+            subject,
+            Phase::Script,
+            "local_boot",
+            "install loop averted: the node installed already and network-booted again; \
+             told to boot its local disk (check the boot order; `bootd nodes reinstall` to install again)",
+        )
+        .error(),
+    );
+}
+
+/// The node's boot script: the installer, or, once it installed (and
+/// `ignition.afterInstall: disk`), its local disk, flagged on its timeline.
+fn node_script(
+    app: &App,
+    snap: &Snapshot,
+    node: &Node,
+    subject: Subject,
+    how: &str,
+) -> Response<Body> {
+    if let Some(at) = installed_at(app, snap, node) {
+        local_boot_flag(app, node, subject, at);
+        return script(render::ipxe::local_disk(node));
+    }
+    app.timeline.record(Raw::new(
+        subject,
+        Phase::Script,
+        "served",
+        format!("iPXE node script served ({how})"),
+    ));
     let urls = NodeUrls::new(&snap.site, node, &node_token(app, snap, node));
     script(render::ipxe::node(&snap.site, node, &urls))
 }
@@ -195,13 +236,7 @@ fn ipxe_by_mac(app: &App, snap: &Snapshot, q: Option<&str>, peer: IpAddr) -> Res
                 ..Subject::node(&node.name)
             }
             .with_ip(peer.to_canonical());
-            app.timeline.record(Raw::new(
-                subject,
-                Phase::Script,
-                "served",
-                "iPXE node script served (by MAC)",
-            ));
-            node_script(app, snap, node)
+            node_script(app, snap, node, subject, "by MAC")
         }
         None => {
             warn!(mac = ?mac, raw = %query(q, "mac").unwrap_or_default().escape_debug(), "iPXE request from a MAC no node has: serving the explanation script");
@@ -227,13 +262,13 @@ fn ipxe_by_name(app: &App, snap: &Snapshot, name: &str, peer: IpAddr) -> Respons
     match snap.site.node(name) {
         Some(node) => {
             info!(node = %node.name, "iPXE script served (by name)");
-            app.timeline.record(Raw::new(
+            node_script(
+                app,
+                snap,
+                node,
                 Subject::node(&node.name).with_ip(peer.to_canonical()),
-                Phase::Script,
-                "served",
-                "iPXE node script served (by name)",
-            ));
-            node_script(app, snap, node)
+                "by name",
+            )
         }
         None => {
             warn!(name = %name.escape_debug(), "iPXE script asked for an unknown node name");
@@ -248,6 +283,11 @@ fn grub_node(app: &App, snap: &Snapshot, dashed: &str, peer: IpAddr) -> Response
     };
     match snap.site.node_by_mac(&mac) {
         Some(node) => {
+            if let Some(at) = installed_at(app, snap, node) {
+                let subject = Subject::mac(mac).with_ip(peer.to_canonical());
+                local_boot_flag(app, node, subject, at);
+                return script(render::grub::local_disk(node));
+            }
             let urls = NodeUrls::new(&snap.site, node, &node_token(app, snap, node));
             info!(node = %node.name, %mac, "GRUB config served");
             app.timeline.record(Raw::new(
@@ -388,6 +428,17 @@ fn ignition(
     match cfg {
         Ok(cfg) => {
             info!(node = %node.name, %source, via = ?granted, version = %cfg["ignition"]["version"].as_str().unwrap_or("?"), "Ignition served");
+            let now = SystemTime::now()
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .map(|d| d.as_millis() as i64)
+                .unwrap_or_default();
+            match app.installed.mark(&node.name, now) {
+                Ok(true) => info!(node = %node.name, "installed (its Ignition was served)"),
+                Ok(false) => {}
+                Err(e) => {
+                    tracing::error!(node = %node.name, error = %e, "cannot record that the node installed")
+                }
+            }
             let v = cfg["ignition"]["version"].as_str().unwrap_or("?");
             app.timeline.record(Raw::new(
                 subject,

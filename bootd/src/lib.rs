@@ -18,6 +18,7 @@
 //! - [`token`]: who may fetch a node's secrets (source address or HMAC token).
 //! - [`files`]: confined opens (`openat2` RESOLVE_BENEATH), ranges, streaming.
 //! - [`http`]: the routes, listed in one function; [`body`]: their body type.
+//! - [`installed`]: which nodes installed (a later network boot boots their disk).
 //! - [`tls`]: the site CA and serving certificate (rcgen, rustls).
 //! - [`state`]: the live snapshot (swapped atomically) and state-dir files.
 //! - [`metrics`]: Prometheus counters.
@@ -34,6 +35,7 @@ pub mod body;
 pub mod dhcp;
 pub mod files;
 pub mod http;
+pub mod installed;
 pub mod metrics;
 pub mod plain;
 pub mod render;
@@ -75,6 +77,8 @@ pub struct App {
     /// The per-node boot timeline: the one record of what nodes do (status
     /// page, API, phase metrics; the controller subscribes to it).
     pub timeline: Arc<timeline::Recorder>,
+    /// The nodes that installed (fetched their Ignition).
+    pub installed: installed::Installed,
 }
 
 /// See [`Config::check_images`]: `Err` says what is missing or corrupt.
@@ -267,7 +271,10 @@ pub fn prepare(config: &Config, want_tls: bool) -> Result<Arc<App>, Error> {
         timeline::CAPACITY,
         metrics.timeline_dropped.clone(),
     ));
+    let installed = installed::Installed::open(&state_dir)
+        .map_err(|e| Error::StateDir(state_dir.clone(), e))?;
     Ok(Arc::new(App {
+        installed,
         live,
         key,
         tls,

@@ -118,7 +118,8 @@ pub struct Event {
     pub took_us: i64,
     pub phase: Phase,
     /// `discover`, `offer`, `ack`, `nak`, `ignored`, `served`, `start`,
-    /// `done`, `aborted`, `failed`, `denied`, `first_connection`, `backend_up`.
+    /// `done`, `aborted`, `failed`, `denied`, `local_boot`, `first_connection`,
+    /// `backend_up`.
     pub what: &'static str,
     pub error: bool,
     pub detail: String,

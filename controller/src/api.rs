@@ -115,6 +115,9 @@ pub(super) async fn route(
         (&Method::GET, ["v1", "nodes", name, "timeline"]) => {
             ("timeline", node_timeline(ctl, caller, name))
         }
+        (&Method::POST, ["v1", "nodes", name, "reinstall"]) => {
+            ("reinstall", reinstall(ctl, caller, name))
+        }
         (&Method::GET, ["v1", "cluster"]) => ("cluster", cluster(ctl, caller)),
         (&Method::POST, ["v1", "cluster", "bootstrap-complete"]) => {
             ("cluster", bootstrap_complete(ctl, caller).await)
@@ -125,6 +128,7 @@ pub(super) async fn route(
             | ["v1", "nodes", _]
             | ["v1", "nodes", _, "events"]
             | ["v1", "nodes", _, "timeline"]
+            | ["v1", "nodes", _, "reinstall"]
             | ["v1", "cluster"]
             | ["v1", "cluster", "bootstrap-complete"],
         ) => (
@@ -462,6 +466,34 @@ pub(super) async fn delete_node(
         StatusCode::ACCEPTED,
         &json!({ "name": name, "phase": "Deleting" }),
     )
+}
+
+/// Forgets that the node installed: its next network boot gets the
+/// installer again instead of its local disk.
+pub(super) fn reinstall(ctl: &Arc<Controller>, _: auth::Caller, name: &str) -> Response<Body> {
+    let snap = ctl.app.live.load();
+    if snap.site.node(name).is_none() {
+        return err(StatusCode::NOT_FOUND, "no such node");
+    }
+    match ctl.app.installed.clear(name) {
+        Ok(was) => {
+            info!(node = %name, was_installed = was, "reinstall requested through the API");
+            ctl.note(
+                name,
+                events::API,
+                if was {
+                    "reinstall requested: the next network boot installs"
+                } else {
+                    "reinstall requested: it had not installed; the next network boot installs"
+                },
+            );
+            reply(
+                StatusCode::OK,
+                &json!({ "name": name, "wasInstalled": was, "nextNetworkBoot": "install" }),
+            )
+        }
+        Err(e) => internal(e),
+    }
 }
 
 pub(super) fn cluster(ctl: &Arc<Controller>, _: auth::Caller) -> Response<Body> {

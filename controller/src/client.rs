@@ -39,6 +39,9 @@ pub enum NodesCmd {
     Add { file: PathBuf },
     /// Delete an API node (and its machine).
     Delete { name: String },
+    /// Install a node again: its next network boot gets the installer, not
+    /// its local disk (which an installed node gets; see ignition.afterInstall).
+    Reinstall { name: String },
     /// A node's event log (as stored by the controller).
     Events { name: String },
     /// A node's boot timeline: each phase (DHCP, TFTP, script, kernel,
@@ -251,6 +254,18 @@ pub async fn nodes(client: &Client, cmd: NodesCmd) -> anyhow::Result<i32> {
                 .await?;
             ok_or_bail(st, &v)?;
             writeln!(out, "node {name}: {}", s(&v, "phase"))?;
+        }
+        NodesCmd::Reinstall { name } => {
+            let (st, v) = client
+                .call(Method::POST, &format!("/v1/nodes/{name}/reinstall"), None)
+                .await?;
+            ok_or_bail(st, &v)?;
+            let was = if v["wasInstalled"].as_bool() == Some(true) {
+                "it had installed"
+            } else {
+                "it had not installed"
+            };
+            writeln!(out, "node {name}: the next network boot installs ({was})")?;
         }
         NodesCmd::Wait {
             names,

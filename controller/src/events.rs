@@ -12,6 +12,8 @@ pub const DHCP: &str = "dhcp";
 pub const IPXE: &str = "ipxe";
 pub const GRUB: &str = "grub";
 pub const IGNITION: &str = "ignition";
+/// An installed node network-booted again and was told to boot its disk.
+pub const LOCAL_BOOT: &str = "local_boot";
 pub const PROVIDER: &str = "provider";
 pub const API: &str = "api";
 
@@ -25,6 +27,7 @@ pub fn kind_of(ev: &NodeEvent) -> Option<&'static str> {
         (Phase::Script, "served") if ev.detail.starts_with("GRUB") => Some(GRUB),
         (Phase::Script, "served") => Some(IPXE),
         (Phase::Ignition, "served") => Some(IGNITION),
+        (Phase::Script, "local_boot") => Some(LOCAL_BOOT),
         _ => None,
     }
 }
@@ -36,6 +39,7 @@ pub fn condition_of(kind: &str) -> Option<(&'static str, &'static str)> {
         IPXE => Some(("NetworkBooted", "IPXEScriptServed")),
         GRUB => Some(("NetworkBooted", "GRUBConfigServed")),
         IGNITION => Some(("IgnitionServed", "IgnitionServed")),
+        LOCAL_BOOT => Some(("InstallLoop", "NetworkBootedAfterInstall")),
         _ => None,
     }
 }
@@ -91,6 +95,10 @@ mod tests {
                 Some("IgnitionServed"),
             ),
             (ev(Phase::Ignition, "pointer_served", "pointer"), None),
+            (
+                ev(Phase::Script, "local_boot", "install loop averted"),
+                Some("NetworkBootedAfterInstall"),
+            ),
             (ev(Phase::Ignition, "denied", "denied"), None),
             (ev(Phase::Kernel, "done", "kernel"), None),
         ];

@@ -331,6 +331,19 @@ pub struct Ignition {
     /// Point nodes at an HTTP pointer config that fetches the real one over
     /// HTTPS with the site CA (when `host.https` is set).
     pub over_https: bool,
+    /// What a node that fetched its Ignition (it installed) gets when it
+    /// network-boots again.
+    pub after_install: AfterInstall,
+}
+
+/// `ignition.afterInstall`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AfterInstall {
+    /// A script that boots the local disk, until a reinstall is asked for:
+    /// a machine whose boot order puts the network first does not loop.
+    Disk,
+    /// The install script again (diskless nodes that live-boot every time).
+    Network,
 }
 
 #[derive(Debug, Clone)]

@@ -199,6 +199,7 @@ pub struct Ignition {
     pub token_ttl: Option<String>,
     #[serde(default)]
     pub over_https: bool,
+    pub after_install: Option<String>,
 }
 
 /// `host.api`: bootd's controller API (docs/api.md).

@@ -82,6 +82,20 @@ reboot\n",
     s
 }
 
+/// For a node that installed (`ignition.afterInstall: disk`): GRUB leaves,
+/// and the firmware boots its next option (the disk).
+pub fn local_disk(node: &Node) -> String {
+    format!(
+        "# bootd: {name} installed already: booting its local disk, not the installer\n\
+set timeout=1\n\
+set default=0\n\
+menuentry 'bootd: {name}: local disk (bootd nodes reinstall {name} to install again)' {{\n\
+\x20   exit\n\
+}}\n",
+        name = node.name
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

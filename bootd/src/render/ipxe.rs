@@ -90,3 +90,21 @@ chain --autofree --replace {base}/boot.ipxe\n",
             .unwrap_or_default(),
     )
 }
+
+/// For a node that installed (`ignition.afterInstall: disk`): boot the
+/// first local disk (BIOS: `sanboot` of drive 0x80; UEFI: `exit`, back to
+/// the firmware's next boot option) instead of the installer.
+pub fn local_disk(node: &Node) -> String {
+    format!(
+        "#!ipxe\n\
+echo bootd: {name} installed already: booting its local disk, not the installer.\n\
+echo bootd: it network-booted again: put its disk before the network in the boot order.\n\
+echo bootd: to install it again: bootd nodes reinstall {name}\n\
+iseq ${{platform}} efi && goto efi ||\n\
+sanboot --no-describe --drive 0x80 || echo bootd: no bootable local disk\n\
+exit\n\
+:efi\n\
+exit\n",
+        name = node.name
+    )
+}

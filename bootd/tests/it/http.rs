@@ -877,3 +877,87 @@ async fn the_whole_image_shortcut_answers_as_the_general_path() {
     assert_eq!((requests.len(), short), (6, 2), "{requests:#?}");
     b.stop().await;
 }
+
+/// A node that fetched its Ignition installed: when it network-boots again
+/// it is told to boot its disk (iPXE and GRUB), flagged on its timeline,
+/// until the install is asked for again; `afterInstall: network` keeps
+/// serving the installer (diskless nodes).
+#[tokio::test]
+async fn an_installed_node_boots_its_disk_until_reinstalled() {
+    let b = Bootd::start().await;
+    let script = "/ipxe/node?mac=52-54-00-77-00-11&buildarch=x86_64";
+    let installer = String::from_utf8(b.get(script).await.2.to_vec()).unwrap();
+    assert!(installer.contains("# bootd: master-0"), "{installer}");
+    let t = b.token("master-0");
+    assert_eq!(
+        b.get(&format!("/ignition/master-0?token={t}")).await.0,
+        StatusCode::OK
+    );
+    assert!(b.app.installed.at("master-0").is_some());
+    let again = String::from_utf8(b.get(script).await.2.to_vec()).unwrap();
+    assert!(
+        again.starts_with("#!ipxe\necho bootd: master-0 installed already"),
+        "{again}"
+    );
+    assert!(
+        again.contains("sanboot --no-describe --drive 0x80"),
+        "{again}"
+    );
+    assert!(!again.contains("ignition.config.url"), "{again}");
+    let by_name = String::from_utf8(b.get("/ipxe/master-0.ipxe").await.2.to_vec()).unwrap();
+    assert_eq!(by_name, again);
+    let mut flagged = false;
+    for _ in 0..50 {
+        flagged = b.app.timeline.track("master-0").is_some_and(|t| {
+            t.events.iter().any(|e| {
+                e.what == "local_boot" && e.error && e.detail.contains("check the boot order")
+            })
+        });
+        if flagged {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(flagged, "{:?}", b.app.timeline.track("master-0"));
+    // GRUB (p9-0) the same way.
+    let t = b.token("p9-0");
+    assert_eq!(
+        b.get(&format!("/ignition/p9-0?token={t}")).await.0,
+        StatusCode::OK
+    );
+    let grub = String::from_utf8(
+        b.get("/grub/grub.cfg-01-52-54-00-77-00-30")
+            .await
+            .2
+            .to_vec(),
+    )
+    .unwrap();
+    assert!(
+        grub.contains("installed already") && grub.contains("exit"),
+        "{grub}"
+    );
+    assert!(!grub.contains("linux "), "{grub}");
+    // A restart remembers; a reinstall forgets.
+    assert!(bootd::installed::Installed::open(&b.state())
+        .unwrap()
+        .at("master-0")
+        .is_some());
+    assert!(b.app.installed.clear("master-0").unwrap());
+    let back = String::from_utf8(b.get(script).await.2.to_vec()).unwrap();
+    assert_eq!(back.lines().next(), installer.lines().next());
+    assert!(back.contains("ignition.config.url"), "{back}");
+    b.stop().await;
+
+    let b = Bootd::start_with(|t| {
+        t.replace("  tokenTtl: 1h", "  tokenTtl: 1h\n  afterInstall: network")
+    })
+    .await;
+    let t = b.token("master-0");
+    assert_eq!(
+        b.get(&format!("/ignition/master-0?token={t}")).await.0,
+        StatusCode::OK
+    );
+    let still = String::from_utf8(b.get(script).await.2.to_vec()).unwrap();
+    assert!(still.contains("ignition.config.url"), "{still}");
+    b.stop().await;
+}

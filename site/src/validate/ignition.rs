@@ -18,6 +18,17 @@ pub(super) fn ignition(
             DEFAULT_TOKEN_TTL
         }),
     };
+    let after_install = match w.and_then(|w| w.after_install.as_deref()) {
+        None | Some("disk") => AfterInstall::Disk,
+        Some("network") => AfterInstall::Network,
+        Some(s) => {
+            cx.err(
+                "ignition.afterInstall",
+                format!("{s:?}: want disk (boot the local disk once installed) or network"),
+            );
+            AfterInstall::Disk
+        }
+    };
     let over_https = w.is_some_and(|w| w.over_https);
     if over_https && host.is_some_and(|h| h.https.is_none()) {
         cx.err("ignition.overHttps", "needs host.https");
@@ -83,6 +94,7 @@ pub(super) fn ignition(
         roles,
         token_ttl,
         over_https,
+        after_install,
     })
 }
 
