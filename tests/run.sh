@@ -13,6 +13,10 @@
 #      the controller's provider clients against Prism mocks of the specs;
 #   5. the status page rendered by headless Chromium; the controller's whole
 #      loop with the local provider: API call -> QEMU VM -> netboot -> Ready;
+#      and with the redfish and ipmi providers driving sushy-tools and
+#      virtualbmc (PyPI), which drive libvirt VMs: Ready, a second boot that
+#      boots the disk (no install loop), delete -> powered off, a BMC
+#      certificate refused without its CA, the BMC password nowhere;
 #   6. DHCP interop: udhcpc, dhclient and perfdhcp (relay) against bootd;
 #   7. end to end: real firmware network-boots the lab site's nodes from bootd
 #      inside a private network namespace: SeaBIOS + iPXE ROM, OVMF + iPXE ROM and
@@ -32,6 +36,8 @@ log() { printf '\n== %s\n' "$*"; }
 
 log "dependencies"
 bash tests/lab/deps.sh
+# libvirt, ipmitool and the BMC emulators (sushy-tools, virtualbmc from PyPI)
+bash tests/controller/bmc-deps.sh
 # The same home as tests/lab/rust.sh installs into, when HOME is unset.
 HOME=${HOME:-$(getent passwd "$(id -u)" | cut -d: -f6)}
 export HOME
@@ -85,6 +91,7 @@ t "dnsd vs NSD and Knot"              bash tests/dns/e2e.sh $BIN/dnsd
 t "controller vs Prism mocks"         bash tests/controller/e2e.sh
 t "status page in headless Chromium"  bash tests/status/e2e.sh --bootd $BIN/bootd
 t "API -> local QEMU VM -> netboot -> Ready" bash tests/controller/local-e2e.sh --bootd $BIN/bootd
+t "Redfish (sushy-tools) and IPMI (virtualbmc) BMCs -> libvirt VMs -> netboot -> Ready, no install loop" bash tests/controller/bmc-e2e.sh --bootd $BIN/bootd
 t "DHCP interop (udhcpc, dhclient, perfdhcp)" bash tests/lab/dhcp-interop.sh $BIN/bootd
 # The guest runs the real Ignition client (Debian's 2.14, which asks for spec
 # 3.3.0) against the lab's role configs: bootstrap 3.2.0 (what

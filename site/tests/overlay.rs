@@ -219,3 +219,41 @@ fn host_api_local_keys_are_validated() {
         "{e}"
     );
 }
+
+#[test]
+fn bmc_providers_secret_references_and_after_install_are_validated() {
+    let (_dir, path) = lab();
+    let text = std::fs::read_to_string(&path).unwrap();
+    let good = text.replace(
+        "host:\n",
+        "host:\n  api:\n    listen: 127.0.0.1:9443\n    tokens: { env: BOOTD_API_TOKENS }\n    redfish: { powerOffTimeout: 30s }\n    ipmi: {}\n",
+    );
+    std::fs::write(&path, &good).unwrap();
+    let s = site::load(&path).unwrap();
+    let api = s.host.api.as_ref().unwrap();
+    assert_eq!(api.tokens, site::SecretRef::Env("BOOTD_API_TOKENS".into()));
+    assert_eq!(
+        api.redfish.as_ref().unwrap().power_off_timeout.as_secs(),
+        30
+    );
+    assert_eq!(api.ipmi.as_ref().unwrap().power_off_timeout.as_secs(), 120);
+    assert_eq!(s.ignition.after_install, site::AfterInstall::Disk);
+
+    let bad = text
+        .replace(
+            "host:\n",
+            "host:\n  api:\n    listen: 127.0.0.1:9443\n    tokens: { env: 1-bad }\n    redfish: { powerOffTimeout: soon }\n    ipmi: { powerOffTimeout: 0s }\n",
+        )
+        .replace("  tokenTtl: 1h", "  tokenTtl: 1h\n  afterInstall: never");
+    std::fs::write(&path, &bad).unwrap();
+    let e = site::load(&path).unwrap_err();
+    let keys: Vec<_> = e.problems.iter().map(|p| p.key.as_str()).collect();
+    for k in [
+        "host.api.tokens.env",
+        "host.api.redfish.powerOffTimeout",
+        "host.api.ipmi.powerOffTimeout",
+        "ignition.afterInstall",
+    ] {
+        assert!(keys.contains(&k), "{k} not in {keys:?}");
+    }
+}

@@ -34,6 +34,12 @@ PKGS=(
   # bootd's status page rendered in a real browser, headless (tests/status/e2e.sh:
   # screenshot and --dump-dom)
   chromium
+  # BMC emulators' backend and clients (tests/controller/bmc-e2e.sh): libvirt
+  # (daemon, qemu driver, virsh, the Python binding sushy-tools and virtualbmc
+  # use), ipmitool (the ipmi provider runs it), a venv for the emulators
+  # (tests/controller/bmc-deps.sh installs them from PyPI)
+  libvirt-daemon-system libvirt-daemon-driver-qemu libvirt-clients python3-libvirt
+  python3-venv ipmitool
 )
 
 if [[ $(id -u) -ne 0 ]]; then
