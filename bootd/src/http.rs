@@ -114,6 +114,7 @@ pub async fn route<B>(
             ("ipxe", script(render::ipxe::entry(&snap.site)))
         }
         ["ipxe", "node"] => ("ipxe", ipxe_by_mac(app, &snap, q, peer.ip())),
+        ["discover"] => ("discover", discover(app, &snap, q, peer.ip())),
         ["ipxe", file] if file.ends_with(".ipxe") => (
             "ipxe",
             ipxe_by_name(app, &snap, file.trim_end_matches(".ipxe"), peer.ip()),
@@ -238,6 +239,10 @@ fn ipxe_by_mac(app: &App, snap: &Snapshot, q: Option<&str>, peer: IpAddr) -> Res
             .with_ip(peer.to_canonical());
             node_script(app, snap, node, subject, "by MAC")
         }
+        None if snap.site.discovery.enabled && mac.is_some() => {
+            info!(mac = ?mac, "iPXE request from a MAC no node has: serving the discovery script");
+            script(render::ipxe::discover(&snap.site))
+        }
         None => {
             warn!(mac = ?mac, raw = %query(q, "mac").unwrap_or_default().escape_debug(), "iPXE request from a MAC no node has: serving the explanation script");
             let subject = Subject {
@@ -256,6 +261,99 @@ fn ipxe_by_mac(app: &App, snap: &Snapshot, q: Option<&str>, peer: IpAddr) -> Res
             script(render::ipxe::unknown(&snap.site, mac.as_ref()))
         }
     }
+}
+
+/// A discovery report (`discovery.enabled`): kept, shown on the status page
+/// and the timeline, answered with a wait-and-retry or power-off script.
+fn discover(app: &App, snap: &Snapshot, q: Option<&str>, peer: IpAddr) -> Response<Body> {
+    if !snap.site.discovery.enabled {
+        return not_found();
+    }
+    let keys = [
+        "mac",
+        "uuid",
+        "serial",
+        "manufacturer",
+        "product",
+        "asset",
+        "buildarch",
+        "platform",
+        "nic0",
+        "nic1",
+        "nic2",
+        "nic3",
+    ];
+    let report: crate::discovery::Query<'_> = keys
+        .iter()
+        .filter_map(|k| query(q, k).map(|v| (*k, v)))
+        .collect();
+    let now = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or_default();
+    let peer = peer.to_canonical();
+    let m = match crate::discovery::from_report(&report, Some(peer), now) {
+        Ok(m) => m,
+        Err(e) => {
+            warn!(%peer, error = %e, "discovery report refused");
+            return full(
+                StatusCode::BAD_REQUEST,
+                "text/plain; charset=utf-8",
+                format!("discovery report refused: {e}\n"),
+            );
+        }
+    };
+    // A machine adopted in the meantime is a node now: its script, not a report.
+    let first: Option<Mac> = m.macs.first().and_then(|s| s.parse().ok());
+    if let Some(node) = first.as_ref().and_then(|mac| snap.site.node_by_mac(mac)) {
+        let subject = Subject {
+            mac: first,
+            ..Subject::node(&node.name)
+        }
+        .with_ip(peer);
+        return node_script(app, snap, node, subject, "by MAC, after discovery");
+    }
+    let m = match app.discovered.report(m) {
+        Ok(m) => m,
+        Err(e) => {
+            app.metrics
+                .discovery_refused
+                .get_or_create(&crate::metrics::Reason {
+                    reason: match e {
+                        crate::discovery::Refused::Full => "full",
+                        crate::discovery::Refused::NoMac => "no_mac",
+                        crate::discovery::Refused::Store(_) => "store",
+                    },
+                })
+                .inc();
+            warn!(%peer, error = %e, "discovery report not kept");
+            return full(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "text/plain; charset=utf-8",
+                format!("discovery report not kept: {e}\n"),
+            );
+        }
+    };
+    app.metrics
+        .discovered
+        .set(app.discovered.list().len() as i64);
+    if m.reports == 1 {
+        info!(key = %m.key, macs = ?m.macs, product = ?m.product, %peer, "machine discovered");
+    }
+    app.timeline.record(Raw::new(
+        Subject {
+            mac: first,
+            ..Subject::ip(peer)
+        },
+        Phase::Script,
+        "discovered",
+        format!(
+            "discovered as {} (MACs {}); waiting to be adopted",
+            m.key,
+            m.macs.join(", ")
+        ),
+    ));
+    script(render::ipxe::discovered(&snap.site, &m.key))
 }
 
 fn ipxe_by_name(app: &App, snap: &Snapshot, name: &str, peer: IpAddr) -> Response<Body> {

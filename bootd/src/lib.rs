@@ -19,6 +19,7 @@
 //! - [`files`]: confined opens (`openat2` RESOLVE_BENEATH), ranges, streaming.
 //! - [`http`]: the routes, listed in one function; [`body`]: their body type.
 //! - [`installed`]: which nodes installed (a later network boot boots their disk).
+//! - [`discovery`]: machines with unknown MACs that reported themselves.
 //! - [`tls`]: the site CA and serving certificate (rcgen, rustls).
 //! - [`state`]: the live snapshot (swapped atomically) and state-dir files.
 //! - [`metrics`]: Prometheus counters.
@@ -33,6 +34,7 @@
 
 pub mod body;
 pub mod dhcp;
+pub mod discovery;
 pub mod files;
 pub mod http;
 pub mod installed;
@@ -79,6 +81,8 @@ pub struct App {
     pub timeline: Arc<timeline::Recorder>,
     /// The nodes that installed (fetched their Ignition).
     pub installed: installed::Installed,
+    /// Machines with unknown MACs that reported themselves (`discovery:`).
+    pub discovered: discovery::Discovered,
 }
 
 /// See [`Config::check_images`]: `Err` says what is missing or corrupt.
@@ -273,8 +277,12 @@ pub fn prepare(config: &Config, want_tls: bool) -> Result<Arc<App>, Error> {
     ));
     let installed = installed::Installed::open(&state_dir)
         .map_err(|e| Error::StateDir(state_dir.clone(), e))?;
+    let discovered = discovery::Discovered::open(&state_dir)
+        .map_err(|e| Error::StateDir(state_dir.clone(), e))?;
+    metrics.discovered.set(discovered.len() as i64);
     Ok(Arc::new(App {
         installed,
+        discovered,
         live,
         key,
         tls,

@@ -63,6 +63,10 @@ pub struct Metrics {
     pub api_requests: Family<RouteStatus, Counter>,
     pub api_denials: Family<Reason, Counter>,
     pub provider_errors: Family<Kind, Counter>,
+    /// Discovery reports not kept (`full`, `no_mac`, `store`).
+    pub discovery_refused: Family<Reason, Counter>,
+    /// Machines discovered and not yet adopted.
+    pub discovered: prometheus_client::metrics::gauge::Gauge,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -124,6 +128,18 @@ impl Default for Metrics {
             "Failed provider calls (transient, permanent)",
             provider_errors.clone(),
         );
+        let discovery_refused = Family::<Reason, Counter>::default();
+        registry.register(
+            "discovery_refused",
+            "Discovery reports not kept (full, no_mac, store)",
+            discovery_refused.clone(),
+        );
+        let discovered = prometheus_client::metrics::gauge::Gauge::default();
+        registry.register(
+            "discovered_machines",
+            "Machines with unknown MACs that reported themselves and are not adopted yet",
+            discovered.clone(),
+        );
         let phase_seconds =
             Family::<PhaseLabel, Histogram, fn() -> Histogram>::new_with_constructor(
                 phase_histogram as fn() -> Histogram,
@@ -154,6 +170,8 @@ impl Default for Metrics {
             api_requests,
             api_denials,
             provider_errors,
+            discovery_refused,
+            discovered,
         }
     }
 }

@@ -89,7 +89,13 @@ fn event_text(e: &Event) -> String {
 }
 
 /// The nodes table.
-pub fn render_index(cluster: &str, rows: &[Summary], now_us: i64, dropped: u64) -> String {
+pub fn render_index(
+    cluster: &str,
+    rows: &[Summary],
+    discovered: &[crate::discovery::Machine],
+    now_us: i64,
+    dropped: u64,
+) -> String {
     let mut b = String::new();
     let _ = writeln!(b, "<h1>bootd: {}</h1>", esc(cluster));
     let _ = writeln!(
@@ -129,6 +135,29 @@ pub fn render_index(cluster: &str, rows: &[Summary], now_us: i64, dropped: u64) 
         );
     }
     b.push_str("</table>\n");
+    if !discovered.is_empty() {
+        let _ = writeln!(
+            b,
+            "<h2>Discovered machines</h2>\n<p class=\"muted\">In no node; adopt one with <code>bootd discovered adopt KEY --name NAME --role ROLE</code>.</p>\n<table id=\"discovered\">\n<tr><th>Key</th><th>MACs</th><th>Manufacturer</th><th>Product</th><th>Serial</th><th>Arch</th><th>IP</th><th>Last seen</th><th>Reports</th></tr>"
+        );
+        for m in discovered {
+            let o = |v: &Option<String>| esc(v.as_deref().unwrap_or(""));
+            let _ = writeln!(
+                b,
+                "<tr data-key=\"{k}\"><td>{k}</td><td>{macs}</td><td>{mf}</td><td>{pr}</td><td>{se}</td><td>{arch}</td><td>{ip}</td><td>{seen}</td><td class=\"num\">{n}</td></tr>",
+                k = esc(&m.key),
+                macs = esc(&m.macs.join(", ")),
+                mf = o(&m.manufacturer),
+                pr = o(&m.product),
+                se = o(&m.serial),
+                arch = o(&m.buildarch),
+                ip = m.ip.map(|i| i.to_string()).unwrap_or_default(),
+                seen = esc(&time_of(m.last_seen * 1000)),
+                n = m.reports,
+            );
+        }
+        b.push_str("</table>\n");
+    }
     if dropped > 0 {
         let _ = writeln!(
             b,
@@ -271,6 +300,7 @@ pub fn route(
                 render_index(
                     &snap.site.cluster.domain(),
                     &rows,
+                    &app.discovered.list(),
                     now,
                     app.timeline.dropped.get(),
                 ),
@@ -281,7 +311,10 @@ pub fn route(
         let rows = app.timeline.summaries(&snap.site);
         return (
             "status",
-            json_reply(StatusCode::OK, &json!({ "nodes": rows })),
+            json_reply(
+                StatusCode::OK,
+                &json!({ "nodes": rows, "discovered": app.discovered.list() }),
+            ),
         );
     }
     let Some(node) = rest.strip_prefix("node/") else {
@@ -387,7 +420,7 @@ mod tests {
         let now = crate::timeline::now_us();
         let mut rows: Vec<Summary> = book.tracks.values().map(summary).collect();
         rows.sort_by(|a, b| a.node.cmp(&b.node));
-        let index = render_index("lab.example.test", &rows, now, 0);
+        let index = render_index("lab.example.test", &rows, &[], now, 0);
         assert!(!index.contains("<script>"), "{index}");
         assert!(index.contains("&lt;script&gt;alert(1)&lt;/script&gt;"));
         assert!(index.contains("<meta http-equiv=\"refresh\""));

@@ -118,6 +118,10 @@ pub(super) async fn route(
         (&Method::POST, ["v1", "nodes", name, "reinstall"]) => {
             ("reinstall", reinstall(ctl, caller, name))
         }
+        (&Method::GET, ["v1", "discovered"]) => ("discovered", discovered(ctl, caller)),
+        (&Method::POST, ["v1", "discovered", key, "adopt"]) => {
+            ("discovered", adopt(ctl, caller, key, req).await)
+        }
         (&Method::GET, ["v1", "cluster"]) => ("cluster", cluster(ctl, caller)),
         (&Method::POST, ["v1", "cluster", "bootstrap-complete"]) => {
             ("cluster", bootstrap_complete(ctl, caller).await)
@@ -129,6 +133,8 @@ pub(super) async fn route(
             | ["v1", "nodes", _, "events"]
             | ["v1", "nodes", _, "timeline"]
             | ["v1", "nodes", _, "reinstall"]
+            | ["v1", "discovered"]
+            | ["v1", "discovered", _, "adopt"]
             | ["v1", "cluster"]
             | ["v1", "cluster", "bootstrap-complete"],
         ) => (
@@ -271,20 +277,29 @@ pub(super) fn node_timeline(ctl: &Arc<Controller>, _: auth::Caller, name: &str) 
     }
 }
 
+async fn read_body(req: Request<hyper::body::Incoming>) -> Result<bytes::Bytes, Response<Body>> {
+    match Limited::new(req.into_body(), MAX_REQUEST).collect().await {
+        Ok(b) => Ok(b.to_bytes()),
+        Err(_) => Err(err(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("request body larger than {MAX_REQUEST} bytes or cut short"),
+        )),
+    }
+}
+
 pub(super) async fn create_node(
     ctl: &Arc<Controller>,
-    _: auth::Caller,
+    caller: auth::Caller,
     req: Request<hyper::body::Incoming>,
 ) -> Response<Body> {
-    let body = match Limited::new(req.into_body(), MAX_REQUEST).collect().await {
-        Ok(b) => b.to_bytes(),
-        Err(_) => {
-            return err(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                format!("request body larger than {MAX_REQUEST} bytes or cut short"),
-            )
-        }
-    };
+    match read_body(req).await {
+        Ok(body) => create_from(ctl, caller, body).await,
+        Err(r) => r,
+    }
+}
+
+/// `POST /v1/nodes` with its body read.
+async fn create_from(ctl: &Arc<Controller>, _: auth::Caller, body: bytes::Bytes) -> Response<Body> {
     // What the provider section leaves out and the site says (install-config's machine pools).
     let body = match serde_json::from_slice::<Value>(&body) {
         Ok(mut v) => {
@@ -466,6 +481,114 @@ pub(super) async fn delete_node(
         StatusCode::ACCEPTED,
         &json!({ "name": name, "phase": "Deleting" }),
     )
+}
+
+/// Machines with unknown MACs that reported themselves (`discovery:`).
+pub(super) fn discovered(ctl: &Arc<Controller>, _: auth::Caller) -> Response<Body> {
+    let snap = ctl.app.live.load();
+    reply(
+        StatusCode::OK,
+        &json!({ "enabled": snap.site.discovery.enabled, "machines": ctl.app.discovered.list() }),
+    )
+}
+
+/// Turns a discovered machine into an API node: its MACs, and the name,
+/// role and (optionally) address and node keys the body gives, validated
+/// exactly as `POST /v1/nodes`; then the machine is no longer listed. At
+/// its next report it gets its node's script.
+pub(super) async fn adopt(
+    ctl: &Arc<Controller>,
+    caller: auth::Caller,
+    key: &str,
+    req: Request<hyper::body::Incoming>,
+) -> Response<Body> {
+    let body = match read_body(req).await {
+        Ok(b) => b,
+        Err(r) => return r,
+    };
+    let Some(m) = ctl.app.discovered.find(key) else {
+        return err(
+            StatusCode::NOT_FOUND,
+            "no such discovered machine (a UUID or one of its MACs)",
+        );
+    };
+    let mut spec = match serde_json::from_slice::<Value>(&body) {
+        Ok(Value::Object(o)) => o,
+        _ => return err(StatusCode::BAD_REQUEST, "the body must be a JSON object: {\"name\", \"role\", optional \"ip\" and other node keys}"),
+    };
+    if spec.contains_key("macs") {
+        return err(
+            StatusCode::BAD_REQUEST,
+            "macs: the discovered machine's are used",
+        );
+    }
+    spec.insert("macs".into(), json!(m.macs));
+    if !spec.contains_key("arch") {
+        if let Some(a) = m.buildarch.as_deref().and_then(|b| match b {
+            "arm64" => Some("aarch64"),
+            "x86_64" | "i386" => Some("x86_64"),
+            _ => None,
+        }) {
+            spec.insert("arch".into(), json!(a));
+        }
+    }
+    if !spec.contains_key("ip") {
+        let snap = ctl.app.live.load();
+        match free_address(&snap.site, m.ip) {
+            Some(ip) => {
+                spec.insert("ip".into(), json!(ip.to_string()));
+            }
+            None => {
+                return reply(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    &json!({ "error": "invalid node", "problems": ["ip: no free address outside the pool in the machine's network: give one"] }),
+                )
+            }
+        }
+    }
+    let body = serde_json::to_vec(&Value::Object(spec)).unwrap_or_default();
+    let resp = create_from(ctl, caller, body.into()).await;
+    if resp.status().is_success() {
+        if let Err(e) = ctl.app.discovered.remove(&m.key) {
+            warn!(key = %m.key, error = %e, "adopted machine not removed from the discovered list");
+        }
+        ctl.app
+            .metrics
+            .discovered
+            .set(ctl.app.discovered.len() as i64);
+        info!(key = %m.key, macs = ?m.macs, "discovered machine adopted");
+    }
+    resp
+}
+
+/// The first address of the network holding `near` (else of the first
+/// network with a pool) that no node, VIP, gateway, DNS server, this host
+/// or the dynamic pool uses.
+fn free_address(site: &site::Site, near: Option<std::net::IpAddr>) -> Option<std::net::Ipv4Addr> {
+    let net = site
+        .networks
+        .iter()
+        .find(|n| near.is_some_and(|a| n.subnet.contains(&a)))
+        .or_else(|| site.networks.iter().find(|n| n.pool.is_some()))?;
+    let ipnet::IpNet::V4(v4) = net.subnet else {
+        return None;
+    };
+    let mut used: Vec<std::net::IpAddr> = site
+        .nodes
+        .iter()
+        .map(|n| std::net::IpAddr::V4(n.ip))
+        .collect();
+    used.extend([site.vips.api, site.vips.ingress]);
+    used.extend(net.gateway);
+    used.extend(net.dns_servers.iter().copied());
+    if let Some(d) = &site.host.dhcp {
+        used.push(std::net::IpAddr::V4(d.server_address));
+    }
+    v4.hosts().find(|h| {
+        let a = std::net::IpAddr::V4(*h);
+        let in_pool = net.pool.is_some_and(|(s, e)| a >= s && a <= e);
+        !in_pool && !used.contains(&a)
+    })
 }
 
 /// Forgets that the node installed: its next network boot gets the

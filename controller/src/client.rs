@@ -69,6 +69,25 @@ pub enum NodesCmd {
 }
 
 #[derive(clap::Subcommand, Debug, Clone)]
+pub enum DiscoveredCmd {
+    /// Machines with unknown MACs that reported themselves.
+    List,
+    /// Make a discovered machine (its UUID or one of its MACs) a node; at
+    /// its next retry it boots as that node.
+    Adopt {
+        /// The machine's UUID or one of its MACs.
+        key: String,
+        #[arg(long)]
+        name: String,
+        #[arg(long)]
+        role: String,
+        /// Default: the first free address outside the pool of its network.
+        #[arg(long)]
+        ip: Option<String>,
+    },
+}
+
+#[derive(clap::Subcommand, Debug, Clone)]
 pub enum ClusterCmd {
     /// The cluster facts (bootstrap-complete).
     Status,
@@ -425,6 +444,72 @@ pub async fn wait(
         }
         tokio::time::sleep(interval).await;
     }
+}
+
+pub async fn discovered(client: &Client, cmd: DiscoveredCmd) -> anyhow::Result<i32> {
+    let mut out = std::io::stdout();
+    match cmd {
+        DiscoveredCmd::List => {
+            let (st, v) = client.call(Method::GET, "/v1/discovered", None).await?;
+            ok_or_bail(st, &v)?;
+            if v["enabled"] != Value::Bool(true) {
+                writeln!(out, "# discovery is off (discovery.enabled in the site)")?;
+            }
+            writeln!(
+                out,
+                "{:<38} {:<40} {:<24} {:<16} REPORTS",
+                "KEY", "MACS", "PRODUCT", "ADDRESS"
+            )?;
+            for m in v["machines"].as_array().into_iter().flatten() {
+                let macs: Vec<&str> = m["macs"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(Value::as_str)
+                    .collect();
+                let product = [s(m, "manufacturer"), s(m, "product")]
+                    .into_iter()
+                    .filter(|x| !x.is_empty())
+                    .collect::<Vec<_>>()
+                    .join(" ");
+                writeln!(
+                    out,
+                    "{:<38} {:<40} {:<24} {:<16} {}",
+                    s(m, "key"),
+                    macs.join(","),
+                    product,
+                    s(m, "ip"),
+                    m["reports"]
+                )?;
+            }
+        }
+        DiscoveredCmd::Adopt {
+            key,
+            name,
+            role,
+            ip,
+        } => {
+            let mut body = serde_json::json!({ "name": name, "role": role });
+            if let Some(ip) = ip {
+                body["ip"] = Value::String(ip);
+            }
+            let (st, v) = client
+                .call(
+                    Method::POST,
+                    &format!("/v1/discovered/{key}/adopt"),
+                    Some(serde_json::to_vec(&body)?),
+                )
+                .await?;
+            ok_or_bail(st, &v)?;
+            writeln!(
+                out,
+                "node {}: {} (adopted {key}); it boots as the node at its next retry",
+                s(&v, "name"),
+                s(&v, "phase")
+            )?;
+        }
+    }
+    Ok(0)
 }
 
 pub async fn cluster(client: &Client, cmd: ClusterCmd) -> anyhow::Result<i32> {

@@ -30,6 +30,26 @@ pub struct Site {
     /// Nodes added at run time through bootd's API (`<stateDir>/nodes.yaml`),
     /// already merged into [`Site::nodes`].
     pub overlay: Overlay,
+    /// What a machine whose MAC is in no node gets (`discovery:`).
+    pub discovery: Discovery,
+}
+
+/// `discovery:`: machines with unknown MACs report themselves and wait to
+/// be adopted as nodes. Off by default.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Discovery {
+    pub enabled: bool,
+    pub action: DiscoveryAction,
+    /// How long a waiting machine sleeps before it asks again.
+    pub retry: Duration,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DiscoveryAction {
+    /// Ask again every `retry` (adopted: it boots as the node, no power cycle).
+    Wait,
+    /// Power off once reported (adopted: it boots as the node at its next power-on).
+    PowerOff,
 }
 
 #[derive(Debug, Clone, PartialEq)]

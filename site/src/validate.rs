@@ -311,7 +311,9 @@ fn validate(w: wire::SiteFile, cx: &mut Cx) -> Option<Site> {
         path: overlay_path,
         nodes: overlay_names,
     };
+    let discovery = discovery(cx, w.discovery.as_ref(), &networks);
     Some(Site {
+        discovery,
         source: cx.file.clone(),
         cluster,
         host,
@@ -325,6 +327,40 @@ fn validate(w: wire::SiteFile, cx: &mut Cx) -> Option<Site> {
         lb: lb?,
         dns: dns?,
     })
+}
+
+fn discovery(cx: &mut Cx, w: Option<&wire::Discovery>, networks: &[Network]) -> Discovery {
+    let mut d = Discovery {
+        enabled: false,
+        action: DiscoveryAction::Wait,
+        retry: Duration::from_secs(30),
+    };
+    let Some(w) = w else { return d };
+    d.enabled = w.enabled;
+    match w.action.as_deref() {
+        None | Some("wait") => {}
+        Some("poweroff") => d.action = DiscoveryAction::PowerOff,
+        Some(a) => cx.err(
+            "discovery.action",
+            format!("{a:?}: want wait (ask again every retry) or poweroff"),
+        ),
+    }
+    if let Some(r) = w.retry.as_deref() {
+        match duration(r) {
+            Some(t) if t >= Duration::from_secs(5) && t <= Duration::from_secs(3600) => d.retry = t,
+            _ => cx.err(
+                "discovery.retry",
+                format!("{r:?} is not a duration from 5s to 1h"),
+            ),
+        }
+    }
+    if d.enabled && !networks.iter().any(|n| n.pool.is_some()) {
+        cx.err(
+            "discovery.enabled",
+            "needs a dynamic DHCP pool (networks[].pool): an unknown machine needs an address to report itself",
+        );
+    }
+    d
 }
 
 fn is_dns_label(s: &str) -> bool {

@@ -27,6 +27,16 @@ pub struct SiteFile {
     pub dns: Option<crate::dns::wire::Dns>,
     /// lbd's frontends, checks and limits (docs/site.md, `lb`).
     pub lb: Option<Lb>,
+    pub discovery: Option<Discovery>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Discovery {
+    #[serde(default)]
+    pub enabled: bool,
+    pub action: Option<String>,
+    pub retry: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]

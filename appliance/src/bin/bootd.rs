@@ -61,6 +61,13 @@ enum Cmd {
         #[command(subcommand)]
         cmd: controller::client::NodesCmd,
     },
+    /// The controller API's client: machines discovered by their own report.
+    Discovered {
+        #[command(flatten)]
+        conn: controller::client::Conn,
+        #[command(subcommand)]
+        cmd: controller::client::DiscoveredCmd,
+    },
     /// The controller API's client: cluster facts.
     Cluster {
         #[command(flatten)]
@@ -107,6 +114,9 @@ fn main() -> Result<()> {
         Cmd::Unrevoke { node } => set_revoked(&config, &node, false),
         Cmd::Nodes { conn, cmd } => api_client(&config, &conn, |c| {
             Box::pin(async move { controller::client::nodes(&c, cmd).await })
+        }),
+        Cmd::Discovered { conn, cmd } => api_client(&config, &conn, |c| {
+            Box::pin(async move { controller::client::discovered(&c, cmd).await })
         }),
         Cmd::Cluster { conn, cmd } => api_client(&config, &conn, |c| {
             Box::pin(async move { controller::client::cluster(&c, cmd).await })

@@ -1256,3 +1256,102 @@ async fn kill_9_in_the_middle_of_bootstrap_teardown_resumes_without_a_second_del
     let revoked = std::fs::read_to_string(dir.path().join("state/revoked.json")).unwrap();
     assert!(revoked.contains("bootstrap"), "{revoked}");
 }
+
+/// Discovery through the API: a reported machine is listed, adopted into a
+/// node (its MACs, a free address outside the pool, validated as any node),
+/// gone from the list, and its next report gets its node's script; an adopt
+/// whose MAC another node holds is refused with the site's reason.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn discovered_machines_are_listed_and_adopted() {
+    let f = Fake::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_site(dir.path(), &f.url(), &f.url(), &f.url(), "127.0.0.1:0");
+    let text = std::fs::read_to_string(&path).unwrap().replace(
+        "    dnsServers: [10.77.0.1]\n",
+        "    dnsServers: [10.77.0.1]\n    pool: { start: 10.77.0.200, end: 10.77.0.250 }\n",
+    ) + "\ndiscovery: { enabled: true }\n";
+    std::fs::write(&path, text).unwrap();
+    let b = Bootd::start_site(dir, &path, tuning()).await;
+    let web = controller::providers::Http::new(Duration::from_secs(5));
+    let get = |p: String| {
+        let web = web.clone();
+        let url = format!("http://{}{p}", b.http);
+        async move {
+            let r = web
+                .send(
+                    http::Request::get(url)
+                        .body(http_body_util::Full::new(bytes::Bytes::new()))
+                        .unwrap(),
+                    "get",
+                )
+                .await
+                .unwrap();
+            (
+                r.status.as_u16(),
+                String::from_utf8_lossy(&r.body).into_owned(),
+            )
+        }
+    };
+    let (st, s) = get("/discover?mac=52-54-00-77-00-a1&nic1=52-54-00-77-00-a2&uuid=1b4e28ba-2fa1-11d2-883f-0016d3cca427&buildarch=x86_64".into()).await;
+    assert_eq!(st, 200, "{s}");
+    let (st, _) = get("/discover?mac=52-54-00-77-00-b1".into()).await;
+    assert_eq!(st, 200);
+    let (st, v) = b.call("GET", "/v1/discovered", None).await;
+    assert_eq!(st, 200);
+    assert_eq!(v["enabled"], true);
+    assert_eq!(v["machines"].as_array().unwrap().len(), 2, "{v:#}");
+    // Another node takes the second machine's MAC: its adopt is refused.
+    let (st, _) = b
+        .call(
+            "POST",
+            "/v1/nodes",
+            Some(json!({"name": "worker-8", "role": "worker", "ip": "10.77.0.28", "macs": ["52:54:00:77:00:b1"]})),
+        )
+        .await;
+    assert_eq!(st, 201);
+    let (st, v) = b
+        .call(
+            "POST",
+            "/v1/discovered/52:54:00:77:00:b1/adopt",
+            Some(json!({"name": "worker-9", "role": "worker"})),
+        )
+        .await;
+    assert_eq!(st, 422, "{v:#}");
+    assert!(v["problems"].to_string().contains("duplicate MAC"), "{v:#}");
+    // The first, by one of its MACs, with no address given.
+    let (st, v) = b
+        .call(
+            "POST",
+            "/v1/discovered/52-54-00-77-00-a2/adopt",
+            Some(json!({"name": "worker-7", "role": "worker"})),
+        )
+        .await;
+    assert_eq!(st, 201, "{v:#}");
+    let (_, n) = b.call("GET", "/v1/nodes/worker-7", None).await;
+    assert_eq!(
+        n["spec"]["macs"],
+        json!(["52:54:00:77:00:a1", "52:54:00:77:00:a2"]),
+        "{n:#}"
+    );
+    assert_eq!(n["spec"]["arch"], "x86_64");
+    let ip: std::net::Ipv4Addr = n["spec"]["ip"].as_str().unwrap().parse().unwrap();
+    assert!(
+        ip.octets()[..3] == [10, 77, 0] && !(200..=250).contains(&ip.octets()[3]),
+        "{ip}"
+    );
+    let (_, v) = b.call("GET", "/v1/discovered", None).await;
+    assert_eq!(v["machines"].as_array().unwrap().len(), 1, "{v:#}");
+    let (st, _) = b
+        .call(
+            "POST",
+            "/v1/discovered/52:54:00:77:00:a1/adopt",
+            Some(json!({"name": "worker-6", "role": "worker"})),
+        )
+        .await;
+    assert_eq!(st, 404, "adopted already");
+    // Its next report: the node's script.
+    let (st, s) = get("/discover?mac=52-54-00-77-00-a1".into()).await;
+    assert_eq!(st, 200);
+    assert!(s.contains("# bootd: worker-7"), "{s}");
+    b.stop().await;
+}

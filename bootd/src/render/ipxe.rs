@@ -108,3 +108,41 @@ exit\n",
         name = node.name
     )
 }
+/// For a machine whose MAC is in no node, with `discovery.enabled`: report
+/// what iPXE knows of it (every NIC, SMBIOS identity, architecture) to
+/// bootd, which answers with [`discovered`].
+pub fn discover(site: &Site) -> String {
+    let base = &site.host.http.url;
+    let nics: String = (0..4)
+        .map(|i| format!("&nic{i}=${{net{i}/mac:hexhyp}}"))
+        .collect();
+    format!(
+        "#!ipxe\n\
+echo bootd: machine ${{mac}} is in no node: reporting it (discovery)\n\
+chain --autofree --replace {base}/discover?mac=${{mac:hexhyp}}&uuid=${{uuid}}&serial=${{serial:uristring}}&manufacturer=${{manufacturer:uristring}}&product=${{product:uristring}}&asset=${{asset:uristring}}&buildarch=${{buildarch}}&platform=${{platform}}{nics}\n"
+    )
+}
+
+/// The answer to a discovery report: wait and ask again (`wait`: adopted,
+/// it boots as its node without a power cycle), or power off.
+pub fn discovered(site: &Site, key: &str) -> String {
+    let base = &site.host.http.url;
+    let adopt = format!(
+        "echo bootd: discovered as {key}: adopt it with\n\
+echo bootd:   bootd discovered adopt {key} --name NAME --role ROLE\n"
+    );
+    match site.discovery.action {
+        site::DiscoveryAction::Wait => format!(
+            "#!ipxe\n{adopt}\
+echo bootd: asking again in {secs} s.\n\
+sleep {secs}\n\
+chain --autofree --replace {base}/boot.ipxe\n",
+            secs = site.discovery.retry.as_secs()
+        ),
+        site::DiscoveryAction::PowerOff => format!(
+            "#!ipxe\n{adopt}\
+echo bootd: powering off (discovery.action: poweroff).\n\
+poweroff || exit\n"
+        ),
+    }
+}

@@ -961,3 +961,67 @@ async fn an_installed_node_boots_its_disk_until_reinstalled() {
     assert!(still.contains("ignition.config.url"), "{still}");
     b.stop().await;
 }
+
+/// Discovery: an unknown MAC gets the reporting script; its report is kept
+/// (and shown, escaped, on the status page), answered with a
+/// wait-and-retry script; once its MAC is a node's, the same report gets
+/// the node's script. Off by default: no route, the explanation script.
+#[tokio::test]
+async fn unknown_machines_report_themselves_when_discovery_is_on() {
+    let b = Bootd::start().await;
+    assert_eq!(
+        b.get("/discover?mac=52-54-00-de-ad-01").await.0,
+        StatusCode::NOT_FOUND
+    );
+    let s = String::from_utf8(b.get("/ipxe/node?mac=52-54-00-de-ad-01").await.2.to_vec()).unwrap();
+    assert!(s.contains("not in the site description"), "{s}");
+    b.stop().await;
+
+    let b = Bootd::start_with(|t| {
+        t.replace(
+            "    dnsServers: [10.77.0.1]\n",
+            "    dnsServers: [10.77.0.1]\n    pool: { start: 10.77.0.200, end: 10.77.0.250 }\n",
+        ) + "\ndiscovery: { enabled: true, retry: 15s }\n"
+    })
+    .await;
+    let s = String::from_utf8(b.get("/ipxe/node?mac=52-54-00-de-ad-01").await.2.to_vec()).unwrap();
+    assert!(
+        s.starts_with("#!ipxe\necho bootd: machine ${mac} is in no node"),
+        "{s}"
+    );
+    assert!(
+        s.contains("/discover?mac=${mac:hexhyp}&uuid=${uuid}&serial=${serial:uristring}"),
+        "{s}"
+    );
+    assert!(s.contains("&nic3=${net3/mac:hexhyp}"), "{s}");
+    // What iPXE sends when it expands that line (an undefined NIC is empty).
+    let report = "/discover?mac=52-54-00-de-ad-01&uuid=0f6a4c2e-0298-4cf2-b280-b4ec459afdf0&serial=SN%3C1%3E&manufacturer=QEMU&product=Standard%20PC%20%3Cscript%3E&asset=&buildarch=x86_64&platform=pcbios&nic0=52-54-00-de-ad-01&nic1=52-54-00-de-ad-02&nic2=&nic3=";
+    let (st, _, body) = b.get(report).await;
+    let body = String::from_utf8(body.to_vec()).unwrap();
+    assert_eq!(st, StatusCode::OK, "{body}");
+    assert!(
+        body.contains("discovered as 0f6a4c2e-0298-4cf2-b280-b4ec459afdf0"),
+        "{body}"
+    );
+    assert!(
+        body.contains("sleep 15\nchain --autofree --replace http://10.77.0.1:8080/boot.ipxe"),
+        "{body}"
+    );
+    let list = b.app.discovered.list();
+    assert_eq!(list.len(), 1);
+    assert_eq!(list[0].macs, vec!["52:54:00:de:ad:01", "52:54:00:de:ad:02"]);
+    assert_eq!(list[0].serial.as_deref(), Some("SN<1>"));
+    assert_eq!(list[0].ip, Some("127.0.0.1".parse().unwrap()));
+    let page = String::from_utf8(b.get("/status").await.2.to_vec()).unwrap();
+    assert!(
+        page.contains("Standard PC &lt;script&gt;") && !page.contains("<script>"),
+        "{page}"
+    );
+    assert!(page.contains("<table id=\"discovered\">"), "{page}");
+    let (_, _, m) = b.get("/metrics").await;
+    assert!(String::from_utf8_lossy(&m).contains("bootd_discovered_machines 1"));
+    // A report without a MAC is refused, and nothing is kept.
+    assert_eq!(b.get("/discover?uuid=x").await.0, StatusCode::BAD_REQUEST);
+    assert_eq!(b.app.discovered.list().len(), 1);
+    b.stop().await;
+}
