@@ -124,6 +124,10 @@ pub async fn route<B>(
             "grub",
             grub_node(app, &snap, &file["grub.cfg-01-".len()..], peer.ip()),
         ),
+        ["pxelinux.cfg", file] if file.starts_with("01-") => (
+            "pxelinux",
+            pxelinux_node(app, &snap, &file["01-".len()..], peer.ip()),
+        ),
         ["ignition", name] => (
             "ignition",
             ignition(app, &snap, name, peer.ip(), q, req.headers(), false),
@@ -373,6 +377,30 @@ fn ipxe_by_name(app: &App, snap: &Snapshot, name: &str, peer: IpAddr) -> Respons
             script(render::ipxe::unknown(&snap.site, None))
         }
     }
+}
+
+/// A node's pxelinux config (petitboot), by the MAC in its file name.
+fn pxelinux_node(app: &App, snap: &Snapshot, dashed: &str, peer: IpAddr) -> Response<Body> {
+    let Ok(mac) = dashed.parse::<Mac>() else {
+        return not_found();
+    };
+    let Some(node) = snap.site.node_by_mac(&mac) else {
+        return not_found();
+    };
+    let subject = Subject::mac(mac).with_ip(peer.to_canonical());
+    if let Some(at) = installed_at(app, snap, node) {
+        local_boot_flag(app, node, subject, at);
+        return script(render::pxelinux::local_disk(node));
+    }
+    let urls = NodeUrls::new(&snap.site, node, &node_token(app, snap, node));
+    info!(node = %node.name, %mac, "pxelinux config served");
+    app.timeline.record(Raw::new(
+        subject,
+        Phase::Script,
+        "served",
+        "pxelinux config served over HTTP",
+    ));
+    script(render::pxelinux::node(&snap.site, node, &urls))
 }
 
 fn grub_node(app: &App, snap: &Snapshot, dashed: &str, peer: IpAddr) -> Response<Body> {

@@ -30,6 +30,10 @@
 #  exits 0 (Ready), the LAB-IGNITION check, a second power-on through the BMC
 #  after which the VM must not fetch its Ignition again (second_boot_check),
 #  DELETE -> 404 within 60 s and the domain "shut off".
+# Then discovery: the Redfish VM, in no node now, is started by hand; it reports
+#  itself (bootd discovered list shows its UUID and MAC), `bootd discovered
+#  adopt` makes it node disc-0, and at its next retry it boots as disc-0 and
+#  fetches disc-0's Ignition, with one firmware start (no power cycle).
 # Last, the BMC password must appear in no file of WORKDIR but the emulators'
 # own (bootd's logs and state included) and in no process's argv.
 # Prints "PASS bmc-e2e <infra|providers> rf=<s>s ipmi=<s>s" (exit 0) or
@@ -130,8 +134,11 @@ else
   chmod 600 "$WORKDIR/api-tokens"
   printf 'Authorization: Bearer %s\n' "$(cat "$WORKDIR/api-tokens")" >"$WORKDIR/auth.hdr"   # curl -H @file: not in argv
   chmod 600 "$WORKDIR/auth.hdr"
+  # Plus a dynamic pool and discovery, for the unknown-machine step.
   sed -e "s|^host:\$|host:\n  api:\n    listen: $HOST_IP:9443\n    url: $API\n    tokens: { file: $WORKDIR/api-tokens }\n    deadline: 10m\n    redfish: { powerOffTimeout: 10s }\n    ipmi: { powerOffTimeout: 10s }|" \
+      -e "s|^    dnsServers: \[10.77.0.1\]\$|&\n    pool: { start: 10.77.0.200, end: 10.77.0.220 }|" \
     "$SITE.in" >"$SITE"
+  printf '\ndiscovery: { enabled: true, retry: 5s }\n' >>"$SITE"
   grep -q "^    redfish: { powerOffTimeout" "$SITE" || fail "site not written"
 fi
 rm -f "$SITE.in"
@@ -229,12 +236,14 @@ log "bootd up, $(elapsed "$T0")s (workdir $WORKDIR)"
 # --- helpers over the VMs' consoles -------------------------------------------------------
 serial_size() { stat -c %s "$WORKDIR/$1-serial.log" 2>/dev/null || echo 0; }
 serial_from() { tail -c +"$(( $2 + 1 ))" "$WORKDIR/$1-serial.log" 2>/dev/null | tr -d '\r' || true; }
-# wait_ignition NODE OFFSET SECS: the first LAB-IGNITION line after OFFSET, its
+# wait_ignition NODE OFFSET SECS [DOMAIN]: the first LAB-IGNITION line after
+# OFFSET on DOMAIN's console (default: the domain named as the node), its
 # sha256 compared with `bootd render ignition NODE`.
 wait_ignition() {
-  local node=$1 off=$2 line="" deadline=$(( $(date +%s) + $3 ))
+  local node=$1 off=$2 line="" deadline=$(( $(date +%s) + $3 )) dom=${4:-$1}
   while (( $(date +%s) < deadline )); do
-    line=$(serial_from "$node" "$off" | grep -a -m1 -E '^LAB-IGNITION(-FAILED)? ' || true)
+    # Not anchored: the kernel's screen-clearing escapes may precede it on its line.
+    line=$(serial_from "$dom" "$off" | grep -a -o -m1 -E 'LAB-IGNITION(-FAILED)? .*' || true)
     [[ -n $line ]] && break
     sleep 0.2
   done
@@ -432,6 +441,45 @@ redfish_tls_checks() {
   wait_domstate "$RF_NODE" "shut off" 60 || fail "$node: domain $(lv domstate "$RF_NODE") after the delete"
 }
 
+# discovery_check: the Redfish VM, no node's MAC any more, is started by hand
+# (as a machine nobody registered); it reports itself, `bootd discovered list`
+# shows its UUID (the domain's, through SMBIOS) and MAC, the CLI adopts it,
+# and at its next retry (5 s) it boots as that node and fetches that node's
+# Ignition, without a power cycle.
+discovery_check() {
+  local node=disc-0 off out deadline t uuid
+  uuid=$(tr 'A-F' 'a-f' <<<"$RF_UUID")
+  r=$(rf PATCH "$RF_URL" '{"Boot":{"BootSourceOverrideTarget":"Pxe","BootSourceOverrideEnabled":"Once"}}')
+  [[ $(status_of "$r") =~ ^20[04]$ ]] || fail "Redfish PATCH boot override (discovery): $r"
+  off=$(serial_size "$RF_NODE")
+  t=$(date +%s.%N)
+  lv start "$RF_NODE" >/dev/null || fail "virsh start $RF_NODE"
+  deadline=$(( $(date +%s) + 120 ))
+  out=""
+  while (( $(date +%s) < deadline )); do
+    out=$(nsx "$BOOTD" --site "$SITE" --state-dir "$WORKDIR/state" discovered list 2>&1 || true)
+    grep -q "^$uuid .*$RF_MAC" <<<"$out" && break
+    sleep 1
+  done
+  grep -q "^$uuid .*$RF_MAC" <<<"$out" || fail "$RF_NODE never appeared in bootd discovered list: $out"
+  log "discovered after $(elapsed "$t")s: $(grep "^$uuid" <<<"$out")"
+  serial_from "$RF_NODE" "$off" | grep -a -q "discovered as $uuid" || fail "the VM's console does not show the discovery answer"
+  out=$(nsx "$BOOTD" --site "$SITE" --state-dir "$WORKDIR/state" discovered adopt "$uuid" --name "$node" --role worker 2>&1) \
+    || fail "bootd discovered adopt: $out"
+  log "$out"
+  [[ $(lv domstate "$RF_NODE") == running ]] || fail "$RF_NODE is not running at adoption"
+  wait_ignition "$node" "$off" 120 "$RF_NODE"
+  # One firmware start since the power-on: the node's boot came from the
+  # retry, not from a power cycle.
+  local starts
+  starts=$(serial_from "$RF_NODE" "$off" | grep -a -c "iPXE initialising devices" || true)
+  [[ $starts == 1 ]] || fail "$RF_NODE: the firmware started $starts times after the power-on (a power cycle?)"
+  log "$node: adopted and booted as the node without a power cycle in $(elapsed "$t")s"
+  out=$(nsx "$BOOTD" --site "$SITE" --state-dir "$WORKDIR/state" discovered list 2>&1 || true)
+  grep -q "^$uuid " <<<"$out" && fail "$uuid still listed after its adoption"
+  wait_domstate "$RF_NODE" "shut off" 120 || lv destroy "$RF_NODE" >/dev/null 2>&1 || true
+}
+
 provider_node() {   # provider_node NODE DOMAIN rf|ipmi BODY -> sets NODE_SECS
   local node=$1 dom=$2 how=$3 body=$4 r t rc left off before
   t=$(date +%s.%N)
@@ -475,6 +523,7 @@ if [[ $INFRA == 0 ]]; then
     "{\"name\":\"$IPMI_NODE\",\"role\":\"worker\",\"ip\":\"$IPMI_IP\",\"kernelArgs\":[\"console=ttyS0\"],\"macs\":[\"$IPMI_MAC\"],\"provider\":{\"ipmi\":{\"address\":\"127.0.0.1\",\"port\":$IPMI_PORT,\"username\":\"admin\",\"password\":$PW_REF,\"mode\":\"Legacy\"}}}"
   IPMI_SECS=$NODE_SECS
   redfish_tls_checks
+  discovery_check
 fi
 
 # --- 3. the password leaks nowhere ------------------------------------------------------------

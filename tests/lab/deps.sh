@@ -24,6 +24,8 @@ PKGS=(
   atftp tftp-hpa
   # DHCP clients and load generator for bootd's DHCP interop tests
   isc-dhcp-client kea-admin
+  # a plain BOOTP client (PowerVM firmware's protocol) for the same tests
+  bootpc
   # benchmark peers (bench/dhcp, bench/tftp; atftpd is fetched with apt-get download by bench/tftp/run.sh)
   kea-dhcp4-server tftpd-hpa
   # L4 benchmark peer and throughput load (bench/lb); wrk and nginx are above

@@ -2,7 +2,10 @@
 # DHCP interop: real clients against bootd's DHCP server, in private network
 # namespaces (10.77.0.0/24 on a bridge; nothing leaves them).
 #   - busybox udhcpc and ISC dhclient get their reserved lease with hostname,
-#     router, DNS and domain;
+#     router, DNS and domain; bootpc (plain BOOTP, no DHCP message type, as
+#     PowerVM LPAR firmware sends) gets p9-0's address and GRUB's core.elf;
+#     udhcpc asking for options 209/210 (as petitboot runs it) gets p9-0's
+#     pxelinux config name and bootd's HTTP base, and the config is fetched;
 #   - perfdhcp (Kea) in relay mode (giaddr 10.77.0.254, from its own namespace
 #     across a veth) completes DORA for 100 simulated clients from the pool.
 # Prints "PASS dhcp-interop <client>" / "FAIL ..." per client; exit 1 on any failure.
@@ -91,6 +94,40 @@ else
   fail "dhclient: $(cat "$WORK/dhclient.out" 2>/dev/null || echo no lease)"
 fi
 [[ -f $WORK/dhclient.pid ]] && kill "$(cat "$WORK/dhclient.pid")" 2>/dev/null || true
+
+# --- bootpc (plain BOOTP, as PowerVM firmware sends it) as p9-0 ---
+ip -n "$C" link set vc-$$ down
+ip -n "$C" link set vc-$$ address 52:54:00:77:00:30 up
+# bootpc sends from a plain UDP socket: it needs a route for the limited
+# broadcast, and asks for a broadcast reply (it has no address to receive one).
+ip -n "$C" route add 255.255.255.255/32 dev vc-$$
+if ip netns exec "$C" timeout 20 bootpc --dev vc-$$ --serverbcast --timeoutwait 10 --returniffail >"$WORK/bootpc.out" 2>&1 \
+  && grep -q "^IPADDR='10.77.0.30'" "$WORK/bootpc.out" && grep -q "^BOOTFILE='core.elf'" "$WORK/bootpc.out" \
+  && grep -q "^SERVER='10.77.0.1'" "$WORK/bootpc.out"; then
+  pass "bootpc $(grep -E "^(IPADDR|BOOTFILE|SERVER|NETMASK|GATEWAYS)=" "$WORK/bootpc.out" | tr '\n' ' ')"
+else
+  fail "bootpc: $(tr '\n' ' ' <"$WORK/bootpc.out")"
+fi
+
+# --- udhcpc as petitboot runs it (asks for options 209/210) as p9-0, then
+#     the pxelinux config fetched from the path prefix it got ---
+# busybox names options 209/210 pxeconffile and pxepathprefix: the variables
+# petitboot's udhcpc script reads.
+cat >"$WORK/petitboot.sh" <<'S'
+#!/bin/sh
+[ "$1" = bound ] && echo "ip=$ip conf=$pxeconffile prefix=$pxepathprefix" >"$PB_OUT"
+exit 0
+S
+chmod +x "$WORK/petitboot.sh"
+ip -n "$C" route del 255.255.255.255/32 dev vc-$$ 2>/dev/null || true
+if PB_OUT=$WORK/petitboot.out ip netns exec "$C" timeout 20 busybox udhcpc -i vc-$$ -n -q -t 5 -O 209 -O 210 -s "$WORK/petitboot.sh" >/dev/null 2>&1 \
+  && grep -q "^ip=10.77.0.30 conf=pxelinux.cfg/01-52-54-00-77-00-30 prefix=http://10.77.0.1:8080/$" "$WORK/petitboot.out" \
+  && ip netns exec "$S" curl -fsS "http://10.77.0.1:8080/pxelinux.cfg/01-52-54-00-77-00-30" >"$WORK/pxelinux.cfg" \
+  && grep -q "^  KERNEL http://10.77.0.1:8080/images/lab-ppc64le/vmlinux$" "$WORK/pxelinux.cfg"; then
+  pass "petitboot-style udhcpc $(cat "$WORK/petitboot.out"), config: $(grep -c . "$WORK/pxelinux.cfg") lines"
+else
+  fail "petitboot-style udhcpc: $(cat "$WORK/petitboot.out" 2>/dev/null || echo no lease)"
+fi
 
 # --- perfdhcp, relay mode, 100 clients from the pool ---
 if ip netns exec "$R" timeout 60 perfdhcp -4 -l 10.77.0.254 -R 100 -r 50 -n 100 -p 10 10.77.0.1 >"$WORK/perfdhcp.out" 2>&1 || true; then :; fi

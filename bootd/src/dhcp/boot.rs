@@ -15,7 +15,10 @@
 //! 4. Open Firmware (SLOF, PowerVM): no vendor class; arch 12 only in the
 //!    REQUEST, so a node hinted `ieee1275` (or ppc64le) gets GRUB's core.elf
 //!    from DISCOVER on.
-//! 5. Anything else (udhcpc, dhclient, an OS): no boot information.
+//! 5. A client that asks for options 209/210 (petitboot on OpenPOWER, or
+//!    pxelinux) and is not a PXE ROM → 209 = `pxelinux.cfg/01-<mac>`, 210 =
+//!    bootd's HTTP base: the node's pxelinux config over HTTP.
+//! 6. Anything else (udhcpc, dhclient, an OS): no boot information.
 
 use dhcproto::v4::{DhcpOption, Message, OptionCode};
 use site::{Arch, Firmware, Node, Site};
@@ -23,6 +26,10 @@ use site::{Arch, Firmware, Node, Site};
 pub const OPT_IPXE: u8 = 175;
 /// iPXE's "no proxyDHCP wait" setting inside option 175.
 pub const IPXE_NO_PXEDHCP: u8 = 176;
+/// pxelinux's config file (RFC 5071), which petitboot asks for.
+pub const OPT_PXELINUX_CONFIG: u8 = 209;
+/// pxelinux's path prefix (RFC 5071).
+pub const OPT_PXELINUX_PREFIX: u8 = 210;
 
 /// What the client told us about itself.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -30,6 +37,9 @@ pub struct ClientInfo {
     pub arch: Option<u16>,
     pub vendor_class: Option<String>,
     pub ipxe: bool,
+    /// Asks for options 209/210 (pxelinux config file and path prefix):
+    /// petitboot, or pxelinux itself.
+    pub pxelinux: bool,
 }
 
 impl ClientInfo {
@@ -55,10 +65,17 @@ impl ClientInfo {
             let i = v.find("Arch:")?;
             v.get(i + 5..i + 10)?.parse().ok()
         });
+        let pxelinux = match opts.get(OptionCode::ParameterRequestList) {
+            Some(DhcpOption::ParameterRequestList(l)) => l
+                .iter()
+                .any(|c| matches!(u8::from(*c), OPT_PXELINUX_CONFIG | OPT_PXELINUX_PREFIX)),
+            _ => false,
+        };
         ClientInfo {
             arch,
             vendor_class,
             ipxe,
+            pxelinux,
         }
     }
 }
@@ -74,6 +91,9 @@ pub struct BootAnswer {
     pub vendor_class: Option<String>,
     /// Send option 175 with 176 = 1 (iPXE: skip the proxyDHCP wait).
     pub ipxe_options: bool,
+    /// Send options 209 (this config file) and 210 (the HTTP base as the
+    /// path prefix): petitboot fetches the node's pxelinux config.
+    pub pxelinux: Option<String>,
     pub reason: String,
 }
 
@@ -93,6 +113,7 @@ pub fn decide(site: &Site, node: Option<&Node>, client: &ClientInfo) -> Result<B
             tftp: false,
             vendor_class: None,
             ipxe_options: true,
+            pxelinux: None,
             reason: "iPXE (option 175 / user class iPXE): HTTP boot script".into(),
         });
     }
@@ -108,6 +129,7 @@ pub fn decide(site: &Site, node: Option<&Node>, client: &ClientInfo) -> Result<B
             tftp: false,
             vendor_class: Some("HTTPClient".into()),
             ipxe_options: false,
+            pxelinux: None,
             reason: format!(
                 "UEFI HTTP Boot (arch {:?}): iPXE EFI over HTTP",
                 client.arch
@@ -156,7 +178,33 @@ pub fn decide(site: &Site, node: Option<&Node>, client: &ClientInfo) -> Result<B
             tftp: true,
             vendor_class: None,
             ipxe_options: false,
+            pxelinux: None,
             reason: format!("{what}: iPXE over TFTP"),
+        });
+    }
+    if client.pxelinux
+        && client
+            .vendor_class
+            .as_deref()
+            .is_none_or(|v| !v.starts_with("PXEClient"))
+    {
+        let Some(n) = node else {
+            return Err(
+                "petitboot/pxelinux client (asks for options 209/210) with a MAC no node has"
+                    .into(),
+            );
+        };
+        let Some(mac) = n.macs.first() else {
+            return Err("node without a MAC".into());
+        };
+        return Ok(BootAnswer {
+            filename: String::new(),
+            tftp: false,
+            vendor_class: None,
+            ipxe_options: false,
+            pxelinux: Some(crate::render::pxelinux::node_file_name(mac)),
+            reason: "petitboot/pxelinux (asks for options 209/210): pxelinux config over HTTP"
+                .into(),
         });
     }
     let open_firmware = client.arch == Some(12)
@@ -168,6 +216,7 @@ pub fn decide(site: &Site, node: Option<&Node>, client: &ClientInfo) -> Result<B
             tftp: true,
             vendor_class: None,
             ipxe_options: false,
+            pxelinux: None,
             reason: format!(
                 "Open Firmware (arch {:?}, firmware hint {hint:?}): GRUB over TFTP",
                 client.arch
@@ -199,6 +248,7 @@ mod tests {
             arch,
             vendor_class: Some("PXEClient".into()),
             ipxe: false,
+            pxelinux: false,
         }
     }
 

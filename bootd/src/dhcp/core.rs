@@ -207,6 +207,19 @@ fn add_boot(m: &mut Message, site: &Site, b: &boot::BootAnswer) {
             dhcp.server_address.to_string().into_bytes(),
         ));
     }
+    if let Some(cfg) = &b.pxelinux {
+        m.opts_mut().insert(DhcpOption::Unknown(UnknownOption::new(
+            OptionCode::Unknown(boot::OPT_PXELINUX_CONFIG),
+            cfg.clone().into_bytes(),
+        )));
+        m.opts_mut().insert(DhcpOption::Unknown(UnknownOption::new(
+            OptionCode::Unknown(boot::OPT_PXELINUX_PREFIX),
+            format!("{}/", site.host.http.url).into_bytes(),
+        )));
+    }
+    if b.filename.is_empty() {
+        return;
+    }
     if b.filename.len() < 128 {
         m.set_fname_str(&b.filename);
     }
@@ -241,6 +254,65 @@ fn dest_for(req: &Message, yiaddr: Ipv4Addr, mac: Mac, nak: bool) -> Dest {
     Dest::Hardware { ip: yiaddr, mac }
 }
 
+/// A plain BOOTP request (no DHCP message type: PowerVM LPAR firmware's
+/// network boot). Served to nodes only, with their fixed address and no
+/// lease (RFC 951/1542): address, netmask, router, DNS, host name and the
+/// boot file the node's firmware gets (GRUB's core.elf for Open Firmware).
+fn bootp(site: &Site, req: &Message, mac: Mac) -> Outcome {
+    let Some(dhcp) = &site.host.dhcp else {
+        return Outcome::drop("disabled", "DHCP is not configured in the site");
+    };
+    if dhcp.mode == DhcpMode::Proxy {
+        return Outcome::drop("ignored", "BOOTP: proxyDHCP gives no addresses");
+    }
+    let Some(node) = site.node_by_mac(&mac) else {
+        return Outcome::drop(
+            "ignored",
+            "BOOTP from a MAC no node has (BOOTP is served to nodes only)",
+        );
+    };
+    let server = dhcp.server_address;
+    let net = match client_network(site, req, server) {
+        Ok(n) => n,
+        Err(why) => return Outcome::drop("ignored", format!("BOOTP: {why}")),
+    };
+    if !net.subnet.contains(&IpAddr::V4(node.ip)) {
+        return Outcome::drop(
+            "ignored",
+            format!(
+                "BOOTP: node {} is reserved {} which is not on the client's subnet {}",
+                node.name, node.ip, net.subnet
+            ),
+        );
+    }
+    let mut m = Message::default();
+    m.set_opcode(Opcode::BootReply)
+        .set_htype(HType::Eth)
+        .set_xid(req.xid())
+        .set_flags(req.flags())
+        .set_giaddr(req.giaddr())
+        .set_chaddr(req.chaddr())
+        .set_yiaddr(node.ip)
+        .set_siaddr(server);
+    add_config(&mut m, site, net, Some(node), None);
+    let client = ClientInfo::from_message(req);
+    let boot = boot::decide(site, Some(node), &client);
+    let note = match &boot {
+        Ok(b) => {
+            add_boot(&mut m, site, b);
+            b.reason.clone()
+        }
+        Err(why) => format!("no boot file: {why}"),
+    };
+    let dest = dest_for(req, node.ip, mac, false);
+    Outcome {
+        reply: Some((m, dest)),
+        commit: None,
+        kind: "bootp",
+        reason: format!("{}: BOOTP {}; {note}", node.name, node.ip),
+    }
+}
+
 /// Decides the answer to one request.
 pub fn answer(site: &Site, table: &mut Table, req: &Message, rx: Rx, now: u64) -> Outcome {
     let Some(dhcp) = &site.host.dhcp else {
@@ -256,7 +328,7 @@ pub fn answer(site: &Site, table: &mut Table, req: &Message, rx: Rx, now: u64) -
     raw.copy_from_slice(&req.chaddr()[..6]);
     let mac = Mac(raw);
     let Some(mtype) = req.opts().msg_type() else {
-        return Outcome::drop("malformed", "no message type (BOOTP is not served)");
+        return bootp(site, req, mac);
     };
     let server = dhcp.server_address;
     let node = site.node_by_mac(&mac);

@@ -210,6 +210,11 @@ impl Server {
             warn!(xid, "DHCP reply could not be encoded");
             return;
         }
+        // BOOTP's minimum message (RFC 1542 3.3), which some firmware
+        // (PowerVM's) insists on: zero padding after the End option.
+        if bytes.len() < 300 {
+            bytes.resize(300, 0);
+        }
         let this = Arc::clone(self);
         let socket = Arc::clone(socket);
         // Recorded when the reply leaves (an ACK waits for the disk first).

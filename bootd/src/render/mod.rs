@@ -6,6 +6,7 @@ pub mod grub;
 pub mod ignition;
 pub mod ipxe;
 pub mod metadata;
+pub mod pxelinux;
 
 use site::{Node, Site};
 

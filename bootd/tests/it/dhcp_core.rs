@@ -552,3 +552,58 @@ fn proxy_dhcp_gives_boot_information_only() {
         .reply
         .is_none());
 }
+
+/// Plain BOOTP (PowerVM LPAR firmware: no DHCP message type): a node gets
+/// its fixed address and boot file, with no lease and no DHCP-only options;
+/// an unknown MAC gets nothing.
+#[test]
+fn bootp_is_served_to_nodes() {
+    let site = lab();
+    let mut table = Table::default();
+    let bootp = |mac: &str| {
+        let mac: Mac = mac.parse().unwrap();
+        let mut m = Message::default();
+        m.set_opcode(Opcode::BootRequest)
+            .set_htype(HType::Eth)
+            .set_xid(0x4242)
+            .set_chaddr(&mac.0);
+        m
+    };
+    let o = answer(&site, &mut table, &bootp("52:54:00:77:00:30"), rx(), 1000);
+    golden("bootp-powervm", &dump(&o));
+    let (m, _) = o.reply.as_ref().unwrap();
+    assert_eq!(m.opts().msg_type(), None);
+    assert_eq!(m.yiaddr(), Ipv4Addr::new(10, 77, 0, 30));
+    assert!(m.opts().get(OptionCode::AddressLeaseTime).is_none());
+    assert!(m.opts().get(OptionCode::ServerIdentifier).is_none());
+    assert!(o.commit.is_none());
+    let o = answer(&site, &mut table, &bootp("52:54:00:de:ad:99"), rx(), 1000);
+    assert!(o.reply.is_none() && o.kind == "ignored", "{}", o.reason);
+}
+
+/// Petitboot (OpenPOWER) runs udhcpc asking for options 209 and 210: it gets
+/// the node's pxelinux config name and bootd's HTTP base, no boot file.
+#[test]
+fn petitboot_gets_its_pxelinux_config() {
+    let site = lab();
+    let mut table = Table::default();
+    let mut m = req("52:54:00:77:00:30", MessageType::Discover);
+    m.opts_mut()
+        .insert(DhcpOption::ClassIdentifier(b"udhcp 1.35.0".to_vec()));
+    m.opts_mut().insert(DhcpOption::ParameterRequestList(vec![
+        OptionCode::SubnetMask,
+        OptionCode::Router,
+        OptionCode::Unknown(209),
+        OptionCode::Unknown(210),
+    ]));
+    let o = answer(&site, &mut table, &m, rx(), 1000);
+    golden("petitboot-discover", &dump(&o));
+    let (r, _) = o.reply.as_ref().unwrap();
+    let opt = |c: u8| match r.opts().get(OptionCode::Unknown(c)) {
+        Some(DhcpOption::Unknown(u)) => String::from_utf8(u.data().to_vec()).unwrap(),
+        other => panic!("option {c}: {other:?}"),
+    };
+    assert_eq!(opt(209), "pxelinux.cfg/01-52-54-00-77-00-30");
+    assert_eq!(opt(210), "http://10.77.0.1:8080/");
+    assert!(r.opts().get(OptionCode::BootfileName).is_none());
+}

@@ -1025,3 +1025,26 @@ async fn unknown_machines_report_themselves_when_discovery_is_on() {
     assert_eq!(b.app.discovered.list().len(), 1);
     b.stop().await;
 }
+
+/// Petitboot's pxelinux config by MAC; an unknown MAC is a 404.
+#[tokio::test]
+async fn pxelinux_configs_by_mac() {
+    let b = Bootd::start().await;
+    let (st, _, body) = b.get("/pxelinux.cfg/01-52-54-00-77-00-30").await;
+    let body = String::from_utf8(body.to_vec()).unwrap();
+    assert_eq!(st, StatusCode::OK);
+    assert!(body.contains("DEFAULT bootd\n"), "{body}");
+    assert!(
+        body.contains("  KERNEL http://10.77.0.1:8080/images/lab-ppc64le/vmlinux\n"),
+        "{body}"
+    );
+    assert!(
+        body.contains("ignition.config.url=http://10.77.0.1:8080/ignition/p9-0?token="),
+        "{body}"
+    );
+    assert_eq!(
+        b.get("/pxelinux.cfg/01-52-54-00-77-00-99").await.0,
+        StatusCode::NOT_FOUND
+    );
+    b.stop().await;
+}
