@@ -42,6 +42,37 @@ pub enum NodesCmd {
     /// Install a node again: its next network boot gets the installer, not
     /// its local disk (which an installed node gets; see ignition.afterInstall).
     Reinstall { name: String },
+    /// Create a node for the machine behind a Redfish BMC: its MACs are
+    /// read from the BMC (nobody types them); it is powered on to
+    /// network-boot once. The password is read by bootd from PASSWORD_FILE.
+    ImportBmc {
+        /// `https://bmc[:port]/redfish/v1/Systems/<id>`, or the BMC's address with --system.
+        url: String,
+        #[arg(long)]
+        name: String,
+        #[arg(long)]
+        role: String,
+        #[arg(long)]
+        ip: String,
+        #[arg(long)]
+        username: String,
+        /// Absolute path, on bootd's host, of the file with the BMC password.
+        #[arg(long)]
+        password_file: PathBuf,
+        /// The system's Id, Name or UUID, with a service-root URL.
+        #[arg(long)]
+        system: Option<String>,
+        #[arg(long)]
+        ca_bundle: Option<PathBuf>,
+        #[arg(long)]
+        insecure_skip_verify: bool,
+        /// pxe or uefiHttp.
+        #[arg(long)]
+        boot: Option<String>,
+        /// UEFI or Legacy.
+        #[arg(long)]
+        mode: Option<String>,
+    },
     /// A node's event log (as stored by the controller).
     Events { name: String },
     /// A node's boot timeline: each phase (DHCP, TFTP, script, kernel,
@@ -274,6 +305,43 @@ pub async fn nodes(client: &Client, cmd: NodesCmd) -> anyhow::Result<i32> {
             ok_or_bail(st, &v)?;
             writeln!(out, "node {name}: {}", s(&v, "phase"))?;
         }
+        NodesCmd::ImportBmc {
+            url,
+            name,
+            role,
+            ip,
+            username,
+            password_file,
+            system,
+            ca_bundle,
+            insecure_skip_verify,
+            boot,
+            mode,
+        } => {
+            let body = import_bmc_body(
+                &url,
+                &name,
+                &role,
+                &ip,
+                &username,
+                &password_file,
+                system,
+                ca_bundle,
+                insecure_skip_verify,
+                boot,
+                mode,
+            );
+            let (st, v) = client
+                .call(Method::POST, "/v1/nodes", Some(serde_json::to_vec(&body)?))
+                .await?;
+            ok_or_bail(st, &v)?;
+            writeln!(
+                out,
+                "node {}: {} (its MACs are read from the BMC)",
+                s(&v, "name"),
+                s(&v, "phase")
+            )?;
+        }
         NodesCmd::Reinstall { name } => {
             let (st, v) = client
                 .call(Method::POST, &format!("/v1/nodes/{name}/reinstall"), None)
@@ -444,6 +512,45 @@ pub async fn wait(
         }
         tokio::time::sleep(interval).await;
     }
+}
+
+/// The `POST /v1/nodes` body of `nodes import-bmc`: a node with the Redfish
+/// provider and no `macs`.
+#[allow(clippy::too_many_arguments)]
+pub fn import_bmc_body(
+    url: &str,
+    name: &str,
+    role: &str,
+    ip: &str,
+    username: &str,
+    password_file: &std::path::Path,
+    system: Option<String>,
+    ca_bundle: Option<PathBuf>,
+    insecure_skip_verify: bool,
+    boot: Option<String>,
+    mode: Option<String>,
+) -> Value {
+    let mut r = serde_json::json!({
+        "url": url,
+        "username": username,
+        "password": { "file": password_file },
+    });
+    if let Some(s) = system {
+        r["system"] = Value::String(s);
+    }
+    if let Some(c) = ca_bundle {
+        r["caBundle"] = serde_json::json!(c);
+    }
+    if insecure_skip_verify {
+        r["insecureSkipVerify"] = Value::Bool(true);
+    }
+    if let Some(b) = boot {
+        r["boot"] = Value::String(b);
+    }
+    if let Some(m) = mode {
+        r["mode"] = Value::String(m);
+    }
+    serde_json::json!({ "name": name, "role": role, "ip": ip, "provider": { "redfish": r } })
 }
 
 pub async fn discovered(client: &Client, cmd: DiscoveredCmd) -> anyhow::Result<i32> {

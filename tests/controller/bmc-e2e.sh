@@ -402,7 +402,7 @@ second_boot_check() {
 # its CA the node fails and says the certificate does not verify (nothing is
 # powered on); with caBundle it network-boots and turns Ready.
 redfish_tls_checks() {
-  local url="https://127.0.0.1:$RF_TLS_PORT$RF_SYSTEM" r node=bmc-rf-tls body msg
+  local url="https://127.0.0.1:$RF_TLS_PORT$RF_SYSTEM" r node=bmc-rf-tls body msg out
   body="{\"name\":\"$node\",\"role\":\"worker\",\"ip\":\"$RF_IP\",\"kernelArgs\":[\"console=ttyS0\"],\"provider\":{\"redfish\":{\"url\":\"$url\",\"username\":\"admin\",\"password\":$PW_REF}}}"
   r=$(api POST /v1/nodes "$body")
   [[ $(status_of "$r") == 201 ]] || fail "POST /v1/nodes $node (no CA): $r"
@@ -423,9 +423,11 @@ redfish_tls_checks() {
     [[ $(status_of "$(api GET "/v1/nodes/$node")") == 404 ]] && break
     sleep 0.5
   done
-  body=${body/\"password\":$PW_REF/\"password\":$PW_REF,\"caBundle\":\"$WORKDIR/bmc-ca.pem\"}
-  r=$(api POST /v1/nodes "$body")
-  [[ $(status_of "$r") == 201 ]] || fail "POST /v1/nodes $node (caBundle): $r"
+  # Again with the CA, through the CLI that needs no MAC: `nodes import-bmc`.
+  out=$(cli import-bmc "$url" --name "$node" --role worker --ip "$RF_IP" --username admin \
+          --password-file "$WORKDIR/bmc-password" --ca-bundle "$WORKDIR/bmc-ca.pem" 2>&1) \
+    || fail "bootd nodes import-bmc $node: $out"
+  log "$out"
   local rc=0
   cli wait "$node" --timeout 240 --interval 1 > >(tee "$WORKDIR/wait-$node.out" >&2) 2>&1 || rc=$?
   sleep 0.2
