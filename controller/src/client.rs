@@ -29,6 +29,8 @@ pub struct Conn {
     pub token_file: Option<PathBuf>,
 }
 
+// Parsed once per command line: the size of its largest variant costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(clap::Subcommand, Debug, Clone)]
 pub enum NodesCmd {
     /// Every node (site and API) with its phase.
