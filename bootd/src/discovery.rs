@@ -8,12 +8,19 @@
 //! cycle) or powers it off.
 //!
 //! A machine is keyed by its SMBIOS UUID when it has a real one, else by the
-//! MAC it booted from. Every value is checked (MACs parsed, text printable
-//! and at most 128 bytes) and the list is bounded: anyone on the
-//! provisioning network can report, so a flood can fill it (then new
-//! machines are refused and counted) but cannot grow it without end.
-//! Kept in `<stateDir>/discovered.json`, written atomically when a machine
-//! is new or its facts change.
+//! MAC it booted from. Anyone on the provisioning network can report, so:
+//! - when bootd hands out the addresses, a report counts only from the
+//!   address leased to the MAC it names (checked by the HTTP route);
+//! - a machine's MACs are those of its first report: a later report under
+//!   the same key with other MACs is refused (nobody can add their MAC to a
+//!   machine an operator is about to adopt);
+//! - every value is checked (MACs parsed, text printable, at most 128 bytes);
+//! - the list is bounded: when full, the machine seen longest ago makes room
+//!   (a real machine that waits reports again at every retry).
+//!
+//! Kept in `<stateDir>/discovered.json`, written atomically, before memory
+//! changes, when a machine is new or its facts change; a file that does not
+//! parse is moved aside (`discovered.json.bad`) and the list starts empty.
 
 use serde::{Deserialize, Serialize};
 use site::Mac;
@@ -66,11 +73,18 @@ pub struct Machine {
 pub enum Refused {
     #[error("no MAC, or not a MAC")]
     NoMac,
-    #[error("the list of discovered machines is full")]
-    Full,
+    #[error("a machine with this key reported other MACs before: kept as first reported")]
+    Conflict,
+    #[error("the report does not come from the address leased to its MAC")]
+    NotItsLease,
     #[error("cannot write {FILE}: {0}")]
     Store(String),
 }
+
+/// Several discovered machines list the MAC an adopt named: use the key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("several discovered machines list this MAC: adopt by key (UUID)")]
+pub struct Ambiguous;
 
 /// A report's raw query values, by name.
 pub type Query<'a> = BTreeMap<&'a str, String>;
@@ -148,8 +162,16 @@ impl Discovered {
     pub fn open(state_dir: &Path) -> io::Result<Discovered> {
         let path = state_dir.join(FILE);
         let list: Vec<Machine> = match std::fs::read(&path) {
-            Ok(b) => serde_json::from_slice(&b)
-                .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("{FILE}: {e}")))?,
+            Ok(b) => match serde_json::from_slice(&b) {
+                Ok(l) => l,
+                Err(e) => {
+                    // What machines reported is not worth refusing to start
+                    // for: they report again.
+                    tracing::warn!(error = %e, "{FILE} does not parse: moved to {FILE}.bad, starting empty");
+                    std::fs::rename(&path, path.with_extension("json.bad"))?;
+                    Vec::new()
+                }
+            },
             Err(e) if e.kind() == io::ErrorKind::NotFound => Vec::new(),
             Err(e) => return Err(e),
         };
@@ -182,6 +204,7 @@ impl Discovered {
     pub fn report(&self, m: Machine) -> Result<Machine, Refused> {
         let mut all = self.lock();
         let (merged, changed) = match all.get(&m.key) {
+            Some(old) if old.macs != m.macs => return Err(Refused::Conflict),
             Some(old) => {
                 let mut n = m.clone();
                 n.first_seen = old.first_seen;
@@ -197,13 +220,25 @@ impl Discovered {
                 };
                 (n, !same)
             }
-            None if all.len() >= self.max => return Err(Refused::Full),
             None => (m, true),
         };
-        all.insert(merged.key.clone(), merged.clone());
-        if changed {
-            self.save(&all)?;
+        let mut next = all.clone();
+        if !next.contains_key(&merged.key) && next.len() >= self.max {
+            // Full: the machine seen longest ago makes room.
+            if let Some(oldest) = next
+                .values()
+                .min_by_key(|x| (x.last_seen, x.key.clone()))
+                .map(|x| x.key.clone())
+            {
+                next.remove(&oldest);
+            }
         }
+        next.insert(merged.key.clone(), merged.clone());
+        if changed {
+            // On disk first: memory never says what a restart would forget.
+            self.save(&next)?;
+        }
+        *all = next;
         Ok(merged)
     }
 
@@ -222,23 +257,37 @@ impl Discovered {
         v
     }
 
-    /// The machine with this key (UUID) or one of these MACs.
-    pub fn find(&self, key_or_mac: &str) -> Option<Machine> {
+    /// The machine with this key (UUID or MAC) exactly, else the one
+    /// machine that lists this MAC; `Err` when several do.
+    pub fn find(&self, key_or_mac: &str) -> Result<Option<Machine>, Ambiguous> {
         let k = key_or_mac.trim().to_ascii_lowercase();
         let mac = k.parse::<Mac>().ok().map(|m| m.to_string());
-        self.lock()
-            .values()
-            .find(|m| m.key == k || mac.as_ref().is_some_and(|x| m.macs.contains(x)))
-            .cloned()
+        let all = self.lock();
+        if let Some(m) = all
+            .get(&k)
+            .or_else(|| mac.as_ref().and_then(|x| all.get(x)))
+        {
+            return Ok(Some(m.clone()));
+        }
+        let Some(mac) = mac else { return Ok(None) };
+        let mut hits = all.values().filter(|m| m.macs.contains(&mac));
+        match (hits.next(), hits.next()) {
+            (Some(m), None) => Ok(Some(m.clone())),
+            (None, _) => Ok(None),
+            (Some(_), Some(_)) => Err(Ambiguous),
+        }
     }
 
     /// Forgets a machine (it was adopted); `true` if it was there.
     pub fn remove(&self, key: &str) -> Result<bool, Refused> {
         let mut all = self.lock();
-        if all.remove(key).is_none() {
+        if !all.contains_key(key) {
             return Ok(false);
         }
-        self.save(&all)?;
+        let mut next = all.clone();
+        next.remove(key);
+        self.save(&next)?;
+        *all = next;
         Ok(true)
     }
 }
@@ -280,9 +329,30 @@ mod tests {
             (1000, 2000, 2)
         );
         // Found by key or any of its MACs; kept across a reopen.
+        // Another report under the same key with another MAC: refused.
+        let mut poisoned = r.clone();
+        poisoned.insert("nic2", "02-66-66-66-66-66".into());
+        assert_eq!(
+            disc.report(from_report(&poisoned, None, 3000).unwrap()),
+            Err(Refused::Conflict)
+        );
         let disc = Discovered::open(d.path()).unwrap();
-        assert!(disc.find("52:54:00:12:34:57").is_some());
-        assert!(disc.find("0f6a4c2e-0298-4cf2-b280-b4ec459afdf0").is_some());
+        assert_eq!(disc.list()[0].macs.len(), 2);
+        assert!(disc.find("52:54:00:12:34:57").unwrap().is_some());
+        assert!(disc
+            .find("0f6a4c2e-0298-4cf2-b280-b4ec459afdf0")
+            .unwrap()
+            .is_some());
+        // Another machine listing the same MAC: the MAC no longer names one.
+        let other = q(&[("mac", "52-54-00-99-00-01"), ("nic1", "52-54-00-12-34-57")]);
+        disc.report(from_report(&other, None, 4000).unwrap())
+            .unwrap();
+        assert_eq!(disc.find("52:54:00:12:34:57"), Err(Ambiguous));
+        assert!(
+            disc.find("52:54:00:99:00:01").unwrap().is_some(),
+            "a key wins"
+        );
+        disc.remove("52:54:00:99:00:01").unwrap();
         assert!(disc.remove(&m.key).unwrap());
         assert!(disc.list().is_empty());
         // No UUID (or a placeholder one): keyed by the MAC.
@@ -298,7 +368,7 @@ mod tests {
     }
 
     #[test]
-    fn the_list_is_bounded() {
+    fn the_list_is_bounded_by_evicting_the_oldest() {
         let d = tempfile::tempdir().unwrap();
         let disc = Discovered::open(d.path()).unwrap().with_max(16);
         for i in 0..16 {
@@ -306,10 +376,19 @@ mod tests {
             disc.report(from_report(&q(&[("mac", &mac)]), None, 1).unwrap())
                 .unwrap();
         }
-        let extra = from_report(&q(&[("mac", "02:00:00:ff:00:00")]), None, 1).unwrap();
-        assert_eq!(disc.report(extra), Err(Refused::Full));
-        // A known machine still reports.
+        // A known machine reports again (seen later than the others)...
         let known = from_report(&q(&[("mac", "02:00:00:00:00:01")]), None, 5).unwrap();
         assert_eq!(disc.report(known).unwrap().reports, 2);
+        // ...and a new one makes room by dropping the one seen longest ago.
+        let extra = from_report(&q(&[("mac", "02:00:00:ff:00:00")]), None, 6).unwrap();
+        disc.report(extra).unwrap();
+        assert_eq!(disc.len(), 16);
+        assert!(disc.find("02:00:00:ff:00:00").unwrap().is_some());
+        assert!(disc.find("02:00:00:00:00:01").unwrap().is_some());
+        assert!(disc.find("02:00:00:00:00:00").unwrap().is_none());
+        // A file that does not parse is moved aside.
+        std::fs::write(d.path().join(FILE), b"{").unwrap();
+        assert!(Discovered::open(d.path()).unwrap().is_empty());
+        assert!(d.path().join("discovered.json.bad").exists());
     }
 }

@@ -317,30 +317,51 @@ fn discover(app: &App, snap: &Snapshot, q: Option<&str>, peer: IpAddr) -> Respon
         .with_ip(peer);
         return node_script(app, snap, node, subject, "by MAC, after discovery");
     }
-    let m = match app.discovered.report(m) {
+    // When bootd hands out the addresses, a report counts only from the
+    // address leased to the MAC it names.
+    let serves_addresses = snap
+        .site
+        .host
+        .dhcp
+        .as_ref()
+        .is_some_and(|d| d.mode == site::DhcpMode::Server);
+    let from_its_lease = || {
+        let leases = app.leases.lock().unwrap_or_else(|p| p.into_inner());
+        first
+            .as_ref()
+            .and_then(|mac| leases.get(mac))
+            .is_some_and(|l| {
+                l.state == crate::dhcp::leases::LeaseState::Active && IpAddr::V4(l.ip) == peer
+            })
+    };
+    let kept = if serves_addresses && !from_its_lease() {
+        Err(crate::discovery::Refused::NotItsLease)
+    } else {
+        app.discovered.report(m)
+    };
+    let m = match kept {
         Ok(m) => m,
         Err(e) => {
+            use crate::discovery::Refused;
+            let (reason, status) = match e {
+                Refused::Conflict => ("conflict", StatusCode::CONFLICT),
+                Refused::NotItsLease => ("not_its_lease", StatusCode::FORBIDDEN),
+                Refused::NoMac => ("no_mac", StatusCode::BAD_REQUEST),
+                Refused::Store(_) => ("store", StatusCode::SERVICE_UNAVAILABLE),
+            };
             app.metrics
                 .discovery_refused
-                .get_or_create(&crate::metrics::Reason {
-                    reason: match e {
-                        crate::discovery::Refused::Full => "full",
-                        crate::discovery::Refused::NoMac => "no_mac",
-                        crate::discovery::Refused::Store(_) => "store",
-                    },
-                })
+                .get_or_create(&crate::metrics::Reason { reason })
                 .inc();
             warn!(%peer, error = %e, "discovery report not kept");
             return full(
-                StatusCode::SERVICE_UNAVAILABLE,
+                status,
                 "text/plain; charset=utf-8",
                 format!("discovery report not kept: {e}\n"),
             );
         }
     };
-    app.metrics
-        .discovered
-        .set(app.discovered.list().len() as i64);
+    app.metrics.discovered.set(app.discovered.len() as i64);
     if m.reports == 1 {
         info!(key = %m.key, macs = ?m.macs, product = ?m.product, %peer, "machine discovered");
     }
@@ -558,11 +579,15 @@ fn ignition(
                 .duration_since(SystemTime::UNIX_EPOCH)
                 .map(|d| d.as_millis() as i64)
                 .unwrap_or_default();
-            match app.installed.mark(&node.name, now) {
-                Ok(true) => info!(node = %node.name, "installed (its Ignition was served)"),
-                Ok(false) => {}
-                Err(e) => {
-                    tracing::error!(node = %node.name, error = %e, "cannot record that the node installed")
+            if !node_addrs(app, node).contains(&source.to_canonical()) {
+                info!(node = %node.name, %source, "Ignition fetched from another address than the node's: not taken as its install");
+            } else {
+                match app.installed.mark(&node.name, now) {
+                    Ok(true) => info!(node = %node.name, "installed (its Ignition was served)"),
+                    Ok(false) => {}
+                    Err(e) => {
+                        tracing::error!(node = %node.name, error = %e, "cannot record that the node installed")
+                    }
                 }
             }
             let v = cfg["ignition"]["version"].as_str().unwrap_or("?");

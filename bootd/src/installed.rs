@@ -7,8 +7,14 @@
 //! whose boot order puts the network first does not install in a loop, and
 //! the boot is flagged on its timeline ("check the boot order").
 //!
+//! Only a fetch from the node's own address (its site address or its DHCP
+//! lease) counts: anyone else holding the node's token fetching its config
+//! does not make the real node skip its install. A node's mark is cleared
+//! when it is (re)created or deleted through the API.
+//!
 //! Kept in `<stateDir>/installed.json` (name → milliseconds since the
-//! epoch), written atomically on each change: a restart forgets nothing.
+//! epoch), written atomically before memory changes: a restart forgets
+//! nothing, and a failed write changes nothing.
 
 use std::collections::BTreeMap;
 use std::io;
@@ -59,8 +65,11 @@ impl Installed {
         if n.contains_key(node) {
             return Ok(false);
         }
-        n.insert(node.to_string(), now_ms);
-        self.save(&n)?;
+        // On disk first: memory never says what a restart would forget.
+        let mut next = n.clone();
+        next.insert(node.to_string(), now_ms);
+        self.save(&next)?;
+        *n = next;
         Ok(true)
     }
 
@@ -68,10 +77,13 @@ impl Installed {
     /// `true` if it had.
     pub fn clear(&self, node: &str) -> io::Result<bool> {
         let mut n = self.lock();
-        if n.remove(node).is_none() {
+        if !n.contains_key(node) {
             return Ok(false);
         }
-        self.save(&n)?;
+        let mut next = n.clone();
+        next.remove(node);
+        self.save(&next)?;
+        *n = next;
         Ok(true)
     }
 }

@@ -63,7 +63,7 @@ pub struct Metrics {
     pub api_requests: Family<RouteStatus, Counter>,
     pub api_denials: Family<Reason, Counter>,
     pub provider_errors: Family<Kind, Counter>,
-    /// Discovery reports not kept (`full`, `no_mac`, `store`).
+    /// Discovery reports not kept (`not_its_lease`, `conflict`, `no_mac`, `store`).
     pub discovery_refused: Family<Reason, Counter>,
     /// Machines discovered and not yet adopted.
     pub discovered: prometheus_client::metrics::gauge::Gauge,
@@ -131,7 +131,7 @@ impl Default for Metrics {
         let discovery_refused = Family::<Reason, Counter>::default();
         registry.register(
             "discovery_refused",
-            "Discovery reports not kept (full, no_mac, store)",
+            "Discovery reports not kept (not_its_lease, conflict, no_mac, store)",
             discovery_refused.clone(),
         );
         let discovered = prometheus_client::metrics::gauge::Gauge::default();

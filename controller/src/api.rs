@@ -436,7 +436,12 @@ async fn create_from(ctl: &Arc<Controller>, _: auth::Caller, body: bytes::Bytes)
         (text, candidate)
     };
     match ctl.store.insert_node(&row) {
-        Ok(true) => {}
+        Ok(true) => {
+            // A new node installs, whatever a node of this name did before.
+            if let Err(e) = ctl.app.installed.clear(&spec.name) {
+                warn!(node = %spec.name, error = %e, "a stale install mark was not cleared");
+            }
+        }
         Ok(false) => return err(StatusCode::CONFLICT, format!("node {:?} exists", spec.name)),
         Err(e) => return internal(e),
     }
@@ -506,16 +511,26 @@ pub(super) async fn adopt(
         Ok(b) => b,
         Err(r) => return r,
     };
-    let Some(m) = ctl.app.discovered.find(key) else {
-        return err(
-            StatusCode::NOT_FOUND,
-            "no such discovered machine (a UUID or one of its MACs)",
-        );
+    let m = match ctl.app.discovered.find(key) {
+        Ok(Some(m)) => m,
+        Ok(None) => {
+            return err(
+                StatusCode::NOT_FOUND,
+                "no such discovered machine (a UUID or one of its MACs)",
+            )
+        }
+        Err(e) => return err(StatusCode::CONFLICT, e.to_string()),
     };
     let mut spec = match serde_json::from_slice::<Value>(&body) {
         Ok(Value::Object(o)) => o,
         _ => return err(StatusCode::BAD_REQUEST, "the body must be a JSON object: {\"name\", \"role\", optional \"ip\" and other node keys}"),
     };
+    if spec.contains_key("provider") {
+        return err(
+            StatusCode::BAD_REQUEST,
+            "provider: an adopted machine is one that booted through this host; create a provider node with POST /v1/nodes",
+        );
+    }
     if spec.contains_key("macs") {
         return err(
             StatusCode::BAD_REQUEST,

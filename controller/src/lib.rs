@@ -425,6 +425,10 @@ impl Controller {
             }
             self.note(&row.name, events::API, format!("deletion {why}"));
             info!(node = %row.name, why, "node deletion requested");
+            // A node of this name created later is another machine: it installs.
+            if let Err(e) = self.app.installed.clear(&row.name) {
+                error!(node = %row.name, error = %e, "the node's install mark was not cleared");
+            }
         }
         self.ensure_loop(&row.name);
         Ok(())

@@ -50,6 +50,7 @@ fn provider(dir: &Path, mode: &str, timeout: Duration) -> Ipmi {
         timeout,
         power_off_timeout: Duration::from_secs(60),
         dir: dir.join("records"),
+        files: dir.to_path_buf(),
     }
 }
 
@@ -138,6 +139,6 @@ async fn refusals_timeouts_and_missing_macs_say_so_without_the_password() {
         "{e}"
     );
     let reg = controller::providers::registration("ipmi").unwrap();
-    let p = (reg.check_spec)(&json!({"address": "-oProxyCommand", "username": "", "password": {"env": "A"}, "mode": "bios"})).unwrap();
+    let p = (reg.check_spec)(&json!({"address": "-oProxyCommand", "username": "", "password": {"env": "BOOTD_BMC_R3"}, "mode": "bios"})).unwrap();
     assert_eq!(p.len(), 3, "{p:?}");
 }

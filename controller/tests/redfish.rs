@@ -37,6 +37,8 @@ struct Bmc {
     drop_after_reset: bool,
     /// Every GET waits this long first.
     slow: Duration,
+    /// The system list names a member on another host.
+    evil_member: bool,
 }
 
 type Shared = Arc<Mutex<Bmc>>;
@@ -99,11 +101,18 @@ async fn handle(bmc: Shared, req: Request<hyper::body::Incoming>) -> Option<Resp
             Some(json!({"Systems": {"@odata.id": "/redfish/v1/Systems"}})),
             None,
         )),
-        ("GET", "/redfish/v1/Systems") => Some(reply(
-            200,
-            Some(json!({"Members": [{"@odata.id": SYS}]})),
-            None,
-        )),
+        ("GET", "/redfish/v1/Systems") => {
+            let m = if b.evil_member {
+                "@127.0.0.1:9/redfish/v1/Systems/sys-1".to_string()
+            } else {
+                SYS.to_string()
+            };
+            Some(reply(
+                200,
+                Some(json!({"Members": [{"@odata.id": m}]})),
+                None,
+            ))
+        }
         ("GET", SYS) => Some(reply(
             200,
             Some(json!({
@@ -233,7 +242,12 @@ fn node(name: &str) -> NodeRequest {
 }
 
 fn spec(url: &str, pw: &Path) -> Value {
-    json!({ "url": url, "username": "admin", "password": { "file": pw } })
+    let mut s = json!({ "url": url, "username": "admin", "password": { "file": pw } });
+    if url.starts_with("http://") {
+        // The fake speaks plain HTTP (the TLS test uses https://).
+        s["allowPlainHttp"] = json!(true);
+    }
+    s
 }
 
 fn setup() -> (tempfile::TempDir, std::path::PathBuf) {
@@ -246,6 +260,7 @@ fn setup() -> (tempfile::TempDir, std::path::PathBuf) {
 fn provider(dir: &Path) -> Redfish {
     redfish::for_tests(
         dir.join("state"),
+        dir.to_path_buf(),
         Duration::from_secs(3),
         Duration::from_secs(1),
     )
@@ -422,6 +437,7 @@ async fn wrong_password_unknown_system_and_faults_say_so_without_the_password() 
     bmc.lock().unwrap().slow = Duration::from_millis(1500);
     let quick = redfish::for_tests(
         d.path().join("q"),
+        d.path().to_path_buf(),
         Duration::from_millis(300),
         Duration::from_secs(1),
     );
@@ -555,4 +571,20 @@ fn specs_are_checked_with_every_problem() {
     let inline = json!({"url": "https://b", "username": "a", "password": "hunter2"});
     let e = (reg.check_spec)(&inline).unwrap_err();
     assert!(!e.contains("hunter2"), "{e}");
+}
+
+/// A BMC whose reply names a path on another host: not followed, so the
+/// credentials never go there.
+#[tokio::test]
+async fn links_outside_the_bmc_are_not_followed() {
+    let (d, pw) = setup();
+    let bmc = fresh();
+    bmc.lock().unwrap().evil_member = true;
+    let addr = serve(bmc.clone(), None).await;
+    let mut s = spec(&format!("http://{addr}"), &pw);
+    s["system"] = json!("rack1-u7");
+    let e = provider(d.path()).create(&node("g"), &s).await.unwrap_err();
+    assert!(!e.is_transient(), "{e}");
+    assert!(e.to_string().contains("outside itself"), "{e}");
+    assert!(bmc.lock().unwrap().resets.is_empty());
 }

@@ -437,6 +437,9 @@ pub struct Api {
     pub local: Option<LocalVms>,
     pub redfish: Option<BmcDriver>,
     pub ipmi: Option<BmcDriver>,
+    /// The one directory whose files a node's BMC `password: {file}` and
+    /// `caBundle` may name.
+    pub bmc_files: PathBuf,
 }
 
 /// `host.api.redfish`, `host.api.ipmi`: the BMC providers are enabled.

@@ -225,6 +225,7 @@ pub struct Api {
     pub local: Option<Local>,
     pub redfish: Option<Bmc>,
     pub ipmi: Option<Bmc>,
+    pub bmc_files: Option<PathBuf>,
 }
 
 /// `host.api.redfish`, `host.api.ipmi`: machines behind BMCs (each node's

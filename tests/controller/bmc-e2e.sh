@@ -135,7 +135,7 @@ else
   printf 'Authorization: Bearer %s\n' "$(cat "$WORKDIR/api-tokens")" >"$WORKDIR/auth.hdr"   # curl -H @file: not in argv
   chmod 600 "$WORKDIR/auth.hdr"
   # Plus a dynamic pool and discovery, for the unknown-machine step.
-  sed -e "s|^host:\$|host:\n  api:\n    listen: $HOST_IP:9443\n    url: $API\n    tokens: { file: $WORKDIR/api-tokens }\n    deadline: 10m\n    redfish: { powerOffTimeout: 10s }\n    ipmi: { powerOffTimeout: 10s }|" \
+  sed -e "s|^host:\$|host:\n  api:\n    listen: $HOST_IP:9443\n    url: $API\n    tokens: { file: $WORKDIR/api-tokens }\n    deadline: 10m\n    bmcFiles: $WORKDIR\n    redfish: { powerOffTimeout: 10s }\n    ipmi: { powerOffTimeout: 10s }|" \
       -e "s|^    dnsServers: \[10.77.0.1\]\$|&\n    pool: { start: 10.77.0.200, end: 10.77.0.220 }|" \
     "$SITE.in" >"$SITE"
   printf '\ndiscovery: { enabled: true, retry: 5s }\n' >>"$SITE"
@@ -519,7 +519,7 @@ provider_node() {   # provider_node NODE DOMAIN rf|ipmi BODY -> sets NODE_SECS
 if [[ $INFRA == 0 ]]; then
   PW_REF="{\"file\":\"$WORKDIR/bmc-password\"}"
   provider_node "$RF_NODE" "$RF_NODE" rf \
-    "{\"name\":\"$RF_NODE\",\"role\":\"worker\",\"ip\":\"$RF_IP\",\"kernelArgs\":[\"console=ttyS0\"],\"provider\":{\"redfish\":{\"url\":\"$RF_URL\",\"username\":\"admin\",\"password\":$PW_REF,\"boot\":\"pxe\",\"mode\":\"Legacy\"}}}"
+    "{\"name\":\"$RF_NODE\",\"role\":\"worker\",\"ip\":\"$RF_IP\",\"kernelArgs\":[\"console=ttyS0\"],\"provider\":{\"redfish\":{\"url\":\"$RF_URL\",\"username\":\"admin\",\"password\":$PW_REF,\"boot\":\"pxe\",\"mode\":\"Legacy\",\"allowPlainHttp\":true}}}"
   RF_SECS=$NODE_SECS
   provider_node "$IPMI_NODE" "$IPMI_NODE" ipmi \
     "{\"name\":\"$IPMI_NODE\",\"role\":\"worker\",\"ip\":\"$IPMI_IP\",\"kernelArgs\":[\"console=ttyS0\"],\"macs\":[\"$IPMI_MAC\"],\"provider\":{\"ipmi\":{\"address\":\"127.0.0.1\",\"port\":$IPMI_PORT,\"username\":\"admin\",\"password\":$PW_REF,\"mode\":\"Legacy\"}}}"

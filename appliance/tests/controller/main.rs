@@ -1292,8 +1292,28 @@ async fn discovered_machines_are_listed_and_adopted() {
             )
         }
     };
+    // Each report comes from the address leased to its MAC (127.0.0.1 here).
+    let lease = |mac: &str, active: bool| {
+        use bootd::dhcp::leases::{Lease, LeaseState};
+        b.app.leases.lock().unwrap().apply(Lease {
+            mac: mac.into(),
+            ip: "127.0.0.1".parse().unwrap(),
+            expires: u64::MAX / 2,
+            hostname: None,
+            state: if active {
+                LeaseState::Active
+            } else {
+                LeaseState::Released
+            },
+        });
+    };
+    lease("52:54:00:77:00:a1", true);
     let (st, s) = get("/discover?mac=52-54-00-77-00-a1&nic1=52-54-00-77-00-a2&uuid=1b4e28ba-2fa1-11d2-883f-0016d3cca427&buildarch=x86_64".into()).await;
     assert_eq!(st, 200, "{s}");
+    lease("52:54:00:77:00:a1", false);
+    let (st, _) = get("/discover?mac=52-54-00-77-00-b1".into()).await;
+    assert_eq!(st, 403, "not from its lease");
+    lease("52:54:00:77:00:b1", true);
     let (st, _) = get("/discover?mac=52-54-00-77-00-b1".into()).await;
     assert_eq!(st, 200);
     let (st, v) = b.call("GET", "/v1/discovered", None).await;

@@ -328,6 +328,9 @@ pub fn answer(site: &Site, table: &mut Table, req: &Message, rx: Rx, now: u64) -
     raw.copy_from_slice(&req.chaddr()[..6]);
     let mac = Mac(raw);
     let Some(mtype) = req.opts().msg_type() else {
+        if rx.local_port == 4011 {
+            return Outcome::drop("ignored", "BOOTP on the proxyDHCP port");
+        }
         return bootp(site, req, mac);
     };
     let server = dhcp.server_address;

@@ -884,10 +884,24 @@ async fn the_whole_image_shortcut_answers_as_the_general_path() {
 /// serving the installer (diskless nodes).
 #[tokio::test]
 async fn an_installed_node_boots_its_disk_until_reinstalled() {
-    let b = Bootd::start().await;
+    // master-0 on 127.0.0.1 and p9-0 on 127.0.0.2: their own addresses.
+    let on_lo = |t: String| {
+        t.replace(
+            "    dnsServers: [10.77.0.1]\n",
+            "    dnsServers: [10.77.0.1]\n  - name: lo\n    subnet: 127.0.0.0/8\n",
+        )
+        .replace("ip: 10.77.0.11", "ip: 127.0.0.1")
+        .replace("ip: 10.77.0.30", "ip: 127.0.0.2")
+    };
+    let b = Bootd::start_with(on_lo).await;
     let script = "/ipxe/node?mac=52-54-00-77-00-11&buildarch=x86_64";
     let installer = String::from_utf8(b.get(script).await.2.to_vec()).unwrap();
     assert!(installer.contains("# bootd: master-0"), "{installer}");
+    // Someone else with worker-0's token fetching its config: not its install.
+    let t = b.token("worker-0");
+    let path = format!("/ignition/worker-0?token={t}");
+    assert_eq!(b.get(&path).await.0, StatusCode::OK);
+    assert!(b.app.installed.at("worker-0").is_none());
     let t = b.token("master-0");
     assert_eq!(
         b.get(&format!("/ignition/master-0?token={t}")).await.0,
@@ -921,8 +935,12 @@ async fn an_installed_node_boots_its_disk_until_reinstalled() {
     assert!(flagged, "{:?}", b.app.timeline.track("master-0"));
     // GRUB (p9-0) the same way.
     let t = b.token("p9-0");
+    let from = Some("127.0.0.2".parse().unwrap());
+    let path = format!("/ignition/p9-0?token={t}");
     assert_eq!(
-        b.get(&format!("/ignition/p9-0?token={t}")).await.0,
+        crate::harness::request_from(from, b.http, "GET", &path, &[])
+            .await
+            .0,
         StatusCode::OK
     );
     let grub = String::from_utf8(
@@ -949,7 +967,7 @@ async fn an_installed_node_boots_its_disk_until_reinstalled() {
     b.stop().await;
 
     let b = Bootd::start_with(|t| {
-        t.replace("  tokenTtl: 1h", "  tokenTtl: 1h\n  afterInstall: network")
+        on_lo(t).replace("  tokenTtl: 1h", "  tokenTtl: 1h\n  afterInstall: network")
     })
     .await;
     let t = b.token("master-0");
@@ -994,6 +1012,13 @@ async fn unknown_machines_report_themselves_when_discovery_is_on() {
         "{s}"
     );
     assert!(s.contains("&nic3=${net3/mac:hexhyp}"), "{s}");
+    // bootd hands out the addresses: a report counts only from the address
+    // leased to its MAC. Not yet: refused; then the machine's lease.
+    assert_eq!(
+        b.get("/discover?mac=52-54-00-de-ad-01").await.0,
+        StatusCode::FORBIDDEN
+    );
+    lease(&b, "52:54:00:de:ad:01", true);
     // What iPXE sends when it expands that line (an undefined NIC is empty).
     let report = "/discover?mac=52-54-00-de-ad-01&uuid=0f6a4c2e-0298-4cf2-b280-b4ec459afdf0&serial=SN%3C1%3E&manufacturer=QEMU&product=Standard%20PC%20%3Cscript%3E&asset=&buildarch=x86_64&platform=pcbios&nic0=52-54-00-de-ad-01&nic1=52-54-00-de-ad-02&nic2=&nic3=";
     let (st, _, body) = b.get(report).await;
@@ -1020,6 +1045,10 @@ async fn unknown_machines_report_themselves_when_discovery_is_on() {
     assert!(page.contains("<table id=\"discovered\">"), "{page}");
     let (_, _, m) = b.get("/metrics").await;
     assert!(String::from_utf8_lossy(&m).contains("bootd_discovered_machines 1"));
+    // The same key with another MAC (someone adding theirs): refused.
+    let poisoned = report.replace("&nic2=&", "&nic2=02-66-66-66-66-66&");
+    assert_eq!(b.get(&poisoned).await.0, StatusCode::CONFLICT);
+    assert_eq!(b.app.discovered.list()[0].macs.len(), 2);
     // A report without a MAC is refused, and nothing is kept.
     assert_eq!(b.get("/discover?uuid=x").await.0, StatusCode::BAD_REQUEST);
     assert_eq!(b.app.discovered.list().len(), 1);
@@ -1047,4 +1076,21 @@ async fn pxelinux_configs_by_mac() {
         StatusCode::NOT_FOUND
     );
     b.stop().await;
+}
+
+/// Gives `mac` an active lease of 127.0.0.1 (where the tests' requests come
+/// from), or releases it.
+fn lease(b: &Bootd, mac: &str, active: bool) {
+    use bootd::dhcp::leases::{Lease, LeaseState};
+    b.app.leases.lock().unwrap().apply(Lease {
+        mac: mac.into(),
+        ip: "127.0.0.1".parse().unwrap(),
+        expires: u64::MAX / 2,
+        hostname: None,
+        state: if active {
+            LeaseState::Active
+        } else {
+            LeaseState::Released
+        },
+    });
 }

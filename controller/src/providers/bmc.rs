@@ -71,12 +71,16 @@ impl PasswordRef {
                 "{key}.file: {:?} is not an absolute path (it is read by bootd, on its host)",
                 f.display()
             )),
-            (None, Some(c), None) if c.is_empty() || c.contains('/') || c == "." || c == ".." => {
-                p.push(format!("{key}.credential: {c:?} is not a credential name"))
+                        (None, Some(c), None)
+                if !c.starts_with(CREDENTIAL_PREFIX) || c.contains('/') || c.len() > 128 =>
+            {
+                p.push(format!(
+                    "{key}.credential: {c:?}: a BMC credential's name starts with {CREDENTIAL_PREFIX:?}"
+                ))
             }
-            (None, None, Some(v)) if !site::env_name_ok(v) => p.push(format!(
-                "{key}.env: {v:?} is not an environment variable name"
-            )),
+            (None, None, Some(v)) if !site::env_name_ok(v) || !v.starts_with(ENV_PREFIX) => p.push(
+                format!("{key}.env: {v:?}: a BMC password's variable starts with {ENV_PREFIX}"),
+            ),
             (Some(_), None, None) | (None, Some(_), None) | (None, None, Some(_)) => {}
             _ => p.push(format!(
                 "{key}: give exactly one of file, credential, env (never the password itself)"
@@ -94,14 +98,83 @@ impl PasswordRef {
         }
     }
 
-    /// The password; a permanent error names where it was looked for.
-    pub fn read(&self, provider: &str) -> Result<Secret<String>> {
+    /// The password, from a file inside `dir` (`host.api.bmcFiles`), a
+    /// `bmc-` credential or a `BOOTD_BMC_` variable: whoever may create
+    /// nodes cannot make bootd send another of its secrets to a BMC URL of
+    /// their choosing. A permanent error names the reference, never content.
+    pub fn read(&self, provider: &str, dir: &Path) -> Result<Secret<String>> {
+        if !self.check("password").is_empty() {
+            return Err(ProviderError::permanent(format!(
+                "{provider}: the password reference is invalid"
+            )));
+        }
         let r = self.to_ref().ok_or_else(|| {
             ProviderError::permanent(format!("{provider}: the password reference is invalid"))
         })?;
+        if let SecretRef::File(f) = &r {
+            let bytes = read_confined(f, dir, MAX_PASSWORD).map_err(|e| {
+                ProviderError::permanent(format!("{provider}: the BMC password: {e}"))
+            })?;
+            let s = String::from_utf8(bytes).map_err(|_| {
+                ProviderError::permanent(format!(
+                    "{provider}: the BMC password: {} is not text",
+                    f.display()
+                ))
+            })?;
+            let s = s.trim();
+            if s.is_empty() {
+                return Err(ProviderError::permanent(format!(
+                    "{provider}: the BMC password: {} is empty",
+                    f.display()
+                )));
+            }
+            return Ok(Secret(s.to_string()));
+        }
         super::read_secret(&r)
             .map_err(|e| ProviderError::permanent(format!("{provider}: the BMC password: {e}")))
     }
+}
+
+/// A BMC credential's name starts with this (`LoadCredential=bmc-…`).
+pub const CREDENTIAL_PREFIX: &str = "bmc-";
+/// A BMC password's environment variable starts with this.
+pub const ENV_PREFIX: &str = "BOOTD_BMC_";
+/// The largest password file read.
+pub const MAX_PASSWORD: u64 = 4096;
+/// The largest CA bundle read.
+pub const MAX_CA_BUNDLE: u64 = 1 << 20;
+
+/// Reads `f`, which must be a regular file of at most `max` bytes inside
+/// `dir` once symbolic links are resolved.
+pub fn read_confined(f: &Path, dir: &Path, max: u64) -> std::result::Result<Vec<u8>, String> {
+    use std::io::Read;
+    let not_here = || {
+        format!(
+            "{} is not a file in host.api.bmcFiles ({})",
+            f.display(),
+            dir.display()
+        )
+    };
+    let dir = dir.canonicalize().map_err(|_| not_here())?;
+    let real = f.canonicalize().map_err(|_| not_here())?;
+    if !real.starts_with(&dir) {
+        return Err(not_here());
+    }
+    let meta = std::fs::metadata(&real).map_err(|_| not_here())?;
+    if !meta.is_file() {
+        return Err(not_here());
+    }
+    if meta.len() > max {
+        return Err(format!("{} is larger than {max} bytes", f.display()));
+    }
+    let mut buf = Vec::new();
+    std::fs::File::open(&real)
+        .and_then(|h| h.take(max + 1).read_to_end(&mut buf))
+        .map_err(|e| format!("cannot read {}: {}", f.display(), e.kind()))?;
+    if buf.len() as u64 > max {
+        return Err(format!("{} is larger than {max} bytes", f.display()));
+    }
+    Ok(buf)
 }
 
 /// The directory of the BMC providers' records.
@@ -208,10 +281,55 @@ mod tests {
         let none = PasswordRef::default();
         assert!(none.check("k")[0].contains("exactly one"));
         let bad_env = PasswordRef {
-            env: Some("1-X".into()),
+            env: Some("HOME".into()),
             ..Default::default()
         };
-        assert!(bad_env.check("k")[0].contains("environment variable"));
+        assert!(bad_env.check("k")[0].contains("BOOTD_BMC_"));
+        let bad_cred = PasswordRef {
+            credential: Some("bootd-api-tokens".into()),
+            ..Default::default()
+        };
+        assert!(bad_cred.check("k")[0].contains("bmc-"));
+    }
+
+    #[test]
+    fn password_files_are_read_only_inside_the_bmc_directory() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path().join("bmc");
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::write(dir.join("r1"), "pw-1\n").unwrap();
+        std::fs::write(d.path().join("ca.key"), "SECRET KEY").unwrap();
+        std::os::unix::fs::symlink(d.path().join("ca.key"), dir.join("link")).unwrap();
+        let file = |p: std::path::PathBuf| PasswordRef {
+            file: Some(p),
+            ..Default::default()
+        };
+        assert_eq!(
+            file(dir.join("r1")).read("redfish", &dir).unwrap().0,
+            "pw-1"
+        );
+        for outside in [
+            d.path().join("ca.key"),
+            dir.join("link"),
+            dir.join("../ca.key"),
+            "/dev/zero".into(),
+        ] {
+            let e = file(outside.clone())
+                .read("redfish", &dir)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains("is not a file in host.api.bmcFiles"),
+                "{outside:?}: {e}"
+            );
+            assert!(!e.contains("SECRET"), "{e}");
+        }
+        std::fs::write(dir.join("big"), vec![b'x'; 5000]).unwrap();
+        let e = file(dir.join("big"))
+            .read("redfish", &dir)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("larger than 4096"), "{e}");
     }
 
     #[test]

@@ -100,6 +100,7 @@ pub const REGISTRATION: super::Registration = super::Registration {
             timeout: setup.http.timeout,
             power_off_timeout: d.power_off_timeout,
             dir: bmc::dir(setup.state_dir),
+            files: api.bmc_files.clone(),
         }) as std::sync::Arc<dyn super::Provider>))
     },
 };
@@ -124,6 +125,8 @@ pub struct Ipmi {
     pub power_off_timeout: Duration,
     /// The records' directory.
     pub dir: PathBuf,
+    /// `host.api.bmcFiles`: where password files may be.
+    pub files: PathBuf,
 }
 
 /// What ipmitool's stderr says about a refusal that retrying will not fix.
@@ -143,7 +146,7 @@ fn permanent_refusal(stderr: &str) -> bool {
 impl Ipmi {
     /// Runs `ipmitool -I lanplus … <args>`; its stdout.
     async fn run(&self, spec: &IpmiSpec, args: &[&str], what: &str) -> Result<String> {
-        let password = spec.password.read(NAME)?;
+        let password = spec.password.read(NAME, &self.files)?;
         let mut cmd = tokio::process::Command::new(&self.ipmitool);
         cmd.args(["-I", "lanplus", "-H", &spec.address, "-p"])
             .arg(spec.port.to_string())
@@ -346,6 +349,10 @@ impl Ipmi {
         };
         if rec.delete_at.is_some() {
             return Ok(());
+        }
+        if rec.power_on_at.is_none() {
+            // Never powered by bootd (the create stopped before): left as found.
+            return bmc::remove(&self.dir, NAME, node);
         }
         let on = self.power_on(&rec.spec).await?;
         rec.delete_at = Some(bmc::now_ms());

@@ -60,6 +60,9 @@ pub struct RedfishSpec {
     pub ca_bundle: Option<PathBuf>,
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub insecure_skip_verify: bool,
+    /// Allows an `http://` url: the credentials cross the network in clear.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub allow_plain_http: bool,
     /// `pxe` (default) or `uefiHttp`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub boot: Option<String>,
@@ -74,7 +77,17 @@ impl RedfishSpec {
         let mut p = Vec::new();
         let k = "provider.redfish";
         match split_url(&self.url) {
-            Ok((_, path)) => {
+            Ok((origin, path)) => {
+                if origin.starts_with("http://") {
+                    if !self.allow_plain_http {
+                        p.push(format!("{k}.url: http:// sends the BMC credentials in clear: use https://, or set allowPlainHttp"));
+                    }
+                    if self.ca_bundle.is_some() || self.insecure_skip_verify {
+                        p.push(format!(
+                            "{k}: caBundle and insecureSkipVerify are for https:// urls"
+                        ));
+                    }
+                }
                 if path.is_empty() && self.system.as_deref().is_some_and(str::is_empty) {
                     p.push(format!("{k}.system: empty"));
                 }
@@ -168,6 +181,7 @@ pub const REGISTRATION: super::Registration = super::Registration {
             timeout: setup.http.timeout,
             power_off_timeout: d.power_off_timeout,
             dir: bmc::dir(setup.state_dir),
+            files: api.bmc_files.clone(),
             clients: Mutex::new(HashMap::new()),
         }) as std::sync::Arc<dyn super::Provider>))
     },
@@ -195,6 +209,8 @@ pub struct Redfish {
     timeout: Duration,
     power_off_timeout: Duration,
     dir: PathBuf,
+    /// `host.api.bmcFiles`: where password files and CA bundles may be.
+    files: PathBuf,
     /// One client per trust setting (CA bundle, or none, or insecure).
     clients: Mutex<HashMap<(Option<PathBuf>, bool), Http>>,
 }
@@ -230,7 +246,21 @@ impl Bmc {
         etag: Option<&HeaderValue>,
         what: &str,
     ) -> Result<super::Reply> {
+        // Paths come from the BMC's replies (`@odata.id`, action targets):
+        // only paths on this BMC get its credentials.
         let url = format!("{}{}", self.origin, path);
+        let same_host = path.starts_with('/')
+            && !path.starts_with("//")
+            && url
+                .parse::<http::Uri>()
+                .ok()
+                .and_then(|u| u.authority().map(|a| a.as_str().to_string()))
+                == self.origin.split_once("://").map(|(_, a)| a.to_string());
+        if !same_host {
+            return Err(ProviderError::permanent(format!(
+                "{what}: the BMC named a path outside itself; not followed"
+            )));
+        }
         let mut b = super::json_request(method, &url, body)
             .header(http::header::AUTHORIZATION, self.auth.clone())
             .header("OData-Version", "4.0");
@@ -444,12 +474,8 @@ impl Redfish {
         }
         let h = match (&spec.ca_bundle, spec.insecure_skip_verify) {
             (Some(ca), _) => {
-                let pem = std::fs::read(ca).map_err(|e| {
-                    ProviderError::permanent(format!(
-                        "redfish: cannot read caBundle {}: {e}",
-                        ca.display()
-                    ))
-                })?;
+                let pem = bmc::read_confined(ca, &self.files, bmc::MAX_CA_BUNDLE)
+                    .map_err(|e| ProviderError::permanent(format!("redfish: caBundle: {e}")))?;
                 Http::with_ca(self.timeout, &pem).map_err(|e| {
                     ProviderError::permanent(format!("redfish: caBundle {}: {e}", ca.display()))
                 })?
@@ -464,7 +490,7 @@ impl Redfish {
     fn bmc(&self, spec: &RedfishSpec) -> Result<(Bmc, String)> {
         let (origin, path) = split_url(&spec.url)
             .map_err(|e| ProviderError::permanent(format!("redfish: url: {e}")))?;
-        let password = spec.password.read(NAME)?;
+        let password = spec.password.read(NAME, &self.files)?;
         let token = base64::engine::general_purpose::STANDARD
             .encode(format!("{}:{}", spec.username, password.0));
         let mut auth = HeaderValue::from_str(&format!("Basic {token}"))
@@ -688,6 +714,10 @@ impl Redfish {
         if rec.delete_at.is_some() {
             return Ok(());
         }
+        if rec.power_on_at.is_none() {
+            // Never powered by bootd (the create stopped before): left as found.
+            return bmc::remove(&self.dir, NAME, node);
+        }
         let (bmc, _) = self.bmc(&rec.spec)?;
         let s = bmc.system(&rec.system).await?;
         rec.delete_at = Some(bmc::now_ms());
@@ -724,11 +754,17 @@ impl super::Provider for Redfish {
 }
 
 /// For tests: a provider on `dir` with `timeout` per request.
-pub fn for_tests(dir: PathBuf, timeout: Duration, power_off_timeout: Duration) -> Redfish {
+pub fn for_tests(
+    dir: PathBuf,
+    files: PathBuf,
+    timeout: Duration,
+    power_off_timeout: Duration,
+) -> Redfish {
     Redfish {
         timeout,
         power_off_timeout,
         dir,
+        files,
         clients: Mutex::new(HashMap::new()),
     }
 }

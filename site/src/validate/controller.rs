@@ -228,6 +228,11 @@ pub(super) fn api(cx: &mut Cx, w: &wire::Api) -> Option<Api> {
         Some(Some(p)) => Some(p),
         None => None,
     };
+    let bmc_files = w
+        .bmc_files
+        .as_deref()
+        .map(|d| cx.resolve(d))
+        .unwrap_or_else(|| PathBuf::from("/etc/bootd/bmc"));
     let redfish = w.redfish.as_ref().map(|b| bmc(cx, "host.api.redfish", b));
     let ipmi = w.ipmi.as_ref().map(|b| bmc(cx, "host.api.ipmi", b));
     Some(Api {
@@ -240,6 +245,7 @@ pub(super) fn api(cx: &mut Cx, w: &wire::Api) -> Option<Api> {
         local,
         redfish,
         ipmi,
+        bmc_files,
     })
 }
 
