@@ -511,7 +511,8 @@ pub(super) async fn adopt(
         Ok(b) => b,
         Err(r) => return r,
     };
-    let m = match ctl.app.discovered.find(key) {
+    let key = percent_encoding::percent_decode_str(key).decode_utf8_lossy();
+    let m = match ctl.app.discovered.find(&key) {
         Ok(Some(m)) => m,
         Ok(None) => {
             return err(

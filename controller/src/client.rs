@@ -255,14 +255,18 @@ pub async fn nodes(client: &Client, cmd: NodesCmd) -> anyhow::Result<i32> {
         }
         NodesCmd::Get { name } => {
             let (st, v) = client
-                .call(Method::GET, &format!("/v1/nodes/{name}"), None)
+                .call(Method::GET, &format!("/v1/nodes/{}", seg(&name)), None)
                 .await?;
             ok_or_bail(st, &v)?;
             writeln!(out, "{}", serde_json::to_string_pretty(&v)?)?;
         }
         NodesCmd::Events { name } => {
             let (st, v) = client
-                .call(Method::GET, &format!("/v1/nodes/{name}/events"), None)
+                .call(
+                    Method::GET,
+                    &format!("/v1/nodes/{}/events", seg(&name)),
+                    None,
+                )
                 .await?;
             ok_or_bail(st, &v)?;
             for e in v["events"].as_array().into_iter().flatten() {
@@ -302,7 +306,7 @@ pub async fn nodes(client: &Client, cmd: NodesCmd) -> anyhow::Result<i32> {
         }
         NodesCmd::Delete { name } => {
             let (st, v) = client
-                .call(Method::DELETE, &format!("/v1/nodes/{name}"), None)
+                .call(Method::DELETE, &format!("/v1/nodes/{}", seg(&name)), None)
                 .await?;
             ok_or_bail(st, &v)?;
             writeln!(out, "node {name}: {}", s(&v, "phase"))?;
@@ -346,7 +350,11 @@ pub async fn nodes(client: &Client, cmd: NodesCmd) -> anyhow::Result<i32> {
         }
         NodesCmd::Reinstall { name } => {
             let (st, v) = client
-                .call(Method::POST, &format!("/v1/nodes/{name}/reinstall"), None)
+                .call(
+                    Method::POST,
+                    &format!("/v1/nodes/{}/reinstall", seg(&name)),
+                    None,
+                )
                 .await?;
             ok_or_bail(st, &v)?;
             let was = if v["wasInstalled"].as_bool() == Some(true) {
@@ -555,6 +563,11 @@ pub fn import_bmc_body(
     serde_json::json!({ "name": name, "role": role, "ip": ip, "provider": { "redfish": r } })
 }
 
+/// A path segment as typed (a name, a MAC with colons), percent-encoded.
+fn seg(s: &str) -> String {
+    percent_encoding::utf8_percent_encode(s, crate::providers::COMPONENT).to_string()
+}
+
 pub async fn discovered(client: &Client, cmd: DiscoveredCmd) -> anyhow::Result<i32> {
     let mut out = std::io::stdout();
     match cmd {
@@ -605,7 +618,7 @@ pub async fn discovered(client: &Client, cmd: DiscoveredCmd) -> anyhow::Result<i
             let (st, v) = client
                 .call(
                     Method::POST,
-                    &format!("/v1/discovered/{key}/adopt"),
+                    &format!("/v1/discovered/{}/adopt", seg(&key)),
                     Some(serde_json::to_vec(&body)?),
                 )
                 .await?;

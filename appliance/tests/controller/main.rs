@@ -1338,11 +1338,11 @@ async fn discovered_machines_are_listed_and_adopted() {
         .await;
     assert_eq!(st, 422, "{v:#}");
     assert!(v["problems"].to_string().contains("duplicate MAC"), "{v:#}");
-    // The first, by one of its MACs, with no address given.
+    // The first, by one of its MACs (percent-encoded, as the CLI sends it), with no address given.
     let (st, v) = b
         .call(
             "POST",
-            "/v1/discovered/52-54-00-77-00-a2/adopt",
+            "/v1/discovered/52%3A54%3A00%3A77%3A00%3Aa2/adopt",
             Some(json!({"name": "worker-7", "role": "worker"})),
         )
         .await;
