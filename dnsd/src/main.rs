@@ -171,12 +171,13 @@ fn serve(config: dnsd::Config, loaded: dnsd::Loaded, udp_threads: Option<usize>)
         }
         let shutdown = CancellationToken::new();
         // Zones loaded, sockets bound: tell systemd (no-op outside it).
-        runtime::service::ready(&format!("serving {} zones", loaded.catalog.zones.len()));
+        // Signal handlers first: READY=1 invites a SIGHUP.
         let signals = tokio::spawn(runtime::service::signals(
             shutdown.clone(),
             vec![Arc::clone(&config.reload)],
             vec![Arc::clone(&config.reloaded)],
-        ));
+        )?);
+        runtime::service::ready(&format!("serving {} zones", loaded.catalog.zones.len()));
         let watchdog = runtime::service::spawn_watchdog();
         let r = dnsd::run_loaded(config, loaded, sockets, shutdown).await;
         signals.abort();

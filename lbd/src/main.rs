@@ -180,14 +180,15 @@ fn serve(config: Config, threads: Option<usize>) -> Result<()> {
         }
         let shutdown = CancellationToken::new();
         let (reload, reloaded) = (Arc::clone(&config.reload), Arc::clone(&config.reloaded));
-        runtime::service::ready(&format!(
-            "serving {} frontends",
-            config.loaded.plan(false).len()
-        ));
+        // Signal handlers first: READY=1 invites a SIGHUP.
         let signals = tokio::spawn(runtime::service::signals(
             shutdown.clone(),
             vec![reload],
             vec![reloaded],
+        )?);
+        runtime::service::ready(&format!(
+            "serving {} frontends",
+            config.loaded.plan(false).len()
         ));
         let watchdog = runtime::service::spawn_watchdog();
         let r = lbd::run(config, sockets, shutdown).await;

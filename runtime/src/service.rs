@@ -55,49 +55,54 @@ pub fn watchdog() {
 /// SIGHUP → `RELOADING=1`, notify every `reload`, wait (at most 60 s in
 /// all) for every `reloaded` (one per daemon in the process), then
 /// `READY=1`; SIGTERM or SIGINT → `STOPPING=1` and cancel `shutdown`.
-/// Returns when shutdown starts. Pass no `reloaded` for a daemon that
+/// The handlers are installed when this is called, before the returned
+/// future runs: call it before `READY=1`, so a SIGHUP that systemd sends
+/// right after READY never meets the default action (termination). The
+/// future returns when shutdown starts. Pass no `reloaded` for a daemon that
 /// cannot tell when its reload finished (then READY=1 follows the
 /// notification at once).
-pub async fn signals(
+pub fn signals(
     shutdown: tokio_util::sync::CancellationToken,
     reloads: Vec<std::sync::Arc<tokio::sync::Notify>>,
     reloaded: Vec<std::sync::Arc<tokio::sync::Notify>>,
-) -> std::io::Result<()> {
+) -> std::io::Result<impl std::future::Future<Output = std::io::Result<()>> + Send + 'static> {
     use tokio::signal::unix::{signal, SignalKind};
     let mut hup = signal(SignalKind::hangup())?;
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
-    loop {
-        tokio::select! {
-            _ = hup.recv() => {
-                tracing::info!("SIGHUP: re-reading the configuration");
-                reloading();
-                // Registered before the reloads are asked for, so a reload
-                // that finishes at once is not missed.
-                let mut done: Vec<_> = reloaded.iter().map(|n| Box::pin(n.notified())).collect();
-                done.iter_mut().for_each(|d| {
-                    d.as_mut().enable();
-                });
-                reloads.iter().for_each(|r| r.notify_one());
-                let status = if done.is_empty() {
-                    "reload requested"
-                } else {
-                    let all = async {
-                        for d in done {
-                            d.await;
+    Ok(async move {
+        loop {
+            tokio::select! {
+                _ = hup.recv() => {
+                    tracing::info!("SIGHUP: re-reading the configuration");
+                    reloading();
+                    // Registered before the reloads are asked for, so a reload
+                    // that finishes at once is not missed.
+                    let mut done: Vec<_> = reloaded.iter().map(|n| Box::pin(n.notified())).collect();
+                    done.iter_mut().for_each(|d| {
+                        d.as_mut().enable();
+                    });
+                    reloads.iter().for_each(|r| r.notify_one());
+                    let status = if done.is_empty() {
+                        "reload requested"
+                    } else {
+                        let all = async {
+                            for d in done {
+                                d.await;
+                            }
+                        };
+                        match tokio::time::timeout(Duration::from_secs(60), all).await {
+                            Ok(()) => "reload finished (see the log for applied or refused)",
+                            Err(_) => "reload still running after 60 s",
                         }
                     };
-                    match tokio::time::timeout(Duration::from_secs(60), all).await {
-                        Ok(()) => "reload finished (see the log for applied or refused)",
-                        Err(_) => "reload still running after 60 s",
-                    }
-                };
-                self::reloaded(status);
+                    self::reloaded(status);
+                }
+                _ = term.recv() => { tracing::info!("SIGTERM: draining"); stopping(); shutdown.cancel(); return Ok(()); }
+                _ = int.recv() => { tracing::info!("SIGINT: draining"); stopping(); shutdown.cancel(); return Ok(()); }
             }
-            _ = term.recv() => { tracing::info!("SIGTERM: draining"); stopping(); shutdown.cancel(); return Ok(()); }
-            _ = int.recv() => { tracing::info!("SIGINT: draining"); stopping(); shutdown.cancel(); return Ok(()); }
         }
-    }
+    })
 }
 
 /// Sends `WATCHDOG=1` from the async runtime at half the unit's

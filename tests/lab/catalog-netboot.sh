@@ -151,6 +151,9 @@ s = s[:i] + s[j:]
 sub("root: ../../target/lab-tftp", f"root: {repo}/target/lab-tftp")
 sub("dir: ignition", f"dir: {repo}/examples/lab/ignition")
 sub("stateDir: ../../target/lab-state", "stateDir: state")
+# The check reads the node's script after it booted: the lab guest
+# live-boots (no disk), so an installed node keeps getting the installer.
+sub("  tokenTtl: 1h\n", "  tokenTtl: 1h\n  afterInstall: network\n")
 open(dst, "w").write(s)
 EOF
 mkdir -p "$CACHE"

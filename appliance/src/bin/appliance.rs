@@ -182,13 +182,14 @@ async fn serve(
             )
         });
     }
-    runtime::service::ready(&summary);
-    tracing::info!("{summary}");
+    // Signal handlers first: READY=1 invites a SIGHUP.
     let signals = tokio::spawn(runtime::service::signals(
         shutdown.clone(),
         reloads,
         reloaded,
-    ));
+    )?);
+    runtime::service::ready(&summary);
+    tracing::info!("{summary}");
     let watchdog = runtime::service::spawn_watchdog();
 
     // The first daemon to stop (an error, or the shutdown) stops the others.

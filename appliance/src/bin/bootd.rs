@@ -264,15 +264,16 @@ fn serve(config: bootd::Config) -> Result<()> {
         let reloaded = Arc::clone(&config.reloaded);
         let app = bootd::prepare(&config, sockets.want_tls())?;
         // Config validated, sockets bound, state (CA, keys) ready: tell systemd.
-        runtime::service::ready(&format!(
-            "serving {} ({} nodes)",
-            site.cluster.domain(),
-            site.nodes.len()
-        ));
+        // Signal handlers first: READY=1 invites a SIGHUP.
         let signals = tokio::spawn(runtime::service::signals(
             shutdown.clone(),
             vec![reload],
             vec![reloaded],
+        )?);
+        runtime::service::ready(&format!(
+            "serving {} ({} nodes)",
+            site.cluster.domain(),
+            site.nodes.len()
         ));
         let watchdog = runtime::service::spawn_watchdog();
         let r = appliance::run_boot(

@@ -16,8 +16,9 @@
 //!    REQUEST, so a node hinted `ieee1275` (or ppc64le) gets GRUB's core.elf
 //!    from DISCOVER on.
 //! 5. A client that asks for options 209/210 (petitboot on OpenPOWER, or
-//!    pxelinux) and is not a PXE ROM → 209 = `pxelinux.cfg/01-<mac>`, 210 =
-//!    bootd's HTTP base: the node's pxelinux config over HTTP.
+//!    pxelinux) and is neither a PXE ROM nor Open Firmware (SLOF asks for
+//!    209/210 too, hence after rule 4) → 209 = `pxelinux.cfg/01-<mac>`, 210
+//!    = bootd's HTTP base: the node's pxelinux config over HTTP.
 //! 6. Anything else (udhcpc, dhclient, an OS): no boot information.
 
 use dhcproto::v4::{DhcpOption, Message, OptionCode};
@@ -182,6 +183,22 @@ pub fn decide(site: &Site, node: Option<&Node>, client: &ClientInfo) -> Result<B
             reason: format!("{what}: iPXE over TFTP"),
         });
     }
+    let open_firmware = client.arch == Some(12)
+        || hint == Firmware::Ieee1275
+        || (hint == Firmware::Auto && node_arch == Some(Arch::Ppc64le));
+    if client.vendor_class.is_none() && open_firmware {
+        return Ok(BootAnswer {
+            filename: bf.ieee1275.clone(),
+            tftp: true,
+            vendor_class: None,
+            ipxe_options: false,
+            pxelinux: None,
+            reason: format!(
+                "Open Firmware (arch {:?}, firmware hint {hint:?}): GRUB over TFTP",
+                client.arch
+            ),
+        });
+    }
     if client.pxelinux
         && client
             .vendor_class
@@ -205,22 +222,6 @@ pub fn decide(site: &Site, node: Option<&Node>, client: &ClientInfo) -> Result<B
             pxelinux: Some(crate::render::pxelinux::node_file_name(mac)),
             reason: "petitboot/pxelinux (asks for options 209/210): pxelinux config over HTTP"
                 .into(),
-        });
-    }
-    let open_firmware = client.arch == Some(12)
-        || hint == Firmware::Ieee1275
-        || (hint == Firmware::Auto && node_arch == Some(Arch::Ppc64le));
-    if client.vendor_class.is_none() && open_firmware {
-        return Ok(BootAnswer {
-            filename: bf.ieee1275.clone(),
-            tftp: true,
-            vendor_class: None,
-            ipxe_options: false,
-            pxelinux: None,
-            reason: format!(
-                "Open Firmware (arch {:?}, firmware hint {hint:?}): GRUB over TFTP",
-                client.arch
-            ),
         });
     }
     Err(match &client.vendor_class {

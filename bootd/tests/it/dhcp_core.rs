@@ -607,3 +607,23 @@ fn petitboot_gets_its_pxelinux_config() {
     assert_eq!(opt(210), "http://10.77.0.1:8080/");
     assert!(r.opts().get(OptionCode::BootfileName).is_none());
 }
+
+/// SLOF asks for options 209/210 too (in its REQUEST, with no vendor
+/// class): it is Open Firmware first, and gets GRUB, not a pxelinux config.
+#[test]
+fn slof_asking_for_209_and_210_still_gets_grub() {
+    let site = lab();
+    let mut table = Table::default();
+    let mut m = req("52:54:00:77:00:30", MessageType::Request);
+    m.opts_mut().insert(DhcpOption::ParameterRequestList(vec![
+        OptionCode::SubnetMask,
+        OptionCode::Unknown(209),
+        OptionCode::Unknown(210),
+    ]));
+    m.opts_mut()
+        .insert(DhcpOption::RequestedIpAddress(Ipv4Addr::new(10, 77, 0, 30)));
+    let o = answer(&site, &mut table, &m, rx(), 1000);
+    assert!(o.reason.contains("GRUB over TFTP"), "{}", o.reason);
+    let (r, _) = o.reply.as_ref().unwrap();
+    assert!(r.opts().get(OptionCode::Unknown(209)).is_none());
+}
