@@ -5,6 +5,7 @@
 //! request and reply against ../shared/specs; they need Prism
 //! (tests/controller/deps.sh) and run from tests/controller/e2e.sh.
 
+mod bmc;
 mod fake;
 mod local;
 mod platforms;

@@ -1,0 +1,138 @@
+//! kill -9 of a real bootd process in the middle of a Redfish create: after
+//! the boot override reached the BMC but before the power-on was sent, and
+//! after the power-on reached the BMC but before its reply. The restarted
+//! bootd powers the machine on exactly once in both cases, and there is one
+//! node.
+
+#[path = "../../../tests/support/redfish_fake.rs"]
+mod redfish_fake;
+
+use super::{api_call, api_client, cond, free_port, process_site, Fake, Proc, API_TOKEN};
+use redfish_fake::{fresh, serve, PASSWORD, SYS};
+use serde_json::json;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+async fn kill_9_while_the_bmc_holds(method: &'static str, path: &'static str) {
+    let bmc = fresh();
+    let hold = Arc::new(tokio::sync::Notify::new());
+    bmc.lock().unwrap().hold = Some((method, path, Arc::clone(&hold)));
+    let addr = serve(bmc.clone(), None).await;
+    let f = Fake::start().await; // the Equinix/Power VS fake the site names, unused here
+    let dir = tempfile::tempdir().unwrap();
+    let files = dir.path().join("bmc");
+    std::fs::create_dir_all(&files).unwrap();
+    std::fs::write(files.join("rack-1"), PASSWORD).unwrap();
+    let api_port = free_port();
+    let files_s = files.display().to_string();
+    let site = process_site(dir.path(), &f, api_port, move |t| {
+        t.replace(
+            "    deadline: 10m\n",
+            &format!("    deadline: 10m\n    bmcFiles: {files_s}\n    redfish: {{ powerOffTimeout: 5s }}\n"),
+        )
+    });
+    let mut p1 = Proc::start(&site, 1);
+    let api: std::net::SocketAddr = format!("127.0.0.1:{api_port}").parse().unwrap();
+    let client = api_client(&dir.path().join("state/ca.pem"), api_port, &p1).await;
+    let body = json!({
+        "name": "rack-1", "role": "worker", "ip": "10.77.0.61",
+        "provider": { "redfish": {
+            "url": format!("http://{addr}{SYS}"), "username": "admin",
+            "password": { "file": files.join("rack-1") }, "allowPlainHttp": true, "mode": "Legacy" } }
+    });
+    let (st, v) = api_call(
+        &client,
+        api,
+        Some(API_TOKEN),
+        "POST",
+        "/v1/nodes",
+        Some(body),
+    )
+    .await;
+    assert_eq!(st, 201, "{v:#}");
+    // The held request took effect at the BMC; its reply never comes: kill.
+    let end = Instant::now() + Duration::from_secs(20);
+    loop {
+        let done = {
+            let b = bmc.lock().unwrap();
+            let reached = match method {
+                "PATCH" => !b.patches.is_empty(),
+                _ => !b.resets.is_empty(),
+            };
+            reached && b.hold.is_none()
+        };
+        if done {
+            break;
+        }
+        assert!(
+            Instant::now() < end,
+            "the {method} never reached the BMC: {}",
+            std::fs::read_to_string(&p1.log).unwrap_or_default()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    p1.kill9();
+    hold.notify_waiters();
+    let resets_at_kill = bmc.lock().unwrap().resets.clone();
+    match method {
+        "PATCH" => assert!(resets_at_kill.is_empty(), "killed before the power-on"),
+        _ => assert_eq!(resets_at_kill, vec!["On"]),
+    }
+    let p2 = Proc::start(&site, 2);
+    let end = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (st, v) = api_call(
+            &client,
+            api,
+            Some(API_TOKEN),
+            "GET",
+            "/v1/nodes/rack-1",
+            None,
+        )
+        .await;
+        if st == 200 && cond(&v, "Provisioned")["status"] == "True" {
+            assert_eq!(
+                v["spec"]["macs"],
+                json!(["52:54:00:aa:bb:01", "52:54:00:aa:bb:02"]),
+                "{v:#}"
+            );
+            break;
+        }
+        assert!(
+            Instant::now() < end,
+            "never converged: {}",
+            std::fs::read_to_string(&p2.log).unwrap_or_default()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Settle a few polls: nothing more is sent.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    {
+        let b = bmc.lock().unwrap();
+        assert_eq!(b.resets, vec!["On"], "powered exactly once");
+        assert_eq!(b.power, "On");
+    }
+    let (_, list) = api_call(&client, api, Some(API_TOKEN), "GET", "/v1/nodes", None).await;
+    let n = list["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|n| n["name"] == "rack-1")
+        .count();
+    assert_eq!(n, 1, "one node");
+    // The password is in neither process's log.
+    for log in [&p1.log, &p2.log] {
+        assert!(!std::fs::read_to_string(log).unwrap().contains(PASSWORD));
+    }
+    drop(p2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_between_the_boot_override_and_the_power_on() {
+    kill_9_while_the_bmc_holds("PATCH", SYS).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_after_the_power_on_reached_the_bmc() {
+    kill_9_while_the_bmc_holds("POST", "/redfish/v1/Systems/sys-1/Actions").await;
+}

@@ -1,0 +1,248 @@
+//! A Redfish BMC fake for tests (one system, `/redfish/v1/Systems/sys-1`,
+//! two NICs, Basic auth, ETags, fault injection, replies that can be held
+//! or dropped), included by path by the controller's and the appliance's
+//! tests.
+#![allow(dead_code)]
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::{Request, Response};
+use serde_json::{json, Value};
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+pub const PASSWORD: &str = "s3cret-bmc-Pa55";
+pub const SYS: &str = "/redfish/v1/Systems/sys-1";
+
+#[derive(Default)]
+pub struct Bmc {
+    pub power: String,
+    pub target: String,
+    pub enabled: String,
+    pub mode: String,
+    pub etag: u32,
+    /// (method, path prefix, status, Retry-After), taken once each.
+    pub faults: Vec<(&'static str, &'static str, u16, Option<u32>)>,
+    /// Resets as sent.
+    pub resets: Vec<String>,
+    pub patches: Vec<Value>,
+    /// Ignores GracefulShutdown (a hung OS).
+    pub hung: bool,
+    /// Accepts the next reset and then drops the connection unanswered.
+    pub drop_after_reset: bool,
+    /// Every GET waits this long first.
+    pub slow: Duration,
+    /// The system list names a member on another host.
+    pub evil_member: bool,
+    /// (method, path prefix): the next such request takes effect, then its
+    /// reply waits for this notify (a caller killed while waiting for it).
+    pub hold: Option<(&'static str, &'static str, Arc<tokio::sync::Notify>)>,
+}
+
+pub type Shared = Arc<Mutex<Bmc>>;
+
+fn reply(status: u16, v: Option<Value>, etag: Option<String>) -> Response<Full<Bytes>> {
+    let mut b = Response::builder().status(status);
+    if let Some(e) = etag {
+        b = b.header("ETag", e);
+    }
+    match v {
+        Some(v) => b
+            .header("Content-Type", "application/json")
+            .body(Full::new(Bytes::from(v.to_string())))
+            .unwrap(),
+        None => b.body(Full::new(Bytes::new())).unwrap(),
+    }
+}
+
+async fn handle(bmc: Shared, req: Request<hyper::body::Incoming>) -> Option<Response<Full<Bytes>>> {
+    let method = req.method().as_str().to_string();
+    let path = req.uri().path().to_string();
+    let resp = respond(bmc.clone(), req).await;
+    let held = {
+        let mut b = bmc.lock().unwrap();
+        match &b.hold {
+            Some((m, p, _)) if *m == method && path.starts_with(p) => b.hold.take().map(|h| h.2),
+            _ => None,
+        }
+    };
+    if let Some(n) = held {
+        n.notified().await;
+    }
+    resp
+}
+
+async fn respond(
+    bmc: Shared,
+    req: Request<hyper::body::Incoming>,
+) -> Option<Response<Full<Bytes>>> {
+    use base64::Engine as _;
+    let want = format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode(format!("admin:{PASSWORD}"))
+    );
+    let (parts, body) = req.into_parts();
+    let body = body.collect().await.unwrap().to_bytes();
+    let method = parts.method.as_str().to_string();
+    let path = parts.uri.path().to_string();
+    let slow = bmc.lock().unwrap().slow;
+    if method == "GET" && !slow.is_zero() {
+        tokio::time::sleep(slow).await;
+    }
+    if parts
+        .headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        != Some(want.as_str())
+    {
+        return Some(reply(401, Some(json!({"error": "no"})), None));
+    }
+    let mut b = bmc.lock().unwrap();
+    if let Some(i) = b
+        .faults
+        .iter()
+        .position(|(m, p, _, _)| *m == method && path.starts_with(p))
+    {
+        let (_, _, status, ra) = b.faults.remove(i);
+        let mut r = reply(status, Some(json!({"error": {"message": "busy"}})), None);
+        if let Some(s) = ra {
+            r.headers_mut()
+                .insert("Retry-After", s.to_string().parse().unwrap());
+        }
+        return Some(r);
+    }
+    let etag = format!("W/\"{}\"", b.etag);
+    let v: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    match (method.as_str(), path.as_str()) {
+        ("GET", "/redfish/v1") => Some(reply(
+            200,
+            Some(json!({"Systems": {"@odata.id": "/redfish/v1/Systems"}})),
+            None,
+        )),
+        ("GET", "/redfish/v1/Systems") => {
+            let m = if b.evil_member {
+                "@127.0.0.1:9/redfish/v1/Systems/sys-1".to_string()
+            } else {
+                SYS.to_string()
+            };
+            Some(reply(
+                200,
+                Some(json!({"Members": [{"@odata.id": m}]})),
+                None,
+            ))
+        }
+        ("GET", SYS) => Some(reply(
+            200,
+            Some(json!({
+                "Id": "sys-1", "Name": "rack1-u7", "UUID": "1b4e28ba-2fa1-11d2-883f-0016d3cca427",
+                "PowerState": b.power,
+                "Boot": {"BootSourceOverrideTarget": b.target, "BootSourceOverrideEnabled": b.enabled, "BootSourceOverrideMode": b.mode},
+                "EthernetInterfaces": {"@odata.id": format!("{SYS}/EthernetInterfaces")},
+                "Actions": {"#ComputerSystem.Reset": {
+                    "target": format!("{SYS}/Actions/ComputerSystem.Reset"),
+                    "ResetType@Redfish.AllowableValues": ["On", "ForceOff", "GracefulShutdown", "ForceRestart"]}}
+            })),
+            Some(etag),
+        )),
+        ("GET", p) if p == format!("{SYS}/EthernetInterfaces") => Some(reply(
+            200,
+            Some(
+                json!({"Members": [{"@odata.id": format!("{SYS}/EthernetInterfaces/nic1")}, {"@odata.id": format!("{SYS}/EthernetInterfaces/nic2")}]}),
+            ),
+            None,
+        )),
+        ("GET", p) if p.starts_with(&format!("{SYS}/EthernetInterfaces/")) => {
+            let mac = if p.ends_with("nic1") {
+                "52:54:00:AA:BB:01"
+            } else {
+                "52:54:00:AA:BB:02"
+            };
+            Some(reply(200, Some(json!({"MACAddress": mac})), None))
+        }
+        ("PATCH", SYS) => {
+            if parts.headers.get("if-match").and_then(|v| v.to_str().ok()) != Some(etag.as_str()) {
+                return Some(reply(412, Some(json!({"error": "etag"})), None));
+            }
+            let boot = &v["Boot"];
+            if let Some(t) = boot["BootSourceOverrideTarget"].as_str() {
+                b.target = t.into();
+            }
+            if let Some(e) = boot["BootSourceOverrideEnabled"].as_str() {
+                b.enabled = e.into();
+            }
+            if let Some(m) = boot["BootSourceOverrideMode"].as_str() {
+                b.mode = m.into();
+            }
+            b.etag += 1;
+            b.patches.push(v);
+            Some(reply(204, None, None))
+        }
+        ("POST", p) if p == format!("{SYS}/Actions/ComputerSystem.Reset") => {
+            let t = v["ResetType"].as_str().unwrap_or_default().to_string();
+            b.resets.push(t.clone());
+            match t.as_str() {
+                "On" | "ForceRestart" => b.power = "On".into(),
+                "ForceOff" => b.power = "Off".into(),
+                "GracefulShutdown" if !b.hung => b.power = "Off".into(),
+                _ => {}
+            }
+            if b.drop_after_reset {
+                b.drop_after_reset = false;
+                return None;
+            }
+            Some(reply(204, None, None))
+        }
+        _ => Some(reply(404, Some(json!({"error": "not found"})), None)),
+    }
+}
+
+/// A fake BMC on 127.0.0.1, over TLS when `tls` is given.
+pub async fn serve(bmc: Shared, tls: Option<Arc<rustls::ServerConfig>>) -> SocketAddr {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let Ok((s, _)) = l.accept().await else { return };
+            let bmc = bmc.clone();
+            let tls = tls.clone();
+            tokio::spawn(async move {
+                let svc = hyper::service::service_fn(move |req| {
+                    let bmc = bmc.clone();
+                    async move {
+                        match handle(bmc, req).await {
+                            Some(r) => Ok(r),
+                            None => Err(std::io::Error::other("dropped")),
+                        }
+                    }
+                });
+                let b = hyper::server::conn::http1::Builder::new();
+                match tls {
+                    Some(cfg) => {
+                        if let Ok(s) = tokio_rustls::TlsAcceptor::from(cfg).accept(s).await {
+                            let _ = b
+                                .serve_connection(hyper_util::rt::TokioIo::new(s), svc)
+                                .await;
+                        }
+                    }
+                    None => {
+                        let _ = b
+                            .serve_connection(hyper_util::rt::TokioIo::new(s), svc)
+                            .await;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+pub fn fresh() -> Shared {
+    Arc::new(Mutex::new(Bmc {
+        power: "Off".into(),
+        target: "None".into(),
+        enabled: "Disabled".into(),
+        mode: "UEFI".into(),
+        ..Default::default()
+    }))
+}
