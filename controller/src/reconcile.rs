@@ -334,7 +334,10 @@ async fn step(ctl: &Arc<Controller>, row: &NodeRow) -> Result<Next, StoreError> 
     // What the provider says of the machine is recorded once it runs, and
     // before that when it already knows the MACs (a BMC's machine, read
     // before its power-on, so DHCP knows it at its first DISCOVER).
-    let early = matches!(machine.state, MachineState::Pending(_)) && !machine.macs.is_empty();
+    let early = matches!(
+        machine.state,
+        MachineState::Pending(_) | MachineState::Prepared
+    ) && !machine.macs.is_empty();
     if machine.state == MachineState::Active || early {
         let site = Arc::clone(&ctl.app.live.load().site);
         let f = crate::facts::Facts::of_machine(provider.name(), &machine, &site);
@@ -362,6 +365,32 @@ async fn step(ctl: &Arc<Controller>, row: &NodeRow) -> Result<Next, StoreError> 
                 cond(PROVISIONED, "True", "MachineActive", &msg),
                 kind,
             )
+        }
+        MachineState::Prepared => {
+            // Started only once its MACs are recorded and belong to no other node.
+            let conflict = ctl
+                .store
+                .conditions(name)?
+                .into_iter()
+                .find(|c| c.kind == crate::facts::ADDRESSES_RECORDED && c.status == "False");
+            if let Some(c) = conflict {
+                fail_with(
+                    ctl,
+                    name,
+                    &format!("not started: {}", c.message),
+                    Some(cond(PROVISIONED, "False", "Conflict", &c.message)),
+                );
+                return Ok(Next::Idle);
+            }
+            if let Err(e) = provider.start(&machine.id).await {
+                return Ok(provider_failed(ctl, name, e));
+            }
+            ctl.note(
+                name,
+                events::PROVIDER,
+                format!("{} machine {} started", provider.name(), machine.id),
+            );
+            Ok(Next::Poll)
         }
         MachineState::Pending(_) | MachineState::Deleting => {
             let msg = format!("machine {} is {}", machine.id, machine.state_str());

@@ -79,7 +79,13 @@ async fn bootdev_then_power_on_with_the_password_in_the_environment_only() {
     let p = provider(d.path(), "ok", Duration::from_secs(5));
     let s = spec(d.path());
     let m = p.create(&node(&["52:54:00:77:00:61"]), &s).await.unwrap();
-    assert_eq!(m.state, MachineState::Active);
+    assert_eq!(m.state, MachineState::Prepared, "create changes nothing");
+    p.start(&m.id).await.unwrap();
+    p.start(&m.id).await.unwrap();
+    assert_eq!(
+        p.get(&m.id).await.unwrap().unwrap().state,
+        MachineState::Active
+    );
     assert_eq!(m.id, "rack-3@ipmi://127.0.0.1:6230");
     let calls = std::fs::read_to_string(d.path().join("calls")).unwrap();
     let lines: Vec<&str> = calls.lines().collect();
@@ -87,6 +93,7 @@ async fn bootdev_then_power_on_with_the_password_in_the_environment_only() {
     assert_eq!(
         lines,
         vec![
+            format!("{pre} chassis power status | pw={PASSWORD}"),
             format!("{pre} chassis power status | pw={PASSWORD}"),
             format!("{pre} chassis bootdev pxe options=efiboot | pw={PASSWORD}"),
             format!("{pre} chassis power on | pw={PASSWORD}"),

@@ -6,7 +6,7 @@
 //! sushy-tools and real VMs.)
 
 use controller::providers::redfish::{self, Redfish};
-use controller::providers::{MachineState, NodeRequest, Provider, ProviderError};
+use controller::providers::{Machine, MachineState, NodeRequest, Provider, ProviderError};
 use serde_json::{json, Value};
 use std::path::Path;
 use std::sync::Arc;
@@ -54,6 +54,17 @@ fn provider(dir: &Path) -> Redfish {
     )
 }
 
+/// create, then start (what the controller does once the MACs are
+/// recorded), then the machine as the provider sees it.
+async fn up(p: &Redfish, n: &NodeRequest, s: &Value) -> Result<Machine, ProviderError> {
+    let m = p.create(n, s).await?;
+    assert_eq!(m.state, MachineState::Prepared, "create changes nothing");
+    assert!(!m.macs.is_empty());
+    p.start(&m.id).await?;
+    p.start(&m.id).await?;
+    Ok(p.get(&m.id).await?.expect("a record"))
+}
+
 fn no_secret(e: &ProviderError) {
     let s = format!("{e} {e:?}");
     assert!(!s.contains(PASSWORD), "the password leaked: {s}");
@@ -70,7 +81,7 @@ async fn override_once_one_power_on_macs_read_and_a_delete_that_powers_off() {
     s["system"] = json!("rack1-u7");
     let n = node("bmc-0");
     assert_eq!(p.find(&n).await.unwrap(), None);
-    let m = p.create(&n, &s).await.unwrap();
+    let m = up(&p, &n, &s).await.unwrap();
     assert_eq!(m.state, MachineState::Active);
     assert_eq!(m.macs, vec!["52:54:00:aa:bb:01", "52:54:00:aa:bb:02"]);
     assert_eq!(m.id, format!("bmc-0@http://{addr}{SYS}"));
@@ -118,7 +129,7 @@ async fn a_machine_already_on_is_restarted_and_uefi_http_points_at_this_host() {
     s["boot"] = json!("uefiHttp");
     let mut n = node("bmc-1");
     n.firmware = site::Firmware::Auto;
-    p.create(&n, &s).await.unwrap();
+    up(&p, &n, &s).await.unwrap();
     let b = bmc.lock().unwrap();
     assert_eq!(b.resets, vec!["ForceRestart"]);
     assert_eq!(
@@ -136,8 +147,7 @@ async fn wrong_password_unknown_system_and_faults_say_so_without_the_password() 
     let p = provider(d.path());
     let bad = d.path().join("wrong");
     std::fs::write(&bad, "not-it").unwrap();
-    let e = p
-        .create(&node("a"), &spec(&format!("http://{addr}{SYS}"), &bad))
+    let e = up(&p, &node("a"), &spec(&format!("http://{addr}{SYS}"), &bad))
         .await
         .unwrap_err();
     assert!(!e.is_transient());
@@ -146,13 +156,13 @@ async fn wrong_password_unknown_system_and_faults_say_so_without_the_password() 
         "{e}"
     );
     no_secret(&e);
-    let e = p
-        .create(
-            &node("a"),
-            &spec(&format!("http://{addr}/redfish/v1/Systems/nope"), &pw),
-        )
-        .await
-        .unwrap_err();
+    let e = up(
+        &p,
+        &node("a"),
+        &spec(&format!("http://{addr}/redfish/v1/Systems/nope"), &pw),
+    )
+    .await
+    .unwrap_err();
     assert!(!e.is_transient());
     assert!(
         e.to_string()
@@ -161,28 +171,28 @@ async fn wrong_password_unknown_system_and_faults_say_so_without_the_password() 
     );
     let mut s = spec(&format!("http://{addr}"), &pw);
     s["system"] = json!("rack9");
-    let e = p.create(&node("a"), &s).await.unwrap_err();
+    let e = up(&p, &node("a"), &s).await.unwrap_err();
     assert!(e.to_string().contains("no system \"rack9\""), "{e}");
     // Unreadable password file: the path, never content.
-    let e = p
-        .create(
-            &node("a"),
-            &spec(&format!("http://{addr}{SYS}"), &d.path().join("missing")),
-        )
-        .await
-        .unwrap_err();
+    let e = up(
+        &p,
+        &node("a"),
+        &spec(&format!("http://{addr}{SYS}"), &d.path().join("missing")),
+    )
+    .await
+    .unwrap_err();
     assert!(
         e.to_string().contains("missing") && !e.is_transient(),
         "{e}"
     );
     // Unreachable BMC: transient.
-    let e = p
-        .create(
-            &node("a"),
-            &spec("http://127.0.0.1:9/redfish/v1/Systems/1", &pw),
-        )
-        .await
-        .unwrap_err();
+    let e = up(
+        &p,
+        &node("a"),
+        &spec("http://127.0.0.1:9/redfish/v1/Systems/1", &pw),
+    )
+    .await
+    .unwrap_err();
     assert!(
         e.is_transient() && e.to_string().contains("connection failed"),
         "{e}"
@@ -192,8 +202,7 @@ async fn wrong_password_unknown_system_and_faults_say_so_without_the_password() 
         .unwrap()
         .faults
         .push(("PATCH", SYS, 503, Some(7)));
-    let e = p
-        .create(&node("a"), &spec(&format!("http://{addr}{SYS}"), &pw))
+    let e = up(&p, &node("a"), &spec(&format!("http://{addr}{SYS}"), &pw))
         .await
         .unwrap_err();
     match &e {
@@ -205,19 +214,17 @@ async fn wrong_password_unknown_system_and_faults_say_so_without_the_password() 
     assert!(bmc.lock().unwrap().resets.is_empty());
     // A refused power-on (500): the next attempt sends it, once.
     bmc.lock().unwrap().faults.push(("POST", SYS, 500, None));
-    let e = p
-        .create(&node("a"), &spec(&format!("http://{addr}{SYS}"), &pw))
+    let e = up(&p, &node("a"), &spec(&format!("http://{addr}{SYS}"), &pw))
         .await
         .unwrap_err();
     assert!(e.is_transient(), "{e}");
+    let m = p.find(&node("a")).await.unwrap().unwrap();
     assert_eq!(
-        p.find(&node("a")).await.unwrap(),
-        None,
-        "a refused power-on is not a machine"
+        m.state,
+        MachineState::Prepared,
+        "a refused power-on leaves it prepared"
     );
-    p.create(&node("a"), &spec(&format!("http://{addr}{SYS}"), &pw))
-        .await
-        .unwrap();
+    p.start(&m.id).await.unwrap();
     // The refused one did nothing (the fake answered before acting).
     assert_eq!(bmc.lock().unwrap().resets, vec!["On"]);
     assert_eq!(bmc.lock().unwrap().power, "On");
@@ -229,10 +236,13 @@ async fn wrong_password_unknown_system_and_faults_say_so_without_the_password() 
         Duration::from_millis(300),
         Duration::from_secs(1),
     );
-    let e = quick
-        .create(&node("b"), &spec(&format!("http://{addr}{SYS}"), &pw))
-        .await
-        .unwrap_err();
+    let e = up(
+        &quick,
+        &node("b"),
+        &spec(&format!("http://{addr}{SYS}"), &pw),
+    )
+    .await
+    .unwrap_err();
     assert!(
         e.is_transient() && e.to_string().contains("no reply within"),
         "{e}"
@@ -250,7 +260,7 @@ async fn a_power_on_whose_reply_was_lost_is_not_sent_twice() {
     let addr = serve(bmc.clone(), None).await;
     let p = provider(d.path());
     let s = spec(&format!("http://{addr}{SYS}"), &pw);
-    let e = p.create(&node("c"), &s).await.unwrap_err();
+    let e = up(&p, &node("c"), &s).await.unwrap_err();
     assert!(e.is_transient(), "{e}");
     let p2 = provider(d.path());
     let m = p2
@@ -268,8 +278,7 @@ async fn a_hung_os_is_forced_off_after_the_timeout() {
     let bmc = fresh();
     let addr = serve(bmc.clone(), None).await;
     let p = provider(d.path());
-    let m = p
-        .create(&node("d"), &spec(&format!("http://{addr}{SYS}"), &pw))
+    let m = up(&p, &node("d"), &spec(&format!("http://{addr}{SYS}"), &pw))
         .await
         .unwrap();
     bmc.lock().unwrap().hung = true;
@@ -314,7 +323,7 @@ async fn the_bmc_certificate_is_verified_unless_told_not_to() {
     let addr = serve(bmc.clone(), Some(Arc::new(cfg))).await;
     let url = format!("https://{addr}{SYS}");
     let p = provider(d.path());
-    let e = p.create(&node("e"), &spec(&url, &pw)).await.unwrap_err();
+    let e = up(&p, &node("e"), &spec(&url, &pw)).await.unwrap_err();
     assert!(
         e.to_string().contains("certificate does not verify"),
         "{e:?}"
@@ -325,10 +334,10 @@ async fn the_bmc_certificate_is_verified_unless_told_not_to() {
     std::fs::write(&ca_file, ca.pem()).unwrap();
     let mut s = spec(&url, &pw);
     s["caBundle"] = json!(ca_file);
-    p.create(&node("e"), &s).await.unwrap();
+    up(&p, &node("e"), &s).await.unwrap();
     let mut s = spec(&url, &pw);
     s["insecureSkipVerify"] = json!(true);
-    p.create(&node("f"), &s).await.unwrap();
+    up(&p, &node("f"), &s).await.unwrap();
     assert_eq!(bmc.lock().unwrap().resets, vec!["On", "ForceRestart"]);
 }
 
@@ -371,7 +380,7 @@ async fn links_outside_the_bmc_are_not_followed() {
     let addr = serve(bmc.clone(), None).await;
     let mut s = spec(&format!("http://{addr}"), &pw);
     s["system"] = json!("rack1-u7");
-    let e = provider(d.path()).create(&node("g"), &s).await.unwrap_err();
+    let e = up(&provider(d.path()), &node("g"), &s).await.unwrap_err();
     assert!(!e.is_transient(), "{e}");
     assert!(e.to_string().contains("outside itself"), "{e}");
     assert!(bmc.lock().unwrap().resets.is_empty());

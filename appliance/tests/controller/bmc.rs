@@ -136,3 +136,60 @@ async fn kill_9_between_the_boot_override_and_the_power_on() {
 async fn kill_9_after_the_power_on_reached_the_bmc() {
     kill_9_while_the_bmc_holds("POST", "/redfish/v1/Systems/sys-1/Actions").await;
 }
+
+/// A BMC whose system's MACs another node has: the node fails before
+/// anything is sent to the machine (no override, no power action), saying
+/// which MAC and which node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bmc_machine_whose_mac_another_node_has_is_never_powered() {
+    let bmc = fresh();
+    let addr = serve(bmc.clone(), None).await;
+    let f = Fake::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let files = dir.path().join("bmc");
+    std::fs::create_dir_all(&files).unwrap();
+    std::fs::write(files.join("rack-2"), PASSWORD).unwrap();
+    let path = super::write_site(dir.path(), &f.url(), &f.url(), &f.url(), "127.0.0.1:0");
+    let text = std::fs::read_to_string(&path).unwrap().replace(
+        "    deadline: 10m\n",
+        &format!(
+            "    deadline: 10m\n    bmcFiles: {}\n    redfish: {{ powerOffTimeout: 5s }}\n",
+            files.display()
+        ),
+    );
+    std::fs::write(&path, text).unwrap();
+    let b = super::Bootd::start_site(dir, &path, super::tuning()).await;
+    let (st, _) = b
+        .call(
+            "POST",
+            "/v1/nodes",
+            Some(json!({"name": "worker-8", "role": "worker", "ip": "10.77.0.28", "macs": ["52:54:00:aa:bb:02"]})),
+        )
+        .await;
+    assert_eq!(st, 201);
+    let (st, v) = b
+        .call(
+            "POST",
+            "/v1/nodes",
+            Some(json!({"name": "rack-2", "role": "worker", "ip": "10.77.0.62", "provider": {"redfish": {
+                "url": format!("http://{addr}{SYS}"), "username": "admin",
+                "password": {"file": files.join("rack-2")}, "allowPlainHttp": true}}})),
+        )
+        .await;
+    assert_eq!(st, 201, "{v:#}");
+    let v = b
+        .wait_node("rack-2", 20, |_, v| v["phase"] == "Failed")
+        .await;
+    assert!(
+        v["message"].as_str().unwrap().contains("not started")
+            && v["message"].to_string().contains("52:54:00:aa:bb:02"),
+        "{v:#}"
+    );
+    assert_eq!(cond(&v, "AddressesRecorded")["status"], "False");
+    {
+        let fake = bmc.lock().unwrap();
+        assert!(fake.patches.is_empty(), "no override sent");
+        assert!(fake.resets.is_empty(), "no power action sent");
+    }
+    b.stop().await;
+}

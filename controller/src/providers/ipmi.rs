@@ -109,6 +109,12 @@ pub const REGISTRATION: super::Registration = super::Registration {
 #[serde(rename_all = "camelCase")]
 struct Record {
     spec: IpmiSpec,
+    /// `options=efiboot` on the boot device.
+    #[serde(default)]
+    uefi: bool,
+    /// The node's MACs (IPMI cannot read them).
+    #[serde(default)]
+    macs: Vec<String>,
     #[serde(default)]
     power_on_at: Option<i64>,
     #[serde(default)]
@@ -218,6 +224,7 @@ impl Ipmi {
     fn machine(id: String, on: bool, rec: &Record, macs: Vec<String>) -> Machine {
         let state = match (rec.delete_at.is_some(), on) {
             (true, _) => MachineState::Deleting,
+            (false, _) if rec.power_on_at.is_none() => MachineState::Prepared,
             (false, true) => MachineState::Active,
             (false, false) => MachineState::Pending("power off".into()),
         };
@@ -229,20 +236,15 @@ impl Ipmi {
         }
     }
 
+    /// Checks the BMC answers and records what starting will send;
+    /// nothing changes on the machine yet ([`MachineState::Prepared`]).
     async fn create(&self, node: &NodeRequest, spec: &IpmiSpec) -> Result<Machine> {
         if node.macs.is_empty() {
             return Err(ProviderError::permanent(
                 "ipmi: IPMI cannot read a machine's MACs: give the node's macs",
             ));
         }
-        let was_on = self.power_on(spec).await?;
-        let mut rec = Record {
-            spec: spec.clone(),
-            power_on_at: None,
-            delete_at: None,
-            forced_off: false,
-        };
-        bmc::store(&self.dir, NAME, &node.name, &rec)?;
+        let on = self.power_on(spec).await?;
         let uefi = match spec.mode.as_deref() {
             Some(m) => m == "UEFI",
             None => matches!(
@@ -250,33 +252,63 @@ impl Ipmi {
                 site::Firmware::Uefi | site::Firmware::UefiHttp
             ),
         };
-        let mut bootdev = vec!["chassis", "bootdev", "pxe"];
-        if uefi {
-            bootdev.push("options=efiboot");
-        }
-        self.run(spec, &bootdev, "ipmi: one-time boot from the network")
-            .await?;
-        rec.power_on_at = Some(bmc::now_ms());
+        let rec = Record {
+            spec: spec.clone(),
+            uefi,
+            macs: node.macs.clone(),
+            power_on_at: None,
+            delete_at: None,
+            forced_off: false,
+        };
         bmc::store(&self.dir, NAME, &node.name, &rec)?;
-        let action = if was_on { "reset" } else { "on" };
-        if let Err(e) = self
-            .run(spec, &["chassis", "power", action], "ipmi: power")
-            .await
-        {
-            if !e.is_transient() {
-                rec.power_on_at = None;
-                bmc::store(&self.dir, NAME, &node.name, &rec)?;
-            }
-            return Err(e);
-        }
-        info!(node = %node.name, action, uefi, "ipmi: boot device set, power action sent");
-        let on = self.power_on(spec).await.unwrap_or(false);
         Ok(Self::machine(
             Self::id(&node.name, spec),
             on,
             &rec,
             node.macs.clone(),
         ))
+    }
+
+    /// One-time network boot, then power on (or reset a machine that was
+    /// on); the power action is announced in the record first.
+    async fn start(&self, id: &str) -> Result<()> {
+        let node = bmc::node_of(id);
+        let Some(mut rec) = bmc::load::<Record>(&self.dir, NAME, node)? else {
+            return Err(ProviderError::permanent(format!(
+                "ipmi: no record of {id}: it was never prepared"
+            )));
+        };
+        if rec.power_on_at.is_some() {
+            return Ok(());
+        }
+        let spec = rec.spec.clone();
+        let was_on = self.power_on(&spec).await?;
+        let mut bootdev = vec!["chassis", "bootdev", "pxe"];
+        if rec.uefi {
+            bootdev.push("options=efiboot");
+        }
+        self.run(&spec, &bootdev, "ipmi: one-time boot from the network")
+            .await?;
+        rec.power_on_at = Some(bmc::now_ms());
+        bmc::store(&self.dir, NAME, node, &rec)?;
+        let action = if was_on { "reset" } else { "on" };
+        if let Err(e) = self
+            .run(&spec, &["chassis", "power", action], "ipmi: power")
+            .await
+        {
+            if !e.is_transient() {
+                rec.power_on_at = None;
+                bmc::store(&self.dir, NAME, node, &rec)?;
+            }
+            return Err(e);
+        }
+        info!(
+            node,
+            action,
+            uefi = rec.uefi,
+            "ipmi: boot device set, power action sent"
+        );
+        Ok(())
     }
 
     async fn look(&self, node: &str, mut rec: Record) -> Result<Option<Machine>> {
@@ -324,13 +356,13 @@ impl Ipmi {
             self.run(&rec.spec, &["chassis", "power", "on"], "ipmi: power on")
                 .await?;
         }
-        Ok(Some(Self::machine(id, on, &rec, vec![])))
+        Ok(Some(Self::machine(id, on, &rec, rec.macs.clone())))
     }
 
     async fn find(&self, node: &NodeRequest) -> Result<Option<Machine>> {
         match bmc::load::<Record>(&self.dir, NAME, &node.name)? {
-            Some(rec) if rec.power_on_at.is_some() => self.look(&node.name, rec).await,
-            _ => Ok(None),
+            Some(rec) => self.look(&node.name, rec).await,
+            None => Ok(None),
         }
     }
 
@@ -390,5 +422,8 @@ impl super::Provider for Ipmi {
     }
     fn delete<'a>(&'a self, id: &'a str) -> super::BoxFuture<'a, Result<()>> {
         Box::pin(Ipmi::delete(self, id))
+    }
+    fn start<'a>(&'a self, id: &'a str) -> super::BoxFuture<'a, Result<()>> {
+        Box::pin(Ipmi::start(self, id))
     }
 }

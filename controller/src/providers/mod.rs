@@ -73,6 +73,12 @@ pub trait Provider: Send + Sync + std::fmt::Debug {
     fn get<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<Machine>>>;
     /// Deleting a machine that is already gone succeeds.
     fn delete<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<()>>;
+    /// Starts a machine `create` left [`MachineState::Prepared`]; starting
+    /// one already started succeeds. Providers whose create starts the
+    /// machine need not implement it.
+    fn start<'a>(&'a self, _id: &'a str) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async { Ok(()) })
+    }
 }
 
 /// What the controller needs to build providers.
@@ -284,6 +290,11 @@ pub struct NodeRequest {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum MachineState {
+    /// It exists and the provider knows its MACs, but it was not started:
+    /// the controller records its facts first and starts it
+    /// ([`Provider::start`]) only when they conflict with no other node
+    /// (a BMC's machine: no power action for a machine another node has).
+    Prepared,
     /// Created, not running yet.
     Pending(String),
     Active,
@@ -303,6 +314,7 @@ pub struct Machine {
 impl Machine {
     pub fn state_str(&self) -> String {
         match &self.state {
+            MachineState::Prepared => "prepared".into(),
             MachineState::Pending(s) => s.clone(),
             MachineState::Active => "active".into(),
             MachineState::Failed(s) => format!("failed: {s}"),

@@ -4,8 +4,10 @@
 //! destroyed.
 //!
 //! - create: resolve the system (a `…/Systems/<id>` URL, or the service
-//!   root and a selector), read its MACs from `EthernetInterfaces` (the
-//!   node's MACs need not be typed), set a one-time boot override
+//!   root and a selector) and read its MACs from `EthernetInterfaces` (the
+//!   node's MACs need not be typed); nothing changes on the machine yet.
+//! - start, once the controller recorded those MACs without a conflict with
+//!   another node: set a one-time boot override
 //!   (`BootSourceOverrideEnabled: Once`, target `Pxe`, or `UefiHttp` with
 //!   `HttpBootUri` at this host's UEFI iPXE; `BootSourceOverrideMode` from
 //!   the spec or the node's firmware hint), then power on (`On`), or
@@ -194,6 +196,9 @@ struct Record {
     spec: RedfishSpec,
     /// The system's absolute path on the BMC.
     system: String,
+    /// The `Boot` object `start` PATCHes (the one-time override).
+    #[serde(default)]
+    boot: Value,
     /// When the power-on (or restart) was sent.
     #[serde(default)]
     power_on_at: Option<i64>,
@@ -514,6 +519,8 @@ impl Redfish {
     fn machine(id: String, s: &System, macs: Vec<String>, rec: &Record) -> Machine {
         let state = if rec.delete_at.is_some() {
             MachineState::Deleting
+        } else if rec.power_on_at.is_none() {
+            MachineState::Prepared
         } else {
             match s.power.as_str() {
                 "On" => MachineState::Active,
@@ -528,6 +535,8 @@ impl Redfish {
         }
     }
 
+    /// Reads the system and its MACs and records what starting it will
+    /// send; nothing is changed on the machine yet ([`MachineState::Prepared`]).
     async fn create(&self, node: &NodeRequest, spec: &RedfishSpec) -> Result<Machine> {
         let (bmc, path) = self.bmc(spec)?;
         if spec.insecure_skip_verify {
@@ -536,14 +545,6 @@ impl Redfish {
         let system = bmc.resolve(&path, spec.system.as_deref()).await?;
         let s = bmc.system(&system).await?;
         let macs = bmc.macs(s.nics.as_deref()).await?;
-        let mut rec = Record {
-            spec: spec.clone(),
-            system: system.clone(),
-            power_on_at: None,
-            delete_at: None,
-            forced_off: false,
-        };
-        bmc::store(&self.dir, NAME, &node.name, &rec)?;
         let target = match spec.boot.as_deref() {
             Some("uefiHttp") => "UefiHttp",
             None if node.firmware == site::Firmware::UefiHttp => "UefiHttp",
@@ -573,22 +574,59 @@ impl Redfish {
             }
             boot["HttpBootUri"] = json!(node.uefi_http_url);
         }
+        let rec = Record {
+            spec: spec.clone(),
+            system: system.clone(),
+            boot,
+            power_on_at: None,
+            delete_at: None,
+            forced_off: false,
+        };
+        bmc::store(&self.dir, NAME, &node.name, &rec)?;
+        info!(node = %node.name, system = %system, macs = ?macs, "redfish: system read; started once its MACs are recorded");
+        Ok(Self::machine(
+            Self::id(&node.name, &bmc, &system),
+            &s,
+            macs,
+            &rec,
+        ))
+    }
+
+    /// Sets the one-time boot override, then powers on (or restarts a
+    /// system that was on). The power action is announced in the record
+    /// first: after a crash it is never sent twice.
+    async fn start(&self, id: &str) -> Result<()> {
+        let node = bmc::node_of(id);
+        let Some(mut rec) = bmc::load::<Record>(&self.dir, NAME, node)? else {
+            return Err(ProviderError::permanent(format!(
+                "redfish: no record of {id}: it was never prepared"
+            )));
+        };
+        if rec.power_on_at.is_some() {
+            return Ok(());
+        }
+        let (bmc, _) = self.bmc(&rec.spec)?;
+        let s = bmc.system(&rec.system).await?;
+        let target = rec.boot["BootSourceOverrideTarget"]
+            .as_str()
+            .unwrap_or("Pxe")
+            .to_string();
         bmc.send(
             Method::PATCH,
-            &system,
-            &json!({ "Boot": boot }),
+            &rec.system,
+            &json!({ "Boot": rec.boot }),
             s.etag.as_ref(),
             "redfish: set the one-time boot override",
         )
         .await?;
-        let after = bmc.system(&system).await?;
-        if after.override_target.as_deref() != Some(target) {
-            warn!(node = %node.name, want = target, got = ?after.override_target, "the BMC does not show the boot override it accepted");
+        let after = bmc.system(&rec.system).await?;
+        if after.override_target.as_deref() != Some(target.as_str()) {
+            warn!(node, want = %target, got = ?after.override_target, "the BMC does not show the boot override it accepted");
         }
-        // Announce, then act: after a crash, find sees the record and does
-        // not power the machine again.
+        // Announce, then act: after a crash, the record says the power
+        // action may have been sent, and it is not sent again.
         rec.power_on_at = Some(bmc::now_ms());
-        bmc::store(&self.dir, NAME, &node.name, &rec)?;
+        bmc::store(&self.dir, NAME, node, &rec)?;
         let action = if after.power == "On" {
             "ForceRestart"
         } else {
@@ -602,30 +640,19 @@ impl Redfish {
                 // way is not known to be undone: `get` sends it again only
                 // after the grace time.)
                 rec.power_on_at = None;
-                bmc::store(&self.dir, NAME, &node.name, &rec)?;
+                bmc::store(&self.dir, NAME, node, &rec)?;
                 return Err(refused);
             }
             Err(lost) => return Err(lost),
         }
-        info!(node = %node.name, system = %system, action, target, "redfish: boot override set, power action sent");
-        let s = bmc.system(&system).await?;
-        Ok(Self::machine(
-            Self::id(&node.name, &bmc, &system),
-            &s,
-            macs,
-            &rec,
-        ))
+        info!(node, system = %rec.system, action, target = %target, "redfish: boot override set, power action sent");
+        Ok(())
     }
 
     async fn find(&self, node: &NodeRequest) -> Result<Option<Machine>> {
         let Some(rec) = bmc::load::<Record>(&self.dir, NAME, &node.name)? else {
             return Ok(None);
         };
-        if rec.power_on_at.is_none() {
-            // The override may be set; the power action was never sent:
-            // create does both again (both are idempotent until then).
-            return Ok(None);
-        }
         self.look(&node.name, rec).await
     }
 
@@ -750,6 +777,9 @@ impl super::Provider for Redfish {
     }
     fn delete<'a>(&'a self, id: &'a str) -> super::BoxFuture<'a, Result<()>> {
         Box::pin(Redfish::delete(self, id))
+    }
+    fn start<'a>(&'a self, id: &'a str) -> super::BoxFuture<'a, Result<()>> {
+        Box::pin(Redfish::start(self, id))
     }
 }
 
