@@ -291,10 +291,7 @@ fn discover(app: &App, snap: &Snapshot, q: Option<&str>, peer: IpAddr) -> Respon
         .iter()
         .filter_map(|k| query(q, k).map(|v| (*k, v)))
         .collect();
-    let now = SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or_default();
+    let now = crate::timeline::now_us() / 1000;
     let peer = peer.to_canonical();
     let m = match crate::discovery::from_report(&report, Some(peer), now) {
         Ok(m) => m,
@@ -575,10 +572,7 @@ fn ignition(
     match cfg {
         Ok(cfg) => {
             info!(node = %node.name, %source, via = ?granted, version = %cfg["ignition"]["version"].as_str().unwrap_or("?"), "Ignition served");
-            let now = SystemTime::now()
-                .duration_since(SystemTime::UNIX_EPOCH)
-                .map(|d| d.as_millis() as i64)
-                .unwrap_or_default();
+            let now = crate::timeline::now_us() / 1000;
             if !node_addrs(app, node).contains(&source.to_canonical()) {
                 info!(node = %node.name, %source, "Ignition fetched from another address than the node's: not taken as its install");
             } else {

@@ -126,7 +126,8 @@ fn hostname_of(req: &Message) -> Option<String> {
     }
 }
 
-fn base_reply(req: &Message, t: MessageType, server: Ipv4Addr) -> Message {
+/// A BOOTREPLY to `req`: its transaction, flags, relay and client.
+fn reply_header(req: &Message) -> Message {
     let mut m = Message::default();
     m.set_opcode(Opcode::BootReply)
         .set_htype(HType::Eth)
@@ -134,6 +135,11 @@ fn base_reply(req: &Message, t: MessageType, server: Ipv4Addr) -> Message {
         .set_flags(req.flags())
         .set_giaddr(req.giaddr())
         .set_chaddr(req.chaddr());
+    m
+}
+
+fn base_reply(req: &Message, t: MessageType, server: Ipv4Addr) -> Message {
+    let mut m = reply_header(req);
     m.opts_mut().insert(DhcpOption::MessageType(t));
     m.opts_mut().insert(DhcpOption::ServerIdentifier(server));
     m
@@ -285,15 +291,8 @@ fn bootp(site: &Site, req: &Message, mac: Mac) -> Outcome {
             ),
         );
     }
-    let mut m = Message::default();
-    m.set_opcode(Opcode::BootReply)
-        .set_htype(HType::Eth)
-        .set_xid(req.xid())
-        .set_flags(req.flags())
-        .set_giaddr(req.giaddr())
-        .set_chaddr(req.chaddr())
-        .set_yiaddr(node.ip)
-        .set_siaddr(server);
+    let mut m = reply_header(req);
+    m.set_yiaddr(node.ip).set_siaddr(server);
     add_config(&mut m, site, net, Some(node), None);
     let client = ClientInfo::from_message(req);
     let boot = boot::decide(site, Some(node), &client);

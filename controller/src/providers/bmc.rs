@@ -177,6 +177,87 @@ pub fn read_confined(f: &Path, dir: &Path, max: u64) -> std::result::Result<Vec<
     Ok(buf)
 }
 
+/// A machine still off this long after its power-on was sent gets it again.
+pub const POWER_ON_GRACE_MS: i64 = 60_000;
+
+/// What a BMC provider did to a machine's power: the part of its record
+/// both BMC providers keep alike (flattened into each record's JSON).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PowerLog {
+    /// When the power-on (or restart) was sent.
+    #[serde(default)]
+    pub power_on_at: Option<i64>,
+    /// When the delete's graceful shutdown was sent.
+    #[serde(default)]
+    pub delete_at: Option<i64>,
+    #[serde(default)]
+    pub forced_off: bool,
+}
+
+/// What to do next to a machine, from its record and its power now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PowerStep {
+    /// Deleted and off: clear the boot override, drop the record.
+    Gone,
+    /// Deleted, still on past the power-off timeout: force it off (once).
+    ForceOff,
+    /// Still off a grace time after its power-on was sent: it was lost.
+    PowerOnAgain,
+    /// Nothing to send.
+    Wait,
+}
+
+/// How a delete begins.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeleteStart {
+    /// Begun before: nothing more to send.
+    Underway,
+    /// bootd never powered it: leave it as found, drop the record.
+    NeverPowered,
+    /// Recorded now: send the graceful shutdown if it is on.
+    Begin,
+}
+
+impl PowerLog {
+    /// `off`: the BMC says the machine is off (not powering on or off).
+    pub fn next(
+        &self,
+        off: bool,
+        now_ms: i64,
+        power_off_timeout: std::time::Duration,
+    ) -> PowerStep {
+        match self.delete_at {
+            Some(_) if off => PowerStep::Gone,
+            Some(at) if !self.forced_off && now_ms - at > power_off_timeout.as_millis() as i64 => {
+                PowerStep::ForceOff
+            }
+            Some(_) => PowerStep::Wait,
+            None if off
+                && self
+                    .power_on_at
+                    .is_some_and(|at| now_ms - at > POWER_ON_GRACE_MS) =>
+            {
+                PowerStep::PowerOnAgain
+            }
+            None => PowerStep::Wait,
+        }
+    }
+
+    /// Marks the delete begun (the caller stores the record before it
+    /// sends anything).
+    pub fn begin_delete(&mut self, now_ms: i64) -> DeleteStart {
+        if self.delete_at.is_some() {
+            return DeleteStart::Underway;
+        }
+        if self.power_on_at.is_none() {
+            return DeleteStart::NeverPowered;
+        }
+        self.delete_at = Some(now_ms);
+        DeleteStart::Begin
+    }
+}
+
 /// The directory of the BMC providers' records.
 pub fn dir(state_dir: &Path) -> PathBuf {
     state_dir.join("bmc")
@@ -330,6 +411,38 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("larger than 4096"), "{e}");
+    }
+
+    #[test]
+    fn the_power_steps() {
+        let t = std::time::Duration::from_secs(10);
+        let started = PowerLog {
+            power_on_at: Some(1_000),
+            ..Default::default()
+        };
+        assert_eq!(started.next(false, 2_000, t), PowerStep::Wait);
+        assert_eq!(started.next(true, 2_000, t), PowerStep::Wait);
+        assert_eq!(
+            started.next(true, 1_000 + POWER_ON_GRACE_MS + 1, t),
+            PowerStep::PowerOnAgain
+        );
+        let mut d = started.clone();
+        assert_eq!(d.begin_delete(5_000), DeleteStart::Begin);
+        assert_eq!(d.begin_delete(6_000), DeleteStart::Underway);
+        assert_eq!(d.next(false, 6_000, t), PowerStep::Wait);
+        assert_eq!(d.next(false, 15_001, t), PowerStep::ForceOff);
+        d.forced_off = true;
+        assert_eq!(d.next(false, 20_000, t), PowerStep::Wait);
+        assert_eq!(d.next(true, 20_000, t), PowerStep::Gone);
+        assert_eq!(
+            PowerLog::default().begin_delete(1),
+            DeleteStart::NeverPowered
+        );
+        // The record's JSON keys are the same as when they stood in each record.
+        assert_eq!(
+            serde_json::to_value(&started).unwrap(),
+            serde_json::json!({"powerOnAt": 1000, "deleteAt": null, "forcedOff": false})
+        );
     }
 
     #[test]

@@ -25,7 +25,6 @@ use std::time::Duration;
 use tracing::{info, warn};
 
 const NAME: &str = "ipmi";
-const POWER_ON_GRACE_MS: i64 = 60_000;
 
 /// A node's `provider.ipmi`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -115,12 +114,9 @@ struct Record {
     /// The node's MACs (IPMI cannot read them).
     #[serde(default)]
     macs: Vec<String>,
-    #[serde(default)]
-    power_on_at: Option<i64>,
-    #[serde(default)]
-    delete_at: Option<i64>,
-    #[serde(default)]
-    forced_off: bool,
+    /// What bootd did to its power.
+    #[serde(flatten)]
+    power: bmc::PowerLog,
 }
 
 #[derive(Debug)]
@@ -222,9 +218,9 @@ impl Ipmi {
     }
 
     fn machine(id: String, on: bool, rec: &Record, macs: Vec<String>) -> Machine {
-        let state = match (rec.delete_at.is_some(), on) {
+        let state = match (rec.power.delete_at.is_some(), on) {
             (true, _) => MachineState::Deleting,
-            (false, _) if rec.power_on_at.is_none() => MachineState::Prepared,
+            (false, _) if rec.power.power_on_at.is_none() => MachineState::Prepared,
             (false, true) => MachineState::Active,
             (false, false) => MachineState::Pending("power off".into()),
         };
@@ -256,9 +252,7 @@ impl Ipmi {
             spec: spec.clone(),
             uefi,
             macs: node.macs.clone(),
-            power_on_at: None,
-            delete_at: None,
-            forced_off: false,
+            power: bmc::PowerLog::default(),
         };
         bmc::store(&self.dir, NAME, &node.name, &rec)?;
         Ok(Self::machine(
@@ -278,7 +272,7 @@ impl Ipmi {
                 "ipmi: no record of {id}: it was never prepared"
             )));
         };
-        if rec.power_on_at.is_some() {
+        if rec.power.power_on_at.is_some() {
             return Ok(());
         }
         let spec = rec.spec.clone();
@@ -289,7 +283,7 @@ impl Ipmi {
         }
         self.run(&spec, &bootdev, "ipmi: one-time boot from the network")
             .await?;
-        rec.power_on_at = Some(bmc::now_ms());
+        rec.power.power_on_at = Some(bmc::now_ms());
         bmc::store(&self.dir, NAME, node, &rec)?;
         let action = if was_on { "reset" } else { "on" };
         if let Err(e) = self
@@ -297,7 +291,7 @@ impl Ipmi {
             .await
         {
             if !e.is_transient() {
-                rec.power_on_at = None;
+                rec.power.power_on_at = None;
                 bmc::store(&self.dir, NAME, node, &rec)?;
             }
             return Err(e);
@@ -314,8 +308,8 @@ impl Ipmi {
     async fn look(&self, node: &str, mut rec: Record) -> Result<Option<Machine>> {
         let id = Self::id(node, &rec.spec);
         let on = self.power_on(&rec.spec).await?;
-        if let Some(at) = rec.delete_at {
-            if !on {
+        match rec.power.next(!on, bmc::now_ms(), self.power_off_timeout) {
+            bmc::PowerStep::Gone => {
                 if let Err(e) = self
                     .run(
                         &rec.spec,
@@ -330,8 +324,8 @@ impl Ipmi {
                 info!(node, "ipmi: powered off; record removed");
                 return Ok(None);
             }
-            if !rec.forced_off && bmc::now_ms() - at > self.power_off_timeout.as_millis() as i64 {
-                rec.forced_off = true;
+            bmc::PowerStep::ForceOff => {
+                rec.power.forced_off = true;
                 bmc::store(&self.dir, NAME, node, &rec)?;
                 warn!(
                     node,
@@ -340,21 +334,20 @@ impl Ipmi {
                 self.run(&rec.spec, &["chassis", "power", "off"], "ipmi: power off")
                     .await?;
             }
-            return Ok(Some(Self::machine(id, true, &rec, vec![])));
+            bmc::PowerStep::PowerOnAgain => {
+                rec.power.power_on_at = Some(bmc::now_ms());
+                bmc::store(&self.dir, NAME, node, &rec)?;
+                warn!(
+                    node,
+                    "ipmi: still off a minute after power-on; sending it again"
+                );
+                self.run(&rec.spec, &["chassis", "power", "on"], "ipmi: power on")
+                    .await?;
+            }
+            bmc::PowerStep::Wait => {}
         }
-        if !on
-            && rec
-                .power_on_at
-                .is_some_and(|at| bmc::now_ms() - at > POWER_ON_GRACE_MS)
-        {
-            rec.power_on_at = Some(bmc::now_ms());
-            bmc::store(&self.dir, NAME, node, &rec)?;
-            warn!(
-                node,
-                "ipmi: still off a minute after power-on; sending it again"
-            );
-            self.run(&rec.spec, &["chassis", "power", "on"], "ipmi: power on")
-                .await?;
+        if rec.power.delete_at.is_some() {
+            return Ok(Some(Self::machine(id, true, &rec, vec![])));
         }
         Ok(Some(Self::machine(id, on, &rec, rec.macs.clone())))
     }
@@ -379,25 +372,23 @@ impl Ipmi {
         let Some(mut rec) = bmc::load::<Record>(&self.dir, NAME, node)? else {
             return Ok(());
         };
-        if rec.delete_at.is_some() {
-            return Ok(());
+        match rec.power.begin_delete(bmc::now_ms()) {
+            bmc::DeleteStart::Underway => Ok(()),
+            bmc::DeleteStart::NeverPowered => bmc::remove(&self.dir, NAME, node),
+            bmc::DeleteStart::Begin => {
+                let on = self.power_on(&rec.spec).await?;
+                bmc::store(&self.dir, NAME, node, &rec)?;
+                if on {
+                    self.run(
+                        &rec.spec,
+                        &["chassis", "power", "soft"],
+                        "ipmi: soft power off",
+                    )
+                    .await?;
+                }
+                Ok(())
+            }
         }
-        if rec.power_on_at.is_none() {
-            // Never powered by bootd (the create stopped before): left as found.
-            return bmc::remove(&self.dir, NAME, node);
-        }
-        let on = self.power_on(&rec.spec).await?;
-        rec.delete_at = Some(bmc::now_ms());
-        bmc::store(&self.dir, NAME, node, &rec)?;
-        if on {
-            self.run(
-                &rec.spec,
-                &["chassis", "power", "soft"],
-                "ipmi: soft power off",
-            )
-            .await?;
-        }
-        Ok(())
     }
 }
 

@@ -41,9 +41,6 @@ use tracing::{info, warn};
 
 const NAME: &str = "redfish";
 
-/// A system still off this long after its power-on was sent gets it again.
-const POWER_ON_GRACE_MS: i64 = 60_000;
-
 /// A node's `provider.redfish`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -199,14 +196,9 @@ struct Record {
     /// The `Boot` object `start` PATCHes (the one-time override).
     #[serde(default)]
     boot: Value,
-    /// When the power-on (or restart) was sent.
-    #[serde(default)]
-    power_on_at: Option<i64>,
-    /// When the delete's graceful shutdown was sent.
-    #[serde(default)]
-    delete_at: Option<i64>,
-    #[serde(default)]
-    forced_off: bool,
+    /// What bootd did to its power.
+    #[serde(flatten)]
+    power: bmc::PowerLog,
 }
 
 #[derive(Debug)]
@@ -517,9 +509,9 @@ impl Redfish {
     }
 
     fn machine(id: String, s: &System, macs: Vec<String>, rec: &Record) -> Machine {
-        let state = if rec.delete_at.is_some() {
+        let state = if rec.power.delete_at.is_some() {
             MachineState::Deleting
-        } else if rec.power_on_at.is_none() {
+        } else if rec.power.power_on_at.is_none() {
             MachineState::Prepared
         } else {
             match s.power.as_str() {
@@ -578,9 +570,7 @@ impl Redfish {
             spec: spec.clone(),
             system: system.clone(),
             boot,
-            power_on_at: None,
-            delete_at: None,
-            forced_off: false,
+            power: bmc::PowerLog::default(),
         };
         bmc::store(&self.dir, NAME, &node.name, &rec)?;
         info!(node = %node.name, system = %system, macs = ?macs, "redfish: system read; started once its MACs are recorded");
@@ -602,7 +592,7 @@ impl Redfish {
                 "redfish: no record of {id}: it was never prepared"
             )));
         };
-        if rec.power_on_at.is_some() {
+        if rec.power.power_on_at.is_some() {
             return Ok(());
         }
         let (bmc, _) = self.bmc(&rec.spec)?;
@@ -625,7 +615,7 @@ impl Redfish {
         }
         // Announce, then act: after a crash, the record says the power
         // action may have been sent, and it is not sent again.
-        rec.power_on_at = Some(bmc::now_ms());
+        rec.power.power_on_at = Some(bmc::now_ms());
         bmc::store(&self.dir, NAME, node, &rec)?;
         let action = if after.power == "On" {
             "ForceRestart"
@@ -639,7 +629,7 @@ impl Redfish {
                 // next attempt may send it again. (A request lost on the
                 // way is not known to be undone: `get` sends it again only
                 // after the grace time.)
-                rec.power_on_at = None;
+                rec.power.power_on_at = None;
                 bmc::store(&self.dir, NAME, node, &rec)?;
                 return Err(refused);
             }
@@ -662,7 +652,7 @@ impl Redfish {
         let s = match bmc.system_opt(&rec.system).await? {
             Some(s) => s,
             // The system is gone from the BMC: nothing left to power off.
-            None if rec.delete_at.is_some() => {
+            None if rec.power.delete_at.is_some() => {
                 bmc::remove(&self.dir, NAME, node)?;
                 return Ok(None);
             }
@@ -673,8 +663,11 @@ impl Redfish {
                 )))
             }
         };
-        if let Some(at) = rec.delete_at {
-            if s.power == "Off" {
+        match rec
+            .power
+            .next(s.power == "Off", bmc::now_ms(), self.power_off_timeout)
+        {
+            bmc::PowerStep::Gone => {
                 // Leave the machine as we found it: no override of ours.
                 let clear = json!({ "Boot": { "BootSourceOverrideEnabled": "Disabled" } });
                 if let Err(e) = bmc
@@ -696,8 +689,8 @@ impl Redfish {
                 info!(node, system = %rec.system, "redfish: powered off; record removed");
                 return Ok(None);
             }
-            if !rec.forced_off && bmc::now_ms() - at > self.power_off_timeout.as_millis() as i64 {
-                rec.forced_off = true;
+            bmc::PowerStep::ForceOff => {
+                rec.power.forced_off = true;
                 bmc::store(&self.dir, NAME, node, &rec)?;
                 warn!(
                     node,
@@ -705,21 +698,19 @@ impl Redfish {
                 );
                 bmc.reset(&s, "ForceOff").await??;
             }
-            return Ok(Some(Self::machine(id, &s, vec![], &rec)));
+            bmc::PowerStep::PowerOnAgain => {
+                rec.power.power_on_at = Some(bmc::now_ms());
+                bmc::store(&self.dir, NAME, node, &rec)?;
+                warn!(
+                    node,
+                    "redfish: still off a minute after power-on; sending it again"
+                );
+                bmc.reset(&s, "On").await??;
+            }
+            bmc::PowerStep::Wait => {}
         }
-        if s.power == "Off"
-            && rec
-                .power_on_at
-                .is_some_and(|at| bmc::now_ms() - at > POWER_ON_GRACE_MS)
-        {
-            // Off a minute after the power-on was sent: it was lost.
-            rec.power_on_at = Some(bmc::now_ms());
-            bmc::store(&self.dir, NAME, node, &rec)?;
-            warn!(
-                node,
-                "redfish: still off a minute after power-on; sending it again"
-            );
-            bmc.reset(&s, "On").await??;
+        if rec.power.delete_at.is_some() {
+            return Ok(Some(Self::machine(id, &s, vec![], &rec)));
         }
         let macs = bmc.macs(s.nics.as_deref()).await?;
         Ok(Some(Self::machine(id, &s, macs, &rec)))
@@ -738,21 +729,19 @@ impl Redfish {
         let Some(mut rec) = bmc::load::<Record>(&self.dir, NAME, node)? else {
             return Ok(());
         };
-        if rec.delete_at.is_some() {
-            return Ok(());
+        match rec.power.begin_delete(bmc::now_ms()) {
+            bmc::DeleteStart::Underway => Ok(()),
+            bmc::DeleteStart::NeverPowered => bmc::remove(&self.dir, NAME, node),
+            bmc::DeleteStart::Begin => {
+                let (bmc, _) = self.bmc(&rec.spec)?;
+                let s = bmc.system(&rec.system).await?;
+                bmc::store(&self.dir, NAME, node, &rec)?;
+                if s.power != "Off" {
+                    bmc.reset(&s, "GracefulShutdown").await??;
+                }
+                Ok(())
+            }
         }
-        if rec.power_on_at.is_none() {
-            // Never powered by bootd (the create stopped before): left as found.
-            return bmc::remove(&self.dir, NAME, node);
-        }
-        let (bmc, _) = self.bmc(&rec.spec)?;
-        let s = bmc.system(&rec.system).await?;
-        rec.delete_at = Some(bmc::now_ms());
-        bmc::store(&self.dir, NAME, node, &rec)?;
-        if s.power != "Off" {
-            bmc.reset(&s, "GracefulShutdown").await??;
-        }
-        Ok(())
     }
 }
 
