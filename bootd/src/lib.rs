@@ -19,6 +19,7 @@
 //! - [`files`]: confined opens (`openat2` RESOLVE_BENEATH), ranges, streaming.
 //! - [`http`]: the routes, listed in one function; [`body`]: their body type.
 //! - [`installed`]: which nodes installed (a later network boot boots their disk).
+//! - [`media`]: per-node bootable ISOs for BMC virtual media (grub-mkrescue).
 //! - [`discovery`]: machines with unknown MACs that reported themselves.
 //! - [`tls`]: the site CA and serving certificate (rcgen, rustls).
 //! - [`state`]: the live snapshot (swapped atomically) and state-dir files.
@@ -38,6 +39,7 @@ pub mod discovery;
 pub mod files;
 pub mod http;
 pub mod installed;
+pub mod media;
 pub mod metrics;
 pub mod plain;
 pub mod render;
@@ -83,6 +85,8 @@ pub struct App {
     pub installed: installed::Installed,
     /// Machines with unknown MACs that reported themselves (`discovery:`).
     pub discovered: discovery::Discovered,
+    /// Per-node ISOs for BMC virtual media, built on request.
+    pub media: media::Media,
 }
 
 /// See [`Config::check_images`]: `Err` says what is missing or corrupt.
@@ -281,6 +285,7 @@ pub fn prepare(config: &Config, want_tls: bool) -> Result<Arc<App>, Error> {
         .map_err(|e| Error::StateDir(state_dir.clone(), e))?;
     metrics.discovered.set(discovered.len() as i64);
     Ok(Arc::new(App {
+        media: media::Media::new(&state_dir),
         installed,
         discovered,
         live,

@@ -30,6 +30,9 @@ pub fn boot_kind_condition(kind: BootKind, at: i64) -> Condition {
         BootKind::Image => {
             "boots its image with the pointer config as user data: Ready once it fetched its Ignition"
         }
+        BootKind::Media => {
+            "boots this host's ISO from its BMC's virtual media: Ready once it fetched its Ignition"
+        }
     };
     Condition {
         kind: BOOT_KIND.into(),
@@ -79,11 +82,11 @@ pub fn conditions_view(
                 "no DHCP lease, boot script or GRUB config served yet",
             )
         }),
-        BootKind::Image => get(NETWORK_BOOTED).unwrap_or_else(|| {
+        BootKind::Image | BootKind::Media => get(NETWORK_BOOTED).unwrap_or_else(|| {
             unknown(
                 NETWORK_BOOTED,
                 "NotApplicable",
-                "boots its image, not through this host",
+                "boots an image or virtual media, not a network boot",
             )
         }),
     };
@@ -91,7 +94,7 @@ pub fn conditions_view(
         .unwrap_or_else(|| unknown(IGNITION_SERVED, "NotSeen", "Ignition not fetched yet"));
     let needed: Vec<&Condition> = match kind {
         BootKind::Network => vec![&provisioned, &booted, &ign],
-        BootKind::Image => vec![&provisioned, &ign],
+        BootKind::Image | BootKind::Media => vec![&provisioned, &ign],
     };
     let ready = match (get(READY), row) {
         (Some(r), Some(_)) => r,

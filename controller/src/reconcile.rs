@@ -32,6 +32,9 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tracing::{error, info, warn};
 
+mod ready;
+use ready::{boot_step, finish, past_deadline};
+
 /// What a step leaves the loop to do.
 #[derive(Debug)]
 enum Next {
@@ -214,6 +217,7 @@ fn node_request(ctl: &Controller, snap: &Snapshot, row: &NodeRow) -> Option<Node
             })
             .unwrap_or_default(),
         userdata: site::Secret(bootd::http::pointer_for(&ctl.app, snap, name).to_string()),
+        media_url: site::Secret(bootd::http::media_url_for(&ctl.app, snap, name)),
     })
 }
 
@@ -246,7 +250,7 @@ async fn step(ctl: &Arc<Controller>, row: &NodeRow) -> Result<Next, StoreError> 
         );
     };
     let kind = (spec.registration.boot_kind)(&spec.spec);
-    ctl.app.timeline.set_boot(name, kind == BootKind::Image);
+    ctl.app.timeline.set_boot(name, kind != BootKind::Network);
     let provider = match ctl.provider(spec.name()) {
         Ok(p) => p,
         Err(e) => {
@@ -359,6 +363,9 @@ async fn step(ctl: &Arc<Controller>, row: &NodeRow) -> Result<Next, StoreError> 
             if !was {
                 ctl.note(name, events::PROVIDER, msg.clone());
             }
+            if let Some(next) = finish(ctl, name, provider.as_ref(), &machine.id).await? {
+                return Ok(next);
+            }
             boot_step(
                 ctl,
                 row,
@@ -382,7 +389,7 @@ async fn step(ctl: &Arc<Controller>, row: &NodeRow) -> Result<Next, StoreError> 
                 );
                 return Ok(Next::Idle);
             }
-            if let Err(e) = provider.start(&machine.id).await {
+            if let Err(e) = provider.start(&machine.id, &req).await {
                 return Ok(provider_failed(ctl, name, e));
             }
             ctl.note(
@@ -443,101 +450,6 @@ fn provider_failed(ctl: &Controller, name: &str, e: ProviderError) -> Next {
     Next::Idle
 }
 
-fn past_deadline(ctl: &Controller, row: &NodeRow, kind: BootKind) -> Option<Next> {
-    if deadline_left(ctl, row) > Duration::ZERO {
-        return None;
-    }
-    let conds = ctl.store.conditions(&row.name).unwrap_or_default();
-    let is = |k: &str| conds.iter().any(|c| c.kind == k && c.status == "True");
-    let wanted: &[&str] = match kind {
-        BootKind::Network => &[PROVISIONED, NETWORK_BOOTED, IGNITION_SERVED],
-        BootKind::Image => &[PROVISIONED, IGNITION_SERVED],
-    };
-    let waiting = wanted.iter().copied().find(|k| !is(k));
-    if kind == BootKind::Image && waiting == Some(IGNITION_SERVED) {
-        // The machine runs, but what it booted never asked for its config.
-        let msg = format!(
-            "the machine is active but its image never fetched its Ignition within {:?}: \
-             the pointer config in its user data was not followed (does the image run \
-             Ignition, and can it reach this host's Ignition URL?)",
-            ctl.deadline()
-        );
-        fail_with(
-            ctl,
-            &row.name,
-            &msg,
-            Some(cond(IGNITION_SERVED, "False", "NeverFetched", &msg)),
-        );
-        return Some(Next::Idle);
-    }
-    fail(
-        ctl,
-        &row.name,
-        &format!(
-            "not Ready within {:?}: still waiting for {}",
-            ctl.deadline(),
-            waiting.unwrap_or(READY)
-        ),
-    );
-    Some(Next::Idle)
-}
-
-/// After the machine is up (`provisioned`, written with the phase): Ready
-/// once it did what its boot kind needs (network-booted and fetched its
-/// Ignition, or, booting an image, fetched its Ignition).
-fn boot_step(
-    ctl: &Controller,
-    row: &NodeRow,
-    provisioned: Condition,
-    kind: BootKind,
-) -> Result<Next, StoreError> {
-    let name = row.name.as_str();
-    let conds = ctl.store.conditions(name)?;
-    let is = |k: &str| conds.iter().any(|c| c.kind == k && c.status == "True");
-    let boot = match conds.iter().find(|c| c.kind == BOOT_KIND) {
-        Some(c) if c.reason == kind.as_str() => c.clone(),
-        _ => boot_kind_condition(kind, now_ms()),
-    };
-    let booted = kind == BootKind::Image || is(NETWORK_BOOTED);
-    if booted && is(IGNITION_SERVED) {
-        let ready = cond(
-            READY,
-            "True",
-            "IgnitionServed",
-            match kind {
-                BootKind::Network => "network-booted and fetched its Ignition",
-                BootKind::Image => "booted its image and fetched its Ignition",
-            },
-        );
-        ctl.store
-            .set_phase_and_conditions(name, "Ready", "", &[provisioned, boot, ready])?;
-        ctl.note(name, events::API, "Ready");
-        info!(node = %name, kind = kind.as_str(), "node Ready");
-        return Ok(Next::Idle);
-    }
-    let (phase, reason, msg) = match kind {
-        BootKind::Image => (
-            "Booting",
-            "WaitingForIgnition",
-            "booting its image; waiting for it to fetch its Ignition",
-        ),
-        BootKind::Network if booted => (
-            "Booting",
-            "WaitingForIgnition",
-            "network-booted; waiting for it to fetch its Ignition",
-        ),
-        BootKind::Network => (
-            "Provisioned",
-            "WaitingForNetworkBoot",
-            "waiting for the machine to network-boot",
-        ),
-    };
-    let ready = cond(READY, "False", reason, msg);
-    ctl.store
-        .set_phase_and_conditions(name, phase, msg, &[provisioned, boot, ready])?;
-    Ok(past_deadline(ctl, row, kind).unwrap_or(Next::Poll))
-}
-
 async fn delete_step(
     ctl: &Arc<Controller>,
     row: &NodeRow,
@@ -573,6 +485,7 @@ async fn delete_step(
                 firmware: site::Firmware::Auto,
                 uefi_http_url: String::new(),
                 userdata: site::Secret(String::new()),
+                media_url: site::Secret(String::new()),
             });
             match provider.find(&req).await {
                 Ok(m) => m.map(|m| m.id),

@@ -64,6 +64,7 @@ fn node(macs: &[&str]) -> NodeRequest {
         firmware: site::Firmware::Uefi,
         uefi_http_url: String::new(),
         userdata: site::Secret(String::new()),
+        media_url: site::Secret(String::new()),
     }
 }
 
@@ -80,8 +81,8 @@ async fn bootdev_then_power_on_with_the_password_in_the_environment_only() {
     let s = spec(d.path());
     let m = p.create(&node(&["52:54:00:77:00:61"]), &s).await.unwrap();
     assert_eq!(m.state, MachineState::Prepared, "create changes nothing");
-    p.start(&m.id).await.unwrap();
-    p.start(&m.id).await.unwrap();
+    p.start(&m.id, &node(&["52:54:00:77:00:61"])).await.unwrap();
+    p.start(&m.id, &node(&["52:54:00:77:00:61"])).await.unwrap();
     assert_eq!(
         p.get(&m.id).await.unwrap().unwrap().state,
         MachineState::Active

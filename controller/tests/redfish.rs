@@ -26,6 +26,7 @@ fn node(name: &str) -> NodeRequest {
         firmware: site::Firmware::Bios,
         uefi_http_url: "http://10.77.0.1:8080/boot/ipxe.efi".into(),
         userdata: site::Secret(String::new()),
+        media_url: site::Secret(String::new()),
     }
 }
 
@@ -60,8 +61,8 @@ async fn up(p: &Redfish, n: &NodeRequest, s: &Value) -> Result<Machine, Provider
     let m = p.create(n, s).await?;
     assert_eq!(m.state, MachineState::Prepared, "create changes nothing");
     assert!(!m.macs.is_empty());
-    p.start(&m.id).await?;
-    p.start(&m.id).await?;
+    p.start(&m.id, n).await?;
+    p.start(&m.id, n).await?;
     Ok(p.get(&m.id).await?.expect("a record"))
 }
 
@@ -224,7 +225,7 @@ async fn wrong_password_unknown_system_and_faults_say_so_without_the_password() 
         MachineState::Prepared,
         "a refused power-on leaves it prepared"
     );
-    p.start(&m.id).await.unwrap();
+    p.start(&m.id, &node("a")).await.unwrap();
     // The refused one did nothing (the fake answered before acting).
     assert_eq!(bmc.lock().unwrap().resets, vec!["On"]);
     assert_eq!(bmc.lock().unwrap().power, "On");
@@ -347,7 +348,7 @@ fn specs_are_checked_with_every_problem() {
     let ok = json!({"url": "https://10.0.0.5/redfish/v1/Systems/1", "username": "admin", "password": {"credential": "bmc-r1"}});
     assert_eq!((reg.check_spec)(&ok), Ok(vec![]));
     let bad = json!({"url": "ftp://admin:pw@x/", "username": "", "password": {"file": "rel", "env": "X"},
-                     "caBundle": "/ca.pem", "insecureSkipVerify": true, "boot": "virtualMedia", "mode": "BIOS"});
+                     "caBundle": "/ca.pem", "insecureSkipVerify": true, "boot": "floppy", "mode": "BIOS"});
     let p = (reg.check_spec)(&bad).unwrap();
     assert_eq!(p.len(), 6, "{p:#?}");
     assert!(
@@ -361,7 +362,7 @@ fn specs_are_checked_with_every_problem() {
     );
     assert!(
         p.iter()
-            .any(|x| x.contains("virtualMedia is not available")),
+            .any(|x| x.contains("\"floppy\": want pxe, uefiHttp or virtualMedia")),
         "{p:?}"
     );
     // An inline password is not a reference: refused when parsed.
@@ -384,4 +385,78 @@ async fn links_outside_the_bmc_are_not_followed() {
     assert!(!e.is_transient(), "{e}");
     assert!(e.to_string().contains("outside itself"), "{e}");
     assert!(bmc.lock().unwrap().resets.is_empty());
+}
+
+/// boot: virtualMedia: the ISO goes into the CD device (found through the
+/// manager), a one-time boot from it, power on; `finish` (the node fetched
+/// its Ignition) ejects it once; an image left by someone else is ejected
+/// before the insert; the ISO URL (it carries a token) is in no error.
+#[tokio::test]
+async fn virtual_media_is_inserted_booted_once_and_ejected_after_ignition() {
+    let (d, pw) = setup();
+    let bmc = fresh();
+    bmc.lock().unwrap().media = Some("http://old.example/other.iso".into());
+    let addr = serve(bmc.clone(), None).await;
+    let p = provider(d.path());
+    let mut s = spec(&format!("http://{addr}{SYS}"), &pw);
+    s["boot"] = json!("virtualMedia");
+    let reg = controller::providers::registration("redfish").unwrap();
+    assert_eq!((reg.check_spec)(&s), Ok(vec![]));
+    assert_eq!((reg.boot_kind)(&s), controller::providers::BootKind::Media);
+    let mut n = node("vm");
+    let url = "http://10.77.0.1:8080/media/vm.iso?token=123.secret-token";
+    n.media_url = site::Secret(url.into());
+    let m = up(&p, &n, &s).await.unwrap();
+    assert_eq!(m.state, MachineState::Active);
+    {
+        let b = bmc.lock().unwrap();
+        assert_eq!(
+            b.media_ops,
+            vec!["eject".to_string(), format!("insert {url}")]
+        );
+        assert_eq!(b.media.as_deref(), Some(url));
+        assert_eq!(b.target, "Cd");
+        assert_eq!(b.enabled, "Once");
+        assert_eq!(b.mode, "Legacy", "the node's firmware hint is bios");
+        assert_eq!(b.resets, vec!["On"], "one power-on for two starts");
+    }
+    p.finish(&m.id).await.unwrap();
+    p.finish(&m.id).await.unwrap();
+    {
+        let b = bmc.lock().unwrap();
+        assert_eq!(b.media, None);
+        assert_eq!(
+            b.media_ops.iter().filter(|o| *o == "eject").count(),
+            2,
+            "the stranger's image and ours, each once"
+        );
+    }
+    let state = std::fs::read_to_string(d.path().join("state/redfish-vm.json")).unwrap();
+    let rec: Value = serde_json::from_str(&state).unwrap();
+    assert_eq!(rec["media"]["ejected"], json!(true), "{state}");
+    assert!(
+        !state.contains("secret-token"),
+        "the token is not kept: {state}"
+    );
+    // No CD device: a clear, permanent error, and no power action.
+    let (d2, pw2) = setup();
+    let bmc2 = fresh();
+    bmc2.lock()
+        .unwrap()
+        .faults
+        .push(("GET", MANAGER, 404, None));
+    let addr2 = serve(bmc2.clone(), None).await;
+    let p2 = provider(d2.path());
+    let mut s2 = spec(&format!("http://{addr2}{SYS}"), &pw2);
+    s2["boot"] = json!("virtualMedia");
+    let e = up(&p2, &n, &s2).await.unwrap_err();
+    assert!(!e.is_transient(), "{e}");
+    assert!(e.to_string().contains("HTTP 404"), "{e}");
+    assert!(!format!("{e} {e:?}").contains("secret-token"), "{e:?}");
+    assert!(bmc2.lock().unwrap().resets.is_empty());
+    // Without bootd's ISO URL the start is refused before anything is sent.
+    let mut n3 = node("vm3");
+    n3.media_url = site::Secret(String::new());
+    let e = up(&p, &n3, &s).await.unwrap_err();
+    assert!(e.to_string().contains("no ISO"), "{e}");
 }

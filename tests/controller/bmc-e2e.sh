@@ -156,6 +156,7 @@ PIDS+=($!)
 
 # --- libvirt, the two VMs, the BMC emulators ------------------------------------------------
 bmc_libvirt_start
+bmc_pool
 bmc_define "$RF_NODE" "$RF_MAC"
 bmc_define "$IPMI_NODE" "$IPMI_MAC"
 RF_UUID=$(lv domuuid "$RF_NODE")
@@ -482,6 +483,62 @@ discovery_check() {
   wait_domstate "$RF_NODE" "shut off" 120 || lv destroy "$RF_NODE" >/dev/null 2>&1 || true
 }
 
+# delete_node NODE DOMAIN: DELETE; the node goes within 60 s and the BMC
+# powers the machine off.
+delete_node() {
+  local node=$1 dom=$2 r gone=0 deadline=$(( $(date +%s) + 60 ))
+  r=$(api DELETE "/v1/nodes/$node")
+  [[ $(status_of "$r") =~ ^20[024]$ ]] || fail "DELETE /v1/nodes/$node: $r"
+  while (( $(date +%s) < deadline )); do
+    [[ $(status_of "$(api GET "/v1/nodes/$node")") == 404 ]] && { gone=1; break; }
+    sleep 0.5
+  done
+  [[ $gone == 1 ]] || fail "$node still there 60 s after DELETE"
+  wait_domstate "$dom" "shut off" 60 || fail "$dom: $(lv domstate "$dom") after the delete, not shut off"
+  log "$node: deleted, $dom shut off"
+}
+
+# media_check: the Redfish VM as node bmc-vm with boot: virtualMedia. bootd
+# builds the node's ISO, sushy fetches it (InsertMedia) into its libvirt pool
+# and attaches it as a CD, the VM boots it once (GRUB from the ISO, no iPXE,
+# no network boot), fetches its Ignition and turns Ready; the ISO is then
+# ejected (the BMC says Inserted false); a second power-on does not run the
+# installer again (no second Ignition fetch, no second GRUB from the ISO).
+media_check() {
+  local node=bmc-vm dom=$RF_NODE t off rc before seg r ins
+  off=$(serial_size "$dom")
+  t=$(date +%s.%N)
+  r=$(api POST /v1/nodes "{\"name\":\"$node\",\"role\":\"worker\",\"ip\":\"$RF_IP\",\"kernelArgs\":[\"console=ttyS0\"],\"provider\":{\"redfish\":{\"url\":\"$RF_URL\",\"username\":\"admin\",\"password\":$PW_REF,\"boot\":\"virtualMedia\",\"mode\":\"Legacy\",\"allowPlainHttp\":true}}}")
+  [[ $(status_of "$r") == 201 ]] || fail "POST /v1/nodes $node: $r"
+  rc=0
+  cli wait "$node" --timeout 240 --interval 1 > >(tee "$WORKDIR/wait-$node.out" >&2) 2>&1 || rc=$?
+  sleep 0.2
+  [[ $rc == 0 ]] || fail "bootd nodes wait $node exited $rc: $(tail -n 1 "$WORKDIR/wait-$node.out"); sushy: $(grep -a -i -E "error|media" "$WORKDIR/sushy-rf.log" | tail -n 3)"
+  MEDIA_SECS=$(elapsed "$t")
+  api GET "/v1/nodes/$node" >"$WORKDIR/node-$node.json"
+  wait_ignition "$node" "$off" 60 "$dom"
+  seg=$(serial_from "$dom" "$off")
+  grep -a -q "bootd: $node: loading kernel" <<<"$seg" || fail "$node: the console shows no GRUB from the node's ISO"
+  grep -a -q "iPXE initialising devices" <<<"$seg" && fail "$node: iPXE ran: the VM network-booted instead of booting the ISO"
+  # grep -c, not -q: with pipefail an early exit would fail the pipeline.
+  [[ $(cat "$WORKDIR"/bootd-*.log | clean /dev/stdin | grep -a -c "virtual media served.*node=$node" || true) -ge 1 ]] \
+    || fail "$node: bootd's log does not show the ISO served"
+  log "$node: booted its ISO from virtual media and fetched its Ignition, Ready in ${MEDIA_SECS}s"
+  r=$(rf GET "$RF_URL/VirtualMedia/Cd")
+  ins=$(body_of "$r" | json 'd.get("Inserted")')
+  [[ $(status_of "$r") == 200 && $ins == false ]] || fail "$node: the virtual media is not ejected after Ready: $(body_of "$r" | head -c 400)"
+  log "$node: virtual media ejected (Inserted: $ins)"
+  wait_domstate "$dom" "shut off" 120 || fail "$dom: still $(lv domstate "$dom") 120 s after Ready"
+  before=$(ignition_served "$node")
+  off=$(serial_size "$dom")
+  power_on_again rf "$dom"
+  seg=$(describe_second_boot "$dom" "$off" 60)
+  log "$node: second boot: $seg"
+  [[ $(ignition_served "$node") == "$before" ]] || fail "$node: the second boot fetched its Ignition again"
+  serial_from "$dom" "$off" | grep -a -q "bootd: $node: loading kernel" && fail "$node: the second boot ran the ISO's installer again"
+  delete_node "$node" "$dom"
+}
+
 provider_node() {   # provider_node NODE DOMAIN rf|ipmi BODY -> sets NODE_SECS
   local node=$1 dom=$2 how=$3 body=$4 r t rc left off before
   t=$(date +%s.%N)
@@ -503,17 +560,7 @@ provider_node() {   # provider_node NODE DOMAIN rf|ipmi BODY -> sets NODE_SECS
   off=$(serial_size "$dom")
   power_on_again "$how" "$dom"
   second_boot_check "$node" "$dom" "$before" "$off"
-  # Delete: the node goes, the BMC powers the machine off.
-  r=$(api DELETE "/v1/nodes/$node")
-  [[ $(status_of "$r") =~ ^20[024]$ ]] || fail "DELETE /v1/nodes/$node: $r"
-  local gone=0 deadline=$(( $(date +%s) + 60 ))
-  while (( $(date +%s) < deadline )); do
-    [[ $(status_of "$(api GET "/v1/nodes/$node")") == 404 ]] && { gone=1; break; }
-    sleep 0.5
-  done
-  [[ $gone == 1 ]] || fail "$node still there 60 s after DELETE"
-  wait_domstate "$dom" "shut off" 60 || fail "$dom: $(lv domstate "$dom") after the delete, not shut off"
-  log "$node: deleted, $dom shut off"
+  delete_node "$node" "$dom"
 }
 
 if [[ $INFRA == 0 ]]; then
@@ -524,6 +571,7 @@ if [[ $INFRA == 0 ]]; then
   provider_node "$IPMI_NODE" "$IPMI_NODE" ipmi \
     "{\"name\":\"$IPMI_NODE\",\"role\":\"worker\",\"ip\":\"$IPMI_IP\",\"kernelArgs\":[\"console=ttyS0\"],\"macs\":[\"$IPMI_MAC\"],\"provider\":{\"ipmi\":{\"address\":\"127.0.0.1\",\"port\":$IPMI_PORT,\"username\":\"admin\",\"password\":$PW_REF,\"mode\":\"Legacy\"}}}"
   IPMI_SECS=$NODE_SECS
+  media_check
   redfish_tls_checks
   discovery_check
 fi
@@ -541,4 +589,4 @@ leaks=$(grep -r -l -a -F -f "$WORKDIR/bmc-password" "$WORKDIR" \
 n=$(ps -eo args | grep -c -F -f "$WORKDIR/bmc-password" || true)
 [[ $n == 0 ]] || fail "the BMC password is in $n process command line(s)"
 log "BMC password in no log/state file of ours and in no argv"
-echo "PASS bmc-e2e $MODE rf=${RF_SECS}s ipmi=${IPMI_SECS}s"
+echo "PASS bmc-e2e $MODE rf=${RF_SECS}s ipmi=${IPMI_SECS}s${MEDIA_SECS:+ media=${MEDIA_SECS}s}"

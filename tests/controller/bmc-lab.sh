@@ -293,6 +293,15 @@ ipmi() {   # ipmi PORT ARGS...
     ip netns exec "$NS" ipmitool -I lanplus -H 127.0.0.1 -p "$port" -U admin -E -N 2 -R 3 "$@"
 }
 
+# bmc_pool: the storage pool sushy's libvirt driver copies an inserted virtual
+# media image into before it attaches it to the domain as a CD
+# (SUSHY_EMULATOR_STORAGE_POOL, default "default").
+bmc_pool() {
+  mkdir -p "$WORKDIR/pool"
+  lv pool-define-as default dir --target "$WORKDIR/pool" >/dev/null || fail "virsh pool-define-as default"
+  lv pool-start default >/dev/null || fail "virsh pool-start default"
+}
+
 bmc_teardown() {
   [[ -n $LV_URI && -n $LIBVIRTD_PID ]] || return 0
   kill -0 "$LIBVIRTD_PID" 2>/dev/null || return 0

@@ -14,6 +14,9 @@ PKGS=(
   # grub-mkimage for the Open Firmware core.elf (tftp-root.sh; its powerpc modules
   # come from the ppc64el grub-ieee1275-bin .deb, fetched with apt-get download)
   grub-common
+  # bootd's virtual-media ISOs (grub-mkrescue: BIOS and UEFI GRUB, xorriso, mtools
+  # for the EFI system partition image); xorriso also reads them back in tests
+  grub-pc-bin grub-efi-amd64-bin xorriso mtools
   # guest image building (guest.sh)
   busybox-static cpio gzip xz-utils zstd kmod
   # lab network + stand-in servers (netboot.sh)

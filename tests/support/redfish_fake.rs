@@ -38,7 +38,13 @@ pub struct Bmc {
     /// (method, path prefix): the next such request takes effect, then its
     /// reply waits for this notify (a caller killed while waiting for it).
     pub hold: Option<(&'static str, &'static str, Arc<tokio::sync::Notify>)>,
+    /// The image in the manager's CD device (`VirtualMedia`, found through
+    /// the system's manager as on older BMCs), and the inserts and ejects.
+    pub media: Option<String>,
+    pub media_ops: Vec<String>,
 }
+
+pub const MANAGER: &str = "/redfish/v1/Managers/bmc";
 
 pub type Shared = Arc<Mutex<Bmc>>;
 
@@ -139,6 +145,7 @@ async fn respond(
                 "PowerState": b.power,
                 "Boot": {"BootSourceOverrideTarget": b.target, "BootSourceOverrideEnabled": b.enabled, "BootSourceOverrideMode": b.mode},
                 "EthernetInterfaces": {"@odata.id": format!("{SYS}/EthernetInterfaces")},
+                "Links": {"ManagedBy": [{"@odata.id": MANAGER}]},
                 "Actions": {"#ComputerSystem.Reset": {
                     "target": format!("{SYS}/Actions/ComputerSystem.Reset"),
                     "ResetType@Redfish.AllowableValues": ["On", "ForceOff", "GracefulShutdown", "ForceRestart"]}}
@@ -159,6 +166,60 @@ async fn respond(
                 "52:54:00:AA:BB:02"
             };
             Some(reply(200, Some(json!({"MACAddress": mac})), None))
+        }
+        ("GET", MANAGER) => Some(reply(
+            200,
+            Some(
+                json!({"Id": "bmc", "VirtualMedia": {"@odata.id": format!("{MANAGER}/VirtualMedia")}}),
+            ),
+            None,
+        )),
+        ("GET", p) if p == format!("{MANAGER}/VirtualMedia") => Some(reply(
+            200,
+            Some(
+                json!({"Members": [{"@odata.id": format!("{MANAGER}/VirtualMedia/Floppy1")},
+                                    {"@odata.id": format!("{MANAGER}/VirtualMedia/Cd1")}]}),
+            ),
+            None,
+        )),
+        ("GET", p) if p.starts_with(&format!("{MANAGER}/VirtualMedia/")) => {
+            let cd = p.ends_with("Cd1");
+            Some(reply(
+                200,
+                Some(json!({
+                    "Id": if cd { "Cd1" } else { "Floppy1" },
+                    "MediaTypes": if cd { json!(["CD", "DVD"]) } else { json!(["Floppy", "USBStick"]) },
+                    "Inserted": cd && b.media.is_some(),
+                    "Image": if cd { b.media.clone().unwrap_or_default() } else { String::new() },
+                    "Actions": {
+                        "#VirtualMedia.InsertMedia": {"target": format!("{p}/Actions/VirtualMedia.InsertMedia")},
+                        "#VirtualMedia.EjectMedia": {"target": format!("{p}/Actions/VirtualMedia.EjectMedia")}
+                    }
+                })),
+                None,
+            ))
+        }
+        ("POST", p)
+            if p == format!("{MANAGER}/VirtualMedia/Cd1/Actions/VirtualMedia.InsertMedia") =>
+        {
+            if b.media.is_some() {
+                return Some(reply(
+                    400,
+                    Some(json!({"error": {"message": "media already inserted"}})),
+                    None,
+                ));
+            }
+            let img = v["Image"].as_str().unwrap_or_default().to_string();
+            b.media_ops.push(format!("insert {img}"));
+            b.media = Some(img);
+            Some(reply(204, None, None))
+        }
+        ("POST", p)
+            if p == format!("{MANAGER}/VirtualMedia/Cd1/Actions/VirtualMedia.EjectMedia") =>
+        {
+            b.media_ops.push("eject".into());
+            b.media = None;
+            Some(reply(204, None, None))
         }
         ("PATCH", SYS) => {
             if parts.headers.get("if-match").and_then(|v| v.to_str().ok()) != Some(etag.as_str()) {

@@ -174,6 +174,7 @@ fn node() -> NodeRequest {
             serde_json::json!({"ignition": {"version": "3.2.0", "config": {"merge": [{"source": "https://10.77.0.1:8443/ignition/worker-3?token=1.x"}]}}})
                 .to_string(),
         ),
+        media_url: site::Secret(String::new()),
     }
 }
 

@@ -8,4 +8,5 @@ mod golden;
 mod golden_file;
 mod harness;
 mod http;
+mod media;
 mod timeline;

@@ -400,6 +400,7 @@ mod tests {
             firmware: site::Firmware::Auto,
             uefi_http_url: String::new(),
             userdata: Secret("{\"ignition\":{}}".into()),
+            media_url: site::Secret(String::new()),
         }
     }
 

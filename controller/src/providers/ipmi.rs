@@ -414,7 +414,11 @@ impl super::Provider for Ipmi {
     fn delete<'a>(&'a self, id: &'a str) -> super::BoxFuture<'a, Result<()>> {
         Box::pin(Ipmi::delete(self, id))
     }
-    fn start<'a>(&'a self, id: &'a str) -> super::BoxFuture<'a, Result<()>> {
+    fn start<'a>(
+        &'a self,
+        id: &'a str,
+        _node: &'a NodeRequest,
+    ) -> super::BoxFuture<'a, Result<()>> {
         Box::pin(Ipmi::start(self, id))
     }
 }

@@ -538,6 +538,7 @@ mod tests {
             firmware: site::Firmware::Auto,
             uefi_http_url: String::new(),
             userdata: site::Secret(String::new()),
+            media_url: site::Secret(String::new()),
         }
     }
 

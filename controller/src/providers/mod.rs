@@ -76,7 +76,13 @@ pub trait Provider: Send + Sync + std::fmt::Debug {
     /// Starts a machine `create` left [`MachineState::Prepared`]; starting
     /// one already started succeeds. Providers whose create starts the
     /// machine need not implement it.
-    fn start<'a>(&'a self, _id: &'a str) -> BoxFuture<'a, Result<()>> {
+    fn start<'a>(&'a self, _id: &'a str, _node: &'a NodeRequest) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async { Ok(()) })
+    }
+    /// The node fetched its Ignition: undo what only its first boot needed
+    /// (a BMC ejects its virtual media). Called before the node is Ready,
+    /// again after a transient error; doing it twice does no harm.
+    fn finish<'a>(&'a self, _id: &'a str) -> BoxFuture<'a, Result<()>> {
         Box::pin(async { Ok(()) })
     }
 }
@@ -125,6 +131,9 @@ pub enum BootKind {
     /// as user data: Ready once the pointer's target (the node's Ignition)
     /// was fetched from the node.
     Image,
+    /// Boots the ISO bootd built for it (the BMC's virtual media): Ready
+    /// once it fetched its Ignition.
+    Media,
 }
 
 impl BootKind {
@@ -132,6 +141,7 @@ impl BootKind {
         match self {
             BootKind::Network => "Network",
             BootKind::Image => "Image",
+            BootKind::Media => "Media",
         }
     }
     /// The boot kind of a stored node: its provider section (`null`: no
@@ -286,6 +296,8 @@ pub struct NodeRequest {
     pub uefi_http_url: String,
     /// The Ignition pointer config (JSON) with the site CA and a token: secret.
     pub userdata: Secret<String>,
+    /// bootd's ISO of the node for a BMC's virtual media, with a token: secret.
+    pub media_url: Secret<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

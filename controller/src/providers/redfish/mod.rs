@@ -27,7 +27,7 @@
 //! the node's `caBundle`, else the system's CA store; `insecureSkipVerify`
 //! turns that off and is logged as a warning at every create.
 
-use super::bmc::{self, PasswordRef};
+use super::bmc;
 use super::{Http, Machine, MachineState, NodeRequest, ProviderError, Result};
 use base64::Engine as _;
 use http::{HeaderValue, Method};
@@ -39,140 +39,25 @@ use std::sync::Mutex;
 use std::time::Duration;
 use tracing::{info, warn};
 
+mod client;
+mod media;
+mod spec;
+
+use client::{Bmc, System};
+use spec::split_url;
+pub use spec::RedfishSpec;
+
 const NAME: &str = "redfish";
-
-/// A node's `provider.redfish`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct RedfishSpec {
-    /// `https://bmc[:port]/redfish/v1/Systems/<id>`, or the BMC's address
-    /// (`https://bmc[:port]`) with `system` choosing among its systems.
-    pub url: String,
-    /// With a service-root `url`: the system's `Id`, `Name` or `UUID`;
-    /// without it the BMC must have exactly one system.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub system: Option<String>,
-    pub username: String,
-    pub password: PasswordRef,
-    /// PEM file (absolute path) with the CA(s) the BMC's certificate chains to.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ca_bundle: Option<PathBuf>,
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub insecure_skip_verify: bool,
-    /// Allows an `http://` url: the credentials cross the network in clear.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub allow_plain_http: bool,
-    /// `pxe` (default) or `uefiHttp`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub boot: Option<String>,
-    /// `UEFI` or `Legacy`; default from the node's `firmware` hint, else
-    /// left as the BMC has it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub mode: Option<String>,
-}
-
-impl RedfishSpec {
-    pub fn check(&self) -> Vec<String> {
-        let mut p = Vec::new();
-        let k = "provider.redfish";
-        match split_url(&self.url) {
-            Ok((origin, path)) => {
-                if origin.starts_with("http://") {
-                    if !self.allow_plain_http {
-                        p.push(format!("{k}.url: http:// sends the BMC credentials in clear: use https://, or set allowPlainHttp"));
-                    }
-                    if self.ca_bundle.is_some() || self.insecure_skip_verify {
-                        p.push(format!(
-                            "{k}: caBundle and insecureSkipVerify are for https:// urls"
-                        ));
-                    }
-                }
-                if path.is_empty() && self.system.as_deref().is_some_and(str::is_empty) {
-                    p.push(format!("{k}.system: empty"));
-                }
-                if !path.is_empty() && self.system.is_some() {
-                    p.push(format!(
-                        "{k}.system: the url names a system already ({path})"
-                    ));
-                }
-            }
-            Err(e) => p.push(format!("{k}.url: {e}")),
-        }
-        if self.username.is_empty() || self.username.contains(char::is_control) {
-            p.push(format!("{k}.username: empty or not printable"));
-        }
-        p.extend(self.password.check(&format!("{k}.password")));
-        if let Some(c) = &self.ca_bundle {
-            if !c.is_absolute() {
-                p.push(format!(
-                    "{k}.caBundle: {:?} is not an absolute path",
-                    c.display()
-                ));
-            }
-            if self.insecure_skip_verify {
-                p.push(format!(
-                    "{k}: caBundle and insecureSkipVerify together: give one"
-                ));
-            }
-        }
-        match self.boot.as_deref() {
-            None | Some("pxe" | "uefiHttp") => {}
-            Some("virtualMedia") => p.push(format!(
-                "{k}.boot: virtualMedia is not available: use pxe or uefiHttp"
-            )),
-            Some(b) => p.push(format!("{k}.boot: {b:?}: want pxe or uefiHttp")),
-        }
-        match self.mode.as_deref() {
-            None | Some("UEFI" | "Legacy") => {}
-            Some(m) => p.push(format!("{k}.mode: {m:?}: want UEFI or Legacy")),
-        }
-        if self.boot.as_deref() == Some("uefiHttp") && self.mode.as_deref() == Some("Legacy") {
-            p.push(format!("{k}: boot uefiHttp needs mode UEFI"));
-        }
-        p
-    }
-}
-
-/// `(origin, system path)`: `https://h:p` and `/redfish/v1/Systems/x`, or
-/// an empty path for a service-root URL.
-fn split_url(url: &str) -> std::result::Result<(String, String), String> {
-    let uri: http::Uri = url.parse().map_err(|_| format!("{url:?} is not a URL"))?;
-    match uri.scheme_str() {
-        Some("https" | "http") => {}
-        _ => return Err(format!("{url:?}: want https:// (or http://)")),
-    }
-    let auth = uri
-        .authority()
-        .ok_or_else(|| format!("{url:?} has no host"))?;
-    if auth.as_str().contains('@') {
-        return Err("no credentials in the URL: give username and password".into());
-    }
-    if uri.query().is_some() {
-        return Err(format!("{url:?}: no query"));
-    }
-    let origin = format!("{}://{}", uri.scheme_str().unwrap_or("https"), auth);
-    let path = uri.path().trim_end_matches('/');
-    if path.is_empty() || path == "/redfish/v1" || path == "/redfish" {
-        return Ok((origin, String::new()));
-    }
-    match path.rsplit_once("/Systems/") {
-        Some((root, id))
-            if root.ends_with("/redfish/v1") && !id.is_empty() && !id.contains('/') =>
-        {
-            Ok((origin, path.to_string()))
-        }
-        _ => Err(format!(
-            "{url:?}: want the BMC's address or …/redfish/v1/Systems/<id>"
-        )),
-    }
-}
 
 /// `host.api.redfish` and a node's `provider.redfish`.
 pub const REGISTRATION: super::Registration = super::Registration {
     name: NAME,
     check_spec: |v| super::check_typed(v, RedfishSpec::check),
     check_userdata: super::any_userdata,
-    boot_kind: super::network_boot,
+    boot_kind: |v| match serde_json::from_value::<RedfishSpec>(v.clone()) {
+        Ok(s) if s.virtual_media() => super::BootKind::Media,
+        _ => super::BootKind::Network,
+    },
     defaults: super::no_defaults,
     configure: |api, setup| {
         let d = api.redfish.as_ref()?;
@@ -199,6 +84,16 @@ struct Record {
     /// What bootd did to its power.
     #[serde(flatten)]
     power: bmc::PowerLog,
+    /// The virtual media device bootd's ISO went into (`boot: virtualMedia`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    media: Option<MediaRecord>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct MediaRecord {
+    device: String,
+    ejected: bool,
 }
 
 #[derive(Debug)]
@@ -210,256 +105,6 @@ pub struct Redfish {
     files: PathBuf,
     /// One client per trust setting (CA bundle, or none, or insecure).
     clients: Mutex<HashMap<(Option<PathBuf>, bool), Http>>,
-}
-
-/// One BMC, with its credentials.
-struct Bmc {
-    http: Http,
-    origin: String,
-    auth: HeaderValue,
-    password: site::Secret<String>,
-}
-
-/// A system as read.
-struct System {
-    power: String,
-    etag: Option<HeaderValue>,
-    reset_target: String,
-    reset_types: Vec<String>,
-    nics: Option<String>,
-    override_target: Option<String>,
-}
-
-impl Bmc {
-    fn secrets(&self) -> [&str; 1] {
-        [self.password.0.as_str()]
-    }
-
-    async fn call(
-        &self,
-        method: Method,
-        path: &str,
-        body: Option<&Value>,
-        etag: Option<&HeaderValue>,
-        what: &str,
-    ) -> Result<super::Reply> {
-        // Paths come from the BMC's replies (`@odata.id`, action targets):
-        // only paths on this BMC get its credentials.
-        let url = format!("{}{}", self.origin, path);
-        let same_host = path.starts_with('/')
-            && !path.starts_with("//")
-            && url
-                .parse::<http::Uri>()
-                .ok()
-                .and_then(|u| u.authority().map(|a| a.as_str().to_string()))
-                == self.origin.split_once("://").map(|(_, a)| a.to_string());
-        if !same_host {
-            return Err(ProviderError::permanent(format!(
-                "{what}: the BMC named a path outside itself; not followed"
-            )));
-        }
-        let mut b = super::json_request(method, &url, body)
-            .header(http::header::AUTHORIZATION, self.auth.clone())
-            .header("OData-Version", "4.0");
-        if let Some(e) = etag {
-            b = b.header(http::header::IF_MATCH, e.clone());
-        }
-        let req = super::built(b.body(super::body_of(body)), what)?;
-        let reply = self.http.send(req, what).await?;
-        if reply.status == http::StatusCode::UNAUTHORIZED {
-            return Err(ProviderError::permanent(format!(
-                "{what}: HTTP 401: the BMC refused the username or password"
-            )));
-        }
-        Ok(reply)
-    }
-
-    /// `None`: 404.
-    async fn get_opt(
-        &self,
-        path: &str,
-        what: &str,
-    ) -> Result<Option<(Value, Option<HeaderValue>)>> {
-        let reply = self.call(Method::GET, path, None, None, what).await?;
-        if reply.status == http::StatusCode::NOT_FOUND {
-            return Ok(None);
-        }
-        super::check(&reply, what, &self.secrets())?;
-        let etag = reply.headers.get(http::header::ETAG).cloned();
-        Ok(Some((super::parse(&reply, what)?, etag)))
-    }
-
-    async fn get(&self, path: &str, what: &str) -> Result<(Value, Option<HeaderValue>)> {
-        self.get_opt(path, what).await?.ok_or_else(|| {
-            ProviderError::permanent(format!(
-                "{what}: HTTP 404: {path} does not exist on the BMC"
-            ))
-        })
-    }
-
-    async fn send(
-        &self,
-        method: Method,
-        path: &str,
-        body: &Value,
-        etag: Option<&HeaderValue>,
-        what: &str,
-    ) -> Result<()> {
-        let reply = self.call(method, path, Some(body), etag, what).await?;
-        super::check(&reply, what, &self.secrets())
-    }
-
-    async fn system(&self, path: &str) -> Result<System> {
-        self.system_opt(path).await?.ok_or_else(|| {
-            ProviderError::permanent(format!(
-                "redfish: read the system: HTTP 404: {path} does not exist on the BMC"
-            ))
-        })
-    }
-
-    /// `None`: the BMC has no such system.
-    async fn system_opt(&self, path: &str) -> Result<Option<System>> {
-        let Some((v, etag)) = self.get_opt(path, "redfish: read the system").await? else {
-            return Ok(None);
-        };
-        let reset = &v["Actions"]["#ComputerSystem.Reset"];
-        Ok(Some(System {
-            power: v["PowerState"].as_str().unwrap_or("Unknown").to_string(),
-            etag: etag.or_else(|| {
-                v["@odata.etag"]
-                    .as_str()
-                    .and_then(|s| HeaderValue::from_str(s).ok())
-            }),
-            reset_target: reset["target"]
-                .as_str()
-                .map(str::to_string)
-                .unwrap_or_else(|| format!("{path}/Actions/ComputerSystem.Reset")),
-            reset_types: reset["ResetType@Redfish.AllowableValues"]
-                .as_array()
-                .map(|a| {
-                    a.iter()
-                        .filter_map(|t| t.as_str().map(str::to_string))
-                        .collect()
-                })
-                .unwrap_or_default(),
-            nics: v["EthernetInterfaces"]["@odata.id"]
-                .as_str()
-                .map(str::to_string),
-            override_target: v["Boot"]["BootSourceOverrideTarget"]
-                .as_str()
-                .map(str::to_string),
-        }))
-    }
-
-    /// The system a spec names.
-    async fn resolve(&self, path: &str, selector: Option<&str>) -> Result<String> {
-        if !path.is_empty() {
-            return Ok(path.to_string());
-        }
-        let (root, _) = self
-            .get("/redfish/v1", "redfish: read the service root")
-            .await?;
-        let systems = root["Systems"]["@odata.id"]
-            .as_str()
-            .unwrap_or("/redfish/v1/Systems")
-            .to_string();
-        let (coll, _) = self.get(&systems, "redfish: list the systems").await?;
-        let members: Vec<String> = coll["Members"]
-            .as_array()
-            .map(|a| {
-                a.iter()
-                    .filter_map(|m| m["@odata.id"].as_str().map(str::to_string))
-                    .collect()
-            })
-            .unwrap_or_default();
-        let Some(want) = selector else {
-            return match members.as_slice() {
-                [one] => Ok(one.clone()),
-                _ => Err(ProviderError::permanent(format!(
-                    "redfish: the BMC has {} systems: say which (system: Id, Name or UUID)",
-                    members.len()
-                ))),
-            };
-        };
-        for m in &members {
-            if m.rsplit('/').next() == Some(want) {
-                return Ok(m.clone());
-            }
-            let (s, _) = self.get(m, "redfish: read a system").await?;
-            let is = |k: &str| s[k].as_str().is_some_and(|v| v.eq_ignore_ascii_case(want));
-            if is("Id") || is("Name") || is("UUID") {
-                return Ok(m.clone());
-            }
-        }
-        Err(ProviderError::permanent(format!(
-            "redfish: no system {want:?} among the BMC's {} systems",
-            members.len()
-        )))
-    }
-
-    /// The MACs of the system's network interfaces, lower case.
-    async fn macs(&self, nics: Option<&str>) -> Result<Vec<String>> {
-        let Some(nics) = nics else {
-            return Ok(vec![]);
-        };
-        let (coll, _) = self
-            .get(nics, "redfish: list the network interfaces")
-            .await?;
-        let mut macs = Vec::new();
-        for m in coll["Members"].as_array().into_iter().flatten() {
-            let Some(p) = m["@odata.id"].as_str() else {
-                continue;
-            };
-            let (nic, _) = self.get(p, "redfish: read a network interface").await?;
-            let mac = nic["MACAddress"]
-                .as_str()
-                .or_else(|| nic["PermanentMACAddress"].as_str());
-            if let Some(mac) = mac {
-                let mac = mac.to_ascii_lowercase();
-                if mac.parse::<site::Mac>().is_ok() && !macs.contains(&mac) {
-                    macs.push(mac);
-                }
-            }
-        }
-        Ok(macs)
-    }
-
-    /// `Err`: no answer (the action may or may not have been done);
-    /// `Ok(Err)`: the BMC answered and refused it.
-    async fn reset(&self, s: &System, want: &str) -> Result<Result<()>> {
-        // A BMC that lists its reset types may lack the one asked for:
-        // take the nearest it has.
-        let kind = if s.reset_types.is_empty() || s.reset_types.iter().any(|t| t == want) {
-            want
-        } else {
-            let alts: &[&str] = match want {
-                "On" => &["ForceOn", "PowerCycle"],
-                "ForceRestart" => &["PowerCycle", "GracefulRestart"],
-                "GracefulShutdown" => &["ForceOff"],
-                _ => &[],
-            };
-            alts.iter()
-                .copied()
-                .find(|a| s.reset_types.iter().any(|t| t == a))
-                .ok_or_else(|| {
-                    ProviderError::permanent(format!(
-                        "redfish: the BMC offers no {want} (it offers {})",
-                        s.reset_types.join(", ")
-                    ))
-                })?
-        };
-        let what = format!("redfish: reset {kind}");
-        let body = json!({ "ResetType": kind });
-        let reply = match self
-            .call(Method::POST, &s.reset_target, Some(&body), None, &what)
-            .await
-        {
-            Ok(r) => r,
-            Err(e @ ProviderError::Permanent { .. }) => return Ok(Err(e)),
-            Err(e) => return Err(e),
-        };
-        Ok(super::check(&reply, &what, &self.secrets()))
-    }
 }
 
 impl Redfish {
@@ -539,6 +184,7 @@ impl Redfish {
         let macs = bmc.macs(s.nics.as_deref()).await?;
         let target = match spec.boot.as_deref() {
             Some("uefiHttp") => "UefiHttp",
+            Some("virtualMedia") => "Cd",
             None if node.firmware == site::Firmware::UefiHttp => "UefiHttp",
             _ => "Pxe",
         };
@@ -571,6 +217,7 @@ impl Redfish {
             system: system.clone(),
             boot,
             power: bmc::PowerLog::default(),
+            media: None,
         };
         bmc::store(&self.dir, NAME, &node.name, &rec)?;
         info!(node = %node.name, system = %system, macs = ?macs, "redfish: system read; started once its MACs are recorded");
@@ -585,7 +232,7 @@ impl Redfish {
     /// Sets the one-time boot override, then powers on (or restarts a
     /// system that was on). The power action is announced in the record
     /// first: after a crash it is never sent twice.
-    async fn start(&self, id: &str) -> Result<()> {
+    async fn start(&self, id: &str, req: &NodeRequest) -> Result<()> {
         let node = bmc::node_of(id);
         let Some(mut rec) = bmc::load::<Record>(&self.dir, NAME, node)? else {
             return Err(ProviderError::permanent(format!(
@@ -596,6 +243,21 @@ impl Redfish {
             return Ok(());
         }
         let (bmc, _) = self.bmc(&rec.spec)?;
+        if rec.spec.virtual_media() {
+            if req.media_url.0.is_empty() {
+                return Err(ProviderError::permanent(
+                    "redfish: boot virtualMedia: bootd has no ISO for this node",
+                ));
+            }
+            let dev = media::cd(&bmc, &rec.system).await?;
+            media::insert(&bmc, &dev, &req.media_url.0).await?;
+            rec.media = Some(MediaRecord {
+                device: dev.path,
+                ejected: false,
+            });
+            bmc::store(&self.dir, NAME, node, &rec)?;
+            info!(node, system = %rec.system, "redfish: bootd's ISO inserted as virtual media");
+        }
         let s = bmc.system(&rec.system).await?;
         let target = rec.boot["BootSourceOverrideTarget"]
             .as_str()
@@ -639,6 +301,27 @@ impl Redfish {
         Ok(())
     }
 
+    /// The node fetched its Ignition: its ISO is ejected, so that no later
+    /// boot starts the installer again.
+    async fn finish(&self, id: &str) -> Result<()> {
+        let node = bmc::node_of(id);
+        let Some(mut rec) = bmc::load::<Record>(&self.dir, NAME, node)? else {
+            return Ok(());
+        };
+        if let Some(m) = rec.media.as_ref().filter(|m| !m.ejected) {
+            let (bmc, _) = self.bmc(&rec.spec)?;
+            let dev = media::read(&bmc, &m.device).await?;
+            media::eject(&bmc, &dev).await?;
+            rec.media = Some(MediaRecord {
+                device: dev.path,
+                ejected: true,
+            });
+            bmc::store(&self.dir, NAME, node, &rec)?;
+            info!(node, system = %rec.system, "redfish: virtual media ejected (the node fetched its Ignition)");
+        }
+        Ok(())
+    }
+
     async fn find(&self, node: &NodeRequest) -> Result<Option<Machine>> {
         let Some(rec) = bmc::load::<Record>(&self.dir, NAME, &node.name)? else {
             return Ok(None);
@@ -668,7 +351,19 @@ impl Redfish {
             .next(s.power == "Off", bmc::now_ms(), self.power_off_timeout)
         {
             bmc::PowerStep::Gone => {
-                // Leave the machine as we found it: no override of ours.
+                // Leave the machine as we found it: no ISO, no override of ours.
+                if let Some(m) = rec.media.as_ref().filter(|m| !m.ejected) {
+                    let ejected = match media::read(&bmc, &m.device).await {
+                        Ok(dev) => media::eject(&bmc, &dev).await,
+                        Err(e) => Err(e),
+                    };
+                    if let Err(e) = ejected {
+                        if e.is_transient() {
+                            return Err(e);
+                        }
+                        warn!(node, error = %e, "the virtual media could not be ejected");
+                    }
+                }
                 let clear = json!({ "Boot": { "BootSourceOverrideEnabled": "Disabled" } });
                 if let Err(e) = bmc
                     .send(
@@ -767,8 +462,11 @@ impl super::Provider for Redfish {
     fn delete<'a>(&'a self, id: &'a str) -> super::BoxFuture<'a, Result<()>> {
         Box::pin(Redfish::delete(self, id))
     }
-    fn start<'a>(&'a self, id: &'a str) -> super::BoxFuture<'a, Result<()>> {
-        Box::pin(Redfish::start(self, id))
+    fn start<'a>(&'a self, id: &'a str, node: &'a NodeRequest) -> super::BoxFuture<'a, Result<()>> {
+        Box::pin(Redfish::start(self, id, node))
+    }
+    fn finish<'a>(&'a self, id: &'a str) -> super::BoxFuture<'a, Result<()>> {
+        Box::pin(Redfish::finish(self, id))
     }
 }
 

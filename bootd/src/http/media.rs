@@ -1,0 +1,91 @@
+//! `GET /media/<node>.iso?token=…`: the node's virtual-media ISO
+//! ([`crate::media`]), for its BMC to mount.
+//!
+//! The BMC fetches it, not the node, so the source address does not count:
+//! the node's token alone grants it (a token is only handed to the
+//! controller, which gives the URL to the BMC). The ISO holds the node's
+//! Ignition URL with that same token; Ignition itself is still only served
+//! as [`crate::token::authorize`] says.
+
+use super::*;
+use crate::media::Media;
+
+/// The URL a BMC is given to mount `name`'s ISO, with a fresh token:
+/// secret (anyone with it can read the ISO and the token inside).
+pub fn media_url_for(app: &App, snap: &Snapshot, name: &str) -> String {
+    let tok = app
+        .key
+        .issue(name, SystemTime::now(), snap.site.ignition.token_ttl);
+    format!("{}/media/{name}.iso?token={tok}", snap.site.host.http.url)
+}
+
+pub(super) async fn media(
+    app: &Arc<App>,
+    snap: &Snapshot,
+    file: &str,
+    q: Option<&str>,
+    headers: &HeaderMap,
+    source: IpAddr,
+) -> Response<Body> {
+    const WHAT: &str = "virtual media";
+    let name = file.trim_end_matches(".iso");
+    let Some(node) = snap.site.node(name) else {
+        return deny(app, WHAT, name, source, Deny::UnknownNode);
+    };
+    if snap.revoked.contains(&node.name) {
+        return deny(app, WHAT, name, source, Deny::Revoked);
+    }
+    let Some(tok) = query(q, "token") else {
+        return deny(app, WHAT, name, source, Deny::TokenInvalid);
+    };
+    if let Err(d) = app.key.verify(&node.name, &tok, SystemTime::now()) {
+        return deny(app, WHAT, name, source, d);
+    }
+    let spec = match Media::spec(&snap.site, node, &tok) {
+        Ok(s) => s,
+        Err(e) => {
+            warn!(node = %node.name, error = %e, "virtual media not served");
+            return not_found();
+        }
+    };
+    let built = {
+        let app = Arc::clone(app);
+        tokio::task::spawn_blocking(move || app.media.get(&spec)).await
+    };
+    let file = match built {
+        Ok(Ok(f)) => f,
+        Ok(Err(e)) => {
+            tracing::error!(node = %node.name, error = %e, "cannot build the node's virtual media");
+            app.timeline.record(
+                Raw::new(
+                    Subject::node(&node.name),
+                    Phase::Script,
+                    "media_failed",
+                    "virtual media ISO cannot be built (see bootd's log)",
+                )
+                .error(),
+            );
+            return full(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "text/plain; charset=utf-8",
+                "cannot build the node's virtual media; see bootd's log\n",
+            );
+        }
+        Err(_) => return not_found(),
+    };
+    // A BMC may read the ISO in many ranges: one event for its first bytes.
+    let first = headers
+        .get(header::RANGE)
+        .and_then(|v| v.to_str().ok())
+        .is_none_or(|r| r.trim_start_matches("bytes=").starts_with("0-"));
+    if first {
+        info!(node = %node.name, %source, file = %file, "virtual media served");
+        app.timeline.record(Raw::new(
+            Subject::node(&node.name),
+            Phase::Script,
+            "media",
+            format!("virtual media ISO served to {source} (its BMC)"),
+        ));
+    }
+    image(app, app.media.dir(), &file, headers, None).await
+}
