@@ -5,14 +5,14 @@
 # One run does everything: two private network namespaces joined by a veth
 # pair (server side 10.78.0.1/16, relay/load side 10.78.0.254/16 = giaddr;
 # nothing leaves them), then for each client count in CLIENTS and ROUNDS
-# rounds, each server in turn (order rotated every round: A B C, B C A, ...),
+# rounds, each server in turn (order reversed every other round: A B C, C B A),
 # started fresh with an empty lease file, pinned to CPU 0, against
 #   perfdhcp -4 -l 10.78.0.254 -R <clients> -p <DURATION> [-r RATE]
 # pinned to CPU 1. Reported per server (median of the rounds): perfdhcp's
 # rate of completed DORA exchanges, its drops, the server's CPU time
-# (from a cgroup holding the server: all its threads, around the perfdhcp
-# run), CPU per DORA, DORA per server-core-second, and the leases
-# found on disk afterwards; then ratios bootd/peer.
+# (bench/lib/cpu.sh: a cgroup holding the server, all its threads, around
+# the perfdhcp run), CPU per DORA, DORA per server-core-second, and the
+# leases found on disk afterwards; then ratios bootd/peer.
 #
 # Durability as configured (see README.md):
 #   bootd   : leases.jsonl appended and fdatasync'ed (group commit) before
@@ -61,12 +61,13 @@ VS=vs$$ VL=vl$$
 SRV_IP=10.78.0.1 RELAY_IP=10.78.0.254
 WORK=$(mktemp -d /tmp/bench-dhcp.XXXXXX)
 SRV_PID=""
-CG_ROOT=""
+. "$REPO/bench/lib/ns.sh"      # ns_pair, ns_addr, ns_cleanup
+. "$REPO/bench/lib/cpu.sh"     # cpu_init, cpu_group, incg, cpu_read, cpu_snap, cpu_quiet, ...
+. "$REPO/bench/lib/order.sh"   # order
 cleanup() {
     stop_server || true
-    ip netns del "$S" 2>/dev/null || true
-    ip netns del "$L" 2>/dev/null || true
-    [[ -n $CG_ROOT ]] && cg_cleanup
+    ns_cleanup
+    cpu_cleanup
     rm -rf "$WORK"
 }
 trap cleanup EXIT
@@ -77,52 +78,29 @@ raw() { cat >>"$RESULTS"; }
 say() { echo "$*"; echo "$*" >>"$RESULTS"; }
 log() { echo "# $*" >&2; echo "# $*" >>"$RESULTS"; }
 
-BENCH_NAME=dhcp
-. "$REPO/bench/lib/cgroup.sh"   # cgroups: cg_new, cg_ns, cg_cleanup, incg
-
 # The machine may be shared (another agent's bench/http run, QEMU lab tests).
 # Before a measurement: no wrk / bench/http run, and at most OTHER_MAX CPUs'
 # worth of load that is not ours, waited for up to QUIET_WAIT s. During it:
-# "other" CPU = busy time in /proc/stat (user+system+irq+softirq+steal) minus
-# our cgroups' (the server, and this script with perfdhcp); a run with more
-# than OTHER_MAX CPUs of other load is repeated (ATTEMPTS at most), then kept
-# and flagged in the log.
+# "other" load over the whole machine (bench/lib/cpu.sh: busy time in
+# /proc/stat minus our groups, the server and this script with perfdhcp, and
+# ksoftirqd); a run with more than OTHER_MAX CPUs of other load is repeated
+# (ATTEMPTS at most), then kept and flagged in the log.
 OTHER_MAX=${OTHER_MAX:-0.2}
 QUIET_WAIT=${QUIET_WAIT:-120}
 ATTEMPTS=${ATTEMPTS:-2}
-CG_LOAD=$(cg_new load)
-CG_SRV=$(cg_new server)
-echo $$ >"$CG_LOAD/cgroup.procs"
-ours_ns() { echo $(($(cg_ns "$CG_LOAD") + $(cg_ns "$CG_SRV") + $(ksoftirqd_ns))); }
-other_cpus() { # b0 b1 o0 o1 seconds -> CPUs of other load
-    awk -v b=$(($2 - $1)) -v o=$(($4 - $3)) -v hz="$HZ" -v s="$5" 'BEGIN { printf "%.2f", (b / hz - o / 1e9) / s }'
-}
-# An HTTP benchmark run (bench/http: wrk, nginx and bootd under /tmp/bench-http.*)?
-http_bench_running() { pgrep -x wrk >/dev/null || pgrep -f 'bench/http/run.sh' >/dev/null; }
+cpu_init dhcp
+cpu_group CG_LOAD load $LOAD_CPU
+cpu_join "$CG_LOAD"
+cpu_group CG_SRV server $SERVER_CPU
 wait_quiet() {
-    local waited=0 hw=0 b0 o0 b1 o1
-    while http_bench_running && ((hw < WAIT_HTTP_BENCH)); do
-        ((hw % 60 == 0)) && log "an HTTP benchmark (bench/http, wrk) is running: waiting for it to end (bounded, ${WAIT_HTTP_BENCH}s)"
-        sleep 5; hw=$((hw + 5))
-    done
-    if http_bench_running; then log "WARNING: HTTP benchmark still running after ${WAIT_HTTP_BENCH}s: measuring anyway"; return 0; fi
-    while ((waited < QUIET_WAIT)); do
-        b0=$(busy_ticks); o0=$(ours_ns); sleep 1; b1=$(busy_ticks); o1=$(ours_ns)
-        local oc; oc=$(other_cpus "$b0" "$b1" "$o0" "$o1" 1)
-        if awk -v o="$oc" -v m="$OTHER_MAX" 'BEGIN { exit !(o <= m) }'; then return 0; fi
-        ((waited % 30 == 0)) && log "machine busy with other work (${oc} CPUs): waiting (bounded, ${QUIET_WAIT}s)"
-        waited=$((waited + 1))
-    done
-    log "WARNING: machine not quiet after ${QUIET_WAIT}s; measuring anyway"
+    cpu_wait_http_bench "$WAIT_HTTP_BENCH"
+    cpu_quiet "$OTHER_MAX" "$QUIET_WAIT"
 }
 
 # --- network: S (servers) <-veth-> L (perfdhcp as relay agent) ------------
-ip netns add "$S"; ip netns add "$L"
-ip link add "$VS" netns "$S" type veth peer name "$VL" netns "$L"
-ip -n "$S" link set lo up; ip -n "$L" link set lo up
-ip -n "$S" addr add $SRV_IP/16 dev "$VS"; ip -n "$S" link set "$VS" up
-ip -n "$L" addr add $RELAY_IP/16 dev "$VL"; ip -n "$L" link set "$VL" up
-
+ns_pair "$S" "$L" "$VS" "$VL"
+ns_addr "$S" "$VS" $SRV_IP/16
+ns_addr "$L" "$VL" $RELAY_IP/16
 
 stop_server() {
     [[ -n $SRV_PID ]] || return 0
@@ -243,7 +221,8 @@ say "bootd: $BOOTD_BIN ($(cd "$REPO" && git rev-parse --short HEAD 2>/dev/null |
 say "kea: $(kea-dhcp4 -v), memfile persist=true lfc-interval=0, multi-threading thread-pool-size=$KEA_THREADS packet-queue-size=64, udp sockets, INFO log to a file"
 say "dnsmasq: $(dnsmasq --version | head -1 | awk '{print $3}'), --dhcp-leasefile --dhcp-lease-max=300000 --no-ping, default log to a file"
 say "perfdhcp: $(perfdhcp -v 2>&1 | head -1); relay mode -l $RELAY_IP (giaddr) from its own namespace across a veth; -p $DURATION s; rate: $([[ $RATE == 0 ]] && echo 'unlimited (as fast as possible)' || echo "-r $RATE")"
-say "pinning: servers taskset CPU $SERVER_CPU, perfdhcp CPU $LOAD_CPU; rounds: $ROUNDS, order rotated each round; each run starts with an empty lease file"
+say "pinning: servers taskset CPU $SERVER_CPU, perfdhcp CPU $LOAD_CPU; rounds: $ROUNDS, order reversed every other round; each run starts with an empty lease file"
+say "cpu accounting: $CPU_HOW"
 say "pool 10.78.1.0-10.78.255.250 (65274 addresses) on 10.78.0.0/16"
 say ""
 
@@ -256,15 +235,15 @@ run_one() { # server clients round
         wait_quiet
         start_server "$name" "$d" || return 1
         sleep 0.5
-        local c0 c1 t0 t1 b0 b1 o0 o1
-        b0=$(busy_ticks); o0=$(ours_ns)
-        c0=$(cg_ns "$CG_SRV"); t0=$(date +%s.%N)
+        local c0 c1 t0 t1 s0 s1
+        s0=$(cpu_snap)
+        c0=$(cpu_read "$CG_SRV"); t0=$(date +%s.%N)
         local args=(-4 -l $RELAY_IP -R "$n" -p "$DURATION")
         [[ $RATE != 0 ]] && args+=(-r "$RATE")
         ip netns exec "$L" taskset -c $LOAD_CPU timeout $((DURATION + 30)) perfdhcp "${args[@]}" $SRV_IP >"$d/perfdhcp.out" 2>&1 || true
-        c1=$(cg_ns "$CG_SRV"); t1=$(date +%s.%N)
-        b1=$(busy_ticks); o1=$(ours_ns)
-        local other; other=$(other_cpus "$b0" "$b1" "$o0" "$o1" "$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')")
+        c1=$(cpu_read "$CG_SRV"); t1=$(date +%s.%N)
+        s1=$(cpu_snap)
+        local other; other=$(cpu_load "$s0" "$s1")
         local rss; rss=$(awk '/VmHWM/ {print $2}' "/proc/$SRV_PID/status")
         local metrics=""
         if [[ $name == bootd ]]; then
@@ -273,7 +252,7 @@ run_one() { # server clients round
         stop_server
         local onDisk; onDisk=$(leases_on_disk "$name" "$d")
         read -r rate ds dr dd rs rr rd nak < <(parse_perfdhcp "$d/perfdhcp.out")
-        local cpu; cpu=$(awk -v d=$((c1 - c0)) 'BEGIN { printf "%.3f", d / 1e9 }')
+        local cpu; cpu=$(cpu_used "$c0" "$c1" %.3f); cpu=${cpu%% *}
         local wall; wall=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }')
         # completed DORA = ACKs received by perfdhcp
         local us_per; us_per=$(awk -v c="$cpu" -v k="$rr" 'BEGIN { if (k > 0) printf "%.1f", c * 1e6 / k; else print "nan" }')
@@ -302,10 +281,7 @@ run_one() { # server clients round
 read -r -a SRV <<<"$SERVERS"
 for n in $CLIENTS; do
     for ((round = 1; round <= ROUNDS; round++)); do
-        k=${#SRV[@]}
-        for ((i = 0; i < k; i++)); do
-            run_one "${SRV[$(((i + round - 1) % k))]}" "$n" "$round"
-        done
+        for s in $(order "$round" "${SRV[@]}"); do run_one "$s" "$n" "$round"; done
     done
 done
 

@@ -11,15 +11,17 @@
 # servers give the same RCODE mix; then, interleaved (A B C, C B A, ...) for
 # ROUNDS rounds, for each server:
 #   - throughput: dnsperf with OUTSTANDING queries in flight for DURATION s:
-#     QPS, loss, and the server's CPU seconds from /proc (all its threads and
-#     processes), hence queries per server-core-second;
+#     QPS, loss, and the server's CPU seconds (bench/lib/cpu.sh: a cgroup
+#     holding the server, all its threads and processes), hence queries per
+#     server-core-second;
 #   - latency: dnsperf at a fixed RATE qps for LAT_DURATION s with -v:
 #     p50/p99 of every response's latency, and loss.
 # Servers are pinned to CPU 0 (one UDP worker each), dnsperf to CPU 1.
 # Medians of the rounds are printed with the ratios dnsd/NSD and dnsd/Knot.
 #
-# Other load: CPU time on CPU 0 not used by the server under test is
-# "other"; a cell where it exceeds OTHER_MAX of the cell's time is repeated
+# Other load: busy time on CPU 0 not used by our groups (the servers, this
+# script with dnsperf) or ksoftirqd/0 is "other" (bench/lib/cpu.sh); a cell
+# where it exceeds OTHER_MAX of the cell's time is repeated
 # (3 attempts at most) and the count of disturbed cells is printed. Per
 # server-CPU-second numbers are robust to other load; QPS and latency are not.
 #
@@ -64,6 +66,8 @@ fi
 
 PIDS=()
 TMP=$(mktemp -d /tmp/bench-dns.XXXXXX)
+. "$REPO/bench/lib/cpu.sh"     # cpu_init, cpu_group, incg, cpu_read, cpu_used, cpu_snap, cpu_other
+. "$REPO/bench/lib/order.sh"   # order
 cleanup() {
     local p
     for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
@@ -71,11 +75,17 @@ cleanup() {
         for _ in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
         kill -9 "$p" 2>/dev/null || true
     done
+    cpu_cleanup
     rm -rf "$TMP"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 log() { echo "# $*" >&2; }
+cpu_init dns
+cpu_group G_LOAD load $LOAD_CPU
+cpu_join "$G_LOAD"
+declare -A GRP
+for s in dnsd nsd knot $([ "$FLOOR" = 1 ] && echo floor); do cpu_group "GRP[$s]" "$s" $SERVER_CPU; done
 
 P_DNSD=$PORT_BASE
 P_NSD=$((PORT_BASE + 1))
@@ -149,9 +159,8 @@ EOF
 mapfile -t ZONES <"$TMP/zones.txt"
 
 # --- servers ---------------------------------------------------------------------------
-RUST_LOG=warn taskset -c $SERVER_CPU "$DNSD_BIN" --site "$TMP/site.yaml" --udp-threads 1 >"$TMP/dnsd.out" 2>"$TMP/dnsd.log" &
-DNSD_PID=$!
-PIDS+=("$DNSD_PID")
+RUST_LOG=warn incg "${GRP[dnsd]}" taskset -c $SERVER_CPU "$DNSD_BIN" --site "$TMP/site.yaml" --udp-threads 1 >"$TMP/dnsd.out" 2>"$TMP/dnsd.log" &
+PIDS+=("$!")
 
 mkdir -p "$TMP/nsd" "$TMP/knot"
 {
@@ -175,9 +184,8 @@ remote-control:
 EOF
     for z in "${ZONES[@]}"; do printf 'zone:\n    name: "%s"\n    zonefile: "%s.zone"\n' "$z" "$z"; done
 } >"$TMP/nsd/nsd.conf"
-taskset -c $SERVER_CPU nsd -d -c "$TMP/nsd/nsd.conf" >"$TMP/nsd/log" 2>&1 &
-NSD_PID=$!
-PIDS+=("$NSD_PID")
+incg "${GRP[nsd]}" taskset -c $SERVER_CPU nsd -d -c "$TMP/nsd/nsd.conf" >"$TMP/nsd/log" 2>&1 &
+PIDS+=("$!")
 {
     cat <<EOF
 server:
@@ -205,26 +213,15 @@ zone:
 EOF
     for z in "${ZONES[@]}"; do echo "  - domain: $z"; done
 } >"$TMP/knot/knot.conf"
-taskset -c $SERVER_CPU knotd -c "$TMP/knot/knot.conf" >"$TMP/knot/log" 2>&1 &
-KNOT_PID=$!
-PIDS+=("$KNOT_PID")
+incg "${GRP[knot]}" taskset -c $SERVER_CPU knotd -c "$TMP/knot/knot.conf" >"$TMP/knot/log" 2>&1 &
+PIDS+=("$!")
 
 SERVERS="dnsd nsd knot"
 if [ "$FLOOR" = 1 ]; then
-    taskset -c $SERVER_CPU "$FLOOR_BIN" "127.0.0.1:$P_FLOOR" >"$TMP/floor.log" 2>&1 &
-    FLOOR_PID=$!
-    PIDS+=("$FLOOR_PID")
+    incg "${GRP[floor]}" taskset -c $SERVER_CPU "$FLOOR_BIN" "127.0.0.1:$P_FLOOR" >"$TMP/floor.log" 2>&1 &
+    PIDS+=("$!")
 fi
 port_of() { case $1 in dnsd) echo "$P_DNSD" ;; nsd) echo "$P_NSD" ;; knot) echo "$P_KNOT" ;; floor) echo "$P_FLOOR" ;; esac; }
-root_pid() { case $1 in dnsd) echo "$DNSD_PID" ;; nsd) echo "$NSD_PID" ;; knot) echo "$KNOT_PID" ;; floor) echo "$FLOOR_PID" ;; esac; }
-tree() { # pid -> the pid and all its descendants
-    local p=$1 c
-    echo "$p"
-    for c in $(pgrep -P "$p" 2>/dev/null); do tree "$c"; done
-}
-. "$REPO/bench/lib/ticks.sh"   # proc_ticks
-HZ=$(getconf CLK_TCK)
-cpu0_busy() { cpu_busy_ticks "$SERVER_CPU"; }
 
 for s in $SERVERS; do
     ok=0
@@ -264,6 +261,7 @@ echo "dnsd: $DNSD_BIN, built $(date -u -r "$DNSD_BIN" +%Y-%m-%dT%H:%M:%SZ), repo
 echo "nsd: $(nsd -v 2>&1 | head -1); knot: $(knotd --version | head -1); dnsperf: $(dnsperf -h 2>&1 | awk '/Version/{print $2}')"
 echo "zones: ${ZONES[*]} ($NODES nodes); query file: 20000 queries, RCODE mix ${MIX[dnsd]} (same for all three)"
 echo "CPU 0's busy ticks (for other load): $BUSY_HOW"
+echo "cpu accounting: $CPU_HOW"
 echo "servers pinned to CPU $SERVER_CPU with one UDP worker each (dnsd --udp-threads 1, NSD server-count 1, Knot udp-workers 1), dnsperf to CPU $LOAD_CPU"
 echo "throughput: dnsperf -q $OUTSTANDING -l $DURATION; latency: dnsperf -Q $RATE -l $LAT_DURATION -v; rounds: $ROUNDS, interleaved; medians"
 echo
@@ -272,21 +270,17 @@ RES=$TMP/results # server kind value...
 : >"$RES"
 disturbed=0
 measure() { # server kind -> appends a line
-    local s=$1 kind=$2 a pids c0 c1 u0 u1 b0 b1 t0 t1 out secs other
+    local s=$1 kind=$2 a r0 r1 s0 s1 t0 t1 out secs other
     for a in 1 2 3; do
-        # shellcheck disable=SC2046
-        pids=$(tree "$(root_pid "$s")" | tr '\n' ' ')
-        # shellcheck disable=SC2086
-        read -r c0 u0 <<<"$(proc_ticks $pids)"; b0=$(cpu0_busy); t0=$(date +%s%N)
+        r0=$(cpu_read "${GRP[$s]}"); s0=$(cpu_snap); t0=$(date +%s%N)
         if [ "$kind" = tput ]; then
             out=$(taskset -c $LOAD_CPU dnsperf -s 127.0.0.1 -p "$(port_of "$s")" -d "$TMP/queries.txt" -l "$DURATION" -q "$OUTSTANDING" -t 2 2>&1)
         else
             out=$(taskset -c $LOAD_CPU dnsperf -s 127.0.0.1 -p "$(port_of "$s")" -d "$TMP/queries.txt" -l "$LAT_DURATION" -Q "$RATE" -q "$OUTSTANDING" -t 2 -v 2>&1)
         fi
-        # shellcheck disable=SC2086
-        read -r c1 u1 <<<"$(proc_ticks $pids)"; b1=$(cpu0_busy); t1=$(date +%s%N)
+        r1=$(cpu_read "${GRP[$s]}"); s1=$(cpu_snap); t1=$(date +%s%N)
         secs=$(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.3f", (b - a) / 1e9}')
-        other=$(awk -v b=$((b1 - b0)) -v c=$((c1 - c0)) -v hz="$HZ" 'BEGIN{printf "%.2f", (b - c) / hz}')
+        other=$(cpu_other "$s0" "$s1" "$SERVER_CPU")
         if awk -v o="$other" -v s="$secs" -v m="$OTHER_MAX" 'BEGIN{exit !(o > m * s)}'; then
             log "$s $kind: attempt $a disturbed (other CPU-s on CPU $SERVER_CPU: $other in ${secs}s)"
             disturbed=$((disturbed + 1))
@@ -294,14 +288,12 @@ measure() { # server kind -> appends a line
         fi
         break
     done
-    local completed lost qps cpu
+    local completed lost qps cpu user
     completed=$(awk '/Queries completed:/{print $3}' <<<"$out")
     lost=$(awk '/Queries lost:/{print $3}' <<<"$out")
     qps=$(awk '/Queries per second:/{print $4}' <<<"$out")
-    cpu=$(awk -v d=$((c1 - c0)) -v hz="$HZ" 'BEGIN{printf "%.2f", d / hz}')
+    read -r cpu user <<<"$(cpu_used "$r0" "$r1" %.2f)"
     if [ "$kind" = tput ]; then
-        local user
-        user=$(awk -v d=$((u1 - u0)) -v hz="$HZ" 'BEGIN{printf "%.2f", d / hz}')
         printf '%s tput %s %s %s %s %s %s\n' "$s" "${qps:-0}" "${completed:-0}" "${lost:-0}" "$cpu" "$other" "$user" >>"$RES"
     else
         local lat
@@ -309,7 +301,6 @@ measure() { # server kind -> appends a line
         printf '%s lat %s %s %s %s\n' "$s" "$lat" "${completed:-0}" "${lost:-0}" "$cpu" >>"$RES"
     fi
 }
-. "$REPO/bench/lib/order.sh"   # order
 TPUT_SERVERS=$SERVERS
 if [ "$FLOOR" = 1 ]; then TPUT_SERVERS="dnsd nsd floor knot"; fi
 for r in $(seq "$ROUNDS"); do

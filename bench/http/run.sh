@@ -70,6 +70,8 @@ done
 
 PIDS=()
 TMP=""
+. "$REPO/bench/lib/cpu.sh"     # cpu_init, cpu_group, incg, cpu_read, cpu_snap, cpu_other, cpu_quiet, busy_start
+. "$REPO/bench/lib/order.sh"   # order
 cleanup() {
     local p
     for p in "${PIDS[@]}"; do
@@ -80,6 +82,7 @@ cleanup() {
         for _ in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
         kill -9 "$p" 2>/dev/null || true
     done
+    cpu_cleanup
     [ -n "$TMP" ] && rm -rf "$TMP"
 }
 trap cleanup EXIT
@@ -91,6 +94,13 @@ if [ ! -x "$BOOTD_BIN" ]; then
     log "building bootd (release)"
     (cd "$REPO" && cargo build --release -p appliance --bin bootd)
 fi
+
+# CPU groups (bench/lib/cpu.sh): one per server on CPU 0; this shell and the
+# generators it starts (wrk, curl) on CPU 1.
+cpu_init http
+cpu_group G_LOAD load $LOAD_CPU
+cpu_join "$G_LOAD"
+declare -A GRP
 
 TMP=$(mktemp -d /tmp/bench-http.XXXXXX)
 chmod 755 "$TMP"   # nginx workers run as nobody and must read the files
@@ -112,6 +122,7 @@ P_NGA=$((PORT_BASE + 2))
 P_ALT=$((PORT_BASE + 3))
 echo '{"ignition":{"version":"3.2.0"}}' >"$TMP/site/worker.ign"
 start_bootd() { # binary port name -> sets <name>_PID
+    cpu_group "GRP[$3]" "$3" $SERVER_CPU
     mkdir -p "$TMP/site/state-$3"
     cat >"$TMP/site/$3.yaml" <<EOF
 cluster: { name: bench, baseDomain: example.test }
@@ -128,7 +139,7 @@ nodes:
   - { name: n0, role: worker, macs: ["52:54:00:99:00:01"], ip: 10.99.0.10 }
 ignition: { roles: { worker: worker.ign } }
 EOF
-    RUST_LOG=${RUST_LOG:-warn} nice -n "$PRIO" taskset -c $SERVER_CPU "$1" --site "$TMP/site/$3.yaml" \
+    RUST_LOG=${RUST_LOG:-warn} incg "${GRP[$3]}" nice -n "$PRIO" taskset -c $SERVER_CPU "$1" --site "$TMP/site/$3.yaml" \
         >"$TMP/$3.out" 2>"$TMP/$3.log" &
     local pid=$!
     PIDS+=("$pid")
@@ -159,6 +170,7 @@ SCRIPT_BYTES=$(stat -c %s "$TMP/ngx/boot.ipxe")
 # --- nginx -------------------------------------------------------------------
 start_nginx() { # name port workers
     local d=$TMP/ngx/$1
+    cpu_group "GRP[nginx-$1]" "nginx-$1" $SERVER_CPU
     mkdir -p "$d"
     cat >"$d/nginx.conf" <<EOF
 daemon off;
@@ -192,7 +204,7 @@ http {
     }
 }
 EOF
-    nice -n "$PRIO" taskset -c $SERVER_CPU "$NGINX_BIN" -p "$d" -c "$d/nginx.conf" 2>>"$d/error.log" &
+    incg "${GRP[nginx-$1]}" nice -n "$PRIO" taskset -c $SERVER_CPU "$NGINX_BIN" -p "$d" -c "$d/nginx.conf" 2>>"$d/error.log" &
     local pid=$!
     PIDS+=("$pid")
     eval "NGX_PID_$1=$pid"
@@ -206,8 +218,7 @@ if [ "$NGINX_AUTO" = 1 ]; then
 fi
 
 port_of() { case $1 in bootd) echo "$P_BOOTD" ;; bootd-alt) echo "$P_ALT" ;; nginx-w1) echo "$P_NG1" ;; nginx-auto) echo "$P_NGA" ;; esac; }
-# PIDs whose CPU time is the server's (bootd: the process, all threads;
-# nginx: master and workers).
+# A server's processes (bootd: one; nginx: master and workers), for the header.
 server_pids() {
     case $1 in
     bootd) echo "$BOOTD_PID" ;;
@@ -216,15 +227,6 @@ server_pids() {
     nginx-auto) echo "$NGX_PID_auto $(pgrep -P "$NGX_PID_auto" | tr '\n' ' ')" ;;
     esac
 }
-cpu_ticks() { # pids... -> utime+stime ticks summed
-    local t=0 p
-    for p in "$@"; do
-        # fields after the ")" of comm: utime is field 14, stime 15 overall
-        t=$((t + $(awk '{sub(/.*\) /,""); print $12 + $13}' "/proc/$p/stat")))
-    done
-    echo "$t"
-}
-HZ=$(getconf CLK_TCK)
 
 # Sanity: the same bytes from every server.
 SMALL_SUM=$(sha256sum <"$IMG/small.bin" | cut -d' ' -f1)
@@ -247,6 +249,7 @@ fi
 echo "nginx: $($NGINX_BIN -v 2>&1 | sed 's/.*: //'), sendfile on, tcp_nopush on, keepalive (keepalive_requests 1e8), access_log off"
 echo "wrk: $(wrk -v 2>&1 | head -1 | awk '{print $1, $2}'), curl: $(curl -V | head -1 | awk '{print $2}')"
 echo "pinning: servers on CPU $SERVER_CPU, load generators (wrk, curl) on CPU $LOAD_CPU (taskset)"
+echo "cpu accounting: $CPU_HOW"
 for s in $SERVERS; do
     for p in $(server_pids "$s"); do
         printf '  %-10s pid %-7s %s affinity %s\n' "$s" "$p" "$(tr -d '\0' </proc/$p/comm)" "$(taskset -cp "$p" | sed 's/.*: //')"
@@ -258,42 +261,22 @@ echo "wrk: -t1 -d${DURATION}s, connections: $CONNS; curl parallel: $PARALLEL; ro
 echo "busy loop: $([ "$BUSY" = 1 ] && echo "yes, nice 19 on each CPU" || echo no); servers and load run at nice $PRIO$([ -n "${BENCH_HTTP_SESSION:-}" ] && echo ", in their own session with autogroup $(cat /proc/$$/autogroup)")"
 echo
 
-if [ "$BUSY" = 1 ]; then
-    for c in $SERVER_CPU $LOAD_CPU; do
-        # bounded: dies after 2 h at the latest, killed by the trap before
-        nice -n 19 taskset -c "$c" timeout 7200 sh -c 'while :; do :; done' &
-        PIDS+=("$!")
-    done
-fi
+# bounded: ends after 2 h at the latest, stopped by the trap before
+if [ "$BUSY" = 1 ]; then busy_start 7200 $SERVER_CPU $LOAD_CPU; fi
 
 RES=$TMP/results    # tab-separated: test, server, value, server CPU-s, other CPU-s (server CPU/load CPU), attempts, clean, cell seconds
 : >"$RES"
 
 # The machine may be shared: CPU time used by anything outside this benchmark
-# during a measurement is "other CPU", counted per CPU: on the server CPU it
-# is busy time minus the servers' time (servers are pinned there), on the load
-# CPU busy time minus the load generators' (this shell and its reaped
-# children: wrk, curl). Busy = user + system + irq + softirq + steal from
-# /proc/stat (tick accounting also charges irq/softirq ticks to the running
-# task; nice is left out, so the BUSY loops do not count). A cell counts as
-# disturbed when other work took more than OTHER_MAX of the server CPU, or of
-# the load CPU while that CPU had no idle time left (< 10 %).
-cpu_line() { awk -v c="cpu$1" '$1 == c {print $2 + $4 + $7 + $8 + $9, $5 + $6}' /proc/stat; }
-servers_ticks() {
-    local all="" s
-    for s in $SERVERS; do all="$all $(server_pids "$s")"; done
-    # shellcheck disable=SC2086
-    cpu_ticks $all
-}
-gen_ticks() { awk '{sub(/.*\) /,""); print $12 + $13 + $14 + $15}' /proc/$$/stat; }
-snapshot() { echo "$(cpu_line $SERVER_CPU) $(cpu_line $LOAD_CPU) $(servers_ticks) $(gen_ticks) $(date +%s%N)"; }
+# during a measurement is "other CPU", counted per CPU (bench/lib/cpu.sh: busy
+# time in /proc/stat minus our groups', the servers on the server CPU, this
+# shell with wrk and curl on the load CPU, and ksoftirqd's; the BUSY loops
+# count in neither). A cell counts as disturbed when other work took more
+# than OTHER_MAX of the server CPU, or of the load CPU while that CPU had no
+# idle time left (< 10 %).
 # other_of "snap0" "snap1" -> "other_server_cpu_s other_load_cpu_s load_idle_s seconds"
 other_of() {
-    # shellcheck disable=SC2086
-    set -- $1 $2
-    awk -v hz="$HZ" -v b0="$1" -v b1="$3" -v i1="$4" -v s="$5" -v g="$6" -v t="$7" \
-        -v B0="$8" -v B1="${10}" -v I1="${11}" -v S="${12}" -v G="${13}" -v T="${14}" \
-        'BEGIN{printf "%.2f %.2f %.2f %.2f\n", ((B0-b0)-(S-s))/hz, ((B1-b1)-(G-g))/hz, (I1-i1)/hz, (T-t)/1e9}'
+    echo "$(cpu_other "$1" "$2" $SERVER_CPU $LOAD_CPU) $(cpu_idle "$1" "$2" $LOAD_CPU) $(cpu_secs "$1" "$2" | awk '{printf "%.2f", $1}')"
 }
 disturbed() { # "o0 o1 idle1 secs" -> exit 0 when disturbed
     # shellcheck disable=SC2086
@@ -305,19 +288,8 @@ OTHER_MAX=${OTHER_MAX:-0.15}   # CPUs' worth of other load tolerated in a cell
 # Seconds to wait for a quiet machine before a cell; pointless when PRIO
 # already makes other work yield, so 0 then.
 if [ "$PRIO" -lt 0 ]; then QUIET_WAIT=${QUIET_WAIT:-0}; else QUIET_WAIT=${QUIET_WAIT:-180}; fi
-wait_quiet() {
-    local t=0 s0 o
-    [ "$QUIET_WAIT" -gt 0 ] || return 0
-    while [ "$t" -lt "$QUIET_WAIT" ]; do
-        s0=$(snapshot); sleep 1; o=$(other_of "$s0" "$(snapshot)")
-        # quiet: other work below OTHER_MAX on each CPU
-        # shellcheck disable=SC2086
-        awk -v m="$OTHER_MAX" -v a="${o%% *}" -v b="$(echo $o | cut -d' ' -f2)" 'BEGIN{exit !(a <= m && b <= m)}' && return 0
-        [ $((t % 20)) = 0 ] && log "machine busy with other work (other CPU-s per s on server/load CPU: $(echo "$o" | cut -d' ' -f1-2)), waiting"
-        t=$((t + 1))
-    done
-    log "machine still busy after ${QUIET_WAIT}s; measuring anyway"
-}
+# quiet: other work at most OTHER_MAX on each CPU
+wait_quiet() { cpu_quiet "$OTHER_MAX" "$QUIET_WAIT" $SERVER_CPU $LOAD_CPU; }
 
 # cell test server kind args...: waits for a quiet machine, measures, and
 # repeats (at most 3 attempts) when other load disturbed it or nothing was
@@ -327,12 +299,10 @@ cell() {
     shift 3
     for a in 1 2 3; do
         wait_quiet
-        # shellcheck disable=SC2046
-        c0=$(cpu_ticks $(server_pids "$srv")); s0=$(snapshot)
+        c0=$(cpu_read "${GRP[$srv]}"); s0=$(cpu_snap)
         v=$("$kind" "$srv" "$@")
-        # shellcheck disable=SC2046
-        c1=$(cpu_ticks $(server_pids "$srv")); o=$(other_of "$s0" "$(snapshot)")
-        scpu=$(awk -v d=$((c1 - c0)) -v hz="$HZ" 'BEGIN{printf "%.2f", d / hz}')
+        c1=$(cpu_read "${GRP[$srv]}"); o=$(other_of "$s0" "$(cpu_snap)")
+        scpu=$(cpu_used "$c0" "$c1" %.2f); scpu=${scpu%% *}
         if awk -v v="${v:-0}" 'BEGIN{exit !(v > 0)}' && ! disturbed "$o"; then
             clean=yes
             break
@@ -377,10 +347,6 @@ curl_mbps() { # server parallel -> aggregate MB/s (10^6 B/s): total bytes / wall
     awk -v b="$total" -v ns=$((t1 - t0)) 'BEGIN{printf "%.1f\n", b / (ns / 1e9) / 1e6}'
 }
 
-order() { # round -> server order, alternating
-    if [ $(($1 % 2)) = 1 ]; then echo "$SERVERS"; else echo "$SERVERS" | tr ' ' '\n' | tac | tr '\n' ' '; fi
-}
-
 rss_kib() { awk -v k="$2" '$1 == k":" {print $2}' "/proc/$1/status"; }
 
 RSS_START=$(rss_kib "$BOOTD_PID" VmRSS)
@@ -389,8 +355,8 @@ T_START=$(date +%s)
 for r in $(seq "$ROUNDS"); do
     log "round $r/$ROUNDS: wrk"
     for c in $CONNS; do
-        for s in $(order "$r"); do cell "small-100KiB c=$c" "$s" wrk_rps "$c" /images/small.bin; done
-        for s in $(order "$r"); do cell "boot.ipxe c=$c" "$s" wrk_rps "$c" /boot.ipxe; done
+        for s in $(order "$r" $SERVERS); do cell "small-100KiB c=$c" "$s" wrk_rps "$c" /images/small.bin; done
+        for s in $(order "$r" $SERVERS); do cell "boot.ipxe c=$c" "$s" wrk_rps "$c" /boot.ipxe; done
     done
 done
 RSS_HWM_WRK=$(rss_kib "$BOOTD_PID" VmHWM)
@@ -401,7 +367,7 @@ RSS_BEFORE_BIG=$(rss_kib "$BOOTD_PID" VmRSS)
 for r in $(seq "$ROUNDS"); do
     log "round $r/$ROUNDS: curl $BIG_LABEL"
     for n in $PARALLEL; do
-        for s in $(order "$r"); do cell "big-${BIG_LABEL} x$n" "$s" curl_mbps "$n"; done
+        for s in $(order "$r" $SERVERS); do cell "big-${BIG_LABEL} x$n" "$s" curl_mbps "$n"; done
     done
 done
 RSS_HWM_BIG=$(rss_kib "$BOOTD_PID" VmHWM)

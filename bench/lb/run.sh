@@ -10,8 +10,9 @@
 #   - keepalive: wrk -c16 on the 1 KiB file: req/s and p99 latency;
 #   - conn rate: the same with "Connection: close" (a new connection per request);
 #   - throughput: iperf3, one stream, Gbit/s;
-# each also per second of the balancer's CPU time (its utime+stime from /proc),
-# which is steadier than raw rates on a shared VM. Then, once per balancer,
+# each also per second of the balancer's CPU time (bench/lib/cpu.sh: a cgroup
+# holding the balancer, all its threads), which is steadier than raw rates on
+# a shared VM. Then, once per balancer,
 # failover: a short-connection wrk runs while one nginx is killed (SIGKILL);
 # reported: time until the balancer marks it down, and failed client requests.
 # Everything listens on and talks to 127.0.0.1 only; every load is bounded.
@@ -74,6 +75,8 @@ fi
 
 PIDS=()
 TMP=""
+. "$REPO/bench/lib/cpu.sh"     # cpu_init, cpu_group, incg, cpu_read, cpu_used, cpu_snap, cpu_other
+. "$REPO/bench/lib/order.sh"   # order
 cleanup() {
     local p
     for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
@@ -81,11 +84,20 @@ cleanup() {
         for _ in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
         kill -9 "$p" 2>/dev/null || true
     done
+    cpu_cleanup
     [ -n "$TMP" ] && rm -rf "$TMP"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 log() { echo "# $*" >&2; }
+# CPU groups (bench/lib/cpu.sh): one per balancer, one for the backends (nginx,
+# iperf3 -s), all on CPU 0; this shell and the generators it starts on CPU 1.
+cpu_init lb
+cpu_group G_LOAD load $LOAD_CPU
+cpu_join "$G_LOAD"
+cpu_group G_BACK backends $SERVER_CPU
+declare -A GRP
+for b in lbd haproxy $([ "$FLOOR" = 1 ] && echo floor); do cpu_group "GRP[$b]" "$b" $SERVER_CPU; done
 # Arrays, not functions: "${ON_SERVER[@]}" cmd & gives $! = cmd's own PID
 # (nice and taskset exec it), so cleanup stops the server, not a subshell.
 ON_SERVER=(nice -n "$PRIO" taskset -c "$SERVER_CPU")
@@ -127,7 +139,7 @@ http {
     }
 }
 EOF
-    "${ON_SERVER[@]}" nginx -p "$d" -c "$d/nginx.conf" 2>>"$d/error.log" &
+    incg "$G_BACK" "${ON_SERVER[@]}" nginx -p "$d" -c "$d/nginx.conf" 2>>"$d/error.log" &
     NGX_PID[$1]=$!
     PIDS+=("$!")
     wait_http "http://127.0.0.1:$2/1k"
@@ -139,8 +151,7 @@ wait_http() {
 }
 start_nginx ng1 "$P_NG1"
 start_nginx ng2 "$P_NG2"
-"${ON_SERVER[@]}" iperf3 -s -B 127.0.0.1 -p "$P_IPERF" >"$TMP/iperf3-s.log" 2>&1 &
-IPERF_PID=$!
+incg "$G_BACK" "${ON_SERVER[@]}" iperf3 -s -B 127.0.0.1 -p "$P_IPERF" >"$TMP/iperf3-s.log" 2>&1 &
 PIDS+=("$!")
 
 # --- balancers: the same frontends, checks and timeouts --------------------------
@@ -157,7 +168,7 @@ services:
     listen: 127.0.0.1:$P_LBD_BULK
     backends: ["127.0.0.1:$P_IPERF"]
 EOF
-RUST_LOG=${RUST_LOG:-warn} "${ON_SERVER[@]}" "$LBD_BIN" --config "$TMP/lb.yaml" --state-dir "$TMP/lbd-state" >"$TMP/lbd.log" 2>&1 &
+RUST_LOG=${RUST_LOG:-warn} incg "${GRP[lbd]}" "${ON_SERVER[@]}" "$LBD_BIN" --config "$TMP/lb.yaml" --state-dir "$TMP/lbd-state" >"$TMP/lbd.log" 2>&1 &
 LBD_PID=$!
 PIDS+=("$!")
 
@@ -189,14 +200,12 @@ backend bulk
     server iperf 127.0.0.1:$P_IPERF check inter 2s
 EOF
 haproxy -c -q -f "$TMP/haproxy.cfg"
-"${ON_SERVER[@]}" haproxy -db -f "$TMP/haproxy.cfg" >"$TMP/haproxy.log" 2>&1 &
+incg "${GRP[haproxy]}" "${ON_SERVER[@]}" haproxy -db -f "$TMP/haproxy.cfg" >"$TMP/haproxy.log" 2>&1 &
 HA_PID=$!
 PIDS+=("$!")
 
-FLOOR_PID=""
 if [ "$FLOOR" = 1 ]; then
-    "${ON_SERVER[@]}" "$FLOOR_BIN" "127.0.0.1:$P_FLOOR_WEB" "127.0.0.1:$P_NG1" "127.0.0.1:$P_NG2" >"$TMP/floor.log" 2>&1 &
-    FLOOR_PID=$!
+    incg "${GRP[floor]}" "${ON_SERVER[@]}" "$FLOOR_BIN" "127.0.0.1:$P_FLOOR_WEB" "127.0.0.1:$P_NG1" "127.0.0.1:$P_NG2" >"$TMP/floor.log" 2>&1 &
     PIDS+=("$!")
 fi
 
@@ -207,34 +216,13 @@ sleep 3   # every check settled
 
 port_web() { case $1 in lbd) echo "$P_LBD_WEB" ;; haproxy) echo "$P_HA_WEB" ;; direct) echo "$P_NG1" ;; floor) echo "$P_FLOOR_WEB" ;; esac; }
 port_bulk() { case $1 in lbd) echo "$P_LBD_BULK" ;; haproxy) echo "$P_HA_BULK" ;; direct) echo "$P_IPERF" ;; esac; }
-lb_pid() { case $1 in lbd) echo "$LBD_PID" ;; haproxy) echo "$HA_PID" ;; direct) echo "" ;; floor) echo "$FLOOR_PID" ;; esac; }
+lb_group() { case $1 in lbd | haproxy | floor) echo "${GRP[$1]}" ;; direct) echo "" ;; esac; }
 
 # --- CPU accounting -------------------------------------------------------------
-HZ=$(getconf CLK_TCK)
-. "$REPO/bench/lib/ticks.sh"   # proc_ticks
-ticks() { # pids... -> utime+stime summed
-    local v
-    v=$(proc_ticks "$@")
-    echo "${v% *}"
-}
-server_pids() { echo "$LBD_PID $HA_PID $FLOOR_PID $IPERF_PID ${NGX_PID[ng1]} ${NGX_PID[ng2]} $(pgrep -P "${NGX_PID[ng1]}" | tr '\n' ' ') $(pgrep -P "${NGX_PID[ng2]}" | tr '\n' ' ')"; }
-# The kernel threads that finish loopback TCP's softirq work when it piles up
-# do our work, not someone else's: counted with the servers (CPU 0) and the
-# generators (CPU 1).
-KSOFT0=$(pgrep -x "ksoftirqd/$SERVER_CPU" || true)
-KSOFT1=$(pgrep -x "ksoftirqd/$LOAD_CPU" || true)
-# snapshot: busy CPU0, busy CPU1, our servers' ticks, our reaped generators' ticks, ns
-snap() {
-    # shellcheck disable=SC2046,SC2086
-    echo "$(cpu_busy_ticks $SERVER_CPU) $(cpu_busy_ticks $LOAD_CPU) $(ticks $(server_pids) $KSOFT0) $(($(awk '{sub(/.*\) /,""); print $14 + $15}' /proc/$$/stat) + $(ticks $KSOFT1))) $(date +%s%N)"
-}
-# other CPU-seconds on CPU 0 and CPU 1 between two snapshots, and the seconds
-other() { # "snap0" "snap1"
-    # shellcheck disable=SC2086
-    set -- $1 $2
-    awk -v b0="$1" -v b1="$2" -v s="$3" -v g="$4" -v t="$5" -v B0="$6" -v B1="$7" -v S="$8" -v G="$9" -v T="${10}" -v hz="$HZ" \
-        'BEGIN{printf "%.2f %.2f %.2f\n", ((B0-b0)-(S-s))/hz, ((B1-b1)-(G-g))/hz, (T-t)/1e9}'
-}
+# Other load (bench/lib/cpu.sh): busy time of each CPU minus our groups' and
+# its ksoftirqd's (loopback TCP's softirq work is ours), in CPU-seconds.
+# other "snap0" "snap1" -> other CPU-seconds on CPU 0 and CPU 1, and the seconds
+other() { echo "$(cpu_other "$1" "$2" "$SERVER_CPU" "$LOAD_CPU") $(cpu_secs "$1" "$2" | awk '{printf "%.2f", $1}')"; }
 
 # --- measurements -----------------------------------------------------------------
 to_ms() { awk '{v=$1; if (v ~ /us$/) {sub(/us$/,"",v); v/=1000} else if (v ~ /ms$/) {sub(/ms$/,"",v)} else if (v ~ /s$/) {sub(/s$/,"",v); v*=1000}; printf "%.3f\n", v}'; }
@@ -258,16 +246,14 @@ except Exception: print("0 0 1")' <<<"$out"
 RES=$TMP/results   # test, target, value, p99ms, errors, lb CPU-s, other CPU-s cpu0/cpu1, attempts, seconds, lb user CPU-s
 : >"$RES"
 cell() { # test target kind args...
-    local test=$1 who=$2 kind=$3 a v c0 c1 u0 u1 s0 s1 o cpu
+    local test=$1 who=$2 kind=$3 a v r0 r1 s0 s1 o cpu user
     shift 3
     for a in 1 2 3; do
-        # shellcheck disable=SC2046
-        read -r c0 u0 <<<"$(proc_ticks $(lb_pid "$who"))"; s0=$(snap)
+        r0=$(cpu_read "$(lb_group "$who")"); s0=$(cpu_snap)
         v=$("$kind" "$who" "$@")
-        # shellcheck disable=SC2046
-        read -r c1 u1 <<<"$(proc_ticks $(lb_pid "$who"))"; s1=$(snap)
+        r1=$(cpu_read "$(lb_group "$who")"); s1=$(cpu_snap)
         o=$(other "$s0" "$s1")
-        cpu=$(awk -v d=$((c1 - c0)) -v hz="$HZ" 'BEGIN{printf "%.2f", d / hz}')
+        read -r cpu user <<<"$(cpu_used "$r0" "$r1" %.2f)"
         # clean: a value, and other load under OTHER_MAX of CPU 0 (CPU 1 is saturated by the generator)
         if awk -v v="${v%% *}" -v o="$o" -v m="$OTHER_MAX" 'BEGIN{split(o, x, " "); exit !(v > 0 && x[1] <= m * x[3] + 0.03)}'; then
             break
@@ -276,9 +262,8 @@ cell() { # test target kind args...
     done
     # shellcheck disable=SC2086
     set -- $v
-    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$test" "$who" "$1" "$2" "$3" "$cpu" "$(awk '{print $1 "/" $2}' <<<"$o")" "$a" "$(awk '{print $3}' <<<"$o")" "$(awk -v d=$((u1 - u0)) -v hz="$HZ" 'BEGIN{printf "%.2f", d / hz}')" >>"$RES"
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$test" "$who" "$1" "$2" "$3" "$cpu" "$(awk '{print $1 "/" $2}' <<<"$o")" "$a" "$(awk '{print $3}' <<<"$o")" "$user" >>"$RES"
 }
-. "$REPO/bench/lib/order.sh"   # order
 WEB_TARGETS="lbd haproxy direct"
 if [ "$FLOOR" = 1 ]; then WEB_TARGETS="lbd haproxy floor direct"; fi
 
@@ -289,6 +274,7 @@ echo "haproxy: $(haproxy -v | head -1 | awk '{print $3}'), nbthread $(awk '/^Thr
 echo "lbd threads: $(awk '/^Threads/{print $2}' "/proc/$LBD_PID/status") (runtime: one worker per CPU it may use)"
 echo "pinning: lbd, haproxy, nginx, iperf3 -s on CPU $SERVER_CPU; wrk, iperf3 -c on CPU $LOAD_CPU; nice $PRIO$([ -n "${BENCH_LB_SESSION:-}" ] && echo ", own session, autogroup $(cat /proc/$$/autogroup | awk '{print $NF}')")"
 echo "CPU busy ticks (for other load): $BUSY_HOW"
+echo "cpu accounting: $CPU_HOW"
 echo "cells: ${DURATION}s each, wrk -t1 -c$CONNS, $ROUNDS rounds interleaved (lbd haproxy direct / reverse), median"
 echo
 

@@ -1,7 +1,9 @@
-# Sourced by bench scripts: the order of targets within a round.
+# shellcheck shell=bash
+# Sourced by every bench/*/run.sh: the order of targets within a round.
 
 # order ROUND TARGET... -> the targets as given in odd rounds, reversed in
-# even ones, so no target always runs first or last.
+# even ones (A B C, C B A, A B C, ...), so no target always runs first or
+# last and a drift over a round weighs on each target alike over two rounds.
 order() {
     local r=$1
     shift

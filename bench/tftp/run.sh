@@ -6,7 +6,7 @@
 # by a veth pair (10.78.200.0/24; nothing leaves them). All three servers
 # listen on port 69, each on its own address in the server namespace, pinned
 # to CPU 0; clients are pinned to CPU 1. Tests (servers interleaved, order
-# rotated every round, median of ROUNDS):
+# reversed every other round, median of ROUNDS):
 #   lock64  : one 64 MiB fetch, blksize 1468, lock-step (curl --tftp-blksize;
 #             curl also asks tsize) -- all three servers
 #   ws64    : one 64 MiB fetch, blksize 1468 + windowsize 16 (atftp
@@ -18,8 +18,9 @@
 # pinned to each CPU, so a vCPU waiting for the next packet does not halt;
 # see shared/TESTING.md: lock-step round trips are 2-8x slower on a quiet
 # VM). Reported: MiB/s (wall clock of the client side), server CPU time per
-# MiB (from a cgroup per server: all threads and forked children, tftpd-hpa
-# forks one per transfer), and ratios bootd/peer within the same mode.
+# MiB (bench/lib/cpu.sh: a cgroup per server, all threads and forked
+# children, tftpd-hpa forks one per transfer), and ratios bootd/peer within
+# the same mode.
 #
 # Knobs (env): ROUNDS (3), MODES ("plain busy"), TESTS ("lock64 ws64 conc20
 # conc20w"), BIG_MIB (64), CONC (20), CONC_REPS (5), FETCH_TIMEOUT (180 s),
@@ -62,8 +63,9 @@ WORK=$(mktemp -d /tmp/bench-tftp.XXXXXX)
 chmod 755 "$WORK"
 declare -A PID
 declare -A CG
-BUSY_PIDS=()
-CG_ROOT=""
+. "$REPO/bench/lib/ns.sh"      # ns_pair, ns_addr, ns_cleanup
+. "$REPO/bench/lib/cpu.sh"     # cpu_init, cpu_group, incg, cpu_read, cpu_snap, cpu_quiet, busy_start, ...
+. "$REPO/bench/lib/order.sh"   # order
 cleanup() {
     busy_stop || true
     local p
@@ -72,9 +74,8 @@ cleanup() {
         for _ in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
         kill -9 "$p" 2>/dev/null || true
     done
-    ip netns del "$S" 2>/dev/null || true
-    ip netns del "$C" 2>/dev/null || true
-    [[ -n $CG_ROOT ]] && cg_cleanup
+    ns_cleanup
+    cpu_cleanup
     rm -rf "$WORK"
 }
 trap cleanup EXIT
@@ -84,58 +85,23 @@ trap 'exit 130' INT TERM
 say() { echo "$*"; echo "$*" >>"$RESULTS"; }
 log() { echo "# $*" >&2; echo "# $*" >>"$RESULTS"; }
 
-BENCH_NAME=tftp
-. "$REPO/bench/lib/cgroup.sh"   # cgroups: cg_new, cg_ns, cg_cleanup, incg
-
 # The machine may be shared (another agent's bench/http run, QEMU lab tests).
 # Before a measurement: no wrk / bench/http run, and at most OTHER_MAX CPUs'
 # worth of load that is not ours, waited for up to QUIET_WAIT s. During it:
-# "other" CPU = busy time in /proc/stat (user+system+irq+softirq+steal; nice
-# is left out, so the nice-19 busy loops don't count) minus our cgroups'
-# (servers, and this script with its clients); a run with more than
-# OTHER_MAX CPUs of other load is repeated (ATTEMPTS at most), then kept and
-# flagged in the log.
+# "other" load over the whole machine (bench/lib/cpu.sh: busy time in
+# /proc/stat minus our groups, the servers and this script with its clients,
+# and ksoftirqd; the nice-19 busy loops count in neither); a run with more
+# than OTHER_MAX CPUs of other load is repeated (ATTEMPTS at most), then kept
+# and flagged in the log.
 OTHER_MAX=${OTHER_MAX:-0.2}
 QUIET_WAIT=${QUIET_WAIT:-120}
 ATTEMPTS=${ATTEMPTS:-2}
-CG_LOAD=$(cg_new load)
-CG_BUSY=$(cg_new busy)
-echo $$ >"$CG_LOAD/cgroup.procs"
-ours_ns() { local t=$(ksoftirqd_ns) g; for g in "$CG_LOAD" "${CG[@]}"; do t=$((t + $(cg_ns "$g"))); done; echo $t; }
-other_cpus() { # b0 b1 o0 o1 seconds -> CPUs of other load
-    awk -v b=$(($2 - $1)) -v o=$(($4 - $3)) -v hz="$HZ" -v s="$5" 'BEGIN { printf "%.2f", (b / hz - o / 1e9) / s }'
-}
-# An HTTP benchmark run (bench/http: wrk, nginx and bootd under /tmp/bench-http.*)?
-http_bench_running() { pgrep -x wrk >/dev/null || pgrep -f 'bench/http/run.sh' >/dev/null; }
+cpu_init tftp
+cpu_group CG_LOAD load $LOAD_CPU
+cpu_join "$CG_LOAD"
 wait_quiet() {
-    local waited=0 hw=0 b0 o0 b1 o1
-    while http_bench_running && ((hw < WAIT_HTTP_BENCH)); do
-        ((hw % 60 == 0)) && log "an HTTP benchmark (bench/http, wrk) is running: waiting for it to end (bounded, ${WAIT_HTTP_BENCH}s)"
-        sleep 5; hw=$((hw + 5))
-    done
-    if http_bench_running; then log "WARNING: HTTP benchmark still running after ${WAIT_HTTP_BENCH}s: measuring anyway"; return 0; fi
-    while ((waited < QUIET_WAIT)); do
-        b0=$(busy_ticks); o0=$(ours_ns); sleep 1; b1=$(busy_ticks); o1=$(ours_ns)
-        local oc; oc=$(other_cpus "$b0" "$b1" "$o0" "$o1" 1)
-        if awk -v o="$oc" -v m="$OTHER_MAX" 'BEGIN { exit !(o <= m) }'; then return 0; fi
-        ((waited % 30 == 0)) && log "machine busy with other work (${oc} CPUs): waiting (bounded, ${QUIET_WAIT}s)"
-        waited=$((waited + 1))
-    done
-    log "WARNING: machine not quiet after ${QUIET_WAIT}s; measuring anyway"
-}
-
-busy_start() {
-    local c
-    for c in 0 1; do
-        # bounded: the longest phase is far below this; stopped by PID after.
-        incg "$CG_BUSY" timeout 3600 nice -n 19 taskset -c "$c" sh -c 'while :; do :; done' &
-        BUSY_PIDS+=($!)
-    done
-}
-busy_stop() {
-    local p
-    for p in "${BUSY_PIDS[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
-    BUSY_PIDS=()
+    cpu_wait_http_bench "$WAIT_HTTP_BENCH"
+    cpu_quiet "$OTHER_MAX" "$QUIET_WAIT"
 }
 
 # --- atftpd from its .deb ---------------------------------------------------
@@ -161,13 +127,9 @@ SMALL_SUM=$(sha256sum <"$ROOT/small.bin" | cut -d' ' -f1)
 cat "$ROOT"/*.bin >/dev/null
 
 # --- network -------------------------------------------------------------------
-ip netns add "$S"; ip netns add "$C"
-ip link add "$VS" netns "$S" type veth peer name "$VC" netns "$C"
-ip -n "$S" link set lo up; ip -n "$C" link set lo up
-for a in $IP_BOOTD $IP_HPA $IP_ATFTPD; do ip -n "$S" addr add $a/24 dev "$VS"; done
-ip -n "$S" link set "$VS" up
-ip -n "$C" addr add $IP_CLIENT/24 dev "$VC"; ip -n "$C" link set "$VC" up
-
+ns_pair "$S" "$C" "$VS" "$VC"
+ns_addr "$S" "$VS" $IP_BOOTD/24 $IP_HPA/24 $IP_ATFTPD/24
+ns_addr "$C" "$VC" $IP_CLIENT/24
 
 # --- servers -------------------------------------------------------------------
 mkdir -p "$WORK/bootd/state" "$WORK/bootd/images"
@@ -188,7 +150,7 @@ nodes:
 ignition:
   dir: $REPO/examples/lab/ignition
 EOF
-for x in bootd tftpd-hpa atftpd; do CG[$x]=$(cg_new "$x"); done
+for x in bootd tftpd-hpa atftpd; do cpu_group "CG[$x]" "$x" $SERVER_CPU; done
 incg "${CG[bootd]}" ip netns exec "$S" taskset -c $SERVER_CPU "$BOOTD_BIN" --site "$WORK/bootd/site.yaml" >"$WORK/bootd.out" 2>"$WORK/bootd.log" &
 PID[bootd]=$!
 # tftpd-hpa: foreground (-L), forks one child per transfer; -s chroots to the root.
@@ -240,9 +202,9 @@ servers_for() { case $1 in lock64 | conc20) echo "bootd tftpd-hpa atftpd" ;; ws6
 measure() { # test server
     local ip; ip=$(ip_of "$2")
     local g=${CG[$2]}
-    local c0 c1 t0 t1 mib b0 o0 b1 o1
+    local c0 c1 t0 t1 mib s0 s1
     sleep 0.2
-    b0=$(busy_ticks); o0=$(ours_ns); c0=$(cg_ns "$g"); t0=$(date +%s.%N)
+    s0=$(cpu_snap); c0=$(cpu_read "$g"); t0=$(date +%s.%N)
     case $1 in
     lock64) c_lock "$ip" big.bin /dev/null || log "WARNING: $1 fetch from $2 failed"; mib=$BIG_MIB ;;
     ws64) c_win "$ip" big.bin /dev/null || log "WARNING: $1 fetch from $2 failed"; mib=$BIG_MIB ;;
@@ -263,9 +225,10 @@ measure() { # test server
     esac
     t1=$(date +%s.%N)
     sleep 0.2   # transfers' last ACK handling, tftpd-hpa children exiting
-    c1=$(cg_ns "$g"); b1=$(busy_ticks); o1=$(ours_ns)
+    c1=$(cpu_read "$g"); s1=$(cpu_snap)
     local w; w=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", b - a }')
-    echo "$mib $w $(awk -v d=$((c1 - c0)) 'BEGIN { printf "%.3f", d / 1e9 }') $(other_cpus "$b0" "$b1" "$o0" "$o1" "$(awk -v w="$w" 'BEGIN { print w + 0.4 }')")"
+    local cpu; cpu=$(cpu_used "$c0" "$c1" %.3f)
+    echo "$mib $w ${cpu%% *} $(cpu_load "$s0" "$s1")"
 }
 
 median() { sort -g | awk '{a[NR]=$1} END { if (NR == 0) { print "nan"; exit } if (NR % 2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2 }'; }
@@ -277,16 +240,15 @@ say "bootd: $BOOTD_BIN ($(cd "$REPO" && git rev-parse --short HEAD 2>/dev/null |
 say "clients: $(curl --version | head -1 | cut -d' ' -f1-2) (--tftp-blksize $BLK, lock-step), atftp $(dpkg-query -W -f='${Version}' atftp 2>/dev/null) (--option 'blksize $BLK' --option 'windowsize $WIN')"
 say "files: ${BIG_MIB} MiB and 1 MiB random, page cache warm; servers on CPU $SERVER_CPU, clients on CPU $LOAD_CPU; veth between two namespaces"
 say "busy mode: one 'nice -n 19' shell busy loop pinned to each CPU during the measurement"
+say "cpu accounting: $CPU_HOW"
 say ""
 
 for mode in $MODES; do
     for t in $TESTS; do
         read -r -a SV <<<"$(servers_for "$t")"
-        k=${#SV[@]}
         for ((round = 1; round <= ROUNDS; round++)); do
-            [[ $mode == busy ]] && busy_start
-            for ((i = 0; i < k; i++)); do
-                s=${SV[$(((i + round - 1) % k))]}
+            [[ $mode == busy ]] && busy_start 3600 $SERVER_CPU $LOAD_CPU   # bounded: far above the longest phase
+            for s in $(order "$round" "${SV[@]}"); do
                 best="" best_other=""
                 for ((a = 1; a <= ATTEMPTS; a++)); do
                     wait_quiet
