@@ -54,6 +54,13 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 # ancestors define is containment, not an import: see the tool's header).
 log "module import cycles"
 python3 tests/tools/module-cycles.py
+log "source file lengths"
+python3 tests/tools/file-lengths.py
+
+# The Alibaba ECS fake's own tests (its signature check against Alibaba's
+# published example, parameter checks from the API metadata, paging, holds).
+log "ECS fake"
+python3 tests/controller/ecs-fake-test.py
 
 # The fuzz targets are their own workspace (cargo fuzz builds them with
 # nightly); checking that they compile keeps them in step with the code they
