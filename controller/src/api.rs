@@ -3,7 +3,7 @@
 use super::*;
 
 mod cluster;
-use cluster::{bootstrap_complete, cluster};
+use cluster::{bootstrap_complete, cluster, destroy, machines};
 
 /// Serves the API on `listener` (TLS with the site CA) until `shutdown`.
 pub(super) async fn serve(
@@ -129,6 +129,13 @@ pub(super) async fn route(
         (&Method::POST, ["v1", "cluster", "bootstrap-complete"]) => {
             ("cluster", bootstrap_complete(ctl, caller).await)
         }
+        (&Method::GET, ["v1", "cluster", "machines"]) => {
+            let q = req.uri().query().map(str::to_string);
+            ("cluster", machines(ctl, caller, q.as_deref()).await)
+        }
+        (&Method::POST, ["v1", "cluster", "destroy"]) => {
+            ("cluster", destroy(ctl, caller, req).await)
+        }
         (
             _,
             ["v1", "nodes"]
@@ -139,7 +146,9 @@ pub(super) async fn route(
             | ["v1", "discovered"]
             | ["v1", "discovered", _, "adopt"]
             | ["v1", "cluster"]
-            | ["v1", "cluster", "bootstrap-complete"],
+            | ["v1", "cluster", "bootstrap-complete"]
+            | ["v1", "cluster", "machines"]
+            | ["v1", "cluster", "destroy"],
         ) => (
             "other",
             err(StatusCode::METHOD_NOT_ALLOWED, "method not allowed"),

@@ -1,5 +1,5 @@
 //! `bootd nodes list|get|add|delete|events|timeline|wait` and `bootd cluster
-//! status|bootstrap-complete`: a client of the controller API.
+//! status|bootstrap-complete|destroy`: a client of the controller API.
 //!
 //! It reads where the API is, the CA to trust and a token from the site
 //! (`host.api.url` or `https://<host.api.listen>`, `<stateDir>/ca.pem`, the
@@ -7,8 +7,11 @@
 //! is never taken from the command line or the environment (both are
 //! visible to other users of the machine).
 
+mod destroy;
+
 use crate::providers::Http;
 use bytes::Bytes;
+use destroy::destroy;
 use http::{Method, Request, StatusCode};
 use http_body_util::Full;
 use serde_json::Value;
@@ -126,6 +129,17 @@ pub enum ClusterCmd {
     Status,
     /// Record that the cluster's bootstrap is complete.
     BootstrapComplete,
+    /// Delete every machine a cloud provider holds with the cluster's
+    /// ownership tag (and the API nodes they belong to). Lists them first;
+    /// deletes only with --yes.
+    Destroy {
+        /// The provider (e.g. alibaba).
+        #[arg(long)]
+        provider: String,
+        /// Delete what is listed (without it, only the list).
+        #[arg(long)]
+        yes: bool,
+    },
 }
 
 pub struct Client {
@@ -635,7 +649,11 @@ pub async fn discovered(client: &Client, cmd: DiscoveredCmd) -> anyhow::Result<i
 }
 
 pub async fn cluster(client: &Client, cmd: ClusterCmd) -> anyhow::Result<i32> {
+    if let ClusterCmd::Destroy { provider, yes } = &cmd {
+        return destroy(client, provider, *yes).await;
+    }
     let (st, v) = match cmd {
+        ClusterCmd::Destroy { .. } => unreachable!("handled above"),
         ClusterCmd::Status => client.call(Method::GET, "/v1/cluster", None).await?,
         ClusterCmd::BootstrapComplete => {
             client

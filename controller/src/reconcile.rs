@@ -218,6 +218,7 @@ fn node_request(ctl: &Controller, snap: &Snapshot, row: &NodeRow) -> Option<Node
             .unwrap_or_default(),
         userdata: site::Secret(bootd::http::pointer_for(&ctl.app, snap, name).to_string()),
         media_url: site::Secret(bootd::http::media_url_for(&ctl.app, snap, name)),
+        intent: String::new(),
     })
 }
 
@@ -289,6 +290,11 @@ async fn step(ctl: &Arc<Controller>, row: &NodeRow) -> Result<Next, StoreError> 
             {
                 Some(i) => i,
                 None => ctl.store.begin_intent(name, "create", provider.name())?,
+            };
+            // The intent names this create: idempotency tokens derive from it.
+            let req = NodeRequest {
+                intent: format!("{}-{}", intent.id, intent.created_at),
+                ..req.clone()
             };
             let (m, how) = match provider.find(&req).await {
                 Ok(Some(m)) => (m, "adopted"),
@@ -486,6 +492,7 @@ async fn delete_step(
                 uefi_http_url: String::new(),
                 userdata: site::Secret(String::new()),
                 media_url: site::Secret(String::new()),
+                intent: String::new(),
             });
             match provider.find(&req).await {
                 Ok(m) => m.map(|m| m.id),

@@ -65,6 +65,7 @@ fn node(macs: &[&str]) -> NodeRequest {
         uefi_http_url: String::new(),
         userdata: site::Secret(String::new()),
         media_url: site::Secret(String::new()),
+        intent: String::new(),
     }
 }
 

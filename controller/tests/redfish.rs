@@ -27,6 +27,7 @@ fn node(name: &str) -> NodeRequest {
         uefi_http_url: "http://10.77.0.1:8080/boot/ipxe.efi".into(),
         userdata: site::Secret(String::new()),
         media_url: site::Secret(String::new()),
+        intent: String::new(),
     }
 }
 

@@ -168,9 +168,87 @@ pub fn resolve(root: &Path, r: &CatalogRef) -> Result<Resolved, String> {
     })
 }
 
+/// The stream metadata kept beside a version's sets.
+pub const STREAM_DOC: &str = "stream.json";
+
+/// A cloud image ID the cached stream metadata of `stream` `version` lists:
+/// `architectures.<arch>.images.<provider>.regions.<region>.image` (the
+/// shape of CoreOS stream metadata for `aws` and `aliyun`). The error names
+/// what is missing, and the regions it has.
+pub fn cloud_image(
+    root: &Path,
+    stream: &str,
+    version: &str,
+    arch: &str,
+    provider: &str,
+    region: &str,
+) -> Result<String, String> {
+    let p = root.join(stream).join(version).join(STREAM_DOC);
+    let bytes = std::fs::read(&p).map_err(|e| {
+        format!(
+            "{}: {e} (fetch {stream} {version} with `images fetch`)",
+            p.display()
+        )
+    })?;
+    let v: serde_json::Value =
+        serde_json::from_slice(&bytes).map_err(|e| format!("{}: {e}", p.display()))?;
+    let regions = &v["architectures"][arch]["images"][provider]["regions"];
+    if let Some(id) = regions[region]["image"].as_str().filter(|i| !i.is_empty()) {
+        return Ok(id.to_string());
+    }
+    let known: Vec<&str> = regions
+        .as_object()
+        .map(|m| m.keys().map(String::as_str).collect())
+        .unwrap_or_default();
+    Err(if known.is_empty() {
+        format!("{stream} {version} ({arch}) lists no {provider} images")
+    } else {
+        format!(
+            "{stream} {version} ({arch}) has no {provider} image in region {region} (it has: {})",
+            known.join(", ")
+        )
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cloud_images_by_region() {
+        let root = tempfile::tempdir().unwrap();
+        let d = root.path().join("rhcos-4.18/418.94.1/");
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(
+            d.join(STREAM_DOC),
+            r#"{"architectures": {"x86_64": {"images": {"aliyun": {"regions": {
+                 "cn-hangzhou": {"release": "418.94.1", "image": "m-bp1abc"},
+                 "ap-southeast-1": {"release": "418.94.1", "image": "m-t4xyz"}}}}}}}"#,
+        )
+        .unwrap();
+        let r = |region: &str| {
+            cloud_image(
+                root.path(),
+                "rhcos-4.18",
+                "418.94.1",
+                "x86_64",
+                "aliyun",
+                region,
+            )
+        };
+        assert_eq!(r("cn-hangzhou").unwrap(), "m-bp1abc");
+        let e = r("eu-central-1").unwrap_err();
+        assert!(
+            e.contains("no aliyun image in region eu-central-1")
+                && e.contains("ap-southeast-1, cn-hangzhou"),
+            "{e}"
+        );
+        assert!(
+            cloud_image(root.path(), "rhcos-4.18", "1", "x86_64", "aliyun", "x")
+                .unwrap_err()
+                .contains("images fetch")
+        );
+    }
 
     #[test]
     fn components() {

@@ -440,6 +440,48 @@ pub struct Api {
     /// The one directory whose files a node's BMC `password: {file}` and
     /// `caBundle` may name.
     pub bmc_files: PathBuf,
+    pub alibaba: Option<AlibabaAccount>,
+}
+
+/// `host.api.alibaba`: an Alibaba Cloud ECS account, the region and where in
+/// it the cluster's instances go; a node's `provider.alibaba` may override
+/// the zone, instance type, image and system disk.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AlibabaAccount {
+    /// e.g. `cn-hangzhou`, `ap-southeast-1`.
+    pub region_id: String,
+    /// Without a trailing slash; default `https://ecs.<region>.aliyuncs.com`.
+    pub endpoint: String,
+    pub access_key_id: SecretRef,
+    pub access_key_secret: SecretRef,
+    /// An STS token, with a temporary AccessKey.
+    pub security_token: Option<SecretRef>,
+    /// The cluster's ID in the ownership tag `kubernetes.io/cluster/<id>`;
+    /// `None`: the cluster's name.
+    pub infra_id: Option<String>,
+    /// Zones of the region, each with its vSwitch.
+    pub zones: Vec<String>,
+    pub v_switches: BTreeMap<String, String>,
+    pub security_group_id: String,
+    /// ECS instance type by role (`bootstrap` defaults to `master`'s).
+    pub instance_types: BTreeMap<String, String>,
+    pub system_disk: AlibabaDisk,
+    /// The RHCOS/FCOS image in the region: given, or from `image_set`.
+    pub image_id: String,
+    /// A `catalog:` image set whose cached stream metadata names the
+    /// region's image (`images.aliyun.regions.<region>.image`).
+    pub image_set: Option<String>,
+    /// The user's tags, on every instance beside bootd's own.
+    pub tags: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AlibabaDisk {
+    /// `cloud_essd`, `cloud_essd_entry`, `cloud_auto`, `cloud_ssd`, `cloud_efficiency`.
+    pub category: String,
+    pub size_gib: u32,
+    /// `PL0`..`PL3`, ESSD only.
+    pub performance_level: Option<String>,
 }
 
 /// `host.api.redfish`, `host.api.ipmi`: the BMC providers are enabled.

@@ -14,6 +14,7 @@ mod catalog_sets;
 
 mod controller;
 pub use controller::OVERLAY_FILE;
+pub use controller::{alibaba_disk_problems, region_id_ok, zone_in_region};
 mod lb;
 pub use lb::load_lb;
 
@@ -301,6 +302,9 @@ fn validate(w: wire::SiteFile, cx: &mut Cx) -> Option<Site> {
     );
     let cluster = cluster?;
     let mut host = host?;
+    if let Some(a) = host.api.as_mut().and_then(|a| a.alibaba.as_mut()) {
+        controller::resolve_alibaba_image(cx, a, &images);
+    }
     if let Some(d) = host.dhcp.as_mut() {
         if d.domain_name.is_empty() {
             d.domain_name = cluster.domain();

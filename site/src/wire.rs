@@ -226,6 +226,40 @@ pub struct Api {
     pub redfish: Option<Bmc>,
     pub ipmi: Option<Bmc>,
     pub bmc_files: Option<PathBuf>,
+    pub alibaba: Option<Alibaba>,
+}
+
+/// `host.api.alibaba`: the Alibaba Cloud ECS account and where the
+/// cluster's instances go (docs/platforms.md).
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Alibaba {
+    pub region_id: Option<String>,
+    pub endpoint: Option<String>,
+    pub access_key_id: Option<SecretRef>,
+    pub access_key_secret: Option<SecretRef>,
+    pub security_token: Option<SecretRef>,
+    pub infra_id: Option<String>,
+    #[serde(default)]
+    pub zones: Vec<String>,
+    #[serde(default)]
+    pub v_switches: BTreeMap<String, String>,
+    pub security_group_id: Option<String>,
+    #[serde(default)]
+    pub instance_types: BTreeMap<String, String>,
+    pub system_disk: Option<AlibabaDisk>,
+    pub image_id: Option<String>,
+    pub image_set: Option<String>,
+    #[serde(default)]
+    pub tags: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AlibabaDisk {
+    pub category: Option<String>,
+    pub size: Option<u32>,
+    pub performance_level: Option<String>,
 }
 
 /// `host.api.redfish`, `host.api.ipmi`: machines behind BMCs (each node's

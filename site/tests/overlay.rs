@@ -257,3 +257,133 @@ fn bmc_providers_secret_references_and_after_install_are_validated() {
         assert!(keys.contains(&k), "{k} not in {keys:?}");
     }
 }
+
+const ALIBABA_API: &str =
+    "host:\n  api:\n    listen: 127.0.0.1:9443\n    tokens: { file: t }\n    alibaba:\n";
+
+#[test]
+fn alibaba_account_is_validated_with_every_problem() {
+    let (dir, path) = lab();
+    let text = std::fs::read_to_string(&path).unwrap();
+    let good = format!(
+        "{ALIBABA_API}      regionId: cn-hangzhou\n      accessKeyId: {{ file: ak-id }}\n      accessKeySecret: {{ credential: ali-secret }}\n      zones: [cn-hangzhou-h, cn-hangzhou-i]\n      vSwitches: {{ cn-hangzhou-h: vsw-h, cn-hangzhou-i: vsw-i }}\n      securityGroupId: sg-1\n      instanceTypes: {{ master: ecs.g6.xlarge, worker: ecs.g6.large }}\n      imageId: m-rhcos\n"
+    );
+    std::fs::write(&path, text.replace("host:\n", &good)).unwrap();
+    let a = site::load(&path)
+        .unwrap()
+        .host
+        .api
+        .unwrap()
+        .alibaba
+        .unwrap();
+    assert_eq!(a.endpoint, "https://ecs.cn-hangzhou.aliyuncs.com");
+    assert_eq!(
+        a.instance_types["bootstrap"], "ecs.g6.xlarge",
+        "bootstrap: master's"
+    );
+    assert_eq!(
+        a.system_disk,
+        site::AlibabaDisk {
+            category: "cloud_essd".into(),
+            size_gib: 120,
+            performance_level: None
+        }
+    );
+    assert_eq!(
+        a.access_key_id,
+        site::SecretRef::File(dir.path().join("ak-id"))
+    );
+
+    let bad = format!(
+        "{ALIBABA_API}      regionId: hangzhou\n      accessKeyId: {{ file: a, env: B }}\n      zones: [cn-shanghai-b]\n      vSwitches: {{ cn-hangzhou-x: subnet-1 }}\n      securityGroupId: group\n      instanceTypes: {{ master: g6, gpu: ecs.gn6 }}\n      systemDisk: {{ category: cloud_ssd, size: 8, performanceLevel: PL1 }}\n      imageId: m-a\n      imageSet: rhcos\n      tags: {{ aliyun-x: y, openshift: z }}\n"
+    );
+    std::fs::write(&path, text.replace("host:\n", &bad)).unwrap();
+    let e = site::load(&path).unwrap_err();
+    let keys: Vec<_> = e.problems.iter().map(|p| p.key.as_str()).collect();
+    for k in [
+        "host.api.alibaba.regionId",
+        "host.api.alibaba.accessKeyId",
+        "host.api.alibaba.accessKeySecret",
+        "host.api.alibaba.vSwitches",
+        "host.api.alibaba.vSwitches.cn-hangzhou-x",
+        "host.api.alibaba.securityGroupId",
+        "host.api.alibaba.instanceTypes.master",
+        "host.api.alibaba.instanceTypes.gpu",
+        "host.api.alibaba.instanceTypes.worker",
+        "host.api.alibaba.systemDisk.size",
+        "host.api.alibaba.systemDisk.performanceLevel",
+        "host.api.alibaba.imageSet",
+        "host.api.alibaba.tags.aliyun-x",
+        "host.api.alibaba.tags.openshift",
+    ] {
+        assert!(keys.contains(&k), "{k} missing in {e}");
+    }
+    let t = e.to_string();
+    assert!(
+        t.contains("below the image's 16 GiB") && t.contains("PL1 is for category cloud_essd"),
+        "{t}"
+    );
+
+    // A zone outside the region (with a well-formed region).
+    let zone = good.replace(
+        "zones: [cn-hangzhou-h, cn-hangzhou-i]",
+        "zones: [cn-hangzhou-h, cn-shanghai-b]",
+    );
+    std::fs::write(&path, text.replace("host:\n", &zone)).unwrap();
+    let e = site::load(&path).unwrap_err().to_string();
+    assert!(
+        e.contains("\"cn-shanghai-b\" is not a zone of region cn-hangzhou"),
+        "{e}"
+    );
+
+    // imageSet: the image the cached stream metadata lists for the region.
+    let root = dir.path().join("cache");
+    // aarch64: the lab's nodes are x86_64 and must keep one set that fits them.
+    let set = root.join("rhcos-4.18/418.94.1/aarch64/metal");
+    std::fs::create_dir_all(&set).unwrap();
+    let file = |role: &str, name: &str| serde_json::json!({"role": role, "format": "pxe", "name": name, "sha256": "00", "size": 1, "location": "http://x/"});
+    std::fs::write(
+        set.join("manifest.json"),
+        serde_json::json!({"stream": "rhcos-4.18", "version": "418.94.1", "arch": "aarch64", "platform": "metal",
+                           "files": [file("kernel", "k"), file("initramfs", "i")]})
+        .to_string(),
+    )
+    .unwrap();
+    let stream = serde_json::json!({"architectures": {"aarch64": {"images": {"aliyun": {"regions": {
+        "cn-hangzhou": {"release": "418.94.1", "image": "m-bp1rhcos418"}}}}}}});
+    std::fs::write(
+        root.join("rhcos-4.18/418.94.1/stream.json"),
+        stream.to_string(),
+    )
+    .unwrap();
+    let with_set = |region: &str| {
+        let g = good
+            .replace("imageId: m-rhcos", "imageSet: rhcos")
+            .replace("regionId: cn-hangzhou", &format!("regionId: {region}"))
+            .replace("cn-hangzhou-", &format!("{region}-"));
+        text.replace("host:\n", &g)
+            .replace("root: ../../target/lab-images", &format!("root: {}", root.display()))
+            .replace(
+                "  sets:\n",
+                "  sets:\n    rhcos: { catalog: { stream: rhcos-4.18, version: 418.94.1, arch: aarch64 } }\n",
+            )
+    };
+    std::fs::write(&path, with_set("cn-hangzhou")).unwrap();
+    let a = site::load(&path)
+        .unwrap()
+        .host
+        .api
+        .unwrap()
+        .alibaba
+        .unwrap();
+    assert_eq!(a.image_id, "m-bp1rhcos418");
+    std::fs::write(&path, with_set("eu-central-1")).unwrap();
+    let e = site::load(&path).unwrap_err().to_string();
+    assert!(
+        e.contains("host.api.alibaba.imageSet")
+            && e.contains(
+                "rhcos-4.18 418.94.1 (aarch64) has no aliyun image in region eu-central-1"
+            ),
+        "{e}"
+    );
+}

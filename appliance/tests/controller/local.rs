@@ -54,17 +54,9 @@ fn alive(pid: i32) -> bool {
 }
 
 fn cli(site: &Path, args: &[&str]) -> (i32, String) {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_bootd"))
-        .args(["--site", site.to_str().unwrap(), "nodes"])
-        .args(args)
-        .output()
-        .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.code().unwrap_or(-1), text)
+    let mut a = vec!["nodes"];
+    a.extend_from_slice(args);
+    super::bootd_cli(site, &a)
 }
 
 fn pid_of(machine_id: &str) -> i32 {

@@ -5,6 +5,7 @@
 //! request and reply against ../shared/specs; they need Prism
 //! (tests/controller/deps.sh) and run from tests/controller/e2e.sh.
 
+mod alibaba;
 mod bmc;
 mod fake;
 mod local;
@@ -971,6 +972,21 @@ async fn api_client(ca_path: &Path, api_port: u16, p: &Proc) -> controller::prov
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// `bootd --site SITE ARGS...`: its exit code and what it printed.
+fn bootd_cli(site: &Path, args: &[&str]) -> (i32, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_bootd"))
+        .args(["--site", site.to_str().unwrap()])
+        .args(args)
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.code().unwrap_or(-1), text)
 }
 
 fn free_port() -> u16 {

@@ -175,6 +175,7 @@ fn node() -> NodeRequest {
                 .to_string(),
         ),
         media_url: site::Secret(String::new()),
+        intent: String::new(),
     }
 }
 

@@ -401,6 +401,7 @@ mod tests {
             uefi_http_url: String::new(),
             userdata: Secret("{\"ignition\":{}}".into()),
             media_url: site::Secret(String::new()),
+            intent: String::new(),
         }
     }
 

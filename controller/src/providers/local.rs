@@ -539,6 +539,7 @@ mod tests {
             uefi_http_url: String::new(),
             userdata: site::Secret(String::new()),
             media_url: site::Secret(String::new()),
+            intent: String::new(),
         }
     }
 

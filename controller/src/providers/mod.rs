@@ -5,6 +5,7 @@
 //! - [`local`]: QEMU VMs on a local bridge (the lab), network-booting from this host.
 //! - [`redfish`]: machines behind a Redfish BMC, powered on to network-boot once.
 //! - [`ipmi`]: the same through an IPMI BMC (ipmitool, lanplus).
+//! - [`alibaba`]: Alibaba Cloud ECS instances (signed RPC, pointer Ignition as user data).
 //!
 //! Each provider is one module that implements [`Provider`] and exports a
 //! [`Registration`]; [`REGISTRY`] lists them, and nothing else in the
@@ -20,12 +21,16 @@
 //! provider, the operation and the HTTP status, never a key, a token or the
 //! provider's raw body (that goes to the log, redacted).
 
+pub mod alibaba;
 pub mod bmc;
 pub mod equinix;
 pub mod ipmi;
 pub mod local;
 pub mod powervs;
 pub mod redfish;
+mod secrets;
+
+pub use secrets::{read_secret, redact};
 
 use bytes::Bytes;
 use http::{HeaderMap, Request, StatusCode};
@@ -35,7 +40,7 @@ use hyper_util::rt::TokioExecutor;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use site::{Secret, SecretRef};
+use site::Secret;
 use std::collections::HashMap;
 use std::future::Future;
 use std::path::Path;
@@ -52,7 +57,11 @@ pub const REGISTRY: &[Registration] = &[
     local::REGISTRATION,
     redfish::REGISTRATION,
     ipmi::REGISTRATION,
+    alibaba::REGISTRATION,
 ];
+
+/// Machines with the cluster's ownership mark, each with its name.
+pub type Owned = Vec<(Machine, String)>;
 
 /// A boxed future, so that [`Provider`] can be used as `dyn Provider`.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -84,6 +93,12 @@ pub trait Provider: Send + Sync + std::fmt::Debug {
     /// again after a transient error; doing it twice does no harm.
     fn finish<'a>(&'a self, _id: &'a str) -> BoxFuture<'a, Result<()>> {
         Box::pin(async { Ok(()) })
+    }
+    /// Every machine this provider holds with `cluster`'s ownership mark
+    /// (a cloud tag), with its name: what `bootd cluster destroy` deletes.
+    /// `None`: the provider has no such mark (BMC hardware, the lab's VMs).
+    fn owned<'a>(&'a self, _cluster: &'a str) -> BoxFuture<'a, Result<Option<Owned>>> {
+        Box::pin(async { Ok(None) })
     }
 }
 
@@ -298,6 +313,9 @@ pub struct NodeRequest {
     pub userdata: Secret<String>,
     /// bootd's ISO of the node for a BMC's virtual media, with a token: secret.
     pub media_url: Secret<String>,
+    /// The node's create intent: the same across retries and restarts of one
+    /// create, new for a new node of the same name (idempotency tokens).
+    pub intent: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -365,29 +383,6 @@ impl ProviderError {
 }
 
 pub type Result<T> = std::result::Result<T, ProviderError>;
-
-/// Reads a secret named in the site. The error names the file, never its content.
-pub fn read_secret(r: &SecretRef) -> std::result::Result<Secret<String>, String> {
-    let path = match r {
-        SecretRef::File(p) => p.clone(),
-        SecretRef::Env(var) => {
-            return match std::env::var(var) {
-                Ok(s) if !s.trim().is_empty() => Ok(Secret(s.trim().to_string())),
-                Ok(_) => Err(format!("environment variable {var} is empty")),
-                Err(_) => Err(format!("environment variable {var} is not set")),
-            }
-        }
-        SecretRef::Credential(name) => match std::env::var_os("CREDENTIALS_DIRECTORY") {
-            Some(d) => std::path::Path::new(&d).join(name),
-            None => return Err(format!("systemd credential {name:?}: $CREDENTIALS_DIRECTORY is not set (LoadCredential= in the unit)")),
-        },
-    };
-    match std::fs::read_to_string(&path) {
-        Ok(s) if !s.trim().is_empty() => Ok(Secret(s.trim().to_string())),
-        Ok(_) => Err(format!("{} is empty", path.display())),
-        Err(e) => Err(format!("cannot read {}: {e}", path.display())),
-    }
-}
 
 /// What is percent-encoded in a path segment or query value: everything
 /// but RFC 3986's unreserved characters.
@@ -646,15 +641,6 @@ pub fn check(reply: &Reply, what: &str, secrets: &[&str]) -> Result<()> {
     }
 }
 
-/// `text` with every secret and every `token=` value replaced.
-pub fn redact(text: &str, secrets: &[&str]) -> String {
-    let mut t = text.to_string();
-    for s in secrets.iter().filter(|s| s.len() >= 4) {
-        t = t.replace(s, "<redacted>");
-    }
-    bootd::token::redact_tokens(&t, "<redacted>")
-}
-
 /// Parses a JSON reply; a body that does not parse (truncated) is transient.
 pub fn parse<T: serde::de::DeserializeOwned>(reply: &Reply, what: &str) -> Result<T> {
     serde_json::from_slice(&reply.body).map_err(|e| {
@@ -765,7 +751,8 @@ mod registry_tests {
         names.dedup();
         assert_eq!(names.len(), REGISTRY.len(), "{names:?}");
         assert_eq!(registration("powervs").map(|r| r.name), Some("powervs"));
-        assert!(registration("alibaba").is_none());
+        assert_eq!(registration("alibaba").map(|r| r.name), Some("alibaba"));
+        assert!(registration("openstack").is_none());
     }
 
     /// The stored form is what the API took: `{"<name>": {...}}`.
@@ -781,7 +768,7 @@ mod registry_tests {
             .to_string();
         assert_eq!(
             e,
-            "unknown provider `openstack`, expected one of `equinix`, `powervs`, `local`, `redfish`, `ipmi`"
+            "unknown provider `openstack`, expected one of `equinix`, `powervs`, `local`, `redfish`, `ipmi`, `alibaba`"
         );
         let e = serde_json::from_value::<ProviderSpec>(json!({ "local": {}, "equinix": {} }))
             .unwrap_err()

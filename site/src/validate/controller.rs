@@ -10,6 +10,10 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+mod alibaba;
+pub(super) use alibaba::resolve_image as resolve_alibaba_image;
+pub use alibaba::{disk_problems as alibaba_disk_problems, region_id_ok, zone_in_region};
+
 /// The file name of the overlay inside `host.stateDir`.
 pub const OVERLAY_FILE: &str = "nodes.yaml";
 
@@ -235,6 +239,11 @@ pub(super) fn api(cx: &mut Cx, w: &wire::Api) -> Option<Api> {
         .unwrap_or_else(|| PathBuf::from("/etc/bootd/bmc"));
     let redfish = w.redfish.as_ref().map(|b| bmc(cx, "host.api.redfish", b));
     let ipmi = w.ipmi.as_ref().map(|b| bmc(cx, "host.api.ipmi", b));
+    let alibaba = match w.alibaba.as_ref().map(|a| alibaba::alibaba(cx, a)) {
+        Some(None) => return None,
+        Some(Some(a)) => Some(a),
+        None => None,
+    };
     Some(Api {
         listen: listen?,
         url,
@@ -246,6 +255,7 @@ pub(super) fn api(cx: &mut Cx, w: &wire::Api) -> Option<Api> {
         redfish,
         ipmi,
         bmc_files,
+        alibaba,
     })
 }
 
