@@ -26,6 +26,14 @@ pub enum TlsError {
     Gen(#[from] rcgen::Error),
     #[error("TLS configuration: {0}")]
     Rustls(#[from] rustls::Error),
+    /// One of the CA's files is there and the other is not, or cannot be
+    /// read: a new CA would break the trust of every node that installed.
+    #[error("the site CA in {dir} is incomplete or unreadable (ca.pem: {pem}; ca.key: {key}); every installed node trusts it, so bootd will not make a new one: restore both files, or remove both to start a new CA (nodes then need new Ignition)")]
+    CaIncomplete {
+        dir: String,
+        pem: String,
+        key: String,
+    },
 }
 
 pub struct Tls {
@@ -86,7 +94,9 @@ fn load_or_create_ca(state_dir: &Path) -> Result<(String, rcgen::Certificate, Ke
             let signer = params.self_signed(&key)?;
             Ok((pem, signer, key))
         }
-        _ => {
+        (Err(p), Err(k))
+            if p.kind() == io::ErrorKind::NotFound && k.kind() == io::ErrorKind::NotFound =>
+        {
             std::fs::create_dir_all(state_dir).map_err(io_err(state_dir))?;
             let key = KeyPair::generate()?;
             let cert = ca_params().self_signed(&key)?;
@@ -96,6 +106,17 @@ fn load_or_create_ca(state_dir: &Path) -> Result<(String, rcgen::Certificate, Ke
             crate::state::write_atomic(&cert_path, pem.as_bytes(), 0o644)
                 .map_err(io_err(&cert_path))?;
             Ok((pem, cert, key))
+        }
+        (p, k) => {
+            let say = |r: &Result<String, io::Error>| match r {
+                Ok(_) => "present".to_string(),
+                Err(e) => e.to_string(),
+            };
+            Err(TlsError::CaIncomplete {
+                dir: state_dir.display().to_string(),
+                pem: say(&p),
+                key: say(&k),
+            })
         }
     }
 }
@@ -154,4 +175,43 @@ pub fn load_or_create(state_dir: &Path, hosts: &[String]) -> Result<Tls, TlsErro
         ca_pem,
         server_config: Arc::new(config),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A missing or unreadable half of the CA stops bootd instead of
+    /// silently replacing the CA every installed node trusts.
+    #[test]
+    fn an_incomplete_ca_is_refused_not_replaced() {
+        let d = tempfile::tempdir().unwrap();
+        let first = load_or_create(d.path(), &["10.77.0.1".into()])
+            .unwrap()
+            .ca_pem;
+        let again = load_or_create(d.path(), &["10.77.0.1".into()])
+            .unwrap()
+            .ca_pem;
+        assert_eq!(first, again, "the stored CA is reused");
+        std::fs::remove_file(d.path().join("ca.key")).unwrap();
+        let e = load_or_create(d.path(), &[]).unwrap_err().to_string();
+        assert!(
+            e.contains("incomplete or unreadable") && e.contains("ca.key: No such file"),
+            "{e}"
+        );
+        assert_eq!(
+            std::fs::read_to_string(d.path().join("ca.pem")).unwrap(),
+            first
+        );
+        assert!(!d.path().join("ca.key").exists(), "no new key written");
+        // Unreadable (a directory where the key should be).
+        std::fs::create_dir(d.path().join("ca.key")).unwrap();
+        let e = load_or_create(d.path(), &[]).unwrap_err().to_string();
+        assert!(e.contains("ca.pem: present"), "{e}");
+        // Both gone: a new CA, as on first start.
+        std::fs::remove_dir(d.path().join("ca.key")).unwrap();
+        std::fs::remove_file(d.path().join("ca.pem")).unwrap();
+        let fresh = load_or_create(d.path(), &[]).unwrap().ca_pem;
+        assert_ne!(fresh, first);
+    }
 }

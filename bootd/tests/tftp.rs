@@ -963,3 +963,79 @@ async fn metrics_register_and_filenames_are_logged_escaped() {
     assert!(!logs.contains("no\nsuch"));
     s.stop().await;
 }
+
+/// The probe's TFTP findings: `timeout=255` held a slot for ~25 minutes,
+/// one source could take every slot, and a request from a forged address
+/// was answered with six 516-byte blocks. Now: a timeout over the cap is
+/// not acknowledged, one source runs at most `max_per_source` transfers,
+/// and an unacknowledged first block is sent three times at most.
+#[tokio::test]
+async fn one_source_cannot_hold_the_server_or_be_reflected_at() {
+    let s = Server::start(TftpConfig {
+        max_per_source: 2,
+        max_transfers: 16,
+        default_timeout: Duration::from_millis(200),
+        retries: 5,
+        ..TftpConfig::default()
+    })
+    .await;
+    // timeout=255: not acknowledged (tsize is), so the 200 ms default holds.
+    let c = Raw::new(s.addr).await;
+    c.rrq("small.txt", &[("tsize", "0"), ("timeout", "255")])
+        .await;
+    let (opts, _) = c.expect_oack().await;
+    assert!(opts.iter().all(|(k, _)| k != "timeout"), "{opts:?}");
+    assert!(opts.iter().any(|(k, _)| k == "tsize"), "{opts:?}");
+    // Never acknowledged: the OACK goes out three times at most.
+    let mut oacks = 1;
+    while c.recv_within(Duration::from_millis(800)).await.is_some() {
+        oacks += 1;
+    }
+    assert!(
+        oacks <= 3,
+        "{oacks} OACKs to an address that never answered"
+    );
+    // A request without options, never acknowledged: its first block three
+    // times at most (before: six).
+    let r = Raw::new(s.addr).await;
+    r.rrq("ipxe.efi", &[]).await;
+    let mut blocks = 0;
+    while let Some((p, _)) = r.recv_within(Duration::from_millis(800)).await {
+        assert!(matches!(
+            packet::parse(&p).unwrap(),
+            Packet::Data { block: 1, .. }
+        ));
+        blocks += 1;
+    }
+    assert!((1..=3).contains(&blocks), "{blocks} blocks reflected");
+    // Two transfers from 127.0.0.1 held open; a third from there is busy,
+    // one from 127.0.0.2 is served.
+    let a = Raw::new(s.addr).await;
+    a.rrq("ipxe.efi", &[]).await;
+    let (_, _, tid_a) = a.expect_data().await;
+    let b = Raw::new(s.addr).await;
+    b.rrq("ipxe.efi", &[]).await;
+    let (_, _, tid_b) = b.expect_data().await;
+    let third = Raw::new(s.addr).await;
+    third.rrq("small.txt", &[]).await;
+    let (code, message, _) = third.expect_error().await;
+    assert_eq!((code, message.as_str()), (0, "server busy, try again"));
+    let other = Raw {
+        sock: UdpSocket::bind("127.0.0.2:0").await.unwrap(),
+        server: s.addr,
+    };
+    other.rrq("small.txt", &[]).await;
+    let (blk, data, _) = other.expect_data().await;
+    assert_eq!((blk, data), (1, s.file("small.txt")));
+    for (c, tid) in [(&a, tid_a), (&b, tid_b)] {
+        c.send_to(
+            tid,
+            Packet::Error {
+                code: 0,
+                message: "bye".into(),
+            },
+        )
+        .await;
+    }
+    s.stop().await;
+}

@@ -292,3 +292,37 @@ fn node_specs_are_checked_with_every_problem() {
     );
     let _: InstanceSpec = serde_json::from_value(spec()).unwrap();
 }
+
+/// An STS token travels signed in `x-acs-security-token`; without it, or
+/// with another, the fake refuses; the token is in no error.
+#[tokio::test]
+async fn a_security_token_is_sent_and_signed() {
+    const TOKEN: &str = "CAIS-sts-token-for-tests-7f3e";
+    let f = Fake::start_with(0.3, Some(TOKEN));
+    let token_file = f.dir.path().join("token");
+    let mut a = account(&f, &f.secret_file());
+    a.security_token = Some(site::SecretRef::File(token_file.clone()));
+    let p = Alibaba::new(Http::new(Duration::from_secs(10)), &a).unwrap();
+    let n = node("master-0", "1-1");
+    assert!(p.find(&n).await.unwrap().is_none());
+    let m = Provider::create(&p, &n, &spec()).await.unwrap();
+    assert_eq!(p.find(&n).await.unwrap().unwrap().id, m.id);
+    // No token: refused, permanently.
+    let e = provider(&f).find(&n).await.unwrap_err();
+    assert!(!e.is_transient(), "{e}");
+    // Another token: refused; neither token in the error.
+    let other = f.dir.path().join("other-token");
+    std::fs::write(&other, "CAIS-someone-else").unwrap();
+    a.security_token = Some(site::SecretRef::File(other));
+    let e = Alibaba::new(Http::new(Duration::from_secs(10)), &a)
+        .unwrap()
+        .find(&n)
+        .await
+        .unwrap_err();
+    assert!(!e.is_transient(), "{e}");
+    let text = format!("{e} {e:?}");
+    assert!(
+        !text.contains(TOKEN) && !text.contains("CAIS-someone-else"),
+        "{text}"
+    );
+}

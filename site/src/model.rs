@@ -124,6 +124,9 @@ pub struct Dhcp {
     /// next-server (siaddr) and TFTP server.
     pub server_address: Ipv4Addr,
     pub lease_time: Duration,
+    /// How long an address a client DECLINEd (another machine answers on
+    /// it) is kept out of the pool.
+    pub decline_hold: Duration,
     pub ntp_servers: Vec<Ipv4Addr>,
     /// Option 15; default `<cluster>.<baseDomain>`.
     pub domain_name: String,

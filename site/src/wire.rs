@@ -68,6 +68,7 @@ pub struct Dhcp {
     pub mode: Option<String>,
     pub server_address: Option<String>,
     pub lease_time: Option<String>,
+    pub decline_hold: Option<String>,
     #[serde(default)]
     pub ntp_servers: Vec<String>,
     pub domain_name: Option<String>,

@@ -40,12 +40,23 @@ impl Drop for EcsFake {
 impl EcsFake {
     /// Instances turn Running `start_after` seconds after they are made.
     pub fn start(start_after: f64) -> EcsFake {
+        EcsFake::start_with(start_after, None)
+    }
+
+    /// With `token`: every request must carry this STS security token.
+    pub fn start_with(start_after: f64, token: Option<&str>) -> EcsFake {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("secret"), SECRET).unwrap();
         std::fs::write(dir.path().join("akid"), AK).unwrap();
         let port_file = dir.path().join("port");
-        let child = Command::new("python3")
-            .arg(repo().join("tests/controller/ecs-fake.py"))
+        let mut cmd = Command::new("python3");
+        cmd.arg(repo().join("tests/controller/ecs-fake.py"));
+        if let Some(t) = token {
+            std::fs::write(dir.path().join("token"), t).unwrap();
+            cmd.arg("--security-token-file")
+                .arg(dir.path().join("token"));
+        }
+        let child = cmd
             .arg("--spec")
             .arg(specs().join("alibaba-ecs/api-docs.json"))
             .args(["--access-key-id", AK, "--secret-file"])

@@ -318,6 +318,10 @@ pub fn error(code: ErrorCode, message: &str) -> Vec<u8> {
 pub struct Limits {
     pub max_blksize: u16,
     pub max_windowsize: u16,
+    /// Largest `timeout` (seconds) honoured; a larger one is not
+    /// acknowledged (RFC 2349 lets a server decline it, not lower it), so
+    /// one client cannot hold a transfer slot for minutes.
+    pub max_timeout: u8,
 }
 
 /// What the server agreed to. `None` means the option was not asked for (or
@@ -394,7 +398,9 @@ pub fn negotiate(options: &[(&str, &str)], limits: Limits) -> Negotiated {
                 n.blksize = Some((v as u16).min(max_blksize));
             }
             1 => n.tsize = true,
-            2 if (1..=255).contains(&v) => n.timeout = Some(v as u8),
+            2 if (1..=u64::from(limits.max_timeout.max(1))).contains(&v) => {
+                n.timeout = Some(v as u8)
+            }
             3 if (1..=65535).contains(&v) => n.windowsize = Some((v as u16).min(max_windowsize)),
             _ => {}
         }
@@ -433,6 +439,7 @@ mod tests {
     const LIMITS: Limits = Limits {
         max_blksize: 1468,
         max_windowsize: 64,
+        max_timeout: 255,
     };
 
     #[test]
@@ -647,9 +654,23 @@ mod tests {
             Limits {
                 max_blksize: 1,
                 max_windowsize: 0,
+                max_timeout: 5,
             },
         );
         assert_eq!((n.blksize, n.windowsize), (Some(MIN_BLKSIZE), Some(1)));
+    }
+
+    /// `timeout=255` would hold a slot for over 20 minutes of retries: a
+    /// timeout above the server's cap is not acknowledged (the default applies).
+    #[test]
+    fn a_timeout_above_the_cap_is_not_acknowledged() {
+        let l = Limits {
+            max_timeout: 5,
+            ..LIMITS
+        };
+        assert_eq!(negotiate(&[("timeout", "255")], l).timeout, None);
+        assert_eq!(negotiate(&[("timeout", "5")], l).timeout, Some(5));
+        assert_eq!(negotiate(&[("timeout", "1")], l).timeout, Some(1));
     }
 
     #[test]

@@ -48,6 +48,12 @@ pub struct TftpConfig {
     pub retries: u32,
     /// Retransmission timeout unless the client negotiates `timeout`.
     pub default_timeout: Duration,
+    /// Largest `timeout` a client may negotiate, in seconds.
+    pub max_timeout: u8,
+    /// Transfers one source address may run at once (a PXE client needs
+    /// two or three); more are refused as busy, so one host (or one
+    /// spoofed address) cannot take every slot.
+    pub max_per_source: usize,
     /// Told how every transfer ended (bootd's timeline); called on the
     /// transfer's task, so it must not block.
     pub observer: Option<Observer>,
@@ -84,10 +90,16 @@ impl Default for TftpConfig {
             max_transfers: 256,
             retries: 5,
             default_timeout: Duration::from_secs(1),
+            max_timeout: 5,
+            max_per_source: 8,
             observer: None,
         }
     }
 }
+
+/// Retransmissions of the first window before the client has acknowledged
+/// anything.
+const UNPROVEN_RETRIES: u32 = 2;
 
 /// How long a transfer's thread waits in `recv` before it looks at its
 /// cancellation token (and its retransmission deadline) again.
@@ -219,6 +231,7 @@ async fn on_datagram(
         packet::Limits {
             max_blksize: shared.config.max_blksize,
             max_windowsize: shared.config.max_windowsize,
+            max_timeout: shared.config.max_timeout,
         },
     );
 
@@ -233,7 +246,9 @@ async fn on_datagram(
             // after an error): its old TID must fall silent.
             old.cancel.cancel();
         }
-        let busy = map.len() >= shared.config.max_transfers;
+        let from_source = map.keys().filter(|p| p.ip() == peer.ip()).count();
+        let busy =
+            map.len() >= shared.config.max_transfers || from_source >= shared.config.max_per_source;
         if !busy {
             map.insert(
                 peer,
@@ -580,7 +595,10 @@ fn serve(
                         return Err(End::ClientAbort { code, message })
                     }
                     Some(_) => {}
-                    None if tries == config.retries => return Err(End::Timeout(config.retries)),
+                    // Not acknowledged yet: the address may be forged.
+                    None if tries >= UNPROVEN_RETRIES.min(config.retries) => {
+                        return Err(End::Timeout(tries))
+                    }
                     None => {
                         tries += 1;
                         continue 'send;
@@ -599,6 +617,11 @@ fn serve(
     let mut highest_sent = 0u64;
     let mut retransmits = 0u64;
     let mut tries = 0;
+    // A client that acknowledged the OACK, or any block, has shown that it
+    // receives at its address; before that, the address may be forged
+    // (the request was one UDP packet): two retransmissions at most, so a
+    // 20-byte request cannot be reflected as kilobytes of retries.
+    let mut proven = neg.needs_oack();
     loop {
         let mut payload = 0u64;
         for block in range.clone() {
@@ -622,24 +645,31 @@ fn serve(
         let deadline = Instant::now() + timeout;
         range = loop {
             match io.recv_until(&mut rx, deadline)? {
-                Some(Incoming::Ack(block)) => match window.on_ack(block) {
-                    Step::Done => {
-                        return Ok(Done {
-                            bytes: len,
-                            retransmits,
-                        })
+                Some(Incoming::Ack(block)) => {
+                    proven = true;
+                    match window.on_ack(block) {
+                        Step::Done => {
+                            return Ok(Done {
+                                bytes: len,
+                                retransmits,
+                            })
+                        }
+                        Step::Send(next) => {
+                            tries = 0;
+                            break next;
+                        }
+                        Step::Ignore => {}
                     }
-                    Step::Send(next) => {
-                        tries = 0;
-                        break next;
-                    }
-                    Step::Ignore => {}
-                },
+                }
                 Some(Incoming::Error { code, message }) => {
                     return Err(End::ClientAbort { code, message })
                 }
                 Some(Incoming::Other) => {}
-                None if tries == config.retries => return Err(End::Timeout(config.retries)),
+                None if tries == config.retries
+                    || (!proven && tries >= UNPROVEN_RETRIES.min(config.retries)) =>
+                {
+                    return Err(End::Timeout(tries))
+                }
                 None => {
                     tries += 1;
                     break window.resend();

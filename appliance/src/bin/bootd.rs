@@ -133,6 +133,13 @@ fn check_config(path: &std::path::Path) -> Result<()> {
                 site.cluster.domain(),
                 site.nodes.len()
             );
+            if let Some(d) = &site.host.dhcp {
+                let ifs = bootd::dhcp::server::host_interfaces();
+                if let Some(w) = bootd::dhcp::server::unbound_warning(d.interface.as_deref(), &ifs)
+                {
+                    println!("warning: {w}");
+                }
+            }
             // Image files are not required to exist yet (they may be fetched
             // later), but say so.
             for (name, set) in &site.images.sets {

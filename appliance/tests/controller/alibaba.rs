@@ -213,5 +213,27 @@ async fn kill_9_after_run_instances_then_destroy_by_tag() {
     .await;
     assert!(!v.to_string().contains(SECRET));
     assert_eq!(v["machines"], json!([]), "{v:#}");
+    // Nor in bootd's metrics.
+    let text = std::fs::read_to_string(&site).unwrap();
+    let http = text
+        .split("  http:\n    listen: ")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .unwrap()
+        .to_string();
+    let mut c = std::net::TcpStream::connect(&http).unwrap();
+    use std::io::{Read, Write};
+    write!(
+        c,
+        "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut m = String::new();
+    c.read_to_string(&mut m).unwrap();
+    assert!(
+        m.contains("bootd_http_requests_total") || m.contains("# TYPE"),
+        "{m}"
+    );
+    assert!(!m.contains(SECRET));
     drop(p2);
 }

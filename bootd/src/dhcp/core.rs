@@ -525,12 +525,21 @@ pub fn answer(site: &Site, table: &mut Table, req: &Message, rx: Rx, now: u64) -
                 Some(DhcpOption::RequestedIpAddress(a)) => *a,
                 _ => return Outcome::drop("malformed", "DECLINE without a requested address"),
             };
+            // Only the client holding the address may say it is taken: a
+            // DECLINE from anyone else (a forged one) would take any address
+            // out of the pool.
+            if table.held_by(&mac).is_none_or(|l| l.ip != ip) {
+                return Outcome::drop(
+                    "ignored",
+                    format!("{who}: DECLINE of {ip}, which it does not hold"),
+                );
+            }
             // A reserved address is the site's to fix: say so loudly. A pool
-            // address is quarantined until its lease time passes.
+            // address is quarantined for the decline hold time.
             let lease = Lease {
                 mac: mac.to_string(),
                 ip,
-                expires: now + u64::from(lease_secs),
+                expires: now + dhcp.decline_hold.as_secs(),
                 hostname: None,
                 state: LeaseState::Declined,
             };

@@ -61,6 +61,9 @@ pub struct Table {
     exhausted: Map<u32, (u64, u64)>,
     /// Bumped whenever an address may have become free.
     generation: u64,
+    /// Addresses a client DECLINEd, with that record (its `expires`: the
+    /// end of the hold): out of the pool until then, whoever asks.
+    declined: Map<Ipv4Addr, Lease>,
 }
 
 impl Table {
@@ -80,6 +83,20 @@ impl Table {
         let Ok(mac) = lease.mac.parse::<Mac>() else {
             return;
         };
+        if lease.state == LeaseState::Declined {
+            // The client gives the address up: its lease ends, and the
+            // address is held out of the pool on its own.
+            if let Some(old) = self.by_mac.remove(&mac) {
+                if self.by_ip.get(&old.ip) == Some(&mac) {
+                    self.by_ip.remove(&old.ip);
+                }
+            }
+            if self.by_ip.get(&lease.ip) == Some(&mac) {
+                self.by_ip.remove(&lease.ip);
+            }
+            self.declined.insert(lease.ip, lease);
+            return;
+        }
         if let Some(old) = self.by_mac.get(&mac) {
             if self.by_ip.get(&old.ip) == Some(&mac) {
                 self.by_ip.remove(&old.ip);
@@ -102,10 +119,13 @@ impl Table {
             .filter(|l| l.state == LeaseState::Active && self.by_ip.get(&l.ip) == Some(mac))
     }
 
-    /// Whether `ip` may be given to `mac`: nobody holds it, `mac` itself
-    /// does, or its holder's lease expired (a declined address stays
-    /// quarantined until the site changes or the lease file is edited).
+    /// Whether `ip` may be given to `mac`: it is not held out after a
+    /// DECLINE, and nobody holds it, `mac` itself does, or its holder's
+    /// lease expired.
     pub fn is_free_for(&self, ip: Ipv4Addr, mac: &Mac, now: u64) -> bool {
+        if self.declined.get(&ip).is_some_and(|d| d.expires >= now) {
+            return false;
+        }
         match self.by_ip.get(&ip) {
             None => true,
             Some(m) if m == mac => self
@@ -157,6 +177,10 @@ impl Table {
     pub fn leases(&self) -> impl Iterator<Item = &Lease> {
         self.by_mac.values()
     }
+    /// The DECLINEd addresses' records (held or past their hold).
+    pub fn declined(&self) -> impl Iterator<Item = &Lease> {
+        self.declined.values()
+    }
 }
 
 /// Reads `path`, returning the table and how many lines were unreadable.
@@ -184,9 +208,13 @@ pub fn load(path: &Path) -> io::Result<(Table, usize)> {
 /// Rewrites the file with one record per lease (atomically).
 fn compact(path: &Path, t: &Table) -> io::Result<()> {
     let mut buf = Vec::new();
+    // Declines first: replaying one ends its client's lease, and the
+    // client's later lease (below) must come after it.
+    let mut declined: Vec<&Lease> = t.declined().collect();
+    declined.sort_by_key(|l| l.ip);
     let mut leases: Vec<&Lease> = t.leases().collect();
     leases.sort_by(|a, b| a.mac.cmp(&b.mac));
-    for l in leases {
+    for l in declined.into_iter().chain(leases) {
         serde_json::to_writer(&mut buf, l).map_err(io::Error::other)?;
         buf.push(b'\n');
     }

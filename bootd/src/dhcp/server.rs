@@ -38,10 +38,46 @@ impl Default for Ports {
     }
 }
 
+/// The host's network interfaces that are up, loopback left out, from
+/// `/sys/class/net` (empty when it cannot be read).
+pub fn host_interfaces() -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir("/sys/class/net")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let up = std::fs::read_to_string(e.path().join("operstate"))
+                .map(|s| s.trim() != "down")
+                .unwrap_or(false);
+            (name != "lo" && up).then_some(name)
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+/// What to say when DHCP is bound to no interface on a host with more
+/// than one: it answers on all of them (a network that has its own DHCP
+/// server gets a second one). `None`: nothing to say.
+pub fn unbound_warning(interface: Option<&str>, interfaces: &[String]) -> Option<String> {
+    if interface.is_some() || interfaces.len() <= 1 {
+        return None;
+    }
+    Some(format!(
+        "host.dhcp.interface is not set and this host has {} interfaces ({}): bootd's DHCP answers on every one of them; set host.dhcp.interface to the provisioning network's",
+        interfaces.len(),
+        interfaces.join(", ")
+    ))
+}
+
 /// A UDP socket for DHCP: broadcast allowed, optionally bound to one
 /// interface (so broadcasts from other networks are never seen, and ours
 /// leave through it).
 pub fn bind(addr: SocketAddr, interface: Option<&str>) -> io::Result<UdpSocket> {
+    if let Some(w) = unbound_warning(interface, &host_interfaces()) {
+        warn!("{w}");
+    }
     let s = socket2::Socket::new(
         socket2::Domain::IPV4,
         socket2::Type::DGRAM,
@@ -290,5 +326,23 @@ impl Server {
         if let Err(e) = socket.try_send_to(bytes, to.into()) {
             warn!(%to, error = %e, "DHCP reply not sent");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unbound_dhcp_on_a_multi_homed_host_is_warned_about() {
+        let two = vec!["br0".to_string(), "eth0".to_string()];
+        let w = unbound_warning(None, &two).unwrap();
+        assert!(
+            w.contains("2 interfaces (br0, eth0)") && w.contains("set host.dhcp.interface"),
+            "{w}"
+        );
+        assert_eq!(unbound_warning(Some("br0"), &two), None);
+        assert_eq!(unbound_warning(None, &two[..1]), None);
+        assert!(!host_interfaces().contains(&"lo".to_string()));
     }
 }

@@ -272,17 +272,115 @@ fn inform_release_decline() {
         hostname: None,
         state: LeaseState::Active,
     });
+    // The holder declines (before a release): taken, held for declineHold.
+    let mut dec = req("52:54:00:77:00:20", MessageType::Decline);
+    dec.opts_mut()
+        .insert(DhcpOption::RequestedIpAddress(Ipv4Addr::new(10, 77, 0, 20)));
+    let o = answer(&site, &mut t, &dec, rx(), 1000);
+    let d = o.commit.unwrap();
+    assert_eq!(d.state, LeaseState::Declined);
+    assert_eq!(d.expires, 1000 + 24 * 3600, "declineHold defaults to 24h");
+
     let mut rel = req("52:54:00:77:00:20", MessageType::Release);
     rel.set_ciaddr(Ipv4Addr::new(10, 77, 0, 20));
     let o = answer(&site, &mut t, &rel, rx(), 1000);
     assert!(o.reply.is_none());
     assert_eq!(o.commit.unwrap().state, LeaseState::Released);
+}
 
-    let mut dec = req("52:54:00:77:00:20", MessageType::Decline);
+/// The probe: DECLINEs forged from MACs that hold nothing took every pool
+/// address out for good. Now only the holder's DECLINE counts, and a
+/// declined address comes back after declineHold, across a restart.
+#[test]
+fn forged_declines_cannot_poison_the_pool_and_holds_expire() {
+    let dir = tempfile::tempdir().unwrap();
+    let site = pool_site(dir.path(), "10.77.0.100", "10.77.0.109");
+    let mut t = Table::default();
+    for i in 0..10u8 {
+        let mut dec = req(&format!("02:00:00:00:00:{i:02x}"), MessageType::Decline);
+        dec.opts_mut()
+            .insert(DhcpOption::RequestedIpAddress(Ipv4Addr::new(
+                10,
+                77,
+                0,
+                100 + i,
+            )));
+        let o = answer(&site, &mut t, &dec, rx(), 1000);
+        assert_eq!(o.kind, "ignored", "{}", o.reason);
+        assert!(o.commit.is_none());
+    }
+    // All ten pool addresses are still offered.
+    let mut got = std::collections::HashSet::new();
+    for i in 0..10u8 {
+        let m = format!("52:54:00:bb:00:{i:02x}");
+        let o = answer(&site, &mut t, &req(&m, MessageType::Discover), rx(), 1000);
+        let ip = o.reply.unwrap().0.yiaddr();
+        let mut r = req(&m, MessageType::Request);
+        r.opts_mut().insert(DhcpOption::RequestedIpAddress(ip));
+        let a = answer(&site, &mut t, &r, rx(), 1000);
+        assert_eq!(a.kind, "ack", "{}", a.reason);
+        t.apply(a.commit.unwrap());
+        got.insert(ip);
+    }
+    assert_eq!(got.len(), 10);
+    // The holder of .100 declines it: out of the pool, and its client gets
+    // another address; nobody else gets .100 until the hold ends.
+    let holder = t
+        .leases()
+        .find(|l| l.ip == Ipv4Addr::new(10, 77, 0, 100))
+        .unwrap()
+        .mac
+        .clone();
+    let mut dec = req(&holder, MessageType::Decline);
     dec.opts_mut()
-        .insert(DhcpOption::RequestedIpAddress(Ipv4Addr::new(10, 77, 0, 20)));
+        .insert(DhcpOption::RequestedIpAddress(Ipv4Addr::new(
+            10, 77, 0, 100,
+        )));
     let o = answer(&site, &mut t, &dec, rx(), 1000);
-    assert_eq!(o.commit.unwrap().state, LeaseState::Declined);
+    assert_eq!(o.kind, "decline", "{}", o.reason);
+    let declined = o.commit.unwrap();
+    t.apply(declined.clone());
+    let late = "52:54:00:bb:01:00";
+    let o = answer(&site, &mut t, &req(late, MessageType::Discover), rx(), 2000);
+    assert!(
+        o.reply.is_none(),
+        "the only free address is held out: {}",
+        o.reason
+    );
+    // Persisted: a lease file with the decline and later leases, replayed
+    // and compacted by a restart, still holds .100 out.
+    let state = dir.path().join("state");
+    std::fs::create_dir_all(&state).unwrap();
+    let mut lines = String::new();
+    for l in t.leases().chain(std::iter::once(&declined)) {
+        lines.push_str(&serde_json::to_string(l).unwrap());
+        lines.push('\n');
+    }
+    std::fs::write(state.join("leases.jsonl"), lines).unwrap();
+    drop(bootd::dhcp::leases::Store::open(&state).unwrap());
+    let (mut t2, bad) = bootd::dhcp::leases::load(&state.join("leases.jsonl")).unwrap();
+    assert_eq!(bad, 0);
+    let o = answer(
+        &site,
+        &mut t2,
+        &req(late, MessageType::Discover),
+        rx(),
+        2000,
+    );
+    assert!(
+        o.reply.is_none(),
+        "still held after a restart: {}",
+        o.reason
+    );
+    // After the hold (24 h), .100 is offered again.
+    let o = answer(
+        &site,
+        &mut t2,
+        &req(late, MessageType::Discover),
+        rx(),
+        1000 + 24 * 3600 + 1,
+    );
+    assert_eq!(o.reply.unwrap().0.yiaddr(), Ipv4Addr::new(10, 77, 0, 100));
 }
 
 #[test]

@@ -281,6 +281,20 @@ pub(super) fn dhcp(cx: &mut Cx, w: &wire::Dhcp, http: Option<&Listen>) -> Option
             Duration::from_secs(3600)
         }),
     };
+    let decline_hold = match w.decline_hold.as_deref() {
+        // Kea's decline-probation-period.
+        None => Duration::from_secs(24 * 3600),
+        Some(s) => match duration(s) {
+            Some(d) if d >= Duration::from_secs(1) => d,
+            _ => {
+                cx.err(
+                    "host.dhcp.declineHold",
+                    format!("{s:?} is not a duration of at least 1s, like 24h"),
+                );
+                Duration::from_secs(24 * 3600)
+            }
+        },
+    };
     let mut ntp_servers = Vec::new();
     for (i, n) in w.ntp_servers.iter().enumerate() {
         match n.parse::<Ipv4Addr>() {
@@ -333,6 +347,7 @@ pub(super) fn dhcp(cx: &mut Cx, w: &wire::Dhcp, http: Option<&Listen>) -> Option
         mode: mode?,
         server_address: server_address?,
         lease_time,
+        decline_hold,
         ntp_servers,
         domain_name: w.domain_name.clone().unwrap_or_default(),
         boot_files,
