@@ -18,12 +18,13 @@ fuzz_target!(|data: &[u8]| {
             Limits {
                 max_blksize: 1468,
                 max_windowsize: 64,
+                max_timeout: 5,
             },
         );
         assert!((8..=1468).contains(&n.block_size()) || n.block_size() == 512);
         assert!((1..=64).contains(&n.window_size()));
         if let Some(t) = n.timeout {
-            assert!(t >= 1);
+            assert!((1..=5).contains(&t));
         }
     }
 });
