@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Checks every unit in systemd/: `systemd-analyze verify` passes and
-# `systemd-analyze security --offline=true` scores at most 2.0.
+# Checks every unit in systemd/: `systemd-analyze verify` passes,
+# `systemd-analyze security --offline=true` scores at most 2.0, and the unit
+# sets its resource limits, LimitCORE=0, KillMode=mixed and a --check-config
+# ExecStartPre.
 # Usage: tests/systemd/check.sh [BINDIR]   (BINDIR: where bootd, dnsd, lbd are;
 # default target/release). verify needs ExecStart's binary to exist, so the
 # units are checked from a temp copy whose ExecStart points into BINDIR.
@@ -20,6 +22,11 @@ for unit in systemd/*.service; do
     else
         echo "FAIL $name: systemd-analyze verify:"; echo "$out" | sed 's/^/     /'; fail=1
     fi
+    # Resource limits, no core dumps, a check before start, a draining stop.
+    for want in '^LimitNOFILE=[0-9]' '^LimitCORE=0$' '^MemoryMax=' '^TasksMax=[0-9]' \
+                '^KillMode=mixed$' "^ExecStartPre=/usr/local/bin/$name --check-config "; do
+        if grep -qE "$want" "$unit"; then :; else echo "FAIL $name: no line matching $want"; fail=1; fi
+    done
     score=$(cd "$tmp" && systemd-analyze security --offline=true --no-pager "./$name.service" 2>&1 |
         sed -n 's/.*Overall exposure level for [^:]*: \([0-9.]*\).*/\1/p')
     if [ -n "$score" ] && awk -v s="$score" -v t="$THRESHOLD" 'BEGIN { exit !(s <= t) }'; then
