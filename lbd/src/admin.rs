@@ -8,7 +8,11 @@
 //! | `POST /bootstrap/complete` | drain the bootstrap node and remove it from api and machine-config |
 //!
 //! No authentication: bind it to loopback or a management network
-//! (`lb.adminListen`, default 127.0.0.1:8404).
+//! (`lb.adminListen`, default 127.0.0.1:8404). The one action that changes
+//! anything, `POST /bootstrap/complete`, is refused to browsers (a request
+//! with `Origin` or `Sec-Fetch-Site` other than `none`/`same-origin`), so a
+//! web page open on the host cannot trigger it; lbd's own CLI and the
+//! controller send neither.
 
 use crate::state::BootstrapPhase;
 use crate::status::{BackendStatus, ClientStatus, FrontendStatus, Status};
@@ -23,7 +27,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
-use tracing::info;
+use tracing::{info, warn};
 
 pub async fn serve(listener: TcpListener, lbd: Arc<Lbd>) {
     let app = Arc::clone(&lbd.app);
@@ -63,6 +67,15 @@ fn json(status: StatusCode, v: serde_json::Value) -> Response<Full<Bytes>> {
     reply(status, "application/json", body)
 }
 
+/// A request a browser made: it names its origin (`Origin`), or says it
+/// was not typed by the user on this origin (`Sec-Fetch-Site`).
+fn from_browser(h: &http::HeaderMap) -> bool {
+    h.contains_key(http::header::ORIGIN)
+        || h.get("sec-fetch-site")
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v != "none" && v != "same-origin")
+}
+
 pub async fn route(
     lbd: &Arc<Lbd>,
     req: Request<Incoming>,
@@ -79,6 +92,13 @@ pub async fn route(
             StatusCode::OK,
             serde_json::to_value(status(lbd)).unwrap_or_default(),
         ),
+        (&Method::POST, "/bootstrap/complete") if from_browser(req.headers()) => {
+            warn!(%peer, "bootstrap completion refused: a browser's cross-site request");
+            json(
+                StatusCode::FORBIDDEN,
+                serde_json::json!({"error": "refused to a browser: run `lbd bootstrap-complete` on the host, or complete bootstrap through the controller"}),
+            )
+        }
         (&Method::POST, "/bootstrap/complete") => {
             info!(%peer, "bootstrap completion requested over the admin API");
             match lbd.complete_bootstrap("admin API").await {

@@ -98,7 +98,9 @@ async fn serve(
         return;
     };
     let mut bufs = Buffers::new();
-    let mut unanswered = limits.retry_unanswered.then(Unanswered::default);
+    let mut unanswered = limits
+        .retries_unanswered(&fe.name)
+        .then(Unanswered::default);
     let r = loop {
         backend.total.fetch_add(1, Relaxed);
         backend.active.fetch_add(1, Relaxed);

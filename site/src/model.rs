@@ -650,8 +650,19 @@ pub struct LbLimits {
     pub idle_timeout: Duration,
     /// A backend that resets or closes before its first byte back is
     /// replaced by another and the client's bytes are sent again, while
-    /// they fit in lbd's relay buffer (16 KiB).
-    pub retry_unanswered: bool,
+    /// they fit in lbd's relay buffer (16 KiB). `None`: only on the
+    /// frontends whose first bytes are a TLS ClientHello (api,
+    /// machine-config, ingress-https), never on plain HTTP or a service,
+    /// where a replayed first request may not be idempotent.
+    pub retry_unanswered: Option<bool>,
+}
+
+impl LbLimits {
+    /// Whether unanswered first bytes are replayed on frontend `name`.
+    pub fn retries_unanswered(&self, name: &str) -> bool {
+        self.retry_unanswered
+            .unwrap_or(matches!(name, "api" | "machine-config" | "ingress-https"))
+    }
 }
 
 impl Default for LbLimits {
@@ -661,7 +672,7 @@ impl Default for LbLimits {
             max_conns_per_source: 2_000,
             connect_timeout: Duration::from_secs(3),
             idle_timeout: Duration::from_secs(3600),
-            retry_unanswered: true,
+            retry_unanswered: None,
         }
     }
 }
@@ -682,5 +693,24 @@ impl Default for LbBootstrap {
             auto_complete_after: None,
             drain_timeout: Duration::from_secs(120),
         }
+    }
+}
+
+#[cfg(test)]
+mod lb_limits_tests {
+    #[test]
+    fn unanswered_bytes_are_replayed_by_default_on_tls_frontends_only() {
+        let d = super::LbLimits::default();
+        for tls in ["api", "machine-config", "ingress-https"] {
+            assert!(d.retries_unanswered(tls), "{tls}");
+        }
+        for plain in ["ingress-http", "my-service"] {
+            assert!(!d.retries_unanswered(plain), "{plain}");
+        }
+        let on = super::LbLimits {
+            retry_unanswered: Some(true),
+            ..d
+        };
+        assert!(on.retries_unanswered("ingress-http"));
     }
 }

@@ -141,6 +141,16 @@ async fn bootstrap_completion_drains_then_removes_it() {
         }
     }
     let mut held = held.expect("no connection reached the bootstrap node");
+    // A browser on the host sent there by another site (its form or fetch
+    // carries Origin / Sec-Fetch-Site): refused, nothing changes.
+    for h in [
+        "Origin: http://evil.example\r\n",
+        "Sec-Fetch-Site: cross-site\r\n",
+    ] {
+        let (st, body) = lb.admin_with("POST", "/bootstrap/complete", h).await;
+        assert_eq!(st, 403, "{h}: {body}");
+        assert_eq!(lb.lbd.app.bootstrap_phase(), BootstrapPhase::Serving);
+    }
     let (st, body) = lb.admin("POST", "/bootstrap/complete").await;
     assert_eq!(st, 200, "{body}");
     assert!(body.contains("\"draining\""), "{body}");

@@ -280,8 +280,13 @@ impl Lb {
     }
 
     pub async fn admin(&self, method: &str, path: &str) -> (u16, String) {
+        self.admin_with(method, path, "").await
+    }
+
+    /// [`Lb::admin`] with extra header lines (`"Origin: x\r\n"`).
+    pub async fn admin_with(&self, method: &str, path: &str, headers: &str) -> (u16, String) {
         let mut s = TcpStream::connect(self.admin.unwrap()).await.unwrap();
-        s.write_all(format!("{method} {path} HTTP/1.1\r\nHost: t\r\nContent-Length: 0\r\nConnection: close\r\n\r\n").as_bytes())
+        s.write_all(format!("{method} {path} HTTP/1.1\r\nHost: t\r\n{headers}Content-Length: 0\r\nConnection: close\r\n\r\n").as_bytes())
             .await
             .unwrap();
         let mut out = String::new();

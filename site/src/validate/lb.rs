@@ -512,9 +512,7 @@ fn limits(cx: &mut Cx, prefix: &str, w: Option<&wire::LbLimits>) -> LbLimits {
             w.and_then(|w| w.idle_timeout.as_deref()),
             d.idle_timeout,
         ),
-        retry_unanswered: w
-            .and_then(|w| w.retry_unanswered)
-            .unwrap_or(d.retry_unanswered),
+        retry_unanswered: w.and_then(|w| w.retry_unanswered).or(d.retry_unanswered),
     }
 }
 
