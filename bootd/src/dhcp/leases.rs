@@ -20,7 +20,7 @@ use std::io::{self, BufRead, Write};
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use tokio::sync::{mpsc, oneshot};
-use tracing::{error, warn};
+use tracing::{debug, error, warn};
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Lease {
@@ -47,7 +47,7 @@ pub enum LeaseState {
 /// Keyed by client-chosen values (MACs), so seeded: no hash flooding.
 type Map<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct Table {
     by_mac: Map<Mac, Lease>,
     by_ip: Map<Ipv4Addr, Mac>,
@@ -242,9 +242,15 @@ impl Store {
         compact(&path, &table)?;
         let file = std::fs::OpenOptions::new().append(true).open(&path)?;
         let (tx, rx) = mpsc::channel::<Pending>(4096);
+        let log = Log {
+            lines: table.len() + table.declined().count(),
+            table: table.clone(),
+            file,
+            path,
+        };
         std::thread::Builder::new()
             .name("bootd-leases".into())
-            .spawn(move || writer(file, path, rx))?;
+            .spawn(move || writer(log, rx))?;
         Ok((Store { tx }, table))
     }
 
@@ -260,8 +266,58 @@ impl Store {
     }
 }
 
-/// Group commit: take everything queued, write it, one fdatasync, answer all.
-fn writer(mut file: std::fs::File, path: PathBuf, mut rx: mpsc::Receiver<Pending>) {
+/// The lease file as the writer keeps it: the records it holds (a copy of
+/// the table, from the same records) and how many lines it has, so that it
+/// can be compacted while bootd runs.
+struct Log {
+    file: std::fs::File,
+    path: PathBuf,
+    table: Table,
+    lines: usize,
+}
+
+/// The file grows by a line per commit (every renewal); once it holds this
+/// many lines beyond one per lease, it is rewritten with one per lease.
+const COMPACT_SLACK: usize = 4096;
+
+/// Appends `buf` and syncs it. After a failed or short write the file is
+/// cut back to where it was, so that a half-written record cannot swallow
+/// the next one (its line would be unreadable at the next start).
+pub fn append(file: &mut (impl Write + Truncate), buf: &[u8]) -> io::Result<()> {
+    let before = file.len()?;
+    let res = file.write_all(buf).and_then(|()| file.sync());
+    if res.is_err() {
+        if let Err(e) = file.truncate(before) {
+            error!(error = %e, "lease file could not be cut back after a failed write");
+        }
+    }
+    res
+}
+
+/// What [`append`] needs of a file besides writing (a trait so that the
+/// failure paths can be tested without a full disk).
+pub trait Truncate {
+    fn len(&mut self) -> io::Result<u64>;
+    fn truncate(&mut self, len: u64) -> io::Result<()>;
+    fn sync(&mut self) -> io::Result<()>;
+}
+
+impl Truncate for std::fs::File {
+    fn len(&mut self) -> io::Result<u64> {
+        self.metadata().map(|m| m.len())
+    }
+    fn truncate(&mut self, len: u64) -> io::Result<()> {
+        self.set_len(len)?;
+        self.sync_data()
+    }
+    fn sync(&mut self) -> io::Result<()> {
+        self.sync_data()
+    }
+}
+
+/// Group commit: take everything queued, write it, one fdatasync, answer
+/// all; compact the file when it has grown well past one line per lease.
+fn writer(mut log: Log, mut rx: mpsc::Receiver<Pending>) {
     let mut batch: Vec<Pending> = Vec::new();
     let mut buf = Vec::new();
     while let Some(first) = rx.blocking_recv() {
@@ -278,9 +334,35 @@ fn writer(mut file: std::fs::File, path: PathBuf, mut rx: mpsc::Receiver<Pending
                 buf.push(b'\n');
             }
         }
-        let res = file.write_all(&buf).and_then(|()| file.sync_data());
-        if let Err(e) = &res {
-            error!(file = %path.display(), error = %e, "lease write failed; the ACKs waiting on it are not sent");
+        let res = append(&mut log.file, &buf);
+        match &res {
+            Err(e) => {
+                error!(file = %log.path.display(), error = %e, "lease write failed; the ACKs waiting on it are not sent");
+            }
+            Ok(()) => {
+                for (l, _) in &batch {
+                    log.table.apply(l.clone());
+                }
+                log.lines += batch.len();
+                let records = log.table.len() + log.table.declined().count();
+                if log.lines > records + COMPACT_SLACK {
+                    match compact(&log.path, &log.table)
+                        .and_then(|()| std::fs::OpenOptions::new().append(true).open(&log.path))
+                    {
+                        Ok(f) => {
+                            debug!(file = %log.path.display(), lines = log.lines, records, "lease file compacted");
+                            log.file = f;
+                            log.lines = records;
+                        }
+                        Err(e) => {
+                            // The old file (and its handle) are still whole:
+                            // go on appending, and try again later.
+                            warn!(file = %log.path.display(), error = %e, "lease file compaction failed");
+                            log.lines = records;
+                        }
+                    }
+                }
+            }
         }
         for (_, done) in batch.drain(..) {
             let _ = done.send(
@@ -350,5 +432,106 @@ mod tests {
             "10.0.0.9".parse::<Ipv4Addr>().unwrap()
         );
         assert_eq!(t.holder("10.0.0.1".parse().unwrap()), None);
+    }
+}
+
+#[cfg(test)]
+mod log_tests {
+    use super::*;
+
+    /// A file that takes `room` more bytes, then fails (a full disk).
+    struct Full {
+        data: Vec<u8>,
+        room: usize,
+    }
+
+    impl Write for Full {
+        fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+            if self.room == 0 {
+                return Err(io::Error::new(io::ErrorKind::StorageFull, "no space"));
+            }
+            let n = b.len().min(self.room);
+            self.data.extend_from_slice(&b[..n]);
+            self.room -= n;
+            Ok(n)
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl Truncate for Full {
+        fn len(&mut self) -> io::Result<u64> {
+            Ok(self.data.len() as u64)
+        }
+        fn truncate(&mut self, len: u64) -> io::Result<()> {
+            self.data.truncate(len as usize);
+            Ok(())
+        }
+        fn sync(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_short_write_is_cut_back_and_the_next_record_survives() {
+        let rec = |i: u8| {
+            let mut v = serde_json::to_vec(&Lease {
+                mac: format!("52:54:00:00:00:{i:02x}"),
+                ip: Ipv4Addr::new(10, 0, 0, i),
+                expires: 100,
+                hostname: None,
+                state: LeaseState::Active,
+            })
+            .unwrap();
+            v.push(b'\n');
+            v
+        };
+        let mut f = Full {
+            data: Vec::new(),
+            room: rec(1).len() + 10,
+        };
+        append(&mut f, &rec(1)).unwrap();
+        // The disk fills in the middle of the second record: refused, and
+        // nothing of it is left in the file.
+        assert!(append(&mut f, &rec(2)).is_err());
+        assert_eq!(f.data, rec(1));
+        // Space again: the third record is whole and readable.
+        f.room = 1 << 20;
+        append(&mut f, &rec(3)).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("leases.jsonl");
+        std::fs::write(&p, &f.data).unwrap();
+        let (t, bad) = load(&p).unwrap();
+        assert_eq!((t.len(), bad), (2, 0));
+    }
+
+    /// Renewals add a line each; the file is compacted while bootd runs,
+    /// so it stays near one line per lease, and nothing is lost.
+    #[tokio::test]
+    async fn the_lease_file_is_compacted_online() {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, _) = Store::open(dir.path()).unwrap();
+        for round in 0..(COMPACT_SLACK as u64 / 10 + 200) {
+            for i in 0..10u8 {
+                store
+                    .commit(Lease {
+                        mac: format!("52:54:00:00:00:{i:02x}"),
+                        ip: Ipv4Addr::new(10, 0, 0, i + 1),
+                        expires: 1000 + round,
+                        hostname: None,
+                        state: LeaseState::Active,
+                    })
+                    .await
+                    .unwrap();
+            }
+        }
+        let text = std::fs::read_to_string(dir.path().join("leases.jsonl")).unwrap();
+        let lines = text.lines().count();
+        assert!(lines < COMPACT_SLACK + 10 + 1024, "{lines} lines");
+        let (t, bad) = load(&dir.path().join("leases.jsonl")).unwrap();
+        assert_eq!((t.len(), bad), (10, 0));
+        let last = COMPACT_SLACK as u64 / 10 + 200 - 1;
+        assert!(t.leases().all(|l| l.expires == 1000 + last));
     }
 }
