@@ -16,6 +16,7 @@
 //!   generated files (GRUB configs, the iPXE entry script) or the root.
 //! - [`render`]: pure renderers (iPXE, GRUB, Ignition, metadata), golden-tested.
 //! - [`token`]: who may fetch a node's secrets (source address or HMAC token).
+//! - [`conns`]: per-listener and per-source connection caps.
 //! - [`files`]: confined opens (`openat2` RESOLVE_BENEATH), ranges, streaming.
 //! - [`http`]: the routes, listed in one function; [`body`]: their body type.
 //! - [`installed`]: which nodes installed (a later network boot boots their disk).
@@ -34,6 +35,7 @@
 //! and the image cache check comes in through [`Config::check_images`].
 
 pub mod body;
+pub mod conns;
 pub mod dhcp;
 pub mod discovery;
 pub mod files;
@@ -119,6 +121,8 @@ pub struct Config {
     /// catalog's cache check, passed in by the executables); run before
     /// serving and before each reload is applied.
     pub check_images: Option<ImageCheck>,
+    /// Connection caps of each HTTP(S) listener.
+    pub conn_limits: conns::ConnLimits,
 }
 
 impl std::fmt::Debug for Config {
@@ -147,6 +151,7 @@ impl Config {
             grace: Duration::from_secs(5),
             dhcp_ports: Default::default(),
             check_images: None,
+            conn_limits: Default::default(),
         }
     }
     pub fn state_dir(&self) -> PathBuf {
@@ -384,6 +389,7 @@ pub async fn run_app(
     tracker.spawn(accept_loop(
         sockets.http,
         None,
+        conns::Conns::new(config.conn_limits),
         Arc::clone(&app),
         shutdown.clone(),
         conn_stop.clone(),
@@ -395,6 +401,7 @@ pub async fn run_app(
         tracker.spawn(accept_loop(
             l,
             Some(acceptor),
+            conns::Conns::new(config.conn_limits),
             Arc::clone(&app),
             shutdown.clone(),
             conn_stop.clone(),
@@ -557,21 +564,42 @@ fn local(l: &TcpListener) -> String {
 async fn accept_loop(
     listener: TcpListener,
     tls: Option<tokio_rustls::TlsAcceptor>,
+    conns: Arc<conns::Conns>,
     app: Arc<App>,
     shutdown: CancellationToken,
     conn_stop: CancellationToken,
     tracker: TaskTracker,
 ) {
     while let Some((stream, peer)) = runtime::net::accept(&listener, &shutdown, "HTTP").await {
+        let held = match conns.take(peer.ip().to_canonical()) {
+            Ok(h) => h,
+            Err(why) => {
+                app.metrics
+                    .http_refused
+                    .get_or_create(&metrics::Reason {
+                        reason: why.as_str(),
+                    })
+                    .inc();
+                tracing::debug!(%peer, reason = why.as_str(), "HTTP connection refused: over its cap");
+                // Closed with a reset: nothing is queued for it.
+                let _ = socket2::SockRef::from(&stream).set_linger(Some(Duration::ZERO));
+                drop(stream);
+                continue;
+            }
+        };
         let _ = stream.set_nodelay(true);
         let app = Arc::clone(&app);
         let (shutdown, conn_stop) = (shutdown.clone(), conn_stop.clone());
         match tls.clone() {
             None => {
-                tracker.spawn(plain::serve(stream, peer, app, shutdown, conn_stop));
+                tracker.spawn(async move {
+                    let _held = held;
+                    plain::serve(stream, peer, app, shutdown, conn_stop).await
+                });
             }
             Some(acceptor) => {
                 tracker.spawn(async move {
+                    let _held = held;
                     match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(stream))
                         .await
                     {

@@ -59,6 +59,8 @@ pub struct Metrics {
     /// `bytes{route="images"}`, looked up once: it is counted per piece sent.
     pub image_bytes: Counter,
     pub denials: Family<Reason, Counter>,
+    /// HTTP(S) connections closed at accept, over a cap (`max_connections`, `per_source`).
+    pub http_refused: Family<Reason, Counter>,
     pub reloads: Family<Outcome, Counter>,
     pub api_requests: Family<RouteStatus, Counter>,
     pub api_denials: Family<Reason, Counter>,
@@ -104,6 +106,12 @@ impl Default for Metrics {
             "ignition_denials",
             "Refused requests for a node's Ignition, metadata or userdata, by reason",
             denials.clone(),
+        );
+        let http_refused = Family::<Reason, Counter>::default();
+        registry.register(
+            "http_connections_refused",
+            "HTTP(S) connections closed at accept because a cap was reached (max_connections, per_source)",
+            http_refused.clone(),
         );
         registry.register(
             "site_reloads",
@@ -166,6 +174,7 @@ impl Default for Metrics {
             bytes,
             image_bytes,
             denials,
+            http_refused,
             reloads,
             api_requests,
             api_denials,

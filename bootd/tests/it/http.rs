@@ -1094,3 +1094,91 @@ fn lease(b: &Bootd, mac: &str, active: bool) {
         },
     });
 }
+
+/// The probe: 1 095 idle connections took every descriptor and /healthz
+/// timed out. Now one source holds at most `per_source` connections (the
+/// next is reset at once and counted), and others are still served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_connections_from_one_source_cannot_starve_the_others() {
+    let b = Bootd::start_config(
+        |t| t,
+        None,
+        |c| {
+            c.conn_limits = bootd::conns::ConnLimits {
+                max: 100,
+                per_source: 4,
+            }
+        },
+    )
+    .await;
+    let mut idle = Vec::new();
+    for _ in 0..4 {
+        idle.push(tokio::net::TcpStream::connect(b.http).await.unwrap());
+    }
+    // Give the accept loop time to take them.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The fifth is reset at once (on loopback the reset can even beat
+    // connect's own completion).
+    if let Ok(mut over) = tokio::net::TcpStream::connect(b.http).await {
+        let mut buf = [0u8; 16];
+        use tokio::io::AsyncReadExt;
+        let r = tokio::time::timeout(Duration::from_secs(3), over.read(&mut buf))
+            .await
+            .expect("the fifth connection was not closed at once");
+        assert!(matches!(r, Ok(0) | Err(_)), "{r:?}");
+    }
+    // Another source is served meanwhile.
+    let (s, _, body) = crate::harness::request_from(
+        Some("127.0.0.2".parse().unwrap()),
+        b.http,
+        "GET",
+        "/healthz",
+        &[],
+    )
+    .await;
+    assert_eq!((s, &body[..]), (StatusCode::OK, &b"ok\n"[..]));
+    // One idle connection goes: this source gets a slot again.
+    drop(idle.pop());
+    let t = std::time::Instant::now();
+    let m = loop {
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "the slot never came back"
+        );
+        let Ok(s) = tokio::net::TcpStream::connect(b.http).await else {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            continue;
+        };
+        let Ok((mut send, conn)) =
+            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(s)).await
+        else {
+            continue;
+        };
+        tokio::spawn(conn);
+        let req = http::Request::get("/metrics")
+            .header("host", "x")
+            .body(http_body_util::Empty::<bytes::Bytes>::new())
+            .unwrap();
+        match send.send_request(req).await {
+            Ok(r) => {
+                use http_body_util::BodyExt;
+                break r.into_body().collect().await.unwrap().to_bytes();
+            }
+            Err(_) => {
+                assert!(
+                    t.elapsed() < Duration::from_secs(5),
+                    "the slot never came back"
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    };
+    assert!(
+        String::from_utf8_lossy(&m)
+            .contains("bootd_http_connections_refused_total{reason=\"per_source\"} "),
+        "{}",
+        String::from_utf8_lossy(&m)
+    );
+    drop(idle);
+    b.stop().await;
+}
