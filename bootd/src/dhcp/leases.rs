@@ -284,7 +284,7 @@ const COMPACT_SLACK: usize = 4096;
 /// cut back to where it was, so that a half-written record cannot swallow
 /// the next one (its line would be unreadable at the next start).
 pub fn append(file: &mut (impl Write + Truncate), buf: &[u8]) -> io::Result<()> {
-    let before = file.len()?;
+    let before = file.size()?;
     let res = file.write_all(buf).and_then(|()| file.sync());
     if res.is_err() {
         if let Err(e) = file.truncate(before) {
@@ -297,13 +297,13 @@ pub fn append(file: &mut (impl Write + Truncate), buf: &[u8]) -> io::Result<()> 
 /// What [`append`] needs of a file besides writing (a trait so that the
 /// failure paths can be tested without a full disk).
 pub trait Truncate {
-    fn len(&mut self) -> io::Result<u64>;
+    fn size(&mut self) -> io::Result<u64>;
     fn truncate(&mut self, len: u64) -> io::Result<()>;
     fn sync(&mut self) -> io::Result<()>;
 }
 
 impl Truncate for std::fs::File {
-    fn len(&mut self) -> io::Result<u64> {
+    fn size(&mut self) -> io::Result<u64> {
         self.metadata().map(|m| m.len())
     }
     fn truncate(&mut self, len: u64) -> io::Result<()> {
@@ -461,7 +461,7 @@ mod log_tests {
     }
 
     impl Truncate for Full {
-        fn len(&mut self) -> io::Result<u64> {
+        fn size(&mut self) -> io::Result<u64> {
             Ok(self.data.len() as u64)
         }
         fn truncate(&mut self, len: u64) -> io::Result<()> {
