@@ -464,7 +464,12 @@ fn deny(app: &App, what: &str, name: &str, source: IpAddr, reason: Deny) -> Resp
             reason: reason.as_str(),
         })
         .inc();
-    warn!(node = %name.escape_debug(), %source, reason = reason.as_str(), "{what} refused");
+    // Counted always; logged at most 10 times a second (a probe of many
+    // names must not become as many log lines).
+    static LOGGED: runtime::logging::Throttle = runtime::logging::Throttle::new(10);
+    if let Some(suppressed) = LOGGED.allow() {
+        warn!(node = %name.escape_debug(), %source, reason = reason.as_str(), suppressed, "{what} refused");
+    }
     not_found()
 }
 

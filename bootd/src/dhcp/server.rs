@@ -226,7 +226,12 @@ impl Server {
         }
         match outcome.kind {
             "malformed" | "ignored" => {
-                info!(%src, xid, kind = outcome.kind, reason = %outcome.reason.escape_debug(), "DHCP request not answered")
+                // Anyone can send these, as fast as they like: counted
+                // always, logged at most 10 times a second.
+                static LOGGED: runtime::logging::Throttle = runtime::logging::Throttle::new(10);
+                if let Some(suppressed) = LOGGED.allow() {
+                    info!(%src, xid, kind = outcome.kind, reason = %outcome.reason.escape_debug(), suppressed, "DHCP request not answered")
+                }
             }
             _ => {
                 info!(%src, xid, kind = outcome.kind, reason = %outcome.reason.escape_debug(), "DHCP")

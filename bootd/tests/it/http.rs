@@ -1182,3 +1182,40 @@ async fn idle_connections_from_one_source_cannot_starve_the_others() {
     drop(idle);
     b.stop().await;
 }
+
+/// A probe of many refused requests is counted in full but logged at most
+/// 10 times a second (30 000 probes had made 30 000 WARN lines).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_refusals_is_counted_not_logged_line_by_line() {
+    let b = Bootd::start().await;
+    let t = std::time::Instant::now();
+    for i in 0..300 {
+        let (s, _, _) = b.get(&format!("/ignition/flood-probe-{i}")).await;
+        assert_eq!(s, StatusCode::NOT_FOUND);
+    }
+    let secs = t.elapsed().as_secs() + 1;
+    let log = crate::harness::logs();
+    let log = String::from_utf8_lossy(&log.lock().unwrap()).into_owned();
+    let lines = log
+        .lines()
+        .filter(|l| l.contains("Ignition refused") && l.contains("flood-probe-"))
+        .count();
+    assert!(
+        lines as u64 <= 10 * (secs + 1),
+        "{lines} log lines for 300 refusals in {secs} s"
+    );
+    assert!(
+        log.contains("suppressed="),
+        "the next line says how many were left out"
+    );
+    let (_, _, m) = b.get("/metrics").await;
+    let m = String::from_utf8_lossy(&m);
+    let n: u64 = m
+        .lines()
+        .find(|l| l.starts_with("bootd_ignition_denials_total{reason=\"unknown_node\"}"))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    assert!(n >= 300, "{n} counted");
+    b.stop().await;
+}
