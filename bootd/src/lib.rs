@@ -89,6 +89,8 @@ pub struct App {
     pub discovered: discovery::Discovered,
     /// Per-node ISOs for BMC virtual media, built on request.
     pub media: media::Media,
+    /// A big file's send is given up when the client takes nothing for this long.
+    pub write_stall: Duration,
 }
 
 /// See [`Config::check_images`]: `Err` says what is missing or corrupt.
@@ -123,6 +125,8 @@ pub struct Config {
     pub check_images: Option<ImageCheck>,
     /// Connection caps of each HTTP(S) listener.
     pub conn_limits: conns::ConnLimits,
+    /// See [`App::write_stall`].
+    pub write_stall: Duration,
 }
 
 impl std::fmt::Debug for Config {
@@ -152,6 +156,7 @@ impl Config {
             dhcp_ports: Default::default(),
             check_images: None,
             conn_limits: Default::default(),
+            write_stall: Duration::from_secs(60),
         }
     }
     pub fn state_dir(&self) -> PathBuf {
@@ -290,6 +295,7 @@ pub fn prepare(config: &Config, want_tls: bool) -> Result<Arc<App>, Error> {
         .map_err(|e| Error::StateDir(state_dir.clone(), e))?;
     metrics.discovered.set(discovered.len() as i64);
     Ok(Arc::new(App {
+        write_stall: config.write_stall,
         media: media::Media::new(&state_dir),
         installed,
         discovered,

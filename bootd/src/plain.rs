@@ -274,7 +274,7 @@ pub async fn serve(
                     _ = &mut stopped => return,
                     r = async {
                         send_more(&stream, &head).await?;
-                        sendfile(&stream, &sf).await?;
+                        sendfile(&stream, &sf, app.write_stall).await?;
                         Ok(!close)
                     } => r,
                 }
@@ -347,7 +347,7 @@ async fn respond(
         if length == Some(sf.len) {
             drop(body);
             send_more(stream, head).await?;
-            sendfile(stream, sf).await?;
+            sendfile(stream, sf, app.write_stall).await?;
             return Ok(!close);
         }
     }
@@ -423,9 +423,9 @@ async fn send_more(stream: &TcpStream, mut buf: &[u8]) -> io::Result<()> {
 /// `sendfile(2)` the range into the socket, reporting progress as the body
 /// would have: on the runtime thread up to
 /// [`crate::files::SENDFILE_INLINE_MAX`], else from a blocking thread.
-async fn sendfile(stream: &TcpStream, sf: &Sendfile) -> io::Result<()> {
+async fn sendfile(stream: &TcpStream, sf: &Sendfile, stall: Duration) -> io::Result<()> {
     if sf.len > crate::files::SENDFILE_INLINE_MAX {
-        return sendfile_blocking(stream, sf).await;
+        return sendfile_blocking(stream, sf, stall).await;
     }
     let (mut offset, mut left) = (sf.offset, sf.len);
     while left > 0 {
@@ -464,12 +464,24 @@ fn shrank() -> io::Error {
 /// the connection was dropped (shutdown, drain).
 const STOP_POLL: Duration = Duration::from_millis(100);
 
+/// Big ranges sent at once from blocking threads; more wait (without a
+/// thread) for a slot, so slow readers cannot take the blocking pool that
+/// TFTP transfers and file opens need.
+pub const MAX_BLOCKING_SENDS: usize = 64;
+static BLOCKING_SENDS: tokio::sync::Semaphore =
+    tokio::sync::Semaphore::const_new(MAX_BLOCKING_SENDS);
+
 /// A big range from a blocking-pool thread with its own duplicate of the
 /// socket (so the descriptor stays valid whatever happens to the
 /// connection's task): `sendfile` as much as the socket takes, `poll` for
 /// room, again. Dropping the returned future (the connection stopped)
-/// makes the thread stop within [`STOP_POLL`].
-async fn sendfile_blocking(stream: &TcpStream, sf: &Sendfile) -> io::Result<()> {
+/// makes the thread stop within [`STOP_POLL`]. A client that takes no byte
+/// for `stall` is given up on.
+async fn sendfile_blocking(stream: &TcpStream, sf: &Sendfile, stall: Duration) -> io::Result<()> {
+    let _slot = BLOCKING_SENDS
+        .acquire()
+        .await
+        .map_err(|_| io::Error::other("closed"))?;
     let sock = rustix::io::dup(stream)?;
     let stopped = CancellationToken::new();
     let _stop_on_drop = stopped.clone().drop_guard();
@@ -480,9 +492,16 @@ async fn sendfile_blocking(stream: &TcpStream, sf: &Sendfile) -> io::Result<()> 
             tv_sec: 0,
             tv_nsec: STOP_POLL.as_nanos() as _,
         };
+        let mut progress = std::time::Instant::now();
         while left > 0 {
             if stopped.is_cancelled() {
                 return Err(io::Error::other("connection stopped"));
+            }
+            if progress.elapsed() > stall {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("the client took nothing for {stall:?}"),
+                ));
             }
             // At most 4 MiB a call, so progress reports come often enough.
             match rustix::fs::sendfile(
@@ -494,6 +513,7 @@ async fn sendfile_blocking(stream: &TcpStream, sf: &Sendfile) -> io::Result<()> 
                 Ok(0) => return Err(shrank()),
                 Ok(n) => {
                     left -= n as u64;
+                    progress = std::time::Instant::now();
                     if let Some(f) = &sf.on_bytes {
                         f(n as u64);
                     }

@@ -1219,3 +1219,65 @@ async fn a_flood_of_refusals_is_counted_not_logged_line_by_line() {
     assert!(n >= 300, "{n} counted");
     b.stop().await;
 }
+
+/// The probe: 520 clients that asked for a big file and never read took
+/// bootd from 46 to 517 threads and TFTP stopped answering. Now big sends
+/// run on at most 64 blocking threads (the rest wait without one; 120
+/// stalled readers here), and a
+/// client that takes nothing for `write_stall` is dropped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_that_never_read_hold_neither_threads_nor_connections() {
+    let b = Bootd::start_config(
+        |t| t,
+        None,
+        |c| {
+            c.write_stall = Duration::from_secs(2);
+        },
+    )
+    .await;
+    // A sparse 256 MiB file: far more than the socket buffers hold.
+    std::fs::create_dir_all(b.images().join("big")).unwrap();
+    let f = std::fs::File::create(b.images().join("big/disk.img")).unwrap();
+    f.set_len(256 << 20).unwrap();
+    let threads = || std::fs::read_dir("/proc/self/task").unwrap().count();
+    let before = threads();
+    let mut stalled = Vec::new();
+    for _ in 0..120 {
+        let mut s = tokio::net::TcpStream::connect(b.http).await.unwrap();
+        use tokio::io::AsyncWriteExt;
+        s.write_all(b"GET /images/big/disk.img HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
+        stalled.push(s);
+    }
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let during = threads();
+    assert!(
+        during <= before + bootd::plain::MAX_BLOCKING_SENDS + 16,
+        "{before} threads before, {during} with 120 stalled readers"
+    );
+    // Others are served meanwhile.
+    let (s, _, body) = b.get("/healthz").await;
+    assert_eq!((s, &body[..]), (StatusCode::OK, &b"ok\n"[..]));
+    // After the stall limit every stalled connection is closed by bootd (64
+    // at once, then the 56 that waited): reading now drains what was
+    // buffered, then ends.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let t = std::time::Instant::now();
+    for mut s in stalled {
+        use tokio::io::AsyncReadExt;
+        let mut buf = vec![0u8; 1 << 20];
+        loop {
+            match tokio::time::timeout(Duration::from_secs(30), s.read(&mut buf)).await {
+                Ok(Ok(0)) | Ok(Err(_)) => break,
+                Ok(Ok(_)) => {}
+                Err(_) => panic!("a stalled connection was still open after 30 s"),
+            }
+        }
+    }
+    assert!(t.elapsed() < Duration::from_secs(60));
+    // The threads went back to the pool's idle set; new requests are served.
+    let (s, _, _) = b.get("/healthz").await;
+    assert_eq!(s, StatusCode::OK);
+    b.stop().await;
+}
