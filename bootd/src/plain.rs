@@ -467,7 +467,7 @@ const STOP_POLL: Duration = Duration::from_millis(100);
 /// Big ranges sent at once from blocking threads; more wait (without a
 /// thread) for a slot, so slow readers cannot take the blocking pool that
 /// TFTP transfers and file opens need.
-pub const MAX_BLOCKING_SENDS: usize = 64;
+pub const MAX_BLOCKING_SENDS: usize = 128;
 static BLOCKING_SENDS: tokio::sync::Semaphore =
     tokio::sync::Semaphore::const_new(MAX_BLOCKING_SENDS);
 
