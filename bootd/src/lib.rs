@@ -35,7 +35,9 @@
 //! and the image cache check comes in through [`Config::check_images`].
 
 pub mod body;
-pub mod conns;
+mod listen;
+pub(crate) use listen::serve_conn;
+pub use runtime::conns;
 pub mod dhcp;
 pub mod discovery;
 pub mod files;
@@ -51,15 +53,12 @@ pub mod timeline;
 pub mod tls;
 pub mod token;
 
-use hyper::service::service_fn;
-use hyper_util::rt::{TokioIo, TokioTimer};
 use site::Site;
 use state::{Live, Snapshot};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
-use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
@@ -392,7 +391,7 @@ pub async fn run_app(
         }
     });
     info!(addr = %local(&sockets.http), "HTTP listening");
-    tracker.spawn(accept_loop(
+    tracker.spawn(listen::accept_loop(
         sockets.http,
         None,
         conns::Conns::new(config.conn_limits),
@@ -404,7 +403,7 @@ pub async fn run_app(
     if let (Some(l), Some(tls)) = (sockets.https, &app.tls) {
         info!(addr = %local(&l), "HTTPS listening");
         let acceptor = tokio_rustls::TlsAcceptor::from(Arc::clone(&tls.server_config));
-        tracker.spawn(accept_loop(
+        tracker.spawn(listen::accept_loop(
             l,
             Some(acceptor),
             conns::Conns::new(config.conn_limits),
@@ -565,86 +564,6 @@ fn tftp_observer(app: Arc<App>) -> tftp::Observer {
 
 fn local(l: &TcpListener) -> String {
     l.local_addr().map(|a| a.to_string()).unwrap_or_default()
-}
-
-async fn accept_loop(
-    listener: TcpListener,
-    tls: Option<tokio_rustls::TlsAcceptor>,
-    conns: Arc<conns::Conns>,
-    app: Arc<App>,
-    shutdown: CancellationToken,
-    conn_stop: CancellationToken,
-    tracker: TaskTracker,
-) {
-    while let Some((stream, peer)) = runtime::net::accept(&listener, &shutdown, "HTTP").await {
-        let held = match conns.take(peer.ip().to_canonical()) {
-            Ok(h) => h,
-            Err(why) => {
-                app.metrics
-                    .http_refused
-                    .get_or_create(&metrics::Reason {
-                        reason: why.as_str(),
-                    })
-                    .inc();
-                tracing::debug!(%peer, reason = why.as_str(), "HTTP connection refused: over its cap");
-                // Closed with a reset: nothing is queued for it.
-                let _ = socket2::SockRef::from(&stream).set_linger(Some(Duration::ZERO));
-                drop(stream);
-                continue;
-            }
-        };
-        let _ = stream.set_nodelay(true);
-        let app = Arc::clone(&app);
-        let (shutdown, conn_stop) = (shutdown.clone(), conn_stop.clone());
-        match tls.clone() {
-            None => {
-                tracker.spawn(async move {
-                    let _held = held;
-                    plain::serve(stream, peer, app, shutdown, conn_stop).await
-                });
-            }
-            Some(acceptor) => {
-                tracker.spawn(async move {
-                    let _held = held;
-                    match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(stream))
-                        .await
-                    {
-                        Ok(Ok(s)) => serve_conn(s, peer, app, shutdown, conn_stop).await,
-                        Ok(Err(e)) => tracing::debug!(%peer, error = %e, "TLS handshake failed"),
-                        Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
-                    }
-                });
-            }
-        }
-    }
-}
-
-/// One connection served by hyper: every HTTPS connection, and plain-HTTP
-/// ones [`plain`] hands over.
-pub(crate) async fn serve_conn<I>(
-    io: I,
-    peer: SocketAddr,
-    app: Arc<App>,
-    shutdown: CancellationToken,
-    conn_stop: CancellationToken,
-) where
-    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-{
-    let svc = service_fn(move |req| http::handle(Arc::clone(&app), req, peer));
-    let conn = hyper::server::conn::http1::Builder::new()
-        .timer(TokioTimer::new())
-        .keep_alive(true)
-        .header_read_timeout(Duration::from_secs(30))
-        .serve_connection(TokioIo::new(io), svc);
-    let mut conn = std::pin::pin!(conn);
-    tokio::select! {
-        r = conn.as_mut() => { if let Err(e) = r { tracing::debug!(%peer, error = %e, "connection ended with an error"); } return; }
-        _ = shutdown.cancelled() => conn.as_mut().graceful_shutdown(),
-    }
-    tokio::select! {
-        _ = conn.as_mut() => {}
-        _ = conn_stop.cancelled() => {}
-    }
 }
 
 /// Serves `site` at once (keeping the revoked-node list): the controller

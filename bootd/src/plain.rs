@@ -3,7 +3,7 @@
 //! ranges sent by `sendfile(2)` (over 1 MiB from a blocking thread) and
 //! small responses written with their headers in one `write`; anything
 //! else hands the connection, with the bytes already read, to hyper
-//! ([`crate::serve_conn`]) for the rest of its life.
+//! ([`crate::listen::serve_conn`]) for the rest of its life.
 //!
 //! Why not hyper for everything: per request hyper builds and encodes a
 //! response and polls its body into the socket, so a file's bytes are read

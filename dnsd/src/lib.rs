@@ -82,6 +82,8 @@ pub struct Config {
     pub tcp_idle: Duration,
     /// At most this many TCP connections at once.
     pub tcp_max: usize,
+    /// At most this many TCP connections from one address.
+    pub tcp_per_source: usize,
 }
 
 impl Config {
@@ -94,6 +96,7 @@ impl Config {
             grace: Duration::from_secs(5),
             tcp_idle: Duration::from_secs(10),
             tcp_max: 512,
+            tcp_per_source: 32,
         }
     }
 }
@@ -296,7 +299,10 @@ pub async fn run_loaded(
         );
     }
     drop(fwd_tx);
-    let conns = Arc::new(tokio::sync::Semaphore::new(config.tcp_max));
+    let conns = runtime::conns::Conns::new(runtime::conns::ConnLimits {
+        max: config.tcp_max,
+        per_source: config.tcp_per_source,
+    });
     for l in sockets.tcp {
         info!(addr = %l.local_addr().map(|a| a.to_string()).unwrap_or_default(), "TCP listening");
         let t = tcp::Tcp {

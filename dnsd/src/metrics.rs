@@ -35,6 +35,8 @@ pub struct Metrics {
     pub notifies: Family<Outcome, Counter>,
     pub transfers: Family<Outcome, Counter>,
     pub forwarded: Family<Outcome, Counter>,
+    /// TCP connections closed at accept, over a cap (max_connections, per_source).
+    pub tcp_refused: Family<Outcome, Counter>,
     pub serial: Family<ZoneLabel, Gauge>,
     pub tcp_connections: Gauge,
 }
@@ -57,6 +59,7 @@ impl Default for Metrics {
             notifies: Family::default(),
             transfers: Family::default(),
             forwarded: Family::default(),
+            tcp_refused: Family::default(),
             serial: Family::default(),
             tcp_connections: Gauge::default(),
             registry: Registry::default(),
@@ -100,6 +103,11 @@ impl Default for Metrics {
             "forwarded",
             "Queries forwarded to upstream resolvers, by result (ok, failed)",
             m.forwarded.clone(),
+        );
+        registry.register(
+            "tcp_refused",
+            "TCP connections closed at accept because a cap was reached (max_connections, per_source)",
+            m.tcp_refused.clone(),
         );
         registry.register(
             "zone_serial",

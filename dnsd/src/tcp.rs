@@ -1,7 +1,8 @@
 //! DNS over TCP (RFC 7766): length-prefixed messages, pipelined (requests
 //! are read and answered in order while more arrive; responses are flushed
-//! when no further request is already buffered), an idle timeout, a cap on
-//! concurrent connections, and zone transfers.
+//! when no further request is already buffered), an idle timeout (also for
+//! writes: a client that reads no answers is closed), caps on concurrent
+//! connections in all and per source address, and zone transfers.
 
 use crate::core::{Action, Transport};
 use crate::forward::Forwarder;
@@ -12,7 +13,6 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader, BufWriter};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, info, warn};
@@ -21,17 +21,28 @@ pub struct Tcp {
     pub live: Arc<Live>,
     pub forwarder: Arc<Forwarder>,
     pub idle: Duration,
-    pub conns: Arc<Semaphore>,
+    pub conns: Arc<runtime::conns::Conns>,
 }
 
 impl Tcp {
     pub async fn accept_loop(self, l: TcpListener, stop: CancellationToken, tracker: TaskTracker) {
         let this = Arc::new(self);
         while let Some((stream, peer)) = runtime::net::accept(&l, &stop, "DNS over TCP").await {
-            // Over the cap: close at once (the client retries or uses UDP).
-            let Ok(permit) = Arc::clone(&this.conns).try_acquire_owned() else {
-                debug!(%peer, "TCP connection refused: too many open");
-                continue;
+            // Over a cap (all, or this source's): close at once (the client
+            // retries or uses UDP).
+            let permit = match this.conns.take(peer.ip().to_canonical()) {
+                Ok(p) => p,
+                Err(why) => {
+                    this.live
+                        .metrics
+                        .tcp_refused
+                        .get_or_create(&Outcome {
+                            result: why.as_str(),
+                        })
+                        .inc();
+                    debug!(%peer, reason = why.as_str(), "TCP connection refused: over its cap");
+                    continue;
+                }
             };
             let _ = stream.set_nodelay(true);
             let (this, stop) = (Arc::clone(&this), stop.clone());
@@ -78,7 +89,7 @@ impl Tcp {
             match catalog.answer(q, Transport::Tcp, peer.ip(), &mut out) {
                 Action::Reply { rcode, .. } => {
                     self.live.metrics.answered("tcp", rcode);
-                    write_msg(&mut w, &out).await?;
+                    in_time(self.idle, write_msg(&mut w, &out)).await?;
                     if rcode == crate::wire::RCODE_REFUSED {
                         self.note_refused_transfer(q, peer);
                     }
@@ -99,7 +110,7 @@ impl Tcp {
                         .inc();
                     info!(%peer, zone = %z.origin, serial = z.serial(), kind, messages = msgs.len(), "zone transfer");
                     for m in msgs {
-                        write_msg(&mut w, &m).await?;
+                        in_time(self.idle, write_msg(&mut w, &m)).await?;
                     }
                 }
                 Action::Forward => {
@@ -112,12 +123,12 @@ impl Tcp {
                         })
                         .inc();
                     let resp = resp.unwrap_or_else(|| crate::wire::servfail(q));
-                    write_msg(&mut w, &resp).await?;
+                    in_time(self.idle, write_msg(&mut w, &resp)).await?;
                 }
             }
             // Pipelining: answer everything already received before flushing.
             if r.buffer().len() < 2 {
-                w.flush().await?;
+                in_time(self.idle, w.flush()).await?;
             }
         }
     }
@@ -140,4 +151,15 @@ impl Tcp {
 async fn write_msg<W: AsyncWriteExt + Unpin>(w: &mut W, m: &[u8]) -> std::io::Result<()> {
     w.write_all(&(m.len() as u16).to_be_bytes()).await?;
     w.write_all(m).await
+}
+
+/// `f` within `limit`: a client that does not read its answers (its
+/// window stays shut) gives up its connection instead of holding it.
+async fn in_time<T>(
+    limit: Duration,
+    f: impl std::future::Future<Output = std::io::Result<T>>,
+) -> std::io::Result<T> {
+    tokio::time::timeout(limit, f)
+        .await
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "the client read nothing"))?
 }

@@ -363,3 +363,98 @@ async fn forwards_other_names_when_asked_to_recurse() {
     .unwrap();
     s.stop.cancel();
 }
+
+/// The probe: one client held all 512 TCP slots. Now one source has at
+/// most 32 (the next is closed at once and counted), another source is
+/// still answered, and a client that sends queries but reads no answers
+/// is closed once its writes stall for the idle time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_source_cannot_hold_every_tcp_slot() {
+    let s = start("").await;
+    let tcp = s.tcp;
+    let held = tokio::task::spawn_blocking(move || {
+        let mut held = Vec::new();
+        for _ in 0..32 {
+            let mut c = TcpStream::connect(tcp).unwrap();
+            // A query keeps it from the 300 ms idle close for a moment.
+            let q = query(7, "api.lab.example.test.", RecordType::A, false);
+            c.write_all(&(q.len() as u16).to_be_bytes()).unwrap();
+            c.write_all(&q).unwrap();
+            tcp_read(&mut c).unwrap();
+            held.push(c);
+        }
+        // The 33rd from this address: closed without an answer.
+        let mut over = TcpStream::connect(tcp).unwrap();
+        over.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        let q = query(8, "api.lab.example.test.", RecordType::A, false);
+        let _ = over.write_all(&(q.len() as u16).to_be_bytes());
+        let _ = over.write_all(&q);
+        assert!(
+            tcp_read(&mut over).is_err(),
+            "the 33rd connection was answered"
+        );
+        // From 127.0.0.2: answered.
+        let sock =
+            socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+        sock.bind(&"127.0.0.2:0".parse::<SocketAddr>().unwrap().into())
+            .unwrap();
+        sock.connect(&tcp.into()).unwrap();
+        let mut other: TcpStream = sock.into();
+        other.write_all(&(q.len() as u16).to_be_bytes()).unwrap();
+        other.write_all(&q).unwrap();
+        assert_eq!(tcp_read(&mut other).unwrap().id(), 8);
+        held
+    })
+    .await
+    .unwrap();
+    drop(held);
+    let m = http_get(s.http, "/metrics").await;
+    assert!(
+        m.contains("dnsd_tcp_refused_total{result=\"per_source\"} "),
+        "{m}"
+    );
+    // A client that pipelines queries and never reads: closed once its
+    // answers stop going out (the 300 ms idle limit), not held.
+    let closed = tokio::task::spawn_blocking(move || {
+        let sock =
+            socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+        sock.set_recv_buffer_size(4096).unwrap();
+        sock.connect(&tcp.into()).unwrap();
+        let mut c: TcpStream = sock.into();
+        c.set_write_timeout(Some(Duration::from_secs(5))).unwrap();
+        let q = query(9, "api.lab.example.test.", RecordType::A, false);
+        let mut burst = Vec::new();
+        for _ in 0..256 {
+            burst.extend_from_slice(&(q.len() as u16).to_be_bytes());
+            burst.extend_from_slice(&q);
+        }
+        let t = std::time::Instant::now();
+        // Keep asking, never reading: the answers fill both sockets'
+        // buffers, the server's writes stall, and it gives up on us (our
+        // next write fails), bounded in time.
+        while t.elapsed() < Duration::from_secs(10) {
+            match c.write_all(&burst) {
+                Ok(()) => {}
+                // The server closed it (our unread answers make that a reset).
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset
+                    ) =>
+                {
+                    return true
+                }
+                // Our own write timed out: the server still holds it.
+                Err(_) => {}
+            }
+        }
+        false
+    })
+    .await
+    .unwrap();
+    assert!(
+        closed,
+        "a client reading nothing kept its connection for 10 s"
+    );
+    s.stop.cancel();
+}

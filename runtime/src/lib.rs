@@ -12,6 +12,7 @@
 //!
 //! Invariant: nothing here knows a daemon; daemons know this crate.
 
+pub mod conns;
 pub mod feed;
 pub mod logging;
 pub mod net;

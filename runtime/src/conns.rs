@@ -1,8 +1,8 @@
 //! How many connections a listener holds: at most `max` at once, and at
 //! most `per_source` from one address, so that idle or slow clients cannot
-//! take every file descriptor (the others listeners, TFTP and the lease
+//! take every file descriptor (the other listeners, TFTP and the lease
 //! file need some) or every slot. A connection over a cap is closed at
-//! once and counted.
+//! once and counted. bootd's HTTP(S) and dnsd's TCP use it.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
