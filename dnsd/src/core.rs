@@ -50,6 +50,8 @@ pub struct Options {
     /// Names outside every zone go to upstream resolvers (when the query
     /// has RD set) instead of being REFUSED.
     pub forward: bool,
+    /// Who may have its queries forwarded; anyone else is REFUSED.
+    pub allow_forward: Vec<IpNet>,
 }
 
 /// What the transport does with a request after [`Catalog::answer`].
@@ -402,7 +404,13 @@ impl Catalog {
             }
             Found::AtCut(n) | Found::Referral(n) => self.nodes[n as usize].referral,
             Found::Nx(z) => self.infos[z as usize].nxdomain,
-            Found::Outside if self.options.forward && req.rd() => return Action::Forward,
+            Found::Outside
+                if self.options.forward
+                    && req.rd()
+                    && self.options.allow_forward.iter().any(|n| n.contains(&peer)) =>
+            {
+                return Action::Forward
+            }
             Found::Outside => return reply(wire::RCODE_REFUSED, out),
         };
         self.emit(t, pkt, &req, limit, out)

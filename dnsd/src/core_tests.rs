@@ -23,6 +23,7 @@ pub(crate) fn test_catalog() -> Catalog {
         Options {
             allow_transfer: vec!["127.0.0.0/8".parse().unwrap()],
             forward: false,
+            allow_forward: vec![],
         },
     )
     .unwrap()
@@ -439,6 +440,58 @@ fn transfers_follow_the_acl() {
             truncated: false
         }
     );
+}
+
+/// The probe: with upstreams, dnsd forwarded anyone's queries (an open
+/// amplifier). Only the allowed networks are forwarded; anyone else asking
+/// for a name outside the zones is REFUSED.
+#[test]
+fn only_allowed_networks_are_forwarded() {
+    let site = site::load(&data("tests/data/site.yaml")).expect("test site");
+    let zones = crate::zone::from_site(&site, 2024010101).unwrap();
+    let c = Catalog::build(
+        zones,
+        Options {
+            allow_transfer: vec![],
+            forward: true,
+            allow_forward: vec![
+                "10.77.0.0/24".parse().unwrap(),
+                "127.0.0.0/8".parse().unwrap(),
+            ],
+        },
+    )
+    .unwrap();
+    let q = query("example.org.", RecordType::A, None);
+    let mut out = Vec::new();
+    for ok in ["10.77.0.20", "127.0.0.1"] {
+        assert_eq!(
+            c.answer(&q, Transport::Udp, ok.parse().unwrap(), &mut out),
+            Action::Forward,
+            "{ok}"
+        );
+    }
+    assert_eq!(
+        c.answer(
+            &q,
+            Transport::Udp,
+            "198.51.100.7".parse().unwrap(),
+            &mut out
+        ),
+        Action::Reply {
+            rcode: wire::RCODE_REFUSED,
+            truncated: false
+        }
+    );
+    // The site's own default: its networks and loopback.
+    let d = &site.dns;
+    assert!(d
+        .allow_forward
+        .iter()
+        .any(|n| n.contains(&"127.0.0.1".parse::<std::net::IpAddr>().unwrap())));
+    assert!(!d
+        .allow_forward
+        .iter()
+        .any(|n| n.contains(&"198.51.100.7".parse::<std::net::IpAddr>().unwrap())));
 }
 
 #[test]

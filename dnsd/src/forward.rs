@@ -3,7 +3,10 @@
 //! their only resolver. Each relayed query goes out from a fresh socket
 //! (a random source port) with a random ID; the answer must come from the
 //! upstream asked and carry that ID and the same question, or it is
-//! ignored. Upstreams are tried in order, 2 s each.
+//! ignored. Upstreams are tried in order, 2 s each. At most
+//! [`MAX_IN_FLIGHT`] queries are relayed at once (each holds a socket):
+//! beyond that a query is answered SERVFAIL at once, so a flood cannot
+//! take every descriptor or grow memory without bound.
 
 use rand::Rng;
 use std::net::SocketAddr;
@@ -11,15 +14,21 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const TIMEOUT: Duration = Duration::from_secs(2);
+/// Relayed queries at once.
+pub const MAX_IN_FLIGHT: usize = 256;
 
 #[derive(Debug)]
 pub struct Forwarder {
     upstreams: Vec<SocketAddr>,
+    in_flight: tokio::sync::Semaphore,
 }
 
 impl Forwarder {
     pub fn new(upstreams: Vec<SocketAddr>) -> Forwarder {
-        Forwarder { upstreams }
+        Forwarder {
+            upstreams,
+            in_flight: tokio::sync::Semaphore::new(MAX_IN_FLIGHT),
+        }
     }
 
     /// The upstream's answer with the client's ID restored, or `None` when
@@ -28,6 +37,10 @@ impl Forwarder {
         if query.len() < crate::wire::HEADER {
             return None;
         }
+        let Ok(_slot) = self.in_flight.try_acquire() else {
+            tracing::debug!("forwarding: {MAX_IN_FLIGHT} queries in flight already; SERVFAIL");
+            return None;
+        };
         let id = [query[0], query[1]];
         for up in &self.upstreams {
             let mut q = query.to_vec();
@@ -90,5 +103,45 @@ async fn ask_tcp(up: SocketAddr, q: &[u8]) -> std::io::Result<Vec<u8>> {
         Ok(buf)
     } else {
         Err(std::io::Error::other("answer does not match the query"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The probe: 20 000 forwarded queries opened 13 818 sockets. With an
+    /// upstream that never answers, 300 queries at once: 256 wait (each
+    /// with its socket), the other 44 get SERVFAIL at once.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn relayed_queries_are_bounded() {
+        let silent = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let f = std::sync::Arc::new(Forwarder::new(vec![silent.local_addr().unwrap()]));
+        let q = {
+            let mut q = vec![0u8; crate::wire::HEADER];
+            q[5] = 1; // QDCOUNT
+            q.extend_from_slice(b"\x07example\x03org\x00\x00\x01\x00\x01");
+            q
+        };
+        let started = std::time::Instant::now();
+        let mut tasks = Vec::new();
+        for _ in 0..300 {
+            let (f, q) = (std::sync::Arc::clone(&f), q.clone());
+            tasks.push(tokio::spawn(async move {
+                let t = std::time::Instant::now();
+                let r = f.forward(&q, false).await;
+                (r.is_none(), t.elapsed())
+            }));
+        }
+        let mut quick = 0;
+        for t in tasks {
+            let (none, took) = t.await.unwrap();
+            assert!(none, "nobody answers");
+            if took < Duration::from_millis(500) {
+                quick += 1;
+            }
+        }
+        assert_eq!(quick, 300 - MAX_IN_FLIGHT, "turned away at once");
+        assert!(started.elapsed() < Duration::from_secs(5));
     }
 }

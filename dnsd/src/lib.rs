@@ -187,6 +187,7 @@ pub fn load(source: &Source, prev: Option<&Catalog>) -> Result<Loaded, Error> {
             let options = Options {
                 allow_transfer: dns.allow_transfer.clone(),
                 forward: !dns.upstreams.is_empty(),
+                allow_forward: dns.allow_forward.clone(),
             };
             Ok(Loaded {
                 catalog: Catalog::build(zones, options)?,
@@ -216,6 +217,7 @@ pub fn load_site(site: &site::Site, prev: Option<&Catalog>) -> Result<Loaded, Er
             let options = Options {
                 allow_transfer: dns.allow_transfer.clone(),
                 forward: !dns.upstreams.is_empty(),
+                allow_forward: dns.allow_forward.clone(),
             };
             Ok(Loaded {
                 catalog: Catalog::build(zones, options)?,

@@ -38,6 +38,10 @@ struct Cli {
     /// Standalone: forward names outside the zones here (repeatable).
     #[arg(long)]
     upstream: Vec<SocketAddr>,
+    /// Standalone: whose queries may be forwarded (address or CIDR;
+    /// repeatable); loopback always may.
+    #[arg(long)]
+    allow_forward: Vec<ipnet::IpNet>,
     /// Standalone: responses per second per client network (0: off).
     #[arg(long, default_value_t = site::dns::DEFAULT_RATE_LIMIT)]
     rate_limit: u32,
@@ -91,6 +95,15 @@ fn main() -> Result<()> {
             upstreams: cli.upstream.clone(),
             notify: cli.notify.clone(),
             allow_transfer: cli.allow_transfer.clone(),
+            allow_forward: cli
+                .allow_forward
+                .iter()
+                .copied()
+                .chain([
+                    "127.0.0.0/8".parse().expect("a CIDR"),
+                    "::1/128".parse().expect("a CIDR"),
+                ])
+                .collect(),
             rate_limit: cli.rate_limit,
             slip: site::dns::DEFAULT_SLIP,
             records: vec![],

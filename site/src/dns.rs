@@ -31,6 +31,7 @@ pub mod wire {
         pub notify: Vec<String>,
         #[serde(default)]
         pub allow_transfer: Vec<String>,
+        pub allow_forward: Option<Vec<String>>,
         pub rate_limit: Option<RateLimit>,
         #[serde(default)]
         pub records: Vec<Record>,
@@ -90,6 +91,10 @@ pub struct Dns {
     pub notify: Vec<SocketAddr>,
     /// Who may AXFR/IXFR.
     pub allow_transfer: Vec<IpNet>,
+    /// Whose queries are forwarded to `upstreams` (others outside the zones
+    /// are REFUSED): by default the site's networks and loopback, so dnsd
+    /// is no open resolver for the rest of the world to amplify through.
+    pub allow_forward: Vec<IpNet>,
     /// Responses per second per client network (/24, /56); 0: off.
     pub rate_limit: u32,
     /// Every `slip`-th limited response is sent truncated (TC) instead of

@@ -88,6 +88,30 @@ pub(super) fn dns(cx: &mut Cx, w: Option<&wire::Dns>, f: &Facts<'_>) -> Option<D
             ),
         }
     }
+    let allow_forward = match &w.allow_forward {
+        Some(list) => {
+            let mut v = Vec::new();
+            for (i, s) in list.iter().enumerate() {
+                match s
+                    .parse::<IpNet>()
+                    .ok()
+                    .or_else(|| s.parse::<IpAddr>().ok().map(IpNet::from))
+                {
+                    Some(n) => v.push(n.trunc()),
+                    None => cx.err(
+                        format!("dns.allowForward[{i}]"),
+                        format!("{s:?} is not an address or CIDR"),
+                    ),
+                }
+            }
+            v
+        }
+        None => {
+            let mut v: Vec<IpNet> = f.networks.iter().map(|n| n.subnet).collect();
+            v.extend(loopback());
+            v
+        }
+    };
     let rate_limit = w
         .rate_limit
         .as_ref()
@@ -265,6 +289,7 @@ pub(super) fn dns(cx: &mut Cx, w: Option<&wire::Dns>, f: &Facts<'_>) -> Option<D
         upstreams,
         notify,
         allow_transfer,
+        allow_forward,
         rate_limit,
         slip,
         records,
@@ -383,4 +408,12 @@ fn rdata(cx: &mut Cx, key: &str, rtype: &str, v: &str, domain: &str) -> Option<R
         },
         _ => None,
     }
+}
+
+/// 127.0.0.0/8 and ::1: local resolvers (the host's own) may always forward.
+pub fn loopback() -> [IpNet; 2] {
+    [
+        "127.0.0.0/8".parse().expect("a CIDR"),
+        "::1/128".parse().expect("a CIDR"),
+    ]
 }
