@@ -20,6 +20,7 @@ fn catalog() -> &'static Catalog {
             Options {
                 allow_transfer: vec!["127.0.0.0/8".parse().unwrap()],
                 forward: true,
+                allow_forward: vec!["127.0.0.0/8".parse().unwrap()],
             },
         )
         .expect("catalog")
