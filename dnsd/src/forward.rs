@@ -6,10 +6,12 @@
 //! ignored. Upstreams are tried in order, 2 s each. At most
 //! [`MAX_IN_FLIGHT`] queries are relayed at once (each holds a socket):
 //! beyond that a query is answered SERVFAIL at once, so a flood cannot
-//! take every descriptor or grow memory without bound.
+//! take every descriptor or grow memory without bound. Forwarded queries
+//! are rate-limited per client network as answers are ([`crate::rrl`],
+//! `dns.rateLimit`): beyond it, SERVFAIL at once (no larger than the query).
 
 use rand::Rng;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -21,20 +23,34 @@ pub const MAX_IN_FLIGHT: usize = 256;
 pub struct Forwarder {
     upstreams: Vec<SocketAddr>,
     in_flight: tokio::sync::Semaphore,
+    rate: std::sync::Mutex<crate::rrl::Rrl>,
 }
 
 impl Forwarder {
-    pub fn new(upstreams: Vec<SocketAddr>) -> Forwarder {
+    /// `per_second`: forwarded queries per client network (0: no limit).
+    pub fn new(upstreams: Vec<SocketAddr>, per_second: u32) -> Forwarder {
         Forwarder {
             upstreams,
             in_flight: tokio::sync::Semaphore::new(MAX_IN_FLIGHT),
+            rate: std::sync::Mutex::new(crate::rrl::Rrl::new(crate::rrl::Limit {
+                per_second,
+                slip: 0,
+            })),
         }
     }
 
     /// The upstream's answer with the client's ID restored, or `None` when
     /// no upstream answered. `tcp` relays over TCP (the client came by TCP).
-    pub async fn forward(&self, query: &[u8], tcp: bool) -> Option<Vec<u8>> {
+    pub async fn forward(&self, query: &[u8], tcp: bool, peer: IpAddr) -> Option<Vec<u8>> {
         if query.len() < crate::wire::HEADER {
+            return None;
+        }
+        let verdict = self
+            .rate
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .check(peer, std::time::Instant::now());
+        if verdict != crate::rrl::Verdict::Send {
             return None;
         }
         let Ok(_slot) = self.in_flight.try_acquire() else {
@@ -116,7 +132,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn relayed_queries_are_bounded() {
         let silent = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-        let f = std::sync::Arc::new(Forwarder::new(vec![silent.local_addr().unwrap()]));
+        let f = std::sync::Arc::new(Forwarder::new(vec![silent.local_addr().unwrap()], 0));
         let q = {
             let mut q = vec![0u8; crate::wire::HEADER];
             q[5] = 1; // QDCOUNT
@@ -129,7 +145,7 @@ mod tests {
             let (f, q) = (std::sync::Arc::clone(&f), q.clone());
             tasks.push(tokio::spawn(async move {
                 let t = std::time::Instant::now();
-                let r = f.forward(&q, false).await;
+                let r = f.forward(&q, false, "10.77.0.20".parse().unwrap()).await;
                 (r.is_none(), t.elapsed())
             }));
         }
@@ -143,5 +159,51 @@ mod tests {
         }
         assert_eq!(quick, 300 - MAX_IN_FLIGHT, "turned away at once");
         assert!(started.elapsed() < Duration::from_secs(5));
+    }
+}
+
+#[cfg(test)]
+mod rate_tests {
+    use super::*;
+
+    /// Forwarded queries count against the client network's rate: beyond
+    /// it, SERVFAIL at once, without asking (or waiting for) an upstream.
+    #[tokio::test]
+    async fn forwarding_is_rate_limited_per_client_network() {
+        let silent = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let f = Forwarder::new(vec![silent.local_addr().unwrap()], 3);
+        let mut q = vec![0u8; crate::wire::HEADER];
+        q[5] = 1;
+        q.extend_from_slice(b"\x07example\x03org\x00\x00\x01\x00\x01");
+        // Use the bucket up without waiting: the rate check comes first.
+        {
+            let mut r = f.rate.lock().unwrap();
+            let now = std::time::Instant::now();
+            for _ in 0..3 {
+                assert_eq!(
+                    r.check("10.77.0.20".parse().unwrap(), now),
+                    crate::rrl::Verdict::Send
+                );
+            }
+        }
+        let t = std::time::Instant::now();
+        assert!(f
+            .forward(&q, false, "10.77.0.21".parse().unwrap())
+            .await
+            .is_none());
+        assert!(
+            t.elapsed() < Duration::from_millis(500),
+            "refused at once, no upstream asked"
+        );
+        // Another network still has its rate: asked (and times out here).
+        let t = std::time::Instant::now();
+        assert!(f
+            .forward(&q, false, "10.78.0.5".parse().unwrap())
+            .await
+            .is_none());
+        assert!(
+            t.elapsed() >= Duration::from_secs(1),
+            "that one went to the upstream"
+        );
     }
 }

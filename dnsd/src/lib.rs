@@ -267,7 +267,10 @@ pub async fn run_loaded(
     });
     live.metrics.observe(&live.catalog.load());
     let tracker = TaskTracker::new();
-    let forwarder = Arc::new(forward::Forwarder::new(dns.upstreams.clone()));
+    let forwarder = Arc::new(forward::Forwarder::new(
+        dns.upstreams.clone(),
+        dns.rate_limit,
+    ));
     let (fwd_tx, fwd_rx) = tokio::sync::mpsc::channel::<udp::Forwarded>(1024);
     tracker.spawn(udp::forward_loop(
         fwd_rx,

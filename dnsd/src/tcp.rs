@@ -114,7 +114,7 @@ impl Tcp {
                     }
                 }
                 Action::Forward => {
-                    let resp = self.forwarder.forward(q, true).await;
+                    let resp = self.forwarder.forward(q, true, peer.ip()).await;
                     self.live
                         .metrics
                         .forwarded

@@ -209,7 +209,7 @@ pub async fn forward_loop(
         };
         let (fwd, live) = (Arc::clone(&fwd), Arc::clone(&live));
         tokio::spawn(async move {
-            let out = fwd.forward(&f.query, false).await;
+            let out = fwd.forward(&f.query, false, f.peer.ip()).await;
             live.metrics
                 .forwarded
                 .get_or_create(&crate::metrics::Outcome {
