@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 
 const STAMPS: &str = ".verified.json";
 /// The stream metadata that named a version, kept next to its sets.
-pub const STREAM_DOC: &str = "stream.json";
+pub use site::catalog::STREAM_DOC;
 
 #[derive(Debug, Clone)]
 pub struct Cache {

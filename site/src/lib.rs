@@ -24,7 +24,7 @@ pub mod wire;
 pub use mac::Mac;
 pub use model::*;
 pub use validate::load_lb;
-pub use validate::{alibaba_disk_problems, region_id_ok, zone_in_region};
+pub use validate::{alibaba_disk_problems, alibaba_id_ok, region_id_ok, zone_in_region};
 pub use validate::{load, load_with_overlay, loads, OVERLAY_FILE};
 
 use std::fmt;

@@ -14,7 +14,7 @@ mod catalog_sets;
 
 mod controller;
 pub use controller::OVERLAY_FILE;
-pub use controller::{alibaba_disk_problems, region_id_ok, zone_in_region};
+pub use controller::{alibaba_disk_problems, alibaba_id_ok, region_id_ok, zone_in_region};
 mod lb;
 pub use lb::load_lb;
 

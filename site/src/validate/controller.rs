@@ -12,7 +12,9 @@ use std::time::Duration;
 
 mod alibaba;
 pub(super) use alibaba::resolve_image as resolve_alibaba_image;
-pub use alibaba::{disk_problems as alibaba_disk_problems, region_id_ok, zone_in_region};
+pub use alibaba::{
+    disk_problems as alibaba_disk_problems, id_ok as alibaba_id_ok, region_id_ok, zone_in_region,
+};
 
 /// The file name of the overlay inside `host.stateDir`.
 pub const OVERLAY_FILE: &str = "nodes.yaml";

@@ -29,12 +29,7 @@ pub struct Disk {
     pub performance_level: Option<String>,
 }
 
-fn id_ok(v: &str, prefix: &str) -> bool {
-    v.len() > prefix.len()
-        && v.starts_with(prefix)
-        && v.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
-}
+use site::alibaba_id_ok as id_ok;
 
 impl InstanceSpec {
     pub fn check(&self) -> Vec<String> {

@@ -53,7 +53,8 @@ pub fn zone_in_region(zone: &str, region: &str) -> bool {
         })
 }
 
-fn id_ok(v: &str, prefix: &str) -> bool {
+/// An Alibaba resource id with its kind's prefix (`vsw-`, `sg-`, `m-`, `ecs.`).
+pub fn id_ok(v: &str, prefix: &str) -> bool {
     v.len() > prefix.len()
         && v.starts_with(prefix)
         && v.bytes()
