@@ -28,7 +28,7 @@ pub use crate::body::Body;
 mod ignition;
 mod images;
 mod media;
-pub use ignition::pointer_for;
+pub use ignition::{pointer_for, OTHER_ADDRESS, TOKEN_REUSED};
 pub(crate) use images::image_whole;
 pub use images::whole_image_rel;
 use images::{image, image_phase};
@@ -107,7 +107,13 @@ pub async fn route<B>(
                 app.metrics.encode(),
             ),
         ),
-        ["status"] | ["status", ..] => crate::status::route(app, &snap, path, q),
+        ["status"] | ["status", ..] => {
+            if !crate::status::may_read(&snap.site, peer.ip()) {
+                app.metrics.status_refused.inc();
+                return ("status", not_found());
+            }
+            crate::status::route(app, &snap, path, q)
+        }
         ["boot.ipxe"] => {
             app.timeline.record(Raw::new(
                 Subject::ip(peer.ip().to_canonical()),
@@ -121,16 +127,16 @@ pub async fn route<B>(
         ["discover"] => ("discover", discover(app, &snap, q, peer.ip())),
         ["ipxe", file] if file.ends_with(".ipxe") => (
             "ipxe",
-            ipxe_by_name(app, &snap, file.trim_end_matches(".ipxe"), peer.ip()),
+            ipxe_by_name(app, &snap, file.trim_end_matches(".ipxe"), q, peer.ip()),
         ),
         ["grub", "grub.cfg"] => ("grub", script(render::grub::selector(&snap.site))),
         ["grub", file] if file.starts_with("grub.cfg-01-") => (
             "grub",
-            grub_node(app, &snap, &file["grub.cfg-01-".len()..], peer.ip()),
+            grub_node(app, &snap, &file["grub.cfg-01-".len()..], q, peer.ip()),
         ),
         ["pxelinux.cfg", file] if file.starts_with("01-") => (
             "pxelinux",
-            pxelinux_node(app, &snap, &file["01-".len()..], peer.ip()),
+            pxelinux_node(app, &snap, &file["01-".len()..], q, peer.ip()),
         ),
         ["ignition", name] => (
             "ignition",
@@ -177,9 +183,15 @@ fn script(body: String) -> Response<Body> {
     no_store(full(StatusCode::OK, "text/plain; charset=utf-8", body))
 }
 
+/// A fresh token for the node's boot script (every script gets its own:
+/// a retry after a failed install still has an unspent one).
 fn node_token(app: &App, snap: &Snapshot, node: &Node) -> String {
-    app.key
-        .issue(&node.name, SystemTime::now(), snap.site.ignition.token_ttl)
+    app.key.issue(
+        &node.name,
+        token::Scope::Script,
+        SystemTime::now(),
+        snap.site.ignition.token_ttl,
+    )
 }
 
 fn installed_at(app: &App, snap: &Snapshot, node: &Node) -> Option<i64> {
@@ -242,6 +254,9 @@ fn ipxe_by_mac(app: &App, snap: &Snapshot, q: Option<&str>, peer: IpAddr) -> Res
             );
             if !fits {
                 warn!(node = %node.name, node_arch = %node.arch, buildarch = %buildarch.escape_debug(), "iPXE build architecture does not match the node's arch");
+            }
+            if let Err(r) = script_allowed(app, snap, node, peer, q, "iPXE script") {
+                return r;
             }
             info!(node = %node.name, mac = ?mac, "iPXE script served");
             let subject = Subject {
@@ -315,6 +330,9 @@ fn discover(app: &App, snap: &Snapshot, q: Option<&str>, peer: IpAddr) -> Respon
     // A machine adopted in the meantime is a node now: its script, not a report.
     let first: Option<Mac> = m.macs.first().and_then(|s| s.parse().ok());
     if let Some(node) = first.as_ref().and_then(|mac| snap.site.node_by_mac(mac)) {
+        if let Err(r) = script_allowed(app, snap, node, peer, q, "iPXE script") {
+            return r;
+        }
         let subject = Subject {
             mac: first,
             ..Subject::node(&node.name)
@@ -386,9 +404,18 @@ fn discover(app: &App, snap: &Snapshot, q: Option<&str>, peer: IpAddr) -> Respon
     script(render::ipxe::discovered(&snap.site, &m.key))
 }
 
-fn ipxe_by_name(app: &App, snap: &Snapshot, name: &str, peer: IpAddr) -> Response<Body> {
+fn ipxe_by_name(
+    app: &App,
+    snap: &Snapshot,
+    name: &str,
+    q: Option<&str>,
+    peer: IpAddr,
+) -> Response<Body> {
     match snap.site.node(name) {
         Some(node) => {
+            if let Err(r) = script_allowed(app, snap, node, peer, q, "iPXE script") {
+                return r;
+            }
             info!(node = %node.name, "iPXE script served (by name)");
             node_script(
                 app,
@@ -406,13 +433,22 @@ fn ipxe_by_name(app: &App, snap: &Snapshot, name: &str, peer: IpAddr) -> Respons
 }
 
 /// A node's pxelinux config (petitboot), by the MAC in its file name.
-fn pxelinux_node(app: &App, snap: &Snapshot, dashed: &str, peer: IpAddr) -> Response<Body> {
+fn pxelinux_node(
+    app: &App,
+    snap: &Snapshot,
+    dashed: &str,
+    q: Option<&str>,
+    peer: IpAddr,
+) -> Response<Body> {
     let Ok(mac) = dashed.parse::<Mac>() else {
         return not_found();
     };
     let Some(node) = snap.site.node_by_mac(&mac) else {
         return not_found();
     };
+    if let Err(r) = script_allowed(app, snap, node, peer, q, "pxelinux config") {
+        return r;
+    }
     let subject = Subject::mac(mac).with_ip(peer.to_canonical());
     if let Some(at) = installed_at(app, snap, node) {
         local_boot_flag(app, node, subject, at);
@@ -429,12 +465,21 @@ fn pxelinux_node(app: &App, snap: &Snapshot, dashed: &str, peer: IpAddr) -> Resp
     script(render::pxelinux::node(&snap.site, node, &urls))
 }
 
-fn grub_node(app: &App, snap: &Snapshot, dashed: &str, peer: IpAddr) -> Response<Body> {
+fn grub_node(
+    app: &App,
+    snap: &Snapshot,
+    dashed: &str,
+    q: Option<&str>,
+    peer: IpAddr,
+) -> Response<Body> {
     let Ok(mac) = dashed.parse::<Mac>() else {
         return not_found();
     };
     match snap.site.node_by_mac(&mac) {
         Some(node) => {
+            if let Err(r) = script_allowed(app, snap, node, peer, q, "GRUB config") {
+                return r;
+            }
             if let Some(at) = installed_at(app, snap, node) {
                 let subject = Subject::mac(mac).with_ip(peer.to_canonical());
                 local_boot_flag(app, node, subject, at);
@@ -458,6 +503,13 @@ fn grub_node(app: &App, snap: &Snapshot, dashed: &str, peer: IpAddr) -> Response
 }
 
 fn deny(app: &App, what: &str, name: &str, source: IpAddr, reason: Deny) -> Response<Body> {
+    count_refusal(app, what, name, source, reason);
+    not_found()
+}
+
+/// Counts a refusal (`bootd_ignition_denials{reason}`) and logs it,
+/// at most 10 lines a second.
+pub(crate) fn count_refusal(app: &App, what: &str, name: &str, source: IpAddr, reason: Deny) {
     app.metrics
         .denials
         .get_or_create(&Reason {
@@ -470,16 +522,22 @@ fn deny(app: &App, what: &str, name: &str, source: IpAddr, reason: Deny) -> Resp
     if let Some(suppressed) = LOGGED.allow() {
         warn!(node = %name.escape_debug(), %source, reason = reason.as_str(), suppressed, "{what} refused");
     }
-    not_found()
 }
 
-/// The node's reserved address, and any address it holds a DHCP lease on.
-fn node_addrs(app: &App, node: &Node) -> Vec<IpAddr> {
+/// The node's addresses: its reservation, the ones its provider reported,
+/// and any address it holds a DHCP lease on.
+pub(crate) fn node_addrs(app: &App, node: &Node) -> Vec<IpAddr> {
     let mut v = vec![IpAddr::V4(node.ip)];
+    for a in node.addresses.iter().flatten() {
+        if !v.contains(a) {
+            v.push(*a);
+        }
+    }
     let leases = app.leases.lock().unwrap_or_else(|p| p.into_inner());
     for m in &node.macs {
         if let Some(l) = leases.get(m) {
-            if l.state == crate::dhcp::leases::LeaseState::Active && IpAddr::V4(l.ip) != v[0] {
+            if l.state == crate::dhcp::leases::LeaseState::Active && !v.contains(&IpAddr::V4(l.ip))
+            {
                 v.push(IpAddr::V4(l.ip));
             }
         }
@@ -487,23 +545,43 @@ fn node_addrs(app: &App, node: &Node) -> Vec<IpAddr> {
     v
 }
 
-fn authorize(
+/// What [`token`]'s decisions need to know of `node`.
+pub(crate) fn access<'a>(
+    snap: &Snapshot,
+    node: &'a Node,
+    addrs: &'a [IpAddr],
+) -> token::NodeAccess<'a> {
+    token::NodeAccess {
+        name: &node.name,
+        addrs,
+        fetch_from: node.fetch_from,
+        provider_reported: node.addresses.is_some(),
+        revoked: snap.revoked.contains(&node.name),
+    }
+}
+
+/// Whether `source` may have `node`'s boot script, metadata or userdata
+/// (each carries a token for its Ignition): `Err` is the 404 to send,
+/// counted and logged as a refusal.
+#[allow(clippy::result_large_err)]
+pub(crate) fn script_allowed(
     app: &App,
     snap: &Snapshot,
     node: &Node,
     source: IpAddr,
     q: Option<&str>,
-) -> Result<token::Granted, Deny> {
+    what: &str,
+) -> Result<token::Granted, Response<Body>> {
+    let addrs = node_addrs(app, node);
     let tok = query(q, "token");
-    token::authorize(
+    token::authorize_script(
         &app.key,
-        &node.name,
-        &node_addrs(app, node),
-        snap.revoked.contains(&node.name),
+        &access(snap, node, &addrs),
         source,
         tok.as_deref(),
         SystemTime::now(),
     )
+    .map_err(|d| deny(app, what, &node.name, source, d))
 }
 
 fn json_response(status: StatusCode, v: &serde_json::Value) -> Response<Body> {
@@ -529,12 +607,18 @@ fn metadata(
             None => return deny(app, what, "", source, Deny::NotFromNode),
         },
     };
-    if let Err(d) = authorize(app, snap, node, source, q) {
-        return deny(app, what, &node.name, source, d);
+    if snap.revoked.contains(&node.name) {
+        return deny(app, what, &node.name, source, Deny::Revoked);
+    }
+    if let Err(r) = script_allowed(app, snap, node, source, q, what) {
+        return r;
     }
     info!(node = %node.name, %source, "{what} served");
     if userdata {
-        json_response(StatusCode::OK, &pointer_for(app, snap, &node.name))
+        json_response(
+            StatusCode::OK,
+            &pointer_for(app, snap, &node.name, token::Scope::Script),
+        )
     } else {
         json_response(
             StatusCode::OK,

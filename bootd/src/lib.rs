@@ -47,6 +47,7 @@ pub mod media;
 pub mod metrics;
 pub mod plain;
 pub mod render;
+pub mod spent;
 pub mod state;
 pub mod status;
 pub mod timeline;
@@ -90,6 +91,8 @@ pub struct App {
     pub media: media::Media,
     /// A big file's send is given up when the client takes nothing for this long.
     pub write_stall: Duration,
+    /// Tokens spent on an Ignition fetch (`ignition.singleUseTokens`).
+    pub spent: spent::Spent,
 }
 
 /// See [`Config::check_images`]: `Err` says what is missing or corrupt.
@@ -293,8 +296,11 @@ pub fn prepare(config: &Config, want_tls: bool) -> Result<Arc<App>, Error> {
     let discovered = discovery::Discovered::open(&state_dir)
         .map_err(|e| Error::StateDir(state_dir.clone(), e))?;
     metrics.discovered.set(discovered.len() as i64);
+    let spent =
+        spent::Spent::open(&state_dir).map_err(|e| Error::StateDir(state_dir.clone(), e))?;
     Ok(Arc::new(App {
         write_stall: config.write_stall,
+        spent,
         media: media::Media::new(&state_dir),
         installed,
         discovered,
@@ -488,9 +494,24 @@ fn tftp_resolver(app: Arc<App>) -> tftp::Resolver {
         {
             return match site.node_by_mac(&mac) {
                 Some(node) => {
-                    let tok = app
-                        .key
-                        .issue(&node.name, SystemTime::now(), site.ignition.token_ttl);
+                    let addrs = http::node_addrs(&app, node);
+                    let allowed = token::authorize_script(
+                        &app.key,
+                        &http::access(&snap, node, &addrs),
+                        peer.ip(),
+                        None,
+                        SystemTime::now(),
+                    );
+                    if let Err(d) = allowed {
+                        http::count_refusal(&app, "GRUB config (TFTP)", &node.name, peer.ip(), d);
+                        return tftp::Resolved::NotFound;
+                    }
+                    let tok = app.key.issue(
+                        &node.name,
+                        token::Scope::Script,
+                        SystemTime::now(),
+                        site.ignition.token_ttl,
+                    );
                     let urls = render::NodeUrls::new(site, node, &tok);
                     info!(node = %node.name, %mac, "GRUB config served over TFTP");
                     let subject = timeline::Subject {

@@ -69,6 +69,10 @@ pub struct Metrics {
     pub discovery_refused: Family<Reason, Counter>,
     /// Machines discovered and not yet adopted.
     pub discovered: prometheus_client::metrics::gauge::Gauge,
+    /// Ignition served from another address than the node's, on a token.
+    pub ignition_other_address: Counter,
+    /// Status page and timeline requests refused (not from `host.statusFrom`).
+    pub status_refused: Counter,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -104,7 +108,7 @@ impl Default for Metrics {
         );
         registry.register(
             "ignition_denials",
-            "Refused requests for a node's Ignition, metadata or userdata, by reason",
+            "Refused requests for a node's boot script, Ignition, metadata or userdata, by reason (unknown_node, revoked, not_from_node, token_invalid, token_expired, token_reused)",
             denials.clone(),
         );
         let http_refused = Family::<Reason, Counter>::default();
@@ -148,6 +152,18 @@ impl Default for Metrics {
             "Machines with unknown MACs that reported themselves and are not adopted yet",
             discovered.clone(),
         );
+        let ignition_other_address = Counter::default();
+        registry.register(
+            "ignition_other_address",
+            "Ignition configs served from another address than the node's, on a token",
+            ignition_other_address.clone(),
+        );
+        let status_refused = Counter::default();
+        registry.register(
+            "status_refused",
+            "Status page and timeline requests refused: not from host.statusFrom",
+            status_refused.clone(),
+        );
         let phase_seconds =
             Family::<PhaseLabel, Histogram, fn() -> Histogram>::new_with_constructor(
                 phase_histogram as fn() -> Histogram,
@@ -181,6 +197,8 @@ impl Default for Metrics {
             provider_errors,
             discovery_refused,
             discovered,
+            ignition_other_address,
+            status_refused,
         }
     }
 }

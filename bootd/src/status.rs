@@ -283,6 +283,27 @@ fn html(status: StatusCode, body: String) -> Response<Body> {
 }
 
 /// The status routes (`path` starts with `/status`).
+/// Whether `source` may read the status page and its timeline JSON on
+/// bootd's HTTP listeners: an address in `host.statusFrom` (loopback by
+/// default) or one of this host's own (a browser on the host itself).
+/// Elsewhere they are the API's, behind its bearer token.
+pub fn may_read(site: &site::Site, source: std::net::IpAddr) -> bool {
+    let source = source.to_canonical();
+    site.host.status_from.iter().any(|n| n.contains(&source)) || is_local_address(source)
+}
+
+fn is_local_address(a: std::net::IpAddr) -> bool {
+    let Ok(addrs) = nix::ifaddrs::getifaddrs() else {
+        return false;
+    };
+    addrs.into_iter().any(|i| {
+        i.address.is_some_and(|sa| {
+            sa.as_sockaddr_in().map(|v4| std::net::IpAddr::V4(v4.ip())) == Some(a)
+                || sa.as_sockaddr_in6().map(|v6| std::net::IpAddr::V6(v6.ip())) == Some(a)
+        })
+    })
+}
+
 pub fn route(
     app: &Arc<App>,
     snap: &Snapshot,

@@ -107,6 +107,13 @@ pub(super) async fn route(
         }
     };
     let method = req.method().clone();
+    if method == Method::GET && segs.first() == Some(&"status") {
+        // bootd's status page and timeline JSON, for a caller with a token
+        // (on bootd's own listeners they are only for `host.statusFrom`).
+        let _: auth::Caller = caller;
+        let snap = ctl.app.live.load_full();
+        return bootd::status::route(&ctl.app, &snap, &path, req.uri().query());
+    }
     match (&method, segs.as_slice()) {
         (&Method::GET, ["v1", "nodes"]) => ("nodes", list_nodes(ctl, caller)),
         (&Method::POST, ["v1", "nodes"]) => ("nodes", create_node(ctl, caller, req).await),
@@ -415,7 +422,7 @@ async fn create_from(ctl: &Arc<Controller>, _: auth::Caller, body: bytes::Bytes)
             last.spec = facts::stand_ins(&snap.site, &rows, &facts, &last.spec);
         }
     }
-    let text = Controller::overlay_text(&check_rows, &facts);
+    let text = ctl.overlay_text(&check_rows, &facts);
     let candidate = match site::load_with_overlay(&ctl.site_path, &text) {
         Ok(s) => s,
         Err(e) => {
@@ -428,7 +435,9 @@ async fn create_from(ctl: &Arc<Controller>, _: auth::Caller, body: bytes::Bytes)
     };
     if let Some(p) = &provider {
         // A provider's user data limit: refuse now, not after the machine is half made.
-        let pointer = bootd::http::pointer_for(&ctl.app, &snap, &spec.name).to_string();
+        let pointer =
+            bootd::http::pointer_for(&ctl.app, &snap, &spec.name, bootd::token::Scope::Provider)
+                .to_string();
         if let Err(e) = (p.registration.check_userdata)(&pointer) {
             return reply(
                 StatusCode::UNPROCESSABLE_ENTITY,
@@ -439,7 +448,7 @@ async fn create_from(ctl: &Arc<Controller>, _: auth::Caller, body: bytes::Bytes)
     // What is served: the site with exactly these rows (the new node only
     // once it has an address and MACs).
     let (text, candidate) = if assigned {
-        let text = Controller::overlay_text(&rows, &facts);
+        let text = ctl.overlay_text(&rows, &facts);
         match site::load_with_overlay(&ctl.site_path, &text) {
             Ok(s) => (text, s),
             Err(e) => return internal(e),

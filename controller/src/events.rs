@@ -14,6 +14,10 @@ pub const GRUB: &str = "grub";
 pub const IGNITION: &str = "ignition";
 /// An installed node network-booted again and was told to boot its disk.
 pub const LOCAL_BOOT: &str = "local_boot";
+/// A spent Ignition token was presented again from another address.
+pub const TOKEN_REUSED: &str = "ignition_token_reused";
+/// The node's Ignition was fetched from another address than the node's.
+pub const OTHER_ADDRESS: &str = "ignition_other_address";
 pub const PROVIDER: &str = "provider";
 pub const API: &str = "api";
 
@@ -28,6 +32,8 @@ pub fn kind_of(ev: &NodeEvent) -> Option<&'static str> {
         (Phase::Script, "served") => Some(IPXE),
         (Phase::Ignition, "served") => Some(IGNITION),
         (Phase::Script, "local_boot") => Some(LOCAL_BOOT),
+        (Phase::Ignition, bootd::http::TOKEN_REUSED) => Some(TOKEN_REUSED),
+        (Phase::Ignition, bootd::http::OTHER_ADDRESS) => Some(OTHER_ADDRESS),
         _ => None,
     }
 }
@@ -40,6 +46,8 @@ pub fn condition_of(kind: &str) -> Option<(&'static str, &'static str)> {
         GRUB => Some(("NetworkBooted", "GRUBConfigServed")),
         IGNITION => Some(("IgnitionServed", "IgnitionServed")),
         LOCAL_BOOT => Some(("InstallLoop", "NetworkBootedAfterInstall")),
+        TOKEN_REUSED => Some(("IgnitionTokenReused", "SpentTokenPresented")),
+        OTHER_ADDRESS => Some(("IgnitionFromOtherAddress", "FetchedOnToken")),
         _ => None,
     }
 }

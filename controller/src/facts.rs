@@ -109,7 +109,7 @@ pub async fn record(
         serde_json::to_value(f).unwrap_or(Value::Null),
     );
     let rows = ctl.store.nodes()?;
-    let text = crate::Controller::overlay_text(&rows, &all);
+    let text = ctl.overlay_text(&rows, &all);
     let cond = |status: &str, reason: &str, message: String| Condition {
         kind: ADDRESSES_RECORDED.into(),
         status: status.into(),
@@ -170,6 +170,15 @@ pub fn effective(spec: &Value, facts: Option<&Facts>) -> Option<Value> {
         if !f.macs.is_empty() {
             o.insert("macs".into(), serde_json::json!(f.macs));
         }
+        // Every address it reported (those that parse): its scripts and
+        // Ignition go to these, and its provider token works only from them.
+        let addrs: Vec<String> = f
+            .addresses
+            .iter()
+            .filter_map(|a| a.parse::<IpAddr>().ok())
+            .map(|a| a.to_string())
+            .collect();
+        o.insert("addresses".into(), serde_json::json!(addrs));
     }
     let has_ip = o
         .get("ip")

@@ -108,6 +108,10 @@ pub struct NodeSpec {
     pub kernel_args: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ipxe_binary: Option<String>,
+    /// `nodeAddress` or `anyAddress`; none: its provider's
+    /// (`host.api.fetchFrom`), else `nodeAddress`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fetch_from: Option<String>,
 }
 
 /// The body of `POST /v1/nodes`: a [`NodeSpec`] plus an optional
@@ -341,13 +345,25 @@ impl Controller {
     /// The overlay text for `rows` (those not being deleted), each node with
     /// its provider facts; a node still waiting for its provider's address
     /// or MACs is left out.
-    fn overlay_text(rows: &[NodeRow], facts: &HashMap<String, Value>) -> String {
+    /// The overlay for `rows`: each node as served (its provider's facts
+    /// applied), with its provider's `fetchFrom` (`host.api.fetchFrom`)
+    /// where the node gives none.
+    fn overlay_text(&self, rows: &[NodeRow], facts: &HashMap<String, Value>) -> String {
+        let snap = self.app.live.load();
+        let by_provider = snap.site.host.api.as_ref().map(|a| &a.fetch_from);
         let nodes: Vec<Value> = rows
             .iter()
             .filter(|r| !r.deleting)
             .filter_map(|r| {
                 let f = facts.get(&r.name).and_then(facts::Facts::from_json);
-                facts::effective(&r.spec, f.as_ref())
+                let mut v = facts::effective(&r.spec, f.as_ref())?;
+                let provider = r.provider.as_object().and_then(|o| o.keys().next());
+                let default = provider.and_then(|p| by_provider.and_then(|m| m.get(p.as_str())));
+                if let (Some(d), Some(o)) = (default, v.as_object_mut()) {
+                    o.entry("fetchFrom")
+                        .or_insert_with(|| Value::String(d.as_str().into()));
+                }
+                Some(v)
             })
             .collect();
         let mut text = String::from(
@@ -361,7 +377,7 @@ impl Controller {
     /// will load it; on success writes it atomically and serves the new site.
     fn export_overlay_now(&self, rows: &[NodeRow]) -> Result<(), String> {
         let facts = self.store.all_facts().map_err(|e| e.to_string())?;
-        let text = Self::overlay_text(rows, &facts);
+        let text = self.overlay_text(rows, &facts);
         let site = site::load_with_overlay(&self.site_path, &text).map_err(|e| e.to_string())?;
         self.write_and_serve(&text, site)
     }

@@ -202,7 +202,19 @@ fn node_request(ctl: &Controller, snap: &Snapshot, row: &NodeRow) -> Option<Node
         cluster: snap.site.cluster.name.clone(),
         ip,
         macs,
-        ipxe_url: format!("{}/ipxe/{}.ipxe", snap.site.host.http.url, name),
+        // With a provider token: the machine's iPXE fetches it before its
+        // provider has said which address it has.
+        ipxe_url: format!(
+            "{}/ipxe/{}.ipxe?token={}",
+            snap.site.host.http.url,
+            name,
+            ctl.app.key.issue(
+                name,
+                bootd::token::Scope::Provider,
+                std::time::SystemTime::now(),
+                snap.site.ignition.token_ttl
+            )
+        ),
         firmware,
         uefi_http_url: snap
             .site
@@ -216,7 +228,10 @@ fn node_request(ctl: &Controller, snap: &Snapshot, row: &NodeRow) -> Option<Node
                 )
             })
             .unwrap_or_default(),
-        userdata: site::Secret(bootd::http::pointer_for(&ctl.app, snap, name).to_string()),
+        userdata: site::Secret(
+            bootd::http::pointer_for(&ctl.app, snap, name, bootd::token::Scope::Provider)
+                .to_string(),
+        ),
         media_url: site::Secret(bootd::http::media_url_for(&ctl.app, snap, name)),
         intent: String::new(),
     })

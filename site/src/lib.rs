@@ -9,6 +9,7 @@
 //!   once with file, key path and reason.
 //! - [`mac`]: MAC addresses in one canonical form.
 //! - [`dns`]: the `dns:` section (dnsd), wire and model.
+//! - [`exposure`]: what the settings that relax node-secret access expose.
 //!
 //! Invariants: a [`Site`] only exists if validation found no problem; node
 //! names, MACs and IPs are unique; every node's IP is inside one of the
@@ -16,6 +17,7 @@
 
 pub mod catalog;
 pub mod dns;
+pub mod exposure;
 pub mod mac;
 pub mod model;
 mod validate;

@@ -102,6 +102,10 @@ pub struct Host {
     pub tftp: Option<Tftp>,
     /// bootd's controller API; `None`: no API.
     pub api: Option<Api>,
+    /// Who may read the status page and its timeline JSON on bootd's HTTP
+    /// listeners without a token (default: loopback, and this host's own
+    /// addresses).
+    pub status_from: Vec<IpNet>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -325,6 +329,44 @@ pub struct Node {
     /// Overrides the site's UEFI x86_64 boot file (e.g. snponly.efi).
     pub ipxe_binary: Option<String>,
     pub dhcp_options: Vec<DhcpOptionValue>,
+    /// From where its boot script, metadata and userdata are served.
+    pub fetch_from: FetchFrom,
+    /// The node's other addresses, as its provider reported them (bootd
+    /// writes them into the node overlay); `None`: none reported. Its
+    /// scripts and Ignition are served to these as to `ip`, and a provider
+    /// token works only from them once they are known.
+    pub addresses: Option<Vec<IpAddr>>,
+}
+
+/// `nodes[].fetchFrom`, `host.api.fetchFrom.<provider>`: whether a node's
+/// boot script (which carries a token for its Ignition), metadata and
+/// userdata go only to the node's own address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FetchFrom {
+    /// Its reserved address, its provider's addresses, or the address
+    /// bootd's DHCP leased to one of its MACs.
+    #[default]
+    NodeAddress,
+    /// Any source: for nodes whose requests arrive through NAT or a proxy
+    /// that hides their address. A MAC or a name is then enough to get the
+    /// script, and with it a single-use token for the Ignition.
+    AnyAddress,
+}
+
+impl FetchFrom {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            FetchFrom::NodeAddress => "nodeAddress",
+            FetchFrom::AnyAddress => "anyAddress",
+        }
+    }
+    pub fn parse(s: &str) -> Option<FetchFrom> {
+        match s {
+            "nodeAddress" => Some(FetchFrom::NodeAddress),
+            "anyAddress" => Some(FetchFrom::AnyAddress),
+            _ => None,
+        }
+    }
 }
 
 impl Node {
@@ -357,6 +399,9 @@ pub struct Ignition {
     /// What a node that fetched its Ignition (it installed) gets when it
     /// network-boots again.
     pub after_install: AfterInstall,
+    /// A token grants one Ignition fetch from another address than the
+    /// node's; a second one is refused (`IgnitionTokenReused`).
+    pub single_use_tokens: bool,
 }
 
 /// `ignition.afterInstall`.
@@ -444,6 +489,9 @@ pub struct Api {
     /// `caBundle` may name.
     pub bmc_files: PathBuf,
     pub alibaba: Option<AlibabaAccount>,
+    /// Per provider: where its nodes' scripts may be fetched from
+    /// (a node's own `fetchFrom` wins).
+    pub fetch_from: BTreeMap<String, FetchFrom>,
 }
 
 /// `host.api.alibaba`: an Alibaba Cloud ECS account, the region and where in

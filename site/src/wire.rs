@@ -58,6 +58,7 @@ pub struct Host {
     pub dhcp: Option<Dhcp>,
     pub tftp: Option<Tftp>,
     pub api: Option<Api>,
+    pub status_from: Option<Vec<String>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -188,6 +189,8 @@ pub struct Node {
     pub ipxe_binary: Option<String>,
     #[serde(default)]
     pub dhcp_options: Vec<DhcpOption>,
+    pub fetch_from: Option<String>,
+    pub addresses: Option<Vec<String>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -211,6 +214,7 @@ pub struct Ignition {
     #[serde(default)]
     pub over_https: bool,
     pub after_install: Option<String>,
+    pub single_use_tokens: Option<bool>,
 }
 
 /// `host.api`: bootd's controller API (docs/api.md).
@@ -228,6 +232,8 @@ pub struct Api {
     pub ipmi: Option<Bmc>,
     pub bmc_files: Option<PathBuf>,
     pub alibaba: Option<Alibaba>,
+    #[serde(default)]
+    pub fetch_from: BTreeMap<String, String>,
 }
 
 /// `host.api.alibaba`: the Alibaba Cloud ECS account and where the

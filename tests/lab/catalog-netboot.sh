@@ -27,10 +27,15 @@ set -euo pipefail
 HERE=$(cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
 
-# --served-check CACHE_SET_DIR SRC_DIR: netboot.sh's --check (in the namespace).
+# --served-check CACHE_SET_DIR SRC_DIR BOOTD SITE: netboot.sh's --check (in the
+# namespace). The node's script goes only to the node's address (docs/bootd.md),
+# which the running VM holds: the check renders it with `bootd render`, the
+# same renderer on the same site, and fetches the files it names over HTTP.
 if [[ ${1:-} == --served-check ]]; then
-  set_dir=$2 src=$3
-  script=$(curl -fsS --max-time 5 "$HTTP_BASE/ipxe/node?mac=$MAC")
+  set_dir=$2 src=$3 bootd=$4 site=$5
+  keys=$(mktemp -d)
+  script=$("$bootd" --site "$site" --state-dir "$keys" render ipxe "$NODE")
+  rm -rf "$keys"
   echo "iPXE script for $NODE:"; sed 's/^/  /' <<<"$script"
   want_prefix="$HTTP_BASE/images/lab/1.0.0-lab/x86_64/metal/"
   url_of() { awk -v cmd="$1" '$1 == cmd { for (i = 2; i <= NF; i++) if ($i ~ /^https?:/) { print $i; exit } }' <<<"$script"; }
@@ -199,7 +204,7 @@ log "fetched ($gets GETs), re-fetched offline, verified: $(tr '\n' ' ' <"$WORKDI
 # --- 4. the boot ---------------------------------------------------------------------
 bash "$HERE/netboot.sh" --bootd "$BIN/bootd" --site "$SITE" --no-dhcp --firmware "$FIRMWARE" \
   --node worker-1 --mac 52:54:00:77:00:21 --ip 10.77.0.21 --workdir "$WORKDIR/boot" \
-  --check "bash '$HERE/catalog-netboot.sh' --served-check '$SET_DIR' '$SRC'" >"$WORKDIR/netboot.out" 2>"$WORKDIR/netboot.err" \
+  --check "bash '$HERE/catalog-netboot.sh' --served-check '$SET_DIR' '$SRC' '$BIN/bootd' '$SITE'" >"$WORKDIR/netboot.out" 2>"$WORKDIR/netboot.err" \
   || { cat "$WORKDIR/netboot.out"; tail -n 30 "$WORKDIR/netboot.err"; fail "netboot from the catalog set"; }
 grep 'check: .* served sha256=' "$WORKDIR/netboot.err" | sed 's/^netboot.sh: check: /catalog-netboot.sh: /' >&2
 echo "PASS catalog-netboot $FIRMWARE worker-1 ($(tail -n 1 "$WORKDIR/netboot.out"))"

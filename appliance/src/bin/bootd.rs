@@ -133,6 +133,9 @@ fn check_config(path: &std::path::Path) -> Result<()> {
                 site.cluster.domain(),
                 site.nodes.len()
             );
+            for w in site::exposure::warnings(&site) {
+                println!("warning: {w}");
+            }
             if let Some(d) = &site.host.dhcp {
                 let ifs = bootd::dhcp::server::host_interfaces();
                 if let Some(w) = bootd::dhcp::server::unbound_warning(d.interface.as_deref(), &ifs)
@@ -179,7 +182,12 @@ fn render(config: &bootd::Config, what: What, name: &str) -> Result<()> {
     };
     let key = bootd::token::TokenKey::load_or_create(&config.state_dir())
         .with_context(|| format!("state directory {}", config.state_dir().display()))?;
-    let token = key.issue(&node.name, SystemTime::now(), site.ignition.token_ttl);
+    let token = key.issue(
+        &node.name,
+        bootd::token::Scope::Script,
+        SystemTime::now(),
+        site.ignition.token_ttl,
+    );
     let urls = bootd::render::NodeUrls::new(site, node, &token);
     let out = match what {
         What::Ipxe => bootd::render::ipxe::node(site, node, &urls),

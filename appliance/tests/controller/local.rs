@@ -92,6 +92,7 @@ async fn local_vm_is_created_adopted_after_kill_9_booted_ready_and_deleted_by_pi
                 stand.script().display()
             ),
         )
+        .replace("powervs: anyAddress }", "powervs: anyAddress, local: anyAddress }")
         .replace("listen: 0.0.0.0:8080", &format!("listen: 127.0.0.1:{http_port}"))
         .replace("listen: 0.0.0.0:8443", &format!("listen: 127.0.0.1:{}", free_port()))
         .replace("  dhcp:\n    interface: br0                # the lab bridge; broadcasts elsewhere are never seen\n    serverAddress: 10.77.0.1\n    leaseTime: 1h\n", "")

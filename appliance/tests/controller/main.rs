@@ -46,7 +46,19 @@ pub fn write_site(
         fake::CLOUD_INSTANCE,
         fake::CLOUD_INSTANCE
     );
+    // The tests speak for the machines from 127.0.0.1, not from the nodes'
+    // addresses: the providers' nodes and the lab's take scripts from any
+    // address (bootd/tests/it/trust.rs tests the binding itself).
+    let api = api.replacen(
+        "    deadline: 10m\n",
+        "    deadline: 10m\n    fetchFrom: { equinix: anyAddress, powervs: anyAddress }\n",
+        1,
+    );
     let text = text
+        .replace(
+            "kernelArgs: [console=ttyS0] }",
+            "kernelArgs: [console=ttyS0], fetchFrom: anyAddress }",
+        )
         .replace("host:\n", &api)
         .replace("root: ../../target/lab-images", "root: images")
         .replace("stateDir: ../../target/lab-state", "stateDir: state")
@@ -377,12 +389,21 @@ async fn equinix_node_lifecycle_create_boot_ready_delete() {
         let s = f.st();
         assert_eq!(s.devices.len(), 1);
         let d = s.devices.values().next().unwrap();
+        // The script URL carries a provider token (the machine's iPXE asks
+        // before the provider has said which address the machine has).
+        let url = d["ipxe_script_url"].as_str().unwrap();
+        let prefix = format!(
+            "{}/ipxe/worker-3.ipxe?token=",
+            b.app.live.load().site.host.http.url
+        );
+        let tok = url.strip_prefix(&prefix).unwrap_or_else(|| panic!("{url}"));
         assert_eq!(
-            d["ipxe_script_url"],
-            format!(
-                "{}/ipxe/worker-3.ipxe",
-                b.app.live.load().site.host.http.url
-            )
+            b.app
+                .key
+                .verify("worker-3", tok, std::time::SystemTime::now())
+                .unwrap()
+                .scope,
+            bootd::token::Scope::Provider
         );
         assert_eq!(d["always_pxe"], true);
         assert_eq!(
@@ -415,6 +436,7 @@ async fn equinix_node_lifecycle_create_boot_ready_delete() {
     assert_ne!(phase(&v), "Ready");
     let tok = b.app.key.issue(
         "worker-3",
+        bootd::token::Scope::Script,
         std::time::SystemTime::now(),
         Duration::from_secs(60),
     );
@@ -1197,7 +1219,7 @@ async fn kill_9_in_the_middle_of_bootstrap_teardown_resumes_without_a_second_del
         // No site bootstrap node (it is made through the API), and no lbd
         // here: the drain is reported as not possible and does not hold the
         // delete up.
-        let t = t.replace("  - { name: bootstrap, role: bootstrap, macs: [\"52:54:00:77:00:10\"], ip: 10.77.0.10, kernelArgs: [console=ttyS0] }\n", "");
+        let t = t.replace("  - { name: bootstrap, role: bootstrap, macs: [\"52:54:00:77:00:10\"], ip: 10.77.0.10, kernelArgs: [console=ttyS0], fetchFrom: anyAddress }\n", "");
         assert!(!t.contains("name: bootstrap"), "{t}");
         format!("{t}\nlb:\n  adminListen: off\n")
     });
@@ -1360,7 +1382,8 @@ async fn discovered_machines_are_listed_and_adopted() {
         .call(
             "POST",
             "/v1/discovered/52%3A54%3A00%3A77%3A00%3Aa2/adopt",
-            Some(json!({"name": "worker-7", "role": "worker"})),
+            // Its reports come from 127.0.0.1, not from its address.
+            Some(json!({"name": "worker-7", "role": "worker", "fetchFrom": "anyAddress"})),
         )
         .await;
     assert_eq!(st, 201, "{v:#}");

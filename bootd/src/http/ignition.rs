@@ -7,11 +7,17 @@ use crate::render::ignition::IgnitionError;
 /// The pointer Ignition config for the node called `name` (HTTPS with the
 /// site CA when bootd serves HTTPS), with a fresh token: what provider
 /// userdata carries. The node need not be served yet (a node waiting for
-/// its provider's address).
-pub fn pointer_for(app: &App, snap: &Snapshot, name: &str) -> serde_json::Value {
+/// its provider's address). `scope`: [`token::Scope::Provider`] for what a
+/// provider is given as userdata.
+pub fn pointer_for(
+    app: &App,
+    snap: &Snapshot,
+    name: &str,
+    scope: token::Scope,
+) -> serde_json::Value {
     let tok = app
         .key
-        .issue(name, SystemTime::now(), snap.site.ignition.token_ttl);
+        .issue(name, scope, SystemTime::now(), snap.site.ignition.token_ttl);
     match (&snap.site.host.https, &app.tls) {
         (Some(https), Some(tls)) => render::ignition::pointer(
             &format!("{}/ignition/{}?token={tok}", https.url, name),
@@ -54,53 +60,34 @@ pub(super) fn ignition(
     let Some(node) = snap.site.node(name) else {
         return denied(Deny::UnknownNode);
     };
-    let granted = match authorize(app, snap, node, source, q) {
+    let addrs = node_addrs(app, node);
+    let tok = query(q, "token");
+    let granted = match token::authorize_ignition(
+        &app.key,
+        &access(snap, node, &addrs),
+        source,
+        tok.as_deref(),
+        SystemTime::now(),
+    ) {
         Ok(g) => g,
         Err(d) => return denied(d),
     };
+    let own = matches!(granted, token::Granted::SourceAddress(_));
     let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
-    if pointer {
+    let cfg = if pointer {
         // The pointer is a config too: an older client gets it relabelled.
-        return match render::ignition::negotiate(pointer_for(app, snap, &node.name), accept) {
-            Ok(cfg) => {
-                let v = cfg["ignition"]["version"].as_str().unwrap_or("?");
-                info!(node = %node.name, %source, via = ?granted, version = %v, "Ignition pointer config served");
-                let note = format!("Ignition pointer config {v} served (via {granted:?})");
-                app.timeline
-                    .record(Raw::new(subject, Phase::Ignition, "pointer_served", note));
-                json_response(StatusCode::OK, &cfg)
-            }
-            Err(e) => not_acceptable(app, node, source, subject, &e),
-        };
-    }
-    let cfg = render::ignition::node_config(&snap.site, node)
-        .and_then(|c| render::ignition::negotiate(c, accept));
-    match cfg {
-        Ok(cfg) => {
-            info!(node = %node.name, %source, via = ?granted, version = %cfg["ignition"]["version"].as_str().unwrap_or("?"), "Ignition served");
-            let now = crate::timeline::now_us() / 1000;
-            if !node_addrs(app, node).contains(&source.to_canonical()) {
-                info!(node = %node.name, %source, "Ignition fetched from another address than the node's: not taken as its install");
-            } else {
-                match app.installed.mark(&node.name, now) {
-                    Ok(true) => info!(node = %node.name, "installed (its Ignition was served)"),
-                    Ok(false) => {}
-                    Err(e) => {
-                        tracing::error!(node = %node.name, error = %e, "cannot record that the node installed")
-                    }
-                }
-            }
-            let v = cfg["ignition"]["version"].as_str().unwrap_or("?");
-            app.timeline.record(Raw::new(
-                subject,
-                Phase::Ignition,
-                "served",
-                format!("Ignition {v} served (via {granted:?})"),
-            ));
-            json_response(StatusCode::OK, &cfg)
-        }
+        render::ignition::negotiate(
+            pointer_for(app, snap, &node.name, token::Scope::Script),
+            accept,
+        )
+    } else {
+        render::ignition::node_config(&snap.site, node)
+            .and_then(|c| render::ignition::negotiate(c, accept))
+    };
+    let cfg = match cfg {
+        Ok(cfg) => cfg,
         Err(e @ IgnitionError::NotAcceptable { .. }) => {
-            not_acceptable(app, node, source, subject, &e)
+            return not_acceptable(app, node, source, subject, &e)
         }
         Err(e) => {
             warn!(node = %node.name, error = %e, "Ignition cannot be rendered");
@@ -113,12 +100,126 @@ pub(super) fn ignition(
                 )
                 .error(),
             );
-            full(
+            return full(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "text/plain; charset=utf-8",
                 "cannot render Ignition; see bootd's log\n",
-            )
+            );
         }
+    };
+    // The fetch succeeds: its token is spent now, before the bytes go.
+    if let Err(r) = spend(app, snap, node, source, &subject, &granted, what) {
+        return r;
+    }
+    if !own {
+        app.metrics.ignition_other_address.inc();
+        warn!(node = %node.name, %source, via = granted.as_str(), "{what} fetched from another address than the node's");
+        app.timeline.record(
+            Raw::new(
+                subject.clone(),
+                Phase::Ignition,
+                OTHER_ADDRESS,
+                format!(
+                    "{what} fetched from {}, not one of the node's addresses (on a token): if that was not the node, revoke it and reinstall",
+                    source.to_canonical()
+                ),
+            )
+            .error(),
+        );
+    }
+    let v = cfg["ignition"]["version"]
+        .as_str()
+        .unwrap_or("?")
+        .to_string();
+    if pointer {
+        info!(node = %node.name, %source, via = granted.as_str(), version = %v, "Ignition pointer config served");
+        let note = format!(
+            "Ignition pointer config {v} served (via {})",
+            granted.as_str()
+        );
+        app.timeline
+            .record(Raw::new(subject, Phase::Ignition, "pointer_served", note));
+        return json_response(StatusCode::OK, &cfg);
+    }
+    info!(node = %node.name, %source, via = granted.as_str(), version = %v, "Ignition served");
+    if !own {
+        info!(node = %node.name, %source, "Ignition fetched from another address than the node's: not taken as its install");
+    } else {
+        let now = crate::timeline::now_us() / 1000;
+        match app.installed.mark(&node.name, now) {
+            Ok(true) => info!(node = %node.name, "installed (its Ignition was served)"),
+            Ok(false) => {}
+            Err(e) => {
+                tracing::error!(node = %node.name, error = %e, "cannot record that the node installed")
+            }
+        }
+    }
+    app.timeline.record(Raw::new(
+        subject,
+        Phase::Ignition,
+        "served",
+        format!("Ignition {v} served (via {})", granted.as_str()),
+    ));
+    json_response(StatusCode::OK, &cfg)
+}
+
+/// The timeline's word for an Ignition fetched from elsewhere than the node.
+pub const OTHER_ADDRESS: &str = "other_address";
+/// The timeline's word for a spent token presented again.
+pub const TOKEN_REUSED: &str = "token_reused";
+
+/// Spends the token the fetch carried (`ignition.singleUseTokens`). A
+/// spent one presented again from another address is refused (the 404,
+/// and `token_reused` on the node's timeline, with that address); from the
+/// node's own address the address grants it and the token does not matter.
+#[allow(clippy::result_large_err)]
+fn spend(
+    app: &App,
+    snap: &Snapshot,
+    node: &Node,
+    source: IpAddr,
+    subject: &Subject,
+    granted: &token::Granted,
+    what: &str,
+) -> Result<(), Response<Body>> {
+    if !snap.site.ignition.single_use_tokens {
+        return Ok(());
+    }
+    match granted {
+        token::Granted::Token(v) => match app.spent.spend(v) {
+            Ok(()) => Ok(()),
+            Err(crate::spent::SpendError::Reused) => {
+                app.timeline.record(
+                    Raw::new(
+                        subject.clone(),
+                        Phase::Ignition,
+                        TOKEN_REUSED,
+                        format!(
+                            "{what} token presented again from {}: refused (it was spent on an earlier fetch); \
+                             someone else may hold the node's token",
+                            source.to_canonical()
+                        ),
+                    )
+                    .error(),
+                );
+                Err(deny(app, what, &node.name, source, Deny::TokenReused))
+            }
+            Err(crate::spent::SpendError::Io(e)) => {
+                tracing::error!(node = %node.name, error = %e, "token spend not recorded: {what} not served");
+                Err(full(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "text/plain; charset=utf-8",
+                    "cannot record the token's use; see bootd's log\n",
+                ))
+            }
+        },
+        token::Granted::SourceAddress(Some(v)) => {
+            if let Err(crate::spent::SpendError::Io(e)) = app.spent.spend(v) {
+                warn!(node = %node.name, error = %e, "token spend not recorded");
+            }
+            Ok(())
+        }
+        _ => Ok(()),
     }
 }
 

@@ -13,9 +13,12 @@ use crate::media::Media;
 /// The URL a BMC is given to mount `name`'s ISO, with a fresh token:
 /// secret (anyone with it can read the ISO and the token inside).
 pub fn media_url_for(app: &App, snap: &Snapshot, name: &str) -> String {
-    let tok = app
-        .key
-        .issue(name, SystemTime::now(), snap.site.ignition.token_ttl);
+    let tok = app.key.issue(
+        name,
+        token::Scope::Provider,
+        SystemTime::now(),
+        snap.site.ignition.token_ttl,
+    );
     format!("{}/media/{name}.iso?token={tok}", snap.site.host.http.url)
 }
 

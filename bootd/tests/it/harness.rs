@@ -54,7 +54,7 @@ impl Bootd {
     ) -> Bootd {
         logs();
         let dir = tempfile::tempdir().unwrap();
-        write_site(dir.path(), edit);
+        write_site(dir.path(), |t| edit(any_address(t)));
         let site = site::load(&dir.path().join("site.yaml")).unwrap();
         let mut config = bootd::Config::new(site);
         let mut dhcp_sock = None;
@@ -106,6 +106,11 @@ impl Bootd {
         }
     }
 
+    /// The lab site as written: each node's script only to its own address.
+    pub async fn start_strict(edit: impl FnOnce(String) -> String) -> Bootd {
+        Bootd::start_with(|t| edit(strict(t))).await
+    }
+
     pub async fn start() -> Bootd {
         Bootd::start_with(|t| t).await
     }
@@ -121,6 +126,7 @@ impl Bootd {
     pub fn token(&self, node: &str) -> String {
         self.app.key.issue(
             node,
+            bootd::token::Scope::Script,
             std::time::SystemTime::now(),
             std::time::Duration::from_secs(600),
         )
@@ -144,6 +150,34 @@ impl Bootd {
             t.await.unwrap().unwrap();
         }
     }
+}
+
+/// The harness's clients are on 127.0.0.1, not at the lab nodes' 10.77.0.x
+/// addresses, and its tests fetch a config more than once with one token:
+/// its site lets every node's script go to any address (`fetchFrom:
+/// anyAddress`) and tokens be used again (`singleUseTokens: false`),
+/// except with [`Bootd::start_strict`]. The tests of the address binding
+/// and of single use run strict, with nodes on 127.0.0.x.
+pub fn any_address(t: String) -> String {
+    t.replace(
+        "  tokenTtl: 1h\n",
+        "  tokenTtl: 1h\n  singleUseTokens: false\n",
+    )
+    .replace(
+        "kernelArgs: [console=ttyS0] }",
+        "kernelArgs: [console=ttyS0], fetchFrom: anyAddress }",
+    )
+    .replace(
+        "    kernelArgs: [console=hvc0]\n",
+        "    kernelArgs: [console=hvc0]\n    fetchFrom: anyAddress\n",
+    )
+}
+
+/// Undoes [`any_address`].
+pub fn strict(t: String) -> String {
+    t.replace(", fetchFrom: anyAddress }", " }")
+        .replace("  singleUseTokens: false\n", "")
+        .replace("    fetchFrom: anyAddress\n", "")
 }
 
 /// One request on a fresh connection.

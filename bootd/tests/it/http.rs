@@ -73,6 +73,7 @@ async fn ignition_only_to_its_node() {
     assert_eq!(s, StatusCode::NOT_FOUND);
     let expired = b.app.key.issue(
         "master-0",
+        bootd::token::Scope::Script,
         std::time::SystemTime::now() - std::time::Duration::from_secs(7200),
         std::time::Duration::from_secs(60),
     );
@@ -247,17 +248,31 @@ async fn revoking_the_bootstrap_node_stops_its_ignition() {
 }
 
 #[tokio::test]
-async fn metadata_and_userdata_by_token() {
-    let b = Bootd::start().await;
-    let t = b.token("master-2");
-    let (s, _, body) = b.get(&format!("/metadata?node=master-2&token={t}")).await;
+async fn metadata_and_userdata_from_the_node() {
+    // master-2 on 127.0.0.13: the node's own address asks.
+    let b = Bootd::start_strict(|t| {
+        t.replace(
+            "    dnsServers: [10.77.0.1]\n",
+            "    dnsServers: [10.77.0.1]\n  - name: lo\n    subnet: 127.0.0.0/8\n",
+        )
+        .replace("ip: 10.77.0.13", "ip: 127.0.0.13")
+    })
+    .await;
+    let node = Some("127.0.0.13".parse().unwrap());
+    let from_node =
+        |path: &'static str| crate::harness::request_from(node, b.http, "GET", path, &[]);
+    let (s, _, body) = from_node("/metadata").await;
     assert_eq!(s, StatusCode::OK);
     let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
     assert_eq!(v["hostname"], "master-2.lab.example.test");
     assert_eq!(v["network"]["interfaces"][0]["mac"], "52:54:00:77:00:13");
+    // Elsewhere, even with a token from one of its scripts: not served.
+    let t = b.token("master-2");
+    let (s, _, _) = b.get(&format!("/metadata?node=master-2&token={t}")).await;
+    assert_eq!(s, StatusCode::NOT_FOUND);
     let (s, _, _) = b.get("/metadata?node=master-2").await;
     assert_eq!(s, StatusCode::NOT_FOUND);
-    let (s, _, body) = b.get(&format!("/userdata?node=master-2&token={t}")).await;
+    let (s, _, body) = from_node("/userdata").await;
     assert_eq!(s, StatusCode::OK);
     let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
     let src = v["ignition"]["config"]["merge"][0]["source"]
@@ -577,7 +592,7 @@ async fn reload_applies_good_sites_and_keeps_the_old_on_bad() {
     // A new node appears without a restart (file change, polled).
     let added = good.replace(
         "  - name: p9-0",
-        "  - { name: worker-2, role: worker, macs: [\"52:54:00:77:00:22\"], ip: 10.77.0.22, kernelArgs: [console=ttyS0] }\n  - name: p9-0",
+        "  - { name: worker-2, role: worker, macs: [\"52:54:00:77:00:22\"], ip: 10.77.0.22, kernelArgs: [console=ttyS0], fetchFrom: anyAddress }\n  - name: p9-0",
     );
     std::fs::write(&site_path, &added).unwrap();
     let mut seen = false;

@@ -10,3 +10,4 @@ mod harness;
 mod http;
 mod media;
 mod timeline;
+mod trust;

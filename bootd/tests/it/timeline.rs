@@ -78,7 +78,7 @@ fn dhcp(mac: [u8; 6], t: MessageType, xid: u32, ip: Option<Ipv4Addr>, vendor: &s
 }
 
 /// A plain RFC 1350 read from `from`: returns the bytes.
-async fn tftp_get(from: IpAddr, server: SocketAddr, file: &str) -> Vec<u8> {
+pub(crate) async fn tftp_get(from: IpAddr, server: SocketAddr, file: &str) -> Vec<u8> {
     let sock = UdpSocket::bind(SocketAddr::new(from, 0)).await.unwrap();
     let mut rrq = vec![0, 1];
     rrq.extend_from_slice(file.as_bytes());
@@ -101,7 +101,7 @@ async fn tftp_get(from: IpAddr, server: SocketAddr, file: &str) -> Vec<u8> {
     panic!("TFTP transfer never ended");
 }
 
-async fn timeline(b: &Bootd, node: &str) -> Value {
+pub(crate) async fn timeline(b: &Bootd, node: &str) -> Value {
     let path = format!(
         "/status/node/{}/timeline.json",
         percent_encoding::utf8_percent_encode(node, percent_encoding::NON_ALPHANUMERIC)

@@ -246,6 +246,37 @@ pub(super) fn api(cx: &mut Cx, w: &wire::Api) -> Option<Api> {
         Some(Some(a)) => Some(a),
         None => None,
     };
+    let mut fetch_from = std::collections::BTreeMap::new();
+    for (p, v) in &w.fetch_from {
+        let key = format!("host.api.fetchFrom.{p}");
+        let configured = match p.as_str() {
+            "equinix" => w.equinix.is_some(),
+            "powervs" => w.powervs.is_some(),
+            "alibaba" => w.alibaba.is_some(),
+            "local" => w.local.is_some(),
+            "redfish" => w.redfish.is_some(),
+            "ipmi" => w.ipmi.is_some(),
+            _ => {
+                cx.err(
+                    &key,
+                    "not a provider (equinix, powervs, alibaba, local, redfish, ipmi)",
+                );
+                continue;
+            }
+        };
+        if !configured {
+            cx.err(
+                &key,
+                format!("provider {p} is not configured (host.api.{p})"),
+            );
+        }
+        match crate::FetchFrom::parse(v) {
+            Some(f) => {
+                fetch_from.insert(p.clone(), f);
+            }
+            None => cx.err(&key, format!("{v:?}: want nodeAddress or anyAddress")),
+        }
+    }
     Some(Api {
         listen: listen?,
         url,
@@ -258,6 +289,7 @@ pub(super) fn api(cx: &mut Cx, w: &wire::Api) -> Option<Api> {
         ipmi,
         bmc_files,
         alibaba,
+        fetch_from,
     })
 }
 

@@ -121,6 +121,36 @@ pub(super) fn host(cx: &mut Cx, w: &wire::Host) -> Option<Host> {
         Some(Some(a)) => Some(a),
         None => None,
     };
+    let status_from = match &w.status_from {
+        None => vec![
+            "127.0.0.0/8".parse().expect("a CIDR"),
+            "::1/128".parse().expect("a CIDR"),
+        ],
+        Some(l) => l
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| {
+                let key = format!("host.statusFrom[{i}]");
+                match s
+                    .parse::<IpNet>()
+                    .or_else(|_| s.parse::<IpAddr>().map(IpNet::from))
+                {
+                    Ok(n) if n.trunc() == n => Some(n),
+                    Ok(n) => {
+                        cx.err(
+                            key,
+                            format!("{s:?}: host bits set (did you mean {}?)", n.trunc()),
+                        );
+                        None
+                    }
+                    Err(_) => {
+                        cx.err(key, format!("{s:?} is not an address or a CIDR"));
+                        None
+                    }
+                }
+            })
+            .collect(),
+    };
     Some(Host {
         state_dir,
         http: http?,
@@ -128,6 +158,7 @@ pub(super) fn host(cx: &mut Cx, w: &wire::Host) -> Option<Host> {
         dhcp,
         tftp,
         api,
+        status_from,
     })
 }
 

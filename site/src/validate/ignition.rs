@@ -95,6 +95,7 @@ pub(super) fn ignition(
         token_ttl,
         over_https,
         after_install,
+        single_use_tokens: w.and_then(|w| w.single_use_tokens).unwrap_or(true),
     })
 }
 

@@ -249,6 +249,22 @@ pub(super) fn node(
         .as_deref()
         .map(|b| boot_file(cx, &k("ipxeBinary"), Some(b), "ipxe.efi"));
     let dhcp_options = dhcp_options(cx, &k("dhcpOptions"), &w.dhcp_options);
+    let fetch_from = match w.fetch_from.as_deref() {
+        None => FetchFrom::NodeAddress,
+        Some(s) => FetchFrom::parse(s).unwrap_or_else(|| {
+            cx.err(
+                k("fetchFrom"),
+                format!("{s:?}: want nodeAddress (the default) or anyAddress"),
+            );
+            FetchFrom::NodeAddress
+        }),
+    };
+    let addresses = w.addresses.as_ref().map(|l| {
+        l.iter()
+            .enumerate()
+            .filter_map(|(j, a)| parse_ip(cx, &k(&format!("addresses[{j}]")), a))
+            .collect::<Vec<_>>()
+    });
     (cx.problems.len() == before && !quiet_fail).then_some(Node {
         name,
         role,
@@ -263,5 +279,7 @@ pub(super) fn node(
         static_network,
         ipxe_binary,
         dhcp_options,
+        fetch_from,
+        addresses,
     })
 }

@@ -1,0 +1,221 @@
+//! Spent tokens: with `ignition.singleUseTokens` (the default), a token
+//! grants one Ignition fetch. The first fetch that carries it spends it;
+//! presented again from another address than the node's, it is refused
+//! (and the node gets an `IgnitionTokenReused` condition).
+//!
+//! Each spend is appended to `<stateDir>/spent-tokens` (`<expiry> <nonce>`,
+//! one per line) and synced before the Ignition is sent, so a restart
+//! does not make a spent token good again. Nonces are not secret (the tag
+//! is); lines are dropped once their token expired, when the file is
+//! opened and whenever it holds more than twice its live lines plus 1024.
+
+use crate::token::Verified;
+use std::collections::HashMap;
+use std::fs::{File, OpenOptions};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+pub const FILE: &str = "spent-tokens";
+
+#[derive(Debug)]
+pub enum SpendError {
+    /// Spent before.
+    Reused,
+    /// The spend could not be recorded: the token is not honoured.
+    Io(io::Error),
+}
+
+pub struct Spent {
+    path: PathBuf,
+    inner: Mutex<Inner>,
+}
+
+struct Inner {
+    /// Nonce → expiry (unix seconds).
+    live: HashMap<String, u64>,
+    file: File,
+    lines: usize,
+    since_prune: usize,
+}
+
+impl std::fmt::Debug for Spent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Spent").field("path", &self.path).finish()
+    }
+}
+
+fn now_secs() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+/// The lines of the file that still count at `now`; unreadable lines are
+/// skipped (a torn last line after a crash).
+fn parse(text: &str, now: u64) -> HashMap<String, u64> {
+    text.lines()
+        .filter_map(|l| {
+            let (e, n) = l.split_once(' ')?;
+            let e: u64 = e.parse().ok()?;
+            (e > now && !n.is_empty() && !n.contains(' ')).then(|| (n.to_string(), e))
+        })
+        .collect()
+}
+
+fn render(live: &HashMap<String, u64>) -> String {
+    let mut s = String::with_capacity(live.len() * 28);
+    for (n, e) in live {
+        s.push_str(&format!("{e} {n}\n"));
+    }
+    s
+}
+
+impl Spent {
+    /// Reads the file (dropping expired lines) and opens it for appending.
+    pub fn open(state_dir: &Path) -> io::Result<Spent> {
+        let path = state_dir.join(FILE);
+        let text = match std::fs::read_to_string(&path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => String::new(),
+            Err(e) => return Err(io::Error::new(e.kind(), format!("{}: {e}", path.display()))),
+        };
+        let live = parse(&text, now_secs());
+        crate::state::write_private(&path, render(&live).as_bytes())?;
+        let file = OpenOptions::new().append(true).open(&path)?;
+        let lines = live.len();
+        Ok(Spent {
+            path,
+            inner: Mutex::new(Inner {
+                live,
+                file,
+                lines,
+                since_prune: 0,
+            }),
+        })
+    }
+
+    /// Spends `t`: `Err(Reused)` when it was spent before. Durable before
+    /// it returns `Ok`.
+    pub fn spend(&self, t: &Verified) -> Result<(), SpendError> {
+        self.spend_at(t, now_secs())
+    }
+
+    /// [`Spent::spend`] at `now` (unix seconds), which decides what expired.
+    pub fn spend_at(&self, t: &Verified, now: u64) -> Result<(), SpendError> {
+        let mut g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        if g.live.contains_key(&t.nonce) {
+            return Err(SpendError::Reused);
+        }
+        let line = format!("{} {}\n", t.expiry, t.nonce);
+        g.file
+            .write_all(line.as_bytes())
+            .and_then(|()| g.file.sync_data())
+            .map_err(SpendError::Io)?;
+        g.live.insert(t.nonce.clone(), t.expiry);
+        g.lines += 1;
+        g.since_prune += 1;
+        if g.since_prune < 1024 {
+            return Ok(());
+        }
+        g.since_prune = 0;
+        g.live.retain(|_, e| *e > now);
+        if g.lines > 2 * g.live.len() + 1024 {
+            // A failed rewrite leaves the old file, which still holds every spend.
+            let rewritten = crate::state::write_private(&self.path, render(&g.live).as_bytes())
+                .and_then(|()| OpenOptions::new().append(true).open(&self.path));
+            match rewritten {
+                Ok(f) => {
+                    g.file = f;
+                    g.lines = g.live.len();
+                }
+                Err(e) => {
+                    tracing::warn!(path = %self.path.display(), error = %e, "spent-token file not compacted")
+                }
+            }
+        }
+        Ok(())
+    }
+
+    pub fn len(&self) -> usize {
+        self.inner
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .live
+            .len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::token::Scope;
+
+    fn v(nonce: &str, expiry: u64) -> Verified {
+        Verified {
+            scope: Scope::Script,
+            expiry,
+            nonce: nonce.into(),
+        }
+    }
+
+    #[test]
+    fn a_token_is_spent_once_and_stays_spent_across_restarts() {
+        let dir = tempfile::tempdir().unwrap();
+        let later = now_secs() + 3600;
+        let s = Spent::open(dir.path()).unwrap();
+        s.spend(&v("AAAAAAAAAAAAAAAA", later)).unwrap();
+        assert!(matches!(
+            s.spend(&v("AAAAAAAAAAAAAAAA", later)),
+            Err(SpendError::Reused)
+        ));
+        s.spend(&v("BBBBBBBBBBBBBBBB", later)).unwrap();
+        drop(s);
+        // A torn last line (a crash mid-write) and an expired line are dropped.
+        let mut f = OpenOptions::new()
+            .append(true)
+            .open(dir.path().join(FILE))
+            .unwrap();
+        f.write_all(b"12 CCCCCCCCCCCCCCCC\n999").unwrap();
+        drop(f);
+        let s = Spent::open(dir.path()).unwrap();
+        assert_eq!(s.len(), 2);
+        assert!(matches!(
+            s.spend(&v("BBBBBBBBBBBBBBBB", later)),
+            Err(SpendError::Reused)
+        ));
+        s.spend(&v("CCCCCCCCCCCCCCCC", later)).unwrap();
+        let text = std::fs::read_to_string(dir.path().join(FILE)).unwrap();
+        assert_eq!(text.lines().count(), 3, "{text}");
+    }
+
+    #[test]
+    fn the_file_is_compacted_as_tokens_expire() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Spent::open(dir.path()).unwrap();
+        let (soon, later) = (now_secs() + 100, now_secs() + 3600);
+        for i in 0..3000 {
+            s.spend(&v(&format!("{i:016}"), soon)).unwrap();
+        }
+        for i in 0..100 {
+            s.spend_at(&v(&format!("x{i:015}"), later), soon + 1)
+                .unwrap();
+        }
+        // Pruned and rewritten at the 3072nd spend: the 100 live ones remain.
+        let lines = std::fs::read_to_string(dir.path().join(FILE))
+            .unwrap()
+            .lines()
+            .count();
+        assert_eq!(lines, 100);
+        assert_eq!(s.len(), 100);
+        assert!(matches!(
+            s.spend(&v("x000000000000007", later)),
+            Err(SpendError::Reused)
+        ));
+    }
+}
