@@ -94,6 +94,7 @@ e2e() {
 t "systemd units: verify + security"   bash tests/systemd/check.sh $BIN
 t "sd_notify: bootd, appliance, dnsd, lbd" bash tests/systemd/notify.sh $BIN
 t "all-in-one appliance"              bash tests/systemd/appliance.sh $BIN
+t "started as root: each daemon drops to nobody with its unit's capabilities" bash tests/systemd/privileges.sh $BIN
 t "dnsd vs NSD and Knot"              bash tests/dns/e2e.sh $BIN/dnsd
 t "controller vs Prism mocks"         bash tests/controller/e2e.sh
 t "status page in headless Chromium"  bash tests/status/e2e.sh --bootd $BIN/bootd

@@ -26,6 +26,38 @@ pub fn boot_config(site: site::Site) -> bootd::Config {
     c
 }
 
+/// Started as root: becomes `user` (`--user`; default `default_user` when
+/// such a user exists, else `nobody`) holding what bootd's systemd unit
+/// grants (`CAP_NET_BIND_SERVICE`, `CAP_NET_RAW`) and `extra`; bootd's
+/// state directories are handed to that user. With the local provider
+/// (the lab's QEMU VMs: taps, network namespaces) root is kept, and said.
+/// Call it before the runtime starts its threads (docs/design-notes.md).
+pub fn drop_root(
+    site: &site::Site,
+    state_dirs: &[&std::path::Path],
+    user: Option<&str>,
+    default_user: &str,
+    extra: runtime::privileges::CapabilitySet,
+) -> Result<runtime::privileges::Dropped> {
+    use runtime::privileges::CapabilitySet as Cap;
+    if site.host.api.as_ref().is_some_and(|a| a.local.is_some()) && user != Some("root") {
+        // Its QEMU VMs need taps on the bridge and `ip netns exec`.
+        if runtime::privileges::is_root() {
+            tracing::warn!("host.api.local: keeping root (the local provider makes taps and enters network namespaces for its VMs); the lab's provider, not for production");
+        }
+        return Ok(runtime::privileges::Dropped::KeptRoot);
+    }
+    let keep = Cap::NET_BIND_SERVICE | Cap::NET_RAW | extra;
+    let mut own: Vec<std::path::PathBuf> = state_dirs.iter().map(|d| d.to_path_buf()).collect();
+    own.push(site.host.state_dir.clone());
+    own.dedup();
+    let user = runtime::privileges::choose_user(user, default_user);
+    let dirs: Vec<&std::path::Path> = own.iter().map(|p| p.as_path()).collect();
+    let d = runtime::privileges::drop_root(&user, keep, &dirs)?;
+    runtime::privileges::report(&d, &site.watched_files());
+    Ok(d)
+}
+
 /// Everything bootd and the controller listen on.
 pub struct BootSockets {
     pub boot: bootd::Sockets,

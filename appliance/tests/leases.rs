@@ -25,6 +25,9 @@ async fn kill_9_loses_no_acked_lease() {
             .replace("    serverAddress: 10.77.0.1\n", &format!("    serverAddress: 10.77.0.1\n    listen: 127.0.0.1:{dhcp_port}\n"))
             .replace("    interface: br0                # the lab bridge; broadcasts elsewhere are never seen\n", "")
     });
+    // Started as root, bootd serves as nobody: it must reach its files.
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let spawn = || {
         std::process::Command::new(env!("CARGO_BIN_EXE_bootd"))
             .args([

@@ -103,6 +103,7 @@ cpu_join "$G_LOAD"
 declare -A GRP
 
 TMP=$(mktemp -d /tmp/bench-http.XXXXXX)
+
 chmod 755 "$TMP"   # nginx workers run as nobody and must read the files
 IMG=$TMP/site/images
 mkdir -p "$IMG" "$TMP/site/state" "$TMP/ngx"

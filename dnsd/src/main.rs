@@ -52,6 +52,10 @@ struct Cli {
     /// Validate FILE (a site) and exit: 0 when valid, 1 listing every problem.
     #[arg(long, value_name = "FILE")]
     check_config: Option<PathBuf>,
+    /// Started as root, serve as this user (default: `dnsd` if it exists,
+    /// else `nobody`) with CAP_NET_BIND_SERVICE only; `root` keeps root.
+    #[arg(long, value_name = "NAME")]
+    user: Option<String>,
     #[command(subcommand)]
     cmd: Option<Cmd>,
 }
@@ -121,7 +125,20 @@ fn main() -> Result<()> {
             }
             Ok(())
         }
-        Cmd::Run => serve(dnsd::Config::new(source), loaded, cli.udp_threads),
+        Cmd::Run => {
+            // Before the runtime starts a thread: every thread is the user's.
+            let user = runtime::privileges::choose_user(cli.user.as_deref(), "dnsd");
+            let keep = runtime::privileges::CapabilitySet::NET_BIND_SERVICE;
+            let d = runtime::privileges::drop_root(&user, keep, &[])?;
+            let mut watched = vec![cli.site.clone()];
+            watched.extend(
+                cli.zone
+                    .iter()
+                    .map(|z| PathBuf::from(z.split('=').next().unwrap_or(z))),
+            );
+            runtime::privileges::report(&d, &watched);
+            serve(dnsd::Config::new(source), loaded, cli.udp_threads)
+        }
     }
 }
 

@@ -38,6 +38,10 @@ struct Cli {
     /// Worker threads (default: the CPUs lbd may run on; 1 runs a single-threaded runtime).
     #[arg(long)]
     threads: Option<usize>,
+    /// Started as root, serve as this user (default: `lbd` if it exists,
+    /// else `nobody`) with CAP_NET_BIND_SERVICE only; `root` keeps root.
+    #[arg(long, value_name = "NAME")]
+    user: Option<String>,
     #[command(subcommand)]
     cmd: Option<Cmd>,
 }
@@ -79,6 +83,12 @@ fn main() -> Result<()> {
         Cmd::Run => {
             let loaded = Loaded::load(&source).map_err(|e| anyhow::anyhow!("{e}"))?;
             let mut config = Config::new(source, loaded);
+            // Before the runtime starts a thread: every thread is the user's.
+            let user = runtime::privileges::choose_user(cli.user.as_deref(), "lbd");
+            let keep = runtime::privileges::CapabilitySet::NET_BIND_SERVICE;
+            let d = runtime::privileges::drop_root(&user, keep, &[&cli.state_dir])?;
+            let watched = [cli.config.clone().unwrap_or_else(|| cli.site.clone())];
+            runtime::privileges::report(&d, &watched);
             config.state_dir = Some(cli.state_dir);
             serve(config, cli.threads)
         }

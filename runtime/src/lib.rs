@@ -9,6 +9,7 @@
 //!   published to every daemon in the process.
 //! - [`net`]: socket reads the data paths share.
 //! - [`logging`]: tracing setup.
+//! - [`privileges`]: started as root, becoming what the systemd unit makes the daemon.
 //!
 //! Invariant: nothing here knows a daemon; daemons know this crate.
 
@@ -16,6 +17,7 @@ pub mod conns;
 pub mod feed;
 pub mod logging;
 pub mod net;
+pub mod privileges;
 pub mod reload;
 pub mod service;
 

@@ -207,10 +207,14 @@ p=$(ipmi "$IPMI_PORT" chassis power status 2>&1) || fail "ipmitool chassis power
 [[ $p == "Chassis Power is off" ]] || fail "IPMI power status: $p"
 
 # --- bootd ----------------------------------------------------------------------------------
+# Started as root, bootd serves as an unprivileged user (here nobody): the
+# secrets it re-reads (API tokens, the BMC password) are handed to it, as an
+# operator would (docs/bootd.md).
+chown nobody "$WORKDIR/bmc-password" "$WORKDIR/api-tokens" 2>/dev/null || chown nobody "$WORKDIR/bmc-password"
 N_BOOTD=0 BOOTD_PID=""
 start_bootd() {
   N_BOOTD=$((N_BOOTD + 1))
-  ip netns exec "$NS" nice -n 5 "$BOOTD" --site "$SITE" --state-dir "$WORKDIR/state" >"$WORKDIR/bootd-$N_BOOTD.log" 2>&1 &
+  ip netns exec "$NS" nice -n 5 "$BOOTD" --site "$SITE" --state-dir "$WORKDIR/state" --user nobody >"$WORKDIR/bootd-$N_BOOTD.log" 2>&1 &
   BOOTD_PID=$!
   PIDS+=("$BOOTD_PID")
   local ok=0

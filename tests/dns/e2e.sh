@@ -27,6 +27,7 @@ P_DNSD=${P_DNSD:-45301}
 P_NSD=$((P_DNSD + 1))
 P_KNOT=$((P_DNSD + 2))
 TMP=$(mktemp -d /tmp/dnsd-e2e.XXXXXX)
+chmod 755 "$TMP"   # the daemon, started as root, serves as nobody: it reads its files here
 PIDS=()
 . "$REPO/tests/lib.sh"
 cleanup() {

@@ -18,6 +18,7 @@ BOOTD=${1:-$REPO/target/release/bootd}
 
 S=dhcpi-s-$$ C=dhcpi-c-$$ R=dhcpi-r-$$
 WORK=$(mktemp -d /tmp/dhcp-interop.XXXXXX)
+chmod 755 "$WORK"   # the daemon, started as root, serves as nobody: it reads its files here
 PIDS=()
 . "$REPO/tests/lib.sh"
 cleanup() {

@@ -37,6 +37,7 @@ BOOTD=$(readlink -f "$BOOTD")
 
 ART=$REPO/target/test-artifacts
 WORK=$(mktemp -d /tmp/status-e2e.XXXXXX)
+chmod 755 "$WORK"   # the daemon, started as root, serves as nobody: it reads its files here
 NS=status-$$
 mkdir -p "$ART"
 PIDS=()

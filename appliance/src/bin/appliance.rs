@@ -39,6 +39,10 @@ struct Cli {
     /// Do not run lbd.
     #[arg(long)]
     no_lb: bool,
+    /// Started as root, serve as this user (default: `bootd` if it exists,
+    /// else `nobody`); `root` keeps root.
+    #[arg(long, value_name = "NAME")]
+    user: Option<String>,
 }
 
 fn main() -> Result<()> {
@@ -68,6 +72,14 @@ fn main() -> Result<()> {
         c.state_dir = Some(state_dir.join("lbd"));
         Some(c)
     };
+    // Before the runtime starts a thread: every thread is the user's.
+    appliance::drop_root(
+        &boot.site,
+        &[&state_dir],
+        cli.user.as_deref(),
+        "bootd",
+        runtime::privileges::CapabilitySet::empty(),
+    )?;
     tokio::runtime::Runtime::new()?.block_on(serve(boot, dns, lb))
 }
 

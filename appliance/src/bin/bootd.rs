@@ -31,6 +31,10 @@ struct Cli {
     /// Validate FILE and exit: 0 when valid, 1 listing every problem.
     #[arg(long, value_name = "FILE")]
     check_config: Option<PathBuf>,
+    /// Started as root, serve as this user (default: `bootd` if it exists,
+    /// else `nobody`); `root` keeps root. docs/bootd.md.
+    #[arg(long, value_name = "NAME")]
+    user: Option<String>,
     /// Where DHCP replies go, CLIENT,SERVER ports (default 68,67); for tests.
     #[arg(long, hide = true, value_name = "CLIENT,SERVER")]
     dhcp_reply_ports: Option<String>,
@@ -108,7 +112,17 @@ fn main() -> Result<()> {
         };
     }
     match cli.cmd.unwrap_or(Cmd::Run) {
-        Cmd::Run => serve(config),
+        Cmd::Run => {
+            // Before the runtime starts a thread: every thread is the user's.
+            appliance::drop_root(
+                &config.site,
+                &[&config.state_dir()],
+                cli.user.as_deref(),
+                "bootd",
+                runtime::privileges::CapabilitySet::empty(),
+            )?;
+            serve(config)
+        }
         Cmd::Render { what, node } => render(&config, what, &node),
         Cmd::Revoke { node } => set_revoked(&config, &node, true),
         Cmd::Unrevoke { node } => set_revoked(&config, &node, false),

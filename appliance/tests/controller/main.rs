@@ -1022,6 +1022,9 @@ fn free_port() -> u16 {
 impl Proc {
     fn start(site: &Path, n: u32) -> Proc {
         let dir = site.parent().unwrap();
+        // Started as root, bootd serves as nobody: it must reach its files.
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
         let log = dir.join(format!("bootd-{n}.log"));
         let child = std::process::Command::new(env!("CARGO_BIN_EXE_bootd"))
             .args(["--site", site.to_str().unwrap(), "run"])
