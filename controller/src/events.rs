@@ -75,6 +75,22 @@ mod tests {
             (ev(Phase::Dhcp, "ack", "lease"), Some("DHCPLease")),
             (ev(Phase::Dhcp, "offer", "offer"), None),
             (
+                ev(
+                    Phase::Ignition,
+                    "token_reused",
+                    "Ignition token presented again from 10.0.0.9",
+                ),
+                Some("SpentTokenPresented"),
+            ),
+            (
+                ev(
+                    Phase::Ignition,
+                    "other_address",
+                    "Ignition fetched from 10.0.0.9",
+                ),
+                Some("FetchedOnToken"),
+            ),
+            (
                 ev(Phase::Script, "served", "iPXE node script served (by MAC)"),
                 Some("IPXEScriptServed"),
             ),

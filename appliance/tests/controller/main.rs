@@ -454,6 +454,28 @@ async fn equinix_node_lifecycle_create_boot_ready_delete() {
             .unwrap()
             .ends_with('Z'));
     }
+    // That fetch came from 127.0.0.1, not from the machine's addresses: a
+    // warning condition on the node, with the address. The same token
+    // again is refused and raises IgnitionTokenReused.
+    let other = &cond(&v, "IgnitionFromOtherAddress");
+    assert_eq!(other["status"], "True", "{v:#}");
+    assert!(
+        other["message"].as_str().unwrap().contains("127.0.0.1"),
+        "{other}"
+    );
+    assert_eq!(
+        b.boot_get(&format!("/ignition/worker-3?token={tok}")).await,
+        404
+    );
+    let v = b
+        .wait_node("worker-3", 10, |_, v| {
+            cond(v, "IgnitionTokenReused")["status"] == "True"
+        })
+        .await;
+    assert_eq!(
+        cond(&v, "IgnitionTokenReused")["reason"],
+        "SpentTokenPresented"
+    );
     let (_, ev) = b.call("GET", "/v1/nodes/worker-3/events", None).await;
     let kinds: Vec<&str> = ev["events"]
         .as_array()
