@@ -452,10 +452,17 @@ impl Catalog {
             out[base + pos..base + pos + 2].copy_from_slice(&(0xC000 | ptr as u16).to_be_bytes());
         }
         let rcode = (t.flags & 0xF) as u8;
-        let flags = wire::FLAG_QR
+        // RFC 1034 §5.3.2: an answer to class ANY is never authoritative.
+        let aa = if req.qclass == wire::CLASS_ANY {
+            !wire::FLAG_AA
+        } else {
+            !0
+        };
+        let flags = (wire::FLAG_QR
             | (req.flags & (0x7800 | wire::FLAG_RD | wire::FLAG_CD))
             | t.flags
-            | if truncated { wire::FLAG_TC } else { 0 };
+            | if truncated { wire::FLAG_TC } else { 0 })
+            & aa;
         write_header(out, flags, an, ns, ar + (opt > 0) as u16);
         if let Some(e) = req.edns {
             push_opt(out, 0, e.dnssec_ok);

@@ -420,6 +420,27 @@ fn no_version_disclosure() {
     assert!(r.answers().is_empty());
 }
 
+/// RFC 1034 §5.3.2 (and NSD): an answer to a query of class ANY is not
+/// authoritative; the same question in class IN is.
+#[test]
+fn class_any_answers_are_not_authoritative() {
+    let c = test_catalog();
+    for (class, aa) in [(DNSClass::IN, true), (DNSClass::ANY, false)] {
+        let mut m = Message::new();
+        let mut q = Query::query(
+            Name::from_ascii("api.lab.example.test.").unwrap(),
+            RecordType::A,
+        );
+        q.set_query_class(class);
+        m.set_id(7).add_query(q);
+        let (_, out) = ask(&c, &m.to_vec().unwrap(), Transport::Udp);
+        let r = decode(&out);
+        assert_eq!(r.response_code(), hickory_proto::op::ResponseCode::NoError);
+        assert_eq!(r.answers().len(), 1, "{class:?}");
+        assert_eq!(r.authoritative(), aa, "{class:?}");
+    }
+}
+
 #[test]
 fn transfers_follow_the_acl() {
     let c = test_catalog();

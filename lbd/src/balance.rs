@@ -11,19 +11,33 @@ pub struct Candidate {
 }
 
 /// Index of the backend for the next connection, or `None` when no
-/// candidate is eligible. `start` rotates the scan (round robin's counter;
-/// least connections' tie-break, so equal loads still spread).
+/// candidate is eligible. `start` is a counter that grows by one per
+/// connection: round robin takes the `start mod k`-th of the `k` eligible
+/// backends, so a backend that is down does not hand its turns to its
+/// neighbour in the list (the survivors share them evenly); least
+/// connections uses it to rotate ties, so equal loads still spread.
 pub fn pick(candidates: &[Candidate], balance: Balance, start: usize) -> Option<usize> {
     let n = candidates.len();
     if n == 0 {
         return None;
     }
-    let order = (0..n)
-        .map(|i| (start + i) % n)
-        .filter(|&i| candidates[i].eligible);
     match balance {
-        Balance::RoundRobin => order.into_iter().next(),
-        Balance::LeastConn => order.min_by_key(|&i| candidates[i].active),
+        Balance::RoundRobin => {
+            let k = candidates.iter().filter(|c| c.eligible).count();
+            if k == 0 {
+                return None;
+            }
+            candidates
+                .iter()
+                .enumerate()
+                .filter(|(_, c)| c.eligible)
+                .nth(start % k)
+                .map(|(i, _)| i)
+        }
+        Balance::LeastConn => (0..n)
+            .map(|i| (start + i) % n)
+            .filter(|&i| candidates[i].eligible)
+            .min_by_key(|&i| candidates[i].active),
     }
 }
 
@@ -41,7 +55,23 @@ mod tests {
         let got: Vec<_> = (0..6)
             .map(|s| pick(&pool, Balance::RoundRobin, s))
             .collect();
-        assert_eq!(got, [Some(0), Some(2), Some(2), Some(0), Some(2), Some(2)]);
+        assert_eq!(got, [Some(0), Some(2), Some(0), Some(2), Some(0), Some(2)]);
+    }
+
+    /// A dead backend's turns are spread over the survivors, wherever it
+    /// sits in the list: 3 000 picks over 3 of 4 backends give 1 000 each.
+    #[test]
+    fn a_dead_backends_turns_are_shared_evenly() {
+        for dead in 0..4 {
+            let pool: Vec<Candidate> = (0..4).map(|i| c(i != dead, 0)).collect();
+            let mut got = [0u32; 4];
+            for s in 0..3000 {
+                got[pick(&pool, Balance::RoundRobin, s).unwrap()] += 1;
+            }
+            let mut want = [1000u32; 4];
+            want[dead] = 0;
+            assert_eq!(got, want, "backend {dead} down");
+        }
     }
 
     #[test]

@@ -44,6 +44,29 @@ async fn round_robin_spreads_over_backends() {
     assert_eq!(got.iter().filter(|n| *n == "b").count(), 5, "{got:?}");
 }
 
+/// A backend killed (and taken out by its health check): its turns go to
+/// the survivors evenly, not to its neighbour in the list.
+#[tokio::test]
+async fn round_robin_spreads_a_dead_backends_turns_evenly() {
+    let (a, b, c) = (
+        Backend::start("a", local()).await,
+        Backend::start("b", local()).await,
+        Backend::start("c", local()).await,
+    );
+    let (lb, _d) = web(&[&a, &b, &c], "").await;
+    a.kill();
+    wait_for(Duration::from_secs(3), || {
+        !lb.backend("web", a.addr).unwrap().healthy()
+    })
+    .await;
+    let mut got = Vec::new();
+    for _ in 0..60 {
+        got.push(get(lb.addr("web")).await.unwrap());
+    }
+    let count = |n: &str| got.iter().filter(|x| *x == n).count();
+    assert_eq!((count("a"), count("b"), count("c")), (0, 30, 30), "{got:?}");
+}
+
 #[tokio::test]
 async fn least_conn_avoids_the_busy_backend() {
     let (a, b) = (
