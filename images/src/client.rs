@@ -4,6 +4,7 @@
 //! Redirects are followed (mirrors redirect), at most [`MAX_REDIRECTS`].
 
 use bytes::Bytes;
+use rustls::pki_types::{pem::PemObject, CertificateDer};
 use http::{header, HeaderMap, Request, Response, StatusCode, Uri};
 use http_body_util::Empty;
 use hyper::body::Incoming;
@@ -42,7 +43,7 @@ impl Client {
         if let Some(p) = extra_ca {
             let pem =
                 std::fs::read(p).map_err(|e| ClientError::Tls(format!("{}: {e}", p.display())))?;
-            for c in rustls_pemfile::certs(&mut pem.as_slice()) {
+            for c in CertificateDer::pem_slice_iter(&pem) {
                 let c = c.map_err(|e| ClientError::Tls(format!("{}: {e}", p.display())))?;
                 roots
                     .add(c)

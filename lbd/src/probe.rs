@@ -3,6 +3,7 @@
 //! Healthy: connected (tcp), or a 2xx/3xx status line (http, https).
 
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{ClientConfig, DigitallySignedStruct, SignatureScheme};
 use site::{Check, CheckKind};
@@ -72,7 +73,7 @@ impl NetProber {
             Some(path) => {
                 let pem = std::fs::read(path).map_err(|e| format!("CA {}: {e}", path.display()))?;
                 let mut roots = rustls::RootCertStore::empty();
-                for cert in rustls_pemfile::certs(&mut pem.as_slice()) {
+                for cert in CertificateDer::pem_slice_iter(&pem) {
                     let cert = cert.map_err(|e| format!("CA {}: {e}", path.display()))?;
                     roots
                         .add(cert)

@@ -33,6 +33,7 @@ mod secrets;
 pub use secrets::{read_secret, redact};
 
 use bytes::Bytes;
+use rustls::pki_types::{pem::PemObject, CertificateDer};
 use http::{HeaderMap, Request, StatusCode};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper_util::client::legacy::{connect::HttpConnector, Client as HyperClient};
@@ -453,8 +454,10 @@ impl Http {
     pub fn with_ca(timeout: Duration, ca_pem: &[u8]) -> std::io::Result<Http> {
         let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
         let mut roots = rustls::RootCertStore::empty();
-        for c in rustls_pemfile::certs(&mut &ca_pem[..]) {
-            roots.add(c?).map_err(std::io::Error::other)?;
+        for c in CertificateDer::pem_slice_iter(ca_pem) {
+            roots
+                .add(c.map_err(std::io::Error::other)?)
+                .map_err(std::io::Error::other)?;
         }
         if roots.is_empty() {
             return Err(std::io::Error::other("no PEM certificate in it"));
