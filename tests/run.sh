@@ -2,8 +2,8 @@
 # The test command (README): installs what the tests need on a fresh Debian 12
 # machine (apt packages, and the Rust toolchain rust-toolchain.toml pins, by
 # rustup, when there is none), then runs every test:
-#   1. formatting, clippy (-D warnings), no module import cycles, and that
-#      the fuzz targets compile;
+#   1. formatting, clippy (-D warnings), no module import cycles, that
+#      the fuzz targets compile, and cargo-audit against an advisory snapshot;
 #   2. cargo test --workspace: unit, golden and integration tests of every crate
 #      (real servers on loopback, talked to by real clients: hyper, curl, dig,
 #      HTTPS health checks, SQLite store with kill -9, provider fakes);
@@ -67,6 +67,12 @@ python3 tests/controller/ecs-fake-test.py
 # call (one had stopped compiling after a signature change, unnoticed).
 log "fuzz targets compile"
 cargo check --manifest-path fuzz/Cargo.toml --locked --bins
+
+# Every dependency against the RustSec advisory database (a snapshot in
+# tests/advisory-db; the live one is not reachable): vulnerabilities and
+# unmaintained crates fail, except those .cargo/audit.toml explains.
+log "dependency audit"
+bash tests/audit.sh
 
 # The lab's guest image and TFTP root first: some cargo tests compare
 # against them (images' core.elf must equal tftp-root.sh's).
