@@ -36,6 +36,10 @@ def main():
     path = os.path.join(d, "notify")
     s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     s.bind(path)
+    # As systemd's /run/systemd/notify: a daemon started as root that drops
+    # to an unprivileged user (docs/bootd.md) still reaches it.
+    os.chmod(d, 0o755)
+    os.chmod(path, 0o777)
     env = dict(os.environ, NOTIFY_SOCKET=path, WATCHDOG_USEC="2000000")
     env.pop("WATCHDOG_PID", None)
     log = open(os.path.join(d, "daemon.log"), "w+")
