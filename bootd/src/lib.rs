@@ -431,6 +431,15 @@ pub async fn run_app(
             .as_ref()
             .and_then(|d| d.interface.as_deref())
             .and_then(|i| nix::net::if_::if_nametoindex(i).ok());
+        // Neighbour entries need CAP_NET_ADMIN, which neither the systemd
+        // unit nor a dropped root grants: replies to address-less clients
+        // are broadcast instead (every client accepts those).
+        let net_admin = runtime::privileges::effective()
+            .contains(runtime::privileges::CapabilitySet::NET_ADMIN);
+        if ifindex.is_some() && !net_admin {
+            info!("no CAP_NET_ADMIN: DHCP replies to clients without an address are broadcast, not unicast");
+        }
+        let ifindex = ifindex.filter(|_| net_admin);
         let server = Arc::new(dhcp::server::Server {
             app: Arc::clone(&app),
             table: Arc::clone(&app.leases),

@@ -4,12 +4,12 @@
 //! Redirects are followed (mirrors redirect), at most [`MAX_REDIRECTS`].
 
 use bytes::Bytes;
-use rustls::pki_types::{pem::PemObject, CertificateDer};
 use http::{header, HeaderMap, Request, Response, StatusCode, Uri};
 use http_body_util::Empty;
 use hyper::body::Incoming;
 use hyper_util::client::legacy::{connect::HttpConnector, Client as Hyper};
 use hyper_util::rt::TokioExecutor;
+use rustls::pki_types::{pem::PemObject, CertificateDer};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;

@@ -48,6 +48,13 @@ pub fn is_root() -> bool {
     nix::unistd::geteuid().is_root()
 }
 
+/// The capabilities this thread holds now (empty when they cannot be read).
+pub fn effective() -> CapabilitySet {
+    rustix::thread::capabilities(None)
+        .map(|c| c.effective)
+        .unwrap_or(CapabilitySet::empty())
+}
+
 /// Who to become: `asked` (`--user`), else `daemon` if such a user
 /// exists, else `nobody`.
 pub fn choose_user(asked: Option<&str>, daemon: &str) -> String {

@@ -2,7 +2,8 @@
 # Started as root outside systemd, each daemon becomes what its unit makes
 # it: an unprivileged user (nobody here) holding only the unit's
 # capabilities, in every thread, bound to its privileged ports with them.
-# bootd serves HTTP on port 80 and DHCP bound to br0; lbd binds port 443 on
+# bootd serves HTTP on port 80 and DHCP bound to br0 (a client in another
+# namespace gets its lease); lbd binds port 443 on
 # a reload (after the drop); dnsd answers on 53. `--user root` keeps root;
 # an unknown --user refuses to start.
 # Usage: tests/systemd/privileges.sh [BINDIR]   (root)
@@ -70,6 +71,22 @@ owner=$(stat -c %U "$work/state/token.key" 2>/dev/null || echo none)
 [[ $owner == nobody ]] && ok "bootd's state is nobody's (token.key)" || bad "token.key owned by $owner"
 nsx ss -lunp | grep -q "10.77.0.1%br0:67\|0.0.0.0%br0:67\|%br0:67" && ok "DHCP bound to br0 (SO_BINDTODEVICE with CAP_NET_RAW)" \
     || bad "DHCP not bound to br0: $(nsx ss -lunp | grep ':67 ' || true)"
+# A DHCP client on the segment (another namespace, worker-0's MAC, no
+# address yet, broadcast flag clear): without CAP_NET_ADMIN bootd cannot add
+# the neighbour entry a unicast reply needs, so it must broadcast.
+cns=privc-$$
+ip netns add "$cns"
+ip link add "vp$$" type veth peer name "vc$$"
+ip link set "vp$$" netns "$ns"; ip link set "vc$$" netns "$cns"
+nsx ip link set "vp$$" master br0 up
+ip -n "$cns" link set "vc$$" address 52:54:00:77:00:20 up
+if out=$(ip netns exec "$cns" timeout 30 busybox udhcpc -f -q -n -t 5 -T 2 -i "vc$$" -s /bin/true 2>&1) \
+    && grep -q "lease of 10.77.0.20 obtained" <<<"$out"; then
+    ok "a DHCP client without an address got its lease from bootd as nobody (reply broadcast)"
+else
+    bad "DHCP as nobody: $(tail -n 3 <<<"$out")"
+fi
+ip netns del "$cns" 2>/dev/null || true
 kill "$bootd"; wait "$bootd" 2>/dev/null || true
 
 # --- --user root keeps root; an unknown user is refused --------------------------------------

@@ -33,11 +33,11 @@ mod secrets;
 pub use secrets::{read_secret, redact};
 
 use bytes::Bytes;
-use rustls::pki_types::{pem::PemObject, CertificateDer};
 use http::{HeaderMap, Request, StatusCode};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper_util::client::legacy::{connect::HttpConnector, Client as HyperClient};
 use hyper_util::rt::TokioExecutor;
+use rustls::pki_types::{pem::PemObject, CertificateDer};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
