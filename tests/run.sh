@@ -9,6 +9,9 @@
 #      HTTPS health checks, SQLite store with kill -9, provider fakes);
 #   3. systemd units (verify, security <= 2.0), the sd_notify protocol of each
 #      daemon and of the all-in-one binary, which must serve DNS, HTTP and LB;
+#      the units installed by systemd/install.sh into a Debian 12 container
+#      booted by systemd-nspawn (systemd as PID 1): started, serving,
+#      reloaded, dnsd and lbd reading bootd's node overlay, stopped;
 #   4. dnsd against NSD and Knot (secondaries via AXFR/NOTIFY, differential);
 #      the controller's provider clients against Prism mocks of the specs;
 #   5. the status page rendered by headless Chromium; the controller's whole
@@ -101,6 +104,7 @@ t "systemd units: verify + security"   bash tests/systemd/check.sh $BIN
 t "sd_notify: bootd, appliance, dnsd, lbd" bash tests/systemd/notify.sh $BIN
 t "all-in-one appliance"              bash tests/systemd/appliance.sh $BIN
 t "started as root: each daemon drops to nobody with its unit's capabilities" bash tests/systemd/privileges.sh $BIN
+t "units under systemd as PID 1 (nspawn): started at boot, serve, reload, dnsd and lbd read bootd's overlay, stop" bash tests/systemd/nspawn.sh $BIN
 t "dnsd vs NSD and Knot"              bash tests/dns/e2e.sh $BIN/dnsd
 t "controller vs Prism mocks"         bash tests/controller/e2e.sh
 t "status page in headless Chromium"  bash tests/status/e2e.sh --bootd $BIN/bootd

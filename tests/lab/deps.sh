@@ -45,6 +45,9 @@ PKGS=(
   # (tests/controller/bmc-deps.sh installs them from PyPI)
   libvirt-daemon-system libvirt-daemon-driver-qemu libvirt-clients python3-libvirt
   python3-venv ipmitool
+  # the units under a real systemd (tests/systemd/nspawn.sh): a Debian 12 root
+  # made by debootstrap, booted by systemd-nspawn
+  debootstrap systemd-container
 )
 
 if [[ $(id -u) -ne 0 ]]; then
