@@ -8,6 +8,8 @@
 //! does not make a spent token good again. Nonces are not secret (the tag
 //! is); lines are dropped once their token expired, when the file is
 //! opened and whenever it holds more than twice its live lines plus 1024.
+//! A corrupt file is refused at start (bootd says which line), never
+//! emptied: that would make spent tokens good again.
 
 use crate::token::Verified;
 use std::collections::HashMap;
@@ -52,16 +54,34 @@ fn now_secs() -> u64 {
         .unwrap_or(0)
 }
 
-/// The lines of the file that still count at `now`; unreadable lines are
-/// skipped (a torn last line after a crash).
-fn parse(text: &str, now: u64) -> HashMap<String, u64> {
-    text.lines()
-        .filter_map(|l| {
-            let (e, n) = l.split_once(' ')?;
+/// The lines of the file that still count at `now`. A last line without
+/// its newline is a write a crash cut short: dropped (its fetch was never
+/// answered). Any other line that does not parse is corruption: refused,
+/// with its number, because dropping it would make a spent token good again.
+fn parse(text: &str, now: u64) -> Result<HashMap<String, u64>, String> {
+    let complete = text.ends_with('\n');
+    let lines: Vec<&str> = text.lines().collect();
+    let mut live = HashMap::new();
+    for (i, l) in lines.iter().enumerate() {
+        let parsed = l.split_once(' ').and_then(|(e, n)| {
             let e: u64 = e.parse().ok()?;
-            (e > now && !n.is_empty() && !n.contains(' ')).then(|| (n.to_string(), e))
-        })
-        .collect()
+            (!n.is_empty() && !n.contains(' ')).then_some((n, e))
+        });
+        match parsed {
+            Some((n, e)) if e > now => {
+                live.insert(n.to_string(), e);
+            }
+            Some(_) => {}
+            None if i + 1 == lines.len() && !complete => {
+                tracing::warn!(
+                    line = i + 1,
+                    "spent-token file: a torn last line (a write cut short) dropped"
+                );
+            }
+            None => return Err(format!("line {}: not `<expiry> <nonce>`", i + 1)),
+        }
+    }
+    Ok(live)
 }
 
 fn render(live: &HashMap<String, u64>) -> String {
@@ -81,7 +101,16 @@ impl Spent {
             Err(e) if e.kind() == io::ErrorKind::NotFound => String::new(),
             Err(e) => return Err(io::Error::new(e.kind(), format!("{}: {e}", path.display()))),
         };
-        let live = parse(&text, now_secs());
+        let live = parse(&text, now_secs()).map_err(|why| {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "{}: {why}: the file is corrupt. Moving it aside starts over, but every token \
+                     it records as spent works again until it expires (ignition.tokenTtl)",
+                    path.display()
+                ),
+            )
+        })?;
         crate::state::write_private(&path, render(&live).as_bytes())?;
         let file = OpenOptions::new().append(true).open(&path)?;
         let lines = live.len();
@@ -192,6 +221,26 @@ mod tests {
         s.spend(&v("CCCCCCCCCCCCCCCC", later)).unwrap();
         let text = std::fs::read_to_string(dir.path().join(FILE)).unwrap();
         assert_eq!(text.lines().count(), 3, "{text}");
+    }
+
+    #[test]
+    fn a_corrupt_file_is_refused_naming_the_line_not_emptied() {
+        let dir = tempfile::tempdir().unwrap();
+        let later = now_secs() + 3600;
+        let path = dir.path().join(FILE);
+        std::fs::write(
+            &path,
+            format!("{later} AAAAAAAAAAAAAAAA\ngarbage\n{later} BBBBBBBBBBBBBBBB\n"),
+        )
+        .unwrap();
+        let e = Spent::open(dir.path()).unwrap_err().to_string();
+        assert!(
+            e.contains("spent-tokens: line 2: not `<expiry> <nonce>`"),
+            "{e}"
+        );
+        assert!(e.contains("works again until it expires"), "{e}");
+        // Left as it was.
+        assert!(std::fs::read_to_string(&path).unwrap().contains("garbage"));
     }
 
     #[test]
