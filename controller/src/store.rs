@@ -166,7 +166,43 @@ impl Store {
             path: path.clone(),
             source,
         };
+        let corrupt = |why: String| StoreError {
+            path: path.clone(),
+            source: rusqlite::Error::SqliteFailure(
+                rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_CORRUPT),
+                Some(why),
+            ),
+        };
+        // A database bootd made is never empty: it is created under another
+        // name and renamed once its schema is in. An empty file here was cut
+        // short (a full disk, a bad copy), and opening it would start an
+        // empty store, forgetting every API node: refused instead.
+        match std::fs::metadata(&path) {
+            Ok(m) if m.len() == 0 => {
+                return Err(corrupt(
+                    "empty file (0 bytes), not a database bootd wrote: restore it from a backup; \
+                     remove it only to start with no API nodes (their machines are then \
+                     unmanaged: `bootd cluster destroy --provider P` lists them)"
+                        .into(),
+                ))
+            }
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                Self::create(&path).map_err(err)?
+            }
+            Err(e) => return Err(corrupt(e.to_string())),
+        }
         let conn = Connection::open(&path).map_err(err)?;
+        // A truncated or damaged file: said now, with what to do, not at
+        // the first query that touches a bad page.
+        let check: String = conn
+            .query_row("PRAGMA quick_check", [], |r| r.get(0))
+            .map_err(|e| corrupt(format!("{e}: restore it from a backup")))?;
+        if check != "ok" {
+            return Err(corrupt(format!(
+                "integrity check failed ({check}): restore it from a backup"
+            )));
+        }
         // WAL: readers never block the writer; synchronous=FULL: a committed
         // intent survives power loss, not only a crash of bootd.
         conn.pragma_update(None, "journal_mode", "WAL")
@@ -180,6 +216,32 @@ impl Store {
             path,
             conn: Mutex::new(conn),
         })
+    }
+
+    /// A new database at `path`: made as `<path>.new` with its schema,
+    /// synced, then renamed into place.
+    fn create(path: &Path) -> rusqlite::Result<()> {
+        let tmp = path.with_extension("db.new");
+        let _ = std::fs::remove_file(&tmp);
+        let conn = Connection::open(&tmp)?;
+        conn.execute_batch(SCHEMA)?;
+        drop(conn);
+        let io = |e: std::io::Error| {
+            rusqlite::Error::SqliteFailure(
+                rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_IOERR),
+                Some(e.to_string()),
+            )
+        };
+        std::fs::File::open(&tmp)
+            .and_then(|f| f.sync_all())
+            .map_err(io)?;
+        std::fs::rename(&tmp, path).map_err(io)?;
+        if let Some(dir) = path.parent() {
+            std::fs::File::open(dir)
+                .and_then(|d| d.sync_all())
+                .map_err(io)?;
+        }
+        Ok(())
     }
 
     fn with<T>(&self, f: impl FnOnce(&mut Connection) -> rusqlite::Result<T>) -> Result<T> {
@@ -526,6 +588,43 @@ mod tests {
             phase: "Pending".into(),
             message: String::new(),
             updated_at: 1,
+        }
+    }
+
+    /// An empty, truncated or foreign file is refused at open, naming the
+    /// file and what to do; it is never started over as an empty store.
+    #[test]
+    fn a_damaged_database_is_refused_not_emptied() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Store::open(dir.path()).unwrap();
+        assert!(!dir.path().join("controller.db.new").exists());
+        for i in 0..200 {
+            s.insert_node(&row(&format!("n{i}"))).unwrap();
+        }
+        drop(s);
+        let path = dir.path().join(DB_FILE);
+        // Checkpointed on close: the whole store is in the file.
+        let whole = std::fs::read(&path).unwrap();
+        assert!(whole.len() > 8192, "{}", whole.len());
+        for (what, bytes) in [
+            ("empty", Vec::new()),
+            ("cut in half", whole[..whole.len() / 2].to_vec()),
+            ("not a database", vec![0x5a; whole.len()]),
+        ] {
+            std::fs::write(&path, &bytes).unwrap();
+            let _ = std::fs::remove_file(dir.path().join("controller.db-wal"));
+            let _ = std::fs::remove_file(dir.path().join("controller.db-shm"));
+            let e = Store::open(dir.path())
+                .err()
+                .unwrap_or_else(|| panic!("{what}: opened"))
+                .to_string();
+            assert!(e.contains("controller.db"), "{what}: {e}");
+            assert!(e.contains("restore it from a backup"), "{what}: {e}");
+            assert_eq!(
+                std::fs::read(&path).unwrap(),
+                bytes,
+                "{what}: the file was changed"
+            );
         }
     }
 
