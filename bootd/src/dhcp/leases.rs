@@ -183,16 +183,58 @@ impl Table {
     }
 }
 
-/// Reads `path`, returning the table and how many lines were unreadable.
+/// Reads `path`, returning the table and how many lines were dropped: at
+/// most one, a last line without its newline (a write a crash cut short,
+/// never ACKed). Any other line that is not a lease record is corruption:
+/// `InvalidData` naming the line, and the file is left alone, because
+/// starting without the leases it holds would offer addresses clients
+/// still use.
 pub fn load(path: &Path) -> io::Result<(Table, usize)> {
-    let mut t = Table::default();
-    let mut bad = 0;
-    let f = match std::fs::File::open(path) {
-        Ok(f) => f,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok((t, 0)),
+    let bytes = match std::fs::read(path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok((Table::default(), 0)),
         Err(e) => return Err(e),
     };
-    for line in io::BufReader::new(f).split(b'\n') {
+    if let Some(n) = corrupt_line(&bytes) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!(
+                "{}: line {n} is not a lease record: the file is corrupt. bootd does not start \
+                 without the leases it holds (it would offer addresses clients still use): \
+                 restore the file, or move it aside to start with no leases (clients keep their \
+                 addresses until they renew; set the pool's addresses aside meanwhile)",
+                path.display()
+            ),
+        ));
+    }
+    recover(&bytes[..])
+}
+
+/// The 1-based number of the first line that is not a lease record,
+/// except a last line without its newline (a torn write).
+fn corrupt_line(bytes: &[u8]) -> Option<usize> {
+    let complete = bytes.ends_with(b"\n");
+    let lines: Vec<&[u8]> = bytes.split(|b| *b == b'\n').collect();
+    // `split` yields an empty piece after a final newline.
+    let count = if complete {
+        lines.len() - 1
+    } else {
+        lines.len()
+    };
+    (0..count).find_map(|i| {
+        let l = lines[i];
+        let torn_tail = i + 1 == count && !complete;
+        (!l.is_empty() && !torn_tail && serde_json::from_slice::<Lease>(l).is_err())
+            .then_some(i + 1)
+    })
+}
+
+/// The table the lease file's content `r` holds, and how many lines were
+/// unreadable ([`load`] without the file: the fuzz target's entry).
+pub fn recover(r: impl BufRead) -> io::Result<(Table, usize)> {
+    let mut t = Table::default();
+    let mut bad = 0;
+    for line in r.split(b'\n') {
         let line = line?;
         if line.is_empty() {
             continue;
@@ -207,6 +249,12 @@ pub fn load(path: &Path) -> io::Result<(Table, usize)> {
 
 /// Rewrites the file with one record per lease (atomically).
 fn compact(path: &Path, t: &Table) -> io::Result<()> {
+    crate::state::write_atomic(path, &render(t)?, 0o640)
+}
+
+/// The lease file's content with one record per lease, as compaction
+/// writes it.
+pub fn render(t: &Table) -> io::Result<Vec<u8>> {
     let mut buf = Vec::new();
     // Declines first: replaying one ends its client's lease, and the
     // client's later lease (below) must come after it.
@@ -218,7 +266,7 @@ fn compact(path: &Path, t: &Table) -> io::Result<()> {
         serde_json::to_writer(&mut buf, l).map_err(io::Error::other)?;
         buf.push(b'\n');
     }
-    crate::state::write_atomic(path, &buf, 0o640)
+    Ok(buf)
 }
 
 type Pending = (Lease, oneshot::Sender<io::Result<()>>);
@@ -237,7 +285,7 @@ impl Store {
         let path = state_dir.join("leases.jsonl");
         let (table, bad) = load(&path)?;
         if bad > 0 {
-            warn!(file = %path.display(), bad, "lease file had unreadable lines (a torn write after a crash); dropped them");
+            warn!(file = %path.display(), "lease file ended in a torn line (a write a crash cut short, never acknowledged); dropped it");
         }
         compact(&path, &table)?;
         let file = std::fs::OpenOptions::new().append(true).open(&path)?;
@@ -388,6 +436,36 @@ mod tests {
             expires: 100,
             hostname: host.map(Into::into),
             state: LeaseState::Active,
+        }
+    }
+
+    /// A line that is not a record anywhere but at the torn tail: refused
+    /// with its number, and the file left as it was (never emptied).
+    #[test]
+    fn a_corrupt_lease_file_is_refused_naming_the_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("leases.jsonl");
+        let good = serde_json::to_string(&lease("52:54:00:00:00:01", "10.0.0.1", None)).unwrap();
+        for (text, line) in [
+            (format!("{good}\ngarbage\n{good}\n"), 2),
+            (format!("garbage\n{good}\n"), 1),
+            (format!("{good}\n{{\"mac\":\"52:54\n"), 2),
+            ("\u{0}\u{1}\u{2}\n".repeat(3), 1),
+        ] {
+            std::fs::write(&p, &text).unwrap();
+            let e = load(&p).unwrap_err();
+            assert_eq!(e.kind(), io::ErrorKind::InvalidData);
+            let e = e.to_string();
+            assert!(
+                e.contains(&format!("leases.jsonl: line {line} is not a lease record")),
+                "{e}"
+            );
+            assert!(Store::open(dir.path()).is_err());
+            assert_eq!(
+                std::fs::read_to_string(&p).unwrap(),
+                text,
+                "the file was changed"
+            );
         }
     }
 
