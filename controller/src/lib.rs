@@ -129,8 +129,15 @@ pub fn parse_create(body: &[u8]) -> Result<(NodeSpec, Option<ProviderSpec>), Str
         // A spec that does not parse is a malformed request, as before any check.
         p.check().map_err(|e| format!("provider: {e}"))?;
     }
-    let spec = serde_json::from_value::<NodeSpec>(Value::Object(v))
-        .map_err(|e| format!("not a node: {e}"))?;
+    // With the key the problem is at (`kernelArgs: invalid type: …`).
+    let spec: NodeSpec = serde_path_to_error::deserialize(Value::Object(v)).map_err(|e| {
+        let at = e.path().to_string();
+        if at == "." {
+            format!("not a node: {}", e.inner())
+        } else {
+            format!("not a node: {at}: {}", e.inner())
+        }
+    })?;
     Ok((spec, provider))
 }
 

@@ -186,6 +186,11 @@ impl Bootd {
         self.call_as(Some(API_TOKEN), method, path, body).await
     }
 
+    /// An authenticated call with a body of raw bytes.
+    pub async fn call_raw(&self, method: &str, path: &str, body: Vec<u8>) -> (u16, Value) {
+        api_call_raw(&self.client, self.api, Some(API_TOKEN), method, path, body).await
+    }
+
     /// Polls GET /v1/nodes/<name> until `pred` holds (at most `secs`).
     pub async fn wait_node(
         &self,
@@ -258,6 +263,24 @@ pub async fn api_call(
     let body = body
         .map(|v| serde_json::to_vec(&v).unwrap())
         .unwrap_or_default();
+    api_call_raw(client, api, token, method, path, body).await
+}
+
+/// [`api_call`] with the body's bytes as given (malformed ones included).
+pub async fn api_call_raw(
+    client: &controller::providers::Http,
+    api: std::net::SocketAddr,
+    token: Option<&str>,
+    method: &str,
+    path: &str,
+    body: Vec<u8>,
+) -> (u16, Value) {
+    let mut b = http::Request::builder()
+        .method(method)
+        .uri(format!("https://localhost:{}{path}", api.port()));
+    if let Some(t) = token {
+        b = b.header("Authorization", format!("Bearer {t}"));
+    }
     // Status 0: no answer (a bootd being restarted).
     match client
         .send(
@@ -1443,5 +1466,106 @@ async fn discovered_machines_are_listed_and_adopted() {
     let (st, s) = get("/discover?mac=52-54-00-77-00-a1".into()).await;
     assert_eq!(st, 200);
     assert!(s.contains("# bootd: worker-7"), "{s}");
+    b.stop().await;
+}
+
+/// Malformed bodies on every route that takes one: oversized, not JSON,
+/// wrong types, unknown fields, deep nesting. Each is refused with a 4xx
+/// and a reason, counted by route and status, stores nothing, and the API
+/// goes on serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_api_bodies_are_refused_counted_and_change_nothing() {
+    let f = Fake::start().await;
+    let b = Bootd::start(&f.url(), &f.url(), &f.url()).await;
+    let deep = |n: usize| format!("{}{}", "[".repeat(n), "]".repeat(n)).into_bytes();
+    let node = |extra: &str| {
+        format!(r#"{{"name": "worker-9", "role": "worker", "macs": ["52:54:00:77:00:29"], "ip": "10.77.0.29"{extra}}}"#)
+            .into_bytes()
+    };
+    let cases: Vec<(&str, &str, Vec<u8>, u16, &str)> = vec![
+        (
+            "oversized",
+            "/v1/nodes",
+            vec![b' '; 65 * 1024],
+            413,
+            "larger than",
+        ),
+        ("not JSON", "/v1/nodes", b"{\"name\": ".to_vec(), 400, ""),
+        (
+            "wrong type",
+            "/v1/nodes",
+            node(r#", "kernelArgs": "console=ttyS0""#),
+            400,
+            "kernelArgs",
+        ),
+        (
+            "wrong type (name)",
+            "/v1/nodes",
+            br#"{"name": 5, "role": "worker"}"#.to_vec(),
+            400,
+            "",
+        ),
+        (
+            "unknown field",
+            "/v1/nodes",
+            node(r#", "ipAddress": "10.77.0.29""#),
+            400,
+            "unknown field `ipAddress`",
+        ),
+        ("deep nesting", "/v1/nodes", deep(30_000), 400, ""),
+        (
+            "deep nesting (value)",
+            "/v1/nodes",
+            node(&format!(
+                r#", "kernelArgs": {}"#,
+                String::from_utf8(deep(5000)).unwrap()
+            )),
+            400,
+            "",
+        ),
+        (
+            "adopt: not JSON",
+            "/v1/discovered/52:54:00:77:00:a9/adopt",
+            b"\x00\xff".to_vec(),
+            404,
+            "",
+        ),
+        (
+            "destroy: wrong type",
+            "/v1/cluster/destroy",
+            br#"{"provider": 7}"#.to_vec(),
+            400,
+            "",
+        ),
+        (
+            "destroy: deep nesting",
+            "/v1/cluster/destroy",
+            deep(30_000),
+            400,
+            "",
+        ),
+    ];
+    for (what, path, body, want, reason) in &cases {
+        let (st, v) = b.call_raw("POST", path, body.clone()).await;
+        assert_eq!(st, *want, "{what}: {v:#}");
+        if *want != 404 {
+            let msg = v["error"]
+                .as_str()
+                .unwrap_or_else(|| panic!("{what}: no reason: {v:#}"));
+            assert!(!msg.is_empty() && msg.contains(reason), "{what}: {msg}");
+        }
+    }
+    // Nothing was stored or served, and the API still answers.
+    let (st, v) = b.call("GET", "/v1/nodes/worker-9", None).await;
+    assert_eq!(st, 404, "{v:#}");
+    assert!(b.app.live.load().site.node("worker-9").is_none());
+    let (st, _) = b.call("GET", "/v1/nodes", None).await;
+    assert_eq!(st, 200);
+    // Counted by route and status.
+    let m = b.app.metrics.encode();
+    for (route, status, n) in [("nodes", 413, 1), ("nodes", 400, 6)] {
+        let line = format!("bootd_api_requests_total{{route=\"{route}\",status=\"{status}\"}} {n}");
+        assert!(m.contains(&line), "{line} not in\n{m}");
+    }
     b.stop().await;
 }
