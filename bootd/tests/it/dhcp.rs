@@ -52,6 +52,15 @@ async fn relayed_dora_is_durable_before_ack_and_bad_packets_are_counted() {
     let mut overload_loop = good[..240].to_vec();
     overload_loop[108..112].copy_from_slice(&[52, 1, 3, 255]);
     overload_loop.extend_from_slice(&[53, 1, 1, 52, 1, 3, 255]);
+    // Not Ethernet: htype 6 (IEEE 802), and hlen 16 with htype 1.
+    let mut htype = good.clone();
+    htype[1] = 6;
+    let mut hlen = good.clone();
+    hlen[2] = 16;
+    // Oversized: no END within the 4 096 bytes read (6 000 of PAD after
+    // the options).
+    let mut oversized = good[..good.len() - 1].to_vec();
+    oversized.resize(6000, 0);
     let cases: Vec<Vec<u8>> = vec![
         vec![],
         vec![1],
@@ -60,6 +69,9 @@ async fn relayed_dora_is_durable_before_ack_and_bad_packets_are_counted() {
         bad_cookie,
         overflow,
         vec![0xff; 600],
+        htype,
+        hlen,
+        oversized,
     ];
     for c in &cases {
         relay.send(c).await.unwrap();
@@ -85,9 +97,10 @@ async fn relayed_dora_is_durable_before_ack_and_bad_packets_are_counted() {
         .and_then(|l| l.rsplit(' ').next())
         .and_then(|v| v.parse().ok())
         .unwrap_or(0);
-    assert!(
-        malformed as usize >= cases.len(),
-        "malformed packets counted: {malformed}\n{m}"
+    assert_eq!(
+        malformed as usize,
+        cases.len(),
+        "each malformed packet counted once:\n{m}"
     );
     // And the server still answers.
     relay
