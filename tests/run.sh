@@ -104,6 +104,7 @@ t "systemd units: verify + security"   bash tests/systemd/check.sh $BIN
 t "sd_notify: bootd, appliance, dnsd, lbd" bash tests/systemd/notify.sh $BIN
 t "all-in-one appliance"              bash tests/systemd/appliance.sh $BIN
 t "started as root: each daemon drops to nobody with its unit's capabilities" bash tests/systemd/privileges.sh $BIN
+t "SIGHUP with a bad site, a missing or unreadable role Ignition: bootd, dnsd, lbd, appliance keep serving" bash tests/systemd/reload.sh $BIN
 t "units under systemd as PID 1 (nspawn): started at boot, serve, reload, dnsd and lbd read bootd's overlay, stop" bash tests/systemd/nspawn.sh $BIN
 t "dnsd vs NSD and Knot"              bash tests/dns/e2e.sh $BIN/dnsd
 t "controller vs Prism mocks"         bash tests/controller/e2e.sh
