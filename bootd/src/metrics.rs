@@ -132,7 +132,7 @@ impl Default for Metrics {
         );
         registry.register(
             "api_denials",
-            "Controller API requests refused (missing, wrong, tokens_unavailable)",
+            "Controller API requests refused (missing, wrong, tokens_unavailable) and connections closed at accept over a cap (max_connections, per_source)",
             api_denials.clone(),
         );
         registry.register(

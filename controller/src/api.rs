@@ -14,9 +14,26 @@ pub(super) async fn serve(
     tracker: TaskTracker,
 ) {
     let acceptor = tokio_rustls::TlsAcceptor::from(tls);
+    let conns = runtime::conns::Conns::new(ctl.tuning.connections);
     while let Some((stream, peer)) = runtime::net::accept(&listener, &shutdown, "API").await {
+        // Over a cap: closed at once, counted (not logged per connection).
+        let held = match conns.take(peer.ip().to_canonical()) {
+            Ok(h) => h,
+            Err(why) => {
+                ctl.app
+                    .metrics
+                    .api_denials
+                    .get_or_create(&bootd::metrics::Reason {
+                        reason: why.as_str(),
+                    })
+                    .inc();
+                drop(stream);
+                continue;
+            }
+        };
         let (ctl, acceptor, shutdown) = (Arc::clone(&ctl), acceptor.clone(), shutdown.clone());
         tracker.spawn(async move {
+            let _held = held;
             let tls = match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(stream))
                 .await
             {
@@ -296,13 +313,32 @@ pub(super) fn node_timeline(ctl: &Arc<Controller>, _: auth::Caller, name: &str) 
     }
 }
 
-async fn read_body(req: Request<hyper::body::Incoming>) -> Result<bytes::Bytes, Response<Body>> {
-    match Limited::new(req.into_body(), MAX_REQUEST).collect().await {
-        Ok(b) => Ok(b.to_bytes()),
-        Err(_) => Err(err(
+/// The request's body: at most [`MAX_REQUEST`] bytes (413), arriving within
+/// `Tuning::body_timeout` (408: a client that sends its headers and then
+/// trickles, or never sends, its body does not hold the connection).
+async fn read_body(
+    ctl: &Controller,
+    req: Request<hyper::body::Incoming>,
+) -> Result<bytes::Bytes, Response<Body>> {
+    let body = Limited::new(req.into_body(), MAX_REQUEST).collect();
+    match tokio::time::timeout(ctl.tuning.body_timeout, body).await {
+        Ok(Ok(b)) => Ok(b.to_bytes()),
+        Ok(Err(_)) => Err(err(
             StatusCode::PAYLOAD_TOO_LARGE,
             format!("request body larger than {MAX_REQUEST} bytes or cut short"),
         )),
+        Err(_) => {
+            let mut r = err(
+                StatusCode::REQUEST_TIMEOUT,
+                format!(
+                    "request body not received within {} s",
+                    ctl.tuning.body_timeout.as_secs()
+                ),
+            );
+            r.headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+            Err(r)
+        }
     }
 }
 
@@ -311,7 +347,7 @@ pub(super) async fn create_node(
     caller: auth::Caller,
     req: Request<hyper::body::Incoming>,
 ) -> Response<Body> {
-    match read_body(req).await {
+    match read_body(ctl, req).await {
         Ok(body) => create_from(ctl, caller, body).await,
         Err(r) => r,
     }
@@ -528,7 +564,7 @@ pub(super) async fn adopt(
     key: &str,
     req: Request<hyper::body::Incoming>,
 ) -> Response<Body> {
-    let body = match read_body(req).await {
+    let body = match read_body(ctl, req).await {
         Ok(b) => b,
         Err(r) => return r,
     };

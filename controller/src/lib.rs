@@ -70,6 +70,10 @@ pub struct Tuning {
     pub request_timeout: Duration,
     /// Overrides `host.api.deadline`.
     pub deadline: Option<Duration>,
+    /// How long a request body may take to arrive (then 408).
+    pub body_timeout: Duration,
+    /// Connections the API holds at once, and from one address.
+    pub connections: runtime::conns::ConnLimits,
 }
 
 impl Default for Tuning {
@@ -80,6 +84,13 @@ impl Default for Tuning {
             backoff_cap: Duration::from_secs(60),
             request_timeout: Duration::from_secs(30),
             deadline: None,
+            body_timeout: Duration::from_secs(30),
+            // Operators and their tools (which may fire a hundred creates
+            // at once), not machines; far inside the descriptor budget.
+            connections: runtime::conns::ConnLimits {
+                max: 1024,
+                per_source: 256,
+            },
         }
     }
 }

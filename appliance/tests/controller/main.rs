@@ -102,6 +102,8 @@ pub fn tuning() -> controller::Tuning {
         backoff_cap: Duration::from_millis(800),
         request_timeout: Duration::from_millis(700),
         deadline: None,
+        body_timeout: Duration::from_secs(1),
+        ..controller::Tuning::default()
     }
 }
 
@@ -254,12 +256,6 @@ pub async fn api_call(
     path: &str,
     body: Option<Value>,
 ) -> (u16, Value) {
-    let mut b = http::Request::builder()
-        .method(method)
-        .uri(format!("https://localhost:{}{path}", api.port()));
-    if let Some(t) = token {
-        b = b.header("Authorization", format!("Bearer {t}"));
-    }
     let body = body
         .map(|v| serde_json::to_vec(&v).unwrap())
         .unwrap_or_default();
@@ -1567,5 +1563,93 @@ async fn malformed_api_bodies_are_refused_counted_and_change_nothing() {
         let line = format!("bootd_api_requests_total{{route=\"{route}\",status=\"{status}\"}} {n}");
         assert!(m.contains(&line), "{line} not in\n{m}");
     }
+    b.stop().await;
+}
+
+/// A TLS connection to the API trusting bootd's CA.
+async fn api_tls(b: &Bootd) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
+    use rustls::pki_types::{pem::PemObject, CertificateDer, ServerName};
+    let ca = &b.app.tls.as_ref().unwrap().ca_pem;
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_slice_iter(ca.as_bytes()) {
+        roots.add(c.unwrap()).unwrap();
+    }
+    let cfg = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let tcp = tokio::net::TcpStream::connect(b.api).await.unwrap();
+    tokio_rustls::TlsConnector::from(Arc::new(cfg))
+        .connect(ServerName::try_from("localhost").unwrap(), tcp)
+        .await
+        .unwrap()
+}
+
+/// The API bounds what one client can hold: a body that never finishes is
+/// answered 408 after `body_timeout` and the connection closed; past the
+/// per-source cap (256 by default, 32 here) the next connection is closed
+/// at accept, counted, and the API still answers once they go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_bodies_and_connection_floods_are_bounded_on_the_api() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let f = Fake::start().await;
+    let b = Bootd::start_tuned(
+        &f.url(),
+        &f.url(),
+        &f.url(),
+        controller::Tuning {
+            connections: runtime::conns::ConnLimits {
+                max: 64,
+                per_source: 32,
+            },
+            ..tuning()
+        },
+    )
+    .await;
+    // Headers, 10 of the 100 body bytes announced, then nothing.
+    let mut s = api_tls(&b).await;
+    let head = format!(
+        "POST /v1/nodes HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {API_TOKEN}\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{{\"name\": "
+    );
+    s.write_all(head.as_bytes()).await.unwrap();
+    let t0 = Instant::now();
+    let mut reply = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut reply))
+        .await
+        .expect("the API answered and closed")
+        .ok();
+    let reply = String::from_utf8_lossy(&reply);
+    assert!(reply.starts_with("HTTP/1.1 408"), "{reply}");
+    assert!(
+        reply.contains("request body not received within 1 s"),
+        "{reply}"
+    );
+    assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+    // 40 idle connections from one address: 32 held, the rest closed at once.
+    let mut held = Vec::new();
+    for _ in 0..40 {
+        held.push(tokio::net::TcpStream::connect(b.api).await.unwrap());
+    }
+    let mut closed = 0;
+    for c in held.iter_mut() {
+        let mut buf = [0u8; 1];
+        if let Ok(Ok(0)) = tokio::time::timeout(Duration::from_millis(100), c.read(&mut buf)).await
+        {
+            closed += 1;
+        }
+    }
+    assert_eq!(closed, 8, "connections over the per-source cap are closed");
+    let m = b.app.metrics.encode();
+    assert!(
+        m.contains("bootd_api_denials_total{reason=\"per_source\"} 8"),
+        "{m}"
+    );
+    drop(held);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let (st, _) = b.call("GET", "/v1/nodes", None).await;
+    assert_eq!(st, 200);
     b.stop().await;
 }

@@ -150,7 +150,7 @@ pub(super) async fn destroy(
     _: auth::Caller,
     req: Request<hyper::body::Incoming>,
 ) -> Response<Body> {
-    let body = match read_body(req).await {
+    let body = match read_body(ctl, req).await {
         Ok(b) => b,
         Err(r) => return r,
     };
