@@ -113,7 +113,8 @@ fi
 # --- udhcpc as petitboot runs it (asks for options 209/210) as p9-0, then
 #     the pxelinux config fetched from the path prefix it got ---
 # busybox names options 209/210 pxeconffile and pxepathprefix: the variables
-# petitboot's udhcpc script reads.
+# petitboot's udhcpc script reads; then the config, fetched from the leased
+# address as petitboot does (a node's config goes only to its address).
 cat >"$WORK/petitboot.sh" <<'S'
 #!/bin/sh
 [ "$1" = bound ] && echo "ip=$ip conf=$pxeconffile prefix=$pxepathprefix" >"$PB_OUT"
@@ -123,7 +124,8 @@ chmod +x "$WORK/petitboot.sh"
 ip -n "$C" route del 255.255.255.255/32 dev vc-$$ 2>/dev/null || true
 if PB_OUT=$WORK/petitboot.out ip netns exec "$C" timeout 20 busybox udhcpc -i vc-$$ -n -q -t 5 -O 209 -O 210 -s "$WORK/petitboot.sh" >/dev/null 2>&1 \
   && grep -q "^ip=10.77.0.30 conf=pxelinux.cfg/01-52-54-00-77-00-30 prefix=http://10.77.0.1:8080/$" "$WORK/petitboot.out" \
-  && ip netns exec "$S" curl -fsS "http://10.77.0.1:8080/pxelinux.cfg/01-52-54-00-77-00-30" >"$WORK/pxelinux.cfg" \
+  && ip -n "$C" addr add 10.77.0.30/24 dev "vc-$$" \
+  && ip netns exec "$C" curl -fsS --retry 3 --retry-connrefused "http://10.77.0.1:8080/pxelinux.cfg/01-52-54-00-77-00-30" >"$WORK/pxelinux.cfg" \
   && grep -q "^  KERNEL http://10.77.0.1:8080/images/lab-ppc64le/vmlinux$" "$WORK/pxelinux.cfg"; then
   pass "petitboot-style udhcpc $(cat "$WORK/petitboot.out"), config: $(grep -c . "$WORK/pxelinux.cfg") lines"
 else
