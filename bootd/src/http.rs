@@ -354,7 +354,11 @@ fn discover(app: &App, snap: &Snapshot, q: Option<&str>, peer: IpAddr) -> Respon
             .as_ref()
             .and_then(|mac| leases.get(mac))
             .is_some_and(|l| {
-                l.state == crate::dhcp::leases::LeaseState::Active && IpAddr::V4(l.ip) == peer
+                l.state == crate::dhcp::leases::LeaseState::Active
+                    && IpAddr::V4(l.ip) == peer
+                    && first
+                        .as_ref()
+                        .is_some_and(|m| leases.holder(l.ip) == Some(m))
             })
     };
     let kept = if serves_addresses && !from_its_lease() {
@@ -536,7 +540,11 @@ pub(crate) fn node_addrs(app: &App, node: &Node) -> Vec<IpAddr> {
     let leases = app.leases.lock().unwrap_or_else(|p| p.into_inner());
     for m in &node.macs {
         if let Some(l) = leases.get(m) {
-            if l.state == crate::dhcp::leases::LeaseState::Active && !v.contains(&IpAddr::V4(l.ip))
+            // Only an address it still holds (not one that expired and went
+            // to another machine).
+            if l.state == crate::dhcp::leases::LeaseState::Active
+                && leases.holder(l.ip) == Some(m)
+                && !v.contains(&IpAddr::V4(l.ip))
             {
                 v.push(IpAddr::V4(l.ip));
             }

@@ -84,16 +84,16 @@ impl Table {
             return;
         };
         if lease.state == LeaseState::Declined {
-            // The client gives the address up: its lease ends, and the
-            // address is held out of the pool on its own.
-            if let Some(old) = self.by_mac.remove(&mac) {
-                if self.by_ip.get(&old.ip) == Some(&mac) {
-                    self.by_ip.remove(&old.ip);
-                }
+            // The client gives the address up: its lease on it ends, and
+            // the address is held out of the pool on its own, whoever's
+            // record named it before (only its holder may decline it: the
+            // server checks; in a compacted file a stale record of another
+            // client's may come first).
+            if self.by_mac.get(&mac).is_some_and(|old| old.ip == lease.ip) {
+                self.by_mac.remove(&mac);
+                self.generation += 1;
             }
-            if self.by_ip.get(&lease.ip) == Some(&mac) {
-                self.by_ip.remove(&lease.ip);
-            }
+            self.by_ip.remove(&lease.ip);
             self.declined.insert(lease.ip, lease);
             return;
         }
@@ -256,13 +256,25 @@ fn compact(path: &Path, t: &Table) -> io::Result<()> {
 /// writes it.
 pub fn render(t: &Table) -> io::Result<Vec<u8>> {
     let mut buf = Vec::new();
-    // Declines first: replaying one ends its client's lease, and the
-    // client's later lease (below) must come after it.
+    // Replayed in this order, the records give the same addresses back:
+    // the declines (each takes its address out of the pool), then the
+    // clients that hold an address (each takes its own). A client's record
+    // that no longer holds its address (it expired and went to another
+    // client, the client moved on, or released it) is left out: replayed,
+    // it would take the address back (found by the lease_file fuzz target:
+    // sorted by MAC, a stale record took an address from its holder after
+    // a restart); that client is simply new to bootd after the restart.
+    let holds = |l: &Lease| {
+        l.state == LeaseState::Active
+            && l.mac
+                .parse::<Mac>()
+                .is_ok_and(|m| t.by_ip.get(&l.ip) == Some(&m))
+    };
+    let mut holders: Vec<&Lease> = t.leases().filter(|l| holds(l)).collect();
+    holders.sort_by(|a, b| a.mac.cmp(&b.mac));
     let mut declined: Vec<&Lease> = t.declined().collect();
     declined.sort_by_key(|l| l.ip);
-    let mut leases: Vec<&Lease> = t.leases().collect();
-    leases.sort_by(|a, b| a.mac.cmp(&b.mac));
-    for l in declined.into_iter().chain(leases) {
+    for l in declined.into_iter().chain(holders) {
         serde_json::to_writer(&mut buf, l).map_err(io::Error::other)?;
         buf.push(b'\n');
     }
@@ -467,6 +479,34 @@ mod tests {
                 "the file was changed"
             );
         }
+    }
+
+    /// An address that went from an expired client to another stays the
+    /// new holder's through compaction and a restart (the lease_file fuzz
+    /// target's regress-address-moved-to-lower-mac).
+    #[test]
+    fn compaction_keeps_an_address_with_its_current_holder() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("leases.jsonl");
+        std::fs::write(
+            &p,
+            "{\"mac\":\"52:54:00:99:00:02\",\"ip\":\"10.77.0.100\",\"expires\":1700000000}\n\
+             {\"mac\":\"52:54:00:99:00:01\",\"ip\":\"10.77.0.100\",\"expires\":1700003600}\n",
+        )
+        .unwrap();
+        let holder = |t: &Table| {
+            t.by_ip
+                .get(&"10.77.0.100".parse().unwrap())
+                .map(|m| m.to_string())
+        };
+        let (t, _) = load(&p).unwrap();
+        assert_eq!(holder(&t).as_deref(), Some("52:54:00:99:00:01"));
+        // Compacted (as at every start), read back: the same holder.
+        let (store, t2) = Store::open(dir.path()).unwrap();
+        drop(store);
+        assert_eq!(holder(&t2).as_deref(), Some("52:54:00:99:00:01"));
+        let (t3, _) = load(&p).unwrap();
+        assert_eq!(holder(&t3).as_deref(), Some("52:54:00:99:00:01"));
     }
 
     #[test]

@@ -27,13 +27,29 @@ fn shape_ok(code: u8, len: usize) -> bool {
 }
 
 /// Walks one option area; `Ok(overload)` is option 52's value if present.
+/// Options of one code given back to back (no PAD between) are one value,
+/// concatenated (RFC 3396), and that is what the decoder builds: the shape
+/// ([`shape_ok`]) is judged on each such run, and on each piece alone.
 fn walk(area: &[u8], must_end: bool) -> Result<Option<u8>, &'static str> {
+    const MISFIT: &str = "option length does not fit the option's type";
     let mut i = 0;
     let mut overload = None;
+    // The current run of one code: (code, total length).
+    let mut run: Option<(u8, usize)> = None;
+    let flush = |run: &mut Option<(u8, usize)>| match run.take() {
+        Some((code, total)) if !shape_ok(code, total) => Err(MISFIT),
+        _ => Ok(()),
+    };
     while i < area.len() {
         match area[i] {
-            0 => i += 1,
-            255 => return Ok(overload),
+            0 => {
+                flush(&mut run)?;
+                i += 1
+            }
+            255 => {
+                flush(&mut run)?;
+                return Ok(overload);
+            }
             code => {
                 let len = *area.get(i + 1).ok_or("option length past the end")? as usize;
                 let val = area
@@ -49,12 +65,20 @@ fn walk(area: &[u8], must_end: bool) -> Result<Option<u8>, &'static str> {
                     return Err("bad message type length");
                 }
                 if !shape_ok(code, len) {
-                    return Err("option length does not fit the option's type");
+                    return Err(MISFIT);
+                }
+                match &mut run {
+                    Some((c, total)) if *c == code => *total += len,
+                    _ => {
+                        flush(&mut run)?;
+                        run = Some((code, len));
+                    }
                 }
                 i += 2 + len;
             }
         }
     }
+    flush(&mut run)?;
     if must_end {
         Err("options not terminated by END")
     } else {
@@ -195,9 +219,35 @@ mod tests {
             assert!(e.contains("fit"), "option {code} length {bad}: {e}");
             let p = with(good);
             assert_eq!(check(&p), Ok(()), "option {code} length {good}");
-            use dhcproto::{Decodable, Decoder};
-            let _ = dhcproto::v4::Message::decode(&mut Decoder::new(&p));
+            let _ = dhcproto::v4::Message::decode(&mut dhcproto::Decoder::new(&p));
         }
+        // Given back to back, an option is one concatenated value (RFC
+        // 3396), and that is what must fit: 94 as 3 + 3 bytes is refused
+        // (the fuzz target's regress-option94-split). Each piece must fit
+        // too (a PAD or another option between makes two values, each
+        // decoded alone: 154 of length 0, then 127, then 154 of 4).
+        use dhcproto::{Decodable, Decoder};
+        let twice = |a: u8, b: u8| {
+            let mut p = base();
+            p.extend_from_slice(&[53, 1, 1, 94, a]);
+            p.extend(std::iter::repeat_n(1u8, a as usize));
+            p.extend_from_slice(&[94, b]);
+            p.extend(std::iter::repeat_n(2u8, b as usize));
+            p.push(255);
+            p
+        };
+        assert!(check(&twice(3, 3)).unwrap_err().contains("fit"));
+        assert!(check(&twice(1, 2)).unwrap_err().contains("fit"));
+        let mut p = base();
+        p.extend_from_slice(&[
+            53, 1, 1, 154, 0, 0, 127, 4, 0, 0, 0, 1, 154, 4, 0, 0, 0, 2, 255,
+        ]);
+        assert!(check(&p).unwrap_err().contains("fit"), "a piece alone");
+        // Each fitting, apart: two values, the later one kept; decodes.
+        let mut p = base();
+        p.extend_from_slice(&[53, 1, 1, 94, 3, 1, 2, 3, 0, 94, 3, 4, 5, 6, 255]);
+        assert_eq!(check(&p), Ok(()));
+        let _ = dhcproto::v4::Message::decode(&mut Decoder::new(&p));
         // Overload into a file area with an option and an END is fine.
         let mut p = base();
         p.extend_from_slice(&[53, 1, 1, 52, 1, 1, 255]);
