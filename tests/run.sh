@@ -106,6 +106,9 @@ t "all-in-one appliance"              bash tests/systemd/appliance.sh $BIN
 t "started as root: each daemon drops to nobody with its unit's capabilities" bash tests/systemd/privileges.sh $BIN
 t "SIGHUP with a bad site, a missing or unreadable role Ignition: bootd, dnsd, lbd, appliance keep serving" bash tests/systemd/reload.sh $BIN
 t "units under systemd as PID 1 (nspawn): started at boot, serve, reload, dnsd and lbd read bootd's overlay, stop" bash tests/systemd/nspawn.sh $BIN
+# Random mutation of every fuzz target's seed corpus, 10 s each (not
+# coverage-guided; README, "Fuzzing"): a crash fails the run.
+t "fuzz: 10 s of random mutation per target (fuzz/src/bin/quick.rs)" nice -n 19 cargo run --manifest-path fuzz/Cargo.toml --release --locked --bin quick -- --seconds 10 --keep-going
 t "dnsd vs NSD and Knot"              bash tests/dns/e2e.sh $BIN/dnsd
 t "controller vs Prism mocks"         bash tests/controller/e2e.sh
 t "status page in headless Chromium"  bash tests/status/e2e.sh --bootd $BIN/bootd

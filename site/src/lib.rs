@@ -32,6 +32,13 @@ pub use validate::{load, load_with_overlay, loads, OVERLAY_FILE};
 use std::fmt;
 use std::path::PathBuf;
 
+/// As [`load`], with `text` as the site file's content instead of what is
+/// at `path` (the files it names are still read, relative to `path`'s
+/// directory): the site's validation on text alone, for the fuzz target.
+pub fn load_text(path: &std::path::Path, text: &str) -> Result<Site, SiteError> {
+    validate::load_inner(path, None, Some(text.to_string()))
+}
+
 /// One thing wrong with a site file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Problem {

@@ -34,14 +34,14 @@ const DEFAULT_TOKEN_TTL: Duration = Duration::from_secs(24 * 3600);
 /// Reads and validates the site file at `path`, with the node overlay
 /// (`<stateDir>/nodes.yaml`) if there is one.
 pub fn load(path: &Path) -> Result<Site, SiteError> {
-    load_inner(path, None)
+    load_inner(path, None, None)
 }
 
 /// As [`load`], but with `overlay` as the node overlay's content instead of
 /// the file's: bootd's API validates a candidate overlay this way, exactly
 /// as every daemon will, before it replaces the file.
 pub fn load_with_overlay(path: &Path, overlay: &str) -> Result<Site, SiteError> {
-    load_inner(path, Some(overlay.to_string()))
+    load_inner(path, Some(overlay.to_string()), None)
 }
 
 /// Site files parsed in this process (see [`loads`]).
@@ -54,11 +54,15 @@ pub fn loads() -> u64 {
     LOADS.load(std::sync::atomic::Ordering::Relaxed)
 }
 
-fn load_inner(path: &Path, overlay: Option<String>) -> Result<Site, SiteError> {
+pub(crate) fn load_inner(
+    path: &Path,
+    overlay: Option<String>,
+    text: Option<String>,
+) -> Result<Site, SiteError> {
     LOADS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let mut cx = Cx::new(path);
     cx.overlay_text = overlay;
-    let text = match std::fs::read_to_string(path) {
+    let text = match text.map_or_else(|| std::fs::read_to_string(path), Ok) {
         Ok(t) => t,
         Err(e) => {
             cx.err("", format!("cannot read site file: {e}"));
