@@ -14,11 +14,35 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
+/// The metrics listener's caps: a scraper, not a crowd.
+pub const HTTP_CONNECTIONS: runtime::conns::ConnLimits = runtime::conns::ConnLimits {
+    max: 64,
+    per_source: 16,
+};
+
 pub async fn serve(l: TcpListener, live: Arc<Live>, stop: CancellationToken) {
-    while let Some((stream, _)) = runtime::net::accept(&l, &stop, "dnsd HTTP").await {
+    let conns = runtime::conns::Conns::new(HTTP_CONNECTIONS);
+    while let Some((stream, peer)) = runtime::net::accept(&l, &stop, "dnsd HTTP").await {
+        // Over a cap: closed at once and counted.
+        let held = match conns.take(peer.ip().to_canonical()) {
+            Ok(h) => h,
+            Err(why) => {
+                let result = match why {
+                    runtime::conns::Refused::Full => "http_max_connections",
+                    runtime::conns::Refused::Source => "http_per_source",
+                };
+                live.metrics
+                    .tcp_refused
+                    .get_or_create(&crate::metrics::Outcome { result })
+                    .inc();
+                drop(stream);
+                continue;
+            }
+        };
         let live = Arc::clone(&live);
         let stop = stop.clone();
         tokio::spawn(async move {
+            let _held = held;
             let svc = service_fn(move |req| {
                 let live = Arc::clone(&live);
                 async move { Ok::<_, Infallible>(route(&live, &req)) }

@@ -106,7 +106,7 @@ impl Default for Metrics {
         );
         registry.register(
             "tcp_refused",
-            "TCP connections closed at accept because a cap was reached (max_connections, per_source)",
+            "TCP connections closed at accept because a cap was reached: DNS over TCP (max_connections, per_source), the HTTP metrics listener (http_max_connections, http_per_source)",
             m.tcp_refused.clone(),
         );
         registry.register(

@@ -368,6 +368,40 @@ async fn forwards_other_names_when_asked_to_recurse() {
 /// most 32 (the next is closed at once and counted), another source is
 /// still answered, and a client that sends queries but reads no answers
 /// is closed once its writes stall for the idle time.
+/// The metrics listener holds at most 16 connections from one address: the
+/// rest are closed at accept and counted; it answers again once they go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_metrics_listener_caps_idle_connections() {
+    let s = start("").await;
+    let http = s.http;
+    let (held, closed) = tokio::task::spawn_blocking(move || {
+        let mut held = Vec::new();
+        for _ in 0..20 {
+            held.push(TcpStream::connect(http).unwrap());
+        }
+        let mut closed = 0;
+        for c in held.iter_mut() {
+            c.set_read_timeout(Some(Duration::from_millis(100)))
+                .unwrap();
+            let mut buf = [0u8; 1];
+            if let Ok(0) = c.read(&mut buf) {
+                closed += 1;
+            }
+        }
+        (held, closed)
+    })
+    .await
+    .unwrap();
+    assert_eq!(closed, 4);
+    drop(held);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let m = http_get(s.http, "/metrics").await;
+    assert!(
+        m.contains("dnsd_tcp_refused_total{result=\"http_per_source\"} 4"),
+        "{m}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_source_cannot_hold_every_tcp_slot() {
     let s = start("").await;

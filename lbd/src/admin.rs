@@ -29,14 +29,28 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tracing::{info, warn};
 
+/// The admin listener's caps: a scraper and an operator's CLI, not a crowd.
+pub const ADMIN_CONNECTIONS: runtime::conns::ConnLimits = runtime::conns::ConnLimits {
+    max: 64,
+    per_source: 16,
+};
+
 pub async fn serve(listener: TcpListener, lbd: Arc<Lbd>) {
     let app = Arc::clone(&lbd.app);
+    let conns = runtime::conns::Conns::new(ADMIN_CONNECTIONS);
     while let Some((stream, peer)) =
         runtime::net::accept(&listener, &app.shutdown, "lbd admin").await
     {
+        // Over a cap: closed at once and counted.
+        let Ok(held) = conns.take(peer.ip().to_canonical()) else {
+            app.admin_refused.fetch_add(1, Relaxed);
+            drop(stream);
+            continue;
+        };
         let lbd = Arc::clone(&lbd);
         let shutdown = app.shutdown.clone();
         app.tracker.spawn(async move {
+            let _held = held;
             let svc = service_fn(move |req| {
                 let lbd = Arc::clone(&lbd);
                 async move { Ok::<_, std::convert::Infallible>(route(&lbd, req, peer).await) }

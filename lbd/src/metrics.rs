@@ -53,6 +53,7 @@ struct Scrape {
     frontends: Arc<Vec<Arc<Frontend>>>,
     conns: u64,
     accept_errors: u64,
+    admin_refused: u64,
     reloads: [u64; 2],
     bootstrap: BootstrapPhase,
 }
@@ -64,6 +65,7 @@ pub fn encode(app: &App) -> String {
         frontends: app.frontends.load_full(),
         conns: app.conns.load(Relaxed),
         accept_errors: app.accept_errors.load(Relaxed),
+        admin_refused: app.admin_refused.load(Relaxed),
         reloads: [
             app.metrics.reloads_ok.load(Relaxed),
             app.metrics.reloads_failed.load(Relaxed),
@@ -214,6 +216,12 @@ impl Collector for Scrape {
         ConstCounter::new(self.accept_errors).encode(enc.encode_descriptor(
             "accept_errors",
             "Failed accepts (EMFILE and the like back off)",
+            None,
+            MetricType::Counter,
+        )?)?;
+        ConstCounter::new(self.admin_refused).encode(enc.encode_descriptor(
+            "admin_connections_refused",
+            "Admin connections closed at accept over a cap (64, 16 per source)",
             None,
             MetricType::Counter,
         )?)?;

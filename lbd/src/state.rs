@@ -232,6 +232,8 @@ pub struct App {
     pub conns: AtomicU64,
     pub per_source: Mutex<HashMap<IpAddr, u32>>,
     pub accept_errors: AtomicU64,
+    /// Admin connections closed at accept: over the listener's caps.
+    pub admin_refused: AtomicU64,
     pub bootstrap_done: AtomicBool,
     pub prober: Arc<NetProber>,
     pub tracker: TaskTracker,
@@ -263,6 +265,7 @@ impl App {
             conns: AtomicU64::new(0),
             per_source: Mutex::new(HashMap::new()),
             accept_errors: AtomicU64::new(0),
+            admin_refused: AtomicU64::new(0),
             bootstrap_done: AtomicBool::new(false),
             prober: Arc::new(NetProber::default()),
             tracker: TaskTracker::new(),

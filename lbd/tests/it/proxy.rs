@@ -573,6 +573,32 @@ async fn pool_change_under_continuous_load_fails_no_request() {
     .await;
 }
 
+/// The admin listener holds at most 16 connections from one address: the
+/// rest are closed at accept and counted; it answers again once they go.
+#[tokio::test]
+async fn the_admin_listener_caps_idle_connections() {
+    let a = Backend::start("a", local()).await;
+    let (lb, _d) = web(&[&a], "").await;
+    let mut held = Vec::new();
+    for _ in 0..20 {
+        held.push(TcpStream::connect(lb.admin.unwrap()).await.unwrap());
+    }
+    let mut closed = 0;
+    for c in held.iter_mut() {
+        let mut buf = [0u8; 1];
+        if let Ok(Ok(0)) = tokio::time::timeout(Duration::from_millis(100), c.read(&mut buf)).await
+        {
+            closed += 1;
+        }
+    }
+    assert_eq!(closed, 4);
+    drop(held);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let (st, m) = lb.admin("GET", "/metrics").await;
+    assert_eq!(st, 200);
+    assert!(m.contains("lbd_admin_connections_refused_total 4"), "{m}");
+}
+
 #[tokio::test]
 async fn a_bad_reload_keeps_the_old_configuration() {
     let a = Backend::start("a", local()).await;
