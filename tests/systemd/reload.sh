@@ -37,12 +37,15 @@ grep -q "name: worker-2" "$work/added.yaml" || { echo "FAIL reload: site not wri
 
 # What each daemon serves, read from outside: "master-0 present" and
 # "worker-2 present" checks, per daemon.
+# (The answer is read whole, then searched: `curl | grep -q` fails under
+# pipefail when grep stops reading early and curl gets SIGPIPE.)
 served() { # daemon node -> 0 when the daemon serves node
+    local out
     case $1 in
-        bootd) nsx curl -fsS --max-time 3 http://127.0.0.1:8080/status/timeline.json 2>/dev/null \
-                   | grep -q "\"$2\"" ;;
+        bootd) out=$(nsx curl -fsS --max-time 3 http://127.0.0.1:8080/status/timeline.json 2>/dev/null) \
+                   && grep -q "\"$2\"" <<<"$out" ;;
         dnsd|appliance) [[ $(nsx dig +short +time=1 +tries=1 @10.77.0.1 "$2.lab.example.test" A 2>/dev/null) =~ ^10\.77\.0\.[0-9]+$ ]] ;;
-        lbd) nsx curl -fsS --max-time 3 http://127.0.0.1:8404/status 2>/dev/null | grep -q "$2" ;;
+        lbd) out=$(nsx curl -fsS --max-time 3 http://127.0.0.1:8404/status 2>/dev/null) && grep -q "$2" <<<"$out" ;;
     esac
 }
 wait_served() { for _ in $(seq 60); do served "$1" "$2" && return 0; sleep 0.25; done; return 1; }
