@@ -28,7 +28,7 @@ pub fn boot_config(site: site::Site) -> bootd::Config {
 
 /// Started as root: becomes `user` (`--user`; default `default_user` when
 /// such a user exists, else `nobody`) holding what bootd's systemd unit
-/// grants (`CAP_NET_BIND_SERVICE`, `CAP_NET_RAW`) and `extra`; bootd's
+/// grants (`CAP_NET_BIND_SERVICE`, `CAP_NET_RAW`); bootd's
 /// state directories are handed to that user. With the local provider
 /// (the lab's QEMU VMs: taps, network namespaces) root is kept, and said.
 /// Call it before the runtime starts its threads (docs/design-notes.md).
@@ -37,7 +37,6 @@ pub fn drop_root(
     state_dirs: &[&std::path::Path],
     user: Option<&str>,
     default_user: &str,
-    extra: runtime::privileges::CapabilitySet,
 ) -> Result<runtime::privileges::Dropped> {
     use runtime::privileges::CapabilitySet as Cap;
     if site.host.api.as_ref().is_some_and(|a| a.local.is_some()) && user != Some("root") {
@@ -47,7 +46,7 @@ pub fn drop_root(
         }
         return Ok(runtime::privileges::Dropped::KeptRoot);
     }
-    let keep = Cap::NET_BIND_SERVICE | Cap::NET_RAW | extra;
+    let keep = Cap::NET_BIND_SERVICE | Cap::NET_RAW;
     let mut own: Vec<std::path::PathBuf> = state_dirs.iter().map(|d| d.to_path_buf()).collect();
     own.push(site.host.state_dir.clone());
     own.dedup();

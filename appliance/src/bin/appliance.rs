@@ -73,13 +73,7 @@ fn main() -> Result<()> {
         Some(c)
     };
     // Before the runtime starts a thread: every thread is the user's.
-    appliance::drop_root(
-        &boot.site,
-        &[&state_dir],
-        cli.user.as_deref(),
-        "bootd",
-        runtime::privileges::CapabilitySet::empty(),
-    )?;
+    appliance::drop_root(&boot.site, &[&state_dir], cli.user.as_deref(), "bootd")?;
     tokio::runtime::Runtime::new()?.block_on(serve(boot, dns, lb))
 }
 

@@ -119,7 +119,6 @@ fn main() -> Result<()> {
                 &[&config.state_dir()],
                 cli.user.as_deref(),
                 "bootd",
-                runtime::privileges::CapabilitySet::empty(),
             )?;
             serve(config)
         }
