@@ -6,7 +6,7 @@
 #          [--firmware seabios-ipxe|ovmf-ipxe|ovmf-pxe|slof-grub] [--timeout SECS]
 #          [--workdir DIR] [--nic virtio-net-pci|e1000|spapr-vlan] [--images DIR]
 #          [--tftp-root DIR] [--no-dhcp] [--no-ra] [--pcap] [--check CMD]
-#          [--https] [--ignition-client] [--ignition-spec VERSION]
+#          [--https] [--ignition-client] [--ignition-spec VERSION] [--server-cmd CMD]
 #
 # Flow: netns + br0 + tap -> stand-in DHCP (dnsmasq) -> `BOOTD --site SITE
 # --state-dir WORKDIR/state` -> wait for /healthz -> QEMU netboot (firmware's
@@ -57,6 +57,12 @@
 #                 its bytes (tests/lab/ignition-check.py)
 #   --ignition-spec V  bootd served the node's Ignition as spec V at least once
 #                 (the real client's request; bootd logs the version it served)
+#   --server-cmd CMD  the server is `bash -c CMD` (e.g. a container), started
+#                 in the background outside the namespace with NS (the
+#                 namespace's name), SITE and WORKDIR in its environment: it
+#                 must serve inside /run/netns/$NS, log to stdout/stderr
+#                 (bootd.log) and stop on SIGTERM (exec it: its PID is the one
+#                 stopped). BOOTD still renders for the checks.
 # shellcheck disable=SC2054  # commas inside QEMU/dnsmasq arguments are intended
 set -euo pipefail
 
@@ -66,7 +72,7 @@ REPO=$(cd "$HERE/../.." && pwd)
 BOOTD="" SITE="" NODE="" MAC="" IP=""
 FIRMWARE=seabios-ipxe TIMEOUT=180 WORKDIR="" IMAGES=$REPO/target/lab-images
 NIC="" DHCP=1 RA=1 PCAP=0 TFTP_ROOT=$REPO/target/lab-tftp CHECK=""
-HTTPS=0 IGN_CLIENT=0 IGN_SPEC=""
+HTTPS=0 IGN_CLIENT=0 IGN_SPEC="" SERVER_CMD=""
 usage() { sed -n '5,9p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 while [[ $# -gt 0 ]]; do
   case $1 in
@@ -88,6 +94,7 @@ while [[ $# -gt 0 ]]; do
     --https) HTTPS=1; shift ;;
     --ignition-client) IGN_CLIENT=1; shift ;;
     --ignition-spec) IGN_SPEC=$2; IGN_CLIENT=1; shift 2 ;;
+    --server-cmd) SERVER_CMD=$2; shift 2 ;;
     -h|--help) usage ;;
     *) echo "netboot.sh: unknown argument $1" >&2; usage ;;
   esac
@@ -273,7 +280,11 @@ fi
 # --- bootd ------------------------------------------------------------------------
 # SERVER_BIN (e.g. target/release/appliance: bootd + dnsd + lbd in one
 # process) serves instead of bootd; $BOOTD still renders for the checks.
-ip netns exec "$NS" "${SERVER_BIN:-$BOOTD}" --site "$SITE" --state-dir "$WORKDIR/state" >"$WORKDIR/bootd.log" 2>&1 &
+if [[ -n $SERVER_CMD ]]; then
+  NS=$NS SITE=$SITE WORKDIR=$WORKDIR bash -c "$SERVER_CMD" </dev/null >"$WORKDIR/bootd.log" 2>&1 &
+else
+  ip netns exec "$NS" "${SERVER_BIN:-$BOOTD}" --site "$SITE" --state-dir "$WORKDIR/state" >"$WORKDIR/bootd.log" 2>&1 &
+fi
 PIDS+=($!)
 BOOTD_PID=$!
 
