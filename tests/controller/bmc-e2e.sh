@@ -83,6 +83,11 @@ log() { echo "bmc-e2e.sh: $*" >&2; }
 PIDS=()
 . "$REPO/tests/lib.sh"
 . "$HERE/bmc-lab.sh"
+# SECRETS_AUDIT_DIR=DIR (tests/secrets/e2e.sh): the secrets audit's hooks,
+# tests/secrets/audit.sh; bootd and the CLI log at trace.
+AUDIT_DIR=${SECRETS_AUDIT_DIR:-}
+[[ -z $AUDIT_DIR ]] || . "$REPO/tests/secrets/audit.sh"
+audit() { [[ -z $AUDIT_DIR ]] || "audit_$@"; }
 cleanup() {
   local rc=$?
   bmc_teardown
@@ -142,6 +147,11 @@ else
   grep -q "^    redfish: { powerOffTimeout" "$SITE" || fail "site not written"
 fi
 rm -f "$SITE.in"
+if [[ -n $AUDIT_DIR ]]; then
+  [[ $INFRA == 0 ]] || fail "SECRETS_AUDIT_DIR needs the providers (no --infra-only)"
+  audit init
+  audit site
+fi
 "$BOOTD" --check-config "$SITE" >"$WORKDIR/check.log" 2>&1 || fail "site does not validate: $(cat "$WORKDIR/check.log")"
 
 # --- network: netns, br0, router ads (bootd serves DHCP) ---------------------------------
@@ -167,6 +177,7 @@ bmc_sushy rf "$RF_PORT" "$RF_UUID"
 bmc_sushy rf-tls "$RF_TLS_PORT" "$RF_UUID" tls
 bmc_vbmc "$IPMI_NODE" "$IPMI_PORT"
 log "sushy-emulator on :$RF_PORT and :$RF_TLS_PORT (TLS), vbmcd with $IPMI_NODE on :$IPMI_PORT, $(elapsed "$T0")s"
+audit start
 
 status_of() { tail -n 1 <<<"$1"; }
 body_of() { sed '$d' <<<"$1"; }
@@ -214,7 +225,7 @@ chown nobody "$WORKDIR/bmc-password" "$WORKDIR/api-tokens" 2>/dev/null || chown 
 N_BOOTD=0 BOOTD_PID=""
 start_bootd() {
   N_BOOTD=$((N_BOOTD + 1))
-  ip netns exec "$NS" nice -n 5 "$BOOTD" --site "$SITE" --state-dir "$WORKDIR/state" --user nobody >"$WORKDIR/bootd-$N_BOOTD.log" 2>&1 &
+  ip netns exec "$NS" env ${AUDIT_DIR:+RUST_LOG=trace} nice -n 5 "$BOOTD" --site "$SITE" --state-dir "$WORKDIR/state" --user nobody >"$WORKDIR/bootd-$N_BOOTD.log" 2>&1 &
   BOOTD_PID=$!
   PIDS+=("$BOOTD_PID")
   local ok=0
@@ -234,9 +245,10 @@ api() {   # api METHOD PATH [BODY] -> prints the body, then the status on the la
   [[ $# -ge 3 ]] && args+=(-H 'Content-Type: application/json' --data-binary "$3")
   nsx curl "${args[@]}" "$API$2"
 }
-cli() { nsx "$BOOTD" --site "$SITE" --state-dir "$WORKDIR/state" nodes "$@"; }
+cli() { nsx env ${AUDIT_DIR:+RUST_LOG=trace} "$BOOTD" --site "$SITE" --state-dir "$WORKDIR/state" nodes "$@"; }
 start_bootd
 log "bootd up, $(elapsed "$T0")s (workdir $WORKDIR)"
+audit requests
 
 # --- helpers over the VMs' consoles -------------------------------------------------------
 serial_size() { stat -c %s "$WORKDIR/$1-serial.log" 2>/dev/null || echo 0; }
@@ -549,6 +561,7 @@ provider_node() {   # provider_node NODE DOMAIN rf|ipmi BODY -> sets NODE_SECS
   r=$(api POST /v1/nodes "$body")
   [[ $(status_of "$r") == 201 ]] || fail "POST /v1/nodes $node: $r"
   log "POST /v1/nodes $node: 201"
+  audit snapshot "$node-booting"
   left=$(awk -v t="$TIMEOUT" -v e="$(elapsed "$t")" 'BEGIN { l = int(t - e); print (l < 10 ? 10 : l) }')
   rc=0
   cli wait "$node" --timeout "$left" --interval 1 > >(tee "$WORKDIR/wait-$node.out" >&2) 2>&1 || rc=$?
@@ -558,6 +571,8 @@ provider_node() {   # provider_node NODE DOMAIN rf|ipmi BODY -> sets NODE_SECS
   # Kept for the leak check at the end: the API must not echo the password.
   api GET "/v1/nodes/$node" >"$WORKDIR/node-$node.json"
   wait_ignition "$node" 0 60
+  audit replay "$node" "$dom"
+  audit snapshot "$node-ready"
   # The second boot: the guest powers itself off after its Ignition.
   wait_domstate "$dom" "shut off" 120 || fail "$dom: still $(lv domstate "$dom") 120 s after Ready"
   before=$(ignition_served "$node")
@@ -565,6 +580,7 @@ provider_node() {   # provider_node NODE DOMAIN rf|ipmi BODY -> sets NODE_SECS
   power_on_again "$how" "$dom"
   second_boot_check "$node" "$dom" "$before" "$off"
   delete_node "$node" "$dom"
+  audit snapshot "$node-deleted"
 }
 
 if [[ $INFRA == 0 ]]; then
@@ -576,10 +592,14 @@ if [[ $INFRA == 0 ]]; then
     "{\"name\":\"$IPMI_NODE\",\"role\":\"worker\",\"ip\":\"$IPMI_IP\",\"kernelArgs\":[\"console=ttyS0\"],\"macs\":[\"$IPMI_MAC\"],\"provider\":{\"ipmi\":{\"address\":\"127.0.0.1\",\"port\":$IPMI_PORT,\"username\":\"admin\",\"password\":$PW_REF,\"mode\":\"Legacy\"}}}"
   IPMI_SECS=$NODE_SECS
   media_check
+  audit snapshot media
   redfish_tls_checks
+  audit snapshot tls
   discovery_check
+  audit snapshot discovery
 fi
 
+audit finish
 # --- 3. the password leaks nowhere ------------------------------------------------------------
 # Exempt: the password file itself and the emulators' own files (their
 # credential stores and logs: sushy's htpasswd, curl's netrc, vbmc's config dir
