@@ -2,16 +2,25 @@
 # The test command (README): installs what the tests need on a fresh Debian 12
 # machine (apt packages, and the Rust toolchain rust-toolchain.toml pins, by
 # rustup, when there is none), then runs every test:
+#   0. the release build, then a 30-minute soak of the all-in-one binary
+#      under mixed DHCP, DNS, HTTP, TFTP, LB and reload load, in the
+#      background (niced) while the rest runs: RSS, descriptors, threads
+#      and state files sampled, growth bounded (tests/soak/soak.sh);
 #   1. formatting, clippy (-D warnings), no module import cycles, that
 #      the fuzz targets compile, and cargo-audit against an advisory snapshot;
 #   2. cargo test --workspace: unit, golden and integration tests of every crate
 #      (real servers on loopback, talked to by real clients: hyper, curl, dig,
-#      HTTPS health checks, SQLite store with kill -9, provider fakes);
+#      HTTPS health checks, SQLite store with kill -9, 50 kill -9 at random moments under DHCP,
+#      API and reload load, full disks on real tmpfs, provider fakes);
 #   3. systemd units (verify, security <= 2.0), the sd_notify protocol of each
 #      daemon and of the all-in-one binary, which must serve DNS, HTTP and LB;
 #      the units installed by systemd/install.sh into a Debian 12 container
 #      booted by systemd-nspawn (systemd as PID 1): started, serving,
 #      reloaded, dnsd and lbd reading bootd's node overlay, stopped;
+#      the container image built by podman from a debootstrap base (no
+#      registry), run non-root with two capabilities, a VM netbooting
+#      through it, its state volume kept across a restart; a step of the
+#      system clock under bootd (libfaketime) moving no lease and no token;
 #   4. dnsd against NSD and Knot (secondaries via AXFR/NOTIFY, differential);
 #      the controller's provider clients against Prism mocks of the specs;
 #   5. the status page rendered by headless Chromium; the controller's whole
@@ -47,6 +56,20 @@ export HOME
 bash tests/lab/rust.sh
 export PATH="${CARGO_HOME:-$HOME/.cargo}/bin:$PATH"
 
+# The release binaries first: the soak test runs them for 30 minutes in the
+# background while everything else runs (niced), and reports at the end.
+log "release build"
+cargo build --release --locked --workspace
+BIN=target/release
+log "lab guest image and TFTP root"
+bash tests/lab/guest.sh target/lab-images
+bash tests/lab/tftp-root.sh target/lab-tftp
+log "soak (30 min, in the background: tests/soak/soak.sh)"
+mkdir -p target/soak
+nice -n 10 bash tests/soak/soak.sh $BIN 1800 >target/soak/run.log 2>&1 &
+soak=$!
+trap 'kill -TERM "$soak" 2>/dev/null || true' EXIT
+
 log "format"
 cargo fmt --all -- --check
 
@@ -77,18 +100,10 @@ cargo check --manifest-path fuzz/Cargo.toml --locked --bins
 log "dependency audit"
 bash tests/audit.sh
 
-# The lab's guest image and TFTP root first: some cargo tests compare
-# against them (images' core.elf must equal tftp-root.sh's).
-log "lab guest image and TFTP root"
-bash tests/lab/guest.sh target/lab-images
-bash tests/lab/tftp-root.sh target/lab-tftp
-
+# The lab's guest image and TFTP root were made above: some cargo tests
+# compare against them (images' core.elf must equal tftp-root.sh's).
 log "cargo test --workspace"
 cargo test --workspace --locked
-
-log "release build"
-cargo build --release --locked --workspace
-BIN=target/release
 
 passed=0 failed=0 failures=()
 t() { # name command...: one end-to-end check, counted
@@ -106,6 +121,8 @@ t "all-in-one appliance"              bash tests/systemd/appliance.sh $BIN
 t "started as root: each daemon drops to nobody with its unit's capabilities" bash tests/systemd/privileges.sh $BIN
 t "SIGHUP with a bad site, a missing or unreadable role Ignition: bootd, dnsd, lbd, appliance keep serving" bash tests/systemd/reload.sh $BIN
 t "units under systemd as PID 1 (nspawn): started at boot, serve, reload, dnsd and lbd read bootd's overlay, stop" bash tests/systemd/nspawn.sh $BIN
+t "container: image built without a registry (debootstrap base, podman), non-root with NET_BIND_SERVICE and NET_RAW only, a VM netboots through it, the state volume survives a restart" bash tests/container/e2e.sh $BIN
+t "a step of the system clock (+2 d, -2 d, libfaketime) moves no lease and no token" bash tests/time/clock-step.sh $BIN
 # Random mutation of every fuzz target's seed corpus, 10 s each (not
 # coverage-guided; README, "Fuzzing"): a crash fails the run.
 t "fuzz: 10 s of random mutation per target (fuzz/src/bin/quick.rs)" nice -n 19 cargo run --manifest-path fuzz/Cargo.toml --release --locked --bin quick -- --seconds 10 --keep-going
@@ -114,6 +131,7 @@ t "controller vs Prism mocks"         bash tests/controller/e2e.sh
 t "status page in headless Chromium"  bash tests/status/e2e.sh --bootd $BIN/bootd
 t "API -> local QEMU VM -> netboot -> Ready" bash tests/controller/local-e2e.sh --bootd $BIN/bootd
 t "Redfish (sushy-tools) and IPMI (virtualbmc) BMCs -> libvirt VMs -> netboot -> Ready, no install loop" bash tests/controller/bmc-e2e.sh --bootd $BIN/bootd
+t "secrets: one grep over every output of a BMC + cloud providers run at trace (logs, API, metrics, status page, argv, environment)" bash tests/secrets/e2e.sh --bootd $BIN/bootd
 t "DHCP interop (udhcpc, dhclient, perfdhcp)" bash tests/lab/dhcp-interop.sh $BIN/bootd
 # The guest runs the real Ignition client (Debian's 2.14, which asks for spec
 # 3.3.0) against the lab's role configs: bootstrap 3.2.0 (what
@@ -136,6 +154,10 @@ t "netboot OVMF + iPXE, Ignition 3.4.0 as 3.3.0, HTTPS" e2e $(boot worker-0) --f
 }
 t "netboot SLOF -> GRUB"              e2e --node p9-0 --mac 52:54:00:77:00:30 --ip 10.77.0.30 --firmware slof-grub
 t "netboot from a catalog image set"  bash tests/lab/catalog-netboot.sh --bin $BIN
+
+log "soak (waiting for it)"
+if wait "$soak"; then passed=$((passed + 1)); else failed=$((failed + 1)); failures+=("soak"); fi
+cat target/soak/run.log
 
 log "summary"
 echo "end-to-end: $passed passed, $failed failed${failures:+ (${failures[*]})}"

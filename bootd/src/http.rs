@@ -189,7 +189,7 @@ fn node_token(app: &App, snap: &Snapshot, node: &Node) -> String {
     app.key.issue(
         &node.name,
         token::Scope::Script,
-        SystemTime::now(),
+        runtime::clock::now(),
         snap.site.ignition.token_ttl,
     )
 }
@@ -587,7 +587,7 @@ pub(crate) fn script_allowed(
         &access(snap, node, &addrs),
         source,
         tok.as_deref(),
-        SystemTime::now(),
+        runtime::clock::now(),
     )
     .map_err(|d| deny(app, what, &node.name, source, d))
 }

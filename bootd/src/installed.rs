@@ -34,8 +34,17 @@ impl Installed {
     pub fn open(state_dir: &Path) -> io::Result<Installed> {
         let path = state_dir.join(FILE);
         let nodes = match std::fs::read(&path) {
-            Ok(b) => serde_json::from_slice(&b)
-                .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("{FILE}: {e}")))?,
+            Ok(b) => serde_json::from_slice(&b).map_err(|e| {
+                io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!(
+                        "{FILE}: {e}: the file is corrupt (it records which nodes installed, \
+                         so that they boot their disk instead of installing again). Restore it \
+                         from a backup; moving it aside makes every installed node that \
+                         network-boots install again"
+                    ),
+                )
+            })?,
             Err(e) if e.kind() == io::ErrorKind::NotFound => BTreeMap::new(),
             Err(e) => return Err(e),
         };
@@ -105,6 +114,17 @@ mod tests {
         assert!(!i.clear("m0").unwrap());
         assert_eq!(Installed::open(d.path()).unwrap().at("m0"), None);
         std::fs::write(d.path().join(FILE), b"{").unwrap();
-        assert!(Installed::open(d.path()).is_err());
+        let e = Installed::open(d.path()).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidData);
+        let e = e.to_string();
+        assert!(
+            e.starts_with("installed.json: ")
+                && e.contains("the file is corrupt")
+                && e.contains(
+                    "Restore it from a backup; moving it aside makes every installed node"
+                ),
+            "{e}"
+        );
+        assert_eq!(std::fs::read(d.path().join(FILE)).unwrap(), b"{");
     }
 }

@@ -36,7 +36,7 @@
 
 pub mod body;
 mod listen;
-pub(crate) use listen::serve_conn;
+pub(crate) use listen::{count_closed, serve_conn, Prefixed};
 pub use runtime::conns;
 pub mod dhcp;
 pub mod discovery;
@@ -59,7 +59,7 @@ use state::{Live, Snapshot};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
@@ -91,6 +91,8 @@ pub struct App {
     pub media: media::Media,
     /// A big file's send is given up when the client takes nothing for this long.
     pub write_stall: Duration,
+    /// Head deadline, TLS handshake deadline and head size of the HTTP(S) listeners.
+    pub http_limits: runtime::http1::Limits,
     /// Tokens spent on an Ignition fetch (`ignition.singleUseTokens`).
     pub spent: spent::Spent,
 }
@@ -129,6 +131,9 @@ pub struct Config {
     pub conn_limits: conns::ConnLimits,
     /// See [`App::write_stall`].
     pub write_stall: Duration,
+    /// See [`App::http_limits`]: a head within 30 s, a TLS handshake
+    /// within 10 s, 100 headers and 32 KiB of head at most.
+    pub http_limits: runtime::http1::Limits,
 }
 
 impl std::fmt::Debug for Config {
@@ -159,6 +164,7 @@ impl Config {
             check_images: None,
             conn_limits: Default::default(),
             write_stall: Duration::from_secs(60),
+            http_limits: runtime::http1::Limits::new(plain::HEAD_TIMEOUT),
         }
     }
     pub fn state_dir(&self) -> PathBuf {
@@ -300,6 +306,7 @@ pub fn prepare(config: &Config, want_tls: bool) -> Result<Arc<App>, Error> {
         spent::Spent::open(&state_dir).map_err(|e| Error::StateDir(state_dir.clone(), e))?;
     Ok(Arc::new(App {
         write_stall: config.write_stall,
+        http_limits: config.http_limits,
         spent,
         media: media::Media::new(&state_dir),
         installed,
@@ -422,7 +429,12 @@ pub async fn run_app(
     if sockets.dhcp.is_some() || sockets.dhcp_proxy.is_some() {
         let (store, table) = dhcp::leases::Store::open(&app.state_dir)
             .map_err(|e| Error::StateDir(app.state_dir.clone(), e))?;
-        info!(leases = table.len(), "lease store opened");
+        info!(
+            file = %app.state_dir.join("leases.jsonl").display(),
+            leases = table.len(),
+            declined = table.declined().count(),
+            "lease file read"
+        );
         *app.leases.lock().unwrap_or_else(|p| p.into_inner()) = table;
         let site = &app.live.load().site;
         let ifindex = site
@@ -509,7 +521,7 @@ fn tftp_resolver(app: Arc<App>) -> tftp::Resolver {
                         &http::access(&snap, node, &addrs),
                         peer.ip(),
                         None,
-                        SystemTime::now(),
+                        runtime::clock::now(),
                     );
                     if let Err(d) = allowed {
                         http::count_refusal(&app, "GRUB config (TFTP)", &node.name, peer.ip(), d);
@@ -518,7 +530,7 @@ fn tftp_resolver(app: Arc<App>) -> tftp::Resolver {
                     let tok = app.key.issue(
                         &node.name,
                         token::Scope::Script,
-                        SystemTime::now(),
+                        runtime::clock::now(),
                         site.ignition.token_ttl,
                     );
                     let urls = render::NodeUrls::new(site, node, &tok);

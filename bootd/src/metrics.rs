@@ -61,6 +61,12 @@ pub struct Metrics {
     pub denials: Family<Reason, Counter>,
     /// HTTP(S) connections closed at accept, over a cap (`max_connections`, `per_source`).
     pub http_refused: Family<Reason, Counter>,
+    /// HTTP(S) connections closed on a bad or slow client
+    /// ([`runtime::http1::Closed`]: refused framings, heads too large or
+    /// late, bodies not sent, TLS handshakes).
+    pub http_closed: Family<Reason, Counter>,
+    /// The same for the controller API's connections.
+    pub api_closed: Family<Reason, Counter>,
     pub reloads: Family<Outcome, Counter>,
     pub api_requests: Family<RouteStatus, Counter>,
     pub api_denials: Family<Reason, Counter>,
@@ -73,6 +79,8 @@ pub struct Metrics {
     pub ignition_other_address: Counter,
     /// Status page and timeline requests refused (not from `host.statusFrom`).
     pub status_refused: Counter,
+    /// The system clock minus the appliance's (`runtime::clock`), set at each scrape.
+    pub clock_step: prometheus_client::metrics::gauge::Gauge<f64, std::sync::atomic::AtomicU64>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -116,6 +124,18 @@ impl Default for Metrics {
             "http_connections_refused",
             "HTTP(S) connections closed at accept because a cap was reached (max_connections, per_source)",
             http_refused.clone(),
+        );
+        let http_closed = Family::<Reason, Counter>::default();
+        registry.register(
+            "http_connections_closed",
+            "HTTP(S) connections closed on a bad or slow client, by reason (content_length_and_transfer_encoding, duplicate_content_length, head_too_large, bad_head, head_timeout, idle_timeout, body_unread, tls_handshake_timeout, tls_handshake_failed)",
+            http_closed.clone(),
+        );
+        let api_closed = Family::<Reason, Counter>::default();
+        registry.register(
+            "api_connections_closed",
+            "Controller API connections closed on a bad or slow client, by reason (as bootd_http_connections_closed_total)",
+            api_closed.clone(),
         );
         registry.register(
             "site_reloads",
@@ -164,6 +184,15 @@ impl Default for Metrics {
             "Status page and timeline requests refused: not from host.statusFrom",
             status_refused.clone(),
         );
+        let clock_step =
+            prometheus_client::metrics::gauge::Gauge::<f64, std::sync::atomic::AtomicU64>::default(
+            );
+        registry.register(
+            "clock_step_seconds",
+            "The system clock minus the clock leases, tokens and the timeline use (read at start, \
+             advanced monotonically): non-zero after the system clock was stepped",
+            clock_step.clone(),
+        );
         let phase_seconds =
             Family::<PhaseLabel, Histogram, fn() -> Histogram>::new_with_constructor(
                 phase_histogram as fn() -> Histogram,
@@ -191,6 +220,8 @@ impl Default for Metrics {
             image_bytes,
             denials,
             http_refused,
+            http_closed,
+            api_closed,
             reloads,
             api_requests,
             api_denials,
@@ -199,12 +230,14 @@ impl Default for Metrics {
             discovered,
             ignition_other_address,
             status_refused,
+            clock_step,
         }
     }
 }
 
 impl Metrics {
     pub fn encode(&self) -> String {
+        self.clock_step.set(runtime::clock::system_offset());
         let mut s = String::new();
         // Encoding into a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut s, &self.registry);

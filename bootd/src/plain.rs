@@ -19,22 +19,21 @@
 //! What is handed to hyper: methods other than GET and HEAD (answered 405
 //! by the same router), HTTP/1.0, request bodies (`Content-Length` other
 //! than 0, `Transfer-Encoding`), `Expect`, `Upgrade`, heads that do not
-//! parse or exceed [`MAX_HEAD`] (hyper answers 400 or 431).
+//! parse or exceed [`MAX_HEAD`] (hyper answers 400 or 431), more than one
+//! `Content-Length` (refused by [`runtime::http1::Guard`]).
 
 use crate::files::Sendfile;
 use crate::http;
 use crate::App;
-use bytes::{Buf, Bytes, BytesMut};
+use bytes::{Buf, BytesMut};
 use http_body_util::BodyExt;
 use hyper::header::{self, HeaderName, HeaderValue};
 use hyper::{Method, Request, StatusCode};
 use std::io::{self, Write as _};
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime};
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, Interest, ReadBuf};
+use tokio::io::{AsyncWriteExt, Interest};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -43,7 +42,8 @@ use tokio_util::sync::CancellationToken;
 pub const MAX_HEAD: usize = 16 * 1024;
 /// Headers parsed per request; more goes to hyper.
 const MAX_HEADERS: usize = 48;
-/// How long a connection may take to send a request head (hyper's
+/// How long a connection may take by default to send a request head, from
+/// its start or the previous response ([`crate::App::http_limits`]; hyper's
 /// `header_read_timeout` for the connections it serves).
 pub const HEAD_TIMEOUT: Duration = Duration::from_secs(30);
 /// A response whose body is at most this long and ready at once goes out
@@ -121,10 +121,12 @@ fn parse_with(buf: &[u8], image: bool) -> Head {
     // No URI parsing for the shortcut: `http::image_whole` takes only paths
     // of plain characters and leaves the rest to the general path.
     let mut whole = image && method == Method::GET && path.starts_with("/images/");
+    let mut length = false;
     for h in r.headers.iter() {
         let name = h.name;
         if name.eq_ignore_ascii_case("content-length") {
-            if h.value.trim_ascii() != b"0" {
+            // A second one is refused by the guard in front of hyper.
+            if h.value.trim_ascii() != b"0" || std::mem::replace(&mut length, true) {
                 return Head::Other;
             }
         } else if name.eq_ignore_ascii_case("transfer-encoding")
@@ -188,18 +190,21 @@ pub async fn serve(
     app: Arc<App>,
     shutdown: CancellationToken,
     conn_stop: CancellationToken,
+    held: &runtime::conns::Held,
 ) {
     let mut buf = BytesMut::with_capacity(4096);
     let mut rx = vec![0u8; 4096];
     // One timer and one registration per token for the connection's life,
     // not one per request: the timer is re-armed only when it fires.
     let mut head_started = Instant::now();
-    let timer = tokio::time::sleep(HEAD_TIMEOUT);
-    let (stopping, stopped) = (
+    let head_timeout = app.http_limits.head_timeout;
+    let timer = tokio::time::sleep(head_timeout);
+    let (stopping, stopped, evicted) = (
         shutdown.clone().cancelled_owned(),
         conn_stop.clone().cancelled_owned(),
+        held.evicted(),
     );
-    tokio::pin!(timer, stopping, stopped);
+    tokio::pin!(timer, stopping, stopped, evicted);
     let mut head = Vec::with_capacity(256);
     loop {
         let (next, close) = loop {
@@ -230,7 +235,7 @@ pub async fn serve(
                     }
                     Head::Partial if buf.len() < MAX_HEAD => {}
                     Head::Image { .. } | Head::Partial | Head::Other => {
-                        let io = Prefixed {
+                        let io = crate::Prefixed {
                             prefix: buf.freeze(),
                             io: stream,
                         };
@@ -238,20 +243,35 @@ pub async fn serve(
                     }
                 }
             }
+            // Nothing of a request yet: a full listener may take the slot.
+            let idle = buf.is_empty();
+            if idle {
+                held.set_idle(true);
+            }
             let read = tokio::select! {
                 biased;
                 // Idle between requests: shutdown closes the connection.
-                _ = &mut stopping, if buf.is_empty() => return,
+                _ = &mut stopping, if idle => return,
+                _ = &mut evicted, if idle => {
+                    return crate::count_closed(&app, Some(runtime::http1::Closed::Evicted));
+                }
                 r = runtime::net::read_some(&stream, &mut rx) => r,
                 _ = &mut timer => {
-                    if head_started.elapsed() >= HEAD_TIMEOUT {
-                        tracing::debug!(%peer, "no request head within 30 s; closing");
-                        return;
+                    if head_started.elapsed() >= head_timeout {
+                        tracing::debug!(%peer, "no request head within {head_timeout:?}; closing");
+                        let why = match buf.is_empty() {
+                            true => runtime::http1::Closed::IdleTimeout,
+                            false => runtime::http1::Closed::HeadTimeout,
+                        };
+                        return crate::count_closed(&app, Some(why));
                     }
-                    timer.as_mut().reset(head_started + HEAD_TIMEOUT);
+                    timer.as_mut().reset(head_started + head_timeout);
                     continue;
                 }
             };
+            if idle {
+                held.set_idle(false);
+            }
             match read {
                 Ok(0) | Err(_) => return,
                 Ok(n) => buf.extend_from_slice(&rx[..n]),
@@ -537,54 +557,6 @@ async fn sendfile_blocking(stream: &TcpStream, sf: &Sendfile, stall: Duration) -
     job.await.map_err(io::Error::other)?
 }
 
-/// A connection handed to hyper: the bytes already read come first.
-struct Prefixed {
-    prefix: Bytes,
-    io: TcpStream,
-}
-
-impl AsyncRead for Prefixed {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        out: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        if !self.prefix.is_empty() {
-            let n = self.prefix.len().min(out.remaining());
-            out.put_slice(&self.prefix[..n]);
-            self.prefix.advance(n);
-            return Poll::Ready(Ok(()));
-        }
-        Pin::new(&mut self.io).poll_read(cx, out)
-    }
-}
-
-impl AsyncWrite for Prefixed {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.io).poll_write(cx, buf)
-    }
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
-    }
-    fn is_write_vectored(&self) -> bool {
-        self.io.is_write_vectored()
-    }
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.io).poll_flush(cx)
-    }
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.io).poll_shutdown(cx)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -670,6 +642,8 @@ mod tests {
             b"GET /x HTTP/1.0\r\n\r\n",
             b"GET /x HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello",
             b"GET /x HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n",
+            b"GET /x HTTP/1.1\r\nContent-Length: 0\r\nContent-Length: 0\r\n\r\n",
+            b"GET /x HTTP/1.1\r\nContent-Length: 0\r\nTransfer-Encoding: chunked\r\n\r\n",
             b"GET /x HTTP/1.1\r\nExpect: 100-continue\r\n\r\n",
             b"GET /x HTTP/1.1\r\nUpgrade: h2c\r\n\r\n",
             b"GET http://a/x HTTP/1.1\r\n\r\n",

@@ -48,10 +48,7 @@ impl std::fmt::Debug for Spent {
 }
 
 fn now_secs() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
+    runtime::clock::unix_secs()
 }
 
 /// The lines of the file that still count at `now`. A last line without

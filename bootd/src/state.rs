@@ -26,10 +26,21 @@ pub fn new_live(snap: Snapshot) -> Arc<Live> {
 
 pub const REVOKED_FILE: &str = "revoked.json";
 
+/// Reads `<state_dir>/revoked.json`; a missing file revokes nobody. A file
+/// that does not parse is refused, never taken as empty: that would serve
+/// the revoked nodes' Ignition (the bootstrap node's secrets) again.
 pub fn load_revoked(state_dir: &Path) -> io::Result<BTreeSet<String>> {
     match std::fs::read(state_dir.join(REVOKED_FILE)) {
         Ok(b) => serde_json::from_slice(&b).map_err(|e| {
-            io::Error::new(io::ErrorKind::InvalidData, format!("{REVOKED_FILE}: {e}"))
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "{REVOKED_FILE}: {e}: the file is corrupt (it lists the nodes whose Ignition, \
+                     metadata and userdata are no longer served, as a JSON array of names). \
+                     Restore it from a backup, or write the list again (e.g. [\"bootstrap\"] \
+                     once the cluster is up); removing it serves every node again"
+                ),
+            )
         }),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(BTreeSet::new()),
         Err(e) => Err(e),
@@ -75,4 +86,37 @@ pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
     drop(f);
     std::fs::rename(&tmp, path)?;
     std::fs::File::open(dir)?.sync_all()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A corrupt list is refused naming the file and what to do, and left
+    /// as it was; a missing one revokes nobody.
+    #[test]
+    fn a_corrupt_revoked_list_is_refused_saying_what_to_do() {
+        let d = tempfile::tempdir().unwrap();
+        assert!(load_revoked(d.path()).unwrap().is_empty());
+        assert_eq!(
+            set_revoked(d.path(), "bootstrap", true).unwrap(),
+            BTreeSet::from(["bootstrap".to_string()])
+        );
+        let p = d.path().join(REVOKED_FILE);
+        for bad in [&b"[\"bootstrap\""[..], b"{}", b"", b"\x00\x01"] {
+            std::fs::write(&p, bad).unwrap();
+            let e = load_revoked(d.path()).unwrap_err();
+            assert_eq!(e.kind(), io::ErrorKind::InvalidData);
+            let e = e.to_string();
+            assert!(
+                e.starts_with("revoked.json: ")
+                    && e.contains("the file is corrupt")
+                    && e.contains("Restore it from a backup, or write the list again"),
+                "{e}"
+            );
+            // Neither emptied nor rewritten, also by a revoke.
+            assert!(set_revoked(d.path(), "master-0", true).is_err());
+            assert_eq!(std::fs::read(&p).unwrap(), bad);
+        }
+    }
 }

@@ -28,7 +28,7 @@ use site::{Mac, Site};
 use std::collections::{HashMap, VecDeque};
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -99,12 +99,10 @@ pub fn rfc3339(ms: i64) -> String {
         .unwrap_or_default()
 }
 
-/// Unix microseconds.
+/// Unix microseconds of the appliance's clock (`runtime::clock`): phase
+/// durations are differences of a monotonic clock.
 pub fn now_us() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_micros() as i64)
-        .unwrap_or(0)
+    runtime::clock::unix_us()
 }
 
 /// One thing that happened to a node.

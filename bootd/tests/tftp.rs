@@ -1039,3 +1039,115 @@ async fn one_source_cannot_hold_the_server_or_be_reflected_at() {
     }
     s.stop().await;
 }
+
+/// Polls `cond` every 10 ms for at most 3 s (outcomes are counted when the
+/// transfer's thread returns, just after its last packet).
+async fn eventually(what: &str, cond: impl Fn() -> bool) {
+    let end = Instant::now() + Duration::from_secs(3);
+    while !cond() {
+        assert!(Instant::now() < end, "not within 3 s: {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// An ERROR from the client in the middle of a lock-step transfer ends it
+/// at once: counted as exactly one `client_abort` (nothing else), its port
+/// falls silent, its slot is free, and the same client's next request is
+/// served whole.
+#[tokio::test]
+async fn an_error_from_the_client_mid_transfer_is_one_client_abort() {
+    let s = Server::start(quick()).await;
+    let c = Raw::new(s.addr).await;
+    c.rrq("exact.bin", &[]).await;
+    let (b, _, tid) = c.expect_data().await;
+    assert_eq!(b, 1);
+    c.send_to(tid, Packet::Ack { block: 1 }).await;
+    assert_eq!(c.expect_data().await.0, 2);
+    c.send_to(
+        tid,
+        Packet::Error {
+            code: 0,
+            message: "enough".into(),
+        },
+    )
+    .await;
+    let m = Arc::clone(&s.metrics);
+    eventually("one client_abort, no transfer running", || {
+        m.requests_with(Outcome::ClientAbort) == 1 && m.transfers_active.get() == 0
+    })
+    .await;
+    // Nothing more from the aborted transfer: no retransmission of block 2
+    // after the 300 ms timeout.
+    assert!(c.recv_within(Duration::from_millis(800)).await.is_none());
+    c.rrq("exact.bin", &[]).await;
+    let first = c.expect_data().await;
+    assert_ne!(first.2, tid);
+    let got = c.finish(Vec::new(), first, 512).await;
+    assert_eq!(sha(&got), sha(&s.file("exact.bin")));
+    eventually("the second transfer counted ok", || {
+        m.requests_with(Outcome::Ok) == 1
+    })
+    .await;
+    assert_eq!(m.requests_with(Outcome::ClientAbort), 1);
+    for other in [Outcome::Replaced, Outcome::Timeout, Outcome::Error] {
+        assert_eq!(m.requests_with(other), 0, "{other:?}");
+    }
+    s.stop().await;
+}
+
+/// ACKs for blocks the server never sent (after the OACK, and mid-transfer)
+/// make it send nothing and are counted `not_sent`; duplicates are counted
+/// apart; the transfer goes on and completes.
+#[tokio::test]
+async fn acks_for_blocks_never_sent_are_ignored_and_counted() {
+    let s = Server::start(TftpConfig {
+        default_timeout: Duration::from_secs(2),
+        ..TftpConfig::default()
+    })
+    .await;
+    let c = Raw::new(s.addr).await;
+    c.rrq("exact.bin", &[("blksize", "512")]).await;
+    let (_, tid) = c.expect_oack().await;
+    // Before any DATA: block 3 was never sent.
+    c.send_to(tid, Packet::Ack { block: 3 }).await;
+    assert!(
+        c.recv_within(Duration::from_millis(400)).await.is_none(),
+        "an ACK for a block never sent was answered"
+    );
+    c.send_to(tid, Packet::Ack { block: 0 }).await;
+    let (b, data, _) = c.expect_data().await;
+    assert_eq!(b, 1);
+    // Block 1 is out; 4 and 60000 were never sent; 1 twice is a duplicate.
+    c.send_to(tid, Packet::Ack { block: 4 }).await;
+    c.send_to(tid, Packet::Ack { block: 60000 }).await;
+    assert!(
+        c.recv_within(Duration::from_millis(400)).await.is_none(),
+        "an ACK for a block never sent was answered"
+    );
+    let m = Arc::clone(&s.metrics);
+    eventually("three ACKs counted not_sent", || {
+        m.ignored_acks_with("not_sent") == 3
+    })
+    .await;
+    c.send_to(tid, Packet::Ack { block: 1 }).await;
+    let second = c.expect_data().await;
+    assert_eq!(second.0, 2);
+    c.send_to(tid, Packet::Ack { block: 1 }).await;
+    let got = c.finish(data, second, 512).await;
+    assert_eq!(sha(&got), sha(&s.file("exact.bin")));
+    eventually("the transfer counted ok", || {
+        m.requests_with(Outcome::Ok) == 1
+    })
+    .await;
+    assert_eq!(m.ignored_acks_with("not_sent"), 3);
+    assert_eq!(m.ignored_acks_with("duplicate"), 1);
+    let mut registry = prometheus_client::registry::Registry::with_prefix("bootd");
+    s.metrics.register(&mut registry);
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+    assert!(
+        text.contains("bootd_tftp_ignored_acks_total{reason=\"not_sent\"} 3"),
+        "{text}"
+    );
+    s.stop().await;
+}

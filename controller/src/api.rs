@@ -1,9 +1,11 @@
-//! The API's HTTP side: the accept loop, every route in one function (`route`), each handler, and the JSON replies (errors carry a safe message; the detail goes to the log).
+//! The API's HTTP side: the accept loop (caps, TLS, [`runtime::http1`]'s limits, connections closed on bad or slow clients counted as `bootd_api_connections_closed_total{reason}`), every route in one function (`route`), each handler, and the JSON replies (errors carry a safe message; the detail goes to the log).
 
 use super::*;
 
 mod cluster;
+mod failure;
 use cluster::{bootstrap_complete, cluster, destroy, machines};
+pub(super) use failure::internal;
 
 /// Serves the API on `listener` (TLS with the site CA) until `shutdown`.
 pub(super) async fn serve(
@@ -34,24 +36,33 @@ pub(super) async fn serve(
         let (ctl, acceptor, shutdown) = (Arc::clone(&ctl), acceptor.clone(), shutdown.clone());
         tracker.spawn(async move {
             let _held = held;
-            let tls = match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(stream))
+            let limits = ctl.tuning.http;
+            let why = match tokio::time::timeout(limits.handshake_timeout, acceptor.accept(stream))
                 .await
             {
-                Ok(Ok(s)) => s,
-                _ => return tracing::debug!(%peer, "API TLS handshake failed or timed out"),
-            };
-            let svc = hyper::service::service_fn(move |req| handle(Arc::clone(&ctl), req, peer));
-            let conn = hyper::server::conn::http1::Builder::new()
-                .timer(TokioTimer::new())
-                .header_read_timeout(Duration::from_secs(30))
-                .serve_connection(TokioIo::new(tls), svc);
-            let mut conn = std::pin::pin!(conn);
-            tokio::select! {
-                _ = conn.as_mut() => {}
-                _ = shutdown.cancelled() => {
-                    conn.as_mut().graceful_shutdown();
-                    let _ = tokio::time::timeout(Duration::from_secs(5), conn).await;
+                Ok(Ok(tls)) => {
+                    let c = Arc::clone(&ctl);
+                    let svc =
+                        hyper::service::service_fn(move |req| handle(Arc::clone(&c), req, peer));
+                    // On shutdown: the request in progress gets 5 s to finish.
+                    let stop = async {
+                        shutdown.cancelled().await;
+                        tokio::time::sleep(Duration::from_secs(5)).await;
+                    };
+                    runtime::http1::serve(tls, svc, &limits, shutdown.cancelled(), stop).await
                 }
+                Ok(Err(_)) => Some(runtime::http1::Closed::HandshakeFailed),
+                Err(_) => Some(runtime::http1::Closed::HandshakeTimeout),
+            };
+            if let Some(why) = why {
+                tracing::debug!(%peer, reason = why.as_str(), "API connection closed");
+                ctl.app
+                    .metrics
+                    .api_closed
+                    .get_or_create(&bootd::metrics::Reason {
+                        reason: why.as_str(),
+                    })
+                    .inc();
             }
         });
     }
@@ -91,14 +102,6 @@ pub(super) fn unauthorized() -> Response<Body> {
     r.headers_mut()
         .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
     r
-}
-
-pub(super) fn internal(e: impl std::fmt::Display) -> Response<Body> {
-    error!(error = %e, "API request failed");
-    err(
-        StatusCode::INTERNAL_SERVER_ERROR,
-        "internal error; see bootd's log",
-    )
 }
 
 /// Every route of the API, in one place.

@@ -42,7 +42,6 @@ use bootd::App;
 
 use http::{header, HeaderValue, Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Limited};
-use hyper_util::rt::{TokioIo, TokioTimer};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use std::collections::HashMap;
@@ -74,6 +73,9 @@ pub struct Tuning {
     pub body_timeout: Duration,
     /// Connections the API holds at once, and from one address.
     pub connections: runtime::conns::ConnLimits,
+    /// The API's head deadline (30 s, also the idle keep-alive limit), TLS
+    /// handshake deadline (10 s) and head size (100 headers, 32 KiB).
+    pub http: runtime::http1::Limits,
 }
 
 impl Default for Tuning {
@@ -91,6 +93,7 @@ impl Default for Tuning {
                 max: 1024,
                 per_source: 256,
             },
+            http: runtime::http1::Limits::new(Duration::from_secs(30)),
         }
     }
 }

@@ -211,7 +211,7 @@ fn node_request(ctl: &Controller, snap: &Snapshot, row: &NodeRow) -> Option<Node
             ctl.app.key.issue(
                 name,
                 bootd::token::Scope::Provider,
-                std::time::SystemTime::now(),
+                runtime::clock::now(),
                 snap.site.ignition.token_ttl
             )
         ),

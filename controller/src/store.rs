@@ -17,7 +17,6 @@ use rusqlite::{params, Connection, OptionalExtension};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 pub const DB_FILE: &str = "controller.db";
 
@@ -31,12 +30,31 @@ pub struct StoreError {
 
 pub type Result<T> = std::result::Result<T, StoreError>;
 
+/// Whether `e`, or an error under it, is a full disk: SQLite's
+/// `SQLITE_FULL`, or ENOSPC / EDQUOT from a file write.
+pub fn disk_full(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cur = Some(e);
+    while let Some(e) = cur {
+        if let Some(rusqlite::Error::SqliteFailure(f, _)) = e.downcast_ref::<rusqlite::Error>() {
+            if f.code == rusqlite::ErrorCode::DiskFull {
+                return true;
+            }
+        }
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            if io.kind() == std::io::ErrorKind::StorageFull
+                || io.kind() == std::io::ErrorKind::QuotaExceeded
+            {
+                return true;
+            }
+        }
+        cur = e.source();
+    }
+    false
+}
+
 /// Unix milliseconds.
 pub fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
+    runtime::clock::unix_ms()
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -765,5 +783,30 @@ mod tests {
             s.set_cluster_once("bootstrapComplete", "true").unwrap(),
             s.set_cluster_once("bootstrapComplete", "true").unwrap()
         );
+    }
+
+    /// A full disk is told apart, also under the store's error, from
+    /// other failures.
+    #[test]
+    fn disk_full_is_told_apart() {
+        let sqlite = |code| {
+            rusqlite::Error::SqliteFailure(
+                rusqlite::ffi::Error::new(code),
+                Some("database or disk is full".into()),
+            )
+        };
+        let full = StoreError {
+            path: "x/controller.db".into(),
+            source: sqlite(rusqlite::ffi::SQLITE_FULL),
+        };
+        assert!(disk_full(&full));
+        let busy = StoreError {
+            path: "x/controller.db".into(),
+            source: sqlite(rusqlite::ffi::SQLITE_BUSY),
+        };
+        assert!(!disk_full(&busy));
+        let enospc = std::io::Error::from_raw_os_error(28);
+        assert!(disk_full(&enospc));
+        assert!(!disk_full(&std::io::Error::from_raw_os_error(13)));
     }
 }

@@ -1,16 +1,16 @@
 //! The small HTTP listener: `/metrics` (Prometheus text) and `/healthz`
 //! (200 with the served serials once zones are loaded). Every route is in
-//! [`route`].
+//! [`route`]. Connections follow [`runtime::http1`] (head deadline 10 s,
+//! refused framings); those closed on a bad or slow client are counted as
+//! `dnsd_http_connections_closed_total{reason}`.
 
 use crate::Live;
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::service::service_fn;
 use hyper::{Request, Response, StatusCode};
-use hyper_util::rt::{TokioIo, TokioTimer};
 use std::convert::Infallible;
 use std::sync::Arc;
-use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
@@ -20,7 +20,12 @@ pub const HTTP_CONNECTIONS: runtime::conns::ConnLimits = runtime::conns::ConnLim
     per_source: 16,
 };
 
-pub async fn serve(l: TcpListener, live: Arc<Live>, stop: CancellationToken) {
+pub async fn serve(
+    l: TcpListener,
+    live: Arc<Live>,
+    stop: CancellationToken,
+    limits: runtime::http1::Limits,
+) {
     let conns = runtime::conns::Conns::new(HTTP_CONNECTIONS);
     while let Some((stream, peer)) = runtime::net::accept(&l, &stop, "dnsd HTTP").await {
         // Over a cap: closed at once and counted.
@@ -43,17 +48,22 @@ pub async fn serve(l: TcpListener, live: Arc<Live>, stop: CancellationToken) {
         let stop = stop.clone();
         tokio::spawn(async move {
             let _held = held;
+            let l = Arc::clone(&live);
             let svc = service_fn(move |req| {
-                let live = Arc::clone(&live);
+                let live = Arc::clone(&l);
                 async move { Ok::<_, Infallible>(route(&live, &req)) }
             });
-            let conn = hyper::server::conn::http1::Builder::new()
-                .timer(TokioTimer::new())
-                .header_read_timeout(Duration::from_secs(10))
-                .serve_connection(TokioIo::new(stream), svc);
-            tokio::select! {
-                _ = conn => {}
-                _ = stop.cancelled() => {}
+            let why =
+                runtime::http1::serve(stream, svc, &limits, stop.cancelled(), stop.cancelled())
+                    .await;
+            if let Some(why) = why {
+                tracing::debug!(%peer, reason = why.as_str(), "HTTP connection closed");
+                live.metrics
+                    .http_closed
+                    .get_or_create(&crate::metrics::Reason {
+                        reason: why.as_str(),
+                    })
+                    .inc();
             }
         });
     }

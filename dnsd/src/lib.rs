@@ -45,7 +45,7 @@ use site::dns::Dns;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -84,6 +84,9 @@ pub struct Config {
     pub tcp_max: usize,
     /// At most this many TCP connections from one address.
     pub tcp_per_source: usize,
+    /// The HTTP (metrics) listener's head deadline (10 s, also the idle
+    /// keep-alive limit) and head size (100 headers, 32 KiB).
+    pub http: runtime::http1::Limits,
 }
 
 impl Config {
@@ -97,6 +100,7 @@ impl Config {
             tcp_idle: Duration::from_secs(10),
             tcp_max: 512,
             tcp_per_source: 32,
+            http: runtime::http1::Limits::new(Duration::from_secs(10)),
         }
     }
 }
@@ -168,10 +172,7 @@ pub struct Loaded {
 }
 
 fn now_serial() -> u32 {
-    SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map(|d| d.as_secs() as u32)
-        .unwrap_or(1)
+    runtime::clock::unix_secs() as u32
 }
 
 /// Loads and compiles the zones. For a site, each zone's serial is the
@@ -320,7 +321,8 @@ pub async fn run_loaded(
     }
     if let Some(l) = sockets.http {
         info!(addr = %l.local_addr().map(|a| a.to_string()).unwrap_or_default(), "HTTP (metrics, health) listening");
-        tracker.spawn(http::serve(l, Arc::clone(&live), shutdown.clone()));
+        let limits = config.http;
+        tracker.spawn(http::serve(l, Arc::clone(&live), shutdown.clone(), limits));
     }
     // Secondaries may hold an older version: tell them at start, too.
     for z in &live.catalog.load().zones {

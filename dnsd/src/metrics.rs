@@ -21,6 +21,11 @@ pub struct Outcome {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct Reason {
+    pub reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ZoneLabel {
     pub zone: String,
 }
@@ -37,6 +42,8 @@ pub struct Metrics {
     pub forwarded: Family<Outcome, Counter>,
     /// TCP connections closed at accept, over a cap (max_connections, per_source).
     pub tcp_refused: Family<Outcome, Counter>,
+    /// HTTP connections closed on a bad or slow client ([`runtime::http1::Closed`]).
+    pub http_closed: Family<Reason, Counter>,
     pub serial: Family<ZoneLabel, Gauge>,
     pub tcp_connections: Gauge,
 }
@@ -60,6 +67,7 @@ impl Default for Metrics {
             transfers: Family::default(),
             forwarded: Family::default(),
             tcp_refused: Family::default(),
+            http_closed: Family::default(),
             serial: Family::default(),
             tcp_connections: Gauge::default(),
             registry: Registry::default(),
@@ -108,6 +116,11 @@ impl Default for Metrics {
             "tcp_refused",
             "TCP connections closed at accept because a cap was reached: DNS over TCP (max_connections, per_source), the HTTP metrics listener (http_max_connections, http_per_source)",
             m.tcp_refused.clone(),
+        );
+        registry.register(
+            "http_connections_closed",
+            "HTTP (metrics listener) connections closed on a bad or slow client, by reason (content_length_and_transfer_encoding, duplicate_content_length, head_too_large, bad_head, head_timeout, idle_timeout, body_unread)",
+            m.http_closed.clone(),
         );
         registry.register(
             "zone_serial",

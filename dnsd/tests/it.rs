@@ -35,6 +35,11 @@ fn site_with(dir: &Path, extra: &str) -> PathBuf {
 }
 
 async fn start(extra: &str) -> Server {
+    start_tuned(extra, |_| {}).await
+}
+
+/// [`start`]; `tune` may change the config first.
+async fn start_tuned(extra: &str, tune: impl FnOnce(&mut dnsd::Config)) -> Server {
     let dir = tempfile::tempdir().unwrap();
     let site = site_with(dir.path(), extra);
     let udp = dnsd::bind_udp("127.0.0.1:0".parse().unwrap(), 2).unwrap();
@@ -45,6 +50,7 @@ async fn start(extra: &str) -> Server {
     let mut config = dnsd::Config::new(dnsd::Source::Site(site.clone()));
     config.poll = None;
     config.tcp_idle = Duration::from_millis(300);
+    tune(&mut config);
     let reload = Arc::clone(&config.reload);
     let stop = CancellationToken::new();
     let s = stop.clone();
@@ -491,4 +497,178 @@ async fn one_source_cannot_hold_every_tcp_slot() {
         "a client reading nothing kept its connection for 10 s"
     );
     s.stop.cancel();
+}
+
+/// The value of the metric line starting with `name` (0 when absent).
+fn metric(text: &str, name: &str) -> u64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Malformed queries through the real UDP listener: those with a usable
+/// header are answered FORMERR (QDCOUNT 0 or 2, a cut or broken EDNS OPT),
+/// a datagram larger than dnsd reads is dropped; each is counted, and the
+/// next query (from dig) is answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_and_oversized_udp_queries_are_refused_counted_and_the_next_answered() {
+    let s = start("").await;
+    let udp = s.udp;
+    let q = query(0x4242, "master-0.lab.example.test.", RecordType::A, false);
+    let with_counts = |qd: u16, ar: u16, tail: &[u8]| {
+        let mut b = q.clone();
+        b[4..6].copy_from_slice(&qd.to_be_bytes());
+        b[10..12].copy_from_slice(&ar.to_be_bytes());
+        b.extend_from_slice(tail);
+        b
+    };
+    let question = q[12..].to_vec();
+    // OPT: root name, type 41, UDP size 1232, TTL 0, then RDLEN and RDATA.
+    let opt = |rdlen: u16, rdata: &[u8]| {
+        let mut o = vec![0, 0, 41, 0x04, 0xd0, 0, 0, 0, 0];
+        o.extend_from_slice(&rdlen.to_be_bytes());
+        o.extend_from_slice(rdata);
+        o
+    };
+    let formerr: Vec<(&str, Vec<u8>)> = vec![
+        ("QDCOUNT 0, header only", q[..12].to_vec()),
+        ("QDCOUNT 0, a question after it", with_counts(0, 0, &[])),
+        ("QDCOUNT 2, one question", with_counts(2, 0, &[])),
+        ("QDCOUNT 2, two questions", with_counts(2, 0, &question)),
+        ("ARCOUNT 1, no OPT", with_counts(1, 1, &[])),
+        (
+            "OPT cut in its fixed part",
+            with_counts(1, 1, &opt(0, &[])[..7]),
+        ),
+        (
+            "OPT RDATA shorter than RDLEN",
+            with_counts(1, 1, &opt(8, &[0, 10, 0, 8, 1, 2])),
+        ),
+        (
+            "OPT option longer than the RDATA",
+            with_counts(1, 1, &opt(6, &[0, 10, 0, 9, 1, 2])),
+        ),
+    ];
+    let n_formerr = formerr.len() as u64;
+    // Over what dnsd reads (4 096 bytes): a real query padded to 5 000
+    // bytes, and to the largest UDP datagram over IPv4.
+    let oversized: Vec<Vec<u8>> = [5000usize, 65_507]
+        .iter()
+        .map(|&n| {
+            let mut b = q.clone();
+            b.resize(n, 0);
+            b
+        })
+        .collect();
+    tokio::task::spawn_blocking(move || {
+        for (what, bytes) in &formerr {
+            let r = udp_ask(udp, bytes).unwrap_or_else(|| panic!("{what}: no answer"));
+            assert_eq!(&r[..2], &[0x42, 0x42], "{what}: not the query's ID");
+            assert_eq!(r[2] & 0x80, 0x80, "{what}: not a response");
+            assert_eq!(r[3] & 0xF, 1, "{what}: not FORMERR");
+        }
+        for b in &oversized {
+            assert!(
+                udp_ask(udp, b).is_none(),
+                "a {}-byte datagram was answered",
+                b.len()
+            );
+        }
+    })
+    .await
+    .unwrap();
+    // The next query, from a real client.
+    let out = std::process::Command::new("dig")
+        .args([
+            "@127.0.0.1",
+            "-p",
+            &udp.port().to_string(),
+            "+short",
+            "+tries=1",
+            "+time=2",
+            "master-0.lab.example.test",
+            "A",
+        ])
+        .output()
+        .expect("dig not found");
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "10.77.0.11");
+    // UDP counts reach /metrics within 250 ms, or when the worker idles.
+    let end = std::time::Instant::now() + Duration::from_secs(3);
+    let m = loop {
+        let m = http_get(s.http, "/metrics").await;
+        let done = metric(&m, "dnsd_dropped_total{result=\"malformed\"}") >= 2
+            && metric(
+                &m,
+                "dnsd_responses_total{transport=\"udp\",rcode=\"NOERROR\"}",
+            ) >= 1;
+        if done || std::time::Instant::now() > end {
+            break m;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(
+        metric(
+            &m,
+            "dnsd_responses_total{transport=\"udp\",rcode=\"FORMERR\"}"
+        ),
+        n_formerr,
+        "{m}"
+    );
+    assert_eq!(
+        metric(&m, "dnsd_dropped_total{result=\"malformed\"}"),
+        2,
+        "{m}"
+    );
+    s.stop.cancel();
+}
+
+/// The metrics listener closes a head that stops halfway, and a connection
+/// that sends nothing, at its head deadline (10 s by default, 1 s here),
+/// refuses a request smuggling framing (400), and counts each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_metrics_listener_closes_slow_heads_and_bad_framings() {
+    let d = dnsd::Config::new(dnsd::Source::Site(PathBuf::from("x")));
+    assert_eq!(d.http.head_timeout, Duration::from_secs(10));
+    let s = start_tuned("", |c| c.http.head_timeout = Duration::from_secs(1)).await;
+    let http = s.http;
+    let exchange = move |bytes: &'static [u8]| {
+        tokio::task::spawn_blocking(move || {
+            let mut c = TcpStream::connect(http).unwrap();
+            c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            c.write_all(bytes).unwrap();
+            let t = std::time::Instant::now();
+            let mut out = Vec::new();
+            c.read_to_end(&mut out).expect("closed by dnsd");
+            (t.elapsed(), String::from_utf8_lossy(&out).into_owned())
+        })
+    };
+    for partial in [&b"GET /metrics HTTP/1.1\r\nHo"[..], b""] {
+        let (d, text) = exchange(partial).await.unwrap();
+        assert!(
+            d >= Duration::from_millis(900) && d < Duration::from_secs(5),
+            "{d:?}"
+        );
+        assert_eq!(text, "");
+    }
+    let (_, text) = exchange(
+        b"GET /healthz HTTP/1.1\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+    )
+    .await
+    .unwrap();
+    assert!(text.starts_with("HTTP/1.1 400 "), "{text}");
+    // Each is counted just after its connection closed.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let m = http_get(s.http, "/metrics").await;
+    for reason in [
+        "head_timeout",
+        "idle_timeout",
+        "content_length_and_transfer_encoding",
+    ] {
+        assert!(
+            m.contains(&format!(
+                "dnsd_http_connections_closed_total{{reason=\"{reason}\"}} 1"
+            )),
+            "{reason}: {m}"
+        );
+    }
 }

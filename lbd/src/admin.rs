@@ -7,6 +7,10 @@
 //! | `GET /status` | frontends, backends, states and reasons, clients' first connections (JSON) |
 //! | `POST /bootstrap/complete` | drain the bootstrap node and remove it from api and machine-config |
 //!
+//! Connections follow [`runtime::http1`] (head deadline 10 s, refused
+//! framings); those closed on a bad or slow client are counted as
+//! `lbd_admin_connections_closed_total{reason}`.
+//!
 //! No authentication: bind it to loopback or a management network
 //! (`lb.adminListen`, default 127.0.0.1:8404). The one action that changes
 //! anything, `POST /bootstrap/complete`, is refused to browsers (a request
@@ -22,12 +26,10 @@ use http::{Method, Request, Response, StatusCode};
 use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::service::service_fn;
-use hyper_util::rt::{TokioIo, TokioTimer};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
-use std::time::Duration;
 use tokio::net::TcpListener;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 /// The admin listener's caps: a scraper and an operator's CLI, not a crowd.
 pub const ADMIN_CONNECTIONS: runtime::conns::ConnLimits = runtime::conns::ConnLimits {
@@ -35,7 +37,7 @@ pub const ADMIN_CONNECTIONS: runtime::conns::ConnLimits = runtime::conns::ConnLi
     per_source: 16,
 };
 
-pub async fn serve(listener: TcpListener, lbd: Arc<Lbd>) {
+pub async fn serve(listener: TcpListener, lbd: Arc<Lbd>, limits: runtime::http1::Limits) {
     let app = Arc::clone(&lbd.app);
     let conns = runtime::conns::Conns::new(ADMIN_CONNECTIONS);
     while let Some((stream, peer)) =
@@ -51,17 +53,16 @@ pub async fn serve(listener: TcpListener, lbd: Arc<Lbd>) {
         let shutdown = app.shutdown.clone();
         app.tracker.spawn(async move {
             let _held = held;
+            let l = Arc::clone(&lbd);
             let svc = service_fn(move |req| {
-                let lbd = Arc::clone(&lbd);
+                let lbd = Arc::clone(&l);
                 async move { Ok::<_, std::convert::Infallible>(route(&lbd, req, peer).await) }
             });
-            let conn = hyper::server::conn::http1::Builder::new()
-                .timer(TokioTimer::new())
-                .header_read_timeout(Duration::from_secs(10))
-                .serve_connection(TokioIo::new(stream), svc);
-            tokio::select! {
-                _ = conn => {}
-                _ = shutdown.cancelled() => {}
+            let stop = shutdown.cancelled();
+            let why = runtime::http1::serve(stream, svc, &limits, stop, shutdown.cancelled()).await;
+            if let Some(why) = why {
+                debug!(%peer, reason = why.as_str(), "admin connection closed");
+                lbd.app.admin_closed[why.index()].fetch_add(1, Relaxed);
             }
         });
     }
@@ -139,7 +140,7 @@ pub async fn route(
 /// What `/status` and `lbd status` show.
 pub fn status(lbd: &Lbd) -> Status {
     let app = &lbd.app;
-    let now_ms = crate::state::unix_ms(std::time::SystemTime::now());
+    let now_ms = crate::state::unix_ms(runtime::clock::now());
     let frontends = app
         .frontends
         .load()

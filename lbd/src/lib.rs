@@ -124,6 +124,9 @@ pub struct Config {
     pub poll: Option<Duration>,
     /// How long open connections get after shutdown.
     pub grace: Duration,
+    /// The admin listener's head deadline (10 s, also the idle keep-alive
+    /// limit) and head size (100 headers, 32 KiB).
+    pub admin_http: runtime::http1::Limits,
 }
 
 impl Config {
@@ -136,6 +139,7 @@ impl Config {
             reloaded: Arc::new(Notify::new()),
             poll: Some(Duration::from_secs(2)),
             grace: Duration::from_secs(10),
+            admin_http: runtime::http1::Limits::new(Duration::from_secs(10)),
         }
     }
 }
@@ -269,7 +273,8 @@ pub async fn start(
     });
     if let Some(l) = sockets.admin {
         info!(addr = %l.local_addr().map(|a| a.to_string()).unwrap_or_default(), "admin HTTP listening");
-        app.tracker.spawn(admin::serve(l, Arc::clone(&lbd)));
+        app.tracker
+            .spawn(admin::serve(l, Arc::clone(&lbd), config.admin_http));
     }
     match &config.source {
         Source::Feed(feed) => {

@@ -44,6 +44,11 @@ struct ReasonLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabel {
+    reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ResultLabels {
     result: &'static str,
 }
@@ -54,6 +59,7 @@ struct Scrape {
     conns: u64,
     accept_errors: u64,
     admin_refused: u64,
+    admin_closed: Vec<u64>,
     reloads: [u64; 2],
     bootstrap: BootstrapPhase,
 }
@@ -66,6 +72,7 @@ pub fn encode(app: &App) -> String {
         conns: app.conns.load(Relaxed),
         accept_errors: app.accept_errors.load(Relaxed),
         admin_refused: app.admin_refused.load(Relaxed),
+        admin_closed: app.admin_closed.iter().map(|c| c.load(Relaxed)).collect(),
         reloads: [
             app.metrics.reloads_ok.load(Relaxed),
             app.metrics.reloads_failed.load(Relaxed),
@@ -225,6 +232,19 @@ impl Collector for Scrape {
             None,
             MetricType::Counter,
         )?)?;
+        let mut m = enc.encode_descriptor(
+            "admin_connections_closed",
+            "Admin connections closed on a bad or slow client, by reason (content_length_and_transfer_encoding, duplicate_content_length, head_too_large, bad_head, head_timeout, idle_timeout, body_unread)",
+            None,
+            MetricType::Counter,
+        )?;
+        for (why, n) in runtime::http1::Closed::ALL.iter().zip(&self.admin_closed) {
+            if *n > 0 {
+                ConstCounter::new(*n).encode(m.encode_family(&ReasonLabel {
+                    reason: why.as_str(),
+                })?)?;
+            }
+        }
         let mut m = enc.encode_descriptor(
             "reloads",
             "Configuration reloads by result",

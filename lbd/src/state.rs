@@ -185,7 +185,7 @@ impl Frontend {
     pub fn note_client(&self, ip: IpAddr) {
         let mut m = lock(&self.clients);
         if m.len() < CLIENTS_SEEN && !m.contains_key(&ip) {
-            m.insert(ip, unix_ms(std::time::SystemTime::now()));
+            m.insert(ip, unix_ms(runtime::clock::now()));
         }
     }
     pub fn balance(&self) -> Balance {
@@ -234,6 +234,9 @@ pub struct App {
     pub accept_errors: AtomicU64,
     /// Admin connections closed at accept: over the listener's caps.
     pub admin_refused: AtomicU64,
+    /// Admin connections closed on a bad or slow client, by
+    /// [`runtime::http1::Closed::index`].
+    pub admin_closed: [AtomicU64; runtime::http1::Closed::ALL.len()],
     pub bootstrap_done: AtomicBool,
     pub prober: Arc<NetProber>,
     pub tracker: TaskTracker,
@@ -266,6 +269,7 @@ impl App {
             per_source: Mutex::new(HashMap::new()),
             accept_errors: AtomicU64::new(0),
             admin_refused: AtomicU64::new(0),
+            admin_closed: Default::default(),
             bootstrap_done: AtomicBool::new(false),
             prober: Arc::new(NetProber::default()),
             tracker: TaskTracker::new(),

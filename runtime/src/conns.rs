@@ -3,10 +3,19 @@
 //! take every file descriptor (the other listeners, TFTP and the lease
 //! file need some) or every slot. A connection over a cap is closed at
 //! once and counted. bootd's HTTP(S) and dnsd's TCP use it.
+//!
+//! A listener may mark a connection idle ([`Held::set_idle`]: it has sent
+//! nothing of its next request). When the listener is full, a new
+//! connection takes the slot of the oldest idle one, which is told to
+//! close ([`Held::evicted`]) — as nginx reuses its idle connections when
+//! `worker_connections` run out — so a crowd of connections that send
+//! nothing cannot lock out the clients that talk. Only when none is idle
+//! is the newcomer refused.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
+use tokio_util::sync::CancellationToken;
 
 /// The caps of one listener.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,7 +38,16 @@ impl Default for ConnLimits {
 #[derive(Debug)]
 pub struct Conns {
     limits: ConnLimits,
-    held: Mutex<(usize, HashMap<IpAddr, usize>)>,
+    held: Mutex<State>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    open: usize,
+    per_source: HashMap<IpAddr, usize>,
+    /// Idle connections by age (ids only grow), with what tells each to close.
+    idle: BTreeMap<u64, CancellationToken>,
+    next_id: u64,
 }
 
 /// Why a connection was refused.
@@ -53,16 +71,37 @@ impl Refused {
 pub struct Held {
     conns: Arc<Conns>,
     ip: IpAddr,
+    id: u64,
+    evict: CancellationToken,
+}
+
+impl Held {
+    /// Marks the connection idle (nothing of a request received: it may be
+    /// evicted for a newcomer when the listener is full) or not.
+    pub fn set_idle(&self, idle: bool) {
+        let mut g = self.conns.lock();
+        if idle && !self.evict.is_cancelled() {
+            g.idle.insert(self.id, self.evict.clone());
+        } else {
+            g.idle.remove(&self.id);
+        }
+    }
+
+    /// Resolves when the connection's slot was given to a newcomer: close it.
+    pub fn evicted(&self) -> tokio_util::sync::WaitForCancellationFuture<'_> {
+        self.evict.cancelled()
+    }
 }
 
 impl Drop for Held {
     fn drop(&mut self) {
-        let mut g = self.conns.held.lock().unwrap_or_else(|p| p.into_inner());
-        g.0 -= 1;
-        if let Some(n) = g.1.get_mut(&self.ip) {
+        let mut g = self.conns.lock();
+        g.open -= 1;
+        g.idle.remove(&self.id);
+        if let Some(n) = g.per_source.get_mut(&self.ip) {
             *n -= 1;
             if *n == 0 {
-                g.1.remove(&self.ip);
+                g.per_source.remove(&self.ip);
             }
         }
     }
@@ -72,30 +111,42 @@ impl Conns {
     pub fn new(limits: ConnLimits) -> Arc<Conns> {
         Arc::new(Conns {
             limits,
-            held: Mutex::new((0, HashMap::new())),
+            held: Mutex::new(State::default()),
         })
     }
 
-    /// A slot for a connection from `ip`, or why there is none.
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.held.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A slot for a connection from `ip`, or why there is none. When the
+    /// listener is full, the oldest idle connection is told to close and
+    /// the newcomer has its slot (the count is over `max` until the evicted
+    /// one has gone: by one per eviction in flight).
     pub fn take(self: &Arc<Self>, ip: IpAddr) -> Result<Held, Refused> {
-        let mut g = self.held.lock().unwrap_or_else(|p| p.into_inner());
-        if g.0 >= self.limits.max {
-            return Err(Refused::Full);
-        }
-        let n = g.1.entry(ip).or_insert(0);
-        if *n >= self.limits.per_source {
+        let mut g = self.lock();
+        if g.per_source.get(&ip).copied().unwrap_or(0) >= self.limits.per_source {
             return Err(Refused::Source);
         }
-        *n += 1;
-        g.0 += 1;
+        if g.open >= self.limits.max {
+            match g.idle.pop_first() {
+                Some((_, evict)) => evict.cancel(),
+                None => return Err(Refused::Full),
+            }
+        }
+        *g.per_source.entry(ip).or_insert(0) += 1;
+        g.open += 1;
+        g.next_id += 1;
         Ok(Held {
             conns: Arc::clone(self),
             ip,
+            id: g.next_id,
+            evict: CancellationToken::new(),
         })
     }
 
     pub fn open(&self) -> usize {
-        self.held.lock().unwrap_or_else(|p| p.into_inner()).0
+        self.lock().open
     }
 }
 
@@ -119,5 +170,39 @@ mod tests {
         drop(h1);
         assert_eq!(c.open(), 2);
         assert!(c.take(a).is_ok());
+    }
+
+    #[tokio::test]
+    async fn a_full_listener_evicts_its_oldest_idle_connection() {
+        let c = Conns::new(ConnLimits {
+            max: 3,
+            per_source: 3,
+        });
+        let ip = |n| IpAddr::from([10, 0, 0, n]);
+        let (h1, h2, h3) = (
+            c.take(ip(1)).unwrap(),
+            c.take(ip(2)).unwrap(),
+            c.take(ip(3)).unwrap(),
+        );
+        // None idle: refused.
+        assert_eq!(c.take(ip(4)).unwrap_err(), Refused::Full);
+        h3.set_idle(true);
+        h2.set_idle(true);
+        h1.set_idle(true);
+        h1.set_idle(false);
+        // The oldest idle one (h2) is told to close; the newcomer is in.
+        let h4 = c.take(ip(4)).unwrap();
+        tokio::time::timeout(std::time::Duration::from_secs(1), h2.evicted())
+            .await
+            .unwrap();
+        assert!(!h3.evict.is_cancelled() && !h1.evict.is_cancelled());
+        assert_eq!(c.open(), 4);
+        drop(h2);
+        assert_eq!(c.open(), 3);
+        let _h5 = c.take(ip(5)).unwrap();
+        assert!(h3.evict.is_cancelled());
+        // Nobody idle any more.
+        assert_eq!(c.take(ip(6)).unwrap_err(), Refused::Full);
+        drop((h1, h4));
     }
 }

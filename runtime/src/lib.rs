@@ -7,14 +7,19 @@
 //! - [`reload`]: the reload loop (SIGHUP, or a watched file's change).
 //! - [`feed`]: the site feed: the validated site, loaded once per change,
 //!   published to every daemon in the process.
+//! - [`clock`]: calendar time that a step of the system clock does not move.
 //! - [`net`]: socket reads the data paths share.
+//! - [`http1`]: the HTTP/1.1 connection rules every HTTP listener shares
+//!   (limits, refused framings, why a connection was closed).
 //! - [`logging`]: tracing setup.
 //! - [`privileges`]: started as root, becoming what the systemd unit makes the daemon.
 //!
 //! Invariant: nothing here knows a daemon; daemons know this crate.
 
+pub mod clock;
 pub mod conns;
 pub mod feed;
+pub mod http1;
 pub mod logging;
 pub mod net;
 pub mod privileges;

@@ -124,7 +124,17 @@ pub fn spawn_watchdog() -> Option<tokio::task::JoinHandle<()>> {
 /// cgroup or `taskset` limit). One worker means a current-thread runtime:
 /// a multi-thread one would have a single worker anyway and pay for
 /// cross-thread wakeups and work-stealing bookkeeping on every idle period.
+///
+/// Building it also starts the process's [`clock`](crate::clock) (the system
+/// clock is read here, once) and its watch for steps of the system clock.
 pub fn runtime(threads: Option<usize>) -> std::io::Result<tokio::runtime::Runtime> {
+    crate::clock::start();
+    let rt = build(threads)?;
+    rt.spawn(crate::clock::watch());
+    Ok(rt)
+}
+
+fn build(threads: Option<usize>) -> std::io::Result<tokio::runtime::Runtime> {
     let n = threads.unwrap_or_else(|| {
         std::thread::available_parallelism()
             .map(|n| n.get())

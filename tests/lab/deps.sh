@@ -48,6 +48,12 @@ PKGS=(
   # the units under a real systemd (tests/systemd/nspawn.sh): a Debian 12 root
   # made by debootstrap, booted by systemd-nspawn
   debootstrap systemd-container
+  # a step of the system clock under one process (tests/time/clock-step.sh)
+  faketime
+  # the container image built from a debootstrap root and run without a
+  # registry (tests/container/e2e.sh): podman, runc (crun refuses hosts with
+  # cgroup v1 and v2 both mounted), getcap for the image's file capabilities
+  libcap2-bin podman runc
 )
 
 if [[ $(id -u) -ne 0 ]]; then

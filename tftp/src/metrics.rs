@@ -12,6 +12,11 @@ pub struct ResultLabel {
     pub result: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabel {
+    pub reason: &'static str,
+}
+
 /// How a request ended; the `result` label of `tftp_requests_total`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
@@ -69,6 +74,10 @@ pub struct TftpMetrics {
     pub bytes_sent: Counter,
     /// DATA packets sent again (timeouts, partial windows).
     pub retransmits: Counter,
+    /// ACKs a transfer sent nothing for: `duplicate` (a repeated or older
+    /// ACK, normal after a retransmission) or `not_sent` (a block the
+    /// server never sent).
+    pub ignored_acks: Family<ReasonLabel, Counter>,
     pub transfers_active: Gauge,
 }
 
@@ -100,6 +109,11 @@ impl TftpMetrics {
             self.retransmits.clone(),
         );
         registry.register(
+            "tftp_ignored_acks",
+            "TFTP ACKs that caused nothing to be sent, by reason (duplicate, not_sent)",
+            self.ignored_acks.clone(),
+        );
+        registry.register(
             "tftp_transfers_active",
             "TFTP transfers in progress",
             self.transfers_active.clone(),
@@ -112,6 +126,19 @@ impl TftpMetrics {
                 result: outcome.as_str(),
             })
             .inc();
+    }
+
+    /// Counts an ACK that caused nothing to be sent.
+    pub fn ignored_ack(&self, reason: &'static str) {
+        self.ignored_acks
+            .get_or_create(&ReasonLabel { reason })
+            .inc();
+    }
+
+    pub fn ignored_acks_with(&self, reason: &'static str) -> u64 {
+        self.ignored_acks
+            .get_or_create(&ReasonLabel { reason })
+            .get()
     }
 
     pub fn requests_with(&self, outcome: Outcome) -> u64 {

@@ -594,6 +594,8 @@ fn serve(
                     Some(Incoming::Error { code, message }) => {
                         return Err(End::ClientAbort { code, message })
                     }
+                    // No DATA went out yet: any other block is one never sent.
+                    Some(Incoming::Ack(_)) => m.ignored_ack("not_sent"),
                     Some(_) => {}
                     // Not acknowledged yet: the address may be forged.
                     None if tries >= UNPROVEN_RETRIES.min(config.retries) => {
@@ -645,22 +647,28 @@ fn serve(
         let deadline = Instant::now() + timeout;
         range = loop {
             match io.recv_until(&mut rx, deadline)? {
-                Some(Incoming::Ack(block)) => {
-                    proven = true;
-                    match window.on_ack(block) {
-                        Step::Done => {
-                            return Ok(Done {
-                                bytes: len,
-                                retransmits,
-                            })
-                        }
-                        Step::Send(next) => {
-                            tries = 0;
-                            break next;
-                        }
-                        Step::Ignore => {}
+                Some(Incoming::Ack(block)) => match window.on_ack(block) {
+                    Step::Done => {
+                        return Ok(Done {
+                            bytes: len,
+                            retransmits,
+                        })
                     }
-                }
+                    Step::Send(next) => {
+                        proven = true;
+                        tries = 0;
+                        break next;
+                    }
+                    Step::Ignore => {
+                        proven = true;
+                        m.ignored_ack("duplicate");
+                    }
+                    // Proves nothing about the client's address.
+                    Step::NotSent => {
+                        m.ignored_ack("not_sent");
+                        debug!(block, "ACK for a block never sent; ignored");
+                    }
+                },
                 Some(Incoming::Error { code, message }) => {
                     return Err(End::ClientAbort { code, message })
                 }

@@ -33,6 +33,9 @@ pub enum Step {
     /// "sorcerer's apprentice" bug (RFC 1123 4.2.3.1) that doubles every
     /// block after one delayed ACK; lost windows are resent on timeout.
     Ignore,
+    /// An ACK for a block not sent yet (a confused or forged client): send
+    /// nothing, the transfer goes on; the server counts it.
+    NotSent,
 }
 
 impl Window {
@@ -61,8 +64,19 @@ impl Window {
 
     pub fn on_ack(&mut self, wire: u16) -> Step {
         let ahead = u64::from(wire.wrapping_sub(self.acked as u16));
-        if ahead == 0 || ahead > self.sent - self.acked {
+        if ahead == 0 {
             return Step::Ignore;
+        }
+        if ahead > self.sent - self.acked {
+            // Behind the acknowledged block by less than half the number
+            // space, and not before block 0: an old ACK; otherwise one for
+            // a block never sent.
+            let behind = (self.acked as u16).wrapping_sub(wire);
+            return if behind < 0x8000 && u64::from(behind) <= self.acked {
+                Step::Ignore
+            } else {
+                Step::NotSent
+            };
         }
         self.acked += ahead;
         if self.acked == self.last {
@@ -110,8 +124,11 @@ mod tests {
         assert_eq!(w.on_ack(1), Step::Send(2..=2));
         assert_eq!(w.on_ack(1), Step::Ignore);
         assert_eq!(w.on_ack(0), Step::Ignore);
-        // An ACK for a block never sent is ignored too.
-        assert_eq!(w.on_ack(5), Step::Ignore);
+        // An ACK for a block never sent is ignored too, and told apart.
+        assert_eq!(w.on_ack(5), Step::NotSent);
+        assert_eq!(w.on_ack(3), Step::NotSent);
+        // Behind block 0 is before the file: never sent either.
+        assert_eq!(w.on_ack(60000), Step::NotSent);
         assert_eq!(w.on_ack(2), Step::Send(3..=3));
         assert_eq!(w.on_ack(3), Step::Send(4..=4));
         assert_eq!(w.on_ack(4), Step::Done);
@@ -155,7 +172,7 @@ mod tests {
             match w.on_ack(Window::wire(*r.end())) {
                 Step::Done => break,
                 Step::Send(next) => sends.push(next),
-                Step::Ignore => panic!("ignored {r:?}"),
+                Step::Ignore | Step::NotSent => panic!("ignored {r:?}"),
             }
         }
         assert_eq!(wires.len() as u64, 70_001);
@@ -174,5 +191,8 @@ mod tests {
         // The client got up to absolute 65537 (wire 1).
         assert_eq!(w.on_ack(1), Step::Send(65538..=65545));
         assert_eq!(w.on_ack(65535), Step::Ignore);
+        // Past what was sent (65545, wire 9), across the wrap: not sent.
+        assert_eq!(w.on_ack(10), Step::NotSent);
+        assert_eq!(w.on_ack(9), Step::Send(65546..=65553));
     }
 }

@@ -7,7 +7,6 @@ use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::SystemTime;
 use tokio_util::sync::CancellationToken;
 
 // mimalloc: a request allocates a few dozen small objects; glibc malloc
@@ -198,7 +197,7 @@ fn render(config: &bootd::Config, what: What, name: &str) -> Result<()> {
     let token = key.issue(
         &node.name,
         bootd::token::Scope::Script,
-        SystemTime::now(),
+        runtime::clock::now(),
         site.ignition.token_ttl,
     );
     let urls = bootd::render::NodeUrls::new(site, node, &token);

@@ -7,7 +7,9 @@
 
 mod alibaba;
 mod bmc;
+mod crash_loop;
 mod fake;
+mod full_disk;
 mod local;
 mod platforms;
 mod prism;
@@ -1649,6 +1651,67 @@ async fn slow_bodies_and_connection_floods_are_bounded_on_the_api() {
     );
     drop(held);
     tokio::time::sleep(Duration::from_millis(200)).await;
+    let (st, _) = b.call("GET", "/v1/nodes", None).await;
+    assert_eq!(st, 200);
+    b.stop().await;
+}
+
+/// The API closes a head that stops halfway, an idle connection and a TLS
+/// handshake that never finishes at their deadlines (30 s, 30 s and 10 s
+/// by default; 1 s here), counts each, and answers after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_heads_and_handshakes_are_closed_on_the_api() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let d = controller::Tuning::default().http;
+    assert_eq!(
+        (d.head_timeout, d.handshake_timeout),
+        (Duration::from_secs(30), Duration::from_secs(10))
+    );
+    let f = Fake::start().await;
+    let mut http = runtime::http1::Limits::new(Duration::from_secs(1));
+    http.handshake_timeout = Duration::from_secs(1);
+    let b = Bootd::start_tuned(
+        &f.url(),
+        &f.url(),
+        &f.url(),
+        controller::Tuning { http, ..tuning() },
+    )
+    .await;
+    async fn closed_after<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
+        s: &mut S,
+        bytes: &[u8],
+    ) -> Duration {
+        s.write_all(bytes).await.unwrap();
+        let t = Instant::now();
+        let mut out = Vec::new();
+        tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut out))
+            .await
+            .expect("closed by the API")
+            .ok();
+        assert!(out.is_empty(), "{}", String::from_utf8_lossy(&out));
+        t.elapsed()
+    }
+    let in_time = |d: Duration| d >= Duration::from_millis(900) && d < Duration::from_secs(5);
+    let mut s = api_tls(&b).await;
+    let d = closed_after(&mut s, b"GET /v1/nodes HTTP/1.1\r\nHost: loc").await;
+    assert!(in_time(d), "{d:?}");
+    let mut s = api_tls(&b).await;
+    let d = closed_after(&mut s, b"").await;
+    assert!(in_time(d), "{d:?}");
+    let mut s = tokio::net::TcpStream::connect(b.api).await.unwrap();
+    let d = closed_after(&mut s, b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03").await;
+    assert!(in_time(d), "{d:?}");
+    // Each is counted just after its connection closed.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let m = b.app.metrics.encode();
+    for reason in ["head_timeout", "idle_timeout", "tls_handshake_timeout"] {
+        assert!(
+            m.contains(&format!(
+                "bootd_api_connections_closed_total{{reason=\"{reason}\"}} 1"
+            )),
+            "{reason}: {m}"
+        );
+    }
     let (st, _) = b.call("GET", "/v1/nodes", None).await;
     assert_eq!(st, 200);
     b.stop().await;

@@ -431,7 +431,7 @@ fn writer(mut log: Log, mut rx: mpsc::Receiver<Pending>) {
             let _ = done.send(
                 res.as_ref()
                     .map(|_| ())
-                    .map_err(|e| io::Error::new(e.kind(), e.to_string())),
+                    .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", log.path.display()))),
             );
         }
     }

@@ -16,7 +16,6 @@ use dhcproto::{Decodable, Decoder, Encodable, Encoder};
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::sync::{Arc, Mutex};
-use std::time::{SystemTime, UNIX_EPOCH};
 use tokio::net::UdpSocket;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -105,11 +104,10 @@ pub struct Server {
     pub ifindex: Option<u32>,
 }
 
+/// Lease times: the appliance's clock, which a step of the system clock
+/// does not move (`runtime::clock`).
 fn now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
+    runtime::clock::unix_secs()
 }
 
 impl Server {
@@ -179,7 +177,15 @@ impl Server {
             }
             o
         };
-        self.count(outcome.kind);
+        // An answer that waits for the disk is counted once it is sent
+        // (or as `store_error` when the disk refuses it).
+        let (kind, waits) = (
+            outcome.kind,
+            outcome.commit.is_some() && outcome.reply.is_some(),
+        );
+        if !waits {
+            self.count(outcome.kind);
+        }
         let xid = req.xid();
         let tl = self.timeline_subject(&req);
         if let Some((subject, firmware)) = &tl {
@@ -239,9 +245,13 @@ impl Server {
         }
         let Some((reply, dest)) = outcome.reply else {
             if let Some(l) = outcome.commit {
-                let store = self.store.clone();
+                // A RELEASE or DECLINE: nothing to withhold; the writer
+                // logs a failure naming the file.
+                let this = Arc::clone(self);
                 tracker.spawn(async move {
-                    let _ = store.commit(l).await;
+                    if this.store.commit(l).await.is_err() {
+                        this.count("store_error");
+                    }
                 });
             }
             return;
@@ -279,6 +289,7 @@ impl Server {
                 tracker.spawn(async move {
                     match this.store.commit(lease).await {
                         Ok(()) => {
+                            this.count(kind);
                             this.send(&socket, &bytes, dest, src);
                             if let Some(raw) = sent {
                                 this.app.timeline.record(raw.at(now_us()));

@@ -15,9 +15,12 @@ pub fn pointer_for(
     name: &str,
     scope: token::Scope,
 ) -> serde_json::Value {
-    let tok = app
-        .key
-        .issue(name, scope, SystemTime::now(), snap.site.ignition.token_ttl);
+    let tok = app.key.issue(
+        name,
+        scope,
+        runtime::clock::now(),
+        snap.site.ignition.token_ttl,
+    );
     match (&snap.site.host.https, &app.tls) {
         (Some(https), Some(tls)) => render::ignition::pointer(
             &format!("{}/ignition/{}?token={tok}", https.url, name),
@@ -67,7 +70,7 @@ pub(super) fn ignition(
         &access(snap, node, &addrs),
         source,
         tok.as_deref(),
-        SystemTime::now(),
+        runtime::clock::now(),
     ) {
         Ok(g) => g,
         Err(d) => return denied(d),

@@ -16,7 +16,7 @@ pub fn media_url_for(app: &App, snap: &Snapshot, name: &str) -> String {
     let tok = app.key.issue(
         name,
         token::Scope::Provider,
-        SystemTime::now(),
+        runtime::clock::now(),
         snap.site.ignition.token_ttl,
     );
     format!("{}/media/{name}.iso?token={tok}", snap.site.host.http.url)
@@ -41,7 +41,7 @@ pub(super) async fn media(
     let Some(tok) = query(q, "token") else {
         return deny(app, WHAT, name, source, Deny::TokenInvalid);
     };
-    if let Err(d) = app.key.verify(&node.name, &tok, SystemTime::now()) {
+    if let Err(d) = app.key.verify(&node.name, &tok, runtime::clock::now()) {
         return deny(app, WHAT, name, source, d);
     }
     let spec = match Media::spec(&snap.site, node, &tok) {

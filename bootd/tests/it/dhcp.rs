@@ -110,3 +110,80 @@ async fn relayed_dora_is_durable_before_ack_and_bad_packets_are_counted() {
     assert_eq!(dhcp_recv(&relay).await.expect("still serving").xid(), 4);
     b.stop().await;
 }
+
+/// The value of the `/metrics` line starting with `name` (0 when absent).
+fn metric(text: &str, name: &str) -> u64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// A request whose relay address (giaddr) is in no site network, through
+/// the real listener: no reply (neither to the forged relay nor anywhere
+/// else), counted as `kind="ignored"` with the reason logged, and the next
+/// client is served.
+#[tokio::test]
+async fn a_forged_giaddr_is_ignored_counted_and_the_next_client_served() {
+    let relay = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let port = relay.local_addr().unwrap().port();
+    // The loopback network narrowed to 127.0.0.0/16: 127.1.0.1 is in no
+    // site network, and a reply to it would still stay on loopback.
+    let b = Bootd::start_dhcp(
+        |t| loopback_site(t).replace("subnet: 127.0.0.0/8", "subnet: 127.0.0.0/16"),
+        port,
+    )
+    .await;
+    let server = b.dhcp.unwrap();
+    // Where replies relayed through 127.1.0.1 would go.
+    let forged = UdpSocket::bind(("127.1.0.1", port)).await.unwrap();
+    // master-0's MAC: a node of the lab network (10.77.0.0/24), which
+    // would be answered there if the relay address were not checked.
+    let master0 = [0x52, 0x54, 0, 0x77, 0, 0x11];
+    for (t, xid) in [(MessageType::Discover, 7), (MessageType::Request, 8)] {
+        let ip = (t == MessageType::Request).then_some(Ipv4Addr::new(10, 77, 0, 11));
+        let mut p = request(master0, t, xid, ip);
+        p[24..28].copy_from_slice(&[127, 1, 0, 1]);
+        forged.send_to(&p, server).await.unwrap();
+    }
+    assert!(
+        dhcp_recv(&forged).await.is_none(),
+        "a forged relay was answered"
+    );
+    assert!(dhcp_recv(&relay).await.is_none(), "answered elsewhere");
+    let (_, _, m) = b.get("/metrics").await;
+    let m = String::from_utf8_lossy(&m).to_string();
+    assert_eq!(
+        metric(&m, "bootd_dhcp_packets_total{kind=\"ignored\"}"),
+        2,
+        "{m}"
+    );
+    let logs = String::from_utf8_lossy(&crate::harness::logs().lock().unwrap()).to_string();
+    assert!(
+        logs.contains("relayed from giaddr 127.1.0.1, which is in no site network"),
+        "the reason is not logged"
+    );
+    // The next client, through the real relay: a whole DORA.
+    let mac = [0x52, 0x54, 0, 0x77, 0, 0x21];
+    relay.connect(server).await.unwrap();
+    relay
+        .send(&request(mac, MessageType::Discover, 9, None))
+        .await
+        .unwrap();
+    let offer = dhcp_recv(&relay).await.expect("an OFFER after the forgery");
+    assert_eq!(
+        (offer.xid(), offer.opts().msg_type()),
+        (9, Some(MessageType::Offer))
+    );
+    relay
+        .send(&request(
+            mac,
+            MessageType::Request,
+            10,
+            Some(offer.yiaddr()),
+        ))
+        .await
+        .unwrap();
+    let ack = dhcp_recv(&relay).await.expect("an ACK");
+    assert_eq!(ack.opts().msg_type(), Some(MessageType::Ack));
+    b.stop().await;
+}

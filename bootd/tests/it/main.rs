@@ -8,6 +8,8 @@ mod golden;
 mod golden_file;
 mod harness;
 mod http;
+mod http_limits;
 mod media;
+mod state_dir;
 mod timeline;
 mod trust;

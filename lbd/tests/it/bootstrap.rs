@@ -272,3 +272,58 @@ async fn bootstrap_completes_by_itself_once_masters_are_ready_long_enough() {
     })
     .await;
 }
+
+/// lbd on a site (`--site`): a reload of a site with a problem is refused
+/// as a whole, counted (`lbd_reloads_total{result="error"}`), and the
+/// previous pools keep serving; the next good site applies.
+#[tokio::test]
+async fn a_bad_site_on_reload_is_counted_and_the_old_pools_serve() {
+    let c = cluster(5).await;
+    let dir = tempfile::tempdir().unwrap();
+    let lb = Lb::start(lbd::Source::Site(site(dir.path(), 5, "")), None).await;
+    all_up(&lb, &c).await;
+    let good = std::fs::read_to_string(&lb.path).unwrap();
+    let m1 =
+        "  - { name: master-1, role: master, macs: [\"52:54:00:00:05:12\"], ip: 127.77.5.12 }\n";
+    assert!(good.contains(m1));
+    let without_m1 = good.replace(m1, "");
+    let pool = |lb: &Lb| lb.lbd.app.frontend("api").unwrap().pool.load().len();
+    assert_eq!(pool(&lb), 3);
+    // master-1 removed, with an unknown key; then with a role Ignition
+    // that does not exist: neither applies.
+    for (bad, problem) in [
+        (
+            without_m1.replace("lb:\n", "lb:\n  colour: blue\n"),
+            "colour",
+        ),
+        (
+            without_m1.replace("master: m.ign", "master: gone.ign"),
+            "gone.ign",
+        ),
+    ] {
+        lb.rewrite(&bad).await;
+        assert_eq!(pool(&lb), 3, "refused after {problem}: the pool changed");
+        for _ in 0..6 {
+            let who = api_get(&lb, &c).await;
+            assert!(["bootstrap", "master-0", "master-1"].contains(&who.as_str()));
+        }
+    }
+    let m = &lb.lbd.app.metrics;
+    use std::sync::atomic::Ordering::Relaxed;
+    assert_eq!(
+        (m.reloads_ok.load(Relaxed), m.reloads_failed.load(Relaxed)),
+        (0, 2)
+    );
+    let (st, text) = lb.admin("GET", "/metrics").await;
+    assert_eq!(st, 200);
+    for want in [
+        "lbd_reloads_total{result=\"error\"} 2",
+        "lbd_reloads_total{result=\"ok\"} 0",
+    ] {
+        assert!(text.contains(want), "{want} missing in\n{text}");
+    }
+    // The same change without the problem applies.
+    lb.rewrite(&without_m1).await;
+    assert_eq!(m.reloads_ok.load(Relaxed), 1);
+    assert_eq!(pool(&lb), 2);
+}

@@ -232,6 +232,15 @@ pub struct Lb {
 
 impl Lb {
     pub async fn start(source: lbd::Source, state_dir: Option<&Path>) -> Lb {
+        Lb::start_tuned(source, state_dir, |_| {}).await
+    }
+
+    /// [`Lb::start`]; `tune` may change the config first.
+    pub async fn start_tuned(
+        source: lbd::Source,
+        state_dir: Option<&Path>,
+        tune: impl FnOnce(&mut lbd::Config),
+    ) -> Lb {
         let loaded = lbd::Loaded::load(&source).unwrap_or_else(|e| panic!("{e}"));
         let mut sockets = lbd::Sockets::default();
         let mut addrs = HashMap::new();
@@ -251,6 +260,7 @@ impl Lb {
         config.poll = None;
         config.grace = Duration::from_secs(2);
         config.state_dir = state_dir.map(Path::to_path_buf);
+        tune(&mut config);
         let reload = Arc::clone(&config.reload);
         let shutdown = CancellationToken::new();
         let lbd = lbd::start(config, sockets, shutdown.clone()).await.unwrap();

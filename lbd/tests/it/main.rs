@@ -1,5 +1,6 @@
 //! lbd's integration tests: one binary, real sockets on loopback.
 
+mod admin_limits;
 mod bootstrap;
 mod golden;
 mod harness;
