@@ -18,7 +18,7 @@
 #    bootd's /metrics, status page and timeline JSON (from bootd's listener
 #    and through the API) at each step (booting, Ready, deleted, ...), and
 #    the command line and environment of every process in the run's network
-#    namespace, sampled every 0.1 s. RUN/work is the harness's directory
+#    namespace, sampled every 20 ms. RUN/work is the harness's directory
 #    (bootd's logs at trace, the CLI's output, bootd's state, the VMs'
 #    consoles, the emulators' files).
 # 2. tests/secrets/check.py proves it catches each secret (a planted file

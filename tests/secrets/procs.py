@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Samples the process list of one network namespace for the secrets audit
-(tests/secrets/e2e.sh): every 0.1 s, each process whose network namespace is
+(tests/secrets/e2e.sh): every 20 ms, each process whose network namespace is
 NETNS (bootd, the VMs, the BMC emulators, the ipmitool and grub-mkrescue
 bootd runs, the test's curl) has its command line and environment written
 once per distinct content:
@@ -66,7 +66,7 @@ def main():
                         ef.write(b"%s %s %s\n" % (pid.encode(), comm, var.replace(b"\n", b" ")))
             cf.flush()
             ef.flush()
-            time.sleep(0.1)
+            time.sleep(0.02)
     with open(os.path.join(a.out, "samples.txt"), "w") as f:
         f.write(f"{samples} samples, {len(seen_cmd)} command lines, {len(seen_env)} environments\n")
 
