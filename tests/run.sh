@@ -125,7 +125,7 @@ mkdir -p target/lane-b
 tb() { # name command...: t, for the background lane (results to a file)
     local name=$1; shift
     log "$name"
-    if "$@"; then echo "PASS $name"; else echo "FAIL $name"; fi >>target/lane-b/results
+    if "$@"; then echo "PASS $name" >>target/lane-b/results; else echo "FAIL $name" >>target/lane-b/results; fi
 }
 lane_b() {
   tb "DHCP interop (udhcpc, dhclient, perfdhcp)" bash tests/lab/dhcp-interop.sh $BIN/bootd
