@@ -5,6 +5,12 @@
 //! on the root, so `..`, absolute paths and symlinks that point outside
 //! fail in the kernel, whatever their spelling. The HTTP layer decodes
 //! percent-escapes before calling [`open_beneath`].
+//!
+//! Where `openat2` is missing (`ENOSYS`: a seccomp filter that predates it,
+//! as in systemd-nspawn 252 or older container runtimes' default profiles),
+//! the same confinement is had by walking the path one component at a time
+//! with `openat(O_NOFOLLOW)`: `..` is refused and no symlink is followed at
+//! all, not even one that stays inside (stricter than `RESOLVE_BENEATH`).
 
 use bytes::{Bytes, BytesMut};
 use http_body::{Body, Frame, SizeHint};
@@ -147,13 +153,21 @@ fn open_beneath_with(
     let rel = rel.trim_start_matches('/');
     let rel = if rel.is_empty() { "." } else { rel };
     let dir = root_dir(root, extra)?;
-    let fd = rustix::fs::openat2(
+    let flags = OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOCTTY;
+    let fd = match rustix::fs::openat2(
         &*dir,
         rel,
-        OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOCTTY,
+        flags,
         Mode::empty(),
         ResolveFlags::BENEATH | ResolveFlags::NO_MAGICLINKS | extra,
-    )?;
+    ) {
+        // The walk may wait for the disk: not on the async threads.
+        Err(rustix::io::Errno::NOSYS) if extra.contains(ResolveFlags::CACHED) => {
+            return Err(io::ErrorKind::WouldBlock.into())
+        }
+        Err(rustix::io::Errno::NOSYS) => walk_beneath(&dir, rel, flags)?,
+        r => r?,
+    };
     let f = File::from(fd);
     let md = f.metadata()?;
     if !md.is_file() {
@@ -163,6 +177,47 @@ fn open_beneath_with(
         ));
     }
     Ok((f, md))
+}
+
+/// `rel` below `dir` without `openat2`: one `openat(O_NOFOLLOW)` per
+/// component, directories as `O_PATH`; `..` refused, no symlink followed.
+fn walk_beneath(
+    dir: &rustix::fd::OwnedFd,
+    rel: &str,
+    flags: OFlags,
+) -> io::Result<rustix::fd::OwnedFd> {
+    use rustix::fd::AsFd;
+    let parts: Vec<&str> = rel
+        .split('/')
+        .filter(|c| !c.is_empty() && *c != ".")
+        .collect();
+    if parts.contains(&"..") {
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            "`..` in the path",
+        ));
+    }
+    let Some((last, dirs)) = parts.split_last() else {
+        return Ok(rustix::fs::openat(dir, ".", flags, Mode::empty())?);
+    };
+    let mut at: Option<rustix::fd::OwnedFd> = None;
+    for d in dirs {
+        let base = at.as_ref().map_or(dir.as_fd(), |f| f.as_fd());
+        let next = rustix::fs::openat(
+            base,
+            *d,
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?;
+        at = Some(next);
+    }
+    let base = at.as_ref().map_or(dir.as_fd(), |f| f.as_fd());
+    Ok(rustix::fs::openat(
+        base,
+        *last,
+        flags | OFlags::NOFOLLOW,
+        Mode::empty(),
+    )?)
 }
 
 /// How long an opened root directory is reused. Within it, a root that is
@@ -195,13 +250,16 @@ fn root_dir(root: &Path, extra: ResolveFlags) -> io::Result<Arc<rustix::fd::Owne
             return Ok(Arc::clone(fd));
         }
     }
-    let fd = Arc::new(rustix::fs::openat2(
-        rustix::fs::CWD,
-        root,
-        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
-        Mode::empty(),
-        extra,
-    )?);
+    let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC;
+    let fd = Arc::new(
+        match rustix::fs::openat2(rustix::fs::CWD, root, flags, Mode::empty(), extra) {
+            // The root is the operator's path: opened as given.
+            Err(rustix::io::Errno::NOSYS) => {
+                rustix::fs::openat(rustix::fs::CWD, root, flags, Mode::empty())?
+            }
+            r => r?,
+        },
+    );
     let mut roots = ROOTS
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -584,6 +642,36 @@ fn shrank() -> io::Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The walk used where `openat2` is missing confines as strictly: the
+    /// file below the root, nothing through `..`, no symlink at all.
+    #[test]
+    fn the_walk_without_openat2_stays_beneath_and_follows_no_symlink() {
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path().join("root");
+        std::fs::create_dir_all(root.join("lab/sub")).unwrap();
+        std::fs::write(root.join("lab/sub/kernel"), b"k").unwrap();
+        std::fs::write(t.path().join("secret"), b"s").unwrap();
+        std::os::unix::fs::symlink("../../secret", root.join("lab/out")).unwrap();
+        std::os::unix::fs::symlink("sub/kernel", root.join("lab/in")).unwrap();
+        std::os::unix::fs::symlink(t.path(), root.join("up")).unwrap();
+        let dir = rustix::fs::openat(
+            rustix::fs::CWD,
+            &root,
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .unwrap();
+        let flags = OFlags::RDONLY | OFlags::CLOEXEC;
+        let f = File::from(walk_beneath(&dir, "lab//./sub/kernel", flags).unwrap());
+        let mut got = String::new();
+        std::io::Read::read_to_string(&mut &f, &mut got).unwrap();
+        assert_eq!(got, "k");
+        for bad in ["lab/../../secret", "..", "lab/out", "lab/in", "up/secret"] {
+            assert!(walk_beneath(&dir, bad, flags).is_err(), "{bad} was opened");
+        }
+        assert!(walk_beneath(&dir, "lab/missing", flags).is_err());
+    }
 
     /// The kept files are one table for the process: its tests take turns.
     static SHARED: std::sync::Mutex<()> = std::sync::Mutex::new(());

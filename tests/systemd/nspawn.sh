@@ -20,6 +20,9 @@
 #     read bootd's state; as dnsd's and lbd's users they can read the overlay
 #     but not bootd's keys, the API tokens, nor write to bootd's state;
 #   - no restart after more than WatchdogSec (the watchdog pings arrive);
+#   - a VM (QEMU, SeaBIOS + iPXE, the bootstrap node's MAC) on a tap in the
+#     container's network namespace network-boots through the units: DHCP,
+#     script, kernel, initramfs, and the Ignition that bootd renders;
 #   - `systemctl stop` ends each cleanly (Result=success).
 # The container is stopped through its systemd-nspawn PID (SIGTERM: a clean
 # poweroff), the namespace deleted, the root's overlay removed; the cached
@@ -143,13 +146,21 @@ awk '
   /^host:$/ { print "  api:"; print "    listen: 10.77.0.1:9443"; print "    tokens: { credential: bootd-api-tokens }" }
 ' examples/lab/site.yaml | sed \
   -e "s|stateDir: ../../target/lab-state|stateDir: /var/lib/bootd|" \
-  -e "s|root: ../../target/lab-images|root: /var/lib/bootd/images|" \
-  -e "s|root: ../../target/lab-tftp .*|root: /var/lib/bootd/tftp|" >"$RUN/site.yaml"
-for want in "stateDir: /var/lib/bootd$" "root: /var/lib/bootd/images$" "root: /var/lib/bootd/tftp$" \
+  -e "s|root: ../../target/lab-images|root: /srv/bare-metal-boot/images|" \
+  -e "s|root: ../../target/lab-tftp .*|root: /srv/bare-metal-boot/tftp|" >"$RUN/site.yaml"
+for want in "stateDir: /var/lib/bootd$" "root: /srv/bare-metal-boot/images$" "root: /srv/bare-metal-boot/tftp$" \
   "tokens: { credential: bootd-api-tokens }" "^  dir: ignition$"; do
   grep -q "$want" "$RUN/site.yaml" || die "the lab site was not rewritten ($want)"
 done
 install -m 0600 "$RUN/site.yaml" "$ROOT$CONF/site.yaml"
+# The lab's boot images and TFTP root (tests/lab/guest.sh, tftp-root.sh), as
+# a package would install them: root's, readable by all, outside the state.
+[[ -s target/lab-images/lab/kernel && -s target/lab-tftp/undionly.kpxe ]] \
+  || die "no lab images or TFTP root (tests/lab/guest.sh target/lab-images; tests/lab/tftp-root.sh target/lab-tftp)"
+install -d -m 0755 "$ROOT/srv/bare-metal-boot/images" "$ROOT/srv/bare-metal-boot/tftp"
+cp -r target/lab-images/lab "$ROOT/srv/bare-metal-boot/images/"
+cp -r target/lab-tftp/. "$ROOT/srv/bare-metal-boot/tftp/"
+chmod -R a+rX "$ROOT/srv/bare-metal-boot"
 for f in examples/lab/ignition/*.ign; do install -m 0600 "$f" "$ROOT$CONF/ignition/"; done
 
 if ! DESTDIR=$ROOT SRC=$BINDIR bash systemd/install.sh >"$RUN/install.log" 2>&1; then
@@ -371,6 +382,39 @@ stop_clean() {
   done
   echo "inactive, Result=success, in $(($(date +%s) - t))s"
 }
+# A VM network-boots through the units: SeaBIOS + iPXE (QEMU's ROM) on a
+# tap in the container's network namespace, the bootstrap node's MAC. DHCP,
+# TFTP-less iPXE script, kernel and initramfs over HTTP from bootd as its
+# dynamic user; the guest prints the sha256 of the Ignition it fetched,
+# which must equal what `bootd render ignition` makes inside the container.
+vm_boot() {
+  local t line got want qemu
+  t=$(date +%s)
+  ip -n "$NS" tuntap add dev tap0 mode tap
+  ip -n "$NS" link set tap0 master br0 up
+  ip netns exec "$NS" qemu-system-x86_64 -accel tcg -machine graphics=off -m 512 -smp 1 \
+    -display none -monitor none -no-reboot -boot order=n -serial "file:$RUN/serial.log" \
+    -netdev tap,id=n0,ifname=tap0,script=no,downscript=no \
+    -device virtio-net-pci,netdev=n0,mac=52:54:00:77:00:10 >"$RUN/qemu.log" 2>&1 &
+  qemu=$!
+  PIDS+=("$qemu")
+  line=''
+  for ((i = 0; i < 360; i++)); do
+    line=$(grep -a -m1 -E '^LAB-IGNITION(-FAILED)? ' "$RUN/serial.log" 2>/dev/null | tr -d '\r' || true)
+    [[ -n $line ]] && break
+    alive "$qemu" || break
+    sleep 0.5
+  done
+  kill "$qemu" 2>/dev/null || true
+  wait "$qemu" 2>/dev/null || true
+  [[ $line == "LAB-IGNITION "* ]] || { echo "no Ignition line from the guest: ${line:-$(tail -c 300 "$RUN/serial.log" 2>/dev/null | tr -d '\r' | tr '\n' ' ')}"; return 1; }
+  got=$(sed -n 's/.* sha256=\([0-9a-f]*\).*/\1/p' <<<"$line")
+  want=$(nsx /usr/local/bin/bootd render ignition bootstrap --site "$CONF/site.yaml" --state-dir /var/lib/bootd | sha256sum | cut -d' ' -f1)
+  [[ $got == "$want" ]] || { echo "guest fetched sha256=$got, bootd renders $want"; return 1; }
+  echo "bootstrap booted (SeaBIOS + iPXE, DHCP from bootd's unit) and fetched its Ignition, sha256 ${got:0:16}, in $(($(date +%s) - t))s"
+}
+check "a VM network-boots through the units" vm_boot
+
 check "systemctl stop bootd dnsd lbd" stop_clean
 
 [[ ${#failures[@]} -eq 0 ]] || journal 80
@@ -390,7 +434,7 @@ NSPAWN='' LEADER=''
 
 total=$(($(date +%s) - T0))
 if [[ ${#failures[@]} -eq 0 ]]; then
-  echo "PASS nspawn (bootd, dnsd, lbd under systemd as PID 1: started at boot, serving, reloaded, overlay shared, stopped; ${total}s)"
+  echo "PASS nspawn (bootd, dnsd, lbd under systemd as PID 1: started at boot, serving, reloaded, overlay shared, a VM booted through them, stopped; ${total}s)"
 else
   echo "FAIL nspawn ${#failures[@]} check(s) failed: $(printf '%s; ' "${failures[@]}" | sed 's/; $//')"
   exit 1
