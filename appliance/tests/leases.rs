@@ -3,6 +3,8 @@
 
 #[path = "../../bootd/tests/common/dhcp.rs"]
 mod common;
+#[path = "../../tests/support/ports.rs"]
+mod ports;
 
 use common::{dhcp_recv, loopback_site, request, write_site};
 use dhcproto::v4::MessageType;
@@ -16,10 +18,7 @@ use tokio::net::UdpSocket;
 async fn kill_9_loses_no_acked_lease() {
     let dir = tempfile::tempdir().unwrap();
     let relay = UdpSocket::bind("127.0.0.1:0").await.unwrap();
-    let dhcp_port = {
-        let s = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-        s.local_addr().unwrap().port()
-    };
+    let dhcp_port = ports::free_port();
     let site = write_site(dir.path(), |t| {
         loopback_site(t)
             .replace("    serverAddress: 10.77.0.1\n", &format!("    serverAddress: 10.77.0.1\n    listen: 127.0.0.1:{dhcp_port}\n"))

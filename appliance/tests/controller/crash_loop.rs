@@ -54,7 +54,7 @@ async fn fifty_kill_9_at_random_moments_under_dhcp_api_and_reloads_lose_nothing(
     f.st().private_prefix = Some("127.79.0.".into());
     let dir = tempfile::tempdir().unwrap();
     let api_port = free_port();
-    let dhcp_port = free_port_udp();
+    let dhcp_port = free_port();
     let relay = Arc::new(UdpSocket::bind("127.0.0.1:0").await.unwrap());
     relay.connect(("127.0.0.1", dhcp_port)).await.unwrap();
     let reply_port = relay.local_addr().unwrap().port();
@@ -205,13 +205,6 @@ async fn fifty_kill_9_at_random_moments_under_dhcp_api_and_reloads_lose_nothing(
     drop(p);
 }
 
-fn free_port_udp() -> u16 {
-    std::net::UdpSocket::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 /// DHCP on a loopback port for relayed clients (giaddr 127.0.0.1), with a
 /// pool on 127.0.0.0/8.

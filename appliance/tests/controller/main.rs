@@ -13,6 +13,10 @@ mod full_disk;
 mod local;
 mod platforms;
 mod prism;
+#[path = "../../../tests/support/ports.rs"]
+mod ports;
+
+use ports::free_port;
 
 use fake::{Fake, Fault};
 use serde_json::{json, Value};
@@ -1059,13 +1063,6 @@ fn bootd_cli(site: &Path, args: &[&str]) -> (i32, String) {
     (out.status.code().unwrap_or(-1), text)
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 impl Proc {
     fn start(site: &Path, n: u32) -> Proc {

@@ -49,11 +49,7 @@ pub struct Prism {
 
 impl Prism {
     fn start(args: &[&str]) -> Prism {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let port = crate::free_port();
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("prism.log");
         let child = Command::new(prism_bin())

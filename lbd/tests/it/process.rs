@@ -10,13 +10,9 @@ fn lbd() -> Command {
     Command::new(env!("CARGO_BIN_EXE_lbd"))
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+#[path = "../../../tests/support/ports.rs"]
+mod ports;
+use ports::free_port;
 
 #[test]
 fn check_config_lists_every_problem_with_its_key() {
