@@ -205,7 +205,6 @@ async fn fifty_kill_9_at_random_moments_under_dhcp_api_and_reloads_lose_nothing(
     drop(p);
 }
 
-
 /// DHCP on a loopback port for relayed clients (giaddr 127.0.0.1), with a
 /// pool on 127.0.0.0/8.
 fn with_relayed_dhcp(t: &str, port: u16) -> String {

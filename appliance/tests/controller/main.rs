@@ -12,9 +12,9 @@ mod fake;
 mod full_disk;
 mod local;
 mod platforms;
-mod prism;
 #[path = "../../../tests/support/ports.rs"]
 mod ports;
+mod prism;
 
 use ports::free_port;
 
@@ -1062,7 +1062,6 @@ fn bootd_cli(site: &Path, args: &[&str]) -> (i32, String) {
     );
     (out.status.code().unwrap_or(-1), text)
 }
-
 
 impl Proc {
     fn start(site: &Path, n: u32) -> Proc {
