@@ -257,7 +257,8 @@ impl Controller {
         tracker: TaskTracker,
         shutdown: CancellationToken,
     ) -> Result<Arc<Controller>, ApiError> {
-        let store = Store::open(&app.state_dir)?;
+        let choice = app.live.load().site.host.store.clone();
+        let store = Store::open(&app.state_dir, &choice)?;
         let setup = providers::Setup {
             http: providers::Http::new(tuning.request_timeout),
             state_dir: &app.state_dir,

@@ -109,6 +109,39 @@ pub struct Host {
     /// listeners without a token (default: loopback, and this host's own
     /// addresses).
     pub status_from: Vec<IpNet>,
+    /// Where bootd and the controller keep their state (`host.store`).
+    pub store: Store,
+}
+
+/// `host.store`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Store {
+    /// One appliance: SQLite and files in `stateDir` (the default).
+    Sqlite,
+    /// Appliances sharing one state in an etcd cluster.
+    Etcd(EtcdStore),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct EtcdStore {
+    /// Client URLs, all `http://` or all `https://`.
+    pub endpoints: Vec<String>,
+    /// Every key is under it: begins and ends with `/` (default
+    /// `/bare-metal-boot/<cluster.name>/`).
+    pub prefix: String,
+    /// Deadline of one request to etcd (default 3 s).
+    pub timeout: std::time::Duration,
+    /// Required with `https://` endpoints.
+    pub tls: Option<EtcdTls>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct EtcdTls {
+    /// The CA that signed the members' certificates.
+    pub ca: PathBuf,
+    /// A client certificate and its key (etcd's `--client-cert-auth`).
+    pub cert: Option<PathBuf>,
+    pub key: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -11,16 +11,15 @@ use std::path::{Component, Path, PathBuf};
 use std::time::Duration;
 
 mod catalog_sets;
-
 mod controller;
 pub use controller::OVERLAY_FILE;
 pub use controller::{alibaba_disk_problems, alibaba_id_ok, region_id_ok, zone_in_region};
 mod lb;
 pub use lb::load_lb;
-
 mod dns;
 mod host;
 mod install_config;
+mod store;
 use install_config::{read_install_config, InstallConfig};
 mod ignition;
 mod node;
@@ -306,6 +305,7 @@ fn validate(w: wire::SiteFile, cx: &mut Cx) -> Option<Site> {
     );
     let cluster = cluster?;
     let mut host = host?;
+    store::default_prefix(&mut host.store, &cluster.name);
     if let Some(a) = host.api.as_mut().and_then(|a| a.alibaba.as_mut()) {
         controller::resolve_alibaba_image(cx, a, &images);
     }

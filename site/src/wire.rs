@@ -59,6 +59,64 @@ pub struct Host {
     pub tftp: Option<Tftp>,
     pub api: Option<Api>,
     pub status_from: Option<Vec<String>>,
+    pub store: Option<Store>,
+}
+
+/// `host.store`: `sqlite`, `etcd` (every key defaulted but the endpoints,
+/// so an error), or a map with one of them.
+#[derive(Debug)]
+pub enum Store {
+    Name(String),
+    Map(StoreMap),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StoreMap {
+    pub sqlite: Option<Sqlite>,
+    pub etcd: Option<Etcd>,
+}
+
+/// `sqlite: {}`: no settings (its files are in `stateDir`).
+#[derive(Debug, Deserialize)]
+pub struct Sqlite {}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Etcd {
+    #[serde(default)]
+    pub endpoints: Vec<String>,
+    pub prefix: Option<String>,
+    pub timeout: Option<String>,
+    pub tls: Option<EtcdTls>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EtcdTls {
+    pub ca: Option<PathBuf>,
+    pub cert: Option<PathBuf>,
+    pub key: Option<PathBuf>,
+}
+
+impl<'de> Deserialize<'de> for Store {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = Store;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("`sqlite`, or a map with `etcd:`")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Store, E> {
+                Ok(Store::Name(v.into()))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, m: A) -> Result<Store, A::Error> {
+                StoreMap::deserialize(serde::de::value::MapAccessDeserializer::new(m))
+                    .map(Store::Map)
+            }
+        }
+        d.deserialize_any(V)
+    }
 }
 
 #[derive(Debug, Deserialize)]

@@ -2,23 +2,8 @@
 //! every key, and each relaxation warned about by `--check-config`
 //! (`site::exposure::warnings`).
 
-use std::path::{Path, PathBuf};
-
-fn lab(edit: impl FnOnce(String) -> String) -> (tempfile::TempDir, PathBuf) {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/lab");
-    let dir = tempfile::tempdir().unwrap();
-    let text = std::fs::read_to_string(src.join("site.yaml"))
-        .unwrap()
-        .replace("stateDir: ../../target/lab-state", "stateDir: state");
-    std::fs::write(dir.path().join("site.yaml"), edit(text)).unwrap();
-    std::fs::create_dir_all(dir.path().join("ignition")).unwrap();
-    for e in std::fs::read_dir(src.join("ignition")).unwrap() {
-        let e = e.unwrap();
-        std::fs::copy(e.path(), dir.path().join("ignition").join(e.file_name())).unwrap();
-    }
-    let site = dir.path().join("site.yaml");
-    (dir, site)
-}
+mod common;
+use common::lab;
 
 #[test]
 fn the_defaults_bind_every_node_and_warn_of_nothing() {

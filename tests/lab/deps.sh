@@ -54,6 +54,10 @@ PKGS=(
   # registry (tests/container/e2e.sh): podman, runc (crun refuses hosts with
   # cgroup v1 and v2 both mounted), getcap for the image's file capabilities
   libcap2-bin podman runc
+  # shared state and VIPs of several appliances (host.store etcd): etcd
+  # (the tests start their own members), keepalived, and protoc with the
+  # well-known protos to build the etcd client's gRPC code
+  etcd-server etcd-client keepalived protobuf-compiler libprotobuf-dev
 )
 
 if [[ $(id -u) -ne 0 ]]; then

@@ -73,7 +73,7 @@ async fn a_full_state_disk_refuses_api_writes_with_507_and_recovers() {
         .call("POST", "/v1/nodes", Some(node("worker-8", 58)))
         .await;
     assert_eq!(st, 201, "{v:#}");
-    let store = controller::store::Store::open(&state).unwrap();
+    let store = controller::store::Store::sqlite(&state).unwrap();
     let mut names: Vec<String> = store.nodes().unwrap().into_iter().map(|r| r.name).collect();
     names.sort();
     assert_eq!(names, ["worker-7", "worker-8"]);

@@ -151,7 +151,12 @@ pub(super) fn host(cx: &mut Cx, w: &wire::Host) -> Option<Host> {
             })
             .collect(),
     };
+    let store = match &w.store {
+        None => Some(Store::Sqlite),
+        Some(s) => super::store::store(cx, s),
+    };
     Some(Host {
+        store: store?,
         state_dir,
         http: http?,
         https,

@@ -1,4 +1,5 @@
-//! The controller's persistent store: SQLite in WAL mode, `<stateDir>/controller.db`.
+//! The store on SQLite in WAL mode, `<stateDir>/controller.db`: one
+//! appliance (`host.store: sqlite`, the default).
 //!
 //! Tables: `nodes` (API-created nodes: the site-format spec, the provider
 //! spec, phase and message, a `deleting` mark), `resources` (the provider's
@@ -8,106 +9,18 @@
 //! (Cluster-API-style, one row per node and type) and `cluster` (facts such
 //! as bootstrap-complete).
 //!
-//! Invariant: the store is the source of truth for API nodes; the overlay
-//! file (`nodes.yaml`) is an export of it, rewritten from it on start.
 //! The connection sits behind a std mutex: every method is one short
 //! transaction and never holds the lock across an await.
 
+use super::*;
 use rusqlite::{params, Connection, OptionalExtension};
-use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 pub const DB_FILE: &str = "controller.db";
 
-#[derive(Debug, thiserror::Error)]
-#[error("controller store {path}: {source}")]
-pub struct StoreError {
-    path: PathBuf,
-    #[source]
-    source: rusqlite::Error,
-}
-
-pub type Result<T> = std::result::Result<T, StoreError>;
-
-/// Whether `e`, or an error under it, is a full disk: SQLite's
-/// `SQLITE_FULL`, or ENOSPC / EDQUOT from a file write.
-pub fn disk_full(e: &(dyn std::error::Error + 'static)) -> bool {
-    let mut cur = Some(e);
-    while let Some(e) = cur {
-        if let Some(rusqlite::Error::SqliteFailure(f, _)) = e.downcast_ref::<rusqlite::Error>() {
-            if f.code == rusqlite::ErrorCode::DiskFull {
-                return true;
-            }
-        }
-        if let Some(io) = e.downcast_ref::<std::io::Error>() {
-            if io.kind() == std::io::ErrorKind::StorageFull
-                || io.kind() == std::io::ErrorKind::QuotaExceeded
-            {
-                return true;
-            }
-        }
-        cur = e.source();
-    }
-    false
-}
-
-/// Unix milliseconds.
-pub fn now_ms() -> i64 {
-    runtime::clock::unix_ms()
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct NodeRow {
-    pub name: String,
-    /// The node in the site's wire format (JSON).
-    pub spec: serde_json::Value,
-    /// The provider spec as given (JSON), `null` for none.
-    pub provider: serde_json::Value,
-    pub created_at: i64,
-    pub deleting: bool,
-    pub phase: String,
-    pub message: String,
-    pub updated_at: i64,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Resource {
-    pub provider: String,
-    pub external_id: String,
-    pub state: String,
-    pub addresses: Vec<String>,
-    pub updated_at: i64,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Intent {
-    pub id: i64,
-    pub node: String,
-    pub op: String,
-    pub provider: String,
-    pub created_at: i64,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Event {
-    pub at: i64,
-    pub kind: String,
-    pub message: String,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Condition {
-    #[serde(rename = "type")]
-    pub kind: String,
-    pub status: String,
-    pub reason: String,
-    pub message: String,
-    pub at: i64,
-}
-
 #[derive(Debug)]
-pub struct Store {
+pub struct Sqlite {
     path: PathBuf,
     conn: Mutex<Connection>,
 }
@@ -169,22 +82,18 @@ CREATE TABLE IF NOT EXISTS cluster(
 );
 ";
 
-/// Events kept per node; older ones are dropped (a looping machine must not
-/// grow the database without bound).
-const EVENTS_PER_NODE: i64 = 500;
-
 fn json_col(s: String) -> serde_json::Value {
     serde_json::from_str(&s).unwrap_or(serde_json::Value::Null)
 }
 
-impl Store {
-    pub fn open(state_dir: &Path) -> Result<Store> {
+impl Sqlite {
+    pub fn open(state_dir: &Path) -> Result<Sqlite> {
         let path = state_dir.join(DB_FILE);
-        let err = |source| StoreError {
+        let err = |source| StoreError::Sqlite {
             path: path.clone(),
             source,
         };
-        let corrupt = |why: String| StoreError {
+        let corrupt = |why: String| StoreError::Sqlite {
             path: path.clone(),
             source: rusqlite::Error::SqliteFailure(
                 rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_CORRUPT),
@@ -230,7 +139,7 @@ impl Store {
         conn.busy_timeout(std::time::Duration::from_secs(5))
             .map_err(err)?;
         conn.execute_batch(SCHEMA).map_err(err)?;
-        Ok(Store {
+        Ok(Sqlite {
             path,
             conn: Mutex::new(conn),
         })
@@ -264,14 +173,16 @@ impl Store {
 
     fn with<T>(&self, f: impl FnOnce(&mut Connection) -> rusqlite::Result<T>) -> Result<T> {
         let mut c = self.conn.lock().unwrap_or_else(|p| p.into_inner());
-        f(&mut c).map_err(|source| StoreError {
+        f(&mut c).map_err(|source| StoreError::Sqlite {
             path: self.path.clone(),
             source,
         })
     }
+}
 
+impl Backend for Sqlite {
     /// Inserts a node; `false` if one of that name exists (nothing changed).
-    pub fn insert_node(&self, row: &NodeRow) -> Result<bool> {
+    fn insert_node(&self, row: &NodeRow) -> Result<bool> {
         self.with(|c| {
             let n = c.execute(
                 "INSERT OR IGNORE INTO nodes(name, spec, provider, created_at, deleting, phase, message, updated_at) VALUES(?1,?2,?3,?4,?5,?6,?7,?8)",
@@ -281,17 +192,17 @@ impl Store {
         })
     }
 
-    pub fn node(&self, name: &str) -> Result<Option<NodeRow>> {
+    fn node(&self, name: &str) -> Result<Option<NodeRow>> {
         self.with(|c| query_node(c, name))
     }
 
     /// A node's row and its conditions, read together: what the API shows
     /// (a write of phase and condition between two reads would mix states).
-    pub fn node_and_conditions(&self, name: &str) -> Result<(Option<NodeRow>, Vec<Condition>)> {
+    fn node_and_conditions(&self, name: &str) -> Result<(Option<NodeRow>, Vec<Condition>)> {
         self.with(|c| Ok((query_node(c, name)?, query_conditions(c, name)?)))
     }
 
-    pub fn nodes(&self) -> Result<Vec<NodeRow>> {
+    fn nodes(&self) -> Result<Vec<NodeRow>> {
         self.with(|c| {
             let mut st =
                 c.prepare("SELECT name, spec, provider, created_at, deleting, phase, message, updated_at FROM nodes ORDER BY name")?;
@@ -300,7 +211,7 @@ impl Store {
         })
     }
 
-    pub fn set_phase(&self, name: &str, phase: &str, message: &str) -> Result<()> {
+    fn set_phase(&self, name: &str, phase: &str, message: &str) -> Result<()> {
         self.with(|c| update_phase(c, name, phase, message))
     }
 
@@ -308,7 +219,7 @@ impl Store {
     /// sees the phase without the conditions that go with it (phase `Failed`
     /// with Ready still "waiting", Provisioned True while still
     /// `Provisioning`).
-    pub fn set_phase_and_conditions(
+    fn set_phase_and_conditions(
         &self,
         name: &str,
         phase: &str,
@@ -327,7 +238,7 @@ impl Store {
 
     /// Marks a node for deletion and records the delete intent, in one
     /// transaction. `false` if there is no such node.
-    pub fn mark_deleting(&self, name: &str) -> Result<bool> {
+    fn mark_deleting(&self, name: &str) -> Result<bool> {
         self.with(|c| {
             let tx = c.transaction()?;
             let n = tx.execute(
@@ -340,7 +251,7 @@ impl Store {
     }
 
     /// Removes a node and everything about it (after its machine is gone).
-    pub fn remove_node(&self, name: &str) -> Result<()> {
+    fn remove_node(&self, name: &str) -> Result<()> {
         self.with(|c| {
             let tx = c.transaction()?;
             for t in ["nodes WHERE name", "resources WHERE node", "conditions WHERE node", "events WHERE node", "facts WHERE node"] {
@@ -352,7 +263,7 @@ impl Store {
     }
 
     /// Records what the provider says of a node's machine (JSON).
-    pub fn put_facts(&self, node: &str, value: &serde_json::Value) -> Result<()> {
+    fn put_facts(&self, node: &str, value: &serde_json::Value) -> Result<()> {
         self.with(|c| {
             c.execute(
                 "INSERT INTO facts(node, value, at) VALUES(?1,?2,?3) \
@@ -364,7 +275,7 @@ impl Store {
     }
 
     /// Every node's recorded provider facts.
-    pub fn all_facts(&self) -> Result<std::collections::HashMap<String, serde_json::Value>> {
+    fn all_facts(&self) -> Result<std::collections::HashMap<String, serde_json::Value>> {
         self.with(|c| {
             let mut st = c.prepare("SELECT node, value FROM facts")?;
             let rows = st.query_map([], |r| Ok((r.get::<_, String>(0)?, json_col(r.get(1)?))))?;
@@ -372,7 +283,7 @@ impl Store {
         })
     }
 
-    pub fn resource(&self, node: &str) -> Result<Option<Resource>> {
+    fn resource(&self, node: &str) -> Result<Option<Resource>> {
         self.with(|c| {
             c.query_row("SELECT provider, external_id, state, addresses, updated_at FROM resources WHERE node=?1", [node], |r| {
                 Ok(Resource {
@@ -387,7 +298,7 @@ impl Store {
         })
     }
 
-    pub fn put_resource(&self, node: &str, res: &Resource) -> Result<()> {
+    fn put_resource(&self, node: &str, res: &Resource) -> Result<()> {
         self.with(|c| {
             c.execute(
                 "INSERT INTO resources(node, provider, external_id, state, addresses, updated_at) VALUES(?1,?2,?3,?4,?5,?6)
@@ -405,7 +316,7 @@ impl Store {
         })
     }
 
-    pub fn drop_resource(&self, node: &str) -> Result<()> {
+    fn drop_resource(&self, node: &str) -> Result<()> {
         self.with(|c| {
             c.execute("DELETE FROM resources WHERE node=?1", [node])
                 .map(|_| ())
@@ -413,7 +324,7 @@ impl Store {
     }
 
     /// Records (and commits) that a provider call is about to be made.
-    pub fn begin_intent(&self, node: &str, op: &str, provider: &str) -> Result<Intent> {
+    fn begin_intent(&self, node: &str, op: &str, provider: &str) -> Result<Intent> {
         let at = now_ms();
         self.with(|c| {
             c.execute(
@@ -430,7 +341,7 @@ impl Store {
         })
     }
 
-    pub fn finish_intent(&self, id: i64, outcome: &str) -> Result<()> {
+    fn finish_intent(&self, id: i64, outcome: &str) -> Result<()> {
         self.with(|c| {
             c.execute(
                 "UPDATE intents SET done_at=?2, outcome=?3 WHERE id=?1",
@@ -442,7 +353,7 @@ impl Store {
 
     /// Intents recorded but never closed: a crash came between the record
     /// and the provider's reply.
-    pub fn open_intents(&self, node: &str) -> Result<Vec<Intent>> {
+    fn open_intents(&self, node: &str) -> Result<Vec<Intent>> {
         self.with(|c| {
             let mut st =
                 c.prepare("SELECT id, node, op, provider, created_at FROM intents WHERE node=?1 AND done_at IS NULL ORDER BY id")?;
@@ -455,7 +366,7 @@ impl Store {
 
     /// Appends events (one transaction for the batch), trimming each node's
     /// timeline to the newest [`EVENTS_PER_NODE`].
-    pub fn add_events(&self, batch: &[(String, Event)]) -> Result<()> {
+    fn add_events(&self, batch: &[(String, Event)]) -> Result<()> {
         self.with(|c| {
             let tx = c.transaction()?;
             for (node, e) in batch {
@@ -469,7 +380,7 @@ impl Store {
         })
     }
 
-    pub fn events(&self, node: &str) -> Result<Vec<Event>> {
+    fn events(&self, node: &str) -> Result<Vec<Event>> {
         self.with(|c| {
             let mut st =
                 c.prepare("SELECT at, kind, message FROM events WHERE node=?1 ORDER BY id")?;
@@ -486,16 +397,16 @@ impl Store {
 
     /// Sets a condition; its time changes only when its status does
     /// (Cluster API's lastTransitionTime).
-    pub fn set_condition(&self, node: &str, cond: &Condition) -> Result<()> {
+    fn set_condition(&self, node: &str, cond: &Condition) -> Result<()> {
         self.with(|c| upsert_condition(c, node, cond))
     }
 
-    pub fn conditions(&self, node: &str) -> Result<Vec<Condition>> {
+    fn conditions(&self, node: &str) -> Result<Vec<Condition>> {
         self.with(|c| query_conditions(c, node))
     }
 
     /// Sets a cluster fact once; returns its (first) time.
-    pub fn set_cluster_once(&self, key: &str, value: &str) -> Result<i64> {
+    fn set_cluster_once(&self, key: &str, value: &str) -> Result<i64> {
         self.with(|c| {
             c.execute(
                 "INSERT OR IGNORE INTO cluster(key, value, at) VALUES(?1,?2,?3)",
@@ -507,7 +418,7 @@ impl Store {
 
     /// Sets a cluster fact, replacing what was there (with a new time when
     /// the value changes).
-    pub fn set_cluster(&self, key: &str, value: &str) -> Result<()> {
+    fn set_cluster(&self, key: &str, value: &str) -> Result<()> {
         self.with(|c| {
             c.execute(
                 "INSERT INTO cluster(key, value, at) VALUES(?1,?2,?3) \
@@ -519,7 +430,7 @@ impl Store {
         })
     }
 
-    pub fn cluster(&self, key: &str) -> Result<Option<(String, i64)>> {
+    fn cluster(&self, key: &str) -> Result<Option<(String, i64)>> {
         self.with(|c| {
             c.query_row("SELECT value, at FROM cluster WHERE key=?1", [key], |r| {
                 Ok((r.get(0)?, r.get(1)?))
@@ -595,26 +506,14 @@ fn upsert_condition(c: &Connection, node: &str, cond: &Condition) -> rusqlite::R
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn row(name: &str) -> NodeRow {
-        NodeRow {
-            name: name.into(),
-            spec: serde_json::json!({"name": name}),
-            provider: serde_json::Value::Null,
-            created_at: 1,
-            deleting: false,
-            phase: "Pending".into(),
-            message: String::new(),
-            updated_at: 1,
-        }
-    }
+    use crate::store::tests::row;
 
     /// An empty, truncated or foreign file is refused at open, naming the
     /// file and what to do; it is never started over as an empty store.
     #[test]
     fn a_damaged_database_is_refused_not_emptied() {
         let dir = tempfile::tempdir().unwrap();
-        let s = Store::open(dir.path()).unwrap();
+        let s = Sqlite::open(dir.path()).unwrap();
         assert!(!dir.path().join("controller.db.new").exists());
         for i in 0..200 {
             s.insert_node(&row(&format!("n{i}"))).unwrap();
@@ -632,7 +531,7 @@ mod tests {
             std::fs::write(&path, &bytes).unwrap();
             let _ = std::fs::remove_file(dir.path().join("controller.db-wal"));
             let _ = std::fs::remove_file(dir.path().join("controller.db-shm"));
-            let e = Store::open(dir.path())
+            let e = Sqlite::open(dir.path())
                 .err()
                 .unwrap_or_else(|| panic!("{what}: opened"))
                 .to_string();
@@ -646,145 +545,6 @@ mod tests {
         }
     }
 
-    /// A reader (the API: the row, then its conditions) never sees a phase
-    /// without the Ready condition written with it.
-    #[test]
-    fn phase_and_condition_change_together() {
-        let dir = tempfile::tempdir().unwrap();
-        let s = std::sync::Arc::new(Store::open(dir.path()).unwrap());
-        assert!(s.insert_node(&row("a")).unwrap());
-        let ready = |reason: &str| Condition {
-            kind: "Ready".into(),
-            status: "False".into(),
-            reason: reason.into(),
-            message: String::new(),
-            at: 1,
-        };
-        let writer = {
-            let s = std::sync::Arc::clone(&s);
-            std::thread::spawn(move || {
-                for _ in 0..200 {
-                    s.set_phase_and_conditions(
-                        "a",
-                        "Provisioned",
-                        "",
-                        &[ready("WaitingForNetworkBoot")],
-                    )
-                    .unwrap();
-                    s.set_phase_and_conditions("a", "Failed", "", &[ready("Failed")])
-                        .unwrap();
-                }
-            })
-        };
-        let check = || {
-            let (row, conds) = s.node_and_conditions("a").unwrap();
-            let phase = row.unwrap().phase;
-            let reason = conds
-                .into_iter()
-                .find(|c| c.kind == "Ready")
-                .map(|c| c.reason);
-            let want = match phase.as_str() {
-                "Pending" => None, // before the first write
-                "Failed" => Some("Failed"),
-                _ => Some("WaitingForNetworkBoot"),
-            };
-            assert_eq!(
-                reason.as_deref(),
-                want,
-                "phase {phase} with Ready {reason:?}"
-            );
-        };
-        let mut reads = 0;
-        while !writer.is_finished() {
-            check();
-            reads += 1;
-        }
-        writer.join().unwrap();
-        check();
-        assert_eq!(s.node("a").unwrap().unwrap().phase, "Failed");
-        assert!(reads > 0);
-    }
-
-    #[test]
-    fn nodes_intents_and_reopen() {
-        let dir = tempfile::tempdir().unwrap();
-        {
-            let s = Store::open(dir.path()).unwrap();
-            assert!(s.insert_node(&row("a")).unwrap());
-            assert!(
-                !s.insert_node(&row("a")).unwrap(),
-                "a second insert of the same name changes nothing"
-            );
-            let i = s.begin_intent("a", "create", "equinix").unwrap();
-            assert_eq!(s.open_intents("a").unwrap(), vec![i.clone()]);
-            s.put_resource(
-                "a",
-                &Resource {
-                    provider: "equinix".into(),
-                    external_id: "d1".into(),
-                    state: "queued".into(),
-                    addresses: vec![],
-                    updated_at: 2,
-                },
-            )
-            .unwrap();
-        }
-        // Reopened as after a crash: the open intent and the resource are there.
-        let s = Store::open(dir.path()).unwrap();
-        let open = s.open_intents("a").unwrap();
-        assert_eq!(open.len(), 1);
-        s.finish_intent(open[0].id, "created d1").unwrap();
-        assert!(s.open_intents("a").unwrap().is_empty());
-        assert_eq!(s.resource("a").unwrap().unwrap().external_id, "d1");
-        assert!(s.mark_deleting("a").unwrap());
-        assert!(s.node("a").unwrap().unwrap().deleting);
-        s.remove_node("a").unwrap();
-        assert!(s.node("a").unwrap().is_none());
-        assert!(s.resource("a").unwrap().is_none());
-    }
-
-    #[test]
-    fn conditions_keep_their_transition_time_and_events_are_bounded() {
-        let dir = tempfile::tempdir().unwrap();
-        let s = Store::open(dir.path()).unwrap();
-        let c = |status: &str, at| Condition {
-            kind: "Ready".into(),
-            status: status.into(),
-            reason: "R".into(),
-            message: String::new(),
-            at,
-        };
-        s.set_condition("a", &c("False", 10)).unwrap();
-        s.set_condition("a", &c("False", 20)).unwrap();
-        assert_eq!(
-            s.conditions("a").unwrap()[0].at,
-            10,
-            "same status: time unchanged"
-        );
-        s.set_condition("a", &c("True", 30)).unwrap();
-        assert_eq!(s.conditions("a").unwrap()[0].at, 30);
-        let batch: Vec<_> = (0..EVENTS_PER_NODE + 20)
-            .map(|i| {
-                (
-                    "a".to_string(),
-                    Event {
-                        at: i,
-                        kind: "k".into(),
-                        message: String::new(),
-                    },
-                )
-            })
-            .collect();
-        s.add_events(&batch).unwrap();
-        let ev = s.events("a").unwrap();
-        assert_eq!(ev.len() as i64, EVENTS_PER_NODE);
-        assert_eq!(ev.last().unwrap().at, EVENTS_PER_NODE + 19);
-        assert_eq!(
-            s.set_cluster_once("bootstrapComplete", "true").unwrap(),
-            s.set_cluster_once("bootstrapComplete", "true").unwrap()
-        );
-    }
-
     /// A full disk is told apart, also under the store's error, from
     /// other failures.
     #[test]
@@ -795,12 +555,12 @@ mod tests {
                 Some("database or disk is full".into()),
             )
         };
-        let full = StoreError {
+        let full = StoreError::Sqlite {
             path: "x/controller.db".into(),
             source: sqlite(rusqlite::ffi::SQLITE_FULL),
         };
         assert!(disk_full(&full));
-        let busy = StoreError {
+        let busy = StoreError::Sqlite {
             path: "x/controller.db".into(),
             source: sqlite(rusqlite::ffi::SQLITE_BUSY),
         };

@@ -1,0 +1,194 @@
+//! Leader election on etcd's election API: one holder of a name at a time.
+//!
+//! A candidate holds an etcd lease (`ttl`) it keeps alive every `ttl/3`,
+//! and campaigns with it. Leadership ends when the holder resigns, when its
+//! lease expires (the process died or lost etcd: etcd deletes its election
+//! key, and the next candidate is elected), or when the holder itself has
+//! not renewed its lease for `2/3 ttl`: it then stops acting
+//! ([`Leadership::lost`]) before etcd can have elected another, so two
+//! holders never act at once while clocks run at the same rate.
+
+use crate::{Error, Etcd};
+use etcd_client::{LeaderKey, ResignOptions};
+use std::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
+
+/// Held leadership of one name.
+#[derive(Debug)]
+pub struct Leadership {
+    lost: CancellationToken,
+    etcd: Etcd,
+    lease: i64,
+    key: Option<LeaderKey>,
+}
+
+impl Leadership {
+    /// Cancelled when leadership ends (lease lost, resigned, dropped).
+    pub fn lost(&self) -> CancellationToken {
+        self.lost.clone()
+    }
+
+    /// Gives leadership up now: the next candidate is elected at once,
+    /// not after the lease's time to live.
+    pub async fn resign(mut self) {
+        self.lost.cancel();
+        if let Some(key) = self.key.take() {
+            let _ = self
+                .etcd
+                .run("resign", move |mut c| async move {
+                    c.resign(Some(ResignOptions::new().with_leader(key))).await
+                })
+                .await;
+        }
+        let lease = self.lease;
+        let _ = self
+            .etcd
+            .run("revoke lease", move |mut c| async move {
+                c.lease_revoke(lease).await
+            })
+            .await;
+    }
+}
+
+impl Drop for Leadership {
+    fn drop(&mut self) {
+        self.lost.cancel();
+    }
+}
+
+impl Etcd {
+    /// Campaigns for `name` (under the prefix's `election/`) with `value`
+    /// (who this is) until elected; `None` when `stop` is cancelled first.
+    /// Errors only when no lease can be had (etcd unreachable): the caller
+    /// tries again later.
+    pub async fn campaign(
+        &self,
+        name: &str,
+        value: &str,
+        ttl: Duration,
+        stop: &CancellationToken,
+    ) -> Result<Option<Leadership>, Error> {
+        let secs = ttl.as_secs().max(2) as i64;
+        let lease = self
+            .run("lease grant", move |mut c| async move {
+                c.lease_grant(secs, None).await
+            })
+            .await?
+            .id();
+        let lost = CancellationToken::new();
+        self.spawn(keep_alive(
+            self.clone(),
+            lease,
+            Duration::from_secs(secs as u64),
+            lost.clone(),
+        ));
+        let key = self.key(&format!("election/{name}"));
+        let value = value.to_string();
+        loop {
+            let (k, v) = (key.clone(), value.clone());
+            let attempt = self.run("campaign", move |mut c| async move {
+                c.campaign(k, v, lease).await
+            });
+            tokio::select! {
+                r = attempt => match r {
+                    Ok(r) => {
+                        return Ok(Some(Leadership {
+                            lost,
+                            etcd: self.clone(),
+                            lease,
+                            key: r.leader().cloned(),
+                        }))
+                    }
+                    // The request's deadline passed while another leads:
+                    // campaign again with the same lease (the same key).
+                    Err(e) if e.unavailable() && !lost.is_cancelled() => {
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                    }
+                    Err(e) => {
+                        lost.cancel();
+                        return Err(e);
+                    }
+                },
+                _ = lost.cancelled() => {
+                    return Err(self.error("campaign", etcd_client::Error::LeaseKeepAliveError(
+                        "the lease expired while campaigning".into(),
+                    )));
+                }
+                _ = stop.cancelled() => {
+                    lost.cancel();
+                    let _ = self.run("revoke lease", move |mut c| async move { c.lease_revoke(lease).await }).await;
+                    return Ok(None);
+                }
+            }
+        }
+    }
+
+    /// The value of `name`'s current leader, if any.
+    pub async fn leader(&self, name: &str) -> Result<Option<String>, Error> {
+        let key = self.key(&format!("election/{name}"));
+        match self
+            .run("leader", move |mut c| async move { c.leader(key).await })
+            .await
+        {
+            Ok(r) => Ok(r
+                .kv()
+                .map(|kv| String::from_utf8_lossy(kv.value()).into_owned())),
+            // etcd answers "election: no leader" as an error.
+            Err(e) if e.to_string().contains("no leader") => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// Renews `lease` every `ttl/3` until `lost`; cancels `lost` when etcd says
+/// the lease is gone or no renewal succeeded for `2/3 ttl`.
+async fn keep_alive(etcd: Etcd, lease: i64, ttl: Duration, lost: CancellationToken) {
+    let mut last_ok = Instant::now();
+    let mut stream = None;
+    loop {
+        tokio::select! {
+            _ = lost.cancelled() => return,
+            _ = tokio::time::sleep(ttl / 3) => {}
+        }
+        if stream.is_none() {
+            let mut c = etcd.client();
+            stream = tokio::time::timeout(ttl / 3, c.lease_keep_alive(lease))
+                .await
+                .ok()
+                .and_then(Result::ok);
+        }
+        let renewed = match stream.as_mut() {
+            Some((keeper, answers)) => {
+                let once = async {
+                    keeper.keep_alive().await?;
+                    answers.message().await
+                };
+                match tokio::time::timeout(ttl / 3, once).await {
+                    Ok(Ok(Some(r))) if r.ttl() > 0 => Some(true),
+                    Ok(Ok(Some(_))) => Some(false), // etcd: no such lease
+                    _ => None,
+                }
+            }
+            None => None,
+        };
+        match renewed {
+            Some(true) => last_ok = Instant::now(),
+            Some(false) => {
+                tracing::warn!(lease, "etcd lease expired: leadership lost");
+                lost.cancel();
+                return;
+            }
+            None => {
+                stream = None;
+                if last_ok.elapsed() >= ttl * 2 / 3 {
+                    tracing::warn!(
+                        lease,
+                        "etcd lease not renewed for 2/3 of its time to live: leadership given up"
+                    );
+                    lost.cancel();
+                    return;
+                }
+            }
+        }
+    }
+}

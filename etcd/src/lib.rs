@@ -1,0 +1,302 @@
+//! The appliances' shared state on etcd.
+//!
+//! One [`Etcd`] per process: a client of the site's etcd cluster
+//! (`host.store.etcd`) that owns a small runtime of its own, so that it is
+//! callable from synchronous code (the controller's store, which runs each
+//! call as one short transaction, as it does on SQLite) and from async code
+//! alike. Every key is under the site's prefix; callers name keys relative
+//! to it.
+//!
+//! Requests carry a deadline (`timeout`) and require an etcd leader
+//! (`require_leader`): when the cluster has lost quorum a request fails at
+//! once with [`Error::unavailable`] true, instead of waiting on a member
+//! that cannot commit.
+
+use etcd_client::{
+    Certificate, Client, ConnectOptions, GetOptions, Identity, TlsOptions, Txn, TxnResponse,
+};
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use etcd_client::{Compare, CompareOp, TxnOp, TxnOpResponse};
+
+mod elect;
+#[cfg(feature = "testing")]
+pub mod testing;
+mod watch;
+
+pub use elect::Leadership;
+pub use watch::Change;
+
+/// How to reach the cluster.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    /// Client URLs (`http://` or `https://`).
+    pub endpoints: Vec<String>,
+    /// Every key is under it (ends in `/`).
+    pub prefix: String,
+    pub tls: Option<Tls>,
+    /// Deadline of one request.
+    pub timeout: Duration,
+}
+
+/// TLS to etcd: the CA that signed the members' certificates, and the
+/// client certificate etcd's `--client-cert-auth` asks for.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Tls {
+    pub ca: PathBuf,
+    pub cert: Option<PathBuf>,
+    pub key: Option<PathBuf>,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("etcd {endpoints}: {what}: {source}")]
+pub struct Error {
+    endpoints: String,
+    what: String,
+    #[source]
+    source: etcd_client::Error,
+}
+
+impl Error {
+    /// The cluster cannot answer now (no leader, no quorum, no member
+    /// reachable, deadline passed): nothing was committed by this request,
+    /// and the same request may succeed later.
+    pub fn unavailable(&self) -> bool {
+        match &self.source {
+            etcd_client::Error::TransportError(_) | etcd_client::Error::IoError(_) => true,
+            // gRPC codes CANCELLED (1), DEADLINE_EXCEEDED (4), UNAVAILABLE (14).
+            etcd_client::Error::GRpcStatus(s) => {
+                matches!(s.code() as i32, 1 | 4 | 14) || s.message().contains("no leader")
+            }
+            _ => false,
+        }
+    }
+}
+
+/// A value and its revisions.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Value {
+    /// The key, relative to the prefix.
+    pub key: String,
+    pub value: Vec<u8>,
+    /// The revision of the value's last change (the compare for a CAS).
+    pub mod_revision: i64,
+    pub create_revision: i64,
+}
+
+struct Inner {
+    client: Client,
+    rt: Option<tokio::runtime::Runtime>,
+    config: Config,
+    endpoints: String,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // May be dropped inside another runtime: never block here.
+        if let Some(rt) = self.rt.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+/// A connection to the cluster; cheap to clone.
+#[derive(Clone)]
+pub struct Etcd {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Etcd {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "Etcd({} {})",
+            self.inner.endpoints, self.inner.config.prefix
+        )
+    }
+}
+
+impl Etcd {
+    /// Connects (lazily: an unreachable cluster is an error at the first
+    /// request, not here, so an appliance starts and says what it cannot
+    /// reach). Reads the TLS files now.
+    pub fn connect(config: &Config) -> Result<Etcd, Error> {
+        let endpoints = config.endpoints.join(",");
+        let fail = |what: &str, source| Error {
+            endpoints: endpoints.clone(),
+            what: what.into(),
+            source,
+        };
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("etcd")
+            .enable_all()
+            .build()
+            .map_err(|e| fail("runtime", etcd_client::Error::IoError(e)))?;
+        let mut opts = ConnectOptions::new()
+            .with_timeout(config.timeout)
+            .with_connect_timeout(config.timeout)
+            .with_keep_alive(Duration::from_secs(5), config.timeout)
+            .with_require_leader(true);
+        if let Some(tls) = &config.tls {
+            let read = |p: &PathBuf| {
+                std::fs::read(p)
+                    .map_err(|e| fail(&format!("{}", p.display()), etcd_client::Error::IoError(e)))
+            };
+            let mut t = TlsOptions::new().ca_certificate(Certificate::from_pem(read(&tls.ca)?));
+            if let (Some(c), Some(k)) = (&tls.cert, &tls.key) {
+                t = t.identity(Identity::from_pem(read(c)?, read(k)?));
+            }
+            opts = opts.with_tls(t);
+        }
+        let eps = config.endpoints.clone();
+        // Not `block_on`: the caller may be on a thread of another runtime.
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        rt.spawn(async move {
+            let _ = tx.send(Client::connect(eps, Some(opts)).await);
+        });
+        let client = rx
+            .recv()
+            .unwrap_or_else(|_| {
+                Err(etcd_client::Error::IoError(std::io::Error::other(
+                    "the etcd runtime stopped",
+                )))
+            })
+            .map_err(|e| fail("connect", e))?;
+        Ok(Etcd {
+            inner: Arc::new(Inner {
+                client,
+                rt: Some(rt),
+                config: config.clone(),
+                endpoints,
+            }),
+        })
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.inner.config
+    }
+
+    /// The full key of `rel`.
+    pub fn key(&self, rel: &str) -> String {
+        format!("{}{rel}", self.inner.config.prefix)
+    }
+
+    pub(crate) fn rel(&self, key: &[u8]) -> String {
+        let k = String::from_utf8_lossy(key);
+        k.strip_prefix(&self.inner.config.prefix)
+            .unwrap_or(&k)
+            .to_string()
+    }
+
+    pub(crate) fn error(&self, what: &str, source: etcd_client::Error) -> Error {
+        Error {
+            endpoints: self.inner.endpoints.clone(),
+            what: what.into(),
+            source,
+        }
+    }
+
+    /// Runs `f` with a client on this connection's runtime and waits for
+    /// it: callable from synchronous code, also on a thread of another
+    /// runtime (the wait blocks that thread for one round trip, as a
+    /// SQLite commit does).
+    pub fn block<T, F, Fut>(&self, what: &str, f: F) -> Result<T, Error>
+    where
+        F: FnOnce(Client) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<T, etcd_client::Error>> + Send + 'static,
+        T: Send + 'static,
+    {
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        let client = self.inner.client.clone();
+        let rt = self.inner.rt.as_ref().expect("runtime present until drop");
+        rt.spawn(async move {
+            let _ = tx.send(f(client).await);
+        });
+        let out = rx.recv().unwrap_or_else(|_| {
+            Err(etcd_client::Error::IoError(std::io::Error::other(
+                "the etcd runtime stopped",
+            )))
+        });
+        out.map_err(|e| self.error(what, e))
+    }
+
+    /// As [`block`](Self::block), awaited.
+    /// Spawns `fut` on this connection's runtime (a task that lives as
+    /// long as the connection, e.g. a lease's keep-alive).
+    pub(crate) fn spawn(&self, fut: impl Future<Output = ()> + Send + 'static) {
+        if let Some(rt) = self.inner.rt.as_ref() {
+            rt.spawn(fut);
+        }
+    }
+
+    pub(crate) fn client(&self) -> Client {
+        self.inner.client.clone()
+    }
+
+    pub async fn run<T, F, Fut>(&self, what: &str, f: F) -> Result<T, Error>
+    where
+        F: FnOnce(Client) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<T, etcd_client::Error>> + Send + 'static,
+        T: Send + 'static,
+    {
+        let client = self.inner.client.clone();
+        let rt = self.inner.rt.as_ref().expect("runtime present until drop");
+        let out = rt.spawn(async move { f(client).await }).await;
+        let out = out.unwrap_or_else(|e| {
+            Err(etcd_client::Error::IoError(std::io::Error::other(
+                e.to_string(),
+            )))
+        });
+        out.map_err(|e| self.error(what, e))
+    }
+
+    /// The value at `rel`, if any.
+    pub fn get(&self, rel: &str) -> Result<Option<Value>, Error> {
+        let key = self.key(rel);
+        let r = self.block(&format!("get {key}"), move |mut c| async move {
+            c.get(key, None).await
+        })?;
+        Ok(r.kvs().first().map(|kv| self.value(kv)))
+    }
+
+    /// Every value under `rel` (a prefix), in key order.
+    pub fn list(&self, rel: &str) -> Result<Vec<Value>, Error> {
+        let key = self.key(rel);
+        let r = self.block(&format!("list {key}"), move |mut c| async move {
+            c.get(key, Some(GetOptions::new().with_prefix())).await
+        })?;
+        Ok(r.kvs().iter().map(|kv| self.value(kv)).collect())
+    }
+
+    /// Sets `rel`; returns the revision of the write.
+    pub fn put(&self, rel: &str, value: Vec<u8>) -> Result<i64, Error> {
+        let key = self.key(rel);
+        let r = self.block(&format!("put {key}"), move |mut c| async move {
+            c.put(key, value, None).await
+        })?;
+        Ok(r.header().map(|h| h.revision()).unwrap_or(0))
+    }
+
+    /// Runs a transaction (keys in it are full keys: build them with
+    /// [`key`](Self::key)).
+    pub fn txn(&self, what: &str, txn: Txn) -> Result<TxnResponse, Error> {
+        self.block(what, move |mut c| async move { c.txn(txn).await })
+    }
+
+    /// A key-value of a response as a [`Value`].
+    pub fn value(&self, kv: &etcd_client::KeyValue) -> Value {
+        Value {
+            key: self.rel(kv.key()),
+            value: kv.value().to_vec(),
+            mod_revision: kv.mod_revision(),
+            create_revision: kv.create_revision(),
+        }
+    }
+}
+
+pub use etcd_client::Txn as Transaction;
+pub use etcd_client::{DeleteOptions, PutOptions};

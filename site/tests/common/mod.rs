@@ -1,0 +1,21 @@
+//! The lab example site copied into a temporary directory, edited.
+
+use std::path::{Path, PathBuf};
+
+/// `examples/lab` with its state directory inside the copy, its site text
+/// passed through `edit`.
+pub fn lab(edit: impl FnOnce(String) -> String) -> (tempfile::TempDir, PathBuf) {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/lab");
+    let dir = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string(src.join("site.yaml"))
+        .unwrap()
+        .replace("stateDir: ../../target/lab-state", "stateDir: state");
+    std::fs::write(dir.path().join("site.yaml"), edit(text)).unwrap();
+    std::fs::create_dir_all(dir.path().join("ignition")).unwrap();
+    for e in std::fs::read_dir(src.join("ignition")).unwrap() {
+        let e = e.unwrap();
+        std::fs::copy(e.path(), dir.path().join("ignition").join(e.file_name())).unwrap();
+    }
+    let site = dir.path().join("site.yaml");
+    (dir, site)
+}
