@@ -152,7 +152,7 @@ pub(super) async fn route(
         (&Method::POST, ["v1", "discovered", key, "adopt"]) => {
             ("discovered", adopt(ctl, caller, key, req).await)
         }
-        (&Method::GET, ["v1", "cluster"]) => ("cluster", cluster(ctl, caller)),
+        (&Method::GET, ["v1", "cluster"]) => ("cluster", cluster(ctl, caller).await),
         (&Method::POST, ["v1", "cluster", "bootstrap-complete"]) => {
             ("cluster", bootstrap_complete(ctl, caller).await)
         }

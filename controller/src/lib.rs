@@ -29,6 +29,7 @@ pub mod conditions;
 pub mod events;
 pub mod facts;
 pub mod follow;
+mod leader;
 pub mod providers;
 pub mod reconcile;
 pub mod store;
@@ -166,8 +167,12 @@ pub struct Controller {
     providers: HashMap<&'static str, providers::Configured>,
     /// Serializes creates, deletes and overlay writes.
     writes: tokio::sync::Mutex<()>,
-    /// One entry per running reconcile loop; its notify wakes it.
-    loops: std::sync::Mutex<HashMap<String, Arc<Notify>>>,
+    /// One entry per running reconcile loop: its notify wakes it, the
+    /// term it runs in stops it.
+    loops: std::sync::Mutex<HashMap<String, (Arc<Notify>, CancellationToken)>>,
+    /// While this appliance runs the reconcile loops (always on SQLite;
+    /// while elected on etcd): cancelled when it stops.
+    term: std::sync::Mutex<Option<CancellationToken>>,
     /// Wakes the bootstrap teardown.
     teardown: Arc<Notify>,
     tracker: TaskTracker,
@@ -279,6 +284,7 @@ impl Controller {
             providers: map,
             writes: tokio::sync::Mutex::new(()),
             loops: Default::default(),
+            term: Default::default(),
             teardown: Arc::new(Notify::new()),
             tracker,
             shutdown,
@@ -294,12 +300,17 @@ impl Controller {
                 error!(error = %e, "node overlay not re-exported on start");
             }
         }
-        for r in rows {
-            ctl.ensure_loop(&r.name);
+        match ctl.store.shared() {
+            // The one appliance runs the loops from now on.
+            None => ctl.begin_term(),
+            // Every appliance follows the shared nodes into its overlay;
+            // the elected one runs the loops.
+            Some(etcd) => {
+                ctl.tracker
+                    .spawn(leader::follow(Arc::clone(&ctl), etcd.clone()));
+                ctl.tracker.spawn(leader::lead(Arc::clone(&ctl), etcd));
+            }
         }
-        // Resumes a teardown a crash interrupted.
-        ctl.tracker
-            .spawn(teardown::run(Arc::clone(&ctl), Arc::clone(&ctl.teardown)));
         Ok(ctl)
     }
 
@@ -317,20 +328,64 @@ impl Controller {
         self.tuning.deadline.unwrap_or(self.api.deadline)
     }
 
-    /// Starts the node's reconcile loop unless it runs; wakes it if it does.
+    /// Starts the node's reconcile loop unless it runs; wakes it if it
+    /// does. Nothing while this appliance does not run the loops (another
+    /// is elected).
     pub fn ensure_loop(self: &Arc<Self>, name: &str) {
+        let Some(term) = self.acting() else { return };
         let mut loops = self.loops.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(n) = loops.get(name) {
-            n.notify_one();
-            return;
+        if let Some((n, t)) = loops.get(name) {
+            if !t.is_cancelled() {
+                n.notify_one();
+                return;
+            }
         }
         let wake = Arc::new(Notify::new());
-        loops.insert(name.to_string(), Arc::clone(&wake));
+        loops.insert(name.to_string(), (Arc::clone(&wake), term.clone()));
         self.tracker.spawn(reconcile::node_loop(
             Arc::clone(self),
             name.to_string(),
             wake,
+            term,
         ));
+    }
+
+    /// The current term's token while this appliance runs the loops.
+    pub(crate) fn acting(&self) -> Option<CancellationToken> {
+        self.term
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+            .filter(|t| !t.is_cancelled())
+    }
+
+    /// Starts running the loops here: one per stored node, and the
+    /// bootstrap teardown (resuming what an earlier term left).
+    pub(crate) fn begin_term(self: &Arc<Self>) {
+        let term = self.shutdown.child_token();
+        *self.term.lock().unwrap_or_else(|p| p.into_inner()) = Some(term.clone());
+        match self.store.nodes() {
+            Ok(rows) => {
+                for r in rows {
+                    self.ensure_loop(&r.name);
+                }
+            }
+            Err(e) => {
+                error!(error = %e, "controller store: nodes not read; their loops start when they change")
+            }
+        }
+        self.tracker.spawn(teardown::run(
+            Arc::clone(self),
+            Arc::clone(&self.teardown),
+            term,
+        ));
+    }
+
+    /// Stops running the loops here (each stops at its next wait).
+    pub(crate) fn end_term(&self) {
+        if let Some(t) = self.term.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            t.cancel();
+        }
     }
 
     /// Stores one thing the controller did for a node (API call, provider
@@ -347,7 +402,7 @@ impl Controller {
     }
 
     pub fn wake(&self, name: &str) {
-        if let Some(n) = self
+        if let Some((n, _)) = self
             .loops
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -357,11 +412,13 @@ impl Controller {
         }
     }
 
-    pub(crate) fn loop_ended(&self, name: &str) {
-        self.loops
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(name);
+    /// The loop woken by `wake` ended (a loop of a later term may have
+    /// taken its place: that one stays).
+    pub(crate) fn loop_ended(&self, name: &str, wake: &Arc<Notify>) {
+        let mut loops = self.loops.lock().unwrap_or_else(|p| p.into_inner());
+        if loops.get(name).is_some_and(|(n, _)| Arc::ptr_eq(n, wake)) {
+            loops.remove(name);
+        }
     }
 
     /// The overlay text for `rows` (those not being deleted), each node with

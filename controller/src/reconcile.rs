@@ -55,10 +55,15 @@ pub fn backoff(attempt: u32, base: Duration, cap: Duration) -> Duration {
     lo + (d - lo).mul_f64(rand::thread_rng().gen::<f64>())
 }
 
-pub async fn node_loop(ctl: Arc<Controller>, name: String, wake: Arc<Notify>) {
+pub async fn node_loop(
+    ctl: Arc<Controller>,
+    name: String,
+    wake: Arc<Notify>,
+    stop: tokio_util::sync::CancellationToken,
+) {
     let mut attempt: u32 = 0;
     loop {
-        if ctl.shutdown.is_cancelled() {
+        if stop.is_cancelled() {
             break;
         }
         let next = match ctl.store.node(&name) {
@@ -81,7 +86,7 @@ pub async fn node_loop(ctl: Arc<Controller>, name: String, wake: Arc<Notify>) {
                 attempt = 0;
                 let poll = matches!(next, Next::Poll);
                 tokio::select! {
-                    _ = ctl.shutdown.cancelled() => break,
+                    _ = stop.cancelled() => break,
                     _ = wake.notified() => {}
                     _ = async { if poll { tokio::time::sleep(ctl.tuning.poll).await } else { std::future::pending().await } } => {}
                 }
@@ -115,15 +120,15 @@ pub async fn node_loop(ctl: Arc<Controller>, name: String, wake: Arc<Notify>) {
                     row.as_ref().map(|r| r.phase.as_str()).unwrap_or("Pending"),
                     &msg,
                 );
-                // Only shutdown cuts a backoff short: Retry-After is honoured.
+                // Only the end of the term cuts a backoff short: Retry-After is honoured.
                 tokio::select! {
-                    _ = ctl.shutdown.cancelled() => break,
+                    _ = stop.cancelled() => break,
                     _ = tokio::time::sleep(delay) => {}
                 }
             }
         }
     }
-    ctl.loop_ended(&name);
+    ctl.loop_ended(&name, &wake);
 }
 
 fn deadline_left(ctl: &Controller, row: &NodeRow) -> Duration {

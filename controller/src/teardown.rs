@@ -95,7 +95,11 @@ fn finished(ctl: &Controller, step: &str) -> bool {
 
 /// Runs the teardown whenever bootstrap is complete and a step is not
 /// finished; woken by [`Controller::complete_bootstrap`].
-pub async fn run(ctl: Arc<Controller>, wake: Arc<Notify>) {
+pub async fn run(
+    ctl: Arc<Controller>,
+    wake: Arc<Notify>,
+    stop: tokio_util::sync::CancellationToken,
+) {
     let mut attempt = 0u32;
     loop {
         let mut retry = false;
@@ -134,7 +138,7 @@ pub async fn run(ctl: Arc<Controller>, wake: Arc<Notify>) {
             None
         };
         tokio::select! {
-            _ = ctl.shutdown.cancelled() => return,
+            _ = stop.cancelled() => return,
             _ = wake.notified() => {}
             _ = async { match delay { Some(d) => tokio::time::sleep(d).await, None => std::future::pending().await } } => {}
         }

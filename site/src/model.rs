@@ -131,6 +131,10 @@ pub struct EtcdStore {
     pub prefix: String,
     /// Deadline of one request to etcd (default 3 s).
     pub timeout: std::time::Duration,
+    /// How long an appliance that stopped answering keeps what it holds
+    /// (the controller's leadership) before another takes it over
+    /// (default 10 s).
+    pub lease_ttl: std::time::Duration,
     /// Required with `https://` endpoints.
     pub tls: Option<EtcdTls>,
 }

@@ -88,6 +88,7 @@ pub struct Etcd {
     pub endpoints: Vec<String>,
     pub prefix: Option<String>,
     pub timeout: Option<String>,
+    pub lease_ttl: Option<String>,
     pub tls: Option<EtcdTls>,
 }
 

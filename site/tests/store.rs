@@ -36,6 +36,7 @@ fn etcd_defaults_its_prefix_to_the_cluster_and_its_timeout_to_3s() {
     );
     assert_eq!(e.prefix, format!("/bare-metal-boot/{}/", site.cluster.name));
     assert_eq!(e.timeout, Duration::from_secs(3));
+    assert_eq!(e.lease_ttl, Duration::from_secs(10));
     assert_eq!(e.tls, None);
 }
 
@@ -44,7 +45,7 @@ fn etcd_over_tls_resolves_its_files_next_to_the_site() {
     let (d, path) = lab(|t| {
         t.replace(
             "host:\n",
-            "host:\n  store:\n    etcd:\n      endpoints: [\"https://10.77.0.5:2379\"]\n      prefix: /boot/lab/\n      timeout: 500ms\n      tls: {ca: etcd/ca.pem, cert: etcd/client.pem, key: etcd/client-key.pem}\n",
+            "host:\n  store:\n    etcd:\n      endpoints: [\"https://10.77.0.5:2379\"]\n      prefix: /boot/lab/\n      timeout: 500ms\n      leaseTtl: 4s\n      tls: {ca: etcd/ca.pem, cert: etcd/client.pem, key: etcd/client-key.pem}\n",
         )
     });
     std::fs::create_dir(d.path().join("etcd")).unwrap();
@@ -57,6 +58,7 @@ fn etcd_over_tls_resolves_its_files_next_to_the_site() {
     };
     assert_eq!(e.prefix, "/boot/lab/");
     assert_eq!(e.timeout, Duration::from_millis(500));
+    assert_eq!(e.lease_ttl, Duration::from_secs(4));
     let tls = e.tls.unwrap();
     assert_eq!(tls.ca, d.path().join("etcd/ca.pem"));
     assert_eq!(tls.key.unwrap(), d.path().join("etcd/client-key.pem"));
@@ -65,7 +67,7 @@ fn etcd_over_tls_resolves_its_files_next_to_the_site() {
 #[test]
 fn every_problem_is_named_at_once() {
     let e = with_store(
-        "{etcd: {endpoints: [\"https://10.0.0.1:2379\", \"http://10.0.0.2\", \"10.0.0.3:2379\"], prefix: \"lab\", timeout: 2h, tls: {cert: c.pem}, colour: blue}}",
+        "{etcd: {endpoints: [\"https://10.0.0.1:2379\", \"http://10.0.0.2\", \"10.0.0.3:2379\"], prefix: \"lab\", timeout: 2h, leaseTtl: 1500ms, tls: {cert: c.pem}, colour: blue}}",
     )
     .unwrap_err();
     for want in [
@@ -73,6 +75,7 @@ fn every_problem_is_named_at_once() {
         "host.store.etcd.endpoints[2]: \"10.0.0.3:2379\": not an http:// or https:// URL",
         "host.store.etcd.prefix: \"lab\": begins and ends with /",
         "host.store.etcd.timeout: \"2h\": a duration from 100ms to 60s",
+        "host.store.etcd.leaseTtl: \"1500ms\": whole seconds from 2s to 120s",
         "host.store.etcd.tls.ca: required",
         "host.store.etcd.tls.key: cert and key go together",
         "host.store.etcd.tls.cert:",

@@ -10,6 +10,7 @@ mod bmc;
 mod crash_loop;
 mod fake;
 mod full_disk;
+mod ha;
 mod local;
 mod platforms;
 #[path = "../../../tests/support/ports.rs"]

@@ -5,7 +5,8 @@
 
 use super::*;
 
-pub(super) fn cluster(ctl: &Arc<Controller>, _: auth::Caller) -> Response<Body> {
+pub(super) async fn cluster(ctl: &Arc<Controller>, _: auth::Caller) -> Response<Body> {
+    let controller = controller_view(ctl).await;
     let snap = ctl.app.live.load();
     match ctl.store.cluster(teardown::BOOTSTRAP_COMPLETE) {
         Ok(b) => reply(
@@ -15,12 +16,32 @@ pub(super) fn cluster(ctl: &Arc<Controller>, _: auth::Caller) -> Response<Body> 
                 "domain": snap.site.cluster.domain(),
                 "bootstrapComplete": bootstrap_view(b),
                 "roles": roles_view(ctl, &snap),
+                "controller": controller,
                 "conditions": teardown::conditions(ctl).iter().map(|c| json!({
                     "type": c.kind, "status": c.status, "reason": c.reason, "message": c.message, "lastTransitionTime": rfc3339(c.at),
                 })).collect::<Vec<_>>(),
             }),
         ),
         Err(e) => internal(e),
+    }
+}
+
+/// Which store, and which appliance runs the reconcile loops: this one on
+/// SQLite; on etcd the elected one (`null` while none is).
+async fn controller_view(ctl: &Controller) -> Value {
+    let here = crate::leader::identity();
+    match ctl.store.shared() {
+        None => json!({ "store": "sqlite", "appliance": here, "leader": here, "leading": true }),
+        Some(etcd) => {
+            let leader = match etcd.leader(crate::leader::ELECTION).await {
+                Ok(l) => json!(l),
+                Err(e) => {
+                    warn!(error = %e, "controller leader not read from etcd");
+                    Value::Null
+                }
+            };
+            json!({ "store": "etcd", "appliance": here, "leader": leader, "leading": ctl.acting().is_some() })
+        }
     }
 }
 

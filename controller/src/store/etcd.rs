@@ -493,4 +493,8 @@ impl Backend for Etcd {
             .get::<Fact>(&cluster_key(key))?
             .map(|f| (f.value, f.at)))
     }
+
+    fn shared(&self) -> Option<::etcd::Etcd> {
+        Some(self.etcd.clone())
+    }
 }

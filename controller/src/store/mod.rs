@@ -201,6 +201,10 @@ pub trait Backend: Send + Sync + std::fmt::Debug {
     /// the value changes).
     fn set_cluster(&self, key: &str, value: &str) -> Result<()>;
     fn cluster(&self, key: &str) -> Result<Option<(String, i64)>>;
+    /// The etcd connection when the store is shared by several appliances.
+    fn shared(&self) -> Option<::etcd::Etcd> {
+        None
+    }
 }
 
 /// The store the site chose.

@@ -108,6 +108,26 @@ fn etcd(cx: &mut Cx, w: &wire::Etcd) -> Option<EtcdStore> {
             }
         },
     };
+    let lease_ttl = match w.lease_ttl.as_deref() {
+        None => Duration::from_secs(10),
+        Some(t) => match duration(t) {
+            Some(d)
+                if d >= Duration::from_secs(2)
+                    && d <= Duration::from_secs(120)
+                    && d.subsec_nanos() == 0 =>
+            {
+                d
+            }
+            _ => {
+                cx.err(
+                    format!("{k}.leaseTtl"),
+                    format!("{t:?}: whole seconds from 2s to 120s (etcd leases count seconds)"),
+                );
+                ok = false;
+                Duration::ZERO
+            }
+        },
+    };
     let tls = match &w.tls {
         None if https => {
             cx.err(
@@ -158,6 +178,7 @@ fn etcd(cx: &mut Cx, w: &wire::Etcd) -> Option<EtcdStore> {
         endpoints: w.endpoints.clone(),
         prefix,
         timeout,
+        lease_ttl,
         tls,
     })
 }

@@ -1,0 +1,152 @@
+//! Two appliances (real bootd processes, their own state directories and
+//! ports) on one etcd (`host.store.etcd`, a member started by the test):
+//! the API of either takes a node, one elected appliance runs the loops,
+//! and when it is killed with SIGKILL between a provider's create and its
+//! reply, the other is elected and finishes the node with no second machine.
+
+use super::{
+    api_call, api_client, cond, equinix_node, free_port, process_site, Fake, Proc, API_TOKEN,
+};
+use serde_json::Value;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+struct Appliance {
+    proc: Proc,
+    api: SocketAddr,
+    client: controller::providers::Http,
+    dir: tempfile::TempDir,
+}
+
+impl Appliance {
+    async fn start(f: &Fake, etcd: &str, n: u32) -> Appliance {
+        let dir = tempfile::tempdir().unwrap();
+        let port = free_port();
+        let site = process_site(dir.path(), f, port, |t| {
+            t.replacen(
+                "host:\n",
+                &format!("host:\n  store: {{ etcd: {{ endpoints: [\"{etcd}\"], prefix: /ha-test/, leaseTtl: 2s }} }}\n"),
+                1,
+            )
+        });
+        let proc = Proc::start(&site, n);
+        let client = api_client(&dir.path().join("state/ca.pem"), port, &proc).await;
+        Appliance {
+            proc,
+            api: format!("127.0.0.1:{port}").parse().unwrap(),
+            client,
+            dir,
+        }
+    }
+
+    async fn get(&self, path: &str) -> (u16, Value) {
+        api_call(&self.client, self.api, Some(API_TOKEN), "GET", path, None).await
+    }
+
+    async fn leading(&self) -> bool {
+        self.get("/v1/cluster").await.1["controller"]["leading"] == true
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.proc.log).unwrap_or_default()
+    }
+}
+
+async fn until(what: &str, secs: u64, mut ok: impl AsyncFnMut() -> bool) {
+    let end = Instant::now() + Duration::from_secs(secs);
+    while !ok().await {
+        assert!(Instant::now() < end, "{what}: not within {secs} s");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_other_appliance_is_elected_and_finishes_the_node_once() {
+    let etcd = etcd::testing::Server::start();
+    let f = Fake::start().await;
+    let hold = Arc::new(tokio::sync::Notify::new());
+    f.st().hold_create = Some(Arc::clone(&hold));
+    let a = Appliance::start(&f, &etcd.endpoint, 1).await;
+    let b = Appliance::start(&f, &etcd.endpoint, 2).await;
+    until("one appliance elected", 20, async || {
+        a.leading().await || b.leading().await
+    })
+    .await;
+    let (mut leader, follower) = if a.leading().await { (a, b) } else { (b, a) };
+    assert!(!follower.leading().await, "two leaders");
+    let (_, v) = follower.get("/v1/cluster").await;
+    assert_eq!(v["controller"]["store"], "etcd");
+    assert!(
+        v["controller"]["leader"]
+            .as_str()
+            .is_some_and(|l| l.contains("pid")),
+        "{v:#}"
+    );
+
+    // Created through the appliance that does not lead.
+    let (st, v) = api_call(
+        &follower.client,
+        follower.api,
+        Some(API_TOKEN),
+        "POST",
+        "/v1/nodes",
+        Some(equinix_node("worker-7", "10.77.0.27", "52:54:00:77:00:27")),
+    )
+    .await;
+    assert_eq!(st, 201, "{v:#}");
+    // The leader's loop calls the provider; its reply is held.
+    until("the create reached the provider", 20, async || {
+        f.st().creates == 1
+    })
+    .await;
+    // The node boots from either appliance: both overlays have it.
+    for (who, app) in [("leader", &leader), ("follower", &follower)] {
+        let overlay = app.dir.path().join("state/nodes.yaml");
+        until(&format!("{who}'s overlay has worker-7"), 10, async || {
+            std::fs::read_to_string(&overlay).is_ok_and(|t| t.contains("worker-7"))
+        })
+        .await;
+    }
+    let t = Instant::now();
+    leader.proc.kill9();
+    f.st().hold_create = None;
+    hold.notify_waiters();
+    until("the follower elected", 15, async || {
+        follower.leading().await
+    })
+    .await;
+    let took = t.elapsed();
+    // leaseTtl 2 s: etcd expires the dead leader's lease, then elects.
+    assert!(took < Duration::from_secs(8), "elected after {took:?}");
+    until("worker-7 Provisioned on the new leader", 30, async || {
+        let (st, v) = follower.get("/v1/nodes/worker-7").await;
+        st == 200 && cond(&v, "Provisioned")["status"] == "True"
+    })
+    .await;
+    assert_eq!(f.st().creates, 1, "no second machine");
+    assert_eq!(f.live_devices(), 1);
+    let log = follower.log();
+    assert!(log.contains("controller leadership taken"), "{log}");
+    assert!(
+        log.contains("how=\"adopted\"") || log.contains("how=adopted"),
+        "the open intent was resumed by finding the machine: {log}"
+    );
+    // Deleted through the new leader: the machine goes, the node goes.
+    let (st, _) = api_call(
+        &follower.client,
+        follower.api,
+        Some(API_TOKEN),
+        "DELETE",
+        "/v1/nodes/worker-7",
+        None,
+    )
+    .await;
+    assert_eq!(st, 202);
+    until("worker-7 deleted", 30, async || {
+        follower.get("/v1/nodes/worker-7").await.0 == 404
+    })
+    .await;
+    assert_eq!(f.live_devices(), 0, "no orphan");
+    drop(leader);
+}

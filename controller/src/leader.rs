@@ -1,0 +1,153 @@
+//! Several appliances on one etcd (`host.store.etcd`): every one serves
+//! the API and follows the shared nodes into the overlay it serves; one at
+//! a time, elected, runs the reconcile loops and the bootstrap teardown.
+//!
+//! - [`lead`]: campaigns for the election `controller`; while elected, the
+//!   loops run here ([`Controller::begin_term`]); when the leadership
+//!   lapses (etcd lease not renewed for 2/3 of `leaseTtl`) they stop at
+//!   their next wait, and the next appliance elected resumes each node from
+//!   the store (its open intents first), as after a restart.
+//! - [`follow`]: watches the controller's keys; a node written by any
+//!   appliance is exported into this appliance's overlay (so it boots from
+//!   every appliance), and, while elected, gets its loop or wakes it.
+
+use crate::Controller;
+use etcd::{Change, Etcd};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+use tracing::{error, info, warn};
+
+/// The election's name (under `<prefix>election/`).
+pub(crate) const ELECTION: &str = "controller";
+
+/// Who this appliance is, in the election and in logs: host name and PID.
+pub(crate) fn identity() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    format!("{} pid {}", host.trim(), std::process::id())
+}
+
+fn lease_ttl(ctl: &Controller) -> Duration {
+    match &ctl.app.live.load().site.host.store {
+        site::Store::Etcd(e) => e.lease_ttl,
+        site::Store::Sqlite => Duration::from_secs(10),
+    }
+}
+
+/// Campaigns, leads while elected, campaigns again after a lapse; resigns
+/// on shutdown so the next appliance takes over at once.
+pub(crate) async fn lead(ctl: Arc<Controller>, etcd: Etcd) {
+    let me = identity();
+    loop {
+        let ttl = lease_ttl(&ctl);
+        match etcd.campaign(ELECTION, &me, ttl, &ctl.shutdown).await {
+            Ok(Some(leadership)) => {
+                info!(appliance = %me, "controller leadership taken: the reconcile loops run here");
+                ctl.begin_term();
+                let lost = leadership.lost();
+                tokio::select! {
+                    _ = lost.cancelled() => {
+                        warn!(appliance = %me, "controller leadership lost: the reconcile loops stop here");
+                        ctl.end_term();
+                    }
+                    _ = ctl.shutdown.cancelled() => {
+                        ctl.end_term();
+                        leadership.resign().await;
+                        info!(appliance = %me, "controller leadership resigned");
+                        return;
+                    }
+                }
+            }
+            Ok(None) => return,
+            Err(e) => {
+                warn!(error = %e, "controller election: etcd unreachable; campaigning again in 2 s");
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_secs(2)) => {}
+                    _ = ctl.shutdown.cancelled() => return,
+                }
+            }
+        }
+    }
+}
+
+/// Follows the controller's keys written by any appliance: nodes and their
+/// provider facts into the overlay; nodes and cluster facts into the
+/// loops and the teardown while elected.
+pub(crate) async fn follow(ctl: Arc<Controller>, etcd: Etcd) {
+    let mut changes = etcd.watch("controller/");
+    let mut seen = Seen::new();
+    loop {
+        let first = tokio::select! {
+            c = changes.recv() => c,
+            _ = ctl.shutdown.cancelled() => return,
+        };
+        let Some(first) = first else { return };
+        // A burst (a create writes several keys) is read once.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let mut batch = vec![first];
+        while let Ok(c) = changes.try_recv() {
+            batch.push(c);
+        }
+        let resync = batch.contains(&Change::Resync);
+        let key = |p: &str| {
+            batch
+                .iter()
+                .any(|c| matches!(c, Change::Key(k) if k.starts_with(p)))
+        };
+        let nodes = key("controller/nodes/") || key("controller/facts/");
+        let cluster = key("controller/cluster/");
+        if resync || nodes {
+            apply_nodes(&ctl, &mut seen).await;
+        }
+        if resync || cluster {
+            ctl.teardown.notify_one();
+        }
+    }
+}
+
+/// What [`follow`] last saw of each node: its deletion mark and spec.
+type Seen = HashMap<String, (bool, String)>;
+
+/// Exports the overlay when the shared nodes changed it; while elected,
+/// starts the loop of a node new to this appliance and wakes the loop of a
+/// node whose spec or deletion mark another appliance changed. (Not on
+/// every write: the loops' own writes of phases would wake them again.)
+async fn apply_nodes(ctl: &Arc<Controller>, seen: &mut Seen) {
+    let _w = ctl.writes.lock().await;
+    let rows = match ctl.store.nodes() {
+        Ok(r) => r,
+        Err(e) => {
+            error!(error = %e, "controller store: shared nodes not read");
+            return;
+        }
+    };
+    match overlay_changed(ctl, &rows) {
+        Ok(false) => {}
+        Ok(true) => {
+            if let Err(e) = ctl.export_overlay_now(&rows) {
+                error!(error = %e, "shared nodes not exported to the overlay");
+            } else {
+                info!(nodes = rows.len(), "overlay follows the shared nodes");
+            }
+        }
+        Err(e) => error!(error = %e, "shared nodes not exported to the overlay"),
+    }
+    let acting = ctl.acting().is_some();
+    let mut now = Seen::new();
+    for r in &rows {
+        let mark = (r.deleting, r.spec.to_string());
+        if acting && seen.get(&r.name) != Some(&mark) {
+            ctl.ensure_loop(&r.name);
+        }
+        now.insert(r.name.clone(), mark);
+    }
+    *seen = now;
+}
+
+/// Whether the overlay for `rows` differs from the one this appliance serves.
+fn overlay_changed(ctl: &Controller, rows: &[crate::store::NodeRow]) -> Result<bool, String> {
+    let facts = ctl.store.all_facts().map_err(|e| e.to_string())?;
+    let text = ctl.overlay_text(rows, &facts);
+    let path = ctl.app.live.load().site.overlay.path.clone();
+    Ok(std::fs::read_to_string(&path).ok().as_deref() != Some(text.as_str()))
+}
