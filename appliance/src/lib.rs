@@ -10,6 +10,7 @@
 //! and running bootd with the controller beside it.
 
 pub mod lbwatch;
+pub mod shared;
 
 use anyhow::Result;
 use std::sync::Arc;
@@ -19,7 +20,13 @@ use tokio_util::sync::CancellationToken;
 /// bootd's configuration for `site`, with the image catalog's check that
 /// every `catalog:` set is in the cache and intact.
 pub fn boot_config(site: site::Site) -> bootd::Config {
+    let store = site.host.store.clone();
     let mut c = bootd::Config::new(site);
+    if let site::Store::Etcd(e) = &store {
+        c.shared = Some(Arc::new(shared::EtcdShared::new(
+            controller::store::etcd_config(e),
+        )));
+    }
     c.check_images = Some(Arc::new(|s: &site::Site| {
         images::check_site(s).map_err(|e| e.to_string())
     }));

@@ -47,6 +47,7 @@ pub mod media;
 pub mod metrics;
 pub mod plain;
 pub mod render;
+pub mod shared;
 pub mod spent;
 pub mod state;
 pub mod status;
@@ -134,6 +135,9 @@ pub struct Config {
     /// See [`App::http_limits`]: a head within 30 s, a TLS handshake
     /// within 10 s, 100 headers and 32 KiB of head at most.
     pub http_limits: runtime::http1::Limits,
+    /// The store shared with other appliances (`host.store: etcd`): the
+    /// token key, the site CA and spent tokens are agreed through it.
+    pub shared: Option<Arc<dyn shared::Shared>>,
 }
 
 impl std::fmt::Debug for Config {
@@ -165,6 +169,7 @@ impl Config {
             conn_limits: Default::default(),
             write_stall: Duration::from_secs(60),
             http_limits: runtime::http1::Limits::new(plain::HEAD_TIMEOUT),
+            shared: None,
         }
     }
     pub fn state_dir(&self) -> PathBuf {
@@ -265,6 +270,13 @@ pub fn prepare(config: &Config, want_tls: bool) -> Result<Arc<App>, Error> {
     }
     let state_dir = config.state_dir();
     std::fs::create_dir_all(&state_dir).map_err(|e| Error::StateDir(state_dir.clone(), e))?;
+    if let Some(shared) = &config.shared {
+        token::TokenKey::agree(shared.as_ref(), &state_dir)
+            .map_err(|e| Error::StateDir(state_dir.clone(), e))?;
+        if want_tls {
+            tls::agree_ca(shared.as_ref(), &state_dir)?;
+        }
+    }
     let key = token::TokenKey::load_or_create(&state_dir)
         .map_err(|e| Error::StateDir(state_dir.clone(), e))?;
     let revoked =
@@ -302,8 +314,9 @@ pub fn prepare(config: &Config, want_tls: bool) -> Result<Arc<App>, Error> {
     let discovered = discovery::Discovered::open(&state_dir)
         .map_err(|e| Error::StateDir(state_dir.clone(), e))?;
     metrics.discovered.set(discovered.len() as i64);
-    let spent =
-        spent::Spent::open(&state_dir).map_err(|e| Error::StateDir(state_dir.clone(), e))?;
+    let spent = spent::Spent::open(&state_dir)
+        .map_err(|e| Error::StateDir(state_dir.clone(), e))?
+        .with_shared(config.shared.clone());
     Ok(Arc::new(App {
         write_stall: config.write_stall,
         http_limits: config.http_limits,

@@ -31,6 +31,9 @@ pub enum SpendError {
 pub struct Spent {
     path: PathBuf,
     inner: Mutex<Inner>,
+    /// Other appliances' spends (`host.store: etcd`): asked before this
+    /// file, so a token spent on any appliance is refused on all.
+    shared: Option<std::sync::Arc<dyn crate::shared::Shared>>,
 }
 
 struct Inner {
@@ -113,6 +116,7 @@ impl Spent {
         let lines = live.len();
         Ok(Spent {
             path,
+            shared: None,
             inner: Mutex::new(Inner {
                 live,
                 file,
@@ -122,8 +126,17 @@ impl Spent {
         })
     }
 
-    /// Spends `t`: `Err(Reused)` when it was spent before. Durable before
-    /// it returns `Ok`.
+    /// Spends also in the store shared with other appliances.
+    pub fn with_shared(
+        mut self,
+        shared: Option<std::sync::Arc<dyn crate::shared::Shared>>,
+    ) -> Spent {
+        self.shared = shared;
+        self
+    }
+
+    /// Spends `t`: `Err(Reused)` when it was spent before (here, or on
+    /// another appliance of a shared store). Durable before it returns `Ok`.
     pub fn spend(&self, t: &Verified) -> Result<(), SpendError> {
         self.spend_at(t, now_secs())
     }
@@ -133,6 +146,12 @@ impl Spent {
         let mut g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         if g.live.contains_key(&t.nonce) {
             return Err(SpendError::Reused);
+        }
+        if let Some(shared) = &self.shared {
+            // Committed to the shared store (a quorum) before this file.
+            if !shared.spend(&t.nonce, t.expiry).map_err(SpendError::Io)? {
+                return Err(SpendError::Reused);
+            }
         }
         let line = format!("{} {}\n", t.expiry, t.nonce);
         g.file

@@ -121,6 +121,49 @@ fn load_or_create_ca(state_dir: &Path) -> Result<(String, rcgen::Certificate, Ke
     }
 }
 
+/// Settles the site CA with the appliances sharing `shared`: the shared
+/// one (key and certificate, PEM) wins and is written to `ca.key` and
+/// `ca.pem` when they are absent; different files stop the start.
+pub fn agree_ca(shared: &dyn crate::shared::Shared, state_dir: &Path) -> Result<(), TlsError> {
+    let (cert_path, key_path) = (state_dir.join("ca.pem"), state_dir.join("ca.key"));
+    let io = io_err(state_dir);
+    crate::shared::agree(
+        shared,
+        "site-ca",
+        state_dir,
+        "ca.pem and ca.key",
+        || match (
+            std::fs::read_to_string(&key_path),
+            std::fs::read_to_string(&cert_path),
+        ) {
+            (Ok(k), Ok(c)) => Ok(Some(format!("{k}{c}").into_bytes())),
+            (Err(a), Err(b))
+                if a.kind() == io::ErrorKind::NotFound && b.kind() == io::ErrorKind::NotFound =>
+            {
+                Ok(None)
+            }
+            (Err(e), _) | (_, Err(e)) => Err(e),
+        },
+        || {
+            let key = KeyPair::generate().map_err(io::Error::other)?;
+            let cert = ca_params().self_signed(&key).map_err(io::Error::other)?;
+            Ok(format!("{}{}", key.serialize_pem(), cert.pem()).into_bytes())
+        },
+        |v| {
+            let text = String::from_utf8_lossy(v);
+            let at = text.find("-----BEGIN CERTIFICATE-----").ok_or_else(|| {
+                io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    "the shared site CA has no certificate",
+                )
+            })?;
+            crate::state::write_private(&key_path, text[..at].as_bytes())?;
+            crate::state::write_atomic(&cert_path, text[at..].as_bytes(), 0o644)
+        },
+    )
+    .map_err(io)
+}
+
 /// CA (loaded or created) and a serving certificate for `hosts` (IP
 /// addresses or DNS names), plus `localhost` and loopback.
 pub fn load_or_create(state_dir: &Path, hosts: &[String]) -> Result<Tls, TlsError> {

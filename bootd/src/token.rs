@@ -96,6 +96,38 @@ impl TokenKey {
         Ok(TokenKey(k))
     }
 
+    /// Settles `token.key` with the appliances sharing `shared` (the
+    /// shared key wins; the file is written when absent, a different one
+    /// stops the start).
+    pub fn agree(shared: &dyn crate::shared::Shared, state_dir: &Path) -> io::Result<()> {
+        let path = state_dir.join("token.key");
+        crate::shared::agree(
+            shared,
+            "token-key",
+            state_dir,
+            "token.key",
+            || match std::fs::read(&path) {
+                Ok(b) => Ok(Some(b)),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+                Err(e) => Err(e),
+            },
+            || {
+                let mut k = [0u8; 32];
+                rand::Rng::fill(&mut rand::rngs::OsRng, &mut k);
+                Ok(k.to_vec())
+            },
+            |v| {
+                if v.len() != 32 {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        "the shared token key is not 32 bytes",
+                    ));
+                }
+                crate::state::write_private(&path, v)
+            },
+        )
+    }
+
     pub fn from_bytes(k: [u8; 32]) -> TokenKey {
         TokenKey(k)
     }

@@ -15,25 +15,45 @@ use std::time::{Duration, Instant};
 struct Appliance {
     proc: Proc,
     api: SocketAddr,
+    /// bootd's plain HTTP listener.
+    http: SocketAddr,
     client: controller::providers::Http,
     dir: tempfile::TempDir,
 }
 
 impl Appliance {
     async fn start(f: &Fake, etcd: &str, n: u32) -> Appliance {
-        let dir = tempfile::tempdir().unwrap();
+        Self::start_in(tempfile::tempdir().unwrap(), f, etcd, n).await
+    }
+
+    fn site(dir: &std::path::Path, f: &Fake, etcd: &str) -> (std::path::PathBuf, u16, SocketAddr) {
         let port = free_port();
-        let site = process_site(dir.path(), f, port, |t| {
+        let site = process_site(dir, f, port, |t| {
             t.replacen(
                 "host:\n",
                 &format!("host:\n  store: {{ etcd: {{ endpoints: [\"{etcd}\"], prefix: /ha-test/, leaseTtl: 2s }} }}\n"),
                 1,
             )
         });
+        let text = std::fs::read_to_string(&site).unwrap();
+        let after = &text[text.find("  http:\n").unwrap()..];
+        let at = after.find("listen: ").unwrap() + "listen: ".len();
+        let http = after[at..]
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
+        (site, port, http)
+    }
+
+    async fn start_in(dir: tempfile::TempDir, f: &Fake, etcd: &str, n: u32) -> Appliance {
+        let (site, port, http) = Self::site(dir.path(), f, etcd);
         let proc = Proc::start(&site, n);
         let client = api_client(&dir.path().join("state/ca.pem"), port, &proc).await;
         Appliance {
             proc,
+            http,
             api: format!("127.0.0.1:{port}").parse().unwrap(),
             client,
             dir,
@@ -46,6 +66,19 @@ impl Appliance {
 
     async fn leading(&self) -> bool {
         self.get("/v1/cluster").await.1["controller"]["leading"] == true
+    }
+
+    /// A plain HTTP GET of bootd: status and body.
+    async fn boot(&self, path: &str) -> (u16, String) {
+        let http = controller::providers::Http::new(Duration::from_secs(5));
+        let req = http::Request::get(format!("http://{}{path}", self.http))
+            .body(http_body_util::Full::new(bytes::Bytes::new()))
+            .unwrap();
+        let r = http.send(req, "boot").await.unwrap();
+        (
+            r.status.as_u16(),
+            String::from_utf8_lossy(&r.body).into_owned(),
+        )
     }
 
     fn log(&self) -> String {
@@ -149,4 +182,70 @@ async fn the_other_appliance_is_elected_and_finishes_the_node_once() {
     .await;
     assert_eq!(f.live_devices(), 0, "no orphan");
     drop(leader);
+}
+
+/// The token key and the site CA are the site's, not one appliance's: the
+/// second appliance takes the first's; a token minted by one is honoured
+/// by the other, once: spent on one, refused on both. An appliance whose
+/// state directory holds another CA does not start, and says why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_and_the_ca_are_the_sites_and_a_token_is_spent_everywhere() {
+    let etcd = etcd::testing::Server::start();
+    let f = Fake::start().await;
+    let a = Appliance::start(&f, &etcd.endpoint, 1).await;
+    let b = Appliance::start(&f, &etcd.endpoint, 2).await;
+    let file = |app: &Appliance, name: &str| {
+        std::fs::read(app.dir.path().join("state").join(name)).unwrap()
+    };
+    for name in ["ca.pem", "ca.key", "token.key"] {
+        assert_eq!(file(&a, name), file(&b, name), "{name} differs");
+    }
+    // worker-0's script from A carries a token A minted.
+    let (st, script) = a.boot("/ipxe/worker-0.ipxe").await;
+    assert_eq!(st, 200, "{script}");
+    let at = script.find("/ignition/worker-0?token=").expect(&script);
+    let path: String = script[at..]
+        .chars()
+        .take_while(|c| !c.is_whitespace() && *c != '"')
+        .collect();
+    // Honoured by B, then spent everywhere.
+    let (st, body) = b.boot(&path).await;
+    assert_eq!(st, 200, "A's token on B: {body}");
+    assert!(body.contains("\"ignition\""), "{body}");
+    for (who, app) in [("A", &a), ("B", &b)] {
+        let (st, _) = app.boot(&path).await;
+        assert_ne!(st, 200, "the spent token was honoured again on {who}");
+    }
+    assert!(
+        a.log().contains("token_reused") || a.log().contains("presented again"),
+        "{}",
+        a.log()
+    );
+
+    // An appliance whose state directory holds another CA (A's) than the
+    // one shared on its etcd (a second etcd, where D came first) does not start.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("state")).unwrap();
+    for name in ["ca.pem", "ca.key"] {
+        std::fs::copy(
+            a.dir.path().join("state").join(name),
+            dir.path().join("state").join(name),
+        )
+        .unwrap();
+    }
+    let etcd2 = etcd::testing::Server::start();
+    let d = Appliance::start(&f, &etcd2.endpoint, 4).await;
+    let (site, _, _) = Appliance::site(dir.path(), &f, &etcd2.endpoint);
+    let mut p = Proc::start(&site, 5);
+    let status = p
+        .wait(Duration::from_secs(20))
+        .expect("bootd with another CA exited");
+    assert!(!status.success());
+    let log = std::fs::read_to_string(&p.log).unwrap();
+    assert!(
+        log.contains("ca.pem and ca.key in")
+            && log.contains("differ from the site's shared site-ca"),
+        "{log}"
+    );
+    drop(d);
 }

@@ -1080,6 +1080,18 @@ impl Proc {
             .unwrap();
         Proc { child, log }
     }
+    /// Its exit status, if it exits within `limit`.
+    fn wait(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
+        let end = Instant::now() + limit;
+        while Instant::now() < end {
+            if let Ok(Some(s)) = self.child.try_wait() {
+                return Some(s);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        None
+    }
+
     fn kill9(&mut self) {
         nix::sys::signal::kill(
             nix::unistd::Pid::from_raw(self.child.id() as i32),

@@ -1,0 +1,62 @@
+//! What appliances sharing one store (`host.store: etcd`) must agree on,
+//! behind an interface the executable supplies (bootd knows no etcd):
+//!
+//! - the token key: a token minted by one appliance is honoured by all;
+//! - the site CA (certificate and key): nodes trust every appliance's HTTPS;
+//! - spent tokens: a single-use token spent on one appliance is refused
+//!   by all.
+//!
+//! At start, [`agree`] settles each secret: the one already shared wins;
+//! with none shared yet, this appliance's (its file, or a new one) is
+//! offered, and whichever appliance's transaction commits first is the
+//! site's. A file in the state directory that differs from the shared
+//! value stops the start: replacing it silently would break every node
+//! that trusts it.
+
+use std::io;
+use std::path::Path;
+
+/// The shared store, as bootd needs it.
+pub trait Shared: Send + Sync + std::fmt::Debug {
+    /// The value shared under `name`, storing `offer` first when there is
+    /// none (atomically: of two appliances offering at once, one wins and
+    /// both get the winner's value).
+    fn agree(&self, name: &str, offer: &[u8]) -> io::Result<Vec<u8>>;
+    /// Spends the token `nonce` (valid until `expiry`, unix seconds):
+    /// `true` the first time on any appliance, `false` after.
+    fn spend(&self, nonce: &str, expiry: u64) -> io::Result<bool>;
+}
+
+/// Settles the secret stored in `files` (read with `read`, `None` when
+/// absent) against the shared value `name`; writes the agreed value with
+/// `write` when the files were absent. `make` makes a new one.
+pub(crate) fn agree(
+    shared: &dyn Shared,
+    name: &str,
+    dir: &Path,
+    files: &str,
+    read: impl FnOnce() -> io::Result<Option<Vec<u8>>>,
+    make: impl FnOnce() -> io::Result<Vec<u8>>,
+    write: impl FnOnce(&[u8]) -> io::Result<()>,
+) -> io::Result<()> {
+    let local = read()?;
+    let offer = match &local {
+        Some(v) => v.clone(),
+        None => make()?,
+    };
+    let agreed = shared.agree(name, &offer)?;
+    match local {
+        Some(v) if v == agreed => Ok(()),
+        Some(_) => Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!(
+                "{files} in {} differ from the site's shared {name} (host.store): another \
+                 appliance set it first. Move {files} aside to take the shared one (nodes \
+                 installed with this appliance's alone then need new Ignition), or delete \
+                 bootd/secrets/{name} under the site's etcd prefix to make this one the site's",
+                dir.display()
+            ),
+        )),
+        None => write(&agreed),
+    }
+}
