@@ -25,6 +25,7 @@ pub fn boot_config(site: site::Site) -> bootd::Config {
     if let site::Store::Etcd(e) = &store {
         c.shared = Some(Arc::new(shared::EtcdShared::new(
             controller::store::etcd_config(e),
+            e.lease_ttl,
         )));
     }
     c.check_images = Some(Arc::new(|s: &site::Site| {

@@ -6,14 +6,28 @@
 //! | `bootd/secrets/token-key` | the token key (32 bytes) |
 //! | `bootd/secrets/site-ca` | the site CA's key and certificate (PEM) |
 //! | `bootd/spent/<expiry>/<nonce>` | a spent token (empty), removed once expired |
+//! | `dhcp/leases/<ip>` | the address's lease or decline record (JSON, as in the lease file) |
+//! | `election/dhcp` | the elected DHCP server |
+//!
+//! A lease is written with a compare on the revision of its address's key
+//! as this appliance last read or wrote it: if another appliance wrote the
+//! address since, its record is read; it is taken over only when it is the
+//! same client's, released or expired, else the commit is refused (the ACK
+//! withheld) and the other client's lease returned.
 //!
 //! The connection is made at the first use, in `bootd::prepare`, after
 //! root was dropped: its runtime's threads are born unprivileged.
 
+use bootd::shared::Lease;
 use etcd::{Compare, CompareOp, Transaction, TxnOp, TxnOpResponse};
+use std::collections::HashMap;
 use std::io;
+use std::net::Ipv4Addr;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 use std::sync::OnceLock;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
 
 /// Spends between two removals of expired spent tokens.
 const PRUNE_EVERY: u64 = 1024;
@@ -21,17 +35,29 @@ const PRUNE_EVERY: u64 = 1024;
 #[derive(Debug)]
 pub struct EtcdShared {
     config: etcd::Config,
+    lease_ttl: Duration,
     conn: OnceLock<etcd::Etcd>,
     spends: AtomicU64,
+    /// Each address's key revision as this appliance last read or wrote it.
+    revs: Mutex<HashMap<Ipv4Addr, i64>>,
 }
 
+/// Attempts of a lease's compare-and-swap.
+const CAS_ATTEMPTS: usize = 8;
+
 impl EtcdShared {
-    pub fn new(config: etcd::Config) -> EtcdShared {
+    pub fn new(config: etcd::Config, lease_ttl: Duration) -> EtcdShared {
         EtcdShared {
             config,
+            lease_ttl,
             conn: OnceLock::new(),
             spends: AtomicU64::new(0),
+            revs: Mutex::new(HashMap::new()),
         }
+    }
+
+    fn lease_key(ip: Ipv4Addr) -> String {
+        format!("dhcp/leases/{ip}")
     }
 
     fn etcd(&self) -> io::Result<&etcd::Etcd> {
@@ -94,5 +120,132 @@ impl bootd::shared::Shared for EtcdShared {
             self.prune(etcd);
         }
         Ok(fresh)
+    }
+
+    fn leases(&self) -> io::Result<Vec<Lease>> {
+        let etcd = self.etcd()?;
+        let values = etcd.list("dhcp/leases/").map_err(io::Error::other)?;
+        let mut revs = self.revs.lock().unwrap_or_else(|p| p.into_inner());
+        let mut out = Vec::with_capacity(values.len());
+        for v in values {
+            let l: Lease = serde_json::from_slice(&v.value).map_err(|e| {
+                io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!(
+                        "{}: not a lease record bootd writes ({e})",
+                        etcd.key(&v.key)
+                    ),
+                )
+            })?;
+            revs.insert(l.ip, v.mod_revision);
+            out.push(l);
+        }
+        Ok(out)
+    }
+
+    fn commit_lease(&self, lease: &Lease) -> io::Result<Option<Lease>> {
+        let etcd = self.etcd()?;
+        let key = etcd.key(&Self::lease_key(lease.ip));
+        let value = serde_json::to_vec(lease).map_err(io::Error::other)?;
+        for _ in 0..CAS_ATTEMPTS {
+            let rev = *self
+                .revs
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get(&lease.ip)
+                .unwrap_or(&0);
+            let t = Transaction::new()
+                .when([Compare::mod_revision(key.clone(), CompareOp::Equal, rev)])
+                .and_then([TxnOp::put(key.clone(), value.clone(), None)])
+                .or_else([TxnOp::get(key.clone(), None)]);
+            let r = etcd.txn("commit a lease", t).map_err(io::Error::other)?;
+            if r.succeeded() {
+                let at = r.header().map(|h| h.revision()).unwrap_or(0);
+                self.revs
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(lease.ip, at);
+                return Ok(None);
+            }
+            // Written by another appliance since: whose is it now?
+            let current = r.op_responses().into_iter().find_map(|op| match op {
+                TxnOpResponse::Get(g) => g
+                    .kvs()
+                    .first()
+                    .map(|kv| (kv.value().to_vec(), kv.mod_revision())),
+                _ => None,
+            });
+            let (other, other_rev) = match current {
+                Some((bytes, rev)) => (serde_json::from_slice::<Lease>(&bytes).ok(), rev),
+                None => (None, 0),
+            };
+            let now = runtime::clock::unix_secs();
+            let ours = match &other {
+                None => true,
+                Some(o) => {
+                    o.mac == lease.mac
+                        || o.state == bootd::dhcp::leases::LeaseState::Released
+                        || o.expires <= now
+                }
+            };
+            if !ours {
+                self.revs
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(lease.ip, other_rev);
+                return Ok(other);
+            }
+            self.revs
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(lease.ip, other_rev);
+        }
+        Err(io::Error::other(format!(
+            "{key}: changed by another appliance {CAS_ATTEMPTS} times in a row"
+        )))
+    }
+
+    fn dhcp_active(&self, stop: CancellationToken) -> tokio::sync::watch::Receiver<bool> {
+        let (tx, rx) = tokio::sync::watch::channel(false);
+        let etcd = match self.etcd() {
+            Ok(e) => e.clone(),
+            Err(e) => {
+                tracing::error!(error = %e, "etcd: no connection; this appliance answers no DHCP");
+                return rx;
+            }
+        };
+        let ttl = self.lease_ttl;
+        tokio::spawn(async move {
+            let me = etcd::identity();
+            loop {
+                match etcd.campaign("dhcp", &me, ttl, &stop).await {
+                    Ok(Some(l)) => {
+                        tracing::info!(appliance = %me, "elected DHCP server");
+                        let _ = tx.send(true);
+                        let lost = l.lost();
+                        tokio::select! {
+                            _ = lost.cancelled() => {
+                                tracing::warn!(appliance = %me, "DHCP leadership lost");
+                                let _ = tx.send(false);
+                            }
+                            _ = stop.cancelled() => {
+                                let _ = tx.send(false);
+                                l.resign().await;
+                                return;
+                            }
+                        }
+                    }
+                    Ok(None) => return,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "DHCP election: etcd unreachable; campaigning again in 2 s");
+                        tokio::select! {
+                            _ = tokio::time::sleep(Duration::from_secs(2)) => {}
+                            _ = stop.cancelled() => return,
+                        }
+                    }
+                }
+            }
+        });
+        rx
     }
 }

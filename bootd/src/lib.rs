@@ -440,15 +440,8 @@ pub async fn run_app(
         ));
     }
     if sockets.dhcp.is_some() || sockets.dhcp_proxy.is_some() {
-        let (store, table) = dhcp::leases::Store::open(&app.state_dir)
+        let (store, active) = dhcp::shared::open(&app, config.shared.as_ref(), &shutdown)
             .map_err(|e| Error::StateDir(app.state_dir.clone(), e))?;
-        info!(
-            file = %app.state_dir.join("leases.jsonl").display(),
-            leases = table.len(),
-            declined = table.declined().count(),
-            "lease file read"
-        );
-        *app.leases.lock().unwrap_or_else(|p| p.into_inner()) = table;
         let site = &app.live.load().site;
         let ifindex = site
             .host
@@ -469,6 +462,7 @@ pub async fn run_app(
             app: Arc::clone(&app),
             table: Arc::clone(&app.leases),
             store,
+            active,
             ports: config.dhcp_ports,
             ifindex,
         });

@@ -4,7 +4,10 @@
 //! - the token key: a token minted by one appliance is honoured by all;
 //! - the site CA (certificate and key): nodes trust every appliance's HTTPS;
 //! - spent tokens: a single-use token spent on one appliance is refused
-//!   by all.
+//!   by all;
+//! - DHCP leases: committed to the shared store before their ACK, answered
+//!   by one elected appliance at a time, which loads them all when elected
+//!   (a client keeps its address across a takeover).
 //!
 //! At start, [`agree`] settles each secret: the one already shared wins;
 //! with none shared yet, this appliance's (its file, or a new one) is
@@ -13,8 +16,10 @@
 //! value stops the start: replacing it silently would break every node
 //! that trusts it.
 
+pub use crate::dhcp::leases::Lease;
 use std::io;
 use std::path::Path;
+use tokio_util::sync::CancellationToken;
 
 /// The shared store, as bootd needs it.
 pub trait Shared: Send + Sync + std::fmt::Debug {
@@ -25,6 +30,15 @@ pub trait Shared: Send + Sync + std::fmt::Debug {
     /// Spends the token `nonce` (valid until `expiry`, unix seconds):
     /// `true` the first time on any appliance, `false` after.
     fn spend(&self, nonce: &str, expiry: u64) -> io::Result<bool>;
+    /// Every DHCP lease and declined address in the shared store.
+    fn leases(&self) -> io::Result<Vec<Lease>>;
+    /// Commits `lease` (before its ACK): `Ok(None)` once committed;
+    /// `Ok(Some(other))` when the address is another client's live lease
+    /// in the shared store (nothing written).
+    fn commit_lease(&self, lease: &Lease) -> io::Result<Option<Lease>>;
+    /// Whether this appliance answers DHCP now: `true` while it is the
+    /// elected DHCP server of the site. Campaigns until `stop`.
+    fn dhcp_active(&self, stop: CancellationToken) -> tokio::sync::watch::Receiver<bool>;
 }
 
 /// Settles the secret stored in `files` (read with `read`, `None` when

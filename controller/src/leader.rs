@@ -21,11 +21,7 @@ use tracing::{error, info, warn};
 /// The election's name (under `<prefix>election/`).
 pub(crate) const ELECTION: &str = "controller";
 
-/// Who this appliance is, in the election and in logs: host name and PID.
-pub(crate) fn identity() -> String {
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
-    format!("{} pid {}", host.trim(), std::process::id())
-}
+pub(crate) use etcd::identity;
 
 fn lease_ttl(ctl: &Controller) -> Duration {
     match &ctl.app.live.load().site.host.store {

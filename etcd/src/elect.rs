@@ -13,6 +13,12 @@ use etcd_client::{LeaderKey, ResignOptions};
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
+/// Who this process is, as a candidate: its host name and PID.
+pub fn identity() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    format!("{} pid {}", host.trim(), std::process::id())
+}
+
 /// Held leadership of one name.
 #[derive(Debug)]
 pub struct Leadership {

@@ -27,7 +27,7 @@ mod elect;
 pub mod testing;
 mod watch;
 
-pub use elect::Leadership;
+pub use elect::{identity, Leadership};
 pub use watch::Change;
 
 /// How to reach the cluster.

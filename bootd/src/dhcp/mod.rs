@@ -14,4 +14,5 @@ pub mod core;
 pub mod leases;
 pub mod neigh;
 pub mod server;
+pub mod shared;
 pub mod wire;

@@ -9,7 +9,8 @@
 //! that fails, the reply is broadcast (which every client accepts).
 
 use super::core::{self, Dest, Rx};
-use super::leases::{Store, Table};
+use super::leases::Table;
+use super::shared::{Durable, NotCommitted};
 use crate::timeline::{now_us, Phase, Raw, Subject};
 use dhcproto::v4::Message;
 use dhcproto::{Decodable, Decoder, Encodable, Encoder};
@@ -98,7 +99,10 @@ pub fn bind(addr: SocketAddr, interface: Option<&str>) -> io::Result<UdpSocket> 
 pub struct Server {
     pub app: Arc<crate::App>,
     pub table: Arc<Mutex<Table>>,
-    pub store: Store,
+    pub store: Durable,
+    /// With a shared store: whether this appliance is the one that answers
+    /// (`None`: always).
+    pub active: Option<tokio::sync::watch::Receiver<bool>>,
     pub ports: Ports,
     /// For neighbour entries (hardware unicast); `None` → broadcast instead.
     pub ifindex: Option<u32>,
@@ -156,6 +160,11 @@ impl Server {
         if let Err(why) = super::wire::check(packet) {
             self.count("malformed");
             debug!(%src, len = packet.len(), why, "malformed DHCP packet dropped");
+            return;
+        }
+        if self.active.as_ref().is_some_and(|a| !*a.borrow()) {
+            // Another appliance is the elected DHCP server.
+            self.count("standby");
             return;
         }
         let req = match Message::decode(&mut Decoder::new(packet)) {
@@ -249,8 +258,8 @@ impl Server {
                 // logs a failure naming the file.
                 let this = Arc::clone(self);
                 tracker.spawn(async move {
-                    if this.store.commit(l).await.is_err() {
-                        this.count("store_error");
+                    if let Err(e) = this.store.commit(l).await {
+                        this.not_committed(e);
                     }
                 });
             }
@@ -296,11 +305,26 @@ impl Server {
                             }
                         }
                         Err(e) => {
-                            this.count("store_error");
                             warn!(xid, error = %e, "lease not durable: ACK withheld (the client will retry)");
+                            this.not_committed(e);
                         }
                     }
                 });
+            }
+        }
+    }
+
+    /// Counts a lease that was not made durable; an address another
+    /// appliance gave out is put in the table, so it is not offered again.
+    fn not_committed(&self, e: NotCommitted) {
+        match e {
+            NotCommitted::Io(_) => self.count("store_error"),
+            NotCommitted::Taken(other) => {
+                self.count("conflict");
+                self.table
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .apply(other);
             }
         }
     }

@@ -1,0 +1,240 @@
+//! DHCP on two appliances (real bootd processes) sharing one etcd
+//! (`host.store.etcd`, a member started by the test): one elected
+//! appliance answers, the other counts what it leaves unanswered; killed
+//! with SIGKILL, the answering one is replaced by the other, which gives a
+//! known client the address it had (leases are committed to etcd before
+//! their ACK) and a new client another one.
+
+#[path = "../../bootd/tests/common/dhcp.rs"]
+#[allow(dead_code)] // dhcp_recv: replies here are read with their sender
+mod common;
+#[path = "../../tests/support/ports.rs"]
+mod ports;
+
+use common::{loopback_site, request, write_site};
+use dhcproto::v4::{Message, MessageType};
+use dhcproto::{Decodable, Decoder};
+use std::net::Ipv4Addr;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+use tokio::net::UdpSocket;
+
+struct Appliance {
+    child: Child,
+    dhcp: u16,
+    http: u16,
+    dir: tempfile::TempDir,
+}
+
+impl Appliance {
+    fn start(etcd: &str, relay_port: u16) -> Appliance {
+        let dir = tempfile::tempdir().unwrap();
+        let (dhcp, http, https) = (ports::free_port(), ports::free_port(), ports::free_port());
+        let site = write_site(dir.path(), |t| {
+            loopback_site(t)
+                .replace("    serverAddress: 10.77.0.1\n", &format!("    serverAddress: 10.77.0.1\n    listen: 127.0.0.1:{dhcp}\n"))
+                .replace("    interface: br0                # the lab bridge; broadcasts elsewhere are never seen\n", "")
+                .replace("listen: 0.0.0.0:8080", &format!("listen: 127.0.0.1:{http}"))
+                .replace("listen: 0.0.0.0:8443", &format!("listen: 127.0.0.1:{https}"))
+                .replace("  tftp:\n    listen: 0.0.0.0:69\n    root: tftp   # tests/lab fills it with iPXE and GRUB binaries\n", "")
+                .replacen("host:\n", &format!("host:\n  store: {{ etcd: {{ endpoints: [\"{etcd}\"], prefix: /dhcp-ha/, leaseTtl: 2s }} }}\n"), 1)
+        });
+        let text = std::fs::read_to_string(&site).unwrap();
+        assert!(
+            !text.contains("0.0.0.0") && !text.contains("tftp:"),
+            "{text}"
+        );
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_bootd"))
+            .args([
+                "--site",
+                site.to_str().unwrap(),
+                "--dhcp-reply-ports",
+                &format!("68,{relay_port}"),
+            ])
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.path().join("bootd.log")).unwrap())
+            .spawn()
+            .unwrap();
+        Appliance {
+            child,
+            dhcp,
+            http,
+            dir,
+        }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("bootd.log")).unwrap_or_default()
+    }
+
+    /// `bootd_dhcp_packets_total{kind}` from /metrics (curl).
+    fn counted(&self, kind: &str) -> f64 {
+        let out = Command::new("curl")
+            .args(["-s", &format!("http://127.0.0.1:{}/metrics", self.http)])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        let want = format!("bootd_dhcp_packets_total{{kind=\"{kind}\"}} ");
+        text.lines()
+            .find_map(|l| l.strip_prefix(&want))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0.0)
+    }
+
+    fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Appliance {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+/// The next reply on the relay socket and which server port sent it.
+async fn reply(relay: &UdpSocket, wait: Duration) -> Option<(Message, u16)> {
+    let mut buf = [0u8; 1500];
+    let (n, from) = tokio::time::timeout(wait, relay.recv_from(&mut buf))
+        .await
+        .ok()?
+        .ok()?;
+    Some((
+        Message::decode(&mut Decoder::new(&buf[..n])).ok()?,
+        from.port(),
+    ))
+}
+
+/// A relayed DORA for `mac`, each message sent to every server (as a relay
+/// with two servers does): the ACKed address and who ACKed it; `None`
+/// when no server answered. A second answer to either message fails.
+async fn dora(
+    relay: &UdpSocket,
+    servers: &[u16],
+    mac: [u8; 6],
+    xid: u32,
+) -> Option<(Ipv4Addr, u16)> {
+    for p in servers {
+        relay
+            .send_to(
+                &request(mac, MessageType::Discover, xid, None),
+                ("127.0.0.1", *p),
+            )
+            .await
+            .unwrap();
+    }
+    let (offer, _) = reply(relay, Duration::from_secs(1)).await?;
+    assert!(
+        reply(relay, Duration::from_millis(300)).await.is_none(),
+        "two servers answered the DISCOVER"
+    );
+    for p in servers {
+        relay
+            .send_to(
+                &request(mac, MessageType::Request, xid + 1, Some(offer.yiaddr())),
+                ("127.0.0.1", *p),
+            )
+            .await
+            .unwrap();
+    }
+    let (ack, from) = reply(relay, Duration::from_secs(2)).await?;
+    assert!(
+        reply(relay, Duration::from_millis(300)).await.is_none(),
+        "two servers answered the REQUEST"
+    );
+    assert_eq!(ack.opts().msg_type(), Some(MessageType::Ack), "{ack:?}");
+    Some((ack.yiaddr(), from))
+}
+
+/// DORAs until one is ACKed (at most `secs`).
+async fn dora_until(
+    relay: &UdpSocket,
+    servers: &[u16],
+    mac: [u8; 6],
+    secs: u64,
+) -> (Ipv4Addr, u16) {
+    let end = Instant::now() + Duration::from_secs(secs);
+    let mut xid = 100;
+    loop {
+        if let Some(r) = dora(relay, servers, mac, xid).await {
+            return r;
+        }
+        assert!(Instant::now() < end, "no ACK within {secs} s");
+        xid += 2;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_appliance_answers_and_the_other_takes_over_with_the_same_leases() {
+    let etcd = etcd::testing::Server::start();
+    let relay = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let rport = relay.local_addr().unwrap().port();
+    let mut apps = [
+        Appliance::start(&etcd.endpoint, rport),
+        Appliance::start(&etcd.endpoint, rport),
+    ];
+    let servers = [apps[0].dhcp, apps[1].dhcp];
+    let x = [0x02, 0, 0, 0, 0, 0x0a];
+    let (ip_x, from) = dora_until(&relay, &servers, x, 20).await;
+    let (lead, standby) = if from == apps[0].dhcp { (0, 1) } else { (1, 0) };
+    assert!(
+        apps[standby].counted("standby") >= 2.0,
+        "the standby left the requests unanswered and counted them"
+    );
+    assert!(
+        apps[lead].log().contains("elected DHCP server"),
+        "{}",
+        apps[lead].log()
+    );
+    // The same client again: the same address, from the same server.
+    assert_eq!(
+        dora_until(&relay, &servers, x, 5).await,
+        (ip_x, apps[lead].dhcp)
+    );
+
+    let t = Instant::now();
+    apps[lead].kill9();
+    let (again, from) = dora_until(&relay, &servers, x, 20).await;
+    assert_eq!(from, apps[standby].dhcp, "the other appliance answers");
+    assert_eq!(
+        again, ip_x,
+        "the client kept its address across the takeover"
+    );
+    assert!(
+        t.elapsed() < Duration::from_secs(10),
+        "took over after {:?}",
+        t.elapsed()
+    );
+    let log = apps[standby].log();
+    assert!(log.contains("shared leases loaded"), "{log}");
+    let y = [0x02, 0, 0, 0, 0, 0x0b];
+    let (ip_y, _) = dora_until(&relay, &servers, y, 5).await;
+    assert_ne!(ip_y, ip_x);
+    // Both leases are in etcd, each address held by one client.
+    let e = etcd::Etcd::connect(&etcd.config("/dhcp-ha/")).unwrap();
+    let stored: Vec<(String, String)> = e
+        .list("dhcp/leases/")
+        .unwrap()
+        .into_iter()
+        .map(|v| {
+            let l: serde_json::Value = serde_json::from_slice(&v.value).unwrap();
+            (
+                l["mac"].as_str().unwrap().to_string(),
+                l["ip"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert!(
+        stored.contains(&(site::Mac(x).to_string(), ip_x.to_string())),
+        "{stored:?}"
+    );
+    assert!(
+        stored.contains(&(site::Mac(y).to_string(), ip_y.to_string())),
+        "{stored:?}"
+    );
+    assert_eq!(stored.len(), 2, "{stored:?}");
+}
