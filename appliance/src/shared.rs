@@ -18,7 +18,7 @@
 //! The connection is made at the first use, in `bootd::prepare`, after
 //! root was dropped: its runtime's threads are born unprivileged.
 
-use bootd::shared::Lease;
+use bootd::shared::{DhcpRole, Lease};
 use etcd::{Compare, CompareOp, Transaction, TxnOp, TxnOpResponse};
 use std::collections::HashMap;
 use std::io;
@@ -205,47 +205,92 @@ impl bootd::shared::Shared for EtcdShared {
         )))
     }
 
-    fn dhcp_active(&self, stop: CancellationToken) -> tokio::sync::watch::Receiver<bool> {
-        let (tx, rx) = tokio::sync::watch::channel(false);
+    fn dhcp_role(&self, stop: CancellationToken) -> tokio::sync::watch::Receiver<DhcpRole> {
+        let (tx, rx) = tokio::sync::watch::channel(DhcpRole::Standby);
         let etcd = match self.etcd() {
             Ok(e) => e.clone(),
             Err(e) => {
-                tracing::error!(error = %e, "etcd: no connection; this appliance answers no DHCP");
+                tracing::error!(error = %e, "etcd: no connection; this appliance answers the site's nodes only");
+                let _ = tx.send(DhcpRole::ReservedOnly);
                 return rx;
             }
         };
         let ttl = self.lease_ttl;
+        // Elected or not (the campaign), and whether etcd answers (a read
+        // every second): the role is their product.
+        let (elected_tx, mut elected) = tokio::sync::watch::channel(false);
+        let (up_tx, mut up) = tokio::sync::watch::channel(true);
+        tokio::spawn(campaign(etcd.clone(), ttl, elected_tx, stop.clone()));
+        tokio::spawn(probe(etcd, up_tx, stop.clone()));
         tokio::spawn(async move {
-            let me = etcd::identity();
             loop {
-                match etcd.campaign("dhcp", &me, ttl, &stop).await {
-                    Ok(Some(l)) => {
-                        tracing::info!(appliance = %me, "elected DHCP server");
-                        let _ = tx.send(true);
-                        let lost = l.lost();
-                        tokio::select! {
-                            _ = lost.cancelled() => {
-                                tracing::warn!(appliance = %me, "DHCP leadership lost");
-                                let _ = tx.send(false);
-                            }
-                            _ = stop.cancelled() => {
-                                let _ = tx.send(false);
-                                l.resign().await;
-                                return;
-                            }
-                        }
-                    }
-                    Ok(None) => return,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "DHCP election: etcd unreachable; campaigning again in 2 s");
-                        tokio::select! {
-                            _ = tokio::time::sleep(Duration::from_secs(2)) => {}
-                            _ = stop.cancelled() => return,
-                        }
-                    }
+                let role = match (*elected.borrow_and_update(), *up.borrow_and_update()) {
+                    (true, _) => DhcpRole::Serve,
+                    (false, true) => DhcpRole::Standby,
+                    (false, false) => DhcpRole::ReservedOnly,
+                };
+                tx.send_if_modified(|r| std::mem::replace(r, role) != role);
+                tokio::select! {
+                    r = elected.changed() => if r.is_err() { return },
+                    r = up.changed() => if r.is_err() { return },
+                    _ = stop.cancelled() => return,
                 }
             }
         });
         rx
+    }
+}
+
+/// Campaigns for `election/dhcp`; `elected` while this appliance holds it.
+async fn campaign(
+    etcd: etcd::Etcd,
+    ttl: Duration,
+    elected: tokio::sync::watch::Sender<bool>,
+    stop: CancellationToken,
+) {
+    let me = etcd::identity();
+    loop {
+        match etcd.campaign("dhcp", &me, ttl, &stop).await {
+            Ok(Some(l)) => {
+                tracing::info!(appliance = %me, "elected DHCP server");
+                let _ = elected.send(true);
+                let lost = l.lost();
+                tokio::select! {
+                    _ = lost.cancelled() => {
+                        tracing::warn!(appliance = %me, "DHCP leadership lost");
+                        let _ = elected.send(false);
+                    }
+                    _ = stop.cancelled() => {
+                        let _ = elected.send(false);
+                        l.resign().await;
+                        return;
+                    }
+                }
+            }
+            Ok(None) => return,
+            Err(e) => {
+                tracing::warn!(error = %e, "DHCP election: etcd unreachable; campaigning again in 1 s");
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                    _ = stop.cancelled() => return,
+                }
+            }
+        }
+    }
+}
+
+/// Whether etcd answers a read (with a leader), every second.
+async fn probe(etcd: etcd::Etcd, up: tokio::sync::watch::Sender<bool>, stop: CancellationToken) {
+    loop {
+        let key = etcd.key("dhcp/probe");
+        let ok = etcd
+            .run("probe", move |mut c| async move { c.get(key, None).await })
+            .await
+            .is_ok();
+        up.send_if_modified(|u| std::mem::replace(u, ok) != ok);
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+            _ = stop.cancelled() => return,
+        }
     }
 }

@@ -237,4 +237,30 @@ async fn one_appliance_answers_and_the_other_takes_over_with_the_same_leases() {
         "{stored:?}"
     );
     assert_eq!(stored.len(), 2, "{stored:?}");
+
+    // Quorum lost (the only member killed): each appliance answers the
+    // site's nodes from their reserved addresses; no other machine gets an
+    // address, counted; once etcd is back one is elected and grants again.
+    let mut etcd = etcd;
+    etcd.kill();
+    let node = [0x52, 0x54, 0x00, 0x77, 0x00, 0x21]; // worker-1, reserved 127.0.0.21
+    let standby_port = apps[standby].dhcp;
+    let (ip, _) = dora_until(&relay, &[standby_port], node, 15).await;
+    assert_eq!(ip, Ipv4Addr::new(127, 0, 0, 21));
+    assert!(
+        apps[standby]
+            .log()
+            .contains("DHCP answers the site's nodes only"),
+        "{}",
+        apps[standby].log()
+    );
+    let z = [0x02, 0, 0, 0, 0, 0x0c];
+    assert!(
+        dora(&relay, &[standby_port], z, 900).await.is_none(),
+        "a pool address granted without the store"
+    );
+    assert!(apps[standby].counted("no_store") >= 1.0);
+    etcd.restart();
+    let (ip_z, _) = dora_until(&relay, &[standby_port], z, 20).await;
+    assert!(ip_z != ip_x && ip_z != ip_y, "{ip_z}");
 }

@@ -36,9 +36,22 @@ pub trait Shared: Send + Sync + std::fmt::Debug {
     /// `Ok(Some(other))` when the address is another client's live lease
     /// in the shared store (nothing written).
     fn commit_lease(&self, lease: &Lease) -> io::Result<Option<Lease>>;
-    /// Whether this appliance answers DHCP now: `true` while it is the
-    /// elected DHCP server of the site. Campaigns until `stop`.
-    fn dhcp_active(&self, stop: CancellationToken) -> tokio::sync::watch::Receiver<bool>;
+    /// What this appliance answers in DHCP now ([`DhcpRole`]). Campaigns
+    /// until `stop`.
+    fn dhcp_role(&self, stop: CancellationToken) -> tokio::sync::watch::Receiver<DhcpRole>;
+}
+
+/// What an appliance of a shared store answers in DHCP.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DhcpRole {
+    /// The elected DHCP server: everything, each lease committed first.
+    Serve,
+    /// Another appliance is elected: nothing.
+    Standby,
+    /// The shared store cannot be reached (no quorum): every appliance
+    /// answers the site's own nodes (their reserved addresses, the same
+    /// answer from each; nothing to record) and grants no other address.
+    ReservedOnly,
 }
 
 /// Settles the secret stored in `files` (read with `read`, `None` when

@@ -11,6 +11,7 @@
 use super::core::{self, Dest, Rx};
 use super::leases::Table;
 use super::shared::{Durable, NotCommitted};
+use crate::shared::DhcpRole;
 use crate::timeline::{now_us, Phase, Raw, Subject};
 use dhcproto::v4::Message;
 use dhcproto::{Decodable, Decoder, Encodable, Encoder};
@@ -100,12 +101,21 @@ pub struct Server {
     pub app: Arc<crate::App>,
     pub table: Arc<Mutex<Table>>,
     pub store: Durable,
-    /// With a shared store: whether this appliance is the one that answers
-    /// (`None`: always).
-    pub active: Option<tokio::sync::watch::Receiver<bool>>,
+    /// With a shared store: what this appliance answers (`None`: all).
+    pub active: Option<tokio::sync::watch::Receiver<crate::shared::DhcpRole>>,
     pub ports: Ports,
     /// For neighbour entries (hardware unicast); `None` → broadcast instead.
     pub ifindex: Option<u32>,
+}
+
+/// Whether the request's client is one of the site's nodes (a reserved
+/// address).
+fn is_node(site: &site::Site, req: &Message) -> bool {
+    req.chaddr().len() >= 6 && {
+        let mut raw = [0u8; 6];
+        raw.copy_from_slice(&req.chaddr()[..6]);
+        site.node_by_mac(&site::Mac(raw)).is_some()
+    }
 }
 
 /// Lease times: the appliance's clock, which a step of the system clock
@@ -162,7 +172,8 @@ impl Server {
             debug!(%src, len = packet.len(), why, "malformed DHCP packet dropped");
             return;
         }
-        if self.active.as_ref().is_some_and(|a| !*a.borrow()) {
+        let role = self.active.as_ref().map(|a| *a.borrow());
+        if role == Some(DhcpRole::Standby) {
             // Another appliance is the elected DHCP server.
             self.count("standby");
             return;
@@ -176,6 +187,17 @@ impl Server {
             }
         };
         let snap = self.app.live.load();
+        // Without the shared store: the site's nodes only, from their
+        // reserved addresses (nothing to record: no lease to commit).
+        let unrecorded = role == Some(DhcpRole::ReservedOnly);
+        if unrecorded && !is_node(&snap.site, &req) {
+            self.count("no_store");
+            static LOGGED: runtime::logging::Throttle = runtime::logging::Throttle::new(1);
+            if let Some(suppressed) = LOGGED.allow() {
+                warn!(%src, suppressed, "shared store unavailable: no address granted to a machine that is not a site node");
+            }
+            return;
+        }
         let outcome = {
             let mut table = self.table.lock().unwrap_or_else(|p| p.into_inner());
             let o = core::answer(&snap.site, &mut table, &req, Rx { src, local_port }, now());
@@ -287,7 +309,7 @@ impl Server {
             }
             raw
         });
-        match outcome.commit {
+        match outcome.commit.filter(|_| !unrecorded) {
             None => {
                 this.send(&socket, &bytes, dest, src);
                 if let Some(raw) = sent {

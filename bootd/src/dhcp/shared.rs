@@ -4,7 +4,7 @@
 //! is elected.
 
 use super::leases::{Lease, Store, Table};
-use crate::shared::Shared;
+use crate::shared::{DhcpRole, Shared};
 use std::io;
 use std::sync::{Arc, Mutex};
 use tokio::sync::watch;
@@ -62,7 +62,7 @@ pub fn open(
     app: &crate::App,
     shared: Option<&Arc<dyn Shared>>,
     stop: &CancellationToken,
-) -> io::Result<(Durable, Option<watch::Receiver<bool>>)> {
+) -> io::Result<(Durable, Option<watch::Receiver<DhcpRole>>)> {
     match shared {
         None => {
             let (store, table) = Store::open(&app.state_dir)?;
@@ -82,20 +82,20 @@ pub fn open(
     }
 }
 
-/// While this appliance is not the elected DHCP server it answers nothing;
-/// each time it is elected it loads the shared leases into `table` first.
-/// Returns whether it answers now.
+/// Follows this appliance's DHCP role; each time it is elected it loads
+/// the shared leases into `table` before it answers as the server.
 pub fn follow(
     shared: Arc<dyn Shared>,
     table: Arc<Mutex<Table>>,
     stop: CancellationToken,
-) -> watch::Receiver<bool> {
-    let mut elected = shared.dhcp_active(stop.clone());
-    let (tx, rx) = watch::channel(false);
+) -> watch::Receiver<DhcpRole> {
+    let mut role = shared.dhcp_role(stop.clone());
+    let (tx, rx) = watch::channel(DhcpRole::Standby);
     tokio::spawn(async move {
         loop {
-            let now = *elected.borrow_and_update();
-            if now && !*tx.borrow() {
+            let now = *role.borrow_and_update();
+            let was = *tx.borrow();
+            if now == DhcpRole::Serve && was != DhcpRole::Serve {
                 let s = Arc::clone(&shared);
                 match tokio::task::spawn_blocking(move || s.leases()).await {
                     Ok(Ok(leases)) => {
@@ -109,10 +109,11 @@ pub fn follow(
                             "elected DHCP server: shared leases loaded; answering"
                         );
                         *table.lock().unwrap_or_else(|p| p.into_inner()) = t;
-                        let _ = tx.send(true);
+                        let _ = tx.send(DhcpRole::Serve);
                     }
                     Ok(Err(e)) => {
-                        warn!(error = %e, "elected DHCP server, but the shared leases could not be read: not answering; trying again in 1 s");
+                        warn!(error = %e, "elected DHCP server, but the shared leases could not be read: not granting leases; trying again in 1 s");
+                        let _ = tx.send(DhcpRole::ReservedOnly);
                         tokio::select! {
                             _ = tokio::time::sleep(std::time::Duration::from_secs(1)) => continue,
                             _ = stop.cancelled() => return,
@@ -120,12 +121,15 @@ pub fn follow(
                     }
                     Err(_) => return,
                 }
-            } else if !now && *tx.borrow() {
-                warn!("no longer the elected DHCP server: not answering");
-                let _ = tx.send(false);
+            } else if now != DhcpRole::Serve && now != was {
+                match now {
+                    DhcpRole::ReservedOnly => warn!("the shared store cannot be reached: DHCP answers the site's nodes only and grants no other address"),
+                    _ => info!("another appliance is the elected DHCP server: not answering"),
+                }
+                let _ = tx.send(now);
             }
             tokio::select! {
-                r = elected.changed() => if r.is_err() { let _ = tx.send(false); return },
+                r = role.changed() => if r.is_err() { let _ = tx.send(DhcpRole::ReservedOnly); return },
                 _ = stop.cancelled() => return,
             }
         }
