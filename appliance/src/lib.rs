@@ -10,6 +10,7 @@
 //! and running bootd with the controller beside it.
 
 pub mod lbwatch;
+pub mod migrate;
 pub mod shared;
 
 use anyhow::Result;

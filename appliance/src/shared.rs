@@ -68,6 +68,21 @@ impl EtcdShared {
         Ok(self.conn.get_or_init(|| c))
     }
 
+    /// The spent tokens in etcd: (expiry, nonce).
+    pub fn spent(&self) -> io::Result<Vec<(u64, String)>> {
+        let etcd = self.etcd()?;
+        Ok(etcd
+            .list("bootd/spent/")
+            .map_err(io::Error::other)?
+            .into_iter()
+            .filter_map(|v| {
+                let rest = v.key.strip_prefix("bootd/spent/")?;
+                let (e, n) = rest.split_once('/')?;
+                Some((e.parse().ok()?, n.to_string()))
+            })
+            .collect())
+    }
+
     fn prune(&self, etcd: &etcd::Etcd) {
         let from = etcd.key("bootd/spent/");
         let to = etcd.key(&format!("bootd/spent/{:020}", runtime::clock::unix_secs()));

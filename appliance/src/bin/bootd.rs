@@ -71,12 +71,31 @@ enum Cmd {
         #[command(subcommand)]
         cmd: controller::client::DiscoveredCmd,
     },
+    /// The state's store: `migrate --from sqlite --to etcd` moves a single
+    /// appliance's state into the site's etcd (`host.store.etcd`), or back.
+    /// Stop bootd first.
+    Store {
+        #[command(subcommand)]
+        cmd: StoreCmd,
+    },
     /// The controller API's client: cluster facts.
     Cluster {
         #[command(flatten)]
         conn: controller::client::Conn,
         #[command(subcommand)]
         cmd: controller::client::ClusterCmd,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum StoreCmd {
+    /// Moves the controller's nodes and machines, DHCP leases, spent tokens,
+    /// token key and site CA from one store to the other.
+    Migrate {
+        #[arg(long, value_enum)]
+        from: appliance::migrate::Side,
+        #[arg(long, value_enum)]
+        to: appliance::migrate::Side,
     },
 }
 
@@ -122,6 +141,13 @@ fn main() -> Result<()> {
             serve(config)
         }
         Cmd::Render { what, node } => render(&config, what, &node),
+        Cmd::Store {
+            cmd: StoreCmd::Migrate { from, to },
+        } => {
+            let report = appliance::migrate::migrate(&config.site, &config.state_dir(), from, to)?;
+            println!("{report}");
+            Ok(())
+        }
         Cmd::Revoke { node } => set_revoked(&config, &node, true),
         Cmd::Unrevoke { node } => set_revoked(&config, &node, false),
         Cmd::Nodes { conn, cmd } => api_client(&config, &conn, |c| {

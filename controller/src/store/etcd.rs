@@ -494,6 +494,25 @@ impl Backend for Etcd {
             .map(|f| (f.value, f.at)))
     }
 
+    fn clusters(&self) -> Result<Vec<(String, String, i64)>> {
+        Ok(self
+            .list::<Fact>("controller/cluster/")?
+            .into_iter()
+            .map(|(k, f)| {
+                let key = k.trim_start_matches("controller/cluster/").to_string();
+                (key, f.value, f.at)
+            })
+            .collect())
+    }
+
+    fn restore_cluster(&self, key: &str, value: &str, at: i64) -> Result<()> {
+        let fact = Fact {
+            value: value.into(),
+            at,
+        };
+        self.put(&cluster_key(key), &fact)
+    }
+
     fn shared(&self) -> Option<::etcd::Etcd> {
         Some(self.etcd.clone())
     }

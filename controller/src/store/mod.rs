@@ -13,8 +13,11 @@
 //! Invariant: the store is the source of truth for API nodes; the overlay
 //! file (`nodes.yaml`) is an export of it, rewritten from it on start.
 
+mod copy;
 pub mod etcd;
 pub mod sqlite;
+
+pub use copy::{copy, Copied};
 #[cfg(test)]
 mod tests;
 
@@ -201,6 +204,10 @@ pub trait Backend: Send + Sync + std::fmt::Debug {
     /// the value changes).
     fn set_cluster(&self, key: &str, value: &str) -> Result<()>;
     fn cluster(&self, key: &str) -> Result<Option<(String, i64)>>;
+    /// Every cluster fact: key, value, time (for a copy to another store).
+    fn clusters(&self) -> Result<Vec<(String, String, i64)>>;
+    /// Sets a cluster fact with its time as it was (a copy from another store).
+    fn restore_cluster(&self, key: &str, value: &str, at: i64) -> Result<()>;
     /// The etcd connection when the store is shared by several appliances.
     fn shared(&self) -> Option<::etcd::Etcd> {
         None

@@ -438,6 +438,25 @@ impl Backend for Sqlite {
             .optional()
         })
     }
+
+    fn clusters(&self) -> Result<Vec<(String, String, i64)>> {
+        self.with(|c| {
+            let mut st = c.prepare("SELECT key, value, at FROM cluster ORDER BY key")?;
+            let rows = st.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
+            rows.collect()
+        })
+    }
+
+    fn restore_cluster(&self, key: &str, value: &str, at: i64) -> Result<()> {
+        self.with(|c| {
+            c.execute(
+                "INSERT INTO cluster(key, value, at) VALUES(?1,?2,?3) \
+                 ON CONFLICT(key) DO UPDATE SET value=excluded.value, at=excluded.at",
+                params![key, value, at],
+            )
+            .map(|_| ())
+        })
+    }
 }
 
 fn row_to_node(r: &rusqlite::Row<'_>) -> rusqlite::Result<NodeRow> {
