@@ -21,6 +21,8 @@
 #      registry), run non-root with two capabilities, a VM netbooting
 #      through it, its state volume kept across a restart; a step of the
 #      system clock under bootd (libfaketime) moving no lease and no token;
+#      lbd serving a VIP that arrives after it started, and `lbd ready`
+#      (keepalived's check) in a namespace of its own;
 #   4. dnsd against NSD and Knot (secondaries via AXFR/NOTIFY, differential);
 #      the controller's provider clients against Prism mocks of the specs;
 #   5. the status page rendered by headless Chromium; the controller's whole
@@ -161,6 +163,7 @@ t "SIGHUP with a bad site, a missing or unreadable role Ignition: bootd, dnsd, l
 t "units under systemd as PID 1 (nspawn): started at boot, serve, reload, dnsd and lbd read bootd's overlay, stop" bash tests/systemd/nspawn.sh $BIN
 t "container: image built without a registry (debootstrap base, podman), non-root with NET_BIND_SERVICE and NET_RAW only, a VM netboots through it, the state volume survives a restart" bash tests/container/e2e.sh $BIN
 t "a step of the system clock (+2 d, -2 d, libfaketime) moves no lease and no token" bash tests/time/clock-step.sh $BIN
+t "lbd serves a VIP that arrives after it started (IP_FREEBIND); lbd ready, keepalived's check" bash tests/ha/lbd-vip.sh $BIN
 # Random mutation of every fuzz target's seed corpus, 10 s each (not
 # coverage-guided; README, "Fuzzing"): a crash fails the run.
 t "fuzz: 10 s of random mutation per target (fuzz/src/bin/quick.rs)" nice -n 19 cargo run --manifest-path fuzz/Cargo.toml --release --locked --bin quick -- --seconds 10 --keep-going

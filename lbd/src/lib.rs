@@ -28,6 +28,7 @@ pub mod admin;
 pub mod apply;
 pub mod balance;
 pub mod health;
+pub mod keepalived;
 pub mod metrics;
 pub mod plan;
 pub mod probe;

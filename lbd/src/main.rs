@@ -62,6 +62,16 @@ enum Cmd {
         #[arg(long)]
         admin: Option<SocketAddr>,
     },
+    /// Exit 0 when every frontend listening on `--vip` has a backend up,
+    /// 1 when one has none (said why), 2 when lbd cannot be asked: the
+    /// check keepalived runs before it holds the VIP (`bootd render
+    /// keepalived`).
+    Ready {
+        #[arg(long)]
+        vip: IpAddr,
+        #[arg(long)]
+        admin: Option<SocketAddr>,
+    },
 }
 
 fn main() -> Result<()> {
@@ -96,6 +106,26 @@ fn main() -> Result<()> {
             admin_call(&source, admin, "POST", "/bootstrap/complete")
         }
         Cmd::Status { admin } => admin_call(&source, admin, "GET", "/status"),
+        Cmd::Ready { vip, admin } => {
+            let code = match admin_request(&source, admin, "GET", "/status") {
+                Ok((200, body)) => match lbd::status::ready(&body, vip) {
+                    Ok(()) => 0,
+                    Err(why) => {
+                        println!("not ready: {why}");
+                        1
+                    }
+                },
+                Ok((st, _)) => {
+                    println!("lbd's admin API answered {st}");
+                    2
+                }
+                Err(e) => {
+                    println!("lbd cannot be asked: {e:#}");
+                    2
+                }
+            };
+            std::process::exit(code)
+        }
     }
 }
 
@@ -126,6 +156,21 @@ fn check_config(source: &Source) -> Result<()> {
 
 /// A tiny HTTP/1.1 client for the admin API (loopback, no TLS).
 fn admin_call(source: &Source, admin: Option<SocketAddr>, method: &str, path: &str) -> Result<()> {
+    let (status, body) = admin_request(source, admin, method, path)?;
+    print!("{body}");
+    if !(200..300).contains(&status) {
+        bail!("{method} {path}: {status}");
+    }
+    Ok(())
+}
+
+/// One request to lbd's admin API: its status code and body.
+fn admin_request(
+    source: &Source,
+    admin: Option<SocketAddr>,
+    method: &str,
+    path: &str,
+) -> Result<(u16, String)> {
     let addr = match admin {
         Some(a) => a,
         None => {
@@ -154,12 +199,12 @@ fn admin_call(source: &Source, admin: Option<SocketAddr>, method: &str, path: &s
     let mut resp = String::new();
     s.read_to_string(&mut resp)?;
     let (head, body) = resp.split_once("\r\n\r\n").unwrap_or((&resp, ""));
-    let status = head.split(' ').nth(1).unwrap_or("");
-    print!("{body}");
-    if !status.starts_with('2') {
-        bail!("{method} {path}: {}", head.lines().next().unwrap_or(""));
-    }
-    Ok(())
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    Ok((status, body.to_string()))
 }
 
 /// Lets lbd hold as many connections as the hard limit allows.

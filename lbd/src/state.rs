@@ -348,14 +348,21 @@ impl Drop for ConnGuard {
 
 /// A listening socket with SO_REUSEADDR (a restarted lbd rebinds at once).
 pub fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
-    let sock = if addr.is_ipv4() {
-        tokio::net::TcpSocket::new_v4()?
+    use socket2::{Domain, Socket, Type};
+    let sock = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
+    sock.set_reuse_address(true)?;
+    // IP_FREEBIND: a VIP that keepalived has not (yet) moved to this host
+    // binds all the same, and is served from the moment it arrives, with
+    // no rebind (HAProxy's `freebind`).
+    if addr.is_ipv4() {
+        sock.set_freebind_v4(true)?;
     } else {
-        tokio::net::TcpSocket::new_v6()?
-    };
-    sock.set_reuseaddr(true)?;
-    sock.bind(addr)?;
-    sock.listen(4096)
+        sock.set_freebind_v6(true)?;
+    }
+    sock.set_nonblocking(true)?;
+    sock.bind(&addr.into())?;
+    sock.listen(4096)?;
+    TcpListener::from_std(sock.into())
 }
 
 /// Whether the bootstrap may be completed automatically: every master

@@ -241,6 +241,24 @@ pub struct Network {
 pub struct Vips {
     pub api: IpAddr,
     pub ingress: IpAddr,
+    /// keepalived moves the VIPs between appliances (`vips.vrrp`).
+    pub vrrp: Option<Vrrp>,
+}
+
+/// `vips.vrrp`: what `bootd render keepalived` writes for each VIP.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Vrrp {
+    /// The interface the VIPs live on (every appliance's name for it).
+    pub interface: String,
+    /// VRRP virtual router ids (1-255) of the api and ingress VIPs (one
+    /// instance, api's, when both VIPs are the same address).
+    pub api_router_id: u8,
+    pub ingress_router_id: u8,
+    /// VRRP advertisement interval (whole seconds, 1-255).
+    pub advert_interval: std::time::Duration,
+    /// Prefix lengths of the api and ingress VIPs: their site network's.
+    pub api_prefix: u8,
+    pub ingress_prefix: u8,
 }
 
 #[derive(Debug, Clone)]

@@ -20,7 +20,9 @@ mod dns;
 mod host;
 mod install_config;
 mod store;
+mod vips;
 use install_config::{read_install_config, InstallConfig};
+use vips::vips;
 mod ignition;
 mod node;
 use host::{boot_file, dhcp_options, host};
@@ -191,7 +193,7 @@ fn validate(w: wire::SiteFile, cx: &mut Cx) -> Option<Site> {
     }
     let host = host(cx, &w.host);
     let networks = networks(cx, &w.networks, ic.as_ref());
-    let vips = vips(cx, w.vips.as_ref());
+    let vips = vips(cx, w.vips.as_ref(), &networks);
     let (images, broken_images) = images(cx, w.images.as_ref());
     let mut nodes = Vec::new();
     let overlay_path = controller::overlay_path(cx, &w.host);
@@ -562,29 +564,6 @@ fn networks(cx: &mut Cx, w: &[wire::Network], ic: Option<&InstallConfig>) -> Vec
         }
     }
     out
-}
-
-fn vips(cx: &mut Cx, w: Option<&wire::Vips>) -> Option<Vips> {
-    let Some(w) = w else {
-        cx.err(
-            "vips",
-            "required: api and ingress addresses (they may equal this host's)",
-        );
-        return None;
-    };
-    let mut one = |key: &str, v: &Option<String>| match v {
-        Some(s) => parse_ip(cx, key, s),
-        None => {
-            cx.err(key, "required");
-            None
-        }
-    };
-    let api = one("vips.api", &w.api);
-    let ingress = one("vips.ingress", &w.ingress);
-    Some(Vips {
-        api: api?,
-        ingress: ingress?,
-    })
 }
 
 /// An image path must stay below the image root: relative, no `..`.

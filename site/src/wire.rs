@@ -197,6 +197,22 @@ pub struct Pool {
 pub struct Vips {
     pub api: Option<String>,
     pub ingress: Option<String>,
+    pub vrrp: Option<Vrrp>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Vrrp {
+    pub interface: Option<String>,
+    pub router_ids: Option<VrrpIds>,
+    pub advert_interval: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct VrrpIds {
+    pub api: Option<u8>,
+    pub ingress: Option<u8>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -45,11 +45,16 @@ struct Cli {
 enum Cmd {
     /// Serve (the default).
     Run,
-    /// Print what bootd would serve a node.
+    /// Print what bootd would serve a node (`ipxe`, `grub`, `ignition`,
+    /// `metadata` NODE), or keepalived's configuration for the site's VIPs
+    /// (`keepalived`, from `vips.vrrp`).
     Render {
         #[arg(value_enum)]
         what: What,
-        node: String,
+        node: Option<String>,
+        /// Where lbd is installed on the appliances (keepalived's check runs it).
+        #[arg(long, default_value = "/usr/local/bin/lbd")]
+        lbd: PathBuf,
     },
     /// Stop serving a node's Ignition, metadata and userdata (e.g. the
     /// bootstrap node's once the cluster is up). A running bootd picks it
@@ -101,6 +106,7 @@ enum StoreCmd {
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug)]
 enum What {
+    Keepalived,
     Ipxe,
     Grub,
     Ignition,
@@ -140,7 +146,22 @@ fn main() -> Result<()> {
             )?;
             serve(config)
         }
-        Cmd::Render { what, node } => render(&config, what, &node),
+        Cmd::Render {
+            what: What::Keepalived,
+            lbd,
+            ..
+        } => {
+            print!(
+                "{}",
+                lbd::keepalived::render(&config.site, &lbd).map_err(anyhow::Error::msg)?
+            );
+            Ok(())
+        }
+        Cmd::Render { what, node, .. } => render(
+            &config,
+            what,
+            &node.context("which node? (bootd render WHAT NODE)")?,
+        ),
         Cmd::Store {
             cmd: StoreCmd::Migrate { from, to },
         } => {
@@ -235,6 +256,7 @@ fn render(config: &bootd::Config, what: What, name: &str) -> Result<()> {
             // Exactly the bytes the HTTP route sends.
             String::from_utf8(serde_json::to_vec(&cfg)?)?
         }
+        What::Keepalived => unreachable!("rendered without a node"),
         What::Metadata => {
             serde_json::to_string_pretty(&bootd::render::metadata::metadata(site, node))? + "\n"
         }

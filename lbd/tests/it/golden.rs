@@ -93,3 +93,122 @@ fn status_json_shape() {
         "what lbd sends, a reader reads back"
     );
 }
+
+/// keepalived's configuration for the OpenShift example with `vips.vrrp`
+/// (two VIPs, two instances), and the real keepalived accepts it
+/// (`keepalived --config-test`).
+#[test]
+fn keepalived_configuration_for_the_vips() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = repo().join("examples/openshift");
+    for e in std::fs::read_dir(&src).unwrap() {
+        let e = e.unwrap();
+        if e.file_type().unwrap().is_file() {
+            std::fs::copy(e.path(), dir.path().join(e.file_name())).unwrap();
+        }
+    }
+    copy_dir(&src.join("ignition"), &dir.path().join("ignition"));
+    let text = std::fs::read_to_string(dir.path().join("site.yaml"))
+        .unwrap()
+        .replace(
+            "  ingress: 192.168.111.6            # and here for 80 and 443\n",
+            "  ingress: 192.168.111.6            # and here for 80 and 443\n  vrrp: { interface: ens3, routerIds: { api: 61, ingress: 62 } }\n",
+        );
+    assert!(text.contains("vrrp:"));
+    std::fs::write(dir.path().join("site.yaml"), text).unwrap();
+    let site = site::load(&dir.path().join("site.yaml")).unwrap_or_else(|e| panic!("{e}"));
+    let conf = lbd::keepalived::render(&site, Path::new("/usr/local/bin/lbd")).unwrap();
+    // The site's path is a temporary directory's: pinned without it.
+    let pinned = conf.replace(&dir.path().display().to_string(), "<site dir>");
+    golden("keepalived.conf", &pinned);
+    // Run by the real keepalived, in a network namespace of its own with
+    // an ens3 (a veth, with an address in the VIPs' network), the check
+    // pointing at this build's lbd: it starts, keeps both instances and
+    // both track scripts (a script it cannot run as `nobody` it would
+    // remove, saying so), and runs them (lbd is not running: status 2).
+    // (`keepalived --config-test` cannot be used: 2.2.7 kills itself
+    // checking scripts as another user.)
+    let lbd = env!("CARGO_BIN_EXE_lbd");
+    let conf = lbd::keepalived::render(&site, Path::new(lbd)).unwrap();
+    let file = dir.path().join("keepalived.conf");
+    std::fs::write(&file, &conf).unwrap();
+    let ns = format!("kacheck-{}", std::process::id());
+    let ip = |args: &[&str]| {
+        let st = std::process::Command::new("ip")
+            .args(args)
+            .status()
+            .unwrap();
+        assert!(st.success(), "ip {args:?}");
+    };
+    ip(&["netns", "add", &ns]);
+    let inns = |args: &[&str]| ip(&[&["netns", "exec", &ns, "ip"][..], args].concat());
+    inns(&[
+        "link",
+        "add",
+        "ens3",
+        "type",
+        "veth",
+        "peer",
+        "name",
+        "ens3-peer",
+    ]);
+    inns(&["addr", "add", "192.168.111.10/24", "dev", "ens3"]);
+    inns(&["link", "set", "ens3", "up"]);
+    inns(&["link", "set", "ens3-peer", "up"]);
+    let log = dir.path().join("keepalived.log");
+    let pid = |n: &str| dir.path().join(n).display().to_string();
+    let mut child = std::process::Command::new("ip")
+        .args(["netns", "exec", &ns, "keepalived", "-n", "-l", "-D", "-f"])
+        .arg(&file)
+        .args([
+            "-p",
+            &pid("k.pid"),
+            "-r",
+            &pid("v.pid"),
+            "-c",
+            &pid("c.pid"),
+        ])
+        .stderr(std::fs::File::create(&log).unwrap())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("keepalived (Debian's keepalived: tests/lab/deps.sh)");
+    let end = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    let text = loop {
+        let t = std::fs::read_to_string(&log).unwrap_or_default();
+        if (t.contains("Script `lbd_api` now returning")
+            && t.contains("Script `lbd_ingress` now returning"))
+            || std::time::Instant::now() > end
+        {
+            break t;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    // Stopped by PID (SIGTERM: it takes its VRRP children with it).
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    );
+    let _ = child.wait();
+    ip(&["netns", "del", &ns]);
+    assert!(text.contains("Startup complete"), "{text}");
+    for ran in ["lbd_api", "lbd_ingress"] {
+        assert!(
+            text.contains(&format!("Script `{ran}` now returning 2")),
+            "{text}"
+        );
+    }
+    for bad in ["Unable to", "- removing", "not found", "WARNING", "rror"] {
+        assert!(!text.contains(bad), "keepalived said {bad:?}: {text}");
+    }
+    // Without vips.vrrp: said.
+    let plain = site::load(&src.join("site.yaml")).unwrap();
+    let e = lbd::keepalived::render(&plain, Path::new("/usr/local/bin/lbd")).unwrap_err();
+    assert!(e.contains("vips.vrrp is not set"), "{e}");
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).into_iter().flatten().flatten() {
+        std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+    }
+}
