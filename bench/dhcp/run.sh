@@ -22,9 +22,16 @@
 #   dnsmasq : --dhcp-leasefile; the file is rewritten after changes, never
 #             fsynced.
 #
+#   bootd-etcd: bootd with host.store etcd: each lease committed to a
+#             single etcd member (Debian's etcd-server, started in the
+#             server's namespace, pinned to the server's CPU and counted
+#             with it, its data directory on the same disk) before its
+#             ACK; etcd fsyncs its WAL per commit batch. The one appliance
+#             elected for DHCP answers.
+#
 # Knobs (env): ROUNDS (3), DURATION (10 s), CLIENTS ("1000 100000"),
 # RATE (0 = perfdhcp's "as fast as possible"; else -r RATE), SERVERS
-# ("bootd kea dnsmasq"), KEA_THREADS (2), BOOTD_LOG (info: bootd's default
+# ("bootd kea dnsmasq"; "bootd bootd-etcd" for the shared store's cost), KEA_THREADS (2), BOOTD_LOG (info: bootd's default
 # logging to a file; Kea and dnsmasq log at their defaults to files too),
 # BOOTD_BIN (target/release/bootd), RESULTS (raw output file, default
 # bench/dhcp/results-<UTC date>.txt), WAIT_HTTP_BENCH (1200: seconds to wait
@@ -60,7 +67,8 @@ S=bdh-s-$$ L=bdh-l-$$
 VS=vs$$ VL=vl$$
 SRV_IP=10.78.0.1 RELAY_IP=10.78.0.254
 WORK=$(mktemp -d /tmp/bench-dhcp.XXXXXX)
-SRV_PID=""
+chmod 755 "$WORK"   # bootd serves as nobody once it has bound its sockets
+SRV_PID="" ETCD_PID=""
 . "$REPO/bench/lib/ns.sh"      # ns_pair, ns_addr, ns_cleanup
 . "$REPO/bench/lib/cpu.sh"     # cpu_init, cpu_group, incg, cpu_read, cpu_snap, cpu_quiet, ...
 . "$REPO/bench/lib/order.sh"   # order
@@ -103,6 +111,11 @@ ns_addr "$S" "$VS" $SRV_IP/16
 ns_addr "$L" "$VL" $RELAY_IP/16
 
 stop_server() {
+    if [[ -n $ETCD_PID ]]; then
+        kill "$ETCD_PID" 2>/dev/null || true
+        wait "$ETCD_PID" 2>/dev/null || true
+        ETCD_PID=""
+    fi
     [[ -n $SRV_PID ]] || return 0
     kill "$SRV_PID" 2>/dev/null || true
     for _ in $(seq 100); do kill -0 "$SRV_PID" 2>/dev/null || break; sleep 0.05; done
@@ -163,6 +176,20 @@ EOF
 start_server() { # name dir
     local name=$1 d=$2
     case $name in
+    bootd-etcd)
+        incg "$CG_SRV" ip netns exec "$S" taskset -c $SERVER_CPU etcd --name bench --data-dir "$d/etcd" \
+            --listen-client-urls http://127.0.0.1:12379 --advertise-client-urls http://127.0.0.1:12379 \
+            --listen-peer-urls http://127.0.0.1:12380 --initial-advertise-peer-urls http://127.0.0.1:12380 \
+            --initial-cluster bench=http://127.0.0.1:12380 --log-level error >"$d/etcd.log" 2>&1 &
+        ETCD_PID=$!
+        sed -i 's|^host:$|host:\n  store: { etcd: { endpoints: ["http://127.0.0.1:12379"], prefix: /bench/ } }|' "$d/site.yaml"
+        RUST_LOG=$BOOTD_LOG incg "$CG_SRV" ip netns exec "$S" taskset -c $SERVER_CPU "$BOOTD_BIN" --site "$d/site.yaml" >"$d/bootd.out" 2>"$d/bootd.log" &
+        SRV_PID=$!
+        # Up once it answers DHCP: elected, the shared leases loaded.
+        for _ in $(seq 200); do
+            grep -q "shared leases loaded" "$d/bootd.log" 2>/dev/null && listening67 && return 0
+            sleep 0.1
+        done ;;
     bootd)
         RUST_LOG=$BOOTD_LOG incg "$CG_SRV" ip netns exec "$S" taskset -c $SERVER_CPU "$BOOTD_BIN" --site "$d/site.yaml" >"$d/bootd.out" 2>"$d/bootd.log" &
         SRV_PID=$!
@@ -194,6 +221,8 @@ leases_on_disk() { # name dir -> distinct MACs with an active lease in the file
     local d=$2
     case $1 in
     bootd) [[ -f $d/state/leases.jsonl ]] && grep -o '"mac":"[^"]*"' "$d/state/leases.jsonl" | sort -u | wc -l || echo 0 ;;
+    bootd-etcd) [[ -n $ETCD_PID ]] && ETCDCTL_API=3 ip netns exec "$S" etcdctl --endpoints http://127.0.0.1:12379 get --prefix /bench/dhcp/leases/ --keys-only 2>/dev/null \
+        | grep -c . || echo 0 ;;
     kea) [[ -f $d/kea-leases4.csv ]] && awk -F, 'NR>1 {print $2}' "$d/kea-leases4.csv" | sort -u | wc -l || echo 0 ;;
     dnsmasq) [[ -f $d/dnsmasq.leases ]] && wc -l <"$d/dnsmasq.leases" || echo 0 ;;
     esac
@@ -246,11 +275,15 @@ run_one() { # server clients round
         local other; other=$(cpu_load "$s0" "$s1")
         local rss; rss=$(awk '/VmHWM/ {print $2}' "/proc/$SRV_PID/status")
         local metrics=""
-        if [[ $name == bootd ]]; then
+        if [[ $name == bootd* ]]; then
             metrics=$(ip netns exec "$S" curl -sf --max-time 2 "http://$SRV_IP:8080/metrics" | grep -E '^bootd_dhcp' | tr '\n' ' ' || true)
         fi
+        # etcd's keys are read while it runs: stop bootd first.
+        local etcd_pid=$ETCD_PID; ETCD_PID=""
         stop_server
+        ETCD_PID=$etcd_pid
         local onDisk; onDisk=$(leases_on_disk "$name" "$d")
+        stop_server
         read -r rate ds dr dd rs rr rd nak < <(parse_perfdhcp "$d/perfdhcp.out")
         local cpu; cpu=$(cpu_used "$c0" "$c1" %.3f); cpu=${cpu%% *}
         local wall; wall=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }')

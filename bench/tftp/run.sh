@@ -60,6 +60,7 @@ S=btf-s-$$ C=btf-c-$$
 VS=ts$$ VC=tc$$
 IP_BOOTD=10.78.200.1 IP_HPA=10.78.200.2 IP_ATFTPD=10.78.200.3 IP_CLIENT=10.78.200.100
 WORK=$(mktemp -d /tmp/bench-tftp.XXXXXX)
+chmod 755 "$WORK"   # bootd serves as nobody once it has bound its sockets
 chmod 755 "$WORK"
 declare -A PID
 declare -A CG
