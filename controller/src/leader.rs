@@ -97,6 +97,7 @@ pub(crate) async fn follow(ctl: Arc<Controller>, etcd: Etcd) {
         }
         if resync || cluster {
             ctl.teardown.notify_one();
+            crate::teardown::revoke_here(&ctl);
         }
     }
 }

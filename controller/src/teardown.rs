@@ -157,6 +157,28 @@ fn bootstrap_nodes(ctl: &Controller) -> Vec<String> {
         .collect()
 }
 
+/// On an appliance that does not lead (several appliances on one etcd):
+/// once bootstrap is complete, the bootstrap node's Ignition is refused
+/// here too (the elected appliance's teardown revokes it in its own state
+/// directory only). Idempotent.
+pub(crate) fn revoke_here(ctl: &Controller) {
+    if !matches!(ctl.store.cluster(BOOTSTRAP_COMPLETE), Ok(Some(_))) {
+        return;
+    }
+    let already = ctl.app.live.load().revoked.clone();
+    if bootstrap_nodes(ctl).iter().all(|n| already.contains(n)) {
+        return;
+    }
+    match revoke(ctl) {
+        Outcome::Done(c) => {
+            tracing::info!(reason = %c.reason, "bootstrap complete (shared): {}", c.message)
+        }
+        Outcome::Later(c) => {
+            tracing::error!(reason = %c.reason, "bootstrap complete (shared), but: {}", c.message)
+        }
+    }
+}
+
 fn revoke(ctl: &Controller) -> Outcome {
     let names = bootstrap_nodes(ctl);
     if names.is_empty() {

@@ -222,6 +222,39 @@ async fn tokens_and_the_ca_are_the_sites_and_a_token_is_spent_everywhere() {
         a.log()
     );
 
+    // Bootstrap complete, said to A: B refuses the bootstrap node's
+    // Ignition too (not only the appliance whose teardown ran).
+    let (st, script) = b.boot("/ipxe/bootstrap.ipxe").await;
+    assert_eq!(st, 200, "{script}");
+    let at = script.find("/ignition/bootstrap?token=").expect(&script);
+    let boot_ign: String = script[at..]
+        .chars()
+        .take_while(|c| !c.is_whitespace() && *c != '"')
+        .collect();
+    let (st, _) = api_call(
+        &a.client,
+        a.api,
+        Some(API_TOKEN),
+        "POST",
+        "/v1/cluster/bootstrap-complete",
+        Some(serde_json::json!({})),
+    )
+    .await;
+    assert_eq!(st, 200);
+    for (who, app) in [("A", &a), ("B", &b)] {
+        let revoked = app.dir.path().join("state/revoked.json");
+        until(
+            &format!("{who} revoked the bootstrap node"),
+            15,
+            async || std::fs::read_to_string(&revoked).is_ok_and(|t| t.contains("bootstrap")),
+        )
+        .await;
+    }
+    until("B refuses the bootstrap node's Ignition", 10, async || {
+        b.boot(&boot_ign).await.0 != 200
+    })
+    .await;
+
     // An appliance whose state directory holds another CA (A's) than the
     // one shared on its etcd (a second etcd, where D came first) does not start.
     let dir = tempfile::tempdir().unwrap();
