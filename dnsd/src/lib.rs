@@ -32,6 +32,7 @@ pub mod forward;
 pub mod http;
 pub mod metrics;
 pub mod rrl;
+pub mod shared;
 pub mod tcp;
 pub mod text;
 pub mod udp;
@@ -169,6 +170,9 @@ pub struct Loaded {
     pub dns: Dns,
     /// The files to watch for changes.
     pub watched: Vec<PathBuf>,
+    /// The etcd of several appliances (`host.store.etcd`): zone serials
+    /// are agreed through it (`shared`). Read at start only.
+    pub shared: Option<etcd::Config>,
 }
 
 fn now_serial() -> u32 {
@@ -194,6 +198,7 @@ pub fn load(source: &Source, prev: Option<&Catalog>) -> Result<Loaded, Error> {
                 catalog: Catalog::build(zones, options)?,
                 dns: (**dns).clone(),
                 watched: files.iter().map(|(p, _)| p.clone()).collect(),
+                shared: None,
             })
         }
     }
@@ -224,6 +229,19 @@ pub fn load_site(site: &site::Site, prev: Option<&Catalog>) -> Result<Loaded, Er
                 catalog: Catalog::build(zones, options)?,
                 dns,
                 watched: site.watched_files(),
+                shared: match &site.host.store {
+                    site::Store::Etcd(e) => Some(etcd::Config {
+                        endpoints: e.endpoints.clone(),
+                        prefix: e.prefix.clone(),
+                        timeout: e.timeout,
+                        tls: e.tls.as_ref().map(|t| etcd::Tls {
+                            ca: t.ca.clone(),
+                            cert: t.cert.clone(),
+                            key: t.key.clone(),
+                        }),
+                    }),
+                    site::Store::Sqlite => None,
+                },
             })
         }
     }
@@ -254,10 +272,27 @@ pub async fn run_loaded(
     sockets: Sockets,
     shutdown: CancellationToken,
 ) -> Result<(), Error> {
+    // Connected here, after root was dropped: its runtime's threads are
+    // born unprivileged.
+    let shared = loaded
+        .shared
+        .as_ref()
+        .and_then(|c| match etcd::Etcd::connect(c) {
+            Ok(e) => Some(e),
+            Err(e) => {
+                warn!(error = %e, "etcd: zone serials are this appliance's alone");
+                None
+            }
+        });
+    let loaded = match &shared {
+        Some(e) => tokio::task::block_in_place(|| shared::agree(e, loaded)),
+        None => loaded,
+    };
     let Loaded {
         catalog,
         dns,
         watched,
+        ..
     } = loaded;
     if dns.nameservers.is_empty() && matches!(config.source, Source::Site(_) | Source::Feed(_)) {
         return Err(Error::Zone(zone::ZoneError::NoNameserver));
@@ -340,13 +375,17 @@ pub async fn run_loaded(
                 shutdown.clone(),
                 move |p| {
                     let (live, state) = (Arc::clone(&live), Arc::clone(&state));
+                    let shared = shared.clone();
                     async move {
                         match p.refused {
                             Some(why) => refused(&live, &why),
                             None => {
                                 let prev = live.catalog.load_full();
                                 match tokio::task::spawn_blocking(move || {
-                                    load_site(&p.site, Some(&prev))
+                                    load_site(&p.site, Some(&prev)).map(|l| match &shared {
+                                        Some(e) => shared::agree(e, l),
+                                        None => l,
+                                    })
                                 })
                                 .await
                                 {
@@ -383,9 +422,16 @@ pub async fn run_loaded(
                 move |forced| {
                     let (live, state, source) =
                         (Arc::clone(&live), Arc::clone(&state), source.clone());
+                    let shared = shared.clone();
                     async move {
                         let prev = live.catalog.load_full();
-                        match tokio::task::spawn_blocking(move || load(&source, Some(&prev))).await
+                        match tokio::task::spawn_blocking(move || {
+                            load(&source, Some(&prev)).map(|l| match &shared {
+                                Some(e) => shared::agree(e, l),
+                                None => l,
+                            })
+                        })
+                        .await
                         {
                             Ok(r) => applied(&live, &state, r, forced),
                             Err(e) => error!(error = %e, "reload task failed"),
