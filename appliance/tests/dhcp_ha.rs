@@ -8,8 +8,8 @@
 #[path = "../../bootd/tests/common/dhcp.rs"]
 #[allow(dead_code)] // dhcp_recv: replies here are read with their sender
 mod common;
-#[path = "../../tests/support/ports.rs"]
-mod ports;
+// The etcd test member's port picker: one counter for both.
+use etcd::testing as ports;
 
 use common::{loopback_site, request, write_site};
 use dhcproto::v4::{Message, MessageType};
@@ -263,4 +263,30 @@ async fn one_appliance_answers_and_the_other_takes_over_with_the_same_leases() {
     etcd.restart();
     let (ip_z, _) = dora_until(&relay, &[standby_port], z, 20).await;
     assert!(ip_z != ip_x && ip_z != ip_y, "{ip_z}");
+}
+
+/// An appliance started before etcd answers waits for it (the site's token
+/// key and CA come from it), then serves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_appliance_started_before_etcd_waits_for_it() {
+    let mut etcd = etcd::testing::Server::start();
+    etcd.kill();
+    let relay = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let app = Appliance::start(&etcd.endpoint, relay.local_addr().unwrap().port());
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let log = app.log();
+    assert!(
+        log.contains("the shared store cannot be reached yet: waiting"),
+        "{log}"
+    );
+    let etcd = tokio::task::spawn_blocking(move || {
+        etcd.restart();
+        etcd
+    })
+    .await
+    .unwrap();
+    // Served once etcd answers: a client gets an address.
+    let (ip, _) = dora_until(&relay, &[app.dhcp], [0x02, 0, 0, 0, 0, 0x0d], 30).await;
+    assert!(!ip.is_unspecified());
+    drop(etcd);
 }

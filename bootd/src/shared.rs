@@ -54,6 +54,27 @@ pub enum DhcpRole {
     ReservedOnly,
 }
 
+/// How long a start waits for the shared store (an appliance started with
+/// etcd, or before it).
+const WAIT_FOR_STORE: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// [`Shared::agree`], tried again every second while the store cannot be
+/// reached, for at most [`WAIT_FOR_STORE`]: the start waits for etcd
+/// rather than failing (nothing can be served without the site's key).
+fn agree_waiting(shared: &dyn Shared, name: &str, offer: &[u8]) -> io::Result<Vec<u8>> {
+    let end = std::time::Instant::now() + WAIT_FOR_STORE;
+    loop {
+        match shared.agree(name, offer) {
+            Ok(v) => return Ok(v),
+            Err(e) if e.kind() != io::ErrorKind::InvalidData && std::time::Instant::now() < end => {
+                tracing::warn!(error = %e, name, "the shared store cannot be reached yet: waiting (at most 60 s)");
+                std::thread::sleep(std::time::Duration::from_secs(1));
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
 /// Settles the secret stored in `files` (read with `read`, `None` when
 /// absent) against the shared value `name`; writes the agreed value with
 /// `write` when the files were absent. `make` makes a new one.
@@ -71,7 +92,7 @@ pub(crate) fn agree(
         Some(v) => v.clone(),
         None => make()?,
     };
-    let agreed = shared.agree(name, &offer)?;
+    let agreed = agree_waiting(shared, name, &offer)?;
     match local {
         Some(v) if v == agreed => Ok(()),
         Some(_) => Err(io::Error::new(

@@ -16,7 +16,14 @@ static NEXT: AtomicU32 = AtomicU32::new(0);
 /// A port free for both TCP and UDP on 127.0.0.1 right now, not returned
 /// before by this process.
 pub fn free_port() -> u16 {
-    let start = std::process::id().wrapping_mul(7919) % SPAN;
+    // A test binary may hold several copies of this file (one per crate
+    // that includes it), each with its own counter: the static's address
+    // sets each copy apart, so they do not walk the same ports.
+    let copy = (&NEXT as *const AtomicU32 as usize / 64) as u32;
+    let start = std::process::id()
+        .wrapping_mul(7919)
+        .wrapping_add(copy.wrapping_mul(2654435761))
+        % SPAN;
     for _ in 0..SPAN {
         let n = NEXT.fetch_add(1, Ordering::Relaxed);
         let port = (LOW + (start + n) % SPAN) as u16;
