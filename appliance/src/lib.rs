@@ -25,7 +25,7 @@ pub fn boot_config(site: site::Site) -> bootd::Config {
     let mut c = bootd::Config::new(site);
     if let site::Store::Etcd(e) = &store {
         c.shared = Some(Arc::new(shared::EtcdShared::new(
-            controller::store::etcd_config(e),
+            etcd::Config::from_site(e),
             e.lease_ttl,
         )));
     }

@@ -233,9 +233,8 @@ impl bootd::shared::Shared for EtcdShared {
         let ttl = self.lease_ttl;
         // Elected or not (the campaign), and whether etcd answers (a read
         // every second): the role is their product.
-        let (elected_tx, mut elected) = tokio::sync::watch::channel(false);
+        let mut elected = etcd.elect("dhcp", ttl, stop.clone());
         let (up_tx, mut up) = tokio::sync::watch::channel(true);
-        tokio::spawn(campaign(etcd.clone(), ttl, elected_tx, stop.clone()));
         tokio::spawn(probe(etcd, up_tx, stop.clone()));
         tokio::spawn(async move {
             loop {
@@ -253,44 +252,6 @@ impl bootd::shared::Shared for EtcdShared {
             }
         });
         rx
-    }
-}
-
-/// Campaigns for `election/dhcp`; `elected` while this appliance holds it.
-async fn campaign(
-    etcd: etcd::Etcd,
-    ttl: Duration,
-    elected: tokio::sync::watch::Sender<bool>,
-    stop: CancellationToken,
-) {
-    let me = etcd::identity();
-    loop {
-        match etcd.campaign("dhcp", &me, ttl, &stop).await {
-            Ok(Some(l)) => {
-                tracing::info!(appliance = %me, "elected DHCP server");
-                let _ = elected.send(true);
-                let lost = l.lost();
-                tokio::select! {
-                    _ = lost.cancelled() => {
-                        tracing::warn!(appliance = %me, "DHCP leadership lost");
-                        let _ = elected.send(false);
-                    }
-                    _ = stop.cancelled() => {
-                        let _ = elected.send(false);
-                        l.resign().await;
-                        return;
-                    }
-                }
-            }
-            Ok(None) => return,
-            Err(e) => {
-                tracing::warn!(error = %e, "DHCP election: etcd unreachable; campaigning again in 1 s");
-                tokio::select! {
-                    _ = tokio::time::sleep(Duration::from_secs(1)) => {}
-                    _ = stop.cancelled() => return,
-                }
-            }
-        }
     }
 }
 

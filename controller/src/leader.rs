@@ -30,38 +30,23 @@ fn lease_ttl(ctl: &Controller) -> Duration {
     }
 }
 
-/// Campaigns, leads while elected, campaigns again after a lapse; resigns
-/// on shutdown so the next appliance takes over at once.
+/// Runs the loops here while this appliance holds the election (etcd
+/// resigns it on shutdown, so the next appliance takes over at once).
 pub(crate) async fn lead(ctl: Arc<Controller>, etcd: Etcd) {
     let me = identity();
+    let mut held = etcd.elect(ELECTION, lease_ttl(&ctl), ctl.shutdown.clone());
     loop {
-        let ttl = lease_ttl(&ctl);
-        match etcd.campaign(ELECTION, &me, ttl, &ctl.shutdown).await {
-            Ok(Some(leadership)) => {
-                info!(appliance = %me, "controller leadership taken: the reconcile loops run here");
-                ctl.begin_term();
-                let lost = leadership.lost();
-                tokio::select! {
-                    _ = lost.cancelled() => {
-                        warn!(appliance = %me, "controller leadership lost: the reconcile loops stop here");
-                        ctl.end_term();
-                    }
-                    _ = ctl.shutdown.cancelled() => {
-                        ctl.end_term();
-                        leadership.resign().await;
-                        info!(appliance = %me, "controller leadership resigned");
-                        return;
-                    }
-                }
-            }
-            Ok(None) => return,
-            Err(e) => {
-                warn!(error = %e, "controller election: etcd unreachable; campaigning again in 2 s");
-                tokio::select! {
-                    _ = tokio::time::sleep(Duration::from_secs(2)) => {}
-                    _ = ctl.shutdown.cancelled() => return,
-                }
-            }
+        let now = *held.borrow_and_update();
+        if now && ctl.acting().is_none() {
+            info!(appliance = %me, "controller leadership taken: the reconcile loops run here");
+            ctl.begin_term();
+        } else if !now && ctl.acting().is_some() {
+            warn!(appliance = %me, "controller leadership lost: the reconcile loops stop here");
+            ctl.end_term();
+        }
+        if held.changed().await.is_err() {
+            ctl.end_term();
+            return;
         }
     }
 }

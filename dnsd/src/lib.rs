@@ -230,16 +230,7 @@ pub fn load_site(site: &site::Site, prev: Option<&Catalog>) -> Result<Loaded, Er
                 dns,
                 watched: site.watched_files(),
                 shared: match &site.host.store {
-                    site::Store::Etcd(e) => Some(etcd::Config {
-                        endpoints: e.endpoints.clone(),
-                        prefix: e.prefix.clone(),
-                        timeout: e.timeout,
-                        tls: e.tls.as_ref().map(|t| etcd::Tls {
-                            ca: t.ca.clone(),
-                            cert: t.cert.clone(),
-                            key: t.key.clone(),
-                        }),
-                    }),
+                    site::Store::Etcd(e) => Some(etcd::Config::from_site(e)),
                     site::Store::Sqlite => None,
                 },
             })

@@ -11,6 +11,7 @@
 use crate::{Error, Etcd};
 use etcd_client::{LeaderKey, ResignOptions};
 use std::time::{Duration, Instant};
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 /// Who this process is, as a candidate: its host name and PID.
@@ -127,6 +128,54 @@ impl Etcd {
                 }
             }
         }
+    }
+
+    /// Holds `name` whenever it can, until `stop`: campaigns, keeps it
+    /// while the lease lives, campaigns again after a lapse (every second
+    /// while etcd cannot be reached), and resigns on `stop` so the next
+    /// candidate is elected at once. The receiver says whether this
+    /// process holds it now.
+    pub fn elect(
+        &self,
+        name: &str,
+        ttl: Duration,
+        stop: CancellationToken,
+    ) -> watch::Receiver<bool> {
+        let (tx, rx) = watch::channel(false);
+        let (etcd, name) = (self.clone(), name.to_string());
+        self.spawn(async move {
+            let me = identity();
+            loop {
+                match etcd.campaign(&name, &me, ttl, &stop).await {
+                    Ok(Some(held)) => {
+                        tracing::info!(election = %name, appliance = %me, "elected");
+                        let _ = tx.send(true);
+                        let lost = held.lost();
+                        tokio::select! {
+                            _ = lost.cancelled() => {
+                                tracing::warn!(election = %name, appliance = %me, "leadership lost");
+                                let _ = tx.send(false);
+                            }
+                            _ = stop.cancelled() => {
+                                let _ = tx.send(false);
+                                held.resign().await;
+                                tracing::info!(election = %name, appliance = %me, "leadership resigned");
+                                return;
+                            }
+                        }
+                    }
+                    Ok(None) => return,
+                    Err(e) => {
+                        tracing::warn!(election = %name, error = %e, "election: etcd unreachable; campaigning again in 1 s");
+                        tokio::select! {
+                            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                            _ = stop.cancelled() => return,
+                        }
+                    }
+                }
+            }
+        });
+        rx
     }
 
     /// The value of `name`'s current leader, if any.

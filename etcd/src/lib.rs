@@ -42,6 +42,22 @@ pub struct Config {
     pub timeout: Duration,
 }
 
+impl Config {
+    /// The site's `host.store.etcd`.
+    pub fn from_site(e: &site::EtcdStore) -> Config {
+        Config {
+            endpoints: e.endpoints.clone(),
+            prefix: e.prefix.clone(),
+            timeout: e.timeout,
+            tls: e.tls.as_ref().map(|t| Tls {
+                ca: t.ca.clone(),
+                cert: t.cert.clone(),
+                key: t.key.clone(),
+            }),
+        }
+    }
+}
+
 /// TLS to etcd: the CA that signed the members' certificates, and the
 /// client certificate etcd's `--client-cert-auth` asks for.
 #[derive(Debug, Clone, PartialEq)]

@@ -231,7 +231,7 @@ impl Store {
         match choice {
             site::Store::Sqlite => Self::sqlite(state_dir),
             site::Store::Etcd(e) => {
-                let etcd = ::etcd::Etcd::connect(&etcd_config(e))?;
+                let etcd = ::etcd::Etcd::connect(&::etcd::Config::from_site(e))?;
                 Ok(Store(Box::new(etcd::Etcd::new(etcd))))
             }
         }
@@ -243,19 +243,5 @@ impl Store {
 
     pub fn with(backend: impl Backend + 'static) -> Store {
         Store(Box::new(backend))
-    }
-}
-
-/// The etcd client's settings from the site's.
-pub fn etcd_config(e: &site::EtcdStore) -> ::etcd::Config {
-    ::etcd::Config {
-        endpoints: e.endpoints.clone(),
-        prefix: e.prefix.clone(),
-        timeout: e.timeout,
-        tls: e.tls.as_ref().map(|t| ::etcd::Tls {
-            ca: t.ca.clone(),
-            cert: t.cert.clone(),
-            key: t.key.clone(),
-        }),
     }
 }

@@ -108,26 +108,16 @@ fn etcd(cx: &mut Cx, w: &wire::Etcd) -> Option<EtcdStore> {
             }
         },
     };
-    let lease_ttl = match w.lease_ttl.as_deref() {
-        None => Duration::from_secs(10),
-        Some(t) => match duration(t) {
-            Some(d)
-                if d >= Duration::from_secs(2)
-                    && d <= Duration::from_secs(120)
-                    && d.subsec_nanos() == 0 =>
-            {
-                d
-            }
-            _ => {
-                cx.err(
-                    format!("{k}.leaseTtl"),
-                    format!("{t:?}: whole seconds from 2s to 120s (etcd leases count seconds)"),
-                );
-                ok = false;
-                Duration::ZERO
-            }
-        },
-    };
+    let lease_ttl = whole_seconds(
+        cx,
+        &format!("{k}.leaseTtl"),
+        w.lease_ttl.as_deref(),
+        10,
+        2..=120,
+        " (etcd leases count seconds)",
+    );
+    ok &= lease_ttl.is_some();
+    let lease_ttl = lease_ttl.unwrap_or_default();
     let tls = match &w.tls {
         None if https => {
             cx.err(
@@ -203,5 +193,34 @@ fn endpoint(e: &str) -> Result<&'static str, &'static str> {
     match port.parse::<u16>() {
         Ok(p) if p > 0 => Ok(scheme),
         _ => Err("no port (etcd listens on 2379)"),
+    }
+}
+
+/// A duration in whole seconds within `range` (`default` when absent);
+/// `None` (said, with `why` appended) when it is not one.
+pub(super) fn whole_seconds(
+    cx: &mut Cx,
+    key: &str,
+    text: Option<&str>,
+    default: u64,
+    range: std::ops::RangeInclusive<u64>,
+    why: &str,
+) -> Option<Duration> {
+    let Some(t) = text else {
+        return Some(Duration::from_secs(default));
+    };
+    match duration(t) {
+        Some(d) if d.subsec_nanos() == 0 && range.contains(&d.as_secs()) => Some(d),
+        _ => {
+            cx.err(
+                key,
+                format!(
+                    "{t:?}: whole seconds from {}s to {}s{why}",
+                    range.start(),
+                    range.end()
+                ),
+            );
+            None
+        }
     }
 }

@@ -72,26 +72,16 @@ fn vrrp(cx: &mut Cx, w: &wire::Vrrp, vips: [IpAddr; 2], networks: &[Network]) ->
         );
         ok = false;
     }
-    let advert_interval = match w.advert_interval.as_deref() {
-        None => Duration::from_secs(1),
-        Some(t) => match duration(t) {
-            Some(d)
-                if d >= Duration::from_secs(1)
-                    && d <= Duration::from_secs(255)
-                    && d.subsec_nanos() == 0 =>
-            {
-                d
-            }
-            _ => {
-                cx.err(
-                    format!("{k}.advertInterval"),
-                    format!("{t:?}: whole seconds from 1s to 255s"),
-                );
-                ok = false;
-                Duration::ZERO
-            }
-        },
-    };
+    let advert_interval = super::store::whole_seconds(
+        cx,
+        &format!("{k}.advertInterval"),
+        w.advert_interval.as_deref(),
+        1,
+        1..=255,
+        "",
+    );
+    ok &= advert_interval.is_some();
+    let advert_interval = advert_interval.unwrap_or_default();
     let mut prefix = [0u8; 2];
     for (i, (name, ip)) in [("api", vips[0]), ("ingress", vips[1])]
         .into_iter()
