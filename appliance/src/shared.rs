@@ -191,7 +191,16 @@ impl bootd::shared::Shared for EtcdShared {
                 _ => None,
             });
             let (other, other_rev) = match current {
-                Some((bytes, rev)) => (serde_json::from_slice::<Lease>(&bytes).ok(), rev),
+                // A record bootd did not write is not overwritten: said.
+                Some((bytes, rev)) => (
+                    Some(serde_json::from_slice::<Lease>(&bytes).map_err(|e| {
+                        io::Error::new(
+                            io::ErrorKind::InvalidData,
+                            format!("{key}: not a lease record bootd writes ({e}): restore it, or delete it"),
+                        )
+                    })?),
+                    rev,
+                ),
                 None => (None, 0),
             };
             let now = runtime::clock::unix_secs();

@@ -290,3 +290,33 @@ async fn an_appliance_started_before_etcd_waits_for_it() {
     assert!(!ip.is_unspecified());
     drop(etcd);
 }
+
+/// A lease record in etcd that bootd did not write is never overwritten:
+/// the commit fails naming the key (the ACK is withheld).
+#[test]
+fn a_foreign_lease_record_is_refused_not_overwritten() {
+    use bootd::shared::Shared;
+    let server = etcd::testing::Server::start();
+    let config = server.config("/foreign/");
+    let raw = etcd::Etcd::connect(&config).unwrap();
+    raw.put("dhcp/leases/10.77.0.100", b"not a lease".to_vec())
+        .unwrap();
+    let shared = appliance::shared::EtcdShared::new(config, Duration::from_secs(10));
+    let lease = bootd::shared::Lease {
+        mac: "02:00:00:00:00:01".into(),
+        ip: Ipv4Addr::new(10, 77, 0, 100),
+        expires: runtime::clock::unix_secs() + 3600,
+        hostname: None,
+        state: Default::default(),
+    };
+    let e = shared.commit_lease(&lease).unwrap_err();
+    assert_eq!(e.kind(), std::io::ErrorKind::InvalidData, "{e}");
+    assert!(
+        e.to_string().contains("/foreign/dhcp/leases/10.77.0.100"),
+        "{e}"
+    );
+    assert_eq!(
+        raw.get("dhcp/leases/10.77.0.100").unwrap().unwrap().value,
+        b"not a lease"
+    );
+}
