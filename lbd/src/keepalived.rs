@@ -8,6 +8,10 @@
 //! never stays on an appliance whose lbd has none. lbd binds the VIPs
 //! with IP_FREEBIND, so it serves a VIP from the moment it arrives.
 //!
+//! With `vips.boot`, the boot service address (where nodes fetch scripts,
+//! images and Ignition) is a third instance, whose check asks bootd's
+//! own health (`bootd ready`): it stays where bootd serves.
+//!
 //! The same text on every appliance: derived from the site like the rest.
 
 use site::Site;
@@ -15,10 +19,18 @@ use std::fmt::Write;
 use std::net::IpAddr;
 use std::path::Path;
 
-/// The configuration text; `lbd_bin` as the track script runs it on the
-/// appliance (it asks lbd's admin listener, `lb.adminListen`, and reads
-/// no file). `Err` when the site has no `vips.vrrp` or no admin listener.
-pub fn render(site: &Site, lbd_bin: &Path) -> Result<String, String> {
+/// Where the track scripts' programs are installed on the appliances.
+pub struct Programs<'a> {
+    /// `lbd ready --vip` asks lbd's admin listener (`lb.adminListen`).
+    pub lbd: &'a Path,
+    /// `bootd ready --http` asks bootd's `/healthz` (for `vips.boot`).
+    pub bootd: &'a Path,
+}
+
+/// The configuration text. Neither check reads a file. `Err` when the
+/// site has no `vips.vrrp` or no lbd admin listener.
+pub fn render(site: &Site, bin: &Programs) -> Result<String, String> {
+    let lbd_bin = bin.lbd;
     let v = site.vips.vrrp.as_ref().ok_or_else(|| {
         format!(
             "{}: vips.vrrp is not set: nothing for keepalived to move",
@@ -29,14 +41,39 @@ pub fn render(site: &Site, lbd_bin: &Path) -> Result<String, String> {
         .lb
         .admin_listen
         .ok_or_else(|| "lb.adminListen is off: keepalived's check asks lbd there".to_string())?;
-    let mut instances: Vec<(&str, IpAddr, u8, u8)> =
-        vec![("api", site.vips.api, v.api_router_id, v.api_prefix)];
+    let lbd_check =
+        |vip: IpAddr| format!("{} ready --vip {vip} --admin {admin}", lbd_bin.display());
+    let mut instances: Vec<(&str, IpAddr, u8, u8, String)> = vec![(
+        "api",
+        site.vips.api,
+        v.api_router_id,
+        v.api_prefix,
+        lbd_check(site.vips.api),
+    )];
     if site.vips.ingress != site.vips.api {
         instances.push((
             "ingress",
             site.vips.ingress,
             v.ingress_router_id,
             v.ingress_prefix,
+            lbd_check(site.vips.ingress),
+        ));
+    }
+    if let Some(boot) = site.vips.boot {
+        // bootd's HTTP listener as seen from the appliance itself.
+        let mut http = site.host.http.listen;
+        if http.ip().is_unspecified() {
+            http.set_ip(match http {
+                std::net::SocketAddr::V4(_) => IpAddr::from([127, 0, 0, 1]),
+                std::net::SocketAddr::V6(_) => IpAddr::from(std::net::Ipv6Addr::LOCALHOST),
+            });
+        }
+        instances.push((
+            "boot",
+            boot,
+            v.boot_router_id,
+            v.boot_prefix,
+            format!("{} ready --http {http}", bin.bootd.display()),
         ));
     }
     let mut out = String::new();
@@ -52,15 +89,14 @@ pub fn render(site: &Site, lbd_bin: &Path) -> Result<String, String> {
         "global_defs {{\n    router_id bootd_{cluster}\n    enable_script_security\n    script_user nobody\n}}\n"
     );
     let interval = v.advert_interval.as_secs();
-    for (name, vip, id, prefix) in &instances {
+    for (name, vip, id, prefix, check) in &instances {
         let _ = writeln!(
             out,
-            "vrrp_script lbd_{name} {{\n    script \"{} ready --vip {vip} --admin {admin}\"\n    interval {interval}\n    timeout {interval}\n    fall 2\n    rise 2\n}}\n",
-            lbd_bin.display(),
+            "vrrp_script check_{name} {{\n    script \"{check}\"\n    interval {interval}\n    timeout {interval}\n    fall 2\n    rise 2\n}}\n",
         );
         let _ = writeln!(
             out,
-            "vrrp_instance {cluster}_{name} {{\n    state BACKUP\n    nopreempt\n    interface {iface}\n    virtual_router_id {id}\n    priority 100\n    advert_int {interval}\n    virtual_ipaddress {{\n        {vip}/{prefix} dev {iface}\n    }}\n    track_script {{\n        lbd_{name}\n    }}\n}}\n",
+            "vrrp_instance {cluster}_{name} {{\n    state BACKUP\n    nopreempt\n    interface {iface}\n    virtual_router_id {id}\n    priority 100\n    advert_int {interval}\n    virtual_ipaddress {{\n        {vip}/{prefix} dev {iface}\n    }}\n    track_script {{\n        check_{name}\n    }}\n}}\n",
             iface = v.interface,
         );
     }

@@ -241,6 +241,10 @@ pub struct Network {
 pub struct Vips {
     pub api: IpAddr,
     pub ingress: IpAddr,
+    /// The boot service address (`vips.boot`): where nodes fetch scripts,
+    /// images and Ignition when several appliances serve the site; the
+    /// host of `host.http.url` (and `https.url`), moved by keepalived.
+    pub boot: Option<IpAddr>,
     /// keepalived moves the VIPs between appliances (`vips.vrrp`).
     pub vrrp: Option<Vrrp>,
 }
@@ -254,11 +258,15 @@ pub struct Vrrp {
     /// instance, api's, when both VIPs are the same address).
     pub api_router_id: u8,
     pub ingress_router_id: u8,
+    /// The boot address's router id (used when `vips.boot` is set).
+    pub boot_router_id: u8,
     /// VRRP advertisement interval (whole seconds, 1-255).
     pub advert_interval: std::time::Duration,
     /// Prefix lengths of the api and ingress VIPs: their site network's.
     pub api_prefix: u8,
     pub ingress_prefix: u8,
+    /// The boot address's prefix length (0 when `vips.boot` is not set).
+    pub boot_prefix: u8,
 }
 
 #[derive(Debug, Clone)]

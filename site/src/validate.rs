@@ -193,7 +193,7 @@ fn validate(w: wire::SiteFile, cx: &mut Cx) -> Option<Site> {
     }
     let host = host(cx, &w.host);
     let networks = networks(cx, &w.networks, ic.as_ref());
-    let vips = vips(cx, w.vips.as_ref(), &networks);
+    let vips = vips(cx, w.vips.as_ref(), &networks, host.as_ref());
     let (images, broken_images) = images(cx, w.images.as_ref());
     let mut nodes = Vec::new();
     let overlay_path = controller::overlay_path(cx, &w.host);

@@ -197,6 +197,7 @@ pub struct Pool {
 pub struct Vips {
     pub api: Option<String>,
     pub ingress: Option<String>,
+    pub boot: Option<String>,
     pub vrrp: Option<Vrrp>,
 }
 
@@ -213,6 +214,7 @@ pub struct Vrrp {
 pub struct VrrpIds {
     pub api: Option<u8>,
     pub ingress: Option<u8>,
+    pub boot: Option<u8>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -54,3 +54,37 @@ fn every_problem_at_once() {
         "{e}"
     );
 }
+
+/// `vips.boot`: the address nodes fetch from, moved like the VIPs; it
+/// must be what the URLs name, and bootd must listen on the wildcard.
+#[test]
+fn the_boot_address() {
+    let s = with("vips:\n  api: 10.77.0.2\n  ingress: 10.77.0.3\n  boot: 10.77.0.1\n  vrrp: { interface: br0 }\n")
+        .unwrap();
+    let v = s.vips.vrrp.unwrap();
+    assert_eq!(s.vips.boot, Some("10.77.0.1".parse().unwrap()));
+    assert_eq!((v.boot_router_id, v.boot_prefix), (53, 24));
+    // Everything wrong at once.
+    let (_d, path) = lab(|t| {
+        t.replace("vips:\n  api: 10.77.0.1\n  ingress: 10.77.0.1\n", "vips:\n  api: 10.77.0.2\n  ingress: 10.77.0.2\n  boot: 10.77.0.2\n  vrrp: { interface: br0, routerIds: { api: 9, boot: 9 } }\n")
+            .replace("url: http://10.77.0.1:8080", "url: http://10.77.0.9:8080")
+            .replace("listen: 0.0.0.0:69", "listen: 10.77.0.1:69")
+    });
+    let e = site::load(&path).unwrap_err().to_string();
+    for want in [
+        "vips.boot: 10.77.0.2 is also vips.api: the boot address needs an address of its own",
+        "host.http.url: \"http://10.77.0.9:8080\" names 10.77.0.9, not vips.boot 10.77.0.2",
+        "host.https.url: \"https://10.77.0.1:8443\" names 10.77.0.1, not vips.boot 10.77.0.2",
+        "host.tftp.listen: 10.77.0.1:69: with vips.boot, listen on 0.0.0.0 (port 69)",
+    ] {
+        assert!(e.contains(want), "missing {want:?} in:\n{e}");
+    }
+    let e = with("vips:\n  api: 10.77.0.2\n  ingress: 10.77.0.3\n  boot: 10.77.0.1\n  vrrp: { interface: br0, routerIds: { ingress: 53 } }\n").unwrap_err();
+    assert!(
+        e.contains("vips.vrrp.routerIds: ingress and boot both 53: two VIPs need two router ids"),
+        "{e}"
+    );
+    // Without vrrp (one appliance) the boot address may be any site address.
+    let s = with("vips:\n  api: 10.77.0.1\n  ingress: 10.77.0.1\n  boot: 10.77.0.1\n").unwrap();
+    assert!(s.vips.vrrp.is_none());
+}

@@ -55,6 +55,17 @@ enum Cmd {
         /// Where lbd is installed on the appliances (keepalived's check runs it).
         #[arg(long, default_value = "/usr/local/bin/lbd")]
         lbd: PathBuf,
+        /// Where bootd is installed on the appliances (the boot address's check).
+        #[arg(long, default_value = "/usr/local/bin/bootd")]
+        bootd: PathBuf,
+    },
+    /// keepalived's check for the boot address (`vips.boot`): exits 0 when
+    /// bootd answers 200 on /healthz at ADDR, 1 when it answers otherwise,
+    /// 2 when nothing answers within a second. Reads no file.
+    Ready {
+        /// bootd's HTTP listener, as seen from this host.
+        #[arg(long, value_name = "ADDR")]
+        http: std::net::SocketAddr,
     },
     /// Stop serving a node's Ignition, metadata and userdata (e.g. the
     /// bootstrap node's once the cluster is up). A running bootd picks it
@@ -123,6 +134,13 @@ fn main() -> Result<()> {
     if let Some(path) = &cli.check_config {
         return check_config(path);
     }
+    if let Some(Cmd::Ready { http }) = cli.cmd {
+        // Before the site is read: keepalived runs this as `nobody` every
+        // second.
+        let (code, why) = ready(http);
+        eprintln!("{why}");
+        std::process::exit(code);
+    }
     let site = site::load(&cli.site).map_err(|e| anyhow::anyhow!("{e}"))?;
     let mut config = appliance::boot_config(site);
     config.state_dir = cli.state_dir.clone();
@@ -149,14 +167,20 @@ fn main() -> Result<()> {
         Cmd::Render {
             what: What::Keepalived,
             lbd,
+            bootd,
             ..
         } => {
+            let bin = lbd::keepalived::Programs {
+                lbd: &lbd,
+                bootd: &bootd,
+            };
             print!(
                 "{}",
-                lbd::keepalived::render(&config.site, &lbd).map_err(anyhow::Error::msg)?
+                lbd::keepalived::render(&config.site, &bin).map_err(anyhow::Error::msg)?
             );
             Ok(())
         }
+        Cmd::Ready { .. } => unreachable!("answered before the site is read"),
         Cmd::Render { what, node, .. } => render(
             &config,
             what,
@@ -180,6 +204,30 @@ fn main() -> Result<()> {
         Cmd::Cluster { conn, cmd } => api_client(&config, &conn, |c| {
             Box::pin(async move { controller::client::cluster(&c, cmd).await })
         }),
+    }
+}
+
+/// `bootd ready`: one GET /healthz, a second at most; (exit code, why).
+fn ready(addr: std::net::SocketAddr) -> (i32, String) {
+    use std::io::{Read, Write};
+    let limit = std::time::Duration::from_secs(1);
+    let mut s = match std::net::TcpStream::connect_timeout(&addr, limit) {
+        Ok(s) => s,
+        Err(e) => return (2, format!("bootd at {addr} does not answer: {e}")),
+    };
+    let _ = s.set_read_timeout(Some(limit));
+    let _ = s.set_write_timeout(Some(limit));
+    let req = format!("GET /healthz HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    let mut head = [0u8; 64];
+    let n = match s.write_all(req.as_bytes()).and_then(|_| s.read(&mut head)) {
+        Ok(n) => n,
+        Err(e) => return (2, format!("bootd at {addr} does not answer: {e}")),
+    };
+    let line = String::from_utf8_lossy(&head[..n]);
+    let line = line.lines().next().unwrap_or("");
+    match line.split(' ').nth(1) {
+        Some("200") => (0, format!("bootd at {addr} is healthy")),
+        _ => (1, format!("bootd at {addr} answered {line:?} on /healthz")),
     }
 }
 

@@ -95,8 +95,8 @@ fn status_json_shape() {
 }
 
 /// keepalived's configuration for the OpenShift example with `vips.vrrp`
-/// (two VIPs, two instances), and the real keepalived accepts it
-/// (`keepalived --config-test`).
+/// and `vips.boot` (three VIPs, three instances: lbd's check for api and
+/// ingress, bootd's for the boot address), and the real keepalived runs it.
 #[test]
 fn keepalived_configuration_for_the_vips() {
     let dir = tempfile::tempdir().unwrap();
@@ -112,24 +112,43 @@ fn keepalived_configuration_for_the_vips() {
         .unwrap()
         .replace(
             "  ingress: 192.168.111.6            # and here for 80 and 443\n",
-            "  ingress: 192.168.111.6            # and here for 80 and 443\n  vrrp: { interface: ens3, routerIds: { api: 61, ingress: 62 } }\n",
-        );
+            "  ingress: 192.168.111.6            # and here for 80 and 443\n  boot: 192.168.111.7\n  vrrp: { interface: ens3, routerIds: { api: 61, ingress: 62, boot: 63 } }\n",
+        )
+        .replace("url: http://192.168.111.1:8080", "url: http://192.168.111.7:8080")
+        .replace("url: https://192.168.111.1:8443", "url: https://192.168.111.7:8443")
+        .replace("listen: 192.168.111.1:", "listen: 0.0.0.0:");
     assert!(text.contains("vrrp:"));
     std::fs::write(dir.path().join("site.yaml"), text).unwrap();
     let site = site::load(&dir.path().join("site.yaml")).unwrap_or_else(|e| panic!("{e}"));
-    let conf = lbd::keepalived::render(&site, Path::new("/usr/local/bin/lbd")).unwrap();
+    let installed = lbd::keepalived::Programs {
+        lbd: Path::new("/usr/local/bin/lbd"),
+        bootd: Path::new("/usr/local/bin/bootd"),
+    };
+    let conf = lbd::keepalived::render(&site, &installed).unwrap();
     // The site's path is a temporary directory's: pinned without it.
     let pinned = conf.replace(&dir.path().display().to_string(), "<site dir>");
     golden("keepalived.conf", &pinned);
     // Run by the real keepalived, in a network namespace of its own with
     // an ens3 (a veth, with an address in the VIPs' network), the check
     // pointing at this build's lbd: it starts, keeps both instances and
-    // both track scripts (a script it cannot run as `nobody` it would
-    // remove, saying so), and runs them (lbd is not running: status 2).
+    // every track script (a script it cannot run as `nobody` it would
+    // remove, saying so), and runs them (lbd is not running: status 2;
+    // bootd's check stands in for bootd, which is not built here: a
+    // program that exits 2 like `bootd ready` when nothing answers).
     // (`keepalived --config-test` cannot be used: 2.2.7 kills itself
     // checking scripts as another user.)
     let lbd = env!("CARGO_BIN_EXE_lbd");
-    let conf = lbd::keepalived::render(&site, Path::new(lbd)).unwrap();
+    // Beside lbd: keepalived refuses a script under a directory others
+    // can write (/tmp).
+    let bootd = Path::new(lbd).with_file_name("bootd-ready-stand-in");
+    std::fs::write(&bootd, "#!/bin/sh\nexit 2\n").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&bootd, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let here = lbd::keepalived::Programs {
+        lbd: Path::new(lbd),
+        bootd: &bootd,
+    };
+    let conf = lbd::keepalived::render(&site, &here).unwrap();
     let file = dir.path().join("keepalived.conf");
     std::fs::write(&file, &conf).unwrap();
     let ns = format!("kacheck-{}", std::process::id());
@@ -175,8 +194,9 @@ fn keepalived_configuration_for_the_vips() {
     let end = std::time::Instant::now() + std::time::Duration::from_secs(15);
     let text = loop {
         let t = std::fs::read_to_string(&log).unwrap_or_default();
-        if (t.contains("Script `lbd_api` now returning")
-            && t.contains("Script `lbd_ingress` now returning"))
+        if (t.contains("Script `check_api` now returning")
+            && t.contains("Script `check_ingress` now returning")
+            && t.contains("Script `check_boot` now returning"))
             || std::time::Instant::now() > end
         {
             break t;
@@ -191,7 +211,7 @@ fn keepalived_configuration_for_the_vips() {
     let _ = child.wait();
     ip(&["netns", "del", &ns]);
     assert!(text.contains("Startup complete"), "{text}");
-    for ran in ["lbd_api", "lbd_ingress"] {
+    for ran in ["check_api", "check_ingress", "check_boot"] {
         assert!(
             text.contains(&format!("Script `{ran}` now returning 2")),
             "{text}"
@@ -202,7 +222,7 @@ fn keepalived_configuration_for_the_vips() {
     }
     // Without vips.vrrp: said.
     let plain = site::load(&src.join("site.yaml")).unwrap();
-    let e = lbd::keepalived::render(&plain, Path::new("/usr/local/bin/lbd")).unwrap_err();
+    let e = lbd::keepalived::render(&plain, &installed).unwrap_err();
     assert!(e.contains("vips.vrrp is not set"), "{e}");
 }
 

@@ -3,7 +3,12 @@
 
 use super::*;
 
-pub(super) fn vips(cx: &mut Cx, w: Option<&wire::Vips>, networks: &[Network]) -> Option<Vips> {
+pub(super) fn vips(
+    cx: &mut Cx,
+    w: Option<&wire::Vips>,
+    networks: &[Network],
+    host: Option<&Host>,
+) -> Option<Vips> {
     let Some(w) = w else {
         cx.err(
             "vips",
@@ -20,18 +25,78 @@ pub(super) fn vips(cx: &mut Cx, w: Option<&wire::Vips>, networks: &[Network]) ->
     };
     let api = one("vips.api", &w.api);
     let ingress = one("vips.ingress", &w.ingress);
+    let boot = w
+        .boot
+        .as_ref()
+        .map(|s| parse_ip(cx, "vips.boot", s).ok_or(()));
     let (api, ingress) = (api?, ingress?);
+    let boot = boot.transpose().ok()?;
+    if let (Some(b), Some(h)) = (boot, host) {
+        boot_is_served(cx, b, h);
+    }
     let vrrp = w
         .vrrp
         .as_ref()
-        .map(|v| vrrp(cx, v, [api, ingress], networks));
+        .map(|v| vrrp(cx, v, [api, ingress], boot, networks));
     let vrrp = vrrp.map(|v| v.ok_or(())).transpose().ok()?; // given and wrong: said
-    Some(Vips { api, ingress, vrrp })
+    Some(Vips {
+        api,
+        ingress,
+        boot,
+        vrrp,
+    })
+}
+
+/// Nodes are told `host.http.url` (and `https.url`): with `vips.boot`
+/// set, an address in them must be the boot address, or nodes would be
+/// sent to an address keepalived does not move (a name is not checked: it
+/// resolves wherever DNS says). And bootd must listen on the wildcard
+/// address: the boot address arrives on an appliance while bootd runs.
+fn boot_is_served(cx: &mut Cx, boot: IpAddr, host: &Host) {
+    let listens = [
+        Some(("host.http.listen", host.http.listen)),
+        host.https.as_ref().map(|h| ("host.https.listen", h.listen)),
+        host.tftp.as_ref().map(|t| ("host.tftp.listen", t.listen)),
+    ];
+    for (key, addr) in listens.into_iter().flatten() {
+        if !addr.ip().is_unspecified() {
+            cx.err(
+                key,
+                format!(
+                    "{addr}: with vips.boot, listen on 0.0.0.0 (port {}): keepalived moves the boot address to an appliance while bootd runs",
+                    addr.port()
+                ),
+            );
+        }
+    }
+    let urls = [
+        Some(("host.http.url", &host.http)),
+        host.https.as_ref().map(|h| ("host.https.url", h)),
+    ];
+    for (key, l) in urls.into_iter().flatten() {
+        if let Ok(ip) = l.url_host().parse::<IpAddr>() {
+            if ip != boot {
+                cx.err(
+                    key,
+                    format!(
+                        "{:?} names {ip}, not vips.boot {boot}: nodes would fetch from an address keepalived does not move",
+                        l.url
+                    ),
+                );
+            }
+        }
+    }
 }
 
 /// `vips.vrrp`: the interface, router ids and advert interval; each VIP
 /// must be in a site network (its prefix length is that network's).
-fn vrrp(cx: &mut Cx, w: &wire::Vrrp, vips: [IpAddr; 2], networks: &[Network]) -> Option<Vrrp> {
+fn vrrp(
+    cx: &mut Cx,
+    w: &wire::Vrrp,
+    vips: [IpAddr; 2],
+    boot: Option<IpAddr>,
+    networks: &[Network],
+) -> Option<Vrrp> {
     let k = "vips.vrrp";
     let mut ok = true;
     let interface = match w.interface.as_deref() {
@@ -56,7 +121,8 @@ fn vrrp(cx: &mut Cx, w: &wire::Vrrp, vips: [IpAddr; 2], networks: &[Network]) ->
     let ids = w.router_ids.as_ref();
     let api_id = ids.and_then(|i| i.api).unwrap_or(51);
     let ingress_id = ids.and_then(|i| i.ingress).unwrap_or(52);
-    for (name, id) in [("api", api_id), ("ingress", ingress_id)] {
+    let boot_id = ids.and_then(|i| i.boot).unwrap_or(53);
+    for (name, id) in [("api", api_id), ("ingress", ingress_id), ("boot", boot_id)] {
         if id == 0 {
             cx.err(
                 format!("{k}.routerIds.{name}"),
@@ -72,6 +138,25 @@ fn vrrp(cx: &mut Cx, w: &wire::Vrrp, vips: [IpAddr; 2], networks: &[Network]) ->
         );
         ok = false;
     }
+    if let Some(b) = boot {
+        for (name, ip, id) in [("api", vips[0], api_id), ("ingress", vips[1], ingress_id)] {
+            if b == ip {
+                cx.err(
+                    "vips.boot",
+                    format!(
+                        "{b} is also vips.{name}: the boot address needs an address of its own"
+                    ),
+                );
+                ok = false;
+            } else if id == boot_id {
+                cx.err(
+                    format!("{k}.routerIds"),
+                    format!("{name} and boot both {id}: two VIPs need two router ids"),
+                );
+                ok = false;
+            }
+        }
+    }
     let advert_interval = super::store::whole_seconds(
         cx,
         &format!("{k}.advertInterval"),
@@ -82,11 +167,14 @@ fn vrrp(cx: &mut Cx, w: &wire::Vrrp, vips: [IpAddr; 2], networks: &[Network]) ->
     );
     ok &= advert_interval.is_some();
     let advert_interval = advert_interval.unwrap_or_default();
-    let mut prefix = [0u8; 2];
-    for (i, (name, ip)) in [("api", vips[0]), ("ingress", vips[1])]
-        .into_iter()
-        .enumerate()
-    {
+    let mut prefix = [0u8; 3];
+    let all = [
+        ("api", Some(vips[0])),
+        ("ingress", Some(vips[1])),
+        ("boot", boot),
+    ];
+    for (i, (name, ip)) in all.into_iter().enumerate() {
+        let Some(ip) = ip else { continue };
         match networks.iter().find(|n| n.subnet.contains(&ip)) {
             Some(n) => prefix[i] = n.subnet.prefix_len(),
             None => {
@@ -103,7 +191,9 @@ fn vrrp(cx: &mut Cx, w: &wire::Vrrp, vips: [IpAddr; 2], networks: &[Network]) ->
         api_router_id: api_id,
         ingress_router_id: ingress_id,
         advert_interval,
+        boot_router_id: boot_id,
         api_prefix: prefix[0],
         ingress_prefix: prefix[1],
+        boot_prefix: prefix[2],
     })
 }
