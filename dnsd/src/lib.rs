@@ -115,8 +115,20 @@ pub struct Sockets {
     pub http: Option<tokio::net::TcpListener>,
 }
 
+/// IP_FREEBIND on a listener: an address this host does not have binds
+/// all the same and is served once it arrives. One site lists every
+/// appliance's DNS address (`dns.listen`); each serves those it has.
+fn freebind(s: &socket2::Socket, addr: SocketAddr) -> std::io::Result<()> {
+    if addr.is_ipv6() {
+        s.set_freebind_v6(true)
+    } else {
+        s.set_freebind_v4(true)
+    }
+}
+
 /// `n` UDP sockets on `addr` sharing it with SO_REUSEPORT (the kernel
-/// spreads clients over them). Port 0 picks one port for all.
+/// spreads clients over them). Port 0 picks one port for all. Bound with
+/// IP_FREEBIND.
 pub fn bind_udp(addr: SocketAddr, n: usize) -> std::io::Result<Vec<std::net::UdpSocket>> {
     use socket2::{Domain, Protocol, Socket, Type};
     let mut out: Vec<std::net::UdpSocket> = Vec::new();
@@ -129,6 +141,7 @@ pub fn bind_udp(addr: SocketAddr, n: usize) -> std::io::Result<Vec<std::net::Udp
         }
         // Room for bursts while a worker is busy (dnsperf keeps hundreds in flight).
         let _ = s.set_recv_buffer_size(4 << 20);
+        freebind(&s, addr)?;
         s.bind(&addr.into())?;
         let s: std::net::UdpSocket = s.into();
         addr = s.local_addr()?;
@@ -137,7 +150,7 @@ pub fn bind_udp(addr: SocketAddr, n: usize) -> std::io::Result<Vec<std::net::Udp
     Ok(out)
 }
 
-/// A TCP listener on `addr`.
+/// A TCP listener on `addr`, bound with IP_FREEBIND.
 pub fn bind_tcp(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
     use socket2::{Domain, Protocol, Socket, Type};
     let s = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
@@ -145,6 +158,7 @@ pub fn bind_tcp(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
     if addr.is_ipv6() {
         s.set_only_v6(true)?;
     }
+    freebind(&s, addr)?;
     s.bind(&addr.into())?;
     s.listen(1024)?;
     s.set_nonblocking(true)?;

@@ -197,7 +197,7 @@ impl Etcd {
 
 /// Renews `lease` every `ttl/3` until `lost`; cancels `lost` when etcd says
 /// the lease is gone or no renewal succeeded for `2/3 ttl`.
-async fn keep_alive(etcd: Etcd, lease: i64, ttl: Duration, lost: CancellationToken) {
+pub(crate) async fn keep_alive(etcd: Etcd, lease: i64, ttl: Duration, lost: CancellationToken) {
     let mut last_ok = Instant::now();
     let mut stream = None;
     loop {

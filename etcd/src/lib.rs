@@ -23,11 +23,13 @@ use std::time::Duration;
 pub use etcd_client::{Compare, CompareOp, TxnOp, TxnOpResponse};
 
 mod elect;
+mod members;
 #[cfg(feature = "testing")]
 pub mod testing;
 mod watch;
 
 pub use elect::{identity, Leadership};
+pub use members::Membership;
 pub use watch::Change;
 
 /// How to reach the cluster.

@@ -32,6 +32,30 @@ pub use validate::{load, load_with_overlay, loads, OVERLAY_FILE};
 use std::fmt;
 use std::path::PathBuf;
 
+static STATE_DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+
+/// A process's `--state-dir`: overrides `host.stateDir` in every site this
+/// process loads from now on, its reloads included, so the node overlay
+/// (`<stateDir>/nodes.yaml`) is read and written where the rest of its
+/// state is (several appliances run one site file, each with its own state
+/// directory). Made absolute against the current directory. Set once, before
+/// the first load; `Err` when it was already set to another directory.
+pub fn override_state_dir(dir: &std::path::Path) -> Result<(), String> {
+    let dir = std::path::absolute(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    match STATE_DIR.get() {
+        Some(d) if *d == dir => Ok(()),
+        Some(d) => Err(format!("the state directory is already {}", d.display())),
+        None => STATE_DIR
+            .set(dir)
+            .map_err(|d| format!("the state directory is already {}", d.display())),
+    }
+}
+
+/// The `--state-dir` override, if this process set one.
+pub(crate) fn state_dir_override() -> Option<&'static std::path::Path> {
+    STATE_DIR.get().map(PathBuf::as_path)
+}
+
 /// As [`load`], with `text` as the site file's content instead of what is
 /// at `path` (the files it names are still read, relative to `path`'s
 /// directory): the site's validation on text alone, for the fuzz target.

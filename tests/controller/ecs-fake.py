@@ -19,7 +19,8 @@ Start (tests/controller/ecs-fake-test.py shows it):
 
 SPECS_DIR defaults to the repository's ../shared/specs. The port file is
 written (atomically) once the socket is bound. Only 127.0.0.1 is accepted as
-the listen address. SIGTERM and SIGINT stop it cleanly (exit 0). The secret
+the listen address, unless --in-netns says the caller started the fake inside
+a network namespace of its own (then any IPv4 address of that namespace). SIGTERM and SIGINT stop it cleanly (exit 0). The secret
 and the security token are read from files (one trailing newline is dropped)
 and never printed; request logs elide UserData, Password and a v1
 SecurityToken parameter.
@@ -1544,6 +1545,8 @@ def main(argv=None):
     ap.add_argument("--secret-file", required=True)
     ap.add_argument("--security-token-file")
     ap.add_argument("--listen", default="127.0.0.1:0", help="127.0.0.1:PORT (0: any free port)")
+    ap.add_argument("--in-netns", action="store_true",
+                    help="started inside a network namespace of the caller's own: --listen may name its addresses")
     ap.add_argument("--port-file", help="written with the bound port once listening")
     ap.add_argument("--start-after", type=float, default=1.0, help="seconds Pending/Starting lasts")
     ap.add_argument("--stop-after", type=float, default=0.5, help="seconds Stopping lasts")
@@ -1556,8 +1559,10 @@ def main(argv=None):
     opts = ap.parse_args(argv)
 
     host, sep, port = opts.listen.rpartition(":")
-    if not sep or host != "127.0.0.1" or not port.isdigit():
-        print(f"ecs-fake: --listen must be 127.0.0.1:PORT, not {opts.listen!r}", file=sys.stderr)
+    local = host == "127.0.0.1" or (opts.in_netns and re.fullmatch(r"\d+\.\d+\.\d+\.\d+", host))
+    if not sep or not local or not port.isdigit():
+        print(f"ecs-fake: --listen must be 127.0.0.1:PORT (or, with --in-netns, an address of the namespace), "
+              f"not {opts.listen!r}", file=sys.stderr)
         return 2
     creds = Credentials(opts.access_key_id, read_secret(opts.secret_file),
                         read_secret(opts.security_token_file) if opts.security_token_file else None)
@@ -1578,7 +1583,7 @@ def main(argv=None):
         with open(tmp, "w") as f:
             f.write(f"{bound}\n")
         os.replace(tmp, opts.port_file)
-    print(f"ecs-fake: listening on 127.0.0.1:{bound} ({len(spec.actions)} actions in the metadata, "
+    print(f"ecs-fake: listening on {host}:{bound} ({len(spec.actions)} actions in the metadata, "
           f"signature v3{' and v1' if opts.allow_v1 else ''})", file=sys.stderr, flush=True)
     server.serve_forever(poll_interval=0.5)
     with fake.lock:

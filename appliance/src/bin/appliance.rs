@@ -50,6 +50,10 @@ fn main() -> Result<()> {
     let _log_flush = runtime::logging::init();
     // Stage two of every daemon's config, before anything is bound: a bad
     // site is refused here with file, key and reason.
+    if let Some(d) = &cli.state_dir {
+        // Before any site is loaded: its overlay is read from there too.
+        site::override_state_dir(d).map_err(anyhow::Error::msg)?;
+    }
     let site = site::load(&cli.site).map_err(|e| anyhow::anyhow!("{e}"))?;
     let mut boot = appliance::boot_config(site);
     boot.state_dir = cli.state_dir.clone();

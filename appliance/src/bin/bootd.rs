@@ -141,6 +141,10 @@ fn main() -> Result<()> {
         eprintln!("{why}");
         std::process::exit(code);
     }
+    if let Some(d) = &cli.state_dir {
+        // Before any site is loaded: its overlay is read from there too.
+        site::override_state_dir(d).map_err(anyhow::Error::msg)?;
+    }
     let site = site::load(&cli.site).map_err(|e| anyhow::anyhow!("{e}"))?;
     let mut config = appliance::boot_config(site);
     config.state_dir = cli.state_dir.clone();

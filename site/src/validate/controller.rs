@@ -23,12 +23,19 @@ const DEFAULT_DEADLINE: Duration = Duration::from_secs(3600);
 const DEFAULT_POWER_OFF_TIMEOUT: Duration = Duration::from_secs(120);
 
 pub(super) fn overlay_path(cx: &Cx, host: &wire::Host) -> PathBuf {
-    let dir = host
-        .state_dir
+    state_dir(cx, host).join(OVERLAY_FILE)
+}
+
+/// `host.stateDir`, or the process's `--state-dir` when it set one
+/// ([`crate::override_state_dir`]).
+pub(super) fn state_dir(cx: &Cx, host: &wire::Host) -> PathBuf {
+    if let Some(d) = crate::state_dir_override() {
+        return d.to_path_buf();
+    }
+    host.state_dir
         .as_deref()
         .map(|p| cx.resolve(p))
-        .unwrap_or_else(|| PathBuf::from(DEFAULT_STATE_DIR));
-    dir.join(OVERLAY_FILE)
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_STATE_DIR))
 }
 
 /// The overlay's nodes as written; a missing file is an empty overlay.

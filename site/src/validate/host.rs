@@ -50,11 +50,7 @@ pub(super) fn listen(cx: &mut Cx, key: &str, w: &wire::Listen, scheme: &str) -> 
 }
 
 pub(super) fn host(cx: &mut Cx, w: &wire::Host) -> Option<Host> {
-    let state_dir = w
-        .state_dir
-        .as_deref()
-        .map(|p| cx.resolve(p))
-        .unwrap_or_else(|| PathBuf::from(DEFAULT_STATE_DIR));
+    let state_dir = super::controller::state_dir(cx, w);
     let http = match &w.http {
         Some(l) => listen(cx, "host.http", l, "http"),
         None => {
