@@ -22,11 +22,13 @@ use tokio_util::sync::CancellationToken;
 /// every `catalog:` set is in the cache and intact.
 pub fn boot_config(site: site::Site) -> bootd::Config {
     let store = site.host.store.clone();
+    let ha = site.host.dhcp.as_ref().map(|d| d.ha).unwrap_or_default();
     let mut c = bootd::Config::new(site);
     if let site::Store::Etcd(e) = &store {
         c.shared = Some(Arc::new(shared::EtcdShared::new(
             etcd::Config::from_site(e),
             e.lease_ttl,
+            ha,
         )));
     }
     c.check_images = Some(Arc::new(|s: &site::Site| {

@@ -36,7 +36,8 @@ pub fn migrate(site: &site::Site, state_dir: &Path, from: Side, to: Side) -> Res
     };
     std::fs::create_dir_all(state_dir)
         .with_context(|| format!("state directory {}", state_dir.display()))?;
-    let shared = EtcdShared::new(etcd::Config::from_site(e), e.lease_ttl);
+    let ha = site.host.dhcp.as_ref().map(|d| d.ha).unwrap_or_default();
+    let shared = EtcdShared::new(etcd::Config::from_site(e), e.lease_ttl, ha);
     // The secrets first: a conflict stops the migration before it copies.
     bootd::token::TokenKey::agree(&shared, state_dir).context("token key")?;
     bootd::tls::agree_ca(&shared, state_dir).context("site CA")?;

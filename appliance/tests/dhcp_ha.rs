@@ -28,11 +28,16 @@ struct Appliance {
 
 impl Appliance {
     fn start(etcd: &str, relay_port: u16) -> Appliance {
+        Appliance::start_with(etcd, relay_port, "hotStandby")
+    }
+
+    /// `ha`: host.dhcp.ha.
+    fn start_with(etcd: &str, relay_port: u16, ha: &str) -> Appliance {
         let dir = tempfile::tempdir().unwrap();
         let (dhcp, http, https) = (ports::free_port(), ports::free_port(), ports::free_port());
         let site = write_site(dir.path(), |t| {
             loopback_site(t)
-                .replace("    serverAddress: 10.77.0.1\n", &format!("    serverAddress: 10.77.0.1\n    listen: 127.0.0.1:{dhcp}\n"))
+                .replace("    serverAddress: 10.77.0.1\n", &format!("    serverAddress: 10.77.0.1\n    listen: 127.0.0.1:{dhcp}\n    ha: {ha}\n"))
                 .replace("    interface: br0                # the lab bridge; broadcasts elsewhere are never seen\n", "")
                 .replace("listen: 0.0.0.0:8080", &format!("listen: 127.0.0.1:{http}"))
                 .replace("listen: 0.0.0.0:8443", &format!("listen: 127.0.0.1:{https}"))
@@ -301,7 +306,11 @@ fn a_foreign_lease_record_is_refused_not_overwritten() {
     let raw = etcd::Etcd::connect(&config).unwrap();
     raw.put("dhcp/leases/10.77.0.100", b"not a lease".to_vec())
         .unwrap();
-    let shared = appliance::shared::EtcdShared::new(config, Duration::from_secs(10));
+    let shared = appliance::shared::EtcdShared::new(
+        config,
+        Duration::from_secs(10),
+        site::DhcpHa::HotStandby,
+    );
     let lease = bootd::shared::Lease {
         mac: "02:00:00:00:00:01".into(),
         ip: Ipv4Addr::new(10, 77, 0, 100),
@@ -318,5 +327,113 @@ fn a_foreign_lease_record_is_refused_not_overwritten() {
     assert_eq!(
         raw.get("dhcp/leases/10.77.0.100").unwrap().unwrap().value,
         b"not a lease"
+    );
+}
+
+/// `loadBalancing`: both appliances answer, each client by one of them
+/// (the other counts it as `peer`); killed, one appliance's clients are
+/// answered by the other with the addresses they had; no address twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn load_balancing_splits_the_clients_and_the_survivor_takes_them_all() {
+    let etcd = etcd::testing::Server::start();
+    let relay = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let rport = relay.local_addr().unwrap().port();
+    let mut apps = [
+        Appliance::start_with(&etcd.endpoint, rport, "loadBalancing"),
+        Appliance::start_with(&etcd.endpoint, rport, "loadBalancing"),
+    ];
+    let servers = [apps[0].dhcp, apps[1].dhcp];
+    // Both members of the group before the clients come.
+    let e = etcd::Etcd::connect(&etcd.config("/dhcp-ha/")).unwrap();
+    let end = Instant::now() + Duration::from_secs(20);
+    while e.list("members/dhcp/").unwrap().len() < 2 {
+        assert!(Instant::now() < end, "{}\n{}", apps[0].log(), apps[1].log());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let clients: Vec<[u8; 6]> = (0..16u8).map(|i| [0x02, 0x10, 0, 0, 0, i]).collect();
+    let mut first = Vec::new();
+    for c in &clients {
+        // dora fails on a second answer to any message.
+        first.push(dora_until(&relay, &servers, *c, 10).await);
+    }
+    let by = |p: u16| first.iter().filter(|(_, f)| *f == p).count();
+    assert!(
+        by(servers[0]) > 0 && by(servers[1]) > 0,
+        "both answer a share: {first:?}"
+    );
+    assert!(apps[0].counted("peer") >= 1.0 && apps[1].counted("peer") >= 1.0);
+    let mut ips: Vec<Ipv4Addr> = first.iter().map(|(ip, _)| *ip).collect();
+    ips.sort();
+    ips.dedup();
+    assert_eq!(ips.len(), clients.len(), "an address twice: {first:?}");
+    // The allocations start apart (member 1 of 2 at the pool's start,
+    // member 2 at its middle).
+    let log = apps[0].log() + &apps[1].log();
+    assert!(log.contains("of the DHCP group"), "{log}");
+
+    let t = Instant::now();
+    apps[0].kill9();
+    for (c, (ip, _)) in clients.iter().zip(&first) {
+        let (again, from) = dora_until(&relay, &[servers[1]], *c, 20).await;
+        assert_eq!(from, servers[1]);
+        assert_eq!(again, *ip, "a client kept its address");
+    }
+    assert!(
+        t.elapsed() < Duration::from_secs(15),
+        "took over after {:?}",
+        t.elapsed()
+    );
+    let stored = e.list("dhcp/leases/").unwrap();
+    assert_eq!(stored.len(), clients.len());
+    assert_eq!(e.list("dhcp/clients/").unwrap().len(), clients.len());
+}
+
+/// One record per client: an appliance that did not see another's grant
+/// to a client is refused a second address for it, and told the first.
+#[test]
+fn a_client_is_never_granted_two_addresses() {
+    use bootd::shared::Shared;
+    let server = etcd::testing::Server::start();
+    let config = server.config("/two/");
+    let mk = || {
+        appliance::shared::EtcdShared::new(
+            config.clone(),
+            Duration::from_secs(10),
+            site::DhcpHa::LoadBalancing,
+        )
+    };
+    let (a, b) = (mk(), mk());
+    let lease = |last: u8| bootd::shared::Lease {
+        mac: "02:00:00:00:00:07".into(),
+        ip: Ipv4Addr::new(10, 77, 0, last),
+        expires: runtime::clock::unix_secs() + 3600,
+        hostname: None,
+        state: Default::default(),
+    };
+    assert_eq!(a.commit_lease(&lease(100)).unwrap(), None);
+    assert_eq!(
+        b.commit_lease(&lease(101)).unwrap(),
+        Some(lease(100)),
+        "B did not see A's grant: refused, and told it"
+    );
+    let raw = etcd::Etcd::connect(&config).unwrap();
+    assert!(raw.get("dhcp/leases/10.77.0.101").unwrap().is_none());
+    assert_eq!(
+        raw.get("dhcp/clients/02:00:00:00:00:07")
+            .unwrap()
+            .unwrap()
+            .value,
+        b"10.77.0.100"
+    );
+    // B now knows: renewing that address is fine; and an appliance that
+    // moves a client knowingly (a reserved address) may.
+    assert_eq!(b.commit_lease(&lease(100)).unwrap(), None);
+    assert_eq!(b.commit_lease(&lease(102)).unwrap(), None);
+    assert_eq!(
+        raw.get("dhcp/clients/02:00:00:00:00:07")
+            .unwrap()
+            .unwrap()
+            .value,
+        b"10.77.0.102"
     );
 }

@@ -5,9 +5,12 @@
 //! - the site CA (certificate and key): nodes trust every appliance's HTTPS;
 //! - spent tokens: a single-use token spent on one appliance is refused
 //!   by all;
-//! - DHCP leases: committed to the shared store before their ACK, answered
-//!   by one elected appliance at a time, which loads them all when elected
-//!   (a client keeps its address across a takeover).
+//! - DHCP leases: committed to the shared store before their ACK (one
+//!   record per address, one per client: neither is ever granted twice),
+//!   answered by one elected appliance at a time, which loads them all
+//!   when elected (a client keeps its address across a takeover), or by
+//!   every live appliance, each for its share of the clients
+//!   (`host.dhcp.ha: loadBalancing`), each following the others' leases.
 //!
 //! At start, [`agree`] settles each secret: the one already shared wins;
 //! with none shared yet, this appliance's (its file, or a new one) is
@@ -37,8 +40,27 @@ pub trait Shared: Send + Sync + std::fmt::Debug {
     /// in the shared store (nothing written).
     fn commit_lease(&self, lease: &Lease) -> io::Result<Option<Lease>>;
     /// What this appliance answers in DHCP now ([`DhcpRole`]). Campaigns
-    /// until `stop`.
+    /// (or joins the load-balancing group) until `stop`.
     fn dhcp_role(&self, stop: CancellationToken) -> tokio::sync::watch::Receiver<DhcpRole>;
+    /// [`DhcpRole::Share`]: whether the client with this identifier
+    /// (option 61, else its hardware address) is this appliance's.
+    fn answers(&self, _client: &[u8]) -> bool {
+        true
+    }
+    /// [`DhcpRole::Share`]: this appliance's place among the live ones
+    /// (index, count); where its allocations start in each pool.
+    fn place(&self) -> Option<(usize, usize)> {
+        None
+    }
+    /// [`DhcpRole::Share`]: every lease as any appliance writes it, from
+    /// now until `stop` (the table follows the others' grants). `None`:
+    /// one appliance answers at a time, nothing to follow.
+    fn lease_changes(
+        &self,
+        _stop: CancellationToken,
+    ) -> Option<tokio::sync::mpsc::Receiver<Lease>> {
+        None
+    }
 }
 
 /// What an appliance of a shared store answers in DHCP.
@@ -48,6 +70,11 @@ pub enum DhcpRole {
     Serve,
     /// Another appliance is elected: nothing.
     Standby,
+    /// A live member of a load-balancing group (`host.dhcp.ha:
+    /// loadBalancing`): the clients [`Shared::answers`] gives it, each
+    /// lease committed first; a renewing client (ciaddr set) by whichever
+    /// appliance it reaches (RFC 3074: the hash is for new clients).
+    Share,
     /// The shared store cannot be reached (no quorum): every appliance
     /// answers the site's own nodes (their reserved addresses, the same
     /// answer from each; nothing to record) and grants no other address.

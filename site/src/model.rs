@@ -148,6 +148,19 @@ pub struct EtcdTls {
     pub key: Option<PathBuf>,
 }
 
+/// How several appliances sharing one store (`host.store.etcd`) answer
+/// DHCP; one appliance answers alone either way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DhcpHa {
+    /// One elected appliance answers; the others take over when its
+    /// election lapses.
+    #[default]
+    HotStandby,
+    /// Every live appliance answers a share of the clients: the one the
+    /// hash of the client's identifier gives it to.
+    LoadBalancing,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DhcpMode {
     /// Authoritative server: addresses, options and boot information.
@@ -164,6 +177,8 @@ pub struct Dhcp {
     /// networks are never seen.
     pub interface: Option<String>,
     pub mode: DhcpMode,
+    /// How appliances sharing the store answer (`host.dhcp.ha`).
+    pub ha: DhcpHa,
     /// This host's address on the provisioning network: server identifier,
     /// next-server (siaddr) and TFTP server.
     pub server_address: Ipv4Addr,

@@ -126,6 +126,7 @@ pub struct Dhcp {
     pub listen: Option<String>,
     pub interface: Option<String>,
     pub mode: Option<String>,
+    pub ha: Option<String>,
     pub server_address: Option<String>,
     pub lease_time: Option<String>,
     pub decline_hold: Option<String>,

@@ -116,3 +116,50 @@ fn names_other_than_sqlite_are_refused() {
     let e = with_store("{sqlite: {}, etcd: {endpoints: [\"http://127.0.0.1:2379\"]}}").unwrap_err();
     assert!(e.contains("host.store: sqlite and etcd both given"), "{e}");
 }
+
+/// `host.dhcp.ha`: hotStandby by default; loadBalancing needs etcd.
+#[test]
+fn dhcp_ha_modes() {
+    let (_d, path) = common::lab(|t| t);
+    assert_eq!(
+        site::load(&path).unwrap().host.dhcp.unwrap().ha,
+        site::DhcpHa::HotStandby
+    );
+    let (_d, path) = common::lab(|t| {
+        t.replace(
+            "    leaseTime: 1h\n",
+            "    leaseTime: 1h\n    ha: loadBalancing\n",
+        )
+    });
+    let e = site::load(&path).unwrap_err().to_string();
+    assert!(
+        e.contains("host.dhcp.ha: loadBalancing needs host.store.etcd"),
+        "{e}"
+    );
+    let (_d, path) = common::lab(|t| {
+        t.replace(
+            "    leaseTime: 1h\n",
+            "    leaseTime: 1h\n    ha: loadBalancing\n",
+        )
+        .replacen(
+            "host:\n",
+            "host:\n  store: { etcd: { endpoints: [\"http://127.0.0.1:2379\"] } }\n",
+            1,
+        )
+    });
+    assert_eq!(
+        site::load(&path).unwrap().host.dhcp.unwrap().ha,
+        site::DhcpHa::LoadBalancing
+    );
+    let (_d, path) = common::lab(|t| {
+        t.replace(
+            "    leaseTime: 1h\n",
+            "    leaseTime: 1h\n    ha: roundRobin\n",
+        )
+    });
+    let e = site::load(&path).unwrap_err().to_string();
+    assert!(
+        e.contains("host.dhcp.ha: \"roundRobin\": want hotStandby or loadBalancing"),
+        "{e}"
+    );
+}

@@ -4,7 +4,10 @@
 # (its configuration from `bootd render keepalived`), a 3-member etcd
 # (Debian's etcd-server) on a management network, and QEMU VMs booting.
 #
-# Usage: tests/ha/e2e.sh [BINDIR]   (root; BINDIR: target/release)
+# Usage: [HA_MODE=hotStandby|loadBalancing] [STORM_CLIENTS=16000] [STORM_RATE=250]
+#        tests/ha/e2e.sh [BINDIR]   (root; BINDIR: target/release)
+# HA_MODE is the site's host.dhcp.ha: one elected appliance answers DHCP, or
+# each answers its share of the clients (both answer during the storm).
 #
 # Namespaces (all created here, removed at the end):
 #   L  the wire: br0 (provisioning, 10.77.0.254; the relayed rack
@@ -26,10 +29,10 @@
 #    fetch its Ignition (from B, with A's token) and its bytes must be the
 #    node's; the node made through A's API must be Provisioned by B with one
 #    instance in the fake.
-# 3. A DHCP storm: A back (standby); two perfdhcp in relay mode, one per
+# 3. A DHCP storm: A back (standby, or a group member); two perfdhcp in relay mode, one per
 #    appliance (a relay sending to both), the same clients (same seed),
-#    STORM_CLIENTS clients at STORM_RATE/s each; halfway, B (elected) loses
-#    power. The capture of every reply and etcd's leases, afterwards: no
+#    STORM_CLIENTS clients at STORM_RATE/s each; halfway, B (elected, or
+#    answering its share) loses power. The capture of every reply and etcd's leases, afterwards: no
 #    address ACKed to two clients, no client ACKed two addresses, every ACK
 #    in etcd as that client's (tests/ha/dhcp-check.py).
 # 4. Quorum loss: B back; two etcd members killed. A known node (worker-1)
@@ -43,6 +46,8 @@ REPO=$PWD
 BIN=$(realpath "${1:-target/release}")
 STORM_CLIENTS=${STORM_CLIENTS:-16000}
 STORM_RATE=${STORM_RATE:-250}
+HA_MODE=${HA_MODE:-hotStandby}   # host.dhcp.ha
+[[ $HA_MODE == hotStandby || $HA_MODE == loadBalancing ]] || { echo "ha-e2e: HA_MODE hotStandby or loadBalancing" >&2; exit 2; }
 [[ $(id -u) -eq 0 ]] || { echo "ha-e2e: must run as root (namespaces)" >&2; exit 2; }
 for b in appliance bootd lbd; do [[ -x $BIN/$b ]] || { echo "ha-e2e: $BIN/$b missing" >&2; exit 2; }; done
 for t in etcd etcdctl keepalived perfdhcp tcpdump dig qemu-system-x86_64 openssl; do
@@ -171,6 +176,7 @@ SITE=$WORK/site.yaml
 # --state-dir holds all of its state, the node overlay included.
 sed -e "s|stateDir: /var/lib/bootd|stateDir: $WORK/unused-state-dir|" \
     -e "s|root: ../../target/lab-tftp|root: $REPO/target/lab-tftp|" \
+    -e "s|^  dhcp:$|  dhcp:\n    ha: $HA_MODE|" \
     -e "s|root: ../../target/lab-images|root: $REPO/target/lab-images|" \
     -e "s|dir: ../lab/ignition|dir: $REPO/examples/lab/ignition|" \
     -e "s|tokens: { file: api-tokens }|tokens: { file: $WORK/api-tokens }\n    alibaba:\n      regionId: cn-hangzhou\n      endpoint: \"http://10.88.0.20:8001\"\n      accessKeyId: { file: $WORK/ecs-akid }\n      accessKeySecret: { file: $WORK/ecs-secret }\n      zones: [cn-hangzhou-h]\n      vSwitches: { cn-hangzhou-h: vsw-h1 }\n      securityGroupId: sg-lab\n      instanceTypes: { master: ecs.g6.xlarge, worker: ecs.g6.large }\n      imageId: m-rhcos418|" \
@@ -194,11 +200,13 @@ keepalived_on() { # keepalived_on A|B
     -r "$WORK/$x/vrrp.pid" -c "$WORK/$x/chk.pid" >>"$WORK/ka-$x.log" 2>&1 &
   KPID[$x]=$!; PIDS+=("$!")
 }
-power_off() { # power_off A|B: everything in the namespace killed, its links down
+power_off() { # power_off A|B: its links down, then everything in the namespace killed
   local ns p
   ns=$([[ $1 == A ]] && echo "$A" || echo "$B")
-  for p in $(ip netns pids "$ns"); do kill -9 "$p" 2>/dev/null || true; done
+  # The links first: nothing leaves once the power is gone (keepalived's
+  # VRRP process, its parent killed, would say goodbye: priority 0).
   ip -n "$ns" link set ens3 down; ip -n "$ns" link set ens4 down
+  for p in $(ip netns pids "$ns"); do kill -9 "$p" 2>/dev/null || true; done
   ip -n "$ns" -4 addr flush dev ens3 scope global   # keepalived's addresses go with the power
   ip -n "$ns" addr add "$([[ $1 == A ]] && echo 10.77.0.2 || echo 10.77.0.3)/24" dev ens3
 }
@@ -229,6 +237,17 @@ metric() { # metric A|B NAME{labels}: one value from bootd's /metrics
   awk -v k="$2" '$1 == k {print $2; exit}' <<<"$text"
 }
 
+# wait_log X PATTERN BEFORE SECS: until X's log has more lines matching
+# PATTERN than BEFORE (grep -c before the event).
+wait_log() {
+  local i
+  for i in $(seq 0 $(( $4 * 10 ))); do
+    (( $(grep -c -- "$2" "$WORK/$1.log" || true) > $3 )) && return 0
+    (( i < $4 * 10 )) && sleep 0.1
+  done
+  return 1
+}
+
 appliance A; wait_healthy A
 "$BIN/bootd" --site "$SITE" render keepalived --lbd "$BIN/lbd" --bootd "$BIN/bootd" >"$WORK/keepalived.conf"
 keepalived_on A
@@ -236,8 +255,11 @@ for _ in $(seq 200); do has "$A" 10.77.0.1 && has "$A" 10.77.0.5 && has "$A" 10.
 has "$A" 10.77.0.1 && has "$A" 10.77.0.5 && has "$A" 10.77.0.6 \
   || fail "A does not hold the three addresses: $(ip -n "$A" -4 -o addr show dev ens3)"
 ok "A holds the boot address and both VIPs (keepalived, checks bootd ready and lbd ready)"
-for _ in $(seq 100); do grep -q "elected DHCP server" "$WORK/A.log" && break; sleep 0.2; done
-grep -q "elected DHCP server" "$WORK/A.log" || fail "A was not elected for DHCP"
+# What an appliance logs when it answers DHCP: elected (hotStandby), or a
+# member of the group (loadBalancing).
+if [[ $HA_MODE == hotStandby ]]; then ANSWERS="elected DHCP server"; else ANSWERS="of the DHCP group"; fi
+members() { ectl get --prefix /bare-metal-boot/lab/members/dhcp/ --keys-only | grep -c . || true; }
+wait_log A "$ANSWERS" 0 20 || fail "A does not answer DHCP ($HA_MODE)"
 leading() { api GET /v1/cluster | py 'print(v["controller"]["leading"])' 2>/dev/null; }
 for _ in $(seq 100); do [[ $(leading) == True ]] && break; sleep 0.2; done
 [[ $(leading) == True ]] || fail "A does not lead the controller: $(api GET /v1/cluster)"
@@ -245,8 +267,13 @@ ok "A leads the controller and DHCP"
 appliance B; wait_healthy B; keepalived_on B
 sleep 3
 has "$B" 10.77.0.1 && fail "B took the boot address from a healthy A (nopreempt)"
-grep -q "elected DHCP server" "$WORK/B.log" && fail "B was elected for DHCP while A serves"
-ok "B started: standby for DHCP, backup for the addresses"
+if [[ $HA_MODE == hotStandby ]]; then
+  grep -q "elected DHCP server" "$WORK/B.log" && fail "B was elected for DHCP while A serves"
+else
+  wait_log B "$ANSWERS" 0 20 || fail "B did not join the DHCP group"
+  [[ $(members) == 2 ]] || fail "DHCP group: $(members) members, want 2"
+fi
+ok "B started: $([[ $HA_MODE == hotStandby ]] && echo "standby for DHCP" || echo "answering its share of DHCP"), backup for the addresses"
 
 # dnsd on both: the same answers and serials, each on its own address.
 for q in "api.lab.example.test A" "lab.example.test SOA" "bootstrap.lab.example.test A"; do
@@ -333,26 +360,19 @@ grep -q "name: ecs-0" "$WORK/B/nodes.yaml" || fail "the API node is not in B's o
 [[ -e $WORK/unused-state-dir ]] && fail "the site's host.stateDir was written although --state-dir overrides it"
 ok "the API node, with its address, is in B's overlay (in B's --state-dir)"
 
-# wait_log X PATTERN BEFORE SECS: until X's log has more lines matching
-# PATTERN than BEFORE (grep -c before the event).
-wait_log() {
-  local i
-  for i in $(seq 0 $(( $4 * 10 ))); do
-    (( $(grep -c -- "$2" "$WORK/$1.log" || true) > $3 )) && return 0
-    (( i < $4 * 10 )) && sleep 0.1
-  done
-  return 1
-}
-
 # --- 3. the DHCP storm --------------------------------------------------------------------------
-n_elected=$(grep -c "elected DHCP server" "$WORK/A.log" || true)
+n_answers=$(grep -c "$ANSWERS" "$WORK/A.log" || true)
 power_on A
-sleep 3
-wait_log A "elected DHCP server" "$n_elected" 0 && fail "A back: elected for DHCP while B serves"
+if [[ $HA_MODE == hotStandby ]]; then
+  sleep 3
+  wait_log A "$ANSWERS" "$n_answers" 0 && fail "A back: elected for DHCP while B serves"
+else
+  wait_log A "$ANSWERS" "$n_answers" 20 || fail "A back: not in the DHCP group"
+fi
 for _ in $(seq 50); do grep -q "name: ecs-0" "$WORK/A/nodes.yaml" && break; sleep 0.2; done
 grep -q "name: ecs-0" "$WORK/A/nodes.yaml" || fail "A back: the node made while it was off is not in its overlay"
 has "$B" 10.77.0.1 || fail "A back: B lost the boot address"
-ok "A powered on again: DHCP standby, B keeps the addresses (nopreempt), the node made while A was off in A's overlay"
+ok "A powered on again: DHCP $([[ $HA_MODE == hotStandby ]] && echo standby || echo "group member"), B keeps the addresses (nopreempt), the node made while A was off in A's overlay"
 ip netns exec "$L" tcpdump -i br0 -U -n -s 400 -w "$WORK/storm.pcap" \
   'udp and src port 67 and (src host 10.77.0.2 or src host 10.77.0.3)' >"$WORK/tcpdump.log" 2>&1 &
 TCPDUMP=$!; PIDS+=("$TCPDUMP")
@@ -368,9 +388,16 @@ sleep $(( secs / 2 ))
 n_elected=$(grep -c "elected DHCP server: shared leases loaded" "$WORK/A.log" || true)
 t_kill=$(now)
 power_off B
-log "B (elected for DHCP) powered off halfway through the storm"
-wait_log A "elected DHCP server: shared leases loaded" "$n_elected" 30 || fail "storm: A not elected for DHCP within 30 s of B's loss"
-log "A elected for DHCP $(since "$t_kill") s after B's loss: $(grep "elected DHCP server: shared leases loaded" "$WORK/A.log" | tail -n 1 | grep -o 'leases=[0-9]*')"
+if [[ $HA_MODE == hotStandby ]]; then
+  log "B (elected for DHCP) powered off halfway through the storm"
+  wait_log A "elected DHCP server: shared leases loaded" "$n_elected" 30 || fail "storm: A not elected for DHCP within 30 s of B's loss"
+  log "A elected for DHCP $(since "$t_kill") s after B's loss: $(grep "elected DHCP server: shared leases loaded" "$WORK/A.log" | tail -n 1 | grep -o 'leases=[0-9]*')"
+else
+  log "B (answering its share) powered off halfway through the storm"
+  for _ in $(seq 300); do [[ $(members) == 1 ]] && break; sleep 0.1; done
+  [[ $(members) == 1 ]] || fail "storm: B still in the DHCP group 30 s after its loss"
+  log "B's share is A's $(since "$t_kill") s after B's loss (its member key expired)"
+fi
 wait "$S1" "$S2" || true
 sleep 1; kill "$TCPDUMP" 2>/dev/null || true; wait "$TCPDUMP" 2>/dev/null || true
 ectl get --prefix /bare-metal-boot/lab/dhcp/leases/ -w json >"$WORK/leases.json" || fail "etcd read of the leases"
@@ -384,10 +411,14 @@ acks_b=$(echo "$summary" | py 'print(v["acks_by_server"].get("10.77.0.3", 0))')
 ok "storm: $STORM_CLIENTS simulated clients x 2 relay lanes at $STORM_RATE/s: $acks ACKs to $clients clients (B $acks_b before its loss, A $acks_a after); no duplicate on the wire or in etcd, every ACK in etcd"
 
 # --- 4. quorum loss ------------------------------------------------------------------------------
-n_elected=$(grep -c "elected DHCP server" "$WORK/B.log" || true)
+n_answers=$(grep -c "$ANSWERS" "$WORK/B.log" || true)
 power_on B
-sleep 3
-wait_log B "elected DHCP server" "$n_elected" 0 && fail "B back: elected for DHCP while A serves"
+if [[ $HA_MODE == hotStandby ]]; then
+  sleep 3
+  wait_log B "$ANSWERS" "$n_answers" 0 && fail "B back: elected for DHCP while A serves"
+else
+  wait_log B "$ANSWERS" "$n_answers" 20 || fail "B back: not in the DHCP group"
+fi
 LOST="the shared store cannot be reached: DHCP answers the site's nodes only"
 n_lost=$(grep -c "$LOST" "$WORK/A.log" || true)
 kill -9 "${MEMBER[2]}" "${MEMBER[3]}"
@@ -427,4 +458,4 @@ done
 (( got > 0 )) || fail "quorum back: no new client got a lease"
 ok "quorum back: new clients get leases again ($got ACKs, $(since "$t_q") s after the members returned)"
 
-echo "PASS ha-e2e moved=${MOVED[10.77.0.1]}/${MOVED[10.77.0.5]}/${MOVED[10.77.0.6]}s storm_acks=$acks_b+$acks_a"
+echo "PASS ha-e2e $HA_MODE moved=${MOVED[10.77.0.1]}/${MOVED[10.77.0.5]}/${MOVED[10.77.0.6]}s storm_acks=$acks_b+$acks_a"

@@ -64,9 +64,22 @@ pub struct Table {
     /// Addresses a client DECLINEd, with that record (its `expires`: the
     /// end of the hold): out of the pool until then, whoever asks.
     declined: Map<Ipv4Addr, Lease>,
+    /// (this appliance's place, how many share the pools): where a walk
+    /// starts in a pool it has not walked yet, so appliances answering
+    /// at once (load balancing) rarely offer the same address.
+    spread: (u32, u32),
 }
 
 impl Table {
+    /// Starts each pool's walk at `place`/`of` of its length (see
+    /// `spread`): appliance 0 at the first address, 1 of 2 at the middle.
+    pub fn spread(&mut self, place: usize, of: usize) {
+        if of > 0 && place < of {
+            self.spread = (place as u32, of as u32);
+            self.cursors.clear();
+        }
+    }
+
     pub fn get(&self, mac: &Mac) -> Option<&Lease> {
         self.by_mac.get(mac)
     }
@@ -161,7 +174,10 @@ impl Table {
             .get(&s)
             .copied()
             .filter(|c| (s..=e).contains(c))
-            .unwrap_or(s);
+            .unwrap_or_else(|| {
+                let (i, n) = self.spread;
+                s + (size * u64::from(i) / u64::from(n.max(1))) as u32
+            });
         for _ in 0..size {
             let ip = Ipv4Addr::from(a);
             let next = if a == e { s } else { a + 1 };
@@ -449,6 +465,46 @@ mod tests {
             hostname: host.map(Into::into),
             state: LeaseState::Active,
         }
+    }
+
+    /// Spread: member 1 of 2 starts at the pool's start, member 2 at its
+    /// middle; each then walks on, wrapping at the end.
+    #[test]
+    fn spread_starts_each_member_at_its_part_of_the_pool() {
+        let (s, e): (Ipv4Addr, Ipv4Addr) =
+            ("10.0.0.10".parse().unwrap(), "10.0.0.19".parse().unwrap());
+        let mac = |i: u8| Mac([2, 0, 0, 0, 0, i]);
+        for (place, first) in [(0, "10.0.0.10"), (1, "10.0.0.15")] {
+            let mut t = Table::default();
+            t.spread(place, 2);
+            let ip = t.allocate(s, e, &mac(1), 0, |_| false).unwrap();
+            assert_eq!(ip, first.parse::<Ipv4Addr>().unwrap());
+        }
+        let mut t = Table::default();
+        t.spread(1, 2);
+        let got: Vec<Ipv4Addr> = (0..10)
+            .map(|i| {
+                let ip = t.allocate(s, e, &mac(i), 0, |_| false).unwrap();
+                t.apply(Lease {
+                    mac: mac(i).to_string(),
+                    ip,
+                    expires: 100,
+                    hostname: None,
+                    state: LeaseState::Active,
+                });
+                ip
+            })
+            .collect();
+        assert_eq!(
+            got[5],
+            "10.0.0.10".parse::<Ipv4Addr>().unwrap(),
+            "wrapped: {got:?}"
+        );
+        assert_eq!(
+            t.allocate(s, e, &mac(99), 0, |_| false),
+            None,
+            "all ten taken"
+        );
     }
 
     /// A line that is not a record anywhere but at the torn tail: refused

@@ -118,6 +118,22 @@ fn is_node(site: &site::Site, req: &Message) -> bool {
     }
 }
 
+/// Load balancing: whether this appliance answers `req`. A client with an
+/// address (ciaddr: renewing or rebinding) is answered by whichever
+/// appliance it reaches, as RFC 3074 has it; a new one by the appliance
+/// its identifier (option 61, else the hardware address) hashes to.
+fn ours(shared: &dyn crate::shared::Shared, req: &Message) -> bool {
+    if !req.ciaddr().is_unspecified() {
+        return true;
+    }
+    match req.opts().get(dhcproto::v4::OptionCode::ClientIdentifier) {
+        Some(dhcproto::v4::DhcpOption::ClientIdentifier(id)) if !id.is_empty() => {
+            shared.answers(id)
+        }
+        _ => shared.answers(req.chaddr()),
+    }
+}
+
 /// Lease times: the appliance's clock, which a step of the system clock
 /// does not move (`runtime::clock`).
 fn now() -> u64 {
@@ -186,6 +202,15 @@ impl Server {
                 return;
             }
         };
+        if role == Some(DhcpRole::Share) {
+            if let Durable::Shared(shared) = &self.store {
+                if !ours(shared.as_ref(), &req) {
+                    // Another appliance of the group answers this client.
+                    self.count("peer");
+                    return;
+                }
+            }
+        }
         let snap = self.app.live.load();
         // Without the shared store: the site's nodes only, from their
         // reserved addresses (nothing to record: no lease to commit).

@@ -76,6 +76,16 @@ pub fn open(
             Ok((Durable::File(store), None))
         }
         Some(s) => {
+            if let Some(mut changes) = s.lease_changes(stop.clone()) {
+                // Load balancing: every lease another appliance grants goes
+                // into the table, so it is neither offered again nor lost.
+                let table = Arc::clone(&app.leases);
+                tokio::spawn(async move {
+                    while let Some(l) = changes.recv().await {
+                        table.lock().unwrap_or_else(|p| p.into_inner()).apply(l);
+                    }
+                });
+            }
             let active = follow(Arc::clone(s), Arc::clone(&app.leases), stop.clone());
             Ok((Durable::Shared(Arc::clone(s)), Some(active)))
         }
@@ -95,7 +105,8 @@ pub fn follow(
         loop {
             let now = *role.borrow_and_update();
             let was = *tx.borrow();
-            if now == DhcpRole::Serve && was != DhcpRole::Serve {
+            let answering = |r: DhcpRole| matches!(r, DhcpRole::Serve | DhcpRole::Share);
+            if answering(now) && !answering(was) {
                 let s = Arc::clone(&shared);
                 match tokio::task::spawn_blocking(move || s.leases()).await {
                     Ok(Ok(leases)) => {
@@ -103,13 +114,17 @@ pub fn follow(
                         for l in leases {
                             t.apply(l);
                         }
-                        info!(
-                            leases = t.len(),
-                            declined = t.declined().count(),
-                            "elected DHCP server: shared leases loaded; answering"
-                        );
+                        let place = shared.place();
+                        if let Some((i, n)) = place {
+                            t.spread(i, n);
+                        }
+                        let what = match (now, place) {
+                            (DhcpRole::Share, Some((i, n))) => format!("member {} of {n} of the DHCP group: shared leases loaded; answering its share of the clients", i + 1),
+                            _ => "elected DHCP server: shared leases loaded; answering".to_string(),
+                        };
+                        info!(leases = t.len(), declined = t.declined().count(), "{what}");
                         *table.lock().unwrap_or_else(|p| p.into_inner()) = t;
-                        let _ = tx.send(DhcpRole::Serve);
+                        let _ = tx.send(now);
                     }
                     Ok(Err(e)) => {
                         warn!(error = %e, "elected DHCP server, but the shared leases could not be read: not granting leases; trying again in 1 s");
@@ -121,7 +136,9 @@ pub fn follow(
                     }
                     Err(_) => return,
                 }
-            } else if now != DhcpRole::Serve && now != was {
+            } else if answering(now) && now != was {
+                let _ = tx.send(now);
+            } else if !answering(now) && now != was {
                 match now {
                     DhcpRole::ReservedOnly => warn!("the shared store cannot be reached: DHCP answers the site's nodes only and grants no other address"),
                     _ => info!("another appliance is the elected DHCP server: not answering"),

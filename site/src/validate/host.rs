@@ -151,6 +151,14 @@ pub(super) fn host(cx: &mut Cx, w: &wire::Host) -> Option<Host> {
         None => Some(Store::Sqlite),
         Some(s) => super::store::store(cx, s),
     };
+    if let (Some(d), Some(Store::Sqlite)) = (&dhcp, &store) {
+        if d.ha == DhcpHa::LoadBalancing {
+            cx.err(
+                "host.dhcp.ha",
+                "loadBalancing needs host.store.etcd: the appliances that share the clients share their leases there",
+            );
+        }
+    }
     Some(Host {
         store: store?,
         state_dir,
@@ -282,6 +290,17 @@ pub(super) fn dhcp(cx: &mut Cx, w: &wire::Dhcp, http: Option<&Listen>) -> Option
             None
         }
     };
+    let ha = match w.ha.as_deref().unwrap_or("hotStandby") {
+        "hotStandby" => Some(DhcpHa::HotStandby),
+        "loadBalancing" => Some(DhcpHa::LoadBalancing),
+        h => {
+            cx.err(
+                "host.dhcp.ha",
+                format!("{h:?}: want hotStandby or loadBalancing"),
+            );
+            None
+        }
+    };
     let server_address = match w.server_address.as_deref() {
         Some(a) => a.parse::<Ipv4Addr>().ok().or_else(|| {
             cx.err(
@@ -377,6 +396,7 @@ pub(super) fn dhcp(cx: &mut Cx, w: &wire::Dhcp, http: Option<&Listen>) -> Option
         listen: listen?,
         interface: w.interface.clone(),
         mode: mode?,
+        ha: ha?,
         server_address: server_address?,
         lease_time,
         decline_hold,

@@ -1,0 +1,172 @@
+//! bootd's shared state ([`bootd::shared::Shared`]) on the site's etcd
+//! (`host.store.etcd`), under the site's prefix:
+//!
+//! | key | value |
+//! |---|---|
+//! | `bootd/secrets/token-key` | the token key (32 bytes) |
+//! | `bootd/secrets/site-ca` | the site CA's key and certificate (PEM) |
+//! | `bootd/spent/<expiry>/<nonce>` | a spent token (empty), removed once expired |
+//! | `dhcp/leases/<ip>` | the address's lease or decline record (JSON, as in the lease file) |
+//! | `dhcp/clients/<mac>` | the address the client was last granted |
+//! | `election/dhcp` | the elected DHCP server (`hotStandby`) |
+//! | `members/dhcp/<lease id>` | each live appliance answering DHCP (`loadBalancing`) |
+//!
+//! DHCP: see [`dhcp`].
+//!
+//! The connection is made at the first use, in `bootd::prepare`, after
+//! root was dropped: its runtime's threads are born unprivileged.
+
+mod dhcp;
+
+use bootd::shared::{DhcpRole, Lease};
+use etcd::{Compare, CompareOp, Transaction, TxnOp, TxnOpResponse};
+use std::collections::HashMap;
+use std::io;
+use std::net::Ipv4Addr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// Spends between two removals of expired spent tokens.
+const PRUNE_EVERY: u64 = 1024;
+
+#[derive(Debug)]
+pub struct EtcdShared {
+    config: etcd::Config,
+    lease_ttl: Duration,
+    conn: OnceLock<etcd::Etcd>,
+    spends: AtomicU64,
+    /// The revisions of the DHCP keys as this appliance last saw them.
+    revs: Arc<Revs>,
+    /// `host.dhcp.ha`.
+    ha: site::DhcpHa,
+    /// `loadBalancing`: the live appliances answering DHCP.
+    members: Arc<RwLock<etcd::Membership>>,
+}
+
+/// Each DHCP key's revision as this appliance last read or wrote it: a
+/// write compares with it.
+#[derive(Debug, Default)]
+struct Revs {
+    /// `dhcp/leases/<ip>`
+    addr: Mutex<HashMap<Ipv4Addr, i64>>,
+    /// `dhcp/clients/<mac>`
+    client: Mutex<HashMap<String, i64>>,
+}
+
+impl EtcdShared {
+    pub fn new(config: etcd::Config, lease_ttl: Duration, ha: site::DhcpHa) -> EtcdShared {
+        EtcdShared {
+            config,
+            lease_ttl,
+            conn: OnceLock::new(),
+            spends: AtomicU64::new(0),
+            revs: Arc::default(),
+            ha,
+            members: Arc::default(),
+        }
+    }
+
+    fn etcd(&self) -> io::Result<&etcd::Etcd> {
+        if let Some(c) = self.conn.get() {
+            return Ok(c);
+        }
+        let c = etcd::Etcd::connect(&self.config).map_err(io::Error::other)?;
+        Ok(self.conn.get_or_init(|| c))
+    }
+
+    /// The spent tokens in etcd: (expiry, nonce).
+    pub fn spent(&self) -> io::Result<Vec<(u64, String)>> {
+        let etcd = self.etcd()?;
+        Ok(etcd
+            .list("bootd/spent/")
+            .map_err(io::Error::other)?
+            .into_iter()
+            .filter_map(|v| {
+                let rest = v.key.strip_prefix("bootd/spent/")?;
+                let (e, n) = rest.split_once('/')?;
+                Some((e.parse().ok()?, n.to_string()))
+            })
+            .collect())
+    }
+
+    fn prune(&self, etcd: &etcd::Etcd) {
+        let from = etcd.key("bootd/spent/");
+        let to = etcd.key(&format!("bootd/spent/{:020}", runtime::clock::unix_secs()));
+        let r = etcd.block("remove expired spent tokens", move |mut c| async move {
+            c.delete(from, Some(etcd::DeleteOptions::new().with_range(to)))
+                .await
+        });
+        if let Err(e) = r {
+            tracing::warn!(error = %e, "expired spent tokens not removed from etcd");
+        }
+    }
+}
+
+impl bootd::shared::Shared for EtcdShared {
+    fn agree(&self, name: &str, offer: &[u8]) -> io::Result<Vec<u8>> {
+        let etcd = self.etcd()?;
+        let key = etcd.key(&format!("bootd/secrets/{name}"));
+        let t = Transaction::new()
+            .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
+            .and_then([TxnOp::put(key.clone(), offer.to_vec(), None)])
+            .or_else([TxnOp::get(key.clone(), None)]);
+        let r = etcd
+            .txn(&format!("agree on {name}"), t)
+            .map_err(io::Error::other)?;
+        if r.succeeded() {
+            tracing::info!(name, "shared state: this appliance's {name} is the site's");
+            return Ok(offer.to_vec());
+        }
+        for op in r.op_responses() {
+            if let TxnOpResponse::Get(g) = op {
+                if let Some(kv) = g.kvs().first() {
+                    return Ok(kv.value().to_vec());
+                }
+            }
+        }
+        Err(io::Error::other(format!("{key}: present, then absent")))
+    }
+
+    fn spend(&self, nonce: &str, expiry: u64) -> io::Result<bool> {
+        let etcd = self.etcd()?;
+        let key = etcd.key(&format!("bootd/spent/{expiry:020}/{nonce}"));
+        let t = Transaction::new()
+            .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
+            .and_then([TxnOp::put(key, Vec::new(), None)]);
+        let fresh = etcd
+            .txn("spend a token", t)
+            .map_err(io::Error::other)?
+            .succeeded();
+        if self.spends.fetch_add(1, Ordering::Relaxed) % PRUNE_EVERY == PRUNE_EVERY - 1 {
+            self.prune(etcd);
+        }
+        Ok(fresh)
+    }
+
+    fn leases(&self) -> io::Result<Vec<Lease>> {
+        self.dhcp_leases()
+    }
+
+    fn commit_lease(&self, lease: &Lease) -> io::Result<Option<Lease>> {
+        self.dhcp_commit(lease)
+    }
+
+    fn dhcp_role(&self, stop: CancellationToken) -> tokio::sync::watch::Receiver<DhcpRole> {
+        self.dhcp_role_now(stop)
+    }
+
+    fn answers(&self, client: &[u8]) -> bool {
+        self.dhcp_answers(client)
+    }
+
+    fn place(&self) -> Option<(usize, usize)> {
+        self.dhcp_place()
+    }
+
+    fn lease_changes(&self, stop: CancellationToken) -> Option<tokio::sync::mpsc::Receiver<Lease>> {
+        self.dhcp_lease_changes(stop)
+    }
+}
