@@ -437,3 +437,43 @@ fn a_client_is_never_granted_two_addresses() {
         b"10.77.0.102"
     );
 }
+
+/// A lease another appliance wrote, read by this one (its load, or its
+/// watch) before its table holds it, is never overwritten by a grant of
+/// that address to another client: the grant finds the record and is
+/// refused. (The storm of tests/ha/e2e.sh in loadBalancing found 28
+/// addresses ACKed to two clients when a read's revision was kept.)
+#[test]
+fn a_record_read_but_not_yet_in_the_table_is_not_overwritten() {
+    use bootd::shared::Shared;
+    let server = etcd::testing::Server::start();
+    let config = server.config("/race/");
+    let mk = || {
+        appliance::shared::EtcdShared::new(
+            config.clone(),
+            Duration::from_secs(10),
+            site::DhcpHa::LoadBalancing,
+        )
+    };
+    let (a, b) = (mk(), mk());
+    let lease = |mac: &str| bootd::shared::Lease {
+        mac: mac.into(),
+        ip: Ipv4Addr::new(10, 80, 128, 128),
+        expires: runtime::clock::unix_secs() + 3600,
+        hostname: None,
+        state: Default::default(),
+    };
+    assert_eq!(a.commit_lease(&lease("02:80:00:00:00:82")).unwrap(), None);
+    // B reads every lease (as when it starts answering, or its watch does).
+    assert_eq!(b.leases().unwrap().len(), 1);
+    // B's table did not hold it yet when B chose the address for another client.
+    assert_eq!(
+        b.commit_lease(&lease("02:80:00:00:00:83")).unwrap(),
+        Some(lease("02:80:00:00:00:82"))
+    );
+    let raw = etcd::Etcd::connect(&config).unwrap();
+    let held: serde_json::Value =
+        serde_json::from_slice(&raw.get("dhcp/leases/10.80.128.128").unwrap().unwrap().value)
+            .unwrap();
+    assert_eq!(held["mac"], "02:80:00:00:00:82");
+}

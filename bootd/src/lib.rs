@@ -465,6 +465,7 @@ pub async fn run_app(
             active,
             ports: config.dhcp_ports,
             ifindex,
+            link: dhcp::server::link_address(site),
         });
         for (sock, port) in [(sockets.dhcp, 67), (sockets.dhcp_proxy, 4011)] {
             if let Some(sock) = sock {

@@ -39,17 +39,24 @@ pub trait Shared: Send + Sync + std::fmt::Debug {
     /// `Ok(Some(other))` when the address is another client's live lease
     /// in the shared store (nothing written).
     fn commit_lease(&self, lease: &Lease) -> io::Result<Option<Lease>>;
-    /// What this appliance answers in DHCP now ([`DhcpRole`]). Campaigns
-    /// (or joins the load-balancing group) until `stop`.
-    fn dhcp_role(&self, stop: CancellationToken) -> tokio::sync::watch::Receiver<DhcpRole>;
+    /// What this appliance answers in DHCP now ([`DhcpRole`]) in `scope`:
+    /// relayed requests (`None`: site-wide, every appliance a candidate),
+    /// or the broadcasts of the segment named `Some(segment)` (the
+    /// appliances attached to it). Campaigns (or joins the load-balancing
+    /// group) until `stop`.
+    fn dhcp_role(
+        &self,
+        scope: Option<&str>,
+        stop: CancellationToken,
+    ) -> tokio::sync::watch::Receiver<DhcpRole>;
     /// [`DhcpRole::Share`]: whether the client with this identifier
-    /// (option 61, else its hardware address) is this appliance's.
-    fn answers(&self, _client: &[u8]) -> bool {
+    /// (option 61, else its hardware address) is this appliance's in `scope`.
+    fn answers(&self, _scope: Option<&str>, _client: &[u8]) -> bool {
         true
     }
-    /// [`DhcpRole::Share`]: this appliance's place among the live ones
-    /// (index, count); where its allocations start in each pool.
-    fn place(&self) -> Option<(usize, usize)> {
+    /// [`DhcpRole::Share`]: this appliance's place among the live ones of
+    /// `scope` (index, count); where its allocations start in each pool.
+    fn place(&self, _scope: Option<&str>) -> Option<(usize, usize)> {
         None
     }
     /// [`DhcpRole::Share`]: every lease as any appliance writes it, from

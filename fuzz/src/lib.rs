@@ -59,6 +59,7 @@ pub fn dhcp_request(data: &[u8]) {
     let rx = core::Rx {
         src: "0.0.0.0:68".parse().unwrap(),
         local_port: 67,
+        link: None,
     };
     let out = core::answer(
         lab_site(),

@@ -14,6 +14,9 @@
 #      10.80.0.0/16 routed here, perfdhcp's relay addresses 10.80.0.1 and
 #      .2), br1 (management, 10.88.0.254), the VMs' taps, tcpdump
 #   A, B  the appliances: ens3 on br0 (10.77.0.2, .3), ens4 on br1 (10.88.0.2, .3)
+#   C  an appliance of another rack: ens3 on br2 (10.81.0.2, rack3, L routing
+#      it to br0 as 10.81.0.254), ens4 on br1 (10.88.0.4); no keepalived
+#      (the VIPs live on A and B's segment)
 #   E  etcd members 10.88.0.11-13 and the ECS fake (Alibaba) on 10.88.0.20
 #   N  stand-in cluster backends for lbd's checks: master-0 (10.77.0.11:
 #      6443, 22623 over TLS) and worker-0 (10.77.0.20: 80, 443, 1936)
@@ -39,6 +42,9 @@
 #    boots and fetches its Ignition; a new client gets no lease, the
 #    refusal logged and counted (no_store); the members restarted, new
 #    clients get leases again.
+# 5. Several racks: C starts; a VM on rack3 (worker-2) gets its address from
+#    C, elected for its own segment (A and B never see its broadcasts), and
+#    fetches its Ignition from the boot address on A and B's segment.
 # Prints "PASS ha-e2e ..." (exit 0) or "FAIL ha-e2e <why>" with logs (exit 1).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -68,7 +74,7 @@ log() { printf '[ha-e2e %6ss] %s\n' "$(calc "$(date +%s.%N) - $T0")" "$*"; }
 now() { date +%s.%N; }
 since() { calc "$(now) - $1"; }
 cleanup() {
-  stop_started "$L" "$A" "$B" "$E" "$N"
+  stop_started "$L" "$A" "$B" "${C:-}" "$E" "$N"
   rm -rf "$SHM"
   [[ ${KEEP:-0} == 1 ]] || rm -rf "$WORK"
 }
@@ -85,12 +91,13 @@ py() { python3 -c "import json,sys; v=json.load(sys.stdin); $1"; }
 
 # --- the wire ----------------------------------------------------------------------------
 ip netns add "$L"; ip -n "$L" link set lo up
-for br in br0 br1; do
+for br in br0 br1 br2; do
   ip -n "$L" link add "$br" type bridge forward_delay 0 stp_state 0
   ip -n "$L" link set "$br" up
 done
 ip -n "$L" addr add 10.77.0.254/24 dev br0
 ip -n "$L" addr add 10.88.0.254/24 dev br1
+ip -n "$L" addr add 10.81.0.254/24 dev br2
 # The relayed rack's side of the router (perfdhcp relays from these).
 ip -n "$L" addr add 10.80.0.1/16 dev br0
 ip -n "$L" addr add 10.80.0.2/16 dev br0
@@ -105,12 +112,18 @@ plug() {
   for a in "$@"; do ip -n "$ns" addr add "$a" dev "$ifname"; done
   ip -n "$ns" link set "$ifname" up
 }
-for ns in "$A" "$B" "$E" "$N"; do ip netns add "$ns"; ip -n "$ns" link set lo up; done
+C=hac-$T
+for ns in "$A" "$B" "$C" "$E" "$N"; do ip netns add "$ns"; ip -n "$ns" link set lo up; done
 plug "$A" ens3 br0 10.77.0.2/24; plug "$A" ens4 br1 10.88.0.2/24
 plug "$B" ens3 br0 10.77.0.3/24; plug "$B" ens4 br1 10.88.0.3/24
+plug "$C" ens3 br2 10.81.0.2/24; plug "$C" ens4 br1 10.88.0.4/24
+ip -n "$C" route add default via 10.81.0.254
 plug "$E" eth0 br1 10.88.0.11/24 10.88.0.12/24 10.88.0.13/24 10.88.0.20/24
 plug "$N" eth0 br0 10.77.0.11/24 10.77.0.20/24
-for ns in "$A" "$B"; do ip -n "$ns" route add 10.80.0.0/16 via 10.77.0.254; done
+for ns in "$A" "$B"; do
+  ip -n "$ns" route add 10.80.0.0/16 via 10.77.0.254
+  ip -n "$ns" route add 10.81.0.0/24 via 10.77.0.254
+done
 log "namespaces: wire $L, appliances $A $B, etcd $E, backends $N"
 
 # --- etcd: three members -------------------------------------------------------------------
@@ -186,9 +199,10 @@ grep -q "alibaba:" "$SITE" || fail "the site was not rewritten"
 
 # --- appliances and keepalived ------------------------------------------------------------
 declare -A APID KPID
-appliance() { # appliance A|B: start the all-in-one binary in its namespace
+nsof() { case $1 in A) echo "$A" ;; B) echo "$B" ;; C) echo "$C" ;; esac; }
+appliance() { # appliance A|B|C: start the all-in-one binary in its namespace
   local x=$1 ns
-  ns=$([[ $x == A ]] && echo "$A" || echo "$B")
+  ns=$(nsof "$x")
   mkdir -p "$WORK/$x"
   ip netns exec "$ns" env RUST_LOG=info "$BIN/appliance" --site "$SITE" --state-dir "$WORK/$x" >>"$WORK/$x.log" 2>&1 &
   APID[$x]=$!; PIDS+=("$!")
@@ -215,10 +229,11 @@ power_on() { # power_on A|B: links up, the appliance and keepalived started
   ns=$([[ $1 == A ]] && echo "$A" || echo "$B")
   ip -n "$ns" link set ens3 up; ip -n "$ns" link set ens4 up
   ip -n "$ns" route replace 10.80.0.0/16 via 10.77.0.254
+  ip -n "$ns" route replace 10.81.0.0/24 via 10.77.0.254
   appliance "$1"; wait_healthy "$1"; keepalived_on "$1"
 }
 wait_healthy() {
-  local ns; ns=$([[ $1 == A ]] && echo "$A" || echo "$B")
+  local ns; ns=$(nsof "$1")
   for _ in $(seq 300); do
     ip netns exec "$ns" "$BIN/bootd" ready --http 127.0.0.1:8080 >/dev/null 2>&1 && return 0
     sleep 0.2
@@ -286,11 +301,11 @@ done
 ok "dnsd on A and B: the same answers and SOA serial ($(ip netns exec "$L" dig +short @10.77.0.2 lab.example.test SOA | awk '{print $3}'))"
 
 # --- 2. the kill mid-boot -------------------------------------------------------------------
-vm() { # vm NAME MAC: a SeaBIOS + iPXE VM on br0 (TCG), its files in WORK/vm-NAME
+vm() { # vm NAME MAC [BRIDGE]: a SeaBIOS + iPXE VM on BRIDGE (br0; TCG), its files in WORK/vm-NAME
   local d=$WORK/vm-$1 tap=tap-$1
   mkdir -p "$d"; : >"$d/serial.log"
   ip -n "$L" tuntap add dev "$tap" mode tap
-  ip -n "$L" link set "$tap" master br0 up
+  ip -n "$L" link set "$tap" master "${3:-br0}" up
   ip netns exec "$L" qemu-system-x86_64 -accel tcg -machine graphics=off -m 512 -smp 1 \
     -display none -monitor none -no-reboot -boot order=n -serial "file:$d/serial.log" \
     -netdev "tap,id=n0,ifname=$tap,script=no,downscript=no" -device "virtio-net-pci,netdev=n0,mac=$2" \
@@ -385,13 +400,13 @@ storm() { # storm GIADDR SERVER OUT: one relay lane of the storm
 storm 10.80.0.1 10.77.0.3 "$WORK/storm-B.out" & S1=$!
 storm 10.80.0.2 10.77.0.2 "$WORK/storm-A.out" & S2=$!
 sleep $(( secs / 2 ))
-n_elected=$(grep -c "elected DHCP server: shared leases loaded" "$WORK/A.log" || true)
+n_elected=$(grep -c "elected DHCP server (relayed requests): shared leases loaded" "$WORK/A.log" || true)
 t_kill=$(now)
 power_off B
 if [[ $HA_MODE == hotStandby ]]; then
   log "B (elected for DHCP) powered off halfway through the storm"
-  wait_log A "elected DHCP server: shared leases loaded" "$n_elected" 30 || fail "storm: A not elected for DHCP within 30 s of B's loss"
-  log "A elected for DHCP $(since "$t_kill") s after B's loss: $(grep "elected DHCP server: shared leases loaded" "$WORK/A.log" | tail -n 1 | grep -o 'leases=[0-9]*')"
+  wait_log A "elected DHCP server (relayed requests): shared leases loaded" "$n_elected" 30 || fail "storm: A not elected for DHCP within 30 s of B's loss"
+  log "A elected for DHCP $(since "$t_kill") s after B's loss: $(grep "elected DHCP server (relayed requests): shared leases loaded" "$WORK/A.log" | tail -n 1 | grep -o 'leases=[0-9]*')"
 else
   log "B (answering its share) powered off halfway through the storm"
   for _ in $(seq 300); do [[ $(members) == 1 ]] && break; sleep 0.1; done
@@ -457,5 +472,20 @@ for _ in $(seq 10); do
 done
 (( got > 0 )) || fail "quorum back: no new client got a lease"
 ok "quorum back: new clients get leases again ($got ACKs, $(since "$t_q") s after the members returned)"
+
+# --- 5. several racks ------------------------------------------------------------------------
+appliance C; wait_healthy C
+wait_log C "$ANSWERS (segment rack3)" 0 20 || fail "C does not answer its segment rack3 ($HA_MODE)"
+for x in A B; do
+  grep -q "segment rack3" "$WORK/$x.log" && fail "$x took part in rack3's DHCP"
+done
+vm worker-2 52:54:00:77:00:22 br2; VM3=$VMPID
+line=$(wait_ignition worker-2 "$VM3" 180)
+[[ $line == "LAB-IGNITION sha256="* ]] || fail "rack3: worker-2 did not boot: '${line:-nothing (180 s or QEMU stopped)}'"
+want=$(ip netns exec "$A" "$BIN/bootd" --site "$SITE" --state-dir "$WORK/A" render ignition worker-2 | sha256sum | cut -d' ' -f1)
+[[ $line == "LAB-IGNITION sha256=$want "* ]] || fail "worker-2's Ignition is not the node's: $line"
+grep -q "reason=worker-2: ack 10.81.0.22" "$WORK/C.log" || fail "rack3: C did not ACK worker-2"
+kill "$VM3" 2>/dev/null || true
+ok "several racks: C answers rack3's broadcasts (A and B never see them); worker-2 got 10.81.0.22 from C and its Ignition through the boot address"
 
 echo "PASS ha-e2e $HA_MODE moved=${MOVED[10.77.0.1]}/${MOVED[10.77.0.5]}/${MOVED[10.77.0.6]}s storm_acks=$acks_b+$acks_a"

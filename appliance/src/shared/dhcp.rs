@@ -3,7 +3,8 @@
 //! A grant writes two keys in one transaction: the address's record
 //! (`dhcp/leases/<ip>`) and the client's (`dhcp/clients/<mac>`: the
 //! address it was granted), each compared with the revision this appliance
-//! last read or wrote. When either changed meanwhile, the records are
+//! last wrote (or read and judged free to take; never one it merely
+//! read). When either changed meanwhile, the records are
 //! read: an address is taken over only when it is the same client's,
 //! released or expired; a client that holds another address live is not
 //! granted a second one. Either way the commit is refused (the ACK
@@ -39,6 +40,16 @@ fn lease_key(ip: Ipv4Addr) -> String {
 
 fn client_key(mac: &str) -> String {
     format!("dhcp/clients/{mac}")
+}
+
+/// The election (or group) of a scope: `dhcp` for relayed requests,
+/// `dhcp-on-<segment>` for a segment's broadcasts (not `dhcp/…`: etcd's
+/// election of `dhcp` holds every key under `election/dhcp/`).
+fn group(scope: Option<&str>) -> String {
+    match scope {
+        None => "dhcp".to_string(),
+        Some(s) => format!("dhcp-on-{s}"),
+    }
 }
 
 /// FNV-1a (64 bits), then a finalizer (splitmix64's) so that nearby
@@ -78,43 +89,37 @@ fn parse_lease(key: &str, bytes: &[u8]) -> io::Result<Lease> {
     })
 }
 
-/// Every lease and declined address, and the revisions of their keys
-/// and of the clients' keys (into `revs`).
-fn list_leases(etcd: &etcd::Etcd, revs: &Revs) -> io::Result<Vec<Lease>> {
+/// Every lease and declined address.
+///
+/// No revision is taken from a read: a revision in [`Revs`] lets a write
+/// overwrite a record without looking at it, which is right only for a
+/// record this appliance's decisions already knew (its own write, or one
+/// it read and judged free to take). A record read here reaches the table
+/// a moment later, and a decision made in that moment must not overwrite
+/// it: its write finds another revision, reads the record, and judges.
+fn list_leases(etcd: &etcd::Etcd) -> io::Result<Vec<Lease>> {
     let values = etcd.list("dhcp/leases/").map_err(io::Error::other)?;
     let mut out = Vec::with_capacity(values.len());
     for v in values {
-        let l = parse_lease(&etcd.key(&v.key), &v.value)?;
-        revs.set_rev(l.ip, v.mod_revision);
-        out.push(l);
-    }
-    for v in etcd.list("dhcp/clients/").map_err(io::Error::other)? {
-        if let Some(mac) = v.key.strip_prefix("dhcp/clients/") {
-            revs.set_crev(mac, v.mod_revision);
-        }
+        out.push(parse_lease(&etcd.key(&v.key), &v.value)?);
     }
     Ok(out)
 }
 
-/// What one change under `dhcp/` means for the table: the leases to apply.
-fn changed(etcd: &etcd::Etcd, revs: &Revs, c: etcd::Change) -> io::Result<Vec<Lease>> {
+/// What one change under `dhcp/` means for the table: the leases to apply
+/// (no revision taken: see [`list_leases`]).
+fn changed(etcd: &etcd::Etcd, c: etcd::Change) -> io::Result<Vec<Lease>> {
     let rel = match c {
-        etcd::Change::Resync => return list_leases(etcd, revs),
+        etcd::Change::Resync => return list_leases(etcd),
         etcd::Change::Key(rel) => rel,
     };
-    let Some(v) = etcd.get(&rel).map_err(io::Error::other)? else {
-        return Ok(Vec::new());
-    };
-    if let Some(mac) = rel.strip_prefix("dhcp/clients/") {
-        revs.set_crev(mac, v.mod_revision);
-        return Ok(Vec::new());
-    }
     if !rel.starts_with("dhcp/leases/") {
         return Ok(Vec::new());
     }
-    let l = parse_lease(&etcd.key(&rel), &v.value)?;
-    revs.set_rev(l.ip, v.mod_revision);
-    Ok(vec![l])
+    let Some(v) = etcd.get(&rel).map_err(io::Error::other)? else {
+        return Ok(Vec::new());
+    };
+    Ok(vec![parse_lease(&etcd.key(&rel), &v.value)?])
 }
 
 impl Revs {
@@ -153,7 +158,7 @@ impl Revs {
 
 impl EtcdShared {
     pub(super) fn dhcp_leases(&self) -> io::Result<Vec<Lease>> {
-        list_leases(self.etcd()?, &self.revs)
+        list_leases(self.etcd()?)
     }
 
     /// The live lease `ip` holds for `mac`, if it does (read now).
@@ -162,7 +167,6 @@ impl EtcdShared {
             return Ok(None);
         };
         let l = parse_lease(&etcd.key(&v.key), &v.value)?;
-        self.revs.set_rev(ip, v.mod_revision);
         let live = l.mac == mac
             && l.state == LeaseState::Active
             && l.expires > runtime::clock::unix_secs();
@@ -215,7 +219,6 @@ impl EtcdShared {
                 Some((bytes, rev)) => (Some(parse_lease(&key, &bytes)?), rev),
                 None => (None, 0),
             };
-            self.revs.set_rev(lease.ip, other_rev);
             let now = runtime::clock::unix_secs();
             let ours = match &other {
                 None => true,
@@ -224,13 +227,16 @@ impl EtcdShared {
                 }
             };
             if !ours {
+                // Its revision is not kept: the table learns the record
+                // from the answer, after this returns (see `list_leases`).
                 return Ok(other);
             }
+            // Judged free to take: the retry may overwrite it.
+            self.revs.set_rev(lease.ip, other_rev);
             if let Some(ck) = &ckey {
                 match gets.get(1).cloned().flatten() {
                     None => self.revs.set_crev(&lease.mac, 0),
                     Some((bytes, crev)) => {
-                        self.revs.set_crev(&lease.mac, crev);
                         let held = std::str::from_utf8(&bytes)
                             .ok()
                             .and_then(|s| s.parse::<Ipv4Addr>().ok())
@@ -247,6 +253,9 @@ impl EtcdShared {
                                 return Ok(Some(l));
                             }
                         }
+                        // The same address, or one the client no longer
+                        // holds: the retry may overwrite the record.
+                        self.revs.set_crev(&lease.mac, crev);
                     }
                 }
             }
@@ -258,8 +267,10 @@ impl EtcdShared {
 
     pub(super) fn dhcp_role_now(
         &self,
+        scope: Option<&str>,
         stop: CancellationToken,
     ) -> tokio::sync::watch::Receiver<DhcpRole> {
+        let name = group(scope);
         let (tx, rx) = tokio::sync::watch::channel(DhcpRole::Standby);
         let etcd = match self.etcd() {
             Ok(e) => e.clone(),
@@ -274,7 +285,7 @@ impl EtcdShared {
         tokio::spawn(probe(etcd.clone(), up_tx, stop.clone()));
         if self.ha == site::DhcpHa::LoadBalancing {
             // A member (its key alive in etcd) and etcd answering: its share.
-            let mut group = etcd.membership("dhcp", ttl, stop.clone());
+            let mut group = etcd.membership(&name, ttl, stop.clone());
             let members = std::sync::Arc::clone(&self.members);
             tokio::spawn(async move {
                 loop {
@@ -284,7 +295,10 @@ impl EtcdShared {
                         (true, true) => DhcpRole::Share,
                         (false, true) => DhcpRole::Standby,
                     };
-                    *members.write().unwrap_or_else(|p| p.into_inner()) = g;
+                    members
+                        .write()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .insert(name.clone(), g);
                     tx.send_if_modified(|r| std::mem::replace(r, role) != role);
                     tokio::select! {
                         r = group.changed() => if r.is_err() { return },
@@ -297,7 +311,7 @@ impl EtcdShared {
         }
         // Elected or not (the campaign), and whether etcd answers (a read
         // every second): the role is their product.
-        let mut elected = etcd.elect("dhcp", ttl, stop.clone());
+        let mut elected = etcd.elect(&name, ttl, stop.clone());
         tokio::spawn(async move {
             loop {
                 let role = match (*elected.borrow_and_update(), *up.borrow_and_update()) {
@@ -316,23 +330,27 @@ impl EtcdShared {
         rx
     }
 
-    pub(super) fn dhcp_answers(&self, client: &[u8]) -> bool {
-        let m = self.members.read().unwrap_or_else(|p| p.into_inner());
+    pub(super) fn dhcp_answers(&self, scope: Option<&str>, client: &[u8]) -> bool {
+        let all = self.members.read().unwrap_or_else(|p| p.into_inner());
+        let Some(m) = all.get(&group(scope)) else {
+            return false;
+        };
         match (&m.me, owner(&m.members, client)) {
             (Some(me), Some(o)) => me == o,
             _ => false,
         }
     }
 
-    pub(super) fn dhcp_place(&self) -> Option<(usize, usize)> {
-        let m = self.members.read().unwrap_or_else(|p| p.into_inner());
+    pub(super) fn dhcp_place(&self, scope: Option<&str>) -> Option<(usize, usize)> {
+        let all = self.members.read().unwrap_or_else(|p| p.into_inner());
+        let m = all.get(&group(scope))?;
         let me = m.me.as_ref()?;
         let i = m.members.iter().position(|x| x == me)?;
         Some((i, m.members.len()))
     }
 
-    /// `loadBalancing`: a watch of `dhcp/`: each lease written (by any
-    /// appliance) read and sent, each client record's revision kept.
+    /// `loadBalancing`: a watch of `dhcp/leases/`: each lease written (by
+    /// any appliance) read and sent to the table.
     pub(super) fn dhcp_lease_changes(
         &self,
         stop: CancellationToken,
@@ -342,8 +360,7 @@ impl EtcdShared {
         }
         let etcd = self.etcd().ok()?.clone();
         let (tx, rx) = tokio::sync::mpsc::channel(4096);
-        let mut changes = etcd.watch("dhcp/");
-        let revs = std::sync::Arc::clone(&self.revs);
+        let mut changes = etcd.watch("dhcp/leases/");
         tokio::spawn(async move {
             loop {
                 let c = tokio::select! {
@@ -351,8 +368,8 @@ impl EtcdShared {
                     _ = stop.cancelled() => return,
                 };
                 let Some(c) = c else { return };
-                let (etcd, revs) = (etcd.clone(), std::sync::Arc::clone(&revs));
-                let read = tokio::task::spawn_blocking(move || changed(&etcd, &revs, c)).await;
+                let etcd = etcd.clone();
+                let read = tokio::task::spawn_blocking(move || changed(&etcd, c)).await;
                 match read {
                     Ok(Ok(leases)) => {
                         for l in leases {

@@ -8,8 +8,8 @@
 //! | `bootd/spent/<expiry>/<nonce>` | a spent token (empty), removed once expired |
 //! | `dhcp/leases/<ip>` | the address's lease or decline record (JSON, as in the lease file) |
 //! | `dhcp/clients/<mac>` | the address the client was last granted |
-//! | `election/dhcp` | the elected DHCP server (`hotStandby`) |
-//! | `members/dhcp/<lease id>` | each live appliance answering DHCP (`loadBalancing`) |
+//! | `election/dhcp`, `election/dhcp-on-<segment>` | the elected DHCP server for relayed requests, and for a segment's broadcasts (`hotStandby`) |
+//! | `members/dhcp/<lease id>`, `members/dhcp-on-<segment>/<lease id>` | each live appliance answering them (`loadBalancing`) |
 //!
 //! DHCP: see [`dhcp`].
 //!
@@ -42,11 +42,13 @@ pub struct EtcdShared {
     revs: Arc<Revs>,
     /// `host.dhcp.ha`.
     ha: site::DhcpHa,
-    /// `loadBalancing`: the live appliances answering DHCP.
-    members: Arc<RwLock<etcd::Membership>>,
+    /// `loadBalancing`: the live appliances answering DHCP, per group
+    /// (`dhcp`: relayed requests; `dhcp-on-<segment>`: a segment's).
+    members: Arc<RwLock<HashMap<String, etcd::Membership>>>,
 }
 
-/// Each DHCP key's revision as this appliance last read or wrote it: a
+/// Each DHCP key's revision as this appliance last wrote it (or read and
+/// judged free to take, never one merely read: shared/dhcp.rs): a
 /// write compares with it.
 #[derive(Debug, Default)]
 struct Revs {
@@ -154,16 +156,20 @@ impl bootd::shared::Shared for EtcdShared {
         self.dhcp_commit(lease)
     }
 
-    fn dhcp_role(&self, stop: CancellationToken) -> tokio::sync::watch::Receiver<DhcpRole> {
-        self.dhcp_role_now(stop)
+    fn dhcp_role(
+        &self,
+        scope: Option<&str>,
+        stop: CancellationToken,
+    ) -> tokio::sync::watch::Receiver<DhcpRole> {
+        self.dhcp_role_now(scope, stop)
     }
 
-    fn answers(&self, client: &[u8]) -> bool {
-        self.dhcp_answers(client)
+    fn answers(&self, scope: Option<&str>, client: &[u8]) -> bool {
+        self.dhcp_answers(scope, client)
     }
 
-    fn place(&self) -> Option<(usize, usize)> {
-        self.dhcp_place()
+    fn place(&self, scope: Option<&str>) -> Option<(usize, usize)> {
+        self.dhcp_place(scope)
     }
 
     fn lease_changes(&self, stop: CancellationToken) -> Option<tokio::sync::mpsc::Receiver<Lease>> {

@@ -29,6 +29,11 @@ pub struct Rx {
     pub src: std::net::SocketAddrV4,
     /// 67, or 4011 for proxyDHCP requests.
     pub local_port: u16,
+    /// This appliance's address on the link the request arrived on, when
+    /// it is in another site network than `serverAddress` (an appliance of
+    /// another rack, its serverAddress the site's boot address): a client
+    /// that is not relayed is on that address's network.
+    pub link: Option<Ipv4Addr>,
 }
 
 #[derive(Debug)]
@@ -64,6 +69,7 @@ fn client_network<'a>(
     site: &'a Site,
     req: &Message,
     server: Ipv4Addr,
+    link: Option<Ipv4Addr>,
 ) -> Result<&'a Network, String> {
     if let Some(DhcpOption::SubnetSelection(sel)) = req.opts().get(OptionCode::SubnetSelection) {
         return network_of(site, *sel)
@@ -74,8 +80,9 @@ fn client_network<'a>(
         return network_of(site, gi)
             .ok_or_else(|| format!("relayed from giaddr {gi}, which is in no site network"));
     }
-    network_of(site, server)
-        .ok_or_else(|| format!("this server's address {server} is in no site network"))
+    let here = link.unwrap_or(server);
+    network_of(site, here)
+        .ok_or_else(|| format!("this server's address {here} is in no site network"))
 }
 
 /// The address this client should have on `net`, if any. `requested` is
@@ -264,7 +271,7 @@ fn dest_for(req: &Message, yiaddr: Ipv4Addr, mac: Mac, nak: bool) -> Dest {
 /// network boot). Served to nodes only, with their fixed address and no
 /// lease (RFC 951/1542): address, netmask, router, DNS, host name and the
 /// boot file the node's firmware gets (GRUB's core.elf for Open Firmware).
-fn bootp(site: &Site, req: &Message, mac: Mac) -> Outcome {
+fn bootp(site: &Site, req: &Message, mac: Mac, link: Option<Ipv4Addr>) -> Outcome {
     let Some(dhcp) = &site.host.dhcp else {
         return Outcome::drop("disabled", "DHCP is not configured in the site");
     };
@@ -278,7 +285,7 @@ fn bootp(site: &Site, req: &Message, mac: Mac) -> Outcome {
         );
     };
     let server = dhcp.server_address;
-    let net = match client_network(site, req, server) {
+    let net = match client_network(site, req, server, link) {
         Ok(n) => n,
         Err(why) => return Outcome::drop("ignored", format!("BOOTP: {why}")),
     };
@@ -330,13 +337,13 @@ pub fn answer(site: &Site, table: &mut Table, req: &Message, rx: Rx, now: u64) -
         if rx.local_port == 4011 {
             return Outcome::drop("ignored", "BOOTP on the proxyDHCP port");
         }
-        return bootp(site, req, mac);
+        return bootp(site, req, mac, rx.link);
     };
     let server = dhcp.server_address;
     let node = site.node_by_mac(&mac);
     let client = ClientInfo::from_message(req);
     let boot = boot::decide(site, node, &client);
-    let net = match client_network(site, req, server) {
+    let net = match client_network(site, req, server, rx.link) {
         Ok(n) => n,
         Err(why) => return Outcome::drop("ignored", why),
     };

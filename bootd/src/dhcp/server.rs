@@ -101,11 +101,42 @@ pub struct Server {
     pub app: Arc<crate::App>,
     pub table: Arc<Mutex<Table>>,
     pub store: Durable,
-    /// With a shared store: what this appliance answers (`None`: all).
-    pub active: Option<tokio::sync::watch::Receiver<crate::shared::DhcpRole>>,
+    /// With a shared store: what this appliance answers, per scope
+    /// (`None`: all).
+    pub active: Option<super::shared::Active>,
     pub ports: Ports,
     /// For neighbour entries (hardware unicast); `None` → broadcast instead.
     pub ifindex: Option<u32>,
+    /// This host's address on the DHCP link when `serverAddress` is in
+    /// another network ([`link_address`]).
+    pub link: Option<Ipv4Addr>,
+}
+
+/// An address of the DHCP interface (every interface but `lo` when none is
+/// set) in a site network, when no such address is in `serverAddress`'s
+/// network: where direct clients are (an appliance of another rack).
+/// `None` when `serverAddress`'s network is on the link (the usual case).
+pub fn link_address(site: &site::Site) -> Option<Ipv4Addr> {
+    let dhcp = site.host.dhcp.as_ref()?;
+    let iface = dhcp.interface.as_deref();
+    let mine: Vec<Ipv4Addr> = nix::ifaddrs::getifaddrs()
+        .ok()?
+        .filter(|a| match iface {
+            Some(i) => a.interface_name == i,
+            None => a.interface_name != "lo",
+        })
+        .filter_map(|a| Some(a.address?.as_sockaddr_in()?.ip()))
+        .collect();
+    let net_of = |ip: Ipv4Addr| {
+        site.networks
+            .iter()
+            .position(|n| n.subnet.contains(&std::net::IpAddr::V4(ip)))
+    };
+    let server_net = net_of(dhcp.server_address);
+    if server_net.is_some() && mine.iter().any(|a| net_of(*a) == server_net) {
+        return None;
+    }
+    mine.into_iter().find(|a| net_of(*a).is_some())
 }
 
 /// Whether the request's client is one of the site's nodes (a reserved
@@ -122,15 +153,15 @@ fn is_node(site: &site::Site, req: &Message) -> bool {
 /// address (ciaddr: renewing or rebinding) is answered by whichever
 /// appliance it reaches, as RFC 3074 has it; a new one by the appliance
 /// its identifier (option 61, else the hardware address) hashes to.
-fn ours(shared: &dyn crate::shared::Shared, req: &Message) -> bool {
+fn ours(shared: &dyn crate::shared::Shared, scope: Option<&str>, req: &Message) -> bool {
     if !req.ciaddr().is_unspecified() {
         return true;
     }
     match req.opts().get(dhcproto::v4::OptionCode::ClientIdentifier) {
         Some(dhcproto::v4::DhcpOption::ClientIdentifier(id)) if !id.is_empty() => {
-            shared.answers(id)
+            shared.answers(scope, id)
         }
-        _ => shared.answers(req.chaddr()),
+        _ => shared.answers(scope, req.chaddr()),
     }
 }
 
@@ -188,7 +219,12 @@ impl Server {
             debug!(%src, len = packet.len(), why, "malformed DHCP packet dropped");
             return;
         }
-        let role = self.active.as_ref().map(|a| *a.borrow());
+        // Relayed (giaddr set, bytes 24-27) or this segment's broadcast.
+        let relayed = packet.get(24..28).is_some_and(|g| g != [0, 0, 0, 0]);
+        let (role, scope) = match self.active.as_ref().map(|a| a.role(relayed)) {
+            Some((r, s)) => (Some(r), s),
+            None => (None, None),
+        };
         if role == Some(DhcpRole::Standby) {
             // Another appliance is the elected DHCP server.
             self.count("standby");
@@ -204,7 +240,7 @@ impl Server {
         };
         if role == Some(DhcpRole::Share) {
             if let Durable::Shared(shared) = &self.store {
-                if !ours(shared.as_ref(), &req) {
+                if !ours(shared.as_ref(), scope, &req) {
                     // Another appliance of the group answers this client.
                     self.count("peer");
                     return;
@@ -225,7 +261,12 @@ impl Server {
         }
         let outcome = {
             let mut table = self.table.lock().unwrap_or_else(|p| p.into_inner());
-            let o = core::answer(&snap.site, &mut table, &req, Rx { src, local_port }, now());
+            let rx = Rx {
+                src,
+                local_port,
+                link: self.link,
+            };
+            let o = core::answer(&snap.site, &mut table, &req, rx, now());
             // Update memory now so a concurrent request cannot be handed the
             // same pool address; the ACK still waits for the disk.
             if let Some(l) = &o.commit {

@@ -1,11 +1,18 @@
 //! Where a lease is made durable before its ACK: the lease file (one
 //! appliance) or the store shared by several (`host.store: etcd`), where
-//! one elected appliance answers at a time and loads every lease when it
-//! is elected.
+//! the appliances answering (one elected, or each its share) load every
+//! lease when they start answering.
+//!
+//! With a shared store, DHCP has two scopes, each with its own election
+//! (or group): relayed requests (giaddr set), for which every appliance is
+//! a candidate (a relay sends to every appliance it is told of), and the
+//! broadcasts of this appliance's segment, for which only the appliances
+//! attached to it are: each rack's appliances answer their own segment.
 
 use super::leases::{Lease, Store, Table};
 use crate::shared::{DhcpRole, Shared};
 use std::io;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -55,14 +62,58 @@ impl Durable {
     }
 }
 
+/// What this appliance answers with a shared store, per scope.
+#[derive(Clone)]
+pub struct Active {
+    /// Relayed requests (giaddr set).
+    pub relayed: watch::Receiver<DhcpRole>,
+    /// This segment's broadcasts: its name and the role; `None` when no
+    /// site network holds an address of the DHCP interface (its direct
+    /// requests then follow `relayed`).
+    pub direct: Option<(String, watch::Receiver<DhcpRole>)>,
+}
+
+impl Active {
+    /// The role for a request and its scope (`None`: relayed).
+    pub fn role(&self, relayed: bool) -> (DhcpRole, Option<&str>) {
+        match (&self.direct, relayed) {
+            (Some((seg, r)), false) => (*r.borrow(), Some(seg.as_str())),
+            _ => (*self.relayed.borrow(), None),
+        }
+    }
+}
+
+/// This appliance's segment: the site networks holding an IPv4 address of
+/// `interface` (every interface but `lo` when `None`), their names sorted
+/// and joined with `+`; `None` when there is none.
+pub fn segment(site: &site::Site, interface: Option<&str>) -> Option<String> {
+    let addrs = nix::ifaddrs::getifaddrs().ok()?;
+    let mut names: Vec<&str> = addrs
+        .filter(|a| match interface {
+            Some(i) => a.interface_name == i,
+            None => a.interface_name != "lo",
+        })
+        .filter_map(|a| {
+            let ip = a.address?.as_sockaddr_in()?.ip();
+            site.networks
+                .iter()
+                .find(|n| n.subnet.contains(&std::net::IpAddr::V4(ip)))
+                .map(|n| n.name.as_str())
+        })
+        .collect();
+    names.sort_unstable();
+    names.dedup();
+    (!names.is_empty()).then(|| names.join("+"))
+}
+
 /// Where leases go: the lease file in the state directory (read into the
-/// table now), or the shared store (read when this appliance is elected;
-/// the receiver says whether it is).
+/// table now), or the shared store (read when this appliance starts
+/// answering; [`Active`] says in which scopes it does).
 pub fn open(
     app: &crate::App,
     shared: Option<&Arc<dyn Shared>>,
     stop: &CancellationToken,
-) -> io::Result<(Durable, Option<watch::Receiver<DhcpRole>>)> {
+) -> io::Result<(Durable, Option<Active>)> {
     match shared {
         None => {
             let (store, table) = Store::open(&app.state_dir)?;
@@ -86,21 +137,49 @@ pub fn open(
                     }
                 });
             }
-            let active = follow(Arc::clone(s), Arc::clone(&app.leases), stop.clone());
+            let site = Arc::clone(&app.live.load().site);
+            let iface = site.host.dhcp.as_ref().and_then(|d| d.interface.clone());
+            let seg = segment(&site, iface.as_deref());
+            let answering = Arc::new(AtomicUsize::new(0));
+            let follow = |scope: Option<String>| {
+                follow(
+                    Arc::clone(s),
+                    Arc::clone(&app.leases),
+                    scope,
+                    Arc::clone(&answering),
+                    stop.clone(),
+                )
+            };
+            match &seg {
+                Some(seg) => info!(segment = %seg, "DHCP: relayed requests answered site-wide, this segment's broadcasts by the appliances on it"),
+                None => info!("DHCP: no site network holds an address of the DHCP interface: every request is answered as relayed (site-wide)"),
+            }
+            let active = Active {
+                relayed: follow(None),
+                direct: seg.map(|g| (g.clone(), follow(Some(g)))),
+            };
             Ok((Durable::Shared(Arc::clone(s)), Some(active)))
         }
     }
 }
 
-/// Follows this appliance's DHCP role; each time it is elected it loads
-/// the shared leases into `table` before it answers as the server.
+/// Follows this appliance's DHCP role in `scope`; each time it starts
+/// answering there it loads the shared leases into `table` before it
+/// answers (into a fresh table when it answers in no other scope, else
+/// merged: `answering` counts the scopes it answers in).
 pub fn follow(
     shared: Arc<dyn Shared>,
     table: Arc<Mutex<Table>>,
+    scope: Option<String>,
+    answering_in: Arc<AtomicUsize>,
     stop: CancellationToken,
 ) -> watch::Receiver<DhcpRole> {
-    let mut role = shared.dhcp_role(stop.clone());
+    let mut role = shared.dhcp_role(scope.as_deref(), stop.clone());
     let (tx, rx) = watch::channel(DhcpRole::Standby);
+    let what_scope = match &scope {
+        Some(s) => format!("segment {s}"),
+        None => "relayed requests".to_string(),
+    };
     tokio::spawn(async move {
         loop {
             let now = *role.borrow_and_update();
@@ -110,24 +189,32 @@ pub fn follow(
                 let s = Arc::clone(&shared);
                 match tokio::task::spawn_blocking(move || s.leases()).await {
                     Ok(Ok(leases)) => {
-                        let mut t = Table::default();
-                        for l in leases {
-                            t.apply(l);
-                        }
-                        let place = shared.place();
-                        if let Some((i, n)) = place {
-                            t.spread(i, n);
-                        }
+                        let place = shared.place(scope.as_deref());
                         let what = match (now, place) {
-                            (DhcpRole::Share, Some((i, n))) => format!("member {} of {n} of the DHCP group: shared leases loaded; answering its share of the clients", i + 1),
-                            _ => "elected DHCP server: shared leases loaded; answering".to_string(),
+                            (DhcpRole::Share, Some((i, n))) => format!("member {} of {n} of the DHCP group ({what_scope}): shared leases loaded; answering its share of the clients", i + 1),
+                            _ => format!("elected DHCP server ({what_scope}): shared leases loaded; answering"),
                         };
-                        info!(leases = t.len(), declined = t.declined().count(), "{what}");
-                        *table.lock().unwrap_or_else(|p| p.into_inner()) = t;
+                        let mut current = table.lock().unwrap_or_else(|p| p.into_inner());
+                        if answering_in.fetch_add(1, Ordering::SeqCst) == 0 {
+                            let mut t = Table::default();
+                            if let Some((i, n)) = place {
+                                t.spread(i, n);
+                            }
+                            *current = t;
+                        }
+                        for l in leases {
+                            current.apply(l);
+                        }
+                        info!(
+                            leases = current.len(),
+                            declined = current.declined().count(),
+                            "{what}"
+                        );
+                        drop(current);
                         let _ = tx.send(now);
                     }
                     Ok(Err(e)) => {
-                        warn!(error = %e, "elected DHCP server, but the shared leases could not be read: not granting leases; trying again in 1 s");
+                        warn!(error = %e, "elected DHCP server ({what_scope}), but the shared leases could not be read: not granting leases; trying again in 1 s");
                         let _ = tx.send(DhcpRole::ReservedOnly);
                         tokio::select! {
                             _ = tokio::time::sleep(std::time::Duration::from_secs(1)) => continue,
@@ -139,9 +226,12 @@ pub fn follow(
             } else if answering(now) && now != was {
                 let _ = tx.send(now);
             } else if !answering(now) && now != was {
+                if answering(was) {
+                    answering_in.fetch_sub(1, Ordering::SeqCst);
+                }
                 match now {
-                    DhcpRole::ReservedOnly => warn!("the shared store cannot be reached: DHCP answers the site's nodes only and grants no other address"),
-                    _ => info!("another appliance is the elected DHCP server: not answering"),
+                    DhcpRole::ReservedOnly => warn!("the shared store cannot be reached: DHCP answers the site's nodes only and grants no other address ({what_scope})"),
+                    _ => info!("another appliance is the elected DHCP server ({what_scope}): not answering"),
                 }
                 let _ = tx.send(now);
             }

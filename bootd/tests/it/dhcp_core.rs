@@ -30,6 +30,7 @@ fn rx() -> Rx {
     Rx {
         src: SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 68),
         local_port: 67,
+        link: None,
     }
 }
 
@@ -634,6 +635,7 @@ fn proxy_dhcp_gives_boot_information_only() {
         Rx {
             src,
             local_port: 4011,
+            link: None,
         },
         1000,
     );
@@ -724,4 +726,46 @@ fn slof_asking_for_209_and_210_still_gets_grub() {
     assert!(o.reason.contains("GRUB over TFTP"), "{}", o.reason);
     let (r, _) = o.reply.as_ref().unwrap();
     assert!(r.opts().get(OptionCode::Unknown(209)).is_none());
+}
+
+/// An appliance of another rack: its serverAddress is the site's boot
+/// address (another network), its own address on the link (`Rx::link`)
+/// says which network its direct clients are on.
+#[test]
+fn a_direct_client_is_on_the_links_network_when_the_server_address_is_elsewhere() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/lab");
+    let text = std::fs::read_to_string(src.join("site.yaml"))
+        .unwrap()
+        .replace("dir: ignition", &format!("dir: {}", src.join("ignition").display()))
+        .replace(
+            "    dnsServers: [10.77.0.1]\n",
+            "    dnsServers: [10.77.0.1]\n  - name: rack3\n    subnet: 10.81.0.0/24\n    gateway: 10.81.0.254\n",
+        )
+        .replace(
+            "  - { name: worker-1,",
+            "  - { name: worker-2,  role: worker,    macs: [\"52:54:00:77:00:22\"], ip: 10.81.0.22 }\n  - { name: worker-1,",
+        );
+    std::fs::write(dir.path().join("site.yaml"), text).unwrap();
+    let site = site::load(&dir.path().join("site.yaml")).unwrap_or_else(|e| panic!("{e}"));
+    let q = req("52:54:00:77:00:22", MessageType::Discover);
+    // Without the link: the client is taken to be on serverAddress's network.
+    let o = answer(&site, &mut Table::default(), &q, rx(), 1000);
+    assert!(o.reply.is_none());
+    assert!(
+        o.reason.contains("not on the client's subnet 10.77.0.0/24"),
+        "{}",
+        o.reason
+    );
+    let here = Rx {
+        link: Some("10.81.0.2".parse().unwrap()),
+        ..rx()
+    };
+    let o = answer(&site, &mut Table::default(), &q, here, 1000);
+    let (m, _) = o.reply.expect("offered");
+    assert_eq!(m.yiaddr(), "10.81.0.22".parse::<Ipv4Addr>().unwrap());
+    assert_eq!(
+        m.opts().get(OptionCode::Router),
+        Some(&DhcpOption::Router(vec!["10.81.0.254".parse().unwrap()]))
+    );
 }
