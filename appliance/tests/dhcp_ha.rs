@@ -388,6 +388,26 @@ async fn load_balancing_splits_the_clients_and_the_survivor_takes_them_all() {
     assert_eq!(e.list("dhcp/clients/").unwrap().len(), clients.len());
 }
 
+/// An appliance's shared store (`loadBalancing`), without its process.
+fn balancing(config: &etcd::Config) -> appliance::shared::EtcdShared {
+    appliance::shared::EtcdShared::new(
+        config.clone(),
+        Duration::from_secs(10),
+        site::DhcpHa::LoadBalancing,
+    )
+}
+
+/// A lease of `mac` on `ip` for an hour.
+fn live(mac: &str, ip: Ipv4Addr) -> bootd::shared::Lease {
+    bootd::shared::Lease {
+        mac: mac.into(),
+        ip,
+        expires: runtime::clock::unix_secs() + 3600,
+        hostname: None,
+        state: Default::default(),
+    }
+}
+
 /// One record per client: an appliance that did not see another's grant
 /// to a client is refused a second address for it, and told the first.
 #[test]
@@ -395,21 +415,8 @@ fn a_client_is_never_granted_two_addresses() {
     use bootd::shared::Shared;
     let server = etcd::testing::Server::start();
     let config = server.config("/two/");
-    let mk = || {
-        appliance::shared::EtcdShared::new(
-            config.clone(),
-            Duration::from_secs(10),
-            site::DhcpHa::LoadBalancing,
-        )
-    };
-    let (a, b) = (mk(), mk());
-    let lease = |last: u8| bootd::shared::Lease {
-        mac: "02:00:00:00:00:07".into(),
-        ip: Ipv4Addr::new(10, 77, 0, last),
-        expires: runtime::clock::unix_secs() + 3600,
-        hostname: None,
-        state: Default::default(),
-    };
+    let (a, b) = (balancing(&config), balancing(&config));
+    let lease = |last: u8| live("02:00:00:00:00:07", Ipv4Addr::new(10, 77, 0, last));
     assert_eq!(a.commit_lease(&lease(100)).unwrap(), None);
     assert_eq!(
         b.commit_lease(&lease(101)).unwrap(),
@@ -448,21 +455,8 @@ fn a_record_read_but_not_yet_in_the_table_is_not_overwritten() {
     use bootd::shared::Shared;
     let server = etcd::testing::Server::start();
     let config = server.config("/race/");
-    let mk = || {
-        appliance::shared::EtcdShared::new(
-            config.clone(),
-            Duration::from_secs(10),
-            site::DhcpHa::LoadBalancing,
-        )
-    };
-    let (a, b) = (mk(), mk());
-    let lease = |mac: &str| bootd::shared::Lease {
-        mac: mac.into(),
-        ip: Ipv4Addr::new(10, 80, 128, 128),
-        expires: runtime::clock::unix_secs() + 3600,
-        hostname: None,
-        state: Default::default(),
-    };
+    let (a, b) = (balancing(&config), balancing(&config));
+    let lease = |mac: &str| live(mac, Ipv4Addr::new(10, 80, 128, 128));
     assert_eq!(a.commit_lease(&lease("02:80:00:00:00:82")).unwrap(), None);
     // B reads every lease (as when it starts answering, or its watch does).
     assert_eq!(b.leases().unwrap().len(), 1);
