@@ -46,7 +46,7 @@
 #    C, elected for its own segment (A and B never see its broadcasts), and
 #    fetches its Ignition from the boot address on A and B's segment.
 # Prints "PASS ha-e2e ..." (exit 0) or "FAIL ha-e2e <why>" with logs (exit 1).
-set -euo pipefail
+set -Eeuo pipefail
 cd "$(dirname "$0")/../.."
 REPO=$PWD
 BIN=$(realpath "${1:-target/release}")
@@ -79,6 +79,9 @@ cleanup() {
   [[ ${KEEP:-0} == 1 ]] || rm -rf "$WORK"
 }
 trap cleanup EXIT
+# A command that fails outside a check says where (set -e would exit
+# silently); background lanes (subshells) are not the script.
+trap 'rc=$?; [[ $BASHPID == "$$" ]] && echo "FAIL ha-e2e: line $LINENO exited $rc: $BASH_COMMAND"' ERR
 fail() {
   echo "FAIL ha-e2e $*"
   for f in "$WORK"/A.log "$WORK"/B.log "$WORK"/ka-*.log "$WORK"/vm-*/serial.log; do
