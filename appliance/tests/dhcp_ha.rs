@@ -471,3 +471,42 @@ fn a_record_read_but_not_yet_in_the_table_is_not_overwritten() {
             .unwrap();
     assert_eq!(held["mac"], "02:80:00:00:00:82");
 }
+
+/// Leases committed together (the group committer's batches): one
+/// transaction when nothing conflicts; when one does, each is judged on
+/// its own and only that one is refused.
+#[test]
+fn leases_committed_together_and_one_conflict_refuses_only_it() {
+    use bootd::shared::Shared;
+    let server = etcd::testing::Server::start();
+    let config = server.config("/batch/");
+    let (a, b) = (balancing(&config), balancing(&config));
+    let ip = |last: u8| Ipv4Addr::new(10, 80, 1, last);
+    let batch: Vec<bootd::shared::Lease> = (1..=3)
+        .map(|i| live(&format!("02:81:00:00:00:0{i}"), ip(i)))
+        .collect();
+    let answers = a.commit_leases(&batch);
+    assert!(answers.iter().all(|r| matches!(r, Ok(None))), "{answers:?}");
+    let raw = etcd::Etcd::connect(&config).unwrap();
+    assert_eq!(raw.list("dhcp/leases/").unwrap().len(), 3);
+    // B grants .2 to another client before it knew; with two new ones.
+    let mut second = vec![
+        live("02:81:00:00:00:14", ip(4)),
+        live("02:81:00:00:00:12", ip(2)),
+        live("02:81:00:00:00:15", ip(5)),
+    ];
+    let answers = b.commit_leases(&second);
+    assert!(matches!(answers[0], Ok(None)), "{answers:?}");
+    assert_eq!(answers[1].as_ref().unwrap(), &Some(batch[1].clone()));
+    assert!(matches!(answers[2], Ok(None)), "{answers:?}");
+    assert_eq!(raw.list("dhcp/leases/").unwrap().len(), 5);
+    // Etcd down: every lease of a batch told at once, nothing written.
+    let mut server = server;
+    server.kill();
+    second.truncate(1);
+    second.push(live("02:81:00:00:00:16", ip(6)));
+    let t = std::time::Instant::now();
+    let answers = a.commit_leases(&second);
+    assert!(answers.iter().all(|r| r.is_err()), "{answers:?}");
+    assert!(t.elapsed() < Duration::from_secs(8), "{:?}", t.elapsed());
+}

@@ -39,6 +39,12 @@ pub trait Shared: Send + Sync + std::fmt::Debug {
     /// `Ok(Some(other))` when the address is another client's live lease
     /// in the shared store (nothing written).
     fn commit_lease(&self, lease: &Lease) -> io::Result<Option<Lease>>;
+    /// [`Shared::commit_lease`] for several leases (no two of one address or
+    /// one client) at once, where the store can: one round trip for all
+    /// when none conflicts. One answer per lease, in order.
+    fn commit_leases(&self, leases: &[Lease]) -> Vec<io::Result<Option<Lease>>> {
+        leases.iter().map(|l| self.commit_lease(l)).collect()
+    }
     /// What this appliance answers in DHCP now ([`DhcpRole`]) in `scope`:
     /// relayed requests (`None`: site-wide, every appliance a candidate),
     /// or the broadcasts of the segment named `Some(segment)` (the

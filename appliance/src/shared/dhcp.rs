@@ -265,6 +265,66 @@ impl EtcdShared {
         )))
     }
 
+    /// Several leases (no two of one address or one client) in one
+    /// transaction, each with the compares a single grant makes; when any
+    /// compare fails, nothing is written and each lease is committed on
+    /// its own ([`EtcdShared::dhcp_commit`]: read, judge, retry). When the
+    /// store does not answer, every lease gets its error at once.
+    pub(super) fn dhcp_commit_many(&self, leases: &[Lease]) -> Vec<io::Result<Option<Lease>>> {
+        if leases.len() <= 1 {
+            return leases.iter().map(|l| self.dhcp_commit(l)).collect();
+        }
+        let together = || -> io::Result<bool> {
+            let etcd = self.etcd()?;
+            let mut when = Vec::with_capacity(2 * leases.len());
+            let mut then = Vec::with_capacity(2 * leases.len());
+            for l in leases {
+                let key = etcd.key(&lease_key(l.ip));
+                when.push(Compare::mod_revision(
+                    key.clone(),
+                    CompareOp::Equal,
+                    self.revs.rev(l.ip),
+                ));
+                then.push(TxnOp::put(
+                    key,
+                    serde_json::to_vec(l).map_err(io::Error::other)?,
+                    None,
+                ));
+                if l.state == LeaseState::Active {
+                    let ck = etcd.key(&client_key(&l.mac));
+                    when.push(Compare::mod_revision(
+                        ck.clone(),
+                        CompareOp::Equal,
+                        self.revs.crev(&l.mac),
+                    ));
+                    then.push(TxnOp::put(ck, l.ip.to_string(), None));
+                }
+            }
+            let t = Transaction::new().when(when).and_then(then);
+            let r = etcd.txn("commit leases", t).map_err(io::Error::other)?;
+            if r.succeeded() {
+                let at = r.header().map(|h| h.revision()).unwrap_or(0);
+                for l in leases {
+                    self.revs.set_rev(l.ip, at);
+                    if l.state == LeaseState::Active {
+                        self.revs.set_crev(&l.mac, at);
+                    }
+                }
+            }
+            Ok(r.succeeded())
+        };
+        match together() {
+            Ok(true) => leases.iter().map(|_| Ok(None)).collect(),
+            // A compare failed: one by one, each read and judged.
+            Ok(false) => leases.iter().map(|l| self.dhcp_commit(l)).collect(),
+            // The store did not answer: nothing written, each told so at once.
+            Err(e) => leases
+                .iter()
+                .map(|_| Err(io::Error::new(e.kind(), e.to_string())))
+                .collect(),
+        }
+    }
+
     pub(super) fn dhcp_role_now(
         &self,
         scope: Option<&str>,

@@ -156,6 +156,10 @@ impl bootd::shared::Shared for EtcdShared {
         self.dhcp_commit(lease)
     }
 
+    fn commit_leases(&self, leases: &[Lease]) -> Vec<io::Result<Option<Lease>>> {
+        self.dhcp_commit_many(leases)
+    }
+
     fn dhcp_role(
         &self,
         scope: Option<&str>,

@@ -239,7 +239,7 @@ impl Server {
             }
         };
         if role == Some(DhcpRole::Share) {
-            if let Durable::Shared(shared) = &self.store {
+            if let Durable::Shared { store: shared, .. } = &self.store {
                 if !ours(shared.as_ref(), scope, &req) {
                     // Another appliance of the group answers this client.
                     self.count("peer");

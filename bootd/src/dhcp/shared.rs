@@ -20,7 +20,66 @@ use tracing::{info, warn};
 
 pub enum Durable {
     File(Store),
-    Shared(Arc<dyn Shared>),
+    Shared {
+        store: Arc<dyn Shared>,
+        /// To the group committer ([`committer`]).
+        commits: tokio::sync::mpsc::Sender<Pending>,
+    },
+}
+
+/// A lease waiting for the group committer, and where its answer goes.
+pub type Pending = (
+    Lease,
+    tokio::sync::oneshot::Sender<io::Result<Option<Lease>>>,
+);
+
+/// The most leases in one transaction: two compares and two writes each,
+/// within etcd's default of 128 operations per transaction.
+const MAX_BATCH: usize = 32;
+
+/// Commits leases in groups, as the lease file's writer syncs them: while
+/// one transaction is in flight the next leases queue, and go together in
+/// the next (at most [`MAX_BATCH`], no two of one address or one client:
+/// a transaction may not write a key twice). Under a storm one round trip
+/// to a quorum serves many ACKs.
+async fn committer(shared: Arc<dyn Shared>, mut rx: tokio::sync::mpsc::Receiver<Pending>) {
+    let mut carried: Option<Pending> = None;
+    loop {
+        let first = match carried.take() {
+            Some(p) => p,
+            None => match rx.recv().await {
+                Some(p) => p,
+                None => return,
+            },
+        };
+        let mut batch = vec![first];
+        while batch.len() < MAX_BATCH {
+            let Ok(p) = rx.try_recv() else { break };
+            let clash = batch
+                .iter()
+                .any(|(l, _)| l.ip == p.0.ip || l.mac == p.0.mac);
+            if clash {
+                carried = Some(p);
+                break;
+            }
+            batch.push(p);
+        }
+        let leases: Vec<Lease> = batch.iter().map(|(l, _)| l.clone()).collect();
+        let s = Arc::clone(&shared);
+        let answers = tokio::task::spawn_blocking(move || s.commit_leases(&leases)).await;
+        match answers {
+            Ok(answers) => {
+                for ((_, tx), a) in batch.into_iter().zip(answers) {
+                    let _ = tx.send(a);
+                }
+            }
+            Err(e) => {
+                for (_, tx) in batch {
+                    let _ = tx.send(Err(io::Error::other(e.to_string())));
+                }
+            }
+        }
+    }
 }
 
 /// Why a lease was not committed.
@@ -47,11 +106,11 @@ impl Durable {
     pub async fn commit(&self, lease: Lease) -> Result<(), NotCommitted> {
         match self {
             Durable::File(s) => s.commit(lease).await.map_err(NotCommitted::Io),
-            Durable::Shared(s) => {
-                let s = Arc::clone(s);
-                let r = tokio::task::spawn_blocking(move || s.commit_lease(&lease))
-                    .await
-                    .map_err(|e| NotCommitted::Io(io::Error::other(e)))?;
+            Durable::Shared { commits, .. } => {
+                let (tx, rx) = tokio::sync::oneshot::channel();
+                let gone = || NotCommitted::Io(io::Error::other("the lease committer stopped"));
+                commits.send((lease, tx)).await.map_err(|_| gone())?;
+                let r = rx.await.map_err(|_| gone())?;
                 match r {
                     Ok(None) => Ok(()),
                     Ok(Some(other)) => Err(NotCommitted::Taken(other)),
@@ -158,7 +217,13 @@ pub fn open(
                 relayed: follow(None),
                 direct: seg.map(|g| (g.clone(), follow(Some(g)))),
             };
-            Ok((Durable::Shared(Arc::clone(s)), Some(active)))
+            let (commits, queue) = tokio::sync::mpsc::channel(4 * MAX_BATCH);
+            tokio::spawn(committer(Arc::clone(s), queue));
+            let durable = Durable::Shared {
+                store: Arc::clone(s),
+                commits,
+            };
+            Ok((durable, Some(active)))
         }
     }
 }
