@@ -75,20 +75,8 @@ impl Etcd {
         ttl: Duration,
         stop: &CancellationToken,
     ) -> Result<Option<Leadership>, Error> {
-        let secs = ttl.as_secs().max(2) as i64;
-        let lease = self
-            .run("lease grant", move |mut c| async move {
-                c.lease_grant(secs, None).await
-            })
-            .await?
-            .id();
         let lost = CancellationToken::new();
-        self.spawn(keep_alive(
-            self.clone(),
-            lease,
-            Duration::from_secs(secs as u64),
-            lost.clone(),
-        ));
+        let lease = self.kept_lease(ttl, &lost).await?;
         let key = self.key(&format!("election/{name}"));
         let value = value.to_string();
         loop {
@@ -192,6 +180,31 @@ impl Etcd {
             Err(e) if e.to_string().contains("no leader") => Ok(None),
             Err(e) => Err(e),
         }
+    }
+}
+
+impl Etcd {
+    /// A lease of `ttl` (at least 2 s), renewed until `lost`, which is
+    /// cancelled when a renewal fails for good ([`keep_alive`]).
+    pub(crate) async fn kept_lease(
+        &self,
+        ttl: Duration,
+        lost: &CancellationToken,
+    ) -> Result<i64, Error> {
+        let secs = ttl.as_secs().max(2) as i64;
+        let lease = self
+            .run("lease grant", move |mut c| async move {
+                c.lease_grant(secs, None).await
+            })
+            .await?
+            .id();
+        self.spawn(keep_alive(
+            self.clone(),
+            lease,
+            Duration::from_secs(secs as u64),
+            lost.clone(),
+        ));
+        Ok(lease)
     }
 }
 

@@ -8,7 +8,7 @@
 //! so all of them derive the same answer from the same list (who serves
 //! which client).
 
-use crate::elect::{identity, keep_alive};
+use crate::elect::identity;
 use crate::{Change, Etcd};
 use etcd_client::{GetOptions, PutOptions};
 use std::time::Duration;
@@ -78,19 +78,7 @@ async fn join(
     ttl: Duration,
     lost: &CancellationToken,
 ) -> Result<(i64, String), crate::Error> {
-    let secs = ttl.as_secs().max(2) as i64;
-    let lease = etcd
-        .run("lease grant", move |mut c| async move {
-            c.lease_grant(secs, None).await
-        })
-        .await?
-        .id();
-    etcd.spawn(keep_alive(
-        etcd.clone(),
-        lease,
-        Duration::from_secs(secs as u64),
-        lost.clone(),
-    ));
+    let lease = etcd.kept_lease(ttl, lost).await?;
     let me = format!("{lease:016x}");
     let key = etcd.key(&format!("{dir}{me}"));
     let who = identity();

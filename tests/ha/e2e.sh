@@ -379,14 +379,21 @@ grep -q "name: ecs-0" "$WORK/B/nodes.yaml" || fail "the API node is not in B's o
 ok "the API node, with its address, is in B's overlay (in B's --state-dir)"
 
 # --- 3. the DHCP storm --------------------------------------------------------------------------
-n_answers=$(grep -c "$ANSWERS" "$WORK/A.log" || true)
-power_on A
-if [[ $HA_MODE == hotStandby ]]; then
-  sleep 3
-  wait_log A "$ANSWERS" "$n_answers" 0 && fail "A back: elected for DHCP while B serves"
-else
-  wait_log A "$ANSWERS" "$n_answers" 20 || fail "A back: not in the DHCP group"
-fi
+# back_on X OTHER: X powered on again; it must not take DHCP from OTHER
+# (hotStandby) or must rejoin the group (loadBalancing).
+back_on() {
+  local n
+  n=$(grep -c "$ANSWERS" "$WORK/$1.log" || true)
+  power_on "$1"
+  if [[ $HA_MODE == hotStandby ]]; then
+    sleep 3
+    wait_log "$1" "$ANSWERS" "$n" 0 && fail "$1 back: elected for DHCP while $2 serves"
+  else
+    wait_log "$1" "$ANSWERS" "$n" 20 || fail "$1 back: not in the DHCP group"
+  fi
+  return 0
+}
+back_on A B
 for _ in $(seq 50); do grep -q "name: ecs-0" "$WORK/A/nodes.yaml" && break; sleep 0.2; done
 grep -q "name: ecs-0" "$WORK/A/nodes.yaml" || fail "A back: the node made while it was off is not in its overlay"
 has "$B" 10.77.0.1 || fail "A back: B lost the boot address"
@@ -429,14 +436,7 @@ acks_b=$(echo "$summary" | py 'print(v["acks_by_server"].get("10.77.0.3", 0))')
 ok "storm: $STORM_CLIENTS simulated clients x 2 relay lanes at $STORM_RATE/s: $acks ACKs to $clients clients (B $acks_b before its loss, A $acks_a after); no duplicate on the wire or in etcd, every ACK in etcd"
 
 # --- 4. quorum loss ------------------------------------------------------------------------------
-n_answers=$(grep -c "$ANSWERS" "$WORK/B.log" || true)
-power_on B
-if [[ $HA_MODE == hotStandby ]]; then
-  sleep 3
-  wait_log B "$ANSWERS" "$n_answers" 0 && fail "B back: elected for DHCP while A serves"
-else
-  wait_log B "$ANSWERS" "$n_answers" 20 || fail "B back: not in the DHCP group"
-fi
+back_on B A
 LOST="the shared store cannot be reached: DHCP answers the site's nodes only"
 n_lost=$(grep -c "$LOST" "$WORK/A.log" || true)
 kill -9 "${MEMBER[2]}" "${MEMBER[3]}"
