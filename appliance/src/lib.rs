@@ -19,17 +19,19 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 /// bootd's configuration for `site`, with the image catalog's check that
-/// every `catalog:` set is in the cache and intact.
-pub fn boot_config(site: site::Site) -> bootd::Config {
+/// every `catalog:` set is in the cache and intact. `name`: what this
+/// appliance goes by among those sharing the store (`--name`; default its
+/// host name).
+pub fn boot_config(site: site::Site, name: Option<&str>) -> bootd::Config {
     let store = site.host.store.clone();
     let ha = site.host.dhcp.as_ref().map(|d| d.ha).unwrap_or_default();
     let mut c = bootd::Config::new(site);
     if let site::Store::Etcd(e) = &store {
-        c.shared = Some(Arc::new(shared::EtcdShared::new(
-            etcd::Config::from_site(e),
-            e.lease_ttl,
-            ha,
-        )));
+        let mut s = shared::EtcdShared::new(etcd::Config::from_site(e), e.lease_ttl, ha);
+        if let Some(n) = name {
+            s = s.named(n);
+        }
+        c.shared = Some(Arc::new(s));
     }
     c.check_images = Some(Arc::new(|s: &site::Site| {
         images::check_site(s).map_err(|e| e.to_string())

@@ -33,6 +33,11 @@ impl Appliance {
 
     /// `ha`: host.dhcp.ha.
     fn start_with(etcd: &str, relay_port: u16, ha: &str) -> Appliance {
+        Appliance::start_named(etcd, relay_port, ha, None)
+    }
+
+    /// `name`: `--name` (default: the host name).
+    fn start_named(etcd: &str, relay_port: u16, ha: &str, name: Option<&str>) -> Appliance {
         let dir = tempfile::tempdir().unwrap();
         let (dhcp, http, https) = (ports::free_port(), ports::free_port(), ports::free_port());
         let site = write_site(dir.path(), |t| {
@@ -58,6 +63,7 @@ impl Appliance {
                 "--dhcp-reply-ports",
                 &format!("68,{relay_port}"),
             ])
+            .args(name.map(|n| ["--name", n]).into_iter().flatten())
             .env("RUST_LOG", "info")
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(dir.path().join("bootd.log")).unwrap())
@@ -87,6 +93,22 @@ impl Appliance {
             .find_map(|l| l.strip_prefix(&want))
             .and_then(|v| v.trim().parse().ok())
             .unwrap_or(0.0)
+    }
+
+    /// GET `path` on the appliance's HTTP listener (from 127.0.0.1, which
+    /// may read the status pages): the body.
+    fn get(&self, path: &str) -> String {
+        self.get_from("127.0.0.1", path)
+    }
+
+    /// GET `path` from the source address `from` (a node's, on 127/8).
+    fn get_from(&self, from: &str, path: &str) -> String {
+        let out = Command::new("curl")
+            .args(["-sf", "--interface", from])
+            .arg(format!("http://127.0.0.1:{}{path}", self.http))
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
     fn kill9(&mut self) {
@@ -268,6 +290,84 @@ async fn one_appliance_answers_and_the_other_takes_over_with_the_same_leases() {
     etcd.restart();
     let (ip_z, _) = dora_until(&relay, &[standby_port], z, 20).await;
     assert!(ip_z != ip_x && ip_z != ip_y, "{ip_z}");
+}
+
+/// A node's boot served by two appliances (DHCP by the elected one, its
+/// iPXE script by the other): each one's status shows the whole boot, each
+/// step with the appliance that served it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_appliance_shows_which_one_served_each_step() {
+    let etcd = etcd::testing::Server::start();
+    let relay = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let rport = relay.local_addr().unwrap().port();
+    let names = ["appliance-a", "appliance-b"];
+    let apps = [
+        Appliance::start_named(&etcd.endpoint, rport, "hotStandby", Some(names[0])),
+        Appliance::start_named(&etcd.endpoint, rport, "hotStandby", Some(names[1])),
+    ];
+    let servers = [apps[0].dhcp, apps[1].dhcp];
+    let node = [0x52, 0x54, 0x00, 0x77, 0x00, 0x21]; // worker-1
+    let (_, from) = dora_until(&relay, &servers, node, 20).await;
+    let (lead, other) = if from == apps[0].dhcp { (0, 1) } else { (1, 0) };
+    let script = apps[other].get_from(
+        "127.0.0.21",
+        "/ipxe/node?mac=52-54-00-77-00-21&buildarch=x86_64",
+    );
+    assert!(script.starts_with("#!ipxe"), "{script}");
+    // Each appliance's view: DHCP by the elected one, the script by the
+    // other, as soon as each has shared its events (a second or so).
+    for app in [&apps[lead], &apps[other]] {
+        let end = Instant::now() + Duration::from_secs(15);
+        let phases = loop {
+            let t: serde_json::Value =
+                serde_json::from_str(&app.get("/status/node/worker-1/timeline.json"))
+                    .unwrap_or_default();
+            let phases: Vec<(String, Vec<String>)> = t["phases"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|p| {
+                    let by = p["by"].as_array().into_iter().flatten();
+                    let by = by.map(|b| b.as_str().unwrap().to_string()).collect();
+                    (p["phase"].as_str().unwrap().to_string(), by)
+                })
+                .collect();
+            if phases.len() >= 2 || Instant::now() > end {
+                break phases;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        };
+        assert_eq!(
+            phases,
+            [
+                ("dhcp".to_string(), vec![names[lead].to_string()]),
+                ("script".to_string(), vec![names[other].to_string()]),
+            ],
+            "{}",
+            app.log()
+        );
+        let page = app.get("/status/node/worker-1");
+        assert!(page.contains("<th>By</th>"), "{page}");
+        assert!(
+            page.contains(&format!("<td class=\"by\">{}</td>", names[other])),
+            "{page}"
+        );
+    }
+    // What the other appliances see is in etcd under the node and the
+    // appliance's name; nothing of a token.
+    let e = etcd::Etcd::connect(&etcd.config("/dhcp-ha/")).unwrap();
+    let stored = e.list("timeline/worker-1/").unwrap();
+    assert!(stored.iter().any(|v| v
+        .key
+        .starts_with(&format!("timeline/worker-1/{}/", names[other]))));
+    for v in &stored {
+        let text = String::from_utf8_lossy(&v.value);
+        assert!(
+            !text.contains("token=ey") && !text.contains("token=")
+                || text.contains("token=REDACTED"),
+            "{text}"
+        );
+    }
 }
 
 /// An appliance started before etcd answers waits for it (the site's token

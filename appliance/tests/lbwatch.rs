@@ -69,7 +69,7 @@ async fn lbd_phases_from_its_status() {
         t.push_str(&format!("\nlb:\n  adminListen: {admin}\n"));
         t
     });
-    let mut config = appliance::boot_config(site::load(&path).unwrap());
+    let mut config = appliance::boot_config(site::load(&path).unwrap(), None);
     config.poll = None;
     config.grace = Duration::from_millis(200);
     let app = bootd::prepare(&config, false).unwrap();
@@ -155,7 +155,7 @@ async fn lbd_phases_from_its_status() {
     let got: Vec<(&str, &str, i64)> = track
         .events
         .iter()
-        .map(|e| (e.phase.as_str(), e.what, e.at_us))
+        .map(|e| (e.phase.as_str(), e.what.as_ref(), e.at_us))
         .collect();
     assert_eq!(
         got,

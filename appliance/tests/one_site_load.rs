@@ -64,7 +64,7 @@ async fn a_change_is_parsed_once_for_every_daemon() {
         )
     });
     std::fs::write(dir.path().join("api-tokens"), format!("{API_TOKEN}\n")).unwrap();
-    let mut boot = appliance::boot_config(site::load(&path).unwrap());
+    let mut boot = appliance::boot_config(site::load(&path).unwrap(), None);
     boot.poll = Some(Duration::from_millis(100));
     boot.grace = Duration::from_millis(300);
     let feed = boot.feed.clone();

@@ -405,6 +405,10 @@ pub async fn run_app(
             shutdown.clone(),
         ));
     }
+    // Several appliances: each shares its nodes' events and shows the others'.
+    if let Some(shared) = &config.shared {
+        timeline::share::start(&app, shared, &tracker, &shutdown);
+    }
     // Kept image files are closed once stale even when no request comes, so a
     // deleted image's space is freed.
     let stop = shutdown.clone();

@@ -74,6 +74,39 @@ pub trait Shared: Send + Sync + std::fmt::Debug {
     ) -> Option<tokio::sync::mpsc::Receiver<Lease>> {
         None
     }
+    /// The name this appliance goes by among those sharing the store
+    /// (shown beside each step of a node's timeline it served). `None`:
+    /// timelines are not shared.
+    fn name(&self) -> Option<&str> {
+        None
+    }
+    /// Stores timeline events of site nodes this appliance saw, each as
+    /// (node, the event as JSON), for the other appliances to show.
+    fn share_events(&self, _events: &[(String, Vec<u8>)]) -> io::Result<()> {
+        Ok(())
+    }
+    /// The timeline events the other appliances shared: everything stored
+    /// at first (after [`Others::Reset`]), then each as it is shared, until
+    /// `stop`. `None`: not shared.
+    fn others_events(
+        &self,
+        _stop: CancellationToken,
+    ) -> Option<tokio::sync::mpsc::Receiver<Others>> {
+        None
+    }
+}
+
+/// What [`Shared::others_events`] reports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Others {
+    /// Forget what came before: everything stored follows.
+    Reset,
+    /// An event of site node `node` that appliance `by` saw, as JSON.
+    Event {
+        node: String,
+        by: String,
+        json: Vec<u8>,
+    },
 }
 
 /// What an appliance of a shared store answers in DHCP.

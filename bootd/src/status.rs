@@ -168,7 +168,13 @@ pub fn render_index(
 }
 
 fn phase_rows(b: &mut String, spans: &[Span], now_us: i64, last_is_current: bool) {
-    let _ = writeln!(b, "<table id=\"phases\">\n<tr><th>#</th><th>Phase</th><th>Started</th><th>Duration</th><th>Error</th></tr>");
+    // Where several appliances share the store: which served each phase.
+    let by = spans.iter().any(|s| !s.by.is_empty());
+    let _ = writeln!(
+        b,
+        "<table id=\"phases\">\n<tr><th>#</th><th>Phase</th><th>Started</th><th>Duration</th>{}<th>Error</th></tr>",
+        if by { "<th>By</th>" } else { "" }
+    );
     for (i, s) in spans.iter().enumerate() {
         let current = last_is_current && i + 1 == spans.len();
         let dur = if current {
@@ -176,9 +182,14 @@ fn phase_rows(b: &mut String, spans: &[Span], now_us: i64, last_is_current: bool
         } else {
             human(s.end_us - s.start_us)
         };
+        let by_cell = if by {
+            format!("<td class=\"by\">{}</td>", esc(&s.by.join(", ")))
+        } else {
+            String::new()
+        };
         let _ = writeln!(
             b,
-            "<tr data-phase=\"{p}\"><td class=\"num\">{}</td><td>{p}</td><td>{}</td><td class=\"num\">{}</td><td class=\"err\">{}</td></tr>",
+            "<tr data-phase=\"{p}\"><td class=\"num\">{}</td><td>{p}</td><td>{}</td><td class=\"num\">{}</td>{by_cell}<td class=\"err\">{}</td></tr>",
             i + 1,
             esc(&time_of(s.start_us)),
             esc(&dur),
@@ -218,16 +229,29 @@ pub fn render_node(t: &Track, now_us: i64) -> String {
     }
     b.push_str("<h2>Phases (current attempt)</h2>\n");
     phase_rows(&mut b, &s.phases, now_us, true);
-    b.push_str("<h2>Events</h2>\n<table id=\"events\">\n<tr><th>Time</th><th>Attempt</th><th>Phase</th><th>Event</th><th>Bytes</th><th>Took</th><th>Detail</th></tr>\n");
+    let by = t.events.iter().any(|e| e.by.is_some());
+    let _ = writeln!(
+        b,
+        "<h2>Events</h2>\n<table id=\"events\">\n<tr><th>Time</th><th>Attempt</th><th>Phase</th><th>Event</th>{}<th>Bytes</th><th>Took</th><th>Detail</th></tr>",
+        if by { "<th>By</th>" } else { "" }
+    );
     for e in &t.events {
         let class = if e.error { " class=\"err\"" } else { "" };
+        let by_cell = if by {
+            format!(
+                "<td class=\"by\">{}</td>",
+                esc(e.by.as_deref().unwrap_or(""))
+            )
+        } else {
+            String::new()
+        };
         let _ = writeln!(
             b,
-            "<tr{class}><td>{}</td><td class=\"num\">{}</td><td>{}</td><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td>{}</td></tr>",
+            "<tr{class}><td>{}</td><td class=\"num\">{}</td><td>{}</td><td>{}</td>{by_cell}<td class=\"num\">{}</td><td class=\"num\">{}</td><td>{}</td></tr>",
             esc(&time_of(e.at_us)),
             e.attempt,
             e.phase.as_str(),
-            esc(e.what),
+            esc(&e.what),
             e.bytes.map(|n| n.to_string()).unwrap_or_default(),
             if e.took_us > 0 { esc(&human(e.took_us)) } else { String::new() },
             esc(&e.detail),
@@ -259,7 +283,7 @@ pub fn timeline_json(app: &App, snap: &Snapshot, name: &str) -> Option<Value> {
         .map(|p| {
             json!({
                 "phase": p.phase, "start": time_of(p.start_us), "startUs": p.start_us, "endUs": p.end_us,
-                "seconds": p.seconds(), "lastError": p.last_error,
+                "seconds": p.seconds(), "lastError": p.last_error, "by": p.by,
             })
         })
         .collect();

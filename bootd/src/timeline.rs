@@ -23,7 +23,7 @@
 //!   new attempt (the machine rebooted into its firmware).
 
 use prometheus_client::metrics::counter::Counter;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use site::{Mac, Site};
 use std::collections::{HashMap, VecDeque};
 use std::net::IpAddr;
@@ -33,10 +33,11 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 mod recorder;
+pub mod share;
 pub use recorder::{writer, Recorder, CAPACITY, FEED_CAPACITY};
 
 /// The phases of a network boot, in the order a healthy boot goes through them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Phase {
     /// The node's machine as its provider reports it (made, active, its
@@ -106,7 +107,7 @@ pub fn now_us() -> i64 {
 }
 
 /// One thing that happened to a node.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Event {
     /// When it happened (a transfer: when it ended), unix microseconds.
     #[serde(rename = "atUs")]
@@ -117,18 +118,22 @@ pub struct Event {
     pub phase: Phase,
     /// `discover`, `offer`, `ack`, `nak`, `ignored`, `served`, `start`,
     /// `done`, `aborted`, `failed`, `denied`, `local_boot`, `first_connection`,
-    /// `backend_up`.
-    pub what: &'static str,
+    /// `backend_up` (owned: an event another appliance shared).
+    pub what: std::borrow::Cow<'static, str>,
     pub error: bool,
     pub detail: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bytes: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mac: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ip: Option<IpAddr>,
     /// Which boot attempt of the node (a reboot into firmware starts another).
     pub attempt: u32,
+    /// The appliance that saw it, where several share the store
+    /// (`host.store: etcd`): shown on the status page beside each step.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub by: Option<String>,
 }
 
 impl Event {
@@ -144,7 +149,7 @@ pub struct NodeEvent {
     pub node: String,
     pub at_us: i64,
     pub phase: Phase,
-    pub what: &'static str,
+    pub what: std::borrow::Cow<'static, str>,
     pub error: bool,
     /// Redacted like every timeline detail.
     pub detail: String,
@@ -339,6 +344,10 @@ pub struct Book {
     pub tracks: HashMap<String, Track>,
     /// IP → MAC from DHCP offers and acks, for joining later IP-only events.
     learned: HashMap<IpAddr, Mac>,
+    /// Whether events of site nodes are shared with other appliances:
+    /// [`Book::add`] then also puts each in `outbox`.
+    pub(crate) share: bool,
+    pub(crate) outbox: Vec<(String, Event)>,
 }
 
 /// Events kept per node; the oldest go first.
@@ -408,14 +417,18 @@ impl Book {
             at_us: raw.at_us,
             took_us: raw.took_us,
             phase: raw.phase,
-            what: raw.what,
+            what: std::borrow::Cow::Borrowed(raw.what),
             error: raw.error,
             detail: raw.detail,
             bytes: raw.bytes,
             mac: raw.subject.mac.map(|m| m.to_string()),
             ip: raw.subject.ip,
             attempt: t.attempt,
+            by: None,
         };
+        if self.share && site_node {
+            self.outbox.push((t.key.clone(), ev.clone()));
+        }
         // Keep time order (lbd's events carry lbd's own, earlier, times).
         let pos = t
             .events
@@ -484,6 +497,10 @@ pub struct Span {
     /// The last event in this phase that was an error, if any.
     #[serde(rename = "lastError", skip_serializing_if = "Option::is_none")]
     pub last_error: Option<String>,
+    /// The appliances that saw this phase's events, in order of first
+    /// event (where several share the store).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub by: Vec<String>,
 }
 
 impl Span {
@@ -548,12 +565,18 @@ pub fn spans(events: &[&Event]) -> Vec<Span> {
                 if e.error {
                     s.last_error = Some(e.detail.clone());
                 }
+                if let Some(by) = &e.by {
+                    if !s.by.contains(by) {
+                        s.by.push(by.clone());
+                    }
+                }
             }
             None => out.push(Span {
                 phase: e.phase,
                 start_us: e.start_us(),
                 end_us: e.start_us(),
                 last_error: e.error.then(|| e.detail.clone()),
+                by: e.by.iter().cloned().collect(),
             }),
         }
     }

@@ -26,7 +26,7 @@ pub const API: &str = "api";
 /// the shared entry script), its Ignition served (not the pointer: fetching
 /// that is not fetching the config).
 pub fn kind_of(ev: &NodeEvent) -> Option<&'static str> {
-    match (ev.phase, ev.what) {
+    match (ev.phase, ev.what.as_ref()) {
         (Phase::Dhcp, "ack") => Some(DHCP),
         (Phase::Script, "served") if ev.detail.starts_with("GRUB") => Some(GRUB),
         (Phase::Script, "served") => Some(IPXE),
@@ -61,7 +61,7 @@ mod tests {
             node: "n".into(),
             at_us: 0,
             phase,
-            what,
+            what: what.into(),
             error: false,
             detail: detail.into(),
         }

@@ -131,7 +131,7 @@ fn catch_up(ctl: &Controller) {
                 node: r.name.clone(),
                 at_us: e.at_us,
                 phase: e.phase,
-                what: e.what,
+                what: e.what.clone(),
                 error: e.error,
                 detail: e.detail.clone(),
             };

@@ -30,7 +30,7 @@ mod watch;
 
 pub use elect::{identity, Leadership};
 pub use members::Membership;
-pub use watch::Change;
+pub use watch::{Change, Put};
 
 /// How to reach the cluster.
 #[derive(Debug, Clone, PartialEq)]
@@ -297,6 +297,16 @@ impl Etcd {
             c.put(key, value, None).await
         })?;
         Ok(r.header().map(|h| h.revision()).unwrap_or(0))
+    }
+
+    /// A new lease that lives `ttl` and is not kept alive: keys written
+    /// with it are deleted by etcd when it ends.
+    pub fn grant(&self, ttl: Duration) -> Result<i64, Error> {
+        let secs = ttl.as_secs().max(1) as i64;
+        let r = self.block("lease grant", move |mut c| async move {
+            c.lease_grant(secs, None).await
+        })?;
+        Ok(r.id())
     }
 
     /// Runs a transaction (keys in it are full keys: build them with

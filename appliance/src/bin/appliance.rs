@@ -43,6 +43,11 @@ struct Cli {
     /// else `nobody`); `root` keeps root.
     #[arg(long, value_name = "NAME")]
     user: Option<String>,
+    /// What this appliance goes by among those sharing the site's store
+    /// (`host.store: etcd`): beside each step of a node's timeline it
+    /// served. Default: the host name.
+    #[arg(long, value_name = "NAME", value_parser = appliance::shared::timeline::valid_name)]
+    name: Option<String>,
 }
 
 fn main() -> Result<()> {
@@ -55,7 +60,7 @@ fn main() -> Result<()> {
         site::override_state_dir(d).map_err(anyhow::Error::msg)?;
     }
     let site = site::load(&cli.site).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let mut boot = appliance::boot_config(site);
+    let mut boot = appliance::boot_config(site, cli.name.as_deref());
     boot.state_dir = cli.state_dir.clone();
     let state_dir = boot.state_dir();
     let dns = if cli.no_dns {

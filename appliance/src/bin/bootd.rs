@@ -34,6 +34,11 @@ struct Cli {
     /// else `nobody`); `root` keeps root. docs/bootd.md.
     #[arg(long, value_name = "NAME")]
     user: Option<String>,
+    /// What this appliance goes by among those sharing the site's store
+    /// (`host.store: etcd`): beside each step of a node's timeline it
+    /// served. Default: the host name.
+    #[arg(long, global = true, value_name = "NAME", value_parser = appliance::shared::timeline::valid_name)]
+    name: Option<String>,
     /// Where DHCP replies go, CLIENT,SERVER ports (default 68,67); for tests.
     #[arg(long, hide = true, value_name = "CLIENT,SERVER")]
     dhcp_reply_ports: Option<String>,
@@ -146,7 +151,7 @@ fn main() -> Result<()> {
         site::override_state_dir(d).map_err(anyhow::Error::msg)?;
     }
     let site = site::load(&cli.site).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let mut config = appliance::boot_config(site);
+    let mut config = appliance::boot_config(site, cli.name.as_deref());
     config.state_dir = cli.state_dir.clone();
     if let Some(p) = &cli.dhcp_reply_ports {
         let (c, s) = p

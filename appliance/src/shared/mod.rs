@@ -10,13 +10,15 @@
 //! | `dhcp/clients/<mac>` | the address the client was last granted |
 //! | `election/dhcp`, `election/dhcp-on-<segment>` | the elected DHCP server for relayed requests, and for a segment's broadcasts (`hotStandby`) |
 //! | `members/dhcp/<lease id>`, `members/dhcp-on-<segment>/<lease id>` | each live appliance answering them (`loadBalancing`) |
+//! | `timeline/<node>/<appliance>/<lease>-<n>` | an event of the node's boot the appliance saw (JSON; deleted by etcd a day later) |
 //!
-//! DHCP: see [`dhcp`].
+//! DHCP: see [`dhcp`]; timelines: [`timeline`].
 //!
 //! The connection is made at the first use, in `bootd::prepare`, after
 //! root was dropped: its runtime's threads are born unprivileged.
 
 mod dhcp;
+pub mod timeline;
 
 use bootd::shared::{DhcpRole, Lease};
 use etcd::{Compare, CompareOp, Transaction, TxnOp, TxnOpResponse};
@@ -45,6 +47,10 @@ pub struct EtcdShared {
     /// `loadBalancing`: the live appliances answering DHCP, per group
     /// (`dhcp`: relayed requests; `dhcp-on-<segment>`: a segment's).
     members: Arc<RwLock<HashMap<String, etcd::Membership>>>,
+    /// This appliance's name ([`EtcdShared::named`]; default its host name).
+    name: String,
+    /// The lease timeline events are written with.
+    writing: Mutex<timeline::Writing>,
 }
 
 /// Each DHCP key's revision as this appliance last wrote it (or read and
@@ -68,7 +74,15 @@ impl EtcdShared {
             revs: Arc::default(),
             ha,
             members: Arc::default(),
+            name: timeline::host_name(),
+            writing: Mutex::default(),
         }
+    }
+
+    /// Goes by `name` among the appliances (see [`timeline::valid_name`]).
+    pub fn named(mut self, name: &str) -> EtcdShared {
+        self.name = name.to_string();
+        self
     }
 
     fn etcd(&self) -> io::Result<&etcd::Etcd> {
@@ -178,5 +192,20 @@ impl bootd::shared::Shared for EtcdShared {
 
     fn lease_changes(&self, stop: CancellationToken) -> Option<tokio::sync::mpsc::Receiver<Lease>> {
         self.dhcp_lease_changes(stop)
+    }
+
+    fn name(&self) -> Option<&str> {
+        Some(&self.name)
+    }
+
+    fn share_events(&self, events: &[(String, Vec<u8>)]) -> io::Result<()> {
+        self.timeline_share(events)
+    }
+
+    fn others_events(
+        &self,
+        stop: CancellationToken,
+    ) -> Option<tokio::sync::mpsc::Receiver<bootd::shared::Others>> {
+        self.timeline_others(stop)
     }
 }

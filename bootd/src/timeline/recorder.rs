@@ -19,6 +19,11 @@ pub struct Recorder {
     feed: broadcast::Sender<Arc<NodeEvent>>,
     /// Nodes whose machine boots an image ([`Recorder::set_boot`]).
     image_boot: Mutex<std::collections::BTreeSet<String>>,
+    /// Where several appliances share the store: this one's name, and
+    /// where the writer sends the events it shares ([`Recorder::share`]).
+    sharing: std::sync::OnceLock<(String, mpsc::Sender<(String, Event)>)>,
+    /// The other appliances' events, per site node ([`super::share::follow`]).
+    others: Mutex<HashMap<String, VecDeque<Event>>>,
 }
 
 /// How many joined events a subscriber may fall behind before it is told
@@ -40,7 +45,61 @@ impl Recorder {
             book: Default::default(),
             feed,
             image_boot: Default::default(),
+            sharing: Default::default(),
+            others: Default::default(),
         }
+    }
+
+    /// Shares the events of site nodes from now on, as appliance `me`:
+    /// the receiver is for [`super::share::publish`]. Once.
+    pub fn share(&self, me: &str) -> Option<mpsc::Receiver<(String, Event)>> {
+        let (tx, rx) = mpsc::channel(super::share::BACKLOG);
+        self.sharing.set((me.to_string(), tx)).ok()?;
+        self.book.lock().unwrap_or_else(|p| p.into_inner()).share = true;
+        Some(rx)
+    }
+
+    /// Forgets the other appliances' events (they are all read again).
+    pub fn others_reset(&self) {
+        self.others
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
+    }
+
+    /// Keeps an event another appliance saw of site node `node`.
+    pub fn add_other(&self, node: String, ev: Event) {
+        let mut others = self.others.lock().unwrap_or_else(|p| p.into_inner());
+        let q = others.entry(node).or_default();
+        let pos = q
+            .iter()
+            .rposition(|e| e.start_us() <= ev.start_us())
+            .map(|p| p + 1)
+            .unwrap_or(0);
+        q.insert(pos, ev);
+        if q.len() > EVENTS_PER_NODE {
+            q.pop_front();
+        }
+    }
+
+    /// `local` (this appliance's track of `key`, if any) with the other
+    /// appliances' events of it, where they are shared.
+    fn view(
+        &self,
+        key: &str,
+        local: Option<&Track>,
+        absent: impl FnOnce() -> Track,
+    ) -> Option<Track> {
+        let Some((me, _)) = self.sharing.get() else {
+            return local.cloned();
+        };
+        let others = self.others.lock().unwrap_or_else(|p| p.into_inner());
+        let theirs = others.get(key);
+        if local.is_none() && theirs.is_none() {
+            return None;
+        }
+        let base = local.cloned().unwrap_or_else(absent);
+        Some(super::share::merge(base, me, theirs.into_iter().flatten()))
     }
 
     /// Whether `node`'s machine boots an image from its provider (`true`)
@@ -84,9 +143,8 @@ impl Recorder {
         let mut out: Vec<Summary> = site
             .nodes
             .iter()
-            .map(|n| match book.tracks.get(&n.name) {
-                Some(t) => summary(t),
-                None => summary(&Track {
+            .map(|n| {
+                let unseen = || Track {
                     key: n.name.clone(),
                     site_node: true,
                     mac: n.macs.first().map(|m| m.to_string()),
@@ -94,7 +152,11 @@ impl Recorder {
                     attempt: 1,
                     events: VecDeque::new(),
                     starts: None,
-                }),
+                };
+                match self.view(&n.name, book.tracks.get(&n.name), unseen) {
+                    Some(t) => summary(&t),
+                    None => summary(&unseen()),
+                }
             })
             .collect();
         let mut others: Vec<&Track> = book
@@ -113,14 +175,19 @@ impl Recorder {
         out
     }
 
-    /// One node's timeline (every attempt kept), by key.
+    /// One node's timeline (every attempt kept), by key; with the other
+    /// appliances' events of it where they are shared.
     pub fn track(&self, key: &str) -> Option<Track> {
-        self.book
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .tracks
-            .get(key)
-            .cloned()
+        let book = self.book.lock().unwrap_or_else(|p| p.into_inner());
+        self.view(key, book.tracks.get(key), || Track {
+            key: key.to_string(),
+            site_node: true,
+            mac: None,
+            ip: None,
+            attempt: 1,
+            events: VecDeque::new(),
+            starts: None,
+        })
     }
 }
 
@@ -143,6 +210,7 @@ pub async fn writer(
         let snap = live.load();
         let mut closed = Vec::new();
         let mut joined = Vec::new();
+        let shared_out;
         {
             let mut book = recorder.book.lock().unwrap_or_else(|p| p.into_inner());
             for raw in batch.drain(..) {
@@ -155,11 +223,26 @@ pub async fn writer(
                         node,
                         at_us,
                         phase,
-                        what,
+                        what: std::borrow::Cow::Borrowed(what),
                         error,
                         detail,
                     }));
                 }
+            }
+            shared_out = std::mem::take(&mut book.outbox);
+        }
+        if let Some((_, tx)) = recorder.sharing.get() {
+            let mut full = 0;
+            for e in shared_out {
+                if tx.try_send(e).is_err() {
+                    full += 1;
+                }
+            }
+            if full > 0 {
+                tracing::warn!(
+                    events = full,
+                    "timeline events not shared: the queue to the store is full"
+                );
             }
         }
         for ev in joined {
