@@ -28,6 +28,9 @@
 #             with it, its data directory on the same disk) before its
 #             ACK; etcd fsyncs its WAL per commit batch. The one appliance
 #             elected for DHCP answers.
+#   bootd-etcd3: the same with three etcd members (each commit waits for
+#             two of them), all on the server's CPU and disk: the cost of
+#             replication without a network's latency.
 #
 # Knobs (env): ROUNDS (3), DURATION (10 s), CLIENTS ("1000 100000"),
 # RATE (0 = perfdhcp's "as fast as possible"; else -r RATE), SERVERS
@@ -112,8 +115,9 @@ ns_addr "$L" "$VL" $RELAY_IP/16
 
 stop_server() {
     if [[ -n $ETCD_PID ]]; then
-        kill "$ETCD_PID" 2>/dev/null || true
-        wait "$ETCD_PID" 2>/dev/null || true
+        local p
+        for p in $ETCD_PID; do kill "$p" 2>/dev/null || true; done
+        for p in $ETCD_PID; do wait "$p" 2>/dev/null || true; done
         ETCD_PID=""
     fi
     [[ -n $SRV_PID ]] || return 0
@@ -176,13 +180,24 @@ EOF
 start_server() { # name dir
     local name=$1 d=$2
     case $name in
-    bootd-etcd)
-        incg "$CG_SRV" ip netns exec "$S" taskset -c $SERVER_CPU etcd --name bench --data-dir "$d/etcd" \
-            --listen-client-urls http://127.0.0.1:12379 --advertise-client-urls http://127.0.0.1:12379 \
-            --listen-peer-urls http://127.0.0.1:12380 --initial-advertise-peer-urls http://127.0.0.1:12380 \
-            --initial-cluster bench=http://127.0.0.1:12380 --log-level error >"$d/etcd.log" 2>&1 &
-        ETCD_PID=$!
-        sed -i 's|^host:$|host:\n  store: { etcd: { endpoints: ["http://127.0.0.1:12379"], prefix: /bench/ } }|' "$d/site.yaml"
+    bootd-etcd|bootd-etcd3)
+        # One member, or three (a quorum of two per commit), all on the
+        # server's CPU and counted with it.
+        local m members=1 cluster="" endpoints=""
+        [[ $name == bootd-etcd3 ]] && members=3
+        for ((m = 0; m < members; m++)); do
+            cluster+="${cluster:+,}m$m=http://127.0.0.1:$((12380 + 10 * m))"
+            endpoints+="${endpoints:+, }\"http://127.0.0.1:$((12379 + 10 * m))\""
+        done
+        ETCD_PID=""
+        for ((m = 0; m < members; m++)); do
+            incg "$CG_SRV" ip netns exec "$S" taskset -c $SERVER_CPU etcd --name "m$m" --data-dir "$d/etcd$m" \
+                --listen-client-urls "http://127.0.0.1:$((12379 + 10 * m))" --advertise-client-urls "http://127.0.0.1:$((12379 + 10 * m))" \
+                --listen-peer-urls "http://127.0.0.1:$((12380 + 10 * m))" --initial-advertise-peer-urls "http://127.0.0.1:$((12380 + 10 * m))" \
+                --initial-cluster "$cluster" --log-level error >"$d/etcd$m.log" 2>&1 &
+            ETCD_PID+="${ETCD_PID:+ }$!"
+        done
+        sed -i "s|^host:\$|host:\n  store: { etcd: { endpoints: [$endpoints], prefix: /bench/ } }|" "$d/site.yaml"
         RUST_LOG=$BOOTD_LOG incg "$CG_SRV" ip netns exec "$S" taskset -c $SERVER_CPU "$BOOTD_BIN" --site "$d/site.yaml" >"$d/bootd.out" 2>"$d/bootd.log" &
         SRV_PID=$!
         # Up once it answers DHCP: elected, the shared leases loaded.
@@ -221,7 +236,7 @@ leases_on_disk() { # name dir -> distinct MACs with an active lease in the file
     local d=$2
     case $1 in
     bootd) [[ -f $d/state/leases.jsonl ]] && grep -o '"mac":"[^"]*"' "$d/state/leases.jsonl" | sort -u | wc -l || echo 0 ;;
-    bootd-etcd) [[ -n $ETCD_PID ]] && ETCDCTL_API=3 ip netns exec "$S" etcdctl --endpoints http://127.0.0.1:12379 get --prefix /bench/dhcp/leases/ --keys-only 2>/dev/null \
+    bootd-etcd*) [[ -n $ETCD_PID ]] && ETCDCTL_API=3 ip netns exec "$S" etcdctl --endpoints http://127.0.0.1:12379 get --prefix /bench/dhcp/leases/ --keys-only 2>/dev/null \
         | grep -c . || echo 0 ;;
     kea) [[ -f $d/kea-leases4.csv ]] && awk -F, 'NR>1 {print $2}' "$d/kea-leases4.csv" | sort -u | wc -l || echo 0 ;;
     dnsmasq) [[ -f $d/dnsmasq.leases ]] && wc -l <"$d/dnsmasq.leases" || echo 0 ;;

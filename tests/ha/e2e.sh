@@ -31,7 +31,8 @@
 #    addresses must reach B within advertInterval x 3 + 1 s; the VM must
 #    fetch its Ignition (from B, with A's token) and its bytes must be the
 #    node's; the node made through A's API must be Provisioned by B with one
-#    instance in the fake.
+#    instance in the fake. B's status page shows the VM's boot with the
+#    appliance that served each step (DHCP, script, kernel by A; Ignition by B).
 # 3. A DHCP storm: A back (standby, or a group member); two perfdhcp in relay mode, one per
 #    appliance (a relay sending to both), the same clients (same seed),
 #    STORM_CLIENTS clients at STORM_RATE/s each; halfway, B (elected, or
@@ -207,7 +208,7 @@ appliance() { # appliance A|B|C: start the all-in-one binary in its namespace
   local x=$1 ns
   ns=$(nsof "$x")
   mkdir -p "$WORK/$x"
-  ip netns exec "$ns" env RUST_LOG=info "$BIN/appliance" --site "$SITE" --state-dir "$WORK/$x" >>"$WORK/$x.log" 2>&1 &
+  ip netns exec "$ns" env RUST_LOG=info "$BIN/appliance" --site "$SITE" --state-dir "$WORK/$x" --name "$x" >>"$WORK/$x.log" 2>&1 &
   APID[$x]=$!; PIDS+=("$!")
 }
 keepalived_on() { # keepalived_on A|B
@@ -362,6 +363,17 @@ want=$(ip netns exec "$B" "$BIN/bootd" --site "$SITE" --state-dir "$WORK/B" rend
 [[ $line == "LAB-IGNITION sha256=$want "* ]] || fail "the VM's Ignition is not the node's: $line (want $want)"
 grep -q 'Ignition served node=bootstrap' "$WORK/B.log" || fail "B did not serve the VM's Ignition"
 ok "the VM booted through the loss of A: its Ignition (sha256 ${want:0:12}...) served by B with the token A minted"
+# B's status page tells the whole boot: the steps A served (shared before
+# it lost power) and B's, each with the appliance that served it.
+served_by=$(ip netns exec "$B" curl -s -m 5 http://127.0.0.1:8080/status/node/bootstrap/timeline.json |
+  py 'print(" ".join(p["phase"] + "=" + ",".join(p.get("by", [])) for p in v["phases"]))' 2>/dev/null || true)
+# (The guest's own DHCP, after A's loss, is B's: dhcp=A,B.)
+for want_by in dhcp=A script=A kernel=A ignition=B; do
+  [[ " $served_by " == *" $want_by"[\ ,]* ]] || fail "B's timeline of bootstrap: '$served_by' (want $want_by first)"
+done
+page=$(ip netns exec "$B" curl -s -m 5 http://127.0.0.1:8080/status/node/bootstrap)
+[[ $page == *'<td class="by">A</td>'* && $page == *'<td class="by">B</td>'* ]] || fail "B's status page of bootstrap names no appliance per step"
+ok "B's status page of the VM: $served_by"
 kill "$VM1" 2>/dev/null || true
 for _ in $(seq 300); do
   node=$(api GET /v1/nodes/ecs-0)
