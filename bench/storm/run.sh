@@ -1,0 +1,201 @@
+#!/usr/bin/env bash
+# A rack powering on at once: bench/storm's generator (N simulated
+# network-boot machines: DHCP through a relay address, TFTP of iPXE, DHCP
+# as iPXE, boot.ipxe and the node's script, kernel, initramfs, rootfs for a
+# share with a reset and a Range resume, Ignition; every byte checked)
+# against a boot stack, in two network namespaces of its own.
+#
+#   S  the server: veth 10.78.0.1/16; the nodes' addresses (10.78.64.0/18)
+#      routed to L
+#   L  the machines: veth 10.78.0.254/16 (the relay address, giaddr), and
+#      every node address local (`ip route add local 10.78.64.0/18 dev lo`),
+#      so each machine's TFTP and HTTP come from its own address
+#
+# The site has N nodes n00000.. (MAC 02:78:00:<index>, address
+# 10.78.64.10 + index; n00000 the bootstrap node, n00001-3 masters, the rest
+# workers), one image set whose kernel, initramfs and rootfs are files of
+# random bytes (KERNEL_MB, INITRAMFS_MB, ROOTFS_MB; default the current RHCOS
+# live kernel's and initramfs' sizes, 11 and 95 MiB, and a 16 MiB rootfs),
+# iPXE from the lab's TFTP root (tests/lab/tftp-root.sh). Each node's
+# Ignition is rendered beforehand (`bootd render ignition`) to check what
+# arrives.
+#
+# The server is pinned to CPU 0 and its CPU time counted in a cgroup
+# (bench/lib/cpu.sh); the generator runs on CPU 1.
+#
+# Knobs (env): MACHINES ("100 1000"), STACKS ("bootd"), ROUNDS (1), RAMP (0 s),
+# KERNEL_MB (11), INITRAMFS_MB (95), ROOTFS_MB (16), ROOTFS_SHARE (0.1),
+# BOOTD_BIN (target/release/bootd), STORM_BIN (target/release/storm),
+# RESULTS (bench/storm/results-<UTC date>.txt).
+set -euo pipefail
+
+MACHINES=${MACHINES:-"100 1000"}
+STACKS=${STACKS:-bootd}
+ROUNDS=${ROUNDS:-1}
+RAMP=${RAMP:-0}
+KERNEL_MB=${KERNEL_MB:-11}
+INITRAMFS_MB=${INITRAMFS_MB:-95}
+ROOTFS_MB=${ROOTFS_MB:-16}
+ROOTFS_SHARE=${ROOTFS_SHARE:-0.1}
+SERVER_CPU=0
+LOAD_CPU=1
+HERE=$(cd "$(dirname "$0")" && pwd)
+REPO=$(cd "$HERE/../.." && pwd)
+BOOTD_BIN=${BOOTD_BIN:-$REPO/target/release/bootd}
+STORM_BIN=${STORM_BIN:-$REPO/target/release/storm}
+TFTP_SRC=${TFTP_SRC:-$REPO/target/lab-tftp}
+RESULTS=${RESULTS:-$HERE/results-$(date -u +%F).txt}
+
+[[ $(id -u) -eq 0 ]] || { echo "run.sh: run as root (network namespaces)" >&2; exit 2; }
+[[ -x $BOOTD_BIN && -x $STORM_BIN ]] || { echo "build first: cargo build --release -p appliance -p storm" >&2; exit 2; }
+[[ -f $TFTP_SRC/undionly.kpxe ]] || { echo "no iPXE in $TFTP_SRC: bash tests/lab/tftp-root.sh $TFTP_SRC" >&2; exit 2; }
+
+S=bst-s-$$ L=bst-l-$$
+VS=vss$$ VL=vsl$$
+SRV_IP=10.78.0.1 RELAY_IP=10.78.0.254 NODES_NET=10.78.64.0/18
+WORK=$(mktemp -d /tmp/bench-storm.XXXXXX)
+chmod 755 "$WORK"   # bootd serves as nobody once it has bound its sockets
+SRV_PID=""
+. "$REPO/bench/lib/ns.sh"
+. "$REPO/bench/lib/cpu.sh"
+stop_server() {
+    [[ -n $SRV_PID ]] || return 0
+    kill "$SRV_PID" 2>/dev/null || true
+    for _ in $(seq 100); do kill -0 "$SRV_PID" 2>/dev/null || break; sleep 0.05; done
+    kill -9 "$SRV_PID" 2>/dev/null || true
+    wait "$SRV_PID" 2>/dev/null || true
+    SRV_PID=""
+}
+cleanup() {
+    stop_server || true
+    ns_cleanup
+    cpu_cleanup
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+: >"$RESULTS"
+say() { echo "$*"; echo "$*" >>"$RESULTS"; }
+log() { echo "# $*" >&2; echo "# $*" >>"$RESULTS"; }
+
+cpu_init storm
+cpu_group CG_LOAD load $LOAD_CPU
+cpu_join "$CG_LOAD"
+cpu_group CG_SRV server $SERVER_CPU
+
+ns_pair "$S" "$L" "$VS" "$VL"
+ns_addr "$S" "$VS" "$SRV_IP/16"
+ns_addr "$L" "$VL" "$RELAY_IP/16"
+ip -n "$S" route add "$NODES_NET" via "$RELAY_IP"
+ip -n "$L" route add local "$NODES_NET" dev lo
+
+# --- the files, once --------------------------------------------------------
+FILES=$WORK/files
+mkdir -p "$FILES/images/storm" "$FILES/tftp" "$FILES/ignition"
+chmod -R 755 "$FILES"
+head -c $((KERNEL_MB << 20)) /dev/urandom >"$FILES/images/storm/kernel"
+head -c $((INITRAMFS_MB << 20)) /dev/urandom >"$FILES/images/storm/initramfs"
+head -c $((ROOTFS_MB << 20)) /dev/urandom >"$FILES/images/storm/rootfs"
+cp "$TFTP_SRC"/undionly.kpxe "$TFTP_SRC"/ipxe.efi "$FILES/tftp/" 2>/dev/null || cp "$TFTP_SRC"/undionly.kpxe "$FILES/tftp/"
+cp "$REPO"/examples/lab/ignition/*.ign "$FILES/ignition/"
+chmod 644 "$FILES"/images/storm/* "$FILES"/tftp/* "$FILES"/ignition/*
+
+node_ip() { local n=$(( 10 + $1 )); echo "10.78.$(( 64 + n / 256 )).$(( n % 256 ))"; }
+node_mac() { printf '02:78:00:%02x:%02x:%02x' $(( $1 >> 16 & 255 )) $(( $1 >> 8 & 255 )) $(( $1 & 255 )); }
+
+write_site() { # dir n
+    local d=$1 n=$2 i role
+    mkdir -p "$d/state"
+    {
+        cat <<EOF
+cluster: { name: storm, baseDomain: example.test }
+host:
+  stateDir: $d/state
+  http: { listen: "$SRV_IP:8080", url: "http://$SRV_IP:8080" }
+  dhcp:
+    interface: $VS
+    serverAddress: $SRV_IP
+    leaseTime: 1h
+  tftp: { listen: "$SRV_IP:69", root: $FILES/tftp }
+networks:
+  - name: storm
+    subnet: 10.78.0.0/16
+    gateway: $RELAY_IP
+    dnsServers: [$SRV_IP]
+vips: { api: $SRV_IP, ingress: $SRV_IP }
+images:
+  root: $FILES/images
+  sets:
+    storm: { arch: x86_64, kernel: storm/kernel, initramfs: storm/initramfs, rootfs: storm/rootfs }
+ignition:
+  dir: $FILES/ignition
+  tokenTtl: 2h
+nodes:
+EOF
+        for ((i = 0; i < n; i++)); do
+            role=worker; ((i == 0)) && role=bootstrap; ((i >= 1 && i <= 3)) && role=master
+            printf '  - { name: n%05d, role: %s, macs: ["%s"], ip: %s }\n' "$i" "$role" "$(node_mac "$i")" "$(node_ip "$i")"
+        done
+    } >"$d/site.yaml"
+}
+
+# Each node's Ignition as bootd renders it (what the machine must get).
+render_ignition() { # dir n
+    local d=$1 n=$2 i
+    mkdir -p "$d/want"
+    for ((i = 0; i < n; i++)); do
+        "$BOOTD_BIN" --site "$d/site.yaml" render ignition "$(printf n%05d "$i")" >"$d/want/$(printf n%05d "$i").ign" 2>/dev/null
+    done
+}
+
+start_bootd() { # dir
+    local d=$1
+    RUST_LOG=info incg "$CG_SRV" ip netns exec "$S" taskset -c $SERVER_CPU "$BOOTD_BIN" --site "$d/site.yaml" >"$d/bootd.out" 2>"$d/bootd.log" &
+    SRV_PID=$!
+    for _ in $(seq 200); do
+        ip netns exec "$L" curl -sf -o /dev/null --max-time 1 "http://$SRV_IP:8080/healthz" && return 0
+        sleep 0.1
+    done
+    log "bootd did not come up"; tail -n 30 "$d/bootd.log" >&2
+    return 1
+}
+
+say "== storm: N machines network-booting at once, $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+say "machine: $(uname -srm), $(nproc --all) vCPU, $(. /etc/os-release && echo "$PRETTY_NAME")"
+say "bootd: $BOOTD_BIN ($(cd "$REPO" && git rev-parse --short HEAD 2>/dev/null || echo '?'))"
+say "files: kernel $KERNEL_MB MiB, initramfs $INITRAMFS_MB MiB, rootfs $ROOTFS_MB MiB for $ROOTFS_SHARE of the machines (reset halfway, resumed with Range); iPXE undionly.kpxe over TFTP (blksize 1468)"
+say "pinning: server CPU $SERVER_CPU, generator CPU $LOAD_CPU; cpu accounting: $CPU_HOW; ramp ${RAMP}s"
+say ""
+
+for n in $MACHINES; do
+    for ((round = 1; round <= ROUNDS; round++)); do
+        for stack in $STACKS; do
+            d=$WORK/$stack-$n-$round
+            mkdir -p "$d"; chmod 755 "$d"
+            write_site "$d" "$n"
+            render_ignition "$d" "$n"
+            case $stack in
+            bootd) start_bootd "$d" ;;
+            *) echo "unknown stack $stack" >&2; exit 2 ;;
+            esac
+            c0=$(cpu_read "$CG_SRV")
+            rc=0
+            ip netns exec "$L" taskset -c $LOAD_CPU "$STORM_BIN" --machines "$n" --server $SRV_IP --relay $RELAY_IP \
+                --tftp-root "$FILES/tftp" --images-root "$FILES/images" --ignition-dir "$d/want" \
+                --rootfs-share "$ROOTFS_SHARE" --ramp "$RAMP" --deadline 900 --json "$d/storm.json" >"$d/storm.out" 2>&1 || rc=$?
+            c1=$(cpu_read "$CG_SRV")
+            rss=$(awk '/VmHWM/ {print $2}' "/proc/$SRV_PID/status" 2>/dev/null || echo 0)
+            stop_server
+            cpu=$(cpu_used "$c0" "$c1" %.3f); cpu=${cpu%% *}
+            booted=$(python3 -c "import json; print(json.load(open('$d/storm.json'))['booted'])" 2>/dev/null || echo 0)
+            per=$(awk -v c="$cpu" -v b="$booted" 'BEGIN { if (b > 0) printf "%.4f", c / b; else print "nan" }')
+            say "-- $stack N=$n round $round: exit $rc, server CPU ${cpu} s (${per} s per booted machine), peak RSS ${rss} kB"
+            sed 's/^/   /' "$d/storm.out" | tee -a "$RESULTS"
+            echo "$stack $n $round $cpu $rss $(tr -d '\n ' <"$d/storm.json" 2>/dev/null || echo '{}')" >>"$RESULTS.jsonl"
+            rm -rf "$d/state" "$d/want"
+        done
+    done
+done
+say ""
+say "raw: $RESULTS, per run: $RESULTS.jsonl"

@@ -1,0 +1,222 @@
+//! DHCP as a relay agent sees it: one UDP socket on the relay address
+//! (port 67), every simulated machine's exchange through it, replies
+//! matched by transaction id. No raw sockets: the server answers giaddr.
+
+use anyhow::{bail, Context, Result};
+use dhcproto::v4::{
+    Architecture, DhcpOption, Flags, HType, Message, MessageType, Opcode, OptionCode,
+};
+use dhcproto::{Decodable, Decoder, Encodable, Encoder};
+use std::collections::HashMap;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::net::UdpSocket;
+use tokio::sync::mpsc;
+
+/// Which firmware is asking.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Asker {
+    /// A PXE ROM (vendor class PXEClient, option 93 = `arch`).
+    Pxe { arch: u16 },
+    /// iPXE, after it was loaded (user class "iPXE", option 175).
+    Ipxe { arch: u16 },
+}
+
+/// What the exchange gave.
+#[derive(Debug, Clone)]
+pub struct Lease {
+    pub ip: Ipv4Addr,
+    pub next_server: Ipv4Addr,
+    pub file: String,
+    /// Messages sent again after a timeout.
+    pub retries: u32,
+}
+
+pub struct Relay {
+    sock: Arc<UdpSocket>,
+    server: SocketAddr,
+    giaddr: Ipv4Addr,
+    waiting: Mutex<HashMap<u32, mpsc::UnboundedSender<Message>>>,
+    /// Replies no machine waited for (late, duplicate or undecodable).
+    pub stray: AtomicU64,
+}
+
+impl Relay {
+    /// Binds `giaddr:67` and starts receiving.
+    pub async fn start(giaddr: Ipv4Addr, server: SocketAddr) -> Result<Arc<Relay>> {
+        let sock = UdpSocket::bind((giaddr, 67))
+            .await
+            .with_context(|| format!("bind {giaddr}:67 (root, in the load's namespace)"))?;
+        let relay = Arc::new(Relay {
+            sock: Arc::new(sock),
+            server,
+            giaddr,
+            waiting: Mutex::new(HashMap::new()),
+            stray: AtomicU64::new(0),
+        });
+        let r = Arc::clone(&relay);
+        tokio::spawn(async move {
+            let mut buf = vec![0u8; 1500];
+            loop {
+                let Ok(n) = r.sock.recv(&mut buf).await else {
+                    return;
+                };
+                let Ok(m) = Message::decode(&mut Decoder::new(&buf[..n])) else {
+                    r.stray.fetch_add(1, Ordering::Relaxed);
+                    continue;
+                };
+                let tx = r.waiting.lock().unwrap().get(&m.xid()).cloned();
+                match tx {
+                    Some(tx) if tx.send(m).is_ok() => {}
+                    _ => {
+                        r.stray.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+        });
+        Ok(relay)
+    }
+
+    /// DISCOVER, OFFER, REQUEST, ACK for `mac`, each message sent again
+    /// after each of `timeouts` (as the firmware's backoff) until answered.
+    pub async fn dora(
+        &self,
+        mac: [u8; 6],
+        xid: u32,
+        asker: Asker,
+        timeouts: &[Duration],
+    ) -> Result<Lease> {
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        self.waiting.lock().unwrap().insert(xid, tx);
+        let r = self.dora_inner(mac, xid, asker, timeouts, &mut rx).await;
+        self.waiting.lock().unwrap().remove(&xid);
+        r
+    }
+
+    async fn dora_inner(
+        &self,
+        mac: [u8; 6],
+        xid: u32,
+        asker: Asker,
+        timeouts: &[Duration],
+        rx: &mut mpsc::UnboundedReceiver<Message>,
+    ) -> Result<Lease> {
+        let discover = self.message(mac, xid, asker, MessageType::Discover, None);
+        let (offer, r1) = self
+            .exchange(&discover, timeouts, rx, &[MessageType::Offer])
+            .await
+            .context("DISCOVER: no OFFER")?;
+        let server_id = match offer.opts().get(OptionCode::ServerIdentifier) {
+            Some(DhcpOption::ServerIdentifier(s)) => *s,
+            _ => bail!("OFFER without a server identifier"),
+        };
+        let request = self.message(
+            mac,
+            xid,
+            asker,
+            MessageType::Request,
+            Some((offer.yiaddr(), server_id)),
+        );
+        let (ack, r2) = self
+            .exchange(
+                &request,
+                timeouts,
+                rx,
+                &[MessageType::Ack, MessageType::Nak],
+            )
+            .await
+            .context("REQUEST: no ACK")?;
+        if ack.opts().msg_type() != Some(MessageType::Ack) {
+            bail!("NAK for {}", offer.yiaddr());
+        }
+        let file = match ack.opts().get(OptionCode::BootfileName) {
+            Some(DhcpOption::BootfileName(f)) => String::from_utf8_lossy(f).into_owned(),
+            _ => String::from_utf8_lossy(ack.fname().unwrap_or_default()).into_owned(),
+        };
+        Ok(Lease {
+            ip: ack.yiaddr(),
+            next_server: ack.siaddr(),
+            file: file.trim_end_matches('\0').to_string(),
+            retries: r1 + r2,
+        })
+    }
+
+    async fn exchange(
+        &self,
+        msg: &[u8],
+        timeouts: &[Duration],
+        rx: &mut mpsc::UnboundedReceiver<Message>,
+        want: &[MessageType],
+    ) -> Option<(Message, u32)> {
+        for (i, t) in timeouts.iter().enumerate() {
+            if self.sock.send_to(msg, self.server).await.is_err() {
+                tokio::time::sleep(*t).await;
+                continue;
+            }
+            let end = tokio::time::Instant::now() + *t;
+            while let Ok(Some(m)) = tokio::time::timeout_at(end, rx.recv()).await {
+                if m.opts().msg_type().is_some_and(|t| want.contains(&t)) {
+                    return Some((m, i as u32));
+                }
+            }
+        }
+        None
+    }
+
+    fn message(
+        &self,
+        mac: [u8; 6],
+        xid: u32,
+        asker: Asker,
+        t: MessageType,
+        requested: Option<(Ipv4Addr, Ipv4Addr)>,
+    ) -> Vec<u8> {
+        let mut m = Message::default();
+        m.set_opcode(Opcode::BootRequest)
+            .set_htype(HType::Eth)
+            .set_xid(xid)
+            .set_flags(Flags::default())
+            .set_chaddr(&mac)
+            .set_giaddr(self.giaddr)
+            .set_hops(1);
+        let o = m.opts_mut();
+        o.insert(DhcpOption::MessageType(t));
+        o.insert(DhcpOption::MaxMessageSize(1260));
+        let arch = match asker {
+            Asker::Pxe { arch } | Asker::Ipxe { arch } => arch,
+        };
+        o.insert(DhcpOption::ClientSystemArchitecture(Architecture::from(
+            arch,
+        )));
+        o.insert(DhcpOption::ClassIdentifier(
+            format!("PXEClient:Arch:{arch:05}:UNDI:002001").into_bytes(),
+        ));
+        if let Asker::Ipxe { .. } = asker {
+            o.insert(DhcpOption::UserClass(b"\x04iPXE".to_vec()));
+            o.insert(DhcpOption::Unknown(dhcproto::v4::UnknownOption::new(
+                OptionCode::Unknown(175),
+                vec![19, 1, 1], // 175.19: the HTTP feature
+            )));
+        }
+        o.insert(DhcpOption::ParameterRequestList(vec![
+            OptionCode::SubnetMask,
+            OptionCode::Router,
+            OptionCode::DomainNameServer,
+            OptionCode::Hostname,
+            OptionCode::DomainName,
+            OptionCode::ClassIdentifier,
+            OptionCode::TFTPServerName,
+            OptionCode::BootfileName,
+        ]));
+        if let Some((ip, server)) = requested {
+            o.insert(DhcpOption::RequestedIpAddress(ip));
+            o.insert(DhcpOption::ServerIdentifier(server));
+        }
+        let mut b = Vec::with_capacity(400);
+        m.encode(&mut Encoder::new(&mut b))
+            .expect("a message of known fields encodes");
+        b
+    }
+}

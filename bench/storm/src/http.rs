@@ -1,0 +1,156 @@
+//! HTTP/1.1 GET as iPXE does it: one connection per request from the
+//! machine's own address, `Range` to resume; the body hashed as it
+//! arrives and kept only when small (scripts, Ignition).
+
+use anyhow::{bail, Context, Result};
+use sha2::{Digest, Sha256};
+use std::net::{Ipv4Addr, SocketAddr};
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpSocket;
+
+/// Bodies up to this size are kept ([`Got::body`]).
+pub const KEEP: u64 = 1 << 20;
+/// A connection must be made within this (iPXE: 15 s).
+pub const CONNECT: Duration = Duration::from_secs(15);
+/// No byte for this long ends the transfer.
+pub const IDLE: Duration = Duration::from_secs(30);
+
+pub struct Got {
+    pub status: u16,
+    /// Body bytes received.
+    pub bytes: u64,
+    /// The body, when at most [`KEEP`].
+    pub body: Vec<u8>,
+}
+
+/// `http://host:port/path?query` → (address, path and query).
+pub fn split(url: &str) -> Result<(SocketAddr, &str)> {
+    let rest = url
+        .strip_prefix("http://")
+        .with_context(|| format!("not an http URL: {url}"))?;
+    let (hostport, path) = match rest.find('/') {
+        Some(i) => (&rest[..i], &rest[i..]),
+        None => (rest, "/"),
+    };
+    let addr = if hostport.contains(':') {
+        hostport.parse()
+    } else {
+        format!("{hostport}:80").parse()
+    }
+    .with_context(|| format!("host in {url} (an address is expected)"))?;
+    Ok((addr, path))
+}
+
+/// GET `url` from `local`, from byte `from` on (`Range`), feeding the body
+/// to `hash`; with `cut`, the connection is dropped after that many body
+/// bytes (an injected reset) and `Ok` is returned with what was read.
+pub async fn get(
+    local: Ipv4Addr,
+    url: &str,
+    from: u64,
+    cut: Option<u64>,
+    hash: &mut Sha256,
+) -> Result<Got> {
+    let (addr, path) = split(url)?;
+    let sock = TcpSocket::new_v4()?;
+    sock.bind((local, 0).into())
+        .with_context(|| format!("bind {local}"))?;
+    let mut s = tokio::time::timeout(CONNECT, sock.connect(addr))
+        .await
+        .with_context(|| format!("connect {addr}: timed out"))?
+        .with_context(|| format!("connect {addr}"))?;
+    let range = if from > 0 {
+        format!("Range: bytes={from}-\r\n")
+    } else {
+        String::new()
+    };
+    let req = format!(
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nUser-Agent: iPXE/1.21.1 (storm)\r\nConnection: close\r\n{range}\r\n"
+    );
+    s.write_all(req.as_bytes()).await?;
+    let mut buf = vec![0u8; 256 * 1024];
+    let mut head = Vec::new();
+    let body_start = loop {
+        let n = read(&mut s, &mut buf).await?;
+        if n == 0 {
+            bail!("GET {url}: connection closed in the response head");
+        }
+        head.extend_from_slice(&buf[..n]);
+        if let Some(i) = head.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i + 4;
+        }
+        if head.len() > 64 * 1024 {
+            bail!("GET {url}: response head over 64 KiB");
+        }
+    };
+    let text = String::from_utf8_lossy(&head[..body_start]).into_owned();
+    let status: u16 = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .with_context(|| format!("GET {url}: no status"))?;
+    let length: Option<u64> = text.lines().find_map(|l| {
+        let (k, v) = l.split_once(':')?;
+        k.eq_ignore_ascii_case("content-length")
+            .then(|| v.trim().parse().ok())?
+    });
+    if text.lines().any(|l| {
+        l.to_ascii_lowercase()
+            .starts_with("transfer-encoding: chunked")
+    }) {
+        bail!("GET {url}: chunked responses are not read by this client");
+    }
+    let mut got = Got {
+        status,
+        bytes: 0,
+        body: Vec::new(),
+    };
+    let mut take = |chunk: &[u8], got: &mut Got| {
+        hash.update(chunk);
+        if got.bytes + (chunk.len() as u64) <= KEEP {
+            got.body.extend_from_slice(chunk);
+        }
+        got.bytes += chunk.len() as u64;
+    };
+    let first = &head[body_start..];
+    let first = &first[..first.len().min(cut.unwrap_or(u64::MAX) as usize)];
+    take(first, &mut got);
+    loop {
+        if length.is_some_and(|l| got.bytes >= l) {
+            break;
+        }
+        let room = match cut {
+            Some(c) if got.bytes >= c => return Ok(got),
+            Some(c) => ((c - got.bytes) as usize).min(buf.len()),
+            None => buf.len(),
+        };
+        let n = read(&mut s, &mut buf[..room]).await?;
+        if n == 0 {
+            if let Some(l) = length {
+                bail!("GET {url}: closed after {} of {l} body bytes", got.bytes);
+            }
+            break;
+        }
+        take(&buf[..n], &mut got);
+    }
+    Ok(got)
+}
+
+async fn read(s: &mut tokio::net::TcpStream, buf: &mut [u8]) -> Result<usize> {
+    Ok(tokio::time::timeout(IDLE, s.read(buf))
+        .await
+        .context("no byte for 30 s")??)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn urls() {
+        let (a, p) = super::split("http://10.78.0.1:8080/ipxe/node?mac=x").unwrap();
+        assert_eq!(a.to_string(), "10.78.0.1:8080");
+        assert_eq!(p, "/ipxe/node?mac=x");
+        assert_eq!(super::split("http://10.0.0.1").unwrap().1, "/");
+        assert!(super::split("https://x/").is_err());
+    }
+}

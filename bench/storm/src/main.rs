@@ -1,0 +1,190 @@
+//! `storm`: a rack powering on at once. N simulated machines, each with
+//! its own MAC, arrive together (or over a ramp) and each does what
+//! network-boot firmware does, with its timeouts and retries: DHCP through
+//! a relay address (no raw sockets), TFTP of the boot program, DHCP again
+//! as iPXE, `boot.ipxe` and the node's script over HTTP, kernel and
+//! initramfs, the rootfs for a share of them (reset mid-transfer, resumed
+//! with `Range`), and the node's own Ignition. Every byte is checked
+//! against the files the server should serve. Prints per-phase latency,
+//! retries and failures; `--json` writes them for bench/storm/run.sh.
+//!
+//! Machine `i` has MAC 02:78:00:ii:ii:ii and is node `n<i, 5 digits>` of
+//! the site bench/storm/run.sh generates. Every machine's boot is bounded
+//! by the firmware's retries and by `--deadline`.
+
+mod dhcp;
+mod http;
+mod machine;
+mod report;
+mod tftp;
+
+use anyhow::Result;
+use clap::Parser;
+use std::net::Ipv4Addr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+#[derive(Parser, Debug)]
+#[command(about = "A rack powering on at once: simulated network-boot machines")]
+struct Cli {
+    /// Machines.
+    #[arg(long, default_value_t = 100)]
+    machines: usize,
+    /// The first machine's index (MAC and node name).
+    #[arg(long, default_value_t = 0)]
+    first: usize,
+    /// The DHCP server (relayed to), and TFTP's when DHCP names none.
+    #[arg(long)]
+    server: Ipv4Addr,
+    /// The relay address (giaddr): bound on port 67 here.
+    #[arg(long)]
+    relay: Ipv4Addr,
+    /// Client architecture (option 93): 0 BIOS, 7 x86-64 UEFI.
+    #[arg(long, default_value_t = 0)]
+    arch: u16,
+    /// TFTP block size asked for.
+    #[arg(long, default_value_t = 1468)]
+    blksize: u16,
+    /// TFTP window size asked for (RFC 7440; none: not asked, as a PXE ROM).
+    #[arg(long)]
+    windowsize: Option<u16>,
+    /// TFTP: seconds to wait for a packet before sending again, and how
+    /// many times in a row.
+    #[arg(long, default_value_t = 2)]
+    tftp_timeout: u64,
+    #[arg(long, default_value_t = 6)]
+    tftp_retries: u32,
+    /// Where the server's TFTP files are (to check what arrives).
+    #[arg(long)]
+    tftp_root: PathBuf,
+    /// Where the server's image files are, and the URL path they are under.
+    #[arg(long)]
+    images_root: PathBuf,
+    #[arg(long, default_value = "/images/")]
+    images_prefix: String,
+    /// Each node's Ignition as the server should send it: DIR/<node>.ign
+    /// (none: checked to be JSON only).
+    #[arg(long)]
+    ignition_dir: Option<PathBuf>,
+    /// Share of the machines that fetch the rootfs (when the script names one).
+    #[arg(long, default_value_t = 0.1)]
+    rootfs_share: f64,
+    /// Where in the rootfs the connection is reset (share of its size).
+    #[arg(long, default_value_t = 0.5)]
+    reset_at: f64,
+    /// Seconds over which the machines arrive (0: all at once).
+    #[arg(long, default_value_t = 0.0)]
+    ramp: f64,
+    /// No machine's boot goes on past this many seconds.
+    #[arg(long, default_value_t = 900)]
+    deadline: u64,
+    /// The results as JSON.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+/// What every machine does, and what it checks against.
+#[derive(Debug)]
+pub struct Plan {
+    pub first: usize,
+    pub server: Ipv4Addr,
+    pub arch: u16,
+    pub blksize: u16,
+    pub windowsize: Option<u16>,
+    pub tftp_timeout: Duration,
+    pub tftp_retries: u32,
+    pub tftp_root: PathBuf,
+    pub images_root: PathBuf,
+    pub images_prefix: String,
+    pub ignition_dir: Option<PathBuf>,
+    pub rootfs_share: f64,
+    pub reset_at: f64,
+}
+
+impl Plan {
+    pub fn mac(&self, i: usize) -> [u8; 6] {
+        let n = self.first + i;
+        [0x02, 0x78, 0, (n >> 16) as u8, (n >> 8) as u8, n as u8]
+    }
+    pub fn node(&self, i: usize) -> String {
+        format!("n{:05}", self.first + i)
+    }
+    pub fn buildarch(&self) -> &'static str {
+        if self.arch == 0 {
+            "i386"
+        } else {
+            "x86_64"
+        }
+    }
+    /// Whether machine `i` fetches the rootfs: spread evenly.
+    pub fn takes_rootfs(&self, i: usize) -> bool {
+        let s = self.rootfs_share;
+        ((i + 1) as f64 * s).floor() > (i as f64 * s).floor()
+    }
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let cli = Cli::parse();
+    let plan = Arc::new(Plan {
+        first: cli.first,
+        server: cli.server,
+        arch: cli.arch,
+        blksize: cli.blksize,
+        windowsize: cli.windowsize,
+        tftp_timeout: Duration::from_secs(cli.tftp_timeout),
+        tftp_retries: cli.tftp_retries,
+        tftp_root: cli.tftp_root,
+        images_root: cli.images_root,
+        images_prefix: cli.images_prefix,
+        ignition_dir: cli.ignition_dir,
+        rootfs_share: cli.rootfs_share,
+        reset_at: cli.reset_at,
+    });
+    let relay = dhcp::Relay::start(cli.relay, (cli.server, 67).into()).await?;
+    let expect = Arc::new(machine::Expect::default());
+    let t0 = tokio::time::Instant::now();
+    let deadline = Duration::from_secs(cli.deadline);
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..cli.machines {
+        let (plan, relay, expect) = (Arc::clone(&plan), Arc::clone(&relay), Arc::clone(&expect));
+        let at = if cli.machines > 1 {
+            Duration::from_secs_f64(cli.ramp * i as f64 / (cli.machines - 1) as f64)
+        } else {
+            Duration::ZERO
+        };
+        tasks.spawn(async move {
+            tokio::time::sleep_until(t0 + at).await;
+            let boot = machine::boot(i, plan, relay, expect, t0);
+            match tokio::time::timeout_at(t0 + deadline, boot).await {
+                Ok(o) => o,
+                Err(_) => machine::Outcome {
+                    index: i,
+                    error: Some(format!(
+                        "deadline: not booted {} s into the storm",
+                        deadline.as_secs()
+                    )),
+                    phases: Vec::new(),
+                    retries: 0,
+                    bytes: 0,
+                },
+            }
+        });
+    }
+    let mut outcomes = Vec::with_capacity(cli.machines);
+    while let Some(r) = tasks.join_next().await {
+        outcomes.push(r?);
+    }
+    outcomes.sort_by_key(|o| o.index);
+    let stray = relay.stray.load(std::sync::atomic::Ordering::Relaxed);
+    let r = report::Report::of(&outcomes, stray);
+    print!("{}", r.text());
+    if let Some(p) = cli.json {
+        std::fs::write(&p, serde_json::to_vec_pretty(&r.json())?)?;
+    }
+    if r.failed > 0 {
+        std::process::exit(1);
+    }
+    Ok(())
+}
