@@ -23,14 +23,22 @@
 # The server is pinned to CPU 0 and its CPU time counted in a cgroup
 # (bench/lib/cpu.sh); the generator runs on CPU 1.
 #
-# Knobs (env): MACHINES ("100 1000"), STACKS ("bootd"), ROUNDS (1), RAMP (0 s),
+# Stacks (STACKS, interleaved: order reversed every other round):
+#   bootd            the appliance: DHCP, TFTP, HTTP, leases durable, timeline on
+#   dnsmasq-nginx    the OpenShift helper node's stack: dnsmasq (DHCP with a
+#                    reservation per node, TFTP) + nginx serving pre-rendered
+#                    per-MAC scripts and Ignition files
+#   kea-tftpd-nginx  Kea (reservations, memfile persist) + tftpd-hpa + nginx
+# All on CPU 0, every process of a stack counted.
+#
+# Knobs (env): MACHINES ("100 1000"), STACKS ("bootd dnsmasq-nginx kea-tftpd-nginx"), ROUNDS (1), RAMP (0 s),
 # KERNEL_MB (11), INITRAMFS_MB (95), ROOTFS_MB (16), ROOTFS_SHARE (0.1),
 # BOOTD_BIN (target/release/bootd), STORM_BIN (target/release/storm),
 # RESULTS (bench/storm/results-<UTC date>.txt).
 set -euo pipefail
 
 MACHINES=${MACHINES:-"100 1000"}
-STACKS=${STACKS:-bootd}
+STACKS=${STACKS:-"bootd dnsmasq-nginx kea-tftpd-nginx"}
 ROUNDS=${ROUNDS:-1}
 RAMP=${RAMP:-0}
 KERNEL_MB=${KERNEL_MB:-11}
@@ -55,16 +63,27 @@ VS=vss$$ VL=vsl$$
 SRV_IP=10.78.0.1 RELAY_IP=10.78.0.254 NODES_NET=10.78.64.0/18
 WORK=$(mktemp -d /tmp/bench-storm.XXXXXX)
 chmod 755 "$WORK"   # bootd serves as nobody once it has bound its sockets
-SRV_PID=""
+SRV_PIDS=()
 . "$REPO/bench/lib/ns.sh"
 . "$REPO/bench/lib/cpu.sh"
 stop_server() {
-    [[ -n $SRV_PID ]] || return 0
-    kill "$SRV_PID" 2>/dev/null || true
-    for _ in $(seq 100); do kill -0 "$SRV_PID" 2>/dev/null || break; sleep 0.05; done
-    kill -9 "$SRV_PID" 2>/dev/null || true
-    wait "$SRV_PID" 2>/dev/null || true
-    SRV_PID=""
+    local p
+    for p in "${SRV_PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+    for p in "${SRV_PIDS[@]}"; do
+        for _ in $(seq 100); do kill -0 "$p" 2>/dev/null || break; sleep 0.05; done
+        kill -9 "$p" 2>/dev/null || true
+        wait "$p" 2>/dev/null || true
+    done
+    SRV_PIDS=()
+}
+# Peak RSS of the server's processes (every process in its group), summed, kB.
+server_rss() {
+    local p t=0 k
+    for p in $(cat "$CG_SRV/$CPU_PROCS" 2>/dev/null); do
+        k=$(awk '/VmHWM/ {print $2}' "/proc/$p/status" 2>/dev/null || true)
+        t=$((t + ${k:-0}))
+    done
+    echo "$t"
 }
 cleanup() {
     stop_server || true
@@ -152,13 +171,104 @@ render_ignition() { # dir n
 start_bootd() { # dir
     local d=$1
     RUST_LOG=info incg "$CG_SRV" ip netns exec "$S" taskset -c $SERVER_CPU "$BOOTD_BIN" --site "$d/site.yaml" >"$d/bootd.out" 2>"$d/bootd.log" &
-    SRV_PID=$!
+    SRV_PIDS+=("$!")
+    wait_http "$d" /healthz
+}
+
+wait_http() { # dir path: the server's HTTP answers
     for _ in $(seq 200); do
-        ip netns exec "$L" curl -sf -o /dev/null --max-time 1 "http://$SRV_IP:8080/healthz" && return 0
+        ip netns exec "$L" curl -sf -o /dev/null --max-time 1 "http://$SRV_IP:8080$2" && return 0
         sleep 0.1
     done
-    log "bootd did not come up"; tail -n 30 "$d/bootd.log" >&2
+    log "the HTTP server did not come up"; tail -n 30 "$1"/*.log >&2 || true
     return 1
+}
+
+# --- the peer stacks: what people run today, with pre-rendered files ------
+# The OpenShift helper node's way: static per-MAC iPXE scripts, each node's
+# Ignition as a file (the same bytes bootd serves), the images beside them,
+# served by nginx (one worker per CPU, sendfile, access log to a file).
+write_www() { # dir n
+    local d=$1 n=$2 i mac
+    mkdir -p "$d/www/ipxe"
+    ln -s "$FILES/images" "$d/www/images"
+    ln -s "$d/want" "$d/www/ignition"
+    printf '#!ipxe\nchain http://%s:8080/ipxe/${mac:hexhyp}.ipxe\n' "$SRV_IP" >"$d/www/boot.ipxe"
+    for ((i = 0; i < n; i++)); do
+        mac=$(node_mac "$i")
+        printf '#!ipxe\nkernel http://%s:8080/images/storm/kernel initrd=initramfs coreos.live.rootfs_url=http://%s:8080/images/storm/rootfs ignition.firstboot ignition.platform.id=metal ignition.config.url=http://%s:8080/ignition/n%05d.ign\ninitrd http://%s:8080/images/storm/initramfs\nboot\n' \
+            "$SRV_IP" "$SRV_IP" "$SRV_IP" "$i" "$SRV_IP" >"$d/www/ipxe/${mac//:/-}.ipxe"
+    done
+    chmod -R a+rX "$d/www" "$d/want"
+    cat >"$d/nginx.conf" <<NGINX
+worker_processes 2;
+pid $d/nginx.pid;
+error_log $d/nginx-error.log;
+events { worker_connections 16384; }
+http {
+    access_log $d/nginx-access.log;
+    sendfile on; tcp_nopush on; keepalive_timeout 30;
+    default_type application/octet-stream;
+    client_body_temp_path $d/tmp; proxy_temp_path $d/tmp; fastcgi_temp_path $d/tmp; uwsgi_temp_path $d/tmp; scgi_temp_path $d/tmp;
+    server { listen $SRV_IP:8080 reuseport; root $d/www; location /healthz { return 200; } }
+}
+NGINX
+    mkdir -p "$d/tmp"
+}
+
+start_nginx() { # dir
+    incg "$CG_SRV" ip netns exec "$S" taskset -c $SERVER_CPU nginx -c "$1/nginx.conf" -g 'daemon off; user root;' >"$1/nginx.log" 2>&1 &
+    SRV_PIDS+=("$!")
+    wait_http "$1" /healthz
+}
+
+start_dnsmasq() { # dir n: DHCP (a reservation per node) and TFTP
+    local d=$1 n=$2 i
+    for ((i = 0; i < n; i++)); do echo "$(node_mac "$i"),$(node_ip "$i")"; done >"$d/dhcp-hosts"
+    incg "$CG_SRV" ip netns exec "$S" taskset -c $SERVER_CPU dnsmasq --keep-in-foreground --port=0 \
+        --interface="$VS" --bind-interfaces --dhcp-range=10.78.0.0,static,255.255.0.0,1h \
+        --dhcp-hostsfile="$d/dhcp-hosts" --dhcp-leasefile="$d/dnsmasq.leases" --no-ping \
+        --dhcp-userclass=set:ipxe,iPXE --dhcp-boot=tag:!ipxe,undionly.kpxe,,$SRV_IP \
+        --dhcp-boot=tag:ipxe,http://$SRV_IP:8080/boot.ipxe \
+        --enable-tftp --tftp-root="$FILES/tftp" --tftp-no-fail --user=root --log-facility="$d/dnsmasq.log" &
+    SRV_PIDS+=("$!")
+    for _ in $(seq 100); do ip netns exec "$S" ss -Hlun 'sport = :67' | grep -q . && return 0; sleep 0.1; done
+    log "dnsmasq did not come up"; return 1
+}
+
+start_kea_tftpd() { # dir n: Kea (a reservation per node) and tftpd-hpa
+    local d=$1 n=$2 i sep=""
+    {
+        cat <<KEA
+{ "Dhcp4": {
+    "interfaces-config": { "interfaces": [ "$VS/$SRV_IP" ], "dhcp-socket-type": "udp" },
+    "lease-database": { "type": "memfile", "persist": true, "name": "$d/kea-leases4.csv", "lfc-interval": 0 },
+    "multi-threading": { "enable-multi-threading": true, "thread-pool-size": 2, "packet-queue-size": 64 },
+    "valid-lifetime": 3600,
+    "client-classes": [
+        { "name": "ipxe", "test": "option[77].hex == 'iPXE'", "boot-file-name": "http://$SRV_IP:8080/boot.ipxe" },
+        { "name": "pxe", "test": "not member('ipxe')", "next-server": "$SRV_IP", "boot-file-name": "undionly.kpxe" }
+    ],
+    "subnet4": [ { "id": 1, "subnet": "10.78.0.0/16",
+        "option-data": [ { "name": "routers", "data": "$RELAY_IP" } ],
+        "reservations": [
+KEA
+        for ((i = 0; i < n; i++)); do
+            printf '%s{ "hw-address": "%s", "ip-address": "%s" }\n' "$sep" "$(node_mac "$i")" "$(node_ip "$i")"
+            sep=","
+        done
+        cat <<KEA
+        ] } ],
+    "loggers": [ { "name": "kea-dhcp4", "severity": "INFO", "output_options": [ { "output": "$d/kea.log" } ] } ]
+} }
+KEA
+    } >"$d/kea.json"
+    KEA_PIDFILE_DIR=$d KEA_LOCKFILE_DIR=$d incg "$CG_SRV" ip netns exec "$S" taskset -c $SERVER_CPU kea-dhcp4 -c "$d/kea.json" >"$d/kea.out" 2>&1 &
+    SRV_PIDS+=("$!")
+    incg "$CG_SRV" ip netns exec "$S" taskset -c $SERVER_CPU in.tftpd -L -u root -s "$FILES/tftp" -a "$SRV_IP:69" >"$d/tftpd.log" 2>&1 &
+    SRV_PIDS+=("$!")
+    for _ in $(seq 100); do ip netns exec "$S" ss -Hlun 'sport = :67' | grep -q . && return 0; sleep 0.1; done
+    log "kea did not come up"; tail -n 20 "$d/kea.out" >&2; return 1
 }
 
 say "== storm: N machines network-booting at once, $(date -u +%Y-%m-%dT%H:%M:%SZ)"
@@ -170,13 +280,17 @@ say ""
 
 for n in $MACHINES; do
     for ((round = 1; round <= ROUNDS; round++)); do
-        for stack in $STACKS; do
+        order=$STACKS
+        ((round % 2 == 0)) && order=$(echo "$STACKS" | tr ' ' '\n' | tac | tr '\n' ' ')
+        for stack in $order; do
             d=$WORK/$stack-$n-$round
             mkdir -p "$d"; chmod 755 "$d"
             write_site "$d" "$n"
             render_ignition "$d" "$n"
             case $stack in
             bootd) start_bootd "$d" ;;
+            dnsmasq-nginx) write_www "$d" "$n"; start_dnsmasq "$d" "$n"; start_nginx "$d" ;;
+            kea-tftpd-nginx) write_www "$d" "$n"; start_kea_tftpd "$d" "$n"; start_nginx "$d" ;;
             *) echo "unknown stack $stack" >&2; exit 2 ;;
             esac
             c0=$(cpu_read "$CG_SRV")
@@ -185,7 +299,7 @@ for n in $MACHINES; do
                 --tftp-root "$FILES/tftp" --images-root "$FILES/images" --ignition-dir "$d/want" \
                 --rootfs-share "$ROOTFS_SHARE" --ramp "$RAMP" --deadline 900 --json "$d/storm.json" >"$d/storm.out" 2>&1 || rc=$?
             c1=$(cpu_read "$CG_SRV")
-            rss=$(awk '/VmHWM/ {print $2}' "/proc/$SRV_PID/status" 2>/dev/null || echo 0)
+            rss=$(server_rss)
             stop_server
             cpu=$(cpu_used "$c0" "$c1" %.3f); cpu=${cpu%% *}
             booted=$(python3 -c "import json; print(json.load(open('$d/storm.json'))['booted'])" 2>/dev/null || echo 0)
@@ -193,7 +307,7 @@ for n in $MACHINES; do
             say "-- $stack N=$n round $round: exit $rc, server CPU ${cpu} s (${per} s per booted machine), peak RSS ${rss} kB"
             sed 's/^/   /' "$d/storm.out" | tee -a "$RESULTS"
             echo "$stack $n $round $cpu $rss $(tr -d '\n ' <"$d/storm.json" 2>/dev/null || echo '{}')" >>"$RESULTS.jsonl"
-            rm -rf "$d/state" "$d/want"
+            rm -rf "$d/state" "$d/want" "$d/www"
         done
     done
 done

@@ -194,7 +194,8 @@ impl Relay {
             format!("PXEClient:Arch:{arch:05}:UNDI:002001").into_bytes(),
         ));
         if let Asker::Ipxe { .. } = asker {
-            o.insert(DhcpOption::UserClass(b"\x04iPXE".to_vec()));
+            // As iPXE sends it: the bare name, no RFC 3004 length.
+            o.insert(DhcpOption::UserClass(b"iPXE".to_vec()));
             o.insert(DhcpOption::Unknown(dhcproto::v4::UnknownOption::new(
                 OptionCode::Unknown(175),
                 vec![19, 1, 1], // 175.19: the HTTP feature
