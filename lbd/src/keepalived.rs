@@ -89,10 +89,16 @@ pub fn render(site: &Site, bin: &Programs) -> Result<String, String> {
         "global_defs {{\n    router_id bootd_{cluster}\n    enable_script_security\n    script_user nobody\n}}\n"
     );
     let interval = v.advert_interval.as_secs();
+    // A check is a process started every interval: on a loaded host (two
+    // cores, QEMU beside it) one can take over a second, so a check has two
+    // intervals and three must fail in a row (about 3-5 s) before the
+    // address leaves a healthy appliance. An appliance that is gone stops
+    // advertising and loses its addresses after 3 adverts either way.
     for (name, vip, id, prefix, check) in &instances {
         let _ = writeln!(
             out,
-            "vrrp_script check_{name} {{\n    script \"{check}\"\n    interval {interval}\n    timeout {interval}\n    fall 2\n    rise 2\n}}\n",
+            "vrrp_script check_{name} {{\n    script \"{check}\"\n    interval {interval}\n    timeout {timeout}\n    fall 3\n    rise 2\n}}\n",
+            timeout = 2 * interval,
         );
         let _ = writeln!(
             out,

@@ -1,0 +1,156 @@
+#!/usr/bin/env bash
+# The site description at scale: a generated site of N nodes (10 000 and
+# 50 000 by default), and for each N:
+#   - validate: `bootd --check-config` (best of 3, wall time)
+#   - bootd, dnsd, lbd: start to ready (bootd /healthz; dnsd answering the
+#     last node's name; lbd /healthz), peak RSS once ready
+#   - reload: a node added to the site file, then SIGHUP: the time until
+#     bootd and dnsd serve the new site (their "site reloaded" and "zone
+#     reloaded" lines), five times
+# All in one network namespace of its own (a veth link 10.78.0.1/16 with
+# the VIPs; lbd's checks of the nodes go nowhere else).
+# The hitless reload under a storm is bench/storm (STORM_RELOAD=1).
+#
+# Knobs (env): NODES ("10000 50000"), BIN (target/release),
+# RESULTS (bench/scale/results-<UTC date>.txt).
+set -euo pipefail
+NODES=${NODES:-"10000 50000"}
+HERE=$(cd "$(dirname "$0")" && pwd)
+REPO=$(cd "$HERE/../.." && pwd)
+BIN=${BIN:-$REPO/target/release}
+RESULTS=${RESULTS:-$HERE/results-$(date -u +%F).txt}
+[[ $(id -u) -eq 0 ]] || { echo "run.sh: run as root (a network namespace)" >&2; exit 2; }
+
+NS=bsc-$$
+WORK=$(mktemp -d /tmp/bench-scale.XXXXXX)
+chmod 755 "$WORK"
+PIDS=()
+cleanup() {
+    local p
+    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+    for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
+    ip netns del "$NS" 2>/dev/null || true
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+ip netns add "$NS"
+ip -n "$NS" link set lo up
+ip link add d0 netns "$NS" type veth peer name d1 netns "$NS"
+ip -n "$NS" link set d1 up
+ip -n "$NS" addr add 10.78.0.1/16 dev d0
+ip -n "$NS" addr add 10.78.0.5/16 dev d0
+ip -n "$NS" addr add 10.78.0.6/16 dev d0
+ip -n "$NS" link set d0 up
+
+: >"$RESULTS"
+say() { echo "$*"; echo "$*" >>"$RESULTS"; }
+now() { date +%s.%N; }
+since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.3f", b - a }'; }
+rss() { awk '/VmHWM/ {print $2}' "/proc/$1/status"; }
+
+mkdir -p "$WORK/images/storm"
+echo kernel >"$WORK/images/storm/kernel"; echo initramfs >"$WORK/images/storm/initramfs"
+chmod -R a+rX "$WORK/images"
+
+write_site() { # file n
+    python3 - "$1" "$2" "$WORK" "$REPO" <<'PY'
+import sys
+path, n, work, repo = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+out = [f"""cluster: {{ name: scale, baseDomain: example.test }}
+host:
+  stateDir: {work}/state
+  http: {{ listen: "10.78.0.1:8080", url: "http://10.78.0.1:8080" }}
+  dhcp:
+    serverAddress: 10.78.0.1
+    listen: 10.78.0.1:67
+networks:
+  - name: scale
+    subnet: 10.78.0.0/16
+    gateway: 10.78.0.254
+    dnsServers: [10.78.0.1]
+vips: {{ api: 10.78.0.5, ingress: 10.78.0.6 }}
+images:
+  root: {work}/images
+  sets:
+    storm: {{ arch: x86_64, kernel: storm/kernel, initramfs: storm/initramfs }}
+ignition:
+  dir: {repo}/examples/lab/ignition
+dns:
+  listen: [10.78.0.1:53]
+  http: 10.78.0.1:9153
+lb:
+  adminListen: 10.78.0.1:8404
+nodes:
+"""]
+for i in range(n):
+    role = "bootstrap" if i == 0 else "master" if i <= 3 else "worker"
+    k = 10 + i
+    out.append(f'  - {{ name: n{i:05d}, role: {role}, macs: ["02:78:00:{i>>16&255:02x}:{i>>8&255:02x}:{i&255:02x}"], ip: 10.78.{64 + k // 256}.{k % 256} }}\n')
+open(path, "w").write("".join(out))
+PY
+}
+
+# wait_for SECS CMD...: until CMD succeeds (every 10 ms); fails after SECS.
+wait_for() {
+    local end; end=$(awk -v s="$1" -v t="$(now)" 'BEGIN { print t + s }'); shift
+    until "$@" >/dev/null 2>&1; do
+        [[ $(awk -v e="$end" -v t="$(now)" 'BEGIN { print (t > e) }') == 1 ]] && return 1
+        sleep 0.01
+    done
+}
+lines() { grep -c "$2" "$1" 2>/dev/null || true; }
+more_lines() { [[ $(lines "$1" "$2") -gt $3 ]]; }
+
+say "== the site at scale, $(date -u +%Y-%m-%dT%H:%M:%SZ), $(cd "$REPO" && git rev-parse --short HEAD)"
+say "machine: $(uname -srm), $(nproc --all) vCPU"
+for n in $NODES; do
+    d=$WORK/n$n
+    mkdir -p "$d"; chmod 755 "$d"; rm -rf "$WORK/state"
+    write_site "$d/site.yaml" "$n"
+    best=""
+    for _ in 1 2 3; do
+        t=$(now); "$BIN/bootd" --check-config "$d/site.yaml" >/dev/null; s=$(since "$t")
+        [[ -z $best ]] || [[ $(awk -v a="$s" -v b="$best" 'BEGIN { print (a < b) }') == 1 ]] && best=$s
+    done
+    say "-- N=$n: site file $(du -k "$d/site.yaml" | cut -f1) kB; validate ${best} s (best of 3)"
+
+    t=$(now)
+    ip netns exec "$NS" env RUST_LOG=info "$BIN/bootd" --site "$d/site.yaml" --user root >"$d/bootd.log" 2>&1 &
+    bp=$!; PIDS+=("$bp")
+    wait_for 120 ip netns exec "$NS" curl -sf -o /dev/null --max-time 1 http://10.78.0.1:8080/healthz || { say "bootd did not start"; tail "$d/bootd.log"; exit 1; }
+    say "   bootd: ready in $(since "$t") s, peak RSS $(rss "$bp") kB"
+    last=$(printf 'n%05d' $((n - 1)))
+    t=$(now)
+    ip netns exec "$NS" env RUST_LOG=info "$BIN/dnsd" --site "$d/site.yaml" --user root >"$d/dnsd.log" 2>&1 &
+    dp=$!; PIDS+=("$dp")
+    wait_for 120 bash -c "ip netns exec $NS dig +short +time=1 +tries=1 @10.78.0.1 $last.scale.example.test | grep -q ." || { say "dnsd did not answer"; tail "$d/dnsd.log"; exit 1; }
+    say "   dnsd: answering the last node's name in $(since "$t") s, peak RSS $(rss "$dp") kB"
+    t=$(now)
+    ip netns exec "$NS" env RUST_LOG=info "$BIN/lbd" --site "$d/site.yaml" --user root >"$d/lbd.log" 2>&1 &
+    lp=$!; PIDS+=("$lp")
+    wait_for 120 ip netns exec "$NS" curl -sf -o /dev/null --max-time 1 http://10.78.0.1:8404/healthz || { say "lbd did not start"; tail "$d/lbd.log"; exit 1; }
+    ready=$(since "$t")
+    sleep 5   # a few rounds of checks of every backend
+    say "   lbd: ready in $ready s, peak RSS after 5 s of checks $(rss "$lp") kB"
+    # A node added, five times: site file written, SIGHUP to both; until
+    # each says it serves the new site (bootd "site reloaded", dnsd "zone
+    # reloaded": its zones changed).
+    declare -A took=([bootd]="" [dnsd]="")
+    for k in 1 2 3 4 5; do
+        i=$((n + k - 1)); kk=$((10 + i))
+        cb=$(lines "$d/bootd.log" "site reloaded"); cd_=$(lines "$d/dnsd.log" "zone reloaded")
+        t=$(now)
+        printf '  - { name: n%05d, role: worker, macs: ["02:78:00:%02x:%02x:%02x"], ip: 10.78.%d.%d }\n' \
+            "$i" $((i >> 16 & 255)) $((i >> 8 & 255)) $((i & 255)) $((64 + kk / 256)) $((kk % 256)) >>"$d/site.yaml"
+        kill -HUP "$bp" "$dp"
+        wait_for 60 more_lines "$d/bootd.log" "site reloaded" "$cb" || { say "bootd did not reload"; exit 1; }
+        took[bootd]+="$(since "$t") "
+        wait_for 60 more_lines "$d/dnsd.log" "zone reloaded" "$cd_" || { say "dnsd did not reload"; exit 1; }
+        took[dnsd]+="$(since "$t") "
+    done
+    say "   reload with a node added (file written to serving it), 5 times: bootd ${took[bootd]}s; dnsd ${took[dnsd]}s"
+    say "   after the reloads: bootd RSS $(rss "$bp") kB, dnsd $(rss "$dp") kB, lbd $(rss "$lp") kB"
+    for p in "$bp" "$dp" "$lp"; do kill "$p"; wait "$p" 2>/dev/null || true; done
+    PIDS=()
+done
