@@ -227,7 +227,7 @@ pub fn load_site(site: &site::Site, prev: Option<&Catalog>) -> Result<Loaded, Er
             for z in &mut zones {
                 let old = prev.and_then(|c| c.zones.iter().find(|o| o.origin == z.origin));
                 let serial = match old {
-                    Some(o) if o.content() == z.content() => o.serial(),
+                    Some(o) if o.same_content(z) => o.serial(),
                     Some(o) => now.max(o.serial().wrapping_add(1)),
                     None => now,
                 };

@@ -7,9 +7,43 @@ use hickory_proto::rr::rdata::{A, AAAA, CNAME, MX, NS, PTR, SOA, SRV, TXT};
 use hickory_proto::rr::{Name, RData, Record, RecordType};
 use site::dns::RData as SiteRData;
 use site::Site;
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashSet};
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
+
+/// What makes two records the same one (RFC 2136 1.1.1, as hickory's
+/// `Record` equality: name, type, data; names case-insensitive, also in the
+/// data of the types that carry names).
+type DedupKey = (Name, RecordType, String);
+
+fn dedup_key(r: &Record) -> DedupKey {
+    let data = r.data().to_string();
+    let data = match r.record_type() {
+        RecordType::CNAME
+        | RecordType::NS
+        | RecordType::PTR
+        | RecordType::MX
+        | RecordType::SRV
+        | RecordType::SOA => data.to_ascii_lowercase(),
+        _ => data,
+    };
+    (r.name().clone(), r.record_type(), data)
+}
+
+/// Two SOAs alike but for their serials.
+fn soa_but_serial(a: &RData, b: &RData) -> bool {
+    match (a, b) {
+        (RData::SOA(a), RData::SOA(b)) => {
+            a.mname() == b.mname()
+                && a.rname() == b.rname()
+                && a.refresh() == b.refresh()
+                && a.retry() == b.retry()
+                && a.expire() == b.expire()
+                && a.minimum() == b.minimum()
+        }
+        _ => false,
+    }
+}
 
 /// One zone: its origin and every record, the SOA first.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -41,6 +75,30 @@ impl Zone {
             s.minimum(),
         );
         self.records[0].set_data(RData::SOA(soa));
+    }
+    /// Whether `other` holds the same records, TTLs included, whatever the
+    /// SOA serials: what a reload's serial is decided on. Compared in
+    /// order (zones made from one description list their records in its
+    /// order; records merely reordered count as a change, which costs a
+    /// serial). Without formatting a record: at 50 000 nodes a reload
+    /// compared its zones' text for seconds.
+    pub fn same_content(&self, other: &Zone) -> bool {
+        self.origin == other.origin
+            && self.records.len() == other.records.len()
+            && self
+                .records
+                .iter()
+                .zip(&other.records)
+                .enumerate()
+                .all(|(i, (a, b))| {
+                    a.ttl() == b.ttl()
+                        && a.record_type() == b.record_type()
+                        && if i == 0 {
+                            soa_but_serial(a.data(), b.data())
+                        } else {
+                            a == b
+                        }
+                })
     }
     /// The records without the SOA's serial, in a stable order: two zones
     /// with equal content compare equal whatever their serials.
@@ -219,18 +277,24 @@ pub fn from_site(site: &Site, serial: u32) -> Result<Vec<Zone>, ZoneError> {
             rd,
         ));
     }
+    // Each zone's records, to leave out a record already there (the same
+    // name, type and data) without comparing it with every one: the
+    // comparison of each with each made a 10 000-node site take seconds.
+    let mut seen: Vec<HashSet<DedupKey>> = zones
+        .iter()
+        .map(|z| z.records.iter().map(dedup_key).collect())
+        .collect();
     for r in all {
         // The deepest zone holding the name; names in no zone (a PTR of a
         // node whose subnet's zone is elsewhere) are left out.
-        let Some(z) = zones
-            .iter_mut()
-            .filter(|z| z.origin.zone_of(r.name()))
-            .max_by_key(|z| z.origin.num_labels())
+        let Some(i) = (0..zones.len())
+            .filter(|&i| zones[i].origin.zone_of(r.name()))
+            .max_by_key(|&i| zones[i].origin.num_labels())
         else {
             continue;
         };
-        if !z.records.contains(&r) {
-            z.records.push(r);
+        if seen[i].insert(dedup_key(&r)) {
+            zones[i].records.push(r);
         }
     }
     for z in &zones {
@@ -310,4 +374,78 @@ fn check(z: &Zone, file: &Path) -> Result<(), ZoneError> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lab() -> Vec<Zone> {
+        let site =
+            site::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/lab/site.yaml"))
+                .unwrap();
+        from_site(&site, 1).unwrap()
+    }
+
+    /// A record the site lists twice, or that a node already has (its A
+    /// record, in other letter case), is in the zone once.
+    #[test]
+    fn a_record_is_in_its_zone_once() {
+        let mut site =
+            site::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/lab/site.yaml"))
+                .unwrap();
+        let a = |name: &str| site::dns::Record {
+            name: name.into(),
+            ttl: None,
+            data: SiteRData::A("10.77.0.11".parse().unwrap()),
+        };
+        site.dns.records.push(a("MASTER-0.lab.example.test."));
+        site.dns.records.push(a("extra.lab.example.test."));
+        site.dns.records.push(a("extra.lab.example.test."));
+        let zones = from_site(&site, 1).unwrap();
+        let fwd = zones
+            .iter()
+            .find(|z| z.origin.to_ascii() == "lab.example.test.")
+            .unwrap();
+        let count = |n: &str| {
+            fwd.records
+                .iter()
+                .filter(|r| {
+                    r.record_type() == RecordType::A && r.name().to_ascii().eq_ignore_ascii_case(n)
+                })
+                .count()
+        };
+        assert_eq!(count("master-0.lab.example.test."), 1);
+        assert_eq!(count("extra.lab.example.test."), 1);
+    }
+
+    /// The fast comparison says what comparing the zones' text says.
+    #[test]
+    fn same_content_whatever_the_serial_and_not_after_a_change() {
+        for z in lab() {
+            let mut other = z.clone();
+            other.set_serial(99);
+            assert!(z.same_content(&other) && z.content() == other.content());
+            let mut ttl = other.clone();
+            let last = ttl.records.len() - 1;
+            let t = ttl.records[last].ttl();
+            ttl.records[last].set_ttl(t + 1);
+            assert!(!z.same_content(&ttl) && z.content() != ttl.content());
+            let mut fewer = other.clone();
+            fewer.records.pop();
+            assert!(!z.same_content(&fewer) && z.content() != fewer.content());
+            let mut soa = other.clone();
+            let s = soa.soa().clone();
+            soa.records[0].set_data(RData::SOA(SOA::new(
+                s.mname().clone(),
+                s.rname().clone(),
+                s.serial(),
+                s.refresh() + 1,
+                s.retry(),
+                s.expire(),
+                s.minimum(),
+            )));
+            assert!(!z.same_content(&soa) && z.content() != soa.content());
+        }
+    }
 }
