@@ -85,8 +85,7 @@ nodes:
 """]
 for i in range(n):
     role = "bootstrap" if i == 0 else "master" if i <= 3 else "worker"
-    k = 10 + i
-    out.append(f'  - {{ name: n{i:05d}, role: {role}, macs: ["02:78:00:{i>>16&255:02x}:{i>>8&255:02x}:{i&255:02x}"], ip: 10.78.{64 + k // 256}.{k % 256} }}\n')
+    out.append(f'  - {{ name: n{i:05d}, role: {role}, macs: ["02:78:00:{i>>16&255:02x}:{i>>8&255:02x}:{i&255:02x}"], ip: 10.78.{1 + i // 256}.{i % 256} }}\n')
 open(path, "w").write("".join(out))
 PY
 }
@@ -138,11 +137,11 @@ for n in $NODES; do
     # reloaded": its zones changed).
     declare -A took=([bootd]="" [dnsd]="")
     for k in 1 2 3 4 5; do
-        i=$((n + k - 1)); kk=$((10 + i))
+        i=$((n + k - 1))
         cb=$(lines "$d/bootd.log" "site reloaded"); cd_=$(lines "$d/dnsd.log" "zone reloaded")
         t=$(now)
         printf '  - { name: n%05d, role: worker, macs: ["02:78:00:%02x:%02x:%02x"], ip: 10.78.%d.%d }\n' \
-            "$i" $((i >> 16 & 255)) $((i >> 8 & 255)) $((i & 255)) $((64 + kk / 256)) $((kk % 256)) >>"$d/site.yaml"
+            "$i" $((i >> 16 & 255)) $((i >> 8 & 255)) $((i & 255)) $((1 + i / 256)) $((i % 256)) >>"$d/site.yaml"
         kill -HUP "$bp" "$dp"
         wait_for 60 more_lines "$d/bootd.log" "site reloaded" "$cb" || { say "bootd did not reload"; exit 1; }
         took[bootd]+="$(since "$t") "
