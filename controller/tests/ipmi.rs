@@ -12,6 +12,12 @@ use std::time::Duration;
 
 const PASSWORD: &str = "ipmi-Pa55-word";
 
+/// The tests here one at a time: a stand-in is written while the other
+/// test's thread may fork to run its own, and a child that has not yet
+/// exec'd holds the new file's write descriptor for a moment: executing
+/// the stand-in then fails with ETXTBSY ("Text file busy").
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// A stand-in ipmitool: the chassis power state in `power`, every call in
 /// `calls` (argv, then IPMI_PASSWORD); `mode` = ok | refuse | hang.
 fn stand_in(dir: &Path, mode: &str) -> std::path::PathBuf {
@@ -77,6 +83,7 @@ fn spec(dir: &Path) -> serde_json::Value {
 
 #[tokio::test]
 async fn bootdev_then_power_on_with_the_password_in_the_environment_only() {
+    let _one = ONE_AT_A_TIME.lock().await;
     let d = tempfile::tempdir().unwrap();
     let p = provider(d.path(), "ok", Duration::from_secs(5));
     let s = spec(d.path());
@@ -119,6 +126,7 @@ async fn bootdev_then_power_on_with_the_password_in_the_environment_only() {
 
 #[tokio::test]
 async fn refusals_timeouts_and_missing_macs_say_so_without_the_password() {
+    let _one = ONE_AT_A_TIME.lock().await;
     let d = tempfile::tempdir().unwrap();
     let s = spec(d.path());
     let e = provider(d.path(), "ok", Duration::from_secs(5))
