@@ -261,6 +261,13 @@ while read -r name type opts; do
         d=$(ask "$P_DNSD" "$name" "$type" "$opts" $strip)
         p=$(ask "$port" "$name" "$type" "$opts" $strip)
         if [ "$d" != "$p" ]; then
+            # A difference must show twice: once, under a loaded CI, Knot
+            # answered a query with neither qr nor aa and nothing in it.
+            sleep 0.5
+            d=$(ask "$P_DNSD" "$name" "$type" "$opts" $strip)
+            p=$(ask "$port" "$name" "$type" "$opts" $strip)
+        fi
+        if [ "$d" != "$p" ]; then
             key="$peer $name $type $opts"
             if grep -qxF "$key" <<<"$KNOWN"; then
                 echo "known difference (design-notes): $key"
