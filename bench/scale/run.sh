@@ -92,7 +92,7 @@ PY
 
 # wait_for SECS CMD...: until CMD succeeds (every 10 ms); fails after SECS.
 wait_for() {
-    local end; end=$(awk -v s="$1" -v t="$(now)" 'BEGIN { print t + s }'); shift
+    local end; end=$(awk -v s="$1" -v t="$(now)" 'BEGIN { printf "%.3f", t + s }'); shift
     until "$@" >/dev/null 2>&1; do
         [[ $(awk -v e="$end" -v t="$(now)" 'BEGIN { print (t > e) }') == 1 ]] && return 1
         sleep 0.01
@@ -117,7 +117,7 @@ for n in $NODES; do
     t=$(now)
     ip netns exec "$NS" env RUST_LOG=info "$BIN/bootd" --site "$d/site.yaml" --user root >"$d/bootd.log" 2>&1 &
     bp=$!; PIDS+=("$bp")
-    wait_for 120 ip netns exec "$NS" curl -sf -o /dev/null --max-time 1 http://10.78.0.1:8080/healthz || { say "bootd did not start"; tail "$d/bootd.log"; exit 1; }
+    wait_for 120 ip netns exec "$NS" curl -sf -o /dev/null --max-time 1 http://10.78.0.1:8080/healthz || { say "bootd did not start"; tail "$d/bootd.log" | tee -a "$RESULTS"; exit 1; }
     say "   bootd: ready in $(since "$t") s, peak RSS $(rss "$bp") kB"
     last=$(printf 'n%05d' $((n - 1)))
     t=$(now)
