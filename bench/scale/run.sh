@@ -123,7 +123,7 @@ for n in $NODES; do
     t=$(now)
     ip netns exec "$NS" env RUST_LOG=info "$BIN/dnsd" --site "$d/site.yaml" --user root >"$d/dnsd.log" 2>&1 &
     dp=$!; PIDS+=("$dp")
-    wait_for 120 bash -c "ip netns exec $NS dig +short +time=1 +tries=1 @10.78.0.1 $last.scale.example.test | grep -q ." || { say "dnsd did not answer"; tail "$d/dnsd.log"; exit 1; }
+    wait_for 120 bash -c "ip netns exec $NS dig +short +time=1 +tries=1 @10.78.0.1 $last.scale.example.test | grep -qE ^10\.78\." || { say "dnsd did not answer"; tail "$d/dnsd.log"; exit 1; }
     say "   dnsd: answering the last node's name in $(since "$t") s, peak RSS $(rss "$dp") kB"
     t=$(now)
     ip netns exec "$NS" env RUST_LOG=info "$BIN/lbd" --site "$d/site.yaml" --user root >"$d/lbd.log" 2>&1 &
