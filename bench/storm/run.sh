@@ -66,6 +66,7 @@ chmod 755 "$WORK"   # bootd serves as nobody once it has bound its sockets
 SRV_PIDS=()
 . "$REPO/bench/lib/ns.sh"
 . "$REPO/bench/lib/cpu.sh"
+. "$REPO/bench/lib/order.sh"   # order
 stop_server() {
     local p
     for p in "${SRV_PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
@@ -280,9 +281,8 @@ say ""
 
 for n in $MACHINES; do
     for ((round = 1; round <= ROUNDS; round++)); do
-        order=$STACKS
-        ((round % 2 == 0)) && order=$(echo "$STACKS" | tr ' ' '\n' | tac | tr '\n' ' ')
-        for stack in $order; do
+        # shellcheck disable=SC2086
+        for stack in $(order "$round" $STACKS); do
             d=$WORK/$stack-$n-$round
             mkdir -p "$d"; chmod 755 "$d"
             write_site "$d" "$n"
