@@ -458,9 +458,15 @@ async fn powervs(
                 "href": format!("/pcloud/v1/cloud-instances/{CLOUD_INSTANCE}/pvm-instances/{id}"),
                 "networks": [{ "ipAddress": ip, "macAddress": mac, "networkID": v["networks"][0]["networkID"] }],
             });
-            let mut s = st.lock().unwrap();
-            s.creates += 1;
-            s.instances.insert(id, inst.clone());
+            let hold = {
+                let mut s = st.lock().unwrap();
+                s.creates += 1;
+                s.instances.insert(id, inst.clone());
+                s.hold_create.clone()
+            };
+            if let Some(h) = hold {
+                h.notified().await;
+            }
             reply(201, &json!([inst]))
         }
         (&Method::GET, [id]) => {

@@ -24,6 +24,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 /// Where the controller finds each provider API: the fake itself, or Prism
@@ -301,16 +302,31 @@ pub async fn cluster_loop(p: Platform, net: u8, urls: Option<&dyn Fn(&str) -> Ur
     let b = Bootd::start_site(dir, &path, super::tuning()).await;
     let d = Daemons::start(&b, admin).await;
 
-    for (name, role) in NODES {
+    // Each create is held at the fake (the machine made, the reply not yet
+    // sent): until the provider's answer names its address, the node is not
+    // in the served site.
+    let hold = Arc::new(Notify::new());
+    f.st().hold_create = Some(Arc::clone(&hold));
+    for (i, (name, role)) in NODES.into_iter().enumerate() {
         let (st, v) = b
             .call("POST", "/v1/nodes", Some(node_body(p, name, role)))
             .await;
         assert_eq!(st, 201, "{v:#}");
+        let made = i as u32 + 1;
+        for _ in 0..300 {
+            if f.st().creates >= made {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert_eq!(f.st().creates, made, "{name}: the provider was asked once");
         assert!(
             b.app.live.load().site.node(name).is_none(),
-            "not served before its provider gave an address"
+            "{name}: not served before its provider gave an address"
         );
+        hold.notify_one();
     }
+    f.st().hold_create = None;
     if p == Platform::PowerVs {
         for _ in 0..300 {
             if !f.st().instances.is_empty() {
