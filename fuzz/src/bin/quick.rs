@@ -18,8 +18,9 @@
 //! written to `fuzz/artifacts/<target>/crash-<FNV-1a hash>`, the target,
 //! the panic message and the file are printed, and once that target's time
 //! is up `quick` exits 1 (with `--keep-going`: after every target). An
-//! input that runs longer than `--timeout` is written as `timeout-<hash>`
-//! and ends the run at once (exit 1). A run is reproducible from its
+//! input that runs longer than `--timeout` of CPU time (or ten times that
+//! of wall time) is written as `timeout-<hash>` and ends the run at once
+//! (exit 1). A run is reproducible from its
 //! printed `--rng-seed`, up to the time limit.
 //!
 //! Usage: quick [--seconds N] [--rng-seed N] [--max-len BYTES]
@@ -184,18 +185,24 @@ fn artifact(target: &str, kind: &str, input: &[u8]) -> std::io::Result<PathBuf> 
     Ok(p)
 }
 
-/// Ends the process when one input runs longer than `limit`.
+/// Ends the process when one input runs longer than `limit` of CPU time
+/// (the fuzzing thread's: a loop that never ends burns it, while a machine
+/// busy with other work only slows the wall clock; the test command runs
+/// `quick` at nice 19 beside other checks), or ten times `limit` of wall
+/// time (an input that blocks).
 fn watchdog(running: Arc<Running>, limit: Duration) {
     std::thread::spawn(move || {
-        let mut last = (u64::MAX, Instant::now());
+        let mut last = (u64::MAX, Instant::now(), main_thread_cpu());
         loop {
             std::thread::sleep(Duration::from_millis(250));
             let done = running.done.load(Ordering::Relaxed);
             if !running.active.load(Ordering::Relaxed) || done != last.0 {
-                last = (done, Instant::now());
+                last = (done, Instant::now(), main_thread_cpu());
                 continue;
             }
-            if last.1.elapsed() >= limit {
+            let cpu = main_thread_cpu().saturating_sub(last.2);
+            let wall = last.1.elapsed();
+            if cpu >= limit || wall >= limit * 10 {
                 let target = *running.target.lock().unwrap_or_else(|p| p.into_inner());
                 let input = running
                     .input
@@ -205,7 +212,11 @@ fn watchdog(running: Arc<Running>, limit: Duration) {
                 let path = artifact(target, "timeout", &input)
                     .map(|p| p.display().to_string())
                     .unwrap_or_else(|e| format!("(not written: {e})"));
-                println!("{target}: TIMEOUT: one input ran over {limit:?}; input: {path}");
+                println!(
+                    "{target}: TIMEOUT: one input ran {cpu:?} of CPU time, {wall:?} of wall \
+                     time (limits {limit:?}, {:?}); input: {path}",
+                    limit * 10
+                );
                 let _ = std::io::stdout().flush();
                 std::process::exit(1);
             }
@@ -213,23 +224,38 @@ fn watchdog(running: Arc<Running>, limit: Duration) {
     });
 }
 
+/// CPU time of the process's main thread (the one that runs the inputs):
+/// the first field of /proc/self/schedstat, in nanoseconds. Without it
+/// (no procfs), zero: then only the wall-time limit applies.
+fn main_thread_cpu() -> Duration {
+    std::fs::read_to_string("/proc/self/schedstat")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .map(Duration::from_nanos)
+        .unwrap_or_default()
+}
+
 #[derive(Default)]
 struct Stats {
     runs: u64,
     repeats: u64,
     crashes: u64,
+    /// The longest one input ran (wall time).
+    slowest: Duration,
     /// Panic location → the first input's artifact.
     distinct: BTreeMap<String, String>,
 }
 
 /// Runs one input, catching a panic; `Some` if it panicked.
-fn run_one(f: Target, input: &[u8], running: &Running) -> Option<Panic> {
+fn run_one(f: Target, input: &[u8], running: &Running, st: &mut Stats) -> Option<Panic> {
     {
         let mut held = running.input.lock().unwrap_or_else(|p| p.into_inner());
         held.clear();
         held.extend_from_slice(input);
     }
+    let t = Instant::now();
     let r = catch_unwind(AssertUnwindSafe(|| f(input)));
+    st.slowest = st.slowest.max(t.elapsed());
     running.done.fetch_add(1, Ordering::Relaxed);
     r.err().map(|_| {
         LAST_PANIC
@@ -275,7 +301,7 @@ fn fuzz(name: &'static str, f: Target, a: &Args, running: &Running) -> Result<bo
     for (p, b) in &files {
         seen.insert(fnv1a(b));
         st.runs += 1;
-        if let Some(panic) = run_one(f, b, running) {
+        if let Some(panic) = run_one(f, b, running, &mut st) {
             let shown = p
                 .strip_prefix(fuzz_dir())
                 .unwrap_or(p)
@@ -308,7 +334,7 @@ fn fuzz(name: &'static str, f: Target, a: &Args, running: &Running) -> Result<bo
             continue;
         }
         st.runs += 1;
-        if let Some(panic) = run_one(f, &input, running) {
+        if let Some(panic) = run_one(f, &input, running, &mut st) {
             record(name, &input, panic, None, &mut st);
         }
     }
@@ -320,11 +346,12 @@ fn fuzz(name: &'static str, f: Target, a: &Args, running: &Running) -> Result<bo
     };
     println!(
         "{name}: {} inputs run ({} seeds; {distinct}; {} repeats skipped) in {secs:.1} s: \
-         {:.0} crash-free execs/s; {}",
+         {:.0} crash-free execs/s; slowest input {:.1} ms; {}",
         st.runs,
         seeds.len(),
         st.repeats,
         (st.runs - st.crashes) as f64 / secs.max(1e-9),
+        st.slowest.as_secs_f64() * 1e3,
         if st.crashes == 0 {
             "no crash".to_string()
         } else {
