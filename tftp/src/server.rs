@@ -41,9 +41,14 @@ pub struct TftpConfig {
     /// Largest `windowsize` granted; one window is at most this many
     /// blocks in flight per transfer.
     pub max_windowsize: u16,
-    /// Transfers running at once; one more request is refused with
-    /// "server busy" right away instead of stalling every transfer.
+    /// Transfers running at once. A request beyond them waits its turn
+    /// (first come, first served) for at most [`QUEUE_WAIT`], up to
+    /// `max_queued` requests; past those it is refused with "server busy"
+    /// (a PXE ROM gives its boot up on that error, so a rack powering on
+    /// at once is queued, not refused).
     pub max_transfers: usize,
+    /// Requests waiting for a transfer slot at most.
+    pub max_queued: usize,
     /// Retransmissions of an unacknowledged window before giving up.
     pub retries: u32,
     /// Retransmission timeout unless the client negotiates `timeout`.
@@ -88,6 +93,7 @@ impl Default for TftpConfig {
             max_blksize: 1468,
             max_windowsize: 64,
             max_transfers: 256,
+            max_queued: 4096,
             retries: 5,
             default_timeout: Duration::from_secs(1),
             max_timeout: 5,
@@ -96,6 +102,10 @@ impl Default for TftpConfig {
         }
     }
 }
+
+/// How long a request waits for a transfer slot; then it is dropped
+/// without an answer (its client asks again, or has given up).
+pub const QUEUE_WAIT: Duration = Duration::from_secs(30);
 
 /// Retransmissions of the first window before the client has acknowledged
 /// anything.
@@ -117,6 +127,12 @@ struct Shared {
     /// Running transfers by client address. A std mutex: it is held for one
     /// map operation, never across an await.
     transfers: Mutex<HashMap<SocketAddr, Slot>>,
+    /// One permit per transfer that may run (`max_transfers`); fair, so a
+    /// new request queues behind those waiting.
+    slots: Arc<tokio::sync::Semaphore>,
+    /// Clients whose request waits for a slot (a retransmission of it is
+    /// dropped: the waiting request answers it).
+    waiting: Mutex<std::collections::HashSet<SocketAddr>>,
     shutdown: CancellationToken,
 }
 
@@ -139,12 +155,15 @@ pub async fn run(
     let listener = Listener::new(socket)?;
     info!(addr = %listener.local_addr()?, max_blksize = config.max_blksize, max_windowsize = config.max_windowsize,
         max_transfers = config.max_transfers, "tftp listening");
+    let slots = Arc::new(tokio::sync::Semaphore::new(config.max_transfers.max(1)));
     let shared = Arc::new(Shared {
         config,
         resolver,
         metrics,
         listener,
         transfers: Mutex::new(HashMap::new()),
+        slots,
+        waiting: Mutex::new(Default::default()),
         shutdown: shutdown.clone(),
     });
     let tracker = TaskTracker::new();
@@ -235,6 +254,69 @@ async fn on_datagram(
         },
     );
 
+    let waiting = shared
+        .waiting
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .contains(&peer);
+    if waiting {
+        // A retransmission of a request that waits its turn.
+        m.queued_again.inc();
+        return;
+    }
+    let permit = match Arc::clone(&shared.slots).try_acquire_owned() {
+        Ok(p) => p,
+        Err(_) => {
+            let queued = {
+                let mut w = shared.waiting.lock().unwrap_or_else(PoisonError::into_inner);
+                w.len() < shared.config.max_queued && w.insert(peer)
+            };
+            if !queued {
+                m.busy.inc();
+                m.request(Outcome::Busy);
+                warn!(%peer, file = %Escaped(name), reason = "busy", max_transfers = shared.config.max_transfers, max_queued = shared.config.max_queued, "tftp request refused");
+                refuse(shared, d, ErrorCode::NotDefined, "server busy, try again").await;
+                return;
+            }
+            m.queued.inc();
+            let (shared2, tracker2, name) = (Arc::clone(shared), tracker.clone(), name.to_owned());
+            tracker.spawn(async move {
+                let got = tokio::select! {
+                    _ = shared2.shutdown.cancelled() => None,
+                    r = tokio::time::timeout(QUEUE_WAIT, Arc::clone(&shared2.slots).acquire_owned()) => r.ok().and_then(Result::ok),
+                };
+                shared2
+                    .waiting
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .remove(&peer);
+                match got {
+                    Some(permit) => accept(&shared2, &tracker2, &name, neg, d, id, permit).await,
+                    None => {
+                        shared2.metrics.queue_expired.inc();
+                        debug!(%peer, file = %Escaped(&name), "tftp request waited too long for a slot: dropped");
+                    }
+                }
+            });
+            return;
+        }
+    };
+    accept(shared, tracker, name, neg, d, id, permit).await;
+}
+
+/// Starts the transfer of `name` to `d.peer`, holding `permit` (a slot)
+/// until it ends.
+async fn accept(
+    shared: &Arc<Shared>,
+    tracker: &TaskTracker,
+    name: &str,
+    neg: Negotiated,
+    d: Datagram,
+    id: u64,
+    permit: tokio::sync::OwnedSemaphorePermit,
+) {
+    let m = &shared.metrics;
+    let peer = d.peer;
     let cancel = shared.shutdown.child_token();
     let busy = {
         let mut map = shared
@@ -247,8 +329,7 @@ async fn on_datagram(
             old.cancel.cancel();
         }
         let from_source = map.keys().filter(|p| p.ip() == peer.ip()).count();
-        let busy =
-            map.len() >= shared.config.max_transfers || from_source >= shared.config.max_per_source;
+        let busy = from_source >= shared.config.max_per_source;
         if !busy {
             map.insert(
                 peer,
@@ -263,7 +344,7 @@ async fn on_datagram(
     if busy {
         m.busy.inc();
         m.request(Outcome::Busy);
-        warn!(%peer, file = %Escaped(name), reason = "busy", max_transfers = shared.config.max_transfers, "tftp request refused");
+        warn!(%peer, file = %Escaped(name), reason = "busy", max_per_source = shared.config.max_per_source, "tftp request refused");
         refuse(shared, d, ErrorCode::NotDefined, "server busy, try again").await;
         return;
     }
@@ -272,6 +353,7 @@ async fn on_datagram(
         shared: Arc::clone(shared),
         peer,
         id,
+        _permit: permit,
     };
 
     let sock = match udp::transfer_socket(d.local, peer) {
@@ -322,6 +404,9 @@ struct SlotGuard {
     shared: Arc<Shared>,
     peer: SocketAddr,
     id: u64,
+    /// The transfer slot, given back (to the first waiting request) when
+    /// the transfer ends.
+    _permit: tokio::sync::OwnedSemaphorePermit,
 }
 
 impl Drop for SlotGuard {
