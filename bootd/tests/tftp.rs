@@ -694,7 +694,9 @@ async fn beyond_max_transfers_a_request_waits_and_beyond_the_queue_is_told_busy(
     let b = Raw::new(s.addr).await;
     b.rrq("small.txt", &[]).await;
     assert!(
-        tokio::time::timeout(Duration::from_millis(300), b.recv()).await.is_err(),
+        tokio::time::timeout(Duration::from_millis(300), b.recv())
+            .await
+            .is_err(),
         "a queued request was answered while the only slot was taken"
     );
     b.rrq("small.txt", &[]).await;
