@@ -675,10 +675,14 @@ async fn malformed_requests_are_answered_or_dropped_and_counted() {
     s.stop().await;
 }
 
+/// A request beyond `max_transfers` waits its turn (its retransmissions
+/// dropped) and is served when a slot frees; beyond `max_queued` waiting,
+/// a request is told busy at once.
 #[tokio::test]
-async fn beyond_max_transfers_a_request_is_told_busy_at_once() {
+async fn beyond_max_transfers_a_request_waits_and_beyond_the_queue_is_told_busy() {
     let s = Server::start(TftpConfig {
         max_transfers: 1,
+        max_queued: 1,
         ..TftpConfig::default()
     })
     .await;
@@ -686,16 +690,29 @@ async fn beyond_max_transfers_a_request_is_told_busy_at_once() {
     a.rrq("ipxe.efi", &[]).await;
     let (b, _, tid) = a.expect_data().await;
     assert_eq!(b, 1);
+    // B waits: no answer yet, and its retransmission is dropped.
     let b = Raw::new(s.addr).await;
-    let asked = Instant::now();
     b.rrq("small.txt", &[]).await;
-    let (code, message, _) = b.expect_error().await;
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), b.recv())
+            .await
+            .is_err(),
+        "a queued request was answered while the only slot was taken"
+    );
+    b.rrq("small.txt", &[]).await;
+    // C finds the queue full: busy, at once.
+    let c = Raw::new(s.addr).await;
+    let asked = Instant::now();
+    c.rrq("small.txt", &[]).await;
+    let (code, message, _) = c.expect_error().await;
     assert!(asked.elapsed() < Duration::from_millis(500));
     assert_eq!((code, message.as_str()), (0, "server busy, try again"));
     assert_eq!(s.metrics.busy.get(), 1);
     assert_eq!(s.metrics.requests_with(Outcome::Busy), 1);
+    assert_eq!(s.metrics.queued.get(), 1);
+    assert_eq!(s.metrics.queued_again.get(), 1);
     assert_eq!(s.metrics.transfers_active.get(), 1);
-    // Once A gives up, B is served.
+    // Once A gives up, B's waiting request is served, without asking again.
     a.send_to(
         tid,
         Packet::Error {
@@ -704,20 +721,12 @@ async fn beyond_max_transfers_a_request_is_told_busy_at_once() {
         },
     )
     .await;
-    let deadline = Instant::now() + Duration::from_secs(3);
-    loop {
-        b.rrq("small.txt", &[]).await;
-        let (p, _) = b.recv().await;
-        match packet::parse(&p).unwrap() {
-            Packet::Data { block: 1, data } => {
-                assert_eq!(data, s.file("small.txt"));
-                break;
-            }
-            Packet::Error { code: 0, .. } if Instant::now() < deadline => {
-                tokio::time::sleep(Duration::from_millis(20)).await
-            }
-            other => panic!("{other:?}"),
-        }
+    let (p, _) = tokio::time::timeout(Duration::from_secs(3), b.recv())
+        .await
+        .expect("the queued request was not served once the slot was free");
+    match packet::parse(&p).unwrap() {
+        Packet::Data { block: 1, data } => assert_eq!(data, s.file("small.txt")),
+        other => panic!("{other:?}"),
     }
     s.stop().await;
 }

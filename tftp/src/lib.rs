@@ -23,7 +23,8 @@
 //! - One transfer per client address and port: a new RRQ from the same
 //!   port replaces the running one (EDK2 and SLOF abort and re-ask from the
 //!   port they used before).
-//! - At most `max_transfers` transfers run; one more is refused at once.
+//! - At most `max_transfers` transfers run; more requests wait their turn
+//!   (at most `max_queued` of them, each at most 30 s); beyond, "busy".
 //! - Filenames reach logs only escaped, and never metric labels; file
 //!   contents reach neither.
 

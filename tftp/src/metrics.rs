@@ -30,7 +30,7 @@ pub enum Outcome {
     WriteRefused,
     /// An RRQ/WRQ that did not parse; answered with ERROR 4.
     Malformed,
-    /// Refused because `max_transfers` were running.
+    /// Refused: `max_transfers` running and `max_queued` waiting, or `max_per_source`.
     Busy,
     /// The client sent ERROR (EDK2 does after its `tsize` probe).
     ClientAbort,
@@ -70,6 +70,11 @@ pub struct TftpMetrics {
     /// dropped without an answer included (the log line has the reason).
     pub malformed: Counter,
     pub busy: Counter,
+    /// Requests that waited for a transfer slot; retransmissions of a
+    /// waiting request (dropped); waits that ran out.
+    pub queued: Counter,
+    pub queued_again: Counter,
+    pub queue_expired: Counter,
     /// DATA payload bytes put on the wire, retransmissions included.
     pub bytes_sent: Counter,
     /// DATA packets sent again (timeouts, partial windows).
@@ -95,8 +100,23 @@ impl TftpMetrics {
         );
         registry.register(
             "tftp_busy",
-            "TFTP requests refused because max_transfers were running",
+            "TFTP requests refused: max_transfers running and max_queued waiting, or max_per_source",
             self.busy.clone(),
+        );
+        registry.register(
+            "tftp_queued",
+            "TFTP requests that waited for a transfer slot",
+            self.queued.clone(),
+        );
+        registry.register(
+            "tftp_queued_again",
+            "Retransmitted TFTP requests of a client already waiting (dropped)",
+            self.queued_again.clone(),
+        );
+        registry.register(
+            "tftp_queue_expired",
+            "TFTP requests dropped after waiting 30 s for a slot",
+            self.queue_expired.clone(),
         );
         registry.register(
             "tftp_bytes_sent",

@@ -31,75 +31,9 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, info, info_span, warn, Instrument};
 
-#[derive(Debug, Clone)]
-pub struct TftpConfig {
-    /// Largest `blksize` granted. 1468 keeps a DATA packet inside a
-    /// 1500-byte MTU (1468 bytes of data, 4 of TFTP, 8 of UDP, 20 of IP):
-    /// larger blocks would be IP-fragmented, and some firmware drops
-    /// fragments.
-    pub max_blksize: u16,
-    /// Largest `windowsize` granted; one window is at most this many
-    /// blocks in flight per transfer.
-    pub max_windowsize: u16,
-    /// Transfers running at once; one more request is refused with
-    /// "server busy" right away instead of stalling every transfer.
-    pub max_transfers: usize,
-    /// Retransmissions of an unacknowledged window before giving up.
-    pub retries: u32,
-    /// Retransmission timeout unless the client negotiates `timeout`.
-    pub default_timeout: Duration,
-    /// Largest `timeout` a client may negotiate, in seconds.
-    pub max_timeout: u8,
-    /// Transfers one source address may run at once (a PXE client needs
-    /// two or three); more are refused as busy, so one host (or one
-    /// spoofed address) cannot take every slot.
-    pub max_per_source: usize,
-    /// Told how every transfer ended (bootd's timeline); called on the
-    /// transfer's task, so it must not block.
-    pub observer: Option<Observer>,
-}
-
-/// How one transfer ended, for [`TftpConfig::observer`].
-#[derive(Debug, Clone)]
-pub struct Report<'a> {
-    pub peer: SocketAddr,
-    /// As requested (client-chosen: escape it before logging).
-    pub file: &'a str,
-    pub outcome: Outcome,
-    /// File bytes, when the transfer completed.
-    pub bytes: Option<u64>,
-    pub took: Duration,
-    /// Why it failed, when it did.
-    pub reason: Option<String>,
-}
-
-#[derive(Clone)]
-pub struct Observer(pub Arc<dyn Fn(&Report<'_>) + Send + Sync>);
-
-impl std::fmt::Debug for Observer {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Observer")
-    }
-}
-
-impl Default for TftpConfig {
-    fn default() -> Self {
-        TftpConfig {
-            max_blksize: 1468,
-            max_windowsize: 64,
-            max_transfers: 256,
-            retries: 5,
-            default_timeout: Duration::from_secs(1),
-            max_timeout: 5,
-            max_per_source: 8,
-            observer: None,
-        }
-    }
-}
-
-/// Retransmissions of the first window before the client has acknowledged
-/// anything.
-const UNPROVEN_RETRIES: u32 = 2;
+mod config;
+use config::UNPROVEN_RETRIES;
+pub use config::{Observer, Report, TftpConfig, QUEUE_WAIT};
 
 /// How long a transfer's thread waits in `recv` before it looks at its
 /// cancellation token (and its retransmission deadline) again.
@@ -117,6 +51,12 @@ struct Shared {
     /// Running transfers by client address. A std mutex: it is held for one
     /// map operation, never across an await.
     transfers: Mutex<HashMap<SocketAddr, Slot>>,
+    /// One permit per transfer that may run (`max_transfers`); fair, so a
+    /// new request queues behind those waiting.
+    slots: Arc<tokio::sync::Semaphore>,
+    /// Clients whose request waits for a slot (a retransmission of it is
+    /// dropped: the waiting request answers it).
+    waiting: Mutex<std::collections::HashSet<SocketAddr>>,
     shutdown: CancellationToken,
 }
 
@@ -139,12 +79,15 @@ pub async fn run(
     let listener = Listener::new(socket)?;
     info!(addr = %listener.local_addr()?, max_blksize = config.max_blksize, max_windowsize = config.max_windowsize,
         max_transfers = config.max_transfers, "tftp listening");
+    let slots = Arc::new(tokio::sync::Semaphore::new(config.max_transfers.max(1)));
     let shared = Arc::new(Shared {
         config,
         resolver,
         metrics,
         listener,
         transfers: Mutex::new(HashMap::new()),
+        slots,
+        waiting: Mutex::new(Default::default()),
         shutdown: shutdown.clone(),
     });
     let tracker = TaskTracker::new();
@@ -235,6 +178,72 @@ async fn on_datagram(
         },
     );
 
+    let waiting = shared
+        .waiting
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .contains(&peer);
+    if waiting {
+        // A retransmission of a request that waits its turn.
+        m.queued_again.inc();
+        return;
+    }
+    let permit = match Arc::clone(&shared.slots).try_acquire_owned() {
+        Ok(p) => p,
+        Err(_) => {
+            let queued = {
+                let mut w = shared
+                    .waiting
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner);
+                w.len() < shared.config.max_queued && w.insert(peer)
+            };
+            if !queued {
+                m.busy.inc();
+                m.request(Outcome::Busy);
+                warn!(%peer, file = %Escaped(name), reason = "busy", max_transfers = shared.config.max_transfers, max_queued = shared.config.max_queued, "tftp request refused");
+                refuse(shared, d, ErrorCode::NotDefined, "server busy, try again").await;
+                return;
+            }
+            m.queued.inc();
+            let (shared2, tracker2, name) = (Arc::clone(shared), tracker.clone(), name.to_owned());
+            tracker.spawn(async move {
+                let got = tokio::select! {
+                    _ = shared2.shutdown.cancelled() => None,
+                    r = tokio::time::timeout(QUEUE_WAIT, Arc::clone(&shared2.slots).acquire_owned()) => r.ok().and_then(Result::ok),
+                };
+                shared2
+                    .waiting
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .remove(&peer);
+                match got {
+                    Some(permit) => accept(&shared2, &tracker2, &name, neg, d, id, permit).await,
+                    None => {
+                        shared2.metrics.queue_expired.inc();
+                        debug!(%peer, file = %Escaped(&name), "tftp request waited too long for a slot: dropped");
+                    }
+                }
+            });
+            return;
+        }
+    };
+    accept(shared, tracker, name, neg, d, id, permit).await;
+}
+
+/// Starts the transfer of `name` to `d.peer`, holding `permit` (a slot)
+/// until it ends.
+async fn accept(
+    shared: &Arc<Shared>,
+    tracker: &TaskTracker,
+    name: &str,
+    neg: Negotiated,
+    d: Datagram,
+    id: u64,
+    permit: tokio::sync::OwnedSemaphorePermit,
+) {
+    let m = &shared.metrics;
+    let peer = d.peer;
     let cancel = shared.shutdown.child_token();
     let busy = {
         let mut map = shared
@@ -247,8 +256,7 @@ async fn on_datagram(
             old.cancel.cancel();
         }
         let from_source = map.keys().filter(|p| p.ip() == peer.ip()).count();
-        let busy =
-            map.len() >= shared.config.max_transfers || from_source >= shared.config.max_per_source;
+        let busy = from_source >= shared.config.max_per_source;
         if !busy {
             map.insert(
                 peer,
@@ -263,7 +271,7 @@ async fn on_datagram(
     if busy {
         m.busy.inc();
         m.request(Outcome::Busy);
-        warn!(%peer, file = %Escaped(name), reason = "busy", max_transfers = shared.config.max_transfers, "tftp request refused");
+        warn!(%peer, file = %Escaped(name), reason = "busy", max_per_source = shared.config.max_per_source, "tftp request refused");
         refuse(shared, d, ErrorCode::NotDefined, "server busy, try again").await;
         return;
     }
@@ -272,6 +280,7 @@ async fn on_datagram(
         shared: Arc::clone(shared),
         peer,
         id,
+        _permit: permit,
     };
 
     let sock = match udp::transfer_socket(d.local, peer) {
@@ -322,6 +331,9 @@ struct SlotGuard {
     shared: Arc<Shared>,
     peer: SocketAddr,
     id: u64,
+    /// The transfer slot, given back (to the first waiting request) when
+    /// the transfer ends.
+    _permit: tokio::sync::OwnedSemaphorePermit,
 }
 
 impl Drop for SlotGuard {
