@@ -36,11 +36,14 @@
 
 pub mod body;
 mod listen;
+mod tftp_files;
 pub(crate) use listen::{count_closed, serve_conn, Prefixed};
 pub use runtime::conns;
+use tftp_files::{tftp_observer, tftp_resolver};
 pub mod dhcp;
 pub mod discovery;
 pub mod files;
+pub mod gate;
 pub mod http;
 pub mod installed;
 pub mod media;
@@ -96,6 +99,8 @@ pub struct App {
     pub http_limits: runtime::http1::Limits,
     /// Tokens spent on an Ignition fetch (`ignition.singleUseTokens`).
     pub spent: spent::Spent,
+    /// Admission limits (`host.admission`): image transfers, provider creates.
+    pub admission: gate::Admission,
 }
 
 /// See [`Config::check_images`]: `Err` says what is missing or corrupt.
@@ -317,7 +322,9 @@ pub fn prepare(config: &Config, want_tls: bool) -> Result<Arc<App>, Error> {
     let spent = spent::Spent::open(&state_dir)
         .map_err(|e| Error::StateDir(state_dir.clone(), e))?
         .with_shared(config.shared.clone());
+    let admission = gate::Admission::new(&live.load().site, Arc::clone(&metrics.gates));
     Ok(Arc::new(App {
+        admission,
         write_stall: config.write_stall,
         http_limits: config.http_limits,
         spent,
@@ -485,8 +492,14 @@ pub async fn run_app(
         let shutdown = shutdown.clone();
         let app = Arc::clone(&app);
         tracker.spawn(async move {
+            // Read at start: the transfer threads and the queue are sized once.
+            let a = app.live.load().site.host.admission.clone();
             let config = tftp::TftpConfig {
                 observer: Some(tftp_observer(Arc::clone(&app))),
+                max_transfers: a.tftp_transfers,
+                max_queued: a.tftp_queue,
+                max_per_source: a.tftp_per_source,
+                queue_wait: a.queue_wait,
                 ..Default::default()
             };
             if let Err(e) = tftp::run(config, sock, resolver, metrics, shutdown).await {
@@ -510,112 +523,6 @@ pub async fn run_app(
     Ok(())
 }
 
-/// What a TFTP file name maps to: generated per-node files (GRUB configs,
-/// the iPXE entry script) from the live site, else a file below
-/// `host.tftp.root`.
-fn tftp_resolver(app: Arc<App>) -> tftp::Resolver {
-    Arc::new(move |name: &str, peer: SocketAddr| {
-        let snap = app.live.load();
-        let site = &snap.site;
-        let base = name.strip_prefix("grub/").unwrap_or(name);
-        if base == "grub.cfg" {
-            return tftp::Resolved::Bytes(render::grub::selector(site).into());
-        }
-        if let Some(mac) = base
-            .strip_prefix("grub.cfg-01-")
-            .and_then(|m| m.parse::<site::Mac>().ok())
-        {
-            return match site.node_by_mac(&mac) {
-                Some(node) => {
-                    let addrs = http::node_addrs(&app, node);
-                    let allowed = token::authorize_script(
-                        &app.key,
-                        &http::access(&snap, node, &addrs),
-                        peer.ip(),
-                        None,
-                        runtime::clock::now(),
-                    );
-                    if let Err(d) = allowed {
-                        http::count_refusal(&app, "GRUB config (TFTP)", &node.name, peer.ip(), d);
-                        return tftp::Resolved::NotFound;
-                    }
-                    let tok = app.key.issue(
-                        &node.name,
-                        token::Scope::Script,
-                        runtime::clock::now(),
-                        site.ignition.token_ttl,
-                    );
-                    let urls = render::NodeUrls::new(site, node, &tok);
-                    info!(node = %node.name, %mac, "GRUB config served over TFTP");
-                    let subject = timeline::Subject {
-                        mac: Some(mac),
-                        ..timeline::Subject::node(&node.name)
-                    }
-                    .with_ip(peer.ip().to_canonical());
-                    app.timeline.record(timeline::Raw::new(
-                        subject,
-                        timeline::Phase::Script,
-                        "served",
-                        "GRUB config served over TFTP",
-                    ));
-                    tftp::Resolved::Bytes(render::grub::node(site, node, &urls).into())
-                }
-                None => tftp::Resolved::NotFound,
-            };
-        }
-        if name == "boot.ipxe" {
-            return tftp::Resolved::Bytes(render::ipxe::entry(site).into());
-        }
-        match &site.host.tftp {
-            Some(t) => tftp::resolve_in(files::open_beneath, &t.root, name),
-            None => tftp::Resolved::NotFound,
-        }
-    })
-}
-
-/// TFTP transfers into the timeline: served files (name, bytes, duration)
-/// and failures; a miss is not an error (GRUB probes a dozen names).
-fn tftp_observer(app: Arc<App>) -> tftp::Observer {
-    use timeline::{Phase, Raw, Subject};
-    tftp::Observer(Arc::new(move |r: &tftp::Report<'_>| {
-        let file = tftp::packet::Escaped(r.file).to_string();
-        let subject = Subject::ip(r.peer.ip().to_canonical());
-        let raw = match (r.outcome, r.bytes) {
-            (tftp::Outcome::Ok, Some(n)) => Raw::new(
-                subject,
-                Phase::Tftp,
-                "served",
-                format!("{file}: {n} bytes in {} ms", r.took.as_millis()),
-            )
-            .bytes(n),
-            (tftp::Outcome::NotFound, _) => Raw::new(
-                subject,
-                Phase::Tftp,
-                "not_found",
-                format!("{file}: not found"),
-            ),
-            (tftp::Outcome::Replaced | tftp::Outcome::ClientAbort, _) => Raw::new(
-                subject,
-                Phase::Tftp,
-                "aborted",
-                format!("{file}: {}", r.reason.as_deref().unwrap_or("aborted")),
-            ),
-            (o, _) => Raw::new(
-                subject,
-                Phase::Tftp,
-                "failed",
-                format!(
-                    "{file}: {}: {}",
-                    o.as_str(),
-                    r.reason.as_deref().unwrap_or("")
-                ),
-            )
-            .error(),
-        };
-        app.timeline.record(raw.took(r.took));
-    }))
-}
-
 fn local(l: &TcpListener) -> String {
     l.local_addr().map(|a| a.to_string()).unwrap_or_default()
 }
@@ -624,6 +531,7 @@ fn local(l: &TcpListener) -> String {
 /// calls it for the site of an API write before answering, then publishes
 /// the same site on the feed for the other daemons.
 pub fn serve_site(app: &App, site: Arc<Site>) {
+    app.admission.apply(&site);
     app.live.rcu(|cur| Snapshot {
         site: Arc::clone(&site),
         revoked: cur.revoked.clone(),
@@ -659,6 +567,11 @@ async fn apply_published(app: &App, p: runtime::Published, check: Option<ImageCh
     match checked {
         Ok((Ok(()), Ok(revoked))) => {
             let nodes = p.site.nodes.len();
+            let tftp = |a: &site::Admission| (a.tftp_transfers, a.tftp_queue, a.tftp_per_source);
+            if tftp(&app.live.load().site.host.admission) != tftp(&p.site.host.admission) {
+                warn!("host.admission's TFTP limits changed: they apply when bootd restarts");
+            }
+            app.admission.apply(&p.site);
             app.live.store(Arc::new(Snapshot {
                 site: p.site,
                 revoked,

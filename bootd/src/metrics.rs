@@ -53,6 +53,8 @@ pub struct Metrics {
     pub phase_seconds: PhaseSeconds,
     pub timeline_dropped: Counter,
     pub tftp: std::sync::Arc<tftp::TftpMetrics>,
+    /// Admission gates (`bootd_admission_*`).
+    pub gates: std::sync::Arc<crate::gate::GateMetrics>,
     pub dhcp: Family<Kind, Counter>,
     pub requests: Family<RouteStatus, Counter>,
     pub bytes: Family<RouteLabel, Counter>,
@@ -99,6 +101,8 @@ impl Default for Metrics {
         let dhcp = Family::<Kind, Counter>::default();
         let tftp = std::sync::Arc::new(tftp::TftpMetrics::default());
         tftp.register(&mut registry);
+        let gates = std::sync::Arc::new(crate::gate::GateMetrics::default());
+        gates.register(&mut registry);
         registry.register(
             "dhcp_packets",
             "DHCP requests by outcome (offer, ack, nak, inform, release, decline, proxy, ignored, malformed, store_error)",
@@ -214,6 +218,7 @@ impl Default for Metrics {
             phase_seconds,
             timeline_dropped,
             tftp,
+            gates,
             dhcp,
             requests,
             bytes,

@@ -95,9 +95,11 @@ pub fn render_index(
     discovered: &[crate::discovery::Machine],
     now_us: i64,
     dropped: u64,
+    gates: &[crate::gate::View],
 ) -> String {
     let mut b = String::new();
     let _ = writeln!(b, "<h1>bootd: {}</h1>", esc(cluster));
+    admission_table(&mut b, gates);
     let _ = writeln!(
         b,
         "<table id=\"nodes\">\n<tr><th>Node</th><th>Boot</th><th>MAC</th><th>IP</th><th>Phase</th><th>Time in phase</th><th>Last event</th><th>Last error</th></tr>"
@@ -165,6 +167,53 @@ pub fn render_index(
         );
     }
     page(&format!("bootd status: {cluster}"), &b)
+}
+
+/// `host.admission`: each gate's places in use and requests waiting.
+fn admission_table(b: &mut String, gates: &[crate::gate::View]) {
+    if gates.is_empty() {
+        return;
+    }
+    b.push_str("<table id=\"admission\">\n<tr><th>Admission</th><th>In use</th><th>Limit</th><th>Waiting</th><th>Queue</th></tr>\n");
+    for g in gates {
+        let full = if g.limit > 0 && g.in_use >= g.limit {
+            " class=\"err\""
+        } else {
+            ""
+        };
+        let limit = if g.limit == 0 {
+            "none".to_string()
+        } else {
+            g.limit.to_string()
+        };
+        let queue = g.queue.map(|q| q.to_string()).unwrap_or_else(|| "-".into());
+        let _ = writeln!(
+            b,
+            "<tr{full} data-gate=\"{n}\"><td>{n}</td><td class=\"num\">{}</td><td class=\"num\">{limit}</td><td class=\"num\">{}</td><td class=\"num\">{queue}</td></tr>",
+            g.in_use,
+            g.waiting,
+            n = esc(&g.gate),
+        );
+    }
+    b.push_str("</table>\n");
+}
+
+/// Every gate now: TFTP transfers (from the TFTP server's gauges, when it
+/// runs), then the image and provider gates.
+pub fn gates(app: &App, site: &site::Site) -> Vec<crate::gate::View> {
+    let mut v = Vec::new();
+    if site.host.tftp.is_some() {
+        let a = &site.host.admission;
+        v.push(crate::gate::View {
+            gate: "tftp".into(),
+            in_use: app.metrics.tftp.transfers_active.get().max(0) as usize,
+            limit: a.tftp_transfers,
+            waiting: app.metrics.tftp.waiting.get().max(0) as usize,
+            queue: Some(a.tftp_queue),
+        });
+    }
+    v.extend(app.admission.views());
+    v
 }
 
 fn phase_rows(b: &mut String, spans: &[Span], now_us: i64, last_is_current: bool) {
@@ -348,6 +397,7 @@ pub fn route(
                     &app.discovered.list(),
                     now,
                     app.timeline.dropped.get(),
+                    &gates(app, &snap.site),
                 ),
             ),
         );
@@ -358,7 +408,7 @@ pub fn route(
             "status",
             json_reply(
                 StatusCode::OK,
-                &json!({ "nodes": rows, "discovered": app.discovered.list() }),
+                &json!({ "nodes": rows, "discovered": app.discovered.list(), "admission": gates(app, &snap.site) }),
             ),
         );
     }
@@ -465,7 +515,7 @@ mod tests {
         let now = crate::timeline::now_us();
         let mut rows: Vec<Summary> = book.tracks.values().map(summary).collect();
         rows.sort_by(|a, b| a.node.cmp(&b.node));
-        let index = render_index("lab.example.test", &rows, &[], now, 0);
+        let index = render_index("lab.example.test", &rows, &[], now, 0, &[]);
         assert!(!index.contains("<script>"), "{index}");
         assert!(index.contains("&lt;script&gt;alert(1)&lt;/script&gt;"));
         assert!(index.contains("<meta http-equiv=\"refresh\""));

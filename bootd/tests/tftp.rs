@@ -712,6 +712,7 @@ async fn beyond_max_transfers_a_request_waits_and_beyond_the_queue_is_told_busy(
     assert_eq!(s.metrics.queued.get(), 1);
     assert_eq!(s.metrics.queued_again.get(), 1);
     assert_eq!(s.metrics.transfers_active.get(), 1);
+    assert_eq!(s.metrics.waiting.get(), 1);
     // Once A gives up, B's waiting request is served, without asking again.
     a.send_to(
         tid,

@@ -316,6 +316,28 @@ async fn step(ctl: &Arc<Controller>, row: &NodeRow) -> Result<Next, StoreError> 
                 intent: format!("{}-{}", intent.id, intent.created_at),
                 ..req.clone()
             };
+            // At most `host.admission.provisions` creates per provider at
+            // once: the rest wait their turn here, intent recorded.
+            let gate = ctl.app.admission.provisions(&snap.site, provider.name());
+            let _pass = match gate.try_enter() {
+                Some(p) => p,
+                None => {
+                    let l = gate.limits();
+                    ctl.store.set_phase(
+                        name,
+                        "Provisioning",
+                        &format!(
+                            "waiting for a provisioning place at {} ({} at once)",
+                            provider.name(),
+                            l.limit
+                        ),
+                    )?;
+                    match gate.enter().await {
+                        Ok(p) => p,
+                        Err(_) => return Ok(Next::Poll),
+                    }
+                }
+            };
             let (m, how) = match provider.find(&req).await {
                 Ok(Some(m)) => (m, "adopted"),
                 Ok(None) => {

@@ -11,7 +11,9 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
+mod admission;
 mod api;
+pub use admission::Admission;
 pub use api::*;
 
 #[derive(Debug, Clone)]
@@ -111,6 +113,8 @@ pub struct Host {
     pub status_from: Vec<IpNet>,
     /// Where bootd and the controller keep their state (`host.store`).
     pub store: Store,
+    /// How many of each kind of work run at once (`host.admission`).
+    pub admission: Admission,
 }
 
 /// `host.store`.

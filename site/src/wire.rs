@@ -60,6 +60,20 @@ pub struct Host {
     pub api: Option<Api>,
     pub status_from: Option<Vec<String>>,
     pub store: Option<Store>,
+    pub admission: Option<Admission>,
+}
+
+/// `host.admission`: how many of each kind of work run at once.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Admission {
+    pub tftp_transfers: Option<u64>,
+    pub tftp_queue: Option<u64>,
+    pub tftp_per_source: Option<u64>,
+    pub image_transfers: Option<u64>,
+    pub image_queue: Option<u64>,
+    pub queue_wait: Option<String>,
+    pub provisions: Option<u64>,
 }
 
 /// `host.store`: `sqlite`, `etcd` (every key defaulted but the endpoints,

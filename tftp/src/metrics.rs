@@ -84,6 +84,8 @@ pub struct TftpMetrics {
     /// server never sent).
     pub ignored_acks: Family<ReasonLabel, Counter>,
     pub transfers_active: Gauge,
+    /// Requests waiting for a transfer slot now.
+    pub waiting: Gauge,
 }
 
 impl TftpMetrics {
@@ -115,8 +117,13 @@ impl TftpMetrics {
         );
         registry.register(
             "tftp_queue_expired",
-            "TFTP requests dropped after waiting 30 s for a slot",
+            "TFTP requests dropped after waiting queue_wait (default 30 s) for a slot",
             self.queue_expired.clone(),
+        );
+        registry.register(
+            "tftp_waiting",
+            "TFTP requests waiting for a transfer slot now",
+            self.waiting.clone(),
         );
         registry.register(
             "tftp_bytes_sent",

@@ -35,13 +35,7 @@ mod config;
 use config::UNPROVEN_RETRIES;
 pub use config::{Observer, Report, TftpConfig, QUEUE_WAIT};
 
-/// How long a transfer's thread waits in `recv` before it looks at its
-/// cancellation token (and its retransmission deadline) again.
-const CANCEL_POLL: Duration = Duration::from_millis(100);
-
-/// Receive buffer of the request socket: larger than any valid request, so
-/// an oversized one is seen as too long rather than silently cut.
-const RECV_BUF: usize = 2048;
+use config::{CANCEL_POLL, RECV_BUF};
 
 struct Shared {
     config: TftpConfig,
@@ -206,17 +200,19 @@ async fn on_datagram(
                 return;
             }
             m.queued.inc();
+            m.waiting.inc();
             let (shared2, tracker2, name) = (Arc::clone(shared), tracker.clone(), name.to_owned());
             tracker.spawn(async move {
                 let got = tokio::select! {
                     _ = shared2.shutdown.cancelled() => None,
-                    r = tokio::time::timeout(QUEUE_WAIT, Arc::clone(&shared2.slots).acquire_owned()) => r.ok().and_then(Result::ok),
+                    r = tokio::time::timeout(shared2.config.queue_wait, Arc::clone(&shared2.slots).acquire_owned()) => r.ok().and_then(Result::ok),
                 };
                 shared2
                     .waiting
                     .lock()
                     .unwrap_or_else(PoisonError::into_inner)
                     .remove(&peer);
+                shared2.metrics.waiting.dec();
                 match got {
                     Some(permit) => accept(&shared2, &tracker2, &name, neg, d, id, permit).await,
                     None => {

@@ -588,3 +588,87 @@ async fn equinix_cluster_from_api_calls_to_ready_then_bootstrap_leaves() {
 async fn powervs_cluster_from_api_calls_to_ready_then_bootstrap_leaves() {
     cluster_loop(Platform::PowerVs, 80, None).await;
 }
+
+/// `host.admission.provisions: 1`: one Equinix create at a time; the next
+/// nodes wait (their phase says so, the metrics count them) and go one by
+/// one as each reply arrives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn provider_creates_beyond_the_provisioning_limit_wait_their_turn() {
+    let f = Fake::start().await;
+    let hold = Arc::new(Notify::new());
+    f.st().hold_create = Some(Arc::clone(&hold));
+    let admin: SocketAddr = format!("127.0.0.1:{}", super::free_port()).parse().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let urls = Urls {
+        equinix: f.url(),
+        iam: f.url(),
+        powervs: f.url(),
+    };
+    let path = write_site(dir.path(), 86, false, &urls, admin);
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(text.contains("host:\n"), "{text}");
+    std::fs::write(
+        &path,
+        text.replacen("host:\n", "host:\n  admission: {provisions: 1}\n", 1),
+    )
+    .unwrap();
+    let b = Bootd::start_site(dir, &path, super::tuning()).await;
+    let names = ["master-0", "master-1", "master-2"];
+    for name in names {
+        let (st, v) = b
+            .call(
+                "POST",
+                "/v1/nodes",
+                Some(node_body(Platform::Equinix, name, "master")),
+            )
+            .await;
+        assert_eq!(st, 201, "{v:#}");
+    }
+    let metric = |text: &str, name: &str| -> i64 {
+        text.lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+            .unwrap_or(-1)
+    };
+    for made in 1..=3u32 {
+        let end = std::time::Instant::now() + Duration::from_secs(20);
+        while f.st().creates < made {
+            assert!(std::time::Instant::now() < end, "create {made} never came");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        // Held at the fake: no other create may start meanwhile.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert_eq!(f.st().creates, made, "one create at a time");
+        let m = b.app.metrics.encode();
+        assert_eq!(
+            metric(&m, "bootd_admission_in_use{gate=\"provisions:equinix\"}"),
+            1,
+            "{m}"
+        );
+        assert_eq!(
+            metric(&m, "bootd_admission_waiting{gate=\"provisions:equinix\"}"),
+            3 - made as i64
+        );
+        if made == 1 {
+            let mut waiting = 0;
+            for name in names {
+                let (_, v) = b.call("GET", &format!("/v1/nodes/{name}"), None).await;
+                if v.to_string()
+                    .contains("waiting for a provisioning place at equinix (1 at once)")
+                {
+                    waiting += 1;
+                }
+            }
+            assert_eq!(waiting, 2, "the two waiting nodes say why");
+        }
+        hold.notify_one();
+    }
+    f.st().hold_create = None;
+    for name in names {
+        b.wait_node(name, 30, |st, v| {
+            st == 200 && cond(v, "Provisioned")["status"] == "True"
+        })
+        .await;
+    }
+    assert_eq!(f.st().creates, 3);
+}

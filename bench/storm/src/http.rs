@@ -106,8 +106,7 @@ pub async fn get(
         bytes: 0,
         body: Vec::new(),
     };
-    let mut take = |chunk: &[u8], got: &mut Got| {
-        hash.update(chunk);
+    let keep = |chunk: &[u8], got: &mut Got| {
         if got.bytes + (chunk.len() as u64) <= KEEP {
             got.body.extend_from_slice(chunk);
         }
@@ -115,7 +114,8 @@ pub async fn get(
     };
     let first = &head[body_start..];
     let first = &first[..first.len().min(cut.unwrap_or(u64::MAX) as usize)];
-    take(first, &mut got);
+    hash.update(first);
+    keep(first, &mut got);
     loop {
         if length.is_some_and(|l| got.bytes >= l) {
             break;
@@ -132,9 +132,56 @@ pub async fn get(
             }
             break;
         }
-        take(&buf[..n], &mut got);
+        keep(&buf[..n], &mut got);
+        buf = digest(hash, buf, n).await?;
     }
     Ok(got)
+}
+
+/// Bodies of at least this many bytes a read are hashed on the hashing
+/// threads; smaller ones at once.
+const HASH_AWAY: usize = 64 * 1024;
+
+/// The hashing threads: a runtime of its own whose blocking threads run
+/// at nice 19, on the generator's CPU like the rest. Hashing every byte
+/// (about 1 GB/s a core) is most of the generator's work; at nice 19 it
+/// takes only what the protocol work (DHCP, TFTP's lock step, requests)
+/// leaves, so a simulated machine answers its server as promptly as a
+/// real one, which has a CPU of its own, while the storm's byte rate is
+/// still what the hashing allows.
+static HASHER: std::sync::OnceLock<tokio::runtime::Runtime> = std::sync::OnceLock::new();
+
+fn hasher() -> &'static tokio::runtime::Runtime {
+    HASHER.get_or_init(|| {
+        tokio::runtime::Builder::new_current_thread()
+            .max_blocking_threads(2)
+            .thread_keep_alive(std::time::Duration::from_secs(3600))
+            .on_thread_start(|| {
+                // nice(2) changes the calling thread only (Linux: the nice
+                // value is per thread).
+                let _ = rustix::process::nice(19);
+            })
+            .build()
+            .expect("the hashing runtime")
+    })
+}
+
+/// Feeds `buf[..n]` to `hash` (on the hashing threads when it is large)
+/// and gives the buffer back.
+async fn digest(hash: &mut Sha256, buf: Vec<u8>, n: usize) -> Result<Vec<u8>> {
+    if n < HASH_AWAY {
+        hash.update(&buf[..n]);
+        return Ok(buf);
+    }
+    let mut h = std::mem::take(hash);
+    let (h, buf) = hasher()
+        .spawn_blocking(move || {
+            h.update(&buf[..n]);
+            (h, buf)
+        })
+        .await?;
+    *hash = h;
+    Ok(buf)
 }
 
 async fn read(s: &mut tokio::net::TcpStream, buf: &mut [u8]) -> Result<usize> {

@@ -105,6 +105,7 @@ pub(super) fn image_on_bytes(
     track: Option<(Phase, IpAddr)>,
     rel: &str,
     expected: u64,
+    pass: Option<Arc<crate::gate::Pass>>,
 ) -> files::OnBytes {
     let bytes = app.metrics.image_bytes.clone();
     let progress = track.map(|(phase, peer)| {
@@ -133,6 +134,8 @@ pub(super) fn image_on_bytes(
         p
     });
     Arc::new(move |n| {
+        // The place through the image gate is held while the body is sent.
+        let _held = &pass;
         bytes.inc_by(n);
         if let Some(p) = &progress {
             p.add(n);
@@ -167,12 +170,14 @@ pub(crate) fn image_whole(
 ) -> Option<files::Sendfile> {
     let rel = whole_image_rel(path)?;
     let snap = app.live.load();
+    // No free place through the image gate: the general path waits for one.
+    let pass = app.admission.images(&snap.site).try_enter()?;
     let (file, md) = files::open_beneath_shared(&snap.site.images.root, rel).ok()?;
     let len = md.len();
     let mtime = md.modified().unwrap_or(SystemTime::UNIX_EPOCH);
     let track = image_phase(&snap.site, rel).map(|p| (p, peer.ip()));
     info!(path = %rel.escape_debug(), len, range = false, "file served");
-    let on_bytes = image_on_bytes(app, track, rel, len);
+    let on_bytes = image_on_bytes(app, track, rel, len, Some(Arc::new(pass)));
     head.extend_from_slice(b"HTTP/1.1 200 OK\r\netag: ");
     files::write_etag(head, len, mtime);
     head.extend_from_slice(b"\r\nlast-modified: ");
@@ -277,8 +282,34 @@ pub(super) async fn image(
         Some(r) if if_range_ok => files::parse_range(r, len),
         _ => Ranges::Full,
     };
+    // Beyond `host.admission.imageTransfers`, the request waits its turn
+    // before anything is sent; past the queue or the wait: 503.
+    let pass = match app.admission.images(&app.live.load().site).enter().await {
+        Ok(p) => Arc::new(p),
+        Err(r) => {
+            warn!(path = %rel.escape_debug(), reason = r.reason(), "image request refused: too many image transfers");
+            return Response::builder()
+                .status(StatusCode::SERVICE_UNAVAILABLE)
+                .header(header::RETRY_AFTER, "5")
+                .header(header::CONTENT_TYPE, "text/plain; charset=utf-8")
+                .body(
+                    Full::new(Bytes::from_static(b"too many image transfers; try again\n"))
+                        .map_err(|n| match n {})
+                        .boxed(),
+                )
+                .unwrap_or_else(|_| not_found());
+        }
+    };
     info!(path = %rel.escape_debug(), len, range = headers.contains_key(header::RANGE), "file served");
-    let on_bytes = |expected: u64| Some(image_on_bytes(app, track, &rel, expected));
+    let on_bytes = |expected: u64| {
+        Some(image_on_bytes(
+            app,
+            track,
+            &rel,
+            expected,
+            Some(Arc::clone(&pass)),
+        ))
+    };
     let ctype = IMAGE_TYPE;
     let (status, parts, body_len) = match ranges {
         Ranges::Full => (StatusCode::OK, vec![Part::File { offset: 0, len }], len),

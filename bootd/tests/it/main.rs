@@ -1,6 +1,7 @@
 //! bootd's integration tests: golden renders, and the real `run` on
 //! loopback talked to by real clients (hyper and curl).
 
+mod admission;
 mod dhcp;
 mod dhcp_core;
 mod golden;

@@ -159,7 +159,12 @@ pub(super) fn host(cx: &mut Cx, w: &wire::Host) -> Option<Host> {
             );
         }
     }
+    let admission = match &w.admission {
+        None => Some(Admission::default()),
+        Some(a) => admission(cx, a),
+    };
     Some(Host {
+        admission: admission?,
         store: store?,
         state_dir,
         http: http?,
@@ -168,6 +173,97 @@ pub(super) fn host(cx: &mut Cx, w: &wire::Host) -> Option<Host> {
         tftp,
         api,
         status_from,
+    })
+}
+
+/// The most TFTP transfers at once: each runs on a thread of the
+/// runtime's blocking pool (512 threads, shared with file reads).
+const MAX_TFTP_TRANSFERS: u64 = 400;
+
+fn admission(cx: &mut Cx, w: &wire::Admission) -> Option<Admission> {
+    let d = Admission::default();
+    let mut ok = true;
+    let mut count = |cx: &mut Cx,
+                     key: &str,
+                     v: Option<u64>,
+                     default: usize,
+                     range: std::ops::RangeInclusive<u64>,
+                     why: &str|
+     -> usize {
+        match v {
+            None => default,
+            Some(n) if range.contains(&n) => n as usize,
+            Some(n) => {
+                cx.err(
+                    format!("host.admission.{key}"),
+                    format!("{n}: from {} to {}{why}", range.start(), range.end()),
+                );
+                ok = false;
+                default
+            }
+        }
+    };
+    let tftp_transfers = count(
+        cx,
+        "tftpTransfers",
+        w.tftp_transfers,
+        d.tftp_transfers,
+        1..=MAX_TFTP_TRANSFERS,
+        " (each transfer is a thread)",
+    );
+    let tftp_queue = count(cx, "tftpQueue", w.tftp_queue, d.tftp_queue, 0..=65_536, "");
+    let tftp_per_source = count(
+        cx,
+        "tftpPerSource",
+        w.tftp_per_source,
+        d.tftp_per_source.min(tftp_transfers),
+        1..=tftp_transfers as u64,
+        " (at most tftpTransfers)",
+    );
+    let image_transfers = match w.image_transfers {
+        Some(0) => None,
+        v => Some(count(
+            cx,
+            "imageTransfers",
+            v,
+            d.image_transfers.unwrap_or(64),
+            1..=100_000,
+            " (0: no limit)",
+        )),
+    };
+    let image_queue = count(
+        cx,
+        "imageQueue",
+        w.image_queue,
+        d.image_queue,
+        0..=1_000_000,
+        "",
+    );
+    let provisions = count(cx, "provisions", w.provisions, d.provisions, 1..=1_000, "");
+    let queue_wait = match w.queue_wait.as_deref() {
+        None => Some(d.queue_wait),
+        Some(t) => match super::duration(t) {
+            Some(x) if x >= Duration::from_secs(1) && x <= Duration::from_secs(600) => Some(x),
+            _ => {
+                cx.err(
+                    "host.admission.queueWait",
+                    format!("{t:?}: a duration from 1s to 10m"),
+                );
+                None
+            }
+        },
+    };
+    if !ok {
+        return None;
+    }
+    Some(Admission {
+        tftp_transfers,
+        tftp_queue,
+        tftp_per_source,
+        image_transfers,
+        image_queue,
+        queue_wait: queue_wait?,
+        provisions,
     })
 }
 

@@ -17,13 +17,16 @@ pub struct TftpConfig {
     /// blocks in flight per transfer.
     pub max_windowsize: u16,
     /// Transfers running at once. A request beyond them waits its turn
-    /// (first come, first served) for at most [`QUEUE_WAIT`], up to
+    /// (first come, first served) for at most `queue_wait`, up to
     /// `max_queued` requests; past those it is refused with "server busy"
     /// (a PXE ROM gives its boot up on that error, so a rack powering on
     /// at once is queued, not refused).
     pub max_transfers: usize,
     /// Requests waiting for a transfer slot at most.
     pub max_queued: usize,
+    /// How long a request waits for a transfer slot; then it is dropped
+    /// without an answer (its client asks again, or has given up).
+    pub queue_wait: Duration,
     /// Retransmissions of an unacknowledged window before giving up.
     pub retries: u32,
     /// Retransmission timeout unless the client negotiates `timeout`.
@@ -69,6 +72,7 @@ impl Default for TftpConfig {
             max_windowsize: 64,
             max_transfers: 256,
             max_queued: 4096,
+            queue_wait: QUEUE_WAIT,
             retries: 5,
             default_timeout: Duration::from_secs(1),
             max_timeout: 5,
@@ -78,10 +82,17 @@ impl Default for TftpConfig {
     }
 }
 
-/// How long a request waits for a transfer slot; then it is dropped
-/// without an answer (its client asks again, or has given up).
+/// The default `queue_wait`.
 pub const QUEUE_WAIT: Duration = Duration::from_secs(30);
 
 /// Retransmissions of the first window before the client has acknowledged
 /// anything.
 pub(super) const UNPROVEN_RETRIES: u32 = 2;
+
+/// How long a transfer's thread waits in `recv` before it looks at its
+/// cancellation token (and its retransmission deadline) again.
+pub(super) const CANCEL_POLL: Duration = Duration::from_millis(100);
+
+/// Receive buffer of the request socket: larger than any valid request, so
+/// an oversized one is seen as too long rather than silently cut.
+pub(super) const RECV_BUF: usize = 2048;

@@ -1,0 +1,217 @@
+//! `host.admission.imageTransfers`: image responses beyond the limit wait
+//! their turn, beyond the queue or the wait get 503, and a reload that
+//! raises the limit lets the waiting through at once. Real clients (curl,
+//! one of them rate-limited so that it holds its place).
+
+use crate::harness::Bootd;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Large enough that loopback's socket buffers (a few MiB) do not take it all
+/// at once: a rate-limited client holds its place for seconds.
+const BIG: usize = 48 << 20;
+
+fn fetch(b: &Bootd, rate: Option<&str>) -> Child {
+    let mut c = Command::new("curl");
+    c.args([
+        "-sS",
+        "-o",
+        "/dev/null",
+        "-D",
+        "-",
+        "-w",
+        "%{http_code} %{size_download}\n",
+    ]);
+    if let Some(r) = rate {
+        c.args(["--limit-rate", r]);
+    }
+    c.arg(format!("http://{}/images/big.img", b.http))
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("curl")
+}
+
+/// curl's last line: status and body bytes; and the response head.
+fn done(c: Child) -> (String, String) {
+    let out = c.wait_with_output().expect("curl ran");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let last = text.lines().last().unwrap_or("").to_string();
+    (last, text)
+}
+
+fn gate(b: &Bootd) -> bootd::gate::View {
+    let site = b.app.live.load().site.clone();
+    b.app.admission.images(&site);
+    b.app
+        .admission
+        .views()
+        .into_iter()
+        .find(|v| v.gate == "images")
+        .expect("the images gate")
+}
+
+async fn until(what: &str, mut f: impl FnMut() -> bool) {
+    let t = Instant::now();
+    while !f() {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "{what}: not within 10 s"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn metric(text: &str, name: &str) -> u64 {
+    text.lines()
+        .find(|l| l.starts_with(name))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn image_requests_beyond_the_limit_wait_beyond_the_queue_get_503_and_a_reload_lets_them_through(
+) {
+    let limits = |n: u32| {
+        move |t: String| {
+            t.replace(
+                "host:\n",
+                &format!(
+                    "host:\n  admission: {{imageTransfers: {n}, imageQueue: 1, queueWait: 3s}}\n"
+                ),
+            )
+        }
+    };
+    let b = Bootd::start_with(limits(1)).await;
+    std::fs::create_dir_all(b.images()).unwrap();
+    std::fs::write(b.images().join("big.img"), vec![7u8; BIG]).unwrap();
+
+    // A holds the one place (8 MiB/s: about 5 s).
+    let a = fetch(&b, Some("8M"));
+    until("A through the gate", || gate(&b).in_use == 1).await;
+    // B waits in the queue (of one).
+    let bb = fetch(&b, None);
+    until("B waiting", || gate(&b).waiting == 1).await;
+    // C finds the queue full: 503 at once, with Retry-After.
+    let t = Instant::now();
+    let (last, head) = done(fetch(&b, None));
+    assert!(last.starts_with("503 "), "{head}");
+    assert!(
+        head.to_ascii_lowercase().contains("retry-after: 5"),
+        "{head}"
+    );
+    assert!(t.elapsed() < Duration::from_secs(2), "refused at once");
+    // The status page shows it.
+    let (_, _, page) = b.get("/status").await;
+    let page = String::from_utf8_lossy(&page);
+    assert!(page.contains("data-gate=\"images\""), "{page}");
+
+    // A reload raising the limit to 2 lets B through while A still runs.
+    std::fs::write(
+        b.dir.path().join("site.yaml"),
+        limits(2)(
+            std::fs::read_to_string(b.dir.path().join("site.yaml"))
+                .unwrap()
+                .replace(
+                    "  admission: {imageTransfers: 1, imageQueue: 1, queueWait: 3s}\n",
+                    "",
+                ),
+        ),
+    )
+    .unwrap();
+    b.reload.notify_one();
+    let (last, head) = done(bb);
+    assert_eq!(last, format!("200 {BIG}"), "{head}");
+    assert_eq!(gate(&b).limit, 2);
+    assert_eq!(gate(&b).in_use, 1, "A still holds its place");
+    let (last, head) = done(a);
+    assert_eq!(last, format!("200 {BIG}"), "{head}");
+
+    // Both places held: the next waits 3 s (queueWait), then 503.
+    let (a1, a2) = (fetch(&b, Some("8M")), fetch(&b, Some("8M")));
+    until("both places held", || gate(&b).in_use == 2).await;
+    let t = Instant::now();
+    let (last, head) = done(fetch(&b, None));
+    assert!(last.starts_with("503 "), "{head}");
+    let waited = t.elapsed();
+    assert!(
+        waited >= Duration::from_secs(3) && waited < Duration::from_secs(6),
+        "waited {waited:?}"
+    );
+    for mut c in [a1, a2] {
+        c.kill().unwrap();
+        c.wait().unwrap();
+    }
+    until("places freed", || gate(&b).in_use == 0).await;
+
+    let (_, _, m) = b.get("/metrics").await;
+    let m = String::from_utf8_lossy(&m);
+    assert_eq!(
+        metric(&m, "bootd_admission_waited_total{gate=\"images\"}"),
+        1,
+        "{m}"
+    );
+    assert_eq!(
+        metric(
+            &m,
+            "bootd_admission_refused_total{gate=\"images\",reason=\"queue_full\"}"
+        ),
+        1
+    );
+    assert_eq!(
+        metric(
+            &m,
+            "bootd_admission_refused_total{gate=\"images\",reason=\"wait_expired\"}"
+        ),
+        1
+    );
+    assert_eq!(metric(&m, "bootd_admission_limit{gate=\"images\"}"), 2);
+    b.stop().await;
+}
+
+/// The site's TFTP limits reach bootd's TFTP server: one transfer at once
+/// and no queue, so a second client is told busy; the status page shows
+/// the place in use.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sites_tftp_limits_reach_the_tftp_server() {
+    let b = Bootd::start_dhcp(
+        |t| {
+            t.replace(
+                "host:\n",
+                "host:\n  admission: {tftpTransfers: 1, tftpQueue: 0}\n",
+            )
+        },
+        1,
+    )
+    .await;
+    let tftp = b.tftp.expect("TFTP bound");
+    std::fs::write(b.dir.path().join("tftp/two-blocks.bin"), vec![1u8; 1000]).unwrap();
+    let rrq = b"\x00\x01two-blocks.bin\x00octet\x00";
+    let a = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    a.send_to(rrq, tftp).await.unwrap();
+    let mut buf = [0u8; 1024];
+    let (n, _) = tokio::time::timeout(Duration::from_secs(5), a.recv_from(&mut buf))
+        .await
+        .expect("DATA 1")
+        .unwrap();
+    assert_eq!(&buf[..4], b"\x00\x03\x00\x01", "{:?}", &buf[..n]);
+    // A holds the one place (block 1 not acknowledged): B is busy at once.
+    let c = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    c.send_to(rrq, tftp).await.unwrap();
+    let (n, _) = tokio::time::timeout(Duration::from_secs(2), c.recv_from(&mut buf))
+        .await
+        .expect("an answer at once")
+        .unwrap();
+    assert_eq!(&buf[..2], b"\x00\x05", "an ERROR: {:?}", &buf[..n]);
+    assert!(String::from_utf8_lossy(&buf[4..n]).contains("server busy"));
+    let (_, _, page) = b.get("/status").await;
+    let page = String::from_utf8_lossy(&page);
+    let row = page
+        .lines()
+        .find(|l| l.contains("data-gate=\"tftp\""))
+        .unwrap_or_else(|| panic!("no tftp row: {page}"));
+    assert!(
+        row.contains("<td class=\"num\">1</td><td class=\"num\">1</td>"),
+        "{row}"
+    );
+    b.stop().await;
+}
