@@ -25,13 +25,21 @@
 #
 # Stacks (STACKS, interleaved: order reversed every other round):
 #   bootd            the appliance: DHCP, TFTP, HTTP, leases durable, timeline on
+#                    (host.admission at its defaults: 64 image responses at once)
+#   bootd-unlimited  the same without the image-transfer limit
+#                    (host.admission.imageTransfers: 0), to measure the limit
+#   bootd-reload     bootd while its site changes under the storm: every
+#                    RELOAD_EVERY seconds one node is added to the file and
+#                    bootd is sent SIGHUP (at most 900 times); each reload
+#                    must keep every machine's boot going
 #   dnsmasq-nginx    the OpenShift helper node's stack: dnsmasq (DHCP with a
 #                    reservation per node, TFTP) + nginx serving pre-rendered
 #                    per-MAC scripts and Ignition files
 #   kea-tftpd-nginx  Kea (reservations, memfile persist) + tftpd-hpa + nginx
 # All on CPU 0, every process of a stack counted.
 #
-# Knobs (env): MACHINES ("100 1000"), STACKS ("bootd dnsmasq-nginx kea-tftpd-nginx"), ROUNDS (1), RAMP (0 s),
+# Knobs (env): SITE_NODES (N: nodes in the site, at least the machines),
+# RELOAD_EVERY (1 s, bootd-reload), MACHINES ("100 1000"), STACKS ("bootd dnsmasq-nginx kea-tftpd-nginx"), ROUNDS (1), RAMP (0 s),
 # KERNEL_MB (11), INITRAMFS_MB (95), ROOTFS_MB (16), ROOTFS_SHARE (0.1),
 # BOOTD_BIN (target/release/bootd), STORM_BIN (target/release/storm),
 # RESULTS (bench/storm/results-<UTC date>.txt).
@@ -45,6 +53,8 @@ KERNEL_MB=${KERNEL_MB:-11}
 INITRAMFS_MB=${INITRAMFS_MB:-95}
 ROOTFS_MB=${ROOTFS_MB:-16}
 ROOTFS_SHARE=${ROOTFS_SHARE:-0.1}
+SITE_NODES=${SITE_NODES:-0}
+RELOAD_EVERY=${RELOAD_EVERY:-1}
 SERVER_CPU=0
 LOAD_CPU=1
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -124,14 +134,16 @@ chmod 644 "$FILES"/images/storm/* "$FILES"/tftp/* "$FILES"/ignition/*
 node_ip() { local n=$(( 10 + $1 )); echo "10.78.$(( 64 + n / 256 )).$(( n % 256 ))"; }
 node_mac() { printf '02:78:00:%02x:%02x:%02x' $(( $1 >> 16 & 255 )) $(( $1 >> 8 & 255 )) $(( $1 & 255 )); }
 
-write_site() { # dir n
-    local d=$1 n=$2 i role
+write_site() { # dir n [host.admission as YAML]
+    local d=$1 n=$2 admission=${3:-} i role
+    ((SITE_NODES > n)) && n=$SITE_NODES
     mkdir -p "$d/state"
     {
         cat <<EOF
 cluster: { name: storm, baseDomain: example.test }
 host:
-  stateDir: $d/state
+${admission:+  admission: $admission
+}  stateDir: $d/state
   http: { listen: "$SRV_IP:8080", url: "http://$SRV_IP:8080" }
   dhcp:
     interface: $VS
@@ -174,6 +186,29 @@ start_bootd() { # dir
     RUST_LOG=info incg "$CG_SRV" ip netns exec "$S" taskset -c $SERVER_CPU "$BOOTD_BIN" --site "$d/site.yaml" >"$d/bootd.out" 2>"$d/bootd.log" &
     SRV_PIDS+=("$!")
     wait_http "$d" /healthz
+}
+
+# bootd-reload: a node more in the site file and SIGHUP, every RELOAD_EVERY
+# seconds until the storm ends (at most 900 times).
+RELOADER=
+start_reloads() { # dir pid
+    local d=$1 pid=$2
+    (
+        for ((k = 0; k < 900; k++)); do
+            sleep "$RELOAD_EVERY"
+            printf '  - { name: r%05d, role: worker, macs: ["02:79:00:00:%02x:%02x"], ip: 10.78.%d.%d }\n' \
+                "$k" $((k >> 8)) $((k & 255)) $((200 + k / 250)) $((1 + k % 250)) >>"$d/site.yaml"
+            kill -HUP "$pid" 2>/dev/null || break
+        done
+    ) &
+    RELOADER=$!
+}
+stop_reloads() { # dir: how many reloads bootd took and refused
+    [[ -n $RELOADER ]] || return 0
+    kill "$RELOADER" 2>/dev/null || true
+    wait "$RELOADER" 2>/dev/null || true
+    RELOADER=
+    say "   reloads under the storm: $(grep -c 'site reloaded' "$1/bootd.log" || true) taken, $(grep -c 'reload refused' "$1/bootd.log" || true) refused (a node added to the file each time)"
 }
 
 wait_http() { # dir path: the server's HTTP answers
@@ -285,10 +320,13 @@ for n in $MACHINES; do
         for stack in $(order "$round" $STACKS); do
             d=$WORK/$stack-$n-$round
             mkdir -p "$d"; chmod 755 "$d"
-            write_site "$d" "$n"
+            admission=
+            [[ $stack == bootd-unlimited ]] && admission="{imageTransfers: 0}"
+            write_site "$d" "$n" "$admission"
             render_ignition "$d" "$n"
             case $stack in
-            bootd) start_bootd "$d" ;;
+            bootd | bootd-unlimited) start_bootd "$d" ;;
+            bootd-reload) start_bootd "$d"; start_reloads "$d" "${SRV_PIDS[0]}" ;;
             dnsmasq-nginx) write_www "$d" "$n"; start_dnsmasq "$d" "$n"; start_nginx "$d" ;;
             kea-tftpd-nginx) write_www "$d" "$n"; start_kea_tftpd "$d" "$n"; start_nginx "$d" ;;
             *) echo "unknown stack $stack" >&2; exit 2 ;;
@@ -300,11 +338,12 @@ for n in $MACHINES; do
                 --rootfs-share "$ROOTFS_SHARE" --ramp "$RAMP" --deadline 900 --json "$d/storm.json" >"$d/storm.out" 2>&1 || rc=$?
             c1=$(cpu_read "$CG_SRV")
             rss=$(server_rss)
+            stop_reloads "$d"
             stop_server
-            cpu=$(cpu_used "$c0" "$c1" %.3f); cpu=${cpu%% *}
+            cpu=$(cpu_used "$c0" "$c1" %.3f); user=${cpu#* }; cpu=${cpu%% *}
             booted=$(python3 -c "import json; print(json.load(open('$d/storm.json'))['booted'])" 2>/dev/null || echo 0)
             per=$(awk -v c="$cpu" -v b="$booted" 'BEGIN { if (b > 0) printf "%.4f", c / b; else print "nan" }')
-            say "-- $stack N=$n round $round: exit $rc, server CPU ${cpu} s (${per} s per booted machine), peak RSS ${rss} kB"
+            say "-- $stack N=$n round $round: exit $rc, server CPU ${cpu} s (user ${user} s; ${per} s per booted machine), peak RSS ${rss} kB"
             sed 's/^/   /' "$d/storm.out" | tee -a "$RESULTS"
             echo "$stack $n $round $cpu $rss $(tr -d '\n ' <"$d/storm.json" 2>/dev/null || echo '{}')" >>"$RESULTS.jsonl"
             rm -rf "$d/state" "$d/want" "$d/www"

@@ -39,7 +39,7 @@ pub struct GateMetrics {
     pub limit: Family<GateLabel, Gauge>,
     /// Holders that had to wait (and then got through).
     pub waited: Family<GateLabel, Counter>,
-    /// Holders turned away: `queue_full` or `wait_expired`.
+    /// Holders turned away: `queue_full`, `wait_expired` or `per_source`.
     pub refused: Family<GateReason, Counter>,
 }
 
@@ -67,7 +67,7 @@ impl GateMetrics {
         );
         r.register(
             "admission_refused",
-            "Holders refused at an admission gate (queue_full, wait_expired)",
+            "Holders refused at an admission gate (queue_full, wait_expired, per_source)",
             self.refused.clone(),
         );
     }
@@ -80,6 +80,8 @@ pub enum Refused {
     QueueFull,
     /// It waited `wait` and no place freed.
     WaitExpired,
+    /// Its source address holds its share of places already.
+    PerSource,
 }
 
 impl Refused {
@@ -87,6 +89,7 @@ impl Refused {
         match self {
             Refused::QueueFull => "queue_full",
             Refused::WaitExpired => "wait_expired",
+            Refused::PerSource => "per_source",
         }
     }
 }
@@ -300,6 +303,33 @@ impl Gate {
     }
 }
 
+/// A place to send an image: through the image gate, and one of its
+/// source address's share.
+#[derive(Debug)]
+pub struct ImagePass {
+    _pass: Pass,
+    _source: SourcePass,
+}
+
+/// One of a source address's image places; dropped, it is free.
+#[derive(Debug)]
+pub struct SourcePass {
+    all: Arc<Mutex<std::collections::HashMap<std::net::IpAddr, usize>>>,
+    ip: std::net::IpAddr,
+}
+
+impl Drop for SourcePass {
+    fn drop(&mut self) {
+        let mut all = self.all.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = all.get_mut(&self.ip) {
+            *n -= 1;
+            if *n == 0 {
+                all.remove(&self.ip);
+            }
+        }
+    }
+}
+
 /// The site's gates (`host.admission`): image transfers, and provider
 /// creates per provider. bootd applies each new site's limits to them
 /// ([`Admission::apply`]), and each is brought to the live site's limits
@@ -308,6 +338,8 @@ impl Gate {
 pub struct Admission {
     m: Arc<GateMetrics>,
     images: Arc<Gate>,
+    /// Image places held per source address (`imagePerSource`).
+    image_sources: Arc<Mutex<std::collections::HashMap<std::net::IpAddr, usize>>>,
     provisions: Mutex<std::collections::BTreeMap<String, Arc<Gate>>>,
 }
 
@@ -337,6 +369,7 @@ impl Admission {
         Admission {
             m,
             images,
+            image_sources: Default::default(),
             provisions: Mutex::new(Default::default()),
         }
     }
@@ -345,6 +378,54 @@ impl Admission {
     pub fn images(&self, site: &site::Site) -> &Gate {
         self.images.resize(image_limits(&site.host.admission));
         &self.images
+    }
+
+    /// A place to send an image to `source`: at most `imagePerSource`
+    /// per address (beyond: refused at once, so that one address reading
+    /// slowly cannot hold every place), then the image gate (waiting).
+    pub async fn image_pass(
+        &self,
+        site: &site::Site,
+        source: std::net::IpAddr,
+    ) -> Result<ImagePass, Refused> {
+        let src = self.source_pass(site, source)?;
+        let pass = self.images(site).enter().await?;
+        Ok(ImagePass {
+            _pass: pass,
+            _source: src,
+        })
+    }
+
+    /// [`Admission::image_pass`] without waiting: `None` when no place
+    /// is free now (or the source holds its share).
+    pub fn try_image_pass(&self, site: &site::Site, source: std::net::IpAddr) -> Option<ImagePass> {
+        let src = self.source_pass_quiet(site, source)?;
+        let pass = self.images(site).try_enter()?;
+        Some(ImagePass {
+            _pass: pass,
+            _source: src,
+        })
+    }
+
+    fn source_pass_quiet(&self, site: &site::Site, ip: std::net::IpAddr) -> Option<SourcePass> {
+        let per = site.host.admission.image_per_source;
+        let mut all = self.image_sources.lock().unwrap_or_else(|p| p.into_inner());
+        let n = all.entry(ip).or_default();
+        if per.is_some_and(|per| *n >= per) {
+            return None;
+        }
+        *n += 1;
+        Some(SourcePass {
+            all: Arc::clone(&self.image_sources),
+            ip,
+        })
+    }
+
+    fn source_pass(&self, site: &site::Site, ip: std::net::IpAddr) -> Result<SourcePass, Refused> {
+        self.source_pass_quiet(site, ip).ok_or_else(|| {
+            self.images.refuse(Refused::PerSource);
+            Refused::PerSource
+        })
     }
 
     /// The gate of `provider`'s creates, at `site`'s limits.

@@ -157,7 +157,15 @@ pub async fn route<B>(
             let track = image_phase(&snap.site, rel).map(|p| (p, peer.ip()));
             (
                 "images",
-                image(app, &snap.site.images.root, rel, req.headers(), track).await,
+                image(
+                    app,
+                    &snap.site.images.root,
+                    rel,
+                    req.headers(),
+                    peer.ip(),
+                    track,
+                )
+                .await,
             )
         }
         // The TFTP root over HTTP, for UEFI HTTP Boot (the iPXE EFI binary).
@@ -169,6 +177,7 @@ pub async fn route<B>(
                     &t.root,
                     &path["/boot/".len().min(path.len())..],
                     req.headers(),
+                    peer.ip(),
                     None,
                 )
                 .await,

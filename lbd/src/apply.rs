@@ -80,9 +80,13 @@ impl App {
                 }
             };
             let current = fe.pool.load_full();
+            // By address, so that carrying a pool over is linear in its
+            // backends (a site of 50 000 workers is one ingress pool).
+            let by_addr: std::collections::HashMap<_, _> =
+                current.iter().map(|c| (c.addr, c)).collect();
             let mut pool = Vec::new();
             for b in &f.backends {
-                match current.iter().find(|c| c.addr == b.addr) {
+                match by_addr.get(&b.addr) {
                     Some(c) => {
                         if *c.check() != f.check {
                             c.check.store(Arc::new(f.check.clone()));
@@ -107,9 +111,11 @@ impl App {
                     }
                 }
             }
+            let kept: std::collections::HashSet<*const Backend> =
+                pool.iter().map(Arc::as_ptr).collect();
             let gone: Vec<_> = current
                 .iter()
-                .filter(|c| !pool.iter().any(|p| Arc::ptr_eq(p, c)))
+                .filter(|c| !kept.contains(&Arc::as_ptr(c)))
                 .cloned()
                 .collect();
             fe.pool.store(Arc::new(pool));

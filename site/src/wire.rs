@@ -71,6 +71,7 @@ pub struct Admission {
     pub tftp_queue: Option<u64>,
     pub tftp_per_source: Option<u64>,
     pub image_transfers: Option<u64>,
+    pub image_per_source: Option<u64>,
     pub image_queue: Option<u64>,
     pub queue_wait: Option<String>,
     pub provisions: Option<u64>,

@@ -20,6 +20,7 @@ fn defaults_when_absent() {
     assert_eq!(a.tftp_queue, 4096);
     assert_eq!(a.tftp_per_source, 8);
     assert_eq!(a.image_transfers, Some(64));
+    assert_eq!(a.image_per_source, Some(8));
     assert_eq!(a.image_queue, 4096);
     assert_eq!(a.queue_wait, Duration::from_secs(30));
     assert_eq!(a.provisions, 20);
@@ -28,7 +29,7 @@ fn defaults_when_absent() {
 #[test]
 fn every_key_set_and_zero_image_transfers_is_no_limit() {
     let a = with(
-        "{tftpTransfers: 32, tftpQueue: 0, tftpPerSource: 2, imageTransfers: 0, imageQueue: 10, queueWait: 2m, provisions: 3}",
+        "{tftpTransfers: 32, tftpQueue: 0, tftpPerSource: 2, imageTransfers: 0, imagePerSource: 0, imageQueue: 10, queueWait: 2m, provisions: 3}",
     )
     .unwrap()
     .host
@@ -40,6 +41,7 @@ fn every_key_set_and_zero_image_transfers_is_no_limit() {
             tftp_queue: 0,
             tftp_per_source: 2,
             image_transfers: None,
+            image_per_source: None,
             image_queue: 10,
             queue_wait: Duration::from_secs(120),
             provisions: 3,

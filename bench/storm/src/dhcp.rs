@@ -151,6 +151,7 @@ impl Relay {
         want: &[MessageType],
     ) -> Option<(Message, u32)> {
         for (i, t) in timeouts.iter().enumerate() {
+            let t = &jitter(*t);
             if self.sock.send_to(msg, self.server).await.is_err() {
                 tokio::time::sleep(*t).await;
                 continue;
@@ -220,4 +221,15 @@ impl Relay {
             .expect("a message of known fields encodes");
         b
     }
+}
+
+/// RFC 2131 4.1: a client's wait before sending again is randomized by a
+/// uniform ±1 s (for waits of 2 s and more here), so that machines that
+/// powered on together do not all ask again in the same instant.
+fn jitter(t: Duration) -> Duration {
+    if t < Duration::from_secs(2) {
+        return t;
+    }
+    let ms = rand::random::<u64>() % 2001;
+    t + Duration::from_millis(ms) - Duration::from_secs(1)
 }

@@ -32,6 +32,9 @@ pub struct Report {
     pub stray: u64,
     /// Failure messages and how many machines had each (first 10 kinds).
     pub errors: Vec<(String, usize)>,
+    /// The first failures as they were (machine, message, and when it
+    /// failed, seconds from the storm's start), at most 5.
+    pub examples: Vec<String>,
 }
 
 /// The `q` quantile (0..1) of sorted `v`, nearest rank.
@@ -94,8 +97,19 @@ impl Report {
             .max()
             .unwrap_or(0);
         let mut kinds: BTreeMap<String, usize> = BTreeMap::new();
+        let mut examples = Vec::new();
         for o in outcomes {
             if let Some(e) = &o.error {
+                if examples.len() < 5 {
+                    let at = o
+                        .phases
+                        .iter()
+                        .map(|(_, s, d)| s + d)
+                        .max()
+                        .map(|us| format!(" (its last phase ended {:.1} s in)", us as f64 / 1e6))
+                        .unwrap_or_default();
+                    examples.push(format!("machine {}: {e}{at}", o.index));
+                }
                 // The message without addresses and numbers: one kind.
                 let mut kind = String::new();
                 for c in e.chars() {
@@ -126,6 +140,7 @@ impl Report {
             bytes: outcomes.iter().map(|o| o.bytes).sum(),
             stray,
             errors,
+            examples,
         }
     }
 
@@ -163,6 +178,9 @@ impl Report {
         for (e, n) in &self.errors {
             let _ = writeln!(b, "  failed x{n}: {e}");
         }
+        for e in &self.examples {
+            let _ = writeln!(b, "  e.g. {e}");
+        }
         b
     }
 
@@ -184,6 +202,7 @@ impl Report {
             "phases": phases, "retries": self.retries, "bytes": self.bytes,
             "strayDhcp": self.stray,
             "errors": self.errors.iter().map(|(e, n)| json!({"error": e, "machines": n})).collect::<Vec<_>>(),
+            "examples": self.examples,
         })
     }
 }

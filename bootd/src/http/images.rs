@@ -105,7 +105,7 @@ pub(super) fn image_on_bytes(
     track: Option<(Phase, IpAddr)>,
     rel: &str,
     expected: u64,
-    pass: Option<Arc<crate::gate::Pass>>,
+    pass: Option<Arc<crate::gate::ImagePass>>,
 ) -> files::OnBytes {
     let bytes = app.metrics.image_bytes.clone();
     let progress = track.map(|(phase, peer)| {
@@ -171,7 +171,9 @@ pub(crate) fn image_whole(
     let rel = whole_image_rel(path)?;
     let snap = app.live.load();
     // No free place through the image gate: the general path waits for one.
-    let pass = app.admission.images(&snap.site).try_enter()?;
+    let pass = app
+        .admission
+        .try_image_pass(&snap.site, peer.ip().to_canonical())?;
     let (file, md) = files::open_beneath_shared(&snap.site.images.root, rel).ok()?;
     let len = md.len();
     let mtime = md.modified().unwrap_or(SystemTime::UNIX_EPOCH);
@@ -208,6 +210,7 @@ pub(super) async fn image(
     root: &std::path::Path,
     raw: &str,
     headers: &HeaderMap,
+    peer: IpAddr,
     track: Option<(Phase, IpAddr)>,
 ) -> Response<Body> {
     let rel = match percent_decode_str(raw).decode_utf8() {
@@ -284,10 +287,14 @@ pub(super) async fn image(
     };
     // Beyond `host.admission.imageTransfers`, the request waits its turn
     // before anything is sent; past the queue or the wait: 503.
-    let pass = match app.admission.images(&app.live.load().site).enter().await {
+    let pass = match app
+        .admission
+        .image_pass(&app.live.load().site, peer.to_canonical())
+        .await
+    {
         Ok(p) => Arc::new(p),
         Err(r) => {
-            warn!(path = %rel.escape_debug(), reason = r.reason(), "image request refused: too many image transfers");
+            warn!(path = %rel.escape_debug(), %peer, reason = r.reason(), "image request refused: too many image transfers");
             return Response::builder()
                 .status(StatusCode::SERVICE_UNAVAILABLE)
                 .header(header::RETRY_AFTER, "5")

@@ -90,5 +90,5 @@ pub(super) async fn media(
             format!("virtual media ISO served to {source} (its BMC)"),
         ));
     }
-    image(app, app.media.dir(), &file, headers, None).await
+    image(app, app.media.dir(), &file, headers, source, None).await
 }

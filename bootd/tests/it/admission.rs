@@ -12,7 +12,12 @@ use std::time::{Duration, Instant};
 const BIG: usize = 48 << 20;
 
 fn fetch(b: &Bootd, rate: Option<&str>) -> Child {
+    fetch_from(b, rate, "127.0.0.1")
+}
+
+fn fetch_from(b: &Bootd, rate: Option<&str>, from: &str) -> Child {
     let mut c = Command::new("curl");
+    c.args(["--interface", from]);
     c.args([
         "-sS",
         "-o",
@@ -37,6 +42,15 @@ fn done(c: Child) -> (String, String) {
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     let last = text.lines().last().unwrap_or("").to_string();
     (last, text)
+}
+
+/// Stops the curls by PID, then waits until their places are free.
+async fn stop_all<const N: usize>(b: &Bootd, children: [Child; N]) {
+    for mut c in children {
+        c.kill().unwrap();
+        c.wait().unwrap();
+    }
+    until("places freed", || gate(b).in_use == 0).await;
 }
 
 fn gate(b: &Bootd) -> bootd::gate::View {
@@ -137,11 +151,7 @@ async fn image_requests_beyond_the_limit_wait_beyond_the_queue_get_503_and_a_rel
         waited >= Duration::from_secs(3) && waited < Duration::from_secs(6),
         "waited {waited:?}"
     );
-    for mut c in [a1, a2] {
-        c.kill().unwrap();
-        c.wait().unwrap();
-    }
-    until("places freed", || gate(&b).in_use == 0).await;
+    stop_all(&b, [a1, a2]).await;
 
     let (_, _, m) = b.get("/metrics").await;
     let m = String::from_utf8_lossy(&m);
@@ -212,6 +222,47 @@ async fn the_sites_tftp_limits_reach_the_tftp_server() {
     assert!(
         row.contains("<td class=\"num\">1</td><td class=\"num\">1</td>"),
         "{row}"
+    );
+    b.stop().await;
+}
+
+/// `imagePerSource`: one address reading slowly holds at most its share
+/// of the image places; the next request from it is refused at once, and
+/// another address is served at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_address_cannot_hold_every_image_place() {
+    let b = Bootd::start_with(|t| {
+        t.replace(
+            "host:\n",
+            "host:\n  admission: {imageTransfers: 4, imagePerSource: 2, queueWait: 20s}\n",
+        )
+    })
+    .await;
+    std::fs::create_dir_all(b.images()).unwrap();
+    std::fs::write(b.images().join("big.img"), vec![7u8; BIG]).unwrap();
+    let slow = [fetch(&b, Some("4M")), fetch(&b, Some("4M"))];
+    until("two places held", || gate(&b).in_use == 2).await;
+    let t = Instant::now();
+    let (last, head) = done(fetch(&b, None));
+    assert!(last.starts_with("503 "), "{head}");
+    assert!(
+        t.elapsed() < Duration::from_secs(2),
+        "refused at once, not queued"
+    );
+    let t = Instant::now();
+    let (last, head) = done(fetch_from(&b, None, "127.0.0.2"));
+    assert_eq!(last, format!("200 {BIG}"), "{head}");
+    assert!(t.elapsed() < Duration::from_secs(5), "served at once");
+    stop_all(&b, slow).await;
+    let (_, _, m) = b.get("/metrics").await;
+    let m = String::from_utf8_lossy(&m);
+    assert_eq!(
+        metric(
+            &m,
+            "bootd_admission_refused_total{gate=\"images\",reason=\"per_source\"}"
+        ),
+        1,
+        "{m}"
     );
     b.stop().await;
 }

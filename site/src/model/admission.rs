@@ -16,6 +16,9 @@ pub struct Admission {
     /// Image responses (kernel, initramfs, rootfs: `/images/…`) being
     /// sent at once, HTTP and HTTPS together; `None`: no limit.
     pub image_transfers: Option<usize>,
+    /// Image responses one source address may have in flight at once
+    /// (beyond: 503 at once); `None`: no limit.
+    pub image_per_source: Option<usize>,
     /// Image requests waiting at most.
     pub image_queue: usize,
     /// How long a TFTP or image request waits at most.
@@ -32,6 +35,7 @@ impl Default for Admission {
             tftp_queue: 4096,
             tftp_per_source: 8,
             image_transfers: Some(64),
+            image_per_source: Some(8),
             image_queue: 4096,
             queue_wait: Duration::from_secs(30),
             provisions: 20,

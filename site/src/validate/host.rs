@@ -231,6 +231,17 @@ fn admission(cx: &mut Cx, w: &wire::Admission) -> Option<Admission> {
             " (0: no limit)",
         )),
     };
+    let image_per_source = match w.image_per_source {
+        Some(0) => None,
+        v => Some(count(
+            cx,
+            "imagePerSource",
+            v,
+            d.image_per_source.unwrap_or(8),
+            1..=100_000,
+            " (0: no limit)",
+        )),
+    };
     let image_queue = count(
         cx,
         "imageQueue",
@@ -261,6 +272,7 @@ fn admission(cx: &mut Cx, w: &wire::Admission) -> Option<Admission> {
         tftp_queue,
         tftp_per_source,
         image_transfers,
+        image_per_source,
         image_queue,
         queue_wait: queue_wait?,
         provisions,
