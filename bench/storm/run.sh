@@ -173,12 +173,9 @@ EOF
 }
 
 # Each node's Ignition as bootd renders it (what the machine must get).
-render_ignition() { # dir n
-    local d=$1 n=$2 i
-    mkdir -p "$d/want"
-    for ((i = 0; i < n; i++)); do
-        "$BOOTD_BIN" --site "$d/site.yaml" render ignition "$(printf n%05d "$i")" >"$d/want/$(printf n%05d "$i").ign" 2>/dev/null
-    done
+render_ignition() { # dir
+    "$BOOTD_BIN" --site "$1/site.yaml" render ignition --each-to "$1/want" 2>"$1/render.log" \
+        || { log "bootd render failed"; cat "$1/render.log" >&2; return 1; }
 }
 
 start_bootd() { # dir
@@ -187,6 +184,13 @@ start_bootd() { # dir
     SRV_PIDS+=("$!")
     wait_http "$d" /healthz
 }
+
+# UDP datagrams the kernel dropped for a full receive buffer, in namespace $1
+# (/proc/net/snmp Udp: RcvbufErrors), and the softnet backlog's drops (all CPUs).
+udp_drops() {
+    ip netns exec "$1" awk '/^Udp:/ { if (!h) { for (i = 1; i <= NF; i++) c[$i] = i; h = 1 } else print $c["RcvbufErrors"] }' /proc/net/snmp
+}
+backlog_drops() { local s=0 _a d _r; while read -r _a d _r; do s=$((s + 16#$d)); done </proc/net/softnet_stat; echo "$s"; }
 
 # bootd-reload: a node more in the site file and SIGHUP, every RELOAD_EVERY
 # seconds until the storm ends (at most 900 times).
@@ -323,7 +327,7 @@ for n in $MACHINES; do
             admission=
             [[ $stack == bootd-unlimited ]] && admission="{imageTransfers: 0}"
             write_site "$d" "$n" "$admission"
-            render_ignition "$d" "$n"
+            render_ignition "$d"
             case $stack in
             bootd | bootd-unlimited) start_bootd "$d" ;;
             bootd-reload) start_bootd "$d"; start_reloads "$d" "${SRV_PIDS[0]}" ;;
@@ -332,6 +336,7 @@ for n in $MACHINES; do
             *) echo "unknown stack $stack" >&2; exit 2 ;;
             esac
             c0=$(cpu_read "$CG_SRV")
+            us0=$(udp_drops "$S"); ul0=$(udp_drops "$L"); bd0=$(backlog_drops)
             rc=0
             ip netns exec "$L" taskset -c $LOAD_CPU "$STORM_BIN" --machines "$n" --server $SRV_IP --relay $RELAY_IP \
                 --tftp-root "$FILES/tftp" --images-root "$FILES/images" --ignition-dir "$d/want" \
@@ -345,6 +350,7 @@ for n in $MACHINES; do
             per=$(awk -v c="$cpu" -v b="$booted" 'BEGIN { if (b > 0) printf "%.4f", c / b; else print "nan" }')
             say "-- $stack N=$n round $round: exit $rc, server CPU ${cpu} s (user ${user} s; ${per} s per booted machine), peak RSS ${rss} kB"
             sed 's/^/   /' "$d/storm.out" | tee -a "$RESULTS"
+            say "   UDP datagrams dropped on a full receive buffer: server side $(( $(udp_drops "$S") - us0 )), machines' side $(( $(udp_drops "$L") - ul0 )); softnet backlog drops $(( $(backlog_drops) - bd0 ))"
             echo "$stack $n $round $cpu $rss $(tr -d '\n ' <"$d/storm.json" 2>/dev/null || echo '{}')" >>"$RESULTS.jsonl"
             rm -rf "$d/state" "$d/want" "$d/www"
         done

@@ -52,6 +52,10 @@ impl Listener {
                 SocketAddr::V6(_) => socket::setsockopt(&sock, sockopt::Ipv6RecvPacketInfo, &true)?,
             }
         }
+        // Room for a rack's requests arriving in the same instant (a
+        // request takes about 1 KiB of buffer: the default 208 KiB holds
+        // some 200); the kernel caps it at net.core.rmem_max.
+        let _ = socket::setsockopt(&sock, sockopt::RcvBuf, &(4 << 20));
         Ok(Listener {
             sock,
             pktinfo,

@@ -63,6 +63,10 @@ enum Cmd {
         /// Where bootd is installed on the appliances (the boot address's check).
         #[arg(long, default_value = "/usr/local/bin/bootd")]
         bootd: PathBuf,
+        /// Without NODE: write every node's file into this directory, as
+        /// `<node>.ign` (`.ipxe`, `.grub.cfg`, `.json`), in one pass.
+        #[arg(long, value_name = "DIR")]
+        each_to: Option<PathBuf>,
     },
     /// keepalived's check for the boot address (`vips.boot`): exits 0 when
     /// bootd answers 200 on /healthz at ADDR, 1 when it answers otherwise,
@@ -190,10 +194,16 @@ fn main() -> Result<()> {
             Ok(())
         }
         Cmd::Ready { .. } => unreachable!("answered before the site is read"),
+        Cmd::Render {
+            what,
+            node: None,
+            each_to: Some(dir),
+            ..
+        } => render_each(&config, what, &dir),
         Cmd::Render { what, node, .. } => render(
             &config,
             what,
-            &node.context("which node? (bootd render WHAT NODE)")?,
+            &node.context("which node? (bootd render WHAT NODE, or --each-to DIR)")?,
         ),
         Cmd::Store {
             cmd: StoreCmd::Migrate { from, to },
@@ -298,6 +308,38 @@ fn render(config: &bootd::Config, what: What, name: &str) -> Result<()> {
     };
     let key = bootd::token::TokenKey::load_or_create(&config.state_dir())
         .with_context(|| format!("state directory {}", config.state_dir().display()))?;
+    print!("{}", render_one(config, &key, what, node)?);
+    Ok(())
+}
+
+/// Every node's file into `dir` (a rack's worth without reading the site
+/// once per node).
+fn render_each(config: &bootd::Config, what: What, dir: &std::path::Path) -> Result<()> {
+    let ext = match what {
+        What::Ignition => "ign",
+        What::Ipxe => "ipxe",
+        What::Grub => "grub.cfg",
+        What::Metadata => "json",
+        What::Keepalived => unreachable!("rendered without a node"),
+    };
+    let key = bootd::token::TokenKey::load_or_create(&config.state_dir())
+        .with_context(|| format!("state directory {}", config.state_dir().display()))?;
+    std::fs::create_dir_all(dir).with_context(|| format!("{}", dir.display()))?;
+    for node in &config.site.nodes {
+        let path = dir.join(format!("{}.{ext}", node.name));
+        std::fs::write(&path, render_one(config, &key, what, node)?)
+            .with_context(|| format!("{}", path.display()))?;
+    }
+    Ok(())
+}
+
+fn render_one(
+    config: &bootd::Config,
+    key: &bootd::token::TokenKey,
+    what: What,
+    node: &site::Node,
+) -> Result<String> {
+    let site = &config.site;
     let token = key.issue(
         &node.name,
         bootd::token::Scope::Script,
@@ -318,8 +360,7 @@ fn render(config: &bootd::Config, what: What, name: &str) -> Result<()> {
             serde_json::to_string_pretty(&bootd::render::metadata::metadata(site, node))? + "\n"
         }
     };
-    print!("{out}");
-    Ok(())
+    Ok(out)
 }
 
 type ClientFuture = std::pin::Pin<Box<dyn std::future::Future<Output = Result<i32>>>>;
