@@ -12,7 +12,7 @@
 //! Modules:
 //! - [`dhcp`]: DHCPv4 (+proxyDHCP, relays), arch-aware boot, durable leases.
 //! - TFTP is the `tftp` crate (read-only, windowsize), confined to its
-//!   root through [`files::open_beneath`]; `tftp_resolver` maps names to
+//!   root through [`files::open_beneath`]; `tftp_resolver` (`tftp_files`) maps names to
 //!   generated files (GRUB configs, the iPXE entry script) or the root.
 //! - [`render`]: pure renderers (iPXE, GRUB, Ignition, metadata), golden-tested.
 //! - [`token`]: who may fetch a node's secrets (source address or HMAC token).
@@ -27,6 +27,8 @@
 //! - [`metrics`]: Prometheus counters.
 //! - [`timeline`]: the per-node boot timeline (DHCP, TFTP, HTTP, lbd), joined by MAC/IP.
 //! - [`status`]: the status page (server-rendered HTML) and the timeline JSON.
+//! - [`gate`]: admission limits (`host.admission`): image responses and
+//!   provider creates wait their turn in bounded queues.
 //!
 //! Shape: the executables (the `appliance` package) parse flags, load the
 //! site, bind sockets and call [`run`]; tests call the same [`run`] on

@@ -341,8 +341,14 @@ impl EtcdShared {
             }
         };
         let ttl = self.lease_ttl;
-        let (up_tx, mut up) = tokio::sync::watch::channel(true);
-        tokio::spawn(probe(etcd.clone(), up_tx, stop.clone()));
+        let mut up = self
+            .store_up
+            .get_or_init(|| {
+                let (up_tx, up) = tokio::sync::watch::channel(true);
+                tokio::spawn(probe(etcd.clone(), up_tx, stop.clone()));
+                up
+            })
+            .clone();
         if self.ha == site::DhcpHa::LoadBalancing {
             // A member (its key alive in etcd) and etcd answering: its share.
             let mut group = etcd.membership(&name, ttl, stop.clone());

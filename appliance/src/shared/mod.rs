@@ -51,6 +51,10 @@ pub struct EtcdShared {
     name: String,
     /// The lease timeline events are written with.
     writing: Mutex<timeline::Writing>,
+    /// Whether etcd answers (a read every second), one probe for every
+    /// DHCP scope: they all stop granting in the same instant when the
+    /// store goes (shared/dhcp.rs).
+    store_up: OnceLock<tokio::sync::watch::Receiver<bool>>,
 }
 
 /// Each DHCP key's revision as this appliance last wrote it (or read and
@@ -76,6 +80,7 @@ impl EtcdShared {
             members: Arc::default(),
             name: timeline::host_name(),
             writing: Mutex::default(),
+            store_up: OnceLock::new(),
         }
     }
 
