@@ -21,7 +21,7 @@ fn defaults_when_absent() {
     assert_eq!(a.tftp_per_source, 8);
     assert_eq!(a.image_transfers, Some(64));
     assert_eq!(a.image_per_source, Some(8));
-    assert_eq!(a.image_queue, 4096);
+    assert_eq!(a.image_queue, 65_536);
     assert_eq!(a.queue_wait, Duration::from_secs(30));
     assert_eq!(a.provisions, 20);
 }

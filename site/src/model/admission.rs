@@ -36,7 +36,7 @@ impl Default for Admission {
             tftp_per_source: 8,
             image_transfers: Some(64),
             image_per_source: Some(8),
-            image_queue: 4096,
+            image_queue: 65_536,
             queue_wait: Duration::from_secs(30),
             provisions: 20,
         }
