@@ -332,8 +332,7 @@ impl Drop for SourcePass {
 
 /// The site's gates (`host.admission`): image transfers, and provider
 /// creates per provider. bootd applies each new site's limits to them
-/// ([`Admission::apply`]), and each is brought to the live site's limits
-/// again when it is used.
+/// ([`Admission::apply`]) wherever it starts serving a site.
 #[derive(Debug)]
 pub struct Admission {
     m: Arc<GateMetrics>,
@@ -374,9 +373,9 @@ impl Admission {
         }
     }
 
-    /// The image-transfer gate, at `site`'s limits.
-    pub fn images(&self, site: &site::Site) -> &Gate {
-        self.images.resize(image_limits(&site.host.admission));
+    /// The image-transfer gate (at the served site's limits: bootd applies
+    /// each new site's to it, [`Admission::apply`]).
+    pub fn images(&self) -> &Gate {
         &self.images
     }
 
@@ -389,7 +388,7 @@ impl Admission {
         source: std::net::IpAddr,
     ) -> Result<ImagePass, Refused> {
         let src = self.source_pass(site, source)?;
-        let pass = self.images(site).enter().await?;
+        let pass = self.images.enter().await?;
         Ok(ImagePass {
             _pass: pass,
             _source: src,
@@ -400,7 +399,7 @@ impl Admission {
     /// is free now (or the source holds its share).
     pub fn try_image_pass(&self, site: &site::Site, source: std::net::IpAddr) -> Option<ImagePass> {
         let src = self.source_pass_quiet(site, source)?;
-        let pass = self.images(site).try_enter()?;
+        let pass = self.images.try_enter()?;
         Some(ImagePass {
             _pass: pass,
             _source: src,
@@ -428,17 +427,14 @@ impl Admission {
         })
     }
 
-    /// The gate of `provider`'s creates, at `site`'s limits.
+    /// The gate of `provider`'s creates, made at `site`'s limits the first
+    /// time (later sites' reach it through [`Admission::apply`]).
     pub fn provisions(&self, site: &site::Site, provider: &str) -> Arc<Gate> {
-        let l = provision_limits(&site.host.admission);
-        let g = {
-            let mut all = self.provisions.lock().unwrap_or_else(|p| p.into_inner());
-            Arc::clone(all.entry(provider.to_string()).or_insert_with(|| {
-                Gate::new(format!("provisions:{provider}"), l, Arc::clone(&self.m))
-            }))
-        };
-        g.resize(l);
-        g
+        let mut all = self.provisions.lock().unwrap_or_else(|p| p.into_inner());
+        Arc::clone(all.entry(provider.to_string()).or_insert_with(|| {
+            let l = provision_limits(&site.host.admission);
+            Gate::new(format!("provisions:{provider}"), l, Arc::clone(&self.m))
+        }))
     }
 
     /// `site`'s limits to every gate, at once (a reload): work waiting at

@@ -54,8 +54,6 @@ async fn stop_all<const N: usize>(b: &Bootd, children: [Child; N]) {
 }
 
 fn gate(b: &Bootd) -> bootd::gate::View {
-    let site = b.app.live.load().site.clone();
-    b.app.admission.images(&site);
     b.app
         .admission
         .views()
