@@ -6,9 +6,10 @@
 #     last node's name; lbd /healthz), peak RSS once ready
 #   - reload: a node added to the site file, then SIGHUP: the time until
 #     bootd and dnsd serve the new site (their "site reloaded" and "zone
-#     reloaded" lines), five times (lbd's reload at 10 000 backends did not
-#     log "configuration reloaded" within 60 s once: not measured here); each daemon's RSS 1 s after each
-#     reload (growth across reloads would be a leak) and its peak
+#     reloaded" lines; lbd's "configuration reloaded"), five times; each
+#     daemon's RSS 1 s after each reload (growth across reloads would be a
+#     leak) and its peak
+# The daemons run with the units' descriptor limit (LimitNOFILE=65536).
 # All in one network namespace of its own (a veth link 10.78.0.1/16 with
 # the VIPs; lbd's checks of the nodes go nowhere else).
 # The hitless reload under a storm is bench/storm (stack bootd-reload).
@@ -22,6 +23,7 @@ REPO=$(cd "$HERE/../.." && pwd)
 BIN=${BIN:-$REPO/target/release}
 RESULTS=${RESULTS:-$HERE/results-$(date -u +%F).txt}
 [[ $(id -u) -eq 0 ]] || { echo "run.sh: run as root (a network namespace)" >&2; exit 2; }
+ulimit -n 65536
 
 NS=bsc-$$
 WORK=$(mktemp -d /tmp/bench-scale.XXXXXX)
@@ -142,18 +144,21 @@ for n in $NODES; do
     for k in 1 2 3 4 5; do
         i=$((n + k - 1))
         cb=$(lines "$d/bootd.log" "site reloaded"); cd_=$(lines "$d/dnsd.log" "zone reloaded")
+        cl=$(lines "$d/lbd.log" "configuration reloaded")
         t=$(now)
         printf '  - { name: n%05d, role: worker, macs: ["02:78:00:%02x:%02x:%02x"], ip: 10.78.%d.%d }\n' \
             "$i" $((i >> 16 & 255)) $((i >> 8 & 255)) $((i & 255)) $((1 + i / 256)) $((i % 256)) >>"$d/site.yaml"
-        kill -HUP "$bp" "$dp"
+        kill -HUP "$bp" "$dp" "$lp"
         wait_for 60 more_lines "$d/bootd.log" "site reloaded" "$cb" || { say "bootd did not reload"; exit 1; }
         took[bootd]+="$(since "$t") "
         wait_for 60 more_lines "$d/dnsd.log" "zone reloaded" "$cd_" || { say "dnsd did not reload"; exit 1; }
         took[dnsd]+="$(since "$t") "
+        wait_for 60 more_lines "$d/lbd.log" "configuration reloaded" "$cl" || { say "lbd did not reload"; exit 1; }
+        took[lbd]+="$(since "$t") "
         sleep 1   # the previous site's last readers let go
         now_kb[bootd]+="$(rss_now "$bp") "; now_kb[dnsd]+="$(rss_now "$dp") "; now_kb[lbd]+="$(rss_now "$lp") "
     done
-    say "   reload with a node added (file written to serving it), 5 times: bootd ${took[bootd]}s; dnsd ${took[dnsd]}s"
+    say "   reload with a node added (file written to serving it), 5 times: bootd ${took[bootd]}s; dnsd ${took[dnsd]}s; lbd ${took[lbd]}s"
     say "   RSS now, 1 s after each reload: bootd ${now_kb[bootd]}kB; dnsd ${now_kb[dnsd]}kB; lbd ${now_kb[lbd]}kB"
     say "   after the reloads: peak RSS bootd $(rss "$bp") kB, dnsd $(rss "$dp") kB, lbd $(rss "$lp") kB (VmHWM: a reload holds the old and the new site at once)"
     for p in "$bp" "$dp" "$lp"; do kill "$p"; wait "$p" 2>/dev/null || true; done

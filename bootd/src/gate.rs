@@ -340,6 +340,17 @@ pub struct Admission {
     /// Image places held per source address (`imagePerSource`).
     image_sources: Arc<Mutex<std::collections::HashMap<std::net::IpAddr, usize>>>,
     provisions: Mutex<std::collections::BTreeMap<String, Arc<Gate>>>,
+    /// The HTTP(S) listeners' connection caps (`httpConnections`).
+    conns: Mutex<Vec<Arc<runtime::conns::Conns>>>,
+}
+
+/// The connection caps of an HTTP(S) listener at the site's
+/// `httpConnections` (one source address: 512 at most).
+pub fn conn_limits(a: &site::Admission) -> runtime::conns::ConnLimits {
+    runtime::conns::ConnLimits {
+        max: a.http_connections,
+        ..Default::default()
+    }
 }
 
 /// Provider creates wait without a bound of their own: the node's deadline
@@ -370,7 +381,14 @@ impl Admission {
             images,
             image_sources: Default::default(),
             provisions: Mutex::new(Default::default()),
+            conns: Mutex::new(Vec::new()),
         }
+    }
+
+    /// A listener whose connection cap follows the site's
+    /// `httpConnections` from now on.
+    pub fn follow_conns(&self, c: Arc<runtime::conns::Conns>) {
+        self.conns.lock().unwrap_or_else(|p| p.into_inner()).push(c);
     }
 
     /// The image-transfer gate (at the served site's limits: bootd applies
@@ -445,6 +463,10 @@ impl Admission {
         let all = self.provisions.lock().unwrap_or_else(|p| p.into_inner());
         for g in all.values() {
             g.resize(l);
+        }
+        let c = conn_limits(&site.host.admission);
+        for conns in self.conns.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+            conns.set_limits(c);
         }
     }
 

@@ -135,8 +135,9 @@ pub struct Config {
     /// catalog's cache check, passed in by the executables); run before
     /// serving and before each reload is applied.
     pub check_images: Option<ImageCheck>,
-    /// Connection caps of each HTTP(S) listener.
-    pub conn_limits: conns::ConnLimits,
+    /// Connection caps of each HTTP(S) listener, fixed; `None` (the
+    /// default): the site's `host.admission.httpConnections`, live.
+    pub conn_limits: Option<conns::ConnLimits>,
     /// See [`App::write_stall`].
     pub write_stall: Duration,
     /// See [`App::http_limits`]: a head within 30 s, a TLS handshake
@@ -173,7 +174,7 @@ impl Config {
             grace: Duration::from_secs(5),
             dhcp_ports: Default::default(),
             check_images: None,
-            conn_limits: Default::default(),
+            conn_limits: None,
             write_stall: Duration::from_secs(60),
             http_limits: runtime::http1::Limits::new(plain::HEAD_TIMEOUT),
             shared: None,
@@ -429,11 +430,19 @@ pub async fn run_app(
             files::close_expired();
         }
     });
+    let listener_conns = || {
+        let site_limits = gate::conn_limits(&app.live.load().site.host.admission);
+        let c = conns::Conns::new(config.conn_limits.unwrap_or(site_limits));
+        if config.conn_limits.is_none() {
+            app.admission.follow_conns(Arc::clone(&c));
+        }
+        c
+    };
     info!(addr = %local(&sockets.http), "HTTP listening");
     tracker.spawn(listen::accept_loop(
         sockets.http,
         None,
-        conns::Conns::new(config.conn_limits),
+        listener_conns(),
         Arc::clone(&app),
         shutdown.clone(),
         conn_stop.clone(),
@@ -445,7 +454,7 @@ pub async fn run_app(
         tracker.spawn(listen::accept_loop(
             l,
             Some(acceptor),
-            conns::Conns::new(config.conn_limits),
+            listener_conns(),
             Arc::clone(&app),
             shutdown.clone(),
             conn_stop.clone(),

@@ -91,6 +91,15 @@ pub async fn check_loop<P: Prober>(
     loop {
         let check = backend.check();
         let addr = SocketAddr::new(backend.addr.ip(), check.port.unwrap_or(backend.addr.port()));
+        // A slot first (a bounded number of probes in flight): waiting for
+        // one is not the backend's fault and not part of its timeout.
+        let slot = match prober.slots() {
+            Some(s) => tokio::select! {
+                _ = stop.cancelled() => return,
+                p = s.acquire() => p.ok(),
+            },
+            None => None,
+        };
         let t0 = Instant::now();
         let result = tokio::select! {
             _ = stop.cancelled() => return,
@@ -99,6 +108,7 @@ pub async fn check_loop<P: Prober>(
                 Err(_) => Err(format!("no answer within {:?}", check.timeout)),
             },
         };
+        drop(slot);
         backend.record_probe(t0.elapsed(), result.is_ok());
         let was_confirmed = st.confirmed;
         match st.observe(result.is_ok(), check.rise, check.fall) {

@@ -24,15 +24,42 @@ pub trait Prober: Send + Sync + 'static {
         addr: SocketAddr,
         check: &Check,
     ) -> impl Future<Output = Result<(), String>> + Send;
+
+    /// Probes in flight at once, all backends together: a check loop
+    /// takes a slot before its probe (and before the probe's timeout
+    /// starts). `None`: no bound.
+    fn slots(&self) -> Option<&tokio::sync::Semaphore> {
+        None
+    }
 }
 
+/// Probes in flight at once ([`Prober::slots`]): each holds a socket, and a
+/// site of 50 000 workers (two ingress pools of 50 000 backends) probing
+/// addresses that do not answer would otherwise take every descriptor
+/// (reloads then failed to read the site file: "Too many open files").
+pub const PROBE_SLOTS: usize = 1024;
+
 /// Probes over the network; TLS client configs are built once per CA file.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct NetProber {
     tls: Mutex<HashMap<Option<PathBuf>, Arc<ClientConfig>>>,
+    slots: tokio::sync::Semaphore,
+}
+
+impl Default for NetProber {
+    fn default() -> Self {
+        NetProber {
+            tls: Mutex::default(),
+            slots: tokio::sync::Semaphore::new(PROBE_SLOTS),
+        }
+    }
 }
 
 impl Prober for NetProber {
+    fn slots(&self) -> Option<&tokio::sync::Semaphore> {
+        Some(&self.slots)
+    }
+
     async fn probe(&self, addr: SocketAddr, check: &Check) -> Result<(), String> {
         let tcp = TcpStream::connect(addr)
             .await

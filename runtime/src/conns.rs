@@ -37,12 +37,12 @@ impl Default for ConnLimits {
 
 #[derive(Debug)]
 pub struct Conns {
-    limits: ConnLimits,
     held: Mutex<State>,
 }
 
 #[derive(Debug, Default)]
 struct State {
+    limits: ConnLimits,
     open: usize,
     per_source: HashMap<IpAddr, usize>,
     /// Idle connections by age (ids only grow), with what tells each to close.
@@ -110,9 +110,22 @@ impl Drop for Held {
 impl Conns {
     pub fn new(limits: ConnLimits) -> Arc<Conns> {
         Arc::new(Conns {
-            limits,
-            held: Mutex::new(State::default()),
+            held: Mutex::new(State {
+                limits,
+                ..State::default()
+            }),
         })
+    }
+
+    /// New caps, live: connections over a lower cap are not closed, the
+    /// next newcomers wait for them (are refused or evict an idle one)
+    /// until the count is under it.
+    pub fn set_limits(&self, limits: ConnLimits) {
+        self.lock().limits = limits;
+    }
+
+    pub fn limits(&self) -> ConnLimits {
+        self.lock().limits
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -125,10 +138,10 @@ impl Conns {
     /// one has gone: by one per eviction in flight).
     pub fn take(self: &Arc<Self>, ip: IpAddr) -> Result<Held, Refused> {
         let mut g = self.lock();
-        if g.per_source.get(&ip).copied().unwrap_or(0) >= self.limits.per_source {
+        if g.per_source.get(&ip).copied().unwrap_or(0) >= g.limits.per_source {
             return Err(Refused::Source);
         }
-        if g.open >= self.limits.max {
+        if g.open >= g.limits.max {
             match g.idle.pop_first() {
                 Some((_, evict)) => evict.cancel(),
                 None => return Err(Refused::Full),
@@ -170,6 +183,35 @@ mod tests {
         drop(h1);
         assert_eq!(c.open(), 2);
         assert!(c.take(a).is_ok());
+    }
+
+    #[test]
+    fn caps_change_live_and_open_connections_stay() {
+        let c = Conns::new(ConnLimits {
+            max: 2,
+            per_source: 2,
+        });
+        let ip = |n| IpAddr::from([10, 0, 0, n]);
+        let (_h1, h2) = (c.take(ip(1)).unwrap(), c.take(ip(2)).unwrap());
+        assert_eq!(c.take(ip(3)).unwrap_err(), Refused::Full);
+        c.set_limits(ConnLimits {
+            max: 3,
+            per_source: 2,
+        });
+        let h3 = c.take(ip(3)).unwrap();
+        assert_eq!(c.take(ip(4)).unwrap_err(), Refused::Full);
+        // Lower than what is open: nothing is closed, newcomers wait for
+        // the count to fall under the cap.
+        c.set_limits(ConnLimits {
+            max: 1,
+            per_source: 2,
+        });
+        assert_eq!(c.open(), 3);
+        drop(h3);
+        assert_eq!(c.take(ip(4)).unwrap_err(), Refused::Full);
+        drop(h2);
+        assert_eq!(c.take(ip(4)).unwrap_err(), Refused::Full);
+        assert_eq!(c.limits().max, 1);
     }
 
     #[tokio::test]

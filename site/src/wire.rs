@@ -73,6 +73,7 @@ pub struct Admission {
     pub image_transfers: Option<u64>,
     pub image_per_source: Option<u64>,
     pub image_queue: Option<u64>,
+    pub http_connections: Option<u64>,
     pub queue_wait: Option<String>,
     pub provisions: Option<u64>,
 }

@@ -22,6 +22,7 @@ fn defaults_when_absent() {
     assert_eq!(a.image_transfers, Some(64));
     assert_eq!(a.image_per_source, Some(8));
     assert_eq!(a.image_queue, 65_536);
+    assert_eq!(a.http_connections, 16_384);
     assert_eq!(a.queue_wait, Duration::from_secs(30));
     assert_eq!(a.provisions, 20);
 }
@@ -29,7 +30,7 @@ fn defaults_when_absent() {
 #[test]
 fn every_key_set_and_zero_image_transfers_is_no_limit() {
     let a = with(
-        "{tftpTransfers: 32, tftpQueue: 0, tftpPerSource: 2, imageTransfers: 0, imagePerSource: 0, imageQueue: 10, queueWait: 2m, provisions: 3}",
+        "{tftpTransfers: 32, tftpQueue: 0, tftpPerSource: 2, imageTransfers: 0, imagePerSource: 0, imageQueue: 10, httpConnections: 100, queueWait: 2m, provisions: 3}",
     )
     .unwrap()
     .host
@@ -43,6 +44,7 @@ fn every_key_set_and_zero_image_transfers_is_no_limit() {
             image_transfers: None,
             image_per_source: None,
             image_queue: 10,
+            http_connections: 100,
             queue_wait: Duration::from_secs(120),
             provisions: 3,
         }
@@ -64,7 +66,7 @@ fn bad_values_are_all_reported_with_their_keys() {
         "{e}"
     );
     let e = with(
-        "{tftpTransfers: 5000, tftpPerSource: 0, imageTransfers: 200000, queueWait: 0s, provisions: 0, tftpQueue: 70000}",
+        "{tftpTransfers: 5000, tftpPerSource: 0, imageTransfers: 200000, queueWait: 0s, provisions: 0, tftpQueue: 70000, httpConnections: 10}",
     )
     .unwrap_err();
     for (key, why) in [
@@ -86,6 +88,10 @@ fn bad_values_are_all_reported_with_their_keys() {
         ),
         ("host.admission.provisions", "0: from 1 to 1000"),
         ("host.admission.tftpQueue", "70000: from 0 to 65536"),
+        (
+            "host.admission.httpConnections",
+            "10: from 64 to 60000 (each is a descriptor: bootd's limit is 65 536)",
+        ),
     ] {
         assert!(
             e.lines().any(|l| l.contains(key) && l.contains(why)),

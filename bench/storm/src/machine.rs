@@ -23,6 +23,10 @@ pub const IPXE_DHCP: [u64; 6] = [1, 2, 4, 8, 10, 10];
 /// bootd's rendered script retries).
 pub const SCRIPT_ATTEMPTS: u32 = 5;
 pub const SCRIPT_PAUSE: Duration = Duration::from_secs(5);
+/// Ignition's backoff between attempts: from 100 ms, doubling, at most 5 s
+/// (Ignition's operator notes).
+pub const IGNITION_BACKOFF: (Duration, Duration) =
+    (Duration::from_millis(100), Duration::from_secs(5));
 
 /// What one machine did.
 #[derive(Debug, Clone)]
@@ -246,13 +250,7 @@ async fn steps(run: &mut Run<'_>, relay: &Relay, expect: &Expect) -> Result<()> 
 
     let t = Instant::now();
     let url = arg("ignition.config.url=").context("kernel line: no ignition.config.url")?;
-    let mut h = Sha256::new();
-    let got = http::get(pxe.ip, &url, 0, None, &mut h)
-        .await
-        .context("ignition")?;
-    if got.status != 200 {
-        bail!("ignition: HTTP {}", got.status);
-    }
+    let (got, h) = ignition(run, pxe.ip, &url).await?;
     if let Some(dir) = &plan.ignition_dir {
         let want = expect.of(dir.join(format!("{}.ign", plan.node(i)))).await?;
         let sum: [u8; 32] = h.finalize().into();
@@ -265,6 +263,29 @@ async fn steps(run: &mut Run<'_>, relay: &Relay, expect: &Expect) -> Result<()> 
     run.out.bytes += got.bytes;
     run.phase("ignition", t);
     Ok(())
+}
+
+/// The Ignition config, fetched as the Ignition client does: after a
+/// failed connection or an HTTP 5xx it tries again, 100 ms later, the pause
+/// doubling to 5 s, without end (the storm's `--deadline` bounds it); any
+/// other status ends the fetch.
+async fn ignition(
+    run: &mut Run<'_>,
+    ip: std::net::Ipv4Addr,
+    url: &str,
+) -> Result<(http::Got, Sha256)> {
+    let mut pause = IGNITION_BACKOFF.0;
+    loop {
+        let mut h = Sha256::new();
+        match http::get(ip, url, 0, None, &mut h).await {
+            Ok(g) if g.status == 200 => return Ok((g, h)),
+            Ok(g) if g.status < 500 => bail!("ignition: HTTP {}", g.status),
+            Ok(_) | Err(_) => {}
+        }
+        run.out.retries += 1;
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(IGNITION_BACKOFF.1);
+    }
 }
 
 /// A script, with the rendered script's retries.

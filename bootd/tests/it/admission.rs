@@ -264,3 +264,91 @@ async fn one_address_cannot_hold_every_image_place() {
     );
     b.stop().await;
 }
+
+/// `host.admission.httpConnections`: the listener holds that many
+/// connections (each with part of a request: none idle to evict), resets
+/// the next, and a reload raising it lets curl in while they stay open.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_connection_cap_is_the_sites_and_a_reload_raises_it() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let cap = |n: u32| {
+        move |t: String| {
+            t.replace(
+                "host:\n",
+                &format!("host:\n  admission: {{httpConnections: {n}}}\n"),
+            )
+        }
+    };
+    let b = Bootd::start_with(cap(64)).await;
+    let mut held = Vec::new();
+    for _ in 0..64 {
+        let mut s = tokio::net::TcpStream::connect(b.http).await.unwrap();
+        s.write_all(b"GET /healthz HTTP/1.1\r\n").await.unwrap();
+        held.push(s);
+    }
+    // Every one of them taken (the accept loop has seen them all).
+    let refused = || {
+        b.app
+            .metrics
+            .http_refused
+            .get_or_create(&bootd::metrics::Reason {
+                reason: "max_connections",
+            })
+            .get()
+    };
+    let curl = || {
+        Command::new("curl")
+            .args([
+                "-sS",
+                "-o",
+                "/dev/null",
+                "-w",
+                "%{http_code}",
+                "--max-time",
+                "5",
+            ])
+            .arg(format!("http://{}/healthz", b.http))
+            .output()
+            .expect("curl")
+    };
+    let t = Instant::now();
+    loop {
+        // The 65th: reset at once (curl: "Recv failure" / empty reply).
+        let out = curl();
+        if refused() >= 1 {
+            assert_ne!(String::from_utf8_lossy(&out.stdout), "200");
+            break;
+        }
+        assert!(t.elapsed() < Duration::from_secs(10), "never refused");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    std::fs::write(
+        b.dir.path().join("site.yaml"),
+        std::fs::read_to_string(b.dir.path().join("site.yaml"))
+            .unwrap()
+            .replace("httpConnections: 64", "httpConnections: 128"),
+    )
+    .unwrap();
+    b.reload.notify_one();
+    until("the cap raised", || {
+        b.app.live.load().site.host.admission.http_connections == 128
+    })
+    .await;
+    let out = curl();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "200", "{out:?}");
+    // The 64 held through the reload: each still gets its answer.
+    for s in held.iter_mut().take(3) {
+        s.write_all(b"Host: x\r\nConnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let mut got = Vec::new();
+        s.read_to_end(&mut got).await.unwrap();
+        assert!(
+            got.starts_with(b"HTTP/1.1 200"),
+            "{:?}",
+            String::from_utf8_lossy(&got)
+        );
+    }
+    drop(held);
+    b.stop().await;
+}

@@ -1119,10 +1119,10 @@ async fn idle_connections_from_one_source_cannot_starve_the_others() {
         |t| t,
         None,
         |c| {
-            c.conn_limits = bootd::conns::ConnLimits {
+            c.conn_limits = Some(bootd::conns::ConnLimits {
                 max: 100,
                 per_source: 4,
-            }
+            })
         },
     )
     .await;

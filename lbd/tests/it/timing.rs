@@ -215,3 +215,66 @@ async fn a_refused_connect_brings_the_next_probe_forward() {
     assert_eq!(t.as_secs(), 4);
     stop.cancel();
 }
+
+/// A prober whose slots are all taken: the check waits for one without
+/// the wait counting against the backend (no "no answer within" while it
+/// waits), and probes as soon as a slot frees.
+struct Bounded {
+    inner: Arc<Fake>,
+    slots: tokio::sync::Semaphore,
+}
+
+impl Prober for Bounded {
+    fn slots(&self) -> Option<&tokio::sync::Semaphore> {
+        Some(&self.slots)
+    }
+    async fn probe(&self, a: SocketAddr, c: &Check) -> Result<(), String> {
+        self.inner.probe(a, c).await
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_probe_waits_for_a_slot_and_the_wait_is_not_the_backends_fault() {
+    let start = Instant::now();
+    let stop = CancellationToken::new();
+    let b = backend(&stop);
+    let fake = Arc::new(Fake {
+        start,
+        fail_from: Duration::from_secs(3600),
+        ok_from: None,
+        takes: Duration::ZERO,
+        seen: Mutex::default(),
+    });
+    let p = Arc::new(Bounded {
+        inner: Arc::clone(&fake),
+        slots: tokio::sync::Semaphore::new(0),
+    });
+    tokio::spawn(check_loop(
+        "api".into(),
+        Arc::clone(&b),
+        Arc::clone(&p),
+        stop.clone(),
+    ));
+    // No slot for 10 s (five times the 2 s timeout): no probe, no verdict.
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert!(fake.seen.lock().unwrap().is_empty());
+    assert!(!b.reason().contains("no answer"), "{}", b.reason());
+    p.slots.add_permits(1);
+    until(start, Duration::from_secs(20), || {
+        !fake.seen.lock().unwrap().is_empty()
+    })
+    .await;
+    assert_eq!(fake.seen.lock().unwrap()[0].as_secs(), 10);
+    until(start, Duration::from_secs(20), || {
+        b.reason().contains("first probe passed")
+    })
+    .await;
+    assert!(b.healthy());
+    // The slot came back after the probe: the next one runs on schedule.
+    until(start, Duration::from_secs(30), || {
+        fake.seen.lock().unwrap().len() >= 2
+    })
+    .await;
+    assert_eq!(p.slots.available_permits(), 1);
+    stop.cancel();
+}

@@ -21,6 +21,9 @@ pub struct Admission {
     pub image_per_source: Option<usize>,
     /// Image requests waiting at most.
     pub image_queue: usize,
+    /// Connections each HTTP(S) listener holds at once (a waiting image
+    /// request holds one).
+    pub http_connections: usize,
     /// How long a TFTP or image request waits at most.
     pub queue_wait: Duration,
     /// Machines each provider is creating or powering on at once; the
@@ -37,6 +40,7 @@ impl Default for Admission {
             image_transfers: Some(64),
             image_per_source: Some(8),
             image_queue: 65_536,
+            http_connections: 16_384,
             queue_wait: Duration::from_secs(30),
             provisions: 20,
         }

@@ -250,6 +250,14 @@ fn admission(cx: &mut Cx, w: &wire::Admission) -> Option<Admission> {
         0..=1_000_000,
         "",
     );
+    let http_connections = count(
+        cx,
+        "httpConnections",
+        w.http_connections,
+        d.http_connections,
+        64..=60_000,
+        " (each is a descriptor: bootd's limit is 65 536)",
+    );
     let provisions = count(cx, "provisions", w.provisions, d.provisions, 1..=1_000, "");
     let queue_wait = match w.queue_wait.as_deref() {
         None => Some(d.queue_wait),
@@ -274,6 +282,7 @@ fn admission(cx: &mut Cx, w: &wire::Admission) -> Option<Admission> {
         image_transfers,
         image_per_source,
         image_queue,
+        http_connections,
         queue_wait: queue_wait?,
         provisions,
     })
