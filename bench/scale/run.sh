@@ -9,7 +9,8 @@
 #     reloaded" lines; lbd's "configuration reloaded"), five times; each
 #     daemon's RSS 1 s after each reload (growth across reloads would be a
 #     leak) and its peak
-# The daemons run with the units' descriptor limit (LimitNOFILE=65536).
+# The daemons run with the units' descriptor limit (LimitNOFILE=65536), or
+# the hard limit where that is lower.
 # All in one network namespace of its own (a veth link 10.78.0.1/16 with
 # the VIPs; lbd's checks of the nodes go nowhere else).
 # The hitless reload under a storm is bench/storm (stack bootd-reload).
@@ -23,7 +24,7 @@ REPO=$(cd "$HERE/../.." && pwd)
 BIN=${BIN:-$REPO/target/release}
 RESULTS=${RESULTS:-$HERE/results-$(date -u +%F).txt}
 [[ $(id -u) -eq 0 ]] || { echo "run.sh: run as root (a network namespace)" >&2; exit 2; }
-ulimit -n 65536
+ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"   # as the units' LimitNOFILE, or as near as allowed
 
 NS=bsc-$$
 WORK=$(mktemp -d /tmp/bench-scale.XXXXXX)
@@ -107,7 +108,7 @@ lines() { grep -c "$2" "$1" 2>/dev/null || true; }
 more_lines() { [[ $(lines "$1" "$2") -gt $3 ]]; }
 
 say "== the site at scale, $(date -u +%Y-%m-%dT%H:%M:%SZ), $(cd "$REPO" && git rev-parse --short HEAD)"
-say "machine: $(uname -srm), $(nproc --all) vCPU"
+say "machine: $(uname -srm), $(nproc --all) vCPU; open files limit $(ulimit -n)"
 for n in $NODES; do
     d=$WORK/n$n
     mkdir -p "$d"; chmod 755 "$d"; rm -rf "$WORK/state"

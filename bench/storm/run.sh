@@ -33,9 +33,12 @@
 #                    bootd is sent SIGHUP (at most 900 times); each reload
 #                    must keep every machine's boot going
 #   dnsmasq-nginx    the OpenShift helper node's stack: dnsmasq (DHCP with a
-#                    reservation per node, TFTP) + nginx serving pre-rendered
-#                    per-MAC scripts and Ignition files
-#   kea-tftpd-nginx  Kea (reservations, memfile persist) + tftpd-hpa + nginx
+#                    reservation per node, TFTP; dhcp-lease-max raised to
+#                    N + 1 000: its default 1 000 NAKs every machine beyond)
+#                    + nginx serving pre-rendered per-MAC scripts and
+#                    Ignition files
+#   kea-tftpd-nginx  Kea (reservations, memfile persist, its multi-threading
+#                    on with 2 threads) + tftpd-hpa + nginx
 # All on CPU 0, every process of a stack counted.
 #
 # Knobs (env): SITE_NODES (N: nodes in the site, at least the machines),
@@ -267,7 +270,7 @@ start_dnsmasq() { # dir n: DHCP (a reservation per node) and TFTP
     for ((i = 0; i < n; i++)); do echo "$(node_mac "$i"),$(node_ip "$i")"; done >"$d/dhcp-hosts"
     incg "$CG_SRV" ip netns exec "$S" taskset -c $SERVER_CPU dnsmasq --keep-in-foreground --port=0 \
         --interface="$VS" --bind-interfaces --dhcp-range=10.78.0.0,static,255.255.0.0,1h \
-        --dhcp-hostsfile="$d/dhcp-hosts" --dhcp-leasefile="$d/dnsmasq.leases" --no-ping \
+        --dhcp-hostsfile="$d/dhcp-hosts" --dhcp-leasefile="$d/dnsmasq.leases" --no-ping --dhcp-lease-max=$((n + 1000)) \
         --dhcp-userclass=set:ipxe,iPXE --dhcp-boot=tag:!ipxe,undionly.kpxe,,$SRV_IP \
         --dhcp-boot=tag:ipxe,http://$SRV_IP:8080/boot.ipxe \
         --enable-tftp --tftp-root="$FILES/tftp" --tftp-no-fail --user=root --log-facility="$d/dnsmasq.log" &
