@@ -18,6 +18,8 @@ RESULTS=${RESULTS:-$HERE/results-lbd-$(date -u +%F).txt}
 [[ $(id -u) -eq 0 ]] || { echo "lbd-reload.sh: run as root (a network namespace)" >&2; exit 2; }
 ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
 
+# shellcheck source=bench/scale/lib.sh
+. "$HERE/lib.sh"
 NS=blr-$$
 WORK=$(mktemp -d /tmp/bench-lbd.XXXXXX)
 chmod 755 "$WORK"
@@ -29,24 +31,13 @@ cleanup() {
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
-ip netns add "$NS"
-ip -n "$NS" link set lo up
-ip link add d0 netns "$NS" type veth peer name d1 netns "$NS"
-ip -n "$NS" link set d1 up
-for a in 10.78.0.1 10.78.0.5 10.78.0.6; do ip -n "$NS" addr add "$a/16" dev d0; done
-ip -n "$NS" link set d0 up
-mkdir -p "$WORK/images/storm"
-echo kernel >"$WORK/images/storm/kernel"; echo initramfs >"$WORK/images/storm/initramfs"
+scale_netns "$NS"
+scale_images
 
 say() { echo "$*"; echo "$*" >>"$RESULTS"; }
-now() { date +%s.%N; }
-since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.3f", b - a }'; }
-rss_now() { awk '/VmRSS/ {print $2}' "/proc/$1/status"; }
 cpu() { awk -v hz="$(getconf CLK_TCK)" '{ printf "%.2f", ($14 + $15) / hz }' "/proc/$1/stat"; }
 lines() { grep -c "$2" "$1" 2>/dev/null || true; }
 
-# The same generated site as bench/scale/run.sh.
-eval "$(sed -n '/^write_site()/,/^}/p' "$HERE/run.sh")"
 write_site "$WORK/site.yaml" "$N"
 
 : >>"$RESULTS"

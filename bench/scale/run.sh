@@ -26,6 +26,8 @@ RESULTS=${RESULTS:-$HERE/results-$(date -u +%F).txt}
 [[ $(id -u) -eq 0 ]] || { echo "run.sh: run as root (a network namespace)" >&2; exit 2; }
 ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"   # as the units' LimitNOFILE, or as near as allowed
 
+# shellcheck source=bench/scale/lib.sh
+. "$HERE/lib.sh"
 NS=bsc-$$
 WORK=$(mktemp -d /tmp/bench-scale.XXXXXX)
 chmod 755 "$WORK"
@@ -39,62 +41,14 @@ cleanup() {
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
-ip netns add "$NS"
-ip -n "$NS" link set lo up
-ip link add d0 netns "$NS" type veth peer name d1 netns "$NS"
-ip -n "$NS" link set d1 up
-ip -n "$NS" addr add 10.78.0.1/16 dev d0
-ip -n "$NS" addr add 10.78.0.5/16 dev d0
-ip -n "$NS" addr add 10.78.0.6/16 dev d0
-ip -n "$NS" link set d0 up
+scale_netns "$NS"
 
 : >"$RESULTS"
 say() { echo "$*"; echo "$*" >>"$RESULTS"; }
-now() { date +%s.%N; }
-since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.3f", b - a }'; }
 rss() { awk '/VmHWM/ {print $2}' "/proc/$1/status"; }      # peak, kB
-rss_now() { awk '/VmRSS/ {print $2}' "/proc/$1/status"; }  # now, kB
 
-mkdir -p "$WORK/images/storm"
-echo kernel >"$WORK/images/storm/kernel"; echo initramfs >"$WORK/images/storm/initramfs"
-chmod -R a+rX "$WORK/images"
+scale_images
 
-write_site() { # file n
-    python3 - "$1" "$2" "$WORK" "$REPO" <<'PY'
-import sys
-path, n, work, repo = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
-out = [f"""cluster: {{ name: scale, baseDomain: example.test }}
-host:
-  stateDir: {work}/state
-  http: {{ listen: "10.78.0.1:8080", url: "http://10.78.0.1:8080" }}
-  dhcp:
-    serverAddress: 10.78.0.1
-    listen: 10.78.0.1:67
-networks:
-  - name: scale
-    subnet: 10.78.0.0/16
-    gateway: 10.78.0.254
-    dnsServers: [10.78.0.1]
-vips: {{ api: 10.78.0.5, ingress: 10.78.0.6 }}
-images:
-  root: {work}/images
-  sets:
-    storm: {{ arch: x86_64, kernel: storm/kernel, initramfs: storm/initramfs }}
-ignition:
-  dir: {repo}/examples/lab/ignition
-dns:
-  listen: [10.78.0.1:53]
-  http: 10.78.0.1:9153
-lb:
-  adminListen: 10.78.0.1:8404
-nodes:
-"""]
-for i in range(n):
-    role = "bootstrap" if i == 0 else "master" if i <= 3 else "worker"
-    out.append(f'  - {{ name: n{i:05d}, role: {role}, macs: ["02:78:00:{i>>16&255:02x}:{i>>8&255:02x}:{i&255:02x}"], ip: 10.78.{1 + i // 256}.{i % 256} }}\n')
-open(path, "w").write("".join(out))
-PY
-}
 
 # wait_for SECS CMD...: until CMD succeeds (every 10 ms); fails after SECS.
 wait_for() {
