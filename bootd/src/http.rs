@@ -540,7 +540,7 @@ pub(crate) fn count_refusal(app: &App, what: &str, name: &str, source: IpAddr, r
 /// The node's addresses: its reservation, the ones its provider reported,
 /// and any address it holds a DHCP lease on.
 pub(crate) fn node_addrs(app: &App, node: &Node) -> Vec<IpAddr> {
-    let mut v = vec![IpAddr::V4(node.ip)];
+    let mut v: Vec<IpAddr> = node.ips().collect();
     for a in node.addresses.iter().flatten() {
         if !v.contains(a) {
             v.push(*a);

@@ -290,20 +290,16 @@ pub fn prepare(config: &Config, want_tls: bool) -> Result<Arc<App>, Error> {
     let revoked =
         state::load_revoked(&state_dir).map_err(|e| Error::StateDir(state_dir.clone(), e))?;
     let tls = if want_tls {
-        let mut hosts = vec![config.site.host.http.url_host().to_string()];
-        if let Some(h) = &config.site.host.https {
-            hosts.push(h.url_host().to_string());
-        }
-        if let Some(u) = config.site.host.api.as_ref().and_then(|a| a.url.as_deref()) {
-            hosts.push(
-                site::Listen {
-                    listen: config.site.host.http.listen,
-                    url: u.to_string(),
-                }
-                .url_host()
-                .to_string(),
-            );
-        }
+        let host = &config.site.host;
+        let mut hosts: Vec<String> = host
+            .http
+            .urls
+            .iter()
+            .chain(host.https.iter().flat_map(|h| h.urls.iter()))
+            .chain(host.api.as_ref().and_then(|a| a.url.as_ref()))
+            .map(|u| site::url_host(u).to_string())
+            .collect();
+        hosts.dedup();
         Some(tls::load_or_create(&state_dir, &hosts)?)
     } else {
         None

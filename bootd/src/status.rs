@@ -319,7 +319,7 @@ pub fn timeline_json(app: &App, snap: &Snapshot, name: &str) -> Option<Value> {
             key: n.name.clone(),
             site_node: true,
             mac: n.macs.first().map(|m| m.to_string()),
-            ip: Some(std::net::IpAddr::V4(n.ip)),
+            ip: Some(n.ip()),
             attempt: 1,
             events: Default::default(),
             starts: None,
@@ -444,7 +444,7 @@ pub fn route(
                     .node(&name)
                     .and_then(|n| n.macs.first())
                     .map(|m| m.to_string()),
-                ip: snap.site.node(&name).map(|n| std::net::IpAddr::V4(n.ip)),
+                ip: snap.site.node(&name).map(|n| n.ip()),
                 attempt: 1,
                 events: Default::default(),
                 starts: None,

@@ -386,7 +386,7 @@ impl Book {
             mac: site_node_of
                 .and_then(|n| n.macs.first())
                 .map(|m| m.to_string()),
-            ip: site_node_of.map(|n| IpAddr::V4(n.ip)),
+            ip: site_node_of.map(|n| n.ip()),
             attempt: 1,
             events: VecDeque::new(),
             starts: None,

@@ -231,7 +231,7 @@ pub(super) fn node_view(
         (Some(r), _) => facts::effective(&r.spec, facts.as_ref()).unwrap_or_else(|| r.spec.clone()),
         (None, Some(n)) => json!({
             "name": n.name, "role": n.role, "macs": n.macs.iter().map(|m| m.to_string()).collect::<Vec<_>>(),
-            "ip": n.ip.to_string(), "arch": n.arch.as_str(), "image": n.image,
+            "ip": crate::addresses::ip_json(n), "arch": n.arch.as_str(), "image": n.image,
         }),
         (None, None) => Value::Null,
     };
@@ -610,7 +610,7 @@ pub(super) async fn adopt(
     }
     if !spec.contains_key("ip") {
         let snap = ctl.app.live.load();
-        match free_address(&snap.site, m.ip) {
+        match crate::addresses::free_address(&snap.site, m.ip) {
             Some(ip) => {
                 spec.insert("ip".into(), json!(ip.to_string()));
             }
@@ -635,36 +635,6 @@ pub(super) async fn adopt(
         info!(key = %m.key, macs = ?m.macs, "discovered machine adopted");
     }
     resp
-}
-
-/// The first address of the network holding `near` (else of the first
-/// network with a pool) that no node, VIP, gateway, DNS server, this host
-/// or the dynamic pool uses.
-fn free_address(site: &site::Site, near: Option<std::net::IpAddr>) -> Option<std::net::Ipv4Addr> {
-    let net = site
-        .networks
-        .iter()
-        .find(|n| near.is_some_and(|a| n.subnet.contains(&a)))
-        .or_else(|| site.networks.iter().find(|n| n.pool.is_some()))?;
-    let ipnet::IpNet::V4(v4) = net.subnet else {
-        return None;
-    };
-    let mut used: Vec<std::net::IpAddr> = site
-        .nodes
-        .iter()
-        .map(|n| std::net::IpAddr::V4(n.ip))
-        .collect();
-    used.extend([site.vips.api, site.vips.ingress]);
-    used.extend(net.gateway);
-    used.extend(net.dns_servers.iter().copied());
-    if let Some(d) = &site.host.dhcp {
-        used.push(std::net::IpAddr::V4(d.server_address));
-    }
-    v4.hosts().find(|h| {
-        let a = std::net::IpAddr::V4(*h);
-        let in_pool = net.pool.is_some_and(|(s, e)| a >= s && a <= e);
-        !in_pool && !used.contains(&a)
-    })
 }
 
 /// Forgets that the node installed: its next network boot gets the

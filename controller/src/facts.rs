@@ -45,11 +45,7 @@ impl Facts {
             .addresses
             .iter()
             .filter_map(|a| a.parse::<Ipv4Addr>().ok())
-            .find(|a| {
-                site.networks
-                    .iter()
-                    .any(|n| n.subnet.contains(&IpAddr::V4(*a)))
-            });
+            .find(|a| site.networks.iter().any(|n| n.contains(IpAddr::V4(*a))));
         let mut macs: Vec<String> = Vec::new();
         for mac in &m.macs {
             let mac = mac.to_ascii_lowercase();
@@ -213,7 +209,9 @@ pub fn stand_ins(
         })
         .collect();
     let taken_ip = |ip: &str| {
-        site.nodes.iter().any(|n| n.ip.to_string() == ip)
+        site.nodes
+            .iter()
+            .any(|n| n.ips().any(|a| a.to_string() == ip))
             || served.iter().any(|n| n["ip"] == ip)
             || site.vips.api.to_string() == ip
             || site.vips.ingress.to_string() == ip
@@ -225,8 +223,8 @@ pub fn stand_ins(
         let free = site
             .networks
             .iter()
-            .filter_map(|n| match n.subnet {
-                ipnet::IpNet::V4(n) => Some(n),
+            .filter_map(|n| match n.v4().map(|s| s.net) {
+                Some(ipnet::IpNet::V4(n)) => Some(n),
                 _ => None,
             })
             .flat_map(|n| n.hosts().take(4096))

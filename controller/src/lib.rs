@@ -23,6 +23,7 @@
 //! concurrent creates of one node make one row, one reconcile loop, one
 //! machine); there is at most one reconcile loop per node.
 
+mod addresses;
 pub mod auth;
 pub mod client;
 pub mod conditions;

@@ -180,7 +180,10 @@ fn node_request(ctl: &Controller, snap: &Snapshot, row: &NodeRow) -> Option<Node
         })
         .unwrap_or(site::Firmware::Auto);
     let (ip, macs) = match snap.site.node(name) {
-        Some(node) => (node.ip, node.macs.iter().map(|m| m.to_string()).collect()),
+        Some(node) => (
+            node.ip4.unwrap_or(std::net::Ipv4Addr::UNSPECIFIED),
+            node.macs.iter().map(|m| m.to_string()).collect(),
+        ),
         None => {
             let facts = ctl.store.all_facts().ok()?;
             let f = facts.get(name).and_then(crate::facts::Facts::from_json);

@@ -189,7 +189,11 @@ pub fn from_site(site: &Site, serial: u32) -> Result<Vec<Zone>, ZoneError> {
     };
     let mut origins = vec![fwd_origin.clone()];
     origins.extend(site::dns::reverse_zones(
-        &site.networks.iter().map(|n| n.subnet).collect::<Vec<_>>(),
+        &site
+            .networks
+            .iter()
+            .flat_map(|n| n.subnets.iter().map(|s| s.net))
+            .collect::<Vec<_>>(),
     ));
     let mut zones = Vec::new();
     for o in &origins {
@@ -238,14 +242,16 @@ pub fn from_site(site: &Site, serial: u32) -> Result<Vec<Zone>, ZoneError> {
     ));
     for n in &site.nodes {
         let fqdn = format!("{}.{domain}", n.name);
-        all.push(Record::from_rdata(name(&fqdn)?, ttl, RData::A(A(n.ip))));
-        all.push(Record::from_rdata(
-            name(&site::dns::reverse_name(IpAddr::V4(n.ip)))?,
-            ttl,
-            RData::PTR(PTR(name(&fqdn)?)),
-        ));
+        for ip in n.ips() {
+            all.push(Record::from_rdata(name(&fqdn)?, ttl, rdata_for_ip(ip)));
+            all.push(Record::from_rdata(
+                name(&site::dns::reverse_name(ip))?,
+                ttl,
+                RData::PTR(PTR(name(&fqdn)?)),
+            ));
+        }
     }
-    if !site.nodes.iter().any(|n| IpAddr::V4(n.ip) == site.vips.api) {
+    if !site.nodes.iter().any(|n| n.has_ip(site.vips.api)) {
         all.push(Record::from_rdata(
             name(&site::dns::reverse_name(site.vips.api))?,
             ttl,

@@ -61,7 +61,7 @@ pub fn from_site(site: &Site, bootstrap_done: bool) -> Vec<FrontendPlan> {
                     boot.chain(nodes(site::ROLE_MASTER).map(|n| (n, Role::Master)))
                         .map(|(n, role)| BackendPlan {
                             name: n.name.clone(),
-                            addr: SocketAddr::new(n.ip.into(), f.backend_port),
+                            addr: SocketAddr::new(n.ip_like(f.listen.ip()), f.backend_port),
                             role,
                         })
                         .collect()
@@ -75,7 +75,7 @@ pub fn from_site(site: &Site, bootstrap_done: bool) -> Vec<FrontendPlan> {
                     nodes(role_name)
                         .map(|n| BackendPlan {
                             name: n.name.clone(),
-                            addr: SocketAddr::new(n.ip.into(), f.backend_port),
+                            addr: SocketAddr::new(n.ip_like(f.listen.ip()), f.backend_port),
                             role,
                         })
                         .collect()

@@ -7,14 +7,16 @@ use crate::Secret;
 use ipnet::IpNet;
 use std::collections::BTreeMap;
 use std::fmt;
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
 mod admission;
 mod api;
+mod network;
 pub use admission::Admission;
 pub use api::*;
+pub use network::*;
 
 #[derive(Debug, Clone)]
 pub struct Site {
@@ -104,6 +106,8 @@ pub struct Host {
     pub https: Option<Listen>,
     /// bootd's DHCP server; `None`: another DHCP server hands out addresses.
     pub dhcp: Option<Dhcp>,
+    /// bootd's DHCPv6 server (`host.dhcp6`); `None`: none.
+    pub dhcp6: Option<Dhcp6>,
     pub tftp: Option<Tftp>,
     /// bootd's controller API; `None`: no API.
     pub api: Option<Api>,
@@ -197,6 +201,25 @@ pub struct Dhcp {
     pub options: Vec<DhcpOptionValue>,
 }
 
+/// `host.dhcp6`: stateful DHCPv6 (addresses, boot URLs) on one link.
+#[derive(Debug, Clone)]
+pub struct Dhcp6 {
+    pub listen: SocketAddr,
+    /// DHCPv6 clients send to ff02::1:2 on their link: the interface
+    /// where bootd joins that group and answers (relayed requests arrive
+    /// by unicast on any interface).
+    pub interface: String,
+    /// This host's address on the link: the server of `tftp://` boot URLs.
+    pub server_address: Ipv6Addr,
+    /// Valid and preferred lifetime of an address; T1 is half of it, T2
+    /// four fifths.
+    pub lease_time: Duration,
+    pub decline_hold: Duration,
+    /// Answer a Solicit with Rapid Commit by a Reply (when the client asks).
+    pub rapid_commit: bool,
+    pub boot_files: BootFiles,
+}
+
 /// TFTP file names handed to firmware that cannot speak HTTP itself.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BootFiles {
@@ -224,36 +247,48 @@ pub struct Tftp {
 #[derive(Debug, Clone)]
 pub struct Listen {
     pub listen: SocketAddr,
-    /// Without a trailing slash.
+    /// Without a trailing slash: the first of `urls`.
     pub url: String,
+    /// Every URL given (one per address family at most), each without a
+    /// trailing slash.
+    pub urls: Vec<String>,
 }
 
 impl Listen {
+    /// The base URL for a client of this family: the URL whose host is an
+    /// address of the family, else the first (a name, or the only URL).
+    pub fn url_for(&self, v6: bool) -> &str {
+        self.urls
+            .iter()
+            .find(|u| {
+                url_host(u)
+                    .parse::<IpAddr>()
+                    .is_ok_and(|a| a.is_ipv6() == v6)
+            })
+            .unwrap_or(&self.url)
+    }
+    /// The base URL for a client at `peer` (an IPv4-mapped address is IPv4).
+    pub fn url_for_peer(&self, peer: IpAddr) -> &str {
+        self.url_for(peer.to_canonical().is_ipv6())
+    }
+
     /// The host part of the URL (an IP address or a DNS name), for TLS SANs.
     pub fn url_host(&self) -> &str {
-        let rest = self
-            .url
-            .split_once("://")
-            .map(|(_, r)| r)
-            .unwrap_or(&self.url);
-        let authority = rest.split('/').next().unwrap_or(rest);
-        if let Some(v6) = authority.strip_prefix('[') {
-            return v6.split(']').next().unwrap_or(v6);
-        }
-        authority
-            .rsplit_once(':')
-            .map(|(h, _)| h)
-            .unwrap_or(authority)
+        url_host(&self.url)
     }
 }
 
-#[derive(Debug, Clone)]
-pub struct Network {
-    pub name: String,
-    pub subnet: IpNet,
-    pub gateway: Option<IpAddr>,
-    pub dns_servers: Vec<IpAddr>,
-    pub pool: Option<(IpAddr, IpAddr)>,
+/// The host part of a URL (an IP address without brackets, or a name).
+pub fn url_host(url: &str) -> &str {
+    let rest = url.split_once("://").map(|(_, r)| r).unwrap_or(url);
+    let authority = rest.split('/').next().unwrap_or(rest);
+    if let Some(v6) = authority.strip_prefix('[') {
+        return v6.split(']').next().unwrap_or(v6);
+    }
+    authority
+        .rsplit_once(':')
+        .map(|(h, _)| h)
+        .unwrap_or(authority)
 }
 
 #[derive(Debug, Clone)]
@@ -397,83 +432,6 @@ impl Firmware {
 }
 
 #[derive(Debug, Clone)]
-pub struct Node {
-    pub name: String,
-    pub role: String,
-    pub macs: Vec<Mac>,
-    pub ip: Ipv4Addr,
-    /// Index into [`Site::networks`] of the subnet holding `ip`.
-    pub network: usize,
-    pub arch: Arch,
-    pub firmware: Firmware,
-    /// Key into [`Images::sets`].
-    pub image: String,
-    pub install_disk: Option<String>,
-    pub kernel_args: Vec<String>,
-    pub static_network: Option<StaticNetwork>,
-    /// Overrides the site's UEFI x86_64 boot file (e.g. snponly.efi).
-    pub ipxe_binary: Option<String>,
-    pub dhcp_options: Vec<DhcpOptionValue>,
-    /// From where its boot script, metadata and userdata are served.
-    pub fetch_from: FetchFrom,
-    /// The node's other addresses, as its provider reported them (bootd
-    /// writes them into the node overlay); `None`: none reported. Its
-    /// scripts and Ignition are served to these as to `ip`, and a provider
-    /// token works only from them once they are known.
-    pub addresses: Option<Vec<IpAddr>>,
-}
-
-/// `nodes[].fetchFrom`, `host.api.fetchFrom.<provider>`: whether a node's
-/// boot script (which carries a token for its Ignition), metadata and
-/// userdata go only to the node's own address.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum FetchFrom {
-    /// Its reserved address, its provider's addresses, or the address
-    /// bootd's DHCP leased to one of its MACs.
-    #[default]
-    NodeAddress,
-    /// Any source: for nodes whose requests arrive through NAT or a proxy
-    /// that hides their address. A MAC or a name is then enough to get the
-    /// script, and with it a single-use token for the Ignition.
-    AnyAddress,
-}
-
-impl FetchFrom {
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            FetchFrom::NodeAddress => "nodeAddress",
-            FetchFrom::AnyAddress => "anyAddress",
-        }
-    }
-    pub fn parse(s: &str) -> Option<FetchFrom> {
-        match s {
-            "nodeAddress" => Some(FetchFrom::NodeAddress),
-            "anyAddress" => Some(FetchFrom::AnyAddress),
-            _ => None,
-        }
-    }
-}
-
-impl Node {
-    pub fn is_bootstrap(&self) -> bool {
-        self.role == ROLE_BOOTSTRAP
-    }
-}
-
-pub const ROLE_BOOTSTRAP: &str = "bootstrap";
-pub const ROLE_MASTER: &str = "master";
-pub const ROLE_WORKER: &str = "worker";
-
-#[derive(Debug, Clone)]
-pub struct StaticNetwork {
-    pub interface: String,
-    pub address: IpNet,
-    pub gateway: Option<IpAddr>,
-    pub dns: Vec<IpAddr>,
-    pub mtu: Option<u32>,
-}
-
-#[derive(Debug, Clone)]
 pub struct Ignition {
     /// Role name → that role's config, as openshift-install wrote it.
     pub roles: BTreeMap<String, RoleConfig>,
@@ -516,7 +474,7 @@ impl Site {
         self.nodes.iter().find(|n| n.macs.contains(mac))
     }
     pub fn node_by_ip(&self, ip: IpAddr) -> Option<&Node> {
-        self.nodes.iter().find(|n| IpAddr::V4(n.ip) == ip)
+        self.nodes.iter().find(|n| n.has_ip(ip))
     }
     pub fn image_of(&self, node: &Node) -> &ImageSet {
         // Validation guarantees every node's image exists.

@@ -6,7 +6,7 @@ use crate::model::*;
 use crate::{wire, Problem, Secret, SiteError};
 use ipnet::IpNet;
 use std::collections::{BTreeMap, HashMap};
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::{Component, Path, PathBuf};
 use std::time::Duration;
 
@@ -16,6 +16,9 @@ pub use controller::OVERLAY_FILE;
 pub use controller::{alibaba_disk_problems, alibaba_id_ok, region_id_ok, zone_in_region};
 mod lb;
 pub use lb::load_lb;
+mod dhcp6;
+mod networks;
+use networks::networks;
 mod dns;
 mod host;
 mod install_config;
@@ -193,6 +196,9 @@ fn validate(w: wire::SiteFile, cx: &mut Cx) -> Option<Site> {
     }
     let host = host(cx, &w.host);
     let networks = networks(cx, &w.networks, ic.as_ref());
+    if let Some((d, h)) = host.as_ref().and_then(|h| h.dhcp6.as_ref().map(|d| (d, h))) {
+        dhcp6::check(cx, d, &networks, &h.store);
+    }
     let vips = vips(cx, w.vips.as_ref(), &networks, host.as_ref());
     let (images, broken_images) = images(cx, w.images.as_ref());
     let mut nodes = Vec::new();
@@ -203,7 +209,7 @@ fn validate(w: wire::SiteFile, cx: &mut Cx) -> Option<Site> {
         let site_file = cx.file.clone();
         let mut names: HashMap<String, String> = HashMap::new();
         let mut macs: HashMap<Mac, (usize, String)> = HashMap::new();
-        let mut ips: HashMap<Ipv4Addr, String> = HashMap::new();
+        let mut ips: HashMap<IpAddr, String> = HashMap::new();
         // Site nodes, then overlay nodes (their problems name the overlay file).
         let all = w
             .nodes
@@ -243,12 +249,19 @@ fn validate(w: wire::SiteFile, cx: &mut Cx) -> Option<Site> {
                     }
                 }
             }
-            if let Some(Ok(ip)) = wn.ip.as_deref().map(str::parse::<Ipv4Addr>) {
-                if let Some(j) = ips.insert(ip, here.clone()) {
-                    cx.err(
-                        format!("nodes[{i}].ip"),
-                        format!("duplicate IP {ip} (also {j})"),
-                    );
+            if let Some(written) = &wn.ip {
+                for (k, s) in written.items().into_iter().enumerate() {
+                    let Ok(ip) = s.parse::<IpAddr>() else {
+                        continue;
+                    };
+                    if let Some(j) = ips.insert(ip, here.clone()) {
+                        let key = if written.is_list() {
+                            format!("nodes[{i}].ip[{k}]")
+                        } else {
+                            format!("nodes[{i}].ip")
+                        };
+                        cx.err(key, format!("duplicate IP {ip} (also {j})"));
+                    }
                 }
             }
             if let Some(n) = node(cx, i, wn, &networks, &images, &broken_images) {
@@ -364,7 +377,11 @@ fn discovery(cx: &mut Cx, w: Option<&wire::Discovery>, networks: &[Network]) -> 
             ),
         }
     }
-    if d.enabled && !networks.iter().any(|n| n.pool.is_some()) {
+    if d.enabled
+        && !networks
+            .iter()
+            .any(|n| n.subnets.iter().any(|s| s.pool.is_some()))
+    {
         cx.err(
             "discovery.enabled",
             "needs a dynamic DHCP pool (networks[].pool): an unknown machine needs an address to report itself",
@@ -471,99 +488,6 @@ fn parse_ip(cx: &mut Cx, key: &str, s: &str) -> Option<IpAddr> {
             None
         }
     }
-}
-
-fn networks(cx: &mut Cx, w: &[wire::Network], ic: Option<&InstallConfig>) -> Vec<Network> {
-    let mut out = Vec::new();
-    for (i, n) in w.iter().enumerate() {
-        let k = |f: &str| format!("networks[{i}].{f}");
-        let subnet = match n.subnet.as_deref() {
-            None => {
-                cx.err(k("subnet"), "required (CIDR, e.g. 10.0.0.0/24)");
-                continue;
-            }
-            Some(s) => match s.parse::<IpNet>() {
-                Ok(net) if net.trunc() != net => {
-                    cx.err(
-                        k("subnet"),
-                        format!("{s:?} has host bits set; did you mean {}?", net.trunc()),
-                    );
-                    continue;
-                }
-                Ok(net) => net,
-                Err(_) => {
-                    cx.err(k("subnet"), format!("{s:?} is not a CIDR"));
-                    continue;
-                }
-            },
-        };
-        let inside = |cx: &mut Cx, key: String, s: &str| -> Option<IpAddr> {
-            let a = parse_ip(cx, &key, s)?;
-            if !subnet.contains(&a) {
-                cx.err(key, format!("{a} is outside subnet {subnet}"));
-                return None;
-            }
-            Some(a)
-        };
-        let gateway = n
-            .gateway
-            .as_deref()
-            .and_then(|g| inside(cx, k("gateway"), g));
-        let pool = n.pool.as_ref().and_then(|p| {
-            let start = p
-                .start
-                .as_deref()
-                .and_then(|s| inside(cx, k("pool.start"), s));
-            let end = p.end.as_deref().and_then(|s| inside(cx, k("pool.end"), s));
-            if p.start.is_none() || p.end.is_none() {
-                cx.err(k("pool"), "needs both start and end");
-            }
-            match (start, end) {
-                (Some(a), Some(b)) if a > b => {
-                    cx.err(k("pool"), format!("start {a} is after end {b}"));
-                    None
-                }
-                (Some(a), Some(b)) => Some((a, b)),
-                _ => None,
-            }
-        });
-        let dns_servers = n
-            .dns_servers
-            .iter()
-            .enumerate()
-            .filter_map(|(j, s)| parse_ip(cx, &k(&format!("dnsServers[{j}]")), s))
-            .collect();
-        out.push(Network {
-            name: n.name.clone().unwrap_or_else(|| format!("net{i}")),
-            subnet,
-            gateway,
-            dns_servers,
-            pool,
-        });
-    }
-    if let Some(ic) = ic {
-        if w.is_empty() {
-            for (i, m) in ic.machine_networks.iter().enumerate() {
-                out.push(Network {
-                    name: format!("machine{i}"),
-                    subnet: *m,
-                    gateway: None,
-                    dns_servers: vec![],
-                    pool: None,
-                });
-            }
-        } else {
-            for m in &ic.machine_networks {
-                if !out.iter().any(|n| n.subnet == *m) {
-                    cx.err(
-                        "networks",
-                        format!("no subnet equals machineNetwork {m} of {}; list it here or fix the install-config", ic.path.display()),
-                    );
-                }
-            }
-        }
-    }
-    out
 }
 
 /// An image path must stay below the image root: relative, no `..`.

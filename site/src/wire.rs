@@ -56,6 +56,7 @@ pub struct Host {
     pub http: Option<Listen>,
     pub https: Option<Listen>,
     pub dhcp: Option<Dhcp>,
+    pub dhcp6: Option<Dhcp6>,
     pub tftp: Option<Tftp>,
     pub api: Option<Api>,
     pub status_from: Option<Vec<String>>,
@@ -154,6 +155,19 @@ pub struct Dhcp {
     pub options: Vec<DhcpOption>,
 }
 
+/// `host.dhcp6`: bootd's DHCPv6 server.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Dhcp6 {
+    pub listen: Option<String>,
+    pub interface: Option<String>,
+    pub server_address: Option<String>,
+    pub lease_time: Option<String>,
+    pub decline_hold: Option<String>,
+    pub rapid_commit: Option<bool>,
+    pub boot_files: Option<BootFiles>,
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct BootFiles {
@@ -188,18 +202,41 @@ pub struct Tftp {
 #[serde(rename_all = "camelCase")]
 pub struct Listen {
     pub listen: Option<String>,
-    pub url: Option<String>,
+    /// One URL, or one per address family.
+    pub url: Option<OneOrMany<String>>,
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Network {
     pub name: Option<String>,
-    pub subnet: Option<String>,
-    pub gateway: Option<String>,
+    /// One CIDR, or a list of one per family (dual stack).
+    pub subnet: Option<OneOrMany<String>>,
+    pub gateway: Option<OneOrMany<String>>,
     #[serde(default)]
     pub dns_servers: Vec<String>,
-    pub pool: Option<Pool>,
+    pub pool: Option<OneOrMany<Pool>>,
+}
+
+/// A key that takes one value or a list (one per address family).
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum OneOrMany<T> {
+    One(T),
+    Many(Vec<T>),
+}
+
+impl<T> OneOrMany<T> {
+    pub fn items(&self) -> Vec<&T> {
+        match self {
+            OneOrMany::One(t) => vec![t],
+            OneOrMany::Many(v) => v.iter().collect(),
+        }
+    }
+    /// Whether the value was written as a list (keys then carry `[j]`).
+    pub fn is_list(&self) -> bool {
+        matches!(self, OneOrMany::Many(_))
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -272,7 +309,8 @@ pub struct Node {
     pub role: Option<String>,
     #[serde(default)]
     pub macs: Vec<String>,
-    pub ip: Option<String>,
+    /// One address, or a list of one per family (dual stack).
+    pub ip: Option<OneOrMany<String>>,
     pub arch: Option<String>,
     pub firmware: Option<String>,
     pub image: Option<String>,

@@ -41,7 +41,7 @@ fn overlay_nodes_are_merged_and_watched() {
     std::fs::write(&overlay, WORKER_3).unwrap();
     let after = site::load(&path).unwrap();
     let n = after.node("worker-3").expect("overlay node merged");
-    assert_eq!(n.ip.to_string(), "10.77.0.23");
+    assert_eq!(n.ip().to_string(), "10.77.0.23");
     assert_eq!(n.image, "lab-x86_64");
     assert!(after.from_overlay("worker-3"));
     assert!(!after.from_overlay("worker-0"));

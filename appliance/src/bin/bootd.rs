@@ -431,7 +431,7 @@ fn serve(config: bootd::Config) -> Result<()> {
                 n.name,
                 n.role,
                 n.macs.first().map(|m| m.to_string()).unwrap_or_default(),
-                n.ip
+                n.ips().map(|a| a.to_string()).collect::<Vec<_>>().join(" ")
             );
         }
         let reloaded = Arc::clone(&config.reloaded);

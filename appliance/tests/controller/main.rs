@@ -771,7 +771,7 @@ async fn a_provider_address_held_by_another_node_is_a_conflict() {
     );
     let snap = b.app.live.load();
     assert_eq!(
-        snap.site.node("master-0").unwrap().ip.to_string(),
+        snap.site.node("master-0").unwrap().ip().to_string(),
         "10.77.0.11",
         "not overwritten"
     );

@@ -358,9 +358,9 @@ pub async fn cluster_loop(p: Platform, net: u8, urls: Option<&dyn Fn(&str) -> Ur
         assert_eq!(cond(&v, "AddressesRecorded")["status"], "True", "{v:#}");
         let node = b.app.live.load().site.node(name).cloned().expect("served");
         assert!(
-            node.ip.to_string().starts_with(&format!("127.{net}.0.1")),
+            node.ip().to_string().starts_with(&format!("127.{net}.0.1")),
             "{}",
-            node.ip
+            node.ip()
         );
         let prefix = match p {
             Platform::Equinix => "b4:96:91:aa:",
@@ -373,10 +373,10 @@ pub async fn cluster_loop(p: Platform, net: u8, urls: Option<&dyn Fn(&str) -> Ur
         );
         assert_eq!(
             v["spec"]["ip"],
-            node.ip.to_string(),
+            node.ip().to_string(),
             "the node's view shows it"
         );
-        ips.insert(name, IpAddr::V4(node.ip));
+        ips.insert(name, node.ip());
     }
     let overlay = std::fs::read_to_string(b.dir.path().join("state/nodes.yaml")).unwrap();
     for ip in ips.values() {

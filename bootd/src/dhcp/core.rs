@@ -6,7 +6,7 @@ use super::boot::{self, ClientInfo, IPXE_NO_PXEDHCP, OPT_IPXE};
 use super::leases::{Lease, LeaseState, Table};
 use dhcproto::v4::{DhcpOption, HType, Message, MessageType, Opcode, OptionCode, UnknownOption};
 use ipnet::IpNet;
-use site::{DhcpMode, Mac, Network, Node, Site};
+use site::{DhcpMode, Mac, Network, Node, Site, Subnet};
 use std::net::{IpAddr, Ipv4Addr};
 
 /// Where a reply goes (RFC 2131 §4.1).
@@ -57,10 +57,17 @@ impl Outcome {
     }
 }
 
-fn network_of(site: &Site, ip: Ipv4Addr) -> Option<&Network> {
+/// A site network's IPv4 subnet: what DHCPv4 hands out on it.
+#[derive(Clone, Copy)]
+struct Net4<'a> {
+    net: &'a Network,
+    sub: &'a Subnet,
+}
+
+fn network_of(site: &Site, ip: Ipv4Addr) -> Option<Net4<'_>> {
     site.networks
         .iter()
-        .find(|n| n.subnet.contains(&IpAddr::V4(ip)))
+        .find_map(|net| net.subnet_of(IpAddr::V4(ip)).map(|sub| Net4 { net, sub }))
 }
 
 /// The subnet the client is on: chosen by link selection (option 118), the
@@ -70,7 +77,7 @@ fn client_network<'a>(
     req: &Message,
     server: Ipv4Addr,
     link: Option<Ipv4Addr>,
-) -> Result<&'a Network, String> {
+) -> Result<Net4<'a>, String> {
     if let Some(DhcpOption::SubnetSelection(sel)) = req.opts().get(OptionCode::SubnetSelection) {
         return network_of(site, *sel)
             .ok_or_else(|| format!("link selection {sel} is in no site network"));
@@ -91,22 +98,23 @@ fn client_network<'a>(
 fn address_for(
     site: &Site,
     table: &mut Table,
-    net: &Network,
+    net: Net4<'_>,
     node: Option<&Node>,
     mac: &Mac,
     now: u64,
     requested: Option<Ipv4Addr>,
 ) -> Result<Ipv4Addr, String> {
-    if let Some(n) = node {
-        if !net.subnet.contains(&IpAddr::V4(n.ip)) {
+    // A node with no IPv4 address reserved takes one from the pool.
+    if let Some((n, ip)) = node.and_then(|n| n.ip4.map(|ip| (n, ip))) {
+        if !net.sub.net.contains(&IpAddr::V4(ip)) {
             return Err(format!(
-                "node {} is reserved {} which is not on the client's subnet {}",
-                n.name, n.ip, net.subnet
+                "node {} is reserved {ip} which is not on the client's subnet {}",
+                n.name, net.sub.net
             ));
         }
-        return Ok(n.ip);
+        return Ok(ip);
     }
-    let Some((IpAddr::V4(start), IpAddr::V4(end))) = net.pool else {
+    let Some((IpAddr::V4(start), IpAddr::V4(end))) = net.sub.pool else {
         return Err("unknown MAC and no dynamic pool on this subnet".into());
     };
     let in_pool = |ip: Ipv4Addr| (start..=end).contains(&ip);
@@ -115,7 +123,7 @@ fn address_for(
             return Ok(l.ip);
         }
     }
-    let reserved = |ip: Ipv4Addr| site.nodes.iter().any(|n| n.ip == ip);
+    let reserved = |ip: Ipv4Addr| site.nodes.iter().any(|n| n.ip4 == Some(ip));
     if let Some(r) = requested {
         if in_pool(r) && !reserved(r) && table.is_free_for(r, mac, now) {
             return Ok(r);
@@ -163,17 +171,18 @@ fn netmask(subnet: &IpNet) -> Ipv4Addr {
 fn add_config(
     m: &mut Message,
     site: &Site,
-    net: &Network,
+    net: Net4<'_>,
     node: Option<&Node>,
     lease_secs: Option<u32>,
 ) {
     let dhcp = site.host.dhcp.as_ref().expect("caller checked");
     let o = m.opts_mut();
-    o.insert(DhcpOption::SubnetMask(netmask(&net.subnet)));
-    if let Some(IpAddr::V4(gw)) = net.gateway {
+    o.insert(DhcpOption::SubnetMask(netmask(&net.sub.net)));
+    if let Some(IpAddr::V4(gw)) = net.sub.gateway {
         o.insert(DhcpOption::Router(vec![gw]));
     }
     let dns: Vec<Ipv4Addr> = net
+        .net
         .dns_servers
         .iter()
         .filter_map(|d| {
@@ -289,17 +298,23 @@ fn bootp(site: &Site, req: &Message, mac: Mac, link: Option<Ipv4Addr>) -> Outcom
         Ok(n) => n,
         Err(why) => return Outcome::drop("ignored", format!("BOOTP: {why}")),
     };
-    if !net.subnet.contains(&IpAddr::V4(node.ip)) {
+    let Some(ip) = node.ip4 else {
+        return Outcome::drop(
+            "ignored",
+            format!("BOOTP: node {} has no IPv4 address reserved", node.name),
+        );
+    };
+    if !net.sub.net.contains(&IpAddr::V4(ip)) {
         return Outcome::drop(
             "ignored",
             format!(
-                "BOOTP: node {} is reserved {} which is not on the client's subnet {}",
-                node.name, node.ip, net.subnet
+                "BOOTP: node {} is reserved {ip} which is not on the client's subnet {}",
+                node.name, net.sub.net
             ),
         );
     }
     let mut m = reply_header(req);
-    m.set_yiaddr(node.ip).set_siaddr(server);
+    m.set_yiaddr(ip).set_siaddr(server);
     add_config(&mut m, site, net, Some(node), None);
     let client = ClientInfo::from_message(req);
     let boot = boot::decide(site, Some(node), &client);
@@ -310,12 +325,12 @@ fn bootp(site: &Site, req: &Message, mac: Mac, link: Option<Ipv4Addr>) -> Outcom
         }
         Err(why) => format!("no boot file: {why}"),
     };
-    let dest = dest_for(req, node.ip, mac, false);
+    let dest = dest_for(req, ip, mac, false);
     Outcome {
         reply: Some((m, dest)),
         commit: None,
         kind: "bootp",
-        reason: format!("{}: BOOTP {}; {note}", node.name, node.ip),
+        reason: format!("{}: BOOTP {ip}; {note}", node.name),
     }
 }
 
@@ -438,7 +453,7 @@ pub fn answer(site: &Site, table: &mut Table, req: &Message, rx: Rx, now: u64) -
                         && !site
                             .networks
                             .iter()
-                            .any(|n| n.subnet.contains(&IpAddr::V4(requested))) =>
+                            .any(|n| n.contains(IpAddr::V4(requested))) =>
                 {
                     return Outcome::drop("ignored", why);
                 }

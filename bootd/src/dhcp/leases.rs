@@ -13,14 +13,15 @@
 //! byte sequence is stored and escaped safely; they are logged with
 //! `escape_debug`.
 
+pub use super::journal::{append, Truncate};
+use super::journal::{Journal, Records};
 use serde::{Deserialize, Serialize};
 use site::Mac;
 use std::collections::HashMap;
-use std::io::{self, BufRead, Write};
+use std::io::{self, BufRead};
 use std::net::Ipv4Addr;
-use std::path::{Path, PathBuf};
-use tokio::sync::{mpsc, oneshot};
-use tracing::{debug, error, warn};
+use std::path::Path;
+use tracing::warn;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Lease {
@@ -263,11 +264,6 @@ pub fn recover(r: impl BufRead) -> io::Result<(Table, usize)> {
     Ok((t, bad))
 }
 
-/// Rewrites the file with one record per lease (atomically).
-fn compact(path: &Path, t: &Table) -> io::Result<()> {
-    crate::state::write_atomic(path, &render(t)?, 0o640)
-}
-
 /// The lease file's content with one record per lease, as compaction
 /// writes it.
 pub fn render(t: &Table) -> io::Result<Vec<u8>> {
@@ -297,12 +293,10 @@ pub fn render(t: &Table) -> io::Result<Vec<u8>> {
     Ok(buf)
 }
 
-type Pending = (Lease, oneshot::Sender<io::Result<()>>);
-
-/// The durable side: a writer task owns the file.
+/// The durable side: a writer thread owns the file.
 #[derive(Debug, Clone)]
 pub struct Store {
-    tx: mpsc::Sender<Pending>,
+    journal: Journal<Table>,
 }
 
 impl Store {
@@ -315,141 +309,26 @@ impl Store {
         if bad > 0 {
             warn!(file = %path.display(), "lease file ended in a torn line (a write a crash cut short, never acknowledged); dropped it");
         }
-        compact(&path, &table)?;
-        let file = std::fs::OpenOptions::new().append(true).open(&path)?;
-        let (tx, rx) = mpsc::channel::<Pending>(4096);
-        let log = Log {
-            lines: table.len() + table.declined().count(),
-            table: table.clone(),
-            file,
-            path,
-        };
-        std::thread::Builder::new()
-            .name("bootd-leases".into())
-            .spawn(move || writer(log, rx))?;
-        Ok((Store { tx }, table))
+        let journal = Journal::start(path, table.clone(), "bootd-leases")?;
+        Ok((Store { journal }, table))
     }
 
     /// Resolves once `lease` is on disk (fdatasync'ed).
     pub async fn commit(&self, lease: Lease) -> io::Result<()> {
-        let (done, wait) = oneshot::channel();
-        self.tx
-            .send((lease, done))
-            .await
-            .map_err(|_| io::Error::other("lease writer stopped"))?;
-        wait.await
-            .map_err(|_| io::Error::other("lease writer stopped"))?
+        self.journal.commit(lease).await
     }
 }
 
-/// The lease file as the writer keeps it: the records it holds (a copy of
-/// the table, from the same records) and how many lines it has, so that it
-/// can be compacted while bootd runs.
-struct Log {
-    file: std::fs::File,
-    path: PathBuf,
-    table: Table,
-    lines: usize,
-}
-
-/// The file grows by a line per commit (every renewal); once it holds this
-/// many lines beyond two per lease, it is rewritten with one per lease.
-const COMPACT_SLACK: usize = 4096;
-
-/// Appends `buf` and syncs it. After a failed or short write the file is
-/// cut back to where it was, so that a half-written record cannot swallow
-/// the next one (its line would be unreadable at the next start).
-pub fn append(file: &mut (impl Write + Truncate), buf: &[u8]) -> io::Result<()> {
-    let before = file.size()?;
-    let res = file.write_all(buf).and_then(|()| file.sync());
-    if res.is_err() {
-        if let Err(e) = file.truncate(before) {
-            error!(error = %e, "lease file could not be cut back after a failed write");
-        }
+impl Records for Table {
+    type Rec = Lease;
+    fn apply(&mut self, r: Lease) {
+        Table::apply(self, r)
     }
-    res
-}
-
-/// What [`append`] needs of a file besides writing (a trait so that the
-/// failure paths can be tested without a full disk).
-pub trait Truncate {
-    fn size(&mut self) -> io::Result<u64>;
-    fn truncate(&mut self, len: u64) -> io::Result<()>;
-    fn sync(&mut self) -> io::Result<()>;
-}
-
-impl Truncate for std::fs::File {
-    fn size(&mut self) -> io::Result<u64> {
-        self.metadata().map(|m| m.len())
+    fn count(&self) -> usize {
+        self.len() + self.declined().count()
     }
-    fn truncate(&mut self, len: u64) -> io::Result<()> {
-        self.set_len(len)?;
-        self.sync_data()
-    }
-    fn sync(&mut self) -> io::Result<()> {
-        self.sync_data()
-    }
-}
-
-/// Group commit: take everything queued, write it, one fdatasync, answer
-/// all; compact the file when it has grown well past one line per lease.
-fn writer(mut log: Log, mut rx: mpsc::Receiver<Pending>) {
-    let mut batch: Vec<Pending> = Vec::new();
-    let mut buf = Vec::new();
-    while let Some(first) = rx.blocking_recv() {
-        batch.push(first);
-        while let Ok(more) = rx.try_recv() {
-            batch.push(more);
-            if batch.len() >= 1024 {
-                break;
-            }
-        }
-        buf.clear();
-        for (l, _) in &batch {
-            if serde_json::to_writer(&mut buf, l).is_ok() {
-                buf.push(b'\n');
-            }
-        }
-        let res = append(&mut log.file, &buf);
-        match &res {
-            Err(e) => {
-                error!(file = %log.path.display(), error = %e, "lease write failed; the ACKs waiting on it are not sent");
-            }
-            Ok(()) => {
-                for (l, _) in &batch {
-                    log.table.apply(l.clone());
-                }
-                log.lines += batch.len();
-                let records = log.table.len() + log.table.declined().count();
-                // Past twice its records (and the slack): each compaction
-                // rewrites the file, so the cost per commit stays constant
-                // however many leases there are.
-                if log.lines > 2 * records + COMPACT_SLACK {
-                    match compact(&log.path, &log.table)
-                        .and_then(|()| std::fs::OpenOptions::new().append(true).open(&log.path))
-                    {
-                        Ok(f) => {
-                            debug!(file = %log.path.display(), lines = log.lines, records, "lease file compacted");
-                            log.file = f;
-                            log.lines = records;
-                        }
-                        Err(e) => {
-                            // The old file (and its handle) are still whole:
-                            // go on appending, and try again later.
-                            warn!(file = %log.path.display(), error = %e, "lease file compaction failed");
-                            log.lines = records;
-                        }
-                    }
-                }
-            }
-        }
-        for (_, done) in batch.drain(..) {
-            let _ = done.send(
-                res.as_ref()
-                    .map(|_| ())
-                    .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", log.path.display()))),
-            );
-        }
+    fn render(&self) -> io::Result<Vec<u8>> {
+        render(self)
     }
 }
 
@@ -614,7 +493,9 @@ mod tests {
 
 #[cfg(test)]
 mod log_tests {
+    use super::super::journal::COMPACT_SLACK;
     use super::*;
+    use std::io::Write;
 
     /// A file that takes `room` more bytes, then fails (a full disk).
     struct Full {

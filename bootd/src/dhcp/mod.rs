@@ -11,6 +11,7 @@
 
 pub mod boot;
 pub mod core;
+pub mod journal;
 pub mod leases;
 pub mod neigh;
 pub mod server;

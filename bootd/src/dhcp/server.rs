@@ -130,7 +130,7 @@ pub fn link_address(site: &site::Site) -> Option<Ipv4Addr> {
     let net_of = |ip: Ipv4Addr| {
         site.networks
             .iter()
-            .position(|n| n.subnet.contains(&std::net::IpAddr::V4(ip)))
+            .position(|n| n.contains(std::net::IpAddr::V4(ip)))
     };
     let server_net = net_of(dhcp.server_address);
     if server_net.is_some() && mine.iter().any(|a| net_of(*a) == server_net) {

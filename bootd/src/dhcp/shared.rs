@@ -156,7 +156,7 @@ pub fn segment(site: &site::Site, interface: Option<&str>) -> Option<String> {
             let ip = a.address?.as_sockaddr_in()?.ip();
             site.networks
                 .iter()
-                .find(|n| n.subnet.contains(&std::net::IpAddr::V4(ip)))
+                .find(|n| n.contains(std::net::IpAddr::V4(ip)))
                 .map(|n| n.name.as_str())
         })
         .collect();

@@ -46,7 +46,11 @@ menuentry 'bootd: {name} ({role})' {{\n\
         name = node.name,
         role = node.role,
         arch = node.arch,
-        ip = node.ip,
+        ip = node
+            .ips()
+            .map(|a| a.to_string())
+            .collect::<Vec<_>>()
+            .join(", "),
         kernel = grub_url(&urls.kernel),
         initramfs = grub_url(&urls.initramfs),
     )

@@ -7,18 +7,35 @@ use site::{Node, Site};
 
 pub fn metadata(site: &Site, node: &Node) -> Value {
     let net = &site.networks[node.network];
-    let (netmask, network, cidr) = match net.subnet {
-        ipnet::IpNet::V4(n) => (
-            n.netmask().to_string(),
-            n.network().to_string(),
-            n.prefix_len(),
-        ),
-        ipnet::IpNet::V6(n) => (
-            n.netmask().to_string(),
-            n.network().to_string(),
-            n.prefix_len(),
-        ),
-    };
+    let addresses: Vec<Value> = node
+        .ips()
+        .map(|ip| {
+            let sub = net.subnet_of(ip);
+            let (netmask, network, cidr) = match sub.map(|s| s.net) {
+                Some(ipnet::IpNet::V4(n)) => (
+                    n.netmask().to_string(),
+                    n.network().to_string(),
+                    n.prefix_len(),
+                ),
+                Some(ipnet::IpNet::V6(n)) => (
+                    n.netmask().to_string(),
+                    n.network().to_string(),
+                    n.prefix_len(),
+                ),
+                None => (String::new(), String::new(), 0),
+            };
+            json!({
+                "address_family": if ip.is_ipv4() { 4 } else { 6 },
+                "public": false,
+                "management": true,
+                "address": ip.to_string(),
+                "netmask": netmask,
+                "network": network,
+                "cidr": cidr,
+                "gateway": sub.and_then(|s| s.gateway).map(|g| g.to_string()),
+            })
+        })
+        .collect();
     let interfaces: Vec<Value> = node
         .macs
         .iter()
@@ -33,16 +50,7 @@ pub fn metadata(site: &Site, node: &Node) -> Value {
         "ssh_keys": site.ssh_keys,
         "network": {
             "interfaces": interfaces,
-            "addresses": [{
-                "address_family": 4,
-                "public": false,
-                "management": true,
-                "address": node.ip.to_string(),
-                "netmask": netmask,
-                "network": network,
-                "cidr": cidr,
-                "gateway": net.gateway.map(|g| g.to_string()),
-            }],
+            "addresses": addresses,
             "dns": net.dns_servers.iter().map(|d| d.to_string()).collect::<Vec<_>>(),
         },
     })

@@ -32,7 +32,11 @@ LABEL bootd\n\
         name = node.name,
         role = node.role,
         arch = node.arch,
-        ip = node.ip,
+        ip = node
+            .ips()
+            .map(|a| a.to_string())
+            .collect::<Vec<_>>()
+            .join(", "),
         kernel = urls.kernel,
         initramfs = urls.initramfs,
     )

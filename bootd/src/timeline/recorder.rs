@@ -148,7 +148,7 @@ impl Recorder {
                     key: n.name.clone(),
                     site_node: true,
                     mac: n.macs.first().map(|m| m.to_string()),
-                    ip: Some(IpAddr::V4(n.ip)),
+                    ip: Some(n.ip()),
                     attempt: 1,
                     events: VecDeque::new(),
                     starts: None,

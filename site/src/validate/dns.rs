@@ -107,7 +107,11 @@ pub(super) fn dns(cx: &mut Cx, w: Option<&wire::Dns>, f: &Facts<'_>) -> Option<D
             v
         }
         None => {
-            let mut v: Vec<IpNet> = f.networks.iter().map(|n| n.subnet).collect();
+            let mut v: Vec<IpNet> = f
+                .networks
+                .iter()
+                .flat_map(|n| n.subnets.iter().map(|s| s.net))
+                .collect();
             v.extend(loopback());
             v
         }
@@ -133,7 +137,10 @@ pub(super) fn dns(cx: &mut Cx, w: Option<&wire::Dns>, f: &Facts<'_>) -> Option<D
         domain.clone()
     }];
     zones.extend(dns::reverse_zones(
-        &f.networks.iter().map(|n| n.subnet).collect::<Vec<_>>(),
+        &f.networks
+            .iter()
+            .flat_map(|n| n.subnets.iter().map(|s| s.net))
+            .collect::<Vec<_>>(),
     ));
 
     let mut nameservers = Vec::new();

@@ -20,32 +20,55 @@ pub(super) fn listen(cx: &mut Cx, key: &str, w: &wire::Listen, scheme: &str) -> 
             None
         }
     };
-    let url = match w.url.as_deref() {
-        Some(u)
-            if u.starts_with(&format!("{scheme}://"))
-                && u.len() > scheme.len() + 3
-                && !u.contains(char::is_whitespace) =>
-        {
-            Some(u.trim_end_matches('/').to_string())
+    let mut urls = Vec::new();
+    match &w.url {
+        None => cx.err(
+            format!("{key}.url"),
+            "required: the base URL nodes use to reach this listener",
+        ),
+        Some(written) => {
+            let items = written.items();
+            if items.is_empty() {
+                cx.err(format!("{key}.url"), "an empty list: give at least one URL");
+            }
+            let mut families: Vec<Option<bool>> = Vec::new();
+            for (j, u) in items.into_iter().enumerate() {
+                let k = if written.is_list() {
+                    format!("{key}.url[{j}]")
+                } else {
+                    format!("{key}.url")
+                };
+                if !(u.starts_with(&format!("{scheme}://"))
+                    && u.len() > scheme.len() + 3
+                    && !u.contains(char::is_whitespace))
+                {
+                    cx.err(k, format!("{u:?} is not a {scheme}:// URL"));
+                    continue;
+                }
+                let u = u.trim_end_matches('/').to_string();
+                let host = crate::model::url_host(&u);
+                let family = host.parse::<IpAddr>().ok().map(|a| a.is_ipv6());
+                if u.contains("://[") != (family == Some(true)) {
+                    cx.err(k, format!("{u:?}: an IPv6 address in a URL is written in brackets, http://[fd00::1]:8080"));
+                    continue;
+                }
+                if written.is_list() && (family.is_none() || families.contains(&family)) {
+                    cx.err(
+                        k,
+                        format!("{u:?}: a list gives one URL per family, each with an IPv4 or IPv6 address"),
+                    );
+                    continue;
+                }
+                families.push(family);
+                urls.push(u);
+            }
         }
-        Some(u) => {
-            cx.err(
-                format!("{key}.url"),
-                format!("{u:?} is not a {scheme}:// URL"),
-            );
-            None
-        }
-        None => {
-            cx.err(
-                format!("{key}.url"),
-                "required: the base URL nodes use to reach this listener",
-            );
-            None
-        }
-    };
+    }
+    let url = urls.first().cloned();
     Some(Listen {
         listen: addr?,
         url: url?,
+        urls,
     })
 }
 
@@ -68,6 +91,10 @@ pub(super) fn host(cx: &mut Cx, w: &wire::Host) -> Option<Host> {
         None => None,
     };
     let dhcp = w.dhcp.as_ref().map(|d| dhcp(cx, d, http.as_ref()));
+    let dhcp6 = w
+        .dhcp6
+        .as_ref()
+        .map(|d| super::dhcp6::dhcp6(cx, d, http.as_ref()));
     let dhcp = match dhcp {
         Some(None) => return None,
         Some(Some(d)) => Some(d),
@@ -163,6 +190,11 @@ pub(super) fn host(cx: &mut Cx, w: &wire::Host) -> Option<Host> {
         None => Some(Admission::default()),
         Some(a) => admission(cx, a),
     };
+    let dhcp6 = match dhcp6 {
+        Some(None) => return None,
+        Some(Some(d)) => Some(d),
+        None => None,
+    };
     Some(Host {
         admission: admission?,
         store: store?,
@@ -170,6 +202,7 @@ pub(super) fn host(cx: &mut Cx, w: &wire::Host) -> Option<Host> {
         http: http?,
         https,
         dhcp,
+        dhcp6,
         tftp,
         api,
         status_from,
@@ -359,6 +392,24 @@ pub(super) fn dhcp_options(cx: &mut Cx, key: &str, w: &[wire::DhcpOption]) -> Ve
     out
 }
 
+/// `<key>.bootFiles`: each file name checked, defaults for those not given.
+pub(super) fn boot_files(cx: &mut Cx, key: &str, bf: Option<&wire::BootFiles>) -> BootFiles {
+    let mut file = |name: &str, v: Option<&Option<String>>, default: &str| {
+        boot_file(
+            cx,
+            &format!("{key}.{name}"),
+            v.and_then(|v| v.as_deref()),
+            default,
+        )
+    };
+    BootFiles {
+        bios: file("bios", bf.map(|b| &b.bios), "undionly.kpxe"),
+        uefi_x86_64: file("uefiX86_64", bf.map(|b| &b.uefi_x86_64), "ipxe.efi"),
+        uefi_arm64: file("uefiArm64", bf.map(|b| &b.uefi_arm64), "ipxe-arm64.efi"),
+        ieee1275: file("ieee1275", bf.map(|b| &b.ieee1275), "core.elf"),
+    }
+}
+
 pub(super) fn boot_file(cx: &mut Cx, key: &str, v: Option<&str>, default: &str) -> String {
     match v {
         None => default.to_string(),
@@ -481,33 +532,7 @@ pub(super) fn dhcp(cx: &mut Cx, w: &wire::Dhcp, http: Option<&Listen>) -> Option
             );
         }
     }
-    let bf = w.boot_files.as_ref();
-    let boot_files = BootFiles {
-        bios: boot_file(
-            cx,
-            "host.dhcp.bootFiles.bios",
-            bf.and_then(|b| b.bios.as_deref()),
-            "undionly.kpxe",
-        ),
-        uefi_x86_64: boot_file(
-            cx,
-            "host.dhcp.bootFiles.uefiX86_64",
-            bf.and_then(|b| b.uefi_x86_64.as_deref()),
-            "ipxe.efi",
-        ),
-        uefi_arm64: boot_file(
-            cx,
-            "host.dhcp.bootFiles.uefiArm64",
-            bf.and_then(|b| b.uefi_arm64.as_deref()),
-            "ipxe-arm64.efi",
-        ),
-        ieee1275: boot_file(
-            cx,
-            "host.dhcp.bootFiles.ieee1275",
-            bf.and_then(|b| b.ieee1275.as_deref()),
-            "core.elf",
-        ),
-    };
+    let boot_files = boot_files(cx, "host.dhcp.bootFiles", w.boot_files.as_ref());
     let options = dhcp_options(cx, "host.dhcp.options", &w.options);
     Some(Dhcp {
         listen: listen?,

@@ -64,39 +64,71 @@ pub(super) fn node(
         }
     }
     let mut network = 0;
-    let ip = match w.ip.as_deref().map(str::parse::<Ipv4Addr>) {
-        Some(Ok(a)) => {
-            match networks
-                .iter()
-                .position(|n| n.subnet.contains(&IpAddr::V4(a)))
-            {
-                Some(p) => network = p,
-                None => cx.err(
-                    k("ip"),
-                    format!(
-                        "{a} is outside every network ({})",
-                        networks
-                            .iter()
-                            .map(|n| n.subnet.to_string())
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    ),
-                ),
+    let (mut ip4, mut ip6) = (None, None);
+    match &w.ip {
+        None => cx.err(
+            k("ip"),
+            "required (an address, or one per family for dual stack)",
+        ),
+        Some(written) => {
+            let mut nets: Vec<usize> = Vec::new();
+            let items = written.items();
+            if items.is_empty() {
+                cx.err(k("ip"), "an empty list: give at least one address");
             }
-            a
+            for (j, s) in items.into_iter().enumerate() {
+                let key = if written.is_list() {
+                    format!("nodes[{i}].ip[{j}]")
+                } else {
+                    k("ip")
+                };
+                let a = match s.parse::<IpAddr>() {
+                    Ok(a) => a,
+                    Err(_) => {
+                        cx.err(key, format!("{s:?} is not an IP address"));
+                        continue;
+                    }
+                };
+                match a {
+                    IpAddr::V4(v4) if ip4.is_none() => ip4 = Some(v4),
+                    IpAddr::V6(v6) if ip6.is_none() => ip6 = Some(v6),
+                    _ => {
+                        cx.err(
+                            key,
+                            format!("a second address of {a}'s family: one per family"),
+                        );
+                        continue;
+                    }
+                }
+                match networks.iter().position(|n| n.contains(a)) {
+                    Some(p) => nets.push(p),
+                    None => cx.err(
+                        key,
+                        format!(
+                            "{a} is outside every network ({})",
+                            networks
+                                .iter()
+                                .map(|n| n.subnets_text())
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        ),
+                    ),
+                }
+            }
+            if let Some(&first) = nets.first() {
+                network = first;
+                if nets.iter().any(|&p| p != first) {
+                    cx.err(
+                        k("ip"),
+                        format!(
+                            "its addresses are in different networks ({}): a node's addresses share its one network",
+                            nets.iter().map(|&p| networks[p].name.as_str()).collect::<Vec<_>>().join(", ")
+                        ),
+                    );
+                }
+            }
         }
-        Some(Err(_)) => {
-            cx.err(
-                k("ip"),
-                format!("{:?} is not an IPv4 address", w.ip.as_deref().unwrap_or("")),
-            );
-            Ipv4Addr::UNSPECIFIED
-        }
-        None => {
-            cx.err(k("ip"), "required");
-            Ipv4Addr::UNSPECIFIED
-        }
-    };
+    }
     let arch = match w.arch.as_deref() {
         None => Arch::X86_64,
         Some(a) => Arch::parse(a).unwrap_or_else(|| {
@@ -217,15 +249,20 @@ pub(super) fn node(
                     return None;
                 }
             },
-            None => IpNet::new(
-                IpAddr::V4(ip),
-                net.map(|n| n.subnet.prefix_len()).unwrap_or(24),
-            )
-            .ok()?,
+            None => {
+                let ip = ip4.map(IpAddr::V4).or(ip6.map(IpAddr::V6))?;
+                let prefix = net
+                    .and_then(|n| n.subnet_of(ip))
+                    .map(|s| s.net.prefix_len())
+                    .unwrap_or(if ip.is_ipv4() { 24 } else { 64 });
+                IpNet::new(ip, prefix).ok()?
+            }
         };
         let gateway = match s.gateway.as_deref() {
             Some(g) => Some(parse_ip(cx, &k("network.gateway"), g)?),
-            None => net.and_then(|n| n.gateway),
+            None => net
+                .and_then(|n| n.subnet_of(address.addr()))
+                .and_then(|s| s.gateway),
         };
         let dns = if s.dns.is_empty() {
             net.map(|n| n.dns_servers.clone()).unwrap_or_default()
@@ -269,7 +306,8 @@ pub(super) fn node(
         name,
         role,
         macs,
-        ip,
+        ip4,
+        ip6,
         network,
         arch,
         firmware,

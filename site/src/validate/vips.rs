@@ -175,8 +175,8 @@ fn vrrp(
     ];
     for (i, (name, ip)) in all.into_iter().enumerate() {
         let Some(ip) = ip else { continue };
-        match networks.iter().find(|n| n.subnet.contains(&ip)) {
-            Some(n) => prefix[i] = n.subnet.prefix_len(),
+        match networks.iter().find_map(|n| n.subnet_of(ip)) {
+            Some(s) => prefix[i] = s.net.prefix_len(),
             None => {
                 cx.err(
                     format!("vips.{name}"),

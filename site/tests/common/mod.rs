@@ -19,3 +19,21 @@ pub fn lab(edit: impl FnOnce(String) -> String) -> (tempfile::TempDir, PathBuf) 
     let site = dir.path().join("site.yaml");
     (dir, site)
 }
+
+/// Asserts that `err` names every problem in `expect` (each the start of
+/// a `key: reason` line).
+#[allow(dead_code)]
+pub fn assert_problems(err: &site::SiteError, expect: &[&str]) {
+    let got: Vec<String> = err
+        .problems
+        .iter()
+        .map(|p| format!("{}: {}", p.key, p.reason))
+        .collect();
+    for e in expect {
+        assert!(
+            got.iter().any(|g| g.starts_with(e)),
+            "missing problem {e:?}\n got:\n{}",
+            got.join("\n")
+        );
+    }
+}

@@ -1,0 +1,155 @@
+//! Networks and nodes: the site's addresses.
+
+use super::*;
+
+/// One network (one link): an IPv4 subnet, an IPv6 subnet, or one of each.
+#[derive(Debug, Clone)]
+pub struct Network {
+    pub name: String,
+    /// One per address family, IPv4 first.
+    pub subnets: Vec<Subnet>,
+    pub dns_servers: Vec<IpAddr>,
+}
+
+/// A subnet of a [`Network`], with its router and dynamic pool.
+#[derive(Debug, Clone)]
+pub struct Subnet {
+    pub net: IpNet,
+    pub gateway: Option<IpAddr>,
+    /// First and last address of the dynamic pool (inclusive).
+    pub pool: Option<(IpAddr, IpAddr)>,
+}
+
+impl Network {
+    /// The IPv4 subnet, if the network has one.
+    pub fn v4(&self) -> Option<&Subnet> {
+        self.subnets.iter().find(|s| s.net.addr().is_ipv4())
+    }
+    /// The IPv6 subnet, if the network has one.
+    pub fn v6(&self) -> Option<&Subnet> {
+        self.subnets.iter().find(|s| s.net.addr().is_ipv6())
+    }
+    /// The subnet holding `a`.
+    pub fn subnet_of(&self, a: IpAddr) -> Option<&Subnet> {
+        self.subnets.iter().find(|s| s.net.contains(&a))
+    }
+    pub fn contains(&self, a: IpAddr) -> bool {
+        self.subnet_of(a).is_some()
+    }
+    /// The subnets, written as the site writes them (`a, b`).
+    pub fn subnets_text(&self) -> String {
+        self.subnets
+            .iter()
+            .map(|s| s.net.to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Node {
+    pub name: String,
+    pub role: String,
+    pub macs: Vec<Mac>,
+    /// The reserved IPv4 address (`ip`, or its IPv4 entry).
+    pub ip4: Option<Ipv4Addr>,
+    /// The reserved IPv6 address (`ip`'s IPv6 entry). A node has at least
+    /// one of the two.
+    pub ip6: Option<Ipv6Addr>,
+    /// Index into [`Site::networks`] of the network holding its addresses.
+    pub network: usize,
+    pub arch: Arch,
+    pub firmware: Firmware,
+    /// Key into [`Images::sets`].
+    pub image: String,
+    pub install_disk: Option<String>,
+    pub kernel_args: Vec<String>,
+    pub static_network: Option<StaticNetwork>,
+    /// Overrides the site's UEFI x86_64 boot file (e.g. snponly.efi).
+    pub ipxe_binary: Option<String>,
+    pub dhcp_options: Vec<DhcpOptionValue>,
+    /// From where its boot script, metadata and userdata are served.
+    pub fetch_from: FetchFrom,
+    /// The node's other addresses, as its provider reported them (bootd
+    /// writes them into the node overlay); `None`: none reported. Its
+    /// scripts and Ignition are served to these as to `ip`, and a provider
+    /// token works only from them once they are known.
+    pub addresses: Option<Vec<IpAddr>>,
+}
+
+/// `nodes[].fetchFrom`, `host.api.fetchFrom.<provider>`: whether a node's
+/// boot script (which carries a token for its Ignition), metadata and
+/// userdata go only to the node's own address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FetchFrom {
+    /// Its reserved address, its provider's addresses, or the address
+    /// bootd's DHCP leased to one of its MACs.
+    #[default]
+    NodeAddress,
+    /// Any source: for nodes whose requests arrive through NAT or a proxy
+    /// that hides their address. A MAC or a name is then enough to get the
+    /// script, and with it a single-use token for the Ignition.
+    AnyAddress,
+}
+
+impl FetchFrom {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            FetchFrom::NodeAddress => "nodeAddress",
+            FetchFrom::AnyAddress => "anyAddress",
+        }
+    }
+    pub fn parse(s: &str) -> Option<FetchFrom> {
+        match s {
+            "nodeAddress" => Some(FetchFrom::NodeAddress),
+            "anyAddress" => Some(FetchFrom::AnyAddress),
+            _ => None,
+        }
+    }
+}
+
+impl Node {
+    pub fn is_bootstrap(&self) -> bool {
+        self.role == ROLE_BOOTSTRAP
+    }
+    /// Its reserved addresses, IPv4 first.
+    pub fn ips(&self) -> impl Iterator<Item = IpAddr> + '_ {
+        self.ip4
+            .map(IpAddr::V4)
+            .into_iter()
+            .chain(self.ip6.map(IpAddr::V6))
+    }
+    /// Its first reserved address (IPv4 on a dual-stack node): the one
+    /// messages, metadata and single-address consumers use.
+    pub fn ip(&self) -> IpAddr {
+        self.ips()
+            .next()
+            .unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED))
+    }
+    /// Its reserved address of `a`'s family, else its other one.
+    pub fn ip_like(&self, a: IpAddr) -> IpAddr {
+        match a {
+            IpAddr::V6(_) => self.ip6.map(IpAddr::V6).unwrap_or_else(|| self.ip()),
+            IpAddr::V4(_) => self.ip(),
+        }
+    }
+    /// Whether `a` is one of its reserved addresses (an IPv4-mapped IPv6
+    /// address counts as its IPv4 address).
+    pub fn has_ip(&self, a: IpAddr) -> bool {
+        let a = a.to_canonical();
+        self.ips().any(|x| x == a)
+    }
+}
+
+pub const ROLE_BOOTSTRAP: &str = "bootstrap";
+pub const ROLE_MASTER: &str = "master";
+pub const ROLE_WORKER: &str = "worker";
+
+#[derive(Debug, Clone)]
+pub struct StaticNetwork {
+    pub interface: String,
+    pub address: IpNet,
+    pub gateway: Option<IpAddr>,
+    pub dns: Vec<IpAddr>,
+    pub mtu: Option<u32>,
+}

@@ -1,0 +1,131 @@
+//! Stage two for `host.dhcp6`: bootd's DHCPv6 server.
+
+use super::host::boot_files;
+use super::*;
+
+pub(super) fn dhcp6(cx: &mut Cx, w: &wire::Dhcp6, http: Option<&Listen>) -> Option<Dhcp6> {
+    let listen = match w
+        .listen
+        .as_deref()
+        .unwrap_or("[::]:547")
+        .parse::<SocketAddr>()
+    {
+        Ok(a) if a.is_ipv6() => Some(a),
+        _ => {
+            cx.err(
+                "host.dhcp6.listen",
+                format!(
+                    "{:?} is not an IPv6 address:port like [::]:547",
+                    w.listen.as_deref().unwrap_or("")
+                ),
+            );
+            None
+        }
+    };
+    let interface = match w.interface.as_deref() {
+        Some(i) if !i.is_empty() && i.len() <= 15 => Some(i.to_string()),
+        Some(i) => {
+            cx.err(
+                "host.dhcp6.interface",
+                format!("{i:?} is not an interface name"),
+            );
+            None
+        }
+        None => {
+            cx.err(
+                "host.dhcp6.interface",
+                "required: clients send to ff02::1:2 on their link, which bootd joins on this interface",
+            );
+            None
+        }
+    };
+    let server_address = match w.server_address.as_deref() {
+        Some(a) => match a.parse::<Ipv6Addr>() {
+            Ok(a) if !a.is_unspecified() && !a.is_multicast() => Some(a),
+            _ => {
+                cx.err(
+                    "host.dhcp6.serverAddress",
+                    format!("{a:?} is not a unicast IPv6 address"),
+                );
+                None
+            }
+        },
+        // The host of the HTTP URL for IPv6 clients, if it is an address.
+        None => match http.map(|h| crate::model::url_host(h.url_for(true)).parse::<Ipv6Addr>()) {
+            Some(Ok(a)) => Some(a),
+            Some(Err(_)) => {
+                cx.err(
+                    "host.dhcp6.serverAddress",
+                    "required when no host.http.url names an IPv6 address",
+                );
+                None
+            }
+            None => None,
+        },
+    };
+    let lease_time = lifetime(
+        cx,
+        "host.dhcp6.leaseTime",
+        w.lease_time.as_deref(),
+        3600,
+        60,
+        "a duration from 1m to 136y, like 1h",
+    );
+    let decline_hold = lifetime(
+        cx,
+        "host.dhcp6.declineHold",
+        w.decline_hold.as_deref(),
+        24 * 3600,
+        1,
+        "a duration of at least 1s, like 24h",
+    );
+    let boot_files = boot_files(cx, "host.dhcp6.bootFiles", w.boot_files.as_ref());
+    Some(Dhcp6 {
+        listen: listen?,
+        interface: interface?,
+        server_address: server_address?,
+        lease_time,
+        decline_hold,
+        rapid_commit: w.rapid_commit.unwrap_or(true),
+        boot_files,
+    })
+}
+
+/// `host.dhcp6.serverAddress` is on a site network's IPv6 subnet, and
+/// the leases are this appliance's own.
+pub(super) fn check(cx: &mut Cx, d: &Dhcp6, networks: &[Network], store: &Store) {
+    let a = IpAddr::V6(d.server_address);
+    if !networks.iter().any(|n| n.contains(a)) {
+        cx.err(
+            "host.dhcp6.serverAddress",
+            format!("{a} is in no site network's IPv6 subnet: bootd answers only for the networks it is on"),
+        );
+    }
+    if matches!(store, Store::Etcd(_)) {
+        cx.err(
+            "host.dhcp6",
+            "DHCPv6 leases are kept in this appliance's state directory, not in host.store.etcd: appliances sharing a store would give the same addresses twice",
+        );
+    }
+}
+
+/// A duration of `min` seconds to u32::MAX (DHCPv6 lifetimes are 32-bit).
+fn lifetime(
+    cx: &mut Cx,
+    key: &str,
+    v: Option<&str>,
+    default: u64,
+    min: u64,
+    want: &str,
+) -> Duration {
+    let Some(s) = v else {
+        return Duration::from_secs(default);
+    };
+    match duration(s) {
+        Some(d) if d.as_secs() >= min && d.as_secs() < u64::from(u32::MAX) => d,
+        _ => {
+            cx.err(key, format!("{s:?} is not {want}"));
+            Duration::from_secs(default)
+        }
+    }
+}

@@ -1,0 +1,202 @@
+//! IPv6 in the site: a network with a subnet per family, nodes with an
+//! address per family, and every mistake in them reported at once.
+
+mod common;
+use common::{assert_problems, lab};
+use std::net::IpAddr;
+
+const DUAL: &str = "networks:
+  - name: lab
+    subnet: [10.77.0.0/24, fd00:77::/64]
+    gateway: [10.77.0.1, fd00:77::1]
+    dnsServers: [10.77.0.1, fd00:77::1]
+    pool:
+      - { start: 10.77.0.100, end: 10.77.0.199 }
+      - { start: 'fd00:77::1000', end: 'fd00:77::1fff' }
+";
+
+fn dual(nodes: impl Fn(String) -> String) -> (tempfile::TempDir, std::path::PathBuf) {
+    lab(|t| {
+        let start = t.find("networks:").unwrap();
+        let end = t.find("vips:").unwrap();
+        nodes(format!("{}{DUAL}\n{}", &t[..start], &t[end..]))
+    })
+}
+
+#[test]
+fn a_dual_stack_network_and_node() {
+    let (_d, path) = dual(|t| {
+        t.replace("ip: 10.77.0.11,", "ip: [10.77.0.11, 'fd00:77::11'],")
+            .replace("ip: 10.77.0.12,", "ip: 'fd00:77::12',")
+    });
+    let site = site::load(&path).unwrap();
+    let net = &site.networks[0];
+    let v4 = net.v4().unwrap();
+    let v6 = net.v6().unwrap();
+    assert_eq!(v4.net.to_string(), "10.77.0.0/24");
+    assert_eq!(v6.net.to_string(), "fd00:77::/64");
+    assert_eq!(v6.gateway, Some("fd00:77::1".parse().unwrap()));
+    assert_eq!(
+        v6.pool,
+        Some((
+            "fd00:77::1000".parse().unwrap(),
+            "fd00:77::1fff".parse().unwrap()
+        ))
+    );
+    let m0 = site.node("master-0").unwrap();
+    assert_eq!(m0.ip4, Some("10.77.0.11".parse().unwrap()));
+    assert_eq!(m0.ip6, Some("fd00:77::11".parse().unwrap()));
+    assert!(m0.has_ip("fd00:77::11".parse().unwrap()));
+    // An IPv4-mapped source is the IPv4 address.
+    assert!(m0.has_ip("::ffff:10.77.0.11".parse().unwrap()));
+    assert_eq!(m0.ip(), "10.77.0.11".parse::<IpAddr>().unwrap());
+    let m1 = site.node("master-1").unwrap();
+    assert_eq!(
+        (m1.ip4, m1.ip6),
+        (None, Some("fd00:77::12".parse().unwrap()))
+    );
+    assert_eq!(
+        site.node_by_ip("fd00:77::12".parse().unwrap())
+            .map(|n| n.name.as_str()),
+        Some("master-1")
+    );
+}
+
+#[test]
+fn an_ipv6_only_network() {
+    let (_d, path) = lab(|t| {
+        t.replace("subnet: 10.77.0.0/24", "subnet: fd00:77::/64")
+            .replace("gateway: 10.77.0.1\n", "gateway: 'fd00:77::1'\n")
+            .replace("dnsServers: [10.77.0.1]", "dnsServers: ['fd00:77::1']")
+            .replace("ip: 10.77.0.", "ip: fd00:77::")
+            .replace(
+                "api: 10.77.0.1\n  ingress: 10.77.0.1",
+                "api: 'fd00:77::1'\n  ingress: 'fd00:77::1'",
+            )
+    });
+    let site = match site::load(&path) {
+        Ok(s) => s,
+        Err(e) => panic!("{e}"),
+    };
+    assert!(site.networks[0].v4().is_none());
+    assert!(site
+        .nodes
+        .iter()
+        .all(|n| n.ip4.is_none() && n.ip6.is_some()));
+}
+
+#[test]
+fn every_ipv6_mistake_is_reported_at_once() {
+    let (_d, path) = lab(|t| {
+        let start = t.find("networks:").unwrap();
+        let end = t.find("vips:").unwrap();
+        let nets = "networks:
+  - name: lab
+    subnet: [10.77.0.0/24, fd00:77::/64, 10.78.0.0/24]
+    gateway: [10.77.0.1, 'fd00:78::1']
+    pool:
+      - { start: 10.77.0.100, end: 'fd00:77::10' }
+      - { start: 'fd00:77::20', end: 'fd00:77::10' }
+  - name: other
+    subnet: 'fd00:79::1/64'
+  - name: third
+    subnet: 'fd00:7a::/64'
+";
+        format!("{}{nets}\n{}", &t[..start], &t[end..])
+            .replace(
+                "ip: 10.77.0.11,",
+                "ip: [10.77.0.11, 'fd00:77::11', 'fd00:77::12'],",
+            )
+            .replace("ip: 10.77.0.12,", "ip: [10.77.0.12, 'fd00:7a::12'],")
+            .replace("ip: 10.77.0.13,", "ip: [10.77.0.13, 'fd00:77::11'],")
+            .replace("ip: 10.77.0.20,", "ip: [],")
+    });
+    let err = site::load(&path).unwrap_err();
+    let expect = [
+        "networks[0].subnet[2]: a second IPv4 subnet (10.78.0.0/24)",
+        "networks[0].gateway[1]: fd00:78::1 is outside subnet 10.77.0.0/24, fd00:77::/64",
+        "networks[0].pool[0]: start 10.77.0.100 and end fd00:77::10 are in different subnets",
+        "networks[0].pool[1]: start fd00:77::20 is after end fd00:77::10",
+        "networks[1].subnet: \"fd00:79::1/64\" has host bits set; did you mean fd00:79::/64?",
+        "nodes[1].ip[2]: a second address of fd00:77::12's family",
+        "nodes[2].ip: its addresses are in different networks (lab, third)",
+        "nodes[3].ip[1]: duplicate IP fd00:77::11 (also nodes[1])",
+        "nodes[4].ip: an empty list",
+    ];
+    assert_problems(&err, &expect);
+}
+
+#[test]
+fn dhcp6_and_a_url_per_family() {
+    let (_d, path) = dual(|t| {
+        t.replace(
+            "    url: http://10.77.0.1:8080    # what nodes are told",
+            "    url: [http://10.77.0.1:8080, 'http://[fd00:77::1]:8080']",
+        )
+        .replace(
+            "  tftp:\n",
+            "  dhcp6:\n    interface: br0\n    leaseTime: 2h\n  tftp:\n",
+        )
+    });
+    let site = match site::load(&path) {
+        Ok(s) => s,
+        Err(e) => panic!("{e}"),
+    };
+    let http = &site.host.http;
+    assert_eq!(http.url, "http://10.77.0.1:8080");
+    assert_eq!(http.url_for(true), "http://[fd00:77::1]:8080");
+    assert_eq!(http.url_for(false), "http://10.77.0.1:8080");
+    assert_eq!(
+        http.url_for_peer("::ffff:10.77.0.50".parse().unwrap()),
+        "http://10.77.0.1:8080"
+    );
+    let d = site.host.dhcp6.as_ref().unwrap();
+    // The server address defaults to the IPv6 URL's host.
+    assert_eq!(
+        d.server_address,
+        "fd00:77::1".parse::<std::net::Ipv6Addr>().unwrap()
+    );
+    assert_eq!(d.listen, "[::]:547".parse().unwrap());
+    assert_eq!(d.lease_time, std::time::Duration::from_secs(7200));
+    assert!(d.rapid_commit);
+    assert_eq!(d.boot_files.uefi_x86_64, "ipxe.efi");
+}
+
+#[test]
+fn dhcp6_mistakes_are_reported_with_their_keys() {
+    let (_d, path) = dual(|t| {
+        t.replace(
+            "    url: http://10.77.0.1:8080    # what nodes are told",
+            "    url: [http://10.77.0.1:8080, 'http://fd00:77::1:8080', http://10.77.0.2:8080]",
+        )
+        .replace(
+            "  tftp:\n",
+            "  dhcp6:\n    listen: 0.0.0.0:547\n    serverAddress: 'fd00:99::1'\n    leaseTime: 10s\n    bootFiles: { uefiX86_64: 'a b.efi' }\n  tftp:\n",
+        )
+    });
+    let err = site::load(&path).unwrap_err();
+    assert_problems(
+        &err,
+        &[
+            "host.http.url[1]: \"http://fd00:77::1:8080\": an IPv6 address in a URL is written in brackets",
+            "host.http.url[2]: \"http://10.77.0.2:8080\": a list gives one URL per family",
+            "host.dhcp6.listen: \"0.0.0.0:547\" is not an IPv6 address:port",
+            "host.dhcp6.interface: required",
+            "host.dhcp6.leaseTime: \"10s\" is not a duration from 1m",
+            "host.dhcp6.bootFiles.uefiX86_64:",
+        ],
+    );
+    // The server address is checked against the networks once the rest
+    // of host.dhcp6 is whole.
+    let (_d, path) = dual(|t| {
+        t.replace(
+            "  tftp:\n",
+            "  dhcp6:\n    interface: br0\n    serverAddress: 'fd00:99::1'\n  tftp:\n",
+        )
+    });
+    let err = site::load(&path).unwrap_err();
+    assert_problems(
+        &err,
+        &["host.dhcp6.serverAddress: fd00:99::1 is in no site network's IPv6 subnet"],
+    );
+}
