@@ -80,6 +80,7 @@ async fn lbd_phases_from_its_status() {
             https: None,
             dhcp: None,
             dhcp_proxy: None,
+            dhcp6: None,
             tftp: None,
         },
         api: None,

@@ -115,6 +115,7 @@ async fn a_change_is_parsed_once_for_every_daemon() {
             https: Some(https),
             dhcp: None,
             dhcp_proxy: None,
+            dhcp6: None,
             tftp: None,
         },
         api: Some(api),

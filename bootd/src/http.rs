@@ -559,6 +559,15 @@ pub(crate) fn node_addrs(app: &App, node: &Node) -> Vec<IpAddr> {
             }
         }
     }
+    drop(leases);
+    let leases6 = app.leases6.lock().unwrap_or_else(|p| p.into_inner());
+    for m in &node.macs {
+        if let Some(l) = leases6.held_by_mac(&m.to_string()) {
+            if !v.contains(&IpAddr::V6(l.ip)) {
+                v.push(IpAddr::V6(l.ip));
+            }
+        }
+    }
     v
 }
 

@@ -43,6 +43,7 @@ pub(crate) use listen::{count_closed, serve_conn, Prefixed};
 pub use runtime::conns;
 use tftp_files::{tftp_observer, tftp_resolver};
 pub mod dhcp;
+pub mod dhcp6;
 pub mod discovery;
 pub mod files;
 pub mod gate;
@@ -86,6 +87,9 @@ pub struct App {
     /// DHCP leases (empty when bootd serves no DHCP); a node's lease address
     /// counts as its own for Ignition access.
     pub leases: Arc<std::sync::Mutex<dhcp::leases::Table>>,
+    /// DHCPv6 bindings (empty when bootd serves no DHCPv6); counted like
+    /// `leases` for Ignition access.
+    pub leases6: Arc<std::sync::Mutex<dhcp6::leases::Table>>,
     /// The per-node boot timeline: the one record of what nodes do (status
     /// page, API, phase metrics; the controller subscribes to it).
     pub timeline: Arc<timeline::Recorder>,
@@ -195,6 +199,8 @@ pub struct Sockets {
     pub dhcp: Option<tokio::net::UdpSocket>,
     /// proxyDHCP's boot-server port 4011.
     pub dhcp_proxy: Option<tokio::net::UdpSocket>,
+    /// DHCPv6 on port 547 (`host.dhcp6`).
+    pub dhcp6: Option<tokio::net::UdpSocket>,
     /// TFTP on port 69.
     pub tftp: Option<tokio::net::UdpSocket>,
 }
@@ -248,6 +254,16 @@ impl Sockets {
                 )?);
             }
         }
+        let dhcp6 = match &site.host.dhcp6 {
+            Some(d) => Some(
+                dhcp6::server::bind(d.listen, &d.interface).map_err(|source| Error::Bind {
+                    what: "host.dhcp6.listen",
+                    addr: d.listen,
+                    source,
+                })?,
+            ),
+            None => None,
+        };
         let tftp = match &site.host.tftp {
             Some(t) => Some(
                 tokio::net::UdpSocket::bind(t.listen)
@@ -265,6 +281,7 @@ impl Sockets {
             https,
             dhcp,
             dhcp_proxy,
+            dhcp6,
             tftp,
         })
     }
@@ -337,6 +354,7 @@ pub fn prepare(config: &Config, want_tls: bool) -> Result<Arc<App>, Error> {
         state_dir,
         feed: config.feed.clone(),
         leases: Default::default(),
+        leases6: Default::default(),
         timeline,
     }))
 }
@@ -491,6 +509,31 @@ pub async fn run_app(
                 tracker.spawn(Arc::clone(&server).run(sock, port, shutdown.clone()));
             }
         }
+    }
+    if let Some(sock) = sockets.dhcp6 {
+        let (store, table) = dhcp6::leases::Store::open(&app.state_dir)
+            .map_err(|e| Error::StateDir(app.state_dir.clone(), e))?;
+        *app.leases6.lock().unwrap_or_else(|p| p.into_inner()) = table;
+        let server_id = dhcp6::server::server_duid(&app.state_dir)
+            .map_err(|e| Error::StateDir(app.state_dir.clone(), e))?;
+        let ifindex = app
+            .live
+            .load()
+            .site
+            .host
+            .dhcp6
+            .as_ref()
+            .and_then(|d| nix::net::if_::if_nametoindex(d.interface.as_str()).ok())
+            .unwrap_or(0);
+        let server = Arc::new(dhcp6::server::Server {
+            app: Arc::clone(&app),
+            table: Arc::clone(&app.leases6),
+            store,
+            server_id,
+            ifindex,
+        });
+        info!(addr = %sock.local_addr().map(|a| a.to_string()).unwrap_or_default(), "DHCPv6 listening");
+        tracker.spawn(server.run(sock, shutdown.clone()));
     }
     if let Some(sock) = sockets.tftp {
         info!(addr = %sock.local_addr().map(|a| a.to_string()).unwrap_or_default(), "TFTP listening");

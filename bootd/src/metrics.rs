@@ -56,6 +56,7 @@ pub struct Metrics {
     /// Admission gates (`bootd_admission_*`).
     pub gates: std::sync::Arc<crate::gate::GateMetrics>,
     pub dhcp: Family<Kind, Counter>,
+    pub dhcp6: Family<Kind, Counter>,
     pub requests: Family<RouteStatus, Counter>,
     pub bytes: Family<RouteLabel, Counter>,
     /// `bytes{route="images"}`, looked up once: it is counted per piece sent.
@@ -99,6 +100,7 @@ impl Default for Metrics {
         let denials = Family::<Reason, Counter>::default();
         let reloads = Family::<Outcome, Counter>::default();
         let dhcp = Family::<Kind, Counter>::default();
+        let dhcp6 = Family::<Kind, Counter>::default();
         let tftp = std::sync::Arc::new(tftp::TftpMetrics::default());
         tftp.register(&mut registry);
         let gates = std::sync::Arc::new(crate::gate::GateMetrics::default());
@@ -107,6 +109,11 @@ impl Default for Metrics {
             "dhcp_packets",
             "DHCP requests by outcome (offer, ack, nak, inform, release, decline, proxy, ignored, malformed, store_error)",
             dhcp.clone(),
+        );
+        registry.register(
+            "dhcp6_packets",
+            "DHCPv6 messages by kind (solicit, request, renew, rebind, release, decline, confirm, information-request) once answered, or why not (ignored, malformed, not-ours, store_error)",
+            dhcp6.clone(),
         );
         registry.register(
             "http_requests",
@@ -220,6 +227,7 @@ impl Default for Metrics {
             tftp,
             gates,
             dhcp,
+            dhcp6,
             requests,
             bytes,
             image_bytes,

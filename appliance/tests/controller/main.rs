@@ -153,6 +153,7 @@ impl Bootd {
             https: Some(https),
             dhcp: None,
             dhcp_proxy: None,
+            dhcp6: None,
             tftp: None,
         };
         let sockets = appliance::BootSockets {

@@ -22,7 +22,7 @@
 //! 6. Anything else (udhcpc, dhclient, an OS): no boot information.
 
 use dhcproto::v4::{DhcpOption, Message, OptionCode};
-use site::{Arch, Firmware, Node, Site};
+use site::{Arch, BootFiles, Firmware, Node, Site};
 
 pub const OPT_IPXE: u8 = 175;
 /// iPXE's "no proxyDHCP wait" setting inside option 175.
@@ -100,11 +100,25 @@ pub struct BootAnswer {
 
 /// The decision: boot information, or why none is given.
 pub fn decide(site: &Site, node: Option<&Node>, client: &ClientInfo) -> Result<BootAnswer, String> {
-    let http = &site.host.http.url;
     let Some(dhcp) = &site.host.dhcp else {
         return Err("DHCP is not configured".into());
     };
-    let bf = &dhcp.boot_files;
+    decide_with(
+        node,
+        client,
+        &dhcp.boot_files,
+        site.host.http.url_for(false),
+    )
+}
+
+/// [`decide`] with the boot files and the HTTP base URL given: DHCPv6
+/// decides the same way, with its own files and the IPv6 URL.
+pub fn decide_with(
+    node: Option<&Node>,
+    client: &ClientInfo,
+    bf: &BootFiles,
+    http: &str,
+) -> Result<BootAnswer, String> {
     let vc = client.vendor_class.as_deref().unwrap_or("");
     let hint = node.map(|n| n.firmware).unwrap_or(Firmware::Auto);
     let node_arch = node.map(|n| n.arch);

@@ -236,7 +236,7 @@ fn add_boot(m: &mut Message, site: &Site, b: &boot::BootAnswer) {
         )));
         m.opts_mut().insert(DhcpOption::Unknown(UnknownOption::new(
             OptionCode::Unknown(boot::OPT_PXELINUX_PREFIX),
-            format!("{}/", site.host.http.url).into_bytes(),
+            format!("{}/", site.host.http.url_for(false)).into_bytes(),
         )));
     }
     if b.filename.is_empty() {

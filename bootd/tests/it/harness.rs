@@ -89,6 +89,7 @@ impl Bootd {
                 https: Some(https),
                 dhcp: dhcp_sock,
                 dhcp_proxy: None,
+                dhcp6: None,
                 tftp: tftp_sock,
             },
             shutdown.clone(),

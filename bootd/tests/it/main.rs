@@ -3,6 +3,7 @@
 
 mod admission;
 mod dhcp;
+mod dhcp6_core;
 mod dhcp_core;
 mod golden;
 #[path = "../../../tests/support/golden.rs"]

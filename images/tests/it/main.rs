@@ -658,6 +658,7 @@ mod bootd_e2e {
             https: None,
             dhcp: None,
             dhcp_proxy: None,
+            dhcp6: None,
             tftp: None,
         };
         let task = tokio::spawn(bootd::run_app(app, config, sockets, shutdown.clone()));

@@ -1,0 +1,349 @@
+//! DHCPv6 bindings: (client DUID, IAID) → address, and address → client.
+//! On disk: `leases6.jsonl` in the state directory, kept as DHCPv4's lease
+//! file is ([`crate::dhcp::journal`]): a binding is on disk before the
+//! Reply that grants it is sent.
+
+use crate::dhcp::journal::{Journal, Records};
+use crate::dhcp::leases::LeaseState;
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::io::{self, BufRead};
+use std::net::Ipv6Addr;
+use std::path::Path;
+use tracing::warn;
+
+/// A client's identity association: its DUID (hex) and the IA's IAID.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Ia {
+    pub duid: String,
+    pub iaid: u32,
+}
+
+impl Ia {
+    pub fn new(duid: &[u8], iaid: u32) -> Ia {
+        Ia {
+            duid: hex(duid),
+            iaid,
+        }
+    }
+}
+
+pub fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Lease6 {
+    #[serde(flatten)]
+    pub ia: Ia,
+    pub ip: Ipv6Addr,
+    /// Unix seconds the valid lifetime ends; the hold's end for a decline.
+    pub expires: u64,
+    #[serde(default)]
+    pub state: LeaseState,
+    /// The client's MAC, when it could be told (status and timeline).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mac: Option<String>,
+}
+
+/// Keyed by client-chosen values, so seeded: no hash flooding.
+type Map<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
+
+#[derive(Debug, Default, Clone)]
+pub struct Table {
+    by_ia: Map<Ia, Lease6>,
+    by_ip: Map<Ipv6Addr, Ia>,
+    declined: Map<Ipv6Addr, Lease6>,
+    /// A client's MAC (when it could be told) → its latest binding.
+    by_mac: Map<String, Ia>,
+    /// Per pool (its first address): where the next walk starts.
+    cursors: Map<u128, u128>,
+}
+
+/// How far one allocation walks a pool before it gives up (a /64 pool
+/// cannot be walked whole; one this full is a site to fix).
+const WALK: u128 = 65_536;
+
+impl Table {
+    pub fn get(&self, ia: &Ia) -> Option<&Lease6> {
+        self.by_ia.get(ia)
+    }
+    pub fn holder(&self, ip: Ipv6Addr) -> Option<&Ia> {
+        self.by_ip.get(&ip)
+    }
+    pub fn len(&self) -> usize {
+        self.by_ia.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.by_ia.is_empty()
+    }
+    pub fn leases(&self) -> impl Iterator<Item = &Lease6> {
+        self.by_ia.values()
+    }
+
+    pub fn apply(&mut self, l: Lease6) {
+        if l.state == LeaseState::Declined {
+            if self.by_ia.get(&l.ia).is_some_and(|o| o.ip == l.ip) {
+                self.by_ia.remove(&l.ia);
+            }
+            self.by_ip.remove(&l.ip);
+            self.declined.insert(l.ip, l);
+            return;
+        }
+        if let Some(old) = self.by_ia.get(&l.ia) {
+            if self.by_ip.get(&old.ip) == Some(&l.ia) {
+                self.by_ip.remove(&old.ip);
+            }
+        }
+        if l.state == LeaseState::Active {
+            self.by_ip.insert(l.ip, l.ia.clone());
+            if let Some(m) = &l.mac {
+                self.by_mac.insert(m.clone(), l.ia.clone());
+            }
+        }
+        self.by_ia.insert(l.ia.clone(), l);
+    }
+
+    /// The address the client with `mac` holds, if any.
+    pub fn held_by_mac(&self, mac: &str) -> Option<&Lease6> {
+        self.held_by(self.by_mac.get(mac)?)
+    }
+
+    /// The address `ia` holds, if it is still its own.
+    pub fn held_by(&self, ia: &Ia) -> Option<&Lease6> {
+        self.by_ia
+            .get(ia)
+            .filter(|l| l.state == LeaseState::Active && self.by_ip.get(&l.ip) == Some(ia))
+    }
+
+    /// Whether `ip` may go to `ia`: not held out after a Decline, and free,
+    /// `ia`'s own, or its holder's lifetime over.
+    pub fn is_free_for(&self, ip: Ipv6Addr, ia: &Ia, now: u64) -> bool {
+        if self.declined.get(&ip).is_some_and(|d| d.expires >= now) {
+            return false;
+        }
+        match self.by_ip.get(&ip) {
+            None => true,
+            Some(h) if h == ia => true,
+            Some(h) => self.by_ia.get(h).is_some_and(|l| l.expires < now),
+        }
+    }
+
+    /// A free address in `start..=end` for `ia`, walking from the pool's
+    /// cursor (at most [`WALK`] addresses).
+    pub fn allocate(
+        &mut self,
+        start: Ipv6Addr,
+        end: Ipv6Addr,
+        ia: &Ia,
+        now: u64,
+        reserved: impl Fn(Ipv6Addr) -> bool,
+    ) -> Option<Ipv6Addr> {
+        let (s, e) = (u128::from(start), u128::from(end));
+        if e < s {
+            return None;
+        }
+        let mut a = self
+            .cursors
+            .get(&s)
+            .copied()
+            .filter(|c| (s..=e).contains(c))
+            .unwrap_or(s);
+        for _ in 0..(e - s).saturating_add(1).min(WALK) {
+            let ip = Ipv6Addr::from(a);
+            let next = if a == e { s } else { a + 1 };
+            if !reserved(ip) && self.is_free_for(ip, ia, now) {
+                self.cursors.insert(s, next);
+                return Some(ip);
+            }
+            a = next;
+        }
+        None
+    }
+
+    /// The compacted file: declines, then the bindings that hold their
+    /// address (a stale one replayed would take an address back).
+    pub fn render(&self) -> io::Result<Vec<u8>> {
+        let mut buf = Vec::new();
+        let mut declined: Vec<&Lease6> = self.declined.values().collect();
+        declined.sort_by_key(|l| l.ip);
+        let mut holders: Vec<&Lease6> = self
+            .by_ia
+            .values()
+            .filter(|l| l.state == LeaseState::Active && self.by_ip.get(&l.ip) == Some(&l.ia))
+            .collect();
+        holders.sort_by(|a, b| a.ia.cmp(&b.ia));
+        for l in declined.into_iter().chain(holders) {
+            serde_json::to_writer(&mut buf, l).map_err(io::Error::other)?;
+            buf.push(b'\n');
+        }
+        Ok(buf)
+    }
+}
+
+impl Records for Table {
+    type Rec = Lease6;
+    fn apply(&mut self, r: Lease6) {
+        Table::apply(self, r)
+    }
+    fn count(&self) -> usize {
+        self.by_ia.len() + self.declined.len()
+    }
+    fn render(&self) -> io::Result<Vec<u8>> {
+        Table::render(self)
+    }
+}
+
+/// The table a lease file's content holds, and how many lines were
+/// unreadable.
+pub fn recover(r: impl BufRead) -> io::Result<(Table, usize)> {
+    let mut t = Table::default();
+    let mut bad = 0;
+    for line in r.split(b'\n') {
+        let line = line?;
+        if line.is_empty() {
+            continue;
+        }
+        match serde_json::from_slice::<Lease6>(&line) {
+            Ok(l) => t.apply(l),
+            Err(_) => bad += 1,
+        }
+    }
+    Ok((t, bad))
+}
+
+/// The durable side of the table.
+#[derive(Debug, Clone)]
+pub struct Store {
+    journal: Journal<Table>,
+}
+
+impl Store {
+    /// Opens `leases6.jsonl` (recovering it: a torn last line is dropped;
+    /// any other unreadable line stops bootd, as for DHCPv4) and starts
+    /// its writer.
+    pub fn open(state_dir: &Path) -> io::Result<(Store, Table)> {
+        std::fs::create_dir_all(state_dir)?;
+        let path = state_dir.join("leases6.jsonl");
+        let bytes = match std::fs::read(&path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Vec::new(),
+            Err(e) => return Err(e),
+        };
+        let complete = bytes.is_empty() || bytes.ends_with(b"\n");
+        let (table, bad) = recover(&bytes[..])?;
+        if bad > 1 || (bad == 1 && complete) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "{}: {bad} lines are not lease records: the file is corrupt. bootd does not \
+                     start without the leases it holds: restore it, or move it aside",
+                    path.display()
+                ),
+            ));
+        }
+        if bad == 1 {
+            warn!(file = %path.display(), "lease file ended in a torn line (a write a crash cut short, never acknowledged); dropped it");
+        }
+        let journal = Journal::start(path, table.clone(), "bootd-leases6")?;
+        Ok((Store { journal }, table))
+    }
+
+    /// Resolves once `lease` is on disk.
+    pub async fn commit(&self, lease: Lease6) -> io::Result<()> {
+        self.journal.commit(lease).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lease(duid: u8, ip: &str, expires: u64, state: LeaseState) -> Lease6 {
+        Lease6 {
+            ia: Ia::new(&[0, 3, 0, 1, duid], 1),
+            ip: ip.parse().unwrap(),
+            expires,
+            state,
+            mac: None,
+        }
+    }
+
+    #[test]
+    fn allocation_walks_the_pool_and_skips_held_reserved_and_declined() {
+        let mut t = Table::default();
+        let (s, e): (Ipv6Addr, Ipv6Addr) =
+            ("fd00::10".parse().unwrap(), "fd00::13".parse().unwrap());
+        t.apply(lease(1, "fd00::10", 100, LeaseState::Active));
+        t.apply(lease(2, "fd00::12", 100, LeaseState::Declined));
+        let c = Ia::new(&[9], 1);
+        let reserved = |ip: Ipv6Addr| ip == "fd00::11".parse::<Ipv6Addr>().unwrap();
+        assert_eq!(
+            t.allocate(s, e, &c, 50, reserved),
+            Some("fd00::13".parse().unwrap())
+        );
+        t.apply(Lease6 {
+            ia: c.clone(),
+            ip: "fd00::13".parse().unwrap(),
+            expires: 100,
+            state: LeaseState::Active,
+            mac: None,
+        });
+        assert_eq!(
+            t.allocate(s, e, &Ia::new(&[8], 1), 50, reserved),
+            None,
+            "full"
+        );
+        // Past its lifetime an address is free for another client.
+        assert_eq!(
+            t.allocate(s, e, &Ia::new(&[8], 1), 101, reserved),
+            Some("fd00::10".parse().unwrap())
+        );
+    }
+
+    #[test]
+    fn the_file_round_trips_without_stale_records() {
+        let mut t = Table::default();
+        t.apply(lease(1, "fd00::10", 100, LeaseState::Active));
+        t.apply(lease(1, "fd00::11", 100, LeaseState::Active));
+        t.apply(lease(2, "fd00::10", 100, LeaseState::Active));
+        t.apply(lease(3, "fd00::20", 100, LeaseState::Declined));
+        let text = t.render().unwrap();
+        let (back, bad) = recover(&text[..]).unwrap();
+        assert_eq!(bad, 0);
+        assert_eq!(back.render().unwrap(), text);
+        assert_eq!(
+            back.holder("fd00::10".parse().unwrap()),
+            Some(&Ia::new(&[0, 3, 0, 1, 2], 1))
+        );
+        assert_eq!(
+            back.holder("fd00::11".parse().unwrap()),
+            Some(&Ia::new(&[0, 3, 0, 1, 1], 1))
+        );
+        assert!(!back.is_free_for("fd00::20".parse().unwrap(), &Ia::new(&[7], 1), 99));
+    }
+
+    #[tokio::test]
+    async fn a_committed_lease_is_there_after_a_restart_and_a_torn_tail_is_dropped() {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, t) = Store::open(dir.path()).unwrap();
+        assert!(t.is_empty());
+        store
+            .commit(lease(1, "fd00::10", 100, LeaseState::Active))
+            .await
+            .unwrap();
+        drop(store);
+        let path = dir.path().join("leases6.jsonl");
+        let mut text = std::fs::read(&path).unwrap();
+        text.extend_from_slice(b"{\"duid\":\"00");
+        std::fs::write(&path, &text).unwrap();
+        let (_s, t) = Store::open(dir.path()).unwrap();
+        assert_eq!(
+            t.holder("fd00::10".parse().unwrap()),
+            Some(&Ia::new(&[0, 3, 0, 1, 1], 1))
+        );
+        std::fs::write(&path, b"not a lease\n").unwrap();
+        let err = Store::open(dir.path()).unwrap_err();
+        assert!(err.to_string().contains("corrupt"), "{err}");
+    }
+}

@@ -1,0 +1,222 @@
+//! The DHCPv6 socket loop: receive, take relay envelopes off, decide
+//! ([`super::core::answer`]), make bindings durable, then reply (to the
+//! client's link-local address on port 546, or to the relay on 547).
+
+use super::core::{self, Request};
+use super::leases::{Store, Table};
+use super::wire;
+use crate::timeline::{now_us, Phase, Raw, Subject};
+use std::io;
+use std::net::{Ipv6Addr, SocketAddr, SocketAddrV6};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use tokio::net::UdpSocket;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::{debug, info, warn};
+
+/// All_DHCP_Relay_Agents_and_Servers (RFC 8415 §7.1).
+pub const ALL_SERVERS: Ipv6Addr = Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 1, 2);
+pub const CLIENT_PORT: u16 = 546;
+pub const SERVER_PORT: u16 = 547;
+
+/// The DHCPv6 socket: IPv6 only, listening on `addr`, in the servers'
+/// multicast group on `interface`.
+pub fn bind(addr: SocketAddr, interface: &str) -> io::Result<UdpSocket> {
+    let ifindex = nix::net::if_::if_nametoindex(interface)
+        .map_err(|e| io::Error::other(format!("interface {interface}: {e}")))?;
+    let s = socket2::Socket::new(
+        socket2::Domain::IPV6,
+        socket2::Type::DGRAM,
+        Some(socket2::Protocol::UDP),
+    )?;
+    s.set_only_v6(true)?;
+    s.set_reuse_address(true)?;
+    let _ = s.set_recv_buffer_size(4 << 20);
+    s.set_nonblocking(true)?;
+    s.bind(&addr.into())?;
+    s.join_multicast_v6(&ALL_SERVERS, ifindex)?;
+    // Replies to link-local addresses leave through the DHCP interface.
+    s.set_multicast_if_v6(ifindex)?;
+    UdpSocket::from_std(s.into())
+}
+
+/// This server's DUID, made once and kept in the state directory: a
+/// DUID-UUID (type 4) of random bytes. Clients renew with it, so it must
+/// not change across restarts.
+pub fn server_duid(state_dir: &Path) -> io::Result<Vec<u8>> {
+    let path = state_dir.join("dhcp6-server-duid");
+    match std::fs::read(&path) {
+        Ok(b) if b.len() == 18 && b[..2] == [0, 4] => return Ok(b),
+        Ok(_) => {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("{}: not a DUID-UUID", path.display()),
+            ))
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    let mut duid = vec![0, 4];
+    duid.extend_from_slice(&rand::random::<[u8; 16]>());
+    crate::state::write_atomic(&path, &duid, 0o644)?;
+    Ok(duid)
+}
+
+pub struct Server {
+    pub app: Arc<crate::App>,
+    pub table: Arc<Mutex<Table>>,
+    pub store: Store,
+    pub server_id: Vec<u8>,
+    /// The interface direct clients are on (scope of their link-local address).
+    pub ifindex: u32,
+}
+
+fn now() -> u64 {
+    runtime::clock::unix_secs()
+}
+
+impl Server {
+    pub async fn run(self: Arc<Self>, socket: UdpSocket, shutdown: CancellationToken) {
+        let socket = Arc::new(socket);
+        let tracker = TaskTracker::new();
+        let mut buf = vec![0u8; 65_536];
+        loop {
+            let (n, src) = tokio::select! {
+                _ = shutdown.cancelled() => break,
+                r = socket.recv_from(&mut buf) => match r {
+                    Ok(x) => x,
+                    Err(e) => { warn!(error = %e, "DHCPv6 receive failed"); continue; }
+                },
+            };
+            let SocketAddr::V6(src) = src else { continue };
+            self.handle(&socket, &tracker, &buf[..n], src);
+        }
+        tracker.close();
+        tracker.wait().await;
+    }
+
+    fn count(&self, kind: &'static str) {
+        self.app
+            .metrics
+            .dhcp6
+            .get_or_create(&crate::metrics::Kind { kind })
+            .inc();
+    }
+
+    fn handle(
+        self: &Arc<Self>,
+        socket: &Arc<UdpSocket>,
+        tracker: &TaskTracker,
+        packet: &[u8],
+        src: SocketAddrV6,
+    ) {
+        let (hops, inner) = match wire::unwrap(packet) {
+            Ok(x) => x,
+            Err(why) => {
+                self.count("malformed");
+                debug!(%src, len = packet.len(), %why, "malformed DHCPv6 message dropped");
+                return;
+            }
+        };
+        let msg = match wire::Msg::parse(inner) {
+            Ok(m) => m,
+            Err(why) => {
+                self.count("malformed");
+                debug!(%src, len = packet.len(), %why, "malformed DHCPv6 message dropped");
+                return;
+            }
+        };
+        let snap = self.app.live.load();
+        let outcome = {
+            let mut table = self.table.lock().unwrap_or_else(|p| p.into_inner());
+            let req = Request {
+                msg: &msg,
+                hops: &hops,
+                src: *src.ip(),
+            };
+            core::answer(&snap.site, &mut table, &self.server_id, &req, now())
+        };
+        let xid = u32::from_be_bytes([0, msg.xid[0], msg.xid[1], msg.xid[2]]);
+        match outcome.kind {
+            "malformed" | "ignored" | "not-ours" => {
+                static LOGGED: runtime::logging::Throttle = runtime::logging::Throttle::new(10);
+                if let Some(suppressed) = LOGGED.allow() {
+                    info!(%src, xid, kind = outcome.kind, reason = %outcome.reason.escape_debug(), suppressed, "DHCPv6 message not answered");
+                }
+            }
+            _ => {
+                info!(%src, xid, kind = outcome.kind, reason = %outcome.reason.escape_debug(), "DHCPv6")
+            }
+        }
+        let firmware = {
+            let c = core::client_info(&msg);
+            c.ipxe || c.arch.is_some()
+        };
+        let subject = outcome.mac.map(Subject::mac);
+        if let Some(s) = &subject {
+            let mut raw = Raw::new(s.clone(), Phase::Dhcp, outcome.kind, outcome.reason.clone());
+            raw.firmware = firmware;
+            raw.error = matches!(outcome.kind, "ignored" | "malformed");
+            self.app.timeline.record(raw);
+        }
+        let Some(reply) = outcome.reply else {
+            self.count(outcome.kind);
+            return;
+        };
+        let bytes = wire::wrap(&hops, reply.encode());
+        // Relayed: back to the relay that sent it; direct: to the client's
+        // port on the address it sent from.
+        let to = if hops.is_empty() {
+            SocketAddrV6::new(
+                *src.ip(),
+                CLIENT_PORT,
+                0,
+                if src.scope_id() != 0 {
+                    src.scope_id()
+                } else {
+                    self.ifindex
+                },
+            )
+        } else {
+            src
+        };
+        let kind = outcome.kind;
+        let bound = outcome
+            .commit
+            .iter()
+            .find(|l| l.state == crate::dhcp::leases::LeaseState::Active)
+            .map(|l| l.ip);
+        if outcome.commit.is_empty() {
+            self.count(kind);
+            send(socket, &bytes, to);
+            return;
+        }
+        let this = Arc::clone(self);
+        let socket = Arc::clone(socket);
+        tracker.spawn(async move {
+            for l in outcome.commit {
+                if let Err(e) = this.store.commit(l).await {
+                    warn!(xid, error = %e, "DHCPv6 binding not durable: Reply withheld (the client will retry)");
+                    this.count("store_error");
+                    return;
+                }
+            }
+            this.count(kind);
+            send(&socket, &bytes, to);
+            if let Some(s) = subject {
+                let mut raw = Raw::new(s.clone(), Phase::Dhcp, "reply", format!("DHCPv6 Reply sent ({kind})"));
+                if let (Some(ip), Some(mac)) = (bound, s.mac) {
+                    raw.binds = Some((std::net::IpAddr::V6(ip), mac));
+                }
+                this.app.timeline.record(raw.at(now_us()));
+            }
+        });
+    }
+}
+
+fn send(socket: &UdpSocket, bytes: &[u8], to: SocketAddrV6) {
+    if let Err(e) = socket.try_send_to(bytes, to.into()) {
+        warn!(%to, error = %e, "DHCPv6 reply not sent");
+    }
+}
