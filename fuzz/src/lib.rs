@@ -13,6 +13,7 @@
 
 pub mod mutate;
 pub mod seeds;
+mod seeds6;
 
 use bootd::dhcp::{core, leases, wire};
 use dhcproto::{v4::Message, Decodable, Decoder, Encodable, Encoder};
@@ -26,6 +27,7 @@ pub type Target = fn(&[u8]);
 /// Every target, by the name of its `fuzz_targets/` file and corpus.
 pub const TARGETS: &[(&str, Target)] = &[
     ("dhcp_request", dhcp_request),
+    ("dhcp6_request", dhcp6_request),
     ("tftp_request", tftp_request),
     ("http_head", http_head),
     ("dns_query", dns_query),
@@ -73,6 +75,56 @@ pub fn dhcp_request(data: &[u8]) {
         reply
             .encode(&mut Encoder::new(&mut buf))
             .expect("replies encode");
+    }
+}
+
+/// The dual-stack lab site (examples/lab-dual), which the DHCPv6 target
+/// answers with.
+fn lab_dual_site() -> &'static site::Site {
+    static SITE: OnceLock<site::Site> = OnceLock::new();
+    SITE.get_or_init(|| {
+        site::load(&repo_path("examples/lab-dual/site.yaml")).expect("lab-dual site")
+    })
+}
+
+/// Any datagram through bootd's DHCPv6 path: relay envelopes off, the
+/// message parsed, the decision against the dual-stack lab site. No
+/// panic; a reply parses back to itself, and wrapped for the relays it
+/// came through, unwraps to the same hops and reply.
+pub fn dhcp6_request(data: &[u8]) {
+    use bootd::dhcp6::{core as core6, leases as leases6, wire as wire6};
+    let Ok((hops, inner)) = wire6::unwrap(data) else {
+        return;
+    };
+    let Ok(msg) = wire6::Msg::parse(inner) else {
+        return;
+    };
+    let req = core6::Request {
+        msg: &msg,
+        hops: &hops,
+        src: "fe80::5054:ff:fe77:11".parse().unwrap(),
+    };
+    let server_id = [
+        0u8, 4, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16,
+    ];
+    let out = core6::answer(
+        lab_dual_site(),
+        &mut leases6::Table::default(),
+        &server_id,
+        &req,
+        1_000_000,
+    );
+    if let Some(reply) = out.reply {
+        let bytes = reply.encode();
+        assert_eq!(
+            wire6::Msg::parse(&bytes).as_ref(),
+            Ok(&reply),
+            "a reply parses back to itself"
+        );
+        let wrapped = wire6::wrap(&hops, bytes.clone());
+        if hops.is_empty() {
+            assert_eq!(wrapped, bytes);
+        }
     }
 }
 

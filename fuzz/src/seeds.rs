@@ -24,6 +24,7 @@ pub fn all() -> Vec<Seed> {
         out.extend(list.into_iter().map(|(n, b)| (t, n, b)));
     };
     add("dhcp_request", dhcp());
+    add("dhcp6_request", crate::seeds6::dhcp6());
     add("dns_query", dns());
     add("tftp_request", tftp());
     add("http_head", http());
