@@ -27,6 +27,9 @@ PKGS=(
   atftp tftp-hpa
   # DHCP clients and load generator for bootd's DHCP interop tests
   isc-dhcp-client kea-admin
+  # DHCPv6: a second client (dhcpcd), router advertisements with the M flag
+  # for firmware in the IPv6 lab (radvd), and Kea's DHCPv6 server (bench/dhcp6)
+  dhcpcd-base radvd kea-dhcp6-server
   # a plain BOOTP client (PowerVM firmware's protocol) for the same tests
   bootpc
   # benchmark peers (bench/dhcp, bench/tftp; atftpd is fetched with apt-get download by bench/tftp/run.sh)

@@ -1,0 +1,184 @@
+#!/usr/bin/env bash
+# DHCPv6 interop: real clients against bootd's DHCPv6 server, in private
+# network namespaces (fd00:77::/64 and 10.77.0.0/24 on a bridge; nothing
+# leaves them). The dual-stack lab site (examples/lab-dual).
+#   - ISC dhclient -6 gets worker-0's reserved address, the DNS server and
+#     the cluster's domain, and the binding is on disk; a machine that is no
+#     node gets a pool address, which after a restart of bootd goes to no
+#     other machine and back to it; its release is recorded;
+#   - dhcpcd (DHCPv6 only) gets worker-1's reserved address;
+#   - perfdhcp -6 in relay mode (Relay-forward from its own namespace across
+#     a veth) completes Solicit-Advertise-Request-Reply for 100 simulated
+#     clients from the pool;
+#   - malformed datagrams (truncated option, 33 relays deep) are dropped and
+#     counted in bootd_dhcp6_packets{kind="malformed"}, and bootd answers after;
+# Prints "PASS dhcp6-interop <client>" / "FAIL ..."; exit 1 on any failure.
+set -euo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
+REPO=$(cd "$HERE/../.." && pwd)
+BOOTD=${1:-$REPO/target/release/bootd}
+[[ $(id -u) -eq 0 ]] || { echo "dhcp6-interop.sh: run as root" >&2; exit 2; }
+[[ -x $BOOTD ]] || { echo "dhcp6-interop.sh: no bootd at $BOOTD" >&2; exit 2; }
+
+S=dhcp6-s-$$ C=dhcp6-c-$$ R=dhcp6-r-$$
+WORK=$(mktemp -d /tmp/dhcp6-interop.XXXXXX)
+chmod 755 "$WORK"
+PIDS=()
+. "$REPO/tests/lib.sh"
+cleanup() {
+  stop_started "$S" "$C" "$R"
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+for ns in "$S" "$C" "$R"; do
+  ip netns add "$ns"
+  ip -n "$ns" link set lo up
+  # No duplicate address detection: addresses are usable at once.
+  ip netns exec "$ns" sysctl -qw net.ipv6.conf.all.accept_dad=0 net.ipv6.conf.default.accept_dad=0
+done
+ip -n "$S" link add br0 type bridge
+ip -n "$S" link set br0 up
+ip -n "$S" addr add 10.77.0.1/24 dev br0
+ip -n "$S" addr add fd00:77::1/64 dev br0 nodad
+ip link add vc-$$ netns "$C" type veth peer name vb-$$ netns "$S"
+ip -n "$S" link set vb-$$ master br0 up
+ip link add vr-$$ netns "$R" type veth peer name vbr-$$ netns "$S"
+ip -n "$S" link set vbr-$$ master br0 up
+ip -n "$R" addr add fd00:77::fe/64 dev vr-$$ nodad
+ip -n "$R" link set vr-$$ up
+
+sed -e "s|stateDir: ../../target/lab-state-dual|stateDir: $WORK/state|" \
+    -e "s|dir: ../lab/ignition|dir: $REPO/examples/lab/ignition|" \
+    -e "s|root: ../../target/lab-images|root: $REPO/target/lab-images|" \
+    -e "s|root: ../../target/lab-tftp|root: $WORK|" \
+    "$REPO/examples/lab-dual/site.yaml" >"$WORK/site.yaml"
+start_bootd() {
+  ip netns exec "$S" "$BOOTD" --site "$WORK/site.yaml" >>"$WORK/bootd.log" 2>&1 &
+  BOOTD_PID=$!
+  PIDS+=($BOOTD_PID)
+  for _ in $(seq 100); do
+    ip netns exec "$S" curl -fsS -o /dev/null "http://[fd00:77::1]:8080/healthz" 2>/dev/null && return 0
+    sleep 0.1
+  done
+  echo "bootd did not start"; tail -n 30 "$WORK/bootd.log"; return 1
+}
+start_bootd
+
+passed=0 failed=0
+pass() { echo "PASS dhcp6-interop $*"; passed=$((passed + 1)); }
+fail() { echo "FAIL dhcp6-interop $*"; failed=$((failed + 1)); tail -n 20 "$WORK/bootd.log"; }
+metric() { ip netns exec "$S" curl -fsS "http://10.77.0.1:8080/metrics" | awk -v k="bootd_dhcp6_packets_total{kind=\"$1\"}" '$1 == k {print $2}'; }
+
+# dhclient's script: what it was given, one line per event.
+cat >"$WORK/dhclient.sh" <<'S'
+#!/bin/sh
+case $reason in BOUND6|RENEW6|REBIND6|RELEASE6|EXPIRE6|STOP6)
+  echo "$reason ip=$new_ip6_address old=$old_ip6_address dns=$new_dhcp6_name_servers domain=$new_dhcp6_domain_search" >>"$DHCLIENT_OUT";;
+esac
+exit 0
+S
+chmod +x "$WORK/dhclient.sh"
+dhclient6() {
+  DHCLIENT_OUT=$WORK/dhclient.out ip netns exec "$C" timeout 30 dhclient -6 -sf "$WORK/dhclient.sh" \
+    -lf "$WORK/dhclient6.leases" -pf "$WORK/dhclient6.pid" -e DHCLIENT_OUT="$WORK/dhclient.out" "$@" vc-$$ >>"$WORK/dhclient.log" 2>&1
+}
+
+# --- ISC dhclient -6 as worker-0: Solicit/Advertise/Request/Reply ---
+ip -n "$C" link set vc-$$ address 52:54:00:77:00:20 up
+if dhclient6 -1 && grep -q "^BOUND6 ip=fd00:77::20 old= dns=fd00:77::1 domain=lab.example.test.\?$" "$WORK/dhclient.out"; then
+  pass "dhclient -6 $(grep BOUND6 "$WORK/dhclient.out")"
+else
+  fail "dhclient -6: $(cat "$WORK/dhclient.out" 2>/dev/null || echo no lease) $(tail -n 5 "$WORK/dhclient.log")"
+fi
+[[ -f $WORK/dhclient6.pid ]] && kill "$(cat "$WORK/dhclient6.pid")" 2>/dev/null || true
+sleep 0.5
+if grep -q '"ip":"fd00:77::20"' "$WORK/state/leases6.jsonl" 2>/dev/null; then
+  pass "binding on disk: $(grep -c . "$WORK/state/leases6.jsonl") line(s) in leases6.jsonl"
+else
+  fail "binding on disk: $(cat "$WORK/state/leases6.jsonl" 2>/dev/null || echo no file)"
+fi
+
+# --- a machine that is no node gets a pool address; bootd restarts; another
+#     machine does not get that address, and the first gets it back ---
+pool_client() {  # MAC LEASEFILE: prints the address dhclient was given
+  ip -n "$C" link set vc-$$ down
+  ip -n "$C" link set vc-$$ address "$1" up
+  : >"$WORK/dhclient.out"
+  DHCLIENT_OUT=$WORK/dhclient.out ip netns exec "$C" timeout 30 dhclient -6 -1 -sf "$WORK/dhclient.sh" \
+    -lf "$2" -pf "$WORK/dhclient6.pid" -e DHCLIENT_OUT="$WORK/dhclient.out" vc-$$ >>"$WORK/dhclient.log" 2>&1 || true
+  [[ -f $WORK/dhclient6.pid ]] && kill "$(cat "$WORK/dhclient6.pid")" 2>/dev/null || true
+  sleep 0.3
+  sed -n 's/^BOUND6 ip=\([^ ]*\).*/\1/p' "$WORK/dhclient.out" | head -n 1
+}
+a1=$(pool_client 52:54:00:99:00:01 "$WORK/a.leases")
+kill "$BOOTD_PID"; wait "$BOOTD_PID" 2>/dev/null || true
+start_bootd
+b1=$(pool_client 52:54:00:99:00:02 "$WORK/b.leases")
+a2=$(pool_client 52:54:00:99:00:01 "$WORK/a.leases")
+if [[ $a1 == fd00:77::1* && -n $b1 && $b1 != "$a1" && $a2 == "$a1" ]]; then
+  pass "pool binding survives a restart: A got $a1; after the restart B got $b1 and A $a2"
+else
+  fail "pool binding across a restart: A $a1, B $b1, A again $a2"
+fi
+
+# --- dhclient -6 -r: Release; bootd's binding is released ---
+ip -n "$C" link set vc-$$ down; ip -n "$C" link set vc-$$ address 52:54:00:99:00:01 up
+if DHCLIENT_OUT=$WORK/dhclient.out ip netns exec "$C" timeout 30 dhclient -6 -r -sf "$WORK/dhclient.sh" \
+     -lf "$WORK/a.leases" -pf "$WORK/dhclient6.pid" vc-$$ >>"$WORK/dhclient.log" 2>&1 \
+   && sleep 0.5 && tail -n 1 "$WORK/state/leases6.jsonl" | grep -q "\"ip\":\"$a1\".*\"state\":\"released\""; then
+  pass "dhclient -6 -r: release recorded ($(tail -n 1 "$WORK/state/leases6.jsonl"))"
+else
+  fail "dhclient -6 -r: $(tail -n 2 "$WORK/state/leases6.jsonl" 2>/dev/null)"
+fi
+
+# --- dhcpcd, DHCPv6 only, as worker-1 ---
+ip -n "$C" link set vc-$$ down
+ip -n "$C" link set vc-$$ address 52:54:00:77:00:21 up
+if command -v dhcpcd >/dev/null; then
+  cat >"$WORK/dhcpcd.sh" <<'S'
+[ "$reason" = BOUND6 ] && echo "ip=$new_dhcp6_ia_na1_ia_addr1 dns=$new_dhcp6_name_servers" >>"$DHCPCD_OUT"
+S
+  if DHCPCD_OUT=$WORK/dhcpcd.out ip netns exec "$C" timeout 30 dhcpcd -6 -1 -B -T --nohook resolv.conf -c "$WORK/dhcpcd.sh" \
+       --ia_na vc-$$ >"$WORK/dhcpcd.log" 2>&1; grep -q "fd00:77::21" "$WORK/dhcpcd.log" "$WORK/dhcpcd.out" 2>/dev/null; then
+    pass "dhcpcd -6 $(grep -ho 'fd00:77::21[^ ]*' "$WORK/dhcpcd.log" "$WORK/dhcpcd.out" 2>/dev/null | head -n 1)"
+  else
+    fail "dhcpcd -6: $(tail -n 8 "$WORK/dhcpcd.log")"
+  fi
+fi
+
+# --- perfdhcp -6, relay mode, 100 clients from the pool ---
+ip netns exec "$R" timeout 60 perfdhcp -6 -l vr-$$ -A 1 -R 100 -r 50 -n 100 -p 10 fd00:77::1 >"$WORK/perfdhcp.out" 2>&1 || true
+replies=$(awk '/\*\*\*Statistics for: REQUEST-REPLY\*\*\*/ {f=1} f && /^received packets:/ {print $3; exit}' "$WORK/perfdhcp.out")
+if [[ -n ${replies:-} && ${replies:-0} -ge 90 ]]; then
+  pass "perfdhcp -6 relay: $replies REQUEST-REPLY exchanges completed (SARR)"
+else
+  fail "perfdhcp -6 relay: Replies received: ${replies:-none}"; cat "$WORK/perfdhcp.out"
+fi
+
+# --- malformed input: dropped and counted; bootd goes on answering ---
+before=$(metric malformed); before=${before:-0}
+ip netns exec "$R" python3 - <<'PY'
+import socket
+s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+solicit = bytes([1, 0, 0, 1]) + bytes([0, 1, 0, 10, 0, 3, 0, 1, 0x52, 0x54, 0, 0x99, 0, 1])
+truncated = bytes([1, 0, 0, 2, 0, 1, 0, 200, 0, 3])
+deep = solicit
+for _ in range(33):
+    deep = bytes([12, 0]) + bytes(16) + bytes(16) + bytes([0, 9]) + len(deep).to_bytes(2, "big") + deep
+for m in (truncated, deep, bytes([1, 2])):
+    s.sendto(m, ("fd00:77::1", 547))
+PY
+sleep 0.5
+after=$(metric malformed); after=${after:-0}
+: >"$WORK/dhclient.out"; rm -f "$WORK/dhclient6.leases"
+ip -n "$C" link set vc-$$ down; ip -n "$C" link set vc-$$ address 52:54:00:77:00:20 up
+if [[ $((after - before)) -eq 3 ]] && dhclient6 -1 && grep -q "ip=fd00:77::20" "$WORK/dhclient.out"; then
+  pass "malformed: 3 dropped and counted (bootd_dhcp6_packets malformed $before -> $after); dhclient answered after"
+else
+  fail "malformed: counted $before -> $after; $(cat "$WORK/dhclient.out")"
+fi
+[[ -f $WORK/dhclient6.pid ]] && kill "$(cat "$WORK/dhclient6.pid")" 2>/dev/null || true
+
+echo "dhcp6-interop: $passed passed, $failed failed"
+[[ $failed -eq 0 ]]
