@@ -25,9 +25,11 @@ use tracing::{debug, info, warn};
 
 pub use crate::body::Body;
 
+mod discover;
 mod ignition;
 mod images;
 mod media;
+use discover::discover;
 pub use ignition::{pointer_for, OTHER_ADDRESS, TOKEN_REUSED};
 pub(crate) use images::image_whole;
 pub use images::whole_image_rel;
@@ -121,7 +123,8 @@ pub async fn route<B>(
                 "entry",
                 "iPXE entry script (boot.ipxe) served",
             ));
-            ("ipxe", script(render::ipxe::entry(&snap.site)))
+            let base = snap.site.host.http.url_for_peer(peer.ip());
+            ("ipxe", script(render::ipxe::entry(base)))
         }
         ["ipxe", "node"] => ("ipxe", ipxe_by_mac(app, &snap, q, peer.ip())),
         ["discover"] => ("discover", discover(app, &snap, q, peer.ip())),
@@ -234,6 +237,7 @@ fn node_script(
     node: &Node,
     subject: Subject,
     how: &str,
+    peer: IpAddr,
 ) -> Response<Body> {
     if let Some(at) = installed_at(app, snap, node) {
         local_boot_flag(app, node, subject, at);
@@ -245,7 +249,8 @@ fn node_script(
         "served",
         format!("iPXE node script served ({how})"),
     ));
-    let urls = NodeUrls::new(&snap.site, node, &node_token(app, snap, node));
+    let base = snap.site.host.http.url_for_peer(peer);
+    let urls = NodeUrls::new(&snap.site, base, node, &node_token(app, snap, node));
     script(render::ipxe::node(&snap.site, node, &urls))
 }
 
@@ -273,11 +278,13 @@ fn ipxe_by_mac(app: &App, snap: &Snapshot, q: Option<&str>, peer: IpAddr) -> Res
                 ..Subject::node(&node.name)
             }
             .with_ip(peer.to_canonical());
-            node_script(app, snap, node, subject, "by MAC")
+            node_script(app, snap, node, subject, "by MAC", peer)
         }
         None if snap.site.discovery.enabled && mac.is_some() => {
             info!(mac = ?mac, "iPXE request from a MAC no node has: serving the discovery script");
-            script(render::ipxe::discover(&snap.site))
+            script(render::ipxe::discover(
+                snap.site.host.http.url_for_peer(peer),
+            ))
         }
         None => {
             warn!(mac = ?mac, raw = %query(q, "mac").unwrap_or_default().escape_debug(), "iPXE request from a MAC no node has: serving the explanation script");
@@ -294,127 +301,13 @@ fn ipxe_by_mac(app: &App, snap: &Snapshot, q: Option<&str>, peer: IpAddr) -> Res
                 )
                 .error(),
             );
-            script(render::ipxe::unknown(&snap.site, mac.as_ref()))
+            script(render::ipxe::unknown(
+                &snap.site,
+                snap.site.host.http.url_for_peer(peer),
+                mac.as_ref(),
+            ))
         }
     }
-}
-
-/// A discovery report (`discovery.enabled`): kept, shown on the status page
-/// and the timeline, answered with a wait-and-retry or power-off script.
-fn discover(app: &App, snap: &Snapshot, q: Option<&str>, peer: IpAddr) -> Response<Body> {
-    if !snap.site.discovery.enabled {
-        return not_found();
-    }
-    let keys = [
-        "mac",
-        "uuid",
-        "serial",
-        "manufacturer",
-        "product",
-        "asset",
-        "buildarch",
-        "platform",
-        "nic0",
-        "nic1",
-        "nic2",
-        "nic3",
-    ];
-    let report: crate::discovery::Query<'_> = keys
-        .iter()
-        .filter_map(|k| query(q, k).map(|v| (*k, v)))
-        .collect();
-    let now = crate::timeline::now_us() / 1000;
-    let peer = peer.to_canonical();
-    let m = match crate::discovery::from_report(&report, Some(peer), now) {
-        Ok(m) => m,
-        Err(e) => {
-            warn!(%peer, error = %e, "discovery report refused");
-            return full(
-                StatusCode::BAD_REQUEST,
-                "text/plain; charset=utf-8",
-                format!("discovery report refused: {e}\n"),
-            );
-        }
-    };
-    // A machine adopted in the meantime is a node now: its script, not a report.
-    let first: Option<Mac> = m.macs.first().and_then(|s| s.parse().ok());
-    if let Some(node) = first.as_ref().and_then(|mac| snap.site.node_by_mac(mac)) {
-        if let Err(r) = script_allowed(app, snap, node, peer, q, "iPXE script") {
-            return r;
-        }
-        let subject = Subject {
-            mac: first,
-            ..Subject::node(&node.name)
-        }
-        .with_ip(peer);
-        return node_script(app, snap, node, subject, "by MAC, after discovery");
-    }
-    // When bootd hands out the addresses, a report counts only from the
-    // address leased to the MAC it names.
-    let serves_addresses = snap
-        .site
-        .host
-        .dhcp
-        .as_ref()
-        .is_some_and(|d| d.mode == site::DhcpMode::Server);
-    let from_its_lease = || {
-        let leases = app.leases.lock().unwrap_or_else(|p| p.into_inner());
-        first
-            .as_ref()
-            .and_then(|mac| leases.get(mac))
-            .is_some_and(|l| {
-                l.state == crate::dhcp::leases::LeaseState::Active
-                    && IpAddr::V4(l.ip) == peer
-                    && first
-                        .as_ref()
-                        .is_some_and(|m| leases.holder(l.ip) == Some(m))
-            })
-    };
-    let kept = if serves_addresses && !from_its_lease() {
-        Err(crate::discovery::Refused::NotItsLease)
-    } else {
-        app.discovered.report(m)
-    };
-    let m = match kept {
-        Ok(m) => m,
-        Err(e) => {
-            use crate::discovery::Refused;
-            let (reason, status) = match e {
-                Refused::Conflict => ("conflict", StatusCode::CONFLICT),
-                Refused::NotItsLease => ("not_its_lease", StatusCode::FORBIDDEN),
-                Refused::NoMac => ("no_mac", StatusCode::BAD_REQUEST),
-                Refused::Store(_) => ("store", StatusCode::SERVICE_UNAVAILABLE),
-            };
-            app.metrics
-                .discovery_refused
-                .get_or_create(&crate::metrics::Reason { reason })
-                .inc();
-            warn!(%peer, error = %e, "discovery report not kept");
-            return full(
-                status,
-                "text/plain; charset=utf-8",
-                format!("discovery report not kept: {e}\n"),
-            );
-        }
-    };
-    app.metrics.discovered.set(app.discovered.len() as i64);
-    if m.reports == 1 {
-        info!(key = %m.key, macs = ?m.macs, product = ?m.product, %peer, "machine discovered");
-    }
-    app.timeline.record(Raw::new(
-        Subject {
-            mac: first,
-            ..Subject::ip(peer)
-        },
-        Phase::Script,
-        "discovered",
-        format!(
-            "discovered as {} (MACs {}); waiting to be adopted",
-            m.key,
-            m.macs.join(", ")
-        ),
-    ));
-    script(render::ipxe::discovered(&snap.site, &m.key))
 }
 
 fn ipxe_by_name(
@@ -436,11 +329,16 @@ fn ipxe_by_name(
                 node,
                 Subject::node(&node.name).with_ip(peer.to_canonical()),
                 "by name",
+                peer,
             )
         }
         None => {
             warn!(name = %name.escape_debug(), "iPXE script asked for an unknown node name");
-            script(render::ipxe::unknown(&snap.site, None))
+            script(render::ipxe::unknown(
+                &snap.site,
+                snap.site.host.http.url_for_peer(peer),
+                None,
+            ))
         }
     }
 }
@@ -467,7 +365,12 @@ fn pxelinux_node(
         local_boot_flag(app, node, subject, at);
         return script(render::pxelinux::local_disk(node));
     }
-    let urls = NodeUrls::new(&snap.site, node, &node_token(app, snap, node));
+    let urls = NodeUrls::new(
+        &snap.site,
+        snap.site.host.http.url_for_peer(peer),
+        node,
+        &node_token(app, snap, node),
+    );
     info!(node = %node.name, %mac, "pxelinux config served");
     app.timeline.record(Raw::new(
         subject,
@@ -498,7 +401,12 @@ fn grub_node(
                 local_boot_flag(app, node, subject, at);
                 return script(render::grub::local_disk(node));
             }
-            let urls = NodeUrls::new(&snap.site, node, &node_token(app, snap, node));
+            let urls = NodeUrls::new(
+                &snap.site,
+                snap.site.host.http.url_for_peer(peer),
+                node,
+                &node_token(app, snap, node),
+            );
             info!(node = %node.name, %mac, "GRUB config served");
             app.timeline.record(Raw::new(
                 Subject::mac(mac).with_ip(peer.to_canonical()),
@@ -643,7 +551,7 @@ fn metadata(
     if userdata {
         json_response(
             StatusCode::OK,
-            &pointer_for(app, snap, &node.name, token::Scope::Script),
+            &pointer_for(app, snap, &node.name, token::Scope::Script, Some(source)),
         )
     } else {
         json_response(

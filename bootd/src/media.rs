@@ -82,7 +82,7 @@ impl Media {
         if node.arch != Arch::X86_64 {
             return Err(MediaError::Arch(node.arch.to_string()));
         }
-        let urls = crate::render::NodeUrls::new(site, node, token);
+        let urls = crate::render::NodeUrls::new(site, &site.host.http.url, node, token);
         let img = site.image_of(node);
         Ok(Spec {
             node: node.name.clone(),

@@ -38,7 +38,12 @@ pub(crate) fn tftp_resolver(app: Arc<App>) -> tftp::Resolver {
                         runtime::clock::now(),
                         site.ignition.token_ttl,
                     );
-                    let urls = render::NodeUrls::new(site, node, &tok);
+                    let urls = render::NodeUrls::new(
+                        site,
+                        site.host.http.url_for_peer(peer.ip()),
+                        node,
+                        &tok,
+                    );
                     info!(node = %node.name, %mac, "GRUB config served over TFTP");
                     let subject = timeline::Subject {
                         mac: Some(mac),
@@ -57,7 +62,9 @@ pub(crate) fn tftp_resolver(app: Arc<App>) -> tftp::Resolver {
             };
         }
         if name == "boot.ipxe" {
-            return tftp::Resolved::Bytes(render::ipxe::entry(site).into());
+            return tftp::Resolved::Bytes(
+                render::ipxe::entry(site.host.http.url_for_peer(peer.ip())).into(),
+            );
         }
         match &site.host.tftp {
             Some(t) => tftp::resolve_in(files::open_beneath, &t.root, name),

@@ -474,9 +474,14 @@ async fn create_from(ctl: &Arc<Controller>, _: auth::Caller, body: bytes::Bytes)
     };
     if let Some(p) = &provider {
         // A provider's user data limit: refuse now, not after the machine is half made.
-        let pointer =
-            bootd::http::pointer_for(&ctl.app, &snap, &spec.name, bootd::token::Scope::Provider)
-                .to_string();
+        let pointer = bootd::http::pointer_for(
+            &ctl.app,
+            &snap,
+            &spec.name,
+            bootd::token::Scope::Provider,
+            None,
+        )
+        .to_string();
         if let Err(e) = (p.registration.check_userdata)(&pointer) {
             return reply(
                 StatusCode::UNPROCESSABLE_ENTITY,

@@ -237,7 +237,7 @@ fn node_request(ctl: &Controller, snap: &Snapshot, row: &NodeRow) -> Option<Node
             })
             .unwrap_or_default(),
         userdata: site::Secret(
-            bootd::http::pointer_for(&ctl.app, snap, name, bootd::token::Scope::Provider)
+            bootd::http::pointer_for(&ctl.app, snap, name, bootd::token::Scope::Provider, None)
                 .to_string(),
         ),
         media_url: site::Secret(bootd::http::media_url_for(&ctl.app, snap, name)),

@@ -329,8 +329,9 @@ pub struct Node {
 #[serde(rename_all = "camelCase")]
 pub struct StaticNetwork {
     pub interface: Option<String>,
-    pub address: Option<String>,
-    pub gateway: Option<String>,
+    /// address/prefix, or one per family.
+    pub address: Option<OneOrMany<String>>,
+    pub gateway: Option<OneOrMany<String>>,
     #[serde(default)]
     pub dns: Vec<String>,
     pub mtu: Option<u32>,

@@ -346,7 +346,7 @@ fn render_one(
         runtime::clock::now(),
         site.ignition.token_ttl,
     );
-    let urls = bootd::render::NodeUrls::new(site, node, &token);
+    let urls = bootd::render::NodeUrls::new(site, &site.host.http.url, node, &token);
     let out = match what {
         What::Ipxe => bootd::render::ipxe::node(site, node, &urls),
         What::Grub => bootd::render::grub::node(site, node, &urls),

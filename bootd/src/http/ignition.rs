@@ -8,13 +8,19 @@ use crate::render::ignition::IgnitionError;
 /// site CA when bootd serves HTTPS), with a fresh token: what provider
 /// userdata carries. The node need not be served yet (a node waiting for
 /// its provider's address). `scope`: [`token::Scope::Provider`] for what a
-/// provider is given as userdata.
+/// provider is given as userdata. `peer`: the client it is served to (its
+/// address family picks the URL); `None`: the site's first URL.
 pub fn pointer_for(
     app: &App,
     snap: &Snapshot,
     name: &str,
     scope: token::Scope,
+    peer: Option<IpAddr>,
 ) -> serde_json::Value {
+    let base = |l: &site::Listen| match peer {
+        Some(p) => l.url_for_peer(p).to_string(),
+        None => l.url.clone(),
+    };
     let tok = app.key.issue(
         name,
         scope,
@@ -23,11 +29,15 @@ pub fn pointer_for(
     );
     match (&snap.site.host.https, &app.tls) {
         (Some(https), Some(tls)) => render::ignition::pointer(
-            &format!("{}/ignition/{}?token={tok}", https.url, name),
+            &format!("{}/ignition/{}?token={tok}", base(https), name),
             Some(&tls.ca_pem),
         ),
         _ => render::ignition::pointer(
-            &format!("{}/ignition/{}?token={tok}", snap.site.host.http.url, name),
+            &format!(
+                "{}/ignition/{}?token={tok}",
+                base(&snap.site.host.http),
+                name
+            ),
             None,
         ),
     }
@@ -80,7 +90,7 @@ pub(super) fn ignition(
     let cfg = if pointer {
         // The pointer is a config too: an older client gets it relabelled.
         render::ignition::negotiate(
-            pointer_for(app, snap, &node.name, token::Scope::Script),
+            pointer_for(app, snap, &node.name, token::Scope::Script, Some(source)),
             accept,
         )
     } else {

@@ -9,8 +9,8 @@ use std::fmt::Write;
 const DOWNLOAD_TRIES: u32 = 5;
 
 /// `GET /boot.ipxe`: hands over to the node's own script, keyed by MAC.
-pub fn entry(site: &Site) -> String {
-    let base = &site.host.http.url;
+/// `base`: the HTTP base URL of the client's address family.
+pub fn entry(base: &str) -> String {
     format!(
         "#!ipxe\n\
 # bootd entry script: fetch this machine's own script by its MAC.\n\
@@ -70,8 +70,7 @@ reboot\n",
 
 /// For a MAC no node has: say why, say what to do, and try again later
 /// (so adding the node to the site is enough; no power cycle needed).
-pub fn unknown(site: &Site, mac: Option<&Mac>) -> String {
-    let base = &site.host.http.url;
+pub fn unknown(site: &Site, base: &str, mac: Option<&Mac>) -> String {
     let who = match mac {
         Some(m) => m.to_string(),
         None => "(no MAC given)".to_string(),
@@ -111,8 +110,7 @@ exit\n",
 /// For a machine whose MAC is in no node, with `discovery.enabled`: report
 /// what iPXE knows of it (every NIC, SMBIOS identity, architecture) to
 /// bootd, which answers with [`discovered`].
-pub fn discover(site: &Site) -> String {
-    let base = &site.host.http.url;
+pub fn discover(base: &str) -> String {
     let nics: String = (0..4)
         .map(|i| format!("&nic{i}=${{net{i}/mac:hexhyp}}"))
         .collect();
@@ -125,8 +123,7 @@ chain --autofree --replace {base}/discover?mac=${{mac:hexhyp}}&uuid=${{uuid}}&se
 
 /// The answer to a discovery report: wait and ask again (`wait`: adopted,
 /// it boots as its node without a power cycle), or power off.
-pub fn discovered(site: &Site, key: &str) -> String {
-    let base = &site.host.http.url;
+pub fn discovered(site: &Site, base: &str, key: &str) -> String {
     let adopt = format!(
         "echo bootd: discovered as {key}: adopt it with\n\
 echo bootd:   bootd discovered adopt {key} --name NAME --role ROLE\n"

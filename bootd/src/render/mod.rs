@@ -21,9 +21,10 @@ pub struct NodeUrls {
 }
 
 impl NodeUrls {
-    /// `token` is the node's current access token (see [`crate::token`]).
-    pub fn new(site: &Site, node: &Node, token: &str) -> NodeUrls {
-        let base = &site.host.http.url;
+    /// `token` is the node's current access token (see [`crate::token`]);
+    /// `base` the HTTP base URL of the client's address family
+    /// ([`site::Listen::url_for_peer`]).
+    pub fn new(site: &Site, base: &str, node: &Node, token: &str) -> NodeUrls {
         let img = site.image_of(node);
         let image = |p: &str| format!("{base}/images/{p}");
         let ignition = if site.ignition.over_https && site.host.https.is_some() {
@@ -62,15 +63,26 @@ pub fn kernel_args(site: &Site, node: &Node, urls: &NodeUrls) -> Vec<String> {
         None => args.push(format!("ignition.config.url={}", urls.ignition)),
     }
     if let Some(sn) = &node.static_network {
-        // dracut's ip=<client>::<gw>:<netmask>:<hostname>:<iface>:none
-        let gw = sn.gateway.map(|g| g.to_string()).unwrap_or_default();
-        let mask = prefix_to_netmask(sn.address.prefix_len(), sn.address.addr().is_ipv4());
-        args.push(format!(
-            "ip={}::{gw}:{mask}:{}:{}:none",
-            sn.address.addr(),
-            fqdn(site, node),
-            sn.interface
-        ));
+        // dracut's ip=<client>::<gw>:<netmask>:<hostname>:<iface>:none, one
+        // per family; IPv6 addresses in brackets, the prefix length as mask.
+        for a in &sn.addresses {
+            let v4 = a.address.addr().is_ipv4();
+            let lit = |ip: std::net::IpAddr| {
+                if v4 {
+                    ip.to_string()
+                } else {
+                    format!("[{ip}]")
+                }
+            };
+            let gw = a.gateway.map(lit).unwrap_or_default();
+            let mask = prefix_to_netmask(a.address.prefix_len(), v4);
+            args.push(format!(
+                "ip={}::{gw}:{mask}:{}:{}:none",
+                lit(a.address.addr()),
+                fqdn(site, node),
+                sn.interface
+            ));
+        }
         for d in &sn.dns {
             args.push(format!("nameserver={d}"));
         }

@@ -67,7 +67,11 @@ mod tests {
         )
         .unwrap();
         let n = site.node("p9-0").unwrap();
-        let text = node(&site, n, &NodeUrls::new(&site, n, "TOKEN"));
+        let text = node(
+            &site,
+            n,
+            &NodeUrls::new(&site, &site.host.http.url, n, "TOKEN"),
+        );
         let mut default = None;
         let mut labels: Vec<(String, Option<String>)> = Vec::new();
         for line in text

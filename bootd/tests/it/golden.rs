@@ -38,17 +38,24 @@ pub fn ignition_validate(json: &[u8]) {
 
 fn render_site(example: &str) {
     let site = site::load(&examples().join(example).join("site.yaml")).unwrap();
-    check(&format!("{example}-boot.ipxe"), &render::ipxe::entry(&site));
+    check(
+        &format!("{example}-boot.ipxe"),
+        &render::ipxe::entry(&site.host.http.url),
+    );
     check(
         &format!("{example}-grub.cfg"),
         &render::grub::selector(&site),
     );
     check(
         &format!("{example}-unknown.ipxe"),
-        &render::ipxe::unknown(&site, Some(&"52:54:00:00:00:99".parse().unwrap())),
+        &render::ipxe::unknown(
+            &site,
+            &site.host.http.url,
+            Some(&"52:54:00:00:00:99".parse().unwrap()),
+        ),
     );
     for node in &site.nodes {
-        let urls = NodeUrls::new(&site, node, "TOKEN");
+        let urls = NodeUrls::new(&site, &site.host.http.url, node, "TOKEN");
         check(
             &format!("{example}-{}.ipxe", node.name),
             &render::ipxe::node(&site, node, &urls),

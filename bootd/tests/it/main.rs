@@ -11,6 +11,7 @@ mod golden_file;
 mod harness;
 mod http;
 mod http_limits;
+mod ipv6_render;
 mod media;
 mod state_dir;
 mod timeline;

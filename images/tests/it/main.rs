@@ -693,7 +693,7 @@ mod bootd_e2e {
         assert_eq!(body, artifacts("10.0")[2].2[399_000..]);
         // The node's boot script points at the cached files.
         let node = site.node("bootstrap").unwrap();
-        let urls = bootd::render::NodeUrls::new(&site, node, "tok");
+        let urls = bootd::render::NodeUrls::new(&site, &site.host.http.url, node, "tok");
         let script = bootd::render::ipxe::node(&site, node, &urls);
         assert!(
             script.contains(&format!("/images/{}", set.kernel)),

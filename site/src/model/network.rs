@@ -145,11 +145,19 @@ pub const ROLE_BOOTSTRAP: &str = "bootstrap";
 pub const ROLE_MASTER: &str = "master";
 pub const ROLE_WORKER: &str = "worker";
 
+/// One address of a static network configuration.
+#[derive(Debug, Clone)]
+pub struct StaticAddress {
+    pub address: IpNet,
+    pub gateway: Option<IpAddr>,
+}
+
 #[derive(Debug, Clone)]
 pub struct StaticNetwork {
     pub interface: String,
-    pub address: IpNet,
-    pub gateway: Option<IpAddr>,
+    /// One address per family (IPv4 first), each with its prefix and
+    /// router.
+    pub addresses: Vec<StaticAddress>,
     pub dns: Vec<IpAddr>,
     pub mtu: Option<u32>,
 }

@@ -241,29 +241,75 @@ pub(super) fn node(
                 return None;
             }
         };
-        let address = match s.address.as_deref() {
-            Some(a) => match a.parse::<IpNet>() {
-                Ok(n) => n,
-                Err(_) => {
-                    cx.err(k("network.address"), format!("{a:?} is not address/prefix"));
-                    return None;
+        // Given, one per family; else the node's addresses with their
+        // network's prefixes.
+        let mut addresses: Vec<StaticAddress> = Vec::new();
+        match &s.address {
+            Some(written) => {
+                for (j, a) in written.items().into_iter().enumerate() {
+                    let key = if written.is_list() {
+                        k(&format!("network.address[{j}]"))
+                    } else {
+                        k("network.address")
+                    };
+                    match a.parse::<IpNet>() {
+                        Ok(n)
+                            if addresses
+                                .iter()
+                                .any(|x| x.address.addr().is_ipv4() == n.addr().is_ipv4()) =>
+                        {
+                            cx.err(
+                                key,
+                                format!("a second address of {n}'s family: one per family"),
+                            );
+                        }
+                        Ok(n) => addresses.push(StaticAddress {
+                            address: n,
+                            gateway: None,
+                        }),
+                        Err(_) => cx.err(key, format!("{a:?} is not address/prefix")),
+                    }
                 }
-            },
-            None => {
-                let ip = ip4.map(IpAddr::V4).or(ip6.map(IpAddr::V6))?;
-                let prefix = net
-                    .and_then(|n| n.subnet_of(ip))
-                    .map(|s| s.net.prefix_len())
-                    .unwrap_or(if ip.is_ipv4() { 24 } else { 64 });
-                IpNet::new(ip, prefix).ok()?
             }
-        };
-        let gateway = match s.gateway.as_deref() {
-            Some(g) => Some(parse_ip(cx, &k("network.gateway"), g)?),
-            None => net
-                .and_then(|n| n.subnet_of(address.addr()))
-                .and_then(|s| s.gateway),
-        };
+            None => {
+                for ip in ip4.map(IpAddr::V4).into_iter().chain(ip6.map(IpAddr::V6)) {
+                    let prefix = net
+                        .and_then(|n| n.subnet_of(ip))
+                        .map(|s| s.net.prefix_len())
+                        .unwrap_or(if ip.is_ipv4() { 24 } else { 64 });
+                    addresses.extend(IpNet::new(ip, prefix).ok().map(|address| StaticAddress {
+                        address,
+                        gateway: None,
+                    }));
+                }
+            }
+        }
+        if addresses.is_empty() {
+            return None;
+        }
+        addresses.sort_by_key(|a| a.address.addr().is_ipv6());
+        let mut given: Vec<IpAddr> = Vec::new();
+        if let Some(g) = &s.gateway {
+            for (j, x) in g.items().into_iter().enumerate() {
+                let key = if g.is_list() {
+                    k(&format!("network.gateway[{j}]"))
+                } else {
+                    k("network.gateway")
+                };
+                given.extend(parse_ip(cx, &key, x));
+            }
+        }
+        for a in &mut addresses {
+            let v4 = a.address.addr().is_ipv4();
+            a.gateway = given
+                .iter()
+                .copied()
+                .find(|g| g.is_ipv4() == v4)
+                .or_else(|| {
+                    net.and_then(|n| n.subnet_of(a.address.addr()))
+                        .and_then(|s| s.gateway)
+                });
+        }
         let dns = if s.dns.is_empty() {
             net.map(|n| n.dns_servers.clone()).unwrap_or_default()
         } else {
@@ -275,8 +321,7 @@ pub(super) fn node(
         };
         Some(StaticNetwork {
             interface,
-            address,
-            gateway,
+            addresses,
             dns,
             mtu: s.mtu,
         })

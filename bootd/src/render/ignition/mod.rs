@@ -57,25 +57,35 @@ pub fn nm_keyfile(site: &Site, sn: &StaticNetwork) -> String {
     if let Some(mtu) = sn.mtu {
         s.push_str(&format!("[ethernet]\nmtu={mtu}\n\n"));
     }
-    let fam = if sn.address.addr().is_ipv4() {
-        "ipv4"
-    } else {
-        "ipv6"
-    };
-    let other = if fam == "ipv4" { "ipv6" } else { "ipv4" };
-    s.push_str(&format!("[{fam}]\nmethod=manual\naddress1={}", sn.address));
-    if let Some(gw) = sn.gateway {
-        s.push_str(&format!(",{gw}"));
+    // One section per family: manual with its address (and the DNS
+    // servers of that family), or disabled when the node has none of it.
+    for v4 in [true, false] {
+        let fam = if v4 { "ipv4" } else { "ipv6" };
+        let Some(a) = sn
+            .addresses
+            .iter()
+            .find(|a| a.address.addr().is_ipv4() == v4)
+        else {
+            s.push_str(&format!("[{fam}]\nmethod=disabled\n\n"));
+            continue;
+        };
+        s.push_str(&format!("[{fam}]\nmethod=manual\naddress1={}", a.address));
+        if let Some(gw) = a.gateway {
+            s.push_str(&format!(",{gw}"));
+        }
+        s.push('\n');
+        let dns: Vec<String> = sn
+            .dns
+            .iter()
+            .filter(|d| d.is_ipv4() == v4)
+            .map(|d| format!("{d};"))
+            .collect();
+        if !dns.is_empty() {
+            s.push_str(&format!("dns={}\n", dns.concat()));
+        }
+        s.push_str(&format!("dns-search={};\n\n", site.cluster.domain()));
     }
-    s.push('\n');
-    if !sn.dns.is_empty() {
-        let dns: Vec<String> = sn.dns.iter().map(|d| format!("{d};")).collect();
-        s.push_str(&format!("dns={}\n", dns.concat()));
-    }
-    s.push_str(&format!(
-        "dns-search={};\n\n[{other}]\nmethod=disabled\n",
-        site.cluster.domain()
-    ));
+    s.truncate(s.trim_end().len() + 1);
     s
 }
 
