@@ -158,6 +158,13 @@ lane_b() {
   tb "netboot OVMF + iPXE, Ignition 3.4.0 as 3.3.0, HTTPS" e2e $(boot worker-0) --firmware ovmf-ipxe --ignition-spec 3.3.0 --https
   }
   tb "netboot SLOF -> GRUB"              e2e --node p9-0 --mac 52:54:00:77:00:30 --ip 10.77.0.30 --firmware slof-grub
+  # IPv6: bootd's DHCPv6, radvd's RAs with the M flag; the IPv6-only lab site
+  # and the dual-stack one (tests/lab/netboot6.sh).
+  v6() { bash tests/lab/netboot6.sh --bootd $BIN/bootd "$@"; }
+  tb "netboot IPv6 only: OVMF PXE over DHCPv6 -> ipxe.efi (TFTP) -> iPXE (DHCPv6) -> HTTP" v6 --site examples/lab-v6/site.yaml --node master-0 --mac 52:54:00:77:00:11 --firmware ovmf-pxe6
+  tb "netboot IPv6 only: OVMF UEFI HTTP Boot over IPv6 -> ipxe.efi (HTTP) -> iPXE" v6 --site examples/lab-v6/site.yaml --node master-1 --mac 52:54:00:77:00:12 --firmware ovmf-http6
+  tb "netboot IPv6 only: iPXE from the NIC's ROM (DHCPv6) -> HTTP" v6 --site examples/lab-v6/site.yaml --node master-2 --mac 52:54:00:77:00:13 --firmware ovmf-ipxe6
+  tb "netboot dual stack: OVMF PXE over DHCPv6 beside DHCPv4 -> iPXE -> HTTP" v6 --site examples/lab-dual/site.yaml --node worker-0 --mac 52:54:00:77:00:20 --firmware ovmf-pxe6
   tb "netboot from a catalog image set"  bash tests/lab/catalog-netboot.sh --bin $BIN
 }
 lane_b >target/lane-b/log 2>&1 &

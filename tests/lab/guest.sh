@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Build the lab guest: Debian's amd64 kernel + a tiny busybox initramfs whose
-# /init does DHCP, fetches ignition.config.url= from the kernel command line and
+# /init does DHCP (or takes the static addresses of ip= arguments, IPv4 or
+# IPv6), fetches ignition.config.url= from the kernel command line and
 # prints a marker line on ttyS0, then runs the real Ignition client against
 # the same URL and prints what it wrote, then powers off.
 #
@@ -192,8 +193,37 @@ ip link set lo up
 ip link set "$IF" up
 echo "lab-init: interface $IF $(cat /sys/class/net/$IF/address)"
 
+# Static addresses from the kernel command line (bootd's ip= arguments for
+# nodes with a static network): ip=<client>::<gw>:<netmask or prefix>:<host>:<iface>:none,
+# an IPv6 client and gateway in brackets. The interface named is ignored:
+# the guest has one. Without any, DHCP (IPv4).
+STATIC=0
+for w in $(cat /proc/cmdline); do
+  case "$w" in
+    ip=\[*)
+      v=${w#ip=}; v=${v#?}; addr=${v%%]*}; rest=${v#*]::}
+      gw=""
+      case "$rest" in \[*) gw=${rest#?}; gw=${gw%%]*}; rest=${rest#*]} ;; esac
+      rest=${rest#:}; prefix=${rest%%:*}
+      echo 0 >/proc/sys/net/ipv6/conf/"$IF"/accept_dad
+      ip -6 addr add "$addr/$prefix" dev "$IF" || fail "ip-v6-$addr"
+      [ -n "$gw" ] && ip -6 route add default via "$gw" dev "$IF"
+      echo "lab-init: static $addr/$prefix gateway ${gw:-none}"
+      STATIC=1 ;;
+    ip=*::*:*:*:*:none)
+      v=${w#ip=}; addr=${v%%::*}; rest=${v#*::}
+      gw=${rest%%:*}; rest=${rest#*:}; mask=${rest%%:*}
+      eval "$(ipcalc -p "$addr" "$mask")"
+      ip addr add "$addr/$PREFIX" dev "$IF" || fail "ip-v4-$addr"
+      [ -n "$gw" ] && ip route add default via "$gw" dev "$IF"
+      echo "lab-init: static $addr/$PREFIX gateway ${gw:-none}"
+      STATIC=1 ;;
+  esac
+done
 # -n: exit if no lease; -q: quit after obtaining one; 5 discovers 2 s apart.
-udhcpc -i "$IF" -s /etc/udhcpc.script -n -q -t 5 -T 2 || fail "dhcp-no-lease"
+if [ $STATIC = 0 ]; then
+  udhcpc -i "$IF" -s /etc/udhcpc.script -n -q -t 5 -T 2 || fail "dhcp-no-lease"
+fi
 
 [ -n "$URL" ] || fail "no-ignition.config.url-on-cmdline"
 
