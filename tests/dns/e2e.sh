@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# dnsd against real peers, on 127.0.0.1 high ports only:
+# dnsd against real peers, on 127.0.0.1 (and ::1) high ports only:
 #   1. NSD and Knot are configured as secondaries of dnsd (serving the test
-#      site, dnsd/tests/data/site.yaml) and must transfer both zones (AXFR);
+#      site, dnsd/tests/data/site.yaml) and must transfer its three zones
+#      (forward, in-addr.arpa, ip6.arpa: AXFR); AAAA and ip6.arpa PTR of the
+#      site's IPv6 node addresses are in the differential below, and 2b asks
+#      dnsd the same over ::1;
 #   2. differential: one query set (hits, wildcard, NXDOMAIN, NODATA, PTR,
 #      CNAME chains, referral, mixed case, EDNS sizes, no EDNS, TCP, ANY,
 #      outside the zones) goes to dnsd, NSD and Knot; the answers are
@@ -45,7 +48,7 @@ python3 - "$TMP/site.yaml" "$P_DNSD" "$P_NSD" "$P_KNOT" <<'EOF'
 import sys
 p, d, n, k = sys.argv[1:]
 s = open(p).read()
-s = s.replace("listen: [127.0.0.1:5353]", f"listen: [127.0.0.1:{d}]\n  http: 127.0.0.1:{int(d)+3}\n  notify: [127.0.0.1:{n}, 127.0.0.1:{k}]")
+s = s.replace("listen: [127.0.0.1:5353]", f"listen: [127.0.0.1:{d}, \"[::1]:{d}\"]\n  http: 127.0.0.1:{int(d)+3}\n  notify: [127.0.0.1:{n}, 127.0.0.1:{k}]")
 open(p, "w").write(s)
 EOF
 RUST_LOG=info "$DNSD" --site "$TMP/site.yaml" --udp-threads 1 >"$TMP/dnsd.out" 2>"$TMP/dnsd.log" &
@@ -53,7 +56,8 @@ DNSD_PID=$!
 PIDS+=("$DNSD_PID")
 
 # --- NSD and Knot as secondaries -------------------------------------------------
-ZONES="lab.example.test 0.77.10.in-addr.arpa"
+REV6=0.0.0.0.0.0.0.0.7.7.0.0.0.0.d.f.ip6.arpa   # fd00:77::/64
+ZONES="lab.example.test 0.77.10.in-addr.arpa $REV6"
 mkdir -p "$TMP/nsd" "$TMP/knot"
 {
     cat <<EOF
@@ -154,6 +158,9 @@ API.Lab.Example.TEST A -
 mAsTeR-0.lAb.eXaMpLe.TeSt A -
 master-0.lab.example.test A +noedns
 master-0.lab.example.test AAAA -
+master-0.lab.example.test AAAA +tcp
+worker-1.lab.example.test AAAA -
+worker-1.lab.example.test A -
 master-0.lab.example.test TXT -
 worker-0.lab.example.test A +tcp
 console-openshift-console.apps.lab.example.test A -
@@ -195,6 +202,11 @@ big.lab.example.test TXT +tcp
 5.0.77.10.in-addr.arpa PTR +tcp
 99.0.77.10.in-addr.arpa PTR -
 0.77.10.in-addr.arpa NS -
+1.1.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.7.7.0.0.0.0.d.f.ip6.arpa PTR -
+1.2.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.7.7.0.0.0.0.d.f.ip6.arpa PTR +tcp
+9.9.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.7.7.0.0.0.0.d.f.ip6.arpa PTR -
+0.0.0.0.0.0.0.0.7.7.0.0.0.0.d.f.ip6.arpa SOA -
+0.0.0.0.0.0.0.0.7.7.0.0.0.0.d.f.ip6.arpa NS -
 0.77.10.in-addr.arpa SOA -
 lab.example.test ANY +notcp
 lab.example.test ANY +tcp
@@ -235,7 +247,7 @@ for line in sys.stdin:
     if sec == "QUESTION" and line.startswith(";") and not line.startswith(";;"):
         secs[sec].append(line[1:].split()[0])
 if os.environ["STRIP"] == "1" and secs.get("ANSWER"):
-    apex = ("lab.example.test.", "0.77.10.in-addr.arpa.")
+    apex = ("lab.example.test.", "0.77.10.in-addr.arpa.", "0.0.0.0.0.0.0.0.7.7.0.0.0.0.d.f.ip6.arpa.")
     ns = [r for r in secs.get("AUTHORITY", []) if r.split()[0].lower() in apex and r.split()[3] == "ns"]
     targets = {r.split()[4] for r in ns}
     secs["AUTHORITY"] = [r for r in secs.get("AUTHORITY", []) if r not in ns]
@@ -280,6 +292,22 @@ while read -r name type opts; do
     done
 done <<<"$QUERIES"
 echo "$nq queries; differences: NSD $nd, Knot $nk"
+
+log "2b. dnsd answers over IPv6 (::1) as over IPv4, UDP and TCP"
+n6=0
+for q in "master-0.lab.example.test AAAA -" "worker-1.lab.example.test AAAA +tcp" "api.lab.example.test A -" \
+         "1.1.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.7.7.0.0.0.0.d.f.ip6.arpa PTR -"; do
+    read -r name type opts <<<"$q"
+    o=(); [ "$opts" = - ] || o=("$opts")
+    v4=$(dig @127.0.0.1 -p "$P_DNSD" +norec +nocookie +time=2 +tries=1 "${o[@]}" "$name" "$type" 2>&1 | normalize)
+    v6=$(dig @::1 -p "$P_DNSD" +norec +nocookie +time=2 +tries=1 "${o[@]}" "$name" "$type" 2>&1 | normalize)
+    if [ "$v4" != "$v6" ] || ! grep -q "status NOERROR" <<<"$v6" || ! grep -q "^AN " <<<"$v6"; then
+        bad "over IPv6: $q"; diff <(echo "$v4") <(echo "$v6") || true
+    else
+        n6=$((n6 + 1))
+    fi
+done
+echo "$n6 of 4 answered over ::1 as over 127.0.0.1"
 
 log "3. a site change reaches NSD and Knot by NOTIFY"
 cat >>"$TMP/site.yaml" <<'EOF'

@@ -4,7 +4,12 @@ use super::*;
 
 /// A discovery report (`discovery.enabled`): kept, shown on the status page
 /// and the timeline, answered with a wait-and-retry or power-off script.
-pub(super) fn discover(app: &App, snap: &Snapshot, q: Option<&str>, peer: IpAddr) -> Response<Body> {
+pub(super) fn discover(
+    app: &App,
+    snap: &Snapshot,
+    q: Option<&str>,
+    peer: IpAddr,
+) -> Response<Body> {
     if !snap.site.discovery.enabled {
         return not_found();
     }
@@ -123,4 +128,3 @@ pub(super) fn discover(app: &App, snap: &Snapshot, q: Option<&str>, peer: IpAddr
         &m.key,
     ))
 }
-
