@@ -135,7 +135,9 @@ grep -i -e warning -e 'signature' "$SRC/dpkg-source.log" | sed 's/^/  /' >&2 || 
 FRAG=$SRC/udhcpc6.fragment
 # allnoconfig leaves strings empty and ints 0: those get upstream's defaults
 # (UDHCP_DEBUG 2: up to -vv). The "sh" choice would default to ash (78 kb):
-# none. FEATURE_UDHCP_RFC3397 is udhcpc's (IPv4); udhcpc6's "search" comes
+# none. `true` is there to make two applets: with udhcpc6 alone busybox builds
+# a single-applet binary that ignores its argv[0] and argv[1], and `busybox
+# udhcpc6 ...` would not work. FEATURE_UDHCP_RFC3397 is udhcpc's (IPv4); udhcpc6's "search" comes
 # with RFC3646.
 cat >"$FRAG" <<'EOF'
 CONFIG_BUSYBOX=y
@@ -155,6 +157,7 @@ CONFIG_UDHCP_DEBUG=2
 CONFIG_SH_IS_NONE=y
 # CONFIG_SH_IS_ASH is not set
 # CONFIG_SHELL_ASH is not set
+CONFIG_TRUE=y
 EOF
 BUILD_LOG=$SRC/build.log
 start=$(date +%s)

@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# lbd over IPv6: the IPv6-only lab site (examples/lab-v6), its VIP
+# fd00:77::1 and the masters' and workers' IPv6 addresses on a dummy
+# interface in a network namespace of its own (nothing leaves it). Real
+# backends (python3 http.server) on each node's address; lbd derives the
+# api frontend ([fd00:77::1]:6443, HTTP checks of /readyz here) and
+# ingress-http ([fd00:77::1]:80, TCP checks) from the site and:
+#   - curl -g through the VIP reaches every master in turn (round robin),
+#     and the ingress frontend the workers;
+#   - a master whose backend stops is taken out by its checks (status
+#     page), and curl still gets answers from the others;
+#   - /metrics shows the IPv6 backends by address.
+# Usage: tests/lab/lbd6.sh [BINDIR]   (root)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+BINDIR=$(realpath "${1:-target/release}")
+ns=lbd6-$$ work=$(mktemp -d /tmp/lbd6.XXXXXX)
+chmod 755 "$work"
+PIDS=()
+. tests/lib.sh
+cleanup() { stop_started "$ns"; rm -rf "$work"; }
+trap cleanup EXIT
+fail=0
+ok() { echo "ok   $*"; }
+bad() { echo "FAIL $*"; fail=1; }
+nsx() { ip netns exec "$ns" "$@"; }
+ip netns add "$ns"
+nsx ip link set lo up
+nsx sysctl -qw net.ipv6.conf.all.accept_dad=0 net.ipv6.conf.default.accept_dad=0
+nsx ip link add dummy0 type bridge
+nsx ip link set dummy0 up
+for a in 1 10 11 12 13 20 21; do nsx ip -6 addr add "fd00:77::$a/64" dev dummy0 nodad; done
+
+# Backends: each node answers with its name; /readyz for the api checks.
+declare -A BACKEND=()
+for n in master-0:11 master-1:12 master-2:13; do
+  name=${n%%:*} a=${n##*:}
+  mkdir -p "$work/$name/readyz"; echo "$name" >"$work/$name/index.html"; echo ok >"$work/$name/readyz/index.html"
+  ip netns exec "$ns" python3 -m http.server --bind "fd00:77::$a" 6443 --directory "$work/$name" >"$work/$name.log" 2>&1 &
+  PIDS+=($!); BACKEND[$name]=$!
+done
+for n in worker-0:20 worker-1:21; do
+  name=${n%%:*} a=${n##*:}
+  mkdir -p "$work/$name"; echo "$name" >"$work/$name/index.html"
+  ip netns exec "$ns" python3 -m http.server --bind "fd00:77::$a" 80 --directory "$work/$name" >"$work/$name.log" 2>&1 &
+  PIDS+=($!)
+done
+
+sed -e "s|stateDir: ../../target/lab-state-v6|stateDir: $work/state|" \
+    -e "s|dir: ../lab/ignition|dir: $PWD/examples/lab/ignition|" \
+    -e "s|root: ../../target/lab-images|root: $work|" \
+    -e "s|root: ../../target/lab-tftp|root: $work|" \
+    examples/lab-v6/site.yaml >"$work/site.yaml"
+cat >>"$work/site.yaml" <<'YAML'
+lb:
+  adminListen: "[::1]:8404"
+  check: { interval: 500ms, fastInterval: 200ms, timeout: 400ms, rise: 1, fall: 2 }
+  bootstrap: { drainTimeout: 1s }
+  frontends:
+    api: { check: { type: http, path: /readyz/ } }
+    machineConfig: { enabled: false }
+    ingressHttps: { enabled: false }
+YAML
+ip netns exec "$ns" "$BINDIR/lbd" --site "$work/site.yaml" >"$work/lbd.log" 2>&1 &
+PIDS+=($!)
+for _ in $(seq 100); do nsx curl -fsS -g -o /dev/null "http://[::1]:8404/metrics" 2>/dev/null && break; sleep 0.1; done
+up() { nsx curl -fsS -g "http://[::1]:8404/metrics" | grep -c "lbd_backend_up{frontend=\"$1\".*} 1" || true; }
+for _ in $(seq 100); do [[ $(up api) -ge 3 && $(up ingress-http) -ge 2 ]] && break; sleep 0.1; done
+
+# --- through the IPv6 VIP --------------------------------------------------------
+seen=$(for _ in $(seq 12); do nsx curl -fsS -g --max-time 2 "http://[fd00:77::1]:6443/"; done | sort | uniq -c | awk '{print $2"="$1}' | tr '\n' ' ')
+if [[ $seen == *master-0=* && $seen == *master-1=* && $seen == *master-2=* && $seen != *bootstrap* ]]; then
+  ok "api [fd00:77::1]:6443 -> every master over IPv6: $seen"
+else
+  bad "api through the VIP: $seen"; tail -n 20 "$work/lbd.log"
+fi
+seen=$(for _ in $(seq 6); do nsx curl -fsS -g --max-time 2 "http://[fd00:77::1]:80/"; done | sort | uniq -c | awk '{print $2"="$1}' | tr '\n' ' ')
+if [[ $seen == *worker-0=* && $seen == *worker-1=* ]]; then
+  ok "ingress-http [fd00:77::1]:80 -> the workers: $seen"
+else
+  bad "ingress through the VIP: $seen"
+fi
+
+# --- a master goes down: its checks take it out ----------------------------------
+kill "${BACKEND[master-1]}"
+for _ in $(seq 50); do [[ $(up api) -eq 2 ]] && break; sleep 0.1; done
+seen=$(for _ in $(seq 8); do nsx curl -fsS -g --max-time 2 "http://[fd00:77::1]:6443/" || echo error; done | sort | uniq -c | awk '{print $2"="$1}' | tr '\n' ' ')
+if [[ $(up api) -eq 2 && $seen != *master-1* && $seen != *error* ]]; then
+  ok "master-1 down: taken out by its checks; answers from the others only: $seen"
+else
+  bad "after master-1 went down: up $(up api), answers $seen"
+fi
+if nsx curl -fsS -g "http://[::1]:8404/metrics" | grep -q 'backend="\[fd00:77::12\]:6443"\|addr="\[fd00:77::12\]:6443"\|fd00:77::12'; then
+  ok "metrics name the IPv6 backends: $(nsx curl -fsS -g "http://[::1]:8404/metrics" | grep -m1 'fd00:77::11')"
+else
+  bad "no IPv6 backend in lbd's metrics"
+fi
+[[ $fail == 0 ]] && echo "lbd6: PASS" || { echo "lbd6: FAIL"; tail -n 30 "$work/lbd.log"; }
+exit $fail
