@@ -137,7 +137,7 @@ tb() { # name command...: t, for the background lane (results to a file)
 }
 lane_b() {
   tb "DHCP interop (udhcpc, dhclient, perfdhcp)" bash tests/lab/dhcp-interop.sh $BIN/bootd
-  tb "DHCPv6 interop (dhclient -6, dhcpcd, perfdhcp -6)" bash tests/lab/dhcp6-interop.sh $BIN/bootd
+  tb "DHCPv6 interop (dhclient -6, dhcpcd, udhcpc6, perfdhcp -6)" bash tests/lab/dhcp6-interop.sh $BIN/bootd
   # The guest runs the real Ignition client (Debian's 2.14, which asks for spec
   # 3.3.0) against the lab's role configs: bootstrap 3.2.0 (what
   # openshift-install writes), master 3.3.0, worker 3.4.0 (served as 3.3.0).

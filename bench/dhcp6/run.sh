@@ -224,7 +224,9 @@ leases_on_disk() {
     esac
 }
 
-# perfdhcp's report -> "rate sa_sent sa_recv sa_drops rr_sent rr_recv rr_drops rejected"
+# perfdhcp's report -> "rate sa_sent sa_recv sa_drops rr_sent rr_recv rr_drops
+# rejected sa_avg_delay_ms rr_avg_delay_ms" (the delays: how long answers
+# queue; perfdhcp counts one as a drop after 1 s)
 parse_perfdhcp() {
     awk '
       /^\*\*\*Statistics for: SOLICIT-ADVERTISE/ { ex = "s" }
@@ -233,8 +235,9 @@ parse_perfdhcp() {
       /^received packets:/ { r[ex] = $3 }
       /^drops:/ { dr[ex] = $2 }
       /^rejected leases:/ { rej += $3 }
+      /^avg delay:/ { ad[ex] = $3 }
       /^Rate:/ { rate = $2 }
-      END { printf "%s %s %s %s %s %s %s %s\n", rate+0, s["s"]+0, r["s"]+0, dr["s"]+0, s["r"]+0, r["r"]+0, dr["r"]+0, rej+0 }' "$1"
+      END { printf "%s %s %s %s %s %s %s %s %s %s\n", rate+0, s["s"]+0, r["s"]+0, dr["s"]+0, s["r"]+0, r["r"]+0, dr["r"]+0, rej+0, ad["s"]+0, ad["r"]+0 }' "$1"
 }
 
 median() { sort -g | awk '{a[NR]=$1} END { if (NR == 0) { print "nan"; exit } if (NR % 2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2 }'; }
@@ -275,14 +278,14 @@ run_one() { # server clients round
         fi
         stop_server
         local onDisk; onDisk=$(leases_on_disk "$name" "$d")
-        read -r rate ss sr sd rs rr rd rej < <(parse_perfdhcp "$d/perfdhcp.out")
+        read -r rate ss sr sd rs rr rd rej sdelay rdelay < <(parse_perfdhcp "$d/perfdhcp.out")
         local cpu; cpu=$(cpu_used "$c0" "$c1" %.3f); cpu=${cpu%% *}
         local wall; wall=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }')
         # completed SARR = Replies to Requests received by perfdhcp
         local us_per; us_per=$(awk -v c="$cpu" -v k="$rr" 'BEGIN { if (k > 0) printf "%.1f", c * 1e6 / k; else print "nan" }')
         local per_core; per_core=$(awk -v c="$cpu" -v k="$rr" 'BEGIN { if (c > 0) printf "%.0f", k / c; else print "nan" }')
         local drops=$((sd + rd))
-        log "clients=$n round=$round attempt=$a $name: SARR/s=$rate solicit sent/recv/drops=$ss/$sr/$sd request sent/recv/drops=$rs/$rr/$rd rejected=$rej cpu=${cpu}s wall=${wall}s cpu/SARR=${us_per}us SARR/core-s=$per_core bindings-on-disk=$onDisk rss=${rss}kB other-load=${other}CPUs"
+        log "clients=$n round=$round attempt=$a $name: SARR/s=$rate solicit sent/recv/drops=$ss/$sr/$sd request sent/recv/drops=$rs/$rr/$rd rejected=$rej avg-delay SA/RR=${sdelay}/${rdelay}ms cpu=${cpu}s wall=${wall}s cpu/SARR=${us_per}us SARR/core-s=$per_core bindings-on-disk=$onDisk rss=${rss}kB other-load=${other}CPUs"
         [[ -n $metrics ]] && log "  bootd metrics: $metrics"
         if [[ $name == kea ]] && ! grep -q DHCP6_STARTED "$d/kea.log" 2>/dev/null; then
             log "  kea log: $(tail -n 3 "$d/kea.log" 2>/dev/null | tr '\n' ' ')"

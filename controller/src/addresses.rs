@@ -32,7 +32,7 @@ pub(crate) fn free_address(
         return None;
     };
     let mut used: Vec<std::net::IpAddr> = site.nodes.iter().flat_map(|n| n.ips()).collect();
-    used.extend([site.vips.api, site.vips.ingress]);
+    used.extend(site.vips.apis().chain(site.vips.ingresses()));
     used.extend(sub.gateway);
     used.extend(net.dns_servers.iter().copied());
     if let Some(d) = &site.host.dhcp {

@@ -213,8 +213,11 @@ pub fn stand_ins(
             .iter()
             .any(|n| n.ips().any(|a| a.to_string() == ip))
             || served.iter().any(|n| n["ip"] == ip)
-            || site.vips.api.to_string() == ip
-            || site.vips.ingress.to_string() == ip
+            || site
+                .vips
+                .apis()
+                .chain(site.vips.ingresses())
+                .any(|v| v.to_string() == ip)
     };
     if o.get("ip")
         .and_then(Value::as_str)

@@ -89,7 +89,28 @@ const CASES: &[(&str, &str, RecordType, Option<u16>, Transport)] = &[
     (
         "wildcard NODATA",
         "x.apps.lab.example.test.",
+        RecordType::TXT,
+        None,
+        Transport::Udp,
+    ),
+    (
+        "wildcard AAAA (the ingress VIP's IPv6 address)",
+        "x.apps.lab.example.test.",
         RecordType::AAAA,
+        None,
+        Transport::Udp,
+    ),
+    (
+        "a node's AAAA",
+        "master-0.lab.example.test.",
+        RecordType::AAAA,
+        None,
+        Transport::Udp,
+    ),
+    (
+        "ip6.arpa PTR of a node",
+        "1.1.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.7.7.0.0.0.0.d.f.ip6.arpa.",
+        RecordType::PTR,
         None,
         Transport::Udp,
     ),

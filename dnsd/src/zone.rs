@@ -225,21 +225,22 @@ pub fn from_site(site: &Site, serial: u32) -> Result<Vec<Zone>, ZoneError> {
             rdata_for_ip(ns.ip),
         ));
     }
-    all.push(Record::from_rdata(
-        name(&format!("api.{domain}"))?,
-        ttl,
-        rdata_for_ip(site.vips.api),
-    ));
-    all.push(Record::from_rdata(
-        name(&format!("api-int.{domain}"))?,
-        ttl,
-        rdata_for_ip(site.vips.api),
-    ));
-    all.push(Record::from_rdata(
-        name(&format!("*.apps.{domain}"))?,
-        ttl,
-        rdata_for_ip(site.vips.ingress),
-    ));
+    for vip in site.vips.apis() {
+        for n in ["api", "api-int"] {
+            all.push(Record::from_rdata(
+                name(&format!("{n}.{domain}"))?,
+                ttl,
+                rdata_for_ip(vip),
+            ));
+        }
+    }
+    for vip in site.vips.ingresses() {
+        all.push(Record::from_rdata(
+            name(&format!("*.apps.{domain}"))?,
+            ttl,
+            rdata_for_ip(vip),
+        ));
+    }
     for n in &site.nodes {
         let fqdn = format!("{}.{domain}", n.name);
         for ip in n.ips() {
@@ -251,12 +252,14 @@ pub fn from_site(site: &Site, serial: u32) -> Result<Vec<Zone>, ZoneError> {
             ));
         }
     }
-    if !site.nodes.iter().any(|n| n.has_ip(site.vips.api)) {
-        all.push(Record::from_rdata(
-            name(&site::dns::reverse_name(site.vips.api))?,
-            ttl,
-            RData::PTR(PTR(name(&format!("api.{domain}"))?)),
-        ));
+    for vip in site.vips.apis() {
+        if !site.nodes.iter().any(|n| n.has_ip(vip)) {
+            all.push(Record::from_rdata(
+                name(&site::dns::reverse_name(vip))?,
+                ttl,
+                RData::PTR(PTR(name(&format!("api.{domain}"))?)),
+            ));
+        }
     }
     for r in &d.records {
         let rd = match &r.data {

@@ -59,6 +59,31 @@ pub fn render(site: &Site, bin: &Programs) -> Result<String, String> {
             lbd_check(site.vips.ingress),
         ));
     }
+    // A dual-stack site's IPv6 VIPs: instances of their own (keepalived
+    // keeps one family per instance; VRRP's router ids are per family, so
+    // the IPv4 instance's id is used again).
+    let prefix6 = |vip: IpAddr| {
+        site.networks
+            .iter()
+            .find_map(|n| n.subnet_of(vip))
+            .map_or(64, |s| s.net.prefix_len())
+    };
+    if let Some(vip) = site.vips.api_v6 {
+        instances.push(("api6", vip, v.api_router_id, prefix6(vip), lbd_check(vip)));
+    }
+    if let Some(vip) = site
+        .vips
+        .ingress_v6
+        .filter(|i| Some(*i) != site.vips.api_v6)
+    {
+        instances.push((
+            "ingress6",
+            vip,
+            v.ingress_router_id,
+            prefix6(vip),
+            lbd_check(vip),
+        ));
+    }
     if let Some(boot) = site.vips.boot {
         // bootd's HTTP listener as seen from the appliance itself.
         let mut http = site.host.http.listen;

@@ -381,7 +381,7 @@ async fn auto_bootstrap(lbd: Arc<Lbd>) {
         let Some(hold) = lbd.with_loaded(|l| l.lb().bootstrap.auto_complete_after) else {
             continue;
         };
-        let masters: Vec<_> = ["api", "machine-config"]
+        let masters: Vec<_> = ["api", "machine-config", "api-v6", "machine-config-v6"]
             .iter()
             .filter_map(|n| app.frontend(n))
             .flat_map(|f| {

@@ -52,7 +52,7 @@ pub fn from_site(site: &Site, bootstrap_done: bool) -> Vec<FrontendPlan> {
         .frontends
         .iter()
         .map(|f| {
-            let backends = match (&f.backends, f.name.as_str()) {
+            let backends = match (&f.backends, site::site_frontend(&f.name)) {
                 (Some(fixed), _) => service_backends(fixed),
                 (None, "api" | "machine-config") => {
                     let boot = nodes(site::ROLE_BOOTSTRAP)

@@ -293,8 +293,13 @@ pub fn url_host(url: &str) -> &str {
 
 #[derive(Debug, Clone)]
 pub struct Vips {
+    /// The API VIP; on a dual-stack site (`vips.api` a list) the IPv4 one.
     pub api: IpAddr,
     pub ingress: IpAddr,
+    /// A dual-stack site's IPv6 API and ingress VIPs (`vips.api`'s and
+    /// `vips.ingress`'s IPv6 entries).
+    pub api_v6: Option<IpAddr>,
+    pub ingress_v6: Option<IpAddr>,
     /// The boot service address (`vips.boot`): where nodes fetch scripts,
     /// images and Ignition when several appliances serve the site; the
     /// host of `host.http.url` (and `https.url`), moved by keepalived.
@@ -321,6 +326,17 @@ pub struct Vrrp {
     pub ingress_prefix: u8,
     /// The boot address's prefix length (0 when `vips.boot` is not set).
     pub boot_prefix: u8,
+}
+
+impl Vips {
+    /// The API VIPs, IPv4 first.
+    pub fn apis(&self) -> impl Iterator<Item = IpAddr> + '_ {
+        std::iter::once(self.api).chain(self.api_v6)
+    }
+    /// The ingress VIPs, IPv4 first.
+    pub fn ingresses(&self) -> impl Iterator<Item = IpAddr> + '_ {
+        std::iter::once(self.ingress).chain(self.ingress_v6)
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -540,6 +556,12 @@ pub struct LbFrontend {
     pub check: Check,
 }
 
+/// The site frontend a frontend name is: `api-v6` (a dual-stack site's
+/// IPv6 VIP) is `api`; any other name is itself.
+pub fn site_frontend(name: &str) -> &str {
+    name.strip_suffix("-v6").unwrap_or(name)
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Balance {
     RoundRobin,
@@ -596,8 +618,10 @@ pub struct LbLimits {
 impl LbLimits {
     /// Whether unanswered first bytes are replayed on frontend `name`.
     pub fn retries_unanswered(&self, name: &str) -> bool {
-        self.retry_unanswered
-            .unwrap_or(matches!(name, "api" | "machine-config" | "ingress-https"))
+        self.retry_unanswered.unwrap_or(matches!(
+            site_frontend(name),
+            "api" | "machine-config" | "ingress-https"
+        ))
     }
 }
 

@@ -249,8 +249,9 @@ pub struct Pool {
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Vips {
-    pub api: Option<String>,
-    pub ingress: Option<String>,
+    /// One address, or one per family (dual stack).
+    pub api: Option<OneOrMany<String>>,
+    pub ingress: Option<OneOrMany<String>>,
     pub boot: Option<String>,
     pub vrrp: Option<Vrrp>,
 }

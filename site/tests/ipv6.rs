@@ -200,3 +200,56 @@ fn dhcp6_mistakes_are_reported_with_their_keys() {
         &["host.dhcp6.serverAddress: fd00:99::1 is in no site network's IPv6 subnet"],
     );
 }
+
+#[test]
+fn a_vip_per_family_gives_lbd_a_frontend_per_family() {
+    let (_d, path) = dual(|t| {
+        t.replace(
+            "api: 10.77.0.1\n  ingress: 10.77.0.1",
+            "api: ['fd00:77::1', 10.77.0.1]\n  ingress: [10.77.0.1, 'fd00:77::1']",
+        )
+    });
+    let site = match site::load(&path) {
+        Ok(s) => s,
+        Err(e) => panic!("{e}"),
+    };
+    // IPv4 first, whatever the order written.
+    assert_eq!(site.vips.api, "10.77.0.1".parse::<IpAddr>().unwrap());
+    assert_eq!(site.vips.api_v6, Some("fd00:77::1".parse().unwrap()));
+    let fronts: Vec<String> = site
+        .lb
+        .frontends
+        .iter()
+        .map(|f| format!("{} {}", f.name, f.listen))
+        .collect();
+    assert_eq!(
+        fronts,
+        [
+            "api 10.77.0.1:6443",
+            "machine-config 10.77.0.1:22623",
+            "ingress-http 10.77.0.1:80",
+            "ingress-https 10.77.0.1:443",
+            "api-v6 [fd00:77::1]:6443",
+            "machine-config-v6 [fd00:77::1]:22623",
+            "ingress-http-v6 [fd00:77::1]:80",
+            "ingress-https-v6 [fd00:77::1]:443",
+        ]
+    );
+    assert_eq!(site::site_frontend("machine-config-v6"), "machine-config");
+    assert!(site.lb.limits.retries_unanswered("api-v6"));
+
+    let (_d, path) = dual(|t| {
+        t.replace(
+            "api: 10.77.0.1\n  ingress: 10.77.0.1",
+            "api: [10.77.0.1, 10.77.0.2]\n  ingress: []",
+        )
+    });
+    let err = site::load(&path).unwrap_err();
+    assert_problems(
+        &err,
+        &[
+            "vips.api[1]: a second address of 10.77.0.2's family",
+            "vips.ingress: an empty list",
+        ],
+    );
+}

@@ -154,6 +154,8 @@ log "2. the same answers from dnsd, NSD and Knot"
 QUERIES=$(cat <<'EOF'
 api.lab.example.test A -
 api-int.lab.example.test A -
+api.lab.example.test AAAA -
+api-int.lab.example.test AAAA +tcp
 API.Lab.Example.TEST A -
 mAsTeR-0.lAb.eXaMpLe.TeSt A -
 master-0.lab.example.test A +noedns
@@ -205,6 +207,7 @@ big.lab.example.test TXT +tcp
 1.1.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.7.7.0.0.0.0.d.f.ip6.arpa PTR -
 1.2.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.7.7.0.0.0.0.d.f.ip6.arpa PTR +tcp
 9.9.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.7.7.0.0.0.0.d.f.ip6.arpa PTR -
+2.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.7.7.0.0.0.0.d.f.ip6.arpa PTR -
 0.0.0.0.0.0.0.0.7.7.0.0.0.0.d.f.ip6.arpa SOA -
 0.0.0.0.0.0.0.0.7.7.0.0.0.0.d.f.ip6.arpa NS -
 0.77.10.in-addr.arpa SOA -

@@ -30,6 +30,8 @@ PKGS=(
   # DHCPv6: a second client (dhcpcd), router advertisements with the M flag
   # for firmware in the IPv6 lab (radvd), and Kea's DHCPv6 server (bench/dhcp6)
   dhcpcd-base radvd kea-dhcp6-server
+  # building busybox's udhcpc6 from Debian's source (tests/lab/udhcpc6.sh)
+  dpkg-dev bzip2 xz-utils gpgv
   # a plain BOOTP client (PowerVM firmware's protocol) for the same tests
   bootpc
   # benchmark peers (bench/dhcp, bench/tftp; atftpd is fetched with apt-get download by bench/tftp/run.sh)

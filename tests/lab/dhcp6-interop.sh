@@ -6,7 +6,9 @@
 #     the cluster's domain, and the binding is on disk; a machine that is no
 #     node gets a pool address, which after a restart of bootd goes to no
 #     other machine and back to it; its release is recorded;
-#   - dhcpcd (DHCPv6 only) gets worker-1's reserved address;
+#   - dhcpcd (DHCPv6 only) gets worker-1's reserved address; so does busybox
+#     udhcpc6 (built from Debian's source by tests/lab/udhcpc6.sh), with the
+#     DNS server and search list, and option 59 when it says it is UEFI x64;
 #   - perfdhcp -6 in relay mode (Relay-forward from its own namespace across
 #     a veth) completes Solicit-Advertise-Request-Reply for 100 simulated
 #     clients from the pool;
@@ -145,6 +147,42 @@ S
   else
     fail "dhcpcd -6: $(tail -n 8 "$WORK/dhcpcd.log")"
   fi
+fi
+
+# --- busybox udhcpc6 as worker-1 (Debian's busybox has no udhcpc6:
+#     tests/lab/udhcpc6.sh builds one from Debian's source, once): address,
+#     DNS server and search list; option 59 only for a network-boot client
+#     (arch 7, UEFI x64, in option 61), not for plain udhcpc6 asking for it ---
+UDHCPC6_DIR=$REPO/target/udhcpc6
+if "$HERE/udhcpc6.sh" "$UDHCPC6_DIR" >"$WORK/udhcpc6-build.log" 2>&1; then
+  cat >"$WORK/udhcpc6.sh" <<'S'
+#!/bin/sh
+[ "$1" = bound ] && echo "ipv6=$ipv6 dns=$dns search=$search bootfile_url=$bootfile_url" >>"$U6_OUT"
+exit 0
+S
+  chmod +x "$WORK/udhcpc6.sh"
+  udhcpc6_run() {  # OUT ARGS...: one Solicit..Reply; what the script was given in OUT
+    : >"$1"
+    ip netns exec "$C" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin U6_OUT="$1" timeout 30 \
+      "$UDHCPC6_DIR/busybox" udhcpc6 -i vc-$$ -n -q -t 5 -s "$WORK/udhcpc6.sh" "${@:2}" >>"$WORK/udhcpc6.log" 2>&1
+  }
+  ip -n "$C" link set vc-$$ down
+  ip -n "$C" link set vc-$$ address 52:54:00:77:00:21 up
+  # udhcpc6 writes addresses uncompressed (and lease= byte-swapped in 1.35: not checked)
+  want="ipv6=fd00:0077:0000:0000:0000:0000:0000:0021 dns=fd00:0077:0000:0000:0000:0000:0000:0001 search=lab.example.test"
+  if udhcpc6_run "$WORK/u6.out" -O bootfile_url && grep -qxF "$want bootfile_url=" "$WORK/u6.out"; then
+    pass "udhcpc6 $(cat "$WORK/u6.out")"
+  else
+    fail "udhcpc6: $(cat "$WORK/u6.out") $(tail -n 5 "$WORK/udhcpc6.log")"
+  fi
+  if udhcpc6_run "$WORK/u6-boot.out" -O bootfile_url -x 61:0007 \
+     && grep -qxF "$want bootfile_url=tftp://[fd00:77::1]/ipxe.efi" "$WORK/u6-boot.out"; then
+    pass "udhcpc6 -O bootfile_url -x 61:0007 (UEFI x64): $(sed 's/.* bootfile_url=/bootfile_url=/' "$WORK/u6-boot.out")"
+  else
+    fail "udhcpc6 -x 61:0007: $(cat "$WORK/u6-boot.out") $(tail -n 5 "$WORK/udhcpc6.log")"
+  fi
+else
+  fail "udhcpc6: tests/lab/udhcpc6.sh could not build it: $(tail -n 5 "$WORK/udhcpc6-build.log")"
 fi
 
 # --- perfdhcp -6, relay mode, 100 clients from the pool ---

@@ -9,7 +9,9 @@
 #     and the ingress frontend the workers;
 #   - a master whose backend stops is taken out by its checks (status
 #     page), and curl still gets answers from the others;
-#   - /metrics shows the IPv6 backends by address.
+#   - /metrics shows the IPv6 backends by address;
+#   - on the dual-stack site (examples/lab-dual, a VIP per family) the
+#     api frontend of each VIP reaches the masters' addresses of its family.
 # Usage: tests/lab/lbd6.sh [BINDIR]   (root)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -94,6 +96,49 @@ if nsx curl -fsS -g "http://[::1]:8404/metrics" | grep -q 'backend="\[fd00:77::1
   ok "metrics name the IPv6 backends: $(nsx curl -fsS -g "http://[::1]:8404/metrics" | grep -m1 'fd00:77::11')"
 else
   bad "no IPv6 backend in lbd's metrics"
+fi
+
+# --- a dual-stack site (examples/lab-dual): a VIP per family, a frontend per
+#     VIP, each forwarding to the nodes' addresses of its family ---------------
+for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+for p in "${PIDS[@]}"; do
+  for _ in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+done
+PIDS=()
+nsx ip addr add 10.77.0.1/24 dev dummy0
+for a in 11 12 13 20 21; do nsx ip addr add "10.77.0.$a/24" dev dummy0; done
+for n in master-0:11 master-1:12 master-2:13; do
+  name=${n%%:*} a=${n##*:}
+  for fam in v4:10.77.0.$a v6:fd00:77::$a; do
+    d=$work/dual-$name-${fam%%:*}; mkdir -p "$d/readyz"; echo "$name ${fam%%:*}" >"$d/index.html"; echo ok >"$d/readyz/index.html"
+    ip netns exec "$ns" python3 -m http.server --bind "${fam#*:}" 6443 --directory "$d" >"$d.log" 2>&1 &
+    PIDS+=($!)
+  done
+done
+sed -e "s|stateDir: ../../target/lab-state-dual|stateDir: $work/state-dual|" \
+    -e "s|dir: ../lab/ignition|dir: $PWD/examples/lab/ignition|" \
+    -e "s|root: ../../target/lab-images|root: $work|" \
+    -e "s|root: ../../target/lab-tftp|root: $work|" \
+    examples/lab-dual/site.yaml >"$work/dual.yaml"
+cat >>"$work/dual.yaml" <<'YAML'
+lb:
+  adminListen: "[::1]:8404"
+  check: { interval: 500ms, fastInterval: 200ms, timeout: 400ms, rise: 1, fall: 2 }
+  frontends:
+    api: { check: { type: http, path: /readyz/ } }
+    machineConfig: { enabled: false }
+    ingressHttp: { enabled: false }
+    ingressHttps: { enabled: false }
+YAML
+ip netns exec "$ns" "$BINDIR/lbd" --site "$work/dual.yaml" >"$work/lbd-dual.log" 2>&1 &
+PIDS+=($!)
+for _ in $(seq 100); do [[ $(up api) -ge 3 && $(up api-v6) -ge 3 ]] && break; sleep 0.1; done
+v6=$(for _ in $(seq 6); do nsx curl -fsS -g --max-time 2 "http://[fd00:77::1]:6443/" || echo error; done | sort -u | tr '\n' ' ')
+v4=$(for _ in $(seq 6); do nsx curl -fsS --max-time 2 "http://10.77.0.1:6443/" || echo error; done | sort -u | tr '\n' ' ')
+if [[ $v6 == "master-0 v6 master-1 v6 master-2 v6 " && $v4 == "master-0 v4 master-1 v4 master-2 v4 " ]]; then
+  ok "dual stack: api-v6 [fd00:77::1]:6443 -> the masters' IPv6 addresses ($v6); api 10.77.0.1:6443 -> their IPv4 ones ($v4)"
+else
+  bad "dual stack: through the IPv6 VIP: $v6; through the IPv4 VIP: $v4"; tail -n 20 "$work/lbd-dual.log"
 fi
 [[ $fail == 0 ]] && echo "lbd6: PASS" || { echo "lbd6: FAIL"; tail -n 30 "$work/lbd.log"; }
 exit $fail

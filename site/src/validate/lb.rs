@@ -133,14 +133,63 @@ pub(super) fn lb(
                 CheckKind::Tcp,
             ),
         ];
-        for (name, key, vip, port, o, kind) in table {
+        // A dual-stack site's IPv6 VIPs: the same frontends again, named
+        // `<name>-v6` (their listen address is always the VIP's).
+        let v6 = |vip: Option<IpAddr>| vip.filter(|_| bind_ip.is_none());
+        let table: Vec<_> = table
+            .into_iter()
+            .map(|(name, key, vip, port, o, kind)| {
+                (name.to_string(), key, vip, port, o, kind, false)
+            })
+            .chain(
+                [
+                    (
+                        "api-v6",
+                        "api",
+                        v6(vips.api_v6),
+                        6443,
+                        over.and_then(|o| o.api.as_ref()),
+                        https("/readyz"),
+                    ),
+                    (
+                        "machine-config-v6",
+                        "machineConfig",
+                        v6(vips.api_v6),
+                        22623,
+                        over.and_then(|o| o.machine_config.as_ref()),
+                        https("/healthz"),
+                    ),
+                    (
+                        "ingress-http-v6",
+                        "ingressHttp",
+                        v6(vips.ingress_v6),
+                        80,
+                        over.and_then(|o| o.ingress_http.as_ref()),
+                        CheckKind::Tcp,
+                    ),
+                    (
+                        "ingress-https-v6",
+                        "ingressHttps",
+                        v6(vips.ingress_v6),
+                        443,
+                        over.and_then(|o| o.ingress_https.as_ref()),
+                        CheckKind::Tcp,
+                    ),
+                ]
+                .into_iter()
+                .filter_map(|(n, key, vip, port, o, kind)| {
+                    Some((n.to_string(), key, vip?, port, o, kind, true))
+                }),
+            )
+            .collect();
+        for (name, key, vip, port, o, kind, second) in table {
             let fk = k(&format!("frontends.{key}"));
             if o.and_then(|o| o.enabled) == Some(false) {
                 continue;
             }
             let listen = match o.and_then(|o| o.listen.as_deref()) {
-                Some(s) => sockaddr(cx, &format!("{fk}.listen"), s),
-                None => Some(SocketAddr::new(bind_ip.unwrap_or(vip), port)),
+                Some(s) if !second => sockaddr(cx, &format!("{fk}.listen"), s),
+                _ => Some(SocketAddr::new(bind_ip.unwrap_or(vip), port)),
             };
             let balance = match o.and_then(|o| o.balance.as_deref()) {
                 Some(b) => self::balance(cx, &format!("{fk}.balance"), Some(b)).unwrap_or(balance),
@@ -152,8 +201,10 @@ pub(super) fn lb(
             } else {
                 Duration::from_secs(5)
             };
+            // The IPv6 twin's check problems are its first's: said once.
+            let mut quiet = Cx::new(&cx.file);
             let check = check(
-                cx,
+                if second { &mut quiet } else { &mut *cx },
                 &format!("{fk}.check"),
                 kind,
                 base,
@@ -162,7 +213,7 @@ pub(super) fn lb(
             );
             if let (Some(listen), Some(check)) = (listen, check) {
                 frontends.push(LbFrontend {
-                    name: name.to_string(),
+                    name,
                     listen,
                     backend_port: port,
                     backends: None,
@@ -201,7 +252,8 @@ pub(super) fn lb(
                     format!("duplicate service name {n:?} (also services[{j}])"),
                 );
             }
-            if ["api", "machine-config", "ingress-http", "ingress-https"].contains(&n.as_str())
+            if ["api", "machine-config", "ingress-http", "ingress-https"]
+                .contains(&crate::model::site_frontend(n))
                 && vips.is_some()
             {
                 cx.err(

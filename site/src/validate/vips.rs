@@ -16,20 +16,50 @@ pub(super) fn vips(
         );
         return None;
     };
-    let mut one = |key: &str, v: &Option<String>| match v {
-        Some(s) => parse_ip(cx, key, s),
-        None => {
+    // One address, or one per family: (the first, IPv4 on a dual-stack
+    // site; the IPv6 one of a pair).
+    let mut pair = |key: &str, v: &Option<wire::OneOrMany<String>>| {
+        let Some(written) = v else {
             cx.err(key, "required");
-            None
+            return None;
+        };
+        let mut got: Vec<IpAddr> = Vec::new();
+        let items = written.items();
+        if items.is_empty() {
+            cx.err(key, "an empty list: give an address, or one per family");
+        }
+        for (j, s) in items.into_iter().enumerate() {
+            let k = if written.is_list() {
+                format!("{key}[{j}]")
+            } else {
+                key.to_string()
+            };
+            let Some(a) = parse_ip(cx, &k, s) else {
+                continue;
+            };
+            if got.iter().any(|g| g.is_ipv4() == a.is_ipv4()) {
+                cx.err(
+                    k,
+                    format!("a second address of {a}'s family: one per family"),
+                );
+                continue;
+            }
+            got.push(a);
+        }
+        got.sort_by_key(|a| a.is_ipv6());
+        match got.as_slice() {
+            [a] => Some((*a, None)),
+            [a, b] => Some((*a, Some(*b))),
+            _ => None,
         }
     };
-    let api = one("vips.api", &w.api);
-    let ingress = one("vips.ingress", &w.ingress);
+    let api = pair("vips.api", &w.api);
+    let ingress = pair("vips.ingress", &w.ingress);
     let boot = w
         .boot
         .as_ref()
         .map(|s| parse_ip(cx, "vips.boot", s).ok_or(()));
-    let (api, ingress) = (api?, ingress?);
+    let ((api, api_v6), (ingress, ingress_v6)) = (api?, ingress?);
     let boot = boot.transpose().ok()?;
     if let (Some(b), Some(h)) = (boot, host) {
         boot_is_served(cx, b, h);
@@ -39,9 +69,21 @@ pub(super) fn vips(
         .as_ref()
         .map(|v| vrrp(cx, v, [api, ingress], boot, networks));
     let vrrp = vrrp.map(|v| v.ok_or(())).transpose().ok()?; // given and wrong: said
+    if vrrp.is_some() {
+        for (key, vip) in [("vips.api", api_v6), ("vips.ingress", ingress_v6)] {
+            if let Some(vip) = vip.filter(|a| !networks.iter().any(|n| n.contains(*a))) {
+                cx.err(
+                    key,
+                    format!("{vip} is in no site network: keepalived needs its prefix length"),
+                );
+            }
+        }
+    }
     Some(Vips {
         api,
         ingress,
+        api_v6,
+        ingress_v6,
         boot,
         vrrp,
     })
