@@ -16,6 +16,7 @@ pub use controller::OVERLAY_FILE;
 pub use controller::{alibaba_disk_problems, alibaba_id_ok, region_id_ok, zone_in_region};
 mod lb;
 pub use lb::load_lb;
+mod boot_files;
 mod dhcp6;
 mod networks;
 use networks::networks;
@@ -28,7 +29,8 @@ use install_config::{read_install_config, InstallConfig};
 use vips::vips;
 mod ignition;
 mod node;
-use host::{boot_file, dhcp_options, host};
+use boot_files::boot_file;
+use host::{dhcp_options, host};
 use ignition::ignition;
 use node::node;
 

@@ -1,6 +1,6 @@
 //! Stage two for `host.dhcp6`: bootd's DHCPv6 server.
 
-use super::host::boot_files;
+use super::boot_files::boot_files;
 use super::*;
 
 pub(super) fn dhcp6(cx: &mut Cx, w: &wire::Dhcp6, http: Option<&Listen>) -> Option<Dhcp6> {
