@@ -38,7 +38,7 @@ const MAX_STATUS: usize = 4 << 20;
 pub fn events_from_status(status: &Status, seen: &mut HashSet<(Phase, IpAddr, i64)>) -> Vec<Raw> {
     let mut out = Vec::new();
     for fe in &status.frontends {
-        if fe.name == "machine-config" {
+        if site::site_frontend(&fe.name) == "machine-config" {
             for c in &fe.clients {
                 let ms = c.first_ms as i64;
                 if seen.insert((Phase::MachineConfig, c.ip, ms)) {
@@ -58,7 +58,7 @@ pub fn events_from_status(status: &Status, seen: &mut HashSet<(Phase, IpAddr, i6
                 }
             }
         }
-        if fe.name == "api" {
+        if site::site_frontend(&fe.name) == "api" {
             for b in fe.backends.iter().filter(|b| b.state == "up") {
                 let Some(ms) = b.up_since_ms.map(|m| m as i64) else {
                     continue;

@@ -21,6 +21,9 @@ use std::net::{IpAddr, Ipv6Addr};
 /// (Intel's, 343), echoed with "HTTPClient".
 const ENTERPRISE_INTEL: u32 = 343;
 
+/// IA_NAs answered per message; more are left out of the reply.
+pub const MAX_IAS: usize = 8;
+
 /// One request as the server received it.
 pub struct Request<'a> {
     pub msg: &'a Msg,
@@ -129,6 +132,18 @@ pub fn answer(
     let msg = req.msg;
     let client_id = msg.get(wire::OPT_CLIENT_ID).filter(|c| !c.is_empty());
     let server = msg.get(wire::OPT_SERVER_ID);
+    // RFC 8415 §11.1: a DUID is 3 to 130 octets (its type and at least one
+    // more); a longer one would be kept and logged at any length.
+    if [client_id, server]
+        .into_iter()
+        .flatten()
+        .any(|d| !(3..=130).contains(&d.len()))
+    {
+        return Outcome::drop(
+            "malformed",
+            "a DUID shorter than 3 or longer than 130 octets",
+        );
+    }
     // RFC 8415 §16: which messages carry which identifiers.
     let (kind, need_server) = match msg.ty {
         wire::SOLICIT => ("solicit", Some(false)),
@@ -195,7 +210,11 @@ pub fn answer(
     let mut commit = Vec::new();
     let mut notes = Vec::new();
     let lifetime = d.lease_time.as_secs().min(u64::from(u32::MAX - 1)) as u32;
-    let ias = msg.ia_nas();
+    // At most MAX_IAS identity associations are answered per message: a
+    // client needs one per interface address, and each is a binding made
+    // durable before the Reply.
+    let mut ias = msg.ia_nas();
+    ias.truncate(MAX_IAS);
     let binds = |l: Lease6, table: &mut Table, commit: &mut Vec<Lease6>| {
         table.apply(l.clone());
         commit.push(l);

@@ -165,8 +165,10 @@ impl Server {
             return;
         };
         let bytes = wire::wrap(&hops, reply.encode());
-        // Relayed: back to the relay that sent it; direct: to the client's
-        // port on the address it sent from.
+        // Relayed: back to the relay that sent it, on the servers' port
+        // 547 (RFC 8415 §19; not the datagram's source port, so a forged
+        // Relay-forward cannot aim replies at any port); direct: to the
+        // client's port on the address it sent from.
         let to = if hops.is_empty() {
             SocketAddrV6::new(
                 *src.ip(),
@@ -179,7 +181,7 @@ impl Server {
                 },
             )
         } else {
-            src
+            SocketAddrV6::new(*src.ip(), SERVER_PORT, 0, src.scope_id())
         };
         let kind = outcome.kind;
         let bound = outcome

@@ -64,8 +64,18 @@ pub(super) fn discover(
         .host
         .dhcp
         .as_ref()
-        .is_some_and(|d| d.mode == site::DhcpMode::Server);
+        .is_some_and(|d| d.mode == site::DhcpMode::Server)
+        || snap.site.host.dhcp6.is_some();
+    let peer = peer.to_canonical();
     let from_its_lease = || {
+        if let IpAddr::V6(p6) = peer {
+            // Over IPv6: the address bootd's DHCPv6 bound to that MAC.
+            let leases6 = app.leases6.lock().unwrap_or_else(|p| p.into_inner());
+            return first
+                .as_ref()
+                .and_then(|mac| leases6.held_by_mac(&mac.to_string()))
+                .is_some_and(|l| l.ip == p6);
+        }
         let leases = app.leases.lock().unwrap_or_else(|p| p.into_inner());
         first
             .as_ref()

@@ -398,3 +398,39 @@ fn confirm_and_information_request() {
     );
     assert!(o.commit.is_empty());
 }
+
+#[test]
+fn oversized_duids_and_ia_floods_are_bounded() {
+    let site = lab();
+    let mut t = Table::default();
+    let mut m = msg(wire::SOLICIT, &[0u8; 131]);
+    ia(&mut m, None);
+    assert_eq!(
+        ask(&site, &mut t, &m, &[], 1).kind,
+        "malformed",
+        "a DUID over 130 octets"
+    );
+    let mut m = msg(wire::SOLICIT, &[0, 4]);
+    ia(&mut m, None);
+    assert_eq!(
+        ask(&site, &mut t, &m, &[], 1).kind,
+        "malformed",
+        "a DUID under 3 octets"
+    );
+    // A Rapid Commit Solicit with 100 IA_NAs: at most MAX_IAS bindings.
+    let mut m = msg(wire::SOLICIT, &[0, 4, 8, 8, 8]);
+    for id in 0..100u32 {
+        m.push(wire::OPT_IA_NA, wire::ia_na(id, 0, 0, &[]));
+    }
+    m.push(wire::OPT_RAPID_COMMIT, vec![]);
+    let o = ask(&site, &mut t, &m, &[], 1);
+    assert_eq!(o.commit.len(), bootd::dhcp6::core::MAX_IAS);
+    let answered = o
+        .reply
+        .unwrap()
+        .opts
+        .iter()
+        .filter(|(c, _)| *c == wire::OPT_IA_NA)
+        .count();
+    assert_eq!(answered, bootd::dhcp6::core::MAX_IAS);
+}

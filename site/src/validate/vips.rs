@@ -115,14 +115,23 @@ fn boot_is_served(cx: &mut Cx, boot: IpAddr, host: &Host) {
         Some(("host.http.url", &host.http)),
         host.https.as_ref().map(|h| ("host.https.url", h)),
     ];
+    // Every URL given (one per family): the one of vips.boot's family must
+    // name it; one of the other family names an address nothing moves.
     for (key, l) in urls.into_iter().flatten() {
-        if let Ok(ip) = l.url_host().parse::<IpAddr>() {
+        for (j, url) in l.urls.iter().enumerate() {
+            let Ok(ip) = crate::model::url_host(url).parse::<IpAddr>() else {
+                continue;
+            };
             if ip != boot {
+                let k = if l.urls.len() > 1 {
+                    format!("{key}[{j}]")
+                } else {
+                    key.to_string()
+                };
                 cx.err(
-                    key,
+                    k,
                     format!(
-                        "{:?} names {ip}, not vips.boot {boot}: nodes would fetch from an address keepalived does not move",
-                        l.url
+                        "{url:?} names {ip}, not vips.boot {boot}: nodes would fetch from an address keepalived does not move"
                     ),
                 );
             }
