@@ -513,6 +513,9 @@ pub async fn run_app(
     if let Some(sock) = sockets.dhcp6 {
         let (store, table) = dhcp6::leases::Store::open(&app.state_dir)
             .map_err(|e| Error::StateDir(app.state_dir.clone(), e))?;
+        app.metrics
+            .dhcp6_bindings
+            .set(i64::try_from(table.len()).unwrap_or(i64::MAX));
         *app.leases6.lock().unwrap_or_else(|p| p.into_inner()) = table;
         let server_id = dhcp6::server::server_duid(&app.state_dir)
             .map_err(|e| Error::StateDir(app.state_dir.clone(), e))?;

@@ -57,6 +57,8 @@ pub struct Metrics {
     pub gates: std::sync::Arc<crate::gate::GateMetrics>,
     pub dhcp: Family<Kind, Counter>,
     pub dhcp6: Family<Kind, Counter>,
+    /// Bindings in bootd's DHCPv6 table (`host.dhcp6.maxBindings` bounds it).
+    pub dhcp6_bindings: prometheus_client::metrics::gauge::Gauge,
     pub requests: Family<RouteStatus, Counter>,
     pub bytes: Family<RouteLabel, Counter>,
     /// `bytes{route="images"}`, looked up once: it is counted per piece sent.
@@ -84,6 +86,9 @@ pub struct Metrics {
     pub status_refused: Counter,
     /// The system clock minus the appliance's (`runtime::clock`), set at each scrape.
     pub clock_step: prometheus_client::metrics::gauge::Gauge<f64, std::sync::atomic::AtomicU64>,
+    /// The process's live heap bytes (`runtime::heap`), set at each scrape;
+    /// registered only when the binary counts them.
+    heap_bytes: Option<prometheus_client::metrics::gauge::Gauge>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -114,6 +119,12 @@ impl Default for Metrics {
             "dhcp6_packets",
             "DHCPv6 messages by kind (solicit, request, renew, rebind, release, decline, confirm, information-request) once answered, or why not (ignored, malformed, not-ours, store_error)",
             dhcp6.clone(),
+        );
+        let dhcp6_bindings = prometheus_client::metrics::gauge::Gauge::default();
+        registry.register(
+            "dhcp6_bindings",
+            "Bindings in the DHCPv6 table, expired ones within their hour of grace included (host.dhcp6.maxBindings bounds it)",
+            dhcp6_bindings.clone(),
         );
         registry.register(
             "http_requests",
@@ -204,6 +215,16 @@ impl Default for Metrics {
              advanced monotonically): non-zero after the system clock was stepped",
             clock_step.clone(),
         );
+        let heap_bytes = runtime::heap::allocated().map(|_| {
+            let gauge = prometheus_client::metrics::gauge::Gauge::default();
+            registry.register(
+                "process_heap_bytes",
+                "Bytes the process holds allocated on its heap (live allocations, not resident \
+                 pages): what grows when something is kept that should not be",
+                gauge.clone(),
+            );
+            gauge
+        });
         let phase_seconds =
             Family::<PhaseLabel, Histogram, fn() -> Histogram>::new_with_constructor(
                 phase_histogram as fn() -> Histogram,
@@ -228,6 +249,7 @@ impl Default for Metrics {
             gates,
             dhcp,
             dhcp6,
+            dhcp6_bindings,
             requests,
             bytes,
             image_bytes,
@@ -244,6 +266,7 @@ impl Default for Metrics {
             ignition_other_address,
             status_refused,
             clock_step,
+            heap_bytes,
         }
     }
 }
@@ -251,6 +274,9 @@ impl Default for Metrics {
 impl Metrics {
     pub fn encode(&self) -> String {
         self.clock_step.set(runtime::clock::system_offset());
+        if let (Some(gauge), Some(bytes)) = (&self.heap_bytes, runtime::heap::allocated()) {
+            gauge.set(i64::try_from(bytes).unwrap_or(i64::MAX));
+        }
         let mut s = String::new();
         // Encoding into a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut s, &self.registry);

@@ -217,6 +217,10 @@ pub struct Dhcp6 {
     pub decline_hold: Duration,
     /// Answer a Solicit with Rapid Commit by a Reply (when the client asks).
     pub rapid_commit: bool,
+    /// At most this many bindings are kept (nodes' reservations are
+    /// granted beyond it): DUIDs cost nothing to invent, and a /64 pool
+    /// never runs out (dnsmasq's `dhcp-lease-max`).
+    pub max_bindings: usize,
     pub boot_files: BootFiles,
 }
 

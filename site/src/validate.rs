@@ -198,10 +198,11 @@ fn validate(w: wire::SiteFile, cx: &mut Cx) -> Option<Site> {
     }
     let host = host(cx, &w.host);
     let networks = networks(cx, &w.networks, ic.as_ref());
-    if let Some((d, h)) = host.as_ref().and_then(|h| h.dhcp6.as_ref().map(|d| (d, h))) {
-        dhcp6::check(cx, d, &networks, &h.store);
+    if let Some(h) = &host {
+        dhcp6::check(cx, h, &networks);
     }
     let vips = vips(cx, w.vips.as_ref(), &networks, host.as_ref());
+    networks::pools_hold_no_service(cx, &w.networks, &networks, host.as_ref(), vips.as_ref());
     let (images, broken_images) = images(cx, w.images.as_ref());
     let mut nodes = Vec::new();
     let overlay_path = controller::overlay_path(cx, &w.host);

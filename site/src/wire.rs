@@ -165,6 +165,7 @@ pub struct Dhcp6 {
     pub lease_time: Option<String>,
     pub decline_hold: Option<String>,
     pub rapid_commit: Option<bool>,
+    pub max_bindings: Option<u64>,
     pub boot_files: Option<BootFiles>,
 }
 

@@ -252,4 +252,98 @@ fn a_vip_per_family_gives_lbd_a_frontend_per_family() {
             "vips.ingress: an empty list",
         ],
     );
+
+    // A frontend moved to another port: its IPv6 twin moves with it.
+    let dual_vips = |t: String, lb: &str| {
+        format!(
+            "{}\nlb:\n{lb}",
+            t.replace(
+                "api: 10.77.0.1\n  ingress: 10.77.0.1",
+                "api: [10.77.0.1, 'fd00:77::1']\n  ingress: [10.77.0.1, 'fd00:77::1']",
+            )
+        )
+    };
+    let (_d, path) = dual(|t| dual_vips(t, "  frontends:\n    api: { listen: 10.77.0.1:7443 }\n"));
+    let site = match site::load(&path) {
+        Ok(s) => s,
+        Err(e) => panic!("{e}"),
+    };
+    let api: Vec<String> = site
+        .lb
+        .frontends
+        .iter()
+        .filter(|f| f.name.starts_with("api"))
+        .map(|f| format!("{} {}", f.name, f.listen))
+        .collect();
+    assert_eq!(api, ["api 10.77.0.1:7443", "api-v6 [fd00:77::1]:7443"]);
+    // One IPv4 address for every frontend leaves the IPv6 VIPs without one.
+    let (_d, path) = dual(|t| dual_vips(t, "  listen: 0.0.0.0\n"));
+    let err = site::load(&path).unwrap_err();
+    assert_problems(
+        &err,
+        &["lb.listen: 0.0.0.0 takes IPv4 only, and this site has IPv6 VIPs (fd00:77::1)"],
+    );
+    let (_d, path) = dual(|t| dual_vips(t, "  listen: '::'\n"));
+    if let Err(e) = site::load(&path) {
+        panic!("{e}");
+    }
+}
+
+#[test]
+fn pools_that_hold_a_service_and_subnets_that_are_no_link_are_refused() {
+    let (_d, path) = lab(|t| {
+        let start = t.find("networks:").unwrap();
+        let end = t.find("vips:").unwrap();
+        let nets = "networks:
+  - name: lab
+    subnet: [10.77.0.0/24, fd00:77::/64]
+    gateway: [10.77.0.1, 'fd00:77::1']
+    dnsServers: ['fd00:77::53']
+    pool:
+      - { start: 10.77.0.100, end: 10.77.0.199 }
+      - { start: 'fd00:77::1', end: 'fd00:77::ffff' }
+  - name: ll
+    subnet: 'fe80::/64'
+  - name: mc
+    subnet: [224.0.0.0/24, 'ff02::/16']
+";
+        format!("{}{nets}\n{}", &t[..start], &t[end..])
+            .replace(
+                "    url: http://10.77.0.1:8080    # what nodes are told",
+                "    url: [http://10.77.0.1:8080, 'http://[fd00:77::1]:8080']",
+            )
+            .replace(
+                "  tftp:\n",
+                "  dhcp6:\n    interface: br0\n    maxBindings: 0\n  tftp:\n",
+            )
+    });
+    let err = site::load(&path).unwrap_err();
+    assert_problems(
+        &err,
+        &[
+            "networks[0].pool: fd00:77::1-fd00:77::ffff holds fd00:77::1 (host.dhcp6.serverAddress)",
+            "networks[0].pool: fd00:77::1-fd00:77::ffff holds fd00:77::53 (networks[0].dnsServers)",
+            "networks[0].pool: fd00:77::1-fd00:77::ffff holds fd00:77::1 (networks[0].gateway)",
+            "networks[1].subnet: fe80::/64 is link-local",
+            "networks[2].subnet[0]: 224.0.0.0/24 is multicast",
+            "networks[2].subnet[1]: ff02::/16 is multicast",
+            "host.dhcp6.maxBindings: 0 is not from 1 to 1048576",
+        ],
+    );
+    // A VIP in the pool, and DHCPv6 whose boot URLs are all IPv4.
+    let (_d, path) = dual(|t| {
+        t.replace(
+            "  tftp:\n",
+            "  dhcp6:\n    interface: br0\n    serverAddress: 'fd00:77::1'\n  tftp:\n",
+        )
+        .replace("  ingress: 10.77.0.1\n", "  ingress: 10.77.0.150\n")
+    });
+    let err = site::load(&path).unwrap_err();
+    assert_problems(
+        &err,
+        &[
+            "host.dhcp6: every host.http.url (and https.url) is an IPv4 address",
+            "networks[0].pool: 10.77.0.100-10.77.0.199 holds 10.77.0.150 (vips.ingress)",
+        ],
+    );
 }

@@ -12,6 +12,9 @@
 #   - perfdhcp -6 in relay mode (Relay-forward from its own namespace across
 #     a veth) completes Solicit-Advertise-Request-Reply for 100 simulated
 #     clients from the pool;
+#   - with host.dhcp6.maxBindings at 150, 200 more perfdhcp clients fill the
+#     table to 150 and no further (bootd_dhcp6_bindings, NoAddrsAvail for the
+#     rest), and a node (dhclient as worker-0) is still answered after;
 #   - malformed datagrams (truncated option, 33 relays deep) are dropped and
 #     counted in bootd_dhcp6_packets{kind="malformed"}, and bootd answers after;
 # Prints "PASS dhcp6-interop <client>" / "FAIL ..."; exit 1 on any failure.
@@ -54,7 +57,9 @@ sed -e "s|stateDir: ../../target/lab-state-dual|stateDir: $WORK/state|" \
     -e "s|dir: ../lab/ignition|dir: $REPO/examples/lab/ignition|" \
     -e "s|root: ../../target/lab-images|root: $REPO/target/lab-images|" \
     -e "s|root: ../../target/lab-tftp|root: $WORK|" \
+    -e "/^  dhcp6:/,/^  tftp:/ s|^    leaseTime: 1h$|    leaseTime: 1h\n    maxBindings: 150|" \
     "$REPO/examples/lab-dual/site.yaml" >"$WORK/site.yaml"
+grep -q "maxBindings: 150" "$WORK/site.yaml" || { echo "FAIL dhcp6-interop: site not rewritten"; exit 1; }
 start_bootd() {
   ip netns exec "$S" "$BOOTD" --site "$WORK/site.yaml" >>"$WORK/bootd.log" 2>&1 &
   BOOTD_PID=$!
@@ -71,6 +76,7 @@ passed=0 failed=0
 pass() { echo "PASS dhcp6-interop $*"; passed=$((passed + 1)); }
 fail() { echo "FAIL dhcp6-interop $*"; failed=$((failed + 1)); tail -n 20 "$WORK/bootd.log"; }
 metric() { ip netns exec "$S" curl -fsS "http://10.77.0.1:8080/metrics" | awk -v k="bootd_dhcp6_packets_total{kind=\"$1\"}" '$1 == k {print $2}'; }
+bindings() { ip netns exec "$S" curl -fsS "http://10.77.0.1:8080/metrics" | awk '$1 == "bootd_dhcp6_bindings" {print $2}'; }
 
 # dhclient's script: what it was given, one line per event.
 cat >"$WORK/dhclient.sh" <<'S'
@@ -194,6 +200,19 @@ else
   fail "perfdhcp -6 relay: Replies received: ${replies:-none}"; cat "$WORK/perfdhcp.out"
 fi
 
+# --- a full binding table: 200 new clients on top of what is bound, at
+#     most 150 bindings; the rest are told NoAddrsAvail ---
+b0=$(bindings)
+ip netns exec "$R" timeout 60 perfdhcp -6 -l vr-$$ -A 1 -b duid=0001000100000000aabbcc000000 -R 200 -r 100 -n 200 -p 10 fd00:77::1 >"$WORK/perfdhcp-full.out" 2>&1 || true
+b1=$(bindings)
+got=$(awk '/\*\*\*Statistics for: REQUEST-REPLY\*\*\*/ {f=1} f && /^received packets:/ {print $3; exit}' "$WORK/perfdhcp-full.out")
+full=$(grep -c "the binding table is full (150 bindings" "$WORK/bootd.log" || true)
+if [[ ${b1:-0} -eq 150 && ${full:-0} -gt 0 ]]; then
+  pass "maxBindings 150: bindings $b0 -> $b1 after 200 more clients (perfdhcp got ${got:-0} Replies; $full answers said the table is full)"
+else
+  fail "maxBindings 150: bindings $b0 -> ${b1:-none}, ${full:-0} 'table is full' answers"; tail -n 30 "$WORK/perfdhcp-full.out"
+fi
+
 # --- malformed input: dropped and counted; bootd goes on answering ---
 before=$(metric malformed); before=${before:-0}
 ip netns exec "$R" python3 - <<'PY'
@@ -212,7 +231,7 @@ after=$(metric malformed); after=${after:-0}
 : >"$WORK/dhclient.out"; rm -f "$WORK/dhclient6.leases"
 ip -n "$C" link set vc-$$ down; ip -n "$C" link set vc-$$ address 52:54:00:77:00:20 up
 if [[ $((after - before)) -eq 3 ]] && dhclient6 -1 && grep -q "ip=fd00:77::20" "$WORK/dhclient.out"; then
-  pass "malformed: 3 dropped and counted (bootd_dhcp6_packets malformed $before -> $after); dhclient answered after"
+  pass "malformed: 3 dropped and counted (bootd_dhcp6_packets malformed $before -> $after); dhclient (worker-0, a node) answered after, with the table full"
 else
   fail "malformed: counted $before -> $after; $(cat "$WORK/dhclient.out")"
 fi

@@ -15,9 +15,11 @@ use std::sync::Arc;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-// The allocator bootd's own binary uses (see src/bin/bootd.rs).
+// The allocator bootd's own binary uses (see src/bin/bootd.rs), counted:
+// `bootd_process_heap_bytes` is the live heap, the soak's leak signal (one
+// atomic add per allocation and free). No limit is set.
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static GLOBAL: cap::Cap<mimalloc::MiMalloc> = cap::Cap::new(mimalloc::MiMalloc, usize::MAX);
 
 #[derive(Parser, Debug)]
 #[command(
@@ -51,6 +53,7 @@ struct Cli {
 }
 
 fn main() -> Result<()> {
+    runtime::heap::set_probe(|| GLOBAL.allocated());
     let cli = Cli::parse();
     let _log_flush = runtime::logging::init();
     // Stage two of every daemon's config, before anything is bound: a bad

@@ -19,9 +19,20 @@ pub trait Records: Clone + Send + 'static {
     fn count(&self) -> usize;
     /// The compacted file's content.
     fn render(&self) -> io::Result<Vec<u8>>;
+    /// Forgets records that no longer matter at `now` (Unix seconds), so
+    /// that the next compaction leaves them out. Called about once a
+    /// [`SWEEP_EVERY`]; the default keeps everything.
+    fn sweep(&mut self, _now: u64) {}
 }
 
-type Pending<R> = (R, oneshot::Sender<io::Result<()>>);
+/// How often the writer offers its table a [`Records::sweep`].
+pub const SWEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Records that are durable together: one request's.
+type Pending<R> = (Vec<R>, oneshot::Sender<io::Result<()>>);
+
+/// A queued batch: resolves once it is on disk.
+pub type Durable = oneshot::Receiver<io::Result<()>>;
 
 /// The writer thread's handle.
 pub struct Journal<T: Records> {
@@ -63,14 +74,27 @@ impl<T: Records> Journal<T> {
 
     /// Resolves once `rec` is on disk (fdatasync'ed).
     pub async fn commit(&self, rec: T::Rec) -> io::Result<()> {
+        let wait = self.enqueue(vec![rec]).await?;
+        settled(wait).await
+    }
+
+    /// Queues `recs`, to be written in the order `enqueue` is called (a
+    /// caller that updates its table and enqueues in one sequence keeps the
+    /// file in the table's order). Waits only while the queue is full.
+    pub async fn enqueue(&self, recs: Vec<T::Rec>) -> io::Result<Durable> {
         let (done, wait) = oneshot::channel();
         self.tx
-            .send((rec, done))
+            .send((recs, done))
             .await
             .map_err(|_| io::Error::other("lease writer stopped"))?;
-        wait.await
-            .map_err(|_| io::Error::other("lease writer stopped"))?
+        Ok(wait)
     }
+}
+
+/// What a queued batch came to.
+pub async fn settled(wait: Durable) -> io::Result<()> {
+    wait.await
+        .map_err(|_| io::Error::other("lease writer stopped"))?
 }
 
 /// The lease file as the writer keeps it: the records it holds (a copy of
@@ -127,6 +151,7 @@ impl Truncate for std::fs::File {
 fn writer<T: Records>(mut log: Log<T>, mut rx: mpsc::Receiver<Pending<T::Rec>>) {
     let mut batch: Vec<Pending<T::Rec>> = Vec::new();
     let mut buf = Vec::new();
+    let mut swept = std::time::Instant::now();
     while let Some(first) = rx.blocking_recv() {
         batch.push(first);
         while let Ok(more) = rx.try_recv() {
@@ -136,7 +161,7 @@ fn writer<T: Records>(mut log: Log<T>, mut rx: mpsc::Receiver<Pending<T::Rec>>) 
             }
         }
         buf.clear();
-        for (l, _) in &batch {
+        for l in batch.iter().flat_map(|(recs, _)| recs) {
             if serde_json::to_writer(&mut buf, l).is_ok() {
                 buf.push(b'\n');
             }
@@ -147,10 +172,14 @@ fn writer<T: Records>(mut log: Log<T>, mut rx: mpsc::Receiver<Pending<T::Rec>>) 
                 error!(file = %log.path.display(), error = %e, "lease write failed; the replies waiting on it are not sent");
             }
             Ok(()) => {
-                for (l, _) in &batch {
+                for l in batch.iter().flat_map(|(recs, _)| recs) {
                     log.table.apply(l.clone());
+                    log.lines += 1;
                 }
-                log.lines += batch.len();
+                if swept.elapsed() >= SWEEP_EVERY {
+                    log.table.sweep(runtime::clock::unix_secs());
+                    swept = std::time::Instant::now();
+                }
                 let records = log.table.count();
                 // Past twice its records (and the slack): each compaction
                 // rewrites the file, so the cost per commit stays constant

@@ -15,6 +15,7 @@ use super::wire::{self, Hop, Msg};
 use crate::dhcp::boot::{decide_with, BootAnswer, ClientInfo};
 use crate::dhcp::leases::LeaseState;
 use site::{Dhcp6, Mac, Network, Node, Site};
+use std::collections::HashSet;
 use std::net::{IpAddr, Ipv6Addr};
 
 /// IANA's enterprise number for the vendor class UEFI firmware sends
@@ -129,6 +130,7 @@ pub fn answer(
     let Some(d) = &site.host.dhcp6 else {
         return Outcome::drop("ignored", "DHCPv6 is not configured");
     };
+    table.sweep_due(now);
     let msg = req.msg;
     let client_id = msg.get(wire::OPT_CLIENT_ID).filter(|c| !c.is_empty());
     let server = msg.get(wire::OPT_SERVER_ID);
@@ -170,6 +172,14 @@ pub fn answer(
         }
     } else if need_server == Some(true) {
         return Outcome::drop("malformed", format!("{kind} without a Server Identifier"));
+    }
+    // RFC 8415 §16.12: an Information-request asks for configuration only.
+    if msg.ty == wire::INFORMATION_REQUEST
+        && [wire::OPT_IA_NA, wire::OPT_IA_TA, wire::OPT_IA_PD]
+            .into_iter()
+            .any(|c| msg.get(c).is_some())
+    {
+        return Outcome::drop("malformed", "information-request with an IA option");
     }
     let client_id = match client_id {
         Some(c) => c.to_vec(),
@@ -227,7 +237,7 @@ pub fn answer(
                 let key = Ia::new(&client_id, ia.id);
                 let asked = ia.addrs.first().copied();
                 let mut inner = Vec::new();
-                match address_for(site, table, sub, node, &key, asked, now) {
+                match address_for(site, table, sub, node, &key, asked, now, d.max_bindings) {
                     Ok(ip) => {
                         any = true;
                         wire::put(
@@ -280,6 +290,17 @@ pub fn answer(
         wire::RELEASE | wire::DECLINE => {
             for ia in &ias {
                 let key = Ia::new(&client_id, ia.id);
+                // An IA none of whose addresses is bound to it is answered
+                // NoBinding (RFC 8415 §18.3.7, §18.3.8).
+                if !ia.addrs.iter().any(|a| table.holder(*a) == Some(&key)) {
+                    let mut inner = Vec::new();
+                    wire::put(
+                        &mut inner,
+                        wire::OPT_STATUS_CODE,
+                        &wire::status(wire::STATUS_NO_BINDING, "no binding for this IA"),
+                    );
+                    m.push(wire::OPT_IA_NA, wire::ia_na(ia.id, 0, 0, &inner));
+                }
                 for &a in &ia.addrs {
                     // Only its holder gives an address up.
                     if table.holder(a) != Some(&key) {
@@ -341,7 +362,9 @@ pub fn answer(
 }
 
 /// The address `ia` gets on `sub`: the node's reservation, else what it
-/// holds, else the free pool address it asks for, else the next free one.
+/// holds, else the free pool address it asks for, else the next free one
+/// (a new binding only while the table holds fewer than `max`).
+#[allow(clippy::too_many_arguments)]
 fn address_for(
     site: &Site,
     table: &mut Table,
@@ -350,6 +373,7 @@ fn address_for(
     ia: &Ia,
     asked: Option<Ipv6Addr>,
     now: u64,
+    max: usize,
 ) -> Result<Ipv6Addr, String> {
     if let Some((n, ip)) = node.and_then(|n| n.ip6.map(|ip| (n, ip))) {
         if !sub.net.contains(&IpAddr::V6(ip)) {
@@ -372,7 +396,24 @@ fn address_for(
             return Ok(l.ip);
         }
     }
-    let reserved = |a: Ipv6Addr| site.nodes.iter().any(|n| n.ip6 == Some(a));
+    if table.get(ia).is_none() && table.len() >= max {
+        // Forget what has expired, once a while: a flood of new DUIDs
+        // would otherwise make every request walk the table.
+        table.sweep_full(now);
+        if table.len() >= max {
+            return Err(format!(
+                "the binding table is full ({max} bindings, host.dhcp6.maxBindings)"
+            ));
+        }
+    }
+    // The nodes' addresses in this pool, gathered once (not per address tried).
+    let held: HashSet<Ipv6Addr> = site
+        .nodes
+        .iter()
+        .filter_map(|n| n.ip6)
+        .filter(|a| in_pool(*a))
+        .collect();
+    let reserved = |a: Ipv6Addr| held.contains(&a);
     if let Some(a) = asked {
         if in_pool(a) && !reserved(a) && table.is_free_for(a, ia, now) {
             return Ok(a);

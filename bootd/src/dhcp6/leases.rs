@@ -3,7 +3,7 @@
 //! file is ([`crate::dhcp::journal`]): a binding is on disk before the
 //! Reply that grants it is sent.
 
-use crate::dhcp::journal::{Journal, Records};
+use crate::dhcp::journal::{Durable, Journal, Records};
 use crate::dhcp::leases::LeaseState;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -58,7 +58,20 @@ pub struct Table {
     by_mac: Map<String, Ia>,
     /// Per pool (its first address): where the next walk starts.
     cursors: Map<u128, u128>,
+    /// When [`Table::sweep_due`] and [`Table::sweep_full`] last swept (Unix seconds).
+    swept: u64,
+    swept_full: u64,
 }
+
+/// How long a binding is kept after its lifetime ends: the client that
+/// held it gets the same address back if it returns within this (Kea's
+/// `hold-reclaimed-time` default). Then it is forgotten, in memory and at
+/// the file's next compaction.
+pub const KEEP_EXPIRED: u64 = 3600;
+
+/// How often [`Table::sweep_due`] sweeps, in seconds.
+const SWEEP_EVERY: u64 = 60;
+const SWEEP_FULL_EVERY: u64 = 10;
 
 /// How far one allocation walks a pool before it gives up (a /64 pool
 /// cannot be walked whole; one this full is a site to fix).
@@ -98,10 +111,60 @@ impl Table {
         if l.state == LeaseState::Active {
             self.by_ip.insert(l.ip, l.ia.clone());
             if let Some(m) = &l.mac {
-                self.by_mac.insert(m.clone(), l.ia.clone());
+                // A MAC's binding is the one that lasts longest: a MAC seen
+                // under several DUIDs (firmware, iPXE, the installed system)
+                // names the latest, whatever order the file lists them in.
+                let longer = self.by_mac.get(m).is_some_and(|o| {
+                    o != &l.ia && self.held_by(o).is_some_and(|o| o.expires > l.expires)
+                });
+                if !longer {
+                    self.by_mac.insert(m.clone(), l.ia.clone());
+                }
             }
         }
         self.by_ia.insert(l.ia.clone(), l);
+    }
+
+    /// Forgets the bindings whose lifetime ended more than `keep` seconds
+    /// before `now` (released ones at once: they end at 0), and the
+    /// declines whose hold is over.
+    pub fn sweep(&mut self, now: u64, keep: u64) {
+        let gone: Vec<Ia> = self
+            .by_ia
+            .values()
+            .filter(|l| l.expires.saturating_add(keep) < now)
+            .map(|l| l.ia.clone())
+            .collect();
+        for ia in gone {
+            if let Some(l) = self.by_ia.remove(&ia) {
+                if self.by_ip.get(&l.ip) == Some(&ia) {
+                    self.by_ip.remove(&l.ip);
+                }
+                if let Some(m) = &l.mac {
+                    if self.by_mac.get(m) == Some(&ia) {
+                        self.by_mac.remove(m);
+                    }
+                }
+            }
+        }
+        self.declined.retain(|_, d| d.expires >= now);
+    }
+
+    /// [`Table::sweep`] of everything expired (a full table's last
+    /// resort), at most once in [`SWEEP_FULL_EVERY`] seconds.
+    pub fn sweep_full(&mut self, now: u64) {
+        if now >= self.swept_full.saturating_add(SWEEP_FULL_EVERY) {
+            self.sweep(now, 0);
+            self.swept_full = now;
+        }
+    }
+
+    /// [`Table::sweep`] with [`KEEP_EXPIRED`], at most once a minute.
+    pub fn sweep_due(&mut self, now: u64) {
+        if now >= self.swept.saturating_add(SWEEP_EVERY) {
+            self.sweep(now, KEEP_EXPIRED);
+            self.swept = now;
+        }
     }
 
     /// The address the client with `mac` holds, if any.
@@ -192,6 +255,9 @@ impl Records for Table {
     fn render(&self) -> io::Result<Vec<u8>> {
         Table::render(self)
     }
+    fn sweep(&mut self, now: u64) {
+        Table::sweep(self, now, KEEP_EXPIRED)
+    }
 }
 
 /// The table a lease file's content holds, and how many lines were
@@ -253,6 +319,11 @@ impl Store {
     pub async fn commit(&self, lease: Lease6) -> io::Result<()> {
         self.journal.commit(lease).await
     }
+
+    /// Queues one request's bindings, in the order the table took them.
+    pub async fn enqueue(&self, leases: Vec<Lease6>) -> io::Result<Durable> {
+        self.journal.enqueue(leases).await
+    }
 }
 
 #[cfg(test)]
@@ -299,6 +370,39 @@ mod tests {
             t.allocate(s, e, &Ia::new(&[8], 1), 101, reserved),
             Some("fd00::10".parse().unwrap())
         );
+    }
+
+    #[test]
+    fn expired_bindings_are_forgotten_after_the_keep_time_and_a_mac_names_its_longest() {
+        let mut t = Table::default();
+        let mut a = lease(1, "fd00::1", 1000, LeaseState::Active);
+        a.mac = Some("52:54:00:00:00:01".into());
+        let mut b = lease(2, "fd00::2", 5000, LeaseState::Active);
+        b.mac = a.mac.clone();
+        // The longer binding first, as a compacted file may list them:
+        // the shorter one read after it does not take the MAC.
+        t.apply(b.clone());
+        t.apply(a.clone());
+        assert_eq!(t.held_by_mac("52:54:00:00:00:01"), Some(&b));
+        t.apply(lease(3, "fd00::3", 0, LeaseState::Released));
+        t.apply(lease(4, "fd00::4", 1500, LeaseState::Declined));
+        assert_eq!(t.len(), 3);
+        // Within the keep time nothing goes but the release.
+        t.sweep(1000 + KEEP_EXPIRED, KEEP_EXPIRED);
+        assert_eq!(t.len(), 2);
+        assert!(t.get(&a.ia).is_some());
+        assert!(
+            t.is_free_for("fd00::4".parse().unwrap(), &a.ia, 1000 + KEEP_EXPIRED),
+            "the hold is over"
+        );
+        t.sweep(1001 + KEEP_EXPIRED, KEEP_EXPIRED);
+        assert_eq!(t.get(&a.ia), None);
+        assert_eq!(t.holder("fd00::1".parse().unwrap()), None);
+        assert_eq!(t.held_by_mac("52:54:00:00:00:01"), Some(&b));
+        t.sweep(5001, 0);
+        assert!(t.is_empty());
+        assert_eq!(t.held_by_mac("52:54:00:00:00:01"), None);
+        assert_eq!(String::from_utf8(t.render().unwrap()).unwrap(), "");
     }
 
     #[test]

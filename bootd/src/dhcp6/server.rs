@@ -3,8 +3,9 @@
 //! client's link-local address on port 546, or to the relay on 547).
 
 use super::core::{self, Request};
-use super::leases::{Store, Table};
+use super::leases::{Lease6, Store, Table};
 use super::wire;
+use crate::dhcp::journal::{settled, Durable};
 use crate::timeline::{now_us, Phase, Raw, Subject};
 use std::io;
 use std::net::{Ipv6Addr, SocketAddr, SocketAddrV6};
@@ -90,7 +91,25 @@ impl Server {
                 },
             };
             let SocketAddr::V6(src) = src else { continue };
-            self.handle(&socket, &tracker, &buf[..n], src);
+            let Some(job) = self.handle(&socket, &buf[..n], src) else {
+                continue;
+            };
+            // Queued here, in the order the table took the bindings (a
+            // Request and a Release of one IA reach the file as they
+            // happened); this waits only while the writer's queue is full.
+            match self.store.enqueue(job.commit).await {
+                Ok(durable) => {
+                    tracker.spawn(Arc::clone(&self).reply_when(
+                        durable,
+                        Arc::clone(&socket),
+                        job.reply,
+                    ));
+                }
+                Err(e) => {
+                    warn!(xid = job.reply.xid, error = %e, "DHCPv6 binding not durable: Reply withheld (the client will retry)");
+                    self.count("store_error");
+                }
+            }
         }
         tracker.close();
         tracker.wait().await;
@@ -104,19 +123,15 @@ impl Server {
             .inc();
     }
 
-    fn handle(
-        self: &Arc<Self>,
-        socket: &Arc<UdpSocket>,
-        tracker: &TaskTracker,
-        packet: &[u8],
-        src: SocketAddrV6,
-    ) {
+    /// Answers one datagram: at once when nothing is to be recorded, or
+    /// the bindings to make durable and the Reply that waits for them.
+    fn handle(&self, socket: &UdpSocket, packet: &[u8], src: SocketAddrV6) -> Option<Job> {
         let (hops, inner) = match wire::unwrap(packet) {
             Ok(x) => x,
             Err(why) => {
                 self.count("malformed");
                 debug!(%src, len = packet.len(), %why, "malformed DHCPv6 message dropped");
-                return;
+                return None;
             }
         };
         let msg = match wire::Msg::parse(inner) {
@@ -124,7 +139,7 @@ impl Server {
             Err(why) => {
                 self.count("malformed");
                 debug!(%src, len = packet.len(), %why, "malformed DHCPv6 message dropped");
-                return;
+                return None;
             }
         };
         let snap = self.app.live.load();
@@ -135,7 +150,12 @@ impl Server {
                 hops: &hops,
                 src: *src.ip(),
             };
-            core::answer(&snap.site, &mut table, &self.server_id, &req, now())
+            let o = core::answer(&snap.site, &mut table, &self.server_id, &req, now());
+            self.app
+                .metrics
+                .dhcp6_bindings
+                .set(i64::try_from(table.len()).unwrap_or(i64::MAX));
+            o
         };
         let xid = u32::from_be_bytes([0, msg.xid[0], msg.xid[1], msg.xid[2]]);
         match outcome.kind {
@@ -162,7 +182,7 @@ impl Server {
         }
         let Some(reply) = outcome.reply else {
             self.count(outcome.kind);
-            return;
+            return None;
         };
         let bytes = wire::wrap(&hops, reply.encode());
         // Relayed: back to the relay that sent it, on the servers' port
@@ -192,29 +212,55 @@ impl Server {
         if outcome.commit.is_empty() {
             self.count(kind);
             send(socket, &bytes, to);
+            return None;
+        }
+        Some(Job {
+            commit: outcome.commit,
+            reply: Reply {
+                xid,
+                bytes,
+                to,
+                kind,
+                subject,
+                bound,
+            },
+        })
+    }
+
+    /// Sends `reply` once its bindings are on disk; withholds it if they
+    /// could not be written.
+    async fn reply_when(self: Arc<Self>, durable: Durable, socket: Arc<UdpSocket>, reply: Reply) {
+        if let Err(e) = settled(durable).await {
+            warn!(xid = reply.xid, error = %e, "DHCPv6 binding not durable: Reply withheld (the client will retry)");
+            self.count("store_error");
             return;
         }
-        let this = Arc::clone(self);
-        let socket = Arc::clone(socket);
-        tracker.spawn(async move {
-            for l in outcome.commit {
-                if let Err(e) = this.store.commit(l).await {
-                    warn!(xid, error = %e, "DHCPv6 binding not durable: Reply withheld (the client will retry)");
-                    this.count("store_error");
-                    return;
-                }
+        self.count(reply.kind);
+        send(&socket, &reply.bytes, reply.to);
+        if let Some(s) = reply.subject {
+            let what = format!("DHCPv6 Reply sent ({})", reply.kind);
+            let mut raw = Raw::new(s.clone(), Phase::Dhcp, "reply", what);
+            if let (Some(ip), Some(mac)) = (reply.bound, s.mac) {
+                raw.binds = Some((std::net::IpAddr::V6(ip), mac));
             }
-            this.count(kind);
-            send(&socket, &bytes, to);
-            if let Some(s) = subject {
-                let mut raw = Raw::new(s.clone(), Phase::Dhcp, "reply", format!("DHCPv6 Reply sent ({kind})"));
-                if let (Some(ip), Some(mac)) = (bound, s.mac) {
-                    raw.binds = Some((std::net::IpAddr::V6(ip), mac));
-                }
-                this.app.timeline.record(raw.at(now_us()));
-            }
-        });
+            self.app.timeline.record(raw.at(now_us()));
+        }
     }
+}
+
+/// Bindings to make durable, and the Reply that waits for them.
+struct Job {
+    commit: Vec<Lease6>,
+    reply: Reply,
+}
+
+struct Reply {
+    xid: u32,
+    bytes: Vec<u8>,
+    to: SocketAddrV6,
+    kind: &'static str,
+    subject: Option<Subject>,
+    bound: Option<std::net::Ipv6Addr>,
 }
 
 fn send(socket: &UdpSocket, bytes: &[u8], to: SocketAddrV6) {

@@ -27,6 +27,7 @@ pub const RELAY_REPL: u8 = 13;
 pub const OPT_CLIENT_ID: u16 = 1;
 pub const OPT_SERVER_ID: u16 = 2;
 pub const OPT_IA_NA: u16 = 3;
+pub const OPT_IA_TA: u16 = 4;
 pub const OPT_IAADDR: u16 = 5;
 pub const OPT_ORO: u16 = 6;
 pub const OPT_RELAY_MSG: u16 = 9;
@@ -41,9 +42,11 @@ pub const OPT_BOOTFILE_URL: u16 = 59;
 pub const OPT_BOOTFILE_PARAM: u16 = 60;
 pub const OPT_CLIENT_ARCH: u16 = 61;
 pub const OPT_CLIENT_LINKLAYER: u16 = 79;
+pub const OPT_IA_PD: u16 = 25;
 
 pub const STATUS_SUCCESS: u16 = 0;
 pub const STATUS_NO_ADDRS_AVAIL: u16 = 2;
+pub const STATUS_NO_BINDING: u16 = 3;
 pub const STATUS_NOT_ON_LINK: u16 = 4;
 /// Relays nested deeper than this are dropped (RFC 3315's HOP_COUNT_LIMIT
 /// was 32; RFC 8415's default is 8, and a relay drops beyond its limit).

@@ -267,6 +267,21 @@ fn an_unknown_client_gets_a_pool_address_keeps_it_on_renew_and_frees_it_on_relea
     golden("release", &dump(&o));
     assert_eq!(o.commit[0].state, LeaseState::Released);
     assert_eq!(t.holder(got), None);
+    assert_eq!(ia_status(&o), None, "released: no status in the IA");
+    // Released again: the IA has no binding, and says so.
+    let o = req(&rel, &mut t, 2002);
+    assert!(o.commit.is_empty());
+    assert_eq!(status(&o), Some(wire::STATUS_SUCCESS));
+    assert_eq!(ia_status(&o), Some(wire::STATUS_NO_BINDING));
+}
+
+/// The status code inside the reply's first IA_NA.
+fn ia_status(o: &Outcome) -> Option<u16> {
+    let ia = o.reply.as_ref()?.get(wire::OPT_IA_NA)?;
+    wire::options(&ia[12..])
+        .unwrap()
+        .into_iter()
+        .find_map(|(c, v)| (c == wire::OPT_STATUS_CODE).then(|| u16::from_be_bytes([v[0], v[1]])))
 }
 
 #[test]
@@ -397,6 +412,9 @@ fn confirm_and_information_request() {
         Some("http://[fd00:77::1]:8080/boot.ipxe")
     );
     assert!(o.commit.is_empty());
+    // One with an IA is discarded (RFC 8415 §16.12).
+    ia(&mut i, None);
+    assert_eq!(ask(&site, &mut t, &i, &[], 1).kind, "malformed");
 }
 
 #[test]
@@ -433,4 +451,47 @@ fn oversized_duids_and_ia_floods_are_bounded() {
         .filter(|(c, _)| *c == wire::OPT_IA_NA)
         .count();
     assert_eq!(answered, bootd::dhcp6::core::MAX_IAS);
+}
+
+#[test]
+fn a_full_binding_table_serves_nodes_and_renewals_and_refuses_new_clients_until_bindings_expire() {
+    let mut site = lab();
+    site.host.dhcp6.as_mut().unwrap().max_bindings = 3;
+    let mut t = Table::default();
+    let rapid = |client: &[u8]| {
+        let mut m = msg(wire::SOLICIT, client);
+        ia(&mut m, None);
+        m.push(wire::OPT_RAPID_COMMIT, vec![]);
+        m
+    };
+    let clients: Vec<Vec<u8>> = (0..4u8).map(|i| vec![0, 4, 7, 7, i]).collect();
+    for c in &clients[..3] {
+        let o = ask(&site, &mut t, &rapid(c), &[], 1000);
+        assert!(addr(&o).is_some(), "{}", o.reason);
+    }
+    assert_eq!(t.len(), 3);
+    // A fourth DUID gets no address, and the Solicit says so.
+    let o = ask(&site, &mut t, &rapid(&clients[3]), &[], 1001);
+    assert_eq!(addr(&o), None);
+    assert!(o.commit.is_empty());
+    assert_eq!(status(&o), Some(wire::STATUS_NO_ADDRS_AVAIL));
+    assert!(
+        o.reason.contains("the binding table is full (3 bindings"),
+        "{}",
+        o.reason
+    );
+    // A node's reservation is granted beyond the limit.
+    let o = ask(&site, &mut t, &rapid(&duid("52:54:00:77:00:21")), &[], 1001);
+    assert_eq!(addr(&o), Some("fd00:77::21".parse().unwrap()));
+    // A client that holds a binding renews it.
+    let mut renew = msg(wire::RENEW, &clients[0]);
+    server_id(&mut renew);
+    ia(&mut renew, Some("fd00:77::1000"));
+    let o = ask(&site, &mut t, &renew, &[], 2000);
+    assert_eq!(addr(&o), Some("fd00:77::1000".parse().unwrap()));
+    // Once the other two have expired, the full table forgets them and the
+    // fourth client gets an address.
+    let o = ask(&site, &mut t, &rapid(&clients[3]), &[], 1000 + 3600 + 1);
+    assert!(addr(&o).is_some(), "{}", o.reason);
+    assert_eq!(t.len(), 3, "client 0 (renewed), the node, client 3");
 }

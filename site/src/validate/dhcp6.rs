@@ -79,6 +79,17 @@ pub(super) fn dhcp6(cx: &mut Cx, w: &wire::Dhcp6, http: Option<&Listen>) -> Opti
         1,
         "a duration of at least 1s, like 24h",
     );
+    let max_bindings = match w.max_bindings {
+        None => DEFAULT_MAX_BINDINGS,
+        Some(n @ 1..=MAX_MAX_BINDINGS) => n as usize,
+        Some(n) => {
+            cx.err(
+                "host.dhcp6.maxBindings",
+                format!("{n} is not from 1 to {MAX_MAX_BINDINGS}"),
+            );
+            DEFAULT_MAX_BINDINGS
+        }
+    };
     let boot_files = boot_files(cx, "host.dhcp6.bootFiles", w.boot_files.as_ref());
     Some(Dhcp6 {
         listen: listen?,
@@ -87,13 +98,40 @@ pub(super) fn dhcp6(cx: &mut Cx, w: &wire::Dhcp6, http: Option<&Listen>) -> Opti
         lease_time,
         decline_hold,
         rapid_commit: w.rapid_commit.unwrap_or(true),
+        max_bindings,
         boot_files,
     })
 }
 
-/// `host.dhcp6.serverAddress` is on a site network's IPv6 subnet, and
-/// the leases are this appliance's own.
-pub(super) fn check(cx: &mut Cx, d: &Dhcp6, networks: &[Network], store: &Store) {
+/// `host.dhcp6.maxBindings` when not given: a few bindings (firmware,
+/// iPXE, installer, system) for each of some ten thousand machines, at a
+/// few hundred bytes each.
+const DEFAULT_MAX_BINDINGS: usize = 65_536;
+const MAX_MAX_BINDINGS: u64 = 1 << 20;
+
+/// `host.dhcp6.serverAddress` is on a site network's IPv6 subnet, the
+/// boot URLs it hands out can be reached over IPv6, and the leases are
+/// this appliance's own.
+pub(super) fn check(cx: &mut Cx, h: &Host, networks: &[Network]) {
+    let Some(d) = &h.dhcp6 else { return };
+    let store = &h.store;
+    // A URL whose host is a name may resolve to an IPv6 address; one whose
+    // host is an IPv4 address cannot be fetched by an IPv6-only client.
+    let v4_only = |l: &Listen| {
+        l.urls.iter().all(|u| {
+            crate::model::url_host(u)
+                .parse::<IpAddr>()
+                .is_ok_and(|a| a.is_ipv4())
+        })
+    };
+    if v4_only(&h.http) && h.https.as_ref().is_none_or(v4_only) {
+        cx.err(
+            "host.dhcp6",
+            "every host.http.url (and https.url) is an IPv4 address: DHCPv6 clients are handed \
+             boot URLs they could not reach over IPv6. Add an IPv6 URL (a list of one per family) \
+             or use a DNS name",
+        );
+    }
     let a = IpAddr::V6(d.server_address);
     if !networks.iter().any(|n| n.contains(a)) {
         cx.err(

@@ -98,6 +98,18 @@ pub(super) fn lb(
             },
             None => None,
         };
+        // One address for every frontend: an IPv4 one cannot take the
+        // IPv6 VIPs' connections, and their frontends would be gone.
+        if let (Some(b @ IpAddr::V4(_)), Some(v6)) = (bind_ip, vips.api_v6.or(vips.ingress_v6)) {
+            cx.err(
+                k("listen"),
+                format!(
+                    "{b} takes IPv4 only, and this site has IPv6 VIPs ({v6}): their frontends \
+                         would listen nowhere. Use \"::\" (both families) or leave lb.listen out \
+                         (a frontend on each VIP)"
+                ),
+            );
+        }
         let over = w.and_then(|w| w.frontends.as_ref());
         let table = [
             (
@@ -189,7 +201,13 @@ pub(super) fn lb(
             }
             let listen = match o.and_then(|o| o.listen.as_deref()) {
                 Some(s) if !second => sockaddr(cx, &format!("{fk}.listen"), s),
-                _ => Some(SocketAddr::new(bind_ip.unwrap_or(vip), port)),
+                // The IPv6 twin listens on its VIP, on the port its first
+                // was moved to (a bad one is reported for the first).
+                Some(s) => Some(SocketAddr::new(
+                    vip,
+                    s.parse::<SocketAddr>().map_or(port, |a| a.port()),
+                )),
+                None => Some(SocketAddr::new(bind_ip.unwrap_or(vip), port)),
             };
             let balance = match o.and_then(|o| o.balance.as_deref()) {
                 Some(b) => self::balance(cx, &format!("{fk}.balance"), Some(b)).unwrap_or(balance),

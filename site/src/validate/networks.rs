@@ -2,6 +2,88 @@
 
 use super::*;
 
+/// Why `net` cannot be a link's subnet: multicast, or IPv6 link-local
+/// (every link has fe80::/64 already; DHCPv6 hands out global or ULA
+/// addresses).
+fn not_a_link(net: &IpNet) -> Option<&'static str> {
+    match net.addr() {
+        a if a.is_multicast() => Some("is multicast: give the link's unicast subnet"),
+        IpAddr::V6(a) if a.segments()[0] & 0xffc0 == 0xfe80 => Some(
+            "is link-local: every link has fe80::/64 already; give its global or ULA (fd00::/8) prefix",
+        ),
+        _ => None,
+    }
+}
+
+/// No DHCP pool holds an address something else answers on: the subnet's
+/// gateway, its DNS servers, the DHCP servers' own addresses or a VIP. The
+/// pool would give it to a client. Nodes' reserved addresses in a pool are
+/// fine: the pool skips them.
+pub(super) fn pools_hold_no_service(
+    cx: &mut Cx,
+    w: &[wire::Network],
+    networks: &[Network],
+    host: Option<&Host>,
+    vips: Option<&Vips>,
+) {
+    let mut services: Vec<(String, IpAddr)> = Vec::new();
+    if let Some(h) = host {
+        if let Some(d) = &h.dhcp {
+            services.push((
+                "host.dhcp.serverAddress".into(),
+                IpAddr::V4(d.server_address),
+            ));
+        }
+        if let Some(d) = &h.dhcp6 {
+            services.push((
+                "host.dhcp6.serverAddress".into(),
+                IpAddr::V6(d.server_address),
+            ));
+        }
+    }
+    if let Some(v) = vips {
+        let named = [
+            ("vips.api", Some(v.api)),
+            ("vips.ingress", Some(v.ingress)),
+            ("vips.api", v.api_v6),
+            ("vips.ingress", v.ingress_v6),
+            ("vips.boot", v.boot),
+        ];
+        services.extend(
+            named
+                .into_iter()
+                .filter_map(|(k, a)| Some((k.to_string(), a?))),
+        );
+    }
+    for (i, wn) in w.iter().enumerate() {
+        let name = wn.name.clone().unwrap_or_else(|| format!("net{i}"));
+        let Some(n) = networks.iter().find(|n| n.name == name) else {
+            continue;
+        };
+        let mut here = services.clone();
+        here.extend(
+            n.dns_servers
+                .iter()
+                .map(|a| (format!("networks[{i}].dnsServers"), *a)),
+        );
+        for s in &n.subnets {
+            let Some((start, end)) = s.pool else { continue };
+            here.extend(s.gateway.map(|g| (format!("networks[{i}].gateway"), g)));
+            for (what, a) in &here {
+                if (start..=end).contains(a) {
+                    cx.err(
+                        format!("networks[{i}].pool"),
+                        format!(
+                            "{start}-{end} holds {a} ({what}): a client could be given it; \
+                             start the pool after it or end it before"
+                        ),
+                    );
+                }
+            }
+        }
+    }
+}
+
 pub(super) fn networks(
     cx: &mut Cx,
     w: &[wire::Network],
@@ -37,6 +119,13 @@ pub(super) fn networks(
                     cx.err(
                         key,
                         format!("{s:?} is every address: give the link's prefix"),
+                    );
+                    bad = true;
+                }
+                Ok(net) if not_a_link(&net).is_some() => {
+                    cx.err(
+                        key,
+                        format!("{net} {}", not_a_link(&net).unwrap_or_default()),
                     );
                     bad = true;
                 }
