@@ -153,6 +153,9 @@ host:
     interface: $VS
     serverAddress: $SRV_IP
     leaseTime: 1h
+    # Above the largest client count: the table's limit (65 536 by
+    # default) would answer the rest NoAddrsAvail, and Kea has none.
+    maxBindings: 1048576
 networks:
   - name: bench
     subnet: fd00:78::/64
