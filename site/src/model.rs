@@ -496,6 +496,15 @@ impl Site {
     pub fn node_by_ip(&self, ip: IpAddr) -> Option<&Node> {
         self.nodes.iter().find(|n| n.has_ip(ip))
     }
+    /// The nodes' addresses from `start` to `end` (a DHCP pool's): those
+    /// the pool must skip, gathered once per allocation.
+    pub fn node_ips_in(&self, start: IpAddr, end: IpAddr) -> std::collections::HashSet<IpAddr> {
+        self.nodes
+            .iter()
+            .flat_map(|n| n.ips())
+            .filter(|a| (start..=end).contains(a))
+            .collect()
+    }
     pub fn image_of(&self, node: &Node) -> &ImageSet {
         // Validation guarantees every node's image exists.
         &self.images.sets[&node.image]

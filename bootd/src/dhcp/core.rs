@@ -123,14 +123,8 @@ fn address_for(
             return Ok(l.ip);
         }
     }
-    // The nodes' addresses in this pool, gathered once (not per address tried).
-    let held: std::collections::HashSet<Ipv4Addr> = site
-        .nodes
-        .iter()
-        .filter_map(|n| n.ip4)
-        .filter(|ip| in_pool(*ip))
-        .collect();
-    let reserved = |ip: Ipv4Addr| held.contains(&ip);
+    let held = site.node_ips_in(start.into(), end.into());
+    let reserved = |ip: Ipv4Addr| held.contains(&IpAddr::V4(ip));
     if let Some(r) = requested {
         if in_pool(r) && !reserved(r) && table.is_free_for(r, mac, now) {
             return Ok(r);

@@ -15,7 +15,6 @@ use super::wire::{self, Hop, Msg};
 use crate::dhcp::boot::{decide_with, BootAnswer, ClientInfo};
 use crate::dhcp::leases::LeaseState;
 use site::{Dhcp6, Mac, Network, Node, Site};
-use std::collections::HashSet;
 use std::net::{IpAddr, Ipv6Addr};
 
 /// IANA's enterprise number for the vendor class UEFI firmware sends
@@ -406,14 +405,8 @@ fn address_for(
             ));
         }
     }
-    // The nodes' addresses in this pool, gathered once (not per address tried).
-    let held: HashSet<Ipv6Addr> = site
-        .nodes
-        .iter()
-        .filter_map(|n| n.ip6)
-        .filter(|a| in_pool(*a))
-        .collect();
-    let reserved = |a: Ipv6Addr| held.contains(&a);
+    let held = site.node_ips_in(start.into(), end.into());
+    let reserved = |a: Ipv6Addr| held.contains(&IpAddr::V6(a));
     if let Some(a) = asked {
         if in_pool(a) && !reserved(a) && table.is_free_for(a, ia, now) {
             return Ok(a);
