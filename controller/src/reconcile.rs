@@ -205,6 +205,18 @@ fn node_request(ctl: &Controller, snap: &Snapshot, row: &NodeRow) -> Option<Node
             (ip, macs)
         }
     };
+    // The URLs it is given are of the family it can reach: IPv6 ones for a
+    // node with only an IPv6 address, else the site's first.
+    let peer = snap
+        .site
+        .node(name)
+        .filter(|n| n.ip4.is_none())
+        .and_then(|n| n.ip6)
+        .map(std::net::IpAddr::V6);
+    let http = match peer {
+        Some(p) => snap.site.host.http.url_for_peer(p),
+        None => snap.site.host.http.url.as_str(),
+    };
     Some(NodeRequest {
         name: name.to_string(),
         cluster: snap.site.cluster.name.clone(),
@@ -214,7 +226,7 @@ fn node_request(ctl: &Controller, snap: &Snapshot, row: &NodeRow) -> Option<Node
         // provider has said which address it has.
         ipxe_url: format!(
             "{}/ipxe/{}.ipxe?token={}",
-            snap.site.host.http.url,
+            http,
             name,
             ctl.app.key.issue(
                 name,
@@ -229,15 +241,10 @@ fn node_request(ctl: &Controller, snap: &Snapshot, row: &NodeRow) -> Option<Node
             .host
             .dhcp
             .as_ref()
-            .map(|d| {
-                format!(
-                    "{}/boot/{}",
-                    snap.site.host.http.url, d.boot_files.uefi_x86_64
-                )
-            })
+            .map(|d| format!("{http}/boot/{}", d.boot_files.uefi_x86_64))
             .unwrap_or_default(),
         userdata: site::Secret(
-            bootd::http::pointer_for(&ctl.app, snap, name, bootd::token::Scope::Provider, None)
+            bootd::http::pointer_for(&ctl.app, snap, name, bootd::token::Scope::Provider, peer)
                 .to_string(),
         ),
         media_url: site::Secret(bootd::http::media_url_for(&ctl.app, snap, name)),

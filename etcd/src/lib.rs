@@ -87,11 +87,27 @@ impl Error {
             etcd_client::Error::TransportError(_) | etcd_client::Error::IoError(_) => true,
             // gRPC codes CANCELLED (1), DEADLINE_EXCEEDED (4), UNAVAILABLE (14).
             etcd_client::Error::GRpcStatus(s) => {
-                matches!(s.code() as i32, 1 | 4 | 14) || s.message().contains("no leader")
+                matches!(s.code() as i32, 1 | 4 | 14)
+                    || s.message().contains("no leader")
+                    || (s.code() == tonic::Code::Unknown && from_transport(s))
             }
             _ => false,
         }
     }
+}
+
+/// Whether a status was made on this side from a failed connection (tonic
+/// reports a member that died mid-request as UNKNOWN "transport error"
+/// over the socket's error, e.g. a broken pipe), not answered by etcd.
+fn from_transport(s: &tonic::Status) -> bool {
+    let mut cur = std::error::Error::source(s);
+    while let Some(e) = cur {
+        if e.is::<tonic::transport::Error>() || e.is::<std::io::Error>() {
+            return true;
+        }
+        cur = e.source();
+    }
+    false
 }
 
 /// A value and its revisions.
@@ -328,3 +344,30 @@ impl Etcd {
 
 pub use etcd_client::Txn as Transaction;
 pub use etcd_client::{DeleteOptions, PutOptions};
+
+#[cfg(test)]
+mod tests {
+    use super::Error;
+
+    fn err(source: etcd_client::Error) -> Error {
+        Error {
+            endpoints: "http://127.0.0.1:2379".into(),
+            what: "put".into(),
+            source,
+        }
+    }
+
+    /// A member that dies mid-request: tonic's UNKNOWN over the socket's
+    /// error is the cluster being unreachable; an UNKNOWN etcd sent is not.
+    #[test]
+    fn a_transport_failure_inside_a_status_is_unavailable() {
+        let broken = std::io::Error::from(std::io::ErrorKind::BrokenPipe);
+        let s = tonic::Status::from_error(Box::new(broken));
+        assert_eq!(s.code(), tonic::Code::Unknown);
+        assert!(err(etcd_client::Error::GRpcStatus(s)).unavailable());
+        let answered = tonic::Status::unknown("etcdserver: something else");
+        assert!(!err(etcd_client::Error::GRpcStatus(answered)).unavailable());
+        let leader = tonic::Status::unavailable("etcdserver: no leader");
+        assert!(err(etcd_client::Error::GRpcStatus(leader)).unavailable());
+    }
+}

@@ -164,13 +164,23 @@ want=$(sha256sum "$WORKDIR/expected.ign" | cut -d' ' -f1)
 [[ $got == "$want" ]] || fail "Ignition sha256 $got, bootd renders $want"
 url=$(sed -n 's/.*url=\([^ ]*\).*/\1/p' <<<"$line")
 # bootd's log: the firmware booted over DHCPv6 (its boot URL from bootd).
+# (The firmware's Solicit and its Request both carry its architecture and
+# are both answered with the boot URL; either proves the exchange.)
 case $FIRMWARE in
-  ovmf-pxe6) fw_re="kind=\"request\".*$NODE: request .*UEFI x86 PXE" ;;
-  ovmf-http6) fw_re="kind=\"request\".*$NODE: request .*UEFI HTTP Boot" ;;
-  ovmf-ipxe6) fw_re="kind=\"request\".*$NODE: request .*iPXE" ;;
+  ovmf-pxe6) fw_re="kind=\"(solicit|request)\".*$NODE: (solicit|request) .*UEFI x86 PXE" ;;
+  ovmf-http6) fw_re="kind=\"(solicit|request)\".*$NODE: (solicit|request) .*UEFI HTTP Boot" ;;
+  ovmf-ipxe6) fw_re="kind=\"(solicit|request)\".*$NODE: (solicit|request) .*iPXE" ;;
 esac
-sed 's/\x1b\[[0-9;]*m//g' "$WORKDIR/bootd.log" | grep -aqE "DHCPv6.*$fw_re" || fail "bootd logged no DHCPv6 boot exchange of $NODE ($fw_re)"
-served=$(sed 's/\x1b\[[0-9;]*m//g' "$WORKDIR/bootd.log" | grep -aE "Ignition (pointer config )?served node=$NODE " | head -n 1)
+# Into a file first: `grep -q` on a pipe ends at the first match and, under
+# pipefail, a writer still writing a long log fails the pipeline (SIGPIPE).
+sed 's/\x1b\[[0-9;]*m//g' "$WORKDIR/bootd.log" >"$WORKDIR/bootd.plain.log"
+# On failure, what bootd did log of its DHCPv6 exchanges, in the FAIL line.
+exchanges() { grep -aoE 'kind="[a-z-]+" reason=[^;]*;[^(:]*' "$WORKDIR/bootd.plain.log" | sed 's/ reason=/ /' | tr '\n' '|' | cut -c1-900; }
+grep -aqE "DHCPv6.*$fw_re" "$WORKDIR/bootd.plain.log" || fail "bootd logged no DHCPv6 boot exchange of $NODE ($fw_re); it logged: $(exchanges)"
+if [[ $FIRMWARE == ovmf-http6 ]]; then
+  grep -aqE 'file served path=ipxe.efi ' "$WORKDIR/bootd.plain.log" || fail "the firmware did not fetch ipxe.efi over HTTP; DHCPv6: $(exchanges)"
+fi
+served=$(grep -aE -m 1 "Ignition (pointer config )?served node=$NODE " "$WORKDIR/bootd.plain.log" || true)
 if [[ $DUAL == 0 ]]; then
   # IPv6 only: every URL is the IPv6 one, the Ignition came from the node's own IPv6 address.
   [[ $url == "http://[fd00:77::1]:8080/"* ]] || fail "the Ignition URL is not the IPv6 one: $url"

@@ -11,6 +11,7 @@ mod crash_loop;
 mod fake;
 mod full_disk;
 mod ha;
+mod ipv6;
 mod local;
 mod platforms;
 #[path = "../../../tests/support/ports.rs"]
