@@ -121,32 +121,7 @@ pub const REGISTRATION: super::Registration = super::Registration {
 };
 
 impl super::Provider for Equinix {
-    fn name(&self) -> &'static str {
-        "equinix"
-    }
-    fn find<'a>(&'a self, node: &'a NodeRequest) -> super::BoxFuture<'a, Result<Option<Machine>>> {
-        Box::pin(Equinix::find(self, node))
-    }
-    fn create<'a>(
-        &'a self,
-        node: &'a NodeRequest,
-        spec: &'a serde_json::Value,
-    ) -> super::BoxFuture<'a, Result<Machine>> {
-        Box::pin(async move {
-            Equinix::create(
-                self,
-                node,
-                &super::typed_spec::<DeviceSpec>("equinix", spec)?,
-            )
-            .await
-        })
-    }
-    fn get<'a>(&'a self, id: &'a str) -> super::BoxFuture<'a, Result<Option<Machine>>> {
-        Box::pin(Equinix::get(self, id))
-    }
-    fn delete<'a>(&'a self, id: &'a str) -> super::BoxFuture<'a, Result<()>> {
-        Box::pin(Equinix::delete(self, id))
-    }
+    forward_provider_calls!(Equinix, "equinix", DeviceSpec);
 }
 
 #[derive(Debug)]

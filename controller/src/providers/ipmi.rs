@@ -19,7 +19,6 @@
 use super::bmc::{self, PasswordRef};
 use super::{Machine, MachineState, NodeRequest, ProviderError, Result};
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 use std::path::PathBuf;
 use std::time::Duration;
 use tracing::{info, warn};
@@ -393,27 +392,7 @@ impl Ipmi {
 }
 
 impl super::Provider for Ipmi {
-    fn name(&self) -> &'static str {
-        NAME
-    }
-    fn find<'a>(&'a self, node: &'a NodeRequest) -> super::BoxFuture<'a, Result<Option<Machine>>> {
-        Box::pin(Ipmi::find(self, node))
-    }
-    fn create<'a>(
-        &'a self,
-        node: &'a NodeRequest,
-        spec: &'a Value,
-    ) -> super::BoxFuture<'a, Result<Machine>> {
-        Box::pin(async move {
-            Ipmi::create(self, node, &super::typed_spec::<IpmiSpec>(NAME, spec)?).await
-        })
-    }
-    fn get<'a>(&'a self, id: &'a str) -> super::BoxFuture<'a, Result<Option<Machine>>> {
-        Box::pin(Ipmi::get(self, id))
-    }
-    fn delete<'a>(&'a self, id: &'a str) -> super::BoxFuture<'a, Result<()>> {
-        Box::pin(Ipmi::delete(self, id))
-    }
+    forward_provider_calls!(Ipmi, NAME, IpmiSpec);
     fn start<'a>(
         &'a self,
         id: &'a str,

@@ -89,27 +89,7 @@ pub const REGISTRATION: super::Registration = super::Registration {
 };
 
 impl super::Provider for Local {
-    fn name(&self) -> &'static str {
-        "local"
-    }
-    fn find<'a>(&'a self, node: &'a NodeRequest) -> super::BoxFuture<'a, Result<Option<Machine>>> {
-        Box::pin(Local::find(self, node))
-    }
-    fn create<'a>(
-        &'a self,
-        node: &'a NodeRequest,
-        spec: &'a serde_json::Value,
-    ) -> super::BoxFuture<'a, Result<Machine>> {
-        Box::pin(async move {
-            Local::create(self, node, &super::typed_spec::<VmSpec>("local", spec)?).await
-        })
-    }
-    fn get<'a>(&'a self, id: &'a str) -> super::BoxFuture<'a, Result<Option<Machine>>> {
-        Box::pin(Local::get(self, id))
-    }
-    fn delete<'a>(&'a self, id: &'a str) -> super::BoxFuture<'a, Result<()>> {
-        Box::pin(Local::delete(self, id))
-    }
+    forward_provider_calls!(Local, "local", VmSpec);
 }
 
 #[derive(Debug)]

@@ -151,32 +151,7 @@ pub const REGISTRATION: super::Registration = super::Registration {
 };
 
 impl super::Provider for PowerVs {
-    fn name(&self) -> &'static str {
-        "powervs"
-    }
-    fn find<'a>(&'a self, node: &'a NodeRequest) -> super::BoxFuture<'a, Result<Option<Machine>>> {
-        Box::pin(PowerVs::find(self, node))
-    }
-    fn create<'a>(
-        &'a self,
-        node: &'a NodeRequest,
-        spec: &'a serde_json::Value,
-    ) -> super::BoxFuture<'a, Result<Machine>> {
-        Box::pin(async move {
-            PowerVs::create(
-                self,
-                node,
-                &super::typed_spec::<InstanceSpec>("powervs", spec)?,
-            )
-            .await
-        })
-    }
-    fn get<'a>(&'a self, id: &'a str) -> super::BoxFuture<'a, Result<Option<Machine>>> {
-        Box::pin(PowerVs::get(self, id))
-    }
-    fn delete<'a>(&'a self, id: &'a str) -> super::BoxFuture<'a, Result<()>> {
-        Box::pin(PowerVs::delete(self, id))
-    }
+    forward_provider_calls!(PowerVs, "powervs", InstanceSpec);
 }
 
 #[derive(Debug)]

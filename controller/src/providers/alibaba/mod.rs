@@ -465,27 +465,7 @@ impl Alibaba {
 }
 
 impl super::Provider for Alibaba {
-    fn name(&self) -> &'static str {
-        NAME
-    }
-    fn find<'a>(&'a self, node: &'a NodeRequest) -> super::BoxFuture<'a, Result<Option<Machine>>> {
-        Box::pin(Alibaba::find(self, node))
-    }
-    fn create<'a>(
-        &'a self,
-        node: &'a NodeRequest,
-        spec: &'a Value,
-    ) -> super::BoxFuture<'a, Result<Machine>> {
-        Box::pin(async move {
-            Alibaba::create(self, node, &super::typed_spec::<InstanceSpec>(NAME, spec)?).await
-        })
-    }
-    fn get<'a>(&'a self, id: &'a str) -> super::BoxFuture<'a, Result<Option<Machine>>> {
-        Box::pin(Alibaba::get(self, id))
-    }
-    fn delete<'a>(&'a self, id: &'a str) -> super::BoxFuture<'a, Result<()>> {
-        Box::pin(Alibaba::delete(self, id))
-    }
+    forward_provider_calls!(Alibaba, NAME, InstanceSpec);
     fn owned<'a>(&'a self, cluster: &'a str) -> super::BoxFuture<'a, Result<Option<super::Owned>>> {
         Box::pin(async move {
             let infra = self.account.infra_id.as_deref().unwrap_or(cluster);

@@ -441,27 +441,7 @@ impl Redfish {
 }
 
 impl super::Provider for Redfish {
-    fn name(&self) -> &'static str {
-        NAME
-    }
-    fn find<'a>(&'a self, node: &'a NodeRequest) -> super::BoxFuture<'a, Result<Option<Machine>>> {
-        Box::pin(Redfish::find(self, node))
-    }
-    fn create<'a>(
-        &'a self,
-        node: &'a NodeRequest,
-        spec: &'a Value,
-    ) -> super::BoxFuture<'a, Result<Machine>> {
-        Box::pin(async move {
-            Redfish::create(self, node, &super::typed_spec::<RedfishSpec>(NAME, spec)?).await
-        })
-    }
-    fn get<'a>(&'a self, id: &'a str) -> super::BoxFuture<'a, Result<Option<Machine>>> {
-        Box::pin(Redfish::get(self, id))
-    }
-    fn delete<'a>(&'a self, id: &'a str) -> super::BoxFuture<'a, Result<()>> {
-        Box::pin(Redfish::delete(self, id))
-    }
+    forward_provider_calls!(Redfish, NAME, RedfishSpec);
     fn start<'a>(&'a self, id: &'a str, node: &'a NodeRequest) -> super::BoxFuture<'a, Result<()>> {
         Box::pin(Redfish::start(self, id, node))
     }
