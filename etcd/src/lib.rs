@@ -85,12 +85,13 @@ impl Error {
     pub fn unavailable(&self) -> bool {
         match &self.source {
             etcd_client::Error::TransportError(_) | etcd_client::Error::IoError(_) => true,
-            // gRPC codes CANCELLED (1), DEADLINE_EXCEEDED (4), UNAVAILABLE (14).
-            etcd_client::Error::GRpcStatus(s) => {
-                matches!(s.code() as i32, 1 | 4 | 14)
-                    || s.message().contains("no leader")
-                    || (s.code() == tonic::Code::Unknown && from_transport(s))
-            }
+            etcd_client::Error::GRpcStatus(s) => match s.code() {
+                tonic::Code::Cancelled
+                | tonic::Code::DeadlineExceeded
+                | tonic::Code::Unavailable => true,
+                tonic::Code::Unknown if from_transport(s) => true,
+                _ => s.message().contains("no leader"),
+            },
             _ => false,
         }
     }

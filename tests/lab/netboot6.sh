@@ -173,7 +173,7 @@ case $FIRMWARE in
 esac
 # Into a file first: `grep -q` on a pipe ends at the first match and, under
 # pipefail, a writer still writing a long log fails the pipeline (SIGPIPE).
-sed 's/\x1b\[[0-9;]*m//g' "$WORKDIR/bootd.log" >"$WORKDIR/bootd.plain.log"
+clean "$WORKDIR/bootd.log" >"$WORKDIR/bootd.plain.log"
 # On failure, what bootd did log of its DHCPv6 exchanges, in the FAIL line.
 exchanges() { grep -aoE 'kind="[a-z-]+" reason=[^;]*;[^(:]*' "$WORKDIR/bootd.plain.log" | sed 's/ reason=/ /' | tr '\n' '|' | cut -c1-900; }
 grep -aqE "DHCPv6.*$fw_re" "$WORKDIR/bootd.plain.log" || fail "bootd logged no DHCPv6 boot exchange of $NODE ($fw_re); it logged: $(exchanges)"

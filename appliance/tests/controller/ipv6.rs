@@ -73,23 +73,16 @@ async fn a_node_with_only_an_ipv6_address_is_given_ipv6_urls() {
         b.wait_node(name, 20, |_, v| cond(v, "Provisioned")["status"] == "True")
             .await;
     }
-    let (script, ignition) = given(&f, "worker-6");
-    assert!(
-        script.starts_with("http://[fd00:77::1]:8080/ipxe/worker-6.ipxe?token="),
-        "{script}"
-    );
-    assert!(
-        ignition.starts_with("https://[fd00:77::1]:8443/ignition/worker-6?token="),
-        "{ignition}"
-    );
-    let (script, ignition) = given(&f, "worker-4");
-    assert!(
-        script.starts_with("http://10.77.0.1:8080/ipxe/worker-4.ipxe?token="),
-        "{script}"
-    );
-    assert!(
-        ignition.starts_with("https://10.77.0.1:8443/ignition/worker-4?token="),
-        "{ignition}"
-    );
+    for (name, base) in [("worker-6", "[fd00:77::1]"), ("worker-4", "10.77.0.1")] {
+        let (script, ignition) = given(&f, name);
+        assert!(
+            script.starts_with(&format!("http://{base}:8080/ipxe/{name}.ipxe?token=")),
+            "{script}"
+        );
+        assert!(
+            ignition.starts_with(&format!("https://{base}:8443/ignition/{name}?token=")),
+            "{ignition}"
+        );
+    }
     b.stop().await;
 }
