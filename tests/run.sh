@@ -91,6 +91,8 @@ log "module import cycles"
 python3 tests/tools/module-cycles.py
 log "source file lengths"
 python3 tests/tools/file-lengths.py
+log "architecture index"
+python3 tests/tools/architecture-index.py
 
 # The Alibaba ECS fake's own tests (its signature check against Alibaba's
 # published example, parameter checks from the API metadata, paging, holds).
