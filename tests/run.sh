@@ -50,16 +50,19 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-log() { printf '\n== %s  [%s]\n' "$*" "$(date +%T)"; }
+# Every step is timed: tests/lib/steps.sh records lane, start, duration
+# and verdict, and the table at the end shows them with each lane's
+# critical path (tests/README.md, "The test command").
+. tests/lib/steps.sh
+steps_init target/steps
 
-log "dependencies"
-bash tests/lab/deps.sh
+setup "dependencies: Debian packages" bash tests/lab/deps.sh
 # libvirt, ipmitool and the BMC emulators (sushy-tools, virtualbmc from PyPI)
-bash tests/controller/bmc-deps.sh
+setup "dependencies: BMC emulators" bash tests/controller/bmc-deps.sh
 # The same home as tests/lab/rust.sh installs into, when HOME is unset.
 HOME=${HOME:-$(getent passwd "$(id -u)" | cut -d: -f6)}
 export HOME
-bash tests/lab/rust.sh
+setup "dependencies: Rust toolchain" bash tests/lab/rust.sh
 export PATH="${CARGO_HOME:-$HOME/.cargo}/bin:$PATH"
 # A run from a clean checkout gains nothing from incremental artifacts, and
 # they are a third of target/debug: off, so the run fits a small disk.
@@ -67,61 +70,44 @@ export CARGO_INCREMENTAL=0
 
 # The release binaries first: the soak test runs them for 30 minutes in the
 # background while everything else runs (niced), and reports at the end.
-log "release build"
-cargo build --release --locked --workspace
+setup "release build" cargo build --release --locked --workspace
 BIN=target/release
-log "lab guest image and TFTP root"
-bash tests/lab/guest.sh target/lab-images
-bash tests/lab/tftp-root.sh target/lab-tftp
+setup "lab guest image" bash tests/lab/guest.sh target/lab-images
+setup "lab TFTP root" bash tests/lab/tftp-root.sh target/lab-tftp
 log "soak (30 min, in the background: tests/soak/soak.sh)"
 mkdir -p target/soak
+soak_t0=$(date +%s)
 nice -n 10 bash tests/soak/soak.sh $BIN 1800 >target/soak/run.log 2>&1 &
 soak=$!
 trap 'kill -TERM "$soak" ${laneb:-} 2>/dev/null || true' EXIT
 
-log "format"
-cargo fmt --all -- --check
-
-log "clippy"
-cargo clippy --workspace --all-targets --locked -- -D warnings
+setup "format" cargo fmt --all -- --check
+setup "clippy" cargo clippy --workspace --all-targets --locked -- -D warnings
 
 # Each crate's modules form no import cycle (a child's use of what its
 # ancestors define is containment, not an import: see the tool's header).
-log "module import cycles"
-python3 tests/tools/module-cycles.py
-log "source file lengths"
-python3 tests/tools/file-lengths.py
-log "architecture index"
-python3 tests/tools/architecture-index.py
+setup "module import cycles" python3 tests/tools/module-cycles.py
+setup "source file lengths" python3 tests/tools/file-lengths.py
 
 # The Alibaba ECS fake's own tests (its signature check against Alibaba's
 # published example, parameter checks from the API metadata, paging, holds).
-log "ECS fake"
-python3 tests/controller/ecs-fake-test.py
+setup "ECS fake" python3 tests/controller/ecs-fake-test.py
 
 # The fuzz targets are their own workspace (cargo fuzz builds them with
 # nightly); checking that they compile keeps them in step with the code they
 # call (one had stopped compiling after a signature change, unnoticed).
-log "fuzz targets compile"
-cargo check --manifest-path fuzz/Cargo.toml --locked --bins
+setup "fuzz targets compile" cargo check --manifest-path fuzz/Cargo.toml --locked --bins
 
 # Every dependency against the RustSec advisory database (a snapshot in
 # tests/advisory-db; the live one is not reachable): vulnerabilities and
 # unmaintained crates fail, except those .cargo/audit.toml explains.
-log "dependency audit"
-bash tests/audit.sh
+setup "dependency audit" bash tests/audit.sh
 
 # The lab's guest image and TFTP root were made above: some cargo tests
 # compare against them (images' core.elf must equal tftp-root.sh's).
-log "cargo test --workspace"
-cargo test --workspace --locked
+setup "cargo test --workspace" cargo test --workspace --locked
 
-passed=0 failed=0 failures=()
-t() { # name command...: one end-to-end check, counted
-    local name=$1; shift
-    log "$name"
-    if "$@"; then passed=$((passed + 1)); else failed=$((failed + 1)); failures+=("$name"); fi
-}
+t() { step_in main "$@"; }  # name command...: one end-to-end check, counted
 e2e() {
   # bootd serves DHCP itself (--no-dhcp: no stand-in; dnsmasq only sends IPv6 RAs).
   bash tests/lab/netboot.sh --bootd $BIN/bootd --site examples/lab/site.yaml --no-dhcp "$@"
@@ -131,12 +117,7 @@ e2e() {
 # whole run well under an hour on 2 cores. Their output is printed after
 # the rest's, in order; each check is counted the same way.
 mkdir -p target/lane-b
-: >target/lane-b/results
-tb() { # name command...: t, for the background lane (results to a file)
-    local name=$1; shift
-    log "$name"
-    if "$@"; then echo "PASS $name" >>target/lane-b/results; else echo "FAIL $name" >>target/lane-b/results; fi
-}
+tb() { step_in B "$@"; }  # name command...: t, for the background lane
 lane_b() {
   tb "DHCP interop (udhcpc, dhclient, perfdhcp)" bash tests/lab/dhcp-interop.sh $BIN/bootd
   tb "DHCPv6 interop (dhclient -6, dhcpcd, udhcpc6, perfdhcp -6)" bash tests/lab/dhcp6-interop.sh $BIN/bootd
@@ -195,14 +176,11 @@ t "secrets: one grep over every output of a BMC + cloud providers run at trace (
 log "firmware network boots (the background lane)"
 wait "$laneb" || true
 cat target/lane-b/log
-while read -r verdict name; do
-    if [[ $verdict == PASS ]]; then passed=$((passed + 1)); else failed=$((failed + 1)); failures+=("$name"); fi
-done <target/lane-b/results
 
 log "soak (waiting for it)"
-if wait "$soak"; then passed=$((passed + 1)); else failed=$((failed + 1)); failures+=("soak"); fi
+soak_rc=0
+wait "$soak" || soak_rc=$?
+steps_record soak check "$soak_t0" "$(date +%s)" "$([[ $soak_rc == 0 ]] && echo PASS || echo FAIL)" "soak (30 min, niced)"
 cat target/soak/run.log
 
-log "summary"
-echo "end-to-end: $passed passed, $failed failed${failures:+ (${failures[*]})}"
-[ "$failed" -eq 0 ]
+steps_summary
