@@ -88,6 +88,7 @@ setup "clippy" cargo clippy --workspace --all-targets --locked -- -D warnings
 # ancestors define is containment, not an import: see the tool's header).
 setup "module import cycles" python3 tests/tools/module-cycles.py
 setup "source file lengths" python3 tests/tools/file-lengths.py
+setup "architecture index" python3 tests/tools/architecture-index.py
 
 # The Alibaba ECS fake's own tests (its signature check against Alibaba's
 # published example, parameter checks from the API metadata, paging, holds).
