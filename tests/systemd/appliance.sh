@@ -5,29 +5,41 @@
 # Usage: tests/systemd/appliance.sh [BINDIR]   (root)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-BINDIR=$(realpath "${1:-target/release}")
-ns=appl-$$ state=$(mktemp -d)
-PIDS=()
-. tests/lib.sh
-cleanup() { stop_started "$ns"; rm -rf "$state"; }
-trap cleanup EXIT
-lab_netns "$ns"
-ip netns exec "$ns" "$BINDIR/appliance" --site examples/lab/site.yaml --state-dir "$state" >"$state/log" 2>&1 &
-pid=$!
-PIDS+=("$pid")
-fail=0
-check() { # what, command...
-    local what=$1; shift
-    if out=$("$@" 2>&1); then echo "ok   $what: $(echo "$out" | tr '\n' ' ' | cut -c1-120)"; else echo "FAIL $what: $out"; fail=1; fi
+. tests/lib/harness.sh
+harness_init appliance
+BIN=$(realpath "${1:-target/release}")
+lab_netns
+mkdir -p "$WORK/state"
+start_appliance --ready http://10.77.0.1:8080/healthz -- --site examples/lab/site.yaml --state-dir "$WORK/state" ||
+    fail "appliance did not start"
+check() { # what, command...: ok with the command's output, or FAIL with it
+    local what=$1 out
+    shift
+    if out=$("$@" 2>&1); then ok "$what: $(echo "$out" | tr '\n' ' ' | cut -c1-120)"; else bad "$what: $out"; fi
 }
-for _ in $(seq 50); do ip netns exec "$ns" curl -fsS -o /dev/null http://10.77.0.1:8080/healthz 2>/dev/null && break; sleep 0.2; done
-check "dig api"      bash -c "[ \"\$(ip netns exec $ns dig +short @10.77.0.1 api.lab.example.test A)\" = 10.77.0.1 ]"
-check "dig *.apps"   bash -c "[ \"\$(ip netns exec $ns dig +short @10.77.0.1 console-openshift-console.apps.lab.example.test A)\" = 10.77.0.1 ]"
-check "dig node"     bash -c "[ \"\$(ip netns exec $ns dig +short @10.77.0.1 master-0.lab.example.test A)\" = 10.77.0.11 ]"
-check "dig PTR"      bash -c "[ \"\$(ip netns exec $ns dig +short @10.77.0.1 -x 10.77.0.11)\" = master-0.lab.example.test. ]"
-check "boot.ipxe"    bash -c "ip netns exec $ns curl -fsS http://10.77.0.1:8080/boot.ipxe | grep -q '^#!ipxe'"
-check "lbd status"   bash -c "ip netns exec $ns curl -fsS http://127.0.0.1:8404/status | grep -q master-0"
-kill "$pid"; wait "$pid" && echo "ok   appliance exited 0 on SIGTERM" || { echo "FAIL appliance exit status $?"; fail=1; }
-pid=
-[ "$fail" = 0 ] || { echo "--- appliance log"; tail -30 "$state/log"; }
-exit $fail
+answer_is() { # want dig-args...: the answer, and whether it is want
+    local want=$1 got
+    shift
+    got=$(nsx dig +short @10.77.0.1 "$@")
+    echo "$got"
+    [ "$got" = "$want" ]
+}
+# (The answers are read whole, then searched: `curl | grep -q` fails under
+# pipefail when grep stops reading early and curl gets SIGPIPE.)
+served() { # url pattern: the URL's body has a line matching pattern
+    local body
+    body=$(nsx curl -fsS "$1") && grep -q "$2" <<<"$body"
+}
+check "dig api"      answer_is 10.77.0.1 api.lab.example.test A
+check "dig *.apps"   answer_is 10.77.0.1 console-openshift-console.apps.lab.example.test A
+check "dig node"     answer_is 10.77.0.11 master-0.lab.example.test A
+check "dig PTR"      answer_is master-0.lab.example.test. -x 10.77.0.11
+check "boot.ipxe"    served http://10.77.0.1:8080/boot.ipxe '^#!ipxe'
+check "lbd status"   served http://127.0.0.1:8404/status master-0
+kill "$APPLIANCE_PID"
+rc=0
+wait "$APPLIANCE_PID" || rc=$?
+stop_pid "$APPLIANCE_PID"
+if [ "$rc" = 0 ]; then ok "appliance exited 0 on SIGTERM"; else bad "appliance exit status $rc"; fi
+[ "$FAILS" = 0 ] || { echo "--- appliance log"; tail -30 "$WORK/appliance.log"; }
+harness_verdict

@@ -5,39 +5,40 @@
 # ExecStartPre.
 # Usage: tests/systemd/check.sh [BINDIR]   (BINDIR: where bootd, dnsd, lbd are;
 # default target/release). verify needs ExecStart's binary to exist, so the
-# units are checked from a temp copy whose ExecStart points into BINDIR.
+# units are checked from a copy in the work folder whose ExecStart points
+# into BINDIR.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-BINDIR=$(realpath "${1:-target/release}")
+. tests/lib/harness.sh
+harness_init systemd-check
+BIN=$(realpath "${1:-target/release}")
 THRESHOLD=2.0
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail=0
+indent() { sed 's/^/     /'; }
 for unit in systemd/*.service; do
     name=$(basename "$unit" .service)
-    [ -x "$BINDIR/$name" ] || { echo "FAIL $name: $BINDIR/$name not built"; fail=1; continue; }
-    sed "s#/usr/local/bin/$name#$BINDIR/$name#" "$unit" >"$tmp/$name.service"
-    if out=$(cd "$tmp" && systemd-analyze verify "./$name.service" 2>&1) && [ -z "$out" ]; then
-        echo "ok   $name: systemd-analyze verify"
+    [ -x "$BIN/$name" ] || { bad "$name: $BIN/$name not built"; continue; }
+    sed "s#/usr/local/bin/$name#$BIN/$name#" "$unit" >"$WORK/$name.service"
+    if out=$(cd "$WORK" && systemd-analyze verify "./$name.service" 2>&1) && [ -z "$out" ]; then
+        ok "$name: systemd-analyze verify"
     else
-        echo "FAIL $name: systemd-analyze verify:"; echo "$out" | sed 's/^/     /'; fail=1
+        bad "$name: systemd-analyze verify:"; indent <<<"$out"
     fi
     # Resource limits, no core dumps, a check before start, a draining stop.
     for want in '^LimitNOFILE=[0-9]' '^LimitCORE=0$' '^MemoryMax=' '^TasksMax=[0-9]' \
                 '^KillMode=mixed$' "^ExecStartPre=/usr/local/bin/$name --check-config "; do
-        if grep -qE "$want" "$unit"; then :; else echo "FAIL $name: no line matching $want"; fail=1; fi
+        grep -qE "$want" "$unit" || bad "$name: no line matching $want"
     done
-    score=$(cd "$tmp" && systemd-analyze security --offline=true --no-pager "./$name.service" 2>&1 |
-        sed -n 's/.*Overall exposure level for [^:]*: \([0-9.]*\).*/\1/p')
+    score=$(cd "$WORK" && systemd-analyze security --offline=true --no-pager "./$name.service" 2>&1 |
+        sed -n 's/.*Overall exposure level for [^:]*: \([0-9.]*\).*/\1/p') || true
     if [ -n "$score" ] && awk -v s="$score" -v t="$THRESHOLD" 'BEGIN { exit !(s <= t) }'; then
-        echo "ok   $name: exposure $score (<= $THRESHOLD)"
+        ok "$name: exposure $score (<= $THRESHOLD)"
     else
-        echo "FAIL $name: exposure ${score:-unknown} (> $THRESHOLD)"; fail=1
+        bad "$name: exposure ${score:-unknown} (> $THRESHOLD)"
     fi
 done
-# The install layout (systemd/install.sh), staged under a temp root.
-root="$tmp/root"
-if out=$(DESTDIR="$root" SRC="$BINDIR" bash systemd/install.sh 2>&1); then
+# The install layout (systemd/install.sh), staged under a root in the work folder.
+root="$WORK/root"
+if out=$(DESTDIR="$root" SRC="$BIN" bash systemd/install.sh 2>&1); then
     missing=()
     for f in usr/local/bin/bootd usr/local/bin/dnsd usr/local/bin/lbd usr/local/bin/images \
         etc/systemd/system/bootd.service etc/systemd/system/dnsd.service etc/systemd/system/lbd.service \
@@ -46,11 +47,11 @@ if out=$(DESTDIR="$root" SRC="$BINDIR" bash systemd/install.sh 2>&1); then
     done
     mode=$(stat -c %a "$root/etc/bare-metal-boot/api-tokens" 2>/dev/null || echo none)
     if [ ${#missing[@]} -eq 0 ] && [ "$mode" = 600 ]; then
-        echo "ok   install.sh: binaries, units, example site, API token (mode $mode)"
+        ok "install.sh: binaries, units, example site, API token (mode $mode)"
     else
-        echo "FAIL install.sh: missing ${missing[*]:-nothing}; api-tokens mode $mode"; fail=1
+        bad "install.sh: missing ${missing[*]:-nothing}; api-tokens mode $mode"
     fi
 else
-    echo "FAIL install.sh:"; echo "$out" | sed 's/^/     /'; fail=1
+    bad "install.sh:"; indent <<<"$out"
 fi
-exit $fail
+harness_verdict

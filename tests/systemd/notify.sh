@@ -4,27 +4,30 @@
 # examples/lab/site.yaml. Usage: tests/systemd/notify.sh [BINDIR]  (root)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-BINDIR=$(realpath "${1:-target/release}")
+. tests/lib/harness.sh
+harness_init notify
+BIN=$(realpath "${1:-target/release}")
 SITE=$PWD/examples/lab/site.yaml
-PIDS=()
-. tests/lib.sh
-fail=0
-run() { # name tcp-ports... -- args
-    local name=$1; shift
-    local ns=sdn-$name-$$ state
-    state=$(mktemp -d)
+# run NAME [--tcp PORT...] -- DAEMON ARGS...: notify.py in a new lab
+# namespace of NAME's own (deleted at exit), the daemon's state in $WORK.
+run() {
+    local name=$1 ns=sdn-$1-$$
+    shift
     lab_netns "$ns"
-    if ! ip netns exec "$ns" python3 tests/systemd/notify.py "$@"; then fail=1; fi
-    stop_started "$ns"
-    rm -rf "$state"
+    ip netns exec "$ns" python3 tests/systemd/notify.py "$@" || bad "$name: sd_notify protocol (above)"
 }
-run bootd --tcp 8080 --tcp 8443 -- "$BINDIR/bootd" --site "$SITE" --state-dir "$(mktemp -d)" run
-run appliance --tcp 8080 --tcp 53 --tcp 6443 --tcp 22623 -- "$BINDIR/appliance" --site "$SITE" --state-dir "$(mktemp -d)"
+state() { mkdir -p "$WORK/$1-state" && echo "$WORK/$1-state"; }
+run bootd --tcp 8080 --tcp 8443 -- "$BIN/bootd" --site "$SITE" --state-dir "$(state bootd)" run
+run appliance --tcp 8080 --tcp 53 --tcp 6443 --tcp 22623 -- "$BIN/appliance" --site "$SITE" --state-dir "$(state appliance)"
 for d in dnsd lbd; do
-    if [ -x "$BINDIR/$d" ] && "$BINDIR/$d" --help 2>/dev/null | grep -q -- --site; then
-        run "$d" -- "$BINDIR/$d" --site "$SITE" $([ "$d" = lbd ] && echo --state-dir "$(mktemp -d)") run
+    if [ -x "$BIN/$d" ] && "$BIN/$d" --help 2>/dev/null | grep -q -- --site; then
+        if [ "$d" = lbd ]; then
+            run "$d" -- "$BIN/$d" --site "$SITE" --state-dir "$(state "$d")" run
+        else
+            run "$d" -- "$BIN/$d" --site "$SITE" run
+        fi
     else
-        echo "FAIL $d: $BINDIR/$d missing or without --site"; fail=1
+        bad "$d: $BIN/$d missing or without --site"
     fi
 done
-exit $fail
+harness_verdict

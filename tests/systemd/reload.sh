@@ -8,32 +8,19 @@
 # Usage: tests/systemd/reload.sh [BINDIR]   (root)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-BINDIR=$(realpath "${1:-target/release}")
-ns=reload-$$ work=$(mktemp -d /tmp/reload.XXXXXX)
-chmod 755 "$work"
-PIDS=()
-. tests/lib.sh
-cleanup() { stop_started "$ns"; rm -rf "$work"; }
-trap cleanup EXIT
-lab_netns "$ns"
-nsx() { ip netns exec "$ns" "$@"; }
-fail=0
-ok() { echo "ok   $*"; }
-bad() { echo "FAIL $*"; fail=1; }
+. tests/lib/harness.sh
+harness_init reload
+BIN=$(realpath "${1:-target/release}")
+lab_netns
 
-site=$work/site.yaml ign=$work/ignition
-mkdir -p "$ign" "$work/state"
+site=$WORK/site.yaml ign=$WORK/ignition
+mkdir -p "$ign" "$WORK/state"
 cp examples/lab/ignition/*.ign "$ign/"
 chmod 644 "$ign"/*.ign
-sed -e "s|stateDir: ../../target/lab-state|stateDir: $work/state|" \
-    -e "s|root: ../../target/lab-images|root: $PWD/target/lab-images|" \
-    -e "s|root: ../../target/lab-tftp|root: $PWD/target/lab-tftp|" \
-    -e "s|^  dir: ignition|  dir: $ign|" \
-    examples/lab/site.yaml >"$work/good.yaml"
+lab_site "$WORK/good.yaml" host.stateDir="$WORK/state" ignition.dir="$ign"
 # The same site with worker-2 added: what the last, good reload applies.
-sed -e 's|^  - { name: worker-1, .*$|&\n  - { name: worker-2, role: worker, macs: ["52:54:00:77:00:22"], ip: 10.77.0.22, kernelArgs: [console=ttyS0] }|' \
-    "$work/good.yaml" >"$work/added.yaml"
-grep -q "name: worker-2" "$work/added.yaml" || { echo "FAIL reload: site not written"; exit 1; }
+lab_site "$WORK/added.yaml" --from "$WORK/good.yaml" \
+    'nodes+={name: worker-2, role: worker, macs: ["52:54:00:77:00:22"], ip: 10.77.0.22, kernelArgs: [console=ttyS0]}'
 
 # What each daemon serves, read from outside: "master-0 present" and
 # "worker-2 present" checks, per daemon.
@@ -48,23 +35,27 @@ served() { # daemon node -> 0 when the daemon serves node
         lbd) out=$(nsx curl -fsS --max-time 3 http://127.0.0.1:8404/status 2>/dev/null) && grep -q "$2" <<<"$out" ;;
     esac
 }
-wait_served() { for _ in $(seq 60); do served "$1" "$2" && return 0; sleep 0.25; done; return 1; }
+wait_served() { wait_for 15 served "$1" "$2"; }
+refused_since() { [[ $(grep -c "refused" "$1" || true) -gt $2 ]]; } # log count
 
 run_one() { # daemon args...
     local d=$1; shift
-    cp "$work/good.yaml" "$site"
+    cp "$WORK/good.yaml" "$site"
     chmod 644 "$site" "$ign"/*.ign
-    local log=$work/$d.log
-    ip netns exec "$ns" "$BINDIR/$d" "$@" >"$log" 2>&1 &
-    local pid=$!
-    PIDS+=("$pid")
-    if ! wait_served "$d" master-0; then bad "$d: not serving master-0 at start: $(tail -n 3 "$log")"; return; fi
+    local log=$WORK/$d.log
+    "start_$d" --log "$log" --ready - -- "$@"
+    local pid=$DAEMON_PID
+    if ! wait_served "$d" master-0; then
+        bad "$d: not serving master-0 at start: $(tail -n 3 "$log")"
+        stop_pid "$pid"  # the next daemon binds the same ports
+        return
+    fi
     local refusals=0 case before
     for case in "a site that does not parse" "a missing role Ignition file" "an unreadable role Ignition file"; do
         # The files broken first, then the new site put in place at once:
         # the daemons also poll their files, and must never see the new
         # site with the files still whole.
-        cp "$work/added.yaml" "$site.new"
+        cp "$WORK/added.yaml" "$site.new"
         case $case in
             "a site that does not parse") printf 'nodes: [ {\n' >>"$site.new" ;;
             "a missing role Ignition file") mv "$ign/worker.ign" "$ign/worker.ign.away" ;;
@@ -74,33 +65,30 @@ run_one() { # daemon args...
         before=$(grep -c "refused" "$log" || true)
         kill -HUP "$pid"
         local seen=0
-        for _ in $(seq 40); do
-            [[ $(grep -c "refused" "$log" || true) -gt $before ]] && { seen=1; break; }
-            sleep 0.25
-        done
-        if [[ $seen == 1 ]] && kill -0 "$pid" 2>/dev/null && served "$d" master-0 && ! served "$d" worker-2; then
+        wait_for 10 refused_since "$log" "$before" && seen=1
+        if [[ $seen == 1 ]] && alive "$pid" && served "$d" master-0 && ! served "$d" worker-2; then
             ok "$d: $case: refused, the old site keeps serving ($(grep "refused" "$log" | tail -n 1 | cut -c 30-110))"
             refusals=$((refusals + 1))
         else
-            bad "$d: $case: refusal logged=$seen, alive=$(kill -0 "$pid" 2>/dev/null && echo yes || echo no): $(tail -n 3 "$log")"
+            bad "$d: $case: refusal logged=$seen, alive=$(alive "$pid" && echo yes || echo no): $(tail -n 3 "$log")"
         fi
         # Back to the good site first, then the files, so the added node
         # is never seen whole before the last step.
-        cp "$work/good.yaml" "$site.new"; mv "$site.new" "$site"
+        cp "$WORK/good.yaml" "$site.new"; mv "$site.new" "$site"
         [[ ! -f $ign/worker.ign.away ]] || mv "$ign/worker.ign.away" "$ign/worker.ign"
         chmod 644 "$ign"/*.ign
         kill -HUP "$pid"; sleep 0.5
     done
-    cp "$work/added.yaml" "$site"
+    cp "$WORK/added.yaml" "$site"
     kill -HUP "$pid"
     if wait_served "$d" worker-2; then ok "$d: then a good site is applied (worker-2 served)"; else bad "$d: the good site was not applied: $(tail -n 3 "$log")"; fi
-    kill "$pid"; wait "$pid" 2>/dev/null || true
+    stop_pid "$pid"
 }
 
 only=${ONLY:-bootd dnsd lbd appliance}
-[[ " $only " != *" bootd "* ]] || run_one bootd --site "$site" --state-dir "$work/state"
+[[ " $only " != *" bootd "* ]] || run_one bootd --site "$site" --state-dir "$WORK/state"
 [[ " $only " != *" dnsd "* ]] || run_one dnsd --site "$site" --udp-threads 1
-[[ " $only " != *" lbd "* ]] || run_one lbd --site "$site" --state-dir "$work/lbd"
-[[ " $only " != *" appliance "* ]] || run_one appliance --site "$site" --state-dir "$work/state" --no-lb
+[[ " $only " != *" lbd "* ]] || run_one lbd --site "$site" --state-dir "$WORK/lbd"
+[[ " $only " != *" appliance "* ]] || run_one appliance --site "$site" --state-dir "$WORK/state" --no-lb
 
-if [[ $fail == 0 ]]; then echo "PASS reload"; else echo "FAIL reload"; exit 1; fi
+harness_verdict
