@@ -8,7 +8,8 @@
 # Usage: tests/lab/netboot6.sh --bootd BOOTD --site SITE_YAML --node NAME --mac MAC
 #          [--firmware ovmf-pxe6|ovmf-ipxe6|ovmf-http6] [--timeout SECS] [--workdir DIR]
 #
-# Firmwares:
+# Firmwares (the table is tests/lib/qemu.sh's qemu_firmware, every variant
+# with FW_FAMILY=6; `netboot6.sh --help` lists them):
 #   ovmf-pxe6   OVMF with the NIC's ROM off and IPv4 PXE off (fw_cfg): EDK2's
 #               own PXE over IPv6 -> DHCPv6 (arch 7) -> tftp://[fd00:77::1]/ipxe.efi
 #               -> iPXE -> DHCPv6 again (user class iPXE) -> http://[fd00:77::1]:8080/boot.ipxe
@@ -20,17 +21,25 @@
 # ip=[...] kernel argument (the tested node is given `network: {interface:
 # eth0}` in a copy of SITE), fetches ignition.config.url over IPv6 and prints
 # "LAB-IGNITION sha256=..." on ttyS0, compared with `BOOTD render ignition`.
-# Also checked: bootd answered the firmware's boot request over DHCPv6; on
-# an IPv6-only site the Ignition URL is the IPv6 one and the request came
-# from the node's own IPv6 address; on a dual-stack site (where iPXE,
-# answered over both families, picks IPv4) from one of the node's addresses.
-# Prints "PASS netboot6 <firmware> <node> <secs>s" (exit 0) or "FAIL ..." (exit 1).
+# Also checked: bootd answered the firmware's boot request over DHCPv6 (the
+# variant's FW_CLIENT) and logged its FW_FETCH; on an IPv6-only site the
+# Ignition URL is the IPv6 one and the request came from the node's own IPv6
+# address; on a dual-stack site (where iPXE, answered over both families,
+# picks IPv4) from one of the node's addresses.
+# Prints "PASS netboot6 <firmware> <node> <secs>s" (exit 0) or the logs' ends and
+# "FAIL netboot6 <firmware> <node>: <reason>" (exit 1).
 set -euo pipefail
 HERE=$(cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")" && pwd)
-REPO=$(cd "$HERE/../.." && pwd)
+# shellcheck source=tests/lib/harness.sh
+. "$HERE/../lib/harness.sh"
+# shellcheck source=tests/lib/qemu.sh
+. "$HERE/../lib/qemu.sh"
 
 BOOTD="" SITE="" NODE="" MAC="" FIRMWARE=ovmf-pxe6 TIMEOUT=240 WORKDIR=""
-usage() { sed -n '8,9p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() {
+  { sed -n '8,9p' "$0" | sed 's/^# \{0,1\}//'; echo "firmwares:"; qemu_firmwares 6; } >&2
+  exit 2
+}
 while [[ $# -gt 0 ]]; do
   case $1 in
     --bootd) BOOTD=$2; shift 2 ;;
@@ -45,71 +54,41 @@ while [[ $# -gt 0 ]]; do
 done
 [[ -n $BOOTD && -n $SITE && -n $NODE && -n $MAC ]] || usage
 [[ $(id -u) -eq 0 ]] || { echo "netboot6.sh: run as root" >&2; exit 2; }
-case $FIRMWARE in ovmf-pxe6|ovmf-ipxe6|ovmf-http6) ;; *) usage ;; esac
+if ! qemu_firmware "$FIRMWARE" || [[ $FW_FAMILY != 6 ]]; then usage; fi
 BOOTD=$(readlink -f "$BOOTD"); SITE=$(readlink -f "$SITE")
-NS=lab6-$$
 WORKDIR=${WORKDIR:-$REPO/target/lab-runs/$NODE-$FIRMWARE-$$}
 mkdir -p "$WORKDIR"; WORKDIR=$(readlink -f "$WORKDIR")
 rm -rf "$WORKDIR"/{serial.log,bootd.log,radvd.log,qemu.log,state,OVMF_VARS.fd,expected.ign,site.yaml}
-mkdir -p "$WORKDIR/state"
-PIDS=()
-. "$REPO/tests/lib.sh"
-cleanup() { local rc=$?; stop_started "$NS"; exit "$rc"; }
-trap cleanup EXIT
-log() { echo "netboot6.sh: $*" >&2; }
-now() { date +%s.%N; }
-elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
-clean() { tr -d '\r' <"$1" | sed -e 's/\x1b\[[0-9;=?]*[a-zA-Z]//g' -e 's/\x08//g'; }
-fail() {
-  echo "FAIL netboot6 $FIRMWARE $NODE $*"
-  echo "--- last 30 lines of serial.log"; clean "$WORKDIR/serial.log" 2>/dev/null | tail -n 30 || true
-  echo "--- last 30 lines of bootd.log"; tail -n 30 "$WORKDIR/bootd.log" 2>/dev/null || true
-  exit 1
-}
-nsx() { ip netns exec "$NS" "$@"; }
+# $WORK is WORKDIR from here on (kept after the run).
+harness_init "netboot6 $FIRMWARE $NODE" --work "$WORKDIR"
+mkdir -p "$WORK/state"
+die() { qemu_fail_logs 30; fail "$@"; }
 
-"$HERE/guest.sh" >&2 || fail "guest.sh failed"
-"$HERE/tftp-root.sh" "$REPO/target/lab-tftp" >&2 || fail "tftp-root.sh failed"
+"$HERE/guest.sh" >&2 || die "guest.sh failed"
+[[ $FW_TFTP == 0 ]] || "$HERE/tftp-root.sh" "$REPO/target/lab-tftp" >&2 || die "tftp-root.sh failed"
 
 # The site, its relative paths made absolute, the tested node with a static
 # network (the lab guest has no DHCPv6 client: its address is ip=).
-/usr/bin/python3 - "$SITE" "$WORKDIR/site.yaml" "$NODE" "$REPO" <<'PY' || fail "cannot write the site copy"
-import os, sys, yaml
-src, dst, node, repo = sys.argv[1:5]
-base = os.path.dirname(os.path.abspath(src))
-s = yaml.safe_load(open(src))
-absolute = lambda p: p if os.path.isabs(p) else os.path.normpath(os.path.join(base, p))
-for sect, key in [("host", "stateDir"), ("images", "root"), ("ignition", "dir")]:
-    if isinstance(s.get(sect), dict) and s[sect].get(key):
-        s[sect][key] = absolute(s[sect][key])
-s["host"]["tftp"]["root"] = os.path.join(repo, "target/lab-tftp")
-s["images"]["root"] = os.path.join(repo, "target/lab-images")
-found = [n for n in s["nodes"] if n["name"] == node]
-if not found:
-    sys.exit(f"no node {node}")
-found[0]["network"] = {"interface": "eth0"}
-yaml.safe_dump(s, open(dst, "w"), sort_keys=False)
-PY
-SITE=$WORKDIR/site.yaml
+lab_site "$WORK/site.yaml" --from "$SITE" host.tftp.root="$REPO/target/lab-tftp" \
+  images.root="$REPO/target/lab-images" "nodes.$NODE.network={interface: eth0}" \
+  || die "cannot write the site copy"
+SITE=$WORK/site.yaml
 IP6=$(python3 -c "import yaml,sys; n=[n for n in yaml.safe_load(open('$SITE'))['nodes'] if n['name']=='$NODE'][0]; ips=n['ip'] if isinstance(n['ip'], list) else [n['ip']]; print([i for i in ips if ':' in i][0])")
 DUAL=$(python3 -c "import yaml; s=yaml.safe_load(open('$SITE')); print(1 if s['host'].get('dhcp') else 0)")
 
 # --- network ---------------------------------------------------------------------
 T0=$(now)
-ip netns add "$NS"
-nsx ip link set lo up
-nsx sysctl -qw net.ipv6.conf.all.accept_dad=0 net.ipv6.conf.default.accept_dad=0
-nsx ip link add br0 type bridge forward_delay 0 stp_state 0
-nsx ip -6 addr add fd00:77::1/64 dev br0 nodad
-[[ $DUAL == 1 ]] && nsx ip addr add 10.77.0.1/24 dev br0
-nsx ip tuntap add dev tap0 mode tap
-nsx ip link set tap0 master br0
-nsx ip link set tap0 up
-nsx ip link set br0 up
+addrs=(fd00:77::1/64)
+[[ $DUAL == 1 ]] && addrs+=(10.77.0.1/24)
+lab_netns "lab6-$$" "${addrs[@]}"
+# No duplicate address detection on br0 and what comes after it (the tap):
+# the link-local addresses radvd and bootd's DHCPv6 send from are usable at once.
+nsx sysctl -qw net.ipv6.conf.all.accept_dad=0 net.ipv6.conf.default.accept_dad=0 net.ipv6.conf.br0.accept_dad=0
+lab_tap tap0
 
 # Router advertisements: M flag (addresses from DHCPv6), the prefix on-link,
 # no SLAAC (the guest's and the firmware's addresses come from bootd).
-cat >"$WORKDIR/radvd.conf" <<EOF
+cat >"$WORK/radvd.conf" <<EOF
 interface br0 {
   AdvSendAdvert on;
   AdvManagedFlag on;
@@ -119,77 +98,45 @@ interface br0 {
   prefix fd00:77::/64 { AdvOnLink on; AdvAutonomous off; };
 };
 EOF
-nsx radvd -n -C "$WORKDIR/radvd.conf" -p "$WORKDIR/radvd.pid" -m logfile -l "$WORKDIR/radvd.log" &
-PIDS+=($!)
-nsx "$BOOTD" --site "$SITE" --state-dir "$WORKDIR/state" >"$WORKDIR/bootd.log" 2>&1 &
-PIDS+=($!); BOOTD_PID=$!
-for _ in $(seq 150); do
-  kill -0 "$BOOTD_PID" 2>/dev/null || fail "bootd exited: $(tail -n 3 "$WORKDIR/bootd.log")"
-  nsx curl -fsS --max-time 1 "http://[fd00:77::1]:8080/healthz" >/dev/null 2>&1 && break
-  sleep 0.2
-done
-log "network + radvd + bootd ready in $(elapsed "$T0")s (workdir $WORKDIR)"
+spawn --ns "$NS" radvd -n -C "$WORK/radvd.conf" -p "$WORK/radvd.pid" -m logfile -l "$WORK/radvd.log"
+start_bootd --log "$WORK/bootd.log" --ready "http://[fd00:77::1]:8080/healthz" --timeout 30 \
+  -- --site "$SITE" --state-dir "$WORK/state" || die "bootd did not become ready"
+log "network + radvd + bootd ready in $(since "$T0")s (workdir $WORK)"
 
-# --- QEMU ------------------------------------------------------------------------
-DEV="virtio-net-pci,netdev=n0,mac=$MAC"
-FWCFG=()
-case $FIRMWARE in
-  ovmf-pxe6) DEV+=",romfile="; FWCFG=(-fw_cfg name=opt/org.tianocore/IPv4PXESupport,string=n) ;;
-  ovmf-http6) DEV+=",romfile="; FWCFG=(-fw_cfg name=opt/org.tianocore/IPv4PXESupport,string=n
-                                      -fw_cfg name=opt/org.tianocore/IPv6PXESupport,string=n) ;;
-esac
-cp /usr/share/OVMF/OVMF_VARS_4M.fd "$WORKDIR/OVMF_VARS.fd"
-: >"$WORKDIR/serial.log"
-T_QEMU=$(now)
-nsx qemu-system-x86_64 -accel tcg -machine graphics=off -m 512 -smp 1 -display none -monitor none \
-  -no-reboot -boot order=n -serial "file:$WORKDIR/serial.log" \
-  -netdev tap,id=n0,ifname=tap0,script=no,downscript=no -device "$DEV" "${FWCFG[@]}" \
-  -drive if=pflash,format=raw,unit=0,readonly=on,file=/usr/share/OVMF/OVMF_CODE_4M.fd \
-  -drive "if=pflash,format=raw,unit=1,file=$WORKDIR/OVMF_VARS.fd" </dev/null >"$WORKDIR/qemu.log" 2>&1 &
-PIDS+=($!); QEMU_PID=$!
-
-deadline=$(( $(date +%s) + TIMEOUT ))
-while (( $(date +%s) < deadline )); do
-  grep -aq 'LAB-IGNITION sha256=\|LAB-IGNITION-FAILED' "$WORKDIR/serial.log" && break
-  kill -0 "$QEMU_PID" 2>/dev/null || break
-  sleep 0.5
-done
+# --- QEMU (tests/lib/qemu.sh: the variant's firmware, NIC ROM, fw_cfg) -------------
+qemu_start tap0 "$MAC"
+wait_for "$TIMEOUT" qemu_marker_step || true
 sleep 0.5
-line=$(clean "$WORKDIR/serial.log" | grep -a 'LAB-IGNITION sha256=' | head -n 1 || true)
-[[ -n $line ]] || fail "no LAB-IGNITION marker after $(elapsed "$T_QEMU")s: $(clean "$WORKDIR/serial.log" | grep -a 'LAB-IGNITION-FAILED' | head -n 1)"
-got=$(sed -n 's/.*sha256=\([0-9a-f]*\).*/\1/p' <<<"$line")
-"$BOOTD" render ignition "$NODE" --site "$SITE" --state-dir "$WORKDIR/state" >"$WORKDIR/expected.ign" 2>"$WORKDIR/render.log" \
-  || fail "bootd render ignition failed: $(cat "$WORKDIR/render.log")"
-want=$(sha256sum "$WORKDIR/expected.ign" | cut -d' ' -f1)
-[[ $got == "$want" ]] || fail "Ignition sha256 $got, bootd renders $want"
-url=$(sed -n 's/.*url=\([^ ]*\).*/\1/p' <<<"$line")
+line=$GUEST_LINE
+[[ $line == "LAB-IGNITION sha256="* ]] \
+  || die "no LAB-IGNITION marker after $(since "$T_QEMU")s: $([[ $line == LAB-IGNITION-FAILED* ]] && echo "$line")"
+got=$(marker_field "$line" sha256)
+ignition_expected "$BOOTD" "$NODE" "$SITE" "$WORK/state" || die "bootd render ignition failed: $RENDER_ERROR"
+[[ $got == "$WANT_SHA" ]] || die "Ignition sha256 $got, bootd renders $WANT_SHA"
+url=$(marker_field "$line" url)
 # bootd's log: the firmware booted over DHCPv6 (its boot URL from bootd).
 # (The firmware's Solicit and its Request both carry its architecture and
 # are both answered with the boot URL; either proves the exchange.)
-case $FIRMWARE in
-  ovmf-pxe6) fw_re="kind=\"(solicit|request)\".*$NODE: (solicit|request) .*UEFI x86 PXE" ;;
-  ovmf-http6) fw_re="kind=\"(solicit|request)\".*$NODE: (solicit|request) .*UEFI HTTP Boot" ;;
-  ovmf-ipxe6) fw_re="kind=\"(solicit|request)\".*$NODE: (solicit|request) .*iPXE" ;;
-esac
+fw_re="kind=\"(solicit|request)\".*$NODE: (solicit|request) .*$FW_CLIENT"
 # Into a file first: `grep -q` on a pipe ends at the first match and, under
 # pipefail, a writer still writing a long log fails the pipeline (SIGPIPE).
-clean "$WORKDIR/bootd.log" >"$WORKDIR/bootd.plain.log"
+clean "$WORK/bootd.log" >"$WORK/bootd.plain.log"
 # On failure, what bootd did log of its DHCPv6 exchanges, in the FAIL line.
-exchanges() { grep -aoE 'kind="[a-z-]+" reason=[^;]*;[^(:]*' "$WORKDIR/bootd.plain.log" | sed 's/ reason=/ /' | tr '\n' '|' | cut -c1-900; }
-grep -aqE "DHCPv6.*$fw_re" "$WORKDIR/bootd.plain.log" || fail "bootd logged no DHCPv6 boot exchange of $NODE ($fw_re); it logged: $(exchanges)"
-if [[ $FIRMWARE == ovmf-http6 ]]; then
-  grep -aqE 'file served path=ipxe.efi ' "$WORKDIR/bootd.plain.log" || fail "the firmware did not fetch ipxe.efi over HTTP; DHCPv6: $(exchanges)"
+exchanges() { grep -aoE 'kind="[a-z-]+" reason=[^;]*;[^(:]*' "$WORK/bootd.plain.log" | sed 's/ reason=/ /' | tr '\n' '|' | cut -c1-900; }
+grep -aqE "DHCPv6.*$fw_re" "$WORK/bootd.plain.log" || die "bootd logged no DHCPv6 boot exchange of $NODE ($fw_re); it logged: $(exchanges)"
+if [[ -n $FW_FETCH ]]; then
+  grep -aqE "$FW_FETCH" "$WORK/bootd.plain.log" || die "the firmware did not fetch its loader ($FW_FETCH); DHCPv6: $(exchanges)"
 fi
-served=$(grep -aE -m 1 "Ignition (pointer config )?served node=$NODE " "$WORKDIR/bootd.plain.log" || true)
+served=$(grep -aE -m 1 "Ignition (pointer config )?served node=$NODE " "$WORK/bootd.plain.log" || true)
 if [[ $DUAL == 0 ]]; then
   # IPv6 only: every URL is the IPv6 one, the Ignition came from the node's own IPv6 address.
-  [[ $url == "http://[fd00:77::1]:8080/"* ]] || fail "the Ignition URL is not the IPv6 one: $url"
-  grep -q "source=$IP6 " <<<"$served" || fail "the Ignition was not served to $IP6: $served"
+  [[ $url == "http://[fd00:77::1]:8080/"* ]] || die "the Ignition URL is not the IPv6 one: $url"
+  grep -q "source=$IP6 " <<<"$served" || die "the Ignition was not served to $IP6: $served"
   how="over IPv6 from $IP6"
 else
   # Dual stack: iPXE, answered over both, fetches its script over the family
   # it chooses (Debian's iPXE: IPv4); the Ignition came from a node address.
-  grep -qE "source=($IP6|::ffff:10\.77\.0\.[0-9]+) via=\"node address\"" <<<"$served" || fail "the Ignition was not served to a node address: $served"
+  grep -qE "source=($IP6|::ffff:10\.77\.0\.[0-9]+) via=\"node address\"" <<<"$served" || die "the Ignition was not served to a node address: $served"
   how="firmware over DHCPv6, Ignition via $(sed -n 's/.*source=\([^ ]*\).*/\1/p' <<<"$served")"
 fi
-echo "PASS netboot6 $FIRMWARE $NODE $(elapsed "$T_QEMU")s ($how, sha256 $got)"
+echo "PASS netboot6 $FIRMWARE $NODE $(since "$T_QEMU")s ($how, sha256 $got)"
