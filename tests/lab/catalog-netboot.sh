@@ -21,11 +21,12 @@
 #    files (/images/lab/1.0.0-lab/x86_64/metal/...), and what bootd serves
 #    there has the sha256 the manifest and the stream document name, byte for
 #    byte the files the stream pointed at.
-# Prints "PASS catalog-netboot ..." (exit 0) or "FAIL catalog-netboot <reason>".
+# Prints "PASS catalog-netboot ..." (exit 0) or "FAIL catalog-netboot: <reason>".
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")" && pwd)
-REPO=$(cd "$HERE/../.." && pwd)
+# shellcheck source=tests/lib/harness.sh
+. "$HERE/../lib/harness.sh"
 
 # --served-check CACHE_SET_DIR SRC_DIR BOOTD SITE: netboot.sh's --check (in the
 # namespace). The node's script goes only to the node's address (docs/bootd.md),
@@ -73,40 +74,33 @@ for b in images bootd; do [[ -x $BIN/$b ]] || { echo "catalog-netboot.sh: no $BI
 WORKDIR=${WORKDIR:-$REPO/target/lab-runs/catalog-$$}
 rm -rf "$WORKDIR"; mkdir -p "$WORKDIR"
 WORKDIR=$(readlink -f "$WORKDIR")
-log() { echo "catalog-netboot.sh: $*" >&2; }
-fail() { echo "FAIL catalog-netboot $*"; exit 1; }
-
-SERVER_PID=""
-cleanup() {
-  local rc=$?
-  if [[ -n $SERVER_PID ]]; then kill "$SERVER_PID" 2>/dev/null || true; wait "$SERVER_PID" 2>/dev/null || true; fi
-  exit "$rc"
-}
-trap cleanup EXIT
+# $WORK is WORKDIR from here on (kept after the run).
+harness_init catalog-netboot --work "$WORKDIR"
 
 # --- 1. artifacts + stream document, served on 127.0.0.1 ------------------------
 "$HERE/guest.sh" "$REPO/target/lab-images" >&2 || fail "guest.sh failed"
-SRC=$WORKDIR/mirror
+SRC=$WORK/mirror
 mkdir -p "$SRC"
 cp "$REPO/target/lab-images/lab/kernel" "$SRC/lab-1.0.0-lab-live-kernel-x86_64"
 cp "$REPO/target/lab-images/lab/initramfs" "$SRC/lab-1.0.0-lab-live-initramfs.x86_64.img"
 head -c 1048576 /dev/urandom >"$SRC/lab-1.0.0-lab-live-rootfs.x86_64.img"
 
-python3 - "$SRC" "$WORKDIR/port" >"$WORKDIR/mirror.log" 2>&1 <<'EOF' &
-import functools, http.server, sys
+# The mirror: a static HTTP server on a free port, which it writes to $WORK/port.
+cat >"$WORK/mirror.py" <<'PY'
+import functools, http.server, os, sys
 handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=sys.argv[1])
 srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
 with open(sys.argv[2] + ".tmp", "w") as f:
     f.write(str(srv.server_address[1]))
-import os; os.rename(sys.argv[2] + ".tmp", sys.argv[2])
+os.rename(sys.argv[2] + ".tmp", sys.argv[2])
 srv.serve_forever()
-EOF
-SERVER_PID=$!
-for _ in $(seq 50); do [[ -s $WORKDIR/port ]] && break; sleep 0.1; done
-[[ -s $WORKDIR/port ]] || fail "mirror HTTP server did not start: $(cat "$WORKDIR/mirror.log")"
-MIRROR=http://127.0.0.1:$(cat "$WORKDIR/port")
+PY
+spawn --log "$WORK/mirror.log" python3 "$WORK/mirror.py" "$SRC" "$WORK/port"
+SERVER_PID=$SPAWNED
+wait_for 5 test -s "$WORK/port" || fail "mirror HTTP server did not start: $(cat "$WORK/mirror.log")"
+MIRROR=http://127.0.0.1:$(cat "$WORK/port")
 
-python3 - "$SRC" "$MIRROR" >"$WORKDIR/stream.json" <<'EOF'
+python3 - "$SRC" "$MIRROR" >"$WORK/stream.json" <<'PY'
 import hashlib, json, sys
 src, base = sys.argv[1], sys.argv[2]
 def art(name):
@@ -124,87 +118,56 @@ print(json.dumps({
         }},
     }}}},
 }, indent=2))
-EOF
+PY
 
 # --- 2. the site: the lab site with a catalog set and an empty cache --------------
-CACHE=$WORKDIR/cache
-SITE=$WORKDIR/site.yaml
-python3 - "$REPO/examples/lab/site.yaml" "$SITE" "$CACHE" "$REPO" <<'EOF'
-import sys
-src, dst, cache, repo = sys.argv[1:]
-s = open(src).read()
-def sub(old, new):
-    global s
-    assert s.count(old) == 1, old
-    s = s.replace(old, new)
-sub("root: ../../target/lab-images", f"root: {cache}")
-sub("""      arch: x86_64
-      kernel: lab/kernel
-      initramfs: lab/initramfs
-""", """      arch: x86_64
-      catalog: { stream: lab, streamUrl: stream.json }
-""")
-# only x86_64 here: the ppc64le set and its node (p9-0) go
-sub("""    lab-ppc64le:
-      arch: ppc64le
-      kernel: lab-ppc64le/vmlinux
-      initramfs: lab-ppc64le/initramfs
-""", "")
-i = s.index("  - name: p9-0\n")
-j = s.index("kernelArgs: [console=hvc0]\n", i) + len("kernelArgs: [console=hvc0]\n")
-s = s[:i] + s[j:]
-sub("root: ../../target/lab-tftp", f"root: {repo}/target/lab-tftp")
-sub("dir: ignition", f"dir: {repo}/examples/lab/ignition")
-sub("stateDir: ../../target/lab-state", "stateDir: state")
-# The check reads the node's script after it booted: the lab guest
-# live-boots (no disk), so an installed node keeps getting the installer.
-sub("  tokenTtl: 1h\n", "  tokenTtl: 1h\n  afterInstall: network\n")
-open(dst, "w").write(s)
-EOF
+# Only x86_64 here: the ppc64le set and its node (p9-0) go. The check reads
+# the node's script after it booted: the lab guest live-boots (no disk), so
+# an installed node keeps getting the installer (afterInstall: network).
+# streamUrl is relative to the site's folder ($WORK).
+CACHE=$WORK/cache
+SITE=$WORK/site.yaml
+lab_site "$SITE" images.root="$CACHE" host.stateDir="$WORK/state" \
+  -images.sets.lab-x86_64.kernel -images.sets.lab-x86_64.initramfs \
+  images.sets.lab-x86_64.catalog='{stream: lab, streamUrl: stream.json}' \
+  -images.sets.lab-ppc64le -nodes.p9-0 ignition.afterInstall=network \
+  || fail "cannot write the site"
 mkdir -p "$CACHE"
 
 # --- 3. refused before the fetch, then fetch, offline re-fetch, verify -------------
-"$BIN/bootd" --check-config "$SITE" >"$WORKDIR/check-config.log" 2>&1 || true
-grep -q "fetch it with: images fetch --site $SITE --set lab-x86_64" "$WORKDIR/check-config.log" \
-  || fail "check-config before the fetch named no fetch command: $(tr '\n' ' ' <"$WORKDIR/check-config.log")"
-log "check-config before the fetch: $(grep -m1 'images fetch' "$WORKDIR/check-config.log")"
+"$BIN/bootd" --check-config "$SITE" >"$WORK/check-config.log" 2>&1 || true
+grep -q "fetch it with: images fetch --site $SITE --set lab-x86_64" "$WORK/check-config.log" \
+  || fail "check-config before the fetch named no fetch command: $(tr '\n' ' ' <"$WORK/check-config.log")"
+log "check-config before the fetch: $(grep -m1 'images fetch' "$WORK/check-config.log")"
 # bootd binds its sockets first (br0 for DHCP, 10.77.0.1), so it is started in a
 # namespace of its own with that bridge; it must exit non-zero naming the fetch.
-REF_NS=catref-$$
-ip netns add "$REF_NS"
-ip netns exec "$REF_NS" ip link set lo up
-ip netns exec "$REF_NS" ip link add br0 type bridge
-ip netns exec "$REF_NS" ip addr add 10.77.0.1/24 dev br0
-ip netns exec "$REF_NS" ip link set br0 up
-ip netns exec "$REF_NS" "$BIN/bootd" --site "$SITE" --state-dir "$WORKDIR/state" >"$WORKDIR/refused.log" 2>&1 &
-refused_pid=$!
-for _ in $(seq 100); do kill -0 "$refused_pid" 2>/dev/null || break; sleep 0.1; done
-if kill -0 "$refused_pid" 2>/dev/null; then
-  kill "$refused_pid"; wait "$refused_pid" 2>/dev/null || true; ip netns del "$REF_NS"
-  fail "bootd started with an unfetched catalog set"
-fi
+lab_netns "catref-$$"
+spawn --ns "catref-$$" --log "$WORK/refused.log" "$BIN/bootd" --site "$SITE" --state-dir "$WORK/state"
+refused_pid=$SPAWNED
+gone() { ! alive "$1"; }
+wait_for 10 gone "$refused_pid" || fail "bootd started with an unfetched catalog set"
 refused_rc=0; wait "$refused_pid" || refused_rc=$?
-ip netns del "$REF_NS"
 [[ $refused_rc != 0 ]] || fail "bootd exited 0 with an unfetched catalog set"
-grep -q "images fetch --site $SITE --set lab-x86_64" "$WORKDIR/refused.log" \
-  || fail "bootd refused to start (rc $refused_rc) but did not name the fetch command: $(tail -n 3 "$WORKDIR/refused.log" | tr '\n' ' ')"
-log "bootd refused to start (rc $refused_rc): $(grep -m1 'lab-x86_64' "$WORKDIR/refused.log")"
+grep -q "images fetch --site $SITE --set lab-x86_64" "$WORK/refused.log" \
+  || fail "bootd refused to start (rc $refused_rc) but did not name the fetch command: $(tail -n 3 "$WORK/refused.log" | tr '\n' ' ')"
+log "bootd refused to start (rc $refused_rc): $(grep -m1 'lab-x86_64' "$WORK/refused.log")"
 
-"$BIN/images" fetch --site "$SITE" >"$WORKDIR/fetch.log" 2>&1 || fail "images fetch: $(tail -n 5 "$WORKDIR/fetch.log" | tr '\n' ' ')"
-gets=$(grep -c '"GET ' "$WORKDIR/mirror.log" || true)
+"$BIN/images" fetch --site "$SITE" >"$WORK/fetch.log" 2>&1 || fail "images fetch: $(tail -n 5 "$WORK/fetch.log" | tr '\n' ' ')"
+gets=$(grep -c '"GET ' "$WORK/mirror.log" || true)
 [[ $gets -ge 3 ]] || fail "the mirror saw $gets GETs, expected the 3 artifacts"
-kill "$SERVER_PID"; wait "$SERVER_PID" 2>/dev/null || true; SERVER_PID=""
-"$BIN/images" fetch --site "$SITE" >"$WORKDIR/fetch2.log" 2>&1 \
-  || fail "second fetch with the mirror stopped: $(tail -n 5 "$WORKDIR/fetch2.log" | tr '\n' ' ')"
-"$BIN/images" verify --site "$SITE" >"$WORKDIR/verify.log" 2>&1 || fail "images verify: $(tail -n 5 "$WORKDIR/verify.log" | tr '\n' ' ')"
+stop_pid "$SERVER_PID"
+"$BIN/images" fetch --site "$SITE" >"$WORK/fetch2.log" 2>&1 \
+  || fail "second fetch with the mirror stopped: $(tail -n 5 "$WORK/fetch2.log" | tr '\n' ' ')"
+"$BIN/images" verify --site "$SITE" >"$WORK/verify.log" 2>&1 || fail "images verify: $(tail -n 5 "$WORK/verify.log" | tr '\n' ' ')"
 SET_DIR=$CACHE/lab/1.0.0-lab/x86_64/metal
 [[ -f $SET_DIR/manifest.json ]] || fail "no $SET_DIR/manifest.json after the fetch"
-log "fetched ($gets GETs), re-fetched offline, verified: $(tr '\n' ' ' <"$WORKDIR/verify.log")"
+log "fetched ($gets GETs), re-fetched offline, verified: $(tr '\n' ' ' <"$WORK/verify.log")"
 
 # --- 4. the boot ---------------------------------------------------------------------
 bash "$HERE/netboot.sh" --bootd "$BIN/bootd" --site "$SITE" --no-dhcp --firmware "$FIRMWARE" \
-  --node worker-1 --mac 52:54:00:77:00:21 --ip 10.77.0.21 --workdir "$WORKDIR/boot" \
-  --check "bash '$HERE/catalog-netboot.sh' --served-check '$SET_DIR' '$SRC' '$BIN/bootd' '$SITE'" >"$WORKDIR/netboot.out" 2>"$WORKDIR/netboot.err" \
-  || { cat "$WORKDIR/netboot.out"; tail -n 30 "$WORKDIR/netboot.err"; fail "netboot from the catalog set"; }
-grep 'check: .* served sha256=' "$WORKDIR/netboot.err" | sed 's/^netboot.sh: check: /catalog-netboot.sh: /' >&2
-echo "PASS catalog-netboot $FIRMWARE worker-1 ($(tail -n 1 "$WORKDIR/netboot.out"))"
+  --node worker-1 --mac 52:54:00:77:00:21 --ip 10.77.0.21 --workdir "$WORK/boot" \
+  --check "bash '$HERE/catalog-netboot.sh' --served-check '$SET_DIR' '$SRC' '$BIN/bootd' '$SITE'" >"$WORK/netboot.out" 2>"$WORK/netboot.err" \
+  || { cat "$WORK/netboot.out"; tail -n 30 "$WORK/netboot.err"; fail "netboot from the catalog set"; }
+# netboot.sh's --check lines: "netboot <firmware> <node>: check: ...".
+grep 'check: .* served sha256=' "$WORK/netboot.err" | sed 's/^netboot [^:]*: check: /catalog-netboot: /' >&2
+echo "PASS catalog-netboot $FIRMWARE worker-1 ($(tail -n 1 "$WORK/netboot.out"))"
