@@ -18,47 +18,35 @@
 # Exits non-zero on any failure. Needs: nsd, knot, dnsutils (dig), python3.
 # Usage: tests/dns/e2e.sh [path/to/dnsd]
 set -euo pipefail
-REPO=$(cd "$(dirname "$0")/../.." && pwd)
-DNSD=${1:-}
+# (A relative path is from the caller's folder.)
+DNSD=${1:+$(realpath "$1")}
+cd "$(dirname "$0")/../.."
+. tests/lib/harness.sh
+harness_init dns-e2e
 if [ -z "$DNSD" ]; then
-    (cd "$REPO" && cargo build -q -p dnsd)
+    cargo build -q -p dnsd
     DNSD=${CARGO_TARGET_DIR:-$REPO/target}/debug/dnsd
 fi
-for t in nsd knotd dig python3; do command -v "$t" >/dev/null || { echo "missing: $t (tests/lab/deps.sh installs it)" >&2; exit 1; }; done
+for t in nsd knotd dig python3 curl; do command -v "$t" >/dev/null || fail "missing: $t (tests/lab/deps.sh installs it)"; done
 
 P_DNSD=${P_DNSD:-45301}
 P_NSD=$((P_DNSD + 1))
 P_KNOT=$((P_DNSD + 2))
-TMP=$(mktemp -d /tmp/dnsd-e2e.XXXXXX)
-chmod 755 "$TMP"   # the daemon, started as root, serves as nobody: it reads its files here
-PIDS=()
-. "$REPO/tests/lib.sh"
-cleanup() {
-    stop_started
-    rm -rf "$TMP"
-}
-trap cleanup EXIT
-fail=0
-log() { echo "== $*"; }
-bad() { echo "FAIL: $*"; fail=1; }
+P_HTTP=$((P_DNSD + 3))
 
 # --- dnsd on a copy of the test site ------------------------------------------
-cp "$REPO/dnsd/tests/data/site.yaml" "$REPO/dnsd/tests/data/worker.ign" "$TMP/"
-python3 - "$TMP/site.yaml" "$P_DNSD" "$P_NSD" "$P_KNOT" <<'EOF'
-import sys
-p, d, n, k = sys.argv[1:]
-s = open(p).read()
-s = s.replace("listen: [127.0.0.1:5353]", f"listen: [127.0.0.1:{d}, \"[::1]:{d}\"]\n  http: 127.0.0.1:{int(d)+3}\n  notify: [127.0.0.1:{n}, 127.0.0.1:{k}]")
-open(p, "w").write(s)
-EOF
-RUST_LOG=info "$DNSD" --site "$TMP/site.yaml" --udp-threads 1 >"$TMP/dnsd.out" 2>"$TMP/dnsd.log" &
-DNSD_PID=$!
-PIDS+=("$DNSD_PID")
+# (in $WORK: the daemon, started as root, serves as nobody and reads its files there)
+cp dnsd/tests/data/worker.ign "$WORK/"
+lab_site "$WORK/site.yaml" --from dnsd/tests/data/site.yaml ignition.roles.worker="$WORK/worker.ign" \
+    "dns.listen=[127.0.0.1:$P_DNSD, \"[::1]:$P_DNSD\"]" dns.http="127.0.0.1:$P_HTTP" \
+    "dns.notify=[127.0.0.1:$P_NSD, 127.0.0.1:$P_KNOT]"
+start_dnsd --ns - --bin "$DNSD" --env RUST_LOG=info --ready "http://127.0.0.1:$P_HTTP/healthz" -- \
+    --site "$WORK/site.yaml" --udp-threads 1 || fail "dnsd did not start"
 
 # --- NSD and Knot as secondaries -------------------------------------------------
 REV6=0.0.0.0.0.0.0.0.7.7.0.0.0.0.d.f.ip6.arpa   # fd00:77::/64
 ZONES="lab.example.test 0.77.10.in-addr.arpa $REV6"
-mkdir -p "$TMP/nsd" "$TMP/knot"
+mkdir -p "$WORK/nsd" "$WORK/knot"
 {
     cat <<EOF
 server:
@@ -66,10 +54,10 @@ server:
     port: $P_NSD
     username: ""
     chroot: ""
-    zonesdir: "$TMP/nsd"
-    pidfile: "$TMP/nsd/nsd.pid"
-    xfrdfile: "$TMP/nsd/xfrd.state"
-    zonelistfile: "$TMP/nsd/zone.list"
+    zonesdir: "$WORK/nsd"
+    pidfile: "$WORK/nsd/nsd.pid"
+    xfrdfile: "$WORK/nsd/xfrd.state"
+    zonelistfile: "$WORK/nsd/zone.list"
     database: ""
     hide-version: yes
     rrl-ratelimit: 0
@@ -86,22 +74,21 @@ zone:
     request-xfr: AXFR 127.0.0.1@$P_DNSD NOKEY
 EOF
     done
-} >"$TMP/nsd/nsd.conf"
-nsd -d -c "$TMP/nsd/nsd.conf" >"$TMP/nsd/log" 2>&1 &
-PIDS+=("$!")
+} >"$WORK/nsd/nsd.conf"
+spawn --log "$WORK/nsd/log" nsd -d -c "$WORK/nsd/nsd.conf"
 {
     cat <<EOF
 server:
     listen: 127.0.0.1@$P_KNOT
-    rundir: "$TMP/knot"
-    pidfile: "$TMP/knot/knot.pid"
+    rundir: "$WORK/knot"
+    pidfile: "$WORK/knot/knot.pid"
     identity: ""
     version: ""
 log:
   - target: stderr
     any: info
 database:
-    storage: "$TMP/knot"
+    storage: "$WORK/knot"
 remote:
   - id: dnsd
     address: 127.0.0.1@$P_DNSD
@@ -111,7 +98,7 @@ acl:
     action: notify
 template:
   - id: default
-    storage: "$TMP/knot"
+    storage: "$WORK/knot"
     master: dnsd
     acl: notify_from_dnsd
     zonefile-sync: -1
@@ -121,32 +108,28 @@ template:
 zone:
 EOF
     for z in $ZONES; do echo "  - domain: $z"; done
-} >"$TMP/knot/knot.conf"
-knotd -c "$TMP/knot/knot.conf" >"$TMP/knot/log" 2>&1 &
-PIDS+=("$!")
+} >"$WORK/knot/knot.conf"
+spawn --log "$WORK/knot/log" knotd -c "$WORK/knot/knot.conf"
 
 serial() { dig @127.0.0.1 -p "$1" +short +norec +time=1 +tries=1 "$2" SOA 2>/dev/null | awk '{print $3}'; }
+serial_is() { [ "$(serial "$1" "$2")" = "$3" ]; } # port zone serial
+serial_not() { [ "$(serial "$1" "$2")" != "$3" ]; } # port zone serial
 wait_serial() { # port zone serial seconds
-    local s
-    for _ in $(seq $(($4 * 5))); do
-        s=$(serial "$1" "$2")
-        [ "$s" = "$3" ] && return 0
-        sleep 0.2
-    done
-    echo "port $1 zone $2: serial '${s:-none}', want $3" >&2
+    wait_for "$4" serial_is "$1" "$2" "$3" && return 0
+    echo "port $1 zone $2: serial '$(serial "$1" "$2")', want $3" >&2
     return 1
 }
 
 log "1. NSD and Knot transfer the zones from dnsd"
-for _ in $(seq 50); do [ -n "$(serial "$P_DNSD" lab.example.test)" ] && break; sleep 0.1; done
+wait_for 5 serial_not "$P_DNSD" lab.example.test "" || true
 S0=$(serial "$P_DNSD" lab.example.test)
-[ -n "$S0" ] || { cat "$TMP/dnsd.log"; echo "dnsd did not start"; exit 1; }
+[ -n "$S0" ] || { tail_log "$WORK/dnsd.log" 40; fail "dnsd did not start"; }
 for z in $ZONES; do
     want=$(serial "$P_DNSD" "$z")
     wait_serial "$P_NSD" "$z" "$want" 20 || bad "NSD did not transfer $z"
     wait_serial "$P_KNOT" "$z" "$want" 20 || bad "Knot did not transfer $z"
 done
-[ $fail = 0 ] || { tail -20 "$TMP/nsd/log" "$TMP/knot/log" "$TMP/dnsd.log"; exit 1; }
+[ "$FAILS" = 0 ] || { tail -20 "$WORK/nsd/log" "$WORK/knot/log" "$WORK/dnsd.log"; fail "the secondaries did not transfer the zones"; }
 echo "serial $S0 on dnsd, NSD and Knot"
 
 log "2. the same answers from dnsd, NSD and Knot"
@@ -313,15 +296,10 @@ done
 echo "$n6 of 4 answered over ::1 as over 127.0.0.1"
 
 log "3. a site change reaches NSD and Knot by NOTIFY"
-cat >>"$TMP/site.yaml" <<'EOF'
-    - { name: added, type: A, value: 10.77.0.99 }
-EOF
+lab_site "$WORK/site.yaml" --from "$WORK/site.yaml" 'dns.records+={name: added, type: A, value: 10.77.0.99}'
 kill -HUP "$DNSD_PID"
-for _ in $(seq 50); do
-    S1=$(serial "$P_DNSD" lab.example.test)
-    [ "$S1" != "$S0" ] && break
-    sleep 0.1
-done
+wait_for 5 serial_not "$P_DNSD" lab.example.test "$S0" || true
+S1=$(serial "$P_DNSD" lab.example.test)
 if [ "$S1" = "$S0" ]; then
     bad "dnsd serial did not change after the site changed"
 else
@@ -336,14 +314,15 @@ else
 fi
 
 log "4. a broken site is refused; the old zones keep serving"
-echo "  colour: red" >>"$TMP/site.yaml"
+# A key dnsd does not know.
+lab_site "$WORK/site.yaml" --from "$WORK/site.yaml" dns.colour=red
 kill -HUP "$DNSD_PID"
 sleep 1
-grep -q "reload refused" "$TMP/dnsd.log" || bad "no 'reload refused' in dnsd's log"
+grep -q "reload refused" "$WORK/dnsd.log" || bad "no 'reload refused' in dnsd's log"
 [ "$(serial "$P_DNSD" lab.example.test)" = "$S1" ] || bad "serial changed after a bad site"
 [ "$(dig @127.0.0.1 -p "$P_DNSD" +short added.lab.example.test A)" = 10.77.0.99 ] || bad "old zone not served after a bad site"
-metrics=$(curl -sf "http://127.0.0.1:$((P_DNSD + 3))/metrics" || true)
+metrics=$(curl -sf "http://127.0.0.1:$P_HTTP/metrics" || true)
 grep -q 'dnsd_reloads_total{result="error"} 1' <<<"$metrics" || bad "reload error not counted in /metrics"
 
-if [ $fail = 0 ]; then echo "dns e2e: PASS"; else echo "dns e2e: FAIL"; tail -5 "$TMP/dnsd.log"; fi
-exit $fail
+[ "$FAILS" = 0 ] || tail_log "$WORK/dnsd.log" 5
+harness_verdict

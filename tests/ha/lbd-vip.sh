@@ -8,25 +8,17 @@
 # Usage: tests/ha/lbd-vip.sh [BINDIR]   (root)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-BINDIR=$(realpath "${1:-target/release}")
-ns=lbdvip-$$ work=$(mktemp -d /tmp/lbd-vip.XXXXXX)
-chmod 755 "$work"
-PIDS=()
-. tests/lib.sh
-cleanup() { stop_started "$ns"; rm -rf "$work"; }
-trap cleanup EXIT
-fail=0
-ok() { echo "ok   $*"; }
-bad() { echo "FAIL $*"; fail=1; }
-ip netns add "$ns"
-ip -n "$ns" link set lo up
-nsx() { ip netns exec "$ns" "$@"; }
+. tests/lib/harness.sh
+harness_init lbd-vip
+BIN=$(realpath "${1:-target/release}")
+NS=lbdvip-$$
+ns_new "$NS"
 VIP=10.99.0.1
 
-mkdir -p "$work/www" && echo "backend" >"$work/www/index.html"
-ip netns exec "$ns" python3 -m http.server --bind 127.0.0.1 18080 --directory "$work/www" >"$work/backend.log" 2>&1 &
-backend=$!; PIDS+=("$backend")
-cat >"$work/lb.yaml" <<YAML
+mkdir -p "$WORK/www" && echo "backend" >"$WORK/www/index.html"
+spawn --ns "$NS" --log "$WORK/backend.log" python3 -m http.server --bind 127.0.0.1 18080 --directory "$WORK/www"
+backend=$SPAWNED
+cat >"$WORK/lb.yaml" <<YAML
 adminListen: 127.0.0.1:18404
 check: { interval: 300ms, fastInterval: 100ms, timeout: 200ms, rise: 1, fall: 2 }
 services:
@@ -35,37 +27,35 @@ services:
     backends: ["127.0.0.1:18080"]
     check: { type: http, path: / }
 YAML
-ip netns exec "$ns" "$BINDIR/lbd" --config "$work/lb.yaml" --state-dir "$work/state" --user root run >"$work/lbd.log" 2>&1 &
-PIDS+=("$!")
+# Readiness is the first check below (lbd ready exits 0).
+start_lbd --ready - -- --config "$WORK/lb.yaml" --state-dir "$WORK/state" --user root run
 
-ready() { nsx "$BINDIR/lbd" ready --vip "$1" --admin 127.0.0.1:18404 >"$work/ready.out" 2>&1; }
-wait_code() { # wait_code CODE VIP SECONDS
-  local c
-  for _ in $(seq $(( $3 * 10 ))); do
-    c=0; ready "$2" || c=$?
-    [[ $c == "$1" ]] && return 0
-    sleep 0.1
-  done
-  return 1
+ready() { nsx "$BIN/lbd" ready --vip "$1" --admin 127.0.0.1:18404 >"$WORK/ready.out" 2>&1; }
+ready_is() { # CODE VIP: lbd ready --vip VIP exits CODE
+  local c=0
+  ready "$2" || c=$?
+  [[ $c == "$1" ]]
 }
 
-wait_code 0 "$VIP" 10 && ok "lbd started with its frontend on $VIP, an address no interface has, and is ready (exit 0)" \
-  || bad "lbd not ready on $VIP: $(cat "$work/ready.out"); $(tail -n 3 "$work/lbd.log")"
+if wait_for 10 ready_is 0 "$VIP"; then ok "lbd started with its frontend on $VIP, an address no interface has, and is ready (exit 0)"
+else bad "lbd not ready on $VIP: $(cat "$WORK/ready.out"); $(tail -n 3 "$WORK/lbd.log")"; fi
 out=$(nsx curl -s -m 2 "http://$VIP:16443/" || true)
-[[ -z $out ]] && ok "nothing answers on $VIP before the address arrives" || bad "answered before the address arrived: $out"
-ip -n "$ns" addr add "$VIP/32" dev lo   # what keepalived does on the new holder
+if [[ -z $out ]]; then ok "nothing answers on $VIP before the address arrives"; else bad "answered before the address arrived: $out"; fi
+ip -n "$NS" addr add "$VIP/32" dev lo   # what keepalived does on the new holder
 out=$(nsx curl -s -m 2 "http://$VIP:16443/" || true)
-[[ $out == backend ]] && ok "the address added: lbd serves it at once, no restart" || bad "not served after the address arrived: '$out'"
+if [[ $out == backend ]]; then ok "the address added: lbd serves it at once, no restart"; else bad "not served after the address arrived: '$out'"; fi
 c=0; ready 10.99.0.2 || c=$?
-[[ $c == 1 ]] && grep -q "no frontend listens on 10.99.0.2" "$work/ready.out" && ok "another VIP: exit 1, no frontend listens there" \
-  || bad "another VIP: exit $c, $(cat "$work/ready.out")"
-kill "$backend"; wait "$backend" 2>/dev/null || true
-wait_code 1 "$VIP" 10 && grep -q "frontend api (10.99.0.1:16443) has no backend up" "$work/ready.out" \
-  && ok "the backend stopped: exit 1, $(cat "$work/ready.out")" || bad "backend stopped: $(cat "$work/ready.out")"
-for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-sleep 0.5
+if [[ $c == 1 ]] && grep -q "no frontend listens on 10.99.0.2" "$WORK/ready.out"; then ok "another VIP: exit 1, no frontend listens there"
+else bad "another VIP: exit $c, $(cat "$WORK/ready.out")"; fi
+stop_pid "$backend"
+if wait_for 10 ready_is 1 "$VIP" && grep -q "frontend api (10.99.0.1:16443) has no backend up" "$WORK/ready.out"; then
+  ok "the backend stopped: exit 1, $(cat "$WORK/ready.out")"
+else
+  bad "backend stopped: $(cat "$WORK/ready.out")"
+fi
+stop_pid "$LBD_PID"
 c=0; ready "$VIP" || c=$?
-[[ $c == 2 ]] && ok "lbd stopped: exit 2 ($(head -c 80 "$work/ready.out"))" || bad "lbd stopped: exit $c"
+if [[ $c == 2 ]]; then ok "lbd stopped: exit 2 ($(head -c 80 "$WORK/ready.out"))"; else bad "lbd stopped: exit $c"; fi
 
-[[ $fail == 0 ]] && echo "lbd-vip: passed" || { echo "lbd-vip: FAILED"; tail -n 20 "$work/lbd.log"; }
-exit "$fail"
+[[ $FAILS == 0 ]] || tail_log "$WORK/lbd.log"
+harness_verdict

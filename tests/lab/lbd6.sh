@@ -15,45 +15,34 @@
 # Usage: tests/lab/lbd6.sh [BINDIR]   (root)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-BINDIR=$(realpath "${1:-target/release}")
-ns=lbd6-$$ work=$(mktemp -d /tmp/lbd6.XXXXXX)
-chmod 755 "$work"
-PIDS=()
-. tests/lib.sh
-cleanup() { stop_started "$ns"; rm -rf "$work"; }
-trap cleanup EXIT
-fail=0
-ok() { echo "ok   $*"; }
-bad() { echo "FAIL $*"; fail=1; }
-nsx() { ip netns exec "$ns" "$@"; }
-ip netns add "$ns"
-nsx ip link set lo up
-nsx sysctl -qw net.ipv6.conf.all.accept_dad=0 net.ipv6.conf.default.accept_dad=0
-nsx ip link add dummy0 type bridge
-nsx ip link set dummy0 up
-for a in 1 10 11 12 13 20 21; do nsx ip -6 addr add "fd00:77::$a/64" dev dummy0 nodad; done
+. tests/lib/harness.sh
+harness_init lbd6
+BIN=$(realpath "${1:-target/release}")
+# The host's and the nodes' addresses on the bridge (lab_netns adds them
+# without duplicate address detection).
+lab_netns "lbd6-$$" fd00:77::1/64 fd00:77::10/64 fd00:77::11/64 fd00:77::12/64 fd00:77::13/64 \
+    fd00:77::20/64 fd00:77::21/64
 
+# backend ADDR PORT DIR: python3 http.server for a node, serving DIR (log DIR.log).
+backend() { spawn --ns "$NS" --log "$3.log" python3 -m http.server --bind "$1" "$2" --directory "$3"; }
 # Backends: each node answers with its name; /readyz for the api checks.
 declare -A BACKEND=()
 for n in master-0:11 master-1:12 master-2:13; do
   name=${n%%:*} a=${n##*:}
-  mkdir -p "$work/$name/readyz"; echo "$name" >"$work/$name/index.html"; echo ok >"$work/$name/readyz/index.html"
-  ip netns exec "$ns" python3 -m http.server --bind "fd00:77::$a" 6443 --directory "$work/$name" >"$work/$name.log" 2>&1 &
-  PIDS+=($!); BACKEND[$name]=$!
+  mkdir -p "$WORK/$name/readyz"; echo "$name" >"$WORK/$name/index.html"; echo ok >"$WORK/$name/readyz/index.html"
+  backend "fd00:77::$a" 6443 "$WORK/$name"
+  BACKEND[$name]=$SPAWNED
 done
 for n in worker-0:20 worker-1:21; do
   name=${n%%:*} a=${n##*:}
-  mkdir -p "$work/$name"; echo "$name" >"$work/$name/index.html"
-  ip netns exec "$ns" python3 -m http.server --bind "fd00:77::$a" 80 --directory "$work/$name" >"$work/$name.log" 2>&1 &
-  PIDS+=($!)
+  mkdir -p "$WORK/$name"; echo "$name" >"$WORK/$name/index.html"
+  backend "fd00:77::$a" 80 "$WORK/$name"
 done
 
-sed -e "s|stateDir: ../../target/lab-state-v6|stateDir: $work/state|" \
-    -e "s|dir: ../lab/ignition|dir: $PWD/examples/lab/ignition|" \
-    -e "s|root: ../../target/lab-images|root: $work|" \
-    -e "s|root: ../../target/lab-tftp|root: $work|" \
-    examples/lab-v6/site.yaml >"$work/site.yaml"
-cat >>"$work/site.yaml" <<'YAML'
+# The site's images and TFTP root: none are served here.
+lab_site "$WORK/site.yaml" --from examples/lab-v6/site.yaml host.stateDir="$WORK/state" \
+    images.root="$WORK" host.tftp.root="$WORK"
+cat >>"$WORK/site.yaml" <<'YAML'
 lb:
   adminListen: "[::1]:8404"
   check: { interval: 500ms, fastInterval: 200ms, timeout: 400ms, rise: 1, fall: 2 }
@@ -63,18 +52,19 @@ lb:
     machineConfig: { enabled: false }
     ingressHttps: { enabled: false }
 YAML
-ip netns exec "$ns" "$BINDIR/lbd" --site "$work/site.yaml" >"$work/lbd.log" 2>&1 &
-PIDS+=($!)
-for _ in $(seq 100); do nsx curl -fsS -g -o /dev/null "http://[::1]:8404/metrics" 2>/dev/null && break; sleep 0.1; done
+start_lbd --ready "http://[::1]:8404/metrics" -- --site "$WORK/site.yaml" || fail "lbd did not start"
 up() { nsx curl -fsS -g "http://[::1]:8404/metrics" | grep -c "lbd_backend_up{frontend=\"$1\".*} 1" || true; }
-for _ in $(seq 100); do [[ $(up api) -ge 3 && $(up ingress-http) -ge 2 ]] && break; sleep 0.1; done
+all_up() { # frontend count...: each frontend has at least count backends up
+  while [[ $# -gt 0 ]]; do [[ $(up "$1") -ge $2 ]] || return 1; shift 2; done
+}
+wait_for 10 all_up api 3 ingress-http 2 || true
 
 # --- through the IPv6 VIP --------------------------------------------------------
 seen=$(for _ in $(seq 12); do nsx curl -fsS -g --max-time 2 "http://[fd00:77::1]:6443/"; done | sort | uniq -c | awk '{print $2"="$1}' | tr '\n' ' ')
 if [[ $seen == *master-0=* && $seen == *master-1=* && $seen == *master-2=* && $seen != *bootstrap* ]]; then
   ok "api [fd00:77::1]:6443 -> every master over IPv6: $seen"
 else
-  bad "api through the VIP: $seen"; tail -n 20 "$work/lbd.log"
+  bad "api through the VIP: $seen"; tail_log "$WORK/lbd.log"
 fi
 seen=$(for _ in $(seq 6); do nsx curl -fsS -g --max-time 2 "http://[fd00:77::1]:80/"; done | sort | uniq -c | awk '{print $2"="$1}' | tr '\n' ' ')
 if [[ $seen == *worker-0=* && $seen == *worker-1=* ]]; then
@@ -84,8 +74,9 @@ else
 fi
 
 # --- a master goes down: its checks take it out ----------------------------------
-kill "${BACKEND[master-1]}"
-for _ in $(seq 50); do [[ $(up api) -eq 2 ]] && break; sleep 0.1; done
+stop_pid "${BACKEND[master-1]}"
+up_is() { [[ $(up "$1") -eq $2 ]]; }
+wait_for 5 up_is api 2 || true
 seen=$(for _ in $(seq 8); do nsx curl -fsS -g --max-time 2 "http://[fd00:77::1]:6443/" || echo error; done | sort | uniq -c | awk '{print $2"="$1}' | tr '\n' ' ')
 if [[ $(up api) -eq 2 && $seen != *master-1* && $seen != *error* ]]; then
   ok "master-1 down: taken out by its checks; answers from the others only: $seen"
@@ -101,27 +92,19 @@ fi
 
 # --- a dual-stack site (examples/lab-dual): a VIP per family, a frontend per
 #     VIP, each forwarding to the nodes' addresses of its family ---------------
-for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-for p in "${PIDS[@]}"; do
-  for _ in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
-done
+stop_pids "${PIDS[@]}"
 PIDS=()
-nsx ip addr add 10.77.0.1/24 dev dummy0
-for a in 11 12 13 20 21; do nsx ip addr add "10.77.0.$a/24" dev dummy0; done
+ns_addr "$NS" br0 10.77.0.1/24 10.77.0.11/24 10.77.0.12/24 10.77.0.13/24 10.77.0.20/24 10.77.0.21/24
 for n in master-0:11 master-1:12 master-2:13; do
   name=${n%%:*} a=${n##*:}
   for fam in v4:10.77.0.$a v6:fd00:77::$a; do
-    d=$work/dual-$name-${fam%%:*}; mkdir -p "$d/readyz"; echo "$name ${fam%%:*}" >"$d/index.html"; echo ok >"$d/readyz/index.html"
-    ip netns exec "$ns" python3 -m http.server --bind "${fam#*:}" 6443 --directory "$d" >"$d.log" 2>&1 &
-    PIDS+=($!)
+    d=$WORK/dual-$name-${fam%%:*}; mkdir -p "$d/readyz"; echo "$name ${fam%%:*}" >"$d/index.html"; echo ok >"$d/readyz/index.html"
+    backend "${fam#*:}" 6443 "$d"
   done
 done
-sed -e "s|stateDir: ../../target/lab-state-dual|stateDir: $work/state-dual|" \
-    -e "s|dir: ../lab/ignition|dir: $PWD/examples/lab/ignition|" \
-    -e "s|root: ../../target/lab-images|root: $work|" \
-    -e "s|root: ../../target/lab-tftp|root: $work|" \
-    examples/lab-dual/site.yaml >"$work/dual.yaml"
-cat >>"$work/dual.yaml" <<'YAML'
+lab_site "$WORK/dual.yaml" --from examples/lab-dual/site.yaml host.stateDir="$WORK/state-dual" \
+    images.root="$WORK" host.tftp.root="$WORK"
+cat >>"$WORK/dual.yaml" <<'YAML'
 lb:
   adminListen: "[::1]:8404"
   check: { interval: 500ms, fastInterval: 200ms, timeout: 400ms, rise: 1, fall: 2 }
@@ -131,15 +114,14 @@ lb:
     ingressHttp: { enabled: false }
     ingressHttps: { enabled: false }
 YAML
-ip netns exec "$ns" "$BINDIR/lbd" --site "$work/dual.yaml" >"$work/lbd-dual.log" 2>&1 &
-PIDS+=($!)
-for _ in $(seq 100); do [[ $(up api) -ge 3 && $(up api-v6) -ge 3 ]] && break; sleep 0.1; done
+start_lbd --log "$WORK/lbd-dual.log" --ready "http://[::1]:8404/metrics" -- --site "$WORK/dual.yaml" || fail "lbd (dual stack) did not start"
+wait_for 10 all_up api 3 api-v6 3 || true
 v6=$(for _ in $(seq 6); do nsx curl -fsS -g --max-time 2 "http://[fd00:77::1]:6443/" || echo error; done | sort -u | tr '\n' ' ')
 v4=$(for _ in $(seq 6); do nsx curl -fsS --max-time 2 "http://10.77.0.1:6443/" || echo error; done | sort -u | tr '\n' ' ')
 if [[ $v6 == "master-0 v6 master-1 v6 master-2 v6 " && $v4 == "master-0 v4 master-1 v4 master-2 v4 " ]]; then
   ok "dual stack: api-v6 [fd00:77::1]:6443 -> the masters' IPv6 addresses ($v6); api 10.77.0.1:6443 -> their IPv4 ones ($v4)"
 else
-  bad "dual stack: through the IPv6 VIP: $v6; through the IPv4 VIP: $v4"; tail -n 20 "$work/lbd-dual.log"
+  bad "dual stack: through the IPv6 VIP: $v6; through the IPv4 VIP: $v4"; tail_log "$WORK/lbd-dual.log"
 fi
-[[ $fail == 0 ]] && echo "lbd6: PASS" || { echo "lbd6: FAIL"; tail -n 30 "$work/lbd.log"; }
-exit $fail
+[[ $FAILS == 0 ]] || tail_log "$WORK/lbd.log" 30
+harness_verdict

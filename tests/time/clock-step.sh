@@ -16,27 +16,20 @@
 #     the address) and a 4 s token is refused after 4 s.
 # Also: bootd_clock_step_seconds shows the step, and the step is logged once.
 # Usage: tests/time/clock-step.sh [BINDIR]   (root)
+# shellcheck disable=SC2015  # `A && ok … || bad …`: ok never fails
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-BINDIR=$(realpath "${1:-target/release}")
+. tests/lib/harness.sh
+harness_init clock-step
+BIN=$(realpath "${1:-target/release}")
 FAKETIME_LIB=/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1
-[[ -r $FAKETIME_LIB ]] || { echo "FAIL clock-step: $FAKETIME_LIB missing (apt install faketime)"; exit 1; }
-ns=clk-$$ cns=clkc-$$ work=$(mktemp -d /tmp/clock-step.XXXXXX)
-chmod 755 "$work"
-PIDS=()
-. tests/lib.sh
-cleanup() { stop_started "$ns" "$cns"; rm -rf "$work"; }
-trap cleanup EXIT
-lab_netns "$ns"
-nsx() { ip netns exec "$ns" "$@"; }
-fail=0
-ok() { echo "ok   $*"; }
-bad() { echo "FAIL $*"; fail=1; }
+[[ -r $FAKETIME_LIB ]] || fail "$FAKETIME_LIB missing (apt install faketime)"
+lab_netns
 
 # The client namespace, on the lab bridge.
-ip netns add "$cns"
-ip link add "vp$$" type veth peer name "vc$$"
-ip link set "vp$$" netns "$ns"; ip link set "vc$$" netns "$cns"
+cns=clkc-$$
+ns_new "$cns"
+ns_veth "$NS" "vp$$" "$cns" "vc$$"
 nsx ip link set "vp$$" master br0 up
 ip -n "$cns" link set "vc$$" up
 # dhcp MAC: one DORA from the client namespace; prints the address or nothing.
@@ -47,30 +40,20 @@ dhcp() {
     sed -n 's/.*lease of \([0-9.]*\) obtained.*/\1/p' <<<"$out" | head -n 1
 }
 
-site() { # leaseTime tokenTtl
-    sed -e "s|stateDir: ../../target/lab-state|stateDir: $work/state|" \
-        -e "s|leaseTime: 1h|leaseTime: $1|" -e "s|tokenTtl: 1h|tokenTtl: $2\n  singleUseTokens: false|" \
-        -e "s|root: ../../target/lab-images|root: $PWD/target/lab-images|" \
-        -e "s|root: ../../target/lab-tftp|root: $PWD/target/lab-tftp|" \
-        -e "s|^  dir: ignition|  dir: $PWD/examples/lab/ignition|" \
-        -e "s|^    dnsServers: \[10.77.0.1\]|    dnsServers: [10.77.0.1]\n    pool: { start: 10.77.0.100, end: 10.77.0.100 }|" \
-        -e "s|ip: 10.77.0.20, kernelArgs|ip: 10.77.0.20, fetchFrom: anyAddress, kernelArgs|" \
-        examples/lab/site.yaml >"$work/site.yaml"
-    grep -q "end: 10.77.0.100" "$work/site.yaml" && grep -q "leaseTime: $1" "$work/site.yaml" \
-        || { echo "FAIL clock-step: site not rewritten"; exit 1; }
+site() { # leaseTime tokenTtl: the lab site, its pool one address, worker-0's Ignition from any address
+    lab_site "$WORK/site.yaml" host.stateDir="$WORK/state" host.dhcp.leaseTime="$1" \
+        ignition.tokenTtl="$2" ignition.singleUseTokens=false \
+        'networks.lab.pool={start: 10.77.0.100, end: 10.77.0.100}' nodes.worker-0.fetchFrom=anyAddress
 }
 
-start_bootd() { # log
-    rm -rf "$work/state"; mkdir -p "$work/state"
-    echo "+0" >"$work/faketime"; chmod 644 "$work/faketime"
-    ip netns exec "$ns" env LD_PRELOAD="$FAKETIME_LIB" FAKETIME_TIMESTAMP_FILE="$work/faketime" \
-        FAKETIME_NO_CACHE=1 FAKETIME_DONT_FAKE_MONOTONIC=1 \
-        "$BINDIR/bootd" --site "$work/site.yaml" >"$work/$1" 2>&1 &
-    bootd=$!; PIDS+=("$bootd")
-    for _ in $(seq 100); do nsx curl -fsS -o /dev/null http://10.77.0.1:8080/healthz 2>/dev/null && return 0; sleep 0.1; done
-    bad "bootd did not start: $(tail -n 5 "$work/$1")"; exit 1
+run_bootd() { # log: bootd under libfaketime, its clock at +0 (the timestamp file)
+    rm -rf "$WORK/state"; mkdir -p "$WORK/state"
+    echo "+0" >"$WORK/faketime"; chmod 644 "$WORK/faketime"
+    start_bootd --log "$WORK/$1" --timeout 10 --env LD_PRELOAD="$FAKETIME_LIB" \
+        --env FAKETIME_TIMESTAMP_FILE="$WORK/faketime" --env FAKETIME_NO_CACHE=1 \
+        --env FAKETIME_DONT_FAKE_MONOTONIC=1 -- --site "$WORK/site.yaml" ||
+        fail "bootd did not start"
 }
-stop_bootd() { kill "$bootd"; wait "$bootd" 2>/dev/null || true; }
 
 # token: the Ignition URL in worker-0's iPXE script (its token inside).
 ignition_url() {
@@ -84,15 +67,15 @@ step_gauge() {
     awk '$1 == "bootd_clock_step_seconds" {print $2}' <<<"$m"
 }
 near() { awk -v v="$1" -v want="$2" 'BEGIN { d = v - want; if (d < 0) d = -d; exit !(v != "" && d < 60) }'; }
-step() { echo "$1" >"$work/faketime"; }
+step() { echo "$1" >"$WORK/faketime"; }
 step_logged() { # count expected
-    local n; n=$(grep -c "system clock was stepped" "$work/$1" || true)
+    local n; n=$(grep -c "system clock was stepped" "$WORK/$1" || true)
     [[ $n == "$2" ]]
 }
 
 # --- forward: nothing expires ------------------------------------------------------------------
 site 1h 1h
-start_bootd forward.log
+run_bootd forward.log
 a=$(dhcp 52:54:00:99:00:01)
 [[ $a == 10.77.0.100 ]] && ok "forward: the first client leased the pool's one address" || bad "forward: first client got '$a'"
 url=$(ignition_url)
@@ -106,12 +89,12 @@ code=$(status_of "$url")
 [[ $code == 200 ]] && ok "forward +2 d: the 1 h token is still accepted (200)" || bad "forward +2 d: the token got $code"
 g=$(step_gauge)
 near "$g" 172800 && ok "forward: bootd_clock_step_seconds $g" || bad "forward: bootd_clock_step_seconds '$g', want about 172800"
-step_logged forward.log 1 && ok "forward: the step was logged once" || bad "forward: step logged $(grep -c 'system clock was stepped' "$work/forward.log" || true) times"
-stop_bootd
+step_logged forward.log 1 && ok "forward: the step was logged once" || bad "forward: step logged $(grep -c 'system clock was stepped' "$WORK/forward.log" || true) times"
+stop_pid "$BOOTD_PID"
 
 # --- backward: nothing is extended -------------------------------------------------------------
 site 4s 4s
-start_bootd backward.log
+run_bootd backward.log
 a=$(dhcp 52:54:00:99:00:01)
 [[ $a == 10.77.0.100 ]] && ok "backward: the first client leased the pool's one address for 4 s" || bad "backward: first client got '$a'"
 url=$(ignition_url)
@@ -125,8 +108,10 @@ code=$(status_of "$url")
 [[ $code == 404 || $code == 403 ]] && ok "backward -2 d: the 4 s token is refused after 4 s ($code)" || bad "backward -2 d: the expired token got $code"
 g=$(step_gauge)
 near "$g" -172800 && ok "backward: bootd_clock_step_seconds $g" || bad "backward: bootd_clock_step_seconds '$g', want about -172800"
-step_logged backward.log 1 && ok "backward: the step was logged once" || bad "backward: step logged $(grep -c 'system clock was stepped' "$work/backward.log" || true) times"
-stop_bootd
+step_logged backward.log 1 && ok "backward: the step was logged once" || bad "backward: step logged $(grep -c 'system clock was stepped' "$WORK/backward.log" || true) times"
+stop_pid "$BOOTD_PID"
 
-[[ $fail == 0 ]] && echo "clock-step: passed" || { echo "clock-step: FAILED (logs: forward.log, backward.log)"; for f in forward backward; do tail -n 5 "$work/$f.log"; done; }
-exit "$fail"
+if [[ $FAILS != 0 ]]; then
+    for f in forward backward; do echo "--- $f.log"; tail_log "$WORK/$f.log" 5; done
+fi
+harness_verdict
