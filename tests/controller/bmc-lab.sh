@@ -1,64 +1,69 @@
+# shellcheck shell=bash
 # BMC emulators driving real libvirt/QEMU VMs inside a lab network namespace.
-# Sourced by tests/controller/bmc-e2e.sh (after tests/lib.sh). The caller sets:
-#   NS        the lab namespace (tests/lib.sh lab_netns: 10.77.0.1/24 on br0)
-#   WORKDIR   an absolute, empty-ish directory for everything of this run
+# Sourced by tests/controller/bmc-e2e.sh, after tests/lib/harness.sh and
+# tests/lib/vm.sh: every process is started with spawn (the harness stops
+# it by PID at exit, and whatever is left in the namespace with it);
+# a failure ends the run through the caller's die MESSAGE (its logs, then
+# the harness's fail). The caller sets:
+#   NS        the lab namespace (lab_netns: 10.77.0.1/24 on br0)
+#   WORK      an absolute, empty-ish directory for everything of this run
+#             (harness_init --work)
 #   BMC_VENV  the venv with sushy-emulator, vbmc, vbmcd (tests/controller/bmc-deps.sh)
-#   PIDS=()   every process started here is appended by PID (stop_started stops them)
-# and defines log MSG and fail MSG (prints FAIL ..., exits 1).
 #
 # What it gives:
 #   bmc_libvirt_start   virtlogd + libvirtd in NS with a private /etc/libvirt,
-#                       /run, /var/{lib,log,cache}/libvirt (all under WORKDIR/lv);
+#                       /run, /var/{lib,log,cache}/libvirt (all under WORK/lv);
 #                       sets LV_URI, VIRTLOGD_PID, LIBVIRTD_PID
 #   lv ARGS...          virsh against that libvirtd
 #   bmc_define NAME MAC a stopped TCG domain (SeaBIOS, 512 MiB, empty 64M qcow2
 #                       as first boot device, virtio NIC on br0 with MAC, serial
-#                       console appended to WORKDIR/NAME-serial.log)
-#   bmc_credentials     WORKDIR/bmc-password (random, mode 600) + the files the
+#                       console appended to WORK/NAME-serial.log)
+#   bmc_credentials     WORK/bmc-password (random, mode 600) + the files the
 #                       tools read it from: bmc-htpasswd (sushy), bmc-netrc (curl)
-#   bmc_ca              a throwaway CA and a 127.0.0.1 server cert (WORKDIR/bmc-ca.pem,
+#   bmc_ca              a throwaway CA and a 127.0.0.1 server cert (WORK/bmc-ca.pem,
 #                       bmc-tls.pem, bmc-tls.key)
 #   bmc_sushy NAME PORT UUID [tls]   sushy-emulator on 127.0.0.1:PORT, libvirt driver,
 #                       Basic auth, only the system UUID visible
 #   bmc_vbmc DOMAIN PORT  vbmcd in NS (VBMCD_PID) + an IPMI BMC for DOMAIN on 127.0.0.1:PORT (UDP)
 #   rf METHOD URL [BODY]  curl (netrc auth) -> body, then the HTTP status on the last line
 #   ipmi PORT ARGS...   ipmitool lanplus, password through IPMI_PASSWORD (-E), never argv
-#   bmc_teardown        destroy + undefine the domains (before stop_started)
+#   bmc_teardown        destroy + undefine the domains (an on_exit hook that
+#                       bmc_libvirt_start registers: it runs before the
+#                       processes are stopped)
 #
 # Nothing here listens outside NS: sushy and vbmc bind 127.0.0.1 inside NS,
-# libvirtd's sockets are files under WORKDIR/lv/run.
+# libvirtd's sockets are files under WORK/lv/run.
 
 LV_URI="" VIRTLOGD_PID="" LIBVIRTD_PID="" BMC_DOMAINS=()
 SEABIOS=/usr/share/seabios/bios-256k.bin
 
-nsx() { ip netns exec "$NS" "$@"; }
 lv() { virsh -q -c "$LV_URI" "$@"; }
 
 # libvirt inside the namespace, stopped by PID.
 #
 # What works (Debian 12, libvirt 9.0): both daemons run in the foreground
 # (no -d: a daemonizing fork would lose the PID) inside NS *and* inside a
-# private mount namespace in which WORKDIR/lv/{etc,run,lib,log,cache} are
+# private mount namespace in which WORK/lv/{etc,run,lib,log,cache} are
 # bind-mounted over /etc/libvirt, /run/libvirt, /var/lib/libvirt,
 # /var/log/libvirt and /var/cache/libvirt (/run itself gets a fresh tmpfs
 # there, so nothing is created on the host's /run). So a system libvirtd, if
 # any, is neither seen nor touched: its sockets, pidfiles, domain XML and
-# default network stay out of sight, and everything of ours is in WORKDIR.
-#   ip netns exec NS unshare --mount --propagation private sh -c 'mount ...;
-#       exec nice -n 10 /usr/sbin/virtlogd -f /etc/libvirt/virtlogd.conf -p PIDFILE' &
-#   nsenter -t VIRTLOGD_PID --mount --net nice -n 10 /usr/sbin/libvirtd -f ... -p PIDFILE &
+# default network stay out of sight, and everything of ours is in WORK.
+#   spawn --ns NS unshare --mount --propagation private sh -c 'mount ...;
+#       exec nice -n 10 /usr/sbin/virtlogd -f /etc/libvirt/virtlogd.conf -p PIDFILE'
+#   spawn nsenter -t VIRTLOGD_PID --mount --net nice -n 10 /usr/sbin/libvirtd -f ... -p PIDFILE
 # (ip netns exec, unshare, nsenter for mount+net, sh's exec and nice all exec:
-# $! is the daemon's own PID.) QEMU inherits libvirtd's nice. Without virtlogd
+# $SPAWNED is the daemon's own PID.) QEMU inherits libvirtd's nice. Without virtlogd
 # a domain start fails ("Failed to connect socket to .../virtlogd-sock").
 # Clients (virsh, sushy, vbmc) stay in the normal mount namespace and reach
-# libvirtd through its socket's host path: qemu:///system?socket=WORKDIR/lv/run/libvirt-sock.
-# qemu.conf: QEMU runs as root (no chown of WORKDIR files), no security driver,
+# libvirtd through its socket's host path: qemu:///system?socket=WORK/lv/run/libvirt-sock.
+# qemu.conf: QEMU runs as root (no chown of WORK files), no security driver,
 # no cgroup controllers (there is no systemd/machined here).
 bmc_libvirt_start() {
-  local lvd=$WORKDIR/lv
+  local lvd=$WORK/lv
   mkdir -p "$lvd"/{etc,run,lib,log,cache}
   LV_URI="qemu:///system?socket=$lvd/run/libvirt-sock"
-  (( ${#lvd} + 17 < 108 )) || fail "WORKDIR too long for a unix socket path: $lvd/run/libvirt-sock"
+  (( ${#lvd} + 17 < 108 )) || die "WORK too long for a unix socket path: $lvd/run/libvirt-sock"
   cat >"$lvd/etc/libvirtd.conf" <<'EOF'
 unix_sock_dir = "/run/libvirt"
 unix_sock_group = "root"
@@ -83,29 +88,16 @@ EOF
   m+=" && mount --bind '$lvd/etc' /etc/libvirt && mount --bind '$lvd/run' /run/libvirt"
   m+=" && mount --bind '$lvd/lib' /var/lib/libvirt && mount --bind '$lvd/log' /var/log/libvirt"
   m+=" && mount --bind '$lvd/cache' /var/cache/libvirt"
-  ip netns exec "$NS" unshare --mount --propagation private sh -c \
-    "$m && exec nice -n 10 /usr/sbin/virtlogd -f /etc/libvirt/virtlogd.conf -p '$WORKDIR/virtlogd.pid'" \
-    >"$WORKDIR/virtlogd.log" 2>&1 &
-  VIRTLOGD_PID=$!
-  PIDS+=("$VIRTLOGD_PID")
-  local ok=0
-  for _ in $(seq 100); do   # the mounts are done once virtlogd's socket is there
-    kill -0 "$VIRTLOGD_PID" 2>/dev/null || fail "virtlogd exited at start: $(tail -n 3 "$WORKDIR/virtlogd.log")"
-    [[ -S $lvd/run/virtlogd-sock ]] && { ok=1; break; }
-    sleep 0.1
-  done
-  [[ $ok == 1 ]] || fail "virtlogd socket not there within 10 s"
-  nsenter -t "$VIRTLOGD_PID" --mount --net nice -n 10 /usr/sbin/libvirtd -f /etc/libvirt/libvirtd.conf \
-    -p "$WORKDIR/libvirtd.pid" >"$WORKDIR/libvirtd.log" 2>&1 &
-  LIBVIRTD_PID=$!
-  PIDS+=("$LIBVIRTD_PID")
-  ok=0
-  for _ in $(seq 300); do   # 30 s
-    kill -0 "$LIBVIRTD_PID" 2>/dev/null || fail "libvirtd exited at start: $(tail -n 3 "$WORKDIR/libvirtd.log")"
-    lv list >/dev/null 2>&1 && { ok=1; break; }
-    sleep 0.1
-  done
-  [[ $ok == 1 ]] || fail "virsh -c $LV_URI list not answering within 30 s"
+  spawn --ns "$NS" --log "$WORK/virtlogd.log" unshare --mount --propagation private sh -c \
+    "$m && exec nice -n 10 /usr/sbin/virtlogd -f /etc/libvirt/virtlogd.conf -p '$WORK/virtlogd.pid'"
+  VIRTLOGD_PID=$SPAWNED
+  # The mounts are done once virtlogd's socket is there.
+  wait_up "$VIRTLOGD_PID" 10 "$WORK/virtlogd.log" virtlogd test -S "$lvd/run/virtlogd-sock"
+  spawn --log "$WORK/libvirtd.log" nsenter -t "$VIRTLOGD_PID" --mount --net nice -n 10 /usr/sbin/libvirtd \
+    -f /etc/libvirt/libvirtd.conf -p "$WORK/libvirtd.pid"
+  LIBVIRTD_PID=$SPAWNED
+  wait_up "$LIBVIRTD_PID" 30 "$WORK/libvirtd.log" "libvirtd (virsh -c $LV_URI list)" lv list
+  on_exit bmc_teardown
 }
 
 # bmc_define NAME MAC: define (not start) a SeaBIOS TCG domain whose only
@@ -122,9 +114,9 @@ EOF
 # <acpi/>: without it libvirt passes -no-acpi and the guest's `poweroff -f`
 # only halts ("reboot: System halted"), the domain stays "running".
 bmc_define() {
-  local name=$1 mac=$2 disk=$WORKDIR/$1.qcow2
+  local name=$1 mac=$2 disk=$WORK/$1.qcow2
   qemu-img create -q -f qcow2 "$disk" 64M
-  cat >"$WORKDIR/$name.xml" <<EOF
+  cat >"$WORK/$name.xml" <<EOF
 <domain type='qemu'>
   <name>$name</name>
   <memory unit='MiB'>512</memory>
@@ -152,11 +144,11 @@ bmc_define() {
       <model type='virtio'/>
     </interface>
     <serial type='file'>
-      <source path='$WORKDIR/$name-serial.log' append='on'/>
+      <source path='$WORK/$name-serial.log' append='on'/>
       <target port='0'/>
     </serial>
     <console type='file'>
-      <source path='$WORKDIR/$name-serial.log' append='on'/>
+      <source path='$WORK/$name-serial.log' append='on'/>
       <target type='serial' port='0'/>
     </console>
     <controller type='usb' model='none'/>
@@ -164,7 +156,7 @@ bmc_define() {
   </devices>
 </domain>
 EOF
-  lv define "$WORKDIR/$name.xml" >/dev/null || fail "virsh define $name failed"
+  lv define "$WORK/$name.xml" >/dev/null || die "virsh define $name failed"
   BMC_DOMAINS+=("$name")
 }
 
@@ -175,20 +167,20 @@ EOF
 # 16 characters: IPMI 2.0 passwords are at most 20 bytes.
 bmc_credentials() {
   (umask 077
-   head -c 12 /dev/urandom | base64 | tr '+/' 'Ab' | tr -d '\n' >"$WORKDIR/bmc-password"
-   "$BMC_VENV/bin/python3" - "$WORKDIR/bmc-password" >"$WORKDIR/bmc-htpasswd" <<'EOF'
+   head -c 12 /dev/urandom | base64 | tr '+/' 'Ab' | tr -d '\n' >"$WORK/bmc-password"
+   "$BMC_VENV/bin/python3" - "$WORK/bmc-password" >"$WORK/bmc-htpasswd" <<'EOF'
 import bcrypt, sys
 pw = open(sys.argv[1], 'rb').read()
 print('admin:' + bcrypt.hashpw(pw, bcrypt.gensalt(rounds=4)).decode())
 EOF
-   printf 'machine 127.0.0.1 login admin password %s\n' "$(cat "$WORKDIR/bmc-password")" >"$WORKDIR/bmc-netrc")
-  [[ $(stat -c %a "$WORKDIR/bmc-password") == 600 ]] || fail "bmc-password not mode 600"
+   printf 'machine 127.0.0.1 login admin password %s\n' "$(cat "$WORK/bmc-password")" >"$WORK/bmc-netrc")
+  [[ $(stat -c %a "$WORK/bmc-password") == 600 ]] || die "bmc-password not mode 600"
 }
 
 # A throwaway CA and a server certificate for 127.0.0.1 signed by it (v3, SAN,
 # serverAuth: what rustls/webpki want).
 bmc_ca() {
-  local d=$WORKDIR
+  local d=$WORK
   ( set -e; umask 077
     openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 \
       -subj "/CN=bmc-e2e throwaway CA" -keyout "$d/bmc-ca.key" -out "$d/bmc-ca.pem" \
@@ -201,19 +193,19 @@ bmc_ca() {
     openssl x509 -req -in "$d/bmc-tls.csr" -CA "$d/bmc-ca.pem" -CAkey "$d/bmc-ca.key" \
       -CAcreateserial -days 2 -extfile "$d/bmc-tls.ext" -out "$d/bmc-tls.pem"
     chmod 644 "$d/bmc-ca.pem" "$d/bmc-tls.pem"
-  ) >"$d/bmc-ca.log" 2>&1 || fail "openssl (throwaway CA) failed: $(tail -n 3 "$d/bmc-ca.log")"
+  ) >"$d/bmc-ca.log" 2>&1 || die "openssl (throwaway CA) failed: $(tail -n 3 "$d/bmc-ca.log")"
 }
 
 # bmc_sushy NAME PORT UUID [tls]: the Redfish emulator with the libvirt driver.
 bmc_sushy() {
-  local name=$1 port=$2 uuid=$3 tls=${4:-} conf=$WORKDIR/sushy-$1.conf scheme=http pid
-  mkdir -p "$WORKDIR/sushy-$name-state"
+  local name=$1 port=$2 uuid=$3 tls=${4:-} conf=$WORK/sushy-$1.conf scheme=http
+  mkdir -p "$WORK/sushy-$name-state"
   cat >"$conf" <<EOF
 SUSHY_EMULATOR_LISTEN_IP = '127.0.0.1'
 SUSHY_EMULATOR_LISTEN_PORT = $port
 SUSHY_EMULATOR_LIBVIRT_URI = '$LV_URI'
-SUSHY_EMULATOR_AUTH_FILE = '$WORKDIR/bmc-htpasswd'
-SUSHY_EMULATOR_STATE_DIR = '$WORKDIR/sushy-$name-state'
+SUSHY_EMULATOR_AUTH_FILE = '$WORK/bmc-htpasswd'
+SUSHY_EMULATOR_STATE_DIR = '$WORK/sushy-$name-state'
 SUSHY_EMULATOR_ALLOWED_INSTANCES = ['$uuid']
 SUSHY_EMULATOR_BOOT_LOADER_MAP = {
     'UEFI': {'x86_64': '/usr/share/OVMF/OVMF_CODE.secboot.fd'},
@@ -223,73 +215,56 @@ EOF
   if [[ $tls == tls ]]; then
     scheme=https
     printf "SUSHY_EMULATOR_SSL_CERT = '%s'\nSUSHY_EMULATOR_SSL_KEY = '%s'\n" \
-      "$WORKDIR/bmc-tls.pem" "$WORKDIR/bmc-tls.key" >>"$conf"
+      "$WORK/bmc-tls.pem" "$WORK/bmc-tls.key" >>"$conf"
   fi
   # TMPDIR: sushy's memoize cache is a sqlite file under it.
-  ip netns exec "$NS" env TMPDIR="$WORKDIR/sushy-$name-state" nice -n 10 \
-    "$BMC_VENV/bin/sushy-emulator" --config "$conf" >"$WORKDIR/sushy-$name.log" 2>&1 &
-  pid=$!
-  PIDS+=("$pid")
-  local ok=0 code
-  for _ in $(seq 150); do   # 30 s
-    kill -0 "$pid" 2>/dev/null || fail "sushy-emulator $name exited at start: $(tail -n 5 "$WORKDIR/sushy-$name.log")"
-    code=$(nsx curl -s -o /dev/null -w '%{http_code}' --max-time 2 --cacert "$WORKDIR/bmc-ca.pem" \
-      "$scheme://127.0.0.1:$port/redfish/v1/" 2>/dev/null || true)
-    [[ $code =~ ^[24] ]] && { ok=1; break; }
-    sleep 0.2
-  done
-  [[ $ok == 1 ]] || fail "sushy-emulator $name not answering on $scheme://127.0.0.1:$port within 30 s"
+  spawn --ns "$NS" --log "$WORK/sushy-$name.log" env TMPDIR="$WORK/sushy-$name-state" nice -n 10 \
+    "$BMC_VENV/bin/sushy-emulator" --config "$conf"
+  wait_up "$SPAWNED" 30 "$WORK/sushy-$name.log" "sushy-emulator $name on $scheme://127.0.0.1:$port" \
+    sushy_answers "$scheme://127.0.0.1:$port/redfish/v1/"
+}
+sushy_answers() { # URL: any 2xx or 4xx (no credentials sent)
+  local code
+  code=$(nsx curl -s -o /dev/null -w '%{http_code}' --max-time 2 --cacert "$WORK/bmc-ca.pem" "$1" 2>/dev/null || true)
+  [[ $code =~ ^[24] ]]
 }
 
 # bmc_vbmc DOMAIN PORT: vbmcd (foreground, by PID) and one IPMI BMC.
 bmc_vbmc() {
-  local dom=$1 port=$2 conf=$WORKDIR/vbmc.conf
-  mkdir -p "$WORKDIR/vbmc"
+  local dom=$1 port=$2 conf=$WORK/vbmc.conf
+  mkdir -p "$WORK/vbmc"
   cat >"$conf" <<EOF
 [default]
-config_dir = $WORKDIR/vbmc
-pid_file = $WORKDIR/vbmcd.pid
+config_dir = $WORK/vbmc
+pid_file = $WORK/vbmcd.pid
 server_port = 50891
 [log]
-logfile = $WORKDIR/vbmcd.log
+logfile = $WORK/vbmcd.log
 debug = true
 EOF
-  ip netns exec "$NS" env VIRTUALBMC_CONFIG="$conf" nice -n 10 "$BMC_VENV/bin/vbmcd" --foreground \
-    >"$WORKDIR/vbmcd.out" 2>&1 &
-  VBMCD_PID=$!
-  PIDS+=("$VBMCD_PID")
-  local ok=0
-  for _ in $(seq 100); do
-    kill -0 "$VBMCD_PID" 2>/dev/null || fail "vbmcd exited at start: $(tail -n 5 "$WORKDIR/vbmcd.out")"
-    vbmc_cli list >/dev/null 2>&1 && { ok=1; break; }
-    sleep 0.2
-  done
-  [[ $ok == 1 ]] || fail "vbmcd not answering within 20 s"
+  spawn --ns "$NS" --log "$WORK/vbmcd.out" env VIRTUALBMC_CONFIG="$conf" nice -n 10 "$BMC_VENV/bin/vbmcd" --foreground
+  VBMCD_PID=$SPAWNED
+  wait_up "$VBMCD_PID" 20 "$WORK/vbmcd.out" vbmcd vbmc_cli list
   # The emulator's own setup, not our product: `vbmc add` only takes the BMC
   # password on its command line (visible in ps for that moment). Nothing of
   # bootd's ever passes it in argv; the final leak check runs after this exited.
   vbmc_cli add "$dom" --port "$port" --address 127.0.0.1 --username admin \
-    --password "$(cat "$WORKDIR/bmc-password")" --libvirt-uri "$LV_URI" >"$WORKDIR/vbmc-add.log" 2>&1 \
-    || fail "vbmc add $dom: $(cat "$WORKDIR/vbmc-add.log")"
-  vbmc_cli start "$dom" >>"$WORKDIR/vbmc-add.log" 2>&1 || fail "vbmc start $dom: $(cat "$WORKDIR/vbmc-add.log")"
-  ok=0
-  for _ in $(seq 50); do
-    ipmi "$port" chassis power status >/dev/null 2>&1 && { ok=1; break; }
-    sleep 0.2
-  done
-  [[ $ok == 1 ]] || fail "IPMI BMC for $dom not answering on 127.0.0.1:$port"
+    --password "$(cat "$WORK/bmc-password")" --libvirt-uri "$LV_URI" >"$WORK/vbmc-add.log" 2>&1 \
+    || die "vbmc add $dom: $(cat "$WORK/vbmc-add.log")"
+  vbmc_cli start "$dom" >>"$WORK/vbmc-add.log" 2>&1 || die "vbmc start $dom: $(cat "$WORK/vbmc-add.log")"
+  wait_for 10 ipmi "$port" chassis power status || die "IPMI BMC for $dom not answering on 127.0.0.1:$port"
 }
-vbmc_cli() { ip netns exec "$NS" env VIRTUALBMC_CONFIG="$WORKDIR/vbmc.conf" "$BMC_VENV/bin/vbmc" "$@"; }
+vbmc_cli() { ip netns exec "$NS" env VIRTUALBMC_CONFIG="$WORK/vbmc.conf" "$BMC_VENV/bin/vbmc" "$@"; }
 
 rf() {   # rf METHOD URL [BODY]
-  local args=(-sS --max-time 30 --netrc-file "$WORKDIR/bmc-netrc" --cacert "$WORKDIR/bmc-ca.pem"
+  local args=(-sS --max-time 30 --netrc-file "$WORK/bmc-netrc" --cacert "$WORK/bmc-ca.pem"
               -X "$1" -w '\n%{http_code}')
   [[ $# -ge 3 ]] && args+=(-H 'Content-Type: application/json' --data-binary "$3")
   nsx curl "${args[@]}" "$2"
 }
 ipmi() {   # ipmi PORT ARGS...
   local port=$1; shift
-  IPMI_PASSWORD=$(cat "$WORKDIR/bmc-password") \
+  IPMI_PASSWORD=$(cat "$WORK/bmc-password") \
     ip netns exec "$NS" ipmitool -I lanplus -H 127.0.0.1 -p "$port" -U admin -E -N 2 -R 3 "$@"
 }
 
@@ -297,14 +272,14 @@ ipmi() {   # ipmi PORT ARGS...
 # media image into before it attaches it to the domain as a CD
 # (SUSHY_EMULATOR_STORAGE_POOL, default "default").
 bmc_pool() {
-  mkdir -p "$WORKDIR/pool"
-  lv pool-define-as default dir --target "$WORKDIR/pool" >/dev/null || fail "virsh pool-define-as default"
-  lv pool-start default >/dev/null || fail "virsh pool-start default"
+  mkdir -p "$WORK/pool"
+  lv pool-define-as default dir --target "$WORK/pool" >/dev/null || die "virsh pool-define-as default"
+  lv pool-start default >/dev/null || die "virsh pool-start default"
 }
 
 bmc_teardown() {
   [[ -n $LV_URI && -n $LIBVIRTD_PID ]] || return 0
-  kill -0 "$LIBVIRTD_PID" 2>/dev/null || return 0
+  alive "$LIBVIRTD_PID" || return 0
   local d
   for d in "${BMC_DOMAINS[@]}"; do
     lv destroy "$d" >/dev/null 2>&1 || true
