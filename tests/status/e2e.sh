@@ -15,11 +15,13 @@
 #   --dump-dom  every lab node in the table with the expected phase, the
 #               unknown MAC and the reasons shown, nothing unescaped;
 #   --screenshot target/test-artifacts/status.png, status-bootstrap.png.
-# Exit 0 and "PASS status-page" when every check holds, else 1 with the reasons.
+# Exit 0 and "PASS status-page" when every check holds, else 1 with the reasons
+# and "FAIL status-page (N failed)".
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")" && pwd)
-REPO=$(cd "$HERE/../.." && pwd)
+# shellcheck source=tests/lib/harness.sh
+. "$HERE/../lib/harness.sh"
 BOOTD=$REPO/target/release/bootd
 while [[ $# -gt 0 ]]; do
   case $1 in
@@ -28,32 +30,20 @@ while [[ $# -gt 0 ]]; do
   esac
 done
 [[ $(id -u) -eq 0 ]] || { echo "e2e.sh: must run as root (netns)" >&2; exit 2; }
+harness_init status-page
 CHROMIUM=$(command -v chromium || true)
-[[ -n $CHROMIUM ]] || { echo "FAIL status-page: chromium not installed (tests/lab/deps.sh)"; exit 1; }
+[[ -n $CHROMIUM ]] || fail "chromium not installed (tests/lab/deps.sh)"
 if [[ ! -x $BOOTD ]]; then
   (cd "$REPO" && cargo build --release --locked -p appliance --bin bootd) >&2
 fi
 BOOTD=$(readlink -f "$BOOTD")
 
 ART=$REPO/target/test-artifacts
-WORK=$(mktemp -d /tmp/status-e2e.XXXXXX)
-chmod 755 "$WORK"   # the daemon, started as root, serves as nobody: it reads its files here
-NS=status-$$
 mkdir -p "$ART"
-PIDS=()
-. "$REPO/tests/lib.sh"
-cleanup() {
-  local rc=$?
-  stop_started "$NS"
-  rm -rf "$WORK"
-  exit "$rc"
-}
-trap cleanup EXIT
-nsx() { ip netns exec "$NS" "$@"; }
-FAILS=()
-check() { # check DESCRIPTION COMMAND...
+# check DESCRIPTION COMMAND...: ok or bad, as COMMAND says.
+check() {
   local what=$1; shift
-  if "$@"; then echo "ok   $what"; else echo "FAIL $what"; FAILS+=("$what"); fi
+  if "$@"; then ok "$what"; else bad "$what"; fi
 }
 
 # --- site copy with small images -----------------------------------------------
@@ -64,29 +54,16 @@ cp -r "$REPO/examples/lab/ignition" "$WORK/ignition"
 head -c 2000000 /dev/zero >"$WORK/images/lab/kernel"
 head -c 1000000 /dev/zero >"$WORK/images/lab/initramfs"
 head -c 300000 /dev/zero >"$WORK/tftp/ipxe.efi"
-sed -e 's#root: ../../target/lab-images#root: images#' -e 's#stateDir: ../../target/lab-state#stateDir: state#' \
-    -e 's#root: ../../target/lab-tftp#root: tftp#' -e '/interface: br0/d' "$REPO/examples/lab/site.yaml" >"$WORK/site.yaml"
+lab_site "$WORK/site.yaml" images.root="$WORK/images" host.stateDir="$WORK/state" \
+  host.tftp.root="$WORK/tftp" ignition.dir="$WORK/ignition" -host.dhcp.interface
 
-# --- namespace: br0 (a dummy link: no machines, only addresses) ------------------
-ip netns add "$NS"
-nsx ip link set lo up
-nsx ip link add br0 type bridge
-nsx ip addr add 10.77.0.1/24 dev br0
-for a in 10.77.0.10 10.77.0.11 10.77.0.12 10.77.0.20; do nsx ip addr add "$a/32" dev br0; done
-nsx ip link set br0 up
+# --- namespace: br0 (no machines, only the host's and the nodes' addresses) ------
+lab_netns "status-$$" 10.77.0.1/24 10.77.0.10/32 10.77.0.11/32 10.77.0.12/32 10.77.0.20/32
 
 # Relay replies go to 10.77.0.1:1067 (bootd's hidden --dhcp-reply-ports).
-ip netns exec "$NS" "$BOOTD" --site "$WORK/site.yaml" --state-dir "$WORK/state" --dhcp-reply-ports 68,1067 \
-  >"$WORK/bootd.log" 2>&1 &
-PIDS+=($!)
-BOOTD_PID=$!
-ready=0
-for _ in $(seq 100); do
-  kill -0 "$BOOTD_PID" 2>/dev/null || { cat "$WORK/bootd.log"; echo "FAIL status-page: bootd exited"; exit 1; }
-  if nsx curl -fsS --max-time 1 http://10.77.0.1:8080/healthz >/dev/null 2>&1; then ready=1; break; fi
-  sleep 0.2
-done
-[[ $ready == 1 ]] || { echo "FAIL status-page: bootd not ready"; exit 1; }
+start_bootd --log "$WORK/bootd.log" --timeout 20 \
+  -- --site "$WORK/site.yaml" --state-dir "$WORK/state" --dhcp-reply-ports 68,1067 \
+  || fail "bootd not ready"
 
 # --- drive the nodes -------------------------------------------------------------
 # DHCP DISCOVER + REQUEST through a relay at 10.77.0.1:1067 for MAC; prints the
@@ -175,10 +152,9 @@ check "screenshot status.png written" test -s "$ART/status.png"
 check "screenshot status-bootstrap.png written" test -s "$ART/status-bootstrap.png"
 check "no token on the page" bash -c "! grep -q 'token=[A-Za-z0-9]' '$WORK/status.dom' '$WORK/bootstrap.dom'"
 
-if [[ ${#FAILS[@]} -gt 0 ]]; then
+if [[ $FAILS -gt 0 ]]; then
   echo "--- chromium.log (tail)"; tail -n 20 "$WORK/chromium.log" 2>/dev/null || true
   echo "--- bootd.log (tail)"; tail -n 30 "$WORK/bootd.log"
-  echo "FAIL status-page: ${#FAILS[@]} check(s) failed"
-  exit 1
 fi
-echo "PASS status-page (screenshots in $ART)"
+log "screenshots in $ART"
+harness_verdict
