@@ -17,64 +17,46 @@
 #     rest), and a node (dhclient as worker-0) is still answered after;
 #   - malformed datagrams (truncated option, 33 relays deep) are dropped and
 #     counted in bootd_dhcp6_packets{kind="malformed"}, and bootd answers after;
-# Prints "PASS dhcp6-interop <client>" / "FAIL ..."; exit 1 on any failure.
+# Prints "ok   <client> ..." / "FAIL <client>: ..." per check, then "PASS dhcp6-interop"
+# or "FAIL dhcp6-interop (N failed)" (exit 1).
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
-REPO=$(cd "$HERE/../.." && pwd)
+# shellcheck source=tests/lib/harness.sh
+. "$HERE/../lib/harness.sh"
 BOOTD=${1:-$REPO/target/release/bootd}
 [[ $(id -u) -eq 0 ]] || { echo "dhcp6-interop.sh: run as root" >&2; exit 2; }
 [[ -x $BOOTD ]] || { echo "dhcp6-interop.sh: no bootd at $BOOTD" >&2; exit 2; }
+harness_init dhcp6-interop
 
+# S: the lab host (br0, bootd); C: the client and R: the relay, each on a
+# veth into the bridge.
 S=dhcp6-s-$$ C=dhcp6-c-$$ R=dhcp6-r-$$
-WORK=$(mktemp -d /tmp/dhcp6-interop.XXXXXX)
-chmod 755 "$WORK"
-PIDS=()
-. "$REPO/tests/lib.sh"
-cleanup() {
-  stop_started "$S" "$C" "$R"
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-
+lab_netns "$S" 10.77.0.1/24 fd00:77::1/64
+ns_new "$C"
+ns_new "$R"
+# No duplicate address detection: addresses are usable at once (br0's too).
 for ns in "$S" "$C" "$R"; do
-  ip netns add "$ns"
-  ip -n "$ns" link set lo up
-  # No duplicate address detection: addresses are usable at once.
   ip netns exec "$ns" sysctl -qw net.ipv6.conf.all.accept_dad=0 net.ipv6.conf.default.accept_dad=0
 done
-ip -n "$S" link add br0 type bridge
-ip -n "$S" link set br0 up
-ip -n "$S" addr add 10.77.0.1/24 dev br0
-ip -n "$S" addr add fd00:77::1/64 dev br0 nodad
-ip link add vc-$$ netns "$C" type veth peer name vb-$$ netns "$S"
-ip -n "$S" link set vb-$$ master br0 up
-ip link add vr-$$ netns "$R" type veth peer name vbr-$$ netns "$S"
-ip -n "$S" link set vbr-$$ master br0 up
-ip -n "$R" addr add fd00:77::fe/64 dev vr-$$ nodad
-ip -n "$R" link set vr-$$ up
+ip netns exec "$S" sysctl -qw net.ipv6.conf.br0.accept_dad=0
+ns_veth "$C" "vc-$$" "$S" "vb-$$"
+ip -n "$S" link set "vb-$$" master br0 up
+ns_veth "$R" "vr-$$" "$S" "vbr-$$"
+ip -n "$S" link set "vbr-$$" master br0 up
+ns_addr "$R" "vr-$$" fd00:77::fe/64
 
-sed -e "s|stateDir: ../../target/lab-state-dual|stateDir: $WORK/state|" \
-    -e "s|dir: ../lab/ignition|dir: $REPO/examples/lab/ignition|" \
-    -e "s|root: ../../target/lab-images|root: $REPO/target/lab-images|" \
-    -e "s|root: ../../target/lab-tftp|root: $WORK|" \
-    -e "/^  dhcp6:/,/^  tftp:/ s|^    leaseTime: 1h$|    leaseTime: 1h\n    maxBindings: 150|" \
-    "$REPO/examples/lab-dual/site.yaml" >"$WORK/site.yaml"
-grep -q "maxBindings: 150" "$WORK/site.yaml" || { echo "FAIL dhcp6-interop: site not rewritten"; exit 1; }
-start_bootd() {
-  ip netns exec "$S" "$BOOTD" --site "$WORK/site.yaml" >>"$WORK/bootd.log" 2>&1 &
-  BOOTD_PID=$!
-  PIDS+=($BOOTD_PID)
-  for _ in $(seq 100); do
-    ip netns exec "$S" curl -fsS -o /dev/null "http://[fd00:77::1]:8080/healthz" 2>/dev/null && return 0
-    sleep 0.1
-  done
-  echo "bootd did not start"; tail -n 30 "$WORK/bootd.log"; return 1
+# The dual-stack lab site, at most 150 DHCPv6 bindings.
+lab_site "$WORK/site.yaml" --from examples/lab-dual/site.yaml host.stateDir="$WORK/state" \
+  host.tftp.root="$WORK" host.dhcp6.maxBindings=150
+# bootd_up: bootd started (again: its log is appended to), ready on IPv6.
+bootd_up() {
+  start_bootd --ns "$S" --log "$WORK/bootd.log" --bin "$BOOTD" --ready "http://[fd00:77::1]:8080/healthz" --timeout 10 \
+    -- --site "$WORK/site.yaml"
 }
-start_bootd
+bootd_up || fail "bootd did not start"
 
-passed=0 failed=0
-pass() { echo "PASS dhcp6-interop $*"; passed=$((passed + 1)); }
-fail() { echo "FAIL dhcp6-interop $*"; failed=$((failed + 1)); tail -n 20 "$WORK/bootd.log"; }
+# miss WHAT: a failed check, with the end of bootd's log.
+miss() { bad "$@"; tail -n 20 "$WORK/bootd.log"; }
 metric() { ip netns exec "$S" curl -fsS "http://10.77.0.1:8080/metrics" | awk -v k="bootd_dhcp6_packets_total{kind=\"$1\"}" '$1 == k {print $2}'; }
 bindings() { ip netns exec "$S" curl -fsS "http://10.77.0.1:8080/metrics" | awk '$1 == "bootd_dhcp6_bindings" {print $2}'; }
 
@@ -87,6 +69,10 @@ esac
 exit 0
 S
 chmod +x "$WORK/dhclient.sh"
+# stop_dhclient6: dhclient, gone to the background with its lease, stopped by its PID.
+stop_dhclient6() {
+  if [[ -f $WORK/dhclient6.pid ]]; then kill "$(cat "$WORK/dhclient6.pid")" 2>/dev/null || true; fi
+}
 dhclient6() {
   DHCLIENT_OUT=$WORK/dhclient.out ip netns exec "$C" timeout 30 dhclient -6 -sf "$WORK/dhclient.sh" \
     -lf "$WORK/dhclient6.leases" -pf "$WORK/dhclient6.pid" -e DHCLIENT_OUT="$WORK/dhclient.out" "$@" vc-$$ >>"$WORK/dhclient.log" 2>&1
@@ -95,16 +81,16 @@ dhclient6() {
 # --- ISC dhclient -6 as worker-0: Solicit/Advertise/Request/Reply ---
 ip -n "$C" link set vc-$$ address 52:54:00:77:00:20 up
 if dhclient6 -1 && grep -q "^BOUND6 ip=fd00:77::20 old= dns=fd00:77::1 domain=lab.example.test.\?$" "$WORK/dhclient.out"; then
-  pass "dhclient -6 $(grep BOUND6 "$WORK/dhclient.out")"
+  ok "dhclient -6 $(grep BOUND6 "$WORK/dhclient.out")"
 else
-  fail "dhclient -6: $(cat "$WORK/dhclient.out" 2>/dev/null || echo no lease) $(tail -n 5 "$WORK/dhclient.log")"
+  miss "dhclient -6: $(cat "$WORK/dhclient.out" 2>/dev/null || echo no lease) $(tail -n 5 "$WORK/dhclient.log")"
 fi
-[[ -f $WORK/dhclient6.pid ]] && kill "$(cat "$WORK/dhclient6.pid")" 2>/dev/null || true
+stop_dhclient6
 sleep 0.5
 if grep -q '"ip":"fd00:77::20"' "$WORK/state/leases6.jsonl" 2>/dev/null; then
-  pass "binding on disk: $(grep -c . "$WORK/state/leases6.jsonl") line(s) in leases6.jsonl"
+  ok "binding on disk: $(grep -c . "$WORK/state/leases6.jsonl") line(s) in leases6.jsonl"
 else
-  fail "binding on disk: $(cat "$WORK/state/leases6.jsonl" 2>/dev/null || echo no file)"
+  miss "binding on disk: $(cat "$WORK/state/leases6.jsonl" 2>/dev/null || echo no file)"
 fi
 
 # --- a machine that is no node gets a pool address; bootd restarts; another
@@ -115,19 +101,19 @@ pool_client() {  # MAC LEASEFILE: prints the address dhclient was given
   : >"$WORK/dhclient.out"
   DHCLIENT_OUT=$WORK/dhclient.out ip netns exec "$C" timeout 30 dhclient -6 -1 -sf "$WORK/dhclient.sh" \
     -lf "$2" -pf "$WORK/dhclient6.pid" -e DHCLIENT_OUT="$WORK/dhclient.out" vc-$$ >>"$WORK/dhclient.log" 2>&1 || true
-  [[ -f $WORK/dhclient6.pid ]] && kill "$(cat "$WORK/dhclient6.pid")" 2>/dev/null || true
+  stop_dhclient6
   sleep 0.3
   sed -n 's/^BOUND6 ip=\([^ ]*\).*/\1/p' "$WORK/dhclient.out" | head -n 1
 }
 a1=$(pool_client 52:54:00:99:00:01 "$WORK/a.leases")
-kill "$BOOTD_PID"; wait "$BOOTD_PID" 2>/dev/null || true
-start_bootd
+stop_pid "$BOOTD_PID"
+bootd_up || fail "bootd did not start again"
 b1=$(pool_client 52:54:00:99:00:02 "$WORK/b.leases")
 a2=$(pool_client 52:54:00:99:00:01 "$WORK/a.leases")
 if [[ $a1 == fd00:77::1* && -n $b1 && $b1 != "$a1" && $a2 == "$a1" ]]; then
-  pass "pool binding survives a restart: A got $a1; after the restart B got $b1 and A $a2"
+  ok "pool binding survives a restart: A got $a1; after the restart B got $b1 and A $a2"
 else
-  fail "pool binding across a restart: A $a1, B $b1, A again $a2"
+  miss "pool binding across a restart: A $a1, B $b1, A again $a2"
 fi
 
 # --- dhclient -6 -r: Release; bootd's binding is released ---
@@ -135,9 +121,9 @@ ip -n "$C" link set vc-$$ down; ip -n "$C" link set vc-$$ address 52:54:00:99:00
 if DHCLIENT_OUT=$WORK/dhclient.out ip netns exec "$C" timeout 30 dhclient -6 -r -sf "$WORK/dhclient.sh" \
      -lf "$WORK/a.leases" -pf "$WORK/dhclient6.pid" vc-$$ >>"$WORK/dhclient.log" 2>&1 \
    && sleep 0.5 && tail -n 1 "$WORK/state/leases6.jsonl" | grep -q "\"ip\":\"$a1\".*\"state\":\"released\""; then
-  pass "dhclient -6 -r: release recorded ($(tail -n 1 "$WORK/state/leases6.jsonl"))"
+  ok "dhclient -6 -r: release recorded ($(tail -n 1 "$WORK/state/leases6.jsonl"))"
 else
-  fail "dhclient -6 -r: $(tail -n 2 "$WORK/state/leases6.jsonl" 2>/dev/null)"
+  miss "dhclient -6 -r: $(tail -n 2 "$WORK/state/leases6.jsonl" 2>/dev/null)"
 fi
 
 # --- dhcpcd, DHCPv6 only, as worker-1 ---
@@ -149,9 +135,9 @@ if command -v dhcpcd >/dev/null; then
 S
   if DHCPCD_OUT=$WORK/dhcpcd.out ip netns exec "$C" timeout 30 dhcpcd -6 -1 -B -T --nohook resolv.conf -c "$WORK/dhcpcd.sh" \
        --ia_na vc-$$ >"$WORK/dhcpcd.log" 2>&1; grep -q "fd00:77::21" "$WORK/dhcpcd.log" "$WORK/dhcpcd.out" 2>/dev/null; then
-    pass "dhcpcd -6 $(grep -ho 'fd00:77::21[^ ]*' "$WORK/dhcpcd.log" "$WORK/dhcpcd.out" 2>/dev/null | head -n 1)"
+    ok "dhcpcd -6 $(grep -ho 'fd00:77::21[^ ]*' "$WORK/dhcpcd.log" "$WORK/dhcpcd.out" 2>/dev/null | head -n 1)"
   else
-    fail "dhcpcd -6: $(tail -n 8 "$WORK/dhcpcd.log")"
+    miss "dhcpcd -6: $(tail -n 8 "$WORK/dhcpcd.log")"
   fi
 fi
 
@@ -177,27 +163,27 @@ S
   # udhcpc6 writes addresses uncompressed (and lease= byte-swapped in 1.35: not checked)
   want="ipv6=fd00:0077:0000:0000:0000:0000:0000:0021 dns=fd00:0077:0000:0000:0000:0000:0000:0001 search=lab.example.test"
   if udhcpc6_run "$WORK/u6.out" -O bootfile_url && grep -qxF "$want bootfile_url=" "$WORK/u6.out"; then
-    pass "udhcpc6 $(cat "$WORK/u6.out")"
+    ok "udhcpc6 $(cat "$WORK/u6.out")"
   else
-    fail "udhcpc6: $(cat "$WORK/u6.out") $(tail -n 5 "$WORK/udhcpc6.log")"
+    miss "udhcpc6: $(cat "$WORK/u6.out") $(tail -n 5 "$WORK/udhcpc6.log")"
   fi
   if udhcpc6_run "$WORK/u6-boot.out" -O bootfile_url -x 61:0007 \
      && grep -qxF "$want bootfile_url=tftp://[fd00:77::1]/ipxe.efi" "$WORK/u6-boot.out"; then
-    pass "udhcpc6 -O bootfile_url -x 61:0007 (UEFI x64): $(sed 's/.* bootfile_url=/bootfile_url=/' "$WORK/u6-boot.out")"
+    ok "udhcpc6 -O bootfile_url -x 61:0007 (UEFI x64): $(sed 's/.* bootfile_url=/bootfile_url=/' "$WORK/u6-boot.out")"
   else
-    fail "udhcpc6 -x 61:0007: $(cat "$WORK/u6-boot.out") $(tail -n 5 "$WORK/udhcpc6.log")"
+    miss "udhcpc6 -x 61:0007: $(cat "$WORK/u6-boot.out") $(tail -n 5 "$WORK/udhcpc6.log")"
   fi
 else
-  fail "udhcpc6: tests/lab/udhcpc6.sh could not build it: $(tail -n 5 "$WORK/udhcpc6-build.log")"
+  miss "udhcpc6: tests/lab/udhcpc6.sh could not build it: $(tail -n 5 "$WORK/udhcpc6-build.log")"
 fi
 
 # --- perfdhcp -6, relay mode, 100 clients from the pool ---
 ip netns exec "$R" timeout 60 perfdhcp -6 -l vr-$$ -A 1 -R 100 -r 50 -n 100 -p 10 fd00:77::1 >"$WORK/perfdhcp.out" 2>&1 || true
 replies=$(awk '/\*\*\*Statistics for: REQUEST-REPLY\*\*\*/ {f=1} f && /^received packets:/ {print $3; exit}' "$WORK/perfdhcp.out")
 if [[ -n ${replies:-} && ${replies:-0} -ge 90 ]]; then
-  pass "perfdhcp -6 relay: $replies REQUEST-REPLY exchanges completed (SARR)"
+  ok "perfdhcp -6 relay: $replies REQUEST-REPLY exchanges completed (SARR)"
 else
-  fail "perfdhcp -6 relay: Replies received: ${replies:-none}"; cat "$WORK/perfdhcp.out"
+  miss "perfdhcp -6 relay: Replies received: ${replies:-none}"; cat "$WORK/perfdhcp.out"
 fi
 
 # --- a full binding table: 200 new clients on top of what is bound, at
@@ -208,9 +194,9 @@ b1=$(bindings)
 got=$(awk '/\*\*\*Statistics for: REQUEST-REPLY\*\*\*/ {f=1} f && /^received packets:/ {print $3; exit}' "$WORK/perfdhcp-full.out")
 full=$(grep -c "the binding table is full (150 bindings" "$WORK/bootd.log" || true)
 if [[ ${b1:-0} -eq 150 && ${full:-0} -gt 0 ]]; then
-  pass "maxBindings 150: bindings $b0 -> $b1 after 200 more clients (perfdhcp got ${got:-0} Replies; $full answers said the table is full)"
+  ok "maxBindings 150: bindings $b0 -> $b1 after 200 more clients (perfdhcp got ${got:-0} Replies; $full answers said the table is full)"
 else
-  fail "maxBindings 150: bindings $b0 -> ${b1:-none}, ${full:-0} 'table is full' answers"; tail -n 30 "$WORK/perfdhcp-full.out"
+  miss "maxBindings 150: bindings $b0 -> ${b1:-none}, ${full:-0} 'table is full' answers"; tail -n 30 "$WORK/perfdhcp-full.out"
 fi
 
 # --- malformed input: dropped and counted; bootd goes on answering ---
@@ -231,11 +217,11 @@ after=$(metric malformed); after=${after:-0}
 : >"$WORK/dhclient.out"; rm -f "$WORK/dhclient6.leases"
 ip -n "$C" link set vc-$$ down; ip -n "$C" link set vc-$$ address 52:54:00:77:00:20 up
 if [[ $((after - before)) -eq 3 ]] && dhclient6 -1 && grep -q "ip=fd00:77::20" "$WORK/dhclient.out"; then
-  pass "malformed: 3 dropped and counted (bootd_dhcp6_packets malformed $before -> $after); dhclient (worker-0, a node) answered after, with the table full"
+  ok "malformed: 3 dropped and counted (bootd_dhcp6_packets malformed $before -> $after); dhclient (worker-0, a node) answered after, with the table full"
 else
-  fail "malformed: counted $before -> $after; $(cat "$WORK/dhclient.out")"
+  miss "malformed: counted $before -> $after; $(cat "$WORK/dhclient.out")"
 fi
-[[ -f $WORK/dhclient6.pid ]] && kill "$(cat "$WORK/dhclient6.pid")" 2>/dev/null || true
+stop_dhclient6
 
-echo "dhcp6-interop: $passed passed, $failed failed"
-[[ $failed -eq 0 ]]
+log "$PASSES passed, $FAILS failed"
+harness_verdict
