@@ -36,7 +36,8 @@
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")" && pwd)
-REPO=$(cd "$HERE/../.." && pwd)
+# shellcheck source=tests/lib/harness.sh
+. "$HERE/../lib/harness.sh"   # $REPO
 BOOTD="" RUN=""
 while [[ $# -gt 0 ]]; do
   case $1 in
@@ -50,9 +51,10 @@ RUN=${RUN:-$REPO/target/lab-runs/secrets-e2e-$$}
 rm -rf "$RUN"
 mkdir -p "$RUN/audit"
 RUN=$(readlink -f "$RUN")
+# The run's folder is kept: what was grepped, and the check's findings.
+harness_init secrets-e2e --work "$RUN"
 W=$RUN/work A=$RUN/audit
 T0=$(date +%s)
-log() { echo "secrets/e2e.sh: $*" >&2; }
 
 # --- 1. the run -------------------------------------------------------------------------
 log "bmc-e2e.sh with the audit hooks (output: $A/harness.log)"
@@ -62,7 +64,7 @@ SECRETS_AUDIT_DIR=$A bash "$REPO/tests/controller/bmc-e2e.sh" ${BOOTD:+--bootd "
 tail -n 1 "$A/harness.log" >&2
 HARNESS_OK=1
 [[ $rc == 0 ]] || { HARNESS_OK=0; log "bmc-e2e.sh exited $rc; last lines:"; tail -n 40 "$A/harness.log" >&2; }
-[[ -d $W/secrets ]] || { echo "FAIL secrets-e2e the run made no secrets (bmc-e2e.sh exit $rc)"; exit 1; }
+[[ -d $W/secrets ]] || fail "the run made no secrets (bmc-e2e.sh exit $rc)"
 
 # --- 2. what to look for ---------------------------------------------------------------------
 # Every Ignition token the run issued that a file shows: the consoles (the
@@ -141,21 +143,21 @@ EOF
 # --- 3. the check proves it catches each secret, then greps the run ---------------------------
 rm -rf "$RUN/selftest"
 python3 "$HERE/check.py" --targets "$RUN/targets.json" --self-test "$RUN/selftest" >&2 \
-  || { echo "FAIL secrets-e2e check.py --self-test: a planted secret was not caught"; exit 1; }
+  || fail "check.py --self-test: a planted secret was not caught"
 rm -rf "$RUN/selftest"
 out=$(python3 "$HERE/check.py" --targets "$RUN/targets.json" --exclusions "$RUN/exclusions.json" "$W" "$A") && crc=0 || crc=$?
 printf '%s\n' "$out" | tee "$RUN/check.txt" >&2
 secs=$(( $(date +%s) - T0 ))
 if [[ $crc != 0 ]]; then
-  echo "FAIL secrets-e2e $(grep -c '^LEAK' <<<"$out" || true) leak(s) (above; $RUN/check.txt), harness $([[ $HARNESS_OK == 1 ]] && echo passed || echo "failed: $(tail -n 1 "$A/harness.log")")"
-  exit 1
+  fail "$(grep -c '^LEAK' <<<"$out" || true) leak(s) (above; $RUN/check.txt), bmc-e2e.sh $([[ $HARNESS_OK == 1 ]] && echo passed || echo "failed: $(tail -n 1 "$A/harness.log")")"
 fi
-[[ $HARNESS_OK == 1 ]] || { echo "FAIL secrets-e2e no leak, but bmc-e2e.sh failed: $(tail -n 1 "$A/harness.log")"; exit 1; }
+[[ $HARNESS_OK == 1 ]] || fail "no leak, but bmc-e2e.sh failed: $(tail -n 1 "$A/harness.log")"
 # What the audit must have seen, or the grep proves little.
-n_snap=$(ls "$A/snap" | wc -l)
-[[ $n_snap -ge 10 ]] || { echo "FAIL secrets-e2e only $n_snap snapshots"; exit 1; }
-grep -q "TRACE" "$W/bootd-1.log" || { echo "FAIL secrets-e2e bootd did not log at trace"; exit 1; }
-# bootd's own ipmitool (the harness never sets a boot device in this mode).
-grep -q " ipmitool: .*chassis bootdev pxe" "$A/proc/cmdline.txt" && grep -q "^[0-9]* ipmitool IPMI_PASSWORD=" "$A/proc/environ.txt" \
-  || { echo "FAIL secrets-e2e the sampler never saw bootd's ipmitool and its environment"; exit 1; }
+n_snap=$(find "$A/snap" -mindepth 1 -maxdepth 1 | wc -l)
+[[ $n_snap -ge 10 ]] || fail "only $n_snap snapshots"
+grep -q "TRACE" "$W/bootd-1.log" || fail "bootd did not log at trace"
+# bootd's own ipmitool (bmc-e2e.sh never sets a boot device in this mode).
+if ! grep -q " ipmitool: .*chassis bootdev pxe" "$A/proc/cmdline.txt" || ! grep -q "^[0-9]* ipmitool IPMI_PASSWORD=" "$A/proc/environ.txt"; then
+  fail "the sampler never saw bootd's ipmitool and its environment"
+fi
 echo "PASS secrets-e2e ${secs}s ($n_snap snapshots, $(python3 -c 'import json,sys; print(len(json.load(open(sys.argv[1]))["literal"]))' "$RUN/targets.json") secrets)"
