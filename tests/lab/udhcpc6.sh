@@ -34,15 +34,13 @@
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")" && pwd)
-REPO=$(cd "$HERE/../.." && pwd)
+# shellcheck source=tests/lib/harness.sh
+. "$HERE/../lib/harness.sh"
 OUT=${1:-$REPO/target/udhcpc6}
 # The Debian mirror (the system's, /etc/apt/sources.list.d/debian.sources).
 MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 SECURITY_MIRROR=${DEBIAN_SECURITY_MIRROR:-http://deb.debian.org/debian-security}
 KEYRING=/usr/share/keyrings/debian-archive-keyring.gpg
-
-log() { echo "udhcpc6.sh: $*" >&2; }
-die() { log "$*"; exit 1; }
 
 works() { [[ -x $OUT/busybox ]] && "$OUT/busybox" udhcpc6 --help >/dev/null 2>&1; }
 if works; then
@@ -50,7 +48,9 @@ if works; then
   exit 0
 fi
 
-[[ $(id -u) -eq 0 ]] || die "must run as root (apt-get)"
+[[ $(id -u) -eq 0 ]] || { echo "udhcpc6.sh: must run as root (apt-get)" >&2; exit 1; }
+# OUT is the run's directory (kept: the binary, the source, the logs).
+harness_init udhcpc6 --work "$OUT"
 # shellcheck disable=SC1091
 . /etc/os-release
 CODENAME=${VERSION_CODENAME:-bookworm}
@@ -69,7 +69,6 @@ if [[ ${#missing[@]} -gt 0 ]]; then
     || { apt-get update -q >&2 && apt-get install -y -q --no-install-recommends "${missing[@]}" >&2; }
 fi
 
-mkdir -p "$OUT"
 OUT=$(readlink -f "$OUT")
 
 # --- the source package, through a private apt state ---------------------------
@@ -116,10 +115,10 @@ if [[ -z $DSC ]]; then
     DSC=$SRC/busybox_${WANT#*:}.dsc
   else
     [[ -n $WANT ]] && log "busybox $WANT is not in the archive any more; taking the candidate"
-    fetch busybox || die "apt-get source busybox failed (see $APT/update.log)"
+    fetch busybox || fail "apt-get source busybox failed (see $APT/update.log)"
     DSC=$(dsc)
   fi
-  [[ -f $DSC ]] || die "no busybox .dsc in $SRC"
+  [[ -f $DSC ]] || fail "no busybox .dsc in $SRC"
 fi
 VER=$(sed -n 's/^Version: //p' "$DSC")
 log "source: ${DSC##*/} (busybox $VER)"
@@ -131,7 +130,7 @@ DS_OPTS=(--no-copy)
 # With the Debian developers' keyring the uploader's signature must be valid.
 [[ -f /usr/share/keyrings/debian-keyring.gpg ]] && DS_OPTS+=(--require-valid-signature)
 dpkg-source "${DS_OPTS[@]}" -x "$DSC" "$TREE" >"$SRC/dpkg-source.log" 2>&1 \
-  || { cat "$SRC/dpkg-source.log" >&2; die "dpkg-source -x $DSC failed"; }
+  || { cat "$SRC/dpkg-source.log" >&2; fail "dpkg-source -x $DSC failed"; }
 if grep -q 'cannot verify' "$SRC/dpkg-source.log"; then
   log "dpkg-source: uploader's signature not checked (no debian-keyring); the .dsc and tarballs were checked by apt against the archive-signed Sources index when downloaded, the tarballs by dpkg-source against the .dsc"
 fi
@@ -188,12 +187,12 @@ start=$(date +%s)
     fi
   done <"$FRAG"
   make -j2 busybox
-) >"$BUILD_LOG" 2>&1 || { tail -n 40 "$BUILD_LOG" >&2; die "build failed (log: $BUILD_LOG)"; }
+) >"$BUILD_LOG" 2>&1 || { tail -n 40 "$BUILD_LOG" >&2; fail "build failed (log: $BUILD_LOG)"; }
 grep '^udhcpc6.sh:' "$BUILD_LOG" >&2 || true
 
 install -m 0755 "$TREE/busybox" "$OUT/busybox.tmp.$$"
 mv -f "$OUT/busybox.tmp.$$" "$OUT/busybox"
 cp "$TREE/.config" "$OUT/busybox.config"
 rm -rf "$TREE"
-works || die "$OUT/busybox udhcpc6 --help does not work"
+works || fail "$OUT/busybox udhcpc6 --help does not work"
 log "built $OUT/busybox (busybox $VER, udhcpc6; $(( $(date +%s) - start )) s to build)"
