@@ -1,6 +1,7 @@
 # shellcheck shell=bash
-# Sourced by every bench/*/run.sh: where the machine's CPU time goes during a
-# measurement, defined once.
+# Sourced by every bench/*/run.sh, after tests/lib/harness.sh and
+# bench/lib/bench.sh: where the machine's CPU time goes during a measurement,
+# defined once.
 #
 # Server CPU: the CPU time of a group holding a server with every thread and
 # every child it forks, exited or not (tftpd-hpa forks one per transfer, nginx
@@ -20,10 +21,13 @@
 # on. Work at positive nice (busy_start's loops, a niced build) is neither
 # busy nor ours.
 #
-# Use: cpu_init NAME once, after the EXIT trap that calls cpu_cleanup; then
+# Use: cpu_init NAME once, after harness_init (it registers cpu_cleanup with
+# the harness's on_exit); then
 #   cpu_group G NAME [CPUS]      a group counted as ours, its handle in $G (CPUS: "0", "0,1"; empty = any)
 #   cpu_join G                   this shell (and what it starts from now on) into G
-#   incg G cmd args... &         cmd in G ($! is cmd's PID)
+#   cpu_spawn G [--ns NS] [--log F] [--append] cmd args...
+#                                the harness's spawn, cmd in G ($SPAWNED is cmd's PID, in PIDS)
+#   incg G cmd args... &         cmd in G ($! is cmd's PID), for what the harness does not stop
 #   r=$(cpu_read G)              -> "ns user_ns system_ns" so far; cpu_used R0 R1 [FMT] -> "cpu_s user_s"
 #   s=$(cpu_snap)                -> a snapshot; cpu_other, cpu_load, cpu_idle, cpu_secs compare two
 #   cpu_quiet MAX WAIT CPUSET... waits (bounded) until other load <= MAX CPUs on each set
@@ -38,6 +42,7 @@
 # processes' context (left out, "other" went negative by up to a quarter of a
 # CPU). nice is left out: work at positive nice never disturbs us much.
 # BUSY_COLUMNS (env) overrides the choice.
+# shellcheck disable=SC2016 # awk's columns, for cpu_snap's awk
 if [[ -n ${BUSY_COLUMNS:-} ]]; then
     BUSY_HOW="columns $BUSY_COLUMNS (BUSY_COLUMNS from the environment)"
 elif grep -qs '^CONFIG_IRQ_TIME_ACCOUNTING=y' "/boot/config-$(uname -r)" || { [[ -r /proc/config.gz ]] && zgrep -qs '^CONFIG_IRQ_TIME_ACCOUNTING=y' /proc/config.gz; }; then
@@ -99,6 +104,7 @@ cpu_init() { # NAME
     CPU_HOW="$CPU_HOW; busy = $BUSY_HOW, minus our groups and ksoftirqd"
     local p
     for p in $(pgrep -x 'ksoftirqd/[0-9]+'); do CPU_KSOFT="$CPU_KSOFT /proc/$p/stat"; done
+    on_exit cpu_cleanup
 }
 
 _cpu_mkgroup() { # NAME -> dir
@@ -126,6 +132,27 @@ cpu_join() {
 # background (&): it execs, so the background job becomes cmd and $! is cmd's
 # PID (stopping it by that PID stops the server itself).
 incg() { local g=$1; shift; exec bash -c 'echo $$ >>"$0" && exec "$@"' "$g/$CPU_PROCS" "$@"; }
+
+# cpu_spawn GROUP [--ns NS] [--log F] [--append] cmd args...: spawn
+# (tests/lib/harness.sh) with cmd inside GROUP: recorded in PIDS and stopped
+# at exit (or by stop_pid), its own PID in $SPAWNED (bash joins the group,
+# then execs `ip netns exec NS` (which execs cmd) or cmd). The group is
+# joined before entering NS: `ip netns exec` mounts a sysfs of its own,
+# where the group's path is not.
+cpu_spawn() {
+    local g=$1 opts=() ns=()
+    shift
+    while [[ $# -gt 0 ]]; do
+        case $1 in
+        --append) opts+=("$1"); shift ;;
+        --log) opts+=("$1" "$2"); shift 2 ;;
+        --ns) ns=(ip netns exec "$2"); shift 2 ;;
+        *) break ;;
+        esac
+    done
+    # shellcheck disable=SC2016 # for the inner bash
+    spawn "${opts[@]}" bash -c 'echo $$ >>"$0" && exec "$@"' "$g/$CPU_PROCS" "${ns[@]}" "$@"
+}
 
 _cpu_proc_ticks() { # "self" | pid... (with their descendants) -> "user_ticks system_ticks"
     local files="" p r
@@ -260,8 +287,10 @@ busy_stop() {
     CPU_BUSY_PIDS=()
 }
 
-# From the EXIT trap, after the servers are stopped: move what is left (this
-# shell) back where it was and remove the groups.
+# From the harness's exit (on_exit, registered by cpu_init; the hooks run
+# before the harness stops the processes in PIDS): stop the busy loops, move
+# what is still in a group (this shell, servers about to be stopped) back
+# where this shell was and remove the groups.
 cpu_cleanup() {
     local g p
     busy_stop
