@@ -4,30 +4,30 @@
 # reachable from CI). Vulnerabilities and warnings (unmaintained, unsound)
 # fail; the advisories .cargo/audit.toml ignores are listed there, each with
 # why it does not apply. Installs cargo-audit (pinned) when missing.
-# Usage: tests/audit.sh   Prints "PASS audit ..." or the findings and exits 1.
+# Usage: tests/audit.sh   Prints "ok" lines and "PASS audit", or the
+# findings and "FAIL audit", and exits 1.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. tests/lib/harness.sh
+harness_init audit
 VERSION=0.22.2
 if ! cargo audit --version 2>/dev/null | grep -q " $VERSION\$"; then
-    echo "audit.sh: installing cargo-audit $VERSION" >&2
+    log "installing cargo-audit $VERSION"
     cargo install cargo-audit --locked --version "$VERSION" >&2
 fi
-db=$(mktemp -d /tmp/advisory-db.XXXXXX)
-trap 'rm -rf "$db"' EXIT
-tar -xJf tests/advisory-db/advisory-db.tar.xz -C "$db"
+db=$WORK/advisory-db
+tar -xJf tests/advisory-db/advisory-db.tar.xz -C "$WORK"
 # cargo-audit opens the database as a git repository.
-git -C "$db/advisory-db" init -q
-git -C "$db/advisory-db" add -A
-git -C "$db/advisory-db" -c user.name=audit -c user.email=audit@localhost commit -q -m snapshot
-fail=0
+git -C "$db" init -q
+git -C "$db" add -A
+git -C "$db" -c user.name=audit -c user.email=audit@localhost commit -q -m snapshot
+log "$(tar -tJf tests/advisory-db/advisory-db.tar.xz | grep -c 'RUSTSEC-.*\.md$') advisories in the snapshot"
 for lock in Cargo.lock fuzz/Cargo.lock; do
-    if out=$(cargo audit --db "$db/advisory-db" --no-fetch --stale --deny warnings --file "$lock" 2>&1); then
-        echo "ok   $lock: $(grep -o 'Scanning .*' <<<"$out" | head -n 1)"
+    if out=$(cargo audit --db "$db" --no-fetch --stale --deny warnings --file "$lock" 2>&1); then
+        ok "$lock: $(grep -o 'Scanning .*' <<<"$out" | head -n 1)"
     else
         echo "$out" | grep -v "^ *Fetching\|^ *Loaded" >&2
-        echo "FAIL $lock" >&2
-        fail=1
+        bad "$lock"
     fi
 done
-[[ $fail == 0 ]] || exit 1
-echo "PASS audit ($(tar -tJf tests/advisory-db/advisory-db.tar.xz | grep -c 'RUSTSEC-.*\.md$') advisories)"
+harness_verdict

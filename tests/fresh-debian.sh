@@ -18,6 +18,8 @@
 set -euo pipefail
 DIR=$(realpath -m "${1:-/srv/fresh}")
 cd "$(dirname "$0")/.."
+. tests/lib/harness.sh
+harness_init fresh-debian.sh
 KEEP=${KEEP:-0}
 REUSE_CLONE=${REUSE_CLONE:-0}
 [[ $REUSE_CLONE != 1 ]] || KEEP=1
@@ -26,30 +28,30 @@ REUSE_CLONE=${REUSE_CLONE:-0}
 MARK=.fresh-debian
 MIRROR=${MIRROR:-http://deb.debian.org/debian}
 
-[[ $(id -u) -eq 0 ]] || { echo "fresh-debian.sh: must run as root" >&2; exit 1; }
-[[ $DIR == /?*/?* ]] || { echo "fresh-debian.sh: $DIR: give a directory at least two levels deep" >&2; exit 1; }
+[[ $(id -u) -eq 0 ]] || fail "must run as root"
+[[ $DIR == /?*/?* ]] || fail "$DIR: give a directory at least two levels deep"
 # Something still mounted inside (a run that was killed before its cleanup):
 # removing or re-mounting over it could reach the host's /dev or /sys.
 if awk -v d="$DIR" '$2 == d || index($2, d "/") == 1 {found = 1} END {exit !found}' /proc/self/mounts; then
-  echo "fresh-debian.sh: something is still mounted below $DIR; unmount it first (umount -R $DIR)" >&2
-  exit 1
+  fail "something is still mounted below $DIR; unmount it first (umount -R $DIR)"
 fi
 command -v debootstrap >/dev/null || apt-get install -y -q debootstrap
 
+# Everything mounted below is unmounted at exit, last first.
 mounted=()
-cleanup() {
+# shellcheck disable=SC2317  # run by the exit hook
+unmount_all() {
   local i
   for ((i = ${#mounted[@]} - 1; i >= 0; i--)); do umount -R "${mounted[$i]}" 2>/dev/null || umount -l "${mounted[$i]}" || true; done
 }
-trap cleanup EXIT
+on_exit unmount_all
 
 if [[ $KEEP != 1 || ! -e $DIR/$MARK ]]; then
   if [[ -e $DIR && ! -e $DIR/$MARK ]] && [[ -n $(ls -A "$DIR") ]]; then
-    echo "fresh-debian.sh: $DIR is not empty and not a chroot this script made; not touching it" >&2
-    exit 1
+    fail "$DIR is not empty and not a chroot this script made; not touching it"
   fi
   rm -rf --one-file-system "$DIR"
-  echo "fresh-debian.sh: debootstrap bookworm $DIR" >&2
+  log "debootstrap bookworm $DIR"
   debootstrap bookworm "$DIR" "$MIRROR" >&2
   touch "$DIR/$MARK"
 fi
@@ -91,10 +93,10 @@ else
   git -C "$DIR/root/ci" reset -q --hard FETCH_HEAD
   git -C "$DIR/root/ci" clean -qfdx -e target
 fi
-echo "fresh-debian.sh: .ci/run on $(git -C "$DIR/root/ci" log --oneline -1)" >&2
+log ".ci/run on $(git -C "$DIR/root/ci" log --oneline -1)"
 rc=0
 chroot "$DIR" /usr/bin/env -i HOME=/root TERM=dumb CI=true LANG=C.UTF-8 \
   PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
   bash -c 'cd /root/ci && bash .ci/run' || rc=$?
-echo "fresh-debian.sh: .ci/run exited $rc" >&2
+log ".ci/run exited $rc"
 exit "$rc"

@@ -8,23 +8,25 @@
 # names an executable, that one is used and nothing is installed.
 # Idempotent. Usage: tests/controller/deps.sh
 set -euo pipefail
-REPO=$(cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/../.." && pwd)
+# shellcheck source=tests/lib/harness.sh
+. "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/../lib/harness.sh"   # sets REPO
+harness_init deps.sh
 PRISM_DIR=$REPO/target/prism
 
 if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
-  [[ $(id -u) -eq 0 ]] || { echo "deps.sh: node/npm missing and not root: apt-get install nodejs npm" >&2; exit 1; }
+  [[ $(id -u) -eq 0 ]] || fail "node/npm missing and not root: apt-get install nodejs npm"
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -q
   apt-get install -y -q --no-install-recommends nodejs npm
 fi
 if [[ -n ${PRISM:-} && -x ${PRISM:-} ]]; then
-  echo "deps.sh: using PRISM=$PRISM ($("$PRISM" --version))"
+  log "using PRISM=$PRISM ($("$PRISM" --version))"
   exit 0
 fi
 PIN=$REPO/tests/controller/prism
 # .installed: the lock file an `npm ci` there finished with (a half-done install has none).
 if [[ -x $PRISM_DIR/node_modules/.bin/prism ]] && cmp -s "$PIN/package-lock.json" "$PRISM_DIR/.installed"; then
-  echo "deps.sh: prism $("$PRISM_DIR/node_modules/.bin/prism" --version) already in $PRISM_DIR"
+  log "prism $("$PRISM_DIR/node_modules/.bin/prism" --version) already in $PRISM_DIR"
   exit 0
 fi
 rm -rf "$PRISM_DIR"
@@ -32,4 +34,4 @@ mkdir -p "$PRISM_DIR"
 cp "$PIN/package.json" "$PIN/package-lock.json" "$PRISM_DIR/"
 npm ci --prefix "$PRISM_DIR" --no-audit --no-fund
 cp "$PIN/package-lock.json" "$PRISM_DIR/.installed"
-echo "deps.sh: prism $("$PRISM_DIR/node_modules/.bin/prism" --version) installed in $PRISM_DIR"
+log "prism $("$PRISM_DIR/node_modules/.bin/prism" --version) installed in $PRISM_DIR"

@@ -3,7 +3,12 @@
 # toolchain itself comes from tests/lab/rust.sh).
 # Idempotent: if everything is already installed it returns without calling apt.
 # Usage: sudo tests/lab/deps.sh        (Debian 12, root, no tty needed)
+# Runs first on a fresh machine: the harness needs nothing at source time
+# but bash and coreutils (not python3 nor curl, which this installs).
 set -euo pipefail
+# shellcheck source=tests/lib/harness.sh
+. "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/../lib/harness.sh"
+harness_init deps.sh
 
 PKGS=(
   # C compiler and linker for the Rust build (rustc links with cc; mimalloc,
@@ -65,10 +70,7 @@ PKGS=(
   etcd-server etcd-client keepalived protobuf-compiler libprotobuf-dev
 )
 
-if [[ $(id -u) -ne 0 ]]; then
-  echo "deps.sh: must run as root" >&2
-  exit 1
-fi
+[[ $(id -u) -eq 0 ]] || fail "must run as root"
 
 missing=()
 for p in "${PKGS[@]}"; do
@@ -77,22 +79,19 @@ for p in "${PKGS[@]}"; do
   [[ $st == "install ok installed" ]] || missing+=("$p")
 done
 if [[ ${#missing[@]} -eq 0 ]]; then
-  echo "deps.sh: all ${#PKGS[@]} packages already installed"
+  log "all ${#PKGS[@]} packages already installed"
   exit 0
 fi
-echo "deps.sh: installing: ${missing[*]}"
+log "installing: ${missing[*]}"
 
 export DEBIAN_FRONTEND=noninteractive
 # Keep package installs from starting system services (nginx, dnsmasq...) that
 # would grab ports. Remove our policy-rc.d afterwards only if we created it.
-created_policy=0
 if [[ ! -e /usr/sbin/policy-rc.d ]]; then
+  on_exit 'rm -f /usr/sbin/policy-rc.d'
   printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d
   chmod 755 /usr/sbin/policy-rc.d
-  created_policy=1
 fi
-cleanup() { if [[ $created_policy == 1 ]]; then rm -f /usr/sbin/policy-rc.d; fi; }
-trap cleanup EXIT
 
 apt-get update -q
 
@@ -114,4 +113,4 @@ if [[ $inst == *bpo* && " ${missing[*]} " != *" qemu-utils "* ]]; then
 fi
 
 apt-get install -y -q --no-install-recommends "${extra[@]}" "${args[@]}"
-echo "deps.sh: done"
+log "done"

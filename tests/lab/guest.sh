@@ -16,41 +16,44 @@
 #   LAB-IGNITION-CLIENT-LOG <line>                   (the failing stage's last log lines)
 # Needs (tests/lab/deps.sh): busybox-static cpio gzip kmod ignition, apt lists for apt-get download.
 set -euo pipefail
-trap 'echo "guest.sh: failed at line $LINENO: $BASH_COMMAND" >&2' ERR
 
 SELF=$(readlink -f "${BASH_SOURCE[0]}")
-REPO=$(cd "$(dirname "$SELF")/../.." && pwd)
+# shellcheck source=tests/lib/harness.sh
+. "$(dirname "$SELF")/../lib/harness.sh"   # sets REPO
 OUTDIR=${1:-$REPO/target/lab-images}
 LAB=$OUTDIR/lab
 CACHE=$OUTDIR/cache
 KERNEL=$LAB/kernel
 INITRD=$LAB/initramfs
 
+mkdir -p "$LAB" "$CACHE"
+# The build folder is beside the outputs, so that they are put in place by
+# a rename within one file system; removed at exit.
+harness_init guest.sh --work "$(mktemp -d "$OUTDIR/.guest-build.XXXXXX")"
+# shellcheck disable=SC2016  # $WORK is expanded at exit
+on_exit 'rm -rf "$WORK"'
+
 # Cache: nothing to do if both outputs exist and are newer than this script.
 if [[ -s $KERNEL && -s $INITRD && $KERNEL -nt $SELF && $INITRD -nt $SELF ]]; then
-  echo "guest.sh: up to date: $LAB"
+  log "up to date: $LAB"
   exit 0
 fi
 
 for tool in busybox cpio gzip depmod modinfo dpkg-deb apt-get; do
-  command -v "$tool" >/dev/null || { echo "guest.sh: missing $tool (run tests/lab/deps.sh)" >&2; exit 1; }
+  command -v "$tool" >/dev/null || fail "missing $tool (run tests/lab/deps.sh)"
 done
 BUSYBOX=/bin/busybox
 # The initramfs has no libc: the busybox must be busybox-static's.
 if [[ ! -x $BUSYBOX || $(ldd "$BUSYBOX" 2>&1 || true) != *"not a dynamic"* ]]; then
-  echo "guest.sh: $BUSYBOX missing or not static (install busybox-static)" >&2; exit 1
+  fail "$BUSYBOX missing or not static (install busybox-static)"
 fi
-
-mkdir -p "$LAB" "$CACHE"
-WORK=$(mktemp -d "$OUTDIR/.guest-build.XXXXXX")
-trap 'rm -rf "$WORK"' EXIT
 
 # --- kernel package -----------------------------------------------------------
 # linux-image-amd64 is a metapackage; its Depends names the real ABI package.
 kpkg() { apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-[0-9]/ {print $2; exit}'; }
 PKG=$(kpkg || true)
 if [[ -z $PKG ]]; then
-  echo "guest.sh: apt lists empty, running apt-get update" >&2
+  log "apt lists empty, running apt-get update"
   apt-get update -q >&2
   PKG=$(kpkg)
 fi
@@ -61,11 +64,11 @@ if [[ -z $DEB ]]; then
   # so apt warns and downloads unsandboxed: harmless, filtered out.
   (cd "$CACHE" && { apt-get download -q "$PKG" 2>&1 | grep -v 'unsandboxed' >&2; } ) || true
   DEB=$(cached_deb)
-  [[ -n $DEB ]] || { echo "guest.sh: apt-get download $PKG failed" >&2; exit 1; }
+  [[ -n $DEB ]] || fail "apt-get download $PKG failed"
   # drop older kernels from the cache
   find "$CACHE" -name 'linux-image-*.deb' ! -name "$(basename "$DEB")" -delete
 fi
-echo "guest.sh: kernel package $(basename "$DEB")"
+log "kernel package $(basename "$DEB")"
 dpkg-deb -x "$DEB" "$WORK/k"
 KVER=$(basename "$(find "$WORK/k/lib/modules" -mindepth 1 -maxdepth 1 -type d | head -n1)")
 KMOD=$WORK/k/lib/modules/$KVER
@@ -92,7 +95,7 @@ add_mod() {
   [[ -n ${seen[$m]:-} ]] && return 0
   seen[$m]=1
   p=$(modpath "$m")
-  [[ -n $p ]] || { echo "guest.sh: module $m not found in $KVER" >&2; exit 1; }
+  [[ -n $p ]] || fail "module $m not found in $KVER"
   mkdir -p "$R/lib/modules/$KVER/$(dirname "${p#"$KMOD"/}")"
   cp "$p" "$R/lib/modules/$KVER/${p#"$KMOD"/}"
   deps=$(modinfo -F depends "$p")
@@ -102,12 +105,12 @@ for m in "${want[@]}"; do add_mod "$m"; done
 cp "$KMOD"/modules.order "$KMOD"/modules.builtin "$KMOD"/modules.builtin.modinfo "$R/lib/modules/$KVER/" 2>/dev/null || true
 # kmod's depmod writes modules.dep in the format busybox modprobe reads.
 depmod -b "$R" "$KVER"
-echo "guest.sh: modules: ${!seen[*]}"
+log "modules: ${!seen[*]}"
 
 # The real Ignition client (Debian's `ignition`, what RHCOS and FCOS run in
 # their initramfs) with the shared libraries and loader it links against.
 IGNITION_BIN=/usr/lib/dracut/modules.d/30ignition/ignition
-[[ -x $IGNITION_BIN ]] || { echo "guest.sh: $IGNITION_BIN missing (apt-get install ignition; tests/lab/deps.sh)" >&2; exit 1; }
+[[ -x $IGNITION_BIN ]] || fail "$IGNITION_BIN missing (apt-get install ignition; tests/lab/deps.sh)"
 copy_elf() { # BIN DEST: the binary at DEST in the initramfs, its libraries at their own paths
   local bin=$1 dest=$2 lib
   install -D -m 755 "$bin" "$R$dest"
@@ -116,7 +119,7 @@ copy_elf() { # BIN DEST: the binary at DEST in the initramfs, its libraries at t
   done
 }
 copy_elf "$IGNITION_BIN" /usr/bin/ignition
-echo "guest.sh: ignition $("$IGNITION_BIN" -version 2>&1 | head -n1)"
+log "ignition $("$IGNITION_BIN" -version 2>&1 | head -n1)"
 # Debian's Ignition relabels what it writes (SELinux), with setfiles from
 # policycoreutils: the real one, from the package (not installed on the host).
 cached_pc() { local d; for d in "$CACHE"/policycoreutils_*.deb; do [[ -f $d ]] && { echo "$d"; return 0; }; done; return 0; }
@@ -124,7 +127,7 @@ PC_DEB=$(cached_pc)
 if [[ -z $PC_DEB ]]; then
   (cd "$CACHE" && { apt-get download -q policycoreutils 2>&1 | grep -v 'unsandboxed' >&2; } ) || true
   PC_DEB=$(cached_pc)
-  [[ -n $PC_DEB ]] || { echo "guest.sh: apt-get download policycoreutils failed" >&2; exit 1; }
+  [[ -n $PC_DEB ]] || fail "apt-get download policycoreutils failed"
 fi
 dpkg-deb -x "$PC_DEB" "$WORK/pc"
 copy_elf "$WORK/pc/sbin/setfiles" /usr/sbin/setfiles
@@ -285,4 +288,4 @@ cp "$WORK/k/boot/vmlinuz-$KVER" "$WORK/kernel"
 # install both atomically-ish (rename within the same fs)
 mv -f "$WORK/kernel" "$KERNEL"
 mv -f "$WORK/initramfs" "$INITRD"
-echo "guest.sh: built $KERNEL ($(stat -c %s "$KERNEL") bytes), $INITRD ($(stat -c %s "$INITRD") bytes), kernel $KVER"
+log "built $KERNEL ($(stat -c %s "$KERNEL") bytes), $INITRD ($(stat -c %s "$INITRD") bytes), kernel $KVER"

@@ -8,6 +8,10 @@
 # Usage: tests/lab/rust.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+# (Before anything else is installed: the harness needs only bash and
+# coreutils at source time.)
+. tests/lib/harness.sh
+harness_init rust.sh
 HOME=${HOME:-$(getent passwd "$(id -u)" | cut -d: -f6)}
 export HOME
 export PATH="${CARGO_HOME:-$HOME/.cargo}/bin:$PATH"
@@ -18,7 +22,7 @@ declare -A RUSTUP_SHA256=(
   [aarch64-unknown-linux-gnu]=e3853c5a252fca15252d07cb23a1bdd9377a8c6f3efa01531109281ae47f841c
 )
 channel=$(sed -n 's/^channel *= *"\(.*\)"/\1/p' rust-toolchain.toml)
-[[ -n $channel ]] || { echo "rust.sh: no channel in rust-toolchain.toml" >&2; exit 1; }
+[[ -n $channel ]] || fail "no channel in rust-toolchain.toml"
 
 if ! command -v rustup >/dev/null; then
   if command -v cargo >/dev/null; then
@@ -26,29 +30,23 @@ if ! command -v rustup >/dev/null; then
     # it is if it is new enough.
     have=$(cargo --version | awk '{print $2}')
     if [[ $(printf '%s\n%s\n' "$channel" "$have" | sort -V | head -1) != "$channel" ]]; then
-      echo "rust.sh: cargo $have (without rustup) is older than $channel (rust-toolchain.toml); remove it or install rustup" >&2
-      exit 1
+      fail "cargo $have (without rustup) is older than $channel (rust-toolchain.toml); remove it or install rustup"
     fi
-    echo "rust.sh: cargo $have without rustup; used as it is"
+    log "cargo $have without rustup; used as it is"
     exit 0
   fi
   target="$(uname -m)-unknown-linux-gnu"
   want=${RUSTUP_SHA256[$target]:-}
-  [[ -n $want ]] || { echo "rust.sh: no pinned rustup-init for $target" >&2; exit 1; }
+  [[ -n $want ]] || fail "no pinned rustup-init for $target"
   url="https://static.rust-lang.org/rustup/archive/$RUSTUP_VERSION/$target/rustup-init"
-  tmp=$(mktemp -d)
-  trap 'rm -rf "$tmp"' EXIT
-  echo "rust.sh: installing rustup $RUSTUP_VERSION from $url"
-  curl -sSf --retry 3 -o "$tmp/rustup-init" "$url"
-  got=$(sha256sum "$tmp/rustup-init" | cut -d' ' -f1)
-  if [[ $want != "$got" ]]; then
-    echo "rust.sh: rustup-init sha256 is $got, expected $want: not run" >&2
-    exit 1
-  fi
-  chmod +x "$tmp/rustup-init"
-  "$tmp/rustup-init" -y --no-modify-path --profile minimal --default-toolchain none
+  log "installing rustup $RUSTUP_VERSION from $url"
+  curl -sSf --retry 3 -o "$WORK/rustup-init" "$url"
+  got=$(sha256sum "$WORK/rustup-init" | cut -d' ' -f1)
+  [[ $want == "$got" ]] || fail "rustup-init sha256 is $got, expected $want: not run"
+  chmod +x "$WORK/rustup-init"
+  "$WORK/rustup-init" -y --no-modify-path --profile minimal --default-toolchain none
 fi
 
 # The toolchain file's toolchain and components (a no-op when present).
 rustup toolchain install --no-self-update --profile minimal --component rustfmt,clippy "$channel"
-echo "rust.sh: $(rustc --version), $(cargo --version), $(cargo fmt --version), $(cargo clippy --version)"
+log "$(rustc --version), $(cargo --version), $(cargo fmt --version), $(cargo clippy --version)"

@@ -25,8 +25,9 @@
 # boot.ipxe itself; nothing here writes them.
 set -euo pipefail
 
-HERE=$(cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")" && pwd)
-REPO=$(cd "$HERE/../.." && pwd)
+# shellcheck source=tests/lib/harness.sh
+. "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/../lib/harness.sh"   # sets REPO
+harness_init tftp-root.sh
 DIR=${1:-$REPO/target/lab-tftp}
 CACHE=$REPO/target/lab-cache
 IPXE_DIR=/usr/lib/ipxe
@@ -81,17 +82,14 @@ fi
 # GRUB_NET_TRIES (environment, default 8): how many times the script tries;
 # 1 makes it give up, which tests netboot.sh's fallback of typing at the prompt.
 GRUB_NET_TRIES=${GRUB_NET_TRIES:-8}
-[[ $GRUB_NET_TRIES =~ ^[1-9][0-9]?$ ]] || die "GRUB_NET_TRIES must be 1-99"
+[[ $GRUB_NET_TRIES =~ ^[1-9][0-9]?$ ]] || fail "GRUB_NET_TRIES must be 1-99"
 NETBOOT_CFG=${NETBOOT_CFG//@TRIES@/$(seq -s ' ' 1 "$GRUB_NET_TRIES")}
 EMBED_CFG='set prefix=(memdisk)
 normal (memdisk)/netboot.cfg
 '
 
-log() { echo "tftp-root.sh: $*" >&2; }
-die() { log "$*"; exit 1; }
-
-[[ $(id -u) -eq 0 ]] || die "must run as root (apt-get download)"
-command -v grub-mkimage >/dev/null || die "grub-mkimage missing: run tests/lab/deps.sh (package grub-common)"
+[[ $(id -u) -eq 0 ]] || fail "must run as root (apt-get download)"
+command -v grub-mkimage >/dev/null || fail "grub-mkimage missing: run tests/lab/deps.sh (package grub-common)"
 mkdir -p "$DIR" "$CACHE"
 DIR=$(readlink -f "$DIR")
 
@@ -106,7 +104,7 @@ put() {
 
 # --- iPXE -----------------------------------------------------------------------
 for f in ipxe.efi snponly.efi undionly.kpxe; do
-  [[ -f $IPXE_DIR/$f ]] || die "$IPXE_DIR/$f missing: run tests/lab/deps.sh (package ipxe)"
+  [[ -f $IPXE_DIR/$f ]] || fail "$IPXE_DIR/$f missing: run tests/lab/deps.sh (package ipxe)"
   put "$IPXE_DIR/$f" "$DIR/$f"
 done
 
@@ -135,7 +133,7 @@ if [[ -z $DEB ]]; then
   ) | grep -v "couldn't be accessed by user '_apt'" >&2 || true
   debs=("$DEB_DIR"/grub-ieee1275-bin_*_ppc64el.deb)
   DEB=${debs[-1]}
-  [[ -f $DEB ]] || die "could not download grub-ieee1275-bin:ppc64el (see $APT_STATE/update.log)"
+  [[ -f $DEB ]] || fail "could not download grub-ieee1275-bin:ppc64el (see $APT_STATE/update.log)"
 fi
 DEB_VER=$(dpkg-deb -f "$DEB" Version)
 [[ $DEB_VER == "$GRUB_VER" ]] || log "warning: grub-mkimage is $GRUB_VER, modules are $DEB_VER"
@@ -145,7 +143,7 @@ MODDIR=$UNPACK/usr/lib/grub/powerpc-ieee1275
 if [[ ! -f $MODDIR/kernel.img ]]; then
   rm -rf "$UNPACK"
   dpkg-deb -x "$DEB" "$UNPACK"
-  [[ -f $MODDIR/kernel.img ]] || die "$DEB has no powerpc-ieee1275/kernel.img"
+  [[ -f $MODDIR/kernel.img ]] || fail "$DEB has no powerpc-ieee1275/kernel.img"
 fi
 
 # core.elf: rebuilt when the GRUB version, module list or scripts change.
@@ -153,7 +151,7 @@ STAMP="$DEB_VER $GRUB_VER modules=${GRUB_MODULES[*]} $(printf '%s\n%s' "$NETBOOT
 # The stamp lives in the cache (not in the served TFTP root), one per DIR.
 STAMP_FILE=$CACHE/core.elf.stamp.$(printf '%s' "$DIR" | sha256sum | cut -c1-12)
 if [[ ! -f $DIR/core.elf || ! -f $STAMP_FILE || $(cat "$STAMP_FILE") != "$STAMP" ]]; then
-  BUILD=$(mktemp -d "$CACHE/core-elf.XXXXXX")
+  BUILD=$WORK/core-elf
   mkdir -p "$BUILD/memdisk/powerpc-ieee1275"
   cp "$MODDIR/ofnet.mod" "$BUILD/memdisk/powerpc-ieee1275/"
   printf '%s' "$NETBOOT_CFG" >"$BUILD/memdisk/netboot.cfg"
@@ -165,7 +163,6 @@ if [[ ! -f $DIR/core.elf || ! -f $STAMP_FILE || $(cat "$STAMP_FILE") != "$STAMP"
     -c "$BUILD/embed.cfg" -o "$DIR/core.elf.tmp.$$" "${GRUB_MODULES[@]}"
   chmod 0644 "$DIR/core.elf.tmp.$$"
   mv -f "$DIR/core.elf.tmp.$$" "$DIR/core.elf"
-  rm -rf "$BUILD"
   echo "$STAMP" >"$STAMP_FILE"
   log "built $DIR/core.elf ($(stat -c %s "$DIR/core.elf") bytes; GRUB $DEB_VER)"
 fi
