@@ -5,22 +5,18 @@
 //! known client the address it had (leases are committed to etcd before
 //! their ACK) and a new client another one.
 
-#[path = "../../bootd/tests/common/dhcp.rs"]
-#[allow(dead_code)] // dhcp_recv: replies here are read with their sender
-mod common;
-// The etcd test member's port picker: one counter for both.
-use etcd::testing as ports;
-
-use common::{loopback_site, request, write_site};
 use dhcproto::v4::{Message, MessageType};
 use dhcproto::{Decodable, Decoder};
 use std::net::Ipv4Addr;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+use testkit::dhcp::{loopback_site, request, write_site};
+use testkit::ports;
+use testkit::process::Process;
 use tokio::net::UdpSocket;
 
 struct Appliance {
-    child: Child,
+    child: Process,
     dhcp: u16,
     http: u16,
     dir: tempfile::TempDir,
@@ -70,7 +66,7 @@ impl Appliance {
             .spawn()
             .unwrap();
         Appliance {
-            child,
+            child: Process::new(child),
             dhcp,
             http,
             dir,
@@ -112,14 +108,7 @@ impl Appliance {
     }
 
     fn kill9(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Appliance {
-    fn drop(&mut self) {
-        self.kill9();
+        self.child.kill();
     }
 }
 

@@ -4,11 +4,6 @@
 //! and a node's first machine-config connection and its API backend up
 //! become its timeline's last two phases, at lbd's times, once each.
 
-// For its copy of the lab site; the DHCP helpers are not used here.
-#[allow(dead_code)]
-#[path = "../../bootd/tests/common/dhcp.rs"]
-mod common;
-
 use lbd::status::{BackendStatus, ClientStatus, FrontendStatus, Status};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -18,28 +13,15 @@ use tokio_util::sync::CancellationToken;
 
 /// Serves `status` (as lbd's admin listener does) at `GET /status`.
 async fn lbd_admin(status: Arc<Mutex<Status>>) -> SocketAddr {
-    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = l.local_addr().unwrap();
-    tokio::spawn(async move {
-        loop {
-            let Ok((s, _)) = l.accept().await else { return };
-            let status = Arc::clone(&status);
-            tokio::spawn(async move {
-                let svc = hyper::service::service_fn(move |_req| {
-                    let body = serde_json::to_vec(&*status.lock().unwrap()).unwrap();
-                    async move {
-                        Ok::<_, std::convert::Infallible>(hyper::Response::new(
-                            http_body_util::Full::new(bytes::Bytes::from(body)),
-                        ))
-                    }
-                });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(hyper_util::rt::TokioIo::new(s), svc)
-                    .await;
-            });
+    testkit::http_fake::serve(None, move |_req| {
+        let body = serde_json::to_vec(&*status.lock().unwrap()).unwrap();
+        async move {
+            Some(hyper::Response::new(http_body_util::Full::new(
+                bytes::Bytes::from(body),
+            )))
         }
-    });
-    addr
+    })
+    .await
 }
 
 fn frontend(
@@ -65,7 +47,7 @@ async fn lbd_phases_from_its_status() {
     }));
     let admin = lbd_admin(Arc::clone(&status)).await;
     let dir = tempfile::tempdir().unwrap();
-    let path = common::write_site(dir.path(), |mut t| {
+    let path = testkit::dhcp::write_site(dir.path(), |mut t| {
         t.push_str(&format!("\nlb:\n  adminListen: {admin}\n"));
         t
     });

@@ -1,14 +1,11 @@
 //! kill -9 of a real bootd process under DHCP load (relayed, on loopback)
 //! loses no ACKed lease: every ACK the relay saw is in the lease file.
 
-#[path = "../../bootd/tests/common/dhcp.rs"]
-mod common;
-#[path = "../../tests/support/ports.rs"]
-mod ports;
-
-use common::{dhcp_recv, loopback_site, request, write_site};
 use dhcproto::v4::MessageType;
 use std::time::Duration;
+use testkit::dhcp::{dhcp_recv, loopback_site, request, write_site};
+use testkit::ports;
+use testkit::process::Process;
 use tokio::net::UdpSocket;
 
 /// A real bootd process under a stream of relayed DORAs, killed with
@@ -28,7 +25,7 @@ async fn kill_9_loses_no_acked_lease() {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let spawn = || {
-        std::process::Command::new(env!("CARGO_BIN_EXE_bootd"))
+        let child = std::process::Command::new(env!("CARGO_BIN_EXE_bootd"))
             .args([
                 "--site",
                 site.to_str().unwrap(),
@@ -39,7 +36,8 @@ async fn kill_9_loses_no_acked_lease() {
             .stderr(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
             .spawn()
-            .unwrap()
+            .unwrap();
+        Process::new(child)
     };
     let mut child = spawn();
     relay.connect(("127.0.0.1", dhcp_port)).await.unwrap();
@@ -52,8 +50,7 @@ async fn kill_9_loses_no_acked_lease() {
         i += 1;
         let mac = [0x02, 0, 0, (i >> 16) as u8, (i >> 8) as u8, i as u8];
         if acked.len() == 100 {
-            child.kill().unwrap(); // SIGKILL
-            child.wait().unwrap();
+            child.kill(); // SIGKILL
             child = spawn();
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
@@ -81,8 +78,7 @@ async fn kill_9_loses_no_acked_lease() {
             }
         }
     }
-    child.kill().unwrap();
-    child.wait().unwrap();
+    child.kill();
     assert!(acked.len() >= 120, "only {} ACKs", acked.len());
     let text = std::fs::read_to_string(dir.path().join("state/leases.jsonl")).unwrap();
     let mut stored = std::collections::HashMap::new();

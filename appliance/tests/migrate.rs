@@ -3,16 +3,12 @@
 //! the real binary and a real etcd member: everything the first held, the
 //! second holds.
 
-#[path = "../../bootd/tests/common/dhcp.rs"]
-#[allow(dead_code)] // the DHCP helpers; only the site writer is used
-mod common;
-
 use controller::store::{Condition, Event, NodeRow, Resource, Store};
 use std::path::Path;
 use std::process::Command;
 
 fn site_in(dir: &Path, etcd: Option<&str>) -> std::path::PathBuf {
-    common::write_site(dir, |t| match etcd {
+    testkit::dhcp::write_site(dir, |t| match etcd {
         Some(e) => t.replacen(
             "host:\n",
             &format!("host:\n  store: {{ etcd: {{ endpoints: [\"{e}\"], prefix: /migrate/ }} }}\n"),

@@ -7,11 +7,6 @@
 //!
 //! Alone in its test binary: `site::loads()` counts the whole process.
 
-// For its copy of the lab site; the DHCP helpers are not used here.
-#[allow(dead_code)]
-#[path = "../../bootd/tests/common/dhcp.rs"]
-mod common;
-
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
@@ -56,7 +51,7 @@ async fn until(what: &str, secs: u64, mut f: impl AsyncFnMut() -> bool) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_change_is_parsed_once_for_every_daemon() {
     let dir = tempfile::tempdir().unwrap();
-    let path = common::write_site(dir.path(), |t| {
+    let path = testkit::dhcp::write_site(dir.path(), |t| {
         t.replacen(
             "host:\n",
             "host:\n  api:\n    listen: 127.0.0.1:9\n    tokens: { file: api-tokens }\n",

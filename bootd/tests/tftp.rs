@@ -14,9 +14,7 @@ use tftp::{Outcome, Resolved, Resolver, TftpConfig, TftpMetrics};
 use tokio::net::UdpSocket;
 use tokio_util::sync::CancellationToken;
 
-#[path = "common/logs.rs"]
-mod logs_capture;
-use logs_capture::logs;
+use testkit::logs::logs;
 
 fn log_text() -> String {
     String::from_utf8_lossy(&logs().lock().unwrap()).into_owned()

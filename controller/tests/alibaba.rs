@@ -7,10 +7,7 @@ use controller::providers::alibaba::{self, Alibaba, InstanceSpec};
 use controller::providers::{Http, MachineState, NodeRequest, Provider};
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
-
-#[path = "../../tests/support/ecs_fake.rs"]
-mod ecs_fake;
-use ecs_fake::{tag, EcsFake as Fake, SECRET};
+use testkit::ecs_fake::{tag, EcsFake as Fake, SECRET};
 
 fn account(f: &Fake, secret_file: &std::path::Path) -> site::AlibabaAccount {
     site::AlibabaAccount {

@@ -11,10 +11,7 @@ use serde_json::{json, Value};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
-
-#[path = "../../tests/support/redfish_fake.rs"]
-mod redfish_fake;
-use redfish_fake::*;
+use testkit::redfish_fake::*;
 
 fn node(name: &str) -> NodeRequest {
     NodeRequest {

@@ -543,5 +543,4 @@ fn header_only(
 mod build;
 
 #[cfg(test)]
-#[path = "core_tests.rs"]
 mod tests;

@@ -3,17 +3,17 @@
 //! one: no disk syncs to wait for), listening on 127.0.0.1 only, stopped by
 //! its PID when dropped.
 
-#[path = "../../tests/support/ports.rs"]
-mod ports;
-
 use crate::{Config, Etcd};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+use testkit::process::Process;
 
-pub use ports::free_port;
+/// testkit's port picker: the member's ports and the test's own come from
+/// one counter.
+pub use testkit::ports::free_port;
 
 pub struct Server {
-    child: Option<Child>,
+    child: Option<Process>,
     /// `http://127.0.0.1:<port>`
     pub endpoint: String,
     peer: String,
@@ -76,27 +76,15 @@ impl Server {
                     binary()
                 )
             });
-        self.child = Some(child);
-        self.wait_ready();
-    }
-
-    fn wait_ready(&mut self) {
-        let end = Instant::now() + Duration::from_secs(20);
+        let child = Process::new(child).with_log(self.dir.path().join("etcd.log"));
         let etcd = Etcd::connect(&self.config("/ready/")).expect("etcd client");
-        loop {
-            if etcd.get("probe").is_ok() {
-                return;
-            }
-            if let Some(Ok(Some(status))) = self.child.as_mut().map(|c| c.try_wait()) {
-                panic!("etcd exited ({status}): {}", self.log());
-            }
-            assert!(
-                Instant::now() < end,
-                "etcd did not answer in 20 s: {}",
-                self.log()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        let child = self.child.insert(child);
+        child.wait_ready(
+            "etcd",
+            Duration::from_secs(20),
+            Duration::from_millis(50),
+            || etcd.get("probe").ok(),
+        );
     }
 
     /// A client configuration for this member, keys under `prefix`.
@@ -122,8 +110,7 @@ impl Server {
     /// SIGKILL, by PID, and reaped.
     pub fn kill(&mut self) {
         if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
+            c.kill();
         }
     }
 
@@ -131,11 +118,5 @@ impl Server {
     pub fn restart(&mut self) {
         self.kill();
         self.spawn();
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        self.kill();
     }
 }

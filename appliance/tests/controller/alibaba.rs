@@ -8,15 +8,12 @@
 //! stray one with its tag), deletes them with `--yes`, and none of another
 //! cluster's.
 
-#[path = "../../../tests/support/ecs_fake.rs"]
-mod ecs_fake;
-
 use super::{
     api_call, api_client, bootd_cli as cli, cond, free_port, process_site, Fake, Proc, API_TOKEN,
 };
-use ecs_fake::{tag, EcsFake, SECRET};
 use serde_json::json;
 use std::time::{Duration, Instant};
+use testkit::ecs_fake::{tag, EcsFake, SECRET};
 
 const INFRA: &str = "lab-x7k2p";
 

@@ -4,14 +4,11 @@
 //! bootd powers the machine on exactly once in both cases, and there is one
 //! node.
 
-#[path = "../../../tests/support/redfish_fake.rs"]
-mod redfish_fake;
-
 use super::{api_call, api_client, cond, free_port, process_site, Fake, Proc, API_TOKEN};
-use redfish_fake::{fresh, serve, PASSWORD, SYS};
 use serde_json::json;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use testkit::redfish_fake::{fresh, serve, PASSWORD, SYS};
 
 async fn kill_9_while_the_bmc_holds(method: &'static str, path: &'static str) {
     let bmc = fresh();

@@ -10,20 +10,17 @@
 //!
 //! The seed is printed; `CRASH_LOOP_SEED=<n>` replays a run's timing choices.
 
-#[path = "../../../bootd/tests/common/dhcp.rs"]
-#[allow(dead_code)] // the helpers this test does not use
-mod dhcp;
-
 use super::{
     api_call, api_client, cond, equinix_node, free_port, process_site, Fake, Proc, API_TOKEN,
 };
-use dhcp::{dhcp_recv, request};
 use dhcproto::v4::MessageType;
 use rand::{Rng, SeedableRng};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use testkit::dhcp::{self, dhcp_recv, request};
+use testkit::process::Process;
 use tokio::net::UdpSocket;
 
 const KILLS: u32 = 50;
@@ -234,7 +231,10 @@ fn start(site: &std::path::Path, round: u32, reply_port: u16) -> Proc {
         .stderr(std::fs::File::create(&log).unwrap())
         .spawn()
         .unwrap();
-    Proc { child, log }
+    Proc {
+        child: Process::new(child),
+        log,
+    }
 }
 
 /// New clients, one DORA after another, until `running` ends; every ACK is

@@ -7,7 +7,6 @@
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
-use hyper_util::rt::TokioIo;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, VecDeque};
 use std::net::SocketAddr;
@@ -70,27 +69,16 @@ pub struct Fake {
 
 impl Fake {
     pub async fn start() -> Fake {
-        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = l.local_addr().unwrap();
         let state = Arc::new(Mutex::new(State {
             issued_token: "iam-access-token-1".into(),
             ..Default::default()
         }));
         let st = Arc::clone(&state);
-        tokio::spawn(async move {
-            loop {
-                let Ok((s, _)) = l.accept().await else {
-                    continue;
-                };
-                let st = Arc::clone(&st);
-                tokio::spawn(async move {
-                    let svc = hyper::service::service_fn(move |req| handle(Arc::clone(&st), req));
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(TokioIo::new(s), svc)
-                        .await;
-                });
-            }
-        });
+        let addr = testkit::http_fake::serve(None, move |req| {
+            let st = Arc::clone(&st);
+            async move { handle(st, req).await.ok() }
+        })
+        .await;
         Fake { addr, state }
     }
 

@@ -4,9 +4,7 @@
 //! once there is room.
 
 use super::*;
-
-#[path = "../../../tests/support/tmpfs.rs"]
-mod tmpfs;
+use testkit::tmpfs::Tmpfs;
 
 fn node(name: &str, last: u8) -> Value {
     json!({
@@ -21,7 +19,7 @@ async fn a_full_state_disk_refuses_api_writes_with_507_and_recovers() {
     let dir = tempfile::tempdir().unwrap();
     let path = write_site(dir.path(), &f.url(), &f.url(), &f.url(), "127.0.0.1:0");
     let state = dir.path().join("state");
-    let fs = tmpfs::Tmpfs::mount(&state, "2m");
+    let fs = Tmpfs::mount(&state, "2m");
     let b = Bootd::start_site(dir, &path, tuning()).await;
     let (st, v) = b
         .call("POST", "/v1/nodes", Some(node("worker-7", 57)))

@@ -14,25 +14,21 @@ mod ha;
 mod ipv6;
 mod local;
 mod platforms;
-#[path = "../../../tests/support/ports.rs"]
-mod ports;
 mod prism;
-
-use ports::free_port;
 
 use fake::{Fake, Fault};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use testkit::process::Process;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-pub const API_TOKEN: &str = "api-token-for-tests-0c9e";
+pub use testkit::logs::logs;
+use testkit::ports::free_port;
 
-#[path = "../../../bootd/tests/common/logs.rs"]
-mod logs_capture;
-pub use logs_capture::logs;
+pub const API_TOKEN: &str = "api-token-for-tests-0c9e";
 
 fn lab() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/lab")
@@ -1022,9 +1018,9 @@ async fn cluster_bootstrap_complete_is_recorded_once() {
     b.stop().await;
 }
 
-/// A real bootd process, for SIGKILL.
+/// A real bootd process, for SIGKILL (killed when dropped).
 struct Proc {
-    child: std::process::Child,
+    child: Process,
     log: PathBuf,
 }
 
@@ -1080,27 +1076,18 @@ impl Proc {
             .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
             .unwrap();
-        Proc { child, log }
+        Proc {
+            child: Process::new(child),
+            log,
+        }
     }
     /// Its exit status, if it exits within `limit`.
     fn wait(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
-        let end = Instant::now() + limit;
-        while Instant::now() < end {
-            if let Ok(Some(s)) = self.child.try_wait() {
-                return Some(s);
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        None
+        self.child.wait_exit(limit)
     }
 
     fn kill9(&mut self) {
-        nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(self.child.id() as i32),
-            nix::sys::signal::Signal::SIGKILL,
-        )
-        .unwrap();
-        self.child.wait().unwrap();
+        self.child.kill();
     }
 }
 
@@ -1126,14 +1113,6 @@ fn process_site(dir: &Path, f: &Fake, api_port: u16, edit: impl Fn(String) -> St
     );
     std::fs::write(&site, edit(text)).unwrap();
     site
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            self.kill9();
-        }
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

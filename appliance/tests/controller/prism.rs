@@ -11,17 +11,14 @@ use crate::fake::{self, Fake};
 use crate::{cond, equinix_node, phase, powervs_node, Bootd};
 use controller::providers::{self, equinix, powervs, NodeRequest, Provider};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
-}
+use std::process::{Command, Stdio};
+use std::time::Duration;
+use testkit::process::Process;
 
 fn prism_bin() -> PathBuf {
     let p = std::env::var_os("PRISM")
         .map(PathBuf::from)
-        .unwrap_or_else(|| repo().join("target/prism/node_modules/.bin/prism"));
+        .unwrap_or_else(|| testkit::repo().join("target/prism/node_modules/.bin/prism"));
     assert!(
         p.exists(),
         "Prism not found at {} (run tests/controller/deps.sh, or set PRISM)",
@@ -31,19 +28,15 @@ fn prism_bin() -> PathBuf {
 }
 
 fn spec(rel: &str) -> PathBuf {
-    let dir = std::env::var_os("SPECS_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo().join("../shared/specs"));
-    let p = dir.join(rel);
+    let p = testkit::specs().join(rel);
     assert!(p.exists(), "spec {} not found (set SPECS_DIR)", p.display());
     p
 }
 
-/// One Prism process on 127.0.0.1, stopped (by PID) on drop.
+/// One Prism process on 127.0.0.1, stopped (by PID, SIGTERM) on drop.
 pub struct Prism {
-    child: Child,
+    child: Process,
     pub port: u16,
-    log: PathBuf,
     _dir: tempfile::TempDir,
 }
 
@@ -62,25 +55,18 @@ impl Prism {
             ))
             .spawn()
             .unwrap();
-        let mut p = Prism {
+        let mut child = Process::new(child).with_log(log).terminate_on_drop();
+        child.wait_ready(
+            "Prism",
+            Duration::from_secs(60),
+            Duration::from_millis(200),
+            || std::net::TcpStream::connect(("127.0.0.1", port)).ok(),
+        );
+        Prism {
             child,
             port,
-            log,
             _dir: dir,
-        };
-        let end = Instant::now() + Duration::from_secs(60);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            if let Ok(Some(st)) = p.child.try_wait() {
-                panic!("Prism exited ({st}): {}", p.log_text());
-            }
-            assert!(
-                Instant::now() < end,
-                "Prism did not start: {}",
-                p.log_text()
-            );
-            std::thread::sleep(Duration::from_millis(200));
         }
-        p
     }
 
     pub fn mock(spec_rel: &str) -> Prism {
@@ -101,7 +87,7 @@ impl Prism {
     }
 
     pub fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
+        self.child.log_text()
     }
 
     /// A proxy forwarded requests, and found no request or response
@@ -142,18 +128,6 @@ impl Prism {
             "Prism found violations:\n{}",
             bad.join("\n")
         );
-    }
-}
-
-impl Drop for Prism {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(self.child.id() as i32),
-                nix::sys::signal::Signal::SIGTERM,
-            );
-            let _ = self.child.wait();
-        }
     }
 }
 

@@ -2,11 +2,11 @@
 //! durability before ACK, malformed input dropped and counted. (A kill -9
 //! of a bootd process under load: appliance/tests/leases.rs.)
 
-use crate::harness::common::{loopback_site, request};
 use crate::harness::{dhcp_recv, Bootd};
 use dhcproto::v4::{DhcpOption, MessageType, OptionCode};
 use std::net::Ipv4Addr;
 use std::time::Duration;
+use testkit::dhcp::{loopback_site, request};
 use tokio::net::UdpSocket;
 
 #[tokio::test]

@@ -119,7 +119,7 @@ fn golden(name: &str, got: &str) {
     let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/golden")
         .join(format!("dhcp6-{name}.txt"));
-    crate::golden_file::check(&p, got);
+    testkit::golden::check(&p, got);
 }
 
 fn opt59(o: &Outcome) -> Option<String> {

@@ -81,7 +81,7 @@ fn golden(name: &str, got: &str) {
     let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/golden")
         .join(format!("dhcp-{name}.txt"));
-    crate::golden_file::check(&p, got);
+    testkit::golden::check(&p, got);
 }
 
 #[test]

@@ -2,8 +2,6 @@
 //! pinned in `bootd/tests/golden/`. `UPDATE_GOLDEN=1 cargo test` rewrites
 //! them; review the diff. Every Ignition also passes `ignition-validate`.
 
-use crate::golden_file;
-
 use bootd::render::{self, NodeUrls};
 use std::path::{Path, PathBuf};
 
@@ -16,7 +14,7 @@ fn golden_dir() -> PathBuf {
 }
 
 fn check(name: &str, got: &str) {
-    golden_file::check(&golden_dir().join(name), got);
+    testkit::golden::check(&golden_dir().join(name), got);
 }
 
 /// `ignition-validate` from Debian's `ignition` package, on a rendered config.

@@ -10,12 +10,8 @@ use std::sync::Arc;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-#[path = "../common/logs.rs"]
-mod logs_capture;
-pub use logs_capture::logs;
-#[path = "../common/dhcp.rs"]
-pub mod common;
-pub use common::{dhcp_recv, write_site};
+pub use testkit::dhcp::{dhcp_recv, write_site};
+pub use testkit::logs::logs;
 
 pub struct Bootd {
     pub dhcp: Option<SocketAddr>,

@@ -6,8 +6,6 @@ mod dhcp;
 mod dhcp6_core;
 mod dhcp_core;
 mod golden;
-#[path = "../../../tests/support/golden.rs"]
-mod golden_file;
 mod harness;
 mod http;
 mod http_limits;

@@ -2,14 +2,11 @@
 //! file (a real tmpfs, filled), a lease file cut short, corrupt small state
 //! files at start.
 
-use crate::harness::common::{loopback_site, request, write_site};
 use crate::harness::{dhcp_recv, logs, Bootd};
 use dhcproto::v4::MessageType;
 use std::net::Ipv4Addr;
+use testkit::dhcp::{loopback_site, request, write_site};
 use tokio::net::UdpSocket;
-
-#[path = "../../../tests/support/tmpfs.rs"]
-mod tmpfs;
 
 fn log_text() -> String {
     String::from_utf8_lossy(&logs().lock().unwrap()).into_owned()
@@ -53,7 +50,7 @@ async fn dora(relay: &UdpSocket, mac: [u8; 6], xid: u32) -> Option<dhcproto::v4:
 async fn a_full_disk_withholds_the_ack_counts_it_and_recovers() {
     let disk = tempfile::tempdir().unwrap();
     let state = disk.path().join("state");
-    let fs = tmpfs::Tmpfs::mount(&state, "1m");
+    let fs = testkit::tmpfs::Tmpfs::mount(&state, "1m");
     let relay = UdpSocket::bind("127.0.0.1:0").await.unwrap();
     let port = relay.local_addr().unwrap().port();
     let st = state.clone();

@@ -1,10 +1,8 @@
 //! What lbd derives from the example configurations, pinned in
 //! `lbd/tests/golden/`. `UPDATE_GOLDEN=1 cargo test -p lbd` rewrites them.
 
-#[path = "../../../tests/support/golden.rs"]
-mod golden_file;
-
 use std::path::{Path, PathBuf};
+use testkit::process::Process;
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
@@ -14,7 +12,7 @@ fn golden(name: &str, got: &str) {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/golden")
         .join(name);
-    golden_file::check(&path, got);
+    testkit::golden::check(&path, got);
 }
 
 #[test]
@@ -176,7 +174,7 @@ fn keepalived_configuration_for_the_vips() {
     inns(&["link", "set", "ens3-peer", "up"]);
     let log = dir.path().join("keepalived.log");
     let pid = |n: &str| dir.path().join(n).display().to_string();
-    let mut child = std::process::Command::new("ip")
+    let child = std::process::Command::new("ip")
         .args(["netns", "exec", &ns, "keepalived", "-n", "-l", "-D", "-f"])
         .arg(&file)
         .args([
@@ -191,6 +189,8 @@ fn keepalived_configuration_for_the_vips() {
         .stdout(std::process::Stdio::null())
         .spawn()
         .expect("keepalived (Debian's keepalived: tests/lab/deps.sh)");
+    // Stopped by PID with SIGTERM: it takes its VRRP children with it.
+    let mut child = Process::new(child).terminate_on_drop();
     let end = std::time::Instant::now() + std::time::Duration::from_secs(15);
     let text = loop {
         let t = std::fs::read_to_string(&log).unwrap_or_default();
@@ -203,12 +203,7 @@ fn keepalived_configuration_for_the_vips() {
         }
         std::thread::sleep(std::time::Duration::from_millis(100));
     };
-    // Stopped by PID (SIGTERM: it takes its VRRP children with it).
-    let _ = nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(child.id() as i32),
-        nix::sys::signal::Signal::SIGTERM,
-    );
-    let _ = child.wait();
+    child.terminate();
     ip(&["netns", "del", &ns]);
     assert!(text.contains("Startup complete"), "{text}");
     for ran in ["check_api", "check_ingress", "check_boot"] {

@@ -4,15 +4,13 @@
 use crate::harness::*;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+use testkit::ports::free_port;
+use testkit::process::Process;
 use tokio::net::TcpStream;
 
 fn lbd() -> Command {
     Command::new(env!("CARGO_BIN_EXE_lbd"))
 }
-
-#[path = "../../../tests/support/ports.rs"]
-mod ports;
-use ports::free_port;
 
 #[test]
 fn check_config_lists_every_problem_with_its_key() {
@@ -70,15 +68,6 @@ fn check_config_prints_the_derived_frontends() {
     );
 }
 
-/// Stops the child on drop (by its PID).
-struct Child(std::process::Child);
-impl Drop for Child {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 #[tokio::test]
 async fn out_of_descriptors_backs_off_and_recovers() {
     let a = Backend::start("a", "127.0.0.1:0".parse().unwrap()).await;
@@ -101,7 +90,7 @@ async fn out_of_descriptors_backs_off_and_recovers() {
         .stderr(log)
         .spawn()
         .unwrap();
-    let _child = Child(child);
+    let _child = Process::new(child);
     let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
     let t0 = Instant::now();
     while get(addr).await.is_err() {

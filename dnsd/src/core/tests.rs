@@ -4,8 +4,6 @@
 
 use super::*;
 
-#[path = "../../tests/support/golden.rs"]
-mod golden_file;
 use crate::text;
 use hickory_proto::op::{Edns, Message, MessageType, OpCode, Query};
 use hickory_proto::rr::{DNSClass, RecordType};
@@ -352,7 +350,7 @@ fn golden_answers() {
             text::message(&out)
         ));
     }
-    golden_file::check(&data("tests/golden/answers.txt"), &got);
+    testkit::golden::check(&data("tests/golden/answers.txt"), &got);
 }
 
 fn decode(b: &[u8]) -> Message {

@@ -7,8 +7,9 @@ use dhcproto::{Encodable, Encoder};
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 
+/// The lab site's directory, `examples/lab`.
 pub fn lab_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/lab")
+    crate::repo().join("examples/lab")
 }
 
 /// Writes the lab site (edited) into `dir` with its own images, state and
@@ -40,6 +41,8 @@ pub fn loopback_site(t: String) -> String {
         .replace("ip: 10.77.0.21", "ip: 127.0.0.21")
 }
 
+/// A relayed request (giaddr 127.0.0.1, one hop) of type `t` from `mac`;
+/// with `ip`, asking the server 10.77.0.1 for that address.
 pub fn request(mac: [u8; 6], t: MessageType, xid: u32, ip: Option<Ipv4Addr>) -> Vec<u8> {
     let mut m = Message::default();
     m.set_opcode(Opcode::BootRequest)

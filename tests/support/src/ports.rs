@@ -5,7 +5,9 @@
 //! to the next `bind(0)` or outgoing `connect` of any concurrent test before
 //! the child binds it. These ports come from below the kernel's ephemeral
 //! range (32768-60999 on Linux), which `bind(0)` and `connect` never use,
-//! each test process starting at its own place in it.
+//! each test process starting at its own place in it. The counter is one
+//! static of this crate: every crate in a test binary that picks ports here
+//! (etcd's test member among them) draws from the same one.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -16,14 +18,7 @@ static NEXT: AtomicU32 = AtomicU32::new(0);
 /// A port free for both TCP and UDP on 127.0.0.1 right now, not returned
 /// before by this process.
 pub fn free_port() -> u16 {
-    // A test binary may hold several copies of this file (one per crate
-    // that includes it), each with its own counter: the static's address
-    // sets each copy apart, so they do not walk the same ports.
-    let copy = (&NEXT as *const AtomicU32 as usize / 64) as u32;
-    let start = std::process::id()
-        .wrapping_mul(7919)
-        .wrapping_add(copy.wrapping_mul(2654435761))
-        % SPAN;
+    let start = std::process::id().wrapping_mul(7919) % SPAN;
     for _ in 0..SPAN {
         let n = NEXT.fetch_add(1, Ordering::Relaxed);
         let port = (LOW + (start + n) % SPAN) as u16;

@@ -1,9 +1,9 @@
 //! A Redfish BMC fake for tests (one system, `/redfish/v1/Systems/sys-1`,
 //! two NICs, Basic auth, ETags, fault injection, replies that can be held
-//! or dropped), included by path by the controller's and the appliance's
-//! tests.
-#![allow(dead_code)]
+//! or dropped), for the controller's and the appliance's tests. Its state
+//! is a [`Bmc`] the test holds too: it sets faults and reads what was sent.
 
+use crate::http_fake::{self, Reply};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::{Request, Response};
@@ -48,7 +48,7 @@ pub const MANAGER: &str = "/redfish/v1/Managers/bmc";
 
 pub type Shared = Arc<Mutex<Bmc>>;
 
-fn reply(status: u16, v: Option<Value>, etag: Option<String>) -> Response<Full<Bytes>> {
+fn reply(status: u16, v: Option<Value>, etag: Option<String>) -> Reply {
     let mut b = Response::builder().status(status);
     if let Some(e) = etag {
         b = b.header("ETag", e);
@@ -62,7 +62,7 @@ fn reply(status: u16, v: Option<Value>, etag: Option<String>) -> Response<Full<B
     }
 }
 
-async fn handle(bmc: Shared, req: Request<hyper::body::Incoming>) -> Option<Response<Full<Bytes>>> {
+async fn handle(bmc: Shared, req: Request<hyper::body::Incoming>) -> Option<Reply> {
     let method = req.method().as_str().to_string();
     let path = req.uri().path().to_string();
     let resp = respond(bmc.clone(), req).await;
@@ -79,10 +79,7 @@ async fn handle(bmc: Shared, req: Request<hyper::body::Incoming>) -> Option<Resp
     resp
 }
 
-async fn respond(
-    bmc: Shared,
-    req: Request<hyper::body::Incoming>,
-) -> Option<Response<Full<Bytes>>> {
+async fn respond(bmc: Shared, req: Request<hyper::body::Incoming>) -> Option<Reply> {
     use base64::Engine as _;
     let want = format!(
         "Basic {}",
@@ -260,44 +257,10 @@ async fn respond(
 
 /// A fake BMC on 127.0.0.1, over TLS when `tls` is given.
 pub async fn serve(bmc: Shared, tls: Option<Arc<rustls::ServerConfig>>) -> SocketAddr {
-    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = l.local_addr().unwrap();
-    tokio::spawn(async move {
-        loop {
-            let Ok((s, _)) = l.accept().await else { return };
-            let bmc = bmc.clone();
-            let tls = tls.clone();
-            tokio::spawn(async move {
-                let svc = hyper::service::service_fn(move |req| {
-                    let bmc = bmc.clone();
-                    async move {
-                        match handle(bmc, req).await {
-                            Some(r) => Ok(r),
-                            None => Err(std::io::Error::other("dropped")),
-                        }
-                    }
-                });
-                let b = hyper::server::conn::http1::Builder::new();
-                match tls {
-                    Some(cfg) => {
-                        if let Ok(s) = tokio_rustls::TlsAcceptor::from(cfg).accept(s).await {
-                            let _ = b
-                                .serve_connection(hyper_util::rt::TokioIo::new(s), svc)
-                                .await;
-                        }
-                    }
-                    None => {
-                        let _ = b
-                            .serve_connection(hyper_util::rt::TokioIo::new(s), svc)
-                            .await;
-                    }
-                }
-            });
-        }
-    });
-    addr
+    http_fake::serve(tls, move |req| handle(bmc.clone(), req)).await
 }
 
+/// A BMC of a machine that is off, with no boot override, in UEFI mode.
 pub fn fresh() -> Shared {
     Arc::new(Mutex::new(Bmc {
         power: "Off".into(),

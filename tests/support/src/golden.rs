@@ -1,6 +1,6 @@
-//! Golden files, the same way in every crate's tests (included with
-//! `#[path]`): [`check`] compares what the code makes now with the file;
-//! `UPDATE_GOLDEN=1` writes the file instead (review the diff, then commit).
+//! Golden files, the same way in every crate's tests: [`check`] compares
+//! what the code makes now with the file; `UPDATE_GOLDEN=1` writes the file
+//! instead (review the diff, then commit).
 
 use std::path::Path;
 

@@ -1,40 +1,23 @@
 //! tests/controller/ecs-fake.py (the Alibaba ECS RPC fake) as a child
 //! process on 127.0.0.1, stopped by PID when dropped; its unsigned control
-//! API over a plain TCP connection. Included by path by the controller's
-//! and the appliance's tests.
-#![allow(dead_code)]
+//! API over a plain TCP connection. For the controller's and the
+//! appliance's tests.
 
+use crate::process::Process;
+use crate::{repo, specs};
 use serde_json::Value;
 use std::io::{Read, Write};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
-use std::time::{Duration, Instant};
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
 
 pub const AK: &str = "LTAI5tBootdTestKey01";
 pub const SECRET: &str = "bootd-Secret/0123456789+abcXYZ";
 
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-/// `$SPECS_DIR`, else `../shared/specs` beside the repository.
-pub fn specs() -> PathBuf {
-    std::env::var_os("SPECS_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo().join("../shared/specs"))
-}
-
 pub struct EcsFake {
-    child: Child,
+    _child: Process,
     pub port: u16,
     pub dir: tempfile::TempDir,
-}
-
-impl Drop for EcsFake {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 impl EcsFake {
@@ -68,20 +51,24 @@ impl EcsFake {
             .stderr(std::fs::File::create(dir.path().join("fake.err")).unwrap())
             .spawn()
             .expect("python3");
-        let t = Instant::now();
-        let port = loop {
-            if let Ok(s) = std::fs::read_to_string(&port_file) {
-                if let Ok(p) = s.trim().parse() {
-                    break p;
-                }
-            }
-            assert!(
-                t.elapsed() < Duration::from_secs(20),
-                "the ECS fake did not start"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        };
-        EcsFake { child, port, dir }
+        let mut child = Process::new(child).with_log(dir.path().join("fake.err"));
+        let port = child.wait_ready(
+            "the ECS fake",
+            Duration::from_secs(20),
+            Duration::from_millis(50),
+            || {
+                std::fs::read_to_string(&port_file)
+                    .ok()?
+                    .trim()
+                    .parse()
+                    .ok()
+            },
+        );
+        EcsFake {
+            _child: child,
+            port,
+            dir,
+        }
     }
 
     pub fn endpoint(&self) -> String {

@@ -1,8 +1,12 @@
-//! Log capture shared by the test binaries (`it`, `controller`, `tftp`): everything
-//! every in-process bootd logged, so tests can prove secrets never reach a log.
+//! Log capture for the test binaries that run daemons in process (bootd's
+//! `it` and `tftp`, the appliance's `controller`): everything they logged,
+//! at `trace` for the appliance's own crates, so tests can prove secrets
+//! never reach a log.
 
 use std::sync::{Arc, Mutex, OnceLock};
 
+/// The test binary's log so far. The first call installs the global
+/// subscriber that writes into it; every call returns the same buffer.
 pub fn logs() -> Arc<Mutex<Vec<u8>>> {
     static LOGS: OnceLock<Arc<Mutex<Vec<u8>>>> = OnceLock::new();
     LOGS.get_or_init(|| {
