@@ -30,6 +30,12 @@
 # QUIET_WAIT (120 s to wait for other load to stop), OTHER_MAX (0.2 CPUs),
 # ATTEMPTS (2 per measurement when other load ran meanwhile).
 set -euo pipefail
+# shellcheck source=tests/lib/harness.sh
+. "$(dirname "$0")/../../tests/lib/harness.sh"
+# shellcheck source=bench/lib/bench.sh
+. "$REPO/bench/lib/bench.sh"   # say, log, bench_need_*, num_lt
+# shellcheck source=bench/lib/cpu.sh
+. "$REPO/bench/lib/cpu.sh"     # cpu_init, cpu_group, cpu_spawn, cpu_read, cpu_snap, cpu_quiet, busy_start, ...
 
 ROUNDS=${ROUNDS:-3}
 MODES=${MODES:-"plain busy"}
@@ -44,47 +50,21 @@ LOAD_CPU=1
 BLK=1468
 WIN=16
 
-HERE=$(cd "$(dirname "$0")" && pwd)
-REPO=$(cd "$HERE/../.." && pwd)
 BOOTD_BIN=${BOOTD_BIN:-$REPO/target/release/bootd}
-RESULTS=${RESULTS:-$HERE/results-$(date -u +%F).txt}
+RESULTS=${RESULTS:-$REPO/bench/tftp/results-$(date -u +%F).txt}
 
-[[ $(id -u) -eq 0 ]] || { echo "run.sh: run as root (network namespaces, port 69)" >&2; exit 2; }
-for t in in.tftpd atftp curl taskset ip awk sha256sum; do
-    command -v "$t" >/dev/null || { echo "missing tool: $t (tests/lab/deps.sh installs them)" >&2; exit 2; }
-done
+bench_need_root "network namespaces, port 69"
+bench_need_tools 2 "tests/lab/deps.sh installs them" in.tftpd atftp curl taskset ip awk sha256sum
 [[ -x $BOOTD_BIN ]] || { echo "no bootd at $BOOTD_BIN: cargo build --release -p appliance --bin bootd" >&2; exit 2; }
-[[ $(nproc --all) -ge 2 ]] || { echo "need 2 CPUs" >&2; exit 2; }
+bench_need_cpus 2
 
 S=btf-s-$$ C=btf-c-$$
 VS=ts$$ VC=tc$$
 IP_BOOTD=10.78.200.1 IP_HPA=10.78.200.2 IP_ATFTPD=10.78.200.3 IP_CLIENT=10.78.200.100
-WORK=$(mktemp -d /tmp/bench-tftp.XXXXXX)
-chmod 755 "$WORK"   # bootd serves as nobody once it has bound its sockets
-chmod 755 "$WORK"
+harness_init bench-tftp        # $WORK (755: bootd serves as nobody once it has bound its sockets); at exit the servers stopped, the namespaces deleted
+bench_results "$RESULTS"
 declare -A PID
 declare -A CG
-. "$REPO/bench/lib/ns.sh"      # ns_pair, ns_addr, ns_cleanup
-. "$REPO/bench/lib/cpu.sh"     # cpu_init, cpu_group, incg, cpu_read, cpu_snap, cpu_quiet, busy_start, ...
-. "$REPO/bench/lib/order.sh"   # order
-cleanup() {
-    busy_stop || true
-    local p
-    for p in "${PID[@]}"; do kill "$p" 2>/dev/null || true; done
-    for p in "${PID[@]}"; do
-        for _ in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
-        kill -9 "$p" 2>/dev/null || true
-    done
-    ns_cleanup
-    cpu_cleanup
-    rm -rf "$WORK"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-: >"$RESULTS"
-say() { echo "$*"; echo "$*" >>"$RESULTS"; }
-log() { echo "# $*" >&2; echo "# $*" >>"$RESULTS"; }
 
 # The machine may be shared (another agent's bench/http run, QEMU lab tests).
 # Before a measurement: no wrk / bench/http run, and at most OTHER_MAX CPUs'
@@ -111,7 +91,8 @@ if [[ -z ${ATFTPD_BIN:-} ]]; then
     (cd "$WORK/atftpd-deb" && apt-get download atftpd >/dev/null 2>&1 && dpkg-deb -x atftpd_*.deb root) \
         || { echo "could not fetch atftpd (apt-get download atftpd)" >&2; exit 2; }
     ATFTPD_BIN=$WORK/atftpd-deb/root/usr/sbin/atftpd
-    ATFTPD_VER=$(ls "$WORK"/atftpd-deb/atftpd_*.deb | sed 's/.*atftpd_\(.*\)_.*/\1/')
+    debs=("$WORK"/atftpd-deb/atftpd_*.deb)
+    ATFTPD_VER=$(basename "${debs[0]}" | sed 's/.*atftpd_\(.*\)_.*/\1/')
 else
     ATFTPD_VER="$ATFTPD_BIN"
 fi
@@ -152,15 +133,15 @@ ignition:
   dir: $REPO/examples/lab/ignition
 EOF
 for x in bootd tftpd-hpa atftpd; do cpu_group "CG[$x]" "$x" $SERVER_CPU; done
-incg "${CG[bootd]}" ip netns exec "$S" taskset -c $SERVER_CPU "$BOOTD_BIN" --site "$WORK/bootd/site.yaml" >"$WORK/bootd.out" 2>"$WORK/bootd.log" &
-PID[bootd]=$!
+cpu_spawn "${CG[bootd]}" --ns "$S" --log "$WORK/bootd.log" taskset -c $SERVER_CPU "$BOOTD_BIN" --site "$WORK/bootd/site.yaml"
+PID[bootd]=$SPAWNED
 # tftpd-hpa: foreground (-L), forks one child per transfer; -s chroots to the root.
-incg "${CG[tftpd-hpa]}" ip netns exec "$S" taskset -c $SERVER_CPU in.tftpd -L -a $IP_HPA:69 -u root -s "$ROOT" >"$WORK/hpa.log" 2>&1 &
-PID[tftpd-hpa]=$!
+cpu_spawn "${CG[tftpd-hpa]}" --ns "$S" --log "$WORK/hpa.log" taskset -c $SERVER_CPU in.tftpd -L -a $IP_HPA:69 -u root -s "$ROOT"
+PID[tftpd-hpa]=$SPAWNED
 # atftpd: one thread per transfer.
-incg "${CG[atftpd]}" ip netns exec "$S" taskset -c $SERVER_CPU "$ATFTPD_BIN" --daemon --no-fork --port 69 --bind-address $IP_ATFTPD \
-    --user root --group root --logfile "$WORK/atftpd.log" --maxthread 100 "$ROOT" >"$WORK/atftpd.out" 2>&1 &
-PID[atftpd]=$!
+cpu_spawn "${CG[atftpd]}" --ns "$S" --log "$WORK/atftpd.out" taskset -c $SERVER_CPU "$ATFTPD_BIN" --daemon --no-fork --port 69 --bind-address $IP_ATFTPD \
+    --user root --group root --logfile "$WORK/atftpd.log" --maxthread 100 "$ROOT"
+PID[atftpd]=$SPAWNED
 
 ip_of() { case $1 in bootd) echo $IP_BOOTD ;; tftpd-hpa) echo $IP_HPA ;; atftpd) echo $IP_ATFTPD ;; esac; }
 
@@ -173,15 +154,15 @@ c_win() { # ip file out
         -g -r "$2" -l "$3" "$1" 69 >/dev/null 2>&1
 }
 
-for _ in $(seq 50); do
-    ok=1
+# Up: each server still runs and listens on its address's port 69.
+up() { alive "${PID[$1]}" && ip netns exec "$S" ss -Hlun "src $(ip_of "$1"):69" | grep -q .; }
+all_up() { up bootd && up tftpd-hpa && up atftpd; }
+if ! wait_for 5 all_up; then
     for s in bootd tftpd-hpa atftpd; do
-        kill -0 "${PID[$s]}" 2>/dev/null || { echo "$s exited:" >&2; cat "$WORK"/*.log "$WORK"/*.out >&2; exit 1; }
-        ip netns exec "$S" ss -Hlun "src $(ip_of $s):69" | grep -q . || ok=0
+        alive "${PID[$s]}" || { echo "$s exited:" >&2; cat "$WORK"/*.log "$WORK"/*.out >&2; exit 1; }
+        up "$s" || { echo "$s does not listen on $(ip_of "$s"):69 after 5 s:" >&2; cat "$WORK"/*.log "$WORK"/*.out >&2; exit 1; }
     done
-    ((ok)) && break
-    sleep 0.1
-done
+fi
 
 # Correctness first: every server sends the same bytes, with the options used.
 check() { # server kind(lock|win) file sum
@@ -232,7 +213,6 @@ measure() { # test server
     echo "$mib $w ${cpu%% *} $(cpu_load "$s0" "$s1")"
 }
 
-median() { sort -g | awk '{a[NR]=$1} END { if (NR == 0) { print "nan"; exit } if (NR % 2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2 }'; }
 declare -A R
 
 say "== bootd vs tftpd-hpa vs atftpd TFTP, $(date -u +%Y-%m-%dT%H:%M:%SZ)"
@@ -256,10 +236,10 @@ for mode in $MODES; do
                     read -r mib wall cpu other < <(measure "$t" "$s")
                     log "  $mode/$t/$s attempt $a: MiB=$mib wall=${wall}s server-cpu=${cpu}s other-load=${other}CPUs"
                     # keep the attempt with the least other load
-                    if [[ -z $best_other ]] || awk -v o="$other" -v b="$best_other" 'BEGIN { exit !(o < b) }'; then
+                    if [[ -z $best_other ]] || num_lt "$other" "$best_other"; then
                         best_other=$other; best="$mib $wall $cpu $other"
                     fi
-                    if awk -v o="$other" -v m="$OTHER_MAX" 'BEGIN { exit !(o <= m) }'; then break; fi
+                    num_lt "$OTHER_MAX" "$other" || break
                 done
                 read -r mib wall cpu other <<<"$best"
                 mbs=$(awk -v m="$mib" -v w="$wall" 'BEGIN { printf "%.1f", m / w }')
@@ -274,8 +254,8 @@ for mode in $MODES; do
     done
 done
 
-med() { echo "${R[$1,$2,$3,$4]:-}" | tr ' ' '\n' | grep -v '^$' | median; }
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0 && a == a + 0) printf "%.2f", a / b; else print "n/a" }'; }
+# shellcheck disable=SC2086 # the rounds' values, one a word
+med() { median_of ${R[$1,$2,$3,$4]:-}; }
 desc() {
     case $1 in
     lock64) echo "${BIG_MIB} MiB, blksize $BLK lock-step (curl)" ;;
