@@ -33,10 +33,11 @@
 #   MIRROR=URL the Debian mirror for debootstrap (http://deb.debian.org/debian).
 #   Needs podman, runc, debootstrap, getcap (apt-installed when missing). runc, not
 #   crun: crun refuses a host with cgroup v1 and v2 both mounted (hybrid).
-# Output: ok/FAIL lines, then `PASS container ...` or `FAIL container <reason>`.
+# Output: ok/FAIL lines, then `PASS container ...` or `FAIL container: <reason>`.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-REPO=$PWD
+# shellcheck source=tests/lib/harness.sh
+. tests/lib/harness.sh
 SELF=$REPO/tests/container/e2e.sh
 T0=$(date +%s)
 
@@ -100,30 +101,33 @@ C1=bmb-e2e-1-$$ C2=bmb-e2e-2-$$
 # boot its disk (checked instead).
 MAC1=52:54:00:77:00:10
 
-die() { echo "FAIL container $*"; exit 1; }
-RUN=''
-cleanup() {
+[[ $(id -u) -eq 0 ]] || { echo "FAIL container: must run as root"; exit 1; }
+# The run's files (sites, boot work directories) in target/container/run.*,
+# deleted at the end unless KEEP_WORK=1.
+mkdir -p "$CACHE" /run/bare-metal-boot-e2e
+RUN=$(mktemp -d "$CACHE/run.XXXXXX")
+harness_init container --work "$RUN"
+ROOTNEW=''
+# What the run made in podman's storage, and its files.
+container_cleanup() {
   local c
-  set +e
   for c in "$C1" "$C2"; do "${PODMAN[@]}" rm -f -t 5 "$c" >/dev/null 2>&1; done
   "${PODMAN[@]}" volume rm -f "$VOLUME" >/dev/null 2>&1
   "${PODMAN[@]}" rmi -f "$IMAGE" >/dev/null 2>&1
   # Intermediate stages (also those of a build that failed): untagged.
   "${PODMAN[@]}" image prune -f >/dev/null 2>&1
-  [[ -n $RUN ]] && rm -rf --one-file-system "$RUN"
-  [[ -n $ROOTNEW ]] && rm -rf --one-file-system "$ROOTNEW"
+  [[ ${KEEP_WORK:-0} == 1 ]] || rm -rf --one-file-system "$RUN"
+  [[ -z $ROOTNEW ]] || rm -rf --one-file-system "$ROOTNEW"
 }
-ROOTNEW=''
-trap cleanup EXIT
-[[ $(id -u) -eq 0 ]] || die "must run as root"
+on_exit container_cleanup
 
 # --- binaries, tools, lab images ------------------------------------------------------
 missing=0
 for b in appliance bootd dnsd lbd images; do [[ -x $BINDIR/$b ]] || missing=1; done
 if [[ $missing == 1 ]]; then
-  [[ $BINDIR == "$REPO/target/release" ]] || die "$BINDIR: appliance, bootd, dnsd, lbd or images not built there"
-  echo "container: building the release binaries" >&2
-  nice -n 10 cargo build --release --locked -p appliance -p dnsd -p lbd -p images >&2 || die "cargo build --release failed"
+  [[ $BINDIR == "$REPO/target/release" ]] || fail "$BINDIR: appliance, bootd, dnsd, lbd or images not built there"
+  log "building the release binaries"
+  nice -n 10 cargo build --release --locked -p appliance -p dnsd -p lbd -p images >&2 || fail "cargo build --release failed"
 fi
 need=()
 command -v podman >/dev/null || need+=(podman)
@@ -132,25 +136,22 @@ command -v debootstrap >/dev/null || need+=(debootstrap)
 command -v getcap >/dev/null || need+=(libcap2-bin)
 if [[ ${#need[@]} -gt 0 ]]; then
   DEBIAN_FRONTEND=noninteractive timeout 600 apt-get install -y -q --no-install-recommends "${need[@]}" >&2 ||
-    die "apt-get install ${need[*]} failed"
+    fail "apt-get install ${need[*]} failed"
 fi
-bash tests/lab/guest.sh target/lab-images >&2 || die "tests/lab/guest.sh failed"
-bash tests/lab/tftp-root.sh target/lab-tftp >&2 || die "tests/lab/tftp-root.sh failed"
-mkdir -p "$CACHE" /run/bare-metal-boot-e2e
-RUN=$(mktemp -d "$CACHE/run.XXXXXX")
-chmod 755 "$RUN"
+bash tests/lab/guest.sh target/lab-images >&2 || fail "tests/lab/guest.sh failed"
+bash tests/lab/tftp-root.sh target/lab-tftp >&2 || fail "tests/lab/tftp-root.sh failed"
 
 # --- the base image: debootstrap (cached as a tarball), podman import -----------------
 if [[ -f $TARBALL && -f $TARBALL.mark && $(cat "$TARBALL.mark") == "$WANT" ]]; then
-  echo "ok   base: cached $TARBALL ($(du -m "$TARBALL" | cut -f1) MB)"
+  ok "base: cached $TARBALL ($(du -m "$TARBALL" | cut -f1) MB)"
 else
   t=$(date +%s)
   ROOTNEW=$(mktemp -d "$CACHE/base.XXXXXX")
-  echo "container: debootstrap --variant=minbase $SUITE with $BASE_PKGS ($MIRROR)" >&2
+  log "debootstrap --variant=minbase $SUITE with $BASE_PKGS ($MIRROR)"
   if ! timeout 1200 nice -n 10 debootstrap --variant=minbase --include="$BASE_PKGS" "$SUITE" "$ROOTNEW" "$MIRROR" \
     >"$CACHE/base.log" 2>&1; then
     tail -n 20 "$CACHE/base.log" >&2
-    die "debootstrap failed (log: $CACHE/base.log)"
+    fail "debootstrap failed (log: $CACHE/base.log)"
   fi
   # As the registry's slim image: no package cache, no package lists.
   rm -rf "$ROOTNEW"/var/cache/apt/archives/*.deb "$ROOTNEW"/var/lib/apt/lists/*
@@ -160,17 +161,17 @@ else
   echo "$WANT" >"$TARBALL.mark"
   rm -rf --one-file-system "$ROOTNEW"
   ROOTNEW=''
-  echo "ok   base: debootstrap $SUITE minbase + $BASE_PKGS, $(du -m "$TARBALL" | cut -f1) MB, in $(($(date +%s) - t))s"
+  ok "base: debootstrap $SUITE minbase + $BASE_PKGS, $(du -m "$TARBALL" | cut -f1) MB, in $(($(date +%s) - t))s"
 fi
 # Imported again only when the tarball changed (its checksum is the image's label).
 sum=$(sha256sum "$TARBALL" | cut -c1-32)
 have=$("${PODMAN[@]}" image inspect -f '{{index .Labels "bmb.base"}}' "$BASE_IMAGE" 2>/dev/null || true)
 if [[ $have != "$sum" ]]; then
   "${PODMAN[@]}" import --change "LABEL bmb.base=$sum" --change 'CMD ["/bin/bash"]' "$TARBALL" "$BASE_IMAGE" >"$RUN/import.log" 2>&1 ||
-    die "podman import $TARBALL failed"
-  echo "ok   base: imported as $BASE_IMAGE"
+    fail "podman import $TARBALL failed"
+  ok "base: imported as $BASE_IMAGE"
 else
-  echo "ok   base: $BASE_IMAGE already imported"
+  ok "base: $BASE_IMAGE already imported"
 fi
 
 # podman raises nofile and nproc to its own maximum by default; a caller
@@ -185,42 +186,37 @@ if ! "${PODMAN[@]}" build --pull=never --network none -f systemd/Containerfile \
   --build-arg BASE="$BASE_IMAGE" --target prebuilt --build-context release="$BINDIR" \
   -t "$IMAGE" . >"$RUN/build.log" 2>&1; then
   tail -n 30 "$RUN/build.log"
-  die "podman build failed (no registry, no network)"
+  fail "podman build failed (no registry, no network)"
 fi
 # The intermediate stage (the binaries) stays behind untagged.
 "${PODMAN[@]}" image prune -f >/dev/null 2>&1 || true
 # shellcheck disable=SC2016  # a Go template, not shell
 cfg=$("${PODMAN[@]}" image inspect -f '{{.Config.User}} {{range $k, $v := .Config.Volumes}}{{$k}}{{end}}' "$IMAGE")
-[[ $cfg == "bootd /var/lib/bootd" ]] || die "image: user and volume are '$cfg', want 'bootd /var/lib/bootd'"
+[[ $cfg == "bootd /var/lib/bootd" ]] || fail "image: user and volume are '$cfg', want 'bootd /var/lib/bootd'"
 # The file capabilities that let the user bootd bind and SO_BINDTODEVICE
 # (podman also hands --cap-add to a non-root user; other engines do not).
-mnt=$("${PODMAN[@]}" image mount "$IMAGE") || die "podman image mount failed"
+mnt=$("${PODMAN[@]}" image mount "$IMAGE") || fail "podman image mount failed"
 fcaps=$(getcap "$mnt/usr/local/bin/appliance" 2>&1 || true)
 "${PODMAN[@]}" image unmount "$IMAGE" >/dev/null || true
-[[ $fcaps == *" cap_net_bind_service,cap_net_raw=ep" ]] || die "image: appliance's file capabilities: '${fcaps#"$mnt"}'"
+[[ $fcaps == *" cap_net_bind_service,cap_net_raw=ep" ]] || fail "image: appliance's file capabilities: '${fcaps#"$mnt"}'"
 BMB_UID=$("${PODMAN[@]}" run --rm --pull never --network none "${ULIMITS[@]}" --entrypoint /usr/bin/id "$IMAGE" -u) ||
-  die "cannot run id in the image"
+  fail "cannot run id in the image"
 export BMB_UID
-echo "ok   build: $IMAGE from $BASE_IMAGE and $BINDIR in $(($(date +%s) - t))s (--pull never --network none; user bootd, volume /var/lib/bootd, appliance ${fcaps##* }, $("${PODMAN[@]}" image inspect -f '{{.Size}}' "$IMAGE" | awk '{printf "%d MB", $1 / 1e6}'))"
+ok "build: $IMAGE from $BASE_IMAGE and $BINDIR in $(($(date +%s) - t))s (--pull never --network none; user bootd, volume /var/lib/bootd, appliance ${fcaps##* }, $("${PODMAN[@]}" image inspect -f '{{.Size}}' "$IMAGE" | awk '{printf "%d MB", $1 / 1e6}'))"
 
 # --- the site as mounted into the container -------------------------------------------
 site_dir() { # dir [https]: the lab site with the container's paths
+  local edits=(host.stateDir=/var/lib/bootd images.root=/srv/images host.tftp.root=/srv/tftp ignition.dir=ignition)
+  [[ ${2:-} == https ]] && edits+=(ignition.overHttps=true)
   mkdir -p "$1/ignition"
   cp examples/lab/ignition/*.ign "$1/ignition/"
-  sed -e "s|stateDir: ../../target/lab-state|stateDir: /var/lib/bootd|" \
-    -e "s|root: ../../target/lab-images|root: /srv/images|" \
-    -e "s|root: ../../target/lab-tftp .*|root: /srv/tftp|" examples/lab/site.yaml >"$1/site.yaml"
-  [[ ${2:-} == https ]] && sed -i 's|^  tokenTtl: 1h$|  tokenTtl: 1h\n  overHttps: true|' "$1/site.yaml"
-  local want
-  for want in "stateDir: /var/lib/bootd$" "root: /srv/images$" "root: /srv/tftp$" "^  dir: ignition$" ${2:+"^  overHttps: true$"}; do
-    grep -q "$want" "$1/site.yaml" || die "the lab site was not rewritten ($want)"
-  done
+  lab_site "$1/site.yaml" "${edits[@]}" || fail "cannot write the lab site for the container"
   chmod -R a+rX "$1"
 }
 site_dir "$RUN/site-http"
 site_dir "$RUN/site-https" https
 
-"${PODMAN[@]}" volume create "$VOLUME" >/dev/null || die "podman volume create failed"
+"${PODMAN[@]}" volume create "$VOLUME" >/dev/null || fail "podman volume create failed"
 STATE=$("${PODMAN[@]}" volume inspect -f '{{.Mountpoint}}' "$VOLUME")
 serve() { # name site-dir: the command netboot.sh runs (it sets NS)
   local cmd
@@ -245,45 +241,45 @@ exited() { # name: the container's status and exit code
 }
 show() { # workdir: what netboot.sh said
   sed 's/^/  /' "$1.out"
-  grep -E '^netboot.sh: check:' "$1.err" | sed 's/^netboot.sh: check: /  /' || true
+  grep -E '^netboot [^:]*: check:' "$1.err" | sed -E 's/^netboot [^:]*: check: /  /' || true
 }
 
 # --- boot 1: through the first container ----------------------------------------------
 mkdir -p "$RUN/boot1"
 t=$(date +%s)
 netboot "$RUN/boot1" "$C1" "$RUN/site-http" --node bootstrap --mac "$MAC1" --ip 10.77.0.10 --ignition-spec 3.2.0 || {
-  show "$RUN/boot1"; tail -n 20 "$RUN/boot1.err"; die "boot 1 (container $C1) failed"; }
-grep -E '^netboot.sh: check: ' "$RUN/boot1.err" | sed -E 's/^netboot.sh: check: (ok )?/ok   boot 1: /'
-echo "ok   boot 1: $(cat "$RUN/boot1.out") through the container ($(($(date +%s) - t))s with network and container start)"
+  show "$RUN/boot1"; tail -n 20 "$RUN/boot1.err"; fail "boot 1 (container $C1) failed"; }
+grep -E '^netboot [^:]*: check: ' "$RUN/boot1.err" | sed -E 's/^netboot [^:]*: check: (ok )?/ok   boot 1: /'
+ok "boot 1: $(cat "$RUN/boot1.out") through the container ($(($(date +%s) - t))s with network and container start)"
 grep -q 'no CAP_NET_ADMIN: DHCP replies to clients without an address are broadcast' "$RUN/boot1/bootd.log" ||
-  die "the appliance did not say it broadcasts DHCP replies (no CAP_NET_ADMIN)"
+  fail "the appliance did not say it broadcasts DHCP replies (no CAP_NET_ADMIN)"
 st=$(exited "$C1")
-[[ $st == "exited 0" ]] || die "container $C1 after SIGTERM: $st, want 'exited 0'"
-echo "ok   stop: $C1 exited 0 on SIGTERM (podman run's signal proxy)"
+[[ $st == "exited 0" ]] || fail "container $C1 after SIGTERM: $st, want 'exited 0'"
+ok "stop: $C1 exited 0 on SIGTERM (podman run's signal proxy)"
 "${PODMAN[@]}" rm "$C1" >/dev/null
-cp "$STATE/ca.pem" "$RUN/ca-before.pem" || die "no ca.pem in the state volume"
+cp "$STATE/ca.pem" "$RUN/ca-before.pem" || fail "no ca.pem in the state volume"
 lease=$(grep -F "\"mac\":\"$MAC1\"" "$STATE/leases.jsonl" | tail -n 1 || true)
 [[ $lease == *'"ip":"10.77.0.10"'* && $lease == *'"state":"active"'* ]] ||
-  die "no active lease of $MAC1 on 10.77.0.10 in the volume's leases.jsonl: $(tail -n 3 "$STATE/leases.jsonl" 2>&1 | tr '\n' ' ')"
-grep -q '"bootstrap"' "$STATE/installed.json" 2>/dev/null || die "bootstrap is not marked installed in the volume"
-echo "ok   state volume after boot 1: ca.pem $(sha256sum "$STATE/ca.pem" | cut -c1-16), lease $lease"
+  fail "no active lease of $MAC1 on 10.77.0.10 in the volume's leases.jsonl: $(tail -n 3 "$STATE/leases.jsonl" 2>&1 | tr '\n' ' ')"
+grep -q '"bootstrap"' "$STATE/installed.json" 2>/dev/null || fail "bootstrap is not marked installed in the volume"
+ok "state volume after boot 1: ca.pem $(sha256sum "$STATE/ca.pem" | cut -c1-16), lease $lease"
 
 # --- boot 2: a new container on the same volume ----------------------------------------
 mkdir -p "$RUN/boot2"
 t=$(date +%s)
 BMB_CA=$RUN/ca-before.pem BMB_INSTALLED=bootstrap:$MAC1 BMB_INSTALLED_IP=10.77.0.10 netboot "$RUN/boot2" "$C2" "$RUN/site-https" \
   --node master-0 --mac 52:54:00:77:00:11 --ip 10.77.0.11 --https --ignition-spec 3.3.0 || {
-  show "$RUN/boot2"; tail -n 20 "$RUN/boot2.err"; die "boot 2 (container $C2, the same volume) failed"; }
-grep -E '^netboot.sh: check: ' "$RUN/boot2.err" | sed -E 's/^netboot.sh: check: (ok )?/ok   boot 2: /'
-echo "ok   boot 2: $(cat "$RUN/boot2.out") through a new container on the same volume, Ignition over HTTPS ($(($(date +%s) - t))s)"
-cmp -s "$RUN/ca-before.pem" "$STATE/ca.pem" || die "the CA changed across the restart"
-echo "ok   restart: the same CA (ca.pem unchanged; HTTPS verified with boot 1's)"
-# (|| true: no such line must reach the die below, not end the script under pipefail)
+  show "$RUN/boot2"; tail -n 20 "$RUN/boot2.err"; fail "boot 2 (container $C2, the same volume) failed"; }
+grep -E '^netboot [^:]*: check: ' "$RUN/boot2.err" | sed -E 's/^netboot [^:]*: check: (ok )?/ok   boot 2: /'
+ok "boot 2: $(cat "$RUN/boot2.out") through a new container on the same volume, Ignition over HTTPS ($(($(date +%s) - t))s)"
+cmp -s "$RUN/ca-before.pem" "$STATE/ca.pem" || fail "the CA changed across the restart"
+ok "restart: the same CA (ca.pem unchanged; HTTPS verified with boot 1's)"
+# (|| true: no such line must reach the fail below, not end the script under pipefail)
 opened=$(grep -ao 'lease file read file=[^ ]* leases=[0-9]*' "$RUN/boot2/bootd.log" | head -n 1 || true)
-[[ $opened == *" leases=1" ]] || die "the new container did not load the lease: '${opened:-no such line}'"
-grep -qxF "$lease" "$STATE/leases.jsonl" || die "boot 1's lease record is gone from leases.jsonl after the restart"
-echo "ok   restart: the lease loaded back ($opened; boot 1's record kept)"
+[[ $opened == *" leases=1" ]] || fail "the new container did not load the lease: '${opened:-no such line}'"
+grep -qxF "$lease" "$STATE/leases.jsonl" || fail "boot 1's lease record is gone from leases.jsonl after the restart"
+ok "restart: the lease loaded back ($opened; boot 1's record kept)"
 st=$(exited "$C2")
-[[ $st == "exited 0" ]] || die "container $C2 after SIGTERM: $st, want 'exited 0'"
+[[ $st == "exited 0" ]] || fail "container $C2 after SIGTERM: $st, want 'exited 0'"
 
 echo "PASS container (built without a registry, non-root with NET_BIND_SERVICE and NET_RAW only, VM netbooted through it twice, state kept across a restart; $(($(date +%s) - T0))s)"
