@@ -47,6 +47,12 @@
 # BOOTD_BIN (target/release/bootd), STORM_BIN (target/release/storm),
 # RESULTS (bench/storm/results-<UTC date>.txt).
 set -euo pipefail
+# shellcheck source=tests/lib/harness.sh
+. "$(dirname "$0")/../../tests/lib/harness.sh"
+# shellcheck source=bench/lib/bench.sh
+. "$REPO/bench/lib/bench.sh"   # say, log, bench_need_root, bench_stop
+# shellcheck source=bench/lib/cpu.sh
+. "$REPO/bench/lib/cpu.sh"     # cpu_init, cpu_group, cpu_spawn, cpu_read, cpu_used
 
 MACHINES=${MACHINES:-"100 1000"}
 STACKS=${STACKS:-"bootd dnsmasq-nginx kea-tftpd-nginx"}
@@ -60,57 +66,34 @@ SITE_NODES=${SITE_NODES:-0}
 RELOAD_EVERY=${RELOAD_EVERY:-1}
 SERVER_CPU=0
 LOAD_CPU=1
-HERE=$(cd "$(dirname "$0")" && pwd)
-REPO=$(cd "$HERE/../.." && pwd)
 BOOTD_BIN=${BOOTD_BIN:-$REPO/target/release/bootd}
 STORM_BIN=${STORM_BIN:-$REPO/target/release/storm}
 TFTP_SRC=${TFTP_SRC:-$REPO/target/lab-tftp}
-RESULTS=${RESULTS:-$HERE/results-$(date -u +%F).txt}
+RESULTS=${RESULTS:-$REPO/bench/storm/results-$(date -u +%F).txt}
 
-[[ $(id -u) -eq 0 ]] || { echo "run.sh: run as root (network namespaces)" >&2; exit 2; }
+bench_need_root "network namespaces"
 [[ -x $BOOTD_BIN && -x $STORM_BIN ]] || { echo "build first: cargo build --release -p appliance -p storm" >&2; exit 2; }
 [[ -f $TFTP_SRC/undionly.kpxe ]] || { echo "no iPXE in $TFTP_SRC: bash tests/lab/tftp-root.sh $TFTP_SRC" >&2; exit 2; }
 
 S=bst-s-$$ L=bst-l-$$
 VS=vss$$ VL=vsl$$
 SRV_IP=10.78.0.1 RELAY_IP=10.78.0.254 NODES_NET=10.78.64.0/18
-WORK=$(mktemp -d /tmp/bench-storm.XXXXXX)
-chmod 755 "$WORK"   # bootd serves as nobody once it has bound its sockets
+harness_init bench-storm       # $WORK (755: bootd serves as nobody once it has bound its sockets); at exit the stack stopped, the namespaces deleted
+bench_results "$RESULTS"
 SRV_PIDS=()
-. "$REPO/bench/lib/ns.sh"
-. "$REPO/bench/lib/cpu.sh"
-. "$REPO/bench/lib/order.sh"   # order
 stop_server() {
-    local p
-    for p in "${SRV_PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-    for p in "${SRV_PIDS[@]}"; do
-        for _ in $(seq 100); do kill -0 "$p" 2>/dev/null || break; sleep 0.05; done
-        kill -9 "$p" 2>/dev/null || true
-        wait "$p" 2>/dev/null || true
-    done
+    [[ ${#SRV_PIDS[@]} -eq 0 ]] || bench_stop "${SRV_PIDS[@]}"
     SRV_PIDS=()
 }
 # Peak RSS of the server's processes (every process in its group), summed, kB.
 server_rss() {
     local p t=0 k
-    for p in $(cat "$CG_SRV/$CPU_PROCS" 2>/dev/null); do
+    while read -r p; do
         k=$(awk '/VmHWM/ {print $2}' "/proc/$p/status" 2>/dev/null || true)
         t=$((t + ${k:-0}))
-    done
+    done < <(cat "$CG_SRV/$CPU_PROCS" 2>/dev/null)
     echo "$t"
 }
-cleanup() {
-    stop_server || true
-    ns_cleanup
-    cpu_cleanup
-    rm -rf "$WORK"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-: >"$RESULTS"
-say() { echo "$*"; echo "$*" >>"$RESULTS"; }
-log() { echo "# $*" >&2; echo "# $*" >>"$RESULTS"; }
 
 cpu_init storm
 cpu_group CG_LOAD load $LOAD_CPU
@@ -181,16 +164,24 @@ render_ignition() { # dir
         || { log "bootd render failed"; cat "$1/render.log" >&2; return 1; }
 }
 
-start_bootd() { # dir
-    local d=$1
-    RUST_LOG=info incg "$CG_SRV" ip netns exec "$S" taskset -c $SERVER_CPU "$BOOTD_BIN" --site "$d/site.yaml" >"$d/bootd.out" 2>"$d/bootd.log" &
-    SRV_PIDS+=("$!")
-    wait_http "$d" /healthz
+# on_server LOG COMMAND...: COMMAND in S on the server's CPU, counted in
+# its group, a process of the stack.
+on_server() {
+    local out=$1
+    shift
+    cpu_spawn "$CG_SRV" --ns "$S" --log "$out" taskset -c $SERVER_CPU "$@"
+    SRV_PIDS+=("$SPAWNED")
+}
+
+run_bootd() { # dir
+    on_server "$1/bootd.log" env RUST_LOG=info "$BOOTD_BIN" --site "$1/site.yaml"
+    wait_http "$1"
 }
 
 # UDP datagrams the kernel dropped for a full receive buffer, in namespace $1
 # (/proc/net/snmp Udp: RcvbufErrors), and the softnet backlog's drops (all CPUs).
 udp_drops() {
+    # shellcheck disable=SC2016 # awk's fields
     ip netns exec "$1" awk '/^Udp:/ { if (!h) { for (i = 1; i <= NF; i++) c[$i] = i; h = 1 } else print $c["RcvbufErrors"] }' /proc/net/snmp
 }
 backlog_drops() { local s=0 _a d _r; while read -r _a d _r; do s=$((s + 16#$d)); done </proc/net/softnet_stat; echo "$s"; }
@@ -201,6 +192,7 @@ RELOADER=
 start_reloads() { # dir pid
     local d=$1 pid=$2
     (
+        trap - EXIT ERR
         for ((k = 0; k < 900; k++)); do
             sleep "$RELOAD_EVERY"
             printf '  - { name: r%05d, role: worker, macs: ["02:79:00:00:%02x:%02x"], ip: 10.78.%d.%d }\n' \
@@ -209,20 +201,19 @@ start_reloads() { # dir pid
         done
     ) &
     RELOADER=$!
+    PIDS+=("$RELOADER")   # stopped at exit, whatever way the run ends
 }
 stop_reloads() { # dir: how many reloads bootd took and refused
     [[ -n $RELOADER ]] || return 0
-    kill "$RELOADER" 2>/dev/null || true
-    wait "$RELOADER" 2>/dev/null || true
+    bench_stop "$RELOADER"
     RELOADER=
     say "   reloads under the storm: $(grep -c 'site reloaded' "$1/bootd.log" || true) taken, $(grep -c 'reload refused' "$1/bootd.log" || true) refused (a node added to the file each time)"
 }
 
-wait_http() { # dir path: the server's HTTP answers
-    for _ in $(seq 200); do
-        ip netns exec "$L" curl -sf -o /dev/null --max-time 1 "http://$SRV_IP:8080$2" && return 0
-        sleep 0.1
-    done
+http_up() { ip netns exec "$L" curl -sf -o /dev/null --max-time 1 "http://$SRV_IP:8080/healthz"; }
+dhcp_up() { ip netns exec "$S" ss -Hlun 'sport = :67' | grep -q .; }
+wait_http() { # dir: the server's HTTP answers /healthz, from the machines' side
+    wait_for 20 http_up && return 0
     log "the HTTP server did not come up"; tail -n 30 "$1"/*.log >&2 || true
     return 1
 }
@@ -236,6 +227,7 @@ write_www() { # dir n
     mkdir -p "$d/www/ipxe"
     ln -s "$FILES/images" "$d/www/images"
     ln -s "$d/want" "$d/www/ignition"
+    # shellcheck disable=SC2016 # iPXE's variable
     printf '#!ipxe\nchain http://%s:8080/ipxe/${mac:hexhyp}.ipxe\n' "$SRV_IP" >"$d/www/boot.ipxe"
     for ((i = 0; i < n; i++)); do
         mac=$(node_mac "$i")
@@ -260,22 +252,20 @@ NGINX
 }
 
 start_nginx() { # dir
-    incg "$CG_SRV" ip netns exec "$S" taskset -c $SERVER_CPU nginx -c "$1/nginx.conf" -g 'daemon off; user root;' >"$1/nginx.log" 2>&1 &
-    SRV_PIDS+=("$!")
-    wait_http "$1" /healthz
+    on_server "$1/nginx.log" nginx -c "$1/nginx.conf" -g 'daemon off; user root;'
+    wait_http "$1"
 }
 
 start_dnsmasq() { # dir n: DHCP (a reservation per node) and TFTP
     local d=$1 n=$2 i
     for ((i = 0; i < n; i++)); do echo "$(node_mac "$i"),$(node_ip "$i")"; done >"$d/dhcp-hosts"
-    incg "$CG_SRV" ip netns exec "$S" taskset -c $SERVER_CPU dnsmasq --keep-in-foreground --port=0 \
+    on_server "$d/dnsmasq.out" dnsmasq --keep-in-foreground --port=0 \
         --interface="$VS" --bind-interfaces --dhcp-range=10.78.0.0,static,255.255.0.0,1h \
         --dhcp-hostsfile="$d/dhcp-hosts" --dhcp-leasefile="$d/dnsmasq.leases" --no-ping --dhcp-lease-max=$((n + 1000)) \
         --dhcp-userclass=set:ipxe,iPXE --dhcp-boot=tag:!ipxe,undionly.kpxe,,$SRV_IP \
         --dhcp-boot=tag:ipxe,http://$SRV_IP:8080/boot.ipxe \
-        --enable-tftp --tftp-root="$FILES/tftp" --tftp-no-fail --user=root --log-facility="$d/dnsmasq.log" &
-    SRV_PIDS+=("$!")
-    for _ in $(seq 100); do ip netns exec "$S" ss -Hlun 'sport = :67' | grep -q . && return 0; sleep 0.1; done
+        --enable-tftp --tftp-root="$FILES/tftp" --tftp-no-fail --user=root --log-facility="$d/dnsmasq.log"
+    wait_for 10 dhcp_up && return 0
     log "dnsmasq did not come up"; return 1
 }
 
@@ -306,11 +296,9 @@ KEA
 } }
 KEA
     } >"$d/kea.json"
-    KEA_PIDFILE_DIR=$d KEA_LOCKFILE_DIR=$d incg "$CG_SRV" ip netns exec "$S" taskset -c $SERVER_CPU kea-dhcp4 -c "$d/kea.json" >"$d/kea.out" 2>&1 &
-    SRV_PIDS+=("$!")
-    incg "$CG_SRV" ip netns exec "$S" taskset -c $SERVER_CPU in.tftpd -L -u root -s "$FILES/tftp" -a "$SRV_IP:69" >"$d/tftpd.log" 2>&1 &
-    SRV_PIDS+=("$!")
-    for _ in $(seq 100); do ip netns exec "$S" ss -Hlun 'sport = :67' | grep -q . && return 0; sleep 0.1; done
+    on_server "$d/kea.out" env KEA_PIDFILE_DIR="$d" KEA_LOCKFILE_DIR="$d" kea-dhcp4 -c "$d/kea.json"
+    on_server "$d/tftpd.log" in.tftpd -L -u root -s "$FILES/tftp" -a "$SRV_IP:69"
+    wait_for 10 dhcp_up && return 0
     log "kea did not come up"; tail -n 20 "$d/kea.out" >&2; return 1
 }
 
@@ -332,8 +320,8 @@ for n in $MACHINES; do
             write_site "$d" "$n" "$admission"
             render_ignition "$d"
             case $stack in
-            bootd | bootd-unlimited) start_bootd "$d" ;;
-            bootd-reload) start_bootd "$d"; start_reloads "$d" "${SRV_PIDS[0]}" ;;
+            bootd | bootd-unlimited) run_bootd "$d" ;;
+            bootd-reload) run_bootd "$d"; start_reloads "$d" "${SRV_PIDS[0]}" ;;
             dnsmasq-nginx) write_www "$d" "$n"; start_dnsmasq "$d" "$n"; start_nginx "$d" ;;
             kea-tftpd-nginx) write_www "$d" "$n"; start_kea_tftpd "$d" "$n"; start_nginx "$d" ;;
             *) echo "unknown stack $stack" >&2; exit 2 ;;
