@@ -97,7 +97,8 @@ qemu_firmwares() {
     # shellcheck disable=SC2013  # the names are words
     for n in $(awk '/^qemu_firmware\(\)/ { f = 1 } f && /^}/ { f = 0 }
                     f && match($0, /^        [a-z0-9][a-z0-9-]*\)/) { print substr($0, 9, RLENGTH - 9) }' "${BASH_SOURCE[0]}"); do
-        (qemu_firmware "$n" && [[ $FW_FAMILY == "$1" ]] && printf '  %-14s %s\n' "$n" "$FW_ABOUT")
+        # (in a subshell: the caller's FW_* stay; || true: set -e)
+        (qemu_firmware "$n" && [[ $FW_FAMILY == "$1" ]] && printf '  %-14s %s\n' "$n" "$FW_ABOUT") || true
     done
 }
 
