@@ -34,6 +34,12 @@
 # examples/udp_floor.rs, dnsd's UDP loop with no DNS work, whose queries per
 # CPU-second bound what any recvmmsg/sendmmsg server could reach; FLOOR_BIN).
 set -euo pipefail
+# shellcheck source=tests/lib/harness.sh
+. "$(dirname "$0")/../../tests/lib/harness.sh"
+# shellcheck source=bench/lib/bench.sh
+. "$REPO/bench/lib/bench.sh"   # log, bench_need_*
+# shellcheck source=bench/lib/cpu.sh
+. "$REPO/bench/lib/cpu.sh"     # cpu_init, cpu_group, cpu_spawn, cpu_read, cpu_used, cpu_snap, cpu_other
 
 DURATION=${DURATION:-10}
 LAT_DURATION=${LAT_DURATION:-5}
@@ -47,40 +53,21 @@ FLOOR=${FLOOR:-0}
 SERVER_CPU=0
 LOAD_CPU=1
 
-REPO=$(cd "$(dirname "$0")/../.." && pwd)
 DNSD_BIN=${DNSD_BIN:-${CARGO_TARGET_DIR:-$REPO/target}/release/dnsd}
-for t in dnsperf nsd knotd dig taskset python3 awk; do
-    command -v "$t" >/dev/null || { echo "missing tool: $t (apt: dnsperf nsd knot dnsutils)" >&2; exit 1; }
-done
-[ "$(nproc --all)" -ge 2 ] || { echo "need at least 2 CPUs" >&2; exit 1; }
+bench_need_tools 1 "apt: dnsperf nsd knot dnsutils" dnsperf nsd knotd dig taskset python3 awk
+bench_need_cpus 1
 if [ ! -x "$DNSD_BIN" ]; then
-    echo "# building dnsd (release)" >&2
+    log "building dnsd (release)"
     (cd "$REPO" && cargo build --release -p dnsd)
 fi
 FLOOR_BIN=${FLOOR_BIN:-$(dirname "$DNSD_BIN")/examples/udp_floor}
 if [ "$FLOOR" = 1 ] && [ ! -x "$FLOOR_BIN" ]; then
-    echo "# building dnsd's udp_floor example (release)" >&2
+    log "building dnsd's udp_floor example (release)"
     (cd "$REPO" && cargo build --release -p dnsd --example udp_floor)
     [ -x "$FLOOR_BIN" ] || { echo "no $FLOOR_BIN after the build (set FLOOR_BIN)" >&2; exit 1; }
 fi
 
-PIDS=()
-TMP=$(mktemp -d /tmp/bench-dns.XXXXXX)
-. "$REPO/bench/lib/cpu.sh"     # cpu_init, cpu_group, incg, cpu_read, cpu_used, cpu_snap, cpu_other
-. "$REPO/bench/lib/order.sh"   # order
-cleanup() {
-    local p
-    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-    for p in "${PIDS[@]}"; do
-        for _ in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
-        kill -9 "$p" 2>/dev/null || true
-    done
-    cpu_cleanup
-    rm -rf "$TMP"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-log() { echo "# $*" >&2; }
+harness_init bench-dns         # $WORK; at exit the servers stopped
 cpu_init dns
 cpu_group G_LOAD load $LOAD_CPU
 cpu_join "$G_LOAD"
@@ -93,7 +80,7 @@ P_KNOT=$((PORT_BASE + 2))
 P_FLOOR=$((PORT_BASE + 3))
 
 # --- the site, its zones, the query file ----------------------------------------
-python3 - "$TMP" "$NODES" "$P_DNSD" <<'EOF'
+python3 - "$WORK" "$NODES" "$P_DNSD" <<'EOF'
 import random, sys
 tmp, n, port = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 random.seed(42)
@@ -145,8 +132,8 @@ for _ in range(20000):
         q.append(f"{d} {random.choice(['MX', 'TXT'])}")
 open(f"{tmp}/queries.txt", "w").write("\n".join(q) + "\n")
 EOF
-"$DNSD_BIN" --site "$TMP/site.yaml" zone >"$TMP/all.zone"
-python3 - "$TMP" <<'EOF'
+"$DNSD_BIN" --site "$WORK/site.yaml" zone >"$WORK/all.zone"
+python3 - "$WORK" <<'EOF'
 import sys
 tmp = sys.argv[1]
 zones = []
@@ -156,13 +143,12 @@ for part in open(f"{tmp}/all.zone").read().split("$ORIGIN ")[1:]:
     zones.append(origin)
 open(f"{tmp}/zones.txt", "w").write("\n".join(zones) + "\n")
 EOF
-mapfile -t ZONES <"$TMP/zones.txt"
+mapfile -t ZONES <"$WORK/zones.txt"
 
 # --- servers ---------------------------------------------------------------------------
-RUST_LOG=warn incg "${GRP[dnsd]}" taskset -c $SERVER_CPU "$DNSD_BIN" --site "$TMP/site.yaml" --udp-threads 1 >"$TMP/dnsd.out" 2>"$TMP/dnsd.log" &
-PIDS+=("$!")
+cpu_spawn "${GRP[dnsd]}" --log "$WORK/dnsd.log" env RUST_LOG=warn taskset -c $SERVER_CPU "$DNSD_BIN" --site "$WORK/site.yaml" --udp-threads 1
 
-mkdir -p "$TMP/nsd" "$TMP/knot"
+mkdir -p "$WORK/nsd" "$WORK/knot"
 {
     cat <<EOF
 server:
@@ -171,10 +157,10 @@ server:
     server-count: 1
     username: ""
     chroot: ""
-    zonesdir: "$TMP"
-    pidfile: "$TMP/nsd/nsd.pid"
-    xfrdfile: "$TMP/nsd/xfrd.state"
-    zonelistfile: "$TMP/nsd/zone.list"
+    zonesdir: "$WORK"
+    pidfile: "$WORK/nsd/nsd.pid"
+    xfrdfile: "$WORK/nsd/xfrd.state"
+    zonelistfile: "$WORK/nsd/zone.list"
     database: ""
     hide-version: yes
     rrl-ratelimit: 0
@@ -183,15 +169,14 @@ remote-control:
     control-enable: no
 EOF
     for z in "${ZONES[@]}"; do printf 'zone:\n    name: "%s"\n    zonefile: "%s.zone"\n' "$z" "$z"; done
-} >"$TMP/nsd/nsd.conf"
-incg "${GRP[nsd]}" taskset -c $SERVER_CPU nsd -d -c "$TMP/nsd/nsd.conf" >"$TMP/nsd/log" 2>&1 &
-PIDS+=("$!")
+} >"$WORK/nsd/nsd.conf"
+cpu_spawn "${GRP[nsd]}" --log "$WORK/nsd/log" taskset -c $SERVER_CPU nsd -d -c "$WORK/nsd/nsd.conf"
 {
     cat <<EOF
 server:
     listen: 127.0.0.1@$P_KNOT
-    rundir: "$TMP/knot"
-    pidfile: "$TMP/knot/knot.pid"
+    rundir: "$WORK/knot"
+    pidfile: "$WORK/knot/knot.pid"
     udp-workers: 1
     tcp-workers: 1
     background-workers: 1
@@ -201,10 +186,10 @@ log:
   - target: stderr
     any: warning
 database:
-    storage: "$TMP/knot"
+    storage: "$WORK/knot"
 template:
   - id: default
-    storage: "$TMP"
+    storage: "$WORK"
     file: "%s.zone"
     zonefile-sync: -1
     journal-content: none
@@ -212,42 +197,34 @@ template:
 zone:
 EOF
     for z in "${ZONES[@]}"; do echo "  - domain: $z"; done
-} >"$TMP/knot/knot.conf"
-incg "${GRP[knot]}" taskset -c $SERVER_CPU knotd -c "$TMP/knot/knot.conf" >"$TMP/knot/log" 2>&1 &
-PIDS+=("$!")
+} >"$WORK/knot/knot.conf"
+cpu_spawn "${GRP[knot]}" --log "$WORK/knot/log" taskset -c $SERVER_CPU knotd -c "$WORK/knot/knot.conf"
 
 SERVERS="dnsd nsd knot"
 if [ "$FLOOR" = 1 ]; then
-    incg "${GRP[floor]}" taskset -c $SERVER_CPU "$FLOOR_BIN" "127.0.0.1:$P_FLOOR" >"$TMP/floor.log" 2>&1 &
-    PIDS+=("$!")
+    cpu_spawn "${GRP[floor]}" --log "$WORK/floor.log" taskset -c $SERVER_CPU "$FLOOR_BIN" "127.0.0.1:$P_FLOOR"
 fi
 port_of() { case $1 in dnsd) echo "$P_DNSD" ;; nsd) echo "$P_NSD" ;; knot) echo "$P_KNOT" ;; floor) echo "$P_FLOOR" ;; esac; }
 
+# up PORT: the zone's SOA answered there; floor_up: the floor answers (with
+# no records, so dig's status, not +short).
+up() { [ -n "$(dig @127.0.0.1 -p "$1" +short +time=1 +tries=1 "bench.example.test" SOA 2>/dev/null)" ]; }
+floor_up() { dig @127.0.0.1 -p "$P_FLOOR" +time=1 +tries=1 bench.example.test SOA; }
 for s in $SERVERS; do
-    ok=0
-    for _ in $(seq 100); do
-        if [ -n "$(dig @127.0.0.1 -p "$(port_of $s)" +short +time=1 +tries=1 "bench.example.test" SOA 2>/dev/null)" ]; then ok=1; break; fi
-        sleep 0.1
-    done
-    [ $ok = 1 ] || { echo "$s did not come up" >&2; tail -5 "$TMP"/*.log "$TMP"/*/log >&2 || true; exit 1; }
+    wait_for 10 up "$(port_of "$s")" || { echo "$s did not come up" >&2; tail -5 "$WORK"/*.log "$WORK"/*/log >&2 || true; exit 1; }
 done
-if [ "$FLOOR" = 1 ]; then # it answers with no records, so dig's status, not +short
-    ok=0
-    for _ in $(seq 100); do
-        if dig @127.0.0.1 -p "$P_FLOOR" +time=1 +tries=1 bench.example.test SOA >/dev/null 2>&1; then ok=1; break; fi
-        sleep 0.1
-    done
-    [ $ok = 1 ] || { echo "udp_floor did not come up" >&2; cat "$TMP/floor.log" >&2; exit 1; }
+if [ "$FLOOR" = 1 ]; then
+    wait_for 10 floor_up || { echo "udp_floor did not come up" >&2; cat "$WORK/floor.log" >&2; exit 1; }
 fi
 
 # Same data: the same RCODE mix for one pass over the query file.
 declare -A MIX
 for s in $SERVERS; do
     rc=0
-    MIX[$s]=$(timeout 30 taskset -c $LOAD_CPU dnsperf -s 127.0.0.1 -p "$(port_of $s)" -d "$TMP/queries.txt" -n 1 -q 20 -t 2 2>&1 | awk -F': *' '/Response codes/{print $2}') || rc=$?
+    MIX[$s]=$(timeout 30 taskset -c $LOAD_CPU dnsperf -s 127.0.0.1 -p "$(port_of "$s")" -d "$WORK/queries.txt" -n 1 -q 20 -t 2 2>&1 | awk -F': *' '/Response codes/{print $2}') || rc=$?
     case $rc in
         0) ;;
-        124) echo "RCODE-mix check: dnsperf against $s did not finish in 30 s (is port $(port_of $s) taken?)" >&2; exit 1 ;;
+        124) echo "RCODE-mix check: dnsperf against $s did not finish in 30 s (is port $(port_of "$s") taken?)" >&2; exit 1 ;;
         *) echo "RCODE-mix check: dnsperf against $s failed (exit $rc)" >&2; exit 1 ;;
     esac
 done
@@ -266,7 +243,7 @@ echo "servers pinned to CPU $SERVER_CPU with one UDP worker each (dnsd --udp-thr
 echo "throughput: dnsperf -q $OUTSTANDING -l $DURATION; latency: dnsperf -Q $RATE -l $LAT_DURATION -v; rounds: $ROUNDS, interleaved; medians"
 echo
 
-RES=$TMP/results # server kind value...
+RES=$WORK/results # server kind value...
 : >"$RES"
 disturbed=0
 measure() { # server kind -> appends a line
@@ -274,9 +251,9 @@ measure() { # server kind -> appends a line
     for a in 1 2 3; do
         r0=$(cpu_read "${GRP[$s]}"); s0=$(cpu_snap); t0=$(date +%s%N)
         if [ "$kind" = tput ]; then
-            out=$(taskset -c $LOAD_CPU dnsperf -s 127.0.0.1 -p "$(port_of "$s")" -d "$TMP/queries.txt" -l "$DURATION" -q "$OUTSTANDING" -t 2 2>&1)
+            out=$(taskset -c $LOAD_CPU dnsperf -s 127.0.0.1 -p "$(port_of "$s")" -d "$WORK/queries.txt" -l "$DURATION" -q "$OUTSTANDING" -t 2 2>&1)
         else
-            out=$(taskset -c $LOAD_CPU dnsperf -s 127.0.0.1 -p "$(port_of "$s")" -d "$TMP/queries.txt" -l "$LAT_DURATION" -Q "$RATE" -q "$OUTSTANDING" -t 2 -v 2>&1)
+            out=$(taskset -c $LOAD_CPU dnsperf -s 127.0.0.1 -p "$(port_of "$s")" -d "$WORK/queries.txt" -l "$LAT_DURATION" -Q "$RATE" -q "$OUTSTANDING" -t 2 -v 2>&1)
         fi
         r1=$(cpu_read "${GRP[$s]}"); s1=$(cpu_snap); t1=$(date +%s%N)
         secs=$(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.3f", (b - a) / 1e9}')
@@ -305,7 +282,9 @@ TPUT_SERVERS=$SERVERS
 if [ "$FLOOR" = 1 ]; then TPUT_SERVERS="dnsd nsd floor knot"; fi
 for r in $(seq "$ROUNDS"); do
     log "round $r/$ROUNDS"
+    # shellcheck disable=SC2086 # one server a word
     for s in $(order "$r" $TPUT_SERVERS); do measure "$s" tput; done
+    # shellcheck disable=SC2086
     for s in $(order "$r" $SERVERS); do measure "$s" lat; done
 done
 
