@@ -26,6 +26,12 @@
 # repeated, at most 3 attempts), QUIET_WAIT (seconds to wait for a quiet
 # machine before each cell; 180, or 0 with PRIO < 0).
 set -euo pipefail
+# shellcheck source=tests/lib/harness.sh
+. "$(dirname "$0")/../../tests/lib/harness.sh"
+# shellcheck source=bench/lib/bench.sh
+. "$REPO/bench/lib/bench.sh"   # log, bench_need_*, bench_own_session
+# shellcheck source=bench/lib/cpu.sh
+. "$REPO/bench/lib/cpu.sh"     # cpu_init, cpu_group, cpu_spawn, cpu_read, cpu_snap, cpu_other, cpu_quiet, busy_start
 
 DURATION=${DURATION:-8}
 ROUNDS=${ROUNDS:-3}
@@ -43,70 +49,29 @@ LOAD_CPU=1
 # With PRIO < 0 on a kernel with autogroups, nice only counts within a
 # session's autogroup: run in a session of our own and raise that group's
 # weight, so other sessions' work yields to the benchmark.
-if [ "$PRIO" -lt 0 ] && [ "$(cat /proc/sys/kernel/sched_autogroup_enabled 2>/dev/null)" = 1 ] &&
-    [ -z "${BENCH_HTTP_SESSION:-}" ]; then
-    BENCH_HTTP_SESSION=1 setsid "$0" "$@" &
-    child=$!
-    trap 'kill -TERM "$child" 2>/dev/null || true' INT TERM
-    rc=0
-    while :; do
-        wait "$child" && rc=0 || rc=$?
-        kill -0 "$child" 2>/dev/null || break
-    done
-    exit "$rc"
-fi
-if [ "$PRIO" -lt 0 ] && [ -n "${BENCH_HTTP_SESSION:-}" ]; then
-    echo "$PRIO" >"/proc/$$/autogroup"
-fi
+bench_own_session BENCH_HTTP_SESSION "$@"
 
-REPO=$(cd "$(dirname "$0")/../.." && pwd)
 BOOTD_BIN=${BOOTD_BIN:-$REPO/target/release/bootd}
 NGINX_BIN=${NGINX_BIN:-/usr/sbin/nginx}
 
-for t in wrk curl taskset "$NGINX_BIN" awk; do
-    command -v "$t" >/dev/null || { echo "missing tool: $t" >&2; exit 1; }
-done
-[ "$(nproc --all)" -ge 2 ] || { echo "need at least 2 CPUs" >&2; exit 1; }
-
-PIDS=()
-TMP=""
-. "$REPO/bench/lib/cpu.sh"     # cpu_init, cpu_group, incg, cpu_read, cpu_snap, cpu_other, cpu_quiet, busy_start
-. "$REPO/bench/lib/order.sh"   # order
-cleanup() {
-    local p
-    for p in "${PIDS[@]}"; do
-        kill "$p" 2>/dev/null || true
-    done
-    for p in "${PIDS[@]}"; do
-        # bounded wait: 5 s per process, then SIGKILL
-        for _ in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
-        kill -9 "$p" 2>/dev/null || true
-    done
-    cpu_cleanup
-    [ -n "$TMP" ] && rm -rf "$TMP"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-log() { echo "# $*" >&2; }
+bench_need_tools 1 "" wrk curl taskset "$NGINX_BIN" awk
+bench_need_cpus 1
 
 if [ ! -x "$BOOTD_BIN" ]; then
     log "building bootd (release)"
     (cd "$REPO" && cargo build --release -p appliance --bin bootd)
 fi
 
+harness_init bench-http        # $WORK (755: nginx workers run as nobody and must read the files); at exit the servers stopped
 # CPU groups (bench/lib/cpu.sh): one per server on CPU 0; this shell and the
 # generators it starts (wrk, curl) on CPU 1.
 cpu_init http
 cpu_group G_LOAD load $LOAD_CPU
 cpu_join "$G_LOAD"
-declare -A GRP
+declare -A GRP SPID   # per server: its CPU group, its (master) process
 
-TMP=$(mktemp -d /tmp/bench-http.XXXXXX)
-
-chmod 755 "$TMP"   # nginx workers run as nobody and must read the files
-IMG=$TMP/site/images
-mkdir -p "$IMG" "$TMP/site/state" "$TMP/ngx"
+IMG=$WORK/site/images
+mkdir -p "$IMG" "$WORK/site/state" "$WORK/ngx"
 
 log "creating ${BIG_MIB} MiB and ${SMALL_KIB} KiB random files in $IMG"
 dd if=/dev/urandom of="$IMG/big.bin" bs=1M count="$BIG_MIB" iflag=fullblock status=none
@@ -121,11 +86,11 @@ P_BOOTD=$PORT_BASE
 P_NG1=$((PORT_BASE + 1))
 P_NGA=$((PORT_BASE + 2))
 P_ALT=$((PORT_BASE + 3))
-echo '{"ignition":{"version":"3.2.0"}}' >"$TMP/site/worker.ign"
-start_bootd() { # binary port name -> sets <name>_PID
+echo '{"ignition":{"version":"3.2.0"}}' >"$WORK/site/worker.ign"
+run_bootd() { # binary port name -> SPID[name]
     cpu_group "GRP[$3]" "$3" $SERVER_CPU
-    mkdir -p "$TMP/site/state-$3"
-    cat >"$TMP/site/$3.yaml" <<EOF
+    mkdir -p "$WORK/site/state-$3"
+    cat >"$WORK/site/$3.yaml" <<EOF
 cluster: { name: bench, baseDomain: example.test }
 host:
   stateDir: state-$3
@@ -140,37 +105,32 @@ nodes:
   - { name: n0, role: worker, macs: ["52:54:00:99:00:01"], ip: 10.99.0.10 }
 ignition: { roles: { worker: worker.ign } }
 EOF
-    RUST_LOG=${RUST_LOG:-warn} incg "${GRP[$3]}" nice -n "$PRIO" taskset -c $SERVER_CPU "$1" --site "$TMP/site/$3.yaml" \
-        >"$TMP/$3.out" 2>"$TMP/$3.log" &
-    local pid=$!
-    PIDS+=("$pid")
-    eval "${3//-/_}_PID=$pid"
+    cpu_spawn "${GRP[$3]}" --log "$WORK/$3.log" env RUST_LOG="${RUST_LOG:-warn}" nice -n "$PRIO" taskset -c $SERVER_CPU "$1" --site "$WORK/site/$3.yaml"
+    SPID[$3]=$SPAWNED
 }
-start_bootd "$BOOTD_BIN" "$P_BOOTD" bootd
 
+http_ok() { curl -sf -o /dev/null --max-time 1 "$1"; }
 wait_http() { # url
-    for _ in $(seq 100); do
-        curl -sf -o /dev/null --max-time 1 "$1" && return 0
-        sleep 0.1
-    done
+    wait_for 10 http_ok "$1" && return 0
     echo "server at $1 did not come up" >&2
     return 1
 }
-wait_http "http://127.0.0.1:$P_BOOTD/healthz" || { cat "$TMP/bootd.log" >&2; exit 1; }
-BOOTD_PID=$bootd_PID
+run_bootd "$BOOTD_BIN" "$P_BOOTD" bootd
+wait_http "http://127.0.0.1:$P_BOOTD/healthz" || { cat "$WORK/bootd.log" >&2; exit 1; }
+BOOTD_PID=${SPID[bootd]}
 if [ -n "${BOOTD_ALT_BIN:-}" ]; then
-    start_bootd "$BOOTD_ALT_BIN" "$P_ALT" bootd-alt
-    wait_http "http://127.0.0.1:$P_ALT/healthz" || { cat "$TMP/bootd-alt.log" >&2; exit 1; }
+    run_bootd "$BOOTD_ALT_BIN" "$P_ALT" bootd-alt
+    wait_http "http://127.0.0.1:$P_ALT/healthz" || { cat "$WORK/bootd-alt.log" >&2; exit 1; }
 fi
 
 # The script nginx serves: exactly the bytes bootd answers on /boot.ipxe.
-curl -sf -o "$TMP/ngx/boot.ipxe" "http://127.0.0.1:$P_BOOTD/boot.ipxe"
-chmod 644 "$TMP/ngx/boot.ipxe"
-SCRIPT_BYTES=$(stat -c %s "$TMP/ngx/boot.ipxe")
+curl -sf -o "$WORK/ngx/boot.ipxe" "http://127.0.0.1:$P_BOOTD/boot.ipxe"
+chmod 644 "$WORK/ngx/boot.ipxe"
+SCRIPT_BYTES=$(stat -c %s "$WORK/ngx/boot.ipxe")
 
 # --- nginx -------------------------------------------------------------------
 start_nginx() { # name port workers
-    local d=$TMP/ngx/$1
+    local d=$WORK/ngx/$1
     cpu_group "GRP[nginx-$1]" "nginx-$1" $SERVER_CPU
     mkdir -p "$d"
     cat >"$d/nginx.conf" <<EOF
@@ -198,17 +158,15 @@ http {
         listen 127.0.0.1:$2;
         location /images/ { alias $IMG/; }
         location = /boot.ipxe {
-            alias $TMP/ngx/boot.ipxe;
+            alias $WORK/ngx/boot.ipxe;
             default_type "text/plain; charset=utf-8";
             add_header Cache-Control no-store;
         }
     }
 }
 EOF
-    incg "${GRP[nginx-$1]}" nice -n "$PRIO" taskset -c $SERVER_CPU "$NGINX_BIN" -p "$d" -c "$d/nginx.conf" 2>>"$d/error.log" &
-    local pid=$!
-    PIDS+=("$pid")
-    eval "NGX_PID_$1=$pid"
+    cpu_spawn "${GRP[nginx-$1]}" --log "$d/error.log" --append nice -n "$PRIO" taskset -c $SERVER_CPU "$NGINX_BIN" -p "$d" -c "$d/nginx.conf"
+    SPID[nginx-$1]=$SPAWNED
     wait_http "http://127.0.0.1:$2/images/small.bin" || { cat "$d/error.log" >&2; exit 1; }
 }
 start_nginx w1 "$P_NG1" 1
@@ -218,14 +176,13 @@ if [ "$NGINX_AUTO" = 1 ]; then
     SERVERS="$SERVERS nginx-auto"
 fi
 
+threads() { find "/proc/$1/task" -mindepth 1 -maxdepth 1 | wc -l; }
 port_of() { case $1 in bootd) echo "$P_BOOTD" ;; bootd-alt) echo "$P_ALT" ;; nginx-w1) echo "$P_NG1" ;; nginx-auto) echo "$P_NGA" ;; esac; }
 # A server's processes (bootd: one; nginx: master and workers), for the header.
 server_pids() {
     case $1 in
-    bootd) echo "$BOOTD_PID" ;;
-    bootd-alt) echo "$bootd_alt_PID" ;;
-    nginx-w1) echo "$NGX_PID_w1 $(pgrep -P "$NGX_PID_w1" | tr '\n' ' ')" ;;
-    nginx-auto) echo "$NGX_PID_auto $(pgrep -P "$NGX_PID_auto" | tr '\n' ' ')" ;;
+    bootd | bootd-alt) echo "${SPID[$1]}" ;;
+    nginx-*) echo "${SPID[$1]} $(pgrep -P "${SPID[$1]}" | tr '\n' ' ')" ;;
     esac
 }
 
@@ -253,10 +210,10 @@ echo "pinning: servers on CPU $SERVER_CPU, load generators (wrk, curl) on CPU $L
 echo "cpu accounting: $CPU_HOW"
 for s in $SERVERS; do
     for p in $(server_pids "$s"); do
-        printf '  %-10s pid %-7s %s affinity %s\n' "$s" "$p" "$(tr -d '\0' </proc/$p/comm)" "$(taskset -cp "$p" | sed 's/.*: //')"
+        printf '  %-10s pid %-7s %s affinity %s\n' "$s" "$p" "$(tr -d '\0' <"/proc/$p/comm")" "$(taskset -cp "$p" | sed 's/.*: //')"
     done
 done
-echo "  bootd threads: $(ls /proc/$BOOTD_PID/task | wc -l) at start; nginx-auto workers: $( [ "$NGINX_AUTO" = 1 ] && pgrep -P "$NGX_PID_auto" | wc -l || echo -) (auto counts online CPUs, not the affinity mask: all share CPU $SERVER_CPU)"
+echo "  bootd threads: $(threads "$BOOTD_PID") at start; nginx-auto workers: $( [ "$NGINX_AUTO" = 1 ] && pgrep -P "${SPID[nginx-auto]}" | wc -l || echo -) (auto counts online CPUs, not the affinity mask: all share CPU $SERVER_CPU)"
 echo "files: small.bin ${SMALL_KIB} KiB, big.bin $BIG_BYTES bytes, boot.ipxe $SCRIPT_BYTES bytes (bootd dynamic; nginx static copy)"
 echo "wrk: -t1 -d${DURATION}s, connections: $CONNS; curl parallel: $PARALLEL; rounds: $ROUNDS (order alternates A B C / C B A); median reported"
 echo "busy loop: $([ "$BUSY" = 1 ] && echo "yes, nice 19 on each CPU" || echo no); servers and load run at nice $PRIO$([ -n "${BENCH_HTTP_SESSION:-}" ] && echo ", in their own session with autogroup $(cat /proc/$$/autogroup)")"
@@ -265,7 +222,7 @@ echo
 # bounded: ends after 2 h at the latest, stopped by the trap before
 if [ "$BUSY" = 1 ]; then busy_start 7200 $SERVER_CPU $LOAD_CPU; fi
 
-RES=$TMP/results    # tab-separated: test, server, value, server CPU-s, other CPU-s (server CPU/load CPU), attempts, clean, cell seconds
+RES=$WORK/results    # tab-separated: test, server, value, server CPU-s, other CPU-s (server CPU/load CPU), attempts, clean, cell seconds
 : >"$RES"
 
 # The machine may be shared: CPU time used by anything outside this benchmark
@@ -328,16 +285,17 @@ wrk_rps() { # server conns path -> req/s
 }
 
 curl_mbps() { # server parallel -> aggregate MB/s (10^6 B/s): total bytes / wall time
-    local url="http://127.0.0.1:$(port_of "$1")/images/big.bin" n=$2 i t0 t1 pids=() total=0 b code bad=0
+    local url n=$2 i t0 t1 pids=() total=0 b code bad=0
+    url="http://127.0.0.1:$(port_of "$1")/images/big.bin"
     t0=$(date +%s%N)
     for i in $(seq "$n"); do
-        nice -n "$PRIO" taskset -c $LOAD_CPU curl -s -o /dev/null --max-time 300 -w '%{size_download} %{http_code}\n' "$url" >"$TMP/curl.$i" &
+        nice -n "$PRIO" taskset -c $LOAD_CPU curl -s -o /dev/null --max-time 300 -w '%{size_download} %{http_code}\n' "$url" >"$WORK/curl.$i" &
         pids+=("$!")
     done
     for i in "${pids[@]}"; do wait "$i" || true; done
     t1=$(date +%s%N)
     for i in $(seq "$n"); do
-        read -r b code <"$TMP/curl.$i" || { b=0; code=0; }
+        read -r b code <"$WORK/curl.$i" || { b=0; code=0; }
         if [ "$code" != 200 ] || [ "$b" != "$BIG_BYTES" ]; then
             echo "!! $1 x$n: curl $i got $b bytes, status $code" >&2
             bad=1
@@ -351,29 +309,32 @@ curl_mbps() { # server parallel -> aggregate MB/s (10^6 B/s): total bytes / wall
 rss_kib() { awk -v k="$2" '$1 == k":" {print $2}' "/proc/$1/status"; }
 
 RSS_START=$(rss_kib "$BOOTD_PID" VmRSS)
-[ -z "${BOOTD_ALT_BIN:-}" ] || ALT_RSS_START=$(rss_kib "$bootd_alt_PID" VmRSS)
+[ -z "${BOOTD_ALT_BIN:-}" ] || ALT_RSS_START=$(rss_kib "${SPID[bootd-alt]}" VmRSS)
 T_START=$(date +%s)
 for r in $(seq "$ROUNDS"); do
     log "round $r/$ROUNDS: wrk"
     for c in $CONNS; do
+        # shellcheck disable=SC2086 # one server a word
         for s in $(order "$r" $SERVERS); do cell "small-100KiB c=$c" "$s" wrk_rps "$c" /images/small.bin; done
+        # shellcheck disable=SC2086
         for s in $(order "$r" $SERVERS); do cell "boot.ipxe c=$c" "$s" wrk_rps "$c" /boot.ipxe; done
     done
 done
 RSS_HWM_WRK=$(rss_kib "$BOOTD_PID" VmHWM)
 # Reset bootd's peak RSS so VmHWM below is the big downloads' alone.
 echo 5 >"/proc/$BOOTD_PID/clear_refs"
-[ -z "${BOOTD_ALT_BIN:-}" ] || { ALT_HWM_WRK=$(rss_kib "$bootd_alt_PID" VmHWM); echo 5 >"/proc/$bootd_alt_PID/clear_refs"; }
+[ -z "${BOOTD_ALT_BIN:-}" ] || { ALT_HWM_WRK=$(rss_kib "${SPID[bootd-alt]}" VmHWM); echo 5 >"/proc/${SPID[bootd-alt]}/clear_refs"; }
 RSS_BEFORE_BIG=$(rss_kib "$BOOTD_PID" VmRSS)
 for r in $(seq "$ROUNDS"); do
     log "round $r/$ROUNDS: curl $BIG_LABEL"
     for n in $PARALLEL; do
+        # shellcheck disable=SC2086
         for s in $(order "$r" $SERVERS); do cell "big-${BIG_LABEL} x$n" "$s" curl_mbps "$n"; done
     done
 done
 RSS_HWM_BIG=$(rss_kib "$BOOTD_PID" VmHWM)
 RSS_END=$(rss_kib "$BOOTD_PID" VmRSS)
-[ -z "${BOOTD_ALT_BIN:-}" ] || ALT_HWM_BIG=$(rss_kib "$bootd_alt_PID" VmHWM)
+[ -z "${BOOTD_ALT_BIN:-}" ] || ALT_HWM_BIG=$(rss_kib "${SPID[bootd-alt]}" VmHWM)
 T_END=$(date +%s)
 
 # --- table -----------------------------------------------------------------------
@@ -436,9 +397,9 @@ echo "units: small/boot.ipxe rows = requests/s (wrk); big rows = aggregate MB/s 
 echo "bootd RSS: ${RSS_START} KiB at start; peak ${RSS_HWM_WRK} KiB after the wrk runs (up to $(echo "$CONNS" | awk '{print $NF}') connections);"
 echo "           ${RSS_BEFORE_BIG} KiB before the $BIG_LABEL downloads, peak (VmHWM, reset just before) ${RSS_HWM_BIG} KiB during them, ${RSS_END} KiB after"
 [ -z "${BOOTD_ALT_BIN:-}" ] || echo "bootd-alt RSS: ${ALT_RSS_START} KiB at start; peak ${ALT_HWM_WRK} KiB after the wrk runs; peak ${ALT_HWM_BIG} KiB during the $BIG_LABEL downloads"
-echo "bootd threads at end: $(ls /proc/$BOOTD_PID/task | wc -l)"
+echo "bootd threads at end: $(threads "$BOOTD_PID")"
 echo "measurement time: $((T_END - T_START)) s; cells: $(wc -l <"$RES"), retried: $(awk -F'\t' '$6 > 1' "$RES" | wc -l), kept although disturbed: $(awk -F'\t' '$7 != "yes"' "$RES" | wc -l) (other work > ${OTHER_MAX} of the server CPU, or of a saturated load CPU)"
-for l in "$TMP"/bootd*.log; do
+for l in "$WORK"/bootd*.log; do
     if grep -qiE 'error|panic' "$l"; then
         echo "$(basename "$l") (errors):"; grep -iE 'error|panic' "$l" | head -20
     fi
