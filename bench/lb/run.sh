@@ -28,6 +28,12 @@
 # with no checks, timers or limits, whose rates per CPU-second bound what any
 # user-space relay could reach; FLOOR_BIN).
 set -euo pipefail
+# shellcheck source=tests/lib/harness.sh
+. "$(dirname "$0")/../../tests/lib/harness.sh"
+# shellcheck source=bench/lib/bench.sh
+. "$REPO/bench/lib/bench.sh"   # log, bench_need_*, bench_own_session, wait_fine
+# shellcheck source=bench/lib/cpu.sh
+. "$REPO/bench/lib/cpu.sh"     # cpu_init, cpu_group, cpu_spawn, cpu_read, cpu_used, cpu_snap, cpu_other
 
 DURATION=${DURATION:-8}
 ROUNDS=${ROUNDS:-3}
@@ -43,53 +49,23 @@ LOAD_CPU=1
 
 # With PRIO < 0 and autogroups, nice only counts inside a session: run in a
 # session of our own whose autogroup gets the same nice value.
-if [ "$PRIO" -lt 0 ] && [ "$(cat /proc/sys/kernel/sched_autogroup_enabled 2>/dev/null)" = 1 ] && [ -z "${BENCH_LB_SESSION:-}" ]; then
-    BENCH_LB_SESSION=1 setsid "$0" "$@" &
-    child=$!
-    trap 'kill -TERM "$child" 2>/dev/null || true' INT TERM
-    rc=0
-    while :; do
-        wait "$child" && rc=0 || rc=$?
-        kill -0 "$child" 2>/dev/null || break
-    done
-    exit "$rc"
-fi
-[ "$PRIO" -lt 0 ] && [ -n "${BENCH_LB_SESSION:-}" ] && echo "$PRIO" >"/proc/$$/autogroup"
+bench_own_session BENCH_LB_SESSION "$@"
 
-REPO=$(cd "$(dirname "$0")/../.." && pwd)
 LBD_BIN=${LBD_BIN:-$REPO/target/release/lbd}
-for t in wrk iperf3 haproxy nginx curl taskset python3 awk; do
-    command -v "$t" >/dev/null || { echo "missing tool: $t (tests/lab/deps.sh installs it)" >&2; exit 1; }
-done
-[ "$(nproc --all)" -ge 2 ] || { echo "need at least 2 CPUs" >&2; exit 1; }
+bench_need_tools 1 "tests/lab/deps.sh installs it" wrk iperf3 haproxy nginx curl taskset python3 awk
+bench_need_cpus 1
 if [ ! -x "$LBD_BIN" ]; then
-    echo "# building lbd (release)" >&2
+    log "building lbd (release)"
     (cd "$REPO" && cargo build --release -p lbd)
 fi
 FLOOR_BIN=${FLOOR_BIN:-$(dirname "$LBD_BIN")/examples/relay_floor}
 if [ "$FLOOR" = 1 ] && [ ! -x "$FLOOR_BIN" ]; then
-    echo "# building lbd's relay_floor example (release)" >&2
+    log "building lbd's relay_floor example (release)"
     (cd "$REPO" && cargo build --release -p lbd --example relay_floor)
     [ -x "$FLOOR_BIN" ] || { echo "no $FLOOR_BIN after the build (set FLOOR_BIN)" >&2; exit 1; }
 fi
 
-PIDS=()
-TMP=""
-. "$REPO/bench/lib/cpu.sh"     # cpu_init, cpu_group, incg, cpu_read, cpu_used, cpu_snap, cpu_other
-. "$REPO/bench/lib/order.sh"   # order
-cleanup() {
-    local p
-    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-    for p in "${PIDS[@]}"; do
-        for _ in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
-        kill -9 "$p" 2>/dev/null || true
-    done
-    cpu_cleanup
-    [ -n "$TMP" ] && rm -rf "$TMP"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-log() { echo "# $*" >&2; }
+harness_init bench-lb          # $WORK; at exit every server stopped
 # CPU groups (bench/lib/cpu.sh): one per balancer, one for the backends (nginx,
 # iperf3 -s), all on CPU 0; this shell and the generators it starts on CPU 1.
 cpu_init lb
@@ -98,24 +74,22 @@ cpu_join "$G_LOAD"
 cpu_group G_BACK backends $SERVER_CPU
 declare -A GRP
 for b in lbd haproxy $([ "$FLOOR" = 1 ] && echo floor); do cpu_group "GRP[$b]" "$b" $SERVER_CPU; done
-# Arrays, not functions: "${ON_SERVER[@]}" cmd & gives $! = cmd's own PID
-# (nice and taskset exec it), so cleanup stops the server, not a subshell.
+# An array, not a function: cpu_spawn G "${ON_SERVER[@]}" cmd keeps cmd's own
+# PID (nice and taskset exec it), so the harness stops the server itself.
 ON_SERVER=(nice -n "$PRIO" taskset -c "$SERVER_CPU")
 on_load() { nice -n "$PRIO" taskset -c $LOAD_CPU "$@"; }
 
-TMP=$(mktemp -d /tmp/bench-lb.XXXXXX)
-chmod 755 "$TMP"
 P_NG1=$((PORT_BASE + 1)) P_NG2=$((PORT_BASE + 2)) P_IPERF=$((PORT_BASE + 3))
 P_LBD_WEB=$((PORT_BASE + 10)) P_LBD_BULK=$((PORT_BASE + 11)) P_LBD_ADMIN=$((PORT_BASE + 12))
 P_HA_WEB=$((PORT_BASE + 15)) P_HA_BULK=$((PORT_BASE + 16)) P_FLOOR_WEB=$((PORT_BASE + 18))
-mkdir -p "$TMP/www"
-head -c 1024 /dev/urandom | base64 -w 0 | head -c 1024 >"$TMP/www/1k"
-chmod 644 "$TMP/www/1k"
+mkdir -p "$WORK/www"
+head -c 1024 /dev/urandom | base64 -w 0 | head -c 1024 >"$WORK/www/1k"
+chmod 644 "$WORK/www/1k"
 
 # --- backends ------------------------------------------------------------------
 declare -A NGX_PID
 start_nginx() { # name port
-    local d=$TMP/ngx-$1
+    local d=$WORK/ngx-$1
     mkdir -p "$d"
     cat >"$d/nginx.conf" <<EOF
 daemon off;
@@ -134,28 +108,27 @@ http {
     default_type application/octet-stream;
     server {
         listen 127.0.0.1:$2 reuseport backlog=4096;
-        root $TMP/www;
+        root $WORK/www;
         location = /healthz { return 200 "ok\n"; }
     }
 }
 EOF
-    incg "$G_BACK" "${ON_SERVER[@]}" nginx -p "$d" -c "$d/nginx.conf" 2>>"$d/error.log" &
-    NGX_PID[$1]=$!
-    PIDS+=("$!")
+    cpu_spawn "$G_BACK" --log "$d/error.log" --append "${ON_SERVER[@]}" nginx -p "$d" -c "$d/nginx.conf"
+    NGX_PID[$1]=$SPAWNED
     wait_http "http://127.0.0.1:$2/1k"
 }
+http_ok() { curl -sf -o /dev/null --max-time 1 "$1"; }
 wait_http() {
-    for _ in $(seq 100); do curl -sf -o /dev/null --max-time 1 "$1" && return 0; sleep 0.1; done
+    wait_for 10 http_ok "$1" && return 0
     echo "nothing answers at $1" >&2
     return 1
 }
 start_nginx ng1 "$P_NG1"
 start_nginx ng2 "$P_NG2"
-incg "$G_BACK" "${ON_SERVER[@]}" iperf3 -s -B 127.0.0.1 -p "$P_IPERF" >"$TMP/iperf3-s.log" 2>&1 &
-PIDS+=("$!")
+cpu_spawn "$G_BACK" --log "$WORK/iperf3-s.log" "${ON_SERVER[@]}" iperf3 -s -B 127.0.0.1 -p "$P_IPERF"
 
 # --- balancers: the same frontends, checks and timeouts --------------------------
-cat >"$TMP/lb.yaml" <<EOF
+cat >"$WORK/lb.yaml" <<EOF
 adminListen: 127.0.0.1:$P_LBD_ADMIN
 check: { interval: 2s, fastInterval: 1s, timeout: 1s, rise: 2, fall: 3 }
 limits: { maxConns: 8000, maxConnsPerSource: 8000, connectTimeout: 3s, idleTimeout: 1h }
@@ -168,14 +141,13 @@ services:
     listen: 127.0.0.1:$P_LBD_BULK
     backends: ["127.0.0.1:$P_IPERF"]
 EOF
-RUST_LOG=${RUST_LOG:-warn} incg "${GRP[lbd]}" "${ON_SERVER[@]}" "$LBD_BIN" --config "$TMP/lb.yaml" --state-dir "$TMP/lbd-state" >"$TMP/lbd.log" 2>&1 &
-LBD_PID=$!
-PIDS+=("$!")
+cpu_spawn "${GRP[lbd]}" --log "$WORK/lbd.log" env RUST_LOG="${RUST_LOG:-warn}" "${ON_SERVER[@]}" "$LBD_BIN" --config "$WORK/lb.yaml" --state-dir "$WORK/lbd-state"
+LBD_PID=$SPAWNED
 
-cat >"$TMP/haproxy.cfg" <<EOF
+cat >"$WORK/haproxy.cfg" <<EOF
 global
     maxconn 8000
-    stats socket $TMP/haproxy.sock mode 600 level admin
+    stats socket $WORK/haproxy.sock mode 600 level admin
 defaults
     mode tcp
     timeout connect 3s
@@ -199,14 +171,12 @@ frontend bulk
 backend bulk
     server iperf 127.0.0.1:$P_IPERF check inter 2s
 EOF
-haproxy -c -q -f "$TMP/haproxy.cfg"
-incg "${GRP[haproxy]}" "${ON_SERVER[@]}" haproxy -db -f "$TMP/haproxy.cfg" >"$TMP/haproxy.log" 2>&1 &
-HA_PID=$!
-PIDS+=("$!")
+haproxy -c -q -f "$WORK/haproxy.cfg"
+cpu_spawn "${GRP[haproxy]}" --log "$WORK/haproxy.log" "${ON_SERVER[@]}" haproxy -db -f "$WORK/haproxy.cfg"
+HA_PID=$SPAWNED
 
 if [ "$FLOOR" = 1 ]; then
-    incg "${GRP[floor]}" "${ON_SERVER[@]}" "$FLOOR_BIN" "127.0.0.1:$P_FLOOR_WEB" "127.0.0.1:$P_NG1" "127.0.0.1:$P_NG2" >"$TMP/floor.log" 2>&1 &
-    PIDS+=("$!")
+    cpu_spawn "${GRP[floor]}" --log "$WORK/floor.log" "${ON_SERVER[@]}" "$FLOOR_BIN" "127.0.0.1:$P_FLOOR_WEB" "127.0.0.1:$P_NG1" "127.0.0.1:$P_NG2"
 fi
 
 wait_http "http://127.0.0.1:$P_LBD_WEB/1k"
@@ -243,7 +213,7 @@ try: print("%.2f 0 0" % (json.load(sys.stdin)["end"]["sum_received"]["bits_per_s
 except Exception: print("0 0 1")' <<<"$out"
 }
 
-RES=$TMP/results   # test, target, value, p99ms, errors, lb CPU-s, other CPU-s cpu0/cpu1, attempts, seconds, lb user CPU-s
+RES=$WORK/results   # test, target, value, p99ms, errors, lb CPU-s, other CPU-s cpu0/cpu1, attempts, seconds, lb user CPU-s
 : >"$RES"
 cell() { # test target kind args...
     local test=$1 who=$2 kind=$3 a v r0 r1 s0 s1 o cpu user
@@ -281,7 +251,9 @@ echo
 T0=$(date +%s)
 for r in $(seq "$ROUNDS"); do
     log "round $r/$ROUNDS"
+    # shellcheck disable=SC2086 # one target a word
     for w in $(order "$r" $WEB_TARGETS); do cell keepalive "$w" wrk_run; done
+    # shellcheck disable=SC2086
     for w in $(order "$r" $WEB_TARGETS); do cell connrate "$w" wrk_run -H "Connection: close"; done
     for w in $(order "$r" lbd haproxy direct); do cell throughput "$w" iperf_run; done
 done
@@ -353,38 +325,41 @@ while True:
     if not c: break
     d += c
 rows = [l.split() for l in d.decode().splitlines() if l and l[0].isdigit() and len(l.split()) > 5]
-sys.exit(0 if any(r[3] == "ng2" and r[5] == "0" for r in rows) else 1)' "$TMP/haproxy.sock" ;;
+sys.exit(0 if any(r[3] == "ng2" and r[5] == "0" for r in rows) else 1)' "$WORK/haproxy.sock" ;;
     esac
 }
+is_up() { ! is_down "$1"; }
 # lbd: connections ng2 reset or closed before answering, replayed on ng1 (limits.retryUnanswered); a counter.
 replayed_so_far() {
     curl -sf --max-time 1 "http://127.0.0.1:$P_LBD_ADMIN/status" | python3 -c 'import json,sys
 s = json.load(sys.stdin)
 print(sum(b.get("unansweredFailures", 0) for f in s["frontends"] if f["name"] == "web" for b in f["backends"] if b["addr"].endswith(":'"$P_NG2"'")))'
 }
-failover() { # balancer -> appends "balancer detect_ms requests errors replayed" to $TMP/failover (no subshell: it restarts nginx)
+failover() { # balancer -> appends "balancer detect_ms requests errors replayed" to $WORK/failover (no subshell: it restarts nginx)
     local who=$1 out t_kill t_det=0 req errs replayed0=0
     # ng2 may have come back after the other balancer's kill: wait until this one has it up again.
-    for _ in $(seq 100); do is_down "$who" || break; sleep 0.1; done
+    wait_for 10 is_up "$who" || true
     [ "$who" = lbd ] && replayed0=$(replayed_so_far)
-    on_load timeout 60 wrk -t1 -c4 -d10s --timeout 5s -H "Connection: close" "http://127.0.0.1:$(port_web "$who")/1k" >"$TMP/fo-$who.txt" 2>&1 &
-    local wpid=$!
+    spawn --log "$WORK/fo-$who.txt" nice -n "$PRIO" taskset -c $LOAD_CPU timeout 60 wrk -t1 -c4 -d10s --timeout 5s -H "Connection: close" "http://127.0.0.1:$(port_web "$who")/1k"
+    local wpid=$SPAWNED
     sleep 3
+    # shellcheck disable=SC2046 # its workers, one PID a word
     kill -9 "${NGX_PID[ng2]}" $(pgrep -P "${NGX_PID[ng2]}") 2>/dev/null || true
     t_kill=$(date +%s%N)
-    for _ in $(seq 750); do
-        if is_down "$who"; then t_det=$(date +%s%N); break; fi
-        sleep 0.02
-    done
+    # measured: fine steps (wait_for's 0.1 s would be a part of it)
+    if wait_fine 30 is_down "$who"; then t_det=$(date +%s%N); fi
     wait "$wpid" || true
-    out=$(cat "$TMP/fo-$who.txt")
+    stop_pid "$wpid"
+    wait "${NGX_PID[ng2]}" 2>/dev/null || true   # reaped (a zombie would hold stop_pid 5 s) ...
+    stop_pid "${NGX_PID[ng2]}"                  # ... and out of PIDS
+    out=$(cat "$WORK/fo-$who.txt")
     req=$(awk '/requests in/{print $1}' <<<"$out")
     errs=$(awk '/Socket errors/{gsub(/,/,""); print $4 + $6 + $8 + $10} /Non-2xx/{print $NF}' <<<"$out" | awk '{s+=$1} END{print s+0}')
     local replayed=-
     [ "$who" = lbd ] && replayed=$(($(replayed_so_far) - replayed0))
     start_nginx ng2 "$P_NG2"
-    for _ in $(seq 100); do is_down "$who" || break; sleep 0.1; done
-    echo "$who $([ "$t_det" -gt 0 ] && echo $(((t_det - t_kill) / 1000000)) || echo never) ${req:-0} $errs $replayed" >>"$TMP/failover"
+    wait_for 10 is_up "$who" || true
+    echo "$who $([ "$t_det" -gt 0 ] && echo $(((t_det - t_kill) / 1000000)) || echo never) ${req:-0} $errs $replayed" >>"$WORK/failover"
 }
 if [ "$FAILOVER" = 1 ]; then
     echo
@@ -393,9 +368,9 @@ if [ "$FAILOVER" = 1 ]; then
     for _ in $(seq "$FAILOVER_KILLS"); do
         for w in lbd haproxy; do failover "$w"; done
     done
-    awk '{printf "%-8s detected down after %s ms; client requests %s, failed %s%s\n", $1, $2, $3, $4, ($5 == "-" ? "" : "; replayed on the other backend after the killed one failed before answering: " $5)}' "$TMP/failover"
-    awk '{n[$1]++; req[$1] += $3; err[$1] += $4; if ($5 != "-") rep[$1] += $5} END {for (w in n) printf "%-8s total over %d kills: client requests %d, failed %d%s\n", w, n[w], req[w], err[w], (w == "lbd" ? ", replayed " rep[w] : "")}' "$TMP/failover" | sort
+    awk '{printf "%-8s detected down after %s ms; client requests %s, failed %s%s\n", $1, $2, $3, $4, ($5 == "-" ? "" : "; replayed on the other backend after the killed one failed before answering: " $5)}' "$WORK/failover"
+    awk '{n[$1]++; req[$1] += $3; err[$1] += $4; if ($5 != "-") rep[$1] += $5} END {for (w in n) printf "%-8s total over %d kills: client requests %d, failed %d%s\n", w, n[w], req[w], err[w], (w == "lbd" ? ", replayed " rep[w] : "")}' "$WORK/failover" | sort
 fi
 for w in lbd haproxy; do
-    if grep -qiE 'panic|error' "$TMP/$w.log"; then echo "$w log (errors):"; grep -iE 'panic|error' "$TMP/$w.log" | head -10; fi
+    if grep -qiE 'panic|error' "$WORK/$w.log"; then echo "$w log (errors):"; grep -iE 'panic|error' "$WORK/$w.log" | head -10; fi
 done
