@@ -1,5 +1,5 @@
 //! bootd's shared state ([`bootd::shared::Shared`], and DHCPv4's:
-//! [`dhcp::v4::shared::SharedLeases`]) on the site's etcd
+//! `dhcp::v4::shared::SharedLeases`) on the site's etcd
 //! (`host.store.etcd`), under the site's prefix:
 //!
 //! | key | value |
