@@ -245,11 +245,10 @@ impl Sockets {
         };
         let (mut dhcp, mut dhcp_proxy) = (None, None);
         if let Some(d) = &site.host.dhcp {
-            let bind =
-                |what, addr| {
-                    dhcp::v4::server::bind(addr, d.interface.as_deref())
-                        .map_err(|source| Error::Bind { what, addr, source })
-                };
+            let bind = |what, addr| {
+                let socket = dhcp::v4::server::bind(addr, d.interface.as_deref());
+                socket.map_err(|source| Error::Bind { what, addr, source })
+            };
             dhcp = Some(bind("host.dhcp.listen", d.listen)?);
             if d.mode == site::DhcpMode::Proxy {
                 dhcp_proxy = Some(bind(

@@ -231,3 +231,54 @@ where
     }
     None
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::v4::leases::Lease;
+    use std::net::Ipv4Addr;
+
+    fn lease(mac: &str, ip: [u8; 4], expires: u64, state: LeaseState) -> Lease {
+        Lease {
+            mac: mac.into(),
+            ip: Ipv4Addr::from(ip),
+            expires,
+            hostname: None,
+            state,
+        }
+    }
+
+    /// `apply` says when an address may have become free: a client that
+    /// moves, releases or declines its own; not a renewal, nor a record
+    /// naming no client.
+    #[test]
+    fn apply_tells_when_an_address_may_have_been_freed() {
+        let mut b = Bindings::<Lease>::default();
+        let a = "52:54:00:00:00:01";
+        assert!(!b.apply(lease(a, [10, 0, 0, 1], 100, LeaseState::Active)));
+        assert!(!b.apply(lease(a, [10, 0, 0, 1], 200, LeaseState::Active)));
+        assert!(b.apply(lease(a, [10, 0, 0, 2], 200, LeaseState::Active)));
+        assert_eq!(b.holder(Ipv4Addr::new(10, 0, 0, 1)), None);
+        assert!(b.apply(lease(a, [10, 0, 0, 2], 0, LeaseState::Released)));
+        assert!(b.held_by(&a.parse().unwrap()).is_none());
+        assert!(!b.apply(lease("not a mac", [10, 0, 0, 3], 100, LeaseState::Active)));
+        assert_eq!(b.len(), 1);
+        assert!(!b.apply(lease(a, [10, 0, 0, 4], 100, LeaseState::Active)));
+        assert!(b.apply(lease(a, [10, 0, 0, 4], 500, LeaseState::Declined)));
+        assert!(!b.is_free_for(Ipv4Addr::new(10, 0, 0, 4), &a.parse().unwrap(), 500));
+        assert!(b.is_free_for(Ipv4Addr::new(10, 0, 0, 4), &a.parse().unwrap(), 501));
+    }
+
+    /// The walk starts where it is told, wraps at the pool's end, and
+    /// gives up after `steps` addresses.
+    #[test]
+    fn the_walk_wraps_and_stops_after_its_steps() {
+        assert_eq!(walk(10u32, 13, 12, 4, |a| a == 11), Some((11, 12)));
+        assert_eq!(walk(10u32, 13, 13, 4, |a| a == 13), Some((13, 10)));
+        assert_eq!(walk(10u128, 13, 12, 2, |a| a == 11), None);
+        assert_eq!(
+            walk(0u32, u32::MAX, u32::MAX, 1, |_| true),
+            Some((u32::MAX, 0))
+        );
+    }
+}
