@@ -31,7 +31,10 @@ pub fn boot_config(site: site::Site, name: Option<&str>) -> bootd::Config {
         if let Some(n) = name {
             s = s.named(n);
         }
-        c.shared = Some(Arc::new(s));
+        // One store: bootd's secrets and timelines, and DHCPv4's leases.
+        let s = Arc::new(s);
+        c.shared_leases = Some(s.clone());
+        c.shared = Some(s);
     }
     c.check_images = Some(Arc::new(|s: &site::Site| {
         images::check_site(s).map_err(|e| e.to_string())

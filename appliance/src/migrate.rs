@@ -13,6 +13,7 @@ use crate::shared::EtcdShared;
 use anyhow::{bail, Context, Result};
 use bootd::shared::Shared;
 use controller::store::Store;
+use dhcp::v4::shared::SharedLeases;
 use std::path::Path;
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -56,7 +57,7 @@ pub fn migrate(site: &site::Site, state_dir: &Path, from: Side, to: Side) -> Res
             if !shared.leases()?.is_empty() {
                 bail!("etcd already holds DHCP leases: leases not copied (the controller's state was)");
             }
-            let (table, _) = bootd::dhcp::leases::load(&leases_path)
+            let (table, _) = dhcp::v4::leases::load(&leases_path)
                 .with_context(|| leases_path.display().to_string())?;
             let mut n = 0;
             for l in table.declined().chain(table.leases()) {
@@ -75,20 +76,20 @@ pub fn migrate(site: &site::Site, state_dir: &Path, from: Side, to: Side) -> Res
             (n, s)
         }
         Side::Etcd => {
-            let (here, _) = bootd::dhcp::leases::load(&leases_path)?;
+            let (here, _) = dhcp::v4::leases::load(&leases_path)?;
             if here.len() + here.declined().count() > 0 {
                 bail!(
                     "{} already holds leases: leases not copied (the controller's state was)",
                     leases_path.display()
                 );
             }
-            let mut table = bootd::dhcp::leases::Table::default();
+            let mut table = dhcp::v4::leases::Table::default();
             let leases = shared.leases()?;
             let n = leases.len();
             for l in leases {
                 table.apply(l);
             }
-            bootd::state::write_atomic(&leases_path, &bootd::dhcp::leases::render(&table)?, 0o640)?;
+            bootd::state::write_atomic(&leases_path, &dhcp::v4::leases::render(&table)?, 0o640)?;
             let spent: Vec<(u64, String)> = shared
                 .spent()?
                 .into_iter()

@@ -389,7 +389,7 @@ async fn an_appliance_started_before_etcd_waits_for_it() {
 /// the commit fails naming the key (the ACK is withheld).
 #[test]
 fn a_foreign_lease_record_is_refused_not_overwritten() {
-    use bootd::shared::Shared;
+    use dhcp::v4::shared::SharedLeases;
     let server = etcd::testing::Server::start();
     let config = server.config("/foreign/");
     let raw = etcd::Etcd::connect(&config).unwrap();
@@ -400,7 +400,7 @@ fn a_foreign_lease_record_is_refused_not_overwritten() {
         Duration::from_secs(10),
         site::DhcpHa::HotStandby,
     );
-    let lease = bootd::shared::Lease {
+    let lease = dhcp::v4::leases::Lease {
         mac: "02:00:00:00:00:01".into(),
         ip: Ipv4Addr::new(10, 77, 0, 100),
         expires: runtime::clock::unix_secs() + 3600,
@@ -487,8 +487,8 @@ fn balancing(config: &etcd::Config) -> appliance::shared::EtcdShared {
 }
 
 /// A lease of `mac` on `ip` for an hour.
-fn live(mac: &str, ip: Ipv4Addr) -> bootd::shared::Lease {
-    bootd::shared::Lease {
+fn live(mac: &str, ip: Ipv4Addr) -> dhcp::v4::leases::Lease {
+    dhcp::v4::leases::Lease {
         mac: mac.into(),
         ip,
         expires: runtime::clock::unix_secs() + 3600,
@@ -501,7 +501,7 @@ fn live(mac: &str, ip: Ipv4Addr) -> bootd::shared::Lease {
 /// to a client is refused a second address for it, and told the first.
 #[test]
 fn a_client_is_never_granted_two_addresses() {
-    use bootd::shared::Shared;
+    use dhcp::v4::shared::SharedLeases;
     let server = etcd::testing::Server::start();
     let config = server.config("/two/");
     let (a, b) = (balancing(&config), balancing(&config));
@@ -541,7 +541,7 @@ fn a_client_is_never_granted_two_addresses() {
 /// addresses ACKed to two clients when a read's revision was kept.)
 #[test]
 fn a_record_read_but_not_yet_in_the_table_is_not_overwritten() {
-    use bootd::shared::Shared;
+    use dhcp::v4::shared::SharedLeases;
     let server = etcd::testing::Server::start();
     let config = server.config("/race/");
     let (a, b) = (balancing(&config), balancing(&config));
@@ -566,12 +566,12 @@ fn a_record_read_but_not_yet_in_the_table_is_not_overwritten() {
 /// its own and only that one is refused.
 #[test]
 fn leases_committed_together_and_one_conflict_refuses_only_it() {
-    use bootd::shared::Shared;
+    use dhcp::v4::shared::SharedLeases;
     let server = etcd::testing::Server::start();
     let config = server.config("/batch/");
     let (a, b) = (balancing(&config), balancing(&config));
     let ip = |last: u8| Ipv4Addr::new(10, 80, 1, last);
-    let batch: Vec<bootd::shared::Lease> = (1..=3)
+    let batch: Vec<dhcp::v4::leases::Lease> = (1..=3)
         .map(|i| live(&format!("02:81:00:00:00:0{i}"), ip(i)))
         .collect();
     let answers = a.commit_leases(&batch);

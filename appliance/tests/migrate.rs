@@ -147,7 +147,7 @@ fn a_single_appliance_moves_into_etcd_and_back_with_everything() {
     assert_eq!(sb.open_intents("w2").unwrap().len(), 1);
     assert_eq!(sa.clusters().unwrap(), sb.clusters().unwrap());
     let leases = |d: &Path| {
-        let (t, _) = bootd::dhcp::leases::load(&d.join("leases.jsonl")).unwrap();
+        let (t, _) = dhcp::v4::leases::load(&d.join("leases.jsonl")).unwrap();
         let mut v: Vec<_> = t
             .leases()
             .chain(t.declined())

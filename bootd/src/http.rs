@@ -459,7 +459,7 @@ pub(crate) fn node_addrs(app: &App, node: &Node) -> Vec<IpAddr> {
         if let Some(l) = leases.get(m) {
             // Only an address it still holds (not one that expired and went
             // to another machine).
-            if l.state == crate::dhcp::leases::LeaseState::Active
+            if l.state == dhcp::v4::leases::LeaseState::Active
                 && leases.holder(l.ip) == Some(m)
                 && !v.contains(&IpAddr::V4(l.ip))
             {

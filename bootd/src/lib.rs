@@ -6,11 +6,14 @@
 //! userdata; plus `/healthz` and `/metrics`. Everything is derived from the
 //! site description ([`site::Site`]), reloaded live.
 //!
-//! Also the provisioning network's DHCP server ([`dhcp`]) and TFTP server
-//! ([`tftp`]) for firmware that cannot speak HTTP.
+//! Also the provisioning network's DHCP servers (the `dhcp` crate) and TFTP
+//! server (the `tftp` crate) for firmware that cannot speak HTTP.
 //!
 //! Modules:
-//! - [`dhcp`]: DHCPv4 (+proxyDHCP, relays), arch-aware boot, durable leases.
+//! - DHCPv4 and DHCPv6 are the `dhcp` crate, which reaches bootd only
+//!   through a `dhcp::Context` (`dhcp_servers`: the live site, each exchange
+//!   into the [`timeline`], the counters), the lease tables in [`App`]
+//!   and, with several appliances, [`Config::shared_leases`].
 //! - TFTP is the `tftp` crate (read-only, windowsize), confined to its
 //!   root through [`files::open_beneath`]; `tftp_resolver` (`tftp_files`) maps names to
 //!   generated files (GRUB configs, the iPXE entry script) or the root.
@@ -37,13 +40,12 @@
 //! and the image cache check comes in through [`Config::check_images`].
 
 pub mod body;
+mod dhcp_servers;
 mod listen;
 mod tftp_files;
 pub(crate) use listen::{count_closed, serve_conn, Prefixed};
 pub use runtime::conns;
 use tftp_files::{tftp_observer, tftp_resolver};
-pub mod dhcp;
-pub mod dhcp6;
 pub mod discovery;
 pub mod files;
 pub mod gate;
@@ -86,10 +88,10 @@ pub struct App {
     pub feed: runtime::SiteFeed,
     /// DHCP leases (empty when bootd serves no DHCP); a node's lease address
     /// counts as its own for Ignition access.
-    pub leases: Arc<std::sync::Mutex<dhcp::leases::Table>>,
+    pub leases: Arc<std::sync::Mutex<dhcp::v4::leases::Table>>,
     /// DHCPv6 bindings (empty when bootd serves no DHCPv6); counted like
     /// `leases` for Ignition access.
-    pub leases6: Arc<std::sync::Mutex<dhcp6::leases::Table>>,
+    pub leases6: Arc<std::sync::Mutex<dhcp::v6::leases::Table>>,
     /// The per-node boot timeline: the one record of what nodes do (status
     /// page, API, phase metrics; the controller subscribes to it).
     pub timeline: Arc<timeline::Recorder>,
@@ -134,7 +136,7 @@ pub struct Config {
     /// How long open connections get to finish after shutdown.
     pub grace: Duration,
     /// Where DHCP replies go (tests move them off 67/68).
-    pub dhcp_ports: dhcp::server::Ports,
+    pub dhcp_ports: dhcp::v4::server::Ports,
     /// Checks that the image files the site names are there (the image
     /// catalog's cache check, passed in by the executables); run before
     /// serving and before each reload is applied.
@@ -150,6 +152,9 @@ pub struct Config {
     /// The store shared with other appliances (`host.store: etcd`): the
     /// token key, the site CA and spent tokens are agreed through it.
     pub shared: Option<Arc<dyn shared::Shared>>,
+    /// The same store as DHCPv4 uses it: leases committed before their
+    /// ACK, who answers.
+    pub shared_leases: Option<Arc<dyn dhcp::v4::shared::SharedLeases>>,
 }
 
 impl std::fmt::Debug for Config {
@@ -182,6 +187,7 @@ impl Config {
             write_stall: Duration::from_secs(60),
             http_limits: runtime::http1::Limits::new(plain::HEAD_TIMEOUT),
             shared: None,
+            shared_leases: None,
         }
     }
     pub fn state_dir(&self) -> PathBuf {
@@ -195,7 +201,7 @@ impl Config {
 pub struct Sockets {
     pub http: TcpListener,
     pub https: Option<TcpListener>,
-    /// DHCP on port 67 (server or proxyDHCP), see [`dhcp::server::bind`].
+    /// DHCP on port 67 (server or proxyDHCP), see [`dhcp::v4::server::bind`].
     pub dhcp: Option<tokio::net::UdpSocket>,
     /// proxyDHCP's boot-server port 4011.
     pub dhcp_proxy: Option<tokio::net::UdpSocket>,
@@ -240,11 +246,8 @@ impl Sockets {
         let (mut dhcp, mut dhcp_proxy) = (None, None);
         if let Some(d) = &site.host.dhcp {
             let bind = |what, addr| {
-                dhcp::server::bind(addr, d.interface.as_deref()).map_err(|source| Error::Bind {
-                    what,
-                    addr,
-                    source,
-                })
+                let socket = dhcp::v4::server::bind(addr, d.interface.as_deref());
+                socket.map_err(|source| Error::Bind { what, addr, source })
             };
             dhcp = Some(bind("host.dhcp.listen", d.listen)?);
             if d.mode == site::DhcpMode::Proxy {
@@ -256,7 +259,7 @@ impl Sockets {
         }
         let dhcp6 = match &site.host.dhcp6 {
             Some(d) => Some(
-                dhcp6::server::bind(d.listen, &d.interface).map_err(|source| Error::Bind {
+                dhcp::v6::server::bind(d.listen, &d.interface).map_err(|source| Error::Bind {
                     what: "host.dhcp6.listen",
                     addr: d.listen,
                     source,
@@ -475,69 +478,13 @@ pub async fn run_app(
             tracker.clone(),
         ));
     }
-    if sockets.dhcp.is_some() || sockets.dhcp_proxy.is_some() {
-        let (store, active) = dhcp::shared::open(&app, config.shared.as_ref(), &shutdown)
-            .map_err(|e| Error::StateDir(app.state_dir.clone(), e))?;
-        let site = &app.live.load().site;
-        let ifindex = site
-            .host
-            .dhcp
-            .as_ref()
-            .and_then(|d| d.interface.as_deref())
-            .and_then(|i| nix::net::if_::if_nametoindex(i).ok());
-        // Neighbour entries need CAP_NET_ADMIN, which neither the systemd
-        // unit nor a dropped root grants: replies to address-less clients
-        // are broadcast instead (every client accepts those).
-        let net_admin = runtime::privileges::effective()
-            .contains(runtime::privileges::CapabilitySet::NET_ADMIN);
-        if ifindex.is_some() && !net_admin {
-            info!("no CAP_NET_ADMIN: DHCP replies to clients without an address are broadcast, not unicast");
-        }
-        let ifindex = ifindex.filter(|_| net_admin);
-        let server = Arc::new(dhcp::server::Server {
-            app: Arc::clone(&app),
-            table: Arc::clone(&app.leases),
-            store,
-            active,
-            ports: config.dhcp_ports,
-            ifindex,
-            link: dhcp::server::link_address(site),
-        });
-        for (sock, port) in [(sockets.dhcp, 67), (sockets.dhcp_proxy, 4011)] {
-            if let Some(sock) = sock {
-                info!(addr = %sock.local_addr().map(|a| a.to_string()).unwrap_or_default(), "DHCP listening");
-                tracker.spawn(Arc::clone(&server).run(sock, port, shutdown.clone()));
-            }
-        }
-    }
-    if let Some(sock) = sockets.dhcp6 {
-        let (store, table) = dhcp6::leases::Store::open(&app.state_dir)
-            .map_err(|e| Error::StateDir(app.state_dir.clone(), e))?;
-        app.metrics
-            .dhcp6_bindings
-            .set(i64::try_from(table.len()).unwrap_or(i64::MAX));
-        *app.leases6.lock().unwrap_or_else(|p| p.into_inner()) = table;
-        let server_id = dhcp6::server::server_duid(&app.state_dir)
-            .map_err(|e| Error::StateDir(app.state_dir.clone(), e))?;
-        let ifindex = app
-            .live
-            .load()
-            .site
-            .host
-            .dhcp6
-            .as_ref()
-            .and_then(|d| nix::net::if_::if_nametoindex(d.interface.as_str()).ok())
-            .unwrap_or(0);
-        let server = Arc::new(dhcp6::server::Server {
-            app: Arc::clone(&app),
-            table: Arc::clone(&app.leases6),
-            store,
-            server_id,
-            ifindex,
-        });
-        info!(addr = %sock.local_addr().map(|a| a.to_string()).unwrap_or_default(), "DHCPv6 listening");
-        tracker.spawn(server.run(sock, shutdown.clone()));
-    }
+    dhcp_servers::start(
+        &app,
+        &config,
+        [sockets.dhcp, sockets.dhcp_proxy, sockets.dhcp6],
+        &tracker,
+        &shutdown,
+    )?;
     if let Some(sock) = sockets.tftp {
         info!(addr = %sock.local_addr().map(|a| a.to_string()).unwrap_or_default(), "TFTP listening");
         let resolver = tftp_resolver(Arc::clone(&app));

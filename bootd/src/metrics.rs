@@ -55,10 +55,8 @@ pub struct Metrics {
     pub tftp: std::sync::Arc<tftp::TftpMetrics>,
     /// Admission gates (`bootd_admission_*`).
     pub gates: std::sync::Arc<crate::gate::GateMetrics>,
-    pub dhcp: Family<Kind, Counter>,
-    pub dhcp6: Family<Kind, Counter>,
-    /// Bindings in bootd's DHCPv6 table (`host.dhcp6.maxBindings` bounds it).
-    pub dhcp6_bindings: prometheus_client::metrics::gauge::Gauge,
+    /// DHCPv4 and DHCPv6 (`bootd_dhcp_*`, `bootd_dhcp6_*`).
+    pub dhcp: std::sync::Arc<dhcp::Metrics>,
     pub requests: Family<RouteStatus, Counter>,
     pub bytes: Family<RouteLabel, Counter>,
     /// `bytes{route="images"}`, looked up once: it is counted per piece sent.
@@ -104,28 +102,12 @@ impl Default for Metrics {
         let bytes = Family::<RouteLabel, Counter>::default();
         let denials = Family::<Reason, Counter>::default();
         let reloads = Family::<Outcome, Counter>::default();
-        let dhcp = Family::<Kind, Counter>::default();
-        let dhcp6 = Family::<Kind, Counter>::default();
         let tftp = std::sync::Arc::new(tftp::TftpMetrics::default());
         tftp.register(&mut registry);
         let gates = std::sync::Arc::new(crate::gate::GateMetrics::default());
         gates.register(&mut registry);
-        registry.register(
-            "dhcp_packets",
-            "DHCP requests by outcome (offer, ack, nak, inform, release, decline, proxy, ignored, malformed, store_error)",
-            dhcp.clone(),
-        );
-        registry.register(
-            "dhcp6_packets",
-            "DHCPv6 messages by kind (solicit, request, renew, rebind, release, decline, confirm, information-request) once answered, or why not (ignored, malformed, not-ours, store_error)",
-            dhcp6.clone(),
-        );
-        let dhcp6_bindings = prometheus_client::metrics::gauge::Gauge::default();
-        registry.register(
-            "dhcp6_bindings",
-            "Bindings in the DHCPv6 table, expired ones within their hour of grace included (host.dhcp6.maxBindings bounds it)",
-            dhcp6_bindings.clone(),
-        );
+        let dhcp = std::sync::Arc::new(dhcp::Metrics::default());
+        dhcp.register(&mut registry);
         registry.register(
             "http_requests",
             "HTTP requests by route and status",
@@ -248,8 +230,6 @@ impl Default for Metrics {
             tftp,
             gates,
             dhcp,
-            dhcp6,
-            dhcp6_bindings,
             requests,
             bytes,
             image_bytes,

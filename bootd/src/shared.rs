@@ -5,12 +5,10 @@
 //! - the site CA (certificate and key): nodes trust every appliance's HTTPS;
 //! - spent tokens: a single-use token spent on one appliance is refused
 //!   by all;
-//! - DHCP leases: committed to the shared store before their ACK (one
-//!   record per address, one per client: neither is ever granted twice),
-//!   answered by one elected appliance at a time, which loads them all
-//!   when elected (a client keeps its address across a takeover), or by
-//!   every live appliance, each for its share of the clients
-//!   (`host.dhcp.ha: loadBalancing`), each following the others' leases.
+//! - nodes' timeline events: each appliance shows what the others saw.
+//!
+//! DHCP leases go through the same store, behind the `dhcp` crate's own
+//! interface (`dhcp::v4::shared::SharedLeases`, [`crate::Config::shared_leases`]).
 //!
 //! At start, [`agree`] settles each secret: the one already shared wins;
 //! with none shared yet, this appliance's (its file, or a new one) is
@@ -19,7 +17,6 @@
 //! value stops the start: replacing it silently would break every node
 //! that trusts it.
 
-pub use crate::dhcp::leases::Lease;
 use std::io;
 use std::path::Path;
 use tokio_util::sync::CancellationToken;
@@ -33,47 +30,6 @@ pub trait Shared: Send + Sync + std::fmt::Debug {
     /// Spends the token `nonce` (valid until `expiry`, unix seconds):
     /// `true` the first time on any appliance, `false` after.
     fn spend(&self, nonce: &str, expiry: u64) -> io::Result<bool>;
-    /// Every DHCP lease and declined address in the shared store.
-    fn leases(&self) -> io::Result<Vec<Lease>>;
-    /// Commits `lease` (before its ACK): `Ok(None)` once committed;
-    /// `Ok(Some(other))` when the address is another client's live lease
-    /// in the shared store (nothing written).
-    fn commit_lease(&self, lease: &Lease) -> io::Result<Option<Lease>>;
-    /// [`Shared::commit_lease`] for several leases (no two of one address or
-    /// one client) at once, where the store can: one round trip for all
-    /// when none conflicts. One answer per lease, in order.
-    fn commit_leases(&self, leases: &[Lease]) -> Vec<io::Result<Option<Lease>>> {
-        leases.iter().map(|l| self.commit_lease(l)).collect()
-    }
-    /// What this appliance answers in DHCP now ([`DhcpRole`]) in `scope`:
-    /// relayed requests (`None`: site-wide, every appliance a candidate),
-    /// or the broadcasts of the segment named `Some(segment)` (the
-    /// appliances attached to it). Campaigns (or joins the load-balancing
-    /// group) until `stop`.
-    fn dhcp_role(
-        &self,
-        scope: Option<&str>,
-        stop: CancellationToken,
-    ) -> tokio::sync::watch::Receiver<DhcpRole>;
-    /// [`DhcpRole::Share`]: whether the client with this identifier
-    /// (option 61, else its hardware address) is this appliance's in `scope`.
-    fn answers(&self, _scope: Option<&str>, _client: &[u8]) -> bool {
-        true
-    }
-    /// [`DhcpRole::Share`]: this appliance's place among the live ones of
-    /// `scope` (index, count); where its allocations start in each pool.
-    fn place(&self, _scope: Option<&str>) -> Option<(usize, usize)> {
-        None
-    }
-    /// [`DhcpRole::Share`]: every lease as any appliance writes it, from
-    /// now until `stop` (the table follows the others' grants). `None`:
-    /// one appliance answers at a time, nothing to follow.
-    fn lease_changes(
-        &self,
-        _stop: CancellationToken,
-    ) -> Option<tokio::sync::mpsc::Receiver<Lease>> {
-        None
-    }
     /// The name this appliance goes by among those sharing the store
     /// (shown beside each step of a node's timeline it served). `None`:
     /// timelines are not shared.
@@ -107,24 +63,6 @@ pub enum Others {
         by: String,
         json: Vec<u8>,
     },
-}
-
-/// What an appliance of a shared store answers in DHCP.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DhcpRole {
-    /// The elected DHCP server: everything, each lease committed first.
-    Serve,
-    /// Another appliance is elected: nothing.
-    Standby,
-    /// A live member of a load-balancing group (`host.dhcp.ha:
-    /// loadBalancing`): the clients [`Shared::answers`] gives it, each
-    /// lease committed first; a renewing client (ciaddr set) by whichever
-    /// appliance it reaches (RFC 3074: the hash is for new clients).
-    Share,
-    /// The shared store cannot be reached (no quorum): every appliance
-    /// answers the site's own nodes (their reserved addresses, the same
-    /// answer from each; nothing to record) and grants no other address.
-    ReservedOnly,
 }
 
 /// How long a start waits for the shared store (an appliance started with

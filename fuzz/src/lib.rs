@@ -15,7 +15,7 @@ pub mod mutate;
 pub mod seeds;
 mod seeds6;
 
-use bootd::dhcp::{core, leases, wire};
+use dhcp::v4::{core, leases, wire};
 use dhcproto::{v4::Message, Decodable, Decoder, Encodable, Encoder};
 use dnsd::core::{Action, Catalog, Options, Transport};
 use std::path::{Path, PathBuf};
@@ -92,7 +92,7 @@ fn lab_dual_site() -> &'static site::Site {
 /// panic; a reply parses back to itself, and wrapped for the relays it
 /// came through, unwraps to the same hops and reply.
 pub fn dhcp6_request(data: &[u8]) {
-    use bootd::dhcp6::{core as core6, leases as leases6, wire as wire6};
+    use dhcp::v6::{core as core6, leases as leases6, wire as wire6};
     let Ok((hops, inner)) = wire6::unwrap(data) else {
         return;
     };

@@ -7,7 +7,7 @@
 //! The files are committed; this only regenerates them.
 
 use crate::repo_path;
-use bootd::dhcp::leases::{Lease, LeaseState};
+use dhcp::v4::leases::{Lease, LeaseState};
 use dhcproto::v4::{Architecture, DhcpOption, HType, Message, MessageType, Opcode, OptionCode};
 use dhcproto::{Encodable, Encoder};
 use hickory_proto::op::{Edns, Message as Dns, MessageType as DnsType, OpCode, Query};

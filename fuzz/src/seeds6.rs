@@ -1,8 +1,8 @@
 //! Seeds of the DHCPv6 target: what UEFI PXE, UEFI HTTP Boot, iPXE,
-//! dhclient and a relay send, built as bootd/tests/it/dhcp6_core.rs
+//! dhclient and a relay send, built as dhcp/tests/it/v6_core.rs
 //! builds them.
 
-use bootd::dhcp6::wire::{self, Msg};
+use dhcp::v6::wire::{self, Msg};
 
 fn client(t: u8, mac: [u8; 6], addr: Option<&str>, server: bool) -> Msg {
     let mut m = Msg::new(t, [0x12, 0x34, 0x56]);

@@ -8,6 +8,7 @@
 //! - [`feed`]: the site feed: the validated site, loaded once per change,
 //!   published to every daemon in the process.
 //! - [`clock`]: calendar time that a step of the system clock does not move.
+//! - [`fs`]: files written atomically (a crash leaves the old or the new).
 //! - [`heap`]: the process's live heap bytes, when its binary counts them.
 //! - [`net`]: socket reads the data paths share.
 //! - [`http1`]: the HTTP/1.1 connection rules every HTTP listener shares
@@ -20,6 +21,7 @@
 pub mod clock;
 pub mod conns;
 pub mod feed;
+pub mod fs;
 pub mod heap;
 pub mod http1;
 pub mod logging;

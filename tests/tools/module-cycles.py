@@ -3,8 +3,8 @@
 
 Usage: tests/tools/module-cycles.py [CRATE_DIR ...]   (default: every workspace member)
 
-A module is a source file (`src/http.rs` is `http`, `src/dhcp/core.rs` is
-`dhcp::core`, `src/lib.rs` the crate root). Module A imports module B when
+A module is a source file (`src/http.rs` is `http`, `src/v4/core.rs` is
+`v4::core`, `src/lib.rs` the crate root). Module A imports module B when
 A's code names B: `use crate::b::...`, `crate::b::x` in code, `super::...`
 resolved from A, or `b::...` for a child module declared in A. Test code
 (from a line `#[cfg(test)]` on) and comments are left out. A cycle is a

@@ -161,7 +161,7 @@ fn main() -> Result<()> {
         let (c, s) = p
             .split_once(',')
             .context("--dhcp-reply-ports CLIENT,SERVER")?;
-        config.dhcp_ports = bootd::dhcp::server::Ports {
+        config.dhcp_ports = dhcp::v4::server::Ports {
             client: c.parse()?,
             server: s.parse()?,
         };
@@ -263,9 +263,8 @@ fn check_config(path: &std::path::Path) -> Result<()> {
                 println!("warning: {w}");
             }
             if let Some(d) = &site.host.dhcp {
-                let ifs = bootd::dhcp::server::host_interfaces();
-                if let Some(w) = bootd::dhcp::server::unbound_warning(d.interface.as_deref(), &ifs)
-                {
+                let ifs = dhcp::v4::server::host_interfaces();
+                if let Some(w) = dhcp::v4::server::unbound_warning(d.interface.as_deref(), &ifs) {
                     println!("warning: {w}");
                 }
             }

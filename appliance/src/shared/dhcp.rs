@@ -24,8 +24,8 @@
 //!   lease as it is written (a watch), so its table holds the others'.
 
 use super::{EtcdShared, Revs};
-use bootd::dhcp::leases::LeaseState;
-use bootd::shared::{DhcpRole, Lease};
+use dhcp::v4::leases::{Lease, LeaseState};
+use dhcp::v4::shared::DhcpRole;
 use etcd::{Compare, CompareOp, Transaction, TxnOp, TxnOpResponse};
 use std::io;
 use std::net::Ipv4Addr;
@@ -153,6 +153,41 @@ impl Revs {
             .unwrap_or_else(|p| p.into_inner())
             .get(mac)
             .unwrap_or(&0)
+    }
+}
+
+/// DHCPv4's view of the store, answered by the methods below.
+impl dhcp::v4::shared::SharedLeases for EtcdShared {
+    fn leases(&self) -> io::Result<Vec<Lease>> {
+        self.dhcp_leases()
+    }
+
+    fn commit_lease(&self, lease: &Lease) -> io::Result<Option<Lease>> {
+        self.dhcp_commit(lease)
+    }
+
+    fn commit_leases(&self, leases: &[Lease]) -> Vec<io::Result<Option<Lease>>> {
+        self.dhcp_commit_many(leases)
+    }
+
+    fn dhcp_role(
+        &self,
+        scope: Option<&str>,
+        stop: CancellationToken,
+    ) -> tokio::sync::watch::Receiver<DhcpRole> {
+        self.dhcp_role_now(scope, stop)
+    }
+
+    fn answers(&self, scope: Option<&str>, client: &[u8]) -> bool {
+        self.dhcp_answers(scope, client)
+    }
+
+    fn place(&self, scope: Option<&str>) -> Option<(usize, usize)> {
+        self.dhcp_place(scope)
+    }
+
+    fn lease_changes(&self, stop: CancellationToken) -> Option<tokio::sync::mpsc::Receiver<Lease>> {
+        self.dhcp_lease_changes(stop)
     }
 }
 

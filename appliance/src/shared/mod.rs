@@ -1,4 +1,5 @@
-//! bootd's shared state ([`bootd::shared::Shared`]) on the site's etcd
+//! bootd's shared state ([`bootd::shared::Shared`], and DHCPv4's:
+//! `dhcp::v4::shared::SharedLeases`) on the site's etcd
 //! (`host.store.etcd`), under the site's prefix:
 //!
 //! | key | value |
@@ -20,7 +21,6 @@
 mod dhcp;
 pub mod timeline;
 
-use bootd::shared::{DhcpRole, Lease};
 use etcd::{Compare, CompareOp, Transaction, TxnOp, TxnOpResponse};
 use std::collections::HashMap;
 use std::io;
@@ -165,38 +165,6 @@ impl bootd::shared::Shared for EtcdShared {
             self.prune(etcd);
         }
         Ok(fresh)
-    }
-
-    fn leases(&self) -> io::Result<Vec<Lease>> {
-        self.dhcp_leases()
-    }
-
-    fn commit_lease(&self, lease: &Lease) -> io::Result<Option<Lease>> {
-        self.dhcp_commit(lease)
-    }
-
-    fn commit_leases(&self, leases: &[Lease]) -> Vec<io::Result<Option<Lease>>> {
-        self.dhcp_commit_many(leases)
-    }
-
-    fn dhcp_role(
-        &self,
-        scope: Option<&str>,
-        stop: CancellationToken,
-    ) -> tokio::sync::watch::Receiver<DhcpRole> {
-        self.dhcp_role_now(scope, stop)
-    }
-
-    fn answers(&self, scope: Option<&str>, client: &[u8]) -> bool {
-        self.dhcp_answers(scope, client)
-    }
-
-    fn place(&self, scope: Option<&str>) -> Option<(usize, usize)> {
-        self.dhcp_place(scope)
-    }
-
-    fn lease_changes(&self, stop: CancellationToken) -> Option<tokio::sync::mpsc::Receiver<Lease>> {
-        self.dhcp_lease_changes(stop)
     }
 
     fn name(&self) -> Option<&str> {

@@ -1374,7 +1374,7 @@ async fn discovered_machines_are_listed_and_adopted() {
     };
     // Each report comes from the address leased to its MAC (127.0.0.1 here).
     let lease = |mac: &str, active: bool| {
-        use bootd::dhcp::leases::{Lease, LeaseState};
+        use dhcp::v4::leases::{Lease, LeaseState};
         b.app.leases.lock().unwrap().apply(Lease {
             mac: mac.into(),
             ip: "127.0.0.1".parse().unwrap(),

@@ -81,7 +81,7 @@ pub(super) fn discover(
             .as_ref()
             .and_then(|mac| leases.get(mac))
             .is_some_and(|l| {
-                l.state == crate::dhcp::leases::LeaseState::Active
+                l.state == dhcp::v4::leases::LeaseState::Active
                     && IpAddr::V4(l.ip) == peer
                     && first
                         .as_ref()

@@ -5,17 +5,14 @@
 //!
 //! Petitboot finds the file from DHCP options 209 (`pxeconffile`) and 210
 //! (`pxepathprefix`), which bootd sends a client that asks for them
-//! ([`crate::dhcp::boot`]); the file is served over HTTP at
+//! ([`dhcp::v4::boot`]); the file is served over HTTP at
 //! `/pxelinux.cfg/01-<mac>`.
 
 use super::{kernel_args, NodeUrls};
-use site::{Mac, Node, Site};
+use site::{Node, Site};
 
-/// The file name petitboot and pxelinux look for first: `01-` (Ethernet),
-/// then the MAC in lower case with dashes.
-pub fn node_file_name(mac: &Mac) -> String {
-    format!("pxelinux.cfg/01-{}", mac.dashed())
-}
+/// The file name petitboot and pxelinux look for first, as DHCP tells it.
+pub use dhcp::v4::boot::pxelinux_file_name as node_file_name;
 
 /// One node's config.
 pub fn node(site: &Site, node: &Node, urls: &NodeUrls) -> String {

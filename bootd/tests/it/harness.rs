@@ -55,12 +55,11 @@ impl Bootd {
         let mut config = bootd::Config::new(site);
         let mut dhcp_sock = None;
         if let Some(p) = relay_port {
-            config.dhcp_ports = bootd::dhcp::server::Ports {
+            config.dhcp_ports = dhcp::v4::server::Ports {
                 client: 68,
                 server: p,
             };
-            dhcp_sock =
-                Some(bootd::dhcp::server::bind("127.0.0.1:0".parse().unwrap(), None).unwrap());
+            dhcp_sock = Some(dhcp::v4::server::bind("127.0.0.1:0".parse().unwrap(), None).unwrap());
         }
         let dhcp = dhcp_sock.as_ref().map(|s| s.local_addr().unwrap());
         let tftp_sock = match relay_port {

@@ -1096,7 +1096,7 @@ async fn pxelinux_configs_by_mac() {
 /// Gives `mac` an active lease of 127.0.0.1 (where the tests' requests come
 /// from), or releases it.
 fn lease(b: &Bootd, mac: &str, active: bool) {
-    use bootd::dhcp::leases::{Lease, LeaseState};
+    use dhcp::v4::leases::{Lease, LeaseState};
     b.app.leases.lock().unwrap().apply(Lease {
         mac: mac.into(),
         ip: "127.0.0.1".parse().unwrap(),

@@ -3,8 +3,6 @@
 
 mod admission;
 mod dhcp;
-mod dhcp6_core;
-mod dhcp_core;
 mod golden;
 mod harness;
 mod http;

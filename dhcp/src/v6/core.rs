@@ -7,13 +7,13 @@
 //! Rebind → Reply with the IA_NA bindings, Release and Decline → Reply,
 //! Confirm → Success or NotOnLink, Information-request → Reply with the
 //! configuration. Boot URLs (option 59) come from the same decision as
-//! DHCPv4's ([`crate::dhcp::boot::decide_with`]), from option 61 (client
+//! DHCPv4's ([`crate::v4::boot::decide_with`]), from option 61 (client
 //! architecture), 16 (vendor class) and 15 (user class "iPXE").
 
 use super::leases::{Ia, Lease6, Table};
 use super::wire::{self, Hop, Msg};
-use crate::dhcp::boot::{decide_with, BootAnswer, ClientInfo};
-use crate::dhcp::leases::LeaseState;
+use crate::bindings::LeaseState;
+use crate::v4::boot::{decide_with, BootAnswer, ClientInfo};
 use site::{Dhcp6, Mac, Network, Node, Site};
 use std::net::{IpAddr, Ipv6Addr};
 

@@ -1,23 +1,25 @@
 //! The lease table and its store.
 //!
-//! In memory: MAC → lease, and IP → MAC. On disk: `leases.jsonl` in the
-//! state directory, one JSON record per line, appended; the last record of a
-//! MAC wins. Durability: a record is written and `fdatasync`ed before the
-//! ACK that it backs is sent ([`Store::commit`] resolves only then); records
-//! arriving while a sync is in progress are written together and share the
-//! next sync (group commit). On start the file is read back; a torn last
-//! line (a crash mid-write) is dropped with a warning and the file is
+//! In memory: MAC → lease, and IP → MAC ([`crate::bindings`]). On disk:
+//! `leases.jsonl` in the state directory, one JSON record per line,
+//! appended; the last record of a MAC wins. Durability: a record is
+//! written and `fdatasync`ed before the ACK that it backs is sent
+//! ([`Store::commit`] resolves only then); records arriving while a sync
+//! is in progress are written together and share the next sync (group
+//! commit, [`crate::journal`]). On start the file is read back; a torn
+//! last line (a crash mid-write) is dropped with a warning and the file is
 //! compacted (rewritten, fsynced, renamed).
 //!
 //! Client-supplied strings (hostname) are stored as JSON strings, so any
 //! byte sequence is stored and escaped safely; they are logged with
 //! `escape_debug`.
 
-pub use super::journal::{append, Truncate};
-use super::journal::{Journal, Records};
+pub use crate::bindings::LeaseState;
+use crate::bindings::{self, Bindings, Map, Record};
+pub use crate::journal::{append, Truncate};
+use crate::journal::{Journal, Records};
 use serde::{Deserialize, Serialize};
 use site::Mac;
-use std::collections::HashMap;
 use std::io::{self, BufRead};
 use std::net::Ipv4Addr;
 use std::path::Path;
@@ -35,23 +37,29 @@ pub struct Lease {
     pub state: LeaseState,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
-#[serde(rename_all = "lowercase")]
-pub enum LeaseState {
-    #[default]
-    Active,
-    Released,
-    /// The client reported the address in use by someone else (DECLINE).
-    Declined,
+impl Record for Lease {
+    type Client = Mac;
+    type Addr = Ipv4Addr;
+    fn client(&self) -> Option<Mac> {
+        self.mac.parse().ok()
+    }
+    fn addr(&self) -> Ipv4Addr {
+        self.ip
+    }
+    fn state(&self) -> LeaseState {
+        self.state
+    }
+    fn expires(&self) -> u64 {
+        self.expires
+    }
+    fn file_order(&self, other: &Lease) -> std::cmp::Ordering {
+        self.mac.cmp(&other.mac)
+    }
 }
-
-/// Keyed by client-chosen values (MACs), so seeded: no hash flooding.
-type Map<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 
 #[derive(Debug, Default, Clone)]
 pub struct Table {
-    by_mac: Map<Mac, Lease>,
-    by_ip: Map<Ipv4Addr, Mac>,
+    bindings: Bindings<Lease>,
     /// Per dynamic pool (keyed by its first address): where the next
     /// allocation starts looking. Successive clients walk the pool, so
     /// DISCOVERs in flight at the same time are offered different addresses
@@ -62,9 +70,6 @@ pub struct Table {
     exhausted: Map<u32, (u64, u64)>,
     /// Bumped whenever an address may have become free.
     generation: u64,
-    /// Addresses a client DECLINEd, with that record (its `expires`: the
-    /// end of the hold): out of the pool until then, whoever asks.
-    declined: Map<Ipv4Addr, Lease>,
     /// (this appliance's place, how many share the pools): where a walk
     /// starts in a pool it has not walked yet, so appliances answering
     /// at once (load balancing) rarely offer the same address.
@@ -82,75 +87,34 @@ impl Table {
     }
 
     pub fn get(&self, mac: &Mac) -> Option<&Lease> {
-        self.by_mac.get(mac)
+        self.bindings.get(mac)
     }
     pub fn holder(&self, ip: Ipv4Addr) -> Option<&Mac> {
-        self.by_ip.get(&ip)
+        self.bindings.holder(ip)
     }
     pub fn len(&self) -> usize {
-        self.by_mac.len()
+        self.bindings.len()
     }
     pub fn is_empty(&self) -> bool {
-        self.by_mac.is_empty()
+        self.bindings.is_empty()
     }
     pub fn apply(&mut self, lease: Lease) {
-        let Ok(mac) = lease.mac.parse::<Mac>() else {
-            return;
-        };
-        if lease.state == LeaseState::Declined {
-            // The client gives the address up: its lease on it ends, and
-            // the address is held out of the pool on its own, whoever's
-            // record named it before (only its holder may decline it: the
-            // server checks; in a compacted file a stale record of another
-            // client's may come first).
-            if self.by_mac.get(&mac).is_some_and(|old| old.ip == lease.ip) {
-                self.by_mac.remove(&mac);
-                self.generation += 1;
-            }
-            self.by_ip.remove(&lease.ip);
-            self.declined.insert(lease.ip, lease);
-            return;
+        if self.bindings.apply(lease) {
+            self.generation += 1;
         }
-        if let Some(old) = self.by_mac.get(&mac) {
-            if self.by_ip.get(&old.ip) == Some(&mac) {
-                self.by_ip.remove(&old.ip);
-                if old.ip != lease.ip || lease.state == LeaseState::Released {
-                    self.generation += 1;
-                }
-            }
-        }
-        if lease.state != LeaseState::Released {
-            self.by_ip.insert(lease.ip, mac);
-        }
-        self.by_mac.insert(mac, lease);
     }
 
     /// The address `mac` holds: its lease, if that address is still its own
     /// (an expired lease's address may since have gone to someone else).
     pub fn held_by(&self, mac: &Mac) -> Option<&Lease> {
-        self.by_mac
-            .get(mac)
-            .filter(|l| l.state == LeaseState::Active && self.by_ip.get(&l.ip) == Some(mac))
+        self.bindings.held_by(mac)
     }
 
     /// Whether `ip` may be given to `mac`: it is not held out after a
     /// DECLINE, and nobody holds it, `mac` itself does, or its holder's
     /// lease expired.
     pub fn is_free_for(&self, ip: Ipv4Addr, mac: &Mac, now: u64) -> bool {
-        if self.declined.get(&ip).is_some_and(|d| d.expires >= now) {
-            return false;
-        }
-        match self.by_ip.get(&ip) {
-            None => true,
-            Some(m) if m == mac => self
-                .by_mac
-                .get(m)
-                .is_some_and(|l| l.state == LeaseState::Active),
-            Some(m) => self
-                .by_mac
-                .get(m)
-                .is_some_and(|l| l.state == LeaseState::Active && l.expires < now),
-        }
+        self.bindings.is_free_for(ip, mac, now)
     }
 
     /// A free address in `start..=end` for `mac`, walking from the pool's
@@ -170,7 +134,7 @@ impl Table {
             return None;
         }
         let size = u64::from(e - s) + 1;
-        let mut a = self
+        let from = self
             .cursors
             .get(&s)
             .copied()
@@ -179,24 +143,27 @@ impl Table {
                 let (i, n) = self.spread;
                 s + (size * u64::from(i) / u64::from(n.max(1))) as u32
             });
-        for _ in 0..size {
+        let free = |a: u32| {
             let ip = Ipv4Addr::from(a);
-            let next = if a == e { s } else { a + 1 };
-            if !reserved(ip) && self.is_free_for(ip, mac, now) {
+            !reserved(ip) && self.is_free_for(ip, mac, now)
+        };
+        match bindings::walk(s, e, from, u128::from(size), free) {
+            Some((a, next)) => {
                 self.cursors.insert(s, next);
-                return Some(ip);
+                Some(Ipv4Addr::from(a))
             }
-            a = next;
+            None => {
+                self.exhausted.insert(s, (now, self.generation));
+                None
+            }
         }
-        self.exhausted.insert(s, (now, self.generation));
-        None
     }
     pub fn leases(&self) -> impl Iterator<Item = &Lease> {
-        self.by_mac.values()
+        self.bindings.leases()
     }
     /// The DECLINEd addresses' records (held or past their hold).
     pub fn declined(&self) -> impl Iterator<Item = &Lease> {
-        self.declined.values()
+        self.bindings.declined()
     }
 }
 
@@ -249,48 +216,13 @@ fn corrupt_line(bytes: &[u8]) -> Option<usize> {
 /// The table the lease file's content `r` holds, and how many lines were
 /// unreadable ([`load`] without the file: the fuzz target's entry).
 pub fn recover(r: impl BufRead) -> io::Result<(Table, usize)> {
-    let mut t = Table::default();
-    let mut bad = 0;
-    for line in r.split(b'\n') {
-        let line = line?;
-        if line.is_empty() {
-            continue;
-        }
-        match serde_json::from_slice::<Lease>(&line) {
-            Ok(l) => t.apply(l),
-            Err(_) => bad += 1,
-        }
-    }
-    Ok((t, bad))
+    crate::journal::recover(r)
 }
 
 /// The lease file's content with one record per lease, as compaction
 /// writes it.
 pub fn render(t: &Table) -> io::Result<Vec<u8>> {
-    let mut buf = Vec::new();
-    // Replayed in this order, the records give the same addresses back:
-    // the declines (each takes its address out of the pool), then the
-    // clients that hold an address (each takes its own). A client's record
-    // that no longer holds its address (it expired and went to another
-    // client, the client moved on, or released it) is left out: replayed,
-    // it would take the address back (found by the lease_file fuzz target:
-    // sorted by MAC, a stale record took an address from its holder after
-    // a restart); that client is simply new to bootd after the restart.
-    let holds = |l: &Lease| {
-        l.state == LeaseState::Active
-            && l.mac
-                .parse::<Mac>()
-                .is_ok_and(|m| t.by_ip.get(&l.ip) == Some(&m))
-    };
-    let mut holders: Vec<&Lease> = t.leases().filter(|l| holds(l)).collect();
-    holders.sort_by(|a, b| a.mac.cmp(&b.mac));
-    let mut declined: Vec<&Lease> = t.declined().collect();
-    declined.sort_by_key(|l| l.ip);
-    for l in declined.into_iter().chain(holders) {
-        serde_json::to_writer(&mut buf, l).map_err(io::Error::other)?;
-        buf.push(b'\n');
-    }
-    Ok(buf)
+    t.bindings.render()
 }
 
 /// The durable side: a writer thread owns the file.
@@ -325,7 +257,7 @@ impl Records for Table {
         Table::apply(self, r)
     }
     fn count(&self) -> usize {
-        self.len() + self.declined().count()
+        self.bindings.count()
     }
     fn render(&self) -> io::Result<Vec<u8>> {
         render(self)
@@ -430,8 +362,7 @@ mod tests {
         )
         .unwrap();
         let holder = |t: &Table| {
-            t.by_ip
-                .get(&"10.77.0.100".parse().unwrap())
+            t.holder("10.77.0.100".parse().unwrap())
                 .map(|m| m.to_string())
         };
         let (t, _) = load(&p).unwrap();
@@ -493,8 +424,8 @@ mod tests {
 
 #[cfg(test)]
 mod log_tests {
-    use super::super::journal::COMPACT_SLACK;
     use super::*;
+    use crate::journal::COMPACT_SLACK;
     use std::io::Write;
 
     /// A file that takes `room` more bytes, then fails (a full disk).

@@ -32,6 +32,13 @@ pub const OPT_PXELINUX_CONFIG: u8 = 209;
 /// pxelinux's path prefix (RFC 5071).
 pub const OPT_PXELINUX_PREFIX: u8 = 210;
 
+/// The file name petitboot and pxelinux look for first (option 209): `01-`
+/// (Ethernet), then the MAC in lower case with dashes. bootd serves it over
+/// HTTP (its `render::pxelinux`).
+pub fn pxelinux_file_name(mac: &site::Mac) -> String {
+    format!("pxelinux.cfg/01-{}", mac.dashed())
+}
+
 /// What the client told us about itself.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClientInfo {
@@ -233,7 +240,7 @@ pub fn decide_with(
             tftp: false,
             vendor_class: None,
             ipxe_options: false,
-            pxelinux: Some(crate::render::pxelinux::node_file_name(mac)),
+            pxelinux: Some(pxelinux_file_name(mac)),
             reason: "petitboot/pxelinux (asks for options 209/210): pxelinux config over HTTP"
                 .into(),
         });

@@ -3,10 +3,10 @@
 //! client's link-local address on port 546, or to the relay on 547).
 
 use super::core::{self, Request};
-use super::leases::{Lease6, Store, Table};
+use super::leases::{Lease6, LeaseState, Store, Table};
 use super::wire;
-use crate::dhcp::journal::{settled, Durable};
-use crate::timeline::{now_us, Phase, Raw, Subject};
+use crate::journal::{settled, Durable};
+use crate::{Context, Event};
 use std::io;
 use std::net::{Ipv6Addr, SocketAddr, SocketAddrV6};
 use std::path::Path;
@@ -60,12 +60,13 @@ pub fn server_duid(state_dir: &Path) -> io::Result<Vec<u8>> {
     }
     let mut duid = vec![0, 4];
     duid.extend_from_slice(&rand::random::<[u8; 16]>());
-    crate::state::write_atomic(&path, &duid, 0o644)?;
+    runtime::fs::write_atomic(&path, &duid, 0o644)?;
     Ok(duid)
 }
 
 pub struct Server {
-    pub app: Arc<crate::App>,
+    /// The live site, the observer of each exchange, the counters.
+    pub cx: Context,
     pub table: Arc<Mutex<Table>>,
     pub store: Store,
     pub server_id: Vec<u8>,
@@ -116,11 +117,7 @@ impl Server {
     }
 
     fn count(&self, kind: &'static str) {
-        self.app
-            .metrics
-            .dhcp6
-            .get_or_create(&crate::metrics::Kind { kind })
-            .inc();
+        self.cx.metrics.count6(kind);
     }
 
     /// Answers one datagram: at once when nothing is to be recorded, or
@@ -142,7 +139,7 @@ impl Server {
                 return None;
             }
         };
-        let snap = self.app.live.load();
+        let site = (self.cx.site)();
         let outcome = {
             let mut table = self.table.lock().unwrap_or_else(|p| p.into_inner());
             let req = Request {
@@ -150,10 +147,10 @@ impl Server {
                 hops: &hops,
                 src: *src.ip(),
             };
-            let o = core::answer(&snap.site, &mut table, &self.server_id, &req, now());
-            self.app
+            let o = core::answer(&site, &mut table, &self.server_id, &req, now());
+            self.cx
                 .metrics
-                .dhcp6_bindings
+                .v6_bindings
                 .set(i64::try_from(table.len()).unwrap_or(i64::MAX));
             o
         };
@@ -173,12 +170,12 @@ impl Server {
             let c = core::client_info(&msg);
             c.ipxe || c.arch.is_some()
         };
-        let subject = outcome.mac.map(Subject::mac);
-        if let Some(s) = &subject {
-            let mut raw = Raw::new(s.clone(), Phase::Dhcp, outcome.kind, outcome.reason.clone());
-            raw.firmware = firmware;
-            raw.error = matches!(outcome.kind, "ignored" | "malformed");
-            self.app.timeline.record(raw);
+        let mac = outcome.mac;
+        if let Some(mac) = mac {
+            let mut event = Event::new(mac, outcome.kind, outcome.reason.clone());
+            event.firmware = firmware;
+            event.error = matches!(outcome.kind, "ignored" | "malformed");
+            self.cx.observe(event);
         }
         let Some(reply) = outcome.reply else {
             self.count(outcome.kind);
@@ -207,7 +204,7 @@ impl Server {
         let bound = outcome
             .commit
             .iter()
-            .find(|l| l.state == crate::dhcp::leases::LeaseState::Active)
+            .find(|l| l.state == LeaseState::Active)
             .map(|l| l.ip);
         if outcome.commit.is_empty() {
             self.count(kind);
@@ -221,7 +218,7 @@ impl Server {
                 bytes,
                 to,
                 kind,
-                subject,
+                mac,
                 bound,
             },
         })
@@ -237,13 +234,11 @@ impl Server {
         }
         self.count(reply.kind);
         send(&socket, &reply.bytes, reply.to);
-        if let Some(s) = reply.subject {
+        if let Some(mac) = reply.mac {
             let what = format!("DHCPv6 Reply sent ({})", reply.kind);
-            let mut raw = Raw::new(s.clone(), Phase::Dhcp, "reply", what);
-            if let (Some(ip), Some(mac)) = (reply.bound, s.mac) {
-                raw.binds = Some((std::net::IpAddr::V6(ip), mac));
-            }
-            self.app.timeline.record(raw.at(now_us()));
+            let mut event = Event::new(mac, "reply", what);
+            event.binds = reply.bound.map(std::net::IpAddr::V6);
+            self.cx.observe(event);
         }
     }
 }
@@ -259,7 +254,7 @@ struct Reply {
     bytes: Vec<u8>,
     to: SocketAddrV6,
     kind: &'static str,
-    subject: Option<Subject>,
+    mac: Option<site::Mac>,
     bound: Option<std::net::Ipv6Addr>,
 }
 

@@ -3,6 +3,13 @@
 //! the appliances answering (one elected, or each its share) load every
 //! lease when they start answering.
 //!
+//! DHCP leases are committed to the shared store before their ACK (one
+//! record per address, one per client: neither is ever granted twice),
+//! answered by one elected appliance at a time, which loads them all when
+//! elected (a client keeps its address across a takeover), or by every
+//! live appliance, each for its share of the clients (`host.dhcp.ha:
+//! loadBalancing`), each following the others' leases.
+//!
 //! With a shared store, DHCP has two scopes, each with its own election
 //! (or group): relayed requests (giaddr set), for which every appliance is
 //! a candidate (a relay sends to every appliance it is told of), and the
@@ -10,18 +17,79 @@
 //! attached to it are: each rack's appliances answer their own segment.
 
 use super::leases::{Lease, Store, Table};
-use crate::shared::{DhcpRole, Shared};
 use std::io;
+use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
+/// The store several appliances share, as DHCPv4 needs it (the executable
+/// supplies it: this crate knows no etcd).
+pub trait SharedLeases: Send + Sync + std::fmt::Debug {
+    /// Every DHCP lease and declined address in the shared store.
+    fn leases(&self) -> io::Result<Vec<Lease>>;
+    /// Commits `lease` (before its ACK): `Ok(None)` once committed;
+    /// `Ok(Some(other))` when the address is another client's live lease
+    /// in the shared store (nothing written).
+    fn commit_lease(&self, lease: &Lease) -> io::Result<Option<Lease>>;
+    /// [`SharedLeases::commit_lease`] for several leases (no two of one
+    /// address or one client) at once, where the store can: one round trip
+    /// for all when none conflicts. One answer per lease, in order.
+    fn commit_leases(&self, leases: &[Lease]) -> Vec<io::Result<Option<Lease>>> {
+        leases.iter().map(|l| self.commit_lease(l)).collect()
+    }
+    /// What this appliance answers in DHCP now ([`DhcpRole`]) in `scope`:
+    /// relayed requests (`None`: site-wide, every appliance a candidate),
+    /// or the broadcasts of the segment named `Some(segment)` (the
+    /// appliances attached to it). Campaigns (or joins the load-balancing
+    /// group) until `stop`.
+    fn dhcp_role(&self, scope: Option<&str>, stop: CancellationToken) -> watch::Receiver<DhcpRole>;
+    /// [`DhcpRole::Share`]: whether the client with this identifier
+    /// (option 61, else its hardware address) is this appliance's in `scope`.
+    fn answers(&self, _scope: Option<&str>, _client: &[u8]) -> bool {
+        true
+    }
+    /// [`DhcpRole::Share`]: this appliance's place among the live ones of
+    /// `scope` (index, count); where its allocations start in each pool.
+    fn place(&self, _scope: Option<&str>) -> Option<(usize, usize)> {
+        None
+    }
+    /// [`DhcpRole::Share`]: every lease as any appliance writes it, from
+    /// now until `stop` (the table follows the others' grants). `None`:
+    /// one appliance answers at a time, nothing to follow.
+    fn lease_changes(
+        &self,
+        _stop: CancellationToken,
+    ) -> Option<tokio::sync::mpsc::Receiver<Lease>> {
+        None
+    }
+}
+
+/// What an appliance of a shared store answers in DHCP.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DhcpRole {
+    /// The elected DHCP server: everything, each lease committed first.
+    Serve,
+    /// Another appliance is elected: nothing.
+    Standby,
+    /// A live member of a load-balancing group (`host.dhcp.ha:
+    /// loadBalancing`): the clients [`SharedLeases::answers`] gives it,
+    /// each lease committed first; a renewing client (ciaddr set) by
+    /// whichever appliance it reaches (RFC 3074: the hash is for new
+    /// clients).
+    Share,
+    /// The shared store cannot be reached (no quorum): every appliance
+    /// answers the site's own nodes (their reserved addresses, the same
+    /// answer from each; nothing to record) and grants no other address.
+    ReservedOnly,
+}
+
 pub enum Durable {
     File(Store),
     Shared {
-        store: Arc<dyn Shared>,
+        store: Arc<dyn SharedLeases>,
         /// To the group committer ([`committer`]).
         commits: tokio::sync::mpsc::Sender<Pending>,
     },
@@ -42,7 +110,7 @@ const MAX_BATCH: usize = 32;
 /// the next (at most [`MAX_BATCH`], no two of one address or one client:
 /// a transaction may not write a key twice). Under a storm one round trip
 /// to a quorum serves many ACKs.
-async fn committer(shared: Arc<dyn Shared>, mut rx: tokio::sync::mpsc::Receiver<Pending>) {
+async fn committer(shared: Arc<dyn SharedLeases>, mut rx: tokio::sync::mpsc::Receiver<Pending>) {
     let mut carried: Option<Pending> = None;
     loop {
         let first = match carried.take() {
@@ -169,41 +237,42 @@ pub fn segment(site: &site::Site, interface: Option<&str>) -> Option<String> {
 /// table now), or the shared store (read when this appliance starts
 /// answering; [`Active`] says in which scopes it does).
 pub fn open(
-    app: &crate::App,
-    shared: Option<&Arc<dyn Shared>>,
+    state_dir: &Path,
+    table: &Arc<Mutex<Table>>,
+    site: &site::Site,
+    shared: Option<&Arc<dyn SharedLeases>>,
     stop: &CancellationToken,
 ) -> io::Result<(Durable, Option<Active>)> {
     match shared {
         None => {
-            let (store, table) = Store::open(&app.state_dir)?;
+            let (store, read) = Store::open(state_dir)?;
             info!(
-                file = %app.state_dir.join("leases.jsonl").display(),
-                leases = table.len(),
-                declined = table.declined().count(),
+                file = %state_dir.join("leases.jsonl").display(),
+                leases = read.len(),
+                declined = read.declined().count(),
                 "lease file read"
             );
-            *app.leases.lock().unwrap_or_else(|p| p.into_inner()) = table;
+            *table.lock().unwrap_or_else(|p| p.into_inner()) = read;
             Ok((Durable::File(store), None))
         }
         Some(s) => {
             if let Some(mut changes) = s.lease_changes(stop.clone()) {
                 // Load balancing: every lease another appliance grants goes
                 // into the table, so it is neither offered again nor lost.
-                let table = Arc::clone(&app.leases);
+                let table = Arc::clone(table);
                 tokio::spawn(async move {
                     while let Some(l) = changes.recv().await {
                         table.lock().unwrap_or_else(|p| p.into_inner()).apply(l);
                     }
                 });
             }
-            let site = Arc::clone(&app.live.load().site);
             let iface = site.host.dhcp.as_ref().and_then(|d| d.interface.clone());
-            let seg = segment(&site, iface.as_deref());
+            let seg = segment(site, iface.as_deref());
             let answering = Arc::new(AtomicUsize::new(0));
             let follow = |scope: Option<String>| {
                 follow(
                     Arc::clone(s),
-                    Arc::clone(&app.leases),
+                    Arc::clone(table),
                     scope,
                     Arc::clone(&answering),
                     stop.clone(),
@@ -233,7 +302,7 @@ pub fn open(
 /// answers (into a fresh table when it answers in no other scope, else
 /// merged: `answering` counts the scopes it answers in).
 pub fn follow(
-    shared: Arc<dyn Shared>,
+    shared: Arc<dyn SharedLeases>,
     table: Arc<Mutex<Table>>,
     scope: Option<String>,
     answering_in: Arc<AtomicUsize>,

@@ -1,8 +1,8 @@
 //! `answer` without sockets: every DHCP behaviour, with golden dumps of
-//! the replies in `bootd/tests/golden/dhcp-*.txt`.
+//! the replies in `dhcp/tests/golden/dhcp-*.txt`.
 
-use bootd::dhcp::core::*;
-use bootd::dhcp::leases::{Lease, LeaseState, Table};
+use dhcp::v4::core::*;
+use dhcp::v4::leases::{Lease, LeaseState, Table};
 use dhcproto::v4::{Architecture, Flags};
 use dhcproto::v4::{DhcpOption, HType, Message, MessageType, Opcode, OptionCode, UnknownOption};
 use site::{Mac, Site};
@@ -358,8 +358,8 @@ fn forged_declines_cannot_poison_the_pool_and_holds_expire() {
         lines.push('\n');
     }
     std::fs::write(state.join("leases.jsonl"), lines).unwrap();
-    drop(bootd::dhcp::leases::Store::open(&state).unwrap());
-    let (mut t2, bad) = bootd::dhcp::leases::load(&state.join("leases.jsonl")).unwrap();
+    drop(dhcp::v4::leases::Store::open(&state).unwrap());
+    let (mut t2, bad) = dhcp::v4::leases::load(&state.join("leases.jsonl")).unwrap();
     assert_eq!(bad, 0);
     let o = answer(
         &site,

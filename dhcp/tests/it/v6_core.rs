@@ -1,10 +1,9 @@
 //! DHCPv6 `answer` without sockets, on the dual-stack lab site, with
-//! golden dumps of the replies in `bootd/tests/golden/dhcp6-*.txt`.
+//! golden dumps of the replies in `dhcp/tests/golden/dhcp6-*.txt`.
 
-use bootd::dhcp::leases::LeaseState;
-use bootd::dhcp6::core::{answer, Outcome, Request};
-use bootd::dhcp6::leases::Table;
-use bootd::dhcp6::wire::{self, Hop, Msg};
+use dhcp::v6::core::{answer, Outcome, Request};
+use dhcp::v6::leases::{LeaseState, Table};
+use dhcp::v6::wire::{self, Hop, Msg};
 use site::Site;
 use std::fmt::Write;
 use std::net::Ipv6Addr;
@@ -442,7 +441,7 @@ fn oversized_duids_and_ia_floods_are_bounded() {
     }
     m.push(wire::OPT_RAPID_COMMIT, vec![]);
     let o = ask(&site, &mut t, &m, &[], 1);
-    assert_eq!(o.commit.len(), bootd::dhcp6::core::MAX_IAS);
+    assert_eq!(o.commit.len(), dhcp::v6::core::MAX_IAS);
     let answered = o
         .reply
         .unwrap()
@@ -450,7 +449,7 @@ fn oversized_duids_and_ia_floods_are_bounded() {
         .iter()
         .filter(|(c, _)| *c == wire::OPT_IA_NA)
         .count();
-    assert_eq!(answered, bootd::dhcp6::core::MAX_IAS);
+    assert_eq!(answered, dhcp::v6::core::MAX_IAS);
 }
 
 #[test]

@@ -5,8 +5,9 @@
 //! when it opens and when it has grown well past its records. DHCPv4's and
 //! DHCPv6's lease tables both keep theirs this way.
 
+use serde::de::DeserializeOwned;
 use serde::Serialize;
-use std::io::{self, Write};
+use std::io::{self, BufRead, Write};
 use std::path::PathBuf;
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, error, warn};
@@ -23,6 +24,28 @@ pub trait Records: Clone + Send + 'static {
     /// that the next compaction leaves them out. Called about once a
     /// [`SWEEP_EVERY`]; the default keeps everything.
     fn sweep(&mut self, _now: u64) {}
+}
+
+/// The table a lease file's content `r` holds, and how many lines were
+/// unreadable.
+pub fn recover<T>(r: impl BufRead) -> io::Result<(T, usize)>
+where
+    T: Records + Default,
+    T::Rec: DeserializeOwned,
+{
+    let mut t = T::default();
+    let mut bad = 0;
+    for line in r.split(b'\n') {
+        let line = line?;
+        if line.is_empty() {
+            continue;
+        }
+        match serde_json::from_slice::<T::Rec>(&line) {
+            Ok(l) => t.apply(l),
+            Err(_) => bad += 1,
+        }
+    }
+    Ok((t, bad))
 }
 
 /// How often the writer offers its table a [`Records::sweep`].
@@ -57,7 +80,7 @@ impl<T: Records> Journal<T> {
     /// Compacts `path` to `table` (what was read from it) and starts the
     /// writer on it.
     pub fn start(path: PathBuf, table: T, thread: &str) -> io::Result<Journal<T>> {
-        crate::state::write_atomic(&path, &table.render()?, 0o640)?;
+        runtime::fs::write_atomic(&path, &table.render()?, 0o640)?;
         let file = std::fs::OpenOptions::new().append(true).open(&path)?;
         let (tx, rx) = mpsc::channel::<Pending<T::Rec>>(4096);
         let log = Log {
@@ -186,7 +209,7 @@ fn writer<T: Records>(mut log: Log<T>, mut rx: mpsc::Receiver<Pending<T::Rec>>) 
                 // however many leases there are.
                 if log.lines > 2 * records + COMPACT_SLACK {
                     let compacted = log.table.render().and_then(|b| {
-                        crate::state::write_atomic(&log.path, &b, 0o640)?;
+                        runtime::fs::write_atomic(&log.path, &b, 0o640)?;
                         std::fs::OpenOptions::new().append(true).open(&log.path)
                     });
                     match compacted {

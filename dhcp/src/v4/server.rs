@@ -10,9 +10,8 @@
 
 use super::core::{self, Dest, Rx};
 use super::leases::Table;
-use super::shared::{Durable, NotCommitted};
-use crate::shared::DhcpRole;
-use crate::timeline::{now_us, Phase, Raw, Subject};
+use super::shared::{DhcpRole, Durable, NotCommitted, SharedLeases};
+use crate::{Context, Event};
 use dhcproto::v4::Message;
 use dhcproto::{Decodable, Decoder, Encodable, Encoder};
 use std::io;
@@ -98,7 +97,8 @@ pub fn bind(addr: SocketAddr, interface: Option<&str>) -> io::Result<UdpSocket> 
 }
 
 pub struct Server {
-    pub app: Arc<crate::App>,
+    /// The live site, the observer of each exchange, the counters.
+    pub cx: Context,
     pub table: Arc<Mutex<Table>>,
     pub store: Durable,
     /// With a shared store: what this appliance answers, per scope
@@ -153,7 +153,7 @@ fn is_node(site: &site::Site, req: &Message) -> bool {
 /// address (ciaddr: renewing or rebinding) is answered by whichever
 /// appliance it reaches, as RFC 3074 has it; a new one by the appliance
 /// its identifier (option 61, else the hardware address) hashes to.
-fn ours(shared: &dyn crate::shared::Shared, scope: Option<&str>, req: &Message) -> bool {
+fn ours(shared: &dyn SharedLeases, scope: Option<&str>, req: &Message) -> bool {
     if !req.ciaddr().is_unspecified() {
         return true;
     }
@@ -199,11 +199,7 @@ impl Server {
     }
 
     fn count(&self, kind: &'static str) {
-        self.app
-            .metrics
-            .dhcp
-            .get_or_create(&crate::metrics::Kind { kind })
-            .inc();
+        self.cx.metrics.count4(kind);
     }
 
     fn handle(
@@ -247,11 +243,11 @@ impl Server {
                 }
             }
         }
-        let snap = self.app.live.load();
+        let site = (self.cx.site)();
         // Without the shared store: the site's nodes only, from their
         // reserved addresses (nothing to record: no lease to commit).
         let unrecorded = role == Some(DhcpRole::ReservedOnly);
-        if unrecorded && !is_node(&snap.site, &req) {
+        if unrecorded && !is_node(&site, &req) {
             self.count("no_store");
             static LOGGED: runtime::logging::Throttle = runtime::logging::Throttle::new(1);
             if let Some(suppressed) = LOGGED.allow() {
@@ -266,7 +262,7 @@ impl Server {
                 local_port,
                 link: self.link,
             };
-            let o = core::answer(&snap.site, &mut table, &req, rx, now());
+            let o = core::answer(&site, &mut table, &req, rx, now());
             // Update memory now so a concurrent request cannot be handed the
             // same pool address; the ACK still waits for the disk.
             if let Some(l) = &o.commit {
@@ -284,8 +280,8 @@ impl Server {
             self.count(outcome.kind);
         }
         let xid = req.xid();
-        let tl = self.timeline_subject(&req);
-        if let Some((subject, firmware)) = &tl {
+        let tl = self.observed_client(&req);
+        if let Some((mac, firmware)) = &tl {
             let what = match req.opts().msg_type() {
                 Some(dhcproto::v4::MessageType::Discover) => "discover",
                 Some(dhcproto::v4::MessageType::Request) => "request",
@@ -295,9 +291,8 @@ impl Server {
                 _ => "other",
             };
             let client = super::boot::ClientInfo::from_message(&req);
-            let mut raw = Raw::new(
-                subject.clone(),
-                Phase::Dhcp,
+            let mut event = Event::new(
+                *mac,
                 what,
                 format!(
                     "{} xid {xid:#010x} from {src}{}{}",
@@ -313,18 +308,11 @@ impl Server {
                         .unwrap_or_default(),
                 ),
             );
-            raw.firmware = *firmware;
-            self.app.timeline.record(raw);
+            event.firmware = *firmware;
+            self.cx.observe(event);
             if matches!(outcome.kind, "ignored" | "disabled") {
-                self.app.timeline.record(
-                    Raw::new(
-                        subject.clone(),
-                        Phase::Dhcp,
-                        "ignored",
-                        outcome.reason.clone(),
-                    )
-                    .error(),
-                );
+                self.cx
+                    .observe(Event::new(*mac, "ignored", outcome.reason.clone()).error());
             }
         }
         match outcome.kind {
@@ -366,20 +354,23 @@ impl Server {
         let this = Arc::clone(self);
         let socket = Arc::clone(socket);
         // Recorded when the reply leaves (an ACK waits for the disk first).
-        let sent = tl.map(|(subject, _)| {
+        let sent = tl.map(|(mac, _)| {
             let yiaddr = reply.yiaddr();
-            let mut raw = Raw::new(subject, Phase::Dhcp, outcome.kind, outcome.reason.clone());
-            raw.error = outcome.kind == "nak";
-            if let (false, Some(mac)) = (yiaddr.is_unspecified(), raw.subject.mac) {
-                raw.binds = Some((std::net::IpAddr::V4(yiaddr), mac));
+            let mut event = Event::new(mac, outcome.kind, outcome.reason.clone());
+            event.error = outcome.kind == "nak";
+            if !yiaddr.is_unspecified() {
+                event.binds = Some(std::net::IpAddr::V4(yiaddr));
             }
-            raw
+            event
         });
         match outcome.commit.filter(|_| !unrecorded) {
             None => {
                 this.send(&socket, &bytes, dest, src);
-                if let Some(raw) = sent {
-                    this.app.timeline.record(raw.at(now_us()));
+                if let Some(event) = sent {
+                    this.cx.observe(Event {
+                        at_us: runtime::clock::unix_us(),
+                        ..event
+                    });
                 }
             }
             Some(lease) => {
@@ -388,8 +379,11 @@ impl Server {
                         Ok(()) => {
                             this.count(kind);
                             this.send(&socket, &bytes, dest, src);
-                            if let Some(raw) = sent {
-                                this.app.timeline.record(raw.at(now_us()));
+                            if let Some(event) = sent {
+                                this.cx.observe(Event {
+                                    at_us: runtime::clock::unix_us(),
+                                    ..event
+                                });
                             }
                         }
                         Err(e) => {
@@ -417,9 +411,9 @@ impl Server {
         }
     }
 
-    /// Who a request is about for the timeline (its MAC), and whether it
+    /// Who a request is about for the observer (its MAC), and whether it
     /// comes from network-boot firmware (PXE, UEFI HTTP, iPXE).
-    fn timeline_subject(&self, req: &Message) -> Option<(Subject, bool)> {
+    fn observed_client(&self, req: &Message) -> Option<(site::Mac, bool)> {
         if req.chaddr().len() < 6 {
             return None;
         }
@@ -431,7 +425,7 @@ impl Server {
             || vc.starts_with("PXEClient")
             || vc.starts_with("HTTPClient")
             || client.arch.is_some();
-        Some((Subject::mac(site::Mac(raw)), firmware))
+        Some((site::Mac(raw), firmware))
     }
 
     fn send(&self, socket: &UdpSocket, bytes: &[u8], dest: Dest, src: SocketAddrV4) {

@@ -577,4 +577,4 @@ pub fn answer(site: &Site, table: &mut Table, req: &Message, rx: Rx, now: u64) -
     }
 }
 
-// Tests: bootd/tests/it/dhcp_core.rs (`answer` without sockets, golden dumps).
+// Tests: dhcp/tests/it/v4_core.rs (`answer` without sockets, golden dumps).

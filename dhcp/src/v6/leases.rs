@@ -1,12 +1,12 @@
-//! DHCPv6 bindings: (client DUID, IAID) → address, and address → client.
-//! On disk: `leases6.jsonl` in the state directory, kept as DHCPv4's lease
-//! file is ([`crate::dhcp::journal`]): a binding is on disk before the
-//! Reply that grants it is sent.
+//! DHCPv6 bindings: (client DUID, IAID) → address, and address → client
+//! ([`crate::bindings`]). On disk: `leases6.jsonl` in the state directory,
+//! kept as DHCPv4's lease file is ([`crate::journal`]): a binding is on
+//! disk before the Reply that grants it is sent.
 
-use crate::dhcp::journal::{Durable, Journal, Records};
-use crate::dhcp::leases::LeaseState;
+pub use crate::bindings::LeaseState;
+use crate::bindings::{self, Bindings, Map, Record};
+use crate::journal::{Durable, Journal, Records};
 use serde::{Deserialize, Serialize};
-use std::collections::HashMap;
 use std::io::{self, BufRead};
 use std::net::Ipv6Addr;
 use std::path::Path;
@@ -46,14 +46,29 @@ pub struct Lease6 {
     pub mac: Option<String>,
 }
 
-/// Keyed by client-chosen values, so seeded: no hash flooding.
-type Map<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
+impl Record for Lease6 {
+    type Client = Ia;
+    type Addr = Ipv6Addr;
+    fn client(&self) -> Option<Ia> {
+        Some(self.ia.clone())
+    }
+    fn addr(&self) -> Ipv6Addr {
+        self.ip
+    }
+    fn state(&self) -> LeaseState {
+        self.state
+    }
+    fn expires(&self) -> u64 {
+        self.expires
+    }
+    fn file_order(&self, other: &Lease6) -> std::cmp::Ordering {
+        self.ia.cmp(&other.ia)
+    }
+}
 
 #[derive(Debug, Default, Clone)]
 pub struct Table {
-    by_ia: Map<Ia, Lease6>,
-    by_ip: Map<Ipv6Addr, Ia>,
-    declined: Map<Ipv6Addr, Lease6>,
+    bindings: Bindings<Lease6>,
     /// A client's MAC (when it could be told) → its latest binding.
     by_mac: Map<String, Ia>,
     /// Per pool (its first address): where the next walk starts.
@@ -79,75 +94,52 @@ const WALK: u128 = 65_536;
 
 impl Table {
     pub fn get(&self, ia: &Ia) -> Option<&Lease6> {
-        self.by_ia.get(ia)
+        self.bindings.get(ia)
     }
     pub fn holder(&self, ip: Ipv6Addr) -> Option<&Ia> {
-        self.by_ip.get(&ip)
+        self.bindings.holder(ip)
     }
     pub fn len(&self) -> usize {
-        self.by_ia.len()
+        self.bindings.len()
     }
     pub fn is_empty(&self) -> bool {
-        self.by_ia.is_empty()
+        self.bindings.is_empty()
     }
     pub fn leases(&self) -> impl Iterator<Item = &Lease6> {
-        self.by_ia.values()
+        self.bindings.leases()
     }
 
     pub fn apply(&mut self, l: Lease6) {
-        if l.state == LeaseState::Declined {
-            if self.by_ia.get(&l.ia).is_some_and(|o| o.ip == l.ip) {
-                self.by_ia.remove(&l.ia);
-            }
-            self.by_ip.remove(&l.ip);
-            self.declined.insert(l.ip, l);
-            return;
-        }
-        if let Some(old) = self.by_ia.get(&l.ia) {
-            if self.by_ip.get(&old.ip) == Some(&l.ia) {
-                self.by_ip.remove(&old.ip);
-            }
-        }
-        if l.state == LeaseState::Active {
-            self.by_ip.insert(l.ip, l.ia.clone());
-            if let Some(m) = &l.mac {
-                // A MAC's binding is the one that lasts longest: a MAC seen
-                // under several DUIDs (firmware, iPXE, the installed system)
-                // names the latest, whatever order the file lists them in.
-                let longer = self.by_mac.get(m).is_some_and(|o| {
-                    o != &l.ia && self.held_by(o).is_some_and(|o| o.expires > l.expires)
-                });
-                if !longer {
-                    self.by_mac.insert(m.clone(), l.ia.clone());
-                }
+        let named = match (&l.mac, l.state) {
+            (Some(m), LeaseState::Active) => Some((m.clone(), l.ia.clone(), l.expires)),
+            _ => None,
+        };
+        self.bindings.apply(l);
+        if let Some((m, ia, expires)) = named {
+            // A MAC's binding is the one that lasts longest: a MAC seen
+            // under several DUIDs (firmware, iPXE, the installed system)
+            // names the latest, whatever order the file lists them in.
+            let longer = self
+                .by_mac
+                .get(&m)
+                .is_some_and(|o| o != &ia && self.held_by(o).is_some_and(|o| o.expires > expires));
+            if !longer {
+                self.by_mac.insert(m, ia);
             }
         }
-        self.by_ia.insert(l.ia.clone(), l);
     }
 
     /// Forgets the bindings whose lifetime ended more than `keep` seconds
     /// before `now` (released ones at once: they end at 0), and the
     /// declines whose hold is over.
     pub fn sweep(&mut self, now: u64, keep: u64) {
-        let gone: Vec<Ia> = self
-            .by_ia
-            .values()
-            .filter(|l| l.expires.saturating_add(keep) < now)
-            .map(|l| l.ia.clone())
-            .collect();
-        for ia in gone {
-            if let Some(l) = self.by_ia.remove(&ia) {
-                if self.by_ip.get(&l.ip) == Some(&ia) {
-                    self.by_ip.remove(&l.ip);
-                }
-                if let Some(m) = &l.mac {
-                    if self.by_mac.get(m) == Some(&ia) {
-                        self.by_mac.remove(m);
-                    }
+        for l in self.bindings.sweep(now, keep) {
+            if let Some(m) = &l.mac {
+                if self.by_mac.get(m) == Some(&l.ia) {
+                    self.by_mac.remove(m);
                 }
             }
         }
-        self.declined.retain(|_, d| d.expires >= now);
     }
 
     /// [`Table::sweep`] of everything expired (a full table's last
@@ -174,22 +166,13 @@ impl Table {
 
     /// The address `ia` holds, if it is still its own.
     pub fn held_by(&self, ia: &Ia) -> Option<&Lease6> {
-        self.by_ia
-            .get(ia)
-            .filter(|l| l.state == LeaseState::Active && self.by_ip.get(&l.ip) == Some(ia))
+        self.bindings.held_by(ia)
     }
 
     /// Whether `ip` may go to `ia`: not held out after a Decline, and free,
     /// `ia`'s own, or its holder's lifetime over.
     pub fn is_free_for(&self, ip: Ipv6Addr, ia: &Ia, now: u64) -> bool {
-        if self.declined.get(&ip).is_some_and(|d| d.expires >= now) {
-            return false;
-        }
-        match self.by_ip.get(&ip) {
-            None => true,
-            Some(h) if h == ia => true,
-            Some(h) => self.by_ia.get(h).is_some_and(|l| l.expires < now),
-        }
+        self.bindings.is_free_for(ip, ia, now)
     }
 
     /// A free address in `start..=end` for `ia`, walking from the pool's
@@ -206,41 +189,25 @@ impl Table {
         if e < s {
             return None;
         }
-        let mut a = self
+        let from = self
             .cursors
             .get(&s)
             .copied()
             .filter(|c| (s..=e).contains(c))
             .unwrap_or(s);
-        for _ in 0..(e - s).saturating_add(1).min(WALK) {
+        let free = |a: u128| {
             let ip = Ipv6Addr::from(a);
-            let next = if a == e { s } else { a + 1 };
-            if !reserved(ip) && self.is_free_for(ip, ia, now) {
-                self.cursors.insert(s, next);
-                return Some(ip);
-            }
-            a = next;
-        }
-        None
+            !reserved(ip) && self.is_free_for(ip, ia, now)
+        };
+        let (a, next) = bindings::walk(s, e, from, (e - s).saturating_add(1).min(WALK), free)?;
+        self.cursors.insert(s, next);
+        Some(Ipv6Addr::from(a))
     }
 
     /// The compacted file: declines, then the bindings that hold their
     /// address (a stale one replayed would take an address back).
     pub fn render(&self) -> io::Result<Vec<u8>> {
-        let mut buf = Vec::new();
-        let mut declined: Vec<&Lease6> = self.declined.values().collect();
-        declined.sort_by_key(|l| l.ip);
-        let mut holders: Vec<&Lease6> = self
-            .by_ia
-            .values()
-            .filter(|l| l.state == LeaseState::Active && self.by_ip.get(&l.ip) == Some(&l.ia))
-            .collect();
-        holders.sort_by(|a, b| a.ia.cmp(&b.ia));
-        for l in declined.into_iter().chain(holders) {
-            serde_json::to_writer(&mut buf, l).map_err(io::Error::other)?;
-            buf.push(b'\n');
-        }
-        Ok(buf)
+        self.bindings.render()
     }
 }
 
@@ -250,7 +217,7 @@ impl Records for Table {
         Table::apply(self, r)
     }
     fn count(&self) -> usize {
-        self.by_ia.len() + self.declined.len()
+        self.bindings.count()
     }
     fn render(&self) -> io::Result<Vec<u8>> {
         Table::render(self)
@@ -263,19 +230,7 @@ impl Records for Table {
 /// The table a lease file's content holds, and how many lines were
 /// unreadable.
 pub fn recover(r: impl BufRead) -> io::Result<(Table, usize)> {
-    let mut t = Table::default();
-    let mut bad = 0;
-    for line in r.split(b'\n') {
-        let line = line?;
-        if line.is_empty() {
-            continue;
-        }
-        match serde_json::from_slice::<Lease6>(&line) {
-            Ok(l) => t.apply(l),
-            Err(_) => bad += 1,
-        }
-    }
-    Ok((t, bad))
+    crate::journal::recover(r)
 }
 
 /// The durable side of the table.
