@@ -64,22 +64,13 @@ MODE=providers
 export BMC_VENV=${BMC_VENV:-/opt/bmc-venv}
 
 "$HERE/bmc-deps.sh" >&2 || { echo "FAIL bmc-e2e $MODE: bmc-deps.sh failed"; exit 1; }
-if [[ -z $BOOTD ]]; then
-  (cd "$REPO" && nice -n 10 cargo build -q -p appliance --bin bootd) >&2
-  BOOTD=${CARGO_TARGET_DIR:-$REPO/target}/debug/bootd
-fi
-BOOTD=$(readlink -f "$BOOTD")
-[[ -x $BOOTD ]] || { echo "bmc-e2e.sh: bootd not executable: $BOOTD" >&2; exit 2; }
+bootd_under_test "$BOOTD" bmc-e2e.sh
 
 RF_NODE=bmc-rf RF_MAC=52:54:00:77:00:60 RF_IP=10.77.0.60 RF_PORT=8000 RF_TLS_PORT=8444
 IPMI_NODE=bmc-ipmi IPMI_MAC=52:54:00:77:00:61 IPMI_IP=10.77.0.61 IPMI_PORT=6230
 HOST_IP=10.77.0.1 API=https://10.77.0.1:9443
-# The run's folder is kept (logs, consoles, bootd's state; tests/secrets/e2e.sh
-# greps it afterwards): target/lab-runs or --workdir.
-WORKDIR=${WORKDIR:-$REPO/target/lab-runs/bmc-e2e-$$}
-rm -rf "$WORKDIR"
-mkdir -p "$WORKDIR/state"
-harness_init "bmc-e2e $MODE" --work "$(readlink -f "$WORKDIR")"
+# The run's folder is kept (tests/secrets/e2e.sh greps it afterwards).
+lab_run_init "bmc-e2e $MODE" "$WORKDIR" "$REPO/target/lab-runs/bmc-e2e-$$"
 T0=$(now)
 
 # shellcheck source=tests/controller/bmc-lab.sh
@@ -185,7 +176,6 @@ p=$(ipmi "$IPMI_PORT" chassis power status 2>&1) || die "ipmitool chassis power 
 # reads it). Ready when /healthz answers, and with the providers when the
 # API does too.
 chown nobody "$WORK/bmc-password" "$WORK/api-tokens" 2>/dev/null || chown nobody "$WORK/bmc-password"
-api_up() { nsx curl -fsS --max-time 1 --cacert "$WORK/state/ca.pem" "$API/healthz"; }
 start_bootd --bin nice --log "$WORK/bootd-1.log" --timeout 30 ${AUDIT_DIR:+--env RUST_LOG=trace} \
   -- -n 5 "$BOOTD" --site "$SITE" --state-dir "$WORK/state" --user nobody || die "bootd did not start"
 [[ $INFRA == 1 ]] || wait_up "$BOOTD_PID" 30 "$WORK/bootd-1.log" "bootd's API" api_up
@@ -371,10 +361,8 @@ redfish_tls_checks() {
           --password-file "$WORK/bmc-password" --ca-bundle "$WORK/bmc-ca.pem" 2>&1) \
     || die "bootd nodes import-bmc $node: $out"
   log "$out"
-  local rc=0
-  cli wait "$node" --timeout 240 --interval 1 > >(tee "$WORK/wait-$node.out" >&2) 2>&1 || rc=$?
-  sleep 0.2
-  [[ $rc == 0 ]] || die "bootd nodes wait $node (caBundle) exited $rc: $(tail -n 1 "$WORK/wait-$node.out")"
+  nodes_wait "$node" 240 "$WORK/wait-$node.out" \
+    || die "bootd nodes wait $node (caBundle) exited $?: $(tail -n 1 "$WORK/wait-$node.out")"
   api GET "/v1/nodes/$node" >"$WORK/node-$node.json"
   log "$node with caBundle over HTTPS: Ready"
   r=$(api DELETE "/v1/nodes/$node")
@@ -435,15 +423,13 @@ delete_node() {
 # ejected (the BMC says Inserted false); a second power-on does not run the
 # installer again (no second Ignition fetch, no second GRUB from the ISO).
 media_check() {
-  local node=bmc-vm dom=$RF_NODE t off rc before seg r ins
+  local node=bmc-vm dom=$RF_NODE t off before seg r ins
   off=$(serial_size "$dom")
   t=$(now)
   r=$(api POST /v1/nodes "{\"name\":\"$node\",\"role\":\"worker\",\"ip\":\"$RF_IP\",\"kernelArgs\":[\"console=ttyS0\"],\"provider\":{\"redfish\":{\"url\":\"$RF_URL\",\"username\":\"admin\",\"password\":$PW_REF,\"boot\":\"virtualMedia\",\"mode\":\"Legacy\",\"allowPlainHttp\":true}}}")
   [[ $(status_of "$r") == 201 ]] || die "POST /v1/nodes $node: $r"
-  rc=0
-  cli wait "$node" --timeout 240 --interval 1 > >(tee "$WORK/wait-$node.out" >&2) 2>&1 || rc=$?
-  sleep 0.2
-  [[ $rc == 0 ]] || die "bootd nodes wait $node exited $rc: $(tail -n 1 "$WORK/wait-$node.out"); sushy: $(grep -a -i -E "error|media" "$WORK/sushy-rf.log" | tail -n 3)"
+  nodes_wait "$node" 240 "$WORK/wait-$node.out" \
+    || die "bootd nodes wait $node exited $?: $(tail -n 1 "$WORK/wait-$node.out"); sushy: $(grep -a -i -E "error|media" "$WORK/sushy-rf.log" | tail -n 3)"
   MEDIA_SECS=$(since "$t")
   api GET "/v1/nodes/$node" >"$WORK/node-$node.json"
   wait_ignition "$node" "$off" 60 "$dom"
@@ -470,17 +456,14 @@ media_check() {
 }
 
 provider_node() {   # provider_node NODE DOMAIN rf|ipmi BODY -> sets NODE_SECS
-  local node=$1 dom=$2 how=$3 body=$4 r t rc left off before
+  local node=$1 dom=$2 how=$3 body=$4 r t off before
   t=$(now)
   r=$(api POST /v1/nodes "$body")
   [[ $(status_of "$r") == 201 ]] || die "POST /v1/nodes $node: $r"
   log "POST /v1/nodes $node: 201"
   audit snapshot "$node-booting"
-  left=$(awk -v t="$TIMEOUT" -v e="$(since "$t")" 'BEGIN { l = int(t - e); print (l < 10 ? 10 : l) }')
-  rc=0
-  cli wait "$node" --timeout "$left" --interval 1 > >(tee "$WORK/wait-$node.out" >&2) 2>&1 || rc=$?
-  sleep 0.2
-  [[ $rc == 0 ]] || die "bootd nodes wait $node exited $rc: $(tail -n 1 "$WORK/wait-$node.out")"
+  nodes_wait "$node" "$(time_left "$TIMEOUT" "$t")" "$WORK/wait-$node.out" \
+    || die "bootd nodes wait $node exited $?: $(tail -n 1 "$WORK/wait-$node.out")"
   NODE_SECS=$(since "$t")
   # Kept for the leak check at the end: the API must not echo the password.
   api GET "/v1/nodes/$node" >"$WORK/node-$node.json"

@@ -46,20 +46,11 @@ done
 [[ $(id -u) -eq 0 ]] || { echo "local-e2e.sh: must run as root (netns, tap)" >&2; exit 2; }
 case $FIRMWARE in seabios-ipxe|ovmf-ipxe) ;; *) echo "local-e2e.sh: bad --firmware $FIRMWARE" >&2; exit 2 ;; esac
 [[ $TIMEOUT =~ ^[0-9]+$ ]] || { echo "local-e2e.sh: bad --timeout $TIMEOUT" >&2; exit 2; }
-if [[ -z $BOOTD ]]; then
-  (cd "$REPO" && cargo build -q -p appliance --bin bootd) >&2
-  BOOTD=${CARGO_TARGET_DIR:-$REPO/target}/debug/bootd
-fi
-BOOTD=$(readlink -f "$BOOTD")
-[[ -x $BOOTD ]] || { echo "local-e2e.sh: bootd not executable: $BOOTD" >&2; exit 2; }
+bootd_under_test "$BOOTD" local-e2e.sh
 
 NODE=api-0 MAC=52:54:00:77:00:50 IP=10.77.0.50
 HOST_IP=10.77.0.1 API=https://10.77.0.1:9443
-# The run's folder is kept (logs, the VM's console): target/lab-runs.
-WORKDIR=${WORKDIR:-$REPO/target/lab-runs/local-e2e-$$}
-rm -rf "$WORKDIR"
-mkdir -p "$WORKDIR/state"
-harness_init "local-e2e $FIRMWARE" --work "$(readlink -f "$WORKDIR")"
+lab_run_init "local-e2e $FIRMWARE" "$WORKDIR" "$REPO/target/lab-runs/local-e2e-$$"
 T0=$(now)
 
 # die MESSAGE: the VM's console and QEMU's and bootd's logs, then the FAIL line.
@@ -82,7 +73,6 @@ lab_netns "labapi-$$" "$HOST_IP/24" fd77::1/64
 lab_ra
 
 # start_api_bootd N: bootd (its log bootd-N.log), ready once its API answers.
-api_up() { nsx curl -fsS --max-time 1 --cacert "$WORK/state/ca.pem" "$API/healthz"; }
 start_api_bootd() {
   start_bootd --bin "$BOOTD" --log "$WORK/bootd-$1.log" --timeout 30 -- --site "$SITE" --state-dir "$WORK/state" \
     || die "bootd did not start"
@@ -132,12 +122,8 @@ fi
 [[ $(vms_of_node | wc -l) == 1 ]] || die "QEMU processes for $NODE: $(vms_of_node | tr '\n' ' ')"
 
 # --- 3. bootd nodes wait (the CLI) until Ready -------------------------------------------------
-left=$(awk -v t="$TIMEOUT" -v e="$(since "$T_CREATE")" 'BEGIN { l = int(t - e); print (l < 10 ? 10 : l) }')
-rc=0
-# shown as it goes (tee), kept for the FAIL line
-cli wait "$NODE" --timeout "$left" --interval 1 > >(tee "$WORK/wait.out" >&2) 2>&1 || rc=$?
-sleep 0.2
-[[ $rc == 0 ]] || die "bootd nodes wait $NODE exited $rc: $(tail -n 1 "$WORK/wait.out")"
+nodes_wait "$NODE" "$(time_left "$TIMEOUT" "$T_CREATE")" "$WORK/wait.out" \
+  || die "bootd nodes wait $NODE exited $?: $(tail -n 1 "$WORK/wait.out")"
 READY_SECS=$(since "$T_CREATE")
 [[ $(vms_of_node | wc -l) == 1 ]] || die "QEMU processes for $NODE at Ready: $(vms_of_node | tr '\n' ' ')"
 

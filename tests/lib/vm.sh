@@ -16,8 +16,12 @@
 # The lab:
 #   lab_ra                             IPv6 router advertisements only
 #   lab_vm NS TAP MAC DIR [BRIDGE]     a SeaBIOS + iPXE VM network-booting
-# The controller API (bootd's host.api, reached from $NS):
-#   api_tokens, api METHOD PATH [BODY], status_of, body_of, json EXPR
+# The controller's checks:
+#   bootd_under_test PATH SCRIPT      BOOTD (PATH, or built when "")
+#   lab_run_init TITLE DIR DEFAULT     harness_init with a kept run folder
+#   api_tokens, api METHOD PATH [BODY], api_up, status_of, body_of, json EXPR
+#   nodes_wait NODE SECS OUT           `bootd nodes wait NODE` (the script's cli)
+#   time_left TOTAL T0                 what is left of TOTAL seconds since T0
 
 # --- waiting --------------------------------------------------------------------
 # wait_up PID SECS LOG WHAT CMD...: after spawning WHAT (PID, its output in
@@ -125,7 +129,30 @@ lab_vm() {
     VM_PID=$SPAWNED
 }
 
-# --- the controller API -----------------------------------------------------------
+# --- the controller's checks -------------------------------------------------------
+# bootd_under_test PATH SCRIPT: BOOTD, PATH made absolute, or without one
+# (PATH "") the debug build (cargo build -p appliance --bin bootd, niced);
+# exit 2 (a usage error, SCRIPT names itself) when it is not executable.
+bootd_under_test() {
+    BOOTD=$1
+    if [[ -z $BOOTD ]]; then
+        (cd "$REPO" && nice -n 10 cargo build -q -p appliance --bin bootd) >&2
+        BOOTD=${CARGO_TARGET_DIR:-$REPO/target}/debug/bootd
+    fi
+    BOOTD=$(readlink -f "$BOOTD")
+    [[ -x $BOOTD ]] || { echo "$2: bootd not executable: $BOOTD" >&2; exit 2; }
+}
+
+# lab_run_init TITLE DIR DEFAULT: harness_init TITLE with the run's folder
+# DIR (DEFAULT when DIR is empty), emptied first, holding state/; the
+# harness keeps it after the run (logs, consoles, bootd's state).
+lab_run_init() {
+    local d=${2:-$3}
+    rm -rf "$d"
+    mkdir -p "$d/state"
+    harness_init "$1" --work "$(readlink -f "$d")"
+}
+
 # api_tokens: a random bearer token in $WORK/api-tokens (host.api.tokens)
 # and its header in $WORK/auth.hdr (curl -H @file: never in argv), mode 600.
 api_tokens() {
@@ -142,6 +169,21 @@ api() {
     [[ $# -ge 3 ]] && args+=(-H 'Content-Type: application/json' --data-binary "$3")
     nsx curl "${args[@]}" "$API$2"
 }
+# nodes_wait NODE SECS OUT: `cli wait NODE` (the script's `bootd nodes`
+# CLI) until the node is Ready, at most SECS; shown as it goes and kept in
+# OUT (for a FAIL line); its exit status.
+nodes_wait() {
+    local rc=0
+    cli wait "$1" --timeout "$2" --interval 1 > >(tee "$3" >&2) 2>&1 || rc=$?
+    sleep 0.2   # tee's last lines
+    return "$rc"
+}
+# time_left TOTAL T0: the whole seconds left of TOTAL since T0 (now), at
+# least 10.
+time_left() { awk -v t="$1" -v e="$(since "$2")" 'BEGIN { l = int(t - e); print (l < 10 ? 10 : l) }'; }
+
+# api_up: the API's /healthz answers (for wait_for, wait_up).
+api_up() { nsx curl -fsS --max-time 1 --cacert "$WORK/state/ca.pem" "$API/healthz"; }
 status_of() { tail -n 1 <<<"$1"; }
 body_of() { sed '$d' <<<"$1"; }
 # json EXPR <<<BODY: a Python expression over d (the parsed body), printed.
