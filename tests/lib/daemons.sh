@@ -51,13 +51,13 @@ start_daemon() { # daemon default-ready [OPTIONS --] ARGS...
     printf -v "${upper}_PID" '%s' "$SPAWNED"
     [[ $ready == - ]] && return 0
     if wait_for "$timeout" daemon_ready "$ns" "$ready" "$SPAWNED"; then return 0; fi
-    echo "FAIL $name did not become ready at $ready within ${timeout}s$(alive "$SPAWNED" || echo " (it exited)"); last lines of $out:"
+    echo "start_$name: not ready at $ready within ${timeout}s$(alive "$SPAWNED" || echo " (it exited)"); last lines of $out:"
     tail_log "$out" 30
     return 1
 }
 
-daemon_ready() { # ns url pid: the URL answers and the process still runs
-    alive "$3" || return 2
+daemon_ready() { # ns url pid: the URL answers and the process still runs (125: it died)
+    alive "$3" || return 125
     if [[ -n $1 ]]; then ip netns exec "$1" curl -fsS -g --max-time 2 -o /dev/null "$2"
     else curl -fsS -g --max-time 2 -o /dev/null "$2"; fi
 }

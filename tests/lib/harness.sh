@@ -170,16 +170,21 @@ stop_pid() {
 }
 
 # wait_for SECONDS COMMAND...: run COMMAND every 0.1 s until it succeeds
-# (0) or SECONDS pass (1). The one readiness loop: scripts call this
-# instead of writing their own. COMMAND may be a shell function.
+# (0), or SECONDS have passed by the clock (1), or COMMAND exits 125, which
+# means "give up now" (e.g. the process being waited for has died: 1). The
+# one readiness loop: scripts call this instead of writing their own.
+# COMMAND may be a shell function; its output is discarded.
 wait_for() {
-    local secs=$1 i
+    local secs=$1 rc end
     shift
-    for ((i = 0; i < secs * 10; i++)); do
-        "$@" >/dev/null 2>&1 && return 0
+    end=$((SECONDS + secs))
+    while true; do
+        rc=0
+        "$@" >/dev/null 2>&1 || rc=$?
+        [[ $rc == 0 ]] && return 0
+        [[ $rc == 125 || $SECONDS -ge $end ]] && return 1
         sleep 0.1
     done
-    "$@" >/dev/null 2>&1
 }
 
 # alive PID: the process still runs.
