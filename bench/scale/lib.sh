@@ -1,17 +1,16 @@
-# Shared by bench/scale/run.sh and lbd-reload.sh (sourced; needs $WORK
-# and $REPO): the namespace, the image files and the generated site.
+# shellcheck shell=bash
+# Shared by bench/scale/run.sh and lbd-reload.sh (sourced after
+# tests/lib/harness.sh and bench/lib/bench.sh; needs $WORK and $REPO): the
+# namespace, the image files and the generated site.
 
-# scale_netns NS: a namespace with a veth link 10.78.0.1/16 and the VIPs
-# (.5 api, .6 ingress); the daemons' probes of the nodes go nowhere else.
+# scale_netns NS: a namespace (deleted at exit by the harness) with a veth
+# link 10.78.0.1/16 and the VIPs (.5 api, .6 ingress); the daemons' probes
+# of the nodes go nowhere else.
 scale_netns() {
-    ip netns add "$1"
-    ip -n "$1" link set lo up
-    ip link add d0 netns "$1" type veth peer name d1 netns "$1"
-    ip -n "$1" link set d1 up
-    ip -n "$1" addr add 10.78.0.1/16 dev d0
-    ip -n "$1" addr add 10.78.0.5/16 dev d0
-    ip -n "$1" addr add 10.78.0.6/16 dev d0
-    ip -n "$1" link set d0 up
+    ns_new "$1"
+    ns_veth "$1" d0 "$1" d1
+    ns_addr "$1" d1
+    ns_addr "$1" d0 10.78.0.1/16 10.78.0.5/16 10.78.0.6/16
 }
 
 # scale_images: the image set the site names, under $WORK/images.
@@ -21,9 +20,10 @@ scale_images() {
     chmod -R a+rX "$WORK/images"
 }
 
-now() { date +%s.%N; }
-since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.3f", b - a }'; }
 rss_now() { awk '/VmRSS/ {print $2}' "/proc/$1/status"; }  # now, kB
+
+# lines FILE PATTERN: how many lines of FILE match (0 for no file).
+lines() { grep -c "$2" "$1" 2>/dev/null || true; }
 
 # write_site FILE N: a site of N nodes (every worker a backend of both
 # ingress pools).
