@@ -14,12 +14,18 @@
 #     platforms' whole loops.
 # Exits non-zero on any failure. Needs ../shared/specs beside the repo
 # (SPECS_DIR overrides).
+# Prints "PASS controller-e2e" or "FAIL controller-e2e: ..." (the harness's
+# verdict; the test binary's own output above it).
 set -euo pipefail
-REPO=$(cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/../.." && pwd)
-cd "$REPO"
-bash tests/controller/deps.sh
+cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/../.."
+. tests/lib/harness.sh   # $REPO
+harness_init controller-e2e
+bash tests/controller/deps.sh || fail "tests/controller/deps.sh (Node.js, Prism) failed"
 export PRISM=${PRISM:-$REPO/target/prism/node_modules/.bin/prism}
 export SPECS_DIR=${SPECS_DIR:-$REPO/../shared/specs}
 # Two tests at a time: a Prism test starts up to three Prism processes, and
-# the machine has two cores.
-cargo test -p appliance --test controller -- --include-ignored --test-threads 2
+# the machine has two cores. (The tests start and stop their servers
+# themselves, on 127.0.0.1.)
+cargo test -p appliance --test controller -- --include-ignored --test-threads 2 \
+  || fail "cargo test -p appliance --test controller (--include-ignored) failed"
+harness_verdict
