@@ -104,6 +104,9 @@ if [[ $FAMILY == 4 ]]; then
     SRV_IP=10.78.0.1 RELAY_IP=10.78.0.254
     SRV_CIDR=$SRV_IP/16 RELAY_CIDR=$RELAY_IP/16
     HTTP=http://$SRV_IP:8080
+    SUBNET=10.78.0.0/16 POOL_START=10.78.1.0 POOL_END=10.78.255.250 NODE_IP=10.78.0.20
+    SITE_NOTE="examples/lab/site.yaml's structure, on 10.78.0.0/16 with a big pool."
+    DHCP_KEY=dhcp DHCP_MORE=""
     METRICS='^bootd_dhcp'
     ACKS=acks REJ=naks   # the keys of the completed exchanges and the rejected leases in R
 else
@@ -115,8 +118,12 @@ else
     VS=vs6-$$ VL=vl6-$$
     SRV_IP=fd00:78::1 RELAY_IP=fd00:78::fe
     SRV_CIDR=$SRV_IP/64 RELAY_CIDR=$RELAY_IP/64
-    POOL_START=fd00:78::1:0 POOL_END=fd00:78::ffff:ffff
     HTTP=http://[$SRV_IP]:8080
+    SUBNET=fd00:78::/64 POOL_START=fd00:78::1:0 POOL_END=fd00:78::ffff:ffff NODE_IP=fd00:78::20
+    SITE_NOTE="examples/lab-dual/site.yaml's structure, IPv6 only, on fd00:78::/64 with a pool for far more than 100 000 clients."
+    # Above the largest client count: the table's limit (65 536 by default)
+    # would answer the rest NoAddrsAvail, and Kea has none.
+    DHCP_KEY=dhcp6 DHCP_MORE="maxBindings: 1048576"
     METRICS='^bootd_dhcp6'
     ACKS=replies REJ=rejected
 fi
@@ -190,34 +197,37 @@ bootd_shared_up() { grep -q "shared leases loaded" "$1/bootd.log" 2>/dev/null &&
 
 write_configs() { # dir
     local d=$1
-    if [[ $FAMILY == 4 ]]; then
-        mkdir -p "$d/state" "$d/images" "$d/tftp"
-        cat >"$d/site.yaml" <<EOF
-# examples/lab/site.yaml's structure, on 10.78.0.0/16 with a big pool.
+    mkdir -p "$d/state" "$d/images/lab"
+    printf 'bench kernel\n' >"$d/images/lab/kernel"
+    printf 'bench initramfs\n' >"$d/images/lab/initramfs"
+    cat >"$d/site.yaml" <<EOF
+# $SITE_NOTE
 cluster: { name: bench, baseDomain: example.test }
 host:
   stateDir: $d/state
-  http: { listen: "$SRV_IP:8080", url: "http://$SRV_IP:8080" }
-  dhcp:
+  http: { listen: "${HTTP#http://}", url: "$HTTP" }
+  $DHCP_KEY:
     interface: $VS
-    serverAddress: $SRV_IP
+    serverAddress: "$SRV_IP"
     leaseTime: 1h
+    $DHCP_MORE
 networks:
   - name: bench
-    subnet: 10.78.0.0/16
-    gateway: $RELAY_IP
-    dnsServers: [$SRV_IP]
-    pool: { start: 10.78.1.0, end: 10.78.255.250 }
-vips: { api: $SRV_IP, ingress: $SRV_IP }
+    subnet: "$SUBNET"
+    gateway: "$RELAY_IP"
+    dnsServers: ["$SRV_IP"]
+    pool: { start: "$POOL_START", end: "$POOL_END" }
+vips: { api: "$SRV_IP", ingress: "$SRV_IP" }
 images:
   root: $d/images
   sets:
     lab-x86_64: { arch: x86_64, kernel: lab/kernel, initramfs: lab/initramfs }
 nodes:
-  - { name: worker-0, role: worker, macs: ["52:54:00:78:00:20"], ip: 10.78.0.20 }
+  - { name: worker-0, role: worker, macs: ["52:54:00:78:00:20"], ip: "$NODE_IP" }
 ignition:
   dir: $REPO/examples/lab/ignition
 EOF
+    if [[ $FAMILY == 4 ]]; then
         cat >"$d/kea.json" <<EOF
 { "Dhcp4": {
     "interfaces-config": { "interfaces": [ "$VS/$SRV_IP" ], "dhcp-socket-type": "udp" },
@@ -228,46 +238,13 @@ EOF
         { "name": "routers", "data": "$RELAY_IP" },
         { "name": "domain-name-servers", "data": "$SRV_IP" },
         { "name": "domain-name", "data": "bench.example.test" } ],
-    "subnet4": [ { "id": 1, "subnet": "10.78.0.0/16", "pools": [ { "pool": "10.78.1.0 - 10.78.255.250" } ] } ],
+    "subnet4": [ { "id": 1, "subnet": "$SUBNET", "pools": [ { "pool": "$POOL_START - $POOL_END" } ] } ],
     "loggers": [ { "name": "kea-dhcp4", "severity": "INFO",
                    "output_options": [ { "output": "$d/kea.log" } ] } ]
 } }
 EOF
         return
     fi
-    mkdir -p "$d/state" "$d/images/lab"
-    printf 'bench kernel\n' >"$d/images/lab/kernel"
-    printf 'bench initramfs\n' >"$d/images/lab/initramfs"
-    cat >"$d/site.yaml" <<EOF
-# examples/lab-dual/site.yaml's structure, IPv6 only, on fd00:78::/64 with
-# a pool for far more than 100 000 clients.
-cluster: { name: bench, baseDomain: example.test }
-host:
-  stateDir: $d/state
-  http: { listen: "[$SRV_IP]:8080", url: "http://[$SRV_IP]:8080" }
-  dhcp6:
-    interface: $VS
-    serverAddress: $SRV_IP
-    leaseTime: 1h
-    # Above the largest client count: the table's limit (65 536 by
-    # default) would answer the rest NoAddrsAvail, and Kea has none.
-    maxBindings: 1048576
-networks:
-  - name: bench
-    subnet: fd00:78::/64
-    gateway: $RELAY_IP
-    dnsServers: ["$SRV_IP"]
-    pool: { start: "$POOL_START", end: "$POOL_END" }
-vips: { api: $SRV_IP, ingress: $SRV_IP }
-images:
-  root: $d/images
-  sets:
-    lab-x86_64: { arch: x86_64, kernel: lab/kernel, initramfs: lab/initramfs }
-nodes:
-  - { name: worker-0, role: worker, macs: ["52:54:00:78:00:20"], ip: "fd00:78::20" }
-ignition:
-  dir: $REPO/examples/lab/ignition
-EOF
     # The subnet names the interface: perfdhcp's Relay-forward carries link
     # address :: (Kea then selects by the sender's address, else by the
     # interface it came in on). data-directory: the server DUID file goes
@@ -286,7 +263,7 @@ EOF
     "option-data": [
         { "name": "dns-servers", "data": "$SRV_IP" },
         { "name": "domain-search", "data": "bench.example.test" } ],
-    "subnet6": [ { "id": 1, "subnet": "fd00:78::/64", "interface": "$VS",
+    "subnet6": [ { "id": 1, "subnet": "$SUBNET", "interface": "$VS",
                    "pools": [ { "pool": "$POOL_START - $POOL_END" } ] } ],
     "loggers": [ { "name": "kea-dhcp6", "severity": "INFO",
                    "output_options": [ { "output": "$d/kea.log" } ] } ]

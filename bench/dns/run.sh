@@ -37,7 +37,7 @@ set -euo pipefail
 # shellcheck source=tests/lib/harness.sh
 . "$(dirname "$0")/../../tests/lib/harness.sh"
 # shellcheck source=bench/lib/bench.sh
-. "$REPO/bench/lib/bench.sh"   # log, bench_need_*
+. "$REPO/bench/lib/bench.sh"   # log, bench_need_*, bench_build
 # shellcheck source=bench/lib/cpu.sh
 . "$REPO/bench/lib/cpu.sh"     # cpu_init, cpu_group, cpu_spawn, cpu_read, cpu_used, cpu_snap, cpu_other
 
@@ -56,16 +56,9 @@ LOAD_CPU=1
 DNSD_BIN=${DNSD_BIN:-${CARGO_TARGET_DIR:-$REPO/target}/release/dnsd}
 bench_need_tools 1 "apt: dnsperf nsd knot dnsutils" dnsperf nsd knotd dig taskset python3 awk
 bench_need_cpus 1
-if [ ! -x "$DNSD_BIN" ]; then
-    log "building dnsd (release)"
-    (cd "$REPO" && cargo build --release -p dnsd)
-fi
+bench_build "$DNSD_BIN" -p dnsd
 FLOOR_BIN=${FLOOR_BIN:-$(dirname "$DNSD_BIN")/examples/udp_floor}
-if [ "$FLOOR" = 1 ] && [ ! -x "$FLOOR_BIN" ]; then
-    log "building dnsd's udp_floor example (release)"
-    (cd "$REPO" && cargo build --release -p dnsd --example udp_floor)
-    [ -x "$FLOOR_BIN" ] || { echo "no $FLOOR_BIN after the build (set FLOOR_BIN)" >&2; exit 1; }
-fi
+if [ "$FLOOR" = 1 ]; then bench_build "$FLOOR_BIN" -p dnsd --example udp_floor; fi
 
 harness_init bench-dns         # $WORK; at exit the servers stopped
 cpu_init dns

@@ -29,7 +29,7 @@ set -euo pipefail
 # shellcheck source=tests/lib/harness.sh
 . "$(dirname "$0")/../../tests/lib/harness.sh"
 # shellcheck source=bench/lib/bench.sh
-. "$REPO/bench/lib/bench.sh"   # log, bench_need_*, bench_own_session
+. "$REPO/bench/lib/bench.sh"   # log, bench_need_*, bench_build, bench_own_session
 # shellcheck source=bench/lib/cpu.sh
 . "$REPO/bench/lib/cpu.sh"     # cpu_init, cpu_group, cpu_spawn, cpu_read, cpu_snap, cpu_other, cpu_quiet, busy_start
 
@@ -57,10 +57,7 @@ NGINX_BIN=${NGINX_BIN:-/usr/sbin/nginx}
 bench_need_tools 1 "" wrk curl taskset "$NGINX_BIN" awk
 bench_need_cpus 1
 
-if [ ! -x "$BOOTD_BIN" ]; then
-    log "building bootd (release)"
-    (cd "$REPO" && cargo build --release -p appliance --bin bootd)
-fi
+bench_build "$BOOTD_BIN" -p appliance --bin bootd
 
 harness_init bench-http        # $WORK (755: nginx workers run as nobody and must read the files); at exit the servers stopped
 # CPU groups (bench/lib/cpu.sh): one per server on CPU 0; this shell and the

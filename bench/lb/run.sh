@@ -31,7 +31,7 @@ set -euo pipefail
 # shellcheck source=tests/lib/harness.sh
 . "$(dirname "$0")/../../tests/lib/harness.sh"
 # shellcheck source=bench/lib/bench.sh
-. "$REPO/bench/lib/bench.sh"   # log, bench_need_*, bench_own_session, wait_fine
+. "$REPO/bench/lib/bench.sh"   # log, bench_need_*, bench_build, bench_own_session, wait_fine
 # shellcheck source=bench/lib/cpu.sh
 . "$REPO/bench/lib/cpu.sh"     # cpu_init, cpu_group, cpu_spawn, cpu_read, cpu_used, cpu_snap, cpu_other
 
@@ -54,16 +54,9 @@ bench_own_session BENCH_LB_SESSION "$@"
 LBD_BIN=${LBD_BIN:-$REPO/target/release/lbd}
 bench_need_tools 1 "tests/lab/deps.sh installs it" wrk iperf3 haproxy nginx curl taskset python3 awk
 bench_need_cpus 1
-if [ ! -x "$LBD_BIN" ]; then
-    log "building lbd (release)"
-    (cd "$REPO" && cargo build --release -p lbd)
-fi
+bench_build "$LBD_BIN" -p lbd
 FLOOR_BIN=${FLOOR_BIN:-$(dirname "$LBD_BIN")/examples/relay_floor}
-if [ "$FLOOR" = 1 ] && [ ! -x "$FLOOR_BIN" ]; then
-    log "building lbd's relay_floor example (release)"
-    (cd "$REPO" && cargo build --release -p lbd --example relay_floor)
-    [ -x "$FLOOR_BIN" ] || { echo "no $FLOOR_BIN after the build (set FLOOR_BIN)" >&2; exit 1; }
-fi
+if [ "$FLOOR" = 1 ]; then bench_build "$FLOOR_BIN" -p lbd --example relay_floor; fi
 
 harness_init bench-lb          # $WORK; at exit every server stopped
 # CPU groups (bench/lib/cpu.sh): one per balancer, one for the backends (nginx,

@@ -53,6 +53,18 @@ bench_need_cpus() {
     [[ $(nproc --all) -ge 2 ]] || { echo "need at least 2 CPUs" >&2; exit "$1"; }
 }
 
+# bench_build BIN CARGO_ARGS...: BIN built (cargo build --release
+# CARGO_ARGS, from the repository) when it is not there; still missing
+# after the build: exit 1.
+bench_build() {
+    local bin=$1
+    shift
+    [[ ! -x $bin ]] || return 0
+    log "building $(basename "$bin") (release: cargo build --release $*)"
+    (cd "$REPO" && cargo build --release "$@")
+    [[ -x $bin ]] || { echo "no $bin after the build (set the knob that names it)" >&2; exit 1; }
+}
+
 # bench_own_session VAR ARGS...: with PRIO < 0 on a kernel with autogroups,
 # nice only counts within a session's autogroup: the script runs again in a
 # session of its own (VAR=1 in its environment) and this copy waits for it
