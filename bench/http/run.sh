@@ -216,7 +216,7 @@ echo "wrk: -t1 -d${DURATION}s, connections: $CONNS; curl parallel: $PARALLEL; ro
 echo "busy loop: $([ "$BUSY" = 1 ] && echo "yes, nice 19 on each CPU" || echo no); servers and load run at nice $PRIO$([ -n "${BENCH_HTTP_SESSION:-}" ] && echo ", in their own session with autogroup $(cat /proc/$$/autogroup)")"
 echo
 
-# bounded: ends after 2 h at the latest, stopped by the trap before
+# bounded: ends after 2 h at the latest, stopped at exit before (cpu_cleanup)
 if [ "$BUSY" = 1 ]; then busy_start 7200 $SERVER_CPU $LOAD_CPU; fi
 
 RES=$WORK/results    # tab-separated: test, server, value, server CPU-s, other CPU-s (server CPU/load CPU), attempts, clean, cell seconds
