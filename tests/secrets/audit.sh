@@ -246,8 +246,9 @@ audit_requests() {
   # token), for e2e.sh's list of tokens; kept with the secrets.
   nsx curl -sS --max-time 10 -o "$WORK/secrets/ecs-instances.json" http://127.0.0.1:8092/_fake/instances \
     || die "audit: GET /_fake/instances"
-  grep -qi '"x-auth-token"' "$WORK/echo-provider.jsonl" && grep -qi '"authorization": "bearer' "$WORK/echo-provider.jsonl" \
-    || die "audit: the echoing provider never saw the Equinix key or the IAM token"
+  if ! grep -qi '"x-auth-token"' "$WORK/echo-provider.jsonl" || ! grep -qi '"authorization": "bearer' "$WORK/echo-provider.jsonl"; then
+    die "audit: the echoing provider never saw the Equinix key or the IAM token"
+  fi
   audit_snapshot providers-failed
   gone bad-2 bad-5 eqx-0 pvs-0 ali-0
   audit_snapshot providers-deleted
