@@ -9,9 +9,9 @@
 //! configuration (with the image catalog's cache check passed in), binding,
 //! and running bootd with the controller beside it.
 
+pub mod ha;
 pub mod lbwatch;
 pub mod migrate;
-pub mod shared;
 
 use anyhow::Result;
 use std::sync::Arc;
@@ -27,7 +27,7 @@ pub fn boot_config(site: site::Site, name: Option<&str>) -> bootd::Config {
     let ha = site.host.dhcp.as_ref().map(|d| d.ha).unwrap_or_default();
     let mut c = bootd::Config::new(site);
     if let site::Store::Etcd(e) = &store {
-        let mut s = shared::EtcdShared::new(etcd::Config::from_site(e), e.lease_ttl, ha);
+        let mut s = ha::EtcdShared::new(etcd::Config::from_site(e), e.lease_ttl, ha);
         if let Some(n) = name {
             s = s.named(n);
         }

@@ -9,9 +9,9 @@
 //! is where the migration reads its settings. bootd must be stopped: the
 //! migration refuses a target that already holds nodes or leases.
 
-use crate::shared::EtcdShared;
+use crate::ha::EtcdShared;
 use anyhow::{bail, Context, Result};
-use bootd::shared::Shared;
+use bootd::ha::Shared;
 use controller::store::Store;
 use std::path::Path;
 

@@ -400,18 +400,15 @@ async fn an_appliance_started_before_etcd_waits_for_it() {
 /// the commit fails naming the key (the ACK is withheld).
 #[test]
 fn a_foreign_lease_record_is_refused_not_overwritten() {
-    use bootd::shared::Shared;
+    use bootd::ha::Shared;
     let server = etcd::testing::Server::start();
     let config = server.config("/foreign/");
     let raw = etcd::Etcd::connect(&config).unwrap();
     raw.put("dhcp/leases/10.77.0.100", b"not a lease".to_vec())
         .unwrap();
-    let shared = appliance::shared::EtcdShared::new(
-        config,
-        Duration::from_secs(10),
-        site::DhcpHa::HotStandby,
-    );
-    let lease = bootd::shared::Lease {
+    let shared =
+        appliance::ha::EtcdShared::new(config, Duration::from_secs(10), site::DhcpHa::HotStandby);
+    let lease = bootd::ha::Lease {
         mac: "02:00:00:00:00:01".into(),
         ip: Ipv4Addr::new(10, 77, 0, 100),
         expires: runtime::clock::unix_secs() + 3600,
@@ -489,8 +486,8 @@ async fn load_balancing_splits_the_clients_and_the_survivor_takes_them_all() {
 }
 
 /// An appliance's shared store (`loadBalancing`), without its process.
-fn balancing(config: &etcd::Config) -> appliance::shared::EtcdShared {
-    appliance::shared::EtcdShared::new(
+fn balancing(config: &etcd::Config) -> appliance::ha::EtcdShared {
+    appliance::ha::EtcdShared::new(
         config.clone(),
         Duration::from_secs(10),
         site::DhcpHa::LoadBalancing,
@@ -498,8 +495,8 @@ fn balancing(config: &etcd::Config) -> appliance::shared::EtcdShared {
 }
 
 /// A lease of `mac` on `ip` for an hour.
-fn live(mac: &str, ip: Ipv4Addr) -> bootd::shared::Lease {
-    bootd::shared::Lease {
+fn live(mac: &str, ip: Ipv4Addr) -> bootd::ha::Lease {
+    bootd::ha::Lease {
         mac: mac.into(),
         ip,
         expires: runtime::clock::unix_secs() + 3600,
@@ -512,7 +509,7 @@ fn live(mac: &str, ip: Ipv4Addr) -> bootd::shared::Lease {
 /// to a client is refused a second address for it, and told the first.
 #[test]
 fn a_client_is_never_granted_two_addresses() {
-    use bootd::shared::Shared;
+    use bootd::ha::Shared;
     let server = etcd::testing::Server::start();
     let config = server.config("/two/");
     let (a, b) = (balancing(&config), balancing(&config));
@@ -552,7 +549,7 @@ fn a_client_is_never_granted_two_addresses() {
 /// addresses ACKed to two clients when a read's revision was kept.)
 #[test]
 fn a_record_read_but_not_yet_in_the_table_is_not_overwritten() {
-    use bootd::shared::Shared;
+    use bootd::ha::Shared;
     let server = etcd::testing::Server::start();
     let config = server.config("/race/");
     let (a, b) = (balancing(&config), balancing(&config));
@@ -577,12 +574,12 @@ fn a_record_read_but_not_yet_in_the_table_is_not_overwritten() {
 /// its own and only that one is refused.
 #[test]
 fn leases_committed_together_and_one_conflict_refuses_only_it() {
-    use bootd::shared::Shared;
+    use bootd::ha::Shared;
     let server = etcd::testing::Server::start();
     let config = server.config("/batch/");
     let (a, b) = (balancing(&config), balancing(&config));
     let ip = |last: u8| Ipv4Addr::new(10, 80, 1, last);
-    let batch: Vec<bootd::shared::Lease> = (1..=3)
+    let batch: Vec<bootd::ha::Lease> = (1..=3)
         .map(|i| live(&format!("02:81:00:00:00:0{i}"), ip(i)))
         .collect();
     let answers = a.commit_leases(&batch);

@@ -19,6 +19,9 @@
 //! - [`conns`]: per-listener and per-source connection caps.
 //! - [`files`]: confined opens (`openat2` RESOLVE_BENEATH), ranges, streaming.
 //! - [`http`]: the routes, listed in one function; [`body`]: their body type.
+//! - [`fast_get`]: the plain-HTTP fast path (GET/HEAD served by `sendfile`;
+//!   anything else handed to hyper).
+//! - [`ha`]: what appliances sharing one etcd agree on, as an interface.
 //! - [`installed`]: which nodes installed (a later network boot boots their disk).
 //! - [`media`]: per-node bootable ISOs for BMC virtual media (grub-mkrescue).
 //! - [`discovery`]: machines with unknown MACs that reported themselves.
@@ -45,21 +48,25 @@ use tftp_files::{tftp_observer, tftp_resolver};
 pub mod dhcp;
 pub mod dhcp6;
 pub mod discovery;
+pub mod fast_get;
 pub mod files;
 pub mod gate;
+pub mod ha;
 pub mod http;
 pub mod installed;
 pub mod media;
 pub mod metrics;
-pub mod plain;
 pub mod render;
-pub mod shared;
 pub mod spent;
 pub mod state;
 pub mod status;
 pub mod timeline;
 pub mod tls;
 pub mod token;
+// The old name of `ha`, for bootd/src/dhcp/ (`crate::shared::...`) until
+// it has moved to a crate of its own; then it goes.
+#[doc(hidden)]
+pub use ha as shared;
 
 use site::Site;
 use state::{Live, Snapshot};
@@ -149,7 +156,7 @@ pub struct Config {
     pub http_limits: runtime::http1::Limits,
     /// The store shared with other appliances (`host.store: etcd`): the
     /// token key, the site CA and spent tokens are agreed through it.
-    pub shared: Option<Arc<dyn shared::Shared>>,
+    pub shared: Option<Arc<dyn ha::Shared>>,
 }
 
 impl std::fmt::Debug for Config {
@@ -180,7 +187,7 @@ impl Config {
             check_images: None,
             conn_limits: None,
             write_stall: Duration::from_secs(60),
-            http_limits: runtime::http1::Limits::new(plain::HEAD_TIMEOUT),
+            http_limits: runtime::http1::Limits::new(fast_get::HEAD_TIMEOUT),
             shared: None,
         }
     }
@@ -431,7 +438,7 @@ pub async fn run_app(
     }
     // Several appliances: each shares its nodes' events and shows the others'.
     if let Some(shared) = &config.shared {
-        timeline::share::start(&app, shared, &tracker, &shutdown);
+        timeline::ha::start(&app, shared, &tracker, &shutdown);
     }
     // Kept image files are closed once stale even when no request comes, so a
     // deleted image's space is freed.

@@ -6,7 +6,8 @@
 //! other names to upstream resolvers when configured, and reloads live.
 //!
 //! Modules:
-//! - [`wire`]: strict, allocation-free parsing of a request (RFC 9267).
+//! - [`codec`]: the DNS packet codec: strict, allocation-free parsing of a
+//!   request (RFC 9267), and the few replies built without the catalog.
 //! - [`zone`]: zone data from the site or master files; master-file output.
 //! - [`core`]: the pure core: a [`core::Catalog`] of precompiled answers and
 //!   `Catalog::answer(request) -> response`.
@@ -17,6 +18,7 @@
 //! - [`forward`]: relaying queries for other names to upstream resolvers.
 //! - [`http`]: `/metrics` and `/healthz`; [`metrics`]: the counters.
 //! - [`text`]: dig-like dumps for golden files and tests.
+//! - [`ha`]: zone serials agreed by appliances sharing one etcd.
 //!
 //! Invariants: every response is computed from one catalog snapshot
 //! (loaded once per UDP batch or TCP message; a reload swaps whole
@@ -27,16 +29,16 @@
 //! Shape: `main` parses flags, loads the configuration, binds sockets and
 //! calls [`run`]; tests call the same [`run`] on loopback.
 
+pub mod codec;
 pub mod core;
 pub mod forward;
+pub mod ha;
 pub mod http;
 pub mod metrics;
 pub mod rrl;
-pub mod shared;
 pub mod tcp;
 pub mod text;
 pub mod udp;
-pub mod wire;
 pub mod xfr;
 pub mod zone;
 
@@ -290,7 +292,7 @@ pub async fn run_loaded(
             }
         });
     let loaded = match &shared {
-        Some(e) => tokio::task::block_in_place(|| shared::agree(e, loaded)),
+        Some(e) => tokio::task::block_in_place(|| ha::agree(e, loaded)),
         None => loaded,
     };
     let Loaded {
@@ -388,7 +390,7 @@ pub async fn run_loaded(
                                 let prev = live.catalog.load_full();
                                 match tokio::task::spawn_blocking(move || {
                                     load_site(&p.site, Some(&prev)).map(|l| match &shared {
-                                        Some(e) => shared::agree(e, l),
+                                        Some(e) => ha::agree(e, l),
                                         None => l,
                                     })
                                 })
@@ -432,7 +434,7 @@ pub async fn run_loaded(
                         let prev = live.catalog.load_full();
                         match tokio::task::spawn_blocking(move || {
                             load(&source, Some(&prev)).map(|l| match &shared {
-                                Some(e) => shared::agree(e, l),
+                                Some(e) => ha::agree(e, l),
                                 None => l,
                             })
                         })

@@ -48,7 +48,7 @@ struct Cli {
     /// What this appliance goes by among those sharing the site's store
     /// (`host.store: etcd`): beside each step of a node's timeline it
     /// served. Default: the host name.
-    #[arg(long, value_name = "NAME", value_parser = appliance::shared::timeline::valid_name)]
+    #[arg(long, value_name = "NAME", value_parser = appliance::ha::timeline::valid_name)]
     name: Option<String>,
 }
 

@@ -37,7 +37,7 @@ struct Cli {
     /// What this appliance goes by among those sharing the site's store
     /// (`host.store: etcd`): beside each step of a node's timeline it
     /// served. Default: the host name.
-    #[arg(long, global = true, value_name = "NAME", value_parser = appliance::shared::timeline::valid_name)]
+    #[arg(long, global = true, value_name = "NAME", value_parser = appliance::ha::timeline::valid_name)]
     name: Option<String>,
     /// Where DHCP replies go, CLIENT,SERVER ports (default 68,67); for tests.
     #[arg(long, hide = true, value_name = "CLIENT,SERVER")]

@@ -25,7 +25,7 @@
 
 use super::{EtcdShared, Revs};
 use bootd::dhcp::leases::LeaseState;
-use bootd::shared::{DhcpRole, Lease};
+use bootd::ha::{DhcpRole, Lease};
 use etcd::{Compare, CompareOp, Transaction, TxnOp, TxnOpResponse};
 use std::io;
 use std::net::Ipv4Addr;
