@@ -490,8 +490,7 @@ fn resource(provider: &str, m: &crate::providers::Machine) -> Resource {
 }
 
 fn provider_failed(ctl: &Controller, name: &str, e: ProviderError) -> Next {
-    ctl.app
-        .metrics
+    ctl.metrics
         .provider_errors
         .get_or_create(&bootd::metrics::Kind {
             kind: if e.is_transient() {
