@@ -268,9 +268,17 @@ impl Controller {
     ) -> Result<Arc<Controller>, ApiError> {
         let choice = app.live.load().site.host.store.clone();
         let store = Store::open(&app.state_dir, &choice)?;
+        let bmc = api.redfish.is_some() || api.ipmi.is_some();
         let setup = providers::Setup {
             http: providers::Http::new(tuning.request_timeout),
             state_dir: &app.state_dir,
+            // Looked for (and the old place warned about) only when a BMC
+            // provider will read from it.
+            bmc_files: match &api.bmc_files {
+                Some(d) => d.clone(),
+                None if bmc => runtime::paths::bmc_files(),
+                None => PathBuf::from(runtime::paths::BMC_FILES),
+            },
         };
         let map = providers::configure_all(&api, &setup);
         for (name, p) in &map {

@@ -17,8 +17,10 @@ use tokio_util::sync::CancellationToken;
 )]
 struct Cli {
     /// The site description (YAML); its `dns:` section configures dnsd.
-    #[arg(long, global = true, default_value = "/etc/bootd/site.yaml")]
-    site: PathBuf,
+    /// Default: /etc/bare-metal-boot/site.yaml (/etc/bootd/site.yaml, the
+    /// old default, while only it exists).
+    #[arg(long, global = true)]
+    site: Option<PathBuf>,
     /// Standalone: serve this RFC 1035 master file instead of the site
     /// (FILE or FILE=ORIGIN; repeatable). The options below apply then.
     #[arg(long, value_name = "FILE[=ORIGIN]")]
@@ -75,7 +77,7 @@ fn main() -> Result<()> {
         return check_config(path);
     }
     let source = if cli.zone.is_empty() {
-        dnsd::Source::Site(cli.site.clone())
+        dnsd::Source::Site(runtime::paths::site(cli.site.clone()))
     } else {
         let files = cli
             .zone
@@ -130,12 +132,11 @@ fn main() -> Result<()> {
             let user = runtime::privileges::choose_user(cli.user.as_deref(), "dnsd");
             let keep = runtime::privileges::CapabilitySet::NET_BIND_SERVICE;
             let d = runtime::privileges::drop_root(&user, keep, &[])?;
-            let mut watched = vec![cli.site.clone()];
-            watched.extend(
-                cli.zone
-                    .iter()
-                    .map(|z| PathBuf::from(z.split('=').next().unwrap_or(z))),
-            );
+            let watched: Vec<PathBuf> = match &source {
+                dnsd::Source::Site(p) => vec![p.clone()],
+                dnsd::Source::Files { files, .. } => files.iter().map(|(f, _)| f.clone()).collect(),
+                dnsd::Source::Feed(f) => vec![f.current().source.clone()],
+            };
             runtime::privileges::report(&d, &watched);
             serve(dnsd::Config::new(source), loaded, cli.udp_threads)
         }

@@ -13,6 +13,8 @@
 //! - [`http1`]: the HTTP/1.1 connection rules every HTTP listener shares
 //!   (limits, refused framings, why a connection was closed).
 //! - [`logging`]: tracing setup.
+//! - [`paths`]: where the configuration is by default (`/etc/bare-metal-boot/`),
+//!   and the old place honoured while only it exists.
 //! - [`privileges`]: started as root, becoming what the systemd unit makes the daemon.
 //!
 //! Invariant: nothing here knows a daemon; daemons know this crate.
@@ -24,6 +26,7 @@ pub mod heap;
 pub mod http1;
 pub mod logging;
 pub mod net;
+pub mod paths;
 pub mod privileges;
 pub mod reload;
 pub mod service;

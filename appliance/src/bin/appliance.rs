@@ -28,9 +28,10 @@ static GLOBAL: cap::Cap<mimalloc::MiMalloc> = cap::Cap::new(mimalloc::MiMalloc, 
     about = "bootd + dnsd + lbd in one process, from one site description"
 )]
 struct Cli {
-    /// The site description.
-    #[arg(long, default_value = "/etc/bare-metal-boot/site.yaml")]
-    site: PathBuf,
+    /// The site description. Default: /etc/bare-metal-boot/site.yaml
+    /// (/etc/bootd/site.yaml, the old default, while only it exists).
+    #[arg(long)]
+    site: Option<PathBuf>,
     /// State directory (bootd's leases, CA, keys, API store; lbd's bootstrap
     /// state in `lbd/` below it). Default: the site's host.stateDir.
     #[arg(long)]
@@ -62,7 +63,8 @@ fn main() -> Result<()> {
         // Before any site is loaded: its overlay is read from there too.
         site::override_state_dir(d).map_err(anyhow::Error::msg)?;
     }
-    let site = site::load(&cli.site).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let site =
+        site::load(&runtime::paths::site(cli.site.clone())).map_err(|e| anyhow::anyhow!("{e}"))?;
     let mut boot = appliance::boot_config(site, cli.name.as_deref());
     boot.state_dir = cli.state_dir.clone();
     let state_dir = boot.state_dir();

@@ -21,9 +21,10 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
     about = "Network-boot server: iPXE/GRUB scripts, per-node Ignition, OS images"
 )]
 struct Cli {
-    /// The site description (YAML).
-    #[arg(long, global = true, default_value = "/etc/bootd/site.yaml")]
-    site: PathBuf,
+    /// The site description (YAML). Default: /etc/bare-metal-boot/site.yaml
+    /// (/etc/bootd/site.yaml, the old default, while only it exists).
+    #[arg(long, global = true)]
+    site: Option<PathBuf>,
     /// Overrides host.stateDir from the site.
     #[arg(long, global = true)]
     state_dir: Option<PathBuf>,
@@ -154,7 +155,8 @@ fn main() -> Result<()> {
         // Before any site is loaded: its overlay is read from there too.
         site::override_state_dir(d).map_err(anyhow::Error::msg)?;
     }
-    let site = site::load(&cli.site).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let site =
+        site::load(&runtime::paths::site(cli.site.clone())).map_err(|e| anyhow::anyhow!("{e}"))?;
     let mut config = appliance::boot_config(site, cli.name.as_deref());
     config.state_dir = cli.state_dir.clone();
     if let Some(p) = &cli.dhcp_reply_ports {
