@@ -63,11 +63,14 @@ pub fn drop_root(
     let mut own: Vec<std::path::PathBuf> = state_dirs.iter().map(|d| d.to_path_buf()).collect();
     own.push(site.host.state_dir.clone());
     own.dedup();
-    let user = runtime::privileges::choose_user(user, default_user);
     let dirs: Vec<&std::path::Path> = own.iter().map(|p| p.as_path()).collect();
-    let d = runtime::privileges::drop_root(&user, keep, &dirs)?;
-    runtime::privileges::report(&d, &site.watched_files());
-    Ok(d)
+    Ok(runtime::privileges::drop_for(
+        default_user,
+        user,
+        keep,
+        &dirs,
+        &site.watched_files(),
+    )?)
 }
 
 /// Everything bootd and the controller listen on.

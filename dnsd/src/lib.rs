@@ -117,6 +117,47 @@ pub struct Sockets {
     pub http: Option<tokio::net::TcpListener>,
 }
 
+/// A listener that could not be bound: which one (its key and address),
+/// and why.
+#[derive(Debug, thiserror::Error)]
+#[error("{what}")]
+pub struct BindError {
+    pub what: String,
+    #[source]
+    pub source: std::io::Error,
+}
+
+impl Sockets {
+    /// Binds what `dns` asks for: on each `dns.listen` address
+    /// `udp_threads` UDP sockets ([`bind_udp`]) and a TCP listener
+    /// ([`bind_tcp`]), and the `dns.http` listener. Inside the runtime.
+    pub async fn bind(dns: &Dns, udp_threads: usize) -> Result<Sockets, BindError> {
+        let fail = |what: String| move |source| BindError { what, source };
+        let mut s = Sockets {
+            udp: Vec::new(),
+            tcp: Vec::new(),
+            http: None,
+        };
+        for a in &dns.listen {
+            s.udp
+                .extend(bind_udp(*a, udp_threads).map_err(fail(format!("dns.listen {a} (UDP)")))?);
+            s.tcp.push(
+                bind_tcp(*a)
+                    .and_then(tokio::net::TcpListener::from_std)
+                    .map_err(fail(format!("dns.listen {a} (TCP)")))?,
+            );
+        }
+        if let Some(h) = dns.http {
+            s.http = Some(
+                tokio::net::TcpListener::bind(h)
+                    .await
+                    .map_err(fail(format!("dns.http {h}")))?,
+            );
+        }
+        Ok(s)
+    }
+}
+
 /// IP_FREEBIND on a listener: an address this host does not have binds
 /// all the same and is served once it arrives. One site lists every
 /// appliance's DNS address (`dns.listen`); each serves those it has.

@@ -103,10 +103,9 @@ fn main() -> Result<()> {
             let loaded = Loaded::load(&source).map_err(|e| anyhow::anyhow!("{e}"))?;
             let mut config = Config::new(source, loaded);
             // Before the runtime starts a thread: every thread is the user's.
-            let user = runtime::privileges::choose_user(cli.user.as_deref(), "lbd");
             let keep = runtime::privileges::CapabilitySet::NET_BIND_SERVICE;
-            let d = runtime::privileges::drop_root(&user, keep, &[&cli.state_dir])?;
-            runtime::privileges::report(&d, &watched);
+            let own = [cli.state_dir.as_path()];
+            runtime::privileges::drop_for("lbd", cli.user.as_deref(), keep, &own, &watched)?;
             config.state_dir = Some(cli.state_dir);
             serve(config, cli.threads)
         }
@@ -236,34 +235,18 @@ fn serve(config: Config, threads: Option<usize>) -> Result<()> {
     raise_nofile();
     let rt = runtime::service::runtime(threads)?;
     rt.block_on(async move {
-        let lb = config.loaded.lb().clone();
-        let mut sockets = lbd::Sockets::default();
-        for f in &config.loaded.plan(false) {
-            let l = lbd::state::bind(f.listen)
-                .with_context(|| format!("frontend {} listen {}", f.name, f.listen))?;
-            sockets.frontends.insert(f.name.clone(), l);
-        }
-        if let Some(a) = lb.admin_listen {
-            sockets.admin = Some(lbd::state::bind(a).with_context(|| format!("adminListen {a}"))?);
-        }
+        let sockets = lbd::Sockets::bind(&config.loaded)?;
         let shutdown = CancellationToken::new();
         let (reload, reloaded) = (Arc::clone(&config.reload), Arc::clone(&config.reloaded));
-        // Signal handlers first: READY=1 invites a SIGHUP.
-        let signals = tokio::spawn(runtime::service::signals(
+        let status = format!("serving {} frontends", config.loaded.plan(false).len());
+        let r = runtime::service::serve_until_stopped(
             shutdown.clone(),
             vec![reload],
             vec![reloaded],
-        )?);
-        runtime::service::ready(&format!(
-            "serving {} frontends",
-            config.loaded.plan(false).len()
-        ));
-        let watchdog = runtime::service::spawn_watchdog();
-        let r = lbd::run(config, sockets, shutdown).await;
-        signals.abort();
-        if let Some(w) = watchdog {
-            w.abort();
-        }
+            &status,
+            lbd::run(config, sockets, shutdown),
+        )
+        .await?;
         r.map_err(anyhow::Error::from)
     })
 }

@@ -3,7 +3,8 @@
 //!
 //! Modules:
 //! - [`service`]: the systemd protocol (sd_notify READY/RELOADING/STOPPING,
-//!   watchdog), the signal loop, the tokio runtime.
+//!   watchdog), the signal loop, the tokio runtime, and the tail every
+//!   daemon's main shares (`serve_until_stopped`).
 //! - [`reload`]: the reload loop (SIGHUP, or a watched file's change).
 //! - [`feed`]: the site feed: the validated site, loaded once per change,
 //!   published to every daemon in the process.

@@ -104,45 +104,12 @@ async fn serve(
                 .map(|n| n.get())
                 .unwrap_or(1)
                 .min(2);
-            let mut s = dnsd::Sockets {
-                udp: Vec::new(),
-                tcp: Vec::new(),
-                http: None,
-            };
-            for a in &loaded.dns.listen {
-                s.udp.extend(
-                    dnsd::bind_udp(*a, threads).with_context(|| format!("dns.listen {a} (UDP)"))?,
-                );
-                s.tcp.push(tokio::net::TcpListener::from_std(
-                    dnsd::bind_tcp(*a).with_context(|| format!("dns.listen {a} (TCP)"))?,
-                )?);
-            }
-            if let Some(h) = loaded.dns.http {
-                s.http = Some(
-                    tokio::net::TcpListener::bind(h)
-                        .await
-                        .with_context(|| format!("dns.http {h}"))?,
-                );
-            }
-            Some(s)
+            Some(dnsd::Sockets::bind(&loaded.dns, threads).await?)
         }
         None => None,
     };
     let lb_sockets = match &lb {
-        Some(c) => {
-            let mut s = lbd::Sockets::default();
-            for f in &c.loaded.plan(false) {
-                s.frontends.insert(
-                    f.name.clone(),
-                    lbd::state::bind(f.listen)
-                        .with_context(|| format!("lb frontend {} {}", f.name, f.listen))?,
-                );
-            }
-            if let Some(a) = c.loaded.lb().admin_listen {
-                s.admin = Some(lbd::state::bind(a).with_context(|| format!("lb.adminListen {a}"))?);
-            }
-            Some(s)
-        }
+        Some(c) => Some(lbd::Sockets::bind(&c.loaded)?),
         None => None,
     };
     let app = bootd::prepare(&boot, boot_sockets.want_tls())?;
@@ -202,32 +169,23 @@ async fn serve(
             )
         });
     }
-    // Signal handlers first: READY=1 invites a SIGHUP.
-    let signals = tokio::spawn(runtime::service::signals(
-        shutdown.clone(),
-        reloads,
-        reloaded,
-    )?);
-    runtime::service::ready(&summary);
-    tracing::info!("{summary}");
-    let watchdog = runtime::service::spawn_watchdog();
-
-    // The first daemon to stop (an error, or the shutdown) stops the others.
-    let mut failed = None;
-    while let Some(joined) = tasks.join_next().await {
-        let (name, result) = joined.context("a daemon task panicked")?;
-        if let Err(e) = result {
-            tracing::error!(daemon = name, error = %e, "stopped with an error; stopping the others");
-            failed.get_or_insert((name, e));
+    let all = async {
+        tracing::info!("{summary}");
+        // The first daemon to stop (an error, or the shutdown) stops the others.
+        let mut failed = None;
+        while let Some(joined) = tasks.join_next().await {
+            let (name, result) = joined.context("a daemon task panicked")?;
+            if let Err(e) = result {
+                tracing::error!(daemon = name, error = %e, "stopped with an error; stopping the others");
+                failed.get_or_insert((name, e));
+            }
+            shutdown.cancel();
         }
-        shutdown.cancel();
-    }
-    signals.abort();
-    if let Some(w) = watchdog {
-        w.abort();
-    }
-    match failed {
-        Some((name, e)) => Err(e.context(name)),
-        None => Ok(()),
-    }
+        match failed {
+            Some((name, e)) => Err(e.context(name)),
+            None => Ok(()),
+        }
+    };
+    runtime::service::serve_until_stopped(shutdown.clone(), reloads, reloaded, &summary, all)
+        .await?
 }

@@ -439,31 +439,25 @@ fn serve(config: bootd::Config) -> Result<()> {
         let reloaded = Arc::clone(&config.reloaded);
         let app = bootd::prepare(&config, sockets.want_tls())?;
         // Config validated, sockets bound, state (CA, keys) ready: tell systemd.
-        // Signal handlers first: READY=1 invites a SIGHUP.
-        let signals = tokio::spawn(runtime::service::signals(
-            shutdown.clone(),
-            vec![reload],
-            vec![reloaded],
-        )?);
-        runtime::service::ready(&format!(
+        let status = format!(
             "serving {} ({} nodes)",
             site.cluster.domain(),
             site.nodes.len()
-        ));
-        let watchdog = runtime::service::spawn_watchdog();
-        let r = appliance::run_boot(
-            app,
-            config,
-            sockets,
-            controller::Tuning::default(),
-            Some(appliance::lbwatch::LbSource::Admin),
-            shutdown,
+        );
+        runtime::service::serve_until_stopped(
+            shutdown.clone(),
+            vec![reload],
+            vec![reloaded],
+            &status,
+            appliance::run_boot(
+                app,
+                config,
+                sockets,
+                controller::Tuning::default(),
+                Some(appliance::lbwatch::LbSource::Admin),
+                shutdown,
+            ),
         )
-        .await;
-        signals.abort();
-        if let Some(w) = watchdog {
-            w.abort();
-        }
-        r
+        .await?
     })
 }
