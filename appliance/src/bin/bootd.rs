@@ -348,7 +348,12 @@ fn render_one(
         runtime::clock::now(),
         site.ignition.token_ttl,
     );
-    let urls = bootd::render::NodeUrls::new(site, &site.host.http.url, node, &token);
+    let urls = bootd::render::NodeUrls::new(
+        site,
+        site.host.http.base_url(None, Some(node)),
+        node,
+        &token,
+    );
     let out = match what {
         What::Ipxe => bootd::render::ipxe::node(site, node, &urls),
         What::Grub => bootd::render::grub::node(site, node, &urls),
