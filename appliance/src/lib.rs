@@ -9,9 +9,9 @@
 //! configuration (with the image catalog's cache check passed in), binding,
 //! and running bootd with the controller beside it.
 
+pub mod ha;
 pub mod lbwatch;
 pub mod migrate;
-pub mod shared;
 
 use anyhow::Result;
 use std::sync::Arc;
@@ -27,7 +27,7 @@ pub fn boot_config(site: site::Site, name: Option<&str>) -> bootd::Config {
     let ha = site.host.dhcp.as_ref().map(|d| d.ha).unwrap_or_default();
     let mut c = bootd::Config::new(site);
     if let site::Store::Etcd(e) = &store {
-        let mut s = shared::EtcdShared::new(etcd::Config::from_site(e), e.lease_ttl, ha);
+        let mut s = ha::EtcdShared::new(etcd::Config::from_site(e), e.lease_ttl, ha);
         if let Some(n) = name {
             s = s.named(n);
         }
@@ -66,11 +66,14 @@ pub fn drop_root(
     let mut own: Vec<std::path::PathBuf> = state_dirs.iter().map(|d| d.to_path_buf()).collect();
     own.push(site.host.state_dir.clone());
     own.dedup();
-    let user = runtime::privileges::choose_user(user, default_user);
     let dirs: Vec<&std::path::Path> = own.iter().map(|p| p.as_path()).collect();
-    let d = runtime::privileges::drop_root(&user, keep, &dirs)?;
-    runtime::privileges::report(&d, &site.watched_files());
-    Ok(d)
+    Ok(runtime::privileges::drop_for(
+        default_user,
+        user,
+        keep,
+        &dirs,
+        &site.watched_files(),
+    )?)
 }
 
 /// Everything bootd and the controller listen on.

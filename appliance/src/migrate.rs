@@ -9,11 +9,11 @@
 //! is where the migration reads its settings. bootd must be stopped: the
 //! migration refuses a target that already holds nodes or leases.
 
-use crate::shared::EtcdShared;
+use crate::ha::EtcdShared;
 use anyhow::{bail, Context, Result};
-use bootd::shared::Shared;
+use bootd::ha::Shared;
 use controller::store::Store;
-use dhcp::v4::shared::SharedLeases;
+use dhcp::v4::ha::SharedLeases;
 use std::path::Path;
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]

@@ -389,17 +389,14 @@ async fn an_appliance_started_before_etcd_waits_for_it() {
 /// the commit fails naming the key (the ACK is withheld).
 #[test]
 fn a_foreign_lease_record_is_refused_not_overwritten() {
-    use dhcp::v4::shared::SharedLeases;
+    use dhcp::v4::ha::SharedLeases;
     let server = etcd::testing::Server::start();
     let config = server.config("/foreign/");
     let raw = etcd::Etcd::connect(&config).unwrap();
     raw.put("dhcp/leases/10.77.0.100", b"not a lease".to_vec())
         .unwrap();
-    let shared = appliance::shared::EtcdShared::new(
-        config,
-        Duration::from_secs(10),
-        site::DhcpHa::HotStandby,
-    );
+    let shared =
+        appliance::ha::EtcdShared::new(config, Duration::from_secs(10), site::DhcpHa::HotStandby);
     let lease = dhcp::v4::leases::Lease {
         mac: "02:00:00:00:00:01".into(),
         ip: Ipv4Addr::new(10, 77, 0, 100),
@@ -478,8 +475,8 @@ async fn load_balancing_splits_the_clients_and_the_survivor_takes_them_all() {
 }
 
 /// An appliance's shared store (`loadBalancing`), without its process.
-fn balancing(config: &etcd::Config) -> appliance::shared::EtcdShared {
-    appliance::shared::EtcdShared::new(
+fn balancing(config: &etcd::Config) -> appliance::ha::EtcdShared {
+    appliance::ha::EtcdShared::new(
         config.clone(),
         Duration::from_secs(10),
         site::DhcpHa::LoadBalancing,
@@ -501,7 +498,7 @@ fn live(mac: &str, ip: Ipv4Addr) -> dhcp::v4::leases::Lease {
 /// to a client is refused a second address for it, and told the first.
 #[test]
 fn a_client_is_never_granted_two_addresses() {
-    use dhcp::v4::shared::SharedLeases;
+    use dhcp::v4::ha::SharedLeases;
     let server = etcd::testing::Server::start();
     let config = server.config("/two/");
     let (a, b) = (balancing(&config), balancing(&config));
@@ -541,7 +538,7 @@ fn a_client_is_never_granted_two_addresses() {
 /// addresses ACKed to two clients when a read's revision was kept.)
 #[test]
 fn a_record_read_but_not_yet_in_the_table_is_not_overwritten() {
-    use dhcp::v4::shared::SharedLeases;
+    use dhcp::v4::ha::SharedLeases;
     let server = etcd::testing::Server::start();
     let config = server.config("/race/");
     let (a, b) = (balancing(&config), balancing(&config));
@@ -566,7 +563,7 @@ fn a_record_read_but_not_yet_in_the_table_is_not_overwritten() {
 /// its own and only that one is refused.
 #[test]
 fn leases_committed_together_and_one_conflict_refuses_only_it() {
-    use dhcp::v4::shared::SharedLeases;
+    use dhcp::v4::ha::SharedLeases;
     let server = etcd::testing::Server::start();
     let config = server.config("/batch/");
     let (a, b) = (balancing(&config), balancing(&config));

@@ -42,7 +42,7 @@ pub(crate) fn start(
     let state_dir = |e| Error::StateDir(app.state_dir.clone(), e);
     if v4.is_some() || proxy.is_some() {
         let site = Arc::clone(&app.live.load().site);
-        let (store, active) = dhcp::v4::shared::open(
+        let (store, active) = dhcp::v4::ha::open(
             &app.state_dir,
             &app.leases,
             &site,

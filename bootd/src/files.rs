@@ -449,7 +449,7 @@ pub fn multipart(
 /// boot timeline).
 pub type OnBytes = Arc<dyn Fn(u64) + Send + Sync>;
 
-/// Over plain HTTP ([`crate::plain`]), a file or single range up to this
+/// Over plain HTTP ([`crate::fast_get`]), a file or single range up to this
 /// size goes out with `sendfile(2)` on the runtime thread; a larger one
 /// with `sendfile(2)` from a blocking-pool thread, so that waiting for the
 /// disk never stalls the runtime (and one such thread per big download is
@@ -458,7 +458,7 @@ pub const SENDFILE_INLINE_MAX: u64 = 1024 * 1024;
 
 /// A response extension offering the one file range behind a 200 or 206
 /// response's [`FileBody`] to a connection that can `sendfile(2)` it instead
-/// of polling the body (plain HTTP; see [`crate::plain`]). Whoever sends the
+/// of polling the body (plain HTTP; see [`crate::fast_get`]). Whoever sends the
 /// file reports the bytes through `on_bytes`, as the body would have.
 #[derive(Clone)]
 pub struct Sendfile {

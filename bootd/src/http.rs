@@ -123,7 +123,7 @@ pub async fn route<B>(
                 "entry",
                 "iPXE entry script (boot.ipxe) served",
             ));
-            let base = snap.site.host.http.url_for_peer(peer.ip());
+            let base = snap.site.host.http.base_url(Some(peer.ip()), None);
             ("ipxe", script(render::ipxe::entry(base)))
         }
         ["ipxe", "node"] => ("ipxe", ipxe_by_mac(app, &snap, q, peer.ip())),
@@ -249,7 +249,7 @@ fn node_script(
         "served",
         format!("iPXE node script served ({how})"),
     ));
-    let base = snap.site.host.http.url_for_peer(peer);
+    let base = snap.site.host.http.base_url(Some(peer), None);
     let urls = NodeUrls::new(&snap.site, base, node, &node_token(app, snap, node));
     script(render::ipxe::node(&snap.site, node, &urls))
 }
@@ -283,7 +283,7 @@ fn ipxe_by_mac(app: &App, snap: &Snapshot, q: Option<&str>, peer: IpAddr) -> Res
         None if snap.site.discovery.enabled && mac.is_some() => {
             info!(mac = ?mac, "iPXE request from a MAC no node has: serving the discovery script");
             script(render::ipxe::discover(
-                snap.site.host.http.url_for_peer(peer),
+                snap.site.host.http.base_url(Some(peer), None),
             ))
         }
         None => {
@@ -303,7 +303,7 @@ fn ipxe_by_mac(app: &App, snap: &Snapshot, q: Option<&str>, peer: IpAddr) -> Res
             );
             script(render::ipxe::unknown(
                 &snap.site,
-                snap.site.host.http.url_for_peer(peer),
+                snap.site.host.http.base_url(Some(peer), None),
                 mac.as_ref(),
             ))
         }
@@ -336,7 +336,7 @@ fn ipxe_by_name(
             warn!(name = %name.escape_debug(), "iPXE script asked for an unknown node name");
             script(render::ipxe::unknown(
                 &snap.site,
-                snap.site.host.http.url_for_peer(peer),
+                snap.site.host.http.base_url(Some(peer), None),
                 None,
             ))
         }
@@ -367,7 +367,7 @@ fn pxelinux_node(
     }
     let urls = NodeUrls::new(
         &snap.site,
-        snap.site.host.http.url_for_peer(peer),
+        snap.site.host.http.base_url(Some(peer), None),
         node,
         &node_token(app, snap, node),
     );
@@ -403,7 +403,7 @@ fn grub_node(
             }
             let urls = NodeUrls::new(
                 &snap.site,
-                snap.site.host.http.url_for_peer(peer),
+                snap.site.host.http.base_url(Some(peer), None),
                 node,
                 &node_token(app, snap, node),
             );

@@ -22,6 +22,9 @@
 //! - [`conns`]: per-listener and per-source connection caps.
 //! - [`files`]: confined opens (`openat2` RESOLVE_BENEATH), ranges, streaming.
 //! - [`http`]: the routes, listed in one function; [`body`]: their body type.
+//! - [`fast_get`]: the plain-HTTP fast path (GET/HEAD served by `sendfile`;
+//!   anything else handed to hyper).
+//! - [`ha`]: what appliances sharing one etcd agree on, as an interface.
 //! - [`installed`]: which nodes installed (a later network boot boots their disk).
 //! - [`media`]: per-node bootable ISOs for BMC virtual media (grub-mkrescue).
 //! - [`discovery`]: machines with unknown MACs that reported themselves.
@@ -47,15 +50,15 @@ pub(crate) use listen::{count_closed, serve_conn, Prefixed};
 pub use runtime::conns;
 use tftp_files::{tftp_observer, tftp_resolver};
 pub mod discovery;
+pub mod fast_get;
 pub mod files;
 pub mod gate;
+pub mod ha;
 pub mod http;
 pub mod installed;
 pub mod media;
 pub mod metrics;
-pub mod plain;
 pub mod render;
-pub mod shared;
 pub mod spent;
 pub mod state;
 pub mod status;
@@ -151,10 +154,10 @@ pub struct Config {
     pub http_limits: runtime::http1::Limits,
     /// The store shared with other appliances (`host.store: etcd`): the
     /// token key, the site CA and spent tokens are agreed through it.
-    pub shared: Option<Arc<dyn shared::Shared>>,
+    pub shared: Option<Arc<dyn ha::Shared>>,
     /// The same store as DHCPv4 uses it: leases committed before their
     /// ACK, who answers.
-    pub shared_leases: Option<Arc<dyn dhcp::v4::shared::SharedLeases>>,
+    pub shared_leases: Option<Arc<dyn dhcp::v4::ha::SharedLeases>>,
 }
 
 impl std::fmt::Debug for Config {
@@ -185,7 +188,7 @@ impl Config {
             check_images: None,
             conn_limits: None,
             write_stall: Duration::from_secs(60),
-            http_limits: runtime::http1::Limits::new(plain::HEAD_TIMEOUT),
+            http_limits: runtime::http1::Limits::new(fast_get::HEAD_TIMEOUT),
             shared: None,
             shared_leases: None,
         }
@@ -434,7 +437,7 @@ pub async fn run_app(
     }
     // Several appliances: each shares its nodes' events and shows the others'.
     if let Some(shared) = &config.shared {
-        timeline::share::start(&app, shared, &tracker, &shutdown);
+        timeline::ha::start(&app, shared, &tracker, &shutdown);
     }
     // Kept image files are closed once stale even when no request comes, so a
     // deleted image's space is freed.

@@ -1,10 +1,10 @@
 //! The HTTP(S) listeners: accept (within the connection caps), a TLS
-//! handshake for HTTPS, then [`crate::plain`] for plain HTTP or hyper
+//! handshake for HTTPS, then [`crate::fast_get`] for plain HTTP or hyper
 //! (with the limits and checks of [`runtime::http1`]); connections closed
 //! on a bad or slow client are counted
 //! (`bootd_http_connections_closed_total{reason}`).
 
-use crate::{conns, http, metrics, plain, App};
+use crate::{conns, fast_get, http, metrics, App};
 use bytes::{Buf, Bytes};
 use hyper::service::service_fn;
 use runtime::http1::Closed;
@@ -51,7 +51,7 @@ pub(crate) async fn accept_loop(
         match tls.clone() {
             None => {
                 tracker.spawn(async move {
-                    plain::serve(stream, peer, app, shutdown, conn_stop, &held).await
+                    fast_get::serve(stream, peer, app, shutdown, conn_stop, &held).await
                 });
             }
             Some(acceptor) => {
@@ -86,7 +86,7 @@ pub(crate) async fn accept_loop(
 }
 
 /// One connection served by hyper (behind [`runtime::http1::Guard`]):
-/// every HTTPS connection, and plain-HTTP ones [`plain`] hands over.
+/// every HTTPS connection, and plain-HTTP ones [`fast_get`] hands over.
 pub(crate) async fn serve_conn<I>(
     io: I,
     peer: SocketAddr,

@@ -82,7 +82,9 @@ impl Media {
         if node.arch != Arch::X86_64 {
             return Err(MediaError::Arch(node.arch.to_string()));
         }
-        let urls = crate::render::NodeUrls::new(site, &site.host.http.url, node, token);
+        // The node, not its BMC, fetches what the kernel line names.
+        let base = site.host.http.base_url(None, Some(node));
+        let urls = crate::render::NodeUrls::new(site, base, node, token);
         let img = site.image_of(node);
         Ok(Spec {
             node: node.name.clone(),

@@ -1,11 +1,18 @@
 //! Prometheus metrics (text exposition at `/metrics`). Labels carry route
 //! names, status codes and denial reasons: never node secrets or tokens.
+//!
+//! One registry, one `/metrics` output: the parts built on bootd (the
+//! controller) add their own metrics to it with [`Metrics::attach`], under
+//! the same `bootd_` prefix; bootd names none of them.
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
+use std::any::{Any, TypeId};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
 /// `bootd_node_phase_seconds{phase}`.
 pub type PhaseSeconds = Family<PhaseLabel, Histogram, fn() -> Histogram>;
@@ -48,7 +55,7 @@ fn phase_histogram() -> Histogram {
 }
 
 pub struct Metrics {
-    registry: Registry,
+    registry: Mutex<Registered>,
     /// Per-node boot phase durations (`bootd_node_phase_seconds{phase}`).
     pub phase_seconds: PhaseSeconds,
     pub timeline_dropped: Counter,
@@ -68,12 +75,7 @@ pub struct Metrics {
     /// ([`runtime::http1::Closed`]: refused framings, heads too large or
     /// late, bodies not sent, TLS handshakes).
     pub http_closed: Family<Reason, Counter>,
-    /// The same for the controller API's connections.
-    pub api_closed: Family<Reason, Counter>,
     pub reloads: Family<Outcome, Counter>,
-    pub api_requests: Family<RouteStatus, Counter>,
-    pub api_denials: Family<Reason, Counter>,
-    pub provider_errors: Family<Kind, Counter>,
     /// Discovery reports not kept (`not_its_lease`, `conflict`, `no_mac`, `store`).
     pub discovery_refused: Family<Reason, Counter>,
     /// Machines discovered and not yet adopted.
@@ -87,6 +89,12 @@ pub struct Metrics {
     /// The process's live heap bytes (`runtime::heap`), set at each scrape;
     /// registered only when the binary counts them.
     heap_bytes: Option<prometheus_client::metrics::gauge::Gauge>,
+}
+
+/// The registry, and what was attached to it (once per type).
+struct Registered {
+    registry: Registry,
+    attached: HashMap<TypeId, Arc<dyn Any + Send + Sync>>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -135,34 +143,10 @@ impl Default for Metrics {
             "HTTP(S) connections closed on a bad or slow client, by reason (content_length_and_transfer_encoding, duplicate_content_length, head_too_large, bad_head, head_timeout, idle_timeout, body_unread, tls_handshake_timeout, tls_handshake_failed)",
             http_closed.clone(),
         );
-        let api_closed = Family::<Reason, Counter>::default();
-        registry.register(
-            "api_connections_closed",
-            "Controller API connections closed on a bad or slow client, by reason (as bootd_http_connections_closed_total)",
-            api_closed.clone(),
-        );
         registry.register(
             "site_reloads",
             "Site reloads by result (ok, error)",
             reloads.clone(),
-        );
-        let api_requests = Family::<RouteStatus, Counter>::default();
-        let api_denials = Family::<Reason, Counter>::default();
-        let provider_errors = Family::<Kind, Counter>::default();
-        registry.register(
-            "api_requests",
-            "Controller API requests by route and status",
-            api_requests.clone(),
-        );
-        registry.register(
-            "api_denials",
-            "Controller API requests refused (missing, wrong, tokens_unavailable) and connections closed at accept over a cap (max_connections, per_source)",
-            api_denials.clone(),
-        );
-        registry.register(
-            "provider_errors",
-            "Failed provider calls (transient, permanent)",
-            provider_errors.clone(),
         );
         let discovery_refused = Family::<Reason, Counter>::default();
         registry.register(
@@ -224,7 +208,10 @@ impl Default for Metrics {
         );
         let image_bytes = bytes.get_or_create(&RouteLabel { route: "images" }).clone();
         Metrics {
-            registry,
+            registry: Mutex::new(Registered {
+                registry,
+                attached: HashMap::new(),
+            }),
             phase_seconds,
             timeline_dropped,
             tftp,
@@ -236,11 +223,7 @@ impl Default for Metrics {
             denials,
             http_refused,
             http_closed,
-            api_closed,
             reloads,
-            api_requests,
-            api_denials,
-            provider_errors,
             discovery_refused,
             discovered,
             ignition_other_address,
@@ -252,6 +235,28 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    /// The metrics of a part built on bootd, `T` (the controller's), in the
+    /// same registry: `register` adds them the first time `T` is asked for;
+    /// later calls return that same value, so a part started again on the
+    /// same [`crate::App`] never lists its metrics twice.
+    pub fn attach<T: Any + Send + Sync>(
+        &self,
+        register: impl FnOnce(&mut Registry) -> T,
+    ) -> Arc<T> {
+        let mut r = self.registry.lock().unwrap_or_else(|p| p.into_inner());
+        let r = &mut *r;
+        let any = match r.attached.get(&TypeId::of::<T>()) {
+            Some(a) => Arc::clone(a),
+            None => {
+                let a: Arc<dyn Any + Send + Sync> = Arc::new(register(&mut r.registry));
+                r.attached.insert(TypeId::of::<T>(), Arc::clone(&a));
+                a
+            }
+        };
+        any.downcast::<T>()
+            .unwrap_or_else(|_| unreachable!("stored under its own TypeId"))
+    }
+
     pub fn encode(&self) -> String {
         self.clock_step.set(runtime::clock::system_offset());
         if let (Some(gauge), Some(bytes)) = (&self.heap_bytes, runtime::heap::allocated()) {
@@ -259,7 +264,32 @@ impl Metrics {
         }
         let mut s = String::new();
         // Encoding into a String cannot fail.
-        let _ = prometheus_client::encoding::text::encode(&mut s, &self.registry);
+        let r = self.registry.lock().unwrap_or_else(|p| p.into_inner());
+        let _ = prometheus_client::encoding::text::encode(&mut s, &r.registry);
         s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn what_is_attached_is_in_the_same_output_once() {
+        struct Extra(Counter);
+        let m = Metrics::default();
+        let register = |r: &mut Registry| {
+            let c = Counter::default();
+            r.register("extra", "An attached counter", c.clone());
+            Extra(c)
+        };
+        let a = m.attach(register);
+        let b = m.attach(register);
+        a.0.inc();
+        assert_eq!(b.0.get(), 1, "the same value both times");
+        let text = m.encode();
+        assert_eq!(text.matches("# HELP bootd_extra ").count(), 1, "{text}");
+        assert!(text.contains("bootd_extra_total 1"), "{text}");
+        assert!(text.contains("# HELP bootd_http_requests "), "{text}");
     }
 }

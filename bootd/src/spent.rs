@@ -33,7 +33,7 @@ pub struct Spent {
     inner: Mutex<Inner>,
     /// Other appliances' spends (`host.store: etcd`): asked before this
     /// file, so a token spent on any appliance is refused on all.
-    shared: Option<std::sync::Arc<dyn crate::shared::Shared>>,
+    shared: Option<std::sync::Arc<dyn crate::ha::Shared>>,
 }
 
 struct Inner {
@@ -127,10 +127,7 @@ impl Spent {
     }
 
     /// Spends also in the store shared with other appliances.
-    pub fn with_shared(
-        mut self,
-        shared: Option<std::sync::Arc<dyn crate::shared::Shared>>,
-    ) -> Spent {
+    pub fn with_shared(mut self, shared: Option<std::sync::Arc<dyn crate::ha::Shared>>) -> Spent {
         self.shared = shared;
         self
     }

@@ -40,7 +40,7 @@ pub(crate) fn tftp_resolver(app: Arc<App>) -> tftp::Resolver {
                     );
                     let urls = render::NodeUrls::new(
                         site,
-                        site.host.http.url_for_peer(peer.ip()),
+                        site.host.http.base_url(Some(peer.ip()), None),
                         node,
                         &tok,
                     );
@@ -63,7 +63,7 @@ pub(crate) fn tftp_resolver(app: Arc<App>) -> tftp::Resolver {
         }
         if name == "boot.ipxe" {
             return tftp::Resolved::Bytes(
-                render::ipxe::entry(site.host.http.url_for_peer(peer.ip())).into(),
+                render::ipxe::entry(site.host.http.base_url(Some(peer.ip()), None)).into(),
             );
         }
         match &site.host.tftp {

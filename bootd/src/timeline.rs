@@ -32,8 +32,8 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+pub mod ha;
 mod recorder;
-pub mod share;
 pub use recorder::{writer, Recorder, CAPACITY, FEED_CAPACITY};
 
 /// The phases of a network boot, in the order a healthy boot goes through them.

@@ -124,10 +124,10 @@ fn load_or_create_ca(state_dir: &Path) -> Result<(String, rcgen::Certificate, Ke
 /// Settles the site CA with the appliances sharing `shared`: the shared
 /// one (key and certificate, PEM) wins and is written to `ca.key` and
 /// `ca.pem` when they are absent; different files stop the start.
-pub fn agree_ca(shared: &dyn crate::shared::Shared, state_dir: &Path) -> Result<(), TlsError> {
+pub fn agree_ca(shared: &dyn crate::ha::Shared, state_dir: &Path) -> Result<(), TlsError> {
     let (cert_path, key_path) = (state_dir.join("ca.pem"), state_dir.join("ca.key"));
     let io = io_err(state_dir);
-    crate::shared::agree(
+    crate::ha::agree(
         shared,
         "site-ca",
         state_dir,

@@ -99,9 +99,9 @@ impl TokenKey {
     /// Settles `token.key` with the appliances sharing `shared` (the
     /// shared key wins; the file is written when absent, a different one
     /// stops the start).
-    pub fn agree(shared: &dyn crate::shared::Shared, state_dir: &Path) -> io::Result<()> {
+    pub fn agree(shared: &dyn crate::ha::Shared, state_dir: &Path) -> io::Result<()> {
         let path = state_dir.join("token.key");
-        crate::shared::agree(
+        crate::ha::agree(
             shared,
             "token-key",
             state_dir,

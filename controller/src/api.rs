@@ -22,9 +22,8 @@ pub(super) async fn serve(
         let held = match conns.take(peer.ip().to_canonical()) {
             Ok(h) => h,
             Err(why) => {
-                ctl.app
-                    .metrics
-                    .api_denials
+                ctl.metrics
+                    .denials
                     .get_or_create(&bootd::metrics::Reason {
                         reason: why.as_str(),
                     })
@@ -56,9 +55,8 @@ pub(super) async fn serve(
             };
             if let Some(why) = why {
                 tracing::debug!(%peer, reason = why.as_str(), "API connection closed");
-                ctl.app
-                    .metrics
-                    .api_closed
+                ctl.metrics
+                    .closed
                     .get_or_create(&bootd::metrics::Reason {
                         reason: why.as_str(),
                     })
@@ -77,9 +75,8 @@ pub(super) async fn handle(
     let path = req.uri().path().to_string();
     let (route_name, resp) = route(&ctl, req).await;
     let status = resp.status().as_u16();
-    ctl.app
-        .metrics
-        .api_requests
+    ctl.metrics
+        .requests
         .get_or_create(&bootd::metrics::RouteStatus {
             route: route_name,
             status,
@@ -117,9 +114,8 @@ pub(super) async fn route(
     let caller = match auth::authenticate(req.headers(), &ctl.api.tokens) {
         Ok(c) => c,
         Err(r) => {
-            ctl.app
-                .metrics
-                .api_denials
+            ctl.metrics
+                .denials
                 .get_or_create(&bootd::metrics::Reason { reason: r.as_str() })
                 .inc();
             warn!(path = %path.escape_debug(), reason = r.as_str(), "API request refused");

@@ -7,6 +7,7 @@
 //! - [`facts`]: what a provider says of a node's machine (MACs, addresses),
 //!   recorded on the node and served to every daemon.
 //! - [`follow`]: follows bootd's timeline feed into stored events and conditions.
+//! - [`metrics`]: the API's and the providers' counters, in bootd's `/metrics`.
 //! - `api`: the HTTP side (every route in `api::route`, the handlers).
 //! - [`reconcile`]: one loop per node: find-or-create the machine (intent
 //!   first), poll it, follow its boot, delete it; bounded jittered retries.
@@ -31,6 +32,7 @@ pub mod events;
 pub mod facts;
 pub mod follow;
 mod leader;
+pub mod metrics;
 pub mod providers;
 pub mod reconcile;
 pub mod store;
@@ -164,6 +166,7 @@ pub struct Controller {
     pub site_path: PathBuf,
     pub api: site::Api,
     pub tuning: Tuning,
+    pub metrics: Arc<metrics::Metrics>,
     /// Configured providers, or why one cannot be used (unreadable key).
     providers: HashMap<&'static str, providers::Configured>,
     /// Serializes creates, deletes and overlay writes.
@@ -265,9 +268,17 @@ impl Controller {
     ) -> Result<Arc<Controller>, ApiError> {
         let choice = app.live.load().site.host.store.clone();
         let store = Store::open(&app.state_dir, &choice)?;
+        let bmc = api.redfish.is_some() || api.ipmi.is_some();
         let setup = providers::Setup {
             http: providers::Http::new(tuning.request_timeout),
             state_dir: &app.state_dir,
+            // Looked for (and the old place warned about) only when a BMC
+            // provider will read from it.
+            bmc_files: match &api.bmc_files {
+                Some(d) => d.clone(),
+                None if bmc => runtime::paths::bmc_files(),
+                None => PathBuf::from(runtime::paths::BMC_FILES),
+            },
         };
         let map = providers::configure_all(&api, &setup);
         for (name, p) in &map {
@@ -282,6 +293,7 @@ impl Controller {
             site_path,
             api,
             tuning,
+            metrics: metrics::Metrics::of(&app),
             providers: map,
             writes: tokio::sync::Mutex::new(()),
             loops: Default::default(),

@@ -205,18 +205,9 @@ fn node_request(ctl: &Controller, snap: &Snapshot, row: &NodeRow) -> Option<Node
             (ip, macs)
         }
     };
-    // The URLs it is given are of the family it can reach: IPv6 ones for a
-    // node with only an IPv6 address, else the site's first.
-    let peer = snap
-        .site
-        .node(name)
-        .filter(|n| n.ip4.is_none())
-        .and_then(|n| n.ip6)
-        .map(std::net::IpAddr::V6);
-    let http = match peer {
-        Some(p) => snap.site.host.http.url_for_peer(p),
-        None => snap.site.host.http.url.as_str(),
-    };
+    // No request yet: the URLs it is given are of the family it can reach
+    // (site::Listen::base_url, as bootd's, and pointer_for's below).
+    let http = snap.site.host.http.base_url(None, snap.site.node(name));
     Some(NodeRequest {
         name: name.to_string(),
         cluster: snap.site.cluster.name.clone(),
@@ -244,7 +235,7 @@ fn node_request(ctl: &Controller, snap: &Snapshot, row: &NodeRow) -> Option<Node
             .map(|d| format!("{http}/boot/{}", d.boot_files.uefi_x86_64))
             .unwrap_or_default(),
         userdata: site::Secret(
-            bootd::http::pointer_for(&ctl.app, snap, name, bootd::token::Scope::Provider, peer)
+            bootd::http::pointer_for(&ctl.app, snap, name, bootd::token::Scope::Provider, None)
                 .to_string(),
         ),
         media_url: site::Secret(bootd::http::media_url_for(&ctl.app, snap, name)),
@@ -490,8 +481,7 @@ fn resource(provider: &str, m: &crate::providers::Machine) -> Resource {
 }
 
 fn provider_failed(ctl: &Controller, name: &str, e: ProviderError) -> Next {
-    ctl.app
-        .metrics
+    ctl.metrics
         .provider_errors
         .get_or_create(&bootd::metrics::Kind {
             kind: if e.is_transient() {

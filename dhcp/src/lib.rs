@@ -17,7 +17,7 @@
 //! [`Context`] bootd builds (the site served now, an [`Observer`] of each
 //! exchange, the counters), through the lease tables it is handed (bootd
 //! reads them too: a node's lease address counts as its own), and, with
-//! several appliances, through [`v4::shared::SharedLeases`].
+//! several appliances, through [`v4::ha::SharedLeases`].
 //!
 //! Invariants:
 //! - No ACK or Reply that grants an address leaves before its lease is

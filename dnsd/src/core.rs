@@ -20,7 +20,7 @@
 //! matches only below its closest encloser; ANY gets one RRset (RFC 8482,
 //! on both transports, as NSD and Knot).
 
-use crate::wire::{self, Malformed, Request, MAX_NAME};
+use crate::codec::{self, Malformed, Request, MAX_NAME};
 use crate::zone::Zone;
 use hickory_proto::rr::{Name, RData};
 use hickory_proto::serialize::binary::{BinEncodable, BinEncoder};
@@ -303,7 +303,7 @@ impl Catalog {
         out: &mut Vec<u8>,
     ) -> Action {
         let mut lower = [0u8; MAX_NAME];
-        let req = match wire::parse(pkt, &mut lower) {
+        let req = match codec::parse(pkt, &mut lower) {
             Ok(r) => r,
             Err(Malformed::Drop) => return Action::Drop,
             Err(Malformed::FormErr {
@@ -311,9 +311,9 @@ impl Catalog {
                 flags,
                 question_end,
             }) => {
-                header_only(pkt, id, flags, question_end, wire::RCODE_FORMERR, out);
+                header_only(pkt, id, flags, question_end, codec::RCODE_FORMERR, out);
                 return Action::Reply {
-                    rcode: wire::RCODE_FORMERR,
+                    rcode: codec::RCODE_FORMERR,
                     truncated: false,
                 };
             }
@@ -334,29 +334,29 @@ impl Catalog {
         };
         if let Some(e) = req.edns {
             if e.version != 0 {
-                simple(pkt, &req, 0, wire::EXT_RCODE_BADVERS, out);
+                simple(pkt, &req, 0, codec::EXT_RCODE_BADVERS, out);
                 return Action::Reply {
                     rcode: 16,
                     truncated: false,
                 };
             }
         }
-        if req.opcode != wire::OPCODE_QUERY {
-            return reply(wire::RCODE_NOTIMP, out);
+        if req.opcode != codec::OPCODE_QUERY {
+            return reply(codec::RCODE_NOTIMP, out);
         }
-        if req.qclass != wire::CLASS_IN && req.qclass != wire::CLASS_ANY {
+        if req.qclass != codec::CLASS_IN && req.qclass != codec::CLASS_ANY {
             // CHAOS (version.bind, hostname.bind...) included: no disclosure.
-            return reply(wire::RCODE_REFUSED, out);
+            return reply(codec::RCODE_REFUSED, out);
         }
         let key = &lower[..req.qname_len];
         match req.qtype {
-            wire::TYPE_OPT => return reply(wire::RCODE_FORMERR, out),
-            wire::TYPE_AXFR | wire::TYPE_IXFR => {
+            codec::TYPE_OPT => return reply(codec::RCODE_FORMERR, out),
+            codec::TYPE_AXFR | codec::TYPE_IXFR => {
                 let zone = match self.map.get(key) {
                     Some(&n) if self.infos[self.nodes[n as usize].zone as usize].apex == n => {
                         self.nodes[n as usize].zone as usize
                     }
-                    _ => return reply(wire::RCODE_NOTAUTH, out),
+                    _ => return reply(codec::RCODE_NOTAUTH, out),
                 };
                 if !self
                     .options
@@ -364,23 +364,23 @@ impl Catalog {
                     .iter()
                     .any(|net| net.contains(&peer))
                 {
-                    return reply(wire::RCODE_REFUSED, out);
+                    return reply(codec::RCODE_REFUSED, out);
                 }
                 let serial = self.zones[zone].serial();
-                let up_to_date = req.qtype == wire::TYPE_IXFR
+                let up_to_date = req.qtype == codec::TYPE_IXFR
                     && req.soa_serial.is_some_and(|s| serial_ge(s, serial));
                 return match (transport, req.qtype) {
                     // RFC 1995 §2: over UDP, or when the client is current, the SOA alone.
-                    (Transport::Udp, wire::TYPE_IXFR) => {
+                    (Transport::Udp, codec::TYPE_IXFR) => {
                         self.emit(self.infos[zone].soa, pkt, &req, limit, out)
                     }
-                    (_, wire::TYPE_IXFR) if up_to_date => {
+                    (_, codec::TYPE_IXFR) if up_to_date => {
                         self.emit(self.infos[zone].soa, pkt, &req, limit, out)
                     }
-                    (Transport::Udp, _) => reply(wire::RCODE_FORMERR, out),
+                    (Transport::Udp, _) => reply(codec::RCODE_FORMERR, out),
                     (Transport::Tcp, _) => Action::Transfer {
                         zone,
-                        ixfr_serial: req.soa_serial.filter(|_| req.qtype == wire::TYPE_IXFR),
+                        ixfr_serial: req.soa_serial.filter(|_| req.qtype == codec::TYPE_IXFR),
                     },
                 };
             }
@@ -390,7 +390,7 @@ impl Catalog {
             Found::Exact(n) | Found::Wild(n) => {
                 let node = &self.nodes[n as usize];
                 match req.qtype {
-                    wire::TYPE_ANY => node.any,
+                    codec::TYPE_ANY => node.any,
                     t => node
                         .by_type
                         .iter()
@@ -399,7 +399,7 @@ impl Catalog {
                         .unwrap_or(node.other),
                 }
             }
-            Found::AtCut(n) if req.qtype == wire::TYPE_DS => {
+            Found::AtCut(n) if req.qtype == codec::TYPE_DS => {
                 self.infos[self.nodes[n as usize].zone as usize].nodata
             }
             Found::AtCut(n) | Found::Referral(n) => self.nodes[n as usize].referral,
@@ -411,7 +411,7 @@ impl Catalog {
             {
                 return Action::Forward
             }
-            Found::Outside => return reply(wire::RCODE_REFUSED, out),
+            Found::Outside => return reply(codec::RCODE_REFUSED, out),
         };
         self.emit(t, pkt, &req, limit, out)
     }
@@ -445,7 +445,7 @@ impl Catalog {
                 break;
             }
             let ptr = if f.into_question {
-                wire::HEADER + lq - f.val as usize
+                codec::HEADER + lq - f.val as usize
             } else {
                 base + f.val as usize
             };
@@ -453,15 +453,15 @@ impl Catalog {
         }
         let rcode = (t.flags & 0xF) as u8;
         // RFC 1034 §5.3.2: an answer to class ANY is never authoritative.
-        let aa = if req.qclass == wire::CLASS_ANY {
-            !wire::FLAG_AA
+        let aa = if req.qclass == codec::CLASS_ANY {
+            !codec::FLAG_AA
         } else {
             !0
         };
-        let flags = (wire::FLAG_QR
-            | (req.flags & (0x7800 | wire::FLAG_RD | wire::FLAG_CD))
+        let flags = (codec::FLAG_QR
+            | (req.flags & (0x7800 | codec::FLAG_RD | codec::FLAG_CD))
             | t.flags
-            | if truncated { wire::FLAG_TC } else { 0 })
+            | if truncated { codec::FLAG_TC } else { 0 })
             & aa;
         write_header(out, flags, an, ns, ar + (opt > 0) as u16);
         if let Some(e) = req.edns {
@@ -511,7 +511,7 @@ fn simple(pkt: &[u8], req: &Request, rcode: u8, ext_rcode: u8, out: &mut Vec<u8>
     out.clear();
     out.extend_from_slice(&pkt[..req.question_end]);
     let flags =
-        wire::FLAG_QR | (req.flags & (0x7800 | wire::FLAG_RD | wire::FLAG_CD)) | rcode as u16;
+        codec::FLAG_QR | (req.flags & (0x7800 | codec::FLAG_RD | codec::FLAG_CD)) | rcode as u16;
     write_header(out, flags, 0, 0, req.edns.is_some() as u16);
     if let Some(e) = req.edns {
         push_opt(out, ext_rcode, e.dnssec_ok);
@@ -529,14 +529,14 @@ fn header_only(
 ) {
     out.clear();
     out.extend_from_slice(&id.to_be_bytes());
-    let f = wire::FLAG_QR | (flags & (0x7800 | wire::FLAG_RD | wire::FLAG_CD)) | rcode as u16;
+    let f = codec::FLAG_QR | (flags & (0x7800 | codec::FLAG_RD | codec::FLAG_CD)) | rcode as u16;
     out.extend_from_slice(&f.to_be_bytes());
     let qd = question_end.is_some() as u16;
     for c in [qd, 0, 0, 0] {
         out.extend_from_slice(&c.to_be_bytes());
     }
     if let Some(q) = question_end {
-        out.extend_from_slice(&pkt[wire::HEADER..q]);
+        out.extend_from_slice(&pkt[codec::HEADER..q]);
     }
 }
 

@@ -42,7 +42,7 @@ impl Forwarder {
     /// The upstream's answer with the client's ID restored, or `None` when
     /// no upstream answered. `tcp` relays over TCP (the client came by TCP).
     pub async fn forward(&self, query: &[u8], tcp: bool, peer: IpAddr) -> Option<Vec<u8>> {
-        if query.len() < crate::wire::HEADER {
+        if query.len() < crate::codec::HEADER {
             return None;
         }
         let verdict = self
@@ -79,7 +79,7 @@ impl Forwarder {
 /// Whether `resp` answers `q`: same ID and the same question bytes
 /// (compared case-insensitively; a resolver may change the case).
 fn matches(q: &[u8], resp: &[u8]) -> bool {
-    let qend = crate::wire::skip_name(q, crate::wire::HEADER)
+    let qend = crate::codec::skip_name(q, crate::codec::HEADER)
         .map(|e| e + 4)
         .unwrap_or(q.len());
     resp.len() >= qend
@@ -134,7 +134,7 @@ mod tests {
         let silent = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
         let f = std::sync::Arc::new(Forwarder::new(vec![silent.local_addr().unwrap()], 0));
         let q = {
-            let mut q = vec![0u8; crate::wire::HEADER];
+            let mut q = vec![0u8; crate::codec::HEADER];
             q[5] = 1; // QDCOUNT
             q.extend_from_slice(b"\x07example\x03org\x00\x00\x01\x00\x01");
             q
@@ -172,7 +172,7 @@ mod rate_tests {
     async fn forwarding_is_rate_limited_per_client_network() {
         let silent = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
         let f = Forwarder::new(vec![silent.local_addr().unwrap()], 3);
-        let mut q = vec![0u8; crate::wire::HEADER];
+        let mut q = vec![0u8; crate::codec::HEADER];
         q[5] = 1;
         q.extend_from_slice(b"\x07example\x03org\x00\x00\x01\x00\x01");
         // Use the bucket up without waiting: the rate check comes first.

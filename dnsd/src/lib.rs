@@ -6,7 +6,8 @@
 //! other names to upstream resolvers when configured, and reloads live.
 //!
 //! Modules:
-//! - [`wire`]: strict, allocation-free parsing of a request (RFC 9267).
+//! - [`codec`]: the DNS packet codec: strict, allocation-free parsing of a
+//!   request (RFC 9267), and the few replies built without the catalog.
 //! - [`zone`]: zone data from the site or master files; master-file output.
 //! - [`core`]: the pure core: a [`core::Catalog`] of precompiled answers and
 //!   `Catalog::answer(request) -> response`.
@@ -17,6 +18,7 @@
 //! - [`forward`]: relaying queries for other names to upstream resolvers.
 //! - [`http`]: `/metrics` and `/healthz`; [`metrics`]: the counters.
 //! - [`text`]: dig-like dumps for golden files and tests.
+//! - [`ha`]: zone serials agreed by appliances sharing one etcd.
 //!
 //! Invariants: every response is computed from one catalog snapshot
 //! (loaded once per UDP batch or TCP message; a reload swaps whole
@@ -27,16 +29,16 @@
 //! Shape: `main` parses flags, loads the configuration, binds sockets and
 //! calls [`run`]; tests call the same [`run`] on loopback.
 
+pub mod codec;
 pub mod core;
 pub mod forward;
+pub mod ha;
 pub mod http;
 pub mod metrics;
 pub mod rrl;
-pub mod shared;
 pub mod tcp;
 pub mod text;
 pub mod udp;
-pub mod wire;
 pub mod xfr;
 pub mod zone;
 
@@ -113,6 +115,47 @@ pub struct Sockets {
     pub udp: Vec<std::net::UdpSocket>,
     pub tcp: Vec<tokio::net::TcpListener>,
     pub http: Option<tokio::net::TcpListener>,
+}
+
+/// A listener that could not be bound: which one (its key and address),
+/// and why.
+#[derive(Debug, thiserror::Error)]
+#[error("{what}")]
+pub struct BindError {
+    pub what: String,
+    #[source]
+    pub source: std::io::Error,
+}
+
+impl Sockets {
+    /// Binds what `dns` asks for: on each `dns.listen` address
+    /// `udp_threads` UDP sockets ([`bind_udp`]) and a TCP listener
+    /// ([`bind_tcp`]), and the `dns.http` listener. Inside the runtime.
+    pub async fn bind(dns: &Dns, udp_threads: usize) -> Result<Sockets, BindError> {
+        let fail = |what: String| move |source| BindError { what, source };
+        let mut s = Sockets {
+            udp: Vec::new(),
+            tcp: Vec::new(),
+            http: None,
+        };
+        for a in &dns.listen {
+            s.udp
+                .extend(bind_udp(*a, udp_threads).map_err(fail(format!("dns.listen {a} (UDP)")))?);
+            s.tcp.push(
+                bind_tcp(*a)
+                    .and_then(tokio::net::TcpListener::from_std)
+                    .map_err(fail(format!("dns.listen {a} (TCP)")))?,
+            );
+        }
+        if let Some(h) = dns.http {
+            s.http = Some(
+                tokio::net::TcpListener::bind(h)
+                    .await
+                    .map_err(fail(format!("dns.http {h}")))?,
+            );
+        }
+        Ok(s)
+    }
 }
 
 /// IP_FREEBIND on a listener: an address this host does not have binds
@@ -290,7 +333,7 @@ pub async fn run_loaded(
             }
         });
     let loaded = match &shared {
-        Some(e) => tokio::task::block_in_place(|| shared::agree(e, loaded)),
+        Some(e) => tokio::task::block_in_place(|| ha::agree(e, loaded)),
         None => loaded,
     };
     let Loaded {
@@ -388,7 +431,7 @@ pub async fn run_loaded(
                                 let prev = live.catalog.load_full();
                                 match tokio::task::spawn_blocking(move || {
                                     load_site(&p.site, Some(&prev)).map(|l| match &shared {
-                                        Some(e) => shared::agree(e, l),
+                                        Some(e) => ha::agree(e, l),
                                         None => l,
                                     })
                                 })
@@ -432,7 +475,7 @@ pub async fn run_loaded(
                         let prev = live.catalog.load_full();
                         match tokio::task::spawn_blocking(move || {
                             load(&source, Some(&prev)).map(|l| match &shared {
-                                Some(e) => shared::agree(e, l),
+                                Some(e) => ha::agree(e, l),
                                 None => l,
                             })
                         })

@@ -2,7 +2,7 @@
 //! then hand over to `dnsd::run`. Also `--check-config` and `zone` (print
 //! the zones derived from the site as master files).
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use clap::{Parser, Subcommand};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -17,8 +17,10 @@ use tokio_util::sync::CancellationToken;
 )]
 struct Cli {
     /// The site description (YAML); its `dns:` section configures dnsd.
-    #[arg(long, global = true, default_value = "/etc/bootd/site.yaml")]
-    site: PathBuf,
+    /// Default: /etc/bare-metal-boot/site.yaml (/etc/bootd/site.yaml, the
+    /// old default, while only it exists).
+    #[arg(long, global = true)]
+    site: Option<PathBuf>,
     /// Standalone: serve this RFC 1035 master file instead of the site
     /// (FILE or FILE=ORIGIN; repeatable). The options below apply then.
     #[arg(long, value_name = "FILE[=ORIGIN]")]
@@ -75,7 +77,7 @@ fn main() -> Result<()> {
         return check_config(path);
     }
     let source = if cli.zone.is_empty() {
-        dnsd::Source::Site(cli.site.clone())
+        dnsd::Source::Site(runtime::paths::site(cli.site.clone()))
     } else {
         let files = cli
             .zone
@@ -126,17 +128,14 @@ fn main() -> Result<()> {
             Ok(())
         }
         Cmd::Run => {
+            let watched: Vec<PathBuf> = match &source {
+                dnsd::Source::Site(p) => vec![p.clone()],
+                dnsd::Source::Files { files, .. } => files.iter().map(|(f, _)| f.clone()).collect(),
+                dnsd::Source::Feed(f) => vec![f.current().source.clone()],
+            };
             // Before the runtime starts a thread: every thread is the user's.
-            let user = runtime::privileges::choose_user(cli.user.as_deref(), "dnsd");
             let keep = runtime::privileges::CapabilitySet::NET_BIND_SERVICE;
-            let d = runtime::privileges::drop_root(&user, keep, &[])?;
-            let mut watched = vec![cli.site.clone()];
-            watched.extend(
-                cli.zone
-                    .iter()
-                    .map(|z| PathBuf::from(z.split('=').next().unwrap_or(z))),
-            );
-            runtime::privileges::report(&d, &watched);
+            runtime::privileges::drop_for("dnsd", cli.user.as_deref(), keep, &[], &watched)?;
             serve(dnsd::Config::new(source), loaded, cli.udp_threads)
         }
     }
@@ -177,43 +176,21 @@ fn serve(config: dnsd::Config, loaded: dnsd::Loaded, udp_threads: Option<usize>)
         .enable_all()
         .build()?;
     rt.block_on(async move {
-        let mut sockets = dnsd::Sockets {
-            udp: Vec::new(),
-            tcp: Vec::new(),
-            http: None,
-        };
-        for a in &loaded.dns.listen {
-            sockets
-                .udp
-                .extend(dnsd::bind_udp(*a, threads).with_context(|| format!("UDP {a}"))?);
-            let t = dnsd::bind_tcp(*a).with_context(|| format!("TCP {a}"))?;
-            sockets.tcp.push(tokio::net::TcpListener::from_std(t)?);
-        }
-        if let Some(h) = loaded.dns.http {
-            sockets.http = Some(
-                tokio::net::TcpListener::bind(h)
-                    .await
-                    .with_context(|| format!("HTTP {h}"))?,
-            );
-        }
+        let sockets = dnsd::Sockets::bind(&loaded.dns, threads).await?;
         for z in &loaded.catalog.zones {
             println!("dnsd: zone {} serial {}", z.origin, z.serial());
         }
         let shutdown = CancellationToken::new();
         // Zones loaded, sockets bound: tell systemd (no-op outside it).
-        // Signal handlers first: READY=1 invites a SIGHUP.
-        let signals = tokio::spawn(runtime::service::signals(
+        let status = format!("serving {} zones", loaded.catalog.zones.len());
+        let r = runtime::service::serve_until_stopped(
             shutdown.clone(),
             vec![Arc::clone(&config.reload)],
             vec![Arc::clone(&config.reloaded)],
-        )?);
-        runtime::service::ready(&format!("serving {} zones", loaded.catalog.zones.len()));
-        let watchdog = runtime::service::spawn_watchdog();
-        let r = dnsd::run_loaded(config, loaded, sockets, shutdown).await;
-        signals.abort();
-        if let Some(w) = watchdog {
-            w.abort();
-        }
+            &status,
+            dnsd::run_loaded(config, loaded, sockets, shutdown),
+        )
+        .await?;
         r.map_err(anyhow::Error::from)
     })
 }

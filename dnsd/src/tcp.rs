@@ -90,7 +90,7 @@ impl Tcp {
                 Action::Reply { rcode, .. } => {
                     self.live.metrics.answered("tcp", rcode);
                     in_time(self.idle, write_msg(&mut w, &out)).await?;
-                    if rcode == crate::wire::RCODE_REFUSED {
+                    if rcode == crate::codec::RCODE_REFUSED {
                         self.note_refused_transfer(q, peer);
                     }
                 }
@@ -122,7 +122,7 @@ impl Tcp {
                             result: if resp.is_some() { "ok" } else { "failed" },
                         })
                         .inc();
-                    let resp = resp.unwrap_or_else(|| crate::wire::servfail(q));
+                    let resp = resp.unwrap_or_else(|| crate::codec::servfail(q));
                     in_time(self.idle, write_msg(&mut w, &resp)).await?;
                 }
             }
@@ -134,9 +134,9 @@ impl Tcp {
     }
 
     fn note_refused_transfer(&self, q: &[u8], peer: SocketAddr) {
-        let mut lower = [0u8; crate::wire::MAX_NAME];
-        if let Ok(req) = crate::wire::parse(q, &mut lower) {
-            if matches!(req.qtype, crate::wire::TYPE_AXFR | crate::wire::TYPE_IXFR) {
+        let mut lower = [0u8; crate::codec::MAX_NAME];
+        if let Ok(req) = crate::codec::parse(q, &mut lower) {
+            if matches!(req.qtype, crate::codec::TYPE_AXFR | crate::codec::TYPE_IXFR) {
                 self.live
                     .metrics
                     .transfers

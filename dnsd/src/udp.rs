@@ -127,7 +127,7 @@ impl Worker {
                         match rrl.check(peer.ip(), now) {
                             Verdict::Send => {}
                             Verdict::Slip => {
-                                crate::wire::truncate_to_question(&mut outs[i]);
+                                crate::codec::truncate_to_question(&mut outs[i]);
                                 counts.rrl_slipped += 1;
                             }
                             Verdict::Drop => {
@@ -216,7 +216,7 @@ pub async fn forward_loop(
                     result: if out.is_some() { "ok" } else { "failed" },
                 })
                 .inc();
-            let reply = out.unwrap_or_else(|| crate::wire::servfail(&f.query));
+            let reply = out.unwrap_or_else(|| crate::codec::servfail(&f.query));
             if !reply.is_empty() {
                 // A blocking socket: one datagram, off the runtime's threads.
                 let _ = tokio::task::spawn_blocking(move || f.reply.send_to(&reply, f.peer)).await;

@@ -155,7 +155,7 @@ pub fn tftp_request(data: &[u8]) {
     }
 }
 
-/// Any bytes into bootd's plain-HTTP head parser (`bootd::plain::parse`):
+/// Any bytes into bootd's plain-HTTP head parser (`bootd::fast_get::parse`):
 /// no panic; a head it serves itself is a GET or HEAD in origin form whose
 /// length lies inside the input, and the bytes before that length parse to
 /// the same request again (so pipelined requests split where they should).
@@ -164,7 +164,7 @@ pub fn tftp_request(data: &[u8]) {
 /// bytes is a GET of the same path (so both ways serve the same file).
 pub fn http_head(data: &[u8]) {
     use bootd::http::whole_image_rel;
-    use bootd::plain::{parse, parse_general, Head};
+    use bootd::fast_get::{parse, parse_general, Head};
     if let Head::Image { path, len, close } = parse(data) {
         assert!(path.end <= len && len <= data.len());
         let p = std::str::from_utf8(&data[path.clone()]).expect("the path is text");

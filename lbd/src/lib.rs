@@ -152,6 +152,34 @@ pub struct Sockets {
     pub admin: Option<TcpListener>,
 }
 
+/// A listener that could not be bound: which one, and why.
+#[derive(Debug, thiserror::Error)]
+#[error("{what}")]
+pub struct BindError {
+    pub what: String,
+    #[source]
+    pub source: std::io::Error,
+}
+
+impl Sockets {
+    /// Binds every frontend of `loaded`'s plan and `lb.adminListen`
+    /// ([`state::bind`]: IP_FREEBIND, so a VIP not here yet binds).
+    /// Inside the runtime.
+    pub fn bind(loaded: &Loaded) -> Result<Sockets, BindError> {
+        let fail = |what: String| move |source| BindError { what, source };
+        let mut s = Sockets::default();
+        for f in &loaded.plan(false) {
+            let l = state::bind(f.listen)
+                .map_err(fail(format!("lb frontend {} {}", f.name, f.listen)))?;
+            s.frontends.insert(f.name.clone(), l);
+        }
+        if let Some(a) = loaded.lb().admin_listen {
+            s.admin = Some(state::bind(a).map_err(fail(format!("lb.adminListen {a}")))?);
+        }
+        Ok(s)
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error(transparent)]

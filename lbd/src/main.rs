@@ -19,9 +19,11 @@ use tokio_util::sync::CancellationToken;
     about = "L4 load balancer for the cluster API, machine-config server and ingress"
 )]
 struct Cli {
-    /// The site description (YAML): frontends derived from its VIPs, nodes and `lb:` section.
-    #[arg(long, global = true, default_value = "/etc/bootd/site.yaml")]
-    site: PathBuf,
+    /// The site description (YAML): frontends derived from its VIPs, nodes
+    /// and `lb:` section. Default: /etc/bare-metal-boot/site.yaml
+    /// (/etc/bootd/site.yaml, the old default, while only it exists).
+    #[arg(long, global = true)]
+    site: Option<PathBuf>,
     /// A standalone lbd file (`services: [{name, listen, backends}]`) instead of a site.
     #[arg(long, global = true)]
     config: Option<PathBuf>,
@@ -85,20 +87,25 @@ fn main() -> Result<()> {
         };
         return check_config(&source);
     }
-    let source = match &cli.config {
+    // Chosen when it is read: `ready --admin` (keepalived's check, every
+    // second) reads no file.
+    let source = || match &cli.config {
         Some(p) => Source::Standalone(p.clone()),
-        None => Source::Site(cli.site.clone()),
+        None => Source::Site(runtime::paths::site(cli.site.clone())),
     };
     match cli.cmd.unwrap_or(Cmd::Run) {
         Cmd::Run => {
+            let source = source();
+            let watched = [match &source {
+                Source::Site(p) | Source::Standalone(p) => p.clone(),
+                Source::Feed(f) => f.current().source.clone(),
+            }];
             let loaded = Loaded::load(&source).map_err(|e| anyhow::anyhow!("{e}"))?;
             let mut config = Config::new(source, loaded);
             // Before the runtime starts a thread: every thread is the user's.
-            let user = runtime::privileges::choose_user(cli.user.as_deref(), "lbd");
             let keep = runtime::privileges::CapabilitySet::NET_BIND_SERVICE;
-            let d = runtime::privileges::drop_root(&user, keep, &[&cli.state_dir])?;
-            let watched = [cli.config.clone().unwrap_or_else(|| cli.site.clone())];
-            runtime::privileges::report(&d, &watched);
+            let own = [cli.state_dir.as_path()];
+            runtime::privileges::drop_for("lbd", cli.user.as_deref(), keep, &own, &watched)?;
             config.state_dir = Some(cli.state_dir);
             serve(config, cli.threads)
         }
@@ -155,7 +162,12 @@ fn check_config(source: &Source) -> Result<()> {
 }
 
 /// A tiny HTTP/1.1 client for the admin API (loopback, no TLS).
-fn admin_call(source: &Source, admin: Option<SocketAddr>, method: &str, path: &str) -> Result<()> {
+fn admin_call(
+    source: &dyn Fn() -> Source,
+    admin: Option<SocketAddr>,
+    method: &str,
+    path: &str,
+) -> Result<()> {
     let (status, body) = admin_request(source, admin, method, path)?;
     print!("{body}");
     if !(200..300).contains(&status) {
@@ -166,7 +178,7 @@ fn admin_call(source: &Source, admin: Option<SocketAddr>, method: &str, path: &s
 
 /// One request to lbd's admin API: its status code and body.
 fn admin_request(
-    source: &Source,
+    source: &dyn Fn() -> Source,
     admin: Option<SocketAddr>,
     method: &str,
     path: &str,
@@ -174,8 +186,8 @@ fn admin_request(
     let addr = match admin {
         Some(a) => a,
         None => {
-            let loaded =
-                Loaded::load(source).map_err(|e| anyhow::anyhow!("{e}(or give --admin ADDR)"))?;
+            let loaded = Loaded::load(&source())
+                .map_err(|e| anyhow::anyhow!("{e}(or give --admin ADDR)"))?;
             loaded
                 .lb()
                 .admin_listen
@@ -223,34 +235,18 @@ fn serve(config: Config, threads: Option<usize>) -> Result<()> {
     raise_nofile();
     let rt = runtime::service::runtime(threads)?;
     rt.block_on(async move {
-        let lb = config.loaded.lb().clone();
-        let mut sockets = lbd::Sockets::default();
-        for f in &config.loaded.plan(false) {
-            let l = lbd::state::bind(f.listen)
-                .with_context(|| format!("frontend {} listen {}", f.name, f.listen))?;
-            sockets.frontends.insert(f.name.clone(), l);
-        }
-        if let Some(a) = lb.admin_listen {
-            sockets.admin = Some(lbd::state::bind(a).with_context(|| format!("adminListen {a}"))?);
-        }
+        let sockets = lbd::Sockets::bind(&config.loaded)?;
         let shutdown = CancellationToken::new();
         let (reload, reloaded) = (Arc::clone(&config.reload), Arc::clone(&config.reloaded));
-        // Signal handlers first: READY=1 invites a SIGHUP.
-        let signals = tokio::spawn(runtime::service::signals(
+        let status = format!("serving {} frontends", config.loaded.plan(false).len());
+        let r = runtime::service::serve_until_stopped(
             shutdown.clone(),
             vec![reload],
             vec![reloaded],
-        )?);
-        runtime::service::ready(&format!(
-            "serving {} frontends",
-            config.loaded.plan(false).len()
-        ));
-        let watchdog = runtime::service::spawn_watchdog();
-        let r = lbd::run(config, sockets, shutdown).await;
-        signals.abort();
-        if let Some(w) = watchdog {
-            w.abort();
-        }
+            &status,
+            lbd::run(config, sockets, shutdown),
+        )
+        .await?;
         r.map_err(anyhow::Error::from)
     })
 }

@@ -3,7 +3,8 @@
 //!
 //! Modules:
 //! - [`service`]: the systemd protocol (sd_notify READY/RELOADING/STOPPING,
-//!   watchdog), the signal loop, the tokio runtime.
+//!   watchdog), the signal loop, the tokio runtime, and the tail every
+//!   daemon's main shares (`serve_until_stopped`).
 //! - [`reload`]: the reload loop (SIGHUP, or a watched file's change).
 //! - [`feed`]: the site feed: the validated site, loaded once per change,
 //!   published to every daemon in the process.
@@ -14,6 +15,8 @@
 //! - [`http1`]: the HTTP/1.1 connection rules every HTTP listener shares
 //!   (limits, refused framings, why a connection was closed).
 //! - [`logging`]: tracing setup.
+//! - [`paths`]: where the configuration is by default (`/etc/bare-metal-boot/`),
+//!   and the old place honoured while only it exists.
 //! - [`privileges`]: started as root, becoming what the systemd unit makes the daemon.
 //!
 //! Invariant: nothing here knows a daemon; daemons know this crate.
@@ -26,6 +29,7 @@ pub mod heap;
 pub mod http1;
 pub mod logging;
 pub mod net;
+pub mod paths;
 pub mod privileges;
 pub mod reload;
 pub mod service;

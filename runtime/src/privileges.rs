@@ -153,6 +153,24 @@ fn chown_tree(dir: &Path, uid: u32, gid: u32) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Started as root, becomes what `daemon`'s unit makes it, in one call:
+/// the user ([`choose_user`]: `asked`, else `daemon`'s own, else
+/// `nobody`), the drop to it keeping `keep` only with `own` handed over
+/// ([`drop_root`]), and the log line ([`report`], naming the `watched`
+/// files the user cannot read). Call it before the runtime starts threads.
+pub fn drop_for(
+    daemon: &str,
+    asked: Option<&str>,
+    keep: CapabilitySet,
+    own: &[&Path],
+    watched: &[PathBuf],
+) -> Result<Dropped, PrivilegeError> {
+    let user = choose_user(asked, daemon);
+    let d = drop_root(&user, keep, own)?;
+    report(&d, watched);
+    Ok(d)
+}
+
 /// Log line for what [`drop_root`] did; `watched` are the files a reload
 /// re-reads: those the new user cannot read are named (a reload would fail
 /// on them and keep the old site).

@@ -105,6 +105,30 @@ pub fn signals(
     })
 }
 
+/// The tail every daemon's main shares, once its sockets are bound: the
+/// signal handlers first ([`signals`]; READY=1 invites a SIGHUP), then
+/// `READY=1` with `status`, the watchdog ([`spawn_watchdog`]), and `daemon`
+/// until it returns (after `shutdown`, which SIGTERM/SIGINT cancel); then
+/// the signal loop and the watchdog stop. `Err` only when the handlers
+/// cannot be installed (`daemon` is then dropped, never run).
+pub async fn serve_until_stopped<T>(
+    shutdown: tokio_util::sync::CancellationToken,
+    reloads: Vec<std::sync::Arc<tokio::sync::Notify>>,
+    reloaded: Vec<std::sync::Arc<tokio::sync::Notify>>,
+    status: &str,
+    daemon: impl std::future::Future<Output = T>,
+) -> std::io::Result<T> {
+    let signals = tokio::spawn(signals(shutdown, reloads, reloaded)?);
+    ready(status);
+    let watchdog = spawn_watchdog();
+    let r = daemon.await;
+    signals.abort();
+    if let Some(w) = watchdog {
+        w.abort();
+    }
+    Ok(r)
+}
+
 /// Sends `WATCHDOG=1` from the async runtime at half the unit's
 /// `WatchdogSec` (so a wedged runtime is noticed); `None` when the
 /// watchdog is off. Abort the handle at exit.

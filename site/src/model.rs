@@ -13,9 +13,11 @@ use std::time::Duration;
 
 mod admission;
 mod api;
+mod listen;
 mod network;
 pub use admission::Admission;
 pub use api::*;
+pub use listen::*;
 pub use network::*;
 
 #[derive(Debug, Clone)]
@@ -244,55 +246,6 @@ pub struct DhcpOptionValue {
 pub struct Tftp {
     pub listen: SocketAddr,
     pub root: PathBuf,
-}
-
-/// A listener and the base URL nodes use to reach it (they differ behind NAT,
-/// or when listening on 0.0.0.0).
-#[derive(Debug, Clone)]
-pub struct Listen {
-    pub listen: SocketAddr,
-    /// Without a trailing slash: the first of `urls`.
-    pub url: String,
-    /// Every URL given (one per address family at most), each without a
-    /// trailing slash.
-    pub urls: Vec<String>,
-}
-
-impl Listen {
-    /// The base URL for a client of this family: the URL whose host is an
-    /// address of the family, else the first (a name, or the only URL).
-    pub fn url_for(&self, v6: bool) -> &str {
-        self.urls
-            .iter()
-            .find(|u| {
-                url_host(u)
-                    .parse::<IpAddr>()
-                    .is_ok_and(|a| a.is_ipv6() == v6)
-            })
-            .unwrap_or(&self.url)
-    }
-    /// The base URL for a client at `peer` (an IPv4-mapped address is IPv4).
-    pub fn url_for_peer(&self, peer: IpAddr) -> &str {
-        self.url_for(peer.to_canonical().is_ipv6())
-    }
-
-    /// The host part of the URL (an IP address or a DNS name), for TLS SANs.
-    pub fn url_host(&self) -> &str {
-        url_host(&self.url)
-    }
-}
-
-/// The host part of a URL (an IP address without brackets, or a name).
-pub fn url_host(url: &str) -> &str {
-    let rest = url.split_once("://").map(|(_, r)| r).unwrap_or(url);
-    let authority = rest.split('/').next().unwrap_or(rest);
-    if let Some(v6) = authority.strip_prefix('[') {
-        return v6.split(']').next().unwrap_or(v6);
-    }
-    authority
-        .rsplit_once(':')
-        .map(|(h, _)| h)
-        .unwrap_or(authority)
 }
 
 #[derive(Debug, Clone)]

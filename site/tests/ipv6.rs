@@ -147,7 +147,7 @@ fn dhcp6_and_a_url_per_family() {
     assert_eq!(http.url_for(true), "http://[fd00:77::1]:8080");
     assert_eq!(http.url_for(false), "http://10.77.0.1:8080");
     assert_eq!(
-        http.url_for_peer("::ffff:10.77.0.50".parse().unwrap()),
+        http.base_url(Some("::ffff:10.77.0.50".parse().unwrap()), None),
         "http://10.77.0.1:8080"
     );
     let d = site.host.dhcp6.as_ref().unwrap();

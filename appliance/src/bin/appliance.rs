@@ -28,9 +28,10 @@ static GLOBAL: cap::Cap<mimalloc::MiMalloc> = cap::Cap::new(mimalloc::MiMalloc, 
     about = "bootd + dnsd + lbd in one process, from one site description"
 )]
 struct Cli {
-    /// The site description.
-    #[arg(long, default_value = "/etc/bare-metal-boot/site.yaml")]
-    site: PathBuf,
+    /// The site description. Default: /etc/bare-metal-boot/site.yaml
+    /// (/etc/bootd/site.yaml, the old default, while only it exists).
+    #[arg(long)]
+    site: Option<PathBuf>,
     /// State directory (bootd's leases, CA, keys, API store; lbd's bootstrap
     /// state in `lbd/` below it). Default: the site's host.stateDir.
     #[arg(long)]
@@ -48,7 +49,7 @@ struct Cli {
     /// What this appliance goes by among those sharing the site's store
     /// (`host.store: etcd`): beside each step of a node's timeline it
     /// served. Default: the host name.
-    #[arg(long, value_name = "NAME", value_parser = appliance::shared::timeline::valid_name)]
+    #[arg(long, value_name = "NAME", value_parser = appliance::ha::timeline::valid_name)]
     name: Option<String>,
 }
 
@@ -62,7 +63,8 @@ fn main() -> Result<()> {
         // Before any site is loaded: its overlay is read from there too.
         site::override_state_dir(d).map_err(anyhow::Error::msg)?;
     }
-    let site = site::load(&cli.site).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let site =
+        site::load(&runtime::paths::site(cli.site.clone())).map_err(|e| anyhow::anyhow!("{e}"))?;
     let mut boot = appliance::boot_config(site, cli.name.as_deref());
     boot.state_dir = cli.state_dir.clone();
     let state_dir = boot.state_dir();
@@ -102,45 +104,12 @@ async fn serve(
                 .map(|n| n.get())
                 .unwrap_or(1)
                 .min(2);
-            let mut s = dnsd::Sockets {
-                udp: Vec::new(),
-                tcp: Vec::new(),
-                http: None,
-            };
-            for a in &loaded.dns.listen {
-                s.udp.extend(
-                    dnsd::bind_udp(*a, threads).with_context(|| format!("dns.listen {a} (UDP)"))?,
-                );
-                s.tcp.push(tokio::net::TcpListener::from_std(
-                    dnsd::bind_tcp(*a).with_context(|| format!("dns.listen {a} (TCP)"))?,
-                )?);
-            }
-            if let Some(h) = loaded.dns.http {
-                s.http = Some(
-                    tokio::net::TcpListener::bind(h)
-                        .await
-                        .with_context(|| format!("dns.http {h}"))?,
-                );
-            }
-            Some(s)
+            Some(dnsd::Sockets::bind(&loaded.dns, threads).await?)
         }
         None => None,
     };
     let lb_sockets = match &lb {
-        Some(c) => {
-            let mut s = lbd::Sockets::default();
-            for f in &c.loaded.plan(false) {
-                s.frontends.insert(
-                    f.name.clone(),
-                    lbd::state::bind(f.listen)
-                        .with_context(|| format!("lb frontend {} {}", f.name, f.listen))?,
-                );
-            }
-            if let Some(a) = c.loaded.lb().admin_listen {
-                s.admin = Some(lbd::state::bind(a).with_context(|| format!("lb.adminListen {a}"))?);
-            }
-            Some(s)
-        }
+        Some(c) => Some(lbd::Sockets::bind(&c.loaded)?),
         None => None,
     };
     let app = bootd::prepare(&boot, boot_sockets.want_tls())?;
@@ -200,32 +169,23 @@ async fn serve(
             )
         });
     }
-    // Signal handlers first: READY=1 invites a SIGHUP.
-    let signals = tokio::spawn(runtime::service::signals(
-        shutdown.clone(),
-        reloads,
-        reloaded,
-    )?);
-    runtime::service::ready(&summary);
-    tracing::info!("{summary}");
-    let watchdog = runtime::service::spawn_watchdog();
-
-    // The first daemon to stop (an error, or the shutdown) stops the others.
-    let mut failed = None;
-    while let Some(joined) = tasks.join_next().await {
-        let (name, result) = joined.context("a daemon task panicked")?;
-        if let Err(e) = result {
-            tracing::error!(daemon = name, error = %e, "stopped with an error; stopping the others");
-            failed.get_or_insert((name, e));
+    let all = async {
+        tracing::info!("{summary}");
+        // The first daemon to stop (an error, or the shutdown) stops the others.
+        let mut failed = None;
+        while let Some(joined) = tasks.join_next().await {
+            let (name, result) = joined.context("a daemon task panicked")?;
+            if let Err(e) = result {
+                tracing::error!(daemon = name, error = %e, "stopped with an error; stopping the others");
+                failed.get_or_insert((name, e));
+            }
+            shutdown.cancel();
         }
-        shutdown.cancel();
-    }
-    signals.abort();
-    if let Some(w) = watchdog {
-        w.abort();
-    }
-    match failed {
-        Some((name, e)) => Err(e.context(name)),
-        None => Ok(()),
-    }
+        match failed {
+            Some((name, e)) => Err(e.context(name)),
+            None => Ok(()),
+        }
+    };
+    runtime::service::serve_until_stopped(shutdown.clone(), reloads, reloaded, &summary, all)
+        .await?
 }

@@ -21,9 +21,10 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
     about = "Network-boot server: iPXE/GRUB scripts, per-node Ignition, OS images"
 )]
 struct Cli {
-    /// The site description (YAML).
-    #[arg(long, global = true, default_value = "/etc/bootd/site.yaml")]
-    site: PathBuf,
+    /// The site description (YAML). Default: /etc/bare-metal-boot/site.yaml
+    /// (/etc/bootd/site.yaml, the old default, while only it exists).
+    #[arg(long, global = true)]
+    site: Option<PathBuf>,
     /// Overrides host.stateDir from the site.
     #[arg(long, global = true)]
     state_dir: Option<PathBuf>,
@@ -37,7 +38,7 @@ struct Cli {
     /// What this appliance goes by among those sharing the site's store
     /// (`host.store: etcd`): beside each step of a node's timeline it
     /// served. Default: the host name.
-    #[arg(long, global = true, value_name = "NAME", value_parser = appliance::shared::timeline::valid_name)]
+    #[arg(long, global = true, value_name = "NAME", value_parser = appliance::ha::timeline::valid_name)]
     name: Option<String>,
     /// Where DHCP replies go, CLIENT,SERVER ports (default 68,67); for tests.
     #[arg(long, hide = true, value_name = "CLIENT,SERVER")]
@@ -154,7 +155,8 @@ fn main() -> Result<()> {
         // Before any site is loaded: its overlay is read from there too.
         site::override_state_dir(d).map_err(anyhow::Error::msg)?;
     }
-    let site = site::load(&cli.site).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let site =
+        site::load(&runtime::paths::site(cli.site.clone())).map_err(|e| anyhow::anyhow!("{e}"))?;
     let mut config = appliance::boot_config(site, cli.name.as_deref());
     config.state_dir = cli.state_dir.clone();
     if let Some(p) = &cli.dhcp_reply_ports {
@@ -345,7 +347,12 @@ fn render_one(
         runtime::clock::now(),
         site.ignition.token_ttl,
     );
-    let urls = bootd::render::NodeUrls::new(site, &site.host.http.url, node, &token);
+    let urls = bootd::render::NodeUrls::new(
+        site,
+        site.host.http.base_url(None, Some(node)),
+        node,
+        &token,
+    );
     let out = match what {
         What::Ipxe => bootd::render::ipxe::node(site, node, &urls),
         What::Grub => bootd::render::grub::node(site, node, &urls),
@@ -436,31 +443,25 @@ fn serve(config: bootd::Config) -> Result<()> {
         let reloaded = Arc::clone(&config.reloaded);
         let app = bootd::prepare(&config, sockets.want_tls())?;
         // Config validated, sockets bound, state (CA, keys) ready: tell systemd.
-        // Signal handlers first: READY=1 invites a SIGHUP.
-        let signals = tokio::spawn(runtime::service::signals(
-            shutdown.clone(),
-            vec![reload],
-            vec![reloaded],
-        )?);
-        runtime::service::ready(&format!(
+        let status = format!(
             "serving {} ({} nodes)",
             site.cluster.domain(),
             site.nodes.len()
-        ));
-        let watchdog = runtime::service::spawn_watchdog();
-        let r = appliance::run_boot(
-            app,
-            config,
-            sockets,
-            controller::Tuning::default(),
-            Some(appliance::lbwatch::LbSource::Admin),
-            shutdown,
+        );
+        runtime::service::serve_until_stopped(
+            shutdown.clone(),
+            vec![reload],
+            vec![reloaded],
+            &status,
+            appliance::run_boot(
+                app,
+                config,
+                sockets,
+                controller::Tuning::default(),
+                Some(appliance::lbwatch::LbSource::Admin),
+                shutdown,
+            ),
         )
-        .await;
-        signals.abort();
-        if let Some(w) = watchdog {
-            w.abort();
-        }
-        r
+        .await?
     })
 }

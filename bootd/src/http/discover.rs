@@ -134,7 +134,7 @@ pub(super) fn discover(
     ));
     script(render::ipxe::discovered(
         &snap.site,
-        snap.site.host.http.url_for_peer(peer),
+        snap.site.host.http.base_url(Some(peer), None),
         &m.key,
     ))
 }

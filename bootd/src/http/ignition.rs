@@ -8,8 +8,9 @@ use crate::render::ignition::IgnitionError;
 /// site CA when bootd serves HTTPS), with a fresh token: what provider
 /// userdata carries. The node need not be served yet (a node waiting for
 /// its provider's address). `scope`: [`token::Scope::Provider`] for what a
-/// provider is given as userdata. `peer`: the client it is served to (its
-/// address family picks the URL); `None`: the site's first URL.
+/// provider is given as userdata. `peer`: the client it is served to, when
+/// known; the URL is [`site::Listen::base_url`]'s choice for it and the
+/// node (in the site or not yet).
 pub fn pointer_for(
     app: &App,
     snap: &Snapshot,
@@ -17,10 +18,8 @@ pub fn pointer_for(
     scope: token::Scope,
     peer: Option<IpAddr>,
 ) -> serde_json::Value {
-    let base = |l: &site::Listen| match peer {
-        Some(p) => l.url_for_peer(p).to_string(),
-        None => l.url.clone(),
-    };
+    let node = snap.site.node(name);
+    let base = |l: &site::Listen| l.base_url(peer, node).to_string();
     let tok = app.key.issue(
         name,
         scope,

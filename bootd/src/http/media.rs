@@ -11,7 +11,8 @@ use super::*;
 use crate::media::Media;
 
 /// The URL a BMC is given to mount `name`'s ISO, with a fresh token:
-/// secret (anyone with it can read the ISO and the token inside).
+/// secret (anyone with it can read the ISO and the token inside). The
+/// BMC's address family is not the node's: the site's first URL.
 pub fn media_url_for(app: &App, snap: &Snapshot, name: &str) -> String {
     let tok = app.key.issue(
         name,
@@ -19,7 +20,8 @@ pub fn media_url_for(app: &App, snap: &Snapshot, name: &str) -> String {
         runtime::clock::now(),
         snap.site.ignition.token_ttl,
     );
-    format!("{}/media/{name}.iso?token={tok}", snap.site.host.http.url)
+    let base = snap.site.host.http.base_url(None, None);
+    format!("{base}/media/{name}.iso?token={tok}")
 }
 
 pub(super) async fn media(

@@ -22,8 +22,7 @@ pub struct NodeUrls {
 
 impl NodeUrls {
     /// `token` is the node's current access token (see [`crate::token`]);
-    /// `base` the HTTP base URL of the client's address family
-    /// ([`site::Listen::url_for_peer`]).
+    /// `base` the HTTP base URL the client gets ([`site::Listen::base_url`]).
     pub fn new(site: &Site, base: &str, node: &Node, token: &str) -> NodeUrls {
         let img = site.image_of(node);
         let image = |p: &str| format!("{base}/images/{p}");

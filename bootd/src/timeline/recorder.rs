@@ -22,7 +22,7 @@ pub struct Recorder {
     /// Where several appliances share the store: this one's name, and
     /// where the writer sends the events it shares ([`Recorder::share`]).
     sharing: std::sync::OnceLock<(String, mpsc::Sender<(String, Event)>)>,
-    /// The other appliances' events, per site node ([`super::share::follow`]).
+    /// The other appliances' events, per site node ([`super::ha::follow`]).
     others: Mutex<HashMap<String, VecDeque<Event>>>,
 }
 
@@ -51,9 +51,9 @@ impl Recorder {
     }
 
     /// Shares the events of site nodes from now on, as appliance `me`:
-    /// the receiver is for [`super::share::publish`]. Once.
+    /// the receiver is for [`super::ha::publish`]. Once.
     pub fn share(&self, me: &str) -> Option<mpsc::Receiver<(String, Event)>> {
-        let (tx, rx) = mpsc::channel(super::share::BACKLOG);
+        let (tx, rx) = mpsc::channel(super::ha::BACKLOG);
         self.sharing.set((me.to_string(), tx)).ok()?;
         self.book.lock().unwrap_or_else(|p| p.into_inner()).share = true;
         Some(rx)
@@ -99,7 +99,7 @@ impl Recorder {
             return None;
         }
         let base = local.cloned().unwrap_or_else(absent);
-        Some(super::share::merge(base, me, theirs.into_iter().flatten()))
+        Some(super::ha::merge(base, me, theirs.into_iter().flatten()))
     }
 
     /// Whether `node`'s machine boots an image from its provider (`true`)

@@ -715,7 +715,7 @@ async fn read_responses(
     out
 }
 
-/// bootd's own plain-HTTP loop (bootd/src/plain.rs): pipelined GET and HEAD
+/// bootd's own plain-HTTP loop (bootd/src/fast_get.rs): pipelined GET and HEAD
 /// on one connection, a small file sent by sendfile byte for byte, metrics
 /// counted; then a request it leaves to hyper (POST with a body) on the
 /// same connection, after which hyper serves the rest.
@@ -1268,7 +1268,7 @@ async fn clients_that_never_read_hold_neither_threads_nor_connections() {
     tokio::time::sleep(Duration::from_millis(1000)).await;
     let during = threads();
     assert!(
-        during <= before + bootd::plain::MAX_BLOCKING_SENDS + 16,
+        during <= before + bootd::fast_get::MAX_BLOCKING_SENDS + 16,
         "{before} threads before, {during} with 200 stalled readers"
     );
     // Others are served meanwhile.

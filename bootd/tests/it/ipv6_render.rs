@@ -27,8 +27,8 @@ fn dual(edit: impl Fn(String) -> String) -> (tempfile::TempDir, site::Site) {
 fn scripts_name_the_url_of_the_clients_family() {
     let (_d, site) = dual(|t| t);
     let http = &site.host.http;
-    let v6 = http.url_for_peer("fd00:77::11".parse().unwrap());
-    let v4 = http.url_for_peer("::ffff:10.77.0.11".parse().unwrap());
+    let v6 = http.base_url(Some("fd00:77::11".parse().unwrap()), None);
+    let v4 = http.base_url(Some("::ffff:10.77.0.11".parse().unwrap()), None);
     assert!(render::ipxe::entry(v6)
         .contains("chain --autofree --replace http://[fd00:77::1]:8080/ipxe/node?mac="));
     assert!(render::ipxe::entry(v4).contains("http://10.77.0.1:8080/ipxe/node?mac="));

@@ -98,7 +98,7 @@ pub const REGISTRATION: super::Registration = super::Registration {
             timeout: setup.http.timeout,
             power_off_timeout: d.power_off_timeout,
             dir: bmc::dir(setup.state_dir),
-            files: api.bmc_files.clone(),
+            files: setup.bmc_files.clone(),
         }) as std::sync::Arc<dyn super::Provider>))
     },
 };

@@ -46,7 +46,7 @@ use serde_json::Value;
 use site::Secret;
 use std::collections::HashMap;
 use std::future::Future;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
@@ -112,6 +112,10 @@ pub struct Setup<'a> {
     pub http: Http,
     /// bootd's state directory (the local provider keeps its VMs below it).
     pub state_dir: &'a Path,
+    /// The one directory a BMC's password file and CA bundle may be in:
+    /// `host.api.bmcFiles`, else the default ([`runtime::paths::bmc_files`]).
+    /// Chosen once per start, so it cannot move under a running controller.
+    pub bmc_files: PathBuf,
 }
 
 /// A provider ready to call, or why it cannot be used.

@@ -6,7 +6,7 @@
 //! - [`leases`]: the lease table and its crash-safe store (group commit).
 //! - [`server`]: sockets, reply addressing, durability before ACK.
 //! - [`neigh`]: neighbour entries, for unicast to clients without an address.
-//! - [`shared`]: leases in the store several appliances share, who answers.
+//! - [`ha`]: leases in the store several appliances share, who answers.
 //! - [`wire`]: structural checks on raw packets before decoding.
 //!
 //! Invariant: no ACK leaves before the lease it grants is fdatasync'ed
@@ -14,8 +14,8 @@
 
 pub mod boot;
 pub mod core;
+pub mod ha;
 pub mod leases;
 pub mod neigh;
 pub mod server;
-pub mod shared;
 pub mod wire;

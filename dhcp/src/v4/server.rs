@@ -9,8 +9,8 @@
 //! that fails, the reply is broadcast (which every client accepts).
 
 use super::core::{self, Dest, Rx};
+use super::ha::{DhcpRole, Durable, NotCommitted, SharedLeases};
 use super::leases::Table;
-use super::shared::{DhcpRole, Durable, NotCommitted, SharedLeases};
 use crate::{Context, Event};
 use dhcproto::v4::Message;
 use dhcproto::{Decodable, Decoder, Encodable, Encoder};
@@ -103,7 +103,7 @@ pub struct Server {
     pub store: Durable,
     /// With a shared store: what this appliance answers, per scope
     /// (`None`: all).
-    pub active: Option<super::shared::Active>,
+    pub active: Option<super::ha::Active>,
     pub ports: Ports,
     /// For neighbour entries (hardware unicast); `None` → broadcast instead.
     pub ifindex: Option<u32>,

@@ -90,7 +90,7 @@ impl Builder<'_> {
             if !apexes.contains(id)
                 && self.bnodes[*id as usize]
                     .rrsets
-                    .contains_key(&wire::TYPE_NS)
+                    .contains_key(&codec::TYPE_NS)
             {
                 self.nodes[*id as usize].kind = Kind::Cut;
             }
@@ -124,7 +124,7 @@ impl Builder<'_> {
         let ttl = z.records[0].ttl().min(soa.minimum());
         Section {
             owner: Owner::Name(z.origin.clone()),
-            rtype: wire::TYPE_SOA,
+            rtype: codec::TYPE_SOA,
             set: RRset {
                 ttl,
                 rdatas: vec![z.records[0].data().clone()],
@@ -137,13 +137,13 @@ impl Builder<'_> {
         for (zi, z) in self.zones.iter().enumerate() {
             let soa = self.soa_section(zi);
             let nx = Logical {
-                rcode: wire::RCODE_NXDOMAIN,
+                rcode: codec::RCODE_NXDOMAIN,
                 aa: true,
                 authority: vec![soa.clone()],
                 ..Default::default()
             };
             let nodata = Logical {
-                rcode: wire::RCODE_NOERROR,
+                rcode: codec::RCODE_NOERROR,
                 aa: true,
                 authority: vec![soa.clone()],
                 ..Default::default()
@@ -188,7 +188,7 @@ impl Builder<'_> {
                     } else {
                         name.clone()
                     };
-                    let has_cname = self.bnodes[id].rrsets.contains_key(&wire::TYPE_CNAME);
+                    let has_cname = self.bnodes[id].rrsets.contains_key(&codec::TYPE_CNAME);
                     let types: Vec<u16> = if has_cname {
                         all_types.iter().copied().collect()
                     } else {
@@ -212,7 +212,7 @@ impl Builder<'_> {
                         };
                         self.template(&anchor, &l)?
                     };
-                    let l = self.resolve(id as u32, wire::TYPE_ANY);
+                    let l = self.resolve(id as u32, codec::TYPE_ANY);
                     let any = self.template(&anchor, &l)?;
                     let n = &mut self.nodes[id];
                     n.by_type = by_type.into_boxed_slice();
@@ -238,7 +238,7 @@ impl Builder<'_> {
             return;
         }
         let bn = &self.bnodes[n as usize];
-        for t in [wire::TYPE_A, wire::TYPE_AAAA] {
+        for t in [codec::TYPE_A, codec::TYPE_AAAA] {
             if let Some(set) = bn.rrsets.get(&t) {
                 let owner = Owner::Name(bn.name.clone().unwrap_or_else(|| target.clone()));
                 if !out
@@ -258,7 +258,7 @@ impl Builder<'_> {
     pub(super) fn referral(&self, cut: u32) -> Logical {
         let bn = &self.bnodes[cut as usize];
         let name = bn.name.clone().unwrap_or_else(Name::root);
-        let ns = bn.rrsets[&wire::TYPE_NS].clone();
+        let ns = bn.rrsets[&codec::TYPE_NS].clone();
         let mut additional = Vec::new();
         for rd in &ns.rdatas {
             if let RData::NS(t) = rd {
@@ -271,7 +271,7 @@ impl Builder<'_> {
             answer: vec![],
             authority: vec![Section {
                 owner: Owner::Name(name),
-                rtype: wire::TYPE_NS,
+                rtype: codec::TYPE_NS,
                 set: ns,
             }],
             additional,
@@ -290,7 +290,7 @@ impl Builder<'_> {
         let mut seen = vec![start];
         loop {
             let bn = &self.bnodes[cur as usize];
-            if qtype == wire::TYPE_ANY {
+            if qtype == codec::TYPE_ANY {
                 // RFC 8482: one RRset (the first by type number, as Knot).
                 if let Some((t, set)) = bn.rrsets.iter().next() {
                     l.answer.push(Section {
@@ -309,10 +309,10 @@ impl Builder<'_> {
                 });
                 break;
             }
-            if let Some(set) = bn.rrsets.get(&wire::TYPE_CNAME) {
+            if let Some(set) = bn.rrsets.get(&codec::TYPE_CNAME) {
                 l.answer.push(Section {
                     owner,
-                    rtype: wire::TYPE_CNAME,
+                    rtype: codec::TYPE_CNAME,
                     set: set.clone(),
                 });
                 let RData::CNAME(target) = &set.rdatas[0] else {
@@ -330,7 +330,7 @@ impl Builder<'_> {
                         continue;
                     }
                     Found::Nx(z) => {
-                        l.rcode = wire::RCODE_NXDOMAIN;
+                        l.rcode = codec::RCODE_NXDOMAIN;
                         l.authority.push(self.soa_section(z as usize));
                     }
                     // A loop, a referral or a name elsewhere: the resolver
@@ -389,7 +389,7 @@ impl Builder<'_> {
             ar += count(&mut e, std::slice::from_ref(s))?;
             additional.push((e.buf.len() as u32, ar));
         }
-        let flags = (if l.aa { wire::FLAG_AA } else { 0 }) | l.rcode as u16;
+        let flags = (if l.aa { codec::FLAG_AA } else { 0 }) | l.rcode as u16;
         let fixups: Vec<(u32, bool, u16)> = e
             .fixups
             .iter()
@@ -424,7 +424,7 @@ struct Enc {
 
 /// Template offsets above this are not used as compression targets (the
 /// pointer must stay below 0x4000 after the header and a 255-byte question).
-const MAX_TARGET: usize = 0x4000 - wire::HEADER - MAX_NAME - 4;
+const MAX_TARGET: usize = 0x4000 - codec::HEADER - MAX_NAME - 4;
 
 impl Enc {
     pub(super) fn new(anchor: &Name) -> Enc {
@@ -494,7 +494,7 @@ impl Enc {
             Owner::Name(n) => self.name(n, true),
         }
         self.buf.extend_from_slice(&rtype.to_be_bytes());
-        self.buf.extend_from_slice(&wire::CLASS_IN.to_be_bytes());
+        self.buf.extend_from_slice(&codec::CLASS_IN.to_be_bytes());
         self.buf.extend_from_slice(&ttl.to_be_bytes());
         let len_at = self.buf.len();
         self.buf.extend_from_slice(&[0, 0]);

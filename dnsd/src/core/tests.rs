@@ -476,7 +476,7 @@ fn transfers_follow_the_acl() {
     assert_eq!(
         a,
         Action::Reply {
-            rcode: wire::RCODE_REFUSED,
+            rcode: codec::RCODE_REFUSED,
             truncated: false
         }
     );
@@ -518,7 +518,7 @@ fn only_allowed_networks_are_forwarded() {
             &mut out
         ),
         Action::Reply {
-            rcode: wire::RCODE_REFUSED,
+            rcode: codec::RCODE_REFUSED,
             truncated: false
         }
     );
@@ -543,7 +543,7 @@ fn other_opcodes_are_not_implemented() {
     assert_eq!(
         a,
         Action::Reply {
-            rcode: wire::RCODE_NOTIMP,
+            rcode: codec::RCODE_NOTIMP,
             truncated: false
         }
     );

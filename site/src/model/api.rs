@@ -23,8 +23,10 @@ pub struct Api {
     pub redfish: Option<BmcDriver>,
     pub ipmi: Option<BmcDriver>,
     /// The one directory whose files a node's BMC `password: {file}` and
-    /// `caBundle` may name.
-    pub bmc_files: PathBuf,
+    /// `caBundle` may name, when set; the controller's default otherwise
+    /// (`runtime::paths::bmc_files`: `/etc/bare-metal-boot/bmc`, or
+    /// `/etc/bootd/bmc` while only it exists).
+    pub bmc_files: Option<PathBuf>,
     pub alibaba: Option<AlibabaAccount>,
     /// Per provider: where its nodes' scripts may be fetched from
     /// (a node's own `fetchFrom` wins).

@@ -241,11 +241,7 @@ pub(super) fn api(cx: &mut Cx, w: &wire::Api) -> Option<Api> {
         Some(Some(p)) => Some(p),
         None => None,
     };
-    let bmc_files = w
-        .bmc_files
-        .as_deref()
-        .map(|d| cx.resolve(d))
-        .unwrap_or_else(|| PathBuf::from("/etc/bootd/bmc"));
+    let bmc_files = w.bmc_files.as_deref().map(|d| cx.resolve(d));
     let redfish = w.redfish.as_ref().map(|b| bmc(cx, "host.api.redfish", b));
     let ipmi = w.ipmi.as_ref().map(|b| bmc(cx, "host.api.ipmi", b));
     let alibaba = match w.alibaba.as_ref().map(|a| alibaba::alibaba(cx, a)) {

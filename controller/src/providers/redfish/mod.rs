@@ -65,7 +65,7 @@ pub const REGISTRATION: super::Registration = super::Registration {
             timeout: setup.http.timeout,
             power_off_timeout: d.power_off_timeout,
             dir: bmc::dir(setup.state_dir),
-            files: api.bmc_files.clone(),
+            files: setup.bmc_files.clone(),
             clients: Mutex::new(HashMap::new()),
         }) as std::sync::Arc<dyn super::Provider>))
     },

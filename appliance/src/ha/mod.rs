@@ -1,5 +1,5 @@
-//! bootd's shared state ([`bootd::shared::Shared`], and DHCPv4's:
-//! `dhcp::v4::shared::SharedLeases`) on the site's etcd
+//! bootd's shared state ([`bootd::ha::Shared`], and DHCPv4's:
+//! `dhcp::v4::ha::SharedLeases`) on the site's etcd
 //! (`host.store.etcd`), under the site's prefix:
 //!
 //! | key | value |
@@ -53,12 +53,12 @@ pub struct EtcdShared {
     writing: Mutex<timeline::Writing>,
     /// Whether etcd answers (a read every second), one probe for every
     /// DHCP scope: they all stop granting in the same instant when the
-    /// store goes (shared/dhcp.rs).
+    /// store goes (ha/dhcp.rs).
     store_up: OnceLock<tokio::sync::watch::Receiver<bool>>,
 }
 
 /// Each DHCP key's revision as this appliance last wrote it (or read and
-/// judged free to take, never one merely read: shared/dhcp.rs): a
+/// judged free to take, never one merely read: ha/dhcp.rs): a
 /// write compares with it.
 #[derive(Debug, Default)]
 struct Revs {
@@ -126,7 +126,7 @@ impl EtcdShared {
     }
 }
 
-impl bootd::shared::Shared for EtcdShared {
+impl bootd::ha::Shared for EtcdShared {
     fn agree(&self, name: &str, offer: &[u8]) -> io::Result<Vec<u8>> {
         let etcd = self.etcd()?;
         let key = etcd.key(&format!("bootd/secrets/{name}"));
@@ -178,7 +178,7 @@ impl bootd::shared::Shared for EtcdShared {
     fn others_events(
         &self,
         stop: CancellationToken,
-    ) -> Option<tokio::sync::mpsc::Receiver<bootd::shared::Others>> {
+    ) -> Option<tokio::sync::mpsc::Receiver<bootd::ha::Others>> {
         self.timeline_others(stop)
     }
 }

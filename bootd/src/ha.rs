@@ -8,7 +8,7 @@
 //! - nodes' timeline events: each appliance shows what the others saw.
 //!
 //! DHCP leases go through the same store, behind the `dhcp` crate's own
-//! interface (`dhcp::v4::shared::SharedLeases`, [`crate::Config::shared_leases`]).
+//! interface (`dhcp::v4::ha::SharedLeases`, [`crate::Config::shared_leases`]).
 //!
 //! At start, [`agree`] settles each secret: the one already shared wins;
 //! with none shared yet, this appliance's (its file, or a new one) is

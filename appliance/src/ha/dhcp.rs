@@ -24,8 +24,8 @@
 //!   lease as it is written (a watch), so its table holds the others'.
 
 use super::{EtcdShared, Revs};
+use dhcp::v4::ha::DhcpRole;
 use dhcp::v4::leases::{Lease, LeaseState};
-use dhcp::v4::shared::DhcpRole;
 use etcd::{Compare, CompareOp, Transaction, TxnOp, TxnOpResponse};
 use std::io;
 use std::net::Ipv4Addr;
@@ -157,7 +157,7 @@ impl Revs {
 }
 
 /// DHCPv4's view of the store, answered by the methods below.
-impl dhcp::v4::shared::SharedLeases for EtcdShared {
+impl dhcp::v4::ha::SharedLeases for EtcdShared {
     fn leases(&self) -> io::Result<Vec<Lease>> {
         self.dhcp_leases()
     }

@@ -15,7 +15,7 @@
 //!   with boot attempts counted across them.
 
 use super::*;
-use crate::shared::{Others, Shared};
+use crate::ha::{Others, Shared};
 
 /// Events in one write to the store.
 pub const BATCH: usize = 100;

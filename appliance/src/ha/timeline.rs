@@ -5,7 +5,7 @@
 //! others' events are read from a watch of `timeline/`.
 
 use super::EtcdShared;
-use bootd::shared::Others;
+use bootd::ha::Others;
 use etcd::{PutOptions, Transaction, TxnOp};
 use std::io;
 use std::time::{Duration, Instant};

@@ -1,4 +1,6 @@
-//! Strict parsing of one incoming DNS message (a query, NOTIFY or transfer
+//! The DNS packet codec: the wire format's constants, the few replies
+//! made by editing a request (SERVFAIL, a slip's truncation), and strict
+//! parsing of one incoming DNS message (a query, NOTIFY or transfer
 //! request) without allocating: the header, the one question (its name
 //! lower-cased into a caller buffer), the authority section (the SOA of an
 //! IXFR request) and the OPT record.

@@ -41,7 +41,7 @@ fn appliances_serve_the_same_serials() {
     let (da, db) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let a = dnsd::load_site(&site(da.path(), &server.endpoint, false), None).unwrap();
     let e = etcd::Etcd::connect(a.shared.as_ref().expect("the site names etcd")).unwrap();
-    let a = dnsd::shared::agree(&e, a);
+    let a = dnsd::ha::agree(&e, a);
     // B loads later: alone, its serials (the time) would be larger.
     std::thread::sleep(std::time::Duration::from_millis(1100));
     let b_alone = dnsd::load_site(&site(db.path(), &server.endpoint, false), None).unwrap();
@@ -50,14 +50,14 @@ fn appliances_serve_the_same_serials() {
         serials(&b_alone),
         "the test needs serials that differ alone"
     );
-    let b = dnsd::shared::agree(&e, b_alone);
+    let b = dnsd::ha::agree(&e, b_alone);
     assert_eq!(serials(&a), serials(&b));
     assert!(serials(&a).len() >= 2, "{:?}", serials(&a));
 
     // A's site gains a node: its forward and reverse zones change, once.
     std::thread::sleep(std::time::Duration::from_millis(1100));
     let a2 = dnsd::load_site(&site(da.path(), &server.endpoint, true), Some(&a.catalog)).unwrap();
-    let a2 = dnsd::shared::agree(&e, a2);
+    let a2 = dnsd::ha::agree(&e, a2);
     let (before, after) = (serials(&a), serials(&a2));
     let raised: Vec<_> = before
         .iter()
@@ -72,7 +72,7 @@ fn appliances_serve_the_same_serials() {
     // B gets the same change later: the same raised serials, not its own.
     std::thread::sleep(std::time::Duration::from_millis(1100));
     let b2 = dnsd::load_site(&site(db.path(), &server.endpoint, true), Some(&b.catalog)).unwrap();
-    let b2 = dnsd::shared::agree(&e, b2);
+    let b2 = dnsd::ha::agree(&e, b2);
     assert_eq!(serials(&a2), serials(&b2));
     // A site without etcd names none.
     let plain =

@@ -1,0 +1,60 @@
+//! The controller's metrics, in bootd's one `/metrics` output (attached to
+//! bootd's registry, [`bootd::metrics::Metrics::attach`]): the API's
+//! requests, refusals and closed connections, and failed provider calls.
+//! Listed once the controller has started (a site with `host.api`).
+
+use bootd::metrics::{Kind, Reason, RouteStatus};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::registry::Registry;
+use std::sync::Arc;
+
+#[derive(Debug)]
+pub struct Metrics {
+    /// `bootd_api_requests_total{route,status}`.
+    pub requests: Family<RouteStatus, Counter>,
+    /// `bootd_api_denials_total{reason}`.
+    pub denials: Family<Reason, Counter>,
+    /// `bootd_api_connections_closed_total{reason}`: closed on a bad or slow
+    /// client ([`runtime::http1::Closed`]).
+    pub closed: Family<Reason, Counter>,
+    /// `bootd_provider_errors_total{kind}`.
+    pub provider_errors: Family<Kind, Counter>,
+}
+
+impl Metrics {
+    /// The controller's metrics in `app`'s registry (added the first time).
+    pub fn of(app: &bootd::App) -> Arc<Metrics> {
+        app.metrics.attach(register)
+    }
+}
+
+fn register(registry: &mut Registry) -> Metrics {
+    let m = Metrics {
+        requests: Family::default(),
+        denials: Family::default(),
+        closed: Family::default(),
+        provider_errors: Family::default(),
+    };
+    registry.register(
+        "api_connections_closed",
+        "Controller API connections closed on a bad or slow client, by reason (as bootd_http_connections_closed_total)",
+        m.closed.clone(),
+    );
+    registry.register(
+        "api_requests",
+        "Controller API requests by route and status",
+        m.requests.clone(),
+    );
+    registry.register(
+        "api_denials",
+        "Controller API requests refused (missing, wrong, tokens_unavailable) and connections closed at accept over a cap (max_connections, per_source)",
+        m.denials.clone(),
+    );
+    registry.register(
+        "provider_errors",
+        "Failed provider calls (transient, permanent)",
+        m.provider_errors.clone(),
+    );
+    m
+}
