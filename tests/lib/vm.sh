@@ -6,7 +6,7 @@
 #
 # Waiting:
 #   wait_up PID SECS LOG WHAT CMD...   a process just spawned answers CMD
-#   within SECS CMD...                 wait_for, bounded by the clock too
+#   [PACE=S] within SECS CMD...        wait_for, its tries S seconds apart
 # Consoles and logs:
 #   console_clean FILE                 without CRs and terminal escapes
 #   show_logs [-n N] FILE...           their last lines, for a FAIL
@@ -31,36 +31,35 @@
 wait_up() {
     local pid=$1 secs=$2 logf=$3 what=$4 rc=0
     shift 4
-    wait_for "$secs" up_or_gone "$pid" "$@" || rc=$?
+    wait_for "$secs" while_alive "$pid" "$@" || rc=$?
     alive "$pid" || vm_fail "$what exited at start: $(tail -n 5 "$logf" 2>/dev/null | tr '\n' ' ')"
     [[ $rc == 0 ]] || vm_fail "$what not answering within $secs s"
 }
 vm_fail() { if declare -F die >/dev/null; then die "$@"; else fail "$@"; fi; }
-up_or_gone() { # PID CMD...: CMD succeeds, or PID is gone (either ends a wait_for)
+# while_alive PID CMD...: CMD, for wait_for; 125 (give up) once PID is gone.
+while_alive() {
     local pid=$1
     shift
-    alive "$pid" || return 0
+    alive "$pid" || return 125
     "$@"
 }
 
-# within SECS CMD...: CMD until it succeeds (0) or SECS seconds of the clock
-# pass (1). wait_for counts its tries, which a slow CMD stretches; a bound
-# that a check states ("gone within 60 s") is the clock's. PACE=S before it
-# spaces the tries S seconds apart (default wait_for's 0.1 s), for a CMD
-# that is heavy to run often. CMD's output is dropped (wait_for): a CMD
-# that finds something sets a variable.
+# [PACE=S] within SECS CMD...: wait_for SECS CMD (0 once it succeeds, 1
+# when SECS have passed), with PACE its tries S seconds apart instead of
+# wait_for's 0.1 s, for a CMD that is heavy to run often (an API call and a
+# JSON parse, a CLI, virsh). CMD's output is dropped (wait_for): a CMD that
+# finds something sets a variable.
 within() {
     local secs=$1
     shift
-    WITHIN_END=$(($(date +%s%N) + secs * 1000000000)) WITHIN_OK=0
-    wait_for "$secs" within_try "$@" || true
-    [[ $WITHIN_OK == 1 ]]
+    if [[ -n ${PACE:-} ]]; then wait_for "$secs" paced "$@"; else wait_for "$secs" "$@"; fi
 }
-within_try() {
-    if "$@"; then WITHIN_OK=1; return 0; fi
-    (($(date +%s%N) < WITHIN_END)) || return 0
-    if [[ -n ${PACE:-} ]]; then sleep "$(awk -v p="$PACE" 'BEGIN { print (p > 0.1 ? p - 0.1 : 0) }')"; fi
-    return 1
+paced() { # CMD...: CMD; after a failure, PACE less wait_for's own 0.1 s
+    local rc=0
+    "$@" || rc=$?
+    [[ $rc == 0 || $rc == 125 ]] && return "$rc"
+    sleep "$(awk -v p="$PACE" 'BEGIN { print (p > 0.1 ? p - 0.1 : 0) }')"
+    return "$rc"
 }
 
 # --- consoles and logs ------------------------------------------------------------
@@ -92,12 +91,13 @@ ignition_line() {
 # wait_ignition_line SECS FILE [OFFSET [PID]]: ignition_line once there,
 # within SECS, or sooner nothing when PID (the VM's QEMU) exits without it.
 wait_ignition_line() {
-    within "$1" ignition_or_gone "$2" "${3:-0}" "${4:-}" || true
+    wait_for "$1" ignition_seen "$2" "${3:-0}" "${4:-}" || true
     ignition_line "$2" "${3:-0}"
 }
-ignition_or_gone() { # FILE OFFSET PID
+ignition_seen() { # FILE OFFSET PID: the line is there (0); 125 once PID is gone
     [[ -n $(ignition_line "$1" "$2") ]] && return 0
-    [[ -n $3 ]] && ! alive "$3"
+    [[ -z $3 ]] || alive "$3" || return 125
+    return 1
 }
 # ignition_sha LINE: the sha256 in a LAB-IGNITION line.
 ignition_sha() { sed -n 's/.* sha256=\([0-9a-f]*\).*/\1/p' <<<"$1"; }

@@ -193,7 +193,7 @@ leader() {
   LEADER=$(cut -d' ' -f1 "/proc/$NSPAWN/task/$NSPAWN/children" 2>/dev/null || true)
   [[ -n $LEADER && $(readlink "/proc/$LEADER/exe" 2>/dev/null) == */systemd ]] || { LEADER=''; return 1; }
 }
-wait_for 30 up_or_gone "$NSPAWN" leader || true
+wait_for 30 while_alive "$NSPAWN" leader || true
 alive "$NSPAWN" || fail "systemd-nspawn exited: $(tail -n 5 "$RUN/console.log" | tr '\n' ' ')"
 [[ -n $LEADER ]] || fail "no systemd in the container after 30 s"
 
@@ -206,7 +206,7 @@ booted() { # the container's systemd is up (running or degraded; in $state)
   state=$(T=10 cx systemctl is-system-running 2>/dev/null || true)
   [[ $state == running || $state == degraded ]]
 }
-PACE=1 within 120 up_or_gone "$NSPAWN" booted || true
+PACE=1 within 120 while_alive "$NSPAWN" booted || true
 alive "$NSPAWN" || fail "the container stopped while booting: $(tail -n 5 "$RUN/console.log" | tr '\n' ' ')"
 [[ $(cx cat /proc/1/comm) == systemd ]] || fail "PID 1 of the container is not systemd"
 case $state in
