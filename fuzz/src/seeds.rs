@@ -1,6 +1,6 @@
 //! The seed corpora, as `quick --seed-corpus` writes them into
 //! `fuzz/corpus/<target>/`: real packets and documents, built the way the
-//! repository's own tests build them (DHCP as bootd/tests/common/dhcp.rs,
+//! repository's own tests build them (DHCP as tests/support/src/dhcp.rs (testkit::dhcp),
 //! DNS queries as dnsd/tests/it.rs, TFTP and HTTP heads as the tftp and
 //! bootd tests write them), and the repository's own files (the example
 //! sites, dnsd's and the site crate's test sites, the RHCOS stream fixture).
@@ -39,7 +39,7 @@ fn read(rel: &str) -> String {
     std::fs::read_to_string(repo_path(rel)).unwrap_or_else(|e| panic!("{rel}: {e}"))
 }
 
-/// A DHCP request as bootd/tests/common/dhcp.rs builds one, plus options.
+/// A DHCP request as tests/support/src/dhcp.rs (testkit::dhcp) builds one, plus options.
 fn dhcp_msg(mac: [u8; 6], t: MessageType, relayed: bool, opts: Vec<DhcpOption>) -> Vec<u8> {
     let mut m = Message::default();
     m.set_opcode(Opcode::BootRequest)
@@ -496,7 +496,7 @@ fn sites() -> Vec<(String, Vec<u8>)> {
             read("dnsd/tests/data/site.yaml").replace("worker: worker.ign", "worker: ignition/worker.ign"),
         ),
         ("bad".into(), read("site/tests/data/bad.yaml")),
-        // bootd/tests/common/dhcp.rs's loopback network with a pool.
+        // tests/support/src/dhcp.rs (testkit::dhcp)'s loopback network with a pool.
         (
             "lab-loopback-pool".into(),
             lab.replace(

@@ -68,7 +68,7 @@ L=hal-$T A=haa-$T B=hab-$T C=hac-$T E=hae-$T N=han-$T
 KEEP_WORK=${KEEP_WORK:-${KEEP:-0}}   # KEEP=1: the work folder stays
 harness_init ha-e2e
 SHM=/dev/shm/ha-e2e-$T
-on_exit "rm -rf '$SHM'"
+after_exit "rm -rf '$SHM'"  # once etcd has stopped writing there
 calc() { awk "BEGIN { v = $1; if (v == int(v)) print v; else printf \"%.2f\\n\", v }"; }
 # die MESSAGE: the appliances', keepalived's and the VMs' logs, then the FAIL line.
 die() { show_logs -n 25 "$WORK"/A.log "$WORK"/B.log "$WORK"/ka-*.log "$WORK"/vm-*/serial.log; fail "$*"; }

@@ -99,7 +99,7 @@ interface br0 {
 };
 EOF
 spawn --ns "$NS" radvd -n -C "$WORK/radvd.conf" -p "$WORK/radvd.pid" -m logfile -l "$WORK/radvd.log"
-start_bootd --log "$WORK/bootd.log" --ready "http://[fd00:77::1]:8080/healthz" --timeout 30 \
+start_bootd --bin "$BOOTD" --log "$WORK/bootd.log" --ready "http://[fd00:77::1]:8080/healthz" --timeout 30 \
   -- --site "$SITE" --state-dir "$WORK/state" || die "bootd did not become ready"
 log "network + radvd + bootd ready in $(since "$T0")s (workdir $WORK)"
 

@@ -33,6 +33,7 @@ BIN=${BIN:-$REPO/target/release}
 
 PIDS=()
 HARNESS_HOOKS=()
+HARNESS_AFTER=()
 FAILS=0 PASSES=0
 HARNESS_NAME=${HARNESS_NAME:-$(basename "$0" .sh)}
 
@@ -75,6 +76,9 @@ harness_error() { # line command: an unexpected failure, from the ERR trap
 # on_exit COMMAND: run COMMAND (a string, eval'ed) at exit, before the
 # processes are stopped; hooks run last-registered first.
 on_exit() { HARNESS_HOOKS+=("$1"); }
+# after_exit COMMAND: the same, after the processes are stopped and the
+# namespaces deleted (e.g. removing a folder they were writing to).
+after_exit() { HARNESS_AFTER+=("$1"); }
 
 harness_cleanup() {
     local rc=$? i
@@ -86,6 +90,7 @@ harness_cleanup() {
     for ((i = ${#HARNESS_HOOKS[@]} - 1; i >= 0; i--)); do eval "${HARNESS_HOOKS[i]}" 2>&"$HARNESS_STDERR"; done
     stop_pids "${PIDS[@]}"
     ns_cleanup
+    for ((i = ${#HARNESS_AFTER[@]} - 1; i >= 0; i--)); do eval "${HARNESS_AFTER[i]}" 2>&"$HARNESS_STDERR"; done
     if [[ ${WORK_OWNED:-0} == 1 && ${KEEP_WORK:-0} != 1 && -n ${WORK:-} ]]; then rm -rf "$WORK"; fi
     exit "$rc"
 }
@@ -177,12 +182,13 @@ stop_pid() {
 wait_for() {
     local secs=$1 rc end
     shift
-    end=$((SECONDS + secs))
+    # microseconds, from bash's own clock (no fork per try)
+    end=$((${EPOCHREALTIME/./} + secs * 1000000))
     while true; do
         rc=0
         "$@" >/dev/null 2>&1 || rc=$?
         [[ $rc == 0 ]] && return 0
-        [[ $rc == 125 || $SECONDS -ge $end ]] && return 1
+        [[ $rc == 125 || ${EPOCHREALTIME/./} -ge $end ]] && return 1
         sleep 0.1
     done
 }

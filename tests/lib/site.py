@@ -4,9 +4,12 @@
 usage: site.py SRC OUT EDIT...
 
 SRC's relative paths (host.stateDir, host.tftp.root, images.root,
-ignition.dir, ignition.roles.*, cluster.installConfig, host.https.ca/cert/key)
-are made absolute against SRC's folder, as the daemons resolve them, so that
-OUT works from any folder. Then each EDIT, in order:
+ignition.dir, ignition.roles.*, cluster.installConfig, host.api.bmcFiles,
+host.api.local.stateDir/ovmfCode/ovmfVars, host.store.etcd.tls.ca/cert/key,
+and every `{file: PATH}` reference: API tokens, provider keys) are made
+absolute against SRC's folder, as the daemons resolve them, so that OUT
+works from any folder. (images.root left out is the site folder's `images`:
+set it when the copy needs one.) Then each EDIT, in order:
 
   a.b.c=VALUE    set the key (maps on the way are made); VALUE is YAML:
                  2m, true, 10.77.0.5, {start: 10.77.0.100, end: 10.77.0.220}
@@ -16,6 +19,9 @@ OUT works from any folder. Then each EDIT, in order:
 A path segment that is a number indexes a list; any other segment applied
 to a list picks the item whose `name` is that segment (nodes.worker-0.ip).
 An edit whose path does not lead anywhere is an error: nothing is written.
+VALUE is read as YAML 1.1 (PyYAML): quote what must stay a string, as the
+site files do: macs: ["52:54:00:12:34:56"] (unquoted it is a base-60
+number), "[::]:8080", "on", "off", "yes", "no".
 """
 import os
 import sys
@@ -25,7 +31,11 @@ import yaml
 PATHS = [
     ("host", "stateDir"), ("host", "tftp", "root"), ("images", "root"),
     ("ignition", "dir"), ("cluster", "installConfig"),
-    ("host", "https", "ca"), ("host", "https", "cert"), ("host", "https", "key"),
+    ("host", "api", "bmcFiles"),
+    ("host", "api", "local", "stateDir"), ("host", "api", "local", "ovmfCode"),
+    ("host", "api", "local", "ovmfVars"),
+    ("host", "store", "etcd", "tls", "ca"), ("host", "store", "etcd", "tls", "cert"),
+    ("host", "store", "etcd", "tls", "key"),
 ]
 
 
@@ -86,6 +96,18 @@ def absolute(site, base):
         for r in list(roles):
             fix(roles, r)
 
+    def file_refs(node):  # every {file: PATH} secret reference
+        if isinstance(node, dict):
+            if "file" in node and len(node) == 1:
+                fix(node, "file")
+            for v in node.values():
+                file_refs(v)
+        elif isinstance(node, list):
+            for v in node:
+                file_refs(v)
+
+    file_refs(site)
+
 
 def apply(site, edit):
     if edit.startswith("-"):
@@ -100,7 +122,10 @@ def apply(site, edit):
     key, value = edit.split("=", 1)
     append = key.endswith("+")
     key = key.rstrip("+")
-    value = yaml.safe_load(value) if value != "" else ""
+    try:
+        value = yaml.safe_load(value) if value != "" else ""
+    except yaml.YAMLError as e:
+        raise EditError(f"{key}: the value is not YAML ({str(e).splitlines()[0]}); quote it") from None
     parent, k = walk(site, key.split("."), make=True)
     if append:
         if isinstance(parent, dict) and not isinstance(parent.get(k), list):

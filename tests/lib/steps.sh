@@ -69,6 +69,7 @@ steps_summary() {
         else if (dur[n] > top2d[$1]) { top3d[$1] = top2d[$1]; top3n[$1] = top2n[$1]; top2d[$1] = dur[n]; top2n[$1] = name[n] }
         else if (dur[n] > top3d[$1]) { top3d[$1] = dur[n]; top3n[$1] = name[n] }
         if (kind[n] == "check") { if ($5 == "PASS") pass++; else { fail++; failed = failed (failed ? "; " : "") $6 } }
+        else if ($5 != "PASS") { fail++; failed = failed (failed ? "; " : "") "setup: " $6 }
     }
     END {
         printf "%-5s %7s %7s  %-4s  %s\n", "lane", "start", "took", "", "step"

@@ -61,7 +61,7 @@ lab_site "$WORK/site.yaml" images.root="$WORK/images" host.stateDir="$WORK/state
 lab_netns "status-$$" 10.77.0.1/24 10.77.0.10/32 10.77.0.11/32 10.77.0.12/32 10.77.0.20/32
 
 # Relay replies go to 10.77.0.1:1067 (bootd's hidden --dhcp-reply-ports).
-start_bootd --log "$WORK/bootd.log" --timeout 20 \
+start_bootd --bin "$BOOTD" --log "$WORK/bootd.log" --timeout 20 \
   -- --site "$WORK/site.yaml" --state-dir "$WORK/state" --dhcp-reply-ports 68,1067 \
   || fail "bootd not ready"
 

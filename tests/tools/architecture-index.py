@@ -15,7 +15,7 @@ The whole page is read except its fenced code blocks: every table row of the
   -p bootd`), keys (`host.api.acme`), absolute paths (`/boot/`) and paths
   from a placeholder (`<stateDir>/nodes.yaml`) are not paths: not checked.
 - The items of a path are the backticked spans inside the parentheses that
-  follow it directly: `bootd/src/dhcp/leases.rs` (`writer`, `Table::apply`).
+  follow it directly: `dhcp/src/journal.rs` (`writer`, `append`).
   A row may name several paths, each with its own parentheses; a path inside
   another path's parentheses is a path of its own, not an item.
   In a Rust file an item is a definition: `name` or `name()` is a `fn`,
