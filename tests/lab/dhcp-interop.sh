@@ -72,8 +72,10 @@ if DHCLIENT_OUT=$WORK/dhclient.out ip netns exec "$C" timeout 30 dhclient -4 -1 
 else
   miss "dhclient: $(cat "$WORK/dhclient.out" 2>/dev/null || echo no lease)"
 fi
-# (dhclient went to the background with its lease: stopped by its PID)
-if [[ -f $WORK/dhclient.pid ]]; then kill "$(cat "$WORK/dhclient.pid")" 2>/dev/null || true; fi
+# (dhclient went to the background with its lease: stopped by its PID, and
+# waited for: bootpc binds the same port 68 next, and a dhclient still
+# exiting made it fail with "Address already in use")
+if [[ -f $WORK/dhclient.pid ]]; then stop_pids "$(cat "$WORK/dhclient.pid")"; fi
 
 # --- bootpc (plain BOOTP, as PowerVM firmware sends it) as p9-0 ---
 ip -n "$C" link set vc-$$ down
