@@ -69,9 +69,10 @@ esac
 exit 0
 S
 chmod +x "$WORK/dhclient.sh"
-# stop_dhclient6: dhclient, gone to the background with its lease, stopped by its PID.
+# stop_dhclient6: dhclient, gone to the background with its lease, stopped
+# by its PID and waited for (the next client binds the same port).
 stop_dhclient6() {
-  if [[ -f $WORK/dhclient6.pid ]]; then kill "$(cat "$WORK/dhclient6.pid")" 2>/dev/null || true; fi
+  if [[ -f $WORK/dhclient6.pid ]]; then stop_pids "$(cat "$WORK/dhclient6.pid")"; fi
 }
 dhclient6() {
   DHCLIENT_OUT=$WORK/dhclient.out ip netns exec "$C" timeout 30 dhclient -6 -sf "$WORK/dhclient.sh" \
