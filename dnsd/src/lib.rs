@@ -117,15 +117,7 @@ pub struct Sockets {
     pub http: Option<tokio::net::TcpListener>,
 }
 
-/// A listener that could not be bound: which one (its key and address),
-/// and why.
-#[derive(Debug, thiserror::Error)]
-#[error("{what}")]
-pub struct BindError {
-    pub what: String,
-    #[source]
-    pub source: std::io::Error,
-}
+pub use runtime::net::BindError;
 
 impl Sockets {
     /// Binds what `dns` asks for: on each `dns.listen` address

@@ -152,14 +152,7 @@ pub struct Sockets {
     pub admin: Option<TcpListener>,
 }
 
-/// A listener that could not be bound: which one, and why.
-#[derive(Debug, thiserror::Error)]
-#[error("{what}")]
-pub struct BindError {
-    pub what: String,
-    #[source]
-    pub source: std::io::Error,
-}
+pub use runtime::net::BindError;
 
 impl Sockets {
     /// Binds every frontend of `loaded`'s plan and `lb.adminListen`

@@ -4,6 +4,17 @@ use std::io;
 use tokio::io::Interest;
 use tokio::net::TcpStream;
 
+/// A listener that could not be bound: which one (the site key and the
+/// address, e.g. "dns.listen 10.0.0.1:53 (UDP)"), and why. dnsd's and
+/// lbd's `Sockets::bind` return it.
+#[derive(Debug, thiserror::Error)]
+#[error("{what}")]
+pub struct BindError {
+    pub what: String,
+    #[source]
+    pub source: io::Error,
+}
+
 /// One `recv` into `buf` once `stream` is readable; `Ok(0)` is EOF.
 ///
 /// A short read took all the socket had, so it also marks the socket not
