@@ -6,7 +6,7 @@ usage: site.py SRC OUT EDIT...
 SRC's relative paths (host.stateDir, host.tftp.root, images.root,
 ignition.dir, ignition.roles.*, cluster.installConfig, host.api.bmcFiles,
 host.api.local.stateDir/ovmfCode/ovmfVars, host.store.etcd.tls.ca/cert/key,
-and every `{file: PATH}` reference: API tokens, provider keys) are made
+and every `{file: PATH}` reference under host: API tokens, provider keys) are made
 absolute against SRC's folder, as the daemons resolve them, so that OUT
 works from any folder. (images.root left out is the site folder's `images`:
 set it when the copy needs one.) Then each EDIT, in order:
@@ -106,7 +106,9 @@ def absolute(site, base):
             for v in node:
                 file_refs(v)
 
-    file_refs(site)
+    # Under host only: a node's BMC password {file:} is a name inside
+    # host.api.bmcFiles, not a path beside the site.
+    file_refs(site.get("host"))
 
 
 def apply(site, edit):
