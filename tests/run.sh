@@ -150,6 +150,12 @@ lane_b() {
   tb "netboot IPv6 only: iPXE from the NIC's ROM (DHCPv6) -> HTTP" v6 --site examples/lab-v6/site.yaml --node master-2 --mac 52:54:00:77:00:13 --firmware ovmf-ipxe6
   tb "netboot dual stack: OVMF PXE over DHCPv6 beside DHCPv4 -> iPXE -> HTTP" v6 --site examples/lab-dual/site.yaml --node worker-0 --mac 52:54:00:77:00:20 --firmware ovmf-pxe6
   tb "netboot from a catalog image set"  bash tests/lab/catalog-netboot.sh --bin $BIN
+  # Random mutation of every fuzz target's seed corpus, 10 s each (not
+  # coverage-guided; README, "Fuzzing"): a crash fails the run. In this
+  # lane, after the boots: its release build of the fuzz workspace (its own
+  # target folder) took 7 of the main lane's minutes, and this lane ends
+  # about 19 minutes before the main one.
+  tb "fuzz: 10 s of random mutation per target (fuzz/src/bin/quick.rs)" nice -n 19 cargo run --manifest-path fuzz/Cargo.toml --release --locked --bin quick -- --seconds 10 --keep-going
 }
 lane_b >target/lane-b/log 2>&1 &
 laneb=$!
@@ -165,9 +171,6 @@ t "lbd serves a VIP that arrives after it started (IP_FREEBIND); lbd ready, keep
 t "lbd over IPv6: the IPv6-only site's VIP to every master and worker by IPv6, a master taken out by its checks" bash tests/lab/lbd6.sh $BIN
 t "HA, hotStandby: 3-member etcd, two appliances with keepalived; the VIP+leader appliance powered off mid-boot (VIPs move, the VM gets its Ignition, a held create done once); a relayed 16 000-client perfdhcp storm with the elected appliance killed halfway (no duplicate, no ACK lost); quorum loss" env HA_MODE=hotStandby bash tests/ha/e2e.sh $BIN
 t "HA, loadBalancing: the same, both appliances answering their share of the storm" env HA_MODE=loadBalancing STORM_CLIENTS=12000 bash tests/ha/e2e.sh $BIN
-# Random mutation of every fuzz target's seed corpus, 10 s each (not
-# coverage-guided; README, "Fuzzing"): a crash fails the run.
-t "fuzz: 10 s of random mutation per target (fuzz/src/bin/quick.rs)" nice -n 19 cargo run --manifest-path fuzz/Cargo.toml --release --locked --bin quick -- --seconds 10 --keep-going
 t "dnsd vs NSD and Knot"              bash tests/dns/e2e.sh $BIN/dnsd
 t "controller vs Prism mocks"         bash tests/controller/e2e.sh
 t "status page in headless Chromium"  bash tests/status/e2e.sh --bootd $BIN/bootd
