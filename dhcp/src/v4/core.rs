@@ -55,6 +55,25 @@ impl Outcome {
             reason: reason.into(),
         }
     }
+
+    /// A DHCPNAK for `requested`, saying `why` (option 56, and the log).
+    fn nak(
+        req: &Message,
+        server: Ipv4Addr,
+        requested: Ipv4Addr,
+        mac: Mac,
+        who: &str,
+        why: String,
+    ) -> Outcome {
+        let mut m = base_reply(req, MessageType::Nak, server);
+        m.opts_mut().insert(DhcpOption::Message(why.clone()));
+        Outcome {
+            reply: Some((m, dest_for(req, requested, mac, true))),
+            commit: None,
+            kind: "nak",
+            reason: format!("{who}: NAK: {why}"),
+        }
+    }
 }
 
 /// A site network's IPv4 subnet: what DHCPv4 hands out on it.
@@ -458,27 +477,11 @@ pub fn answer(site: &Site, table: &mut Table, req: &Message, rx: Rx, now: u64) -
                 {
                     return Outcome::drop("ignored", why);
                 }
-                Err(why) => {
-                    let mut m = base_reply(req, MessageType::Nak, server);
-                    m.opts_mut().insert(DhcpOption::Message(why.clone()));
-                    return Outcome {
-                        reply: Some((m, dest_for(req, requested, mac, true))),
-                        commit: None,
-                        kind: "nak",
-                        reason: format!("{who}: NAK: {why}"),
-                    };
-                }
+                Err(why) => return Outcome::nak(req, server, requested, mac, who, why),
             };
             if requested != ip {
                 let why = format!("requested {requested}, but this client's address is {ip}");
-                let mut m = base_reply(req, MessageType::Nak, server);
-                m.opts_mut().insert(DhcpOption::Message(why.clone()));
-                return Outcome {
-                    reply: Some((m, dest_for(req, requested, mac, true))),
-                    commit: None,
-                    kind: "nak",
-                    reason: format!("{who}: NAK: {why}"),
-                };
+                return Outcome::nak(req, server, requested, mac, who, why);
             }
             let mut m = base_reply(req, MessageType::Ack, server);
             m.set_yiaddr(ip);
