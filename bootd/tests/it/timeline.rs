@@ -9,8 +9,7 @@
 
 use crate::harness::{dhcp_recv, request, request_from, Bootd};
 use bootd::timeline::{Phase, Raw, Subject};
-use dhcproto::v4::{Architecture, DhcpOption, HType, Message, MessageType, Opcode};
-use dhcproto::{Encodable, Encoder};
+use dhcproto::v4::{Architecture, DhcpOption, MessageType};
 use serde_json::Value;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -51,30 +50,14 @@ fn site(pool: bool, lb_admin: Option<SocketAddr>) -> impl FnOnce(String) -> Stri
 }
 
 fn dhcp(mac: [u8; 6], t: MessageType, xid: u32, ip: Option<Ipv4Addr>, vendor: &str) -> Vec<u8> {
-    let mut m = Message::default();
-    m.set_opcode(Opcode::BootRequest)
-        .set_htype(HType::Eth)
-        .set_xid(xid)
-        .set_chaddr(&mac)
-        .set_giaddr(Ipv4Addr::LOCALHOST)
-        .set_hops(1);
-    m.opts_mut().insert(DhcpOption::MessageType(t));
+    let mut extra = Vec::new();
     if vendor.starts_with("PXEClient") {
-        m.opts_mut()
-            .insert(DhcpOption::ClientSystemArchitecture(Architecture::from(
-                7u16,
-            )));
+        extra.push(DhcpOption::ClientSystemArchitecture(Architecture::from(
+            7u16,
+        )));
     }
-    m.opts_mut()
-        .insert(DhcpOption::ClassIdentifier(vendor.as_bytes().to_vec()));
-    if let Some(ip) = ip {
-        m.opts_mut().insert(DhcpOption::RequestedIpAddress(ip));
-        m.opts_mut()
-            .insert(DhcpOption::ServerIdentifier(Ipv4Addr::new(10, 77, 0, 1)));
-    }
-    let mut b = Vec::new();
-    m.encode(&mut Encoder::new(&mut b)).unwrap();
-    b
+    extra.push(DhcpOption::ClassIdentifier(vendor.as_bytes().to_vec()));
+    testkit::dhcp::request_with(mac, t, xid, ip, extra)
 }
 
 /// A plain RFC 1350 read from `from`: returns the bytes.

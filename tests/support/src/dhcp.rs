@@ -44,6 +44,18 @@ pub fn loopback_site(t: String) -> String {
 /// A relayed request (giaddr 127.0.0.1, one hop) of type `t` from `mac`;
 /// with `ip`, asking the server 10.77.0.1 for that address.
 pub fn request(mac: [u8; 6], t: MessageType, xid: u32, ip: Option<Ipv4Addr>) -> Vec<u8> {
+    request_with(mac, t, xid, ip, Vec::new())
+}
+
+/// [`request`] with `extra` options (a vendor class, a client
+/// architecture, ...).
+pub fn request_with(
+    mac: [u8; 6],
+    t: MessageType,
+    xid: u32,
+    ip: Option<Ipv4Addr>,
+    extra: Vec<DhcpOption>,
+) -> Vec<u8> {
     let mut m = Message::default();
     m.set_opcode(Opcode::BootRequest)
         .set_htype(HType::Eth)
@@ -52,6 +64,9 @@ pub fn request(mac: [u8; 6], t: MessageType, xid: u32, ip: Option<Ipv4Addr>) -> 
         .set_giaddr(Ipv4Addr::LOCALHOST)
         .set_hops(1);
     m.opts_mut().insert(DhcpOption::MessageType(t));
+    for o in extra {
+        m.opts_mut().insert(o);
+    }
     if let Some(ip) = ip {
         m.opts_mut().insert(DhcpOption::RequestedIpAddress(ip));
         m.opts_mut()
