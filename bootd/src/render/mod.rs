@@ -85,9 +85,25 @@ pub fn kernel_args(site: &Site, node: &Node, urls: &NodeUrls) -> Vec<String> {
         for d in &sn.dns {
             args.push(format!("nameserver={d}"));
         }
+    } else {
+        // Addressed by DHCP: the live environment still gets the cluster's
+        // resolvers, for whatever DHCP serves the segment (Ignition fetches
+        // the machine config from api-int.<domain> before the system runs).
+        for d in resolvers(site, node) {
+            args.push(format!("nameserver={d}"));
+        }
     }
     args.extend(node.kernel_args.iter().cloned());
     args
+}
+
+/// The resolvers a node is given for the cluster's names: its network's
+/// `dnsServers` (dnsd, usually), both families.
+pub fn resolvers<'a>(site: &'a Site, node: &Node) -> &'a [std::net::IpAddr] {
+    site.networks
+        .get(node.network)
+        .map(|n| n.dns_servers.as_slice())
+        .unwrap_or_default()
 }
 
 pub fn fqdn(site: &Site, node: &Node) -> String {

@@ -89,6 +89,28 @@ pub fn nm_keyfile(site: &Site, sn: &StaticNetwork) -> String {
     s
 }
 
+/// Where a DHCP-addressed node's resolver drop-in goes.
+pub const RESOLVER_CONF: &str = "/etc/NetworkManager/conf.d/50-cluster-dns.conf";
+
+/// A NetworkManager drop-in that makes the node's network's `dnsServers`
+/// its resolvers on the running system, whatever the segment's DHCP says
+/// (a cloud's DHCP names the cloud's resolver, which knows nothing of
+/// api-int.<domain>); `None` when the network names none.
+pub fn resolver_conf(site: &Site, node: &Node) -> Option<String> {
+    let servers = super::resolvers(site, node);
+    if servers.is_empty() {
+        return None;
+    }
+    let list: Vec<String> = servers.iter().map(ToString::to_string).collect();
+    Some(format!(
+        "# The cluster's names (api-int, api, *.apps) resolve through the\n\
+         # boot appliance's DNS; names outside its zones are forwarded.\n\
+         [global-dns]\nsearches={}\n\n[global-dns-domain-*]\nservers={}\n",
+        site.cluster.domain(),
+        list.join(",")
+    ))
+}
+
 /// The node's config as a JSON value, in the role config's spec version.
 pub fn node_config(site: &Site, node: &Node) -> Result<Value, IgnitionError> {
     let role = site
@@ -106,6 +128,7 @@ pub fn node_config(site: &Site, node: &Node) -> Result<Value, IgnitionError> {
         0o644,
     )];
     if let Some(sn) = &node.static_network {
+        // Its keyfile carries the DNS servers.
         ours.push(file_entry(
             &format!(
                 "/etc/NetworkManager/system-connections/{}.nmconnection",
@@ -114,6 +137,8 @@ pub fn node_config(site: &Site, node: &Node) -> Result<Value, IgnitionError> {
             &nm_keyfile(site, sn),
             0o600,
         ));
+    } else if let Some(conf) = resolver_conf(site, node) {
+        ours.push(file_entry(RESOLVER_CONF, &conf, 0o644));
     }
     let obj = cfg
         .as_object_mut()
