@@ -7,9 +7,10 @@
 //! provider assigns them; such a node is not in the served site (nothing
 //! can be reserved, resolved or balanced for it) until the provider has
 //! said. Where both are given, the provider's word wins: it is what the
-//! machine has. The address taken as the node's `ip` is the first the
-//! provider reports inside one of the site's networks; the others are kept
-//! as the node's `addresses` (public ones, for example).
+//! machine has. The addresses taken as the node's `ip` are, per family, the
+//! first the provider reports inside one of the site's networks (both in
+//! one network: a node is on one link); all of them are kept as the node's
+//! `addresses` (public ones, for example).
 //!
 //! The node with its facts is validated like every site node before it is
 //! served: an address or MAC another node holds is a condition on the node
@@ -18,7 +19,7 @@
 use crate::providers::Machine;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 pub const ADDRESSES_RECORDED: &str = "AddressesRecorded";
 
@@ -28,9 +29,12 @@ pub struct Facts {
     pub provider: String,
     /// The provider's id of the machine.
     pub id: String,
-    /// The node's address, inside a site network; `None`: the provider gave none there.
+    /// The node's IPv4 address, inside a site network; `None`: the provider gave none there.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ip: Option<Ipv4Addr>,
+    /// The node's IPv6 address, in the same site network as `ip` when it has both.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ip6: Option<Ipv6Addr>,
     /// Lower-case, in the provider's order.
     #[serde(default)]
     pub macs: Vec<String>,
@@ -41,11 +45,21 @@ pub struct Facts {
 
 impl Facts {
     pub fn of_machine(provider: &str, m: &Machine, site: &site::Site) -> Facts {
-        let ip = m
-            .addresses
-            .iter()
-            .filter_map(|a| a.parse::<Ipv4Addr>().ok())
-            .find(|a| site.networks.iter().any(|n| n.contains(IpAddr::V4(*a))));
+        let parsed: Vec<IpAddr> = m.addresses.iter().filter_map(|a| a.parse().ok()).collect();
+        let network_of = |a: IpAddr| site.networks.iter().position(|n| n.contains(a));
+        let ip = parsed.iter().find_map(|a| match a {
+            IpAddr::V4(v4) => network_of(*a).map(|n| (*v4, n)),
+            IpAddr::V6(_) => None,
+        });
+        let ip6 = parsed.iter().find_map(|a| match a {
+            IpAddr::V6(v6) => match (network_of(*a), ip) {
+                (Some(n), Some((_, n4))) if n != n4 => None,
+                (Some(_), _) => Some(*v6),
+                (None, _) => None,
+            },
+            IpAddr::V4(_) => None,
+        });
+        let ip = ip.map(|(a, _)| a);
         let mut macs: Vec<String> = Vec::new();
         for mac in &m.macs {
             let mac = mac.to_ascii_lowercase();
@@ -57,9 +71,19 @@ impl Facts {
             provider: provider.into(),
             id: m.id.clone(),
             ip,
+            ip6,
             macs,
             addresses: m.addresses.clone(),
         }
+    }
+
+    /// The node's addresses inside the site's networks, IPv4 first.
+    pub fn ips(&self) -> Vec<IpAddr> {
+        self.ip
+            .map(IpAddr::V4)
+            .into_iter()
+            .chain(self.ip6.map(IpAddr::V6))
+            .collect()
     }
 
     pub fn from_json(v: &Value) -> Option<Facts> {
@@ -72,9 +96,14 @@ impl Facts {
             "{} machine {}: ip {}, MACs {}",
             self.provider,
             self.id,
-            self.ip
-                .map(|i| i.to_string())
-                .unwrap_or_else(|| "none in the site's networks".into()),
+            match self.ips().as_slice() {
+                [] => "none in the site's networks".to_string(),
+                ips => ips
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(" and "),
+            },
             if self.macs.is_empty() {
                 "none".into()
             } else {
@@ -129,7 +158,7 @@ pub async fn record(
                 "addresses",
                 what,
             ));
-            tracing::info!(node = %name, ip = ?f.ip, macs = ?f.macs, "provider facts recorded");
+            tracing::info!(node = %name, ip = ?f.ip, ip6 = ?f.ip6, macs = ?f.macs, "provider facts recorded");
         }
         Err(e) => {
             let problems = crate::problems(&e);
@@ -160,8 +189,18 @@ pub fn effective(spec: &Value, facts: Option<&Facts>) -> Option<Value> {
     let mut v = spec.clone();
     let o = v.as_object_mut()?;
     if let Some(f) = facts {
-        if let Some(ip) = f.ip {
-            o.insert("ip".into(), Value::String(ip.to_string()));
+        // One address, or one per family (the site's dual-stack `ip`).
+        match f.ips().as_slice() {
+            [] => {}
+            [one] => {
+                o.insert("ip".into(), Value::String(one.to_string()));
+            }
+            both => {
+                o.insert(
+                    "ip".into(),
+                    serde_json::json!(both.iter().map(ToString::to_string).collect::<Vec<_>>()),
+                );
+            }
         }
         if !f.macs.is_empty() {
             o.insert("macs".into(), serde_json::json!(f.macs));
@@ -176,15 +215,25 @@ pub fn effective(spec: &Value, facts: Option<&Facts>) -> Option<Value> {
             .collect();
         o.insert("addresses".into(), serde_json::json!(addrs));
     }
-    let has_ip = o
-        .get("ip")
-        .and_then(Value::as_str)
-        .is_some_and(|s| !s.is_empty());
+    let has_ip = o.get("ip").is_some_and(|ip| !ips_of(ip).is_empty());
     let has_mac = o
         .get("macs")
         .and_then(Value::as_array)
         .is_some_and(|m| !m.is_empty());
     (has_ip && has_mac).then_some(v)
+}
+
+/// The addresses in a node's `ip` (one, or a list of one per family).
+fn ips_of(ip: &Value) -> Vec<&str> {
+    match ip {
+        Value::String(s) if !s.is_empty() => vec![s.as_str()],
+        Value::Array(a) => a
+            .iter()
+            .filter_map(Value::as_str)
+            .filter(|s| !s.is_empty())
+            .collect(),
+        _ => Vec::new(),
+    }
 }
 
 /// `spec` with stand-ins for an `ip` and `macs` its provider will assign,
@@ -212,26 +261,33 @@ pub fn stand_ins(
         site.nodes
             .iter()
             .any(|n| n.ips().any(|a| a.to_string() == ip))
-            || served.iter().any(|n| n["ip"] == ip)
+            || served.iter().any(|n| ips_of(&n["ip"]).contains(&ip))
             || site
                 .vips
                 .apis()
                 .chain(site.vips.ingresses())
                 .any(|v| v.to_string() == ip)
     };
-    if o.get("ip")
-        .and_then(Value::as_str)
-        .is_none_or(str::is_empty)
-    {
-        let free = site
+    if o.get("ip").is_none_or(|ip| ips_of(ip).is_empty()) {
+        // An IPv4 address where a network has IPv4, else an IPv6 one (an
+        // IPv6-only site): the first free of the first such network.
+        let v4 = site
             .networks
             .iter()
             .filter_map(|n| match n.v4().map(|s| s.net) {
                 Some(ipnet::IpNet::V4(n)) => Some(n),
                 _ => None,
-            })
-            .flat_map(|n| n.hosts().take(4096))
-            .map(|a| a.to_string())
+            });
+        let v6 = site
+            .networks
+            .iter()
+            .filter_map(|n| match n.v6().map(|s| s.net) {
+                Some(ipnet::IpNet::V6(n)) => Some(n),
+                _ => None,
+            });
+        let free = v4
+            .flat_map(|n| n.hosts().take(4096).map(|a| a.to_string()))
+            .chain(v6.flat_map(|n| n.hosts().skip(1).take(4096).map(|a| a.to_string())))
             .find(|a| !taken_ip(a));
         if let Some(a) = free {
             o.insert("ip".into(), Value::String(a));
@@ -271,6 +327,7 @@ mod tests {
             provider: "equinix".into(),
             id: "d-1".into(),
             ip: Some("10.77.0.40".parse().unwrap()),
+            ip6: None,
             macs: vec!["b4:96:91:00:00:01".into()],
             addresses: vec!["147.75.1.9".into(), "10.77.0.40".into()],
         };
@@ -314,5 +371,85 @@ mod tests {
         assert_eq!(f.ip, Some("10.77.0.50".parse().unwrap()));
         assert_eq!(f.macs, vec!["b4:96:91:aa:bb:cc".to_string()]);
         assert!(f.describe().contains("ip 10.77.0.50"));
+    }
+
+    fn example(name: &str) -> site::Site {
+        site::load(
+            &std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join(format!("../examples/{name}/site.yaml")),
+        )
+        .unwrap()
+    }
+
+    fn machine(addresses: &[&str]) -> Machine {
+        Machine {
+            id: "x".into(),
+            state: crate::providers::MachineState::Active,
+            addresses: addresses.iter().map(|a| a.to_string()).collect(),
+            macs: vec!["b4:96:91:aa:bb:cc".into()],
+        }
+    }
+
+    #[test]
+    fn both_families_are_recorded_and_served_as_one_node() {
+        let site = example("lab-dual");
+        // A public IPv6 address outside the site comes first; it stays one of
+        // the node's addresses, not its ip.
+        let f = Facts::of_machine(
+            "equinix",
+            &machine(&["2001:db8::5", "147.75.1.2", "fd00:77::50", "10.77.0.50"]),
+            &site,
+        );
+        assert_eq!(f.ip, Some("10.77.0.50".parse().unwrap()));
+        assert_eq!(f.ip6, Some("fd00:77::50".parse().unwrap()));
+        assert!(
+            f.describe().contains("ip 10.77.0.50 and fd00:77::50"),
+            "{}",
+            f.describe()
+        );
+        let v = effective(&json!({"name": "w", "role": "worker"}), Some(&f)).unwrap();
+        assert_eq!(v["ip"], json!(["10.77.0.50", "fd00:77::50"]));
+        // The served node is a valid dual-stack site node.
+        let mut overlay = serde_json::Map::new();
+        overlay.insert("nodes".into(), json!([v]));
+        let text = serde_json::to_string(&Value::Object(overlay)).unwrap();
+        let dir =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/lab-dual/site.yaml");
+        let served = site::load_with_overlay(&dir, &text).unwrap();
+        let n = served.node("w").unwrap();
+        assert_eq!(n.ip4, Some("10.77.0.50".parse().unwrap()));
+        assert_eq!(n.ip6, Some("fd00:77::50".parse().unwrap()));
+    }
+
+    #[test]
+    fn an_ipv6_only_machine_is_served() {
+        let site = example("lab-v6");
+        let f = Facts::of_machine("alibaba", &machine(&["fd00:77::51", "2001:db8::9"]), &site);
+        assert_eq!((f.ip, f.ip6), (None, Some("fd00:77::51".parse().unwrap())));
+        let v = effective(&json!({"name": "w", "role": "worker"}), Some(&f)).unwrap();
+        assert_eq!(v["ip"], "fd00:77::51");
+        // Before the provider has said, the stand-in is an IPv6 address of
+        // the site's network (the only family it has).
+        let s = stand_ins(
+            &site,
+            &[],
+            &Default::default(),
+            &json!({"name": "w", "role": "worker"}),
+        );
+        let ip: IpAddr = s["ip"].as_str().unwrap().parse().unwrap();
+        assert!(ip.is_ipv6() && site.networks[0].contains(ip), "{ip}");
+    }
+
+    #[test]
+    fn an_ipv6_address_on_another_network_than_the_ipv4_one_is_not_the_node_s() {
+        let mut site = example("lab-dual");
+        let mut other = site.networks[0].clone();
+        other.subnets.retain(|s| s.net.addr().is_ipv6());
+        other.subnets[0].net = "fd00:99::/64".parse().unwrap();
+        other.subnets[0].gateway = None;
+        other.subnets[0].pool = None;
+        site.networks.push(other);
+        let f = Facts::of_machine("equinix", &machine(&["10.77.0.50", "fd00:99::50"]), &site);
+        assert_eq!((f.ip, f.ip6), (Some("10.77.0.50".parse().unwrap()), None));
     }
 }
