@@ -157,6 +157,7 @@ pub async fn watch(app: Arc<App>, source: LbSource, every: Duration, shutdown: C
         };
         match status {
             Some(Ok(s)) => {
+                app.timeline.lbd_read();
                 if seen.len() > 100_000 {
                     seen.clear();
                 }

@@ -12,6 +12,8 @@ pub const DHCP: &str = "dhcp";
 pub const IPXE: &str = "ipxe";
 pub const GRUB: &str = "grub";
 pub const IGNITION: &str = "ignition";
+/// The node's first connection through lbd's machine-config frontend (22623).
+pub const MACHINE_CONFIG: &str = "machine_config";
 /// An installed node network-booted again and was told to boot its disk.
 pub const LOCAL_BOOT: &str = "local_boot";
 /// A spent Ignition token was presented again from another address.
@@ -31,6 +33,7 @@ pub fn kind_of(ev: &NodeEvent) -> Option<&'static str> {
         (Phase::Script, "served") if ev.detail.starts_with("GRUB") => Some(GRUB),
         (Phase::Script, "served") => Some(IPXE),
         (Phase::Ignition, "served") => Some(IGNITION),
+        (Phase::MachineConfig, "first_connection") => Some(MACHINE_CONFIG),
         (Phase::Script, "local_boot") => Some(LOCAL_BOOT),
         (Phase::Ignition, bootd::http::TOKEN_REUSED) => Some(TOKEN_REUSED),
         (Phase::Ignition, bootd::http::OTHER_ADDRESS) => Some(OTHER_ADDRESS),
@@ -45,6 +48,7 @@ pub fn condition_of(kind: &str) -> Option<(&'static str, &'static str)> {
         IPXE => Some(("NetworkBooted", "IPXEScriptServed")),
         GRUB => Some(("NetworkBooted", "GRUBConfigServed")),
         IGNITION => Some(("IgnitionServed", "IgnitionServed")),
+        MACHINE_CONFIG => Some(("MachineConfigServed", "ConnectedThroughLbd")),
         LOCAL_BOOT => Some(("InstallLoop", "NetworkBootedAfterInstall")),
         TOKEN_REUSED => Some(("IgnitionTokenReused", "SpentTokenPresented")),
         OTHER_ADDRESS => Some(("IgnitionFromOtherAddress", "FetchedOnToken")),

@@ -32,6 +32,7 @@ pub mod events;
 pub mod facts;
 pub mod follow;
 mod leader;
+pub mod machine_config;
 pub mod metrics;
 pub mod providers;
 pub mod reconcile;
@@ -73,6 +74,8 @@ pub struct Tuning {
     pub request_timeout: Duration,
     /// Overrides `host.api.deadline`.
     pub deadline: Option<Duration>,
+    /// Overrides `host.api.machineConfigWithin`.
+    pub machine_config_within: Option<Duration>,
     /// How long a request body may take to arrive (then 408).
     pub body_timeout: Duration,
     /// Connections the API holds at once, and from one address.
@@ -90,6 +93,7 @@ impl Default for Tuning {
             backoff_cap: Duration::from_secs(60),
             request_timeout: Duration::from_secs(30),
             deadline: None,
+            machine_config_within: None,
             body_timeout: Duration::from_secs(30),
             // Operators and their tools (which may fire a hundred creates
             // at once), not machines; far inside the descriptor budget.
@@ -306,6 +310,7 @@ impl Controller {
             Arc::clone(&ctl),
             app.timeline.subscribe(),
         ));
+        ctl.tracker.spawn(machine_config::follow(Arc::clone(&ctl)));
         let rows = ctl.store.nodes()?;
         if !rows.is_empty() {
             // The overlay may lag the store after a crash between the two writes.
@@ -339,6 +344,12 @@ impl Controller {
 
     pub fn deadline(&self) -> Duration {
         self.tuning.deadline.unwrap_or(self.api.deadline)
+    }
+
+    pub fn machine_config_within(&self) -> Duration {
+        self.tuning
+            .machine_config_within
+            .unwrap_or(self.api.machine_config_within)
     }
 
     /// Starts the node's reconcile loop unless it runs; wakes it if it

@@ -360,6 +360,7 @@ pub struct Api {
     pub url: Option<String>,
     pub tokens: Option<SecretRef>,
     pub deadline: Option<String>,
+    pub machine_config_within: Option<String>,
     pub equinix: Option<Equinix>,
     pub powervs: Option<PowerVs>,
     pub local: Option<Local>,

@@ -13,6 +13,7 @@ mod full_disk;
 mod ha;
 mod ipv6;
 mod local;
+mod machine_config;
 mod platforms;
 mod prism;
 
@@ -133,6 +134,16 @@ impl Bootd {
         path: &Path,
         tuning: controller::Tuning,
     ) -> Bootd {
+        Bootd::start_site_lb(dir, path, tuning, None).await
+    }
+
+    /// As [`Bootd::start_site`], with lbd's status read from `lb`.
+    pub async fn start_site_lb(
+        dir: tempfile::TempDir,
+        path: &Path,
+        tuning: controller::Tuning,
+        lb: Option<appliance::lbwatch::LbSource>,
+    ) -> Bootd {
         logs();
         let site = site::load(path).unwrap();
         let mut config = bootd::Config::new(site);
@@ -162,7 +173,7 @@ impl Bootd {
             config,
             sockets,
             tuning,
-            None,
+            lb,
             shutdown.clone(),
         ));
         let client =

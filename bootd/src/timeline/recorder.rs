@@ -24,6 +24,9 @@ pub struct Recorder {
     sharing: std::sync::OnceLock<(String, mpsc::Sender<(String, Event)>)>,
     /// The other appliances' events, per site node ([`super::ha::follow`]).
     others: Mutex<HashMap<String, VecDeque<Event>>>,
+    /// When lbd's status was last read (ms since the epoch; 0: never):
+    /// until then, no machine-config connection seen means nothing.
+    lbd_read_ms: std::sync::atomic::AtomicI64,
 }
 
 /// How many joined events a subscriber may fall behind before it is told
@@ -47,7 +50,20 @@ impl Recorder {
             image_boot: Default::default(),
             sharing: Default::default(),
             others: Default::default(),
+            lbd_read_ms: Default::default(),
         }
+    }
+
+    /// lbd's status was read just now: its machine-config and API phases
+    /// are being followed.
+    pub fn lbd_read(&self) {
+        self.lbd_read_ms
+            .store(super::now_us() / 1000, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// When lbd's status was last read, if ever (ms since the epoch).
+    pub fn lbd_read_at(&self) -> Option<i64> {
+        Some(self.lbd_read_ms.load(std::sync::atomic::Ordering::Relaxed)).filter(|&ms| ms > 0)
     }
 
     /// Shares the events of site nodes from now on, as appliance `me`:

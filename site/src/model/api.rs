@@ -17,6 +17,10 @@ pub struct Api {
     pub tokens: SecretRef,
     /// How long a node may take from creation to Ready before it is failed.
     pub deadline: Duration,
+    /// How long after its Ignition a node that merges the machine config
+    /// may take to reach lbd's machine-config frontend before its
+    /// `MachineConfigServed` is False.
+    pub machine_config_within: Duration,
     pub equinix: Option<EquinixAccount>,
     pub powervs: Option<PowerVsAccount>,
     pub local: Option<LocalVms>,

@@ -20,6 +20,7 @@ pub use alibaba::{
 pub const OVERLAY_FILE: &str = "nodes.yaml";
 
 const DEFAULT_DEADLINE: Duration = Duration::from_secs(3600);
+const DEFAULT_MACHINE_CONFIG_WITHIN: Duration = Duration::from_secs(20 * 60);
 const DEFAULT_POWER_OFF_TIMEOUT: Duration = Duration::from_secs(120);
 
 pub(super) fn overlay_path(cx: &Cx, host: &wire::Host) -> PathBuf {
@@ -186,6 +187,16 @@ pub(super) fn api(cx: &mut Cx, w: &wire::Api) -> Option<Api> {
             DEFAULT_DEADLINE
         }),
     };
+    let machine_config_within = match w.machine_config_within.as_deref() {
+        None => DEFAULT_MACHINE_CONFIG_WITHIN,
+        Some(s) => duration(s).unwrap_or_else(|| {
+            cx.err(
+                "host.api.machineConfigWithin",
+                format!("{s:?} is not a duration like 20m, 1h"),
+            );
+            DEFAULT_MACHINE_CONFIG_WITHIN
+        }),
+    };
     let equinix = w.equinix.as_ref().map(|e| {
         let base_url = url_of(
             cx,
@@ -285,6 +296,7 @@ pub(super) fn api(cx: &mut Cx, w: &wire::Api) -> Option<Api> {
         url,
         tokens: tokens?,
         deadline,
+        machine_config_within,
         equinix,
         powervs,
         local,
