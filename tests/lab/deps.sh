@@ -14,6 +14,9 @@ PKGS=(
   # C compiler and linker for the Rust build (rustc links with cc; mimalloc,
   # SQLite and ring compile C), and what tests/lab/rust.sh fetches rustup with
   build-essential curl ca-certificates
+  # the source checks list the tracked files with `git ls-files` (a CI runner
+  # has git; a fresh machine given the tree some other way may not)
+  git
   # firmware + emulators
   qemu-system-x86 qemu-system-ppc qemu-utils seabios ipxe-qemu ipxe ovmf
   # grub-mkimage for the Open Firmware core.elf (tftp-root.sh; its powerpc modules
