@@ -1,5 +1,5 @@
 //! `bootd nodes list|get|add|delete|events|timeline|wait` and `bootd cluster
-//! status|bootstrap-complete|destroy`: a client of the controller API.
+//! status|bootstrap-complete|destroy|up`: a client of the controller API.
 //!
 //! It reads where the API is, the CA to trust and a token from the site
 //! (`host.api.url` or `https://<host.api.listen>`, `<stateDir>/ca.pem`, the
@@ -8,16 +8,21 @@
 //! visible to other users of the machine).
 
 mod destroy;
+mod up;
 
 use crate::providers::Http;
+use anyhow::{bail, Context};
 use bytes::Bytes;
 use destroy::destroy;
 use http::{Method, Request, StatusCode};
 use http_body_util::Full;
+use serde_json::json;
 use serde_json::Value;
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
+pub use up::{up, UpArgs};
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct Conn {
@@ -129,6 +134,10 @@ pub enum ClusterCmd {
     Status,
     /// Record that the cluster's bootstrap is complete.
     BootstrapComplete,
+    /// The whole journey from an install-config to a cluster: Ignition
+    /// configs, images, nodes through the site's provider, Ready, bootstrap
+    /// teardown, Joined. Resumable: run it again after a crash.
+    Up(UpArgs),
     /// Delete every machine a cloud provider holds with the cluster's
     /// ownership tag (and the API nodes they belong to). Lists them first;
     /// deletes only with --yes.
@@ -654,6 +663,7 @@ pub async fn cluster(client: &Client, cmd: ClusterCmd) -> anyhow::Result<i32> {
     }
     let (st, v) = match cmd {
         ClusterCmd::Destroy { .. } => unreachable!("handled above"),
+        ClusterCmd::Up(_) => bail!("`cluster up` needs the site: run it through bootd"),
         ClusterCmd::Status => client.call(Method::GET, "/v1/cluster", None).await?,
         ClusterCmd::BootstrapComplete => {
             client

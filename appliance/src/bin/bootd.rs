@@ -222,6 +222,15 @@ fn main() -> Result<()> {
         Cmd::Discovered { conn, cmd } => api_client(&config, &conn, |c| {
             Box::pin(async move { controller::client::discovered(&c, cmd).await })
         }),
+        Cmd::Cluster {
+            conn,
+            cmd: controller::client::ClusterCmd::Up(args),
+        } => {
+            let (site, state_dir) = (config.site.clone(), config.state_dir());
+            api_client(&config, &conn, move |c| {
+                Box::pin(async move { controller::client::up(&c, &site, &state_dir, &args).await })
+            })
+        }
         Cmd::Cluster { conn, cmd } => api_client(&config, &conn, |c| {
             Box::pin(async move { controller::client::cluster(&c, cmd).await })
         }),
