@@ -85,7 +85,11 @@ fn write_site(
         format!(
             "apiVersion: v1\nbaseDomain: example.test\nmetadata: {{ name: plat }}\nnetworking: {{ machineNetwork: [ {{ cidr: 127.{net}.0.0/24 }} ] }}\ncontrolPlane:\n  name: master\n  replicas: 3{pools}\ncompute:\n  - name: worker\n    replicas: 2{}\n{}pullSecret: '{{\"auths\":{{}}}}'\n",
             pools.replace("\n  ", "\n    "),
-            if powervs { "platform: { powervs: { region: lon, zone: lon04, serviceInstanceGUID: workspace-1 } }\n" } else { "platform: { none: {} }\n" }
+            if powervs {
+                format!("platform: {{ powervs: {{ region: lon, zone: lon04, serviceInstanceGUID: {} }} }}\n", fake::CLOUD_INSTANCE)
+            } else {
+                "platform: { none: {} }\n".to_string()
+            }
         ),
     )
     .unwrap();
@@ -100,7 +104,7 @@ host:
     tokens: {{ file: api-tokens }}
     deadline: 10m
     equinix: {{ baseUrl: "{eq}", projectId: {project}, apiKey: {{ file: metal.key }} }}
-    powervs: {{ baseUrl: "{pvs}", iamUrl: "{iam}", cloudInstanceId: {ci}, crn: "crn:v1:bluemix:public:power-iaas:us-south:a/acc:{ci}::", apiKey: {{ file: ibm.key }} }}
+    powervs: {{ baseUrl: "{pvs}", iamUrl: "{iam}", crn: "crn:v1:bluemix:public:power-iaas:us-south:a/acc:{ci}::", apiKey: {{ file: ibm.key }} }}
 {alibaba}networks:
   - {{ name: plat, subnet: 127.{net}.0.0/24, gateway: 127.{net}.0.1, dnsServers: [127.{net}.0.1] }}
 vips: {{ api: 127.{net}.0.2, ingress: 127.{net}.0.3 }}
