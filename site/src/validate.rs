@@ -185,11 +185,6 @@ fn validate(w: wire::SiteFile, cx: &mut Cx) -> Option<Site> {
     let cluster = cluster(cx, &w.cluster, ic.as_ref());
     let mut w = w;
     if let Some(ic) = &ic {
-        // The workspace the installer names, unless the site names one.
-        let pv = ic.powervs.as_ref().and_then(|p| p.service_instance.clone());
-        if let (Some(id), Some(p)) = (pv, w.host.api.as_mut().and_then(|a| a.powervs.as_mut())) {
-            p.cloud_instance_id.get_or_insert(id);
-        }
         if let Some(k) = &ic.ssh_key {
             if !w.ssh_keys.iter().any(|s| s.trim() == k) {
                 w.ssh_keys.push(k.clone());
@@ -197,7 +192,41 @@ fn validate(w: wire::SiteFile, cx: &mut Cx) -> Option<Site> {
         }
     }
     let host = host(cx, &w.host);
+    // The installer and the appliance name one workspace.
+    let pv = host.as_ref().and_then(|h| h.api.as_ref()?.powervs.as_ref());
+    let guid = ic
+        .as_ref()
+        .and_then(|i| i.powervs.as_ref()?.service_instance.as_ref());
+    if let (Some(pv), Some(guid)) = (pv, guid) {
+        if pv.cloud_instance_id != *guid {
+            cx.err(
+                "host.api.powervs.crn",
+                format!(
+                    "names workspace {}, the install-config's platform.powervs names {guid}",
+                    pv.cloud_instance_id
+                ),
+            );
+        }
+    }
     let networks = networks(cx, &w.networks, ic.as_ref());
+    // A cloud provider's machine is served once its address is in a site
+    // network; with none, no node it makes could ever be.
+    let api = host.as_ref().and_then(|h| h.api.as_ref());
+    let assigning = api.map(|a| {
+        [
+            ("equinix", a.equinix.is_some()),
+            ("powervs", a.powervs.is_some()),
+            ("alibaba", a.alibaba.is_some()),
+        ]
+    });
+    for (p, _) in assigning.into_iter().flatten().filter(|(_, on)| *on) {
+        if !networks.iter().any(|n| n.v4().is_some()) {
+            cx.err(
+                "networks",
+                format!("host.api.{p} gives its machines their addresses, and the site has no IPv4 network they could be in: list the subnets they get addresses from (or name an install-config with networking.machineNetwork)"),
+            );
+        }
+    }
     if let Some(h) = &host {
         dhcp6::check(cx, h, &networks);
     }

@@ -260,7 +260,7 @@ sshKey: ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIPowerKey ops@bastion
             .unwrap()
             .cloud_instance_id,
         "0aa1bb2c-workspace",
-        "the workspace comes from the install-config"
+        "the workspace is the CRN's"
     );
     assert!(s.ssh_keys.iter().any(|k| k.ends_with("ops@bastion")));
     assert!(
@@ -282,4 +282,15 @@ sshKey: ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIPowerKey ops@bastion
         "{err}"
     );
     assert!(!err.contains(CANARY));
+    // The CRN names another workspace than the installer's.
+    std::fs::write(
+        &path,
+        text.replace(":0aa1bb2c-workspace::", ":0aa1bb2c-other::"),
+    )
+    .unwrap();
+    let err = site::load(&path).unwrap_err().to_string();
+    assert!(
+        err.contains("host.api.powervs.crn: names workspace 0aa1bb2c-other, the install-config's platform.powervs names 0aa1bb2c-workspace"),
+        "{err}"
+    );
 }

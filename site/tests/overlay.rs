@@ -155,11 +155,34 @@ fn host_api_keys_are_validated() {
         "host.api.listen",
         "host.api.tokens",
         "host.api.powervs.baseUrl",
-        "host.api.powervs.cloudInstanceId",
         "host.api.powervs.crn",
     ] {
         assert!(keys.contains(&k), "{k} missing in {e}");
     }
+
+    // The workspace is named once, by its CRN.
+    let crn = "crn:v1:bluemix:public:power-iaas:lon04:a/acc:ws-7::";
+    let one = |extra: &str| {
+        text.replace(
+            "host:\n",
+            &format!("host:\n  api:\n    listen: 127.0.0.1:9443\n    tokens: {{ file: t }}\n    powervs: {{ baseUrl: \"https://lon.power-iaas.cloud.ibm.com\", crn: \"{crn}\"{extra}, apiKey: {{ file: k }} }}\n"),
+        )
+    };
+    std::fs::write(&path, one("")).unwrap();
+    let s = site::load(&path).unwrap();
+    let pv = s.host.api.unwrap().powervs.unwrap();
+    assert_eq!(
+        (pv.cloud_instance_id.as_str(), pv.crn.as_str()),
+        ("ws-7", crn)
+    );
+    std::fs::write(&path, one(", cloudInstanceId: ws-7")).unwrap();
+    let e = site::load(&path).unwrap_err().to_string();
+    assert!(
+        e.contains(
+            "host.api.powervs.cloudInstanceId: not a key: the workspace is named by `crn` alone"
+        ),
+        "{e}"
+    );
 }
 
 #[test]
@@ -277,6 +300,19 @@ fn alibaba_account_is_validated_with_every_problem() {
         .alibaba
         .unwrap();
     assert_eq!(a.endpoint, "https://ecs.cn-hangzhou.aliyuncs.com");
+    // Without a network, no address ECS gives could ever be served.
+    let lab_network = "networks:\n  - name: lab\n    subnet: 10.77.0.0/24\n    gateway: 10.77.0.1\n    dnsServers: [10.77.0.1]\n";
+    assert!(text.contains(lab_network));
+    std::fs::write(
+        &path,
+        text.replace("host:\n", &good).replace(lab_network, ""),
+    )
+    .unwrap();
+    let e = site::load(&path).unwrap_err().to_string();
+    assert!(
+        e.contains("networks: host.api.alibaba gives its machines their addresses, and the site has no IPv4 network"),
+        "{e}"
+    );
     assert_eq!(
         a.instance_types["bootstrap"], "ecs.g6.xlarge",
         "bootstrap: master's"
@@ -377,6 +413,21 @@ fn alibaba_account_is_validated_with_every_problem() {
         .alibaba
         .unwrap();
     assert_eq!(a.image_id, "m-bp1rhcos418");
+    // A set not fetched yet: the site stays valid (`images fetch --site`
+    // reads it; bootd does not start until the set is cached).
+    std::fs::write(
+        &path,
+        with_set("cn-hangzhou").replace("version: 418.94.1", "version: 418.94.9"),
+    )
+    .unwrap();
+    let a = site::load(&path)
+        .unwrap()
+        .host
+        .api
+        .unwrap()
+        .alibaba
+        .unwrap();
+    assert_eq!(a.image_id, "");
     std::fs::write(&path, with_set("eu-central-1")).unwrap();
     let e = site::load(&path).unwrap_err().to_string();
     assert!(

@@ -810,6 +810,18 @@ class Instances(FakeTestCase):
                           403, "InvalidOperation.DeletionProtection")
 
 
+class FirstIp(FakeTestCase):
+    fake_args = ("--first-ip", "127.81.0.100")
+
+    def test_addresses_start_at_first_ip_and_again_after_reset(self):
+        self.run_one()
+        self.run_one()
+        self.assertEqual([i["PrivateIpAddress"] for i in self.instances()], ["127.81.0.100", "127.81.0.101"])
+        self.assertEqual(self.proc.control("POST", "reset").status, 200)
+        self.run_one()
+        self.assertEqual([i["PrivateIpAddress"] for i in self.instances()], ["127.81.0.100"])
+
+
 class Faults(FakeTestCase):
     def test_inject_throttling_then_success(self):
         r = self.proc.control("POST", "inject", {"action": "RunInstances", "code": "Throttling.User",

@@ -15,7 +15,8 @@ Start (tests/controller/ecs-fake-test.py shows it):
         --listen 127.0.0.1:0 --port-file port.txt \\
         [--start-after 1.0] [--stop-after 0.5] [--delete-after 0] \\
         [--max-skew 900] [--max-hold 300] [--allow-v1] \\
-        [--userdata-limit encoded|decoded] [--state state.json]
+        [--userdata-limit encoded|decoded] [--state state.json] \\
+        [--first-ip 10.77.0.100]
 
 SPECS_DIR defaults to the repository's ../shared/specs. The port file is
 written (atomically) once the socket is bound. Only 127.0.0.1 is accepted as
@@ -40,8 +41,9 @@ Behaviour:
   Stopping for --stop-after, then Stopped; StartInstance: Starting for
   --start-after, then Running. Deletion is immediate, or via Stopping for
   --delete-after seconds when that is > 0.
-- RunInstances: ZoneId defaults to <RegionId>-a; private IPs from 10.77.0.100
-  upward (a field only), MACs 00:16:3e:xx:xx:xx from a counter; Tag.N kept;
+- RunInstances: ZoneId defaults to <RegionId>-a; private IPs from --first-ip
+  (default 10.77.0.100) upward (a field only; a test that speaks for an
+  instance from its address gives a loopback one, e.g. 127.81.0.100), MACs 00:16:3e:xx:xx:xx from a counter; Tag.N kept;
   ClientToken: same token and same parameters -> the same InstanceIdSets and
   nothing created, other parameters -> 400 IdempotentParameterMismatch.
   ImageId (or ImageFamily), InstanceType and SecurityGroupId (or
@@ -707,7 +709,7 @@ class Fake:
             h.release()
         self.instances = {}
         self.seq = 0
-        self.ip_next = int(FIRST_IP)
+        self.ip_next = int(self.opts.first_ip)
         self.idempotency = {}
         self.nonces = {}
         self.tokens = {}
@@ -733,7 +735,7 @@ class Fake:
             data = json.load(f)
         self.instances = {i["InstanceId"]: i for i in data.get("instances", [])}
         self.seq = data.get("seq", 0)
-        self.ip_next = data.get("ipNext", int(FIRST_IP))
+        self.ip_next = data.get("ipNext", int(self.opts.first_ip))
         for item in data.get("idempotency", []):
             key = tuple(item.pop("key"))
             self.idempotency[key] = item
@@ -1556,6 +1558,8 @@ def main(argv=None):
     ap.add_argument("--userdata-limit", choices=("encoded", "decoded"), default="encoded")
     ap.add_argument("--allow-v1", action="store_true", help="also accept the legacy HMAC-SHA1 signature")
     ap.add_argument("--state", help="JSON file the instances are kept in across restarts")
+    ap.add_argument("--first-ip", type=ipaddress.IPv4Address, default=FIRST_IP,
+                    help="the first private address RunInstances gives out")
     opts = ap.parse_args(argv)
 
     host, sep, port = opts.listen.rpartition(":")

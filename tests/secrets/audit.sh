@@ -82,7 +82,7 @@ audit_site() {
   local s=$WORK/secrets
   lab_site "$SITE" --from "$SITE" ignition.dir="$WORK/ignition" cluster.installConfig="$WORK/install-config.yaml" \
     host.api.equinix="{baseUrl: 'http://127.0.0.1:8091', projectId: audit-project, apiKey: {file: $s/equinix-key}}" \
-    host.api.powervs="{baseUrl: 'http://127.0.0.1:8091', iamUrl: 'http://127.0.0.1:8091', cloudInstanceId: audit-ws, crn: 'crn:v1:bluemix:public:power-iaas:lon04:a/audit:audit-ws::', apiKey: {file: $s/powervs-key}}" \
+    host.api.powervs="{baseUrl: 'http://127.0.0.1:8091', iamUrl: 'http://127.0.0.1:8091', crn: 'crn:v1:bluemix:public:power-iaas:lon04:a/audit:audit-ws::', apiKey: {file: $s/powervs-key}}" \
     host.api.alibaba="{regionId: cn-hangzhou, endpoint: 'http://127.0.0.1:8092', accessKeyId: {file: $s/alibaba-key-id}, accessKeySecret: {file: $s/alibaba-key-secret}, zones: [cn-hangzhou-h], vSwitches: {cn-hangzhou-h: vsw-h1}, securityGroupId: sg-lab, instanceTypes: {master: ecs.g6.xlarge, worker: ecs.g6.large}, imageId: m-rhcos418}" \
     || die "audit: site not written"
 }

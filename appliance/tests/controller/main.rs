@@ -46,9 +46,8 @@ pub fn write_site(
 ) -> PathBuf {
     let text = std::fs::read_to_string(lab().join("site.yaml")).unwrap();
     let api = format!(
-        "host:\n  api:\n    listen: {api_listen}\n    tokens: {{ file: api-tokens }}\n    deadline: 10m\n    equinix: {{ baseUrl: \"{equinix_url}\", projectId: {}, apiKey: {{ file: metal.key }} }}\n    powervs: {{ baseUrl: \"{powervs_url}\", iamUrl: \"{iam_url}\", cloudInstanceId: {}, crn: \"crn:v1:bluemix:public:power-iaas:us-south:a/acc:{}::\", apiKey: {{ file: ibm.key }} }}\n",
+        "host:\n  api:\n    listen: {api_listen}\n    tokens: {{ file: api-tokens }}\n    deadline: 10m\n    equinix: {{ baseUrl: \"{equinix_url}\", projectId: {}, apiKey: {{ file: metal.key }} }}\n    powervs: {{ baseUrl: \"{powervs_url}\", iamUrl: \"{iam_url}\", crn: \"crn:v1:bluemix:public:power-iaas:us-south:a/acc:{}::\", apiKey: {{ file: ibm.key }} }}\n",
         fake::PROJECT,
-        fake::CLOUD_INSTANCE,
         fake::CLOUD_INSTANCE
     );
     // The tests speak for the machines from 127.0.0.1, not from the nodes'

@@ -1,9 +1,12 @@
-//! The seed platforms' loop on loopback, all in one process as the
-//! all-in-one binary runs it: bootd with the controller, dnsd and lbd
-//! following the same published site, and the stateful provider fake
-//! assigning each machine its own address in the site's network
-//! (127.79.0.0/24 or 127.80.0.0/24: loopback, so a simulated node can send
-//! from the address its provider gave it).
+//! The platforms' loop on loopback, all in one process as the all-in-one
+//! binary runs it: bootd with the controller, dnsd and lbd following the
+//! same published site, and a stateful provider fake assigning each
+//! machine its own address in the site's network (127.79.0.0/24,
+//! 127.80.0.0/24 or 127.83.0.0/24: loopback, so a simulated node can send
+//! from the address its provider gave it). Equinix Metal and Power VS run
+//! against the in-process fake (`fake`), Alibaba Cloud against the ECS fake
+//! (tests/controller/ecs-fake.py: every parameter checked against the API
+//! metadata, every signature verified).
 //!
 //! A bootstrap, three masters and two workers are created through the API
 //! with no address and no MAC; the provider's come back and are served:
@@ -18,11 +21,13 @@
 
 use super::fake::{self, Fake};
 use super::{cond, phase, Bootd, API_TOKEN};
+use base64::Engine as _;
 use serde_json::{json, Value};
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
+use testkit::ecs_fake::EcsFake;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
@@ -36,7 +41,24 @@ pub struct Urls {
     pub powervs: String,
 }
 
-fn write_site(dir: &Path, net: u8, powervs: bool, urls: &Urls, admin: SocketAddr) -> PathBuf {
+/// `host.api.alibaba` for the ECS fake.
+fn alibaba_account(ecs: &EcsFake) -> String {
+    format!(
+        "    alibaba:\n      regionId: cn-hangzhou\n      endpoint: \"{}\"\n      accessKeyId: {{ file: {} }}\n      accessKeySecret: {{ file: {} }}\n      zones: [cn-hangzhou-h, cn-hangzhou-i]\n      vSwitches: {{ cn-hangzhou-h: vsw-h1, cn-hangzhou-i: vsw-i1 }}\n      securityGroupId: sg-plat\n      instanceTypes: {{ master: ecs.g6.xlarge, worker: ecs.g6.large }}\n      imageId: m-rhcos418\n",
+        ecs.endpoint(),
+        ecs.akid_file().display(),
+        ecs.secret_file().display()
+    )
+}
+
+fn write_site(
+    dir: &Path,
+    net: u8,
+    powervs: bool,
+    urls: &Urls,
+    admin: SocketAddr,
+    alibaba: Option<&str>,
+) -> PathBuf {
     let lab = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/lab");
     for d in ["images", "ignition", "state"] {
         std::fs::create_dir_all(dir.join(d)).unwrap();
@@ -63,7 +85,11 @@ fn write_site(dir: &Path, net: u8, powervs: bool, urls: &Urls, admin: SocketAddr
         format!(
             "apiVersion: v1\nbaseDomain: example.test\nmetadata: {{ name: plat }}\nnetworking: {{ machineNetwork: [ {{ cidr: 127.{net}.0.0/24 }} ] }}\ncontrolPlane:\n  name: master\n  replicas: 3{pools}\ncompute:\n  - name: worker\n    replicas: 2{}\n{}pullSecret: '{{\"auths\":{{}}}}'\n",
             pools.replace("\n  ", "\n    "),
-            if powervs { "platform: { powervs: { region: lon, zone: lon04, serviceInstanceGUID: workspace-1 } }\n" } else { "platform: { none: {} }\n" }
+            if powervs {
+                format!("platform: {{ powervs: {{ region: lon, zone: lon04, serviceInstanceGUID: {} }} }}\n", fake::CLOUD_INSTANCE)
+            } else {
+                "platform: { none: {} }\n".to_string()
+            }
         ),
     )
     .unwrap();
@@ -78,8 +104,8 @@ host:
     tokens: {{ file: api-tokens }}
     deadline: 10m
     equinix: {{ baseUrl: "{eq}", projectId: {project}, apiKey: {{ file: metal.key }} }}
-    powervs: {{ baseUrl: "{pvs}", iamUrl: "{iam}", cloudInstanceId: {ci}, crn: "crn:v1:bluemix:public:power-iaas:us-south:a/acc:{ci}::", apiKey: {{ file: ibm.key }} }}
-networks:
+    powervs: {{ baseUrl: "{pvs}", iamUrl: "{iam}", crn: "crn:v1:bluemix:public:power-iaas:us-south:a/acc:{ci}::", apiKey: {{ file: ibm.key }} }}
+{alibaba}networks:
   - {{ name: plat, subnet: 127.{net}.0.0/24, gateway: 127.{net}.0.1, dnsServers: [127.{net}.0.1] }}
 vips: {{ api: 127.{net}.0.2, ingress: 127.{net}.0.3 }}
 images:
@@ -100,6 +126,7 @@ lb:
         eq = urls.equinix,
         iam = urls.iam,
         pvs = urls.powervs,
+        alibaba = alibaba.unwrap_or_default(),
     );
     let path = dir.join("site.yaml");
     std::fs::write(&path, text).unwrap();
@@ -228,6 +255,102 @@ fn has(v: &Value, t: &str, status: &str) -> bool {
 pub enum Platform {
     Equinix,
     PowerVs,
+    Alibaba,
+}
+
+/// The provider API the loop runs against, as the test sees it: it holds
+/// a create's reply, counts creates and deletes, and shows the user data a
+/// machine was given.
+enum Cloud<'a> {
+    Seed(&'a Fake, Arc<Notify>),
+    Ecs(&'a EcsFake),
+}
+
+impl Cloud<'_> {
+    /// The next create is carried out and its reply held.
+    fn hold_create(&self) {
+        match self {
+            Cloud::Seed(f, hold) => f.st().hold_create = Some(Arc::clone(hold)),
+            Cloud::Ecs(e) => {
+                e.control(
+                    "POST",
+                    "/_fake/hold",
+                    Some(json!({"action": "RunInstances", "count": 1})),
+                );
+            }
+        }
+    }
+
+    /// Whether `made` machines exist with the last create's reply held.
+    fn held(&self, made: u32) -> bool {
+        match self {
+            Cloud::Seed(f, _) => f.st().creates >= made,
+            Cloud::Ecs(e) => {
+                e.control("GET", "/_fake/held", None)["held"] == json!(1)
+                    && e.instances().len() as u32 >= made
+            }
+        }
+    }
+
+    fn creates(&self) -> u32 {
+        match self {
+            Cloud::Seed(f, _) => f.st().creates,
+            Cloud::Ecs(e) => e.instances().len() as u32,
+        }
+    }
+
+    fn release(&self) {
+        match self {
+            Cloud::Seed(_, hold) => hold.notify_one(),
+            Cloud::Ecs(e) => {
+                e.control("POST", "/_fake/release", None);
+            }
+        }
+    }
+
+    fn stop_holding(&self) {
+        if let Cloud::Seed(f, _) = self {
+            f.st().hold_create = None;
+        }
+    }
+
+    /// Every delete of a machine that the provider accepted.
+    fn deletes(&self) -> usize {
+        match self {
+            Cloud::Seed(f, _) => f.st().deletes.len(),
+            Cloud::Ecs(e) => e
+                .control("GET", "/_fake/requests", None)
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|r| {
+                    r["status"] == 200
+                        && matches!(
+                            r["action"].as_str(),
+                            Some("DeleteInstance" | "DeleteInstances")
+                        )
+                })
+                .count(),
+        }
+    }
+
+    /// The user data the provider holds for `name`'s machine: the pointer config.
+    fn user_data(&self, p: Platform, name: &str) -> Value {
+        match self {
+            Cloud::Seed(f, _) => user_data(f, p, name),
+            Cloud::Ecs(e) => {
+                let i = e
+                    .instances()
+                    .into_iter()
+                    .find(|i| i["InstanceName"] == name)
+                    .expect("the instance exists");
+                let raw = base64::engine::general_purpose::STANDARD
+                    .decode(i["UserData"].as_str().unwrap())
+                    .unwrap();
+                serde_json::from_slice(&raw).unwrap()
+            }
+        }
+    }
 }
 
 fn node_body(p: Platform, name: &str, role: &str) -> Value {
@@ -248,6 +371,10 @@ fn node_body(p: Platform, name: &str, role: &str) -> Value {
             "name": name, "role": role, "arch": "ppc64le", "firmware": "ieee1275",
             "provider": { "powervs": { "imageID": "rhcos-417", "networkID": "net-7" } }
         }),
+        // Zone, instance type and image come from host.api.alibaba.
+        Platform::Alibaba => json!({
+            "name": name, "role": role, "provider": { "alibaba": {} }
+        }),
     }
 }
 
@@ -255,6 +382,7 @@ fn node_body(p: Platform, name: &str, role: &str) -> Value {
 fn user_data(f: &Fake, p: Platform, name: &str) -> Value {
     let s = f.st();
     let raw = match p {
+        Platform::Alibaba => unreachable!("the ECS fake holds it"),
         Platform::Equinix => s
             .devices
             .values()
@@ -288,6 +416,8 @@ const NODES: [(&str, &str); 6] = [
 pub async fn cluster_loop(p: Platform, net: u8, urls: Option<&dyn Fn(&str) -> Urls>) {
     let f = Fake::start().await;
     f.st().private_prefix = Some(format!("127.{net}.0."));
+    let ecs = (p == Platform::Alibaba)
+        .then(|| EcsFake::start_at(0.3, format!("127.{net}.0.100").parse().unwrap()));
     let admin: SocketAddr = format!("127.0.0.1:{}", super::free_port()).parse().unwrap();
     let dir = tempfile::tempdir().unwrap();
     let urls = match urls {
@@ -298,35 +428,46 @@ pub async fn cluster_loop(p: Platform, net: u8, urls: Option<&dyn Fn(&str) -> Ur
             powervs: f.url(),
         },
     };
-    let path = write_site(dir.path(), net, p == Platform::PowerVs, &urls, admin);
+    let account = ecs.as_ref().map(alibaba_account);
+    let path = write_site(
+        dir.path(),
+        net,
+        p == Platform::PowerVs,
+        &urls,
+        admin,
+        account.as_deref(),
+    );
     let b = Bootd::start_site(dir, &path, super::tuning()).await;
     let d = Daemons::start(&b, admin).await;
+    let cloud = match &ecs {
+        Some(e) => Cloud::Ecs(e),
+        None => Cloud::Seed(&f, Arc::new(Notify::new())),
+    };
 
     // Each create is held at the fake (the machine made, the reply not yet
     // sent): until the provider's answer names its address, the node is not
     // in the served site.
-    let hold = Arc::new(Notify::new());
-    f.st().hold_create = Some(Arc::clone(&hold));
     for (i, (name, role)) in NODES.into_iter().enumerate() {
+        cloud.hold_create();
         let (st, v) = b
             .call("POST", "/v1/nodes", Some(node_body(p, name, role)))
             .await;
         assert_eq!(st, 201, "{v:#}");
         let made = i as u32 + 1;
         for _ in 0..300 {
-            if f.st().creates >= made {
+            if cloud.held(made) {
                 break;
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        assert_eq!(f.st().creates, made, "{name}: the provider was asked once");
+        assert_eq!(cloud.creates(), made, "{name}: the provider was asked once");
         assert!(
             b.app.live.load().site.node(name).is_none(),
             "{name}: not served before its provider gave an address"
         );
-        hold.notify_one();
+        cloud.release();
     }
-    f.st().hold_create = None;
+    cloud.stop_holding();
     if p == Platform::PowerVs {
         for _ in 0..300 {
             if !f.st().instances.is_empty() {
@@ -365,6 +506,7 @@ pub async fn cluster_loop(p: Platform, net: u8, urls: Option<&dyn Fn(&str) -> Ur
         let prefix = match p {
             Platform::Equinix => "b4:96:91:aa:",
             Platform::PowerVs => "fa:16:3e:00:",
+            Platform::Alibaba => "00:16:3e:",
         };
         assert!(
             node.macs[0].to_string().starts_with(prefix),
@@ -389,12 +531,12 @@ pub async fn cluster_loop(p: Platform, net: u8, urls: Option<&dyn Fn(&str) -> Ur
     // Each machine does what it would do.
     for (name, role) in NODES {
         let ip = ips[name];
-        let image = p == Platform::PowerVs || role == "worker";
+        let image = p != Platform::Equinix || role == "worker";
         if !image {
             let (st, script) = get_from(Some(ip), b.http, &format!("/ipxe/{name}.ipxe")).await;
             assert_eq!(st, 200, "{script}");
         }
-        let pointer = user_data(&f, p, name);
+        let pointer = cloud.user_data(p, name);
         let src = pointer["ignition"]["config"]["merge"][0]["source"]
             .as_str()
             .unwrap();
@@ -419,7 +561,7 @@ pub async fn cluster_loop(p: Platform, net: u8, urls: Option<&dyn Fn(&str) -> Ur
             .wait_node(name, 20, |_, v| phase(v) == "Ready" || phase(v) == "Failed")
             .await;
         assert_eq!(phase(&v), "Ready", "{v:#}");
-        let image = p == Platform::PowerVs || role == "worker";
+        let image = p != Platform::Equinix || role == "worker";
         assert_eq!(
             v["bootKind"],
             if image { "Image" } else { "Network" },
@@ -501,7 +643,7 @@ pub async fn cluster_loop(p: Platform, net: u8, urls: Option<&dyn Fn(&str) -> Ur
     assert_eq!(pool, want);
 
     // Bootstrap teardown.
-    let deletes_before = f.st().deletes.len();
+    let deletes_before = cloud.deletes();
     let (st, first) = b
         .call("POST", "/v1/cluster/bootstrap-complete", Some(json!({})))
         .await;
@@ -552,7 +694,7 @@ pub async fn cluster_loop(p: Platform, net: u8, urls: Option<&dyn Fn(&str) -> Ur
     assert_eq!(d.lbd_status().await["bootstrap"], "removed");
     b.wait_node("bootstrap", 10, |st, _| st == 404).await;
     assert_eq!(
-        f.st().deletes.len(),
+        cloud.deletes(),
         deletes_before + 1,
         "one delete, of the bootstrap machine"
     );
@@ -567,7 +709,7 @@ pub async fn cluster_loop(p: Platform, net: u8, urls: Option<&dyn Fn(&str) -> Ur
     assert_eq!(st, 200);
     assert_eq!(again["time"], first["time"]);
     tokio::time::sleep(Duration::from_millis(500)).await;
-    assert_eq!(f.st().deletes.len(), deletes_before + 1);
+    assert_eq!(cloud.deletes(), deletes_before + 1);
     let (_, v) = b.call("GET", "/v1/cluster", None).await;
     assert_eq!(v["conditions"], cluster["conditions"]);
     for (name, _) in NODES.iter().skip(1) {
@@ -589,6 +731,11 @@ async fn powervs_cluster_from_api_calls_to_ready_then_bootstrap_leaves() {
     cluster_loop(Platform::PowerVs, 80, None).await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn alibaba_cluster_from_api_calls_to_ready_then_bootstrap_leaves() {
+    cluster_loop(Platform::Alibaba, 83, None).await;
+}
+
 /// `host.admission.provisions: 1`: one Equinix create at a time; the next
 /// nodes wait (their phase says so, the metrics count them) and go one by
 /// one as each reply arrives.
@@ -604,7 +751,7 @@ async fn provider_creates_beyond_the_provisioning_limit_wait_their_turn() {
         iam: f.url(),
         powervs: f.url(),
     };
-    let path = write_site(dir.path(), 86, false, &urls, admin);
+    let path = write_site(dir.path(), 86, false, &urls, admin, None);
     let text = std::fs::read_to_string(&path).unwrap();
     assert!(text.contains("host:\n"), "{text}");
     std::fs::write(

@@ -129,6 +129,35 @@ fn url_of(cx: &mut Cx, key: &str, v: Option<&str>, default: &str) -> Option<Stri
     }
 }
 
+/// The cloud instance id (the workspace's GUID) in a Power VS workspace's
+/// CRN: `crn:v1:<cname>:<ctype>:power-iaas:<zone>:a/<account>:<id>::`.
+fn powervs_crn_instance(crn: &str) -> Result<&str, String> {
+    let shape = "crn:v1:bluemix:public:power-iaas:<zone>:a/<account>:<cloud-instance-id>::";
+    let f: Vec<&str> = crn.split(':').collect();
+    if f.len() != 10 || f[0] != "crn" || crn.contains(char::is_whitespace) {
+        return Err(format!("{crn:?} is not a CRN (want {shape})"));
+    }
+    if f[4] != "power-iaas" {
+        return Err(format!(
+            "{crn:?} is a CRN of service {:?}, not of a Power VS workspace (power-iaas): {shape}",
+            f[4]
+        ));
+    }
+    if !f[6].starts_with("a/") || f[6].len() == 2 {
+        return Err(format!(
+            "{crn:?}: the scope {:?} is not an account (a/<account>): {shape}",
+            f[6]
+        ));
+    }
+    let id = f[7];
+    if id.is_empty() || id.contains('/') {
+        return Err(format!(
+            "{crn:?} names no workspace (its cloud instance id, the eighth field, is {id:?}): {shape}"
+        ));
+    }
+    Ok(id)
+}
+
 fn required(cx: &mut Cx, key: &str, v: Option<&String>) -> Option<String> {
     match v {
         Some(s) if !s.is_empty() && !s.contains(|c: char| c.is_whitespace() || c == '/') => {
@@ -221,20 +250,28 @@ pub(super) fn api(cx: &mut Cx, w: &wire::Api) -> Option<Api> {
             }
         };
         let iam_url = url_of(cx, "host.api.powervs.iamUrl", p.iam_url.as_deref(), "https://iam.cloud.ibm.com");
-        let cloud_instance_id = required(cx, "host.api.powervs.cloudInstanceId", p.cloud_instance_id.as_ref());
+        if p.cloud_instance_id.is_some() {
+            cx.err(
+                "host.api.powervs.cloudInstanceId",
+                "not a key: the workspace is named by `crn` alone (its cloud instance id is the CRN's, crn:v1:bluemix:public:power-iaas:<zone>:a/<account>:<cloud-instance-id>::)",
+            );
+        }
         let crn = match p.crn.as_deref() {
-            Some(c) if c.starts_with("crn:") && !c.contains(char::is_whitespace) => Some(c.to_string()),
-            Some(c) => {
-                cx.err("host.api.powervs.crn", format!("{c:?} is not a CRN (crn:v1:...)"));
-                None
-            }
+            Some(c) => match powervs_crn_instance(c) {
+                Ok(id) => Some((c.to_string(), id.to_string())),
+                Err(why) => {
+                    cx.err("host.api.powervs.crn", why);
+                    None
+                }
+            },
             None => {
-                cx.err("host.api.powervs.crn", "required: the workspace's CRN");
+                cx.err("host.api.powervs.crn", "required: the workspace's CRN (crn:v1:bluemix:public:power-iaas:<zone>:a/<account>:<cloud-instance-id>::)");
                 None
             }
         };
         let api_key = secret_ref(cx, "host.api.powervs.apiKey", p.api_key.as_ref());
-        Some(PowerVsAccount { base_url: base_url?, iam_url: iam_url?, cloud_instance_id: cloud_instance_id?, crn: crn?, api_key: api_key? })
+        let (crn, cloud_instance_id) = crn?;
+        Some(PowerVsAccount { base_url: base_url?, iam_url: iam_url?, cloud_instance_id, crn, api_key: api_key? })
     });
     let local = w.local.as_ref().map(|l| local(cx, l));
     let local = match local {
@@ -398,4 +435,45 @@ fn local(cx: &mut Cx, w: &wire::Local) -> Option<LocalVms> {
         ovmf_code,
         ovmf_vars,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::powervs_crn_instance;
+
+    #[test]
+    fn powervs_crn_names_its_workspace() {
+        assert_eq!(
+            powervs_crn_instance(
+                "crn:v1:bluemix:public:power-iaas:lon04:a/2c4e6f:0aa1bb2c-3d4e-5f60-7182-93a4b5c6d7e8::"
+            ),
+            Ok("0aa1bb2c-3d4e-5f60-7182-93a4b5c6d7e8")
+        );
+        for (bad, says) in [
+            ("nope", "is not a CRN"),
+            (
+                "crn:v1:bluemix:public:power-iaas:lon04:a/acc:ws",
+                "is not a CRN",
+            ),
+            (
+                "crn:v1:bluemix:public:is:lon04:a/acc:ws::",
+                "not of a Power VS workspace",
+            ),
+            (
+                "crn:v1:bluemix:public:power-iaas:lon04:s/acc:ws::",
+                "is not an account",
+            ),
+            (
+                "crn:v1:bluemix:public:power-iaas:lon04:a/acc:::",
+                "names no workspace",
+            ),
+            (
+                "crn:v1:bluemix:public:power-iaas:lon04:a/acc:w s::",
+                "is not a CRN",
+            ),
+        ] {
+            let e = powervs_crn_instance(bad).unwrap_err();
+            assert!(e.contains(says), "{bad}: {e}");
+        }
+    }
 }

@@ -28,6 +28,20 @@ impl EcsFake {
 
     /// With `token`: every request must carry this STS security token.
     pub fn start_with(start_after: f64, token: Option<&str>) -> EcsFake {
+        EcsFake::spawn(start_after, token, None)
+    }
+
+    /// Private addresses given out from `first_ip` upward (a loopback one
+    /// lets a test speak for an instance from the address ECS gave it).
+    pub fn start_at(start_after: f64, first_ip: std::net::Ipv4Addr) -> EcsFake {
+        EcsFake::spawn(start_after, None, Some(first_ip))
+    }
+
+    fn spawn(
+        start_after: f64,
+        token: Option<&str>,
+        first_ip: Option<std::net::Ipv4Addr>,
+    ) -> EcsFake {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("secret"), SECRET).unwrap();
         std::fs::write(dir.path().join("akid"), AK).unwrap();
@@ -38,6 +52,9 @@ impl EcsFake {
             std::fs::write(dir.path().join("token"), t).unwrap();
             cmd.arg("--security-token-file")
                 .arg(dir.path().join("token"));
+        }
+        if let Some(ip) = first_ip {
+            cmd.args(["--first-ip", &ip.to_string()]);
         }
         let child = cmd
             .arg("--spec")

@@ -351,13 +351,13 @@ pub(in crate::validate) fn resolve_image(
         cx.err(key, format!("image set {name:?} is not a catalog: set (no stream metadata to look the image up in)"));
         return;
     };
-    let version = match &c.resolved {
-        Ok(r) => r.version.clone(),
-        Err(e) => {
-            cx.err(key, format!("image set {name:?}: {e}"));
-            return;
-        }
+    // A set not fetched yet leaves the site valid, as every catalog set
+    // does: `images fetch --site` reads this same site, `--check-config`
+    // warns, and bootd does not start until the set is in the cache.
+    let Ok(r) = &c.resolved else {
+        return;
     };
+    let version = r.version.clone();
     match crate::catalog::cloud_image(
         &images.root,
         &c.reference.stream,
