@@ -220,10 +220,10 @@ fn validate(w: wire::SiteFile, cx: &mut Cx) -> Option<Site> {
         ]
     });
     for (p, _) in assigning.into_iter().flatten().filter(|(_, on)| *on) {
-        if !networks.iter().any(|n| n.v4().is_some()) {
+        if networks.is_empty() {
             cx.err(
                 "networks",
-                format!("host.api.{p} gives its machines their addresses, and the site has no IPv4 network they could be in: list the subnets they get addresses from (or name an install-config with networking.machineNetwork)"),
+                format!("host.api.{p} gives its machines their addresses, and the site has no network they could be in: list the subnets they get addresses from (or name an install-config with networking.machineNetwork)"),
             );
         }
     }

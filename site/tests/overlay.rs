@@ -175,11 +175,21 @@ fn host_api_keys_are_validated() {
         (pv.cloud_instance_id.as_str(), pv.crn.as_str()),
         ("ws-7", crn)
     );
+    // A cloudInstanceId beside it must say the same.
     std::fs::write(&path, one(", cloudInstanceId: ws-7")).unwrap();
+    let pv = site::load(&path)
+        .unwrap()
+        .host
+        .api
+        .unwrap()
+        .powervs
+        .unwrap();
+    assert_eq!(pv.cloud_instance_id, "ws-7");
+    std::fs::write(&path, one(", cloudInstanceId: ws-8")).unwrap();
     let e = site::load(&path).unwrap_err().to_string();
     assert!(
         e.contains(
-            "host.api.powervs.cloudInstanceId: not a key: the workspace is named by `crn` alone"
+            "host.api.powervs.cloudInstanceId: \"ws-8\" is not the workspace of crn, whose cloud instance id is \"ws-7\""
         ),
         "{e}"
     );
@@ -310,7 +320,7 @@ fn alibaba_account_is_validated_with_every_problem() {
     .unwrap();
     let e = site::load(&path).unwrap_err().to_string();
     assert!(
-        e.contains("networks: host.api.alibaba gives its machines their addresses, and the site has no IPv4 network"),
+        e.contains("networks: host.api.alibaba gives its machines their addresses, and the site has no network they could be in"),
         "{e}"
     );
     assert_eq!(

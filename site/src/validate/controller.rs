@@ -250,14 +250,19 @@ pub(super) fn api(cx: &mut Cx, w: &wire::Api) -> Option<Api> {
             }
         };
         let iam_url = url_of(cx, "host.api.powervs.iamUrl", p.iam_url.as_deref(), "https://iam.cloud.ibm.com");
-        if p.cloud_instance_id.is_some() {
-            cx.err(
-                "host.api.powervs.cloudInstanceId",
-                "not a key: the workspace is named by `crn` alone (its cloud instance id is the CRN's, crn:v1:bluemix:public:power-iaas:<zone>:a/<account>:<cloud-instance-id>::)",
-            );
-        }
         let crn = match p.crn.as_deref() {
             Some(c) => match powervs_crn_instance(c) {
+                // A cloudInstanceId beside it says the same, or it is wrong.
+                Ok(id) if p.cloud_instance_id.as_deref().is_some_and(|given| given != id) => {
+                    cx.err(
+                        "host.api.powervs.cloudInstanceId",
+                        format!(
+                            "{:?} is not the workspace of crn, whose cloud instance id is {id:?} (crn alone names the workspace)",
+                            p.cloud_instance_id.as_deref().unwrap_or_default()
+                        ),
+                    );
+                    None
+                }
                 Ok(id) => Some((c.to_string(), id.to_string())),
                 Err(why) => {
                     cx.err("host.api.powervs.crn", why);

@@ -147,6 +147,19 @@ fn machine(i: &Value) -> Option<Machine> {
     {
         addresses.push(e.to_string());
     }
+    // IPv6 addresses are per network interface (DescribeInstances'
+    // NetworkInterfaces.NetworkInterface[].Ipv6Sets.Ipv6Set[].Ipv6Address).
+    for nic in i["NetworkInterfaces"]["NetworkInterface"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        for v6 in nic["Ipv6Sets"]["Ipv6Set"].as_array().into_iter().flatten() {
+            if let Some(a) = v6["Ipv6Address"].as_str().filter(|a| !a.is_empty()) {
+                addresses.push(a.to_string());
+            }
+        }
+    }
     let macs = i["NetworkInterfaces"]["NetworkInterface"]
         .as_array()
         .into_iter()
@@ -471,5 +484,30 @@ impl super::Provider for Alibaba {
             let infra = self.account.infra_id.as_deref().unwrap_or(cluster);
             self.owned_by(infra).await.map(Some)
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_machine_s_addresses_are_both_families() {
+        // DescribeInstances' shape (../shared/specs/alibaba-ecs): the private
+        // IPv4 under VpcAttributes, IPv6 per network interface.
+        let i = json!({
+            "InstanceId": "i-1", "Status": "Running",
+            "VpcAttributes": {"PrivateIpAddress": {"IpAddress": ["10.77.0.40"]}},
+            "PublicIpAddress": {"IpAddress": []},
+            "NetworkInterfaces": {"NetworkInterface": [{
+                "MacAddress": "00:16:3E:00:00:01",
+                "Ipv6Sets": {"Ipv6Set": [{"Ipv6Address": "fd00:77::40"}]}
+            }]}
+        });
+        let m = machine(&i).unwrap();
+        assert_eq!(m.addresses, ["10.77.0.40", "fd00:77::40"]);
+        assert_eq!(m.macs, ["00:16:3e:00:00:01"]);
+        assert_eq!(m.state, MachineState::Active);
     }
 }
