@@ -418,6 +418,20 @@ pub struct Ignition {
     /// A token grants one Ignition fetch from another address than the
     /// node's; a second one is refused (`IgnitionTokenReused`).
     pub single_use_tokens: bool,
+    /// `ignition.dir` (absolute), where `<role>.ign` is read from.
+    pub dir: Option<PathBuf>,
+    /// `ignition.roles` (absolute paths): roles read from elsewhere.
+    pub role_paths: BTreeMap<String, PathBuf>,
+}
+
+impl Ignition {
+    /// Where `role`'s config is read from, whether a node uses it yet or not.
+    pub fn path_of(&self, role: &str) -> Option<PathBuf> {
+        self.role_paths
+            .get(role)
+            .cloned()
+            .or_else(|| self.dir.as_ref().map(|d| d.join(format!("{role}.ign"))))
+    }
 }
 
 /// `ignition.afterInstall`.

@@ -7,6 +7,7 @@
 
 mod alibaba;
 mod bmc;
+mod cluster_up;
 mod crash_loop;
 mod fake;
 mod full_disk;

@@ -42,7 +42,7 @@ pub struct Urls {
 }
 
 /// `host.api.alibaba` for the ECS fake.
-fn alibaba_account(ecs: &EcsFake) -> String {
+pub(super) fn alibaba_account(ecs: &EcsFake) -> String {
     format!(
         "    alibaba:\n      regionId: cn-hangzhou\n      endpoint: \"{}\"\n      accessKeyId: {{ file: {} }}\n      accessKeySecret: {{ file: {} }}\n      zones: [cn-hangzhou-h, cn-hangzhou-i]\n      vSwitches: {{ cn-hangzhou-h: vsw-h1, cn-hangzhou-i: vsw-i1 }}\n      securityGroupId: sg-plat\n      instanceTypes: {{ master: ecs.g6.xlarge, worker: ecs.g6.large }}\n      imageId: m-rhcos418\n",
         ecs.endpoint(),
@@ -51,7 +51,7 @@ fn alibaba_account(ecs: &EcsFake) -> String {
     )
 }
 
-fn write_site(
+pub(super) fn write_site(
     dir: &Path,
     net: u8,
     powervs: bool,
@@ -134,7 +134,7 @@ lb:
 }
 
 /// dnsd and lbd following bootd's published site, on loopback ports.
-struct Daemons {
+pub(super) struct Daemons {
     dns: SocketAddr,
     admin: SocketAddr,
     shutdown: CancellationToken,
@@ -142,7 +142,7 @@ struct Daemons {
 }
 
 impl Daemons {
-    async fn start(b: &Bootd, admin: SocketAddr) -> Daemons {
+    pub(super) async fn start(b: &Bootd, admin: SocketAddr) -> Daemons {
         let shutdown = CancellationToken::new();
         let mut tasks = Vec::new();
         // dnsd
@@ -183,7 +183,7 @@ impl Daemons {
         }
     }
 
-    async fn stop(self) {
+    pub(super) async fn stop(self) {
         self.shutdown.cancel();
         for t in self.tasks {
             t.await.unwrap();
@@ -213,7 +213,7 @@ impl Daemons {
 
 /// A plain HTTP/1.1 GET from `source` (a node's own address), as the node
 /// would send it: (status, body).
-async fn get_from(source: Option<IpAddr>, to: SocketAddr, path: &str) -> (u16, String) {
+pub(super) async fn get_from(source: Option<IpAddr>, to: SocketAddr, path: &str) -> (u16, String) {
     let sock = tokio::net::TcpSocket::new_v4().unwrap();
     if let Some(ip) = source {
         sock.bind(SocketAddr::new(ip, 0)).unwrap();
@@ -261,7 +261,7 @@ pub enum Platform {
 /// The provider API the loop runs against, as the test sees it: it holds
 /// a create's reply, counts creates and deletes, and shows the user data a
 /// machine was given.
-enum Cloud<'a> {
+pub(super) enum Cloud<'a> {
     Seed(&'a Fake, Arc<Notify>),
     Ecs(&'a EcsFake),
 }
@@ -292,7 +292,7 @@ impl Cloud<'_> {
         }
     }
 
-    fn creates(&self) -> u32 {
+    pub(super) fn creates(&self) -> u32 {
         match self {
             Cloud::Seed(f, _) => f.st().creates,
             Cloud::Ecs(e) => e.instances().len() as u32,
@@ -314,8 +314,22 @@ impl Cloud<'_> {
         }
     }
 
+    /// Every create the provider carried out, deleted machines included.
+    pub(super) fn creates_ever(&self) -> usize {
+        match self {
+            Cloud::Seed(f, _) => f.st().creates as usize,
+            Cloud::Ecs(e) => e
+                .control("GET", "/_fake/requests", None)
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|r| r["status"] == 200 && r["action"] == "RunInstances")
+                .count(),
+        }
+    }
+
     /// Every delete of a machine that the provider accepted.
-    fn deletes(&self) -> usize {
+    pub(super) fn deletes(&self) -> usize {
         match self {
             Cloud::Seed(f, _) => f.st().deletes.len(),
             Cloud::Ecs(e) => e
@@ -335,7 +349,7 @@ impl Cloud<'_> {
     }
 
     /// The user data the provider holds for `name`'s machine: the pointer config.
-    fn user_data(&self, p: Platform, name: &str) -> Value {
+    pub(super) fn user_data(&self, p: Platform, name: &str) -> Value {
         match self {
             Cloud::Seed(f, _) => user_data(f, p, name),
             Cloud::Ecs(e) => {
@@ -401,7 +415,7 @@ fn user_data(f: &Fake, p: Platform, name: &str) -> Value {
     serde_json::from_str(&raw.expect("the machine exists")).unwrap()
 }
 
-const NODES: [(&str, &str); 6] = [
+pub(super) const NODES: [(&str, &str); 6] = [
     ("bootstrap", "bootstrap"),
     ("master-0", "master"),
     ("master-1", "master"),

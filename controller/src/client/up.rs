@@ -364,17 +364,17 @@ async fn ignition(run: &Run<'_>, install_config: &str) -> anyhow::Result<i32> {
         );
     }
     for role in ROLES {
-        let Some(rc) = run.site.ignition.roles.get(role) else {
-            bail!("the site has no Ignition config for role {role} (ignition.dir)");
+        let Some(path) = run.site.ignition.path_of(role) else {
+            bail!("the site says nowhere to read role {role}'s Ignition from: set ignition.dir");
         };
         let new = std::fs::read(run.dir.join(format!("{role}.ign")))?;
         serde_json::from_slice::<Value>(&new)
             .map_err(|e| anyhow::anyhow!("{role}.ign is not JSON: {e}"))?;
-        if std::fs::read(&rc.path).ok().as_deref() == Some(&new[..]) {
+        if std::fs::read(&path).ok().as_deref() == Some(&new[..]) {
             continue;
         }
-        write_atomic(&rc.path, &new, 0o600)?;
-        run.say("ignition", format!("installed {}", rc.path.display()));
+        write_atomic(&path, &new, 0o600)?;
+        run.say("ignition", format!("installed {}", path.display()));
     }
     Ok(0)
 }

@@ -96,6 +96,11 @@ pub(super) fn ignition(
         over_https,
         after_install,
         single_use_tokens: w.and_then(|w| w.single_use_tokens).unwrap_or(true),
+        role_paths: explicit
+            .iter()
+            .map(|(r, p)| (r.clone(), cx.resolve(p)))
+            .collect(),
+        dir,
     })
 }
 

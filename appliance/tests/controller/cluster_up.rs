@@ -1,0 +1,271 @@
+//! `bootd cluster up --install-config FILE` on each provider fake, as the
+//! platforms' loop runs them (bootd with the controller, dnsd and lbd in one
+//! process; the machines on 127.N.0.0/24 so a simulated node sends from the
+//! address its provider gave it). The command runs as its own process and
+//! is killed with SIGKILL at each phase, then run again: it resumes, and
+//! every machine is made once. The test plays the machines (each fetches
+//! its Ignition from its own address once its provider has said which) and
+//! `openshift-install wait-for bootstrap-complete` (it says bootstrap is
+//! complete once every node is Ready).
+
+use super::platforms::{alibaba_account, get_from, write_site, Cloud, Daemons, Platform, NODES};
+use super::{fake::Fake, free_port, Bootd};
+use serde_json::{json, Value};
+use std::collections::BTreeSet;
+use std::io::Read;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use testkit::ecs_fake::EcsFake;
+use tokio::sync::Notify;
+
+/// How each platform's nodes are made: `--provider` with the site's
+/// defaults, or a `--node` template per role.
+fn how(p: Platform) -> Vec<String> {
+    match p {
+        Platform::Alibaba => vec!["--provider".into(), "alibaba".into()],
+        Platform::PowerVs => ["bootstrap", "master", "worker"]
+            .iter()
+            .flat_map(|r| {
+                [
+                    "--node".to_string(),
+                    format!(
+                        r#"{r}={{"arch":"ppc64le","firmware":"ieee1275","provider":{{"powervs":{{"imageID":"rhcos-417","networkID":"net-7"}}}}}}"#
+                    ),
+                ]
+            })
+            .collect(),
+        Platform::Equinix => vec![
+            "--node".into(),
+            r#"worker={"provider":{"equinix":{"metro":"da","plan":"m3.small.x86","operatingSystem":"rhcos_4_14"}}}"#.into(),
+            "--node".into(),
+            r#"master={"provider":{"equinix":{"metro":"da","plan":"m3.small.x86","alwaysPxe":true}}}"#.into(),
+            "--node".into(),
+            r#"bootstrap={"provider":{"equinix":{"metro":"da","plan":"m3.small.x86","alwaysPxe":true}}}"#.into(),
+        ],
+    }
+}
+
+/// One `bootd cluster up` process, its output in a file.
+struct Up {
+    child: Child,
+    out: std::path::PathBuf,
+}
+
+impl Up {
+    fn start(site: &Path, b: &Bootd, ca: &Path, assets: &Path, p: Platform, n: u32) -> Up {
+        let out = b.dir.path().join(format!("up-{n}.out"));
+        let child = Command::new(env!("CARGO_BIN_EXE_bootd"))
+            .args(["--site", site.to_str().unwrap(), "cluster"])
+            .args(["--api", &format!("https://localhost:{}", b.api.port())])
+            .args(["--ca", ca.to_str().unwrap()])
+            .args([
+                "--token-file",
+                b.dir.path().join("api-tokens").to_str().unwrap(),
+            ])
+            .args(["up", "--install-config"])
+            .arg(b.dir.path().join("install-config.yaml"))
+            .arg("--dir")
+            .arg(assets)
+            .args(["--interval", "0.1", "--timeout", "120"])
+            .args(how(p))
+            .stdout(std::fs::File::create(&out).unwrap())
+            .stderr(Stdio::from(
+                std::fs::File::create(b.dir.path().join(format!("up-{n}.err"))).unwrap(),
+            ))
+            .spawn()
+            .unwrap();
+        Up { child, out }
+    }
+
+    fn output(&self) -> String {
+        let mut s = String::new();
+        std::fs::File::open(&self.out)
+            .unwrap()
+            .read_to_string(&mut s)
+            .unwrap();
+        s
+    }
+}
+
+/// Every node whose provider has said its address fetches its Ignition
+/// from it, once (an Equinix master or bootstrap network-boots first).
+async fn play_machines(
+    b: &Bootd,
+    cloud: &Cloud<'_>,
+    p: Platform,
+    done: &mut BTreeSet<&'static str>,
+) {
+    for (name, role) in NODES {
+        if done.contains(name) {
+            continue;
+        }
+        let Some(node) = b.app.live.load().site.node(name).cloned() else {
+            continue;
+        };
+        let ip = node.ip();
+        if p == Platform::Equinix && role != "worker" {
+            let (st, _) = get_from(Some(ip), b.http, &format!("/ipxe/{name}.ipxe")).await;
+            if st != 200 {
+                continue;
+            }
+        }
+        let pointer = cloud.user_data(p, name);
+        let src = pointer["ignition"]["config"]["merge"][0]["source"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let path = &src[src.find("/ignition/").unwrap()..];
+        if get_from(Some(ip), b.http, path).await.0 == 200 {
+            done.insert(name);
+        }
+    }
+}
+
+async fn cluster_up_resumes_at_each_phase(p: Platform, net: u8) {
+    let f = Fake::start().await;
+    f.st().private_prefix = Some(format!("127.{net}.0."));
+    let ecs = (p == Platform::Alibaba)
+        .then(|| EcsFake::start_at(0.3, format!("127.{net}.0.100").parse().unwrap()));
+    let admin: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let urls = super::platforms::Urls {
+        equinix: f.url(),
+        iam: f.url(),
+        powervs: f.url(),
+    };
+    let account = ecs.as_ref().map(alibaba_account);
+    let site = write_site(
+        dir.path(),
+        net,
+        p == Platform::PowerVs,
+        &urls,
+        admin,
+        account.as_deref(),
+    );
+    // openshift-install's three configs, as `create ignition-configs` left
+    // them; the worker's differs from the site's, so it is installed.
+    let assets = dir.path().join("assets");
+    std::fs::create_dir_all(&assets).unwrap();
+    for r in ["bootstrap", "master", "worker"] {
+        std::fs::copy(
+            dir.path().join(format!("ignition/{r}.ign")),
+            assets.join(format!("{r}.ign")),
+        )
+        .unwrap();
+    }
+    let worker = json!({"ignition": {"version": "3.2.0"}, "storage": {"files": [
+        {"path": "/etc/cluster-up", "contents": {"source": "data:,made%20by%20cluster%20up"}}]}});
+    std::fs::write(assets.join("worker.ign"), worker.to_string()).unwrap();
+    let b = Bootd::start_site(dir, &site, super::tuning()).await;
+    let d = Daemons::start(&b, admin).await;
+    let ca = b.dir.path().join("api-ca.pem");
+    std::fs::write(&ca, &b.app.tls.as_ref().unwrap().ca_pem).unwrap();
+    let cloud = match &ecs {
+        Some(e) => Cloud::Ecs(e),
+        None => Cloud::Seed(&f, Arc::new(Notify::new())),
+    };
+
+    // Killed when its output first shows each of these, then run again.
+    let kills = [
+        "] ignition ",
+        "made through",
+        "] ready ",
+        "] bootstrap      waiting",
+    ];
+    let mut machines = BTreeSet::new();
+    let mut said_complete = false;
+    let mut n = 0;
+    let mut outputs = Vec::new();
+    let end = Instant::now() + Duration::from_secs(180);
+    'runs: for kill_at in kills.iter().map(Some).chain([None]) {
+        n += 1;
+        let mut up = Up::start(&site, &b, &ca, &assets, p, n);
+        loop {
+            assert!(
+                Instant::now() < end,
+                "cluster up never finished; outputs: {outputs:#?}\nlast: {}",
+                up.output()
+            );
+            play_machines(&b, &cloud, p, &mut machines).await;
+            let (_, c) = b.call("GET", "/v1/nodes", None).await;
+            let all_ready = c["nodes"].as_array().is_some_and(|ns| {
+                ns.len() == NODES.len() && ns.iter().all(|n| n["phase"] == "Ready")
+            });
+            if all_ready && !said_complete {
+                let (st, v) = b
+                    .call("POST", "/v1/cluster/bootstrap-complete", Some(json!({})))
+                    .await;
+                assert_eq!(st, 200, "{v:#}");
+                said_complete = true;
+            }
+            let out = up.output();
+            if let Some(k) = kill_at {
+                if out.contains(k) {
+                    up.child.kill().unwrap();
+                    up.child.wait().unwrap();
+                    outputs.push(out);
+                    continue 'runs;
+                }
+            }
+            if let Some(st) = up.child.try_wait().unwrap() {
+                let err = std::fs::read_to_string(b.dir.path().join(format!("up-{n}.err")))
+                    .unwrap_or_default();
+                assert!(
+                    kill_at.is_none(),
+                    "cluster up ended ({st}) before {kill_at:?}: {out}{err}"
+                );
+                assert!(st.success(), "cluster up failed ({st}): {out}{err}");
+                outputs.push(out);
+                break 'runs;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    let last = outputs.last().unwrap();
+    assert!(last.contains("is up"), "{last}");
+    assert!(
+        last.contains("resume") && last.contains("done before: ignition, images, nodes, ready"),
+        "{last}"
+    );
+    // Every machine made once, across five runs; the bootstrap's deleted.
+    assert_eq!(cloud.creates_ever(), 6, "{outputs:#?}");
+    assert_eq!(cloud.deletes(), 1, "{outputs:#?}");
+    let (st, _) = b.call("GET", "/v1/nodes/bootstrap", None).await;
+    assert_eq!(st, 404);
+    for (name, _) in NODES.iter().skip(1) {
+        let (_, v) = b.call("GET", &format!("/v1/nodes/{name}"), None).await;
+        assert_eq!(v["phase"], "Ready", "{v:#}");
+    }
+    // The worker config from the assets is the site's now.
+    let served: Value =
+        serde_json::from_slice(&std::fs::read(b.dir.path().join("ignition/worker.ign")).unwrap())
+            .unwrap();
+    assert_eq!(served, worker);
+    let all = outputs.join("");
+    assert!(
+        all.contains("installed") && all.contains("worker.ign"),
+        "{all}"
+    );
+    // Without a kubeconfig the controller does not follow the cluster.
+    assert!(all.contains("oc adm certificate approve"), "{last}");
+    d.stop().await;
+    b.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_up_on_alibaba_resumes_after_kill_9_at_each_phase() {
+    cluster_up_resumes_at_each_phase(Platform::Alibaba, 84).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_up_on_powervs_resumes_after_kill_9_at_each_phase() {
+    cluster_up_resumes_at_each_phase(Platform::PowerVs, 85).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_up_on_equinix_resumes_after_kill_9_at_each_phase() {
+    cluster_up_resumes_at_each_phase(Platform::Equinix, 86).await;
+}
