@@ -8,6 +8,7 @@
 mod alibaba;
 mod bmc;
 mod crash_loop;
+mod csr;
 mod fake;
 mod full_disk;
 mod ha;
