@@ -9,6 +9,7 @@
 
 mod destroy;
 mod up;
+mod wait;
 
 use crate::providers::Http;
 use anyhow::{bail, Context};
@@ -23,6 +24,7 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 pub use up::{up, UpArgs};
+pub use wait::{wait, WaitFor};
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct Conn {
@@ -95,11 +97,17 @@ pub enum NodesCmd {
         #[arg(long)]
         json: bool,
     },
-    /// Show each node's phase and elapsed time until all are Ready (exit 0)
-    /// or one fails (exit 1, with the reason).
+    /// Show each node's phase and elapsed time until all are Ready (or,
+    /// with `--for joined`, Joined) (exit 0) or one fails (exit 1, with the
+    /// reason).
     Wait {
         /// Nodes to wait for (default: every node).
         names: Vec<String>,
+        /// `ready`: the node's `Ready` condition (it booted and fetched its
+        /// Ignition); `joined`: its `Joined` condition (its kubelet's client
+        /// and serving certificates are approved; needs host.api.kubeconfig).
+        #[arg(long = "for", value_enum, default_value_t = WaitFor::Ready)]
+        until: WaitFor,
         /// Give up after this many seconds (exit 2).
         #[arg(long, default_value_t = 3600)]
         timeout: u64,
@@ -389,12 +397,14 @@ pub async fn nodes(client: &Client, cmd: NodesCmd) -> anyhow::Result<i32> {
         }
         NodesCmd::Wait {
             names,
+            until,
             timeout,
             interval,
         } => {
             return wait(
                 client,
                 &names,
+                until,
                 Duration::from_secs(timeout),
                 interval,
                 &mut out,
@@ -456,95 +466,6 @@ pub fn print_timeline(v: &Value, out: &mut impl Write) -> std::io::Result<()> {
         )?;
     }
     Ok(())
-}
-
-/// Polls until every wanted node is Ready (0), one is Failed (1) or the
-/// timeout passes (2), printing a line whenever a node's phase changes.
-pub async fn wait(
-    client: &Client,
-    names: &[String],
-    timeout: Duration,
-    interval: f64,
-    out: &mut impl Write,
-) -> anyhow::Result<i32> {
-    let start = Instant::now();
-    let mut last: std::collections::BTreeMap<String, String> = Default::default();
-    let interval = Duration::from_secs_f64(interval.clamp(0.05, 60.0));
-    loop {
-        let (st, v) = client.call(Method::GET, "/v1/nodes", None).await?;
-        ok_or_bail(st, &v)?;
-        let nodes: Vec<&Value> = v["nodes"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter(|n| names.is_empty() || names.iter().any(|w| w == s(n, "name")))
-            .collect();
-        for w in names {
-            if !nodes.iter().any(|n| s(n, "name") == w) {
-                writeln!(out, "FAILED {w}: no such node")?;
-                return Ok(1);
-            }
-        }
-        let elapsed = start.elapsed().as_secs();
-        for n in &nodes {
-            let line = format!("{} {}", s(n, "phase"), s(n, "message"));
-            if last.get(s(n, "name")) != Some(&line) {
-                writeln!(
-                    out,
-                    "[{:>4}s] {:<16} {:<7} {:<13} {}",
-                    elapsed,
-                    s(n, "name"),
-                    s(n, "bootKind"),
-                    s(n, "phase"),
-                    s(n, "message")
-                )?;
-                last.insert(s(n, "name").to_string(), line);
-            }
-        }
-        out.flush()?;
-        if let Some(f) = nodes.iter().find(|n| s(n, "phase") == "Failed") {
-            writeln!(out, "FAILED {}: {}", s(f, "name"), s(f, "message"))?;
-            return Ok(1);
-        }
-        // With no names, the roles the cluster counts must be whole too.
-        let mut short = Vec::new();
-        if names.is_empty() {
-            let (st, c) = client.call(Method::GET, "/v1/cluster", None).await?;
-            ok_or_bail(st, &c)?;
-            for (role, r) in c["roles"].as_object().into_iter().flatten() {
-                let want = r["replicas"].as_u64().unwrap_or(0);
-                let have = r["present"].as_u64().unwrap_or(0);
-                if have < want {
-                    short.push(format!("{} more {role} node(s)", want - have));
-                }
-            }
-            let line = short.join(", ");
-            if last.get("") != Some(&line) && !line.is_empty() {
-                writeln!(out, "[{:>4}s] waiting for {line} (replicas)", elapsed)?;
-            }
-            last.insert(String::new(), line);
-        }
-        if short.is_empty() && !nodes.is_empty() && nodes.iter().all(|n| s(n, "phase") == "Ready") {
-            writeln!(out, "all {} node(s) Ready after {}s", nodes.len(), elapsed)?;
-            return Ok(0);
-        }
-        if start.elapsed() >= timeout {
-            let mut waiting: Vec<String> = nodes
-                .iter()
-                .filter(|n| s(n, "phase") != "Ready")
-                .map(|n| format!("{} ({})", s(n, "name"), s(n, "phase")))
-                .collect();
-            waiting.extend(short);
-            writeln!(
-                out,
-                "TIMEOUT after {}s waiting for {}",
-                elapsed,
-                waiting.join(", ")
-            )?;
-            return Ok(2);
-        }
-        tokio::time::sleep(interval).await;
-    }
 }
 
 /// The `POST /v1/nodes` body of `nodes import-bmc`: a node with the Redfish

@@ -1,6 +1,8 @@
-//! A node's conditions: the fixed five (Provisioned, BootKind,
-//! NetworkBooted, IgnitionServed, Ready) as stored by the reconciler and as
-//! shown by the API, with defaults for those not set yet.
+//! A node's conditions: the fixed six (Provisioned, BootKind,
+//! NetworkBooted, IgnitionServed, Ready, Joined) as stored by the
+//! reconciler and the cluster side and as shown by the API, with defaults
+//! for those not set yet; then the others the controller sets
+//! (AddressesRecorded, CSRPending, ...).
 
 use crate::providers::BootKind;
 use crate::store::{now_ms, Condition, NodeRow};
@@ -10,6 +12,11 @@ pub const NETWORK_BOOTED: &str = "NetworkBooted";
 pub const IGNITION_SERVED: &str = "IgnitionServed";
 pub const READY: &str = "Ready";
 pub const BOOT_KIND: &str = "BootKind";
+/// The node's kubelet has its client and serving certificates (the cluster
+/// side, [`crate::cluster`]).
+pub const JOINED: &str = "Joined";
+/// A kubelet CSR naming the node is left for a person, and why.
+pub const CSR_PENDING: &str = "CSRPending";
 
 pub fn cond(kind: &str, status: &str, reason: &str, message: &str) -> Condition {
     Condition {
@@ -124,8 +131,15 @@ pub fn conditions_view(
             }
         }
     };
-    let mut out = vec![provisioned, boot, booted, ign, ready];
-    // Others the controller sets (AddressesRecorded), after the fixed five.
+    let joined = get(JOINED).unwrap_or_else(|| {
+        unknown(
+            JOINED,
+            "NotSeen",
+            "no approved kubelet client and serving certificates seen (the controller looks with host.api.kubeconfig)",
+        )
+    });
+    let mut out = vec![provisioned, boot, booted, ign, ready, joined];
+    // Others the controller sets (AddressesRecorded, CSRPending), after the fixed six.
     out.extend(
         stored
             .iter()
@@ -136,6 +150,7 @@ pub fn conditions_view(
                     NETWORK_BOOTED,
                     IGNITION_SERVED,
                     READY,
+                    JOINED,
                 ]
                 .contains(&c.kind.as_str())
             })

@@ -21,6 +21,8 @@ pub const TOKEN_REUSED: &str = "ignition_token_reused";
 /// The node's Ignition was fetched from another address than the node's.
 pub const OTHER_ADDRESS: &str = "ignition_other_address";
 pub const PROVIDER: &str = "provider";
+/// What the controller did in the cluster (a kubelet CSR approved, Joined).
+pub const CLUSTER: &str = "cluster";
 pub const API: &str = "api";
 
 /// The kind a timeline event is stored under, for the events the controller

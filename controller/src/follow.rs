@@ -107,17 +107,25 @@ fn apply(ctl: &Controller, batch: &[(String, Event)]) {
     }
 }
 
-/// Reads the timeline of every node the controller manages and applies
-/// what its conditions do not show yet (after a lag, and on start).
+/// Reads the timeline of every node (the site's and the API's) and applies
+/// what its conditions do not show yet (after a lag, and on start: what a
+/// node did before the controller subscribed, an Ignition fetched from
+/// another address among it, is not lost).
 fn catch_up(ctl: &Controller) {
     let Ok(rows) = ctl.store.nodes() else { return };
-    for r in rows {
-        let Some(track) = ctl.app.timeline.track(&r.name) else {
+    let mut names: Vec<String> = rows.into_iter().map(|r| r.name).collect();
+    for n in &ctl.app.live.load().site.nodes {
+        if !names.contains(&n.name) {
+            names.push(n.name.clone());
+        }
+    }
+    for name in names {
+        let Some(track) = ctl.app.timeline.track(&name) else {
             continue;
         };
         let have: Vec<String> = ctl
             .store
-            .conditions(&r.name)
+            .conditions(&name)
             .map(|cs| {
                 cs.into_iter()
                     .filter(|c| c.status == "True")
@@ -128,7 +136,7 @@ fn catch_up(ctl: &Controller) {
         let mut missing = Vec::new();
         for e in track.events.iter() {
             let ev = NodeEvent {
-                node: r.name.clone(),
+                node: name.clone(),
                 at_us: e.at_us,
                 phase: e.phase,
                 what: e.what.clone(),
@@ -147,7 +155,7 @@ fn catch_up(ctl: &Controller) {
                 })
             {
                 missing.push((
-                    r.name.clone(),
+                    name.clone(),
                     Event {
                         at: e.at_us / 1000,
                         kind: kind.into(),

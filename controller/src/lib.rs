@@ -13,6 +13,10 @@
 //!   first), poll it, follow its boot, delete it; bounded jittered retries.
 //! - [`teardown`]: once bootstrap is complete, the bootstrap node's
 //!   Ignition revoked, lbd drained, its machine deleted; resumable.
+//! - [`cluster`]: with `host.api.kubeconfig`, the cluster being installed:
+//!   kubelet CSRs of the nodes this appliance booted approved (the rules a
+//!   pure function), `Joined` and `CSRPending`, bootstrap completion read
+//!   from the cluster.
 //! - [`client`]: the `bootd nodes …` / `bootd cluster …` command-line client.
 //!
 //! Every route is in `api::route`. Only `/healthz` is served without a token.
@@ -27,6 +31,7 @@
 mod addresses;
 pub mod auth;
 pub mod client;
+pub mod cluster;
 pub mod conditions;
 pub mod events;
 pub mod facts;
@@ -83,6 +88,9 @@ pub struct Tuning {
     /// The API's head deadline (30 s, also the idle keep-alive limit), TLS
     /// handshake deadline (10 s) and head size (100 headers, 32 KiB).
     pub http: runtime::http1::Limits,
+    /// How often the cluster's CSRs and bootstrap ConfigMap are looked at
+    /// (with `host.api.kubeconfig`).
+    pub cluster_poll: Duration,
 }
 
 impl Default for Tuning {
@@ -102,6 +110,7 @@ impl Default for Tuning {
                 per_source: 256,
             },
             http: runtime::http1::Limits::new(Duration::from_secs(30)),
+            cluster_poll: Duration::from_secs(10),
         }
     }
 }
@@ -401,8 +410,9 @@ impl Controller {
         self.tracker.spawn(teardown::run(
             Arc::clone(self),
             Arc::clone(&self.teardown),
-            term,
+            term.clone(),
         ));
+        self.tracker.spawn(cluster::run(Arc::clone(self), term));
     }
 
     /// Stops running the loops here (each stops at its next wait).

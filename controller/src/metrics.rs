@@ -1,11 +1,14 @@
 //! The controller's metrics, in bootd's one `/metrics` output (attached to
 //! bootd's registry, [`bootd::metrics::Metrics::attach`]): the API's
-//! requests, refusals and closed connections, and failed provider calls.
+//! requests, refusals and closed connections, failed provider calls, and
+//! the cluster side's kubelet CSRs (approved, left pending by reason) and
+//! failed cluster API calls.
 //! Listed once the controller has started (a site with `host.api`).
 
 use bootd::metrics::{Kind, Reason, RouteStatus};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use std::sync::Arc;
 
@@ -20,6 +23,15 @@ pub struct Metrics {
     pub closed: Family<Reason, Counter>,
     /// `bootd_provider_errors_total{kind}`.
     pub provider_errors: Family<Kind, Counter>,
+    /// `bootd_csr_pending{reason}`: kubelet CSRs left for a person at the
+    /// last look, by reason (`crate::cluster::csr::Reason`).
+    pub csr_pending: Family<Reason, Gauge>,
+    /// `bootd_csr_approved_total{kind}`: kubelet CSRs approved (`client`,
+    /// `serving`).
+    pub csr_approved: Family<Kind, Counter>,
+    /// `bootd_cluster_api_errors_total{kind}`: failed calls to the
+    /// cluster's API (`transient`, `permanent`).
+    pub cluster_errors: Family<Kind, Counter>,
 }
 
 impl Metrics {
@@ -35,6 +47,9 @@ fn register(registry: &mut Registry) -> Metrics {
         denials: Family::default(),
         closed: Family::default(),
         provider_errors: Family::default(),
+        csr_pending: Family::default(),
+        csr_approved: Family::default(),
+        cluster_errors: Family::default(),
     };
     registry.register(
         "api_connections_closed",
@@ -55,6 +70,21 @@ fn register(registry: &mut Registry) -> Metrics {
         "provider_errors",
         "Failed provider calls (transient, permanent)",
         m.provider_errors.clone(),
+    );
+    registry.register(
+        "csr_pending",
+        "Kubelet CSRs the controller left pending for a person at its last look, by reason",
+        m.csr_pending.clone(),
+    );
+    registry.register(
+        "csr_approved",
+        "Kubelet CSRs the controller approved (client, serving)",
+        m.csr_approved.clone(),
+    );
+    registry.register(
+        "cluster_api_errors",
+        "Failed calls to the cluster's API (transient, permanent)",
+        m.cluster_errors.clone(),
     );
     m
 }

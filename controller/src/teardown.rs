@@ -3,8 +3,9 @@
 //!
 //! The controller owns the fact "bootstrap is complete" (the store's
 //! `bootstrapComplete`, set once, with what said so: the API, the CLI after
-//! `openshift-install wait-for bootstrap-complete`, or lbd's
-//! `autoCompleteAfter` seen on the timeline). Everything else follows from
+//! `openshift-install wait-for bootstrap-complete`, lbd's
+//! `autoCompleteAfter` seen on the timeline, or the cluster's own
+//! `kube-system/bootstrap` ConfigMap read by [`crate::cluster`]). Everything else follows from
 //! it, in this order, each step recorded as a cluster condition:
 //!
 //! 1. `BootstrapIgnitionRevoked`: every bootstrap node is added to bootd's

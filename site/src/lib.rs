@@ -105,7 +105,7 @@ impl fmt::Display for SiteError {
 
 /// A value that must never be printed: its `Debug` is `<redacted>`.
 /// Ignition configs hold pull secrets and keys.
-#[derive(Clone, PartialEq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct Secret<T>(pub T);
 
 impl<T> Secret<T> {

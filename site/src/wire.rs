@@ -370,6 +370,9 @@ pub struct Api {
     pub alibaba: Option<Alibaba>,
     #[serde(default)]
     pub fetch_from: BTreeMap<String, String>,
+    /// A kubeconfig file (a path relative to the site file): the cluster
+    /// whose kubelet CSRs the controller approves.
+    pub kubeconfig: Option<PathBuf>,
 }
 
 /// `host.api.alibaba`: the Alibaba Cloud ECS account and where the

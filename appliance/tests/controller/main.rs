@@ -9,6 +9,7 @@ mod alibaba;
 mod bmc;
 mod cluster_up;
 mod crash_loop;
+mod csr;
 mod fake;
 mod full_disk;
 mod ha;

@@ -17,6 +17,7 @@ pub(super) async fn cluster(ctl: &Arc<Controller>, _: auth::Caller) -> Response<
                 "bootstrapComplete": bootstrap_view(b),
                 "roles": roles_view(ctl, &snap),
                 "controller": controller,
+                "csrs": crate::cluster::view(ctl),
                 "conditions": teardown::conditions(ctl).iter().map(|c| json!({
                     "type": c.kind, "status": c.status, "reason": c.reason, "message": c.message, "lastTransitionTime": rfc3339(c.at),
                 })).collect::<Vec<_>>(),

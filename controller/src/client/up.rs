@@ -499,7 +499,15 @@ async fn ready(run: &Run<'_>) -> anyhow::Result<i32> {
     let left = Duration::from_secs(run.args.timeout).saturating_sub(run.start.elapsed());
     run.say("ready", "waiting for every node to be Ready");
     let mut out = std::io::stdout();
-    wait(run.client, &[], left, run.args.interval, &mut out).await
+    wait(
+        run.client,
+        &[],
+        WaitFor::Ready,
+        left,
+        run.args.interval,
+        &mut out,
+    )
+    .await
 }
 
 async fn bootstrap(run: &Run<'_>) -> anyhow::Result<i32> {
@@ -558,48 +566,28 @@ async fn bootstrap(run: &Run<'_>) -> anyhow::Result<i32> {
 }
 
 async fn joined(run: &Run<'_>) -> anyhow::Result<i32> {
-    let mut said = String::new();
-    loop {
-        let (st, v) = run.client.call(Method::GET, "/v1/nodes", None).await?;
-        ok_or_bail(st, &v)?;
-        let nodes: Vec<&Value> = v["nodes"].as_array().into_iter().flatten().collect();
-        let joined = |n: &Value| {
-            n["conditions"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .find(|c| c["type"] == "Joined")
-                .map(|c| c["status"] == "True")
-        };
-        // The controller says Joined only when it follows the cluster.
-        if nodes.iter().all(|n| joined(n).is_none()) {
-            run.say(
-                "joined",
-                "the controller does not follow the cluster (no kubeconfig in the site): \
-                 approve the kubelets' CSRs with `oc adm certificate approve`",
-            );
-            return Ok(0);
-        }
-        let waiting: Vec<&str> = nodes
-            .iter()
-            .filter(|n| joined(n) != Some(true))
-            .map(|n| s(n, "name"))
-            .collect();
-        if waiting.is_empty() {
-            run.say("joined", format!("all {} node(s) joined", nodes.len()));
-            return Ok(0);
-        }
-        let line = waiting.join(", ");
-        if line != said {
-            run.say("joined", format!("waiting for {line}"));
-            said = line;
-        }
-        if run.timed_out() {
-            println!("TIMEOUT waiting for {said} to join");
-            return Ok(2);
-        }
-        run.sleep().await;
+    let (_, c) = bootstrap_complete(run).await?;
+    // The controller says Joined only when it follows the cluster.
+    if c["csrs"]["followed"] != true {
+        run.say(
+            "joined",
+            "the controller does not follow the cluster (no host.api.kubeconfig in the site): \
+             approve the kubelets' CSRs with `oc adm certificate approve`",
+        );
+        return Ok(0);
     }
+    let left = Duration::from_secs(run.args.timeout).saturating_sub(run.start.elapsed());
+    run.say("joined", "waiting for every node to join");
+    let mut out = std::io::stdout();
+    wait(
+        run.client,
+        &[],
+        WaitFor::Joined,
+        left,
+        run.args.interval,
+        &mut out,
+    )
+    .await
 }
 
 #[cfg(test)]

@@ -491,7 +491,9 @@ impl Http {
         Http::with_tls(timeout, tls)
     }
 
-    fn with_tls(timeout: Duration, tls: rustls::ClientConfig) -> Http {
+    /// With a TLS configuration of the caller's own (the cluster API: its CA
+    /// alone, and a client certificate).
+    pub(crate) fn with_tls(timeout: Duration, tls: rustls::ClientConfig) -> Http {
         let conn = hyper_rustls::HttpsConnectorBuilder::new()
             .with_tls_config(tls)
             .https_or_http()

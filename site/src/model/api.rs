@@ -2,6 +2,7 @@
 //! accounts and secret references.
 
 use super::FetchFrom;
+use crate::Secret;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -35,6 +36,37 @@ pub struct Api {
     /// Per provider: where its nodes' scripts may be fetched from
     /// (a node's own `fetchFrom` wins).
     pub fetch_from: BTreeMap<String, FetchFrom>,
+    /// `host.api.kubeconfig`: how the controller reaches the cluster's API
+    /// (kubelet CSRs, the bootstrap ConfigMap); `None`: it does not.
+    pub kubeconfig: Option<Kubeconfig>,
+}
+
+/// A kubeconfig's current context, read and checked when the site loads:
+/// the cluster's API server, the CA that signs its certificate, and the
+/// credentials. Its `Debug` prints no key and no token.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Kubeconfig {
+    /// The file it was read from.
+    pub path: PathBuf,
+    /// `current-context`.
+    pub context: String,
+    /// The cluster's `server`, `https://host[:port]`, no trailing slash.
+    pub server: String,
+    /// PEM: the CA certificates the server's certificate must chain to.
+    pub ca_pem: Vec<u8>,
+    pub auth: KubeAuth,
+}
+
+/// How the controller authenticates to the cluster's API server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KubeAuth {
+    /// A client certificate and its key (PEM).
+    ClientCert {
+        cert_pem: Vec<u8>,
+        key_pem: Secret<Vec<u8>>,
+    },
+    /// A bearer token (`token`, or the content of `tokenFile`).
+    Token(Secret<String>),
 }
 
 /// `host.api.alibaba`: an Alibaba Cloud ECS account, the region and where in

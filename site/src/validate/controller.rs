@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 mod alibaba;
+mod kubeconfig;
 pub(super) use alibaba::resolve_image as resolve_alibaba_image;
 pub use alibaba::{
     disk_problems as alibaba_disk_problems, id_ok as alibaba_id_ok, region_id_ok, zone_in_region,
@@ -333,6 +334,10 @@ pub(super) fn api(cx: &mut Cx, w: &wire::Api) -> Option<Api> {
             None => cx.err(&key, format!("{v:?}: want nodeAddress or anyAddress")),
         }
     }
+    let kubeconfig = w
+        .kubeconfig
+        .as_deref()
+        .and_then(|p| kubeconfig::kubeconfig(cx, p));
     Some(Api {
         listen: listen?,
         url,
@@ -347,6 +352,7 @@ pub(super) fn api(cx: &mut Cx, w: &wire::Api) -> Option<Api> {
         bmc_files,
         alibaba,
         fetch_from,
+        kubeconfig,
     })
 }
 

@@ -15,8 +15,10 @@
 //! Behind features, for the few crates whose tests use them:
 //! - `dhcp`: [`dhcp`], the lab site copied for a test and relayed DHCP;
 //! - `logs`: [`logs`], everything the test binary logged;
-//! - `fakes`: [`redfish_fake`] and [`ecs_fake`], the providers' fakes, and
-//!   [`http_fake`], the accept loop an HTTP fake runs.
+//! - `fakes`: [`redfish_fake`] and [`ecs_fake`], the providers' fakes;
+//!   [`kube_fake`], a Kubernetes API server's CSRs and bootstrap ConfigMap,
+//!   every request checked by [`openapi`] against Kubernetes' own document;
+//!   and [`http_fake`], the accept loop an HTTP fake runs.
 //!
 //! Invariants: testkit depends on no crate of the workspace (every one of
 //! them may use it in its tests); a static here (the port counter, the log
@@ -32,8 +34,12 @@ pub mod ecs_fake;
 pub mod golden;
 #[cfg(feature = "fakes")]
 pub mod http_fake;
+#[cfg(feature = "fakes")]
+pub mod kube_fake;
 #[cfg(feature = "logs")]
 pub mod logs;
+#[cfg(feature = "fakes")]
+pub mod openapi;
 pub mod ports;
 pub mod process;
 #[cfg(feature = "fakes")]
