@@ -5,8 +5,13 @@
 //! is killed with SIGKILL at each phase, then run again: it resumes, and
 //! every machine is made once. The test plays the machines (each fetches
 //! its Ignition from its own address once its provider has said which) and
-//! `openshift-install wait-for bootstrap-complete` (it says bootstrap is
-//! complete once every node is Ready).
+//! the cluster, in a fake Kubernetes API server (testkit's `kube_fake`,
+//! every request checked against Kubernetes' OpenAPI document) that the
+//! site's `host.api.kubeconfig` names: its `bootstrap` ConfigMap says
+//! complete while the command waits for it, and each node's kubelet sends
+//! its client and serving CSRs, which the controller approves: the command
+//! ends with every node Joined. Without a kubeconfig it ends at bootstrap,
+//! saying the CSRs are the operator's.
 
 use super::platforms::{alibaba_account, get_from, write_site, Cloud, Daemons, Platform, NODES};
 use super::{fake::Fake, free_port, Bootd};
@@ -19,6 +24,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use testkit::ecs_fake::EcsFake;
+use testkit::kube_fake::{kubelet_csr, Auth, KubeFake, KubeletCsr};
 use tokio::sync::Notify;
 
 /// How each platform's nodes are made: `--provider` with the site's
@@ -124,7 +130,12 @@ async fn play_machines(
     }
 }
 
-async fn cluster_up_resumes_at_each_phase(p: Platform, net: u8) {
+async fn cluster_up_resumes_at_each_phase(p: Platform, net: u8, kube: bool) {
+    let k8s = if kube {
+        Some(KubeFake::start(Auth::ClientCert, KubeFake::spec()).await)
+    } else {
+        None
+    };
     let f = Fake::start().await;
     f.st().private_prefix = Some(format!("127.{net}.0."));
     let ecs = (p == Platform::Alibaba)
@@ -159,7 +170,20 @@ async fn cluster_up_resumes_at_each_phase(p: Platform, net: u8) {
     let worker = json!({"ignition": {"version": "3.2.0"}, "storage": {"files": [
         {"path": "/etc/cluster-up", "contents": {"source": "data:,made%20by%20cluster%20up"}}]}});
     std::fs::write(assets.join("worker.ign"), worker.to_string()).unwrap();
-    let b = Bootd::start_site(dir, &site, super::tuning()).await;
+    if let Some(k) = &k8s {
+        k.write_kubeconfig(dir.path());
+        let text = std::fs::read_to_string(&site).unwrap().replace(
+            "    tokens: { file: api-tokens }\n",
+            "    tokens: { file: api-tokens }\n    kubeconfig: kubeconfig\n",
+        );
+        assert!(text.contains("kubeconfig: kubeconfig"));
+        std::fs::write(&site, text).unwrap();
+    }
+    let tuning = controller::Tuning {
+        cluster_poll: Duration::from_millis(100),
+        ..super::tuning()
+    };
+    let b = Bootd::start_site(dir, &site, tuning).await;
     let d = Daemons::start(&b, admin).await;
     let ca = b.dir.path().join("api-ca.pem");
     std::fs::write(&ca, &b.app.tls.as_ref().unwrap().ca_pem).unwrap();
@@ -168,62 +192,104 @@ async fn cluster_up_resumes_at_each_phase(p: Platform, net: u8) {
         None => Cloud::Seed(&f, Arc::new(Notify::new())),
     };
 
-    // Killed when its output first shows each of these, then run again.
+    // Killed when its output first shows each of these, then run again. A
+    // run may pass a point before it is seen (the first three take
+    // milliseconds): it is then killed at the latest point seen. It waits
+    // at the last two, so those are always hit.
     let kills = [
-        "] ignition ",
+        "] ignition       the configs",
         "made through",
-        "] ready ",
+        "] ready          waiting",
         "] bootstrap      waiting",
     ];
+    let mut next = 0;
+    let mut killed_at = Vec::new();
     let mut machines = BTreeSet::new();
     let mut said_complete = false;
+    let mut kubelets = BTreeSet::new();
     let mut n = 0;
     let mut outputs = Vec::new();
     let end = Instant::now() + Duration::from_secs(180);
-    'runs: for kill_at in kills.iter().map(Some).chain([None]) {
+    'runs: loop {
         n += 1;
         let mut up = Up::start(&site, &b, &ca, &assets, p, n);
-        loop {
+        for tick in 0u64.. {
             assert!(
                 Instant::now() < end,
                 "cluster up never finished; outputs: {outputs:#?}\nlast: {}",
                 up.output()
             );
-            play_machines(&b, &cloud, p, &mut machines).await;
-            let (_, c) = b.call("GET", "/v1/nodes", None).await;
-            let all_ready = c["nodes"].as_array().is_some_and(|ns| {
-                ns.len() == NODES.len() && ns.iter().all(|n| n["phase"] == "Ready")
-            });
-            if all_ready && !said_complete {
-                let (st, v) = b
-                    .call("POST", "/v1/cluster/bootstrap-complete", Some(json!({})))
-                    .await;
-                assert_eq!(st, 200, "{v:#}");
-                said_complete = true;
-            }
             let out = up.output();
-            if let Some(k) = kill_at {
-                if out.contains(k) {
-                    up.child.kill().unwrap();
-                    up.child.wait().unwrap();
-                    outputs.push(out);
-                    continue 'runs;
-                }
+            if let Some(i) = (next..kills.len()).rev().find(|&i| out.contains(kills[i])) {
+                up.child.kill().unwrap();
+                up.child.wait().unwrap();
+                killed_at.push(kills[i]);
+                next = i + 1;
+                outputs.push(out);
+                continue 'runs;
             }
             if let Some(st) = up.child.try_wait().unwrap() {
+                let out = up.output();
                 let err = std::fs::read_to_string(b.dir.path().join(format!("up-{n}.err")))
                     .unwrap_or_default();
-                assert!(
-                    kill_at.is_none(),
-                    "cluster up ended ({st}) before {kill_at:?}: {out}{err}"
+                assert_eq!(
+                    next,
+                    kills.len(),
+                    "cluster up ended ({st}) before being killed at each point: {out}{err}"
                 );
                 assert!(st.success(), "cluster up failed ({st}): {out}{err}");
                 outputs.push(out);
                 break 'runs;
             }
-            tokio::time::sleep(Duration::from_millis(100)).await;
+            if tick % 10 == 0 {
+                play_machines(&b, &cloud, p, &mut machines).await;
+                let (_, c) = b.call("GET", "/v1/nodes", None).await;
+                let all_ready = c["nodes"].as_array().is_some_and(|ns| {
+                    ns.len() == NODES.len() && ns.iter().all(|n| n["phase"] == "Ready")
+                });
+                // Bootstrap is said complete while the command waits for
+                // it, once it was killed there.
+                let waiting = out.contains(kills[3]);
+                if all_ready && waiting && next == kills.len() && !said_complete {
+                    match &k8s {
+                        // The cluster says it (kube-system/bootstrap).
+                        Some(k) => k.st().bootstrap = Some("complete".into()),
+                        // As openshift-install wait-for bootstrap-complete would.
+                        None => {
+                            let (st, v) = b
+                                .call("POST", "/v1/cluster/bootstrap-complete", Some(json!({})))
+                                .await;
+                            assert_eq!(st, 200, "{v:#}");
+                        }
+                    }
+                    said_complete = true;
+                }
+                // Each Ready node's kubelet asks for its certificates, once.
+                if let Some(k) = &k8s {
+                    for n in c["nodes"].as_array().into_iter().flatten() {
+                        let name = n["name"].as_str().unwrap().to_string();
+                        if n["phase"] != "Ready"
+                            || name == "bootstrap"
+                            || !kubelets.insert(name.clone())
+                        {
+                            continue;
+                        }
+                        let ip = b.app.live.load().site.node(&name).unwrap().ip().to_string();
+                        let cn = format!("system:node:{name}");
+                        let fqdn = format!("{name}.plat.example.test");
+                        let sans = [name.as_str(), fqdn.as_str(), ip.as_str()];
+                        let client = format!("csr-{name}-client");
+                        let serving = format!("csr-{name}-serving");
+                        k.add_csr(kubelet_csr(&KubeletCsr::client(&client, &cn)));
+                        k.add_csr(kubelet_csr(&KubeletCsr::serving(&serving, &cn, &sans)));
+                    }
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
         }
     }
+    // Where it waits, it was killed each time.
+    assert!(killed_at.ends_with(&[kills[2], kills[3]]), "{killed_at:?}");
     let last = outputs.last().unwrap();
     assert!(last.contains("is up"), "{last}");
     assert!(
@@ -249,23 +315,55 @@ async fn cluster_up_resumes_at_each_phase(p: Platform, net: u8) {
         all.contains("installed") && all.contains("worker.ign"),
         "{all}"
     );
-    // Without a kubeconfig the controller does not follow the cluster.
-    assert!(all.contains("oc adm certificate approve"), "{last}");
+    match &k8s {
+        Some(k) => {
+            // Said by the cluster; every kubelet's two CSRs approved, none
+            // denied, and every request as Kubernetes' document says.
+            let (_, c) = b.call("GET", "/v1/cluster", None).await;
+            assert_eq!(c["bootstrapComplete"]["by"], "cluster", "{c:#}");
+            assert!(
+                last.contains("all 5 node(s) Joined") || last.contains("Joined"),
+                "{last}"
+            );
+            let st = k.st();
+            assert_eq!(st.approved.len(), 10, "{:?}", st.approved);
+            assert!(st.denied.is_empty(), "{:?}", st.denied);
+            assert!(st.violations.is_empty(), "{:?}", st.violations);
+            drop(st);
+            for (name, _) in NODES.iter().skip(1) {
+                let (_, v) = b.call("GET", &format!("/v1/nodes/{name}"), None).await;
+                let joined = v["conditions"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .find(|c| c["type"] == "Joined")
+                    .unwrap();
+                assert_eq!(joined["status"], "True", "{v:#}");
+            }
+        }
+        // Without a kubeconfig the controller does not follow the cluster.
+        None => assert!(all.contains("oc adm certificate approve"), "{last}"),
+    }
     d.stop().await;
     b.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_up_on_alibaba_resumes_after_kill_9_at_each_phase() {
-    cluster_up_resumes_at_each_phase(Platform::Alibaba, 84).await;
+    cluster_up_resumes_at_each_phase(Platform::Alibaba, 84, true).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_up_on_powervs_resumes_after_kill_9_at_each_phase() {
-    cluster_up_resumes_at_each_phase(Platform::PowerVs, 85).await;
+    cluster_up_resumes_at_each_phase(Platform::PowerVs, 85, true).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_up_on_equinix_resumes_after_kill_9_at_each_phase() {
-    cluster_up_resumes_at_each_phase(Platform::Equinix, 86).await;
+    cluster_up_resumes_at_each_phase(Platform::Equinix, 86, true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_up_without_a_kubeconfig_ends_at_bootstrap_saying_the_csrs_are_the_operator_s() {
+    cluster_up_resumes_at_each_phase(Platform::Alibaba, 87, false).await;
 }
