@@ -321,15 +321,13 @@ async fn cluster_up_resumes_at_each_phase(p: Platform, net: u8, kube: bool) {
             // denied, and every request as Kubernetes' document says.
             let (_, c) = b.call("GET", "/v1/cluster", None).await;
             assert_eq!(c["bootstrapComplete"]["by"], "cluster", "{c:#}");
-            assert!(
-                last.contains("all 5 node(s) Joined") || last.contains("Joined"),
-                "{last}"
-            );
-            let st = k.st();
-            assert_eq!(st.approved.len(), 10, "{:?}", st.approved);
-            assert!(st.denied.is_empty(), "{:?}", st.denied);
-            assert!(st.violations.is_empty(), "{:?}", st.violations);
-            drop(st);
+            assert!(last.contains("all 5 node(s) Joined after"), "{last}");
+            {
+                let st = k.st();
+                assert_eq!(st.approved.len(), 10, "{:?}", st.approved);
+                assert!(st.denied.is_empty(), "{:?}", st.denied);
+                assert!(st.violations.is_empty(), "{:?}", st.violations);
+            }
             for (name, _) in NODES.iter().skip(1) {
                 let (_, v) = b.call("GET", &format!("/v1/nodes/{name}"), None).await;
                 let joined = v["conditions"]
