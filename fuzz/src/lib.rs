@@ -8,8 +8,9 @@
 //! Every parser that reads the network or the operator has a target:
 //! DHCP, TFTP, HTTP heads and DNS queries (the network), the controller
 //! API's JSON bodies (an API client), the site file and CoreOS stream
-//! metadata (the operator, or a download), and bootd's lease file (what a
-//! crash left on disk).
+//! metadata (the operator, or a download), bootd's lease file (what a
+//! crash left on disk), and the cluster's CertificateSigningRequests (what
+//! anyone holding the bootstrap token may send).
 
 pub mod mutate;
 pub mod seeds;
@@ -35,6 +36,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("site_yaml", site_yaml),
     ("stream_json", stream_json),
     ("lease_file", lease_file),
+    ("csr_object", csr_object),
 ];
 
 /// A file of the repository, by its path from the repository's root.
@@ -253,6 +255,58 @@ pub fn dns_query(data: &[u8]) {
 ///
 /// `POST /v1/cluster/destroy`'s body has no parse function of its own (a
 /// private serde struct inside the handler), so it has no target.
+/// A CertificateSigningRequest object as the cluster lists it: parsed and
+/// decided for a node that has every fact the rules ask for (booted here,
+/// its Ignition fetched from its own address 10.77.0.20). No panic; an
+/// approval only for a kubelet signer, a subject naming that node, and, for
+/// serving, SANs that are its names or its address.
+pub fn csr_object(data: &[u8]) {
+    use controller::cluster::csr::{decide, parse_request, Csr, Decision, Ignition, NodeFacts};
+    let _ = parse_request(&String::from_utf8_lossy(data));
+    let Ok(v) = serde_json::from_slice::<serde_json::Value>(data) else {
+        return;
+    };
+    let Some(csr) = Csr::parse(&v) else {
+        return;
+    };
+    let domain = "lab.example.test";
+    let address: std::net::IpAddr = [10, 77, 0, 20].into();
+    let facts = |name: &str| {
+        Some(NodeFacts {
+            name: name.to_string(),
+            addresses: vec![address],
+            ignition: Ignition::FromNode,
+        })
+    };
+    if let Decision::Approve { node, .. } = decide(&csr, domain, facts) {
+        let r = csr.request.as_ref().expect("approved: its request was read");
+        let claimed = csr.claimed().expect("approved: its subject names a node");
+        assert_eq!(
+            controller::cluster::csr::node_name(claimed, domain),
+            node,
+            "approved for another node than its subject names"
+        );
+        assert!(
+            csr.signer == "kubernetes.io/kube-apiserver-client-kubelet"
+                || csr.signer == "kubernetes.io/kubelet-serving",
+            "approved for signer {}",
+            csr.signer
+        );
+        let fqdn = format!("{node}.{domain}");
+        assert!(
+            r.dns.iter().all(|d| *d == node || *d == fqdn),
+            "approved with a foreign DNS SAN: {:?}",
+            r.dns
+        );
+        assert!(
+            r.ips.iter().all(|ip| *ip == address),
+            "approved with a foreign IP SAN: {:?}",
+            r.ips
+        );
+        assert!(r.other_sans.is_empty(), "approved with {:?}", r.other_sans);
+    }
+}
+
 pub fn api_json(data: &[u8]) {
     create_body(data);
     if let Ok(mut v) = serde_json::from_slice::<serde_json::Value>(data) {
