@@ -6,6 +6,7 @@
 //! (tests/controller/deps.sh) and run from tests/controller/e2e.sh.
 
 mod alibaba;
+mod api;
 mod bmc;
 mod crash_loop;
 mod fake;
@@ -16,6 +17,7 @@ mod local;
 mod platforms;
 mod prism;
 
+pub use api::{plain_get, until, until_ok, with_log, Api};
 use fake::{Fake, Fault};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
@@ -89,14 +91,23 @@ pub fn write_site(
     path
 }
 
+/// bootd in-process; its API client ([`Api`]: `b.call(..)`) through `Deref`.
 pub struct Bootd {
     pub app: Arc<bootd::App>,
     pub api: std::net::SocketAddr,
     pub http: std::net::SocketAddr,
     pub dir: tempfile::TempDir,
-    client: controller::providers::Http,
+    client: Api,
     shutdown: CancellationToken,
     task: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
+}
+
+impl std::ops::Deref for Bootd {
+    type Target = Api;
+
+    fn deref(&self) -> &Api {
+        &self.client
+    }
 }
 
 pub fn tuning() -> controller::Tuning {
@@ -165,8 +176,11 @@ impl Bootd {
             None,
             shutdown.clone(),
         ));
-        let client =
-            controller::providers::Http::with_ca(Duration::from_secs(10), ca.as_bytes()).unwrap();
+        let client = Api::new(
+            controller::providers::Http::with_ca(Duration::from_secs(10), ca.as_bytes()).unwrap(),
+            aa,
+            None,
+        );
         Bootd {
             app,
             api: aa,
@@ -178,71 +192,22 @@ impl Bootd {
         }
     }
 
-    /// An API request over HTTPS (trusting the site CA) with `token`.
-    pub async fn call_as(
-        &self,
-        token: Option<&str>,
-        method: &str,
-        path: &str,
-        body: Option<Value>,
-    ) -> (u16, Value) {
-        api_call(&self.client, self.api, token, method, path, body).await
+    /// A plain HTTP GET on bootd's boot server (what a node does): status
+    /// and body.
+    pub async fn boot(&self, path: &str) -> (u16, String) {
+        plain_get(&format!("http://{}{path}", self.http)).await
     }
 
-    pub async fn call(&self, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
-        self.call_as(Some(API_TOKEN), method, path, body).await
-    }
-
-    /// An authenticated call with a body of raw bytes.
-    pub async fn call_raw(&self, method: &str, path: &str, body: Vec<u8>) -> (u16, Value) {
-        api_call_raw(&self.client, self.api, Some(API_TOKEN), method, path, body).await
-    }
-
-    /// Polls GET /v1/nodes/<name> until `pred` holds (at most `secs`).
-    pub async fn wait_node(
-        &self,
-        name: &str,
-        secs: u64,
-        pred: impl Fn(u16, &Value) -> bool,
-    ) -> Value {
-        let end = Instant::now() + Duration::from_secs(secs);
-        loop {
-            let (st, v) = self.call("GET", &format!("/v1/nodes/{name}"), None).await;
-            if pred(st, &v) {
-                return v;
-            }
-            assert!(
-                Instant::now() < end,
-                "node {name} never got there; last: {st} {v:#}"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-
-    /// Plain HTTP GET on bootd's boot server (what a node does).
     pub async fn boot_get(&self, path: &str) -> u16 {
-        let http = controller::providers::Http::new(Duration::from_secs(5));
-        let req = http::Request::get(format!("http://{}{path}", self.http))
-            .body(http_body_util::Full::new(bytes::Bytes::new()))
-            .unwrap();
-        http.send(req, "boot").await.unwrap().status.as_u16()
+        self.boot(path).await.0
     }
 
-    /// A plain HTTP GET's body from bootd's boot server.
     pub async fn boot_body(&self, path: &str) -> String {
-        let http = controller::providers::Http::new(Duration::from_secs(5));
-        let req = http::Request::get(format!("http://{}{path}", self.http))
-            .body(http_body_util::Full::new(bytes::Bytes::new()))
-            .unwrap();
-        String::from_utf8(http.send(req, "boot").await.unwrap().body.to_vec()).unwrap()
+        self.boot(path).await.1
     }
 
     pub async fn metrics(&self) -> String {
-        let http = controller::providers::Http::new(Duration::from_secs(5));
-        let req = http::Request::get(format!("http://{}/metrics", self.http))
-            .body(http_body_util::Full::new(bytes::Bytes::new()))
-            .unwrap();
-        String::from_utf8(http.send(req, "metrics").await.unwrap().body.to_vec()).unwrap()
+        self.boot_body("/metrics").await
     }
 
     pub async fn stop(mut self) {
@@ -250,52 +215,6 @@ impl Bootd {
         if let Some(t) = self.task.take() {
             t.await.unwrap().unwrap();
         }
-    }
-}
-
-pub async fn api_call(
-    client: &controller::providers::Http,
-    api: std::net::SocketAddr,
-    token: Option<&str>,
-    method: &str,
-    path: &str,
-    body: Option<Value>,
-) -> (u16, Value) {
-    let body = body
-        .map(|v| serde_json::to_vec(&v).unwrap())
-        .unwrap_or_default();
-    api_call_raw(client, api, token, method, path, body).await
-}
-
-/// [`api_call`] with the body's bytes as given (malformed ones included).
-pub async fn api_call_raw(
-    client: &controller::providers::Http,
-    api: std::net::SocketAddr,
-    token: Option<&str>,
-    method: &str,
-    path: &str,
-    body: Vec<u8>,
-) -> (u16, Value) {
-    let mut b = http::Request::builder()
-        .method(method)
-        .uri(format!("https://localhost:{}{path}", api.port()));
-    if let Some(t) = token {
-        b = b.header("Authorization", format!("Bearer {t}"));
-    }
-    // Status 0: no answer (a bootd being restarted).
-    match client
-        .send(
-            b.body(http_body_util::Full::new(bytes::Bytes::from(body)))
-                .unwrap(),
-            "api",
-        )
-        .await
-    {
-        Ok(r) => (
-            r.status.as_u16(),
-            serde_json::from_slice(&r.body).unwrap_or(Value::Null),
-        ),
-        Err(_) => (0, Value::Null),
     }
 }
 
@@ -375,11 +294,7 @@ async fn equinix_node_lifecycle_create_boot_ready_delete() {
     let f = Fake::start().await;
     let b = Bootd::start(&f.url(), &f.url(), &f.url()).await;
     let (st, v) = b
-        .call(
-            "POST",
-            "/v1/nodes",
-            Some(equinix_node("worker-3", "10.77.0.23", "52:54:00:77:00:23")),
-        )
+        .create(equinix_node("worker-3", "10.77.0.23", "52:54:00:77:00:23"))
         .await;
     assert_eq!(st, 201, "{v:#}");
     assert_eq!(v["origin"], "api");
@@ -517,19 +432,11 @@ async fn equinix_node_lifecycle_create_boot_ready_delete() {
     }
     // Idempotent: the same create again is 200 with the same node, no second machine.
     let (st, _) = b
-        .call(
-            "POST",
-            "/v1/nodes",
-            Some(equinix_node("worker-3", "10.77.0.23", "52:54:00:77:00:23")),
-        )
+        .create(equinix_node("worker-3", "10.77.0.23", "52:54:00:77:00:23"))
         .await;
     assert_eq!(st, 200);
     let (st, _) = b
-        .call(
-            "POST",
-            "/v1/nodes",
-            Some(equinix_node("worker-3", "10.77.0.24", "52:54:00:77:00:23")),
-        )
+        .create(equinix_node("worker-3", "10.77.0.24", "52:54:00:77:00:23"))
         .await;
     assert_eq!(st, 409, "same name, different spec");
     assert_eq!(f.st().creates, 1);
@@ -551,11 +458,7 @@ async fn powervs_node_lifecycle_with_a_cached_iam_token() {
     let f = Fake::start().await;
     let b = Bootd::start(&f.url(), &f.url(), &f.url()).await;
     let (st, v) = b
-        .call(
-            "POST",
-            "/v1/nodes",
-            Some(powervs_node("p9-1", "10.77.0.31", "52:54:00:77:00:31")),
-        )
+        .create(powervs_node("p9-1", "10.77.0.31", "52:54:00:77:00:31"))
         .await;
     assert_eq!(st, 201, "{v:#}");
     assert_eq!(v["bootKind"], "Image");
@@ -637,11 +540,7 @@ async fn an_image_that_never_fetches_its_ignition_fails_saying_so() {
     t.deadline = Some(Duration::from_secs(2));
     let b = Bootd::start_tuned(&f.url(), &f.url(), &f.url(), t).await;
     let (st, v) = b
-        .call(
-            "POST",
-            "/v1/nodes",
-            Some(powervs_node("p9-2", "10.77.0.32", "52:54:00:77:00:32")),
-        )
+        .create(powervs_node("p9-2", "10.77.0.32", "52:54:00:77:00:32"))
         .await;
     assert_eq!(st, 201, "{v:#}");
     let v = b.wait_node("p9-2", 20, |_, v| phase(v) == "Failed").await;
@@ -667,11 +566,7 @@ async fn conditions_follow_the_timeline() {
     let f = Fake::start().await;
     let b = Bootd::start(&f.url(), &f.url(), &f.url()).await;
     let (st, v) = b
-        .call(
-            "POST",
-            "/v1/nodes",
-            Some(powervs_node("p9-2", "10.77.0.32", "52:54:00:77:00:32")),
-        )
+        .create(powervs_node("p9-2", "10.77.0.32", "52:54:00:77:00:32"))
         .await;
     assert_eq!(st, 201, "{v:#}");
     b.wait_node("p9-2", 20, |_, v| {
@@ -706,11 +601,7 @@ async fn conditions_follow_the_timeline() {
     );
     // A DHCP ACK the timeline joins to the node counts as a network boot too.
     let (st, v) = b
-        .call(
-            "POST",
-            "/v1/nodes",
-            Some(powervs_node("p9-3", "10.77.0.33", "52:54:00:77:00:33")),
-        )
+        .create(powervs_node("p9-3", "10.77.0.33", "52:54:00:77:00:33"))
         .await;
     assert_eq!(st, 201, "{v:#}");
     b.wait_node("p9-3", 20, |_, v| {
@@ -745,7 +636,7 @@ async fn a_provider_address_held_by_another_node_is_a_conflict() {
     let o = n.as_object_mut().unwrap();
     o.remove("ip");
     o.remove("macs");
-    let (st, v) = b.call("POST", "/v1/nodes", Some(n)).await;
+    let (st, v) = b.create(n).await;
     assert_eq!(st, 201, "{v:#}");
     let v = b
         .wait_node("p9-9", 20, |_, v| {
@@ -778,11 +669,7 @@ async fn a_provider_address_held_by_another_node_is_a_conflict() {
         "not served with a conflict"
     );
     let (st, v) = b
-        .call(
-            "POST",
-            "/v1/nodes",
-            Some(json!({ "name": "bare-1", "role": "worker" })),
-        )
+        .create(json!({ "name": "bare-1", "role": "worker" }))
         .await;
     assert_eq!(st, 422, "{v:#}");
     assert!(
@@ -805,7 +692,7 @@ async fn powervs_user_data_over_63_kib_is_refused_clearly() {
     assert!(e.contains("63 KiB") && e.contains("66668"), "{e}");
     let mut n = powervs_node("p9-2", "10.77.0.32", "52:54:00:77:00:32");
     n["provider"]["powervs"]["procType"] = json!("turbo");
-    let (st, v) = b.call("POST", "/v1/nodes", Some(n)).await;
+    let (st, v) = b.create(n).await;
     assert_eq!(st, 422);
     assert!(
         v["problems"][0].as_str().unwrap().contains("procType"),
@@ -820,11 +707,7 @@ async fn invalid_nodes_are_refused_with_the_site_s_reasons() {
     let f = Fake::start().await;
     let b = Bootd::start(&f.url(), &f.url(), &f.url()).await;
     let (st, v) = b
-        .call(
-            "POST",
-            "/v1/nodes",
-            Some(equinix_node("worker-9", "10.77.0.20", "52:54:00:77:00:99")),
-        )
+        .create(equinix_node("worker-9", "10.77.0.20", "52:54:00:77:00:99"))
         .await;
     assert_eq!(st, 422);
     assert!(
@@ -834,11 +717,7 @@ async fn invalid_nodes_are_refused_with_the_site_s_reasons() {
         "{v:#}"
     );
     let (st, v) = b
-        .call(
-            "POST",
-            "/v1/nodes",
-            Some(equinix_node("worker-9", "10.99.0.1", "52:54:00:77:00:99")),
-        )
+        .create(equinix_node("worker-9", "10.99.0.1", "52:54:00:77:00:99"))
         .await;
     assert_eq!(st, 422);
     assert!(
@@ -847,15 +726,11 @@ async fn invalid_nodes_are_refused_with_the_site_s_reasons() {
     );
     let mut bad = equinix_node("worker-9", "10.77.0.29", "52:54:00:77:00:99");
     bad["colour"] = json!("red");
-    let (st, v) = b.call("POST", "/v1/nodes", Some(bad)).await;
+    let (st, v) = b.create(bad).await;
     assert_eq!(st, 400);
     assert!(v["error"].as_str().unwrap().contains("colour"), "{v:#}");
     let (st, _) = b
-        .call(
-            "POST",
-            "/v1/nodes",
-            Some(equinix_node("master-0", "10.77.0.29", "52:54:00:77:00:99")),
-        )
+        .create(equinix_node("master-0", "10.77.0.29", "52:54:00:77:00:99"))
         .await;
     assert_eq!(st, 409);
     assert_eq!(f.st().creates, 0);
@@ -879,11 +754,7 @@ async fn faults_are_retried_honouring_retry_after() {
     let b = Bootd::start(&f.url(), &f.url(), &f.url()).await;
     let t0 = Instant::now();
     let (st, _) = b
-        .call(
-            "POST",
-            "/v1/nodes",
-            Some(equinix_node("worker-4", "10.77.0.24", "52:54:00:77:00:24")),
-        )
+        .create(equinix_node("worker-4", "10.77.0.24", "52:54:00:77:00:24"))
         .await;
     assert_eq!(st, 201);
     let v = b
@@ -918,11 +789,7 @@ async fn a_refusal_fails_the_node_clearly_and_secrets_stay_out() {
     f.st().refuse_create = Some(422);
     let b = Bootd::start(&f.url(), &f.url(), &f.url()).await;
     let (st, _) = b
-        .call(
-            "POST",
-            "/v1/nodes",
-            Some(equinix_node("worker-5", "10.77.0.25", "52:54:00:77:00:25")),
-        )
+        .create(equinix_node("worker-5", "10.77.0.25", "52:54:00:77:00:25"))
         .await;
     assert_eq!(st, 201);
     let v = b
@@ -933,11 +800,7 @@ async fn a_refusal_fails_the_node_clearly_and_secrets_stay_out() {
     assert_eq!(cond(&v, "Ready")["reason"], "Failed");
     // Power VS too (IAM exchange, then a create that goes through).
     let (st, _) = b
-        .call(
-            "POST",
-            "/v1/nodes",
-            Some(powervs_node("p9-3", "10.77.0.33", "52:54:00:77:00:33")),
-        )
+        .create(powervs_node("p9-3", "10.77.0.33", "52:54:00:77:00:33"))
         .await;
     assert_eq!(st, 201);
     b.wait_node("p9-3", 20, |_, v| {
@@ -969,13 +832,9 @@ async fn a_hundred_parallel_creates_make_one_machine() {
     for _ in 0..100 {
         let b = Arc::clone(&b);
         tasks.push(tokio::spawn(async move {
-            b.call(
-                "POST",
-                "/v1/nodes",
-                Some(equinix_node("worker-6", "10.77.0.26", "52:54:00:77:00:26")),
-            )
-            .await
-            .0
+            b.create(equinix_node("worker-6", "10.77.0.26", "52:54:00:77:00:26"))
+                .await
+                .0
         }));
     }
     let mut codes = Vec::new();
@@ -1024,27 +883,25 @@ struct Proc {
     log: PathBuf,
 }
 
-/// A client that trusts the site CA bootd (`p`) wrote to `ca_path`, once its
-/// API answers /healthz (at most 20 s).
-async fn api_client(ca_path: &Path, api_port: u16, p: &Proc) -> controller::providers::Http {
-    let end = Instant::now() + Duration::from_secs(20);
-    loop {
-        if let Ok(ca) = std::fs::read(ca_path) {
-            let c = controller::providers::Http::with_ca(Duration::from_secs(5), &ca).unwrap();
-            let req = http::Request::get(format!("https://localhost:{api_port}/healthz"))
-                .body(http_body_util::Full::new(bytes::Bytes::new()))
-                .unwrap();
-            if c.send(req, "healthz").await.is_ok() {
-                return c;
-            }
-        }
-        assert!(
-            Instant::now() < end,
-            "bootd did not start: {}",
-            std::fs::read_to_string(&p.log).unwrap_or_default()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+/// The API of bootd `p` on `api_port`, trusting the site CA it wrote to
+/// `ca_path`, once it answers /healthz (at most 20 s).
+async fn api_client(ca_path: &Path, api_port: u16, p: &Proc) -> Api {
+    let mut client = None;
+    until(with_log("bootd did not start", &p.log), 20, async || {
+        let Ok(ca) = std::fs::read(ca_path) else {
+            return false;
+        };
+        let c = controller::providers::Http::with_ca(Duration::from_secs(5), &ca).unwrap();
+        let req = http::Request::get(format!("https://localhost:{api_port}/healthz"))
+            .body(http_body_util::Full::new(bytes::Bytes::new()))
+            .unwrap();
+        let up = c.send(req, "healthz").await.is_ok();
+        client = up.then_some(c);
+        up
+    })
+    .await;
+    let addr = format!("127.0.0.1:{api_port}").parse().unwrap();
+    Api::new(client.unwrap(), addr, Some(&p.log))
 }
 
 /// `bootd --site SITE ARGS...`: its exit code and what it printed.
@@ -1124,25 +981,16 @@ async fn kill_9_between_intent_and_reply_leaves_no_duplicate_and_no_orphan() {
     let api_port = free_port();
     let site = process_site(dir.path(), &f, api_port, |t| t);
     let mut p1 = Proc::start(&site, 1);
-    let api: std::net::SocketAddr = format!("127.0.0.1:{api_port}").parse().unwrap();
-    let ca_path = dir.path().join("state/ca.pem");
-    let client = api_client(&ca_path, api_port, &p1).await;
-    let (st, v) = api_call(
-        &client,
-        api,
-        Some(API_TOKEN),
-        "POST",
-        "/v1/nodes",
-        Some(equinix_node("worker-7", "10.77.0.27", "52:54:00:77:00:27")),
-    )
-    .await;
+    let api = api_client(&dir.path().join("state/ca.pem"), api_port, &p1).await;
+    let (st, v) = api
+        .create(equinix_node("worker-7", "10.77.0.27", "52:54:00:77:00:27"))
+        .await;
     assert_eq!(st, 201, "{v:#}");
     // The provider made the machine but has not answered: kill bootd now.
-    let end = Instant::now() + Duration::from_secs(20);
-    while f.st().creates == 0 {
-        assert!(Instant::now() < end, "no create reached the provider");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    until("a create reached the provider", 20, async || {
+        f.st().creates > 0
+    })
+    .await;
     p1.kill9();
     let db = rusqlite::Connection::open(dir.path().join("state/controller.db")).unwrap();
     let open: i64 =
@@ -1164,27 +1012,11 @@ async fn kill_9_between_intent_and_reply_leaves_no_duplicate_and_no_orphan() {
     hold.notify_waiters();
 
     let p2 = Proc::start(&site, 2);
-    let end = Instant::now() + Duration::from_secs(30);
-    loop {
-        let (st, v) = api_call(
-            &client,
-            api,
-            Some(API_TOKEN),
-            "GET",
-            "/v1/nodes/worker-7",
-            None,
-        )
-        .await;
-        if st == 200 && cond(&v, "Provisioned")["status"] == "True" {
-            break;
-        }
-        assert!(
-            Instant::now() < end,
-            "never converged: {}",
-            std::fs::read_to_string(&p2.log).unwrap_or_default()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let api = api.logging(&p2.log);
+    api.wait_node("worker-7", 30, |st, v| {
+        st == 200 && cond(v, "Provisioned")["status"] == "True"
+    })
+    .await;
     assert_eq!(f.st().creates, 1, "no duplicate");
     assert_eq!(f.live_devices(), 1);
     let log2 = std::fs::read_to_string(&p2.log).unwrap();
@@ -1193,33 +1025,9 @@ async fn kill_9_between_intent_and_reply_leaves_no_duplicate_and_no_orphan() {
         "the restarted bootd adopted the machine: {log2}"
     );
     // Delete, kill again mid-way, and the machine still goes away: no orphan.
-    let (st, _) = api_call(
-        &client,
-        api,
-        Some(API_TOKEN),
-        "DELETE",
-        "/v1/nodes/worker-7",
-        None,
-    )
-    .await;
+    let (st, _) = api.call("DELETE", "/v1/nodes/worker-7", None).await;
     assert_eq!(st, 202);
-    let end = Instant::now() + Duration::from_secs(30);
-    loop {
-        let (st, _) = api_call(
-            &client,
-            api,
-            Some(API_TOKEN),
-            "GET",
-            "/v1/nodes/worker-7",
-            None,
-        )
-        .await;
-        if st == 404 {
-            break;
-        }
-        assert!(Instant::now() < end);
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    api.wait_node("worker-7", 30, |st, _| st == 404).await;
     assert_eq!(f.live_devices(), 0, "no orphan");
     // The canaries are not in the process's argv or environment, nor its logs.
     let pid = p2.child.id();
@@ -1265,57 +1073,46 @@ async fn kill_9_in_the_middle_of_bootstrap_teardown_resumes_without_a_second_del
         format!("{t}\nlb:\n  adminListen: off\n")
     });
     let mut p1 = Proc::start(&site, 1);
-    let api: std::net::SocketAddr = format!("127.0.0.1:{api_port}").parse().unwrap();
-    let client = api_client(&dir.path().join("state/ca.pem"), api_port, &p1).await;
-    let call = |method: &'static str, path: &'static str, body: Option<Value>| {
-        let client = client.clone();
-        async move { api_call(&client, api, Some(API_TOKEN), method, path, body).await }
-    };
+    let api = api_client(&dir.path().join("state/ca.pem"), api_port, &p1).await;
     let mut n = equinix_node("bootstrap", "10.77.0.10", "52:54:00:77:00:10");
     n["role"] = json!("bootstrap");
-    let (st, v) = call("POST", "/v1/nodes", Some(n)).await;
+    let (st, v) = api.create(n).await;
     assert_eq!(st, 201, "{v:#}");
-    let end = Instant::now() + Duration::from_secs(30);
-    loop {
-        let (_, v) = call("GET", "/v1/nodes/bootstrap", None).await;
-        if v["conditions"].as_array().is_some_and(|c| {
+    api.wait_node("bootstrap", 30, |_, v| {
+        v["conditions"].as_array().is_some_and(|c| {
             c.iter()
                 .any(|c| c["type"] == "Provisioned" && c["status"] == "True")
-        }) {
-            break;
-        }
-        assert!(Instant::now() < end, "never provisioned: {v:#}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let (st, v) = call("POST", "/v1/cluster/bootstrap-complete", Some(json!({}))).await;
+        })
+    })
+    .await;
+    let (st, v) = api
+        .call("POST", "/v1/cluster/bootstrap-complete", Some(json!({})))
+        .await;
     assert_eq!(st, 200, "{v:#}");
     // The delete reached the provider, which has not answered: kill bootd now.
-    let end = Instant::now() + Duration::from_secs(30);
-    while f.st().deletes.is_empty() {
-        assert!(Instant::now() < end, "no delete reached the provider");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    until("a delete reached the provider", 30, async || {
+        !f.st().deletes.is_empty()
+    })
+    .await;
     p1.kill9();
     f.st().hold_delete = None;
     hold.notify_waiters();
-    let _p2 = Proc::start(&site, 2);
-    let end = Instant::now() + Duration::from_secs(30);
-    let cluster = loop {
-        let (st, node) = call("GET", "/v1/nodes/bootstrap", None).await;
-        let (_, v) = call("GET", "/v1/cluster", None).await;
+    let p2 = Proc::start(&site, 2);
+    let api = api.logging(&p2.log);
+    let cluster = until_ok(with_log("the teardown finished", &p2.log), 30, async || {
+        let (st, node) = api.node("bootstrap").await;
+        let (_, v) = api.call("GET", "/v1/cluster", None).await;
         let deleted = v["conditions"].as_array().is_some_and(|c| {
             c.iter()
                 .any(|c| c["type"] == "BootstrapMachineDeleted" && c["status"] == "True")
         });
         if st == 404 && deleted {
-            break v;
+            Ok(v)
+        } else {
+            Err(format!("{st} {node:#} {v:#}"))
         }
-        assert!(
-            Instant::now() < end,
-            "teardown never finished: {st} {node:#} {v:#}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    })
+    .await;
     assert_eq!(
         f.st().deletes.len(),
         1,
@@ -1352,26 +1149,6 @@ async fn discovered_machines_are_listed_and_adopted() {
     ) + "\ndiscovery: { enabled: true }\n";
     std::fs::write(&path, text).unwrap();
     let b = Bootd::start_site(dir, &path, tuning()).await;
-    let web = controller::providers::Http::new(Duration::from_secs(5));
-    let get = |p: String| {
-        let web = web.clone();
-        let url = format!("http://{}{p}", b.http);
-        async move {
-            let r = web
-                .send(
-                    http::Request::get(url)
-                        .body(http_body_util::Full::new(bytes::Bytes::new()))
-                        .unwrap(),
-                    "get",
-                )
-                .await
-                .unwrap();
-            (
-                r.status.as_u16(),
-                String::from_utf8_lossy(&r.body).into_owned(),
-            )
-        }
-    };
     // Each report comes from the address leased to its MAC (127.0.0.1 here).
     let lease = |mac: &str, active: bool| {
         use dhcp::v4::leases::{Lease, LeaseState};
@@ -1388,13 +1165,13 @@ async fn discovered_machines_are_listed_and_adopted() {
         });
     };
     lease("52:54:00:77:00:a1", true);
-    let (st, s) = get("/discover?mac=52-54-00-77-00-a1&nic1=52-54-00-77-00-a2&uuid=1b4e28ba-2fa1-11d2-883f-0016d3cca427&buildarch=x86_64".into()).await;
+    let (st, s) = b.boot("/discover?mac=52-54-00-77-00-a1&nic1=52-54-00-77-00-a2&uuid=1b4e28ba-2fa1-11d2-883f-0016d3cca427&buildarch=x86_64").await;
     assert_eq!(st, 200, "{s}");
     lease("52:54:00:77:00:a1", false);
-    let (st, _) = get("/discover?mac=52-54-00-77-00-b1".into()).await;
+    let (st, _) = b.boot("/discover?mac=52-54-00-77-00-b1").await;
     assert_eq!(st, 403, "not from its lease");
     lease("52:54:00:77:00:b1", true);
-    let (st, _) = get("/discover?mac=52-54-00-77-00-b1".into()).await;
+    let (st, _) = b.boot("/discover?mac=52-54-00-77-00-b1").await;
     assert_eq!(st, 200);
     let (st, v) = b.call("GET", "/v1/discovered", None).await;
     assert_eq!(st, 200);
@@ -1402,11 +1179,7 @@ async fn discovered_machines_are_listed_and_adopted() {
     assert_eq!(v["machines"].as_array().unwrap().len(), 2, "{v:#}");
     // Another node takes the second machine's MAC: its adopt is refused.
     let (st, _) = b
-        .call(
-            "POST",
-            "/v1/nodes",
-            Some(json!({"name": "worker-8", "role": "worker", "ip": "10.77.0.28", "macs": ["52:54:00:77:00:b1"]})),
-        )
+        .create(json!({"name": "worker-8", "role": "worker", "ip": "10.77.0.28", "macs": ["52:54:00:77:00:b1"]}))
         .await;
     assert_eq!(st, 201);
     let (st, v) = b
@@ -1451,7 +1224,7 @@ async fn discovered_machines_are_listed_and_adopted() {
         .await;
     assert_eq!(st, 404, "adopted already");
     // Its next report: the node's script.
-    let (st, s) = get("/discover?mac=52-54-00-77-00-a1".into()).await;
+    let (st, s) = b.boot("/discover?mac=52-54-00-77-00-a1").await;
     assert_eq!(st, 200);
     assert!(s.contains("# bootd: worker-7"), "{s}");
     b.stop().await;

@@ -245,7 +245,7 @@ async fn prism_proxy_checks_the_fake_s_replies_through_both_lifecycles() {
             powervs_node("p9-1", "10.77.0.31", "52:54:00:77:00:31"),
         ),
     ] {
-        let (st, v) = b.call("POST", "/v1/nodes", Some(body)).await;
+        let (st, v) = b.create(body).await;
         assert_eq!(st, 201, "{v:#}");
         let v = b
             .wait_node(name, 60, |_, v| {
