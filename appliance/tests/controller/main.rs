@@ -156,16 +156,8 @@ impl Bootd {
         let app = bootd::prepare(&config, true).unwrap();
         let ca = app.tls.as_ref().unwrap().ca_pem.clone();
         let shutdown = CancellationToken::new();
-        let boot = bootd::Sockets {
-            http,
-            https: Some(https),
-            dhcp: None,
-            dhcp_proxy: None,
-            dhcp6: None,
-            tftp: None,
-        };
         let sockets = appliance::BootSockets {
-            boot,
+            boot: bootd::Sockets::http_only(http, Some(https)),
             api: Some(api),
         };
         let task = tokio::spawn(appliance::run_boot(
