@@ -393,8 +393,7 @@ async fn atftp_windowsize_16_and_blksize_1468() {
     )
     .await;
     assert_same_file(&dest, &sha(&s.file("ipxe.efi")), "ipxe.efi");
-    let trace =
-        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    let trace = testkit::process::output_text(&out);
     assert!(
         trace.contains("windowsize: 16") || trace.contains("windowsize 16"),
         "{trace}"

@@ -23,7 +23,7 @@ use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use testkit::process::Process;
+use testkit::process::{output_text, Process};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
@@ -903,12 +903,7 @@ fn bootd_cli(site: &Path, args: &[&str]) -> (i32, String) {
         .args(args)
         .output()
         .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.code().unwrap_or(-1), text)
+    (out.status.code().unwrap_or(-1), output_text(&out))
 }
 
 impl Proc {
@@ -1325,24 +1320,8 @@ async fn malformed_api_bodies_are_refused_counted_and_change_nothing() {
 
 /// A TLS connection to the API trusting bootd's CA.
 async fn api_tls(b: &Bootd) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
-    use rustls::pki_types::{pem::PemObject, CertificateDer, ServerName};
     let ca = &b.app.tls.as_ref().unwrap().ca_pem;
-    let mut roots = rustls::RootCertStore::empty();
-    for c in CertificateDer::pem_slice_iter(ca.as_bytes()) {
-        roots.add(c.unwrap()).unwrap();
-    }
-    let cfg = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_root_certificates(roots)
-    .with_no_client_auth();
-    let tcp = tokio::net::TcpStream::connect(b.api).await.unwrap();
-    tokio_rustls::TlsConnector::from(Arc::new(cfg))
-        .connect(ServerName::try_from("localhost").unwrap(), tcp)
-        .await
-        .unwrap()
+    testkit::net::tls_client(ca, b.api, "localhost").await
 }
 
 /// The API bounds what one client can hold: a body that never finishes is
@@ -1351,7 +1330,7 @@ async fn api_tls(b: &Bootd) -> tokio_rustls::client::TlsStream<tokio::net::TcpSt
 /// at accept, counted, and the API still answers once they go.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slow_bodies_and_connection_floods_are_bounded_on_the_api() {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::io::AsyncReadExt;
     let f = Fake::start().await;
     let b = Bootd::start_tuned(
         &f.url(),
@@ -1371,14 +1350,8 @@ async fn slow_bodies_and_connection_floods_are_bounded_on_the_api() {
     let head = format!(
         "POST /v1/nodes HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {API_TOKEN}\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{{\"name\": "
     );
-    s.write_all(head.as_bytes()).await.unwrap();
     let t0 = Instant::now();
-    let mut reply = Vec::new();
-    tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut reply))
-        .await
-        .expect("the API answered and closed")
-        .ok();
-    let reply = String::from_utf8_lossy(&reply);
+    let reply = testkit::net::exchange(&mut s, head.as_bytes()).await;
     assert!(reply.starts_with("HTTP/1.1 408"), "{reply}");
     assert!(
         reply.contains("request body not received within 1 s"),
