@@ -133,19 +133,14 @@ impl Prism {
 
 fn node() -> NodeRequest {
     NodeRequest {
-        name: "worker-3".into(),
-        cluster: "lab".into(),
         ip: "10.77.0.23".parse().unwrap(),
         macs: vec!["52:54:00:77:00:23".into()],
         ipxe_url: "http://10.77.0.1:8080/ipxe/worker-3.ipxe".into(),
-        firmware: site::Firmware::Auto,
-        uefi_http_url: String::new(),
         userdata: site::Secret(
             serde_json::json!({"ignition": {"version": "3.2.0", "config": {"merge": [{"source": "https://10.77.0.1:8443/ignition/worker-3?token=1.x"}]}}})
                 .to_string(),
         ),
-        media_url: site::Secret(String::new()),
-        intent: String::new(),
+        ..NodeRequest::bare("worker-3", "lab")
     }
 }
 
