@@ -90,6 +90,14 @@ pub fn kernel_args(site: &Site, node: &Node, urls: &NodeUrls) -> Vec<String> {
     args
 }
 
+/// The node's addresses for a config's comment line: `10.77.0.20, fd00:77::20`.
+fn ip_list(node: &Node) -> String {
+    node.ips()
+        .map(|a| a.to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 pub fn fqdn(site: &Site, node: &Node) -> String {
     format!("{}.{}", node.name, site.cluster.domain())
 }
