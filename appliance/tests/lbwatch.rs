@@ -57,14 +57,7 @@ async fn lbd_phases_from_its_status() {
     let app = bootd::prepare(&config, false).unwrap();
     let shutdown = CancellationToken::new();
     let sockets = appliance::BootSockets {
-        boot: bootd::Sockets {
-            http: TcpListener::bind("127.0.0.1:0").await.unwrap(),
-            https: None,
-            dhcp: None,
-            dhcp_proxy: None,
-            dhcp6: None,
-            tftp: None,
-        },
+        boot: bootd::Sockets::http_only(TcpListener::bind("127.0.0.1:0").await.unwrap(), None),
         api: None,
     };
     let source = Some(appliance::lbwatch::LbSource::Admin);

@@ -32,12 +32,7 @@ fn migrate(site: &Path, from: &str, to: &str) -> (bool, String) {
         ])
         .output()
         .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.success(), text)
+    (out.status.success(), testkit::process::output_text(&out))
 }
 
 fn node(name: &str) -> NodeRow {

@@ -105,14 +105,7 @@ async fn a_change_is_parsed_once_for_every_daemon() {
     let app = bootd::prepare(&boot, true).unwrap();
     let ca = app.tls.as_ref().unwrap().ca_pem.clone();
     let sockets = appliance::BootSockets {
-        boot: bootd::Sockets {
-            http,
-            https: Some(https),
-            dhcp: None,
-            dhcp_proxy: None,
-            dhcp6: None,
-            tftp: None,
-        },
+        boot: bootd::Sockets::http_only(http, Some(https)),
         api: Some(api),
     };
     let boot_task = tokio::spawn(appliance::run_boot(

@@ -135,11 +135,18 @@ pub async fn route<B>(
         ["grub", "grub.cfg"] => ("grub", script(render::grub::selector(&snap.site))),
         ["grub", file] if file.starts_with("grub.cfg-01-") => (
             "grub",
-            grub_node(app, &snap, &file["grub.cfg-01-".len()..], q, peer.ip()),
+            mac_config(
+                app,
+                &snap,
+                &GRUB,
+                &file["grub.cfg-01-".len()..],
+                q,
+                peer.ip(),
+            ),
         ),
         ["pxelinux.cfg", file] if file.starts_with("01-") => (
             "pxelinux",
-            pxelinux_node(app, &snap, &file["01-".len()..], q, peer.ip()),
+            mac_config(app, &snap, &PXELINUX, &file["01-".len()..], q, peer.ip()),
         ),
         ["ignition", name] => (
             "ignition",
@@ -343,27 +350,52 @@ fn ipxe_by_name(
     }
 }
 
-/// A node's pxelinux config (petitboot), by the MAC in its file name.
-fn pxelinux_node(
+/// A boot config a node's firmware asks for by its MAC (GRUB's
+/// `grub.cfg-01-<mac>`, petitboot's pxelinux `01-<mac>`): one gate, one
+/// timeline event, its own two renderers.
+struct MacConfig {
+    /// In logs and the timeline: "GRUB config".
+    what: &'static str,
+    node: fn(&site::Site, &Node, &NodeUrls) -> String,
+    local_disk: fn(&Node) -> String,
+}
+
+const GRUB: MacConfig = MacConfig {
+    what: "GRUB config",
+    node: render::grub::node,
+    local_disk: render::grub::local_disk,
+};
+
+const PXELINUX: MacConfig = MacConfig {
+    what: "pxelinux config",
+    node: render::pxelinux::node,
+    local_disk: render::pxelinux::local_disk,
+};
+
+/// A node's `config`, by the MAC in its file name (`dashed`).
+fn mac_config(
     app: &App,
     snap: &Snapshot,
+    config: &MacConfig,
     dashed: &str,
     q: Option<&str>,
     peer: IpAddr,
 ) -> Response<Body> {
+    let what = config.what;
     let Ok(mac) = dashed.parse::<Mac>() else {
         return not_found();
     };
     let Some(node) = snap.site.node_by_mac(&mac) else {
+        debug!(%mac, "{what} asked for an unknown MAC");
         return not_found();
     };
-    if let Err(r) = script_allowed(app, snap, node, peer, q, "pxelinux config") {
+    if let Err(r) = script_allowed(app, snap, node, peer, q, what) {
         return r;
     }
     let subject = Subject::mac(mac).with_ip(peer.to_canonical());
     if let Some(at) = installed_at(app, snap, node) {
         local_boot_flag(app, node, subject, at);
-        return script(render::pxelinux::local_disk(node));
+        return script((config.local_disk)(node));
     }
     let urls = NodeUrls::new(
         &snap.site,
@@ -371,56 +403,14 @@ fn pxelinux_node(
         node,
         &node_token(app, snap, node),
     );
-    info!(node = %node.name, %mac, "pxelinux config served");
+    info!(node = %node.name, %mac, "{what} served");
     app.timeline.record(Raw::new(
         subject,
         Phase::Script,
         "served",
-        "pxelinux config served over HTTP",
+        format!("{what} served over HTTP"),
     ));
-    script(render::pxelinux::node(&snap.site, node, &urls))
-}
-
-fn grub_node(
-    app: &App,
-    snap: &Snapshot,
-    dashed: &str,
-    q: Option<&str>,
-    peer: IpAddr,
-) -> Response<Body> {
-    let Ok(mac) = dashed.parse::<Mac>() else {
-        return not_found();
-    };
-    match snap.site.node_by_mac(&mac) {
-        Some(node) => {
-            if let Err(r) = script_allowed(app, snap, node, peer, q, "GRUB config") {
-                return r;
-            }
-            if let Some(at) = installed_at(app, snap, node) {
-                let subject = Subject::mac(mac).with_ip(peer.to_canonical());
-                local_boot_flag(app, node, subject, at);
-                return script(render::grub::local_disk(node));
-            }
-            let urls = NodeUrls::new(
-                &snap.site,
-                snap.site.host.http.base_url(Some(peer), None),
-                node,
-                &node_token(app, snap, node),
-            );
-            info!(node = %node.name, %mac, "GRUB config served");
-            app.timeline.record(Raw::new(
-                Subject::mac(mac).with_ip(peer.to_canonical()),
-                Phase::Script,
-                "served",
-                "GRUB config served over HTTP",
-            ));
-            script(render::grub::node(&snap.site, node, &urls))
-        }
-        None => {
-            debug!(%mac, "GRUB config asked for an unknown MAC");
-            not_found()
-        }
-    }
+    script((config.node)(&snap.site, node, &urls))
 }
 
 fn deny(app: &App, what: &str, name: &str, source: IpAddr, reason: Deny) -> Response<Body> {

@@ -233,6 +233,18 @@ pub enum Error {
 }
 
 impl Sockets {
+    /// Only the HTTP (and HTTPS) listeners: no DHCP, DHCPv6 or TFTP.
+    pub fn http_only(http: TcpListener, https: Option<TcpListener>) -> Sockets {
+        Sockets {
+            http,
+            https,
+            dhcp: None,
+            dhcp_proxy: None,
+            dhcp6: None,
+            tftp: None,
+        }
+    }
+
     /// Binds every socket the site asks for (before privileges are dropped,
     /// and before READY is sent to systemd).
     pub async fn bind(site: &Site) -> Result<Sockets, Error> {

@@ -243,7 +243,9 @@ impl Raw {
     }
 }
 
-async fn run(cmd: &str, args: &[&str], cwd: &Path) -> Output {
+/// Runs `cmd` in `cwd` (at most 300 s) and asserts it succeeded, saying
+/// `what` and its output if not.
+async fn run_ok(cmd: &str, args: &[&str], cwd: &Path, what: &str) -> Output {
     let out = tokio::time::timeout(
         Duration::from_secs(300),
         tokio::process::Command::new(cmd)
@@ -255,10 +257,6 @@ async fn run(cmd: &str, args: &[&str], cwd: &Path) -> Output {
     .await
     .unwrap_or_else(|_| panic!("{cmd} {args:?} timed out"))
     .unwrap_or_else(|e| panic!("{cmd} not runnable ({e}): tests/lab/deps.sh installs it"));
-    out
-}
-
-fn assert_ok(out: &Output, what: &str) {
     assert!(
         out.status.success(),
         "{what}: {:?}\nstdout: {}\nstderr: {}",
@@ -266,6 +264,19 @@ fn assert_ok(out: &Output, what: &str) {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+    out
+}
+
+/// tftp-hpa fetches `name` from `s` into `cwd/local`, lock-step.
+async fn hpa_get(s: &Server, name: &str, cwd: &Path, local: &str, what: &str) {
+    let port = s.port();
+    let args = ["-m", "binary", "127.0.0.1", &port, "-c", "get", name, local];
+    run_ok("tftp", &args, cwd, what).await;
+}
+
+/// The file a client wrote at `got` has the checksum `want` (of the served file).
+fn assert_same_file(got: &Path, want: &str, what: &str) {
+    assert_eq!(sha(&std::fs::read(got).unwrap()), want, "{what}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -284,18 +295,19 @@ async fn curl_downloads_with_and_without_blksize() {
         let mut args = vec!["-sS", "--max-time", "60", "-o", dest.to_str().unwrap()];
         args.extend(extra.iter().copied());
         args.push(&url);
-        let out = run("curl", &args, out_dir.path()).await;
-        assert_ok(&out, &format!("curl {name} {extra:?}"));
-        assert_eq!(
-            sha(&std::fs::read(&dest).unwrap()),
-            sha(&s.file(name)),
-            "{name} {extra:?}"
-        );
+        run_ok(
+            "curl",
+            &args,
+            out_dir.path(),
+            &format!("curl {name} {extra:?}"),
+        )
+        .await;
+        assert_same_file(&dest, &sha(&s.file(name)), &format!("{name} {extra:?}"));
     }
     // A blksize above the server's limit is granted at the limit.
     let dest = out_dir.path().join("big-blocks");
     let url = format!("tftp://127.0.0.1:{}/ipxe.efi", s.port());
-    let out = run(
+    run_ok(
         "curl",
         &[
             "-sS",
@@ -306,13 +318,10 @@ async fn curl_downloads_with_and_without_blksize() {
             &url,
         ],
         out_dir.path(),
+        "curl blksize 8192",
     )
     .await;
-    assert_ok(&out, "curl blksize 8192");
-    assert_eq!(
-        sha(&std::fs::read(&dest).unwrap()),
-        sha(&s.file("ipxe.efi"))
-    );
+    assert_same_file(&dest, &sha(&s.file("ipxe.efi")), "ipxe.efi");
     assert_eq!(s.metrics.requests_with(Outcome::Ok), 4);
     // One info line per completed transfer, with its numbers.
     let logs = log_text();
@@ -333,11 +342,10 @@ async fn generated_file_with_and_without_leading_slash() {
         format!("tftp://127.0.0.1:{}/{MAC_CFG}", s.port()),
         format!("tftp://127.0.0.1:{}//{MAC_CFG}", s.port()),
     ] {
-        let out = run("curl", &["-sS", "-o", "-", &url], out_dir.path()).await;
-        assert_ok(&out, &url);
+        let out = run_ok("curl", &["-sS", "-o", "-", &url], out_dir.path(), &url).await;
         assert_eq!(String::from_utf8_lossy(&out.stdout), want);
     }
-    let out = run(
+    let out = run_ok(
         "curl",
         &[
             "-sS",
@@ -346,9 +354,9 @@ async fn generated_file_with_and_without_leading_slash() {
             &format!("tftp://127.0.0.1:{}//grub/x86_64-efi/command.lst", s.port()),
         ],
         out_dir.path(),
+        "leading slash",
     )
     .await;
-    assert_ok(&out, "leading slash");
     assert_eq!(out.stdout, b"linux: linux\n");
     assert!(
         !log_text().contains("SECRET"),
@@ -362,7 +370,7 @@ async fn atftp_windowsize_16_and_blksize_1468() {
     let s = Server::start(TftpConfig::default()).await;
     let out_dir = tempfile::tempdir().unwrap();
     let dest = out_dir.path().join("ipxe.efi");
-    let out = run(
+    let out = run_ok(
         "atftp",
         &[
             "--trace",
@@ -381,15 +389,11 @@ async fn atftp_windowsize_16_and_blksize_1468() {
             &s.port(),
         ],
         out_dir.path(),
+        "atftp",
     )
     .await;
-    assert_ok(&out, "atftp");
-    assert_eq!(
-        sha(&std::fs::read(&dest).unwrap()),
-        sha(&s.file("ipxe.efi"))
-    );
-    let trace =
-        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert_same_file(&dest, &sha(&s.file("ipxe.efi")), "ipxe.efi");
+    let trace = testkit::process::output_text(&out);
     assert!(
         trace.contains("windowsize: 16") || trace.contains("windowsize 16"),
         "{trace}"
@@ -403,27 +407,8 @@ async fn tftp_hpa_lock_step() {
     let s = Server::start(TftpConfig::default()).await;
     let out_dir = tempfile::tempdir().unwrap();
     for name in ["small.txt", "exact.bin", "empty", "ipxe.efi"] {
-        let out = run(
-            "tftp",
-            &[
-                "-m",
-                "binary",
-                "127.0.0.1",
-                &s.port(),
-                "-c",
-                "get",
-                name,
-                "out",
-            ],
-            out_dir.path(),
-        )
-        .await;
-        assert_ok(&out, name);
-        assert_eq!(
-            sha(&std::fs::read(out_dir.path().join("out")).unwrap()),
-            sha(&s.file(name)),
-            "{name}"
-        );
+        hpa_get(&s, name, out_dir.path(), "out", name).await;
+        assert_same_file(&out_dir.path().join("out"), &sha(&s.file(name)), name);
     }
     s.stop().await;
 }
@@ -436,27 +421,9 @@ async fn block_number_rollover() {
     std::fs::write(s.root().join("big.img"), pattern(40_000_000, 3)).unwrap();
     let want = sha(&s.file("big.img"));
     let out_dir = tempfile::tempdir().unwrap();
-    let out = run(
-        "tftp",
-        &[
-            "-m",
-            "binary",
-            "127.0.0.1",
-            &s.port(),
-            "-c",
-            "get",
-            "big.img",
-            "hpa",
-        ],
-        out_dir.path(),
-    )
-    .await;
-    assert_ok(&out, "tftp-hpa big.img");
-    assert_eq!(
-        sha(&std::fs::read(out_dir.path().join("hpa")).unwrap()),
-        want
-    );
-    let out = run(
+    hpa_get(&s, "big.img", out_dir.path(), "hpa", "tftp-hpa big.img").await;
+    assert_same_file(&out_dir.path().join("hpa"), &want, "tftp-hpa big.img");
+    run_ok(
         "atftp",
         &[
             "--option",
@@ -470,14 +437,11 @@ async fn block_number_rollover() {
             &s.port(),
         ],
         out_dir.path(),
+        "atftp big.img",
     )
     .await;
-    assert_ok(&out, "atftp big.img");
-    assert_eq!(
-        sha(&std::fs::read(out_dir.path().join("atftp")).unwrap()),
-        want
-    );
-    let out = run(
+    assert_same_file(&out_dir.path().join("atftp"), &want, "atftp big.img");
+    run_ok(
         "curl",
         &[
             "-sS",
@@ -486,13 +450,10 @@ async fn block_number_rollover() {
             &format!("tftp://127.0.0.1:{}/big.img", s.port()),
         ],
         out_dir.path(),
+        "curl big.img",
     )
     .await;
-    assert_ok(&out, "curl big.img");
-    assert_eq!(
-        sha(&std::fs::read(out_dir.path().join("curl")).unwrap()),
-        want
-    );
+    assert_same_file(&out_dir.path().join("curl"), &want, "curl big.img");
     s.stop().await;
 }
 

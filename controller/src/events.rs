@@ -5,6 +5,7 @@
 //! calls, provider actions) it notes itself ([`super::Controller::note`]).
 //! Both are stored per node (newest 500) for `GET /v1/nodes/{name}/events`.
 
+use crate::store::Event;
 use bootd::timeline::{NodeEvent, Phase};
 
 /// Event kinds, and the condition each sets.
@@ -41,6 +42,15 @@ pub fn kind_of(ev: &NodeEvent) -> Option<&'static str> {
         (Phase::Ignition, bootd::http::OTHER_ADDRESS) => Some(OTHER_ADDRESS),
         _ => None,
     }
+}
+
+/// The event stored for a timeline event the controller keeps ([`kind_of`]).
+pub fn event_of(ev: &NodeEvent) -> Option<Event> {
+    kind_of(ev).map(|kind| Event {
+        at: ev.at_us / 1000,
+        kind: kind.into(),
+        message: ev.detail.clone(),
+    })
 }
 
 /// The condition an event makes True, with its reason.

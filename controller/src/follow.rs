@@ -34,15 +34,8 @@ pub async fn follow_timeline(ctl: Arc<Controller>, mut rx: broadcast::Receiver<A
                         error!(error = %e, "bootstrap completion from lbd not stored");
                     }
                 }
-                if let Some(kind) = events::kind_of(&ev) {
-                    batch.push((
-                        ev.node.clone(),
-                        Event {
-                            at: ev.at_us / 1000,
-                            kind: kind.into(),
-                            message: ev.detail.clone(),
-                        },
-                    ));
+                if let Some(event) = events::event_of(&ev) {
+                    batch.push((ev.node.clone(), event));
                 }
                 true
             }
@@ -143,10 +136,10 @@ fn catch_up(ctl: &Controller) {
                 error: e.error,
                 detail: e.detail.clone(),
             };
-            let Some(kind) = events::kind_of(&ev) else {
+            let Some(event) = events::event_of(&ev) else {
                 continue;
             };
-            let Some((cond, _)) = events::condition_of(kind) else {
+            let Some((cond, _)) = events::condition_of(&event.kind) else {
                 continue;
             };
             if !have.iter().any(|h| h == cond)
@@ -154,14 +147,7 @@ fn catch_up(ctl: &Controller) {
                     events::condition_of(&m.kind).map(|c| c.0) == Some(cond)
                 })
             {
-                missing.push((
-                    name.clone(),
-                    Event {
-                        at: e.at_us / 1000,
-                        kind: kind.into(),
-                        message: e.detail.clone(),
-                    },
-                ));
+                missing.push((name.clone(), event));
             }
         }
         apply(ctl, &missing);

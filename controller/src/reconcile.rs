@@ -524,18 +524,8 @@ async fn delete_step(
         None => {
             // A create may have reached the provider before a crash: look.
             let snap = ctl.app.live.load_full();
-            let req = node_request(ctl, &snap, row).unwrap_or_else(|| NodeRequest {
-                name: name.to_string(),
-                cluster: snap.site.cluster.name.clone(),
-                ip: std::net::Ipv4Addr::UNSPECIFIED,
-                macs: vec![],
-                ipxe_url: String::new(),
-                firmware: site::Firmware::Auto,
-                uefi_http_url: String::new(),
-                userdata: site::Secret(String::new()),
-                media_url: site::Secret(String::new()),
-                intent: String::new(),
-            });
+            let req = node_request(ctl, &snap, row)
+                .unwrap_or_else(|| NodeRequest::bare(name, &snap.site.cluster.name));
             match provider.find(&req).await {
                 Ok(m) => m.map(|m| m.id),
                 Err(e) => return Ok(retry_delete(ctl, name, e)),

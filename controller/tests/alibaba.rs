@@ -46,19 +46,12 @@ fn provider(f: &Fake) -> Alibaba {
 
 fn node(name: &str, intent: &str) -> NodeRequest {
     NodeRequest {
-        name: name.into(),
-        cluster: "lab".into(),
-        ip: std::net::Ipv4Addr::UNSPECIFIED,
-        macs: vec![],
-        ipxe_url: String::new(),
-        firmware: site::Firmware::Auto,
-        uefi_http_url: String::new(),
         userdata: site::Secret(
             json!({"ignition": {"version": "3.2.0", "config": {"merge": [{"source": "https://10.77.0.1:8443/ignition/m?token=1.x"}]}}})
                 .to_string(),
         ),
-        media_url: site::Secret(String::new()),
         intent: intent.into(),
+        ..NodeRequest::bare(name, "lab")
     }
 }
 

@@ -62,16 +62,10 @@ fn provider(dir: &Path, mode: &str, timeout: Duration) -> Ipmi {
 
 fn node(macs: &[&str]) -> NodeRequest {
     NodeRequest {
-        name: "rack-3".into(),
-        cluster: "lab".into(),
         ip: "10.77.0.61".parse().unwrap(),
         macs: macs.iter().map(|m| m.to_string()).collect(),
-        ipxe_url: String::new(),
         firmware: site::Firmware::Uefi,
-        uefi_http_url: String::new(),
-        userdata: site::Secret(String::new()),
-        media_url: site::Secret(String::new()),
-        intent: String::new(),
+        ..NodeRequest::bare("rack-3", "lab")
     }
 }
 

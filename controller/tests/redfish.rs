@@ -15,16 +15,11 @@ use testkit::redfish_fake::*;
 
 fn node(name: &str) -> NodeRequest {
     NodeRequest {
-        name: name.into(),
-        cluster: "lab".into(),
         ip: "10.77.0.60".parse().unwrap(),
-        macs: vec![],
         ipxe_url: "http://10.77.0.1:8080/ipxe/x.ipxe".into(),
         firmware: site::Firmware::Bios,
         uefi_http_url: "http://10.77.0.1:8080/boot/ipxe.efi".into(),
-        userdata: site::Secret(String::new()),
-        media_url: site::Secret(String::new()),
-        intent: String::new(),
+        ..NodeRequest::bare(name, "lab")
     }
 }
 

@@ -224,6 +224,17 @@ pub struct Loaded {
     pub shared: Option<etcd::Config>,
 }
 
+/// The policy of a site's `dns:` section a snapshot carries.
+impl From<&Dns> for Options {
+    fn from(dns: &Dns) -> Options {
+        Options {
+            allow_transfer: dns.allow_transfer.clone(),
+            forward: !dns.upstreams.is_empty(),
+            allow_forward: dns.allow_forward.clone(),
+        }
+    }
+}
+
 fn now_serial() -> u32 {
     runtime::clock::unix_secs() as u32
 }
@@ -238,13 +249,8 @@ pub fn load(source: &Source, prev: Option<&Catalog>) -> Result<Loaded, Error> {
         Source::Feed(feed) => load_site(&feed.current(), prev),
         Source::Files { files, dns } => {
             let zones = zone::from_files(files)?;
-            let options = Options {
-                allow_transfer: dns.allow_transfer.clone(),
-                forward: !dns.upstreams.is_empty(),
-                allow_forward: dns.allow_forward.clone(),
-            };
             Ok(Loaded {
-                catalog: Catalog::build(zones, options)?,
+                catalog: Catalog::build(zones, Options::from(&**dns))?,
                 dns: (**dns).clone(),
                 watched: files.iter().map(|(p, _)| p.clone()).collect(),
                 shared: None,
@@ -268,15 +274,9 @@ pub fn load_site(site: &site::Site, prev: Option<&Catalog>) -> Result<Loaded, Er
                 };
                 z.set_serial(serial);
             }
-            let dns = site.dns.clone();
-            let options = Options {
-                allow_transfer: dns.allow_transfer.clone(),
-                forward: !dns.upstreams.is_empty(),
-                allow_forward: dns.allow_forward.clone(),
-            };
             Ok(Loaded {
-                catalog: Catalog::build(zones, options)?,
-                dns,
+                catalog: Catalog::build(zones, Options::from(&site.dns))?,
+                dns: site.dns.clone(),
                 watched: site.watched_files(),
                 shared: match &site.host.store {
                     site::Store::Etcd(e) => Some(etcd::Config::from_site(e)),

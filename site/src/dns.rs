@@ -199,15 +199,8 @@ pub fn reverse_zone_name(net: &IpNet) -> String {
             labels.join(".")
         }
         IpNet::V6(n) => {
-            let nibbles = ipv6_nibbles(n.network());
             let k = (n.prefix_len() / 4) as usize;
-            let mut labels: Vec<String> = nibbles[..k]
-                .iter()
-                .rev()
-                .map(|d| format!("{d:x}"))
-                .collect();
-            labels.push("ip6.arpa".into());
-            labels.join(".")
+            ip6_arpa(&ipv6_nibbles(n.network())[..k])
         }
     }
 }
@@ -219,16 +212,16 @@ pub fn reverse_name(ip: IpAddr) -> String {
             let o = a.octets();
             format!("{}.{}.{}.{}.in-addr.arpa", o[3], o[2], o[1], o[0])
         }
-        IpAddr::V6(a) => {
-            let mut labels: Vec<String> = ipv6_nibbles(a)
-                .iter()
-                .rev()
-                .map(|d| format!("{d:x}"))
-                .collect();
-            labels.push("ip6.arpa".into());
-            labels.join(".")
-        }
+        IpAddr::V6(a) => ip6_arpa(&ipv6_nibbles(a)),
     }
+}
+
+/// The `ip6.arpa` name of the leading `nibbles` of an address (all 32 for
+/// the address, fewer for a zone): most significant last.
+fn ip6_arpa(nibbles: &[u8]) -> String {
+    let mut labels: Vec<String> = nibbles.iter().rev().map(|d| format!("{d:x}")).collect();
+    labels.push("ip6.arpa".into());
+    labels.join(".")
 }
 
 fn ipv6_nibbles(a: Ipv6Addr) -> Vec<u8> {

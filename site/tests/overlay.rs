@@ -2,25 +2,25 @@
 //! API are merged into the site and validated exactly like the site's own,
 //! with problems naming the overlay file.
 
+mod common;
+
+use common::assert_keys;
 use std::path::{Path, PathBuf};
 
 /// The lab site in a temp dir, its state dir `state/` beside it.
 fn lab() -> (tempfile::TempDir, PathBuf) {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/lab");
-    let dir = tempfile::tempdir().unwrap();
-    let text = std::fs::read_to_string(src.join("site.yaml"))
-        .unwrap()
-        .replace("stateDir: ../../target/lab-state", "stateDir: state");
-    assert!(text.contains("stateDir: state"));
-    std::fs::write(dir.path().join("site.yaml"), text).unwrap();
-    std::fs::create_dir_all(dir.path().join("ignition")).unwrap();
-    for e in std::fs::read_dir(src.join("ignition")).unwrap() {
-        let e = e.unwrap();
-        std::fs::copy(e.path(), dir.path().join("ignition").join(e.file_name())).unwrap();
-    }
+    let (dir, site) = common::lab(|text| {
+        assert!(text.contains("stateDir: state"));
+        text
+    });
     std::fs::create_dir_all(dir.path().join("state")).unwrap();
-    let site = dir.path().join("site.yaml");
     (dir, site)
+}
+
+/// The site at `path` rewritten to `text`, loaded.
+fn load_text(path: &Path, text: &str) -> Result<site::Site, site::SiteError> {
+    std::fs::write(path, text).unwrap();
+    site::load(path)
 }
 
 const WORKER_3: &str =
@@ -129,8 +129,7 @@ fn host_api_keys_are_validated() {
         "host:\n",
         "host:\n  api:\n    listen: 127.0.0.1:9443\n    tokens: { credential: bootd-api-tokens }\n    deadline: 45m\n    equinix: { projectId: p1, apiKey: { file: metal.key } }\n",
     );
-    std::fs::write(&path, &good).unwrap();
-    let s = site::load(&path).unwrap();
+    let s = load_text(&path, &good).unwrap();
     let api = s.host.api.as_ref().unwrap();
     assert_eq!(api.deadline.as_secs(), 2700);
     assert_eq!(
@@ -200,12 +199,11 @@ fn host_api_local_keys_are_validated() {
     let (dir, path) = lab();
     let text = std::fs::read_to_string(&path).unwrap();
     let api = "host:\n  api:\n    listen: 127.0.0.1:9443\n    tokens: { file: t }\n";
-    std::fs::write(
+    let s = load_text(
         &path,
-        text.replace("host:\n", &format!("{api}    local: {{}}\n")),
+        &text.replace("host:\n", &format!("{api}    local: {{}}\n")),
     )
     .unwrap();
-    let s = site::load(&path).unwrap();
     let l = s.host.api.as_ref().unwrap().local.clone().unwrap();
     assert_eq!(
         (l.qemu.as_str(), l.bridge.as_str(), l.netns.as_deref()),
@@ -218,8 +216,13 @@ fn host_api_local_keys_are_validated() {
 
     let good =
         format!("{api}    local: {{ qemu: bin/qemu, bridge: labbr, netns: lab, firmware: ovmf-ipxe, memory: 1024, stateDir: vms }}\n");
-    std::fs::write(&path, text.replace("host:\n", &good)).unwrap();
-    let l = site::load(&path).unwrap().host.api.unwrap().local.unwrap();
+    let l = load_text(&path, &text.replace("host:\n", &good))
+        .unwrap()
+        .host
+        .api
+        .unwrap()
+        .local
+        .unwrap();
     assert_eq!(
         l.qemu,
         dir.path().join("bin/qemu").display().to_string(),
@@ -234,19 +237,18 @@ fn host_api_local_keys_are_validated() {
     let bad = format!(
         "{api}    local: {{ qemu: \"qemu x\", bridge: a-bridge-name-too-long, netns: a/b, firmware: slof, memory: 64, disk: x }}\n"
     );
-    std::fs::write(&path, text.replace("host:\n", &bad)).unwrap();
-    let e = site::load(&path).unwrap_err();
-    let keys: Vec<_> = e.problems.iter().map(|p| p.key.as_str()).collect();
-    for k in [
-        "host.api.local.qemu",
-        "host.api.local.bridge",
-        "host.api.local.netns",
-        "host.api.local.firmware",
-        "host.api.local.memory",
-        "host.api.local.disk",
-    ] {
-        assert!(keys.contains(&k), "{k} missing in {e}");
-    }
+    let e = load_text(&path, &text.replace("host:\n", &bad)).unwrap_err();
+    assert_keys(
+        &e,
+        &[
+            "host.api.local.qemu",
+            "host.api.local.bridge",
+            "host.api.local.netns",
+            "host.api.local.firmware",
+            "host.api.local.memory",
+            "host.api.local.disk",
+        ],
+    );
     assert!(
         e.to_string().contains("want seabios-ipxe or ovmf-ipxe"),
         "{e}"
@@ -261,8 +263,7 @@ fn bmc_providers_secret_references_and_after_install_are_validated() {
         "host:\n",
         "host:\n  api:\n    listen: 127.0.0.1:9443\n    tokens: { env: BOOTD_API_TOKENS }\n    redfish: { powerOffTimeout: 30s }\n    ipmi: {}\n",
     );
-    std::fs::write(&path, &good).unwrap();
-    let s = site::load(&path).unwrap();
+    let s = load_text(&path, &good).unwrap();
     let api = s.host.api.as_ref().unwrap();
     assert_eq!(api.tokens, site::SecretRef::Env("BOOTD_API_TOKENS".into()));
     assert_eq!(
@@ -278,17 +279,16 @@ fn bmc_providers_secret_references_and_after_install_are_validated() {
             "host:\n  api:\n    listen: 127.0.0.1:9443\n    tokens: { env: 1-bad }\n    redfish: { powerOffTimeout: soon }\n    ipmi: { powerOffTimeout: 0s }\n",
         )
         .replace("  tokenTtl: 1h", "  tokenTtl: 1h\n  afterInstall: never");
-    std::fs::write(&path, &bad).unwrap();
-    let e = site::load(&path).unwrap_err();
-    let keys: Vec<_> = e.problems.iter().map(|p| p.key.as_str()).collect();
-    for k in [
-        "host.api.tokens.env",
-        "host.api.redfish.powerOffTimeout",
-        "host.api.ipmi.powerOffTimeout",
-        "ignition.afterInstall",
-    ] {
-        assert!(keys.contains(&k), "{k} not in {keys:?}");
-    }
+    let e = load_text(&path, &bad).unwrap_err();
+    assert_keys(
+        &e,
+        &[
+            "host.api.tokens.env",
+            "host.api.redfish.powerOffTimeout",
+            "host.api.ipmi.powerOffTimeout",
+            "ignition.afterInstall",
+        ],
+    );
 }
 
 const ALIBABA_API: &str =
@@ -301,8 +301,7 @@ fn alibaba_account_is_validated_with_every_problem() {
     let good = format!(
         "{ALIBABA_API}      regionId: cn-hangzhou\n      accessKeyId: {{ file: ak-id }}\n      accessKeySecret: {{ credential: ali-secret }}\n      zones: [cn-hangzhou-h, cn-hangzhou-i]\n      vSwitches: {{ cn-hangzhou-h: vsw-h, cn-hangzhou-i: vsw-i }}\n      securityGroupId: sg-1\n      instanceTypes: {{ master: ecs.g6.xlarge, worker: ecs.g6.large }}\n      imageId: m-rhcos\n"
     );
-    std::fs::write(&path, text.replace("host:\n", &good)).unwrap();
-    let a = site::load(&path)
+    let a = load_text(&path, &text.replace("host:\n", &good))
         .unwrap()
         .host
         .api
@@ -343,27 +342,26 @@ fn alibaba_account_is_validated_with_every_problem() {
     let bad = format!(
         "{ALIBABA_API}      regionId: hangzhou\n      accessKeyId: {{ file: a, env: B }}\n      zones: [cn-shanghai-b]\n      vSwitches: {{ cn-hangzhou-x: subnet-1 }}\n      securityGroupId: group\n      instanceTypes: {{ master: g6, gpu: ecs.gn6 }}\n      systemDisk: {{ category: cloud_ssd, size: 8, performanceLevel: PL1 }}\n      imageId: m-a\n      imageSet: rhcos\n      tags: {{ aliyun-x: y, openshift: z }}\n"
     );
-    std::fs::write(&path, text.replace("host:\n", &bad)).unwrap();
-    let e = site::load(&path).unwrap_err();
-    let keys: Vec<_> = e.problems.iter().map(|p| p.key.as_str()).collect();
-    for k in [
-        "host.api.alibaba.regionId",
-        "host.api.alibaba.accessKeyId",
-        "host.api.alibaba.accessKeySecret",
-        "host.api.alibaba.vSwitches",
-        "host.api.alibaba.vSwitches.cn-hangzhou-x",
-        "host.api.alibaba.securityGroupId",
-        "host.api.alibaba.instanceTypes.master",
-        "host.api.alibaba.instanceTypes.gpu",
-        "host.api.alibaba.instanceTypes.worker",
-        "host.api.alibaba.systemDisk.size",
-        "host.api.alibaba.systemDisk.performanceLevel",
-        "host.api.alibaba.imageSet",
-        "host.api.alibaba.tags.aliyun-x",
-        "host.api.alibaba.tags.openshift",
-    ] {
-        assert!(keys.contains(&k), "{k} missing in {e}");
-    }
+    let e = load_text(&path, &text.replace("host:\n", &bad)).unwrap_err();
+    assert_keys(
+        &e,
+        &[
+            "host.api.alibaba.regionId",
+            "host.api.alibaba.accessKeyId",
+            "host.api.alibaba.accessKeySecret",
+            "host.api.alibaba.vSwitches",
+            "host.api.alibaba.vSwitches.cn-hangzhou-x",
+            "host.api.alibaba.securityGroupId",
+            "host.api.alibaba.instanceTypes.master",
+            "host.api.alibaba.instanceTypes.gpu",
+            "host.api.alibaba.instanceTypes.worker",
+            "host.api.alibaba.systemDisk.size",
+            "host.api.alibaba.systemDisk.performanceLevel",
+            "host.api.alibaba.imageSet",
+            "host.api.alibaba.tags.aliyun-x",
+            "host.api.alibaba.tags.openshift",
+        ],
+    );
     let t = e.to_string();
     assert!(
         t.contains("below the image's 16 GiB") && t.contains("PL1 is for category cloud_essd"),
@@ -375,8 +373,9 @@ fn alibaba_account_is_validated_with_every_problem() {
         "zones: [cn-hangzhou-h, cn-hangzhou-i]",
         "zones: [cn-hangzhou-h, cn-shanghai-b]",
     );
-    std::fs::write(&path, text.replace("host:\n", &zone)).unwrap();
-    let e = site::load(&path).unwrap_err().to_string();
+    let e = load_text(&path, &text.replace("host:\n", &zone))
+        .unwrap_err()
+        .to_string();
     assert!(
         e.contains("\"cn-shanghai-b\" is not a zone of region cn-hangzhou"),
         "{e}"
@@ -414,8 +413,7 @@ fn alibaba_account_is_validated_with_every_problem() {
                 "  sets:\n    rhcos: { catalog: { stream: rhcos-4.18, version: 418.94.1, arch: aarch64 } }\n",
             )
     };
-    std::fs::write(&path, with_set("cn-hangzhou")).unwrap();
-    let a = site::load(&path)
+    let a = load_text(&path, &with_set("cn-hangzhou"))
         .unwrap()
         .host
         .api

@@ -86,15 +86,9 @@ usage() {
   exit 2
 }
 while [[ $# -gt 0 ]]; do
+  if netboot_option "$@"; then shift 2; continue; fi
   case $1 in
-    --bootd) BOOTD=$2; shift 2 ;;
-    --site) SITE=$2; shift 2 ;;
-    --node) NODE=$2; shift 2 ;;
-    --mac) MAC=$2; shift 2 ;;
     --ip) IP=$2; shift 2 ;;
-    --firmware) FIRMWARE=$2; shift 2 ;;
-    --timeout) TIMEOUT=$2; shift 2 ;;
-    --workdir) WORKDIR=$2; shift 2 ;;
     --images) IMAGES=$2; shift 2 ;;
     --nic) NIC=$2; shift 2 ;;
     --tftp-root) TFTP_ROOT=$2; shift 2 ;;
@@ -129,15 +123,10 @@ qemu_nic_ok "$NIC" || { echo "netboot.sh: --nic $NIC does not work with --firmwa
 HOST_IP=10.77.0.1
 HOST_IP6=fd77::1          # only so dnsmasq can send router advertisements
 HTTP_BASE=http://$HOST_IP:8080
-WORKDIR=${WORKDIR:-$REPO/target/lab-runs/$NODE-$FIRMWARE-$$}
-mkdir -p "$WORKDIR"
-WORKDIR=$(readlink -f "$WORKDIR")
-rm -rf "$WORKDIR"/{serial.log,bootd.log,dnsmasq.log,qemu.log,firmware-debug.log,lab.pcap,tcpdump.log} \
-       "$WORKDIR"/{dnsmasq.leases,expected.ign,render.log,OVMF_VARS.fd,state,console.in,console.out,phases.log} \
-       "$WORKDIR"/{timeline.pcap,tcpdump-timeline.log,timeline.json,timeline.txt}
 # $WORK is WORKDIR from here on (kept after the run).
-harness_init "netboot $FIRMWARE $NODE" --work "$WORKDIR"
-mkdir -p "$WORK/state"
+netboot_workdir netboot serial.log bootd.log dnsmasq.log qemu.log firmware-debug.log lab.pcap tcpdump.log \
+  dnsmasq.leases expected.ign render.log OVMF_VARS.fd state console.in console.out phases.log \
+  timeline.pcap tcpdump-timeline.log timeline.json timeline.txt
 if [[ $HTTPS == 1 ]]; then
   # The site with ignition.overHttps, its relative paths made absolute.
   lab_site "$WORK/site.yaml" --from "$SITE" ignition.overHttps=true \
@@ -155,12 +144,9 @@ die() {
   fail "$@"
 }
 
-# --- guest images (cached; the lab site's images.root points at them) -----------
-"$HERE/guest.sh" "$IMAGES" >&2 || die "guest.sh failed"
-# --- TFTP root (ipxe.efi, core.elf; cached) for the firmwares that use TFTP ---------
-if [[ $FW_TFTP == 1 ]]; then
-  "$HERE/tftp-root.sh" "$TFTP_ROOT" >&2 || die "tftp-root.sh failed"
-fi
+# --- guest images (the lab site's images.root points at them) and, for the
+# firmwares that use TFTP, its root (ipxe.efi, core.elf); both cached -------------
+netboot_artifacts "$IMAGES" "$TFTP_ROOT"
 
 # --- network --------------------------------------------------------------------
 T0=$(now)

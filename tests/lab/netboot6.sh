@@ -41,31 +41,18 @@ usage() {
   exit 2
 }
 while [[ $# -gt 0 ]]; do
-  case $1 in
-    --bootd) BOOTD=$2; shift 2 ;;
-    --site) SITE=$2; shift 2 ;;
-    --node) NODE=$2; shift 2 ;;
-    --mac) MAC=$2; shift 2 ;;
-    --firmware) FIRMWARE=$2; shift 2 ;;
-    --timeout) TIMEOUT=$2; shift 2 ;;
-    --workdir) WORKDIR=$2; shift 2 ;;
-    *) usage ;;
-  esac
+  netboot_option "$@" || usage
+  shift 2
 done
 [[ -n $BOOTD && -n $SITE && -n $NODE && -n $MAC ]] || usage
 [[ $(id -u) -eq 0 ]] || { echo "netboot6.sh: run as root" >&2; exit 2; }
 if ! qemu_firmware "$FIRMWARE" || [[ $FW_FAMILY != 6 ]]; then usage; fi
 BOOTD=$(readlink -f "$BOOTD"); SITE=$(readlink -f "$SITE")
-WORKDIR=${WORKDIR:-$REPO/target/lab-runs/$NODE-$FIRMWARE-$$}
-mkdir -p "$WORKDIR"; WORKDIR=$(readlink -f "$WORKDIR")
-rm -rf "$WORKDIR"/{serial.log,bootd.log,radvd.log,qemu.log,state,OVMF_VARS.fd,expected.ign,site.yaml}
 # $WORK is WORKDIR from here on (kept after the run).
-harness_init "netboot6 $FIRMWARE $NODE" --work "$WORKDIR"
-mkdir -p "$WORK/state"
+netboot_workdir netboot6 serial.log bootd.log radvd.log qemu.log state OVMF_VARS.fd expected.ign site.yaml
 die() { qemu_fail_logs 30; fail "$@"; }
 
-"$HERE/guest.sh" >&2 || die "guest.sh failed"
-[[ $FW_TFTP == 0 ]] || "$HERE/tftp-root.sh" "$REPO/target/lab-tftp" >&2 || die "tftp-root.sh failed"
+netboot_artifacts "$REPO/target/lab-images" "$REPO/target/lab-tftp"
 
 # The site, its relative paths made absolute, the tested node with a static
 # network (the lab guest has no DHCPv6 client: its address is ip=).

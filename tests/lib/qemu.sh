@@ -102,6 +102,55 @@ qemu_firmwares() {
     done
 }
 
+# netboot_option OPTION VALUE...: one of the options netboot.sh and
+# netboot6.sh share (--bootd, --site, --node, --mac, --firmware, --timeout,
+# --workdir) into BOOTD, SITE, NODE, MAC, FIRMWARE, TIMEOUT or WORKDIR, for
+# the caller to shift 2; 1 for any other option.
+#   while [[ $# -gt 0 ]]; do
+#     if netboot_option "$@"; then shift 2; continue; fi
+#     case $1 in ... esac
+#   done
+netboot_option() {
+    case $1 in
+        --bootd) BOOTD=$2 ;;
+        --site) SITE=$2 ;;
+        --node) NODE=$2 ;;
+        --mac) MAC=$2 ;;
+        --firmware) FIRMWARE=$2 ;;
+        --timeout) TIMEOUT=$2 ;;
+        --workdir) WORKDIR=$2 ;;
+        *) return 1 ;;
+    esac
+}
+
+# netboot_workdir NAME FILE...: a boot's folder, kept after the run: WORKDIR
+# (default REPO/target/lab-runs/NODE-FIRMWARE-PID) made and absolute, the
+# FILEs (and folders) an earlier boot there left removed and nothing else;
+# then harness_init "NAME FIRMWARE NODE" with it as $WORK, and $WORK/state.
+netboot_workdir() {
+    local name=$1 f
+    shift
+    WORKDIR=${WORKDIR:-$REPO/target/lab-runs/$NODE-$FIRMWARE-$$}
+    mkdir -p "$WORKDIR"
+    WORKDIR=$(readlink -f "$WORKDIR")
+    for f in "$@"; do
+        rm -rf "${WORKDIR:?}/$f"
+    done
+    harness_init "$name $FIRMWARE $NODE" --work "$WORKDIR"
+    mkdir -p "$WORK/state"
+}
+
+# netboot_artifacts IMAGES TFTP_ROOT: what the site points at, built or
+# taken from the cache: the lab guest's kernel and initramfs in IMAGES
+# (tests/lab/guest.sh) and, for a variant that boots over TFTP (FW_TFTP=1),
+# bootd's TFTP root (tests/lab/tftp-root.sh). The caller's `die` on failure.
+netboot_artifacts() {
+    "$REPO/tests/lab/guest.sh" "$1" >&2 || die "guest.sh failed"
+    if [[ $FW_TFTP == 1 ]]; then
+        "$REPO/tests/lab/tftp-root.sh" "$2" >&2 || die "tftp-root.sh failed"
+    fi
+}
+
 # qemu_nic_ok NIC: NIC is one of the variant's FW_NICS.
 qemu_nic_ok() { [[ " $FW_NICS " == *" $1 "* ]]; }
 

@@ -9,10 +9,10 @@
 //! cluster's.
 
 use super::{
-    api_call, api_client, bootd_cli as cli, cond, free_port, process_site, Fake, Proc, API_TOKEN,
+    api_client, bootd_cli as cli, cond, free_port, process_site, until, until_ok, with_log, Fake,
+    Proc,
 };
 use serde_json::json;
-use std::time::{Duration, Instant};
 use testkit::ecs_fake::{tag, EcsFake, SECRET};
 
 const INFRA: &str = "lab-x7k2p";
@@ -39,35 +39,21 @@ async fn kill_9_after_run_instances_then_destroy_by_tag() {
         Some(json!({"action": "RunInstances", "count": 1})),
     );
     let mut p1 = Proc::start(&site, 1);
-    let api: std::net::SocketAddr = format!("127.0.0.1:{api_port}").parse().unwrap();
-    let client = api_client(&dir.path().join("state/ca.pem"), api_port, &p1).await;
+    let api = api_client(&dir.path().join("state/ca.pem"), api_port, &p1).await;
     let names = ["worker-a", "worker-b", "worker-c"];
     for n in names {
         let body = json!({"name": n, "role": "worker", "provider": {"alibaba": {}}});
-        let (st, v) = api_call(
-            &client,
-            api,
-            Some(API_TOKEN),
-            "POST",
-            "/v1/nodes",
-            Some(body),
-        )
-        .await;
+        let (st, v) = api.create(body).await;
         assert_eq!(st, 201, "{v:#}");
         assert_eq!(
             v["provider"]["alibaba"]["instanceType"], "ecs.g6.large",
             "{v:#}"
         );
     }
-    let end = Instant::now() + Duration::from_secs(30);
-    while ecs.control("GET", "/_fake/held", None)["held"] != json!(1) {
-        assert!(
-            Instant::now() < end,
-            "no RunInstances held: {}",
-            std::fs::read_to_string(&p1.log).unwrap_or_default()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    until(with_log("a RunInstances held", &p1.log), 30, async || {
+        ecs.control("GET", "/_fake/held", None)["held"] == json!(1)
+    })
+    .await;
     // The held create was carried out (the other nodes' may be too: each
     // node has its own loop); its reply never reached bootd.
     let at_kill = ecs.instances().len();
@@ -76,35 +62,20 @@ async fn kill_9_after_run_instances_then_destroy_by_tag() {
     ecs.control("POST", "/_fake/release", None);
 
     let p2 = Proc::start(&site, 2);
-    let end = Instant::now() + Duration::from_secs(60);
-    for n in names {
-        loop {
-            let (st, v) = api_call(
-                &client,
-                api,
-                Some(API_TOKEN),
-                "GET",
-                &format!("/v1/nodes/{n}"),
-                None,
-            )
-            .await;
-            if st == 200 && cond(&v, "Provisioned")["status"] == "True" {
-                assert!(
-                    v["machine"]["addresses"].to_string().contains("10.77.0.")
-                        || v["spec"]["ip"]
-                            .as_str()
-                            .is_some_and(|i| i.starts_with("10.77.0.")),
-                    "{v:#}"
-                );
-                break;
-            }
-            assert!(
-                Instant::now() < end,
-                "{n} never provisioned: {v:#}\n{}",
-                std::fs::read_to_string(&p2.log).unwrap_or_default()
-            );
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+    let api = api.logging(&p2.log);
+    let provisioned = api
+        .wait_nodes(names, 60, |_, st, v| {
+            st == 200 && cond(v, "Provisioned")["status"] == "True"
+        })
+        .await;
+    for v in provisioned {
+        assert!(
+            v["machine"]["addresses"].to_string().contains("10.77.0.")
+                || v["spec"]["ip"]
+                    .as_str()
+                    .is_some_and(|i| i.starts_with("10.77.0.")),
+            "{v:#}"
+        );
     }
     let all = ecs.instances();
     assert_eq!(all.len(), 3, "one instance per node, none twice: {all:#?}");
@@ -171,14 +142,17 @@ async fn kill_9_after_run_instances_then_destroy_by_tag() {
         out.contains("deleting with node worker-a") && out.contains(": deleted"),
         "{out}"
     );
-    let end = Instant::now() + Duration::from_secs(60);
-    loop {
+    let gone = with_log(
+        "only the other cluster's instances left, and no node",
+        &p2.log,
+    );
+    until_ok(gone, 60, async || {
         let left: Vec<String> = ecs
             .instances()
             .iter()
             .map(|i| i["InstanceName"].as_str().unwrap().to_string())
             .collect();
-        let (_, nodes) = api_call(&client, api, Some(API_TOKEN), "GET", "/v1/nodes", None).await;
+        let (_, nodes) = api.call("GET", "/v1/nodes", None).await;
         let api_nodes = nodes["nodes"]
             .as_array()
             .unwrap()
@@ -186,28 +160,19 @@ async fn kill_9_after_run_instances_then_destroy_by_tag() {
             .filter(|n| n["name"].as_str().is_some_and(|x| names.contains(&x)))
             .count();
         if left == ["other-0", "other-1"] && api_nodes == 0 {
-            break;
+            Ok(())
+        } else {
+            Err(format!("left {left:?}, {api_nodes} nodes"))
         }
-        assert!(
-            Instant::now() < end,
-            "left {left:?}, {api_nodes} nodes\n{}",
-            std::fs::read_to_string(&p2.log).unwrap_or_default()
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    })
+    .await;
     // The AccessKey secret in no log and no API reply.
     for l in [&p1.log, &p2.log] {
         assert!(!std::fs::read_to_string(l).unwrap().contains(SECRET));
     }
-    let (_, v) = api_call(
-        &client,
-        api,
-        Some(API_TOKEN),
-        "GET",
-        "/v1/cluster/machines?provider=alibaba",
-        None,
-    )
-    .await;
+    let (_, v) = api
+        .call("GET", "/v1/cluster/machines?provider=alibaba", None)
+        .await;
     assert!(!v.to_string().contains(SECRET));
     assert_eq!(v["machines"], json!([]), "{v:#}");
     // Nor in bootd's metrics.

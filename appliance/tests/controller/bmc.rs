@@ -4,10 +4,10 @@
 //! bootd powers the machine on exactly once in both cases, and there is one
 //! node.
 
-use super::{api_call, api_client, cond, free_port, process_site, Fake, Proc, API_TOKEN};
+use super::{api_client, cond, free_port, process_site, until, with_log, Fake, Proc};
 use serde_json::json;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use testkit::redfish_fake::{fresh, serve, PASSWORD, SYS};
 
 async fn kill_9_while_the_bmc_holds(method: &'static str, path: &'static str) {
@@ -29,45 +29,26 @@ async fn kill_9_while_the_bmc_holds(method: &'static str, path: &'static str) {
         )
     });
     let mut p1 = Proc::start(&site, 1);
-    let api: std::net::SocketAddr = format!("127.0.0.1:{api_port}").parse().unwrap();
-    let client = api_client(&dir.path().join("state/ca.pem"), api_port, &p1).await;
+    let api = api_client(&dir.path().join("state/ca.pem"), api_port, &p1).await;
     let body = json!({
         "name": "rack-1", "role": "worker", "ip": "10.77.0.61",
         "provider": { "redfish": {
             "url": format!("http://{addr}{SYS}"), "username": "admin",
             "password": { "file": files.join("rack-1") }, "allowPlainHttp": true, "mode": "Legacy" } }
     });
-    let (st, v) = api_call(
-        &client,
-        api,
-        Some(API_TOKEN),
-        "POST",
-        "/v1/nodes",
-        Some(body),
-    )
-    .await;
+    let (st, v) = api.create(body).await;
     assert_eq!(st, 201, "{v:#}");
     // The held request took effect at the BMC; its reply never comes: kill.
-    let end = Instant::now() + Duration::from_secs(20);
-    loop {
-        let done = {
-            let b = bmc.lock().unwrap();
-            let reached = match method {
-                "PATCH" => !b.patches.is_empty(),
-                _ => !b.resets.is_empty(),
-            };
-            reached && b.hold.is_none()
+    let reached = with_log(format!("the {method} reached the BMC"), &p1.log);
+    until(reached, 20, async || {
+        let b = bmc.lock().unwrap();
+        let reached = match method {
+            "PATCH" => !b.patches.is_empty(),
+            _ => !b.resets.is_empty(),
         };
-        if done {
-            break;
-        }
-        assert!(
-            Instant::now() < end,
-            "the {method} never reached the BMC: {}",
-            std::fs::read_to_string(&p1.log).unwrap_or_default()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+        reached && b.hold.is_none()
+    })
+    .await;
     p1.kill9();
     hold.notify_waiters();
     let resets_at_kill = bmc.lock().unwrap().resets.clone();
@@ -76,32 +57,17 @@ async fn kill_9_while_the_bmc_holds(method: &'static str, path: &'static str) {
         _ => assert_eq!(resets_at_kill, vec!["On"]),
     }
     let p2 = Proc::start(&site, 2);
-    let end = Instant::now() + Duration::from_secs(30);
-    loop {
-        let (st, v) = api_call(
-            &client,
-            api,
-            Some(API_TOKEN),
-            "GET",
-            "/v1/nodes/rack-1",
-            None,
-        )
+    let api = api.logging(&p2.log);
+    let v = api
+        .wait_node("rack-1", 30, |st, v| {
+            st == 200 && cond(v, "Provisioned")["status"] == "True"
+        })
         .await;
-        if st == 200 && cond(&v, "Provisioned")["status"] == "True" {
-            assert_eq!(
-                v["spec"]["macs"],
-                json!(["52:54:00:aa:bb:01", "52:54:00:aa:bb:02"]),
-                "{v:#}"
-            );
-            break;
-        }
-        assert!(
-            Instant::now() < end,
-            "never converged: {}",
-            std::fs::read_to_string(&p2.log).unwrap_or_default()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    assert_eq!(
+        v["spec"]["macs"],
+        json!(["52:54:00:aa:bb:01", "52:54:00:aa:bb:02"]),
+        "{v:#}"
+    );
     // Settle a few polls: nothing more is sent.
     tokio::time::sleep(Duration::from_millis(1500)).await;
     {
@@ -109,7 +75,7 @@ async fn kill_9_while_the_bmc_holds(method: &'static str, path: &'static str) {
         assert_eq!(b.resets, vec!["On"], "powered exactly once");
         assert_eq!(b.power, "On");
     }
-    let (_, list) = api_call(&client, api, Some(API_TOKEN), "GET", "/v1/nodes", None).await;
+    let (_, list) = api.call("GET", "/v1/nodes", None).await;
     let n = list["nodes"]
         .as_array()
         .unwrap()
@@ -157,20 +123,14 @@ async fn a_bmc_machine_whose_mac_another_node_has_is_never_powered() {
     std::fs::write(&path, text).unwrap();
     let b = super::Bootd::start_site(dir, &path, super::tuning()).await;
     let (st, _) = b
-        .call(
-            "POST",
-            "/v1/nodes",
-            Some(json!({"name": "worker-8", "role": "worker", "ip": "10.77.0.28", "macs": ["52:54:00:aa:bb:02"]})),
-        )
+        .create(json!({"name": "worker-8", "role": "worker", "ip": "10.77.0.28", "macs": ["52:54:00:aa:bb:02"]}))
         .await;
     assert_eq!(st, 201);
     let (st, v) = b
-        .call(
-            "POST",
-            "/v1/nodes",
-            Some(json!({"name": "rack-2", "role": "worker", "ip": "10.77.0.62", "provider": {"redfish": {
-                "url": format!("http://{addr}{SYS}"), "username": "admin",
-                "password": {"file": files.join("rack-2")}, "allowPlainHttp": true}}})),
+        .create(
+            json!({"name": "rack-2", "role": "worker", "ip": "10.77.0.62", "provider": {"redfish": {
+            "url": format!("http://{addr}{SYS}"), "username": "admin",
+            "password": {"file": files.join("rack-2")}, "allowPlainHttp": true}}}),
         )
         .await;
     assert_eq!(st, 201, "{v:#}");

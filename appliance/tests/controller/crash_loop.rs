@@ -10,9 +10,7 @@
 //!
 //! The seed is printed; `CRASH_LOOP_SEED=<n>` replays a run's timing choices.
 
-use super::{
-    api_call, api_client, cond, equinix_node, free_port, process_site, Fake, Proc, API_TOKEN,
-};
+use super::{api_client, cond, equinix_node, free_port, process_site, Api, Fake, Proc};
 use dhcproto::v4::MessageType;
 use rand::{Rng, SeedableRng};
 use std::collections::{BTreeMap, HashMap};
@@ -59,7 +57,6 @@ async fn fifty_kill_9_at_random_moments_under_dhcp_api_and_reloads_lose_nothing(
         with_relayed_dhcp(&t, dhcp_port)
     });
     let site_text = std::fs::read_to_string(&site).unwrap();
-    let api: std::net::SocketAddr = format!("127.0.0.1:{api_port}").parse().unwrap();
     let ca_path = dir.path().join("state/ca.pem");
 
     let seen = Arc::new(Mutex::new(Seen::default()));
@@ -72,7 +69,7 @@ async fn fifty_kill_9_at_random_moments_under_dhcp_api_and_reloads_lose_nothing(
             "bounded: {round} rounds in 240 s"
         );
         let mut p = start(&site, round, reply_port);
-        let client = api_client(&ca_path, api_port, &p).await;
+        let api = api_client(&ca_path, api_port, &p).await;
         let running = Arc::new(AtomicBool::new(true));
         // The process to signal; cleared (under its lock) when it is killed.
         let target = Arc::new(Mutex::new(Some(p.child.id())));
@@ -84,7 +81,6 @@ async fn fifty_kill_9_at_random_moments_under_dhcp_api_and_reloads_lose_nothing(
                 Arc::clone(&running),
             )),
             tokio::spawn(api_load(
-                client,
                 api,
                 Arc::clone(&next_node),
                 Arc::clone(&seen),
@@ -113,7 +109,7 @@ async fn fifty_kill_9_at_random_moments_under_dhcp_api_and_reloads_lose_nothing(
 
     // Started once more: it converges, and nothing acknowledged is missing.
     let p = start(&site, KILLS, reply_port);
-    let client = api_client(&ca_path, api_port, &p).await;
+    let api = api_client(&ca_path, api_port, &p).await;
     let (acked, created, unanswered, reloads) = {
         let s = seen.lock().unwrap();
         (s.acked.clone(), s.created.clone(), s.unanswered, s.reloads)
@@ -153,30 +149,11 @@ async fn fifty_kill_9_at_random_moments_under_dhcp_api_and_reloads_lose_nothing(
         }
     }
 
-    let end = Instant::now() + Duration::from_secs(90);
-    for n in &created {
-        loop {
-            let (st, v) = api_call(
-                &client,
-                api,
-                Some(API_TOKEN),
-                "GET",
-                &format!("/v1/nodes/{n}"),
-                None,
-            )
-            .await;
-            assert_ne!(st, 404, "{n} was acknowledged (201) and is gone");
-            if st == 200 && cond(&v, "Provisioned")["status"] == "True" {
-                break;
-            }
-            assert!(
-                Instant::now() < end,
-                "{n} never got its machine: {st} {v:#}\n{}",
-                std::fs::read_to_string(&p.log).unwrap_or_default()
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
+    api.wait_nodes(created.iter().map(String::as_str), 90, |n, st, v| {
+        assert_ne!(st, 404, "{n} was acknowledged (201) and is gone");
+        st == 200 && cond(v, "Provisioned")["status"] == "True"
+    })
+    .await;
     // Let the reconcilers settle, then count machines per node.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let mut per_node: BTreeMap<String, u32> = BTreeMap::new();
@@ -299,8 +276,7 @@ async fn recv_xid(relay: &UdpSocket, xid: u32) -> Option<dhcproto::v4::Message> 
 
 /// Node creates, one after another, until `running` ends.
 async fn api_load(
-    client: controller::providers::Http,
-    api: std::net::SocketAddr,
+    api: Api,
     next: Arc<AtomicU32>,
     seen: Arc<Mutex<Seen>>,
     running: Arc<AtomicBool>,
@@ -316,15 +292,7 @@ async fn api_load(
             &format!("10.77.0.{}", 100 + i),
             &format!("52:54:00:7c:00:{:02x}", i),
         );
-        let (st, v) = api_call(
-            &client,
-            api,
-            Some(API_TOKEN),
-            "POST",
-            "/v1/nodes",
-            Some(node),
-        )
-        .await;
+        let (st, v) = api.create(node).await;
         {
             let mut s = seen.lock().unwrap();
             match st {

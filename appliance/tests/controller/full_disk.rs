@@ -21,15 +21,11 @@ async fn a_full_state_disk_refuses_api_writes_with_507_and_recovers() {
     let state = dir.path().join("state");
     let fs = Tmpfs::mount(&state, "2m");
     let b = Bootd::start_site(dir, &path, tuning()).await;
-    let (st, v) = b
-        .call("POST", "/v1/nodes", Some(node("worker-7", 57)))
-        .await;
+    let (st, v) = b.create(node("worker-7", 57)).await;
     assert_eq!(st, 201, "{v:#}");
 
     let filler = fs.fill();
-    let (st, v) = b
-        .call("POST", "/v1/nodes", Some(node("worker-8", 58)))
-        .await;
+    let (st, v) = b.create(node("worker-8", 58)).await;
     assert_eq!(st, 507, "{v:#}");
     let msg = v["error"].as_str().unwrap_or_default();
     assert!(
@@ -67,9 +63,7 @@ async fn a_full_state_disk_refuses_api_writes_with_507_and_recovers() {
 
     // Room again: the same request succeeds, and the store holds both.
     std::fs::remove_file(&filler).unwrap();
-    let (st, v) = b
-        .call("POST", "/v1/nodes", Some(node("worker-8", 58)))
-        .await;
+    let (st, v) = b.create(node("worker-8", 58)).await;
     assert_eq!(st, 201, "{v:#}");
     let store = controller::store::Store::sqlite(&state).unwrap();
     let mut names: Vec<String> = store.nodes().unwrap().into_iter().map(|r| r.name).collect();

@@ -5,7 +5,7 @@
 //! reply, the other is elected and finishes the node with no second machine.
 
 use super::{
-    api_call, api_client, cond, equinix_node, free_port, process_site, Fake, Proc, API_TOKEN,
+    api_client, cond, equinix_node, free_port, plain_get, process_site, until, Api, Fake, Proc,
 };
 use serde_json::Value;
 use std::net::SocketAddr;
@@ -14,10 +14,9 @@ use std::time::{Duration, Instant};
 
 struct Appliance {
     proc: Proc,
-    api: SocketAddr,
+    api: Api,
     /// bootd's plain HTTP listener.
     http: SocketAddr,
-    client: controller::providers::Http,
     dir: tempfile::TempDir,
 }
 
@@ -50,18 +49,17 @@ impl Appliance {
     async fn start_in(dir: tempfile::TempDir, f: &Fake, etcd: &str, n: u32) -> Appliance {
         let (site, port, http) = Self::site(dir.path(), f, etcd);
         let proc = Proc::start(&site, n);
-        let client = api_client(&dir.path().join("state/ca.pem"), port, &proc).await;
+        let api = api_client(&dir.path().join("state/ca.pem"), port, &proc).await;
         Appliance {
             proc,
             http,
-            api: format!("127.0.0.1:{port}").parse().unwrap(),
-            client,
+            api,
             dir,
         }
     }
 
     async fn get(&self, path: &str) -> (u16, Value) {
-        api_call(&self.client, self.api, Some(API_TOKEN), "GET", path, None).await
+        self.api.call("GET", path, None).await
     }
 
     async fn leading(&self) -> bool {
@@ -70,27 +68,11 @@ impl Appliance {
 
     /// A plain HTTP GET of bootd: status and body.
     async fn boot(&self, path: &str) -> (u16, String) {
-        let http = controller::providers::Http::new(Duration::from_secs(5));
-        let req = http::Request::get(format!("http://{}{path}", self.http))
-            .body(http_body_util::Full::new(bytes::Bytes::new()))
-            .unwrap();
-        let r = http.send(req, "boot").await.unwrap();
-        (
-            r.status.as_u16(),
-            String::from_utf8_lossy(&r.body).into_owned(),
-        )
+        plain_get(&format!("http://{}{path}", self.http)).await
     }
 
     fn log(&self) -> String {
         std::fs::read_to_string(&self.proc.log).unwrap_or_default()
-    }
-}
-
-async fn until(what: &str, secs: u64, mut ok: impl AsyncFnMut() -> bool) {
-    let end = Instant::now() + Duration::from_secs(secs);
-    while !ok().await {
-        assert!(Instant::now() < end, "{what}: not within {secs} s");
-        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 
@@ -118,15 +100,10 @@ async fn the_other_appliance_is_elected_and_finishes_the_node_once() {
     );
 
     // Created through the appliance that does not lead.
-    let (st, v) = api_call(
-        &follower.client,
-        follower.api,
-        Some(API_TOKEN),
-        "POST",
-        "/v1/nodes",
-        Some(equinix_node("worker-7", "10.77.0.27", "52:54:00:77:00:27")),
-    )
-    .await;
+    let (st, v) = follower
+        .api
+        .create(equinix_node("worker-7", "10.77.0.27", "52:54:00:77:00:27"))
+        .await;
     assert_eq!(st, 201, "{v:#}");
     // The leader's loop calls the provider; its reply is held.
     until("the create reached the provider", 20, async || {
@@ -166,15 +143,10 @@ async fn the_other_appliance_is_elected_and_finishes_the_node_once() {
         "the open intent was resumed by finding the machine: {log}"
     );
     // Deleted through the new leader: the machine goes, the node goes.
-    let (st, _) = api_call(
-        &follower.client,
-        follower.api,
-        Some(API_TOKEN),
-        "DELETE",
-        "/v1/nodes/worker-7",
-        None,
-    )
-    .await;
+    let (st, _) = follower
+        .api
+        .call("DELETE", "/v1/nodes/worker-7", None)
+        .await;
     assert_eq!(st, 202);
     until("worker-7 deleted", 30, async || {
         follower.get("/v1/nodes/worker-7").await.0 == 404
@@ -231,15 +203,14 @@ async fn tokens_and_the_ca_are_the_sites_and_a_token_is_spent_everywhere() {
         .chars()
         .take_while(|c| !c.is_whitespace() && *c != '"')
         .collect();
-    let (st, _) = api_call(
-        &a.client,
-        a.api,
-        Some(API_TOKEN),
-        "POST",
-        "/v1/cluster/bootstrap-complete",
-        Some(serde_json::json!({})),
-    )
-    .await;
+    let (st, _) = a
+        .api
+        .call(
+            "POST",
+            "/v1/cluster/bootstrap-complete",
+            Some(serde_json::json!({})),
+        )
+        .await;
     assert_eq!(st, 200);
     for (who, app) in [("A", &a), ("B", &b)] {
         let revoked = app.dir.path().join("state/revoked.json");

@@ -66,9 +66,7 @@ async fn a_node_with_only_an_ipv6_address_is_given_ipv6_urls() {
         ("worker-6", "fd00:77::26", "52:54:00:77:00:26"),
         ("worker-4", "10.77.0.24", "52:54:00:77:00:24"),
     ] {
-        let (st, v) = b
-            .call("POST", "/v1/nodes", Some(equinix_node(name, ip, mac)))
-            .await;
+        let (st, v) = b.create(equinix_node(name, ip, mac)).await;
         assert_eq!(st, 201, "{v:#}");
         b.wait_node(name, 20, |_, v| cond(v, "Provisioned")["status"] == "True")
             .await;

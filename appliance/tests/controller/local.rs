@@ -104,38 +104,14 @@ async fn local_vm_is_created_adopted_after_kill_9_booted_ready_and_deleted_by_pi
     std::fs::write(&site, text).unwrap();
 
     let mut p1 = Proc::start(&site, 1);
-    let api: std::net::SocketAddr = format!("127.0.0.1:{api_port}").parse().unwrap();
-    let ca_path = dir.path().join("state/ca.pem");
-    let client = api_client(&ca_path, api_port, &p1).await;
-    let call = |method: &'static str, path: String, body: Option<Value>| {
-        let client = client.clone();
-        async move { api_call(&client, api, Some(API_TOKEN), method, &path, body).await }
-    };
-    let wait = |name: &'static str,
-                what: &'static str,
-                pred: fn(u16, &Value) -> bool,
-                log: PathBuf| async move {
-        let end = Instant::now() + Duration::from_secs(30);
-        loop {
-            let (st, v) = call("GET", format!("/v1/nodes/{name}"), None).await;
-            if pred(st, &v) {
-                return v;
-            }
-            assert!(
-                Instant::now() < end,
-                "{name}: never {what}; last {st} {v:#}\n{}",
-                std::fs::read_to_string(&log).unwrap_or_default()
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    };
+    let api = api_client(&dir.path().join("state/ca.pem"), api_port, &p1).await;
     let provisioned = |st: u16, v: &Value| st == 200 && cond(v, "Provisioned")["status"] == "True";
 
     let node = json!({ "name": "worker-8", "role": "worker", "macs": ["52:54:00:77:00:28"], "ip": "10.77.0.28",
                        "kernelArgs": ["console=ttyS0"], "provider": { "local": {} } });
-    let (st, v) = call("POST", "/v1/nodes".into(), Some(node)).await;
+    let (st, v) = api.create(node).await;
     assert_eq!(st, 201, "{v:#}");
-    let v = wait("worker-8", "Provisioned", provisioned, p1.log.clone()).await;
+    let v = api.wait_node("worker-8", 30, provisioned).await;
     assert_eq!(v["machine"]["provider"], "local", "{v:#}");
     assert_eq!(v["machine"]["addresses"], json!(["10.77.0.28"]));
     let id = v["machine"]["id"].as_str().unwrap().to_string();
@@ -176,7 +152,8 @@ async fn local_vm_is_created_adopted_after_kill_9_booted_ready_and_deleted_by_pi
         .unwrap();
     }
     let p2 = Proc::start(&site, 2);
-    let v = wait("worker-8", "Provisioned again", provisioned, p2.log.clone()).await;
+    let api = api.logging(&p2.log);
+    let v = api.wait_node("worker-8", 30, provisioned).await;
     assert_eq!(v["machine"]["id"], id.as_str(), "the same VM");
     assert_eq!(stand.calls().len(), 1, "no second VM was started");
     let log2 = std::fs::read_to_string(&p2.log).unwrap();
@@ -186,19 +163,8 @@ async fn local_vm_is_created_adopted_after_kill_9_booted_ready_and_deleted_by_pi
     );
 
     // The VM "boots": its iPXE script, then the Ignition URL the script names.
-    let plain = controller::providers::Http::new(Duration::from_secs(5));
-    let get = |path: String| {
-        let plain = plain.clone();
-        async move {
-            let req = http::Request::get(format!("http://127.0.0.1:{http_port}{path}"))
-                .body(http_body_util::Full::new(bytes::Bytes::new()))
-                .unwrap();
-            let r = plain.send(req, "boot").await.unwrap();
-            (
-                r.status.as_u16(),
-                String::from_utf8_lossy(&r.body).into_owned(),
-            )
-        }
+    let get = |path: String| async move {
+        plain_get(&format!("http://127.0.0.1:{http_port}{path}")).await
     };
     let (st, script) = get("/ipxe/worker-8.ipxe".into()).await;
     assert_eq!(st, 200, "{script}");
@@ -233,7 +199,7 @@ async fn local_vm_is_created_adopted_after_kill_9_booted_ready_and_deleted_by_pi
     // ovmf-ipxe with a variable store that does not exist: the VM cannot be made.
     let bad = json!({ "name": "worker-9", "role": "worker", "macs": ["52:54:00:77:00:29"], "ip": "10.77.0.29",
                       "provider": { "local": { "firmware": "ovmf-ipxe" } } });
-    let (st, v) = call("POST", "/v1/nodes".into(), Some(bad)).await;
+    let (st, v) = api.create(bad).await;
     assert_eq!(st, 201, "{v:#}");
     let (code, out) = tokio::task::spawn_blocking({
         let site = site.clone();
@@ -253,23 +219,20 @@ async fn local_vm_is_created_adopted_after_kill_9_booted_ready_and_deleted_by_pi
     );
     assert_eq!(stand.calls().len(), 1, "nothing started for worker-9");
     // A bad provider spec is refused before anything is stored.
-    let (st, v) = call(
-        "POST",
-        "/v1/nodes".into(),
-        Some(json!({ "name": "worker-5", "role": "worker", "macs": ["52:54:00:77:00:25"], "ip": "10.77.0.25",
-                     "provider": { "local": { "firmware": "slof", "memory": 1 } } })),
-    )
-    .await;
+    let (st, v) = api
+        .create(json!({ "name": "worker-5", "role": "worker", "macs": ["52:54:00:77:00:25"], "ip": "10.77.0.25",
+                        "provider": { "local": { "firmware": "slof", "memory": 1 } } }))
+        .await;
     assert_eq!(st, 422, "{v:#}");
     assert_eq!(v["problems"].as_array().unwrap().len(), 2, "{v:#}");
 
     // Delete: the VM's PID is killed, the node goes away.
     for n in ["worker-8", "worker-9"] {
-        let (st, _) = call("DELETE", format!("/v1/nodes/{n}"), None).await;
+        let (st, _) = api.call("DELETE", &format!("/v1/nodes/{n}"), None).await;
         assert_eq!(st, 202);
     }
-    wait("worker-8", "deleted", |st, _| st == 404, p2.log.clone()).await;
-    wait("worker-9", "deleted", |st, _| st == 404, p2.log.clone()).await;
+    api.wait_node("worker-8", 30, |st, _| st == 404).await;
+    api.wait_node("worker-9", 30, |st, _| st == 404).await;
     assert!(!alive(pid), "the VM is gone");
     assert!(!dir.path().join("vms/worker-8/qemu.pid").exists());
     assert_eq!(stand.calls().len(), 1);

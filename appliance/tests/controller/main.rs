@@ -6,6 +6,7 @@
 //! (tests/controller/deps.sh) and run from tests/controller/e2e.sh.
 
 mod alibaba;
+mod api;
 mod bmc;
 mod cluster_up;
 mod crash_loop;
@@ -19,12 +20,13 @@ mod machine_config;
 mod platforms;
 mod prism;
 
+pub use api::{plain_get, until, until_ok, with_log, Api};
 use fake::{Fake, Fault};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use testkit::process::Process;
+use testkit::process::{output_text, Process};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
@@ -91,14 +93,23 @@ pub fn write_site(
     path
 }
 
+/// bootd in-process; its API client ([`Api`]: `b.call(..)`) through `Deref`.
 pub struct Bootd {
     pub app: Arc<bootd::App>,
     pub api: std::net::SocketAddr,
     pub http: std::net::SocketAddr,
     pub dir: tempfile::TempDir,
-    client: controller::providers::Http,
+    client: Api,
     shutdown: CancellationToken,
     task: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
+}
+
+impl std::ops::Deref for Bootd {
+    type Target = Api;
+
+    fn deref(&self) -> &Api {
+        &self.client
+    }
 }
 
 pub fn tuning() -> controller::Tuning {
@@ -157,16 +168,8 @@ impl Bootd {
         let app = bootd::prepare(&config, true).unwrap();
         let ca = app.tls.as_ref().unwrap().ca_pem.clone();
         let shutdown = CancellationToken::new();
-        let boot = bootd::Sockets {
-            http,
-            https: Some(https),
-            dhcp: None,
-            dhcp_proxy: None,
-            dhcp6: None,
-            tftp: None,
-        };
         let sockets = appliance::BootSockets {
-            boot,
+            boot: bootd::Sockets::http_only(http, Some(https)),
             api: Some(api),
         };
         let task = tokio::spawn(appliance::run_boot(
@@ -177,8 +180,11 @@ impl Bootd {
             lb,
             shutdown.clone(),
         ));
-        let client =
-            controller::providers::Http::with_ca(Duration::from_secs(10), ca.as_bytes()).unwrap();
+        let client = Api::new(
+            controller::providers::Http::with_ca(Duration::from_secs(10), ca.as_bytes()).unwrap(),
+            aa,
+            None,
+        );
         Bootd {
             app,
             api: aa,
@@ -190,71 +196,22 @@ impl Bootd {
         }
     }
 
-    /// An API request over HTTPS (trusting the site CA) with `token`.
-    pub async fn call_as(
-        &self,
-        token: Option<&str>,
-        method: &str,
-        path: &str,
-        body: Option<Value>,
-    ) -> (u16, Value) {
-        api_call(&self.client, self.api, token, method, path, body).await
+    /// A plain HTTP GET on bootd's boot server (what a node does): status
+    /// and body.
+    pub async fn boot(&self, path: &str) -> (u16, String) {
+        plain_get(&format!("http://{}{path}", self.http)).await
     }
 
-    pub async fn call(&self, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
-        self.call_as(Some(API_TOKEN), method, path, body).await
-    }
-
-    /// An authenticated call with a body of raw bytes.
-    pub async fn call_raw(&self, method: &str, path: &str, body: Vec<u8>) -> (u16, Value) {
-        api_call_raw(&self.client, self.api, Some(API_TOKEN), method, path, body).await
-    }
-
-    /// Polls GET /v1/nodes/<name> until `pred` holds (at most `secs`).
-    pub async fn wait_node(
-        &self,
-        name: &str,
-        secs: u64,
-        pred: impl Fn(u16, &Value) -> bool,
-    ) -> Value {
-        let end = Instant::now() + Duration::from_secs(secs);
-        loop {
-            let (st, v) = self.call("GET", &format!("/v1/nodes/{name}"), None).await;
-            if pred(st, &v) {
-                return v;
-            }
-            assert!(
-                Instant::now() < end,
-                "node {name} never got there; last: {st} {v:#}"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-
-    /// Plain HTTP GET on bootd's boot server (what a node does).
     pub async fn boot_get(&self, path: &str) -> u16 {
-        let http = controller::providers::Http::new(Duration::from_secs(5));
-        let req = http::Request::get(format!("http://{}{path}", self.http))
-            .body(http_body_util::Full::new(bytes::Bytes::new()))
-            .unwrap();
-        http.send(req, "boot").await.unwrap().status.as_u16()
+        self.boot(path).await.0
     }
 
-    /// A plain HTTP GET's body from bootd's boot server.
     pub async fn boot_body(&self, path: &str) -> String {
-        let http = controller::providers::Http::new(Duration::from_secs(5));
-        let req = http::Request::get(format!("http://{}{path}", self.http))
-            .body(http_body_util::Full::new(bytes::Bytes::new()))
-            .unwrap();
-        String::from_utf8(http.send(req, "boot").await.unwrap().body.to_vec()).unwrap()
+        self.boot(path).await.1
     }
 
     pub async fn metrics(&self) -> String {
-        let http = controller::providers::Http::new(Duration::from_secs(5));
-        let req = http::Request::get(format!("http://{}/metrics", self.http))
-            .body(http_body_util::Full::new(bytes::Bytes::new()))
-            .unwrap();
-        String::from_utf8(http.send(req, "metrics").await.unwrap().body.to_vec()).unwrap()
+        self.boot_body("/metrics").await
     }
 
     pub async fn stop(mut self) {
@@ -262,52 +219,6 @@ impl Bootd {
         if let Some(t) = self.task.take() {
             t.await.unwrap().unwrap();
         }
-    }
-}
-
-pub async fn api_call(
-    client: &controller::providers::Http,
-    api: std::net::SocketAddr,
-    token: Option<&str>,
-    method: &str,
-    path: &str,
-    body: Option<Value>,
-) -> (u16, Value) {
-    let body = body
-        .map(|v| serde_json::to_vec(&v).unwrap())
-        .unwrap_or_default();
-    api_call_raw(client, api, token, method, path, body).await
-}
-
-/// [`api_call`] with the body's bytes as given (malformed ones included).
-pub async fn api_call_raw(
-    client: &controller::providers::Http,
-    api: std::net::SocketAddr,
-    token: Option<&str>,
-    method: &str,
-    path: &str,
-    body: Vec<u8>,
-) -> (u16, Value) {
-    let mut b = http::Request::builder()
-        .method(method)
-        .uri(format!("https://localhost:{}{path}", api.port()));
-    if let Some(t) = token {
-        b = b.header("Authorization", format!("Bearer {t}"));
-    }
-    // Status 0: no answer (a bootd being restarted).
-    match client
-        .send(
-            b.body(http_body_util::Full::new(bytes::Bytes::from(body)))
-                .unwrap(),
-            "api",
-        )
-        .await
-    {
-        Ok(r) => (
-            r.status.as_u16(),
-            serde_json::from_slice(&r.body).unwrap_or(Value::Null),
-        ),
-        Err(_) => (0, Value::Null),
     }
 }
 
@@ -387,11 +298,7 @@ async fn equinix_node_lifecycle_create_boot_ready_delete() {
     let f = Fake::start().await;
     let b = Bootd::start(&f.url(), &f.url(), &f.url()).await;
     let (st, v) = b
-        .call(
-            "POST",
-            "/v1/nodes",
-            Some(equinix_node("worker-3", "10.77.0.23", "52:54:00:77:00:23")),
-        )
+        .create(equinix_node("worker-3", "10.77.0.23", "52:54:00:77:00:23"))
         .await;
     assert_eq!(st, 201, "{v:#}");
     assert_eq!(v["origin"], "api");
@@ -529,19 +436,11 @@ async fn equinix_node_lifecycle_create_boot_ready_delete() {
     }
     // Idempotent: the same create again is 200 with the same node, no second machine.
     let (st, _) = b
-        .call(
-            "POST",
-            "/v1/nodes",
-            Some(equinix_node("worker-3", "10.77.0.23", "52:54:00:77:00:23")),
-        )
+        .create(equinix_node("worker-3", "10.77.0.23", "52:54:00:77:00:23"))
         .await;
     assert_eq!(st, 200);
     let (st, _) = b
-        .call(
-            "POST",
-            "/v1/nodes",
-            Some(equinix_node("worker-3", "10.77.0.24", "52:54:00:77:00:23")),
-        )
+        .create(equinix_node("worker-3", "10.77.0.24", "52:54:00:77:00:23"))
         .await;
     assert_eq!(st, 409, "same name, different spec");
     assert_eq!(f.st().creates, 1);
@@ -563,11 +462,7 @@ async fn powervs_node_lifecycle_with_a_cached_iam_token() {
     let f = Fake::start().await;
     let b = Bootd::start(&f.url(), &f.url(), &f.url()).await;
     let (st, v) = b
-        .call(
-            "POST",
-            "/v1/nodes",
-            Some(powervs_node("p9-1", "10.77.0.31", "52:54:00:77:00:31")),
-        )
+        .create(powervs_node("p9-1", "10.77.0.31", "52:54:00:77:00:31"))
         .await;
     assert_eq!(st, 201, "{v:#}");
     assert_eq!(v["bootKind"], "Image");
@@ -649,11 +544,7 @@ async fn an_image_that_never_fetches_its_ignition_fails_saying_so() {
     t.deadline = Some(Duration::from_secs(2));
     let b = Bootd::start_tuned(&f.url(), &f.url(), &f.url(), t).await;
     let (st, v) = b
-        .call(
-            "POST",
-            "/v1/nodes",
-            Some(powervs_node("p9-2", "10.77.0.32", "52:54:00:77:00:32")),
-        )
+        .create(powervs_node("p9-2", "10.77.0.32", "52:54:00:77:00:32"))
         .await;
     assert_eq!(st, 201, "{v:#}");
     let v = b.wait_node("p9-2", 20, |_, v| phase(v) == "Failed").await;
@@ -679,11 +570,7 @@ async fn conditions_follow_the_timeline() {
     let f = Fake::start().await;
     let b = Bootd::start(&f.url(), &f.url(), &f.url()).await;
     let (st, v) = b
-        .call(
-            "POST",
-            "/v1/nodes",
-            Some(powervs_node("p9-2", "10.77.0.32", "52:54:00:77:00:32")),
-        )
+        .create(powervs_node("p9-2", "10.77.0.32", "52:54:00:77:00:32"))
         .await;
     assert_eq!(st, 201, "{v:#}");
     b.wait_node("p9-2", 20, |_, v| {
@@ -718,11 +605,7 @@ async fn conditions_follow_the_timeline() {
     );
     // A DHCP ACK the timeline joins to the node counts as a network boot too.
     let (st, v) = b
-        .call(
-            "POST",
-            "/v1/nodes",
-            Some(powervs_node("p9-3", "10.77.0.33", "52:54:00:77:00:33")),
-        )
+        .create(powervs_node("p9-3", "10.77.0.33", "52:54:00:77:00:33"))
         .await;
     assert_eq!(st, 201, "{v:#}");
     b.wait_node("p9-3", 20, |_, v| {
@@ -757,7 +640,7 @@ async fn a_provider_address_held_by_another_node_is_a_conflict() {
     let o = n.as_object_mut().unwrap();
     o.remove("ip");
     o.remove("macs");
-    let (st, v) = b.call("POST", "/v1/nodes", Some(n)).await;
+    let (st, v) = b.create(n).await;
     assert_eq!(st, 201, "{v:#}");
     let v = b
         .wait_node("p9-9", 20, |_, v| {
@@ -790,11 +673,7 @@ async fn a_provider_address_held_by_another_node_is_a_conflict() {
         "not served with a conflict"
     );
     let (st, v) = b
-        .call(
-            "POST",
-            "/v1/nodes",
-            Some(json!({ "name": "bare-1", "role": "worker" })),
-        )
+        .create(json!({ "name": "bare-1", "role": "worker" }))
         .await;
     assert_eq!(st, 422, "{v:#}");
     assert!(
@@ -817,7 +696,7 @@ async fn powervs_user_data_over_63_kib_is_refused_clearly() {
     assert!(e.contains("63 KiB") && e.contains("66668"), "{e}");
     let mut n = powervs_node("p9-2", "10.77.0.32", "52:54:00:77:00:32");
     n["provider"]["powervs"]["procType"] = json!("turbo");
-    let (st, v) = b.call("POST", "/v1/nodes", Some(n)).await;
+    let (st, v) = b.create(n).await;
     assert_eq!(st, 422);
     assert!(
         v["problems"][0].as_str().unwrap().contains("procType"),
@@ -832,11 +711,7 @@ async fn invalid_nodes_are_refused_with_the_site_s_reasons() {
     let f = Fake::start().await;
     let b = Bootd::start(&f.url(), &f.url(), &f.url()).await;
     let (st, v) = b
-        .call(
-            "POST",
-            "/v1/nodes",
-            Some(equinix_node("worker-9", "10.77.0.20", "52:54:00:77:00:99")),
-        )
+        .create(equinix_node("worker-9", "10.77.0.20", "52:54:00:77:00:99"))
         .await;
     assert_eq!(st, 422);
     assert!(
@@ -846,11 +721,7 @@ async fn invalid_nodes_are_refused_with_the_site_s_reasons() {
         "{v:#}"
     );
     let (st, v) = b
-        .call(
-            "POST",
-            "/v1/nodes",
-            Some(equinix_node("worker-9", "10.99.0.1", "52:54:00:77:00:99")),
-        )
+        .create(equinix_node("worker-9", "10.99.0.1", "52:54:00:77:00:99"))
         .await;
     assert_eq!(st, 422);
     assert!(
@@ -859,15 +730,11 @@ async fn invalid_nodes_are_refused_with_the_site_s_reasons() {
     );
     let mut bad = equinix_node("worker-9", "10.77.0.29", "52:54:00:77:00:99");
     bad["colour"] = json!("red");
-    let (st, v) = b.call("POST", "/v1/nodes", Some(bad)).await;
+    let (st, v) = b.create(bad).await;
     assert_eq!(st, 400);
     assert!(v["error"].as_str().unwrap().contains("colour"), "{v:#}");
     let (st, _) = b
-        .call(
-            "POST",
-            "/v1/nodes",
-            Some(equinix_node("master-0", "10.77.0.29", "52:54:00:77:00:99")),
-        )
+        .create(equinix_node("master-0", "10.77.0.29", "52:54:00:77:00:99"))
         .await;
     assert_eq!(st, 409);
     assert_eq!(f.st().creates, 0);
@@ -891,11 +758,7 @@ async fn faults_are_retried_honouring_retry_after() {
     let b = Bootd::start(&f.url(), &f.url(), &f.url()).await;
     let t0 = Instant::now();
     let (st, _) = b
-        .call(
-            "POST",
-            "/v1/nodes",
-            Some(equinix_node("worker-4", "10.77.0.24", "52:54:00:77:00:24")),
-        )
+        .create(equinix_node("worker-4", "10.77.0.24", "52:54:00:77:00:24"))
         .await;
     assert_eq!(st, 201);
     let v = b
@@ -930,11 +793,7 @@ async fn a_refusal_fails_the_node_clearly_and_secrets_stay_out() {
     f.st().refuse_create = Some(422);
     let b = Bootd::start(&f.url(), &f.url(), &f.url()).await;
     let (st, _) = b
-        .call(
-            "POST",
-            "/v1/nodes",
-            Some(equinix_node("worker-5", "10.77.0.25", "52:54:00:77:00:25")),
-        )
+        .create(equinix_node("worker-5", "10.77.0.25", "52:54:00:77:00:25"))
         .await;
     assert_eq!(st, 201);
     let v = b
@@ -945,11 +804,7 @@ async fn a_refusal_fails_the_node_clearly_and_secrets_stay_out() {
     assert_eq!(cond(&v, "Ready")["reason"], "Failed");
     // Power VS too (IAM exchange, then a create that goes through).
     let (st, _) = b
-        .call(
-            "POST",
-            "/v1/nodes",
-            Some(powervs_node("p9-3", "10.77.0.33", "52:54:00:77:00:33")),
-        )
+        .create(powervs_node("p9-3", "10.77.0.33", "52:54:00:77:00:33"))
         .await;
     assert_eq!(st, 201);
     b.wait_node("p9-3", 20, |_, v| {
@@ -981,13 +836,9 @@ async fn a_hundred_parallel_creates_make_one_machine() {
     for _ in 0..100 {
         let b = Arc::clone(&b);
         tasks.push(tokio::spawn(async move {
-            b.call(
-                "POST",
-                "/v1/nodes",
-                Some(equinix_node("worker-6", "10.77.0.26", "52:54:00:77:00:26")),
-            )
-            .await
-            .0
+            b.create(equinix_node("worker-6", "10.77.0.26", "52:54:00:77:00:26"))
+                .await
+                .0
         }));
     }
     let mut codes = Vec::new();
@@ -1036,27 +887,25 @@ struct Proc {
     log: PathBuf,
 }
 
-/// A client that trusts the site CA bootd (`p`) wrote to `ca_path`, once its
-/// API answers /healthz (at most 20 s).
-async fn api_client(ca_path: &Path, api_port: u16, p: &Proc) -> controller::providers::Http {
-    let end = Instant::now() + Duration::from_secs(20);
-    loop {
-        if let Ok(ca) = std::fs::read(ca_path) {
-            let c = controller::providers::Http::with_ca(Duration::from_secs(5), &ca).unwrap();
-            let req = http::Request::get(format!("https://localhost:{api_port}/healthz"))
-                .body(http_body_util::Full::new(bytes::Bytes::new()))
-                .unwrap();
-            if c.send(req, "healthz").await.is_ok() {
-                return c;
-            }
-        }
-        assert!(
-            Instant::now() < end,
-            "bootd did not start: {}",
-            std::fs::read_to_string(&p.log).unwrap_or_default()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+/// The API of bootd `p` on `api_port`, trusting the site CA it wrote to
+/// `ca_path`, once it answers /healthz (at most 20 s).
+async fn api_client(ca_path: &Path, api_port: u16, p: &Proc) -> Api {
+    let mut client = None;
+    until(with_log("bootd did not start", &p.log), 20, async || {
+        let Ok(ca) = std::fs::read(ca_path) else {
+            return false;
+        };
+        let c = controller::providers::Http::with_ca(Duration::from_secs(5), &ca).unwrap();
+        let req = http::Request::get(format!("https://localhost:{api_port}/healthz"))
+            .body(http_body_util::Full::new(bytes::Bytes::new()))
+            .unwrap();
+        let up = c.send(req, "healthz").await.is_ok();
+        client = up.then_some(c);
+        up
+    })
+    .await;
+    let addr = format!("127.0.0.1:{api_port}").parse().unwrap();
+    Api::new(client.unwrap(), addr, Some(&p.log))
 }
 
 /// `bootd --site SITE ARGS...`: its exit code and what it printed.
@@ -1066,12 +915,7 @@ fn bootd_cli(site: &Path, args: &[&str]) -> (i32, String) {
         .args(args)
         .output()
         .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.code().unwrap_or(-1), text)
+    (out.status.code().unwrap_or(-1), output_text(&out))
 }
 
 impl Proc {
@@ -1136,25 +980,16 @@ async fn kill_9_between_intent_and_reply_leaves_no_duplicate_and_no_orphan() {
     let api_port = free_port();
     let site = process_site(dir.path(), &f, api_port, |t| t);
     let mut p1 = Proc::start(&site, 1);
-    let api: std::net::SocketAddr = format!("127.0.0.1:{api_port}").parse().unwrap();
-    let ca_path = dir.path().join("state/ca.pem");
-    let client = api_client(&ca_path, api_port, &p1).await;
-    let (st, v) = api_call(
-        &client,
-        api,
-        Some(API_TOKEN),
-        "POST",
-        "/v1/nodes",
-        Some(equinix_node("worker-7", "10.77.0.27", "52:54:00:77:00:27")),
-    )
-    .await;
+    let api = api_client(&dir.path().join("state/ca.pem"), api_port, &p1).await;
+    let (st, v) = api
+        .create(equinix_node("worker-7", "10.77.0.27", "52:54:00:77:00:27"))
+        .await;
     assert_eq!(st, 201, "{v:#}");
     // The provider made the machine but has not answered: kill bootd now.
-    let end = Instant::now() + Duration::from_secs(20);
-    while f.st().creates == 0 {
-        assert!(Instant::now() < end, "no create reached the provider");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    until("a create reached the provider", 20, async || {
+        f.st().creates > 0
+    })
+    .await;
     p1.kill9();
     let db = rusqlite::Connection::open(dir.path().join("state/controller.db")).unwrap();
     let open: i64 =
@@ -1176,27 +1011,11 @@ async fn kill_9_between_intent_and_reply_leaves_no_duplicate_and_no_orphan() {
     hold.notify_waiters();
 
     let p2 = Proc::start(&site, 2);
-    let end = Instant::now() + Duration::from_secs(30);
-    loop {
-        let (st, v) = api_call(
-            &client,
-            api,
-            Some(API_TOKEN),
-            "GET",
-            "/v1/nodes/worker-7",
-            None,
-        )
-        .await;
-        if st == 200 && cond(&v, "Provisioned")["status"] == "True" {
-            break;
-        }
-        assert!(
-            Instant::now() < end,
-            "never converged: {}",
-            std::fs::read_to_string(&p2.log).unwrap_or_default()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let api = api.logging(&p2.log);
+    api.wait_node("worker-7", 30, |st, v| {
+        st == 200 && cond(v, "Provisioned")["status"] == "True"
+    })
+    .await;
     assert_eq!(f.st().creates, 1, "no duplicate");
     assert_eq!(f.live_devices(), 1);
     let log2 = std::fs::read_to_string(&p2.log).unwrap();
@@ -1205,33 +1024,9 @@ async fn kill_9_between_intent_and_reply_leaves_no_duplicate_and_no_orphan() {
         "the restarted bootd adopted the machine: {log2}"
     );
     // Delete, kill again mid-way, and the machine still goes away: no orphan.
-    let (st, _) = api_call(
-        &client,
-        api,
-        Some(API_TOKEN),
-        "DELETE",
-        "/v1/nodes/worker-7",
-        None,
-    )
-    .await;
+    let (st, _) = api.call("DELETE", "/v1/nodes/worker-7", None).await;
     assert_eq!(st, 202);
-    let end = Instant::now() + Duration::from_secs(30);
-    loop {
-        let (st, _) = api_call(
-            &client,
-            api,
-            Some(API_TOKEN),
-            "GET",
-            "/v1/nodes/worker-7",
-            None,
-        )
-        .await;
-        if st == 404 {
-            break;
-        }
-        assert!(Instant::now() < end);
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    api.wait_node("worker-7", 30, |st, _| st == 404).await;
     assert_eq!(f.live_devices(), 0, "no orphan");
     // The canaries are not in the process's argv or environment, nor its logs.
     let pid = p2.child.id();
@@ -1277,57 +1072,46 @@ async fn kill_9_in_the_middle_of_bootstrap_teardown_resumes_without_a_second_del
         format!("{t}\nlb:\n  adminListen: off\n")
     });
     let mut p1 = Proc::start(&site, 1);
-    let api: std::net::SocketAddr = format!("127.0.0.1:{api_port}").parse().unwrap();
-    let client = api_client(&dir.path().join("state/ca.pem"), api_port, &p1).await;
-    let call = |method: &'static str, path: &'static str, body: Option<Value>| {
-        let client = client.clone();
-        async move { api_call(&client, api, Some(API_TOKEN), method, path, body).await }
-    };
+    let api = api_client(&dir.path().join("state/ca.pem"), api_port, &p1).await;
     let mut n = equinix_node("bootstrap", "10.77.0.10", "52:54:00:77:00:10");
     n["role"] = json!("bootstrap");
-    let (st, v) = call("POST", "/v1/nodes", Some(n)).await;
+    let (st, v) = api.create(n).await;
     assert_eq!(st, 201, "{v:#}");
-    let end = Instant::now() + Duration::from_secs(30);
-    loop {
-        let (_, v) = call("GET", "/v1/nodes/bootstrap", None).await;
-        if v["conditions"].as_array().is_some_and(|c| {
+    api.wait_node("bootstrap", 30, |_, v| {
+        v["conditions"].as_array().is_some_and(|c| {
             c.iter()
                 .any(|c| c["type"] == "Provisioned" && c["status"] == "True")
-        }) {
-            break;
-        }
-        assert!(Instant::now() < end, "never provisioned: {v:#}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let (st, v) = call("POST", "/v1/cluster/bootstrap-complete", Some(json!({}))).await;
+        })
+    })
+    .await;
+    let (st, v) = api
+        .call("POST", "/v1/cluster/bootstrap-complete", Some(json!({})))
+        .await;
     assert_eq!(st, 200, "{v:#}");
     // The delete reached the provider, which has not answered: kill bootd now.
-    let end = Instant::now() + Duration::from_secs(30);
-    while f.st().deletes.is_empty() {
-        assert!(Instant::now() < end, "no delete reached the provider");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    until("a delete reached the provider", 30, async || {
+        !f.st().deletes.is_empty()
+    })
+    .await;
     p1.kill9();
     f.st().hold_delete = None;
     hold.notify_waiters();
-    let _p2 = Proc::start(&site, 2);
-    let end = Instant::now() + Duration::from_secs(30);
-    let cluster = loop {
-        let (st, node) = call("GET", "/v1/nodes/bootstrap", None).await;
-        let (_, v) = call("GET", "/v1/cluster", None).await;
+    let p2 = Proc::start(&site, 2);
+    let api = api.logging(&p2.log);
+    let cluster = until_ok(with_log("the teardown finished", &p2.log), 30, async || {
+        let (st, node) = api.node("bootstrap").await;
+        let (_, v) = api.call("GET", "/v1/cluster", None).await;
         let deleted = v["conditions"].as_array().is_some_and(|c| {
             c.iter()
                 .any(|c| c["type"] == "BootstrapMachineDeleted" && c["status"] == "True")
         });
         if st == 404 && deleted {
-            break v;
+            Ok(v)
+        } else {
+            Err(format!("{st} {node:#} {v:#}"))
         }
-        assert!(
-            Instant::now() < end,
-            "teardown never finished: {st} {node:#} {v:#}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    })
+    .await;
     assert_eq!(
         f.st().deletes.len(),
         1,
@@ -1364,26 +1148,6 @@ async fn discovered_machines_are_listed_and_adopted() {
     ) + "\ndiscovery: { enabled: true }\n";
     std::fs::write(&path, text).unwrap();
     let b = Bootd::start_site(dir, &path, tuning()).await;
-    let web = controller::providers::Http::new(Duration::from_secs(5));
-    let get = |p: String| {
-        let web = web.clone();
-        let url = format!("http://{}{p}", b.http);
-        async move {
-            let r = web
-                .send(
-                    http::Request::get(url)
-                        .body(http_body_util::Full::new(bytes::Bytes::new()))
-                        .unwrap(),
-                    "get",
-                )
-                .await
-                .unwrap();
-            (
-                r.status.as_u16(),
-                String::from_utf8_lossy(&r.body).into_owned(),
-            )
-        }
-    };
     // Each report comes from the address leased to its MAC (127.0.0.1 here).
     let lease = |mac: &str, active: bool| {
         use dhcp::v4::leases::{Lease, LeaseState};
@@ -1400,13 +1164,13 @@ async fn discovered_machines_are_listed_and_adopted() {
         });
     };
     lease("52:54:00:77:00:a1", true);
-    let (st, s) = get("/discover?mac=52-54-00-77-00-a1&nic1=52-54-00-77-00-a2&uuid=1b4e28ba-2fa1-11d2-883f-0016d3cca427&buildarch=x86_64".into()).await;
+    let (st, s) = b.boot("/discover?mac=52-54-00-77-00-a1&nic1=52-54-00-77-00-a2&uuid=1b4e28ba-2fa1-11d2-883f-0016d3cca427&buildarch=x86_64").await;
     assert_eq!(st, 200, "{s}");
     lease("52:54:00:77:00:a1", false);
-    let (st, _) = get("/discover?mac=52-54-00-77-00-b1".into()).await;
+    let (st, _) = b.boot("/discover?mac=52-54-00-77-00-b1").await;
     assert_eq!(st, 403, "not from its lease");
     lease("52:54:00:77:00:b1", true);
-    let (st, _) = get("/discover?mac=52-54-00-77-00-b1".into()).await;
+    let (st, _) = b.boot("/discover?mac=52-54-00-77-00-b1").await;
     assert_eq!(st, 200);
     let (st, v) = b.call("GET", "/v1/discovered", None).await;
     assert_eq!(st, 200);
@@ -1414,11 +1178,7 @@ async fn discovered_machines_are_listed_and_adopted() {
     assert_eq!(v["machines"].as_array().unwrap().len(), 2, "{v:#}");
     // Another node takes the second machine's MAC: its adopt is refused.
     let (st, _) = b
-        .call(
-            "POST",
-            "/v1/nodes",
-            Some(json!({"name": "worker-8", "role": "worker", "ip": "10.77.0.28", "macs": ["52:54:00:77:00:b1"]})),
-        )
+        .create(json!({"name": "worker-8", "role": "worker", "ip": "10.77.0.28", "macs": ["52:54:00:77:00:b1"]}))
         .await;
     assert_eq!(st, 201);
     let (st, v) = b
@@ -1463,7 +1223,7 @@ async fn discovered_machines_are_listed_and_adopted() {
         .await;
     assert_eq!(st, 404, "adopted already");
     // Its next report: the node's script.
-    let (st, s) = get("/discover?mac=52-54-00-77-00-a1".into()).await;
+    let (st, s) = b.boot("/discover?mac=52-54-00-77-00-a1").await;
     assert_eq!(st, 200);
     assert!(s.contains("# bootd: worker-7"), "{s}");
     b.stop().await;
@@ -1572,24 +1332,8 @@ async fn malformed_api_bodies_are_refused_counted_and_change_nothing() {
 
 /// A TLS connection to the API trusting bootd's CA.
 async fn api_tls(b: &Bootd) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
-    use rustls::pki_types::{pem::PemObject, CertificateDer, ServerName};
     let ca = &b.app.tls.as_ref().unwrap().ca_pem;
-    let mut roots = rustls::RootCertStore::empty();
-    for c in CertificateDer::pem_slice_iter(ca.as_bytes()) {
-        roots.add(c.unwrap()).unwrap();
-    }
-    let cfg = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_root_certificates(roots)
-    .with_no_client_auth();
-    let tcp = tokio::net::TcpStream::connect(b.api).await.unwrap();
-    tokio_rustls::TlsConnector::from(Arc::new(cfg))
-        .connect(ServerName::try_from("localhost").unwrap(), tcp)
-        .await
-        .unwrap()
+    testkit::net::tls_client(ca, b.api, "localhost").await
 }
 
 /// The API bounds what one client can hold: a body that never finishes is
@@ -1598,7 +1342,7 @@ async fn api_tls(b: &Bootd) -> tokio_rustls::client::TlsStream<tokio::net::TcpSt
 /// at accept, counted, and the API still answers once they go.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slow_bodies_and_connection_floods_are_bounded_on_the_api() {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::io::AsyncReadExt;
     let f = Fake::start().await;
     let b = Bootd::start_tuned(
         &f.url(),
@@ -1618,14 +1362,8 @@ async fn slow_bodies_and_connection_floods_are_bounded_on_the_api() {
     let head = format!(
         "POST /v1/nodes HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {API_TOKEN}\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{{\"name\": "
     );
-    s.write_all(head.as_bytes()).await.unwrap();
     let t0 = Instant::now();
-    let mut reply = Vec::new();
-    tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut reply))
-        .await
-        .expect("the API answered and closed")
-        .ok();
-    let reply = String::from_utf8_lossy(&reply);
+    let reply = testkit::net::exchange(&mut s, head.as_bytes()).await;
     assert!(reply.starts_with("HTTP/1.1 408"), "{reply}");
     assert!(
         reply.contains("request body not received within 1 s"),

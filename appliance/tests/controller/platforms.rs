@@ -463,9 +463,7 @@ pub async fn cluster_loop(p: Platform, net: u8, urls: Option<&dyn Fn(&str) -> Ur
     // in the served site.
     for (i, (name, role)) in NODES.into_iter().enumerate() {
         cloud.hold_create();
-        let (st, v) = b
-            .call("POST", "/v1/nodes", Some(node_body(p, name, role)))
-            .await;
+        let (st, v) = b.create(node_body(p, name, role)).await;
         assert_eq!(st, 201, "{v:#}");
         let made = i as u32 + 1;
         for _ in 0..300 {
@@ -595,13 +593,7 @@ pub async fn cluster_loop(p: Platform, net: u8, urls: Option<&dyn Fn(&str) -> Ur
         "{c:#}"
     );
     // A fourth master is more than the install-config's replicas.
-    let (st, v) = b
-        .call(
-            "POST",
-            "/v1/nodes",
-            Some(node_body(p, "master-3", "master")),
-        )
-        .await;
+    let (st, v) = b.create(node_body(p, "master-3", "master")).await;
     assert_eq!(st, 422, "{v:#}");
     assert!(
         v["problems"]
@@ -776,13 +768,7 @@ async fn provider_creates_beyond_the_provisioning_limit_wait_their_turn() {
     let b = Bootd::start_site(dir, &path, super::tuning()).await;
     let names = ["master-0", "master-1", "master-2"];
     for name in names {
-        let (st, v) = b
-            .call(
-                "POST",
-                "/v1/nodes",
-                Some(node_body(Platform::Equinix, name, "master")),
-            )
-            .await;
+        let (st, v) = b.create(node_body(Platform::Equinix, name, "master")).await;
         assert_eq!(st, 201, "{v:#}");
     }
     let metric = |text: &str, name: &str| -> i64 {

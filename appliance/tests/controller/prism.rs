@@ -133,19 +133,14 @@ impl Prism {
 
 fn node() -> NodeRequest {
     NodeRequest {
-        name: "worker-3".into(),
-        cluster: "lab".into(),
         ip: "10.77.0.23".parse().unwrap(),
         macs: vec!["52:54:00:77:00:23".into()],
         ipxe_url: "http://10.77.0.1:8080/ipxe/worker-3.ipxe".into(),
-        firmware: site::Firmware::Auto,
-        uefi_http_url: String::new(),
         userdata: site::Secret(
             serde_json::json!({"ignition": {"version": "3.2.0", "config": {"merge": [{"source": "https://10.77.0.1:8443/ignition/worker-3?token=1.x"}]}}})
                 .to_string(),
         ),
-        media_url: site::Secret(String::new()),
-        intent: String::new(),
+        ..NodeRequest::bare("worker-3", "lab")
     }
 }
 
@@ -245,7 +240,7 @@ async fn prism_proxy_checks_the_fake_s_replies_through_both_lifecycles() {
             powervs_node("p9-1", "10.77.0.31", "52:54:00:77:00:31"),
         ),
     ] {
-        let (st, v) = b.call("POST", "/v1/nodes", Some(body)).await;
+        let (st, v) = b.create(body).await;
         assert_eq!(st, 201, "{v:#}");
         let v = b
             .wait_node(name, 60, |_, v| {

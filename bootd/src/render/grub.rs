@@ -2,7 +2,7 @@
 //! one `grub.cfg-01-<mac>` per node, and a `grub.cfg` that picks by
 //! `$net_default_mac`.
 
-use super::{kernel_args, NodeUrls};
+use super::{ip_list, kernel_args, NodeUrls};
 use site::{Node, Site};
 
 /// The file name GRUB asks for first: `grub.cfg-01-52-54-00-77-00-10`.
@@ -46,11 +46,7 @@ menuentry 'bootd: {name} ({role})' {{\n\
         name = node.name,
         role = node.role,
         arch = node.arch,
-        ip = node
-            .ips()
-            .map(|a| a.to_string())
-            .collect::<Vec<_>>()
-            .join(", "),
+        ip = ip_list(node),
         kernel = grub_url(&urls.kernel),
         initramfs = grub_url(&urls.initramfs),
     )

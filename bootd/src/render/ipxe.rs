@@ -1,7 +1,7 @@
 //! iPXE scripts: the entry script every iPXE gets, each node's own script,
 //! and the explanation an unknown machine gets instead of a bare 404.
 
-use super::{kernel_args, NodeUrls};
+use super::{ip_list, kernel_args, NodeUrls};
 use site::{Mac, Node, Site};
 use std::fmt::Write;
 
@@ -60,7 +60,7 @@ reboot\n",
         role = node.role,
         arch = node.arch,
         macs = macs.join(", "),
-        ip = node.ips().map(|a| a.to_string()).collect::<Vec<_>>().join(", "),
+        ip = ip_list(node),
         kernel = urls.kernel,
         initramfs = urls.initramfs,
         args = args.join(" "),

@@ -106,6 +106,14 @@ pub fn resolvers<'a>(site: &'a Site, node: &Node) -> &'a [std::net::IpAddr] {
         .unwrap_or_default()
 }
 
+/// The node's addresses for a config's comment line: `10.77.0.20, fd00:77::20`.
+fn ip_list(node: &Node) -> String {
+    node.ips()
+        .map(|a| a.to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 pub fn fqdn(site: &Site, node: &Node) -> String {
     format!("{}.{}", node.name, site.cluster.domain())
 }

@@ -8,7 +8,7 @@
 //! ([`dhcp::v4::boot`]); the file is served over HTTP at
 //! `/pxelinux.cfg/01-<mac>`.
 
-use super::{kernel_args, NodeUrls};
+use super::{ip_list, kernel_args, NodeUrls};
 use site::{Node, Site};
 
 /// The file name petitboot and pxelinux look for first, as DHCP tells it.
@@ -29,11 +29,7 @@ LABEL bootd\n\
         name = node.name,
         role = node.role,
         arch = node.arch,
-        ip = node
-            .ips()
-            .map(|a| a.to_string())
-            .collect::<Vec<_>>()
-            .join(", "),
+        ip = ip_list(node),
         kernel = urls.kernel,
         initramfs = urls.initramfs,
     )

@@ -28,9 +28,8 @@ pub fn ignition_validate(json: &[u8]) {
         .expect("ignition-validate not found: install Debian's 'ignition' package (the README's test command does)");
     assert!(
         out.status.success(),
-        "ignition-validate rejected the config: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
+        "ignition-validate rejected the config: {}",
+        testkit::process::output_text(&out)
     );
 }
 

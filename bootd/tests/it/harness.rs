@@ -80,12 +80,9 @@ impl Bootd {
             Arc::clone(&app),
             config,
             bootd::Sockets {
-                http,
-                https: Some(https),
                 dhcp: dhcp_sock,
-                dhcp_proxy: None,
-                dhcp6: None,
                 tftp: tftp_sock,
+                ..bootd::Sockets::http_only(http, Some(https))
             },
             shutdown.clone(),
         ));

@@ -5,9 +5,9 @@
 
 use crate::harness::{curl, Bootd};
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use testkit::net::exchange;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// The value of one series of `/metrics` (0 when absent).
 pub fn metric(text: &str, series: &str) -> u64 {
@@ -35,17 +35,6 @@ async fn counted(b: &Bootd, reason: &str, want: u64) {
     assert_eq!(closed(b, reason), want, "{reason}");
 }
 
-/// Writes `bytes`, then reads until the server closes (at most 10 s).
-async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(s: &mut S, bytes: &[u8]) -> String {
-    s.write_all(bytes).await.unwrap();
-    let mut out = Vec::new();
-    tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut out))
-        .await
-        .expect("the server did not close the connection")
-        .ok();
-    String::from_utf8_lossy(&out).into_owned()
-}
-
 async fn raw(addr: SocketAddr, bytes: &[u8]) -> String {
     let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
     exchange(&mut s, bytes).await
@@ -53,23 +42,8 @@ async fn raw(addr: SocketAddr, bytes: &[u8]) -> String {
 
 /// A TLS connection to bootd's HTTPS listener, trusting the site CA.
 async fn tls(b: &Bootd) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
-    use rustls::pki_types::{pem::PemObject, CertificateDer, ServerName};
-    let mut roots = rustls::RootCertStore::empty();
-    for c in CertificateDer::pem_slice_iter(b.app.tls.as_ref().unwrap().ca_pem.as_bytes()) {
-        roots.add(c.unwrap()).unwrap();
-    }
-    let cfg = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_root_certificates(roots)
-    .with_no_client_auth();
-    let tcp = tokio::net::TcpStream::connect(b.https).await.unwrap();
-    tokio_rustls::TlsConnector::from(Arc::new(cfg))
-        .connect(ServerName::try_from("127.0.0.1").unwrap(), tcp)
-        .await
-        .unwrap()
+    let ca = &b.app.tls.as_ref().unwrap().ca_pem;
+    testkit::net::tls_client(ca, b.https, "127.0.0.1").await
 }
 
 /// The statuses of the responses in `text`, in order.

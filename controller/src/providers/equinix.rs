@@ -367,16 +367,11 @@ mod tests {
 
     fn node() -> NodeRequest {
         NodeRequest {
-            name: "worker-3".into(),
-            cluster: "lab".into(),
             ip: "10.77.0.23".parse().unwrap(),
             macs: vec!["52:54:00:77:00:23".into()],
             ipxe_url: "http://10.77.0.1:8080/ipxe/worker-3.ipxe".into(),
-            firmware: site::Firmware::Auto,
-            uefi_http_url: String::new(),
             userdata: Secret("{\"ignition\":{}}".into()),
-            media_url: site::Secret(String::new()),
-            intent: String::new(),
+            ..NodeRequest::bare("worker-3", "lab")
         }
     }
 

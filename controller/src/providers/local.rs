@@ -510,16 +510,9 @@ mod tests {
 
     fn node(name: &str) -> NodeRequest {
         NodeRequest {
-            name: name.into(),
-            cluster: "lab".into(),
             ip: "10.77.0.40".parse().unwrap(),
             macs: vec!["52:54:00:77:00:40".into()],
-            ipxe_url: String::new(),
-            firmware: site::Firmware::Auto,
-            uefi_http_url: String::new(),
-            userdata: site::Secret(String::new()),
-            media_url: site::Secret(String::new()),
-            intent: String::new(),
+            ..NodeRequest::bare(name, "lab")
         }
     }
 

@@ -30,8 +30,10 @@ pub mod ipmi;
 pub mod local;
 pub mod powervs;
 pub mod redfish;
+mod request;
 mod secrets;
 
+pub use request::NodeRequest;
 pub use secrets::{read_secret, redact};
 
 use bytes::Bytes;
@@ -43,7 +45,6 @@ use rustls::pki_types::{pem::PemObject, CertificateDer};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use site::Secret;
 use std::collections::HashMap;
 use std::future::Future;
 use std::path::{Path, PathBuf};
@@ -300,29 +301,6 @@ impl<'de> Deserialize<'de> for ProviderSpec {
             ))),
         }
     }
-}
-
-/// What a provider is asked to create for one node.
-#[derive(Debug, Clone)]
-pub struct NodeRequest {
-    pub name: String,
-    pub cluster: String,
-    pub ip: std::net::Ipv4Addr,
-    /// The node's MACs from the site (the local provider gives the VM the first).
-    pub macs: Vec<String>,
-    /// bootd's per-node iPXE script URL.
-    pub ipxe_url: String,
-    /// The node's firmware hint (`firmware:`), for a BMC's boot mode.
-    pub firmware: site::Firmware,
-    /// UEFI HTTP Boot's first URL: the UEFI iPXE binary over HTTP.
-    pub uefi_http_url: String,
-    /// The Ignition pointer config (JSON) with the site CA and a token: secret.
-    pub userdata: Secret<String>,
-    /// bootd's ISO of the node for a BMC's virtual media, with a token: secret.
-    pub media_url: Secret<String>,
-    /// The node's create intent: the same across retries and restarts of one
-    /// create, new for a new node of the same name (idempotency tokens).
-    pub intent: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

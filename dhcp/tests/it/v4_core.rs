@@ -26,6 +26,18 @@ fn req(mac: &str, t: MessageType) -> Message {
     m
 }
 
+/// A REQUEST from `mac` asking for `ip`.
+fn requesting(mac: &str, ip: Ipv4Addr) -> Message {
+    let mut m = req(mac, MessageType::Request);
+    m.opts_mut().insert(DhcpOption::RequestedIpAddress(ip));
+    m
+}
+
+/// `answer` to a plain DISCOVER from `mac`, arriving directly at `now`.
+fn discover(site: &Site, t: &mut Table, mac: &str, now: u64) -> Outcome {
+    answer(site, t, &req(mac, MessageType::Discover), rx(), now)
+}
+
 fn rx() -> Rx {
     Rx {
         src: SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 68),
@@ -183,9 +195,7 @@ fn firmware_families() {
 #[test]
 fn request_ack_nak_and_other_server() {
     let site = lab();
-    let mut m = req("52:54:00:77:00:11", MessageType::Request);
-    m.opts_mut()
-        .insert(DhcpOption::RequestedIpAddress(Ipv4Addr::new(10, 77, 0, 11)));
+    let mut m = requesting("52:54:00:77:00:11", Ipv4Addr::new(10, 77, 0, 11));
     m.opts_mut()
         .insert(DhcpOption::ServerIdentifier(Ipv4Addr::new(10, 77, 0, 1)));
     m.opts_mut()
@@ -314,10 +324,9 @@ fn forged_declines_cannot_poison_the_pool_and_holds_expire() {
     let mut got = std::collections::HashSet::new();
     for i in 0..10u8 {
         let m = format!("52:54:00:bb:00:{i:02x}");
-        let o = answer(&site, &mut t, &req(&m, MessageType::Discover), rx(), 1000);
+        let o = discover(&site, &mut t, &m, 1000);
         let ip = o.reply.unwrap().0.yiaddr();
-        let mut r = req(&m, MessageType::Request);
-        r.opts_mut().insert(DhcpOption::RequestedIpAddress(ip));
+        let r = requesting(&m, ip);
         let a = answer(&site, &mut t, &r, rx(), 1000);
         assert_eq!(a.kind, "ack", "{}", a.reason);
         t.apply(a.commit.unwrap());
@@ -342,7 +351,7 @@ fn forged_declines_cannot_poison_the_pool_and_holds_expire() {
     let declined = o.commit.unwrap();
     t.apply(declined.clone());
     let late = "52:54:00:bb:01:00";
-    let o = answer(&site, &mut t, &req(late, MessageType::Discover), rx(), 2000);
+    let o = discover(&site, &mut t, late, 2000);
     assert!(
         o.reply.is_none(),
         "the only free address is held out: {}",
@@ -361,13 +370,7 @@ fn forged_declines_cannot_poison_the_pool_and_holds_expire() {
     drop(dhcp::v4::leases::Store::open(&state).unwrap());
     let (mut t2, bad) = dhcp::v4::leases::load(&state.join("leases.jsonl")).unwrap();
     assert_eq!(bad, 0);
-    let o = answer(
-        &site,
-        &mut t2,
-        &req(late, MessageType::Discover),
-        rx(),
-        2000,
-    );
+    let o = discover(&site, &mut t2, late, 2000);
     assert!(
         o.reply.is_none(),
         "still held after a restart: {}",
@@ -387,67 +390,28 @@ fn forged_declines_cannot_poison_the_pool_and_holds_expire() {
 #[test]
 fn dynamic_pool_allocates_and_skips_reservations() {
     let dir = tempfile::tempdir().unwrap();
-    let text = std::fs::read_to_string(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/lab/site.yaml"),
-    )
-    .unwrap()
-    .replace(
-        "dnsServers: [10.77.0.1]",
-        "dnsServers: [10.77.0.1]\n    pool: { start: 10.77.0.10, end: 10.77.0.12 }",
-    )
-    .replace(
-        "dir: ignition",
-        &format!(
-            "dir: {}/ignition",
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("../examples/lab")
-                .display()
-        ),
-    );
-    std::fs::write(dir.path().join("site.yaml"), text).unwrap();
-    let site = site::load(&dir.path().join("site.yaml")).unwrap();
+    let site = pool_site(dir.path(), "10.77.0.10", "10.77.0.12");
     let mut t = Table::default();
     // .10 and .11 are reserved by nodes: skipped; .12 too; so .13 is... also a node: exhausted.
-    let o = answer(
-        &site,
-        &mut t,
-        &req("52:54:00:de:ad:01", MessageType::Discover),
-        rx(),
-        1000,
-    );
+    let o = discover(&site, &mut t, "52:54:00:de:ad:01", 1000);
     assert!(
         o.reply.is_none() && o.reason.contains("exhausted"),
         "{}",
         o.reason
     );
     // A pool beside the reservations.
-    let site2 = {
-        let text = std::fs::read_to_string(dir.path().join("site.yaml"))
-            .unwrap()
-            .replace(
-                "start: 10.77.0.10, end: 10.77.0.12",
-                "start: 10.77.0.100, end: 10.77.0.101",
-            );
-        std::fs::write(dir.path().join("site.yaml"), text).unwrap();
-        site::load(&dir.path().join("site.yaml")).unwrap()
-    };
+    let site2 = pool_site(dir.path(), "10.77.0.100", "10.77.0.101");
     for (mac, want) in [
         ("52:54:00:de:ad:01", Some("10.77.0.100")),
         ("52:54:00:de:ad:02", Some("10.77.0.101")),
         ("52:54:00:de:ad:03", None),
     ] {
-        let mut r = req(mac, MessageType::Request);
-        r.opts_mut()
-            .insert(DhcpOption::RequestedIpAddress(Ipv4Addr::new(
-                10, 77, 0, 100,
-            )));
-        let d = answer(&site2, &mut t, &req(mac, MessageType::Discover), rx(), 1000);
+        let d = discover(&site2, &mut t, mac, 1000);
         match want {
             Some(ip) => {
                 let ip: Ipv4Addr = ip.parse().unwrap();
                 assert_eq!(d.reply.as_ref().unwrap().0.yiaddr(), ip);
-                let mut r = req(mac, MessageType::Request);
-                r.opts_mut().insert(DhcpOption::RequestedIpAddress(ip));
+                let r = requesting(mac, ip);
                 let a = answer(&site2, &mut t, &r, rx(), 1000);
                 t.apply(a.commit.unwrap());
             }
@@ -455,28 +419,28 @@ fn dynamic_pool_allocates_and_skips_reservations() {
         }
     }
     // After the leases expire the addresses are reusable.
-    let d = answer(
-        &site2,
-        &mut t,
-        &req("52:54:00:de:ad:03", MessageType::Discover),
-        rx(),
-        1000 + 3601,
-    );
+    let d = discover(&site2, &mut t, "52:54:00:de:ad:03", 1000 + 3601);
     assert_eq!(d.reply.unwrap().0.yiaddr(), Ipv4Addr::new(10, 77, 0, 100));
 }
 
 /// A site with a dynamic pool of `start..=end` on the lab network.
 fn pool_site(dir: &std::path::Path, start: &str, end: &str) -> Site {
-    let lab = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/lab");
-    let text = std::fs::read_to_string(lab.join("site.yaml"))
-        .unwrap()
-        .replace(
+    lab_site(dir, |t| {
+        t.replace(
             "dnsServers: [10.77.0.1]",
             &format!("dnsServers: [10.77.0.1]\n    pool: {{ start: {start}, end: {end} }}"),
         )
+    })
+}
+
+/// The lab site written to `dir` after `edit`, its Ignition still the
+/// example's, loaded.
+fn lab_site(dir: &std::path::Path, edit: impl FnOnce(String) -> String) -> Site {
+    let lab = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/lab");
+    let text = edit(std::fs::read_to_string(lab.join("site.yaml")).unwrap())
         .replace("dir: ignition", &format!("dir: {}/ignition", lab.display()));
     std::fs::write(dir.join("site.yaml"), text).unwrap();
-    site::load(&dir.join("site.yaml")).unwrap()
+    site::load(&dir.join("site.yaml")).unwrap_or_else(|e| panic!("{e}"))
 }
 
 #[test]
@@ -488,35 +452,22 @@ fn concurrent_discovers_get_distinct_offers_and_requests_are_granted() {
     let macs: Vec<String> = (0..50).map(|i| format!("52:54:00:aa:00:{i:02x}")).collect();
     let offers: Vec<Ipv4Addr> = macs
         .iter()
-        .map(|m| {
-            answer(&site, &mut t, &req(m, MessageType::Discover), rx(), 1000)
-                .reply
-                .unwrap()
-                .0
-                .yiaddr()
-        })
+        .map(|m| discover(&site, &mut t, m, 1000).reply.unwrap().0.yiaddr())
         .collect();
     let distinct: std::collections::HashSet<_> = offers.iter().collect();
     assert_eq!(distinct.len(), 50, "offers: {offers:?}");
     // Their REQUESTs arrive in reverse order; every one is ACKed with its offer.
     for (m, ip) in macs.iter().zip(&offers).rev() {
-        let mut r = req(m, MessageType::Request);
-        r.opts_mut().insert(DhcpOption::RequestedIpAddress(*ip));
+        let r = requesting(m, *ip);
         let a = answer(&site, &mut t, &r, rx(), 1000);
         assert_eq!(a.kind, "ack", "{m}: {}", a.reason);
         t.apply(a.commit.unwrap());
     }
     // A client asking for an address another holds is NAKed.
-    let mut r = req("52:54:00:aa:01:00", MessageType::Request);
-    r.opts_mut()
-        .insert(DhcpOption::RequestedIpAddress(offers[0]));
+    let r = requesting("52:54:00:aa:01:00", offers[0]);
     assert_eq!(answer(&site, &mut t, &r, rx(), 1000).kind, "nak");
     // Asking for a free one (INIT-REBOOT after our restart lost nothing) is granted.
-    let mut r = req("52:54:00:aa:01:00", MessageType::Request);
-    r.opts_mut()
-        .insert(DhcpOption::RequestedIpAddress(Ipv4Addr::new(
-            10, 77, 0, 199,
-        )));
+    let r = requesting("52:54:00:aa:01:00", Ipv4Addr::new(10, 77, 0, 199));
     assert_eq!(answer(&site, &mut t, &r, rx(), 1000).kind, "ack");
 }
 
@@ -529,65 +480,35 @@ fn exhausted_pool_and_an_expired_lease_whose_address_moved() {
         ("52:54:00:aa:00:01", "10.77.0.200"),
         ("52:54:00:aa:00:02", "10.77.0.201"),
     ] {
-        let mut r = req(m, MessageType::Request);
-        r.opts_mut()
-            .insert(DhcpOption::RequestedIpAddress(want.parse().unwrap()));
+        let r = requesting(m, want.parse().unwrap());
         let a = answer(&site, &mut t, &r, rx(), 1000);
         t.apply(a.commit.unwrap());
     }
-    let o = answer(
-        &site,
-        &mut t,
-        &req("52:54:00:aa:00:03", MessageType::Discover),
-        rx(),
-        1000,
-    );
+    let o = discover(&site, &mut t, "52:54:00:aa:00:03", 1000);
     assert!(
         o.reply.is_none() && o.reason.contains("exhausted"),
         "{}",
         o.reason
     );
     // Again in the same second: the same answer (without a walk).
-    assert!(answer(
-        &site,
-        &mut t,
-        &req("52:54:00:aa:00:03", MessageType::Discover),
-        rx(),
-        1000
-    )
-    .reply
-    .is_none());
+    assert!(discover(&site, &mut t, "52:54:00:aa:00:03", 1000)
+        .reply
+        .is_none());
     // A release frees an address at once.
     let mut rel = req("52:54:00:aa:00:02", MessageType::Release);
     rel.set_ciaddr(Ipv4Addr::new(10, 77, 0, 201));
     let l = answer(&site, &mut t, &rel, rx(), 1000).commit.unwrap();
     t.apply(l);
-    let o = answer(
-        &site,
-        &mut t,
-        &req("52:54:00:aa:00:03", MessageType::Discover),
-        rx(),
-        1000,
-    );
+    let o = discover(&site, &mut t, "52:54:00:aa:00:03", 1000);
     assert_eq!(o.reply.unwrap().0.yiaddr(), Ipv4Addr::new(10, 77, 0, 201));
     // After 00:01's lease expires, 00:04 takes its address; 00:01 coming
     // back must not be offered the address it no longer holds.
     let later = 1000 + 3601;
-    let mut r = req("52:54:00:aa:00:04", MessageType::Request);
-    r.opts_mut()
-        .insert(DhcpOption::RequestedIpAddress(Ipv4Addr::new(
-            10, 77, 0, 200,
-        )));
+    let r = requesting("52:54:00:aa:00:04", Ipv4Addr::new(10, 77, 0, 200));
     let a = answer(&site, &mut t, &r, rx(), later);
     assert_eq!(a.kind, "ack", "{}", a.reason);
     t.apply(a.commit.unwrap());
-    let o = answer(
-        &site,
-        &mut t,
-        &req("52:54:00:aa:00:01", MessageType::Discover),
-        rx(),
-        later,
-    );
+    let o = discover(&site, &mut t, "52:54:00:aa:00:01", later);
     assert_ne!(
         o.reply.map(|r| r.0.yiaddr()),
         Some(Ipv4Addr::new(10, 77, 0, 200))
@@ -597,16 +518,12 @@ fn exhausted_pool_and_an_expired_lease_whose_address_moved() {
 #[test]
 fn proxy_dhcp_gives_boot_information_only() {
     let dir = tempfile::tempdir().unwrap();
-    let lab = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/lab");
-    let text = std::fs::read_to_string(lab.join("site.yaml"))
-        .unwrap()
-        .replace(
+    let site = lab_site(dir.path(), |t| {
+        t.replace(
             "    serverAddress: 10.77.0.1\n",
             "    serverAddress: 10.77.0.1\n    mode: proxy\n",
         )
-        .replace("dir: ignition", &format!("dir: {}/ignition", lab.display()));
-    std::fs::write(dir.path().join("site.yaml"), text).unwrap();
-    let site = site::load(&dir.path().join("site.yaml")).unwrap();
+    });
     // A BIOS PXE client's DISCOVER on 67: an OFFER with no address.
     let mut m = req("52:54:00:77:00:11", MessageType::Discover);
     pxe(&mut m, 0);
@@ -734,20 +651,16 @@ fn slof_asking_for_209_and_210_still_gets_grub() {
 #[test]
 fn a_direct_client_is_on_the_links_network_when_the_server_address_is_elsewhere() {
     let dir = tempfile::tempdir().unwrap();
-    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/lab");
-    let text = std::fs::read_to_string(src.join("site.yaml"))
-        .unwrap()
-        .replace("dir: ignition", &format!("dir: {}", src.join("ignition").display()))
-        .replace(
+    let site = lab_site(dir.path(), |t| {
+        t.replace(
             "    dnsServers: [10.77.0.1]\n",
             "    dnsServers: [10.77.0.1]\n  - name: rack3\n    subnet: 10.81.0.0/24\n    gateway: 10.81.0.254\n",
         )
         .replace(
             "  - { name: worker-1,",
             "  - { name: worker-2,  role: worker,    macs: [\"52:54:00:77:00:22\"], ip: 10.81.0.22 }\n  - { name: worker-1,",
-        );
-    std::fs::write(dir.path().join("site.yaml"), text).unwrap();
-    let site = site::load(&dir.path().join("site.yaml")).unwrap_or_else(|e| panic!("{e}"));
+        )
+    });
     let q = req("52:54:00:77:00:22", MessageType::Discover);
     // Without the link: the client is taken to be on serverAddress's network.
     let o = answer(&site, &mut Table::default(), &q, rx(), 1000);

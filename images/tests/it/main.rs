@@ -653,14 +653,7 @@ mod bootd_e2e {
         config.grace = Duration::from_millis(200);
         let app = bootd::prepare(&config, false).unwrap();
         let shutdown = tokio_util::sync::CancellationToken::new();
-        let sockets = bootd::Sockets {
-            http,
-            https: None,
-            dhcp: None,
-            dhcp_proxy: None,
-            dhcp6: None,
-            tftp: None,
-        };
+        let sockets = bootd::Sockets::http_only(http, None);
         let task = tokio::spawn(bootd::run_app(app, config, sockets, shutdown.clone()));
 
         for (role, path) in [

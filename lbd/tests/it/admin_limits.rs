@@ -5,19 +5,12 @@
 
 use crate::harness::*;
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 /// Writes `bytes`, then reads until lbd closes (at most 10 s).
 async fn raw(lb: &Lb, bytes: &[u8]) -> String {
     let mut s = TcpStream::connect(lb.admin.unwrap()).await.unwrap();
-    s.write_all(bytes).await.unwrap();
-    let mut out = Vec::new();
-    tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut out))
-        .await
-        .expect("lbd did not close the connection")
-        .ok();
-    String::from_utf8_lossy(&out).into_owned()
+    testkit::net::exchange(&mut s, bytes).await
 }
 
 fn statuses(text: &str) -> Vec<u16> {

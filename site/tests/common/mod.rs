@@ -4,6 +4,7 @@ use std::path::{Path, PathBuf};
 
 /// `examples/lab` with its state directory inside the copy, its site text
 /// passed through `edit`.
+#[allow(dead_code)]
 pub fn lab(edit: impl FnOnce(String) -> String) -> (tempfile::TempDir, PathBuf) {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/lab");
     let dir = tempfile::tempdir().unwrap();
@@ -35,5 +36,14 @@ pub fn assert_problems(err: &site::SiteError, expect: &[&str]) {
             "missing problem {e:?}\n got:\n{}",
             got.join("\n")
         );
+    }
+}
+
+/// Asserts that `err` has a problem at each of `keys` (key paths).
+#[allow(dead_code)]
+pub fn assert_keys(err: &site::SiteError, keys: &[&str]) {
+    let got: Vec<_> = err.problems.iter().map(|p| p.key.as_str()).collect();
+    for k in keys {
+        assert!(got.contains(k), "{k} missing in {err}");
     }
 }

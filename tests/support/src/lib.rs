@@ -6,8 +6,8 @@
 //! - [`ports`]: ports for a child process to bind, never handed out twice
 //!   in one test process;
 //! - [`golden`]: golden files, compared or rewritten (`UPDATE_GOLDEN=1`);
-//! - [`process`]: a child process killed and reaped when dropped, and the
-//!   wait until it is ready;
+//! - [`process`]: a child process killed and reaped when dropped, the
+//!   wait until it is ready, and what a finished command printed;
 //! - [`tmpfs`]: a real small filesystem for full-disk tests;
 //! - [`repo`] and [`specs`]: where the repository and the providers' API
 //!   specs are.
@@ -18,7 +18,9 @@
 //! - `fakes`: [`redfish_fake`] and [`ecs_fake`], the providers' fakes;
 //!   [`kube_fake`], a Kubernetes API server's CSRs and bootstrap ConfigMap,
 //!   every request checked by [`openapi`] against Kubernetes' own document;
-//!   and [`http_fake`], the accept loop an HTTP fake runs.
+//!   and [`http_fake`], the accept loop an HTTP fake runs;
+//! - `net`: [`net`], a TLS client trusting a test CA and a raw exchange
+//!   with a listener.
 //!
 //! Invariants: testkit depends on no crate of the workspace (every one of
 //! them may use it in its tests); a static here (the port counter, the log
@@ -38,6 +40,8 @@ pub mod http_fake;
 pub mod kube_fake;
 #[cfg(feature = "logs")]
 pub mod logs;
+#[cfg(feature = "net")]
+pub mod net;
 #[cfg(feature = "fakes")]
 pub mod openapi;
 pub mod ports;

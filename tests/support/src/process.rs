@@ -1,7 +1,8 @@
 //! A child process a test started (a daemon under test, a fake, a peer such
 //! as etcd or Prism): stopped by its PID and reaped when dropped, also when
 //! the test panics, so that none outlives its test; and the wait until it is
-//! ready, which ends at once, showing its log, when it exits instead.
+//! ready, which ends at once, showing its log, when it exits instead; and
+//! what a finished command printed ([`output_text`]).
 //!
 //! Stopping is SIGKILL (what the crash tests mean by kill -9), or SIGTERM
 //! for a process that takes its own children down with it. A process that
@@ -10,8 +11,17 @@
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use std::path::PathBuf;
-use std::process::{Child, ExitStatus};
+use std::process::{Child, ExitStatus, Output};
 use std::time::{Duration, Instant};
+
+/// What a finished command printed: its stdout, then its stderr (lossy UTF-8).
+pub fn output_text(out: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
 
 /// A child process, stopped and reaped when dropped.
 pub struct Process {
