@@ -78,15 +78,7 @@ pub async fn run(ctl: Arc<Controller>, stop: CancellationToken) {
         }
     }
     loop {
-        let kc = ctl
-            .app
-            .live
-            .load()
-            .site
-            .host
-            .api
-            .as_ref()
-            .and_then(|a| a.kubeconfig.clone());
+        let kc = kubeconfig(&ctl);
         match kc {
             None => st.client = None,
             Some(kc) => {
@@ -371,18 +363,22 @@ fn short_signer(s: &str) -> &str {
 /// `csrs` in `GET /v1/cluster`: whether the cluster is followed
 /// (`host.api.kubeconfig`), the kubelet CSRs left for a person at the last
 /// look (`node`, `reason`, `message`), and the last error reaching it.
-pub fn view(ctl: &Controller) -> Value {
-    let mut v = stored_view(ctl);
-    let followed = ctl
-        .app
+/// The served site's `host.api.kubeconfig`: the cluster is followed while
+/// it has one.
+fn kubeconfig(ctl: &Controller) -> Option<site::Kubeconfig> {
+    ctl.app
         .live
         .load()
         .site
         .host
         .api
         .as_ref()
-        .is_some_and(|a| a.kubeconfig.is_some());
-    v["followed"] = json!(followed);
+        .and_then(|a| a.kubeconfig.clone())
+}
+
+pub fn view(ctl: &Controller) -> Value {
+    let mut v = stored_view(ctl);
+    v["followed"] = json!(kubeconfig(ctl).is_some());
     v
 }
 
