@@ -58,10 +58,13 @@ pub enum Phase {
     MachineConfig,
     /// The node's API server backend turning up in lbd's checks (6443).
     Api,
+    /// The node's kubelet joined: its client and serving certificates
+    /// approved (written by the controller, which follows the cluster).
+    Joined,
 }
 
 impl Phase {
-    pub const ALL: [Phase; 10] = [
+    pub const ALL: [Phase; 11] = [
         Phase::Machine,
         Phase::Dhcp,
         Phase::Tftp,
@@ -72,6 +75,7 @@ impl Phase {
         Phase::Ignition,
         Phase::MachineConfig,
         Phase::Api,
+        Phase::Joined,
     ];
     pub fn as_str(self) -> &'static str {
         match self {
@@ -85,6 +89,7 @@ impl Phase {
             Phase::Ignition => "ignition",
             Phase::MachineConfig => "machine_config",
             Phase::Api => "api",
+            Phase::Joined => "joined",
         }
     }
 }
@@ -519,7 +524,7 @@ pub(crate) struct PhaseStarts {
     len: usize,
 }
 
-const PHASES: usize = Phase::Api as usize + 1;
+const PHASES: usize = Phase::Joined as usize + 1;
 
 impl PhaseStarts {
     fn of(events: &VecDeque<Event>, attempt: u32) -> PhaseStarts {

@@ -88,7 +88,7 @@ pub enum NodesCmd {
     /// A node's event log (as stored by the controller).
     Events { name: String },
     /// A node's boot timeline: each phase (DHCP, TFTP, script, kernel,
-    /// initramfs, rootfs, Ignition, machine-config, API) with its start and
+    /// initramfs, rootfs, Ignition, machine-config, API, joined) with its start and
     /// duration, then every event.
     Timeline {
         /// A node name, or an unknown client's key (`mac 52:54:…`, `ip 10.…`).

@@ -223,6 +223,26 @@ async fn kubelet_csrs_of_booted_nodes_are_approved_and_the_rest_left_pending() {
         .wait_node("worker-0", 10, |_, v| cond(v, "Joined")["status"] == "True")
         .await;
     assert_eq!(cond(&v, "Joined")["reason"], "CertificatesApproved");
+    // The last phase of its timeline, once.
+    let mut joined = 0;
+    for _ in 0..100 {
+        joined = b
+            .app
+            .timeline
+            .track("worker-0")
+            .map(|t| {
+                t.events
+                    .iter()
+                    .filter(|e| e.phase == bootd::timeline::Phase::Joined)
+                    .count()
+            })
+            .unwrap_or(0);
+        if joined > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(joined, 1, "worker-0's timeline shows it joined");
     let pending = |node: &'static str, reason: &'static str| {
         b.wait_node(node, 10, move |_, v| {
             v["conditions"].as_array().unwrap().iter().any(|c| {

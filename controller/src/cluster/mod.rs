@@ -330,6 +330,13 @@ fn set_joined(ctl: &Controller, csrs: &[Csr], domain: &str) {
                 "node joined: its kubelet's client and serving CSRs are approved"
             );
             ctl.note(node, events::CLUSTER, "Joined");
+            // The last phase of its boot timeline (status page, API, metrics).
+            ctl.app.timeline.record(bootd::timeline::Raw::new(
+                bootd::timeline::Subject::node(node),
+                bootd::timeline::Phase::Joined,
+                "joined",
+                "the kubelet's client and serving certificates approved",
+            ));
         }
         set_if_changed(ctl, node, c);
     }
