@@ -126,7 +126,7 @@ pub(super) fn ignition(
     if !own {
         app.metrics.ignition_other_address.inc();
         warn!(node = %node.name, %source, via = granted.as_str(), "{what} fetched from another address than the node's");
-        app.timeline.record(
+        app.timeline.record_surely(
             Raw::new(
                 subject.clone(),
                 Phase::Ignition,

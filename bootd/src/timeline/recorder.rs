@@ -147,6 +147,30 @@ impl Recorder {
         }
     }
 
+    /// As [`Recorder::record`], but never dropped: when the channel is full
+    /// the event waits for room in a task of its own. For the few events a
+    /// decision rests on (an Ignition served to another address than the
+    /// node's: the controller then approves none of its kubelet's CSRs),
+    /// which a flood of other events must not push out. Each needs a
+    /// successful fetch on a valid token, so they cannot pile up.
+    pub fn record_surely(&self, mut raw: Raw) {
+        if raw.detail.contains("token=") {
+            raw.detail = redact(&raw.detail);
+        }
+        match self.tx.try_send(raw) {
+            Ok(()) => {}
+            Err(mpsc::error::TrySendError::Full(raw)) => {
+                let tx = self.tx.clone();
+                tokio::spawn(async move {
+                    let _ = tx.send(raw).await;
+                });
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => {
+                self.dropped.inc();
+            }
+        }
+    }
+
     /// The receiving end, once (for [`writer`]).
     pub fn take_receiver(&self) -> Option<mpsc::Receiver<Raw>> {
         self.rx.lock().unwrap_or_else(|p| p.into_inner()).take()
@@ -287,3 +311,29 @@ pub async fn writer(
 /// most this much; the channel ([`CAPACITY`]) holds far more than arrives
 /// in it.
 const PACE: Duration = Duration::from_millis(10);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::timeline::{Phase, Raw, Subject};
+
+    fn raw(what: &'static str) -> Raw {
+        Raw::new(Subject::node("w"), Phase::Ignition, what, "d")
+    }
+
+    #[tokio::test]
+    async fn a_decisive_event_is_not_dropped_when_the_channel_is_full() {
+        let r = Recorder::new(1, Counter::default());
+        let mut rx = r.take_receiver().unwrap();
+        r.record(raw("first"));
+        r.record(raw("dropped"));
+        assert_eq!(r.dropped.get(), 1, "record drops when full");
+        r.record_surely(raw("other_address"));
+        assert_eq!(r.dropped.get(), 1, "record_surely does not");
+        let got = [rx.recv().await.unwrap(), rx.recv().await.unwrap()];
+        assert_eq!(
+            got.iter().map(|r| r.what.as_ref()).collect::<Vec<&str>>(),
+            ["first", "other_address"]
+        );
+    }
+}
