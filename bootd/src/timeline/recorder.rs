@@ -332,7 +332,7 @@ mod tests {
         assert_eq!(r.dropped.get(), 1, "record_surely does not");
         let got = [rx.recv().await.unwrap(), rx.recv().await.unwrap()];
         assert_eq!(
-            got.iter().map(|r| r.what.as_ref()).collect::<Vec<&str>>(),
+            got.iter().map(|r| r.what).collect::<Vec<&str>>(),
             ["first", "other_address"]
         );
     }
