@@ -77,6 +77,15 @@ impl Up {
             .arg(assets)
             .args(["--interval", "0.1", "--timeout", "120"])
             .args(how(p))
+            // openshift-install's stand-in, when the test made one.
+            .env(
+                "PATH",
+                format!(
+                    "{}:{}",
+                    b.dir.path().join("bin").display(),
+                    std::env::var("PATH").unwrap_or_default()
+                ),
+            )
             .stdout(std::fs::File::create(&out).unwrap())
             .stderr(Stdio::from(
                 std::fs::File::create(b.dir.path().join(format!("up-{n}.err"))).unwrap(),
@@ -160,16 +169,40 @@ async fn cluster_up_resumes_at_each_phase(p: Platform, net: u8, kube: bool) {
     // them; the worker's differs from the site's, so it is installed.
     let assets = dir.path().join("assets");
     std::fs::create_dir_all(&assets).unwrap();
-    for r in ["bootstrap", "master", "worker"] {
-        std::fs::copy(
-            dir.path().join(format!("ignition/{r}.ign")),
-            assets.join(format!("{r}.ign")),
-        )
-        .unwrap();
-    }
     let worker = json!({"ignition": {"version": "3.2.0"}, "storage": {"files": [
         {"path": "/etc/cluster-up", "contents": {"source": "data:,made%20by%20cluster%20up"}}]}});
-    std::fs::write(assets.join("worker.ign"), worker.to_string()).unwrap();
+    if kube {
+        for r in ["bootstrap", "master", "worker"] {
+            std::fs::copy(
+                dir.path().join(format!("ignition/{r}.ign")),
+                assets.join(format!("{r}.ign")),
+            )
+            .unwrap();
+        }
+        std::fs::write(assets.join("worker.ign"), worker.to_string()).unwrap();
+    } else {
+        // No configs in --dir: openshift-install (a stand-in on PATH: the
+        // real one cannot be fetched here) makes them, as `create
+        // ignition-configs --dir DIR` does, from the install-config it
+        // finds there (mode 0600), which it consumes.
+        let bin = dir.path().join("bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        let lab = dir.path().join("ignition");
+        let script = format!(
+            "#!/bin/sh\nset -e\n[ \"$1 $2 $3\" = \"create ignition-configs --dir\" ] || exit 3\n\
+             [ \"$(stat -c %a \"$4/install-config.yaml\")\" = 600 ] || exit 4\n\
+             grep -q 'name: plat' \"$4/install-config.yaml\" || exit 5\n\
+             rm \"$4/install-config.yaml\"\n\
+             cp {lab}/bootstrap.ign {lab}/master.ign \"$4/\"\n\
+             printf '%s' '{worker}' > \"$4/worker.ign\"\n\
+             echo ran >> \"$4/openshift-install.ran\"\n",
+            lab = lab.display(),
+        );
+        let oi = bin.join("openshift-install");
+        std::fs::write(&oi, script).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&oi, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
     if let Some(k) = &k8s {
         k.write_kubeconfig(dir.path());
         let text = std::fs::read_to_string(&site).unwrap().replace(
@@ -339,8 +372,16 @@ async fn cluster_up_resumes_at_each_phase(p: Platform, net: u8, kube: bool) {
                 assert_eq!(joined["status"], "True", "{v:#}");
             }
         }
-        // Without a kubeconfig the controller does not follow the cluster.
-        None => assert!(all.contains("oc adm certificate approve"), "{last}"),
+        None => {
+            // Without a kubeconfig the controller does not follow the cluster.
+            assert!(all.contains("oc adm certificate approve"), "{last}");
+            // openshift-install made the configs, once (the runs after
+            // took them from --dir).
+            assert!(all.contains("create ignition-configs --dir"), "{all}");
+            let ran = std::fs::read_to_string(assets.join("openshift-install.ran")).unwrap();
+            assert_eq!(ran, "ran\n");
+            assert!(!assets.join("install-config.yaml").exists());
+        }
     }
     d.stop().await;
     b.stop().await;
