@@ -45,7 +45,14 @@
 #      and proves the files it wrote are the node's; SLOF (ppc64) loads
 #      GRUB (core.elf) over TFTP, which loads the node's grub.cfg from bootd;
 #      and a node boots from a `catalog:` image set that `images fetch` took
-#      from a generated stream document (bootd serves the cached bytes).
+#      from a generated stream document (bootd serves the cached bytes);
+#      the real Ignition client as each platform runs it (aliyun, powervs,
+#      packet, metal): a node created through the API against the provider's
+#      fake, its user data served where the platform serves it (the metadata
+#      address, a config drive, the metadata service), the pointer merged
+#      from a machine-config server stand-in behind lbd's 22623 VIP, the
+#      node's MachineConfigServed condition; and without the resolver step,
+#      the condition that says so.
 # Needs root (apt, network namespaces). Prints "N passed, N failed" at the end.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -150,6 +157,17 @@ lane_b() {
   tb "netboot IPv6 only: iPXE from the NIC's ROM (DHCPv6) -> HTTP" v6 --site examples/lab-v6/site.yaml --node master-2 --mac 52:54:00:77:00:13 --firmware ovmf-ipxe6
   tb "netboot dual stack: OVMF PXE over DHCPv6 beside DHCPv4 -> iPXE -> HTTP" v6 --site examples/lab-dual/site.yaml --node worker-0 --mac 52:54:00:77:00:20 --firmware ovmf-pxe6
   tb "netboot from a catalog image set"  bash tests/lab/catalog-netboot.sh --bin $BIN
+  # The real Ignition client each platform's way (tests/lab/platform-ignition.sh):
+  # the node made through the API against the provider's fake, the guest
+  # fetching that user data where the platform serves it, then merging
+  # api-int:22623/config/worker through lbd; and the same without the
+  # resolver step, which must end in a node condition, not a timeout.
+  pi() { bash tests/lab/platform-ignition.sh --bin $BIN "$@"; }
+  tb "Ignition as aliyun: ECS UserData from 100.100.100.200, api-int:22623 merged through lbd, MachineConfigServed" pi --platform aliyun
+  tb "Ignition as metal: bootd's iPXE script, api-int:22623 merged through lbd, MachineConfigServed" pi --platform metal
+  tb "Ignition as powervs: the create call's userData on a config-2 drive, api-int:22623 merged through lbd" pi --platform powervs
+  tb "Ignition as packet: Equinix userdata from https://metadata.packet.net, api-int:22623 merged through lbd" pi --platform packet
+  tb "Ignition as aliyun without the resolver step: MachineConfigServed False, NotReached, naming api-int" pi --platform aliyun --no-resolver
   # Random mutation of every fuzz target's seed corpus, 10 s each (not
   # coverage-guided; README, "Fuzzing"): a crash fails the run. In this
   # lane, after the boots: its release build of the fuzz workspace (its own

@@ -24,6 +24,7 @@ PKGS=(
   grub-common
   # bootd's virtual-media ISOs (grub-mkrescue: BIOS and UEFI GRUB, xorriso, mtools
   # for the EFI system partition image); xorriso also reads them back in tests
+  # and makes the lab's Power VS config drive (tests/lab/platform-ignition.sh)
   grub-pc-bin grub-efi-amd64-bin xorriso mtools
   # guest image building (guest.sh)
   busybox-static cpio gzip xz-utils zstd kmod

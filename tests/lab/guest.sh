@@ -4,6 +4,14 @@
 # IPv6), fetches ignition.config.url= from the kernel command line and
 # prints a marker line on ttyS0, then runs the real Ignition client against
 # the same URL and prints what it wrote, then powers off.
+# The client runs as the platform the kernel command line names
+# (ignition.platform.id=, default metal): on a cloud platform there is no
+# ignition.config.url and the client fetches from the platform's own place
+# (aliyun: http://100.100.100.200/latest/user-data; packet:
+# https://metadata.packet.net/userdata; powervs: the config drive labelled
+# config-2, which /init links under /dev/disk/by-label as udev would).
+# Its resolvers (/etc/resolv.conf, read by the client's Go resolver) are
+# the nameserver= arguments of the kernel command line, then DHCP's option 6.
 #
 # Usage: tests/lab/guest.sh [OUTDIR]       (default /work/main/target/lab-images)
 # Output: OUTDIR/lab/kernel, OUTDIR/lab/initramfs (gzip'd cpio newc)
@@ -11,7 +19,7 @@
 #   LAB-IGNITION sha256=<hex> bytes=<n> url=<url>   (what ignition.config.url returns to wget)
 #   LAB-IGNITION-FAILED <reason>
 # then, from the real Ignition client (Debian's ignition, fetch and files stages):
-#   LAB-IGNITION-CLIENT fetch=<exit code> files=<exit code|skipped>
+#   LAB-IGNITION-CLIENT fetch=<exit code> files=<exit code|skipped> platform=<id>
 #   LAB-FILE <path> sha256=<hex>                     (each file it wrote, when both passed)
 #   LAB-IGNITION-CLIENT-LOG <line>                   (the failing stage's last log lines)
 # Needs (tests/lab/deps.sh): busybox-static cpio gzip kmod ignition, apt lists for apt-get download.
@@ -87,7 +95,9 @@ mknod -m 666 "$R/dev/null" c 1 3 2>/dev/null || true
 
 # NIC drivers (virtio-net needs virtio_pci: both are modules in Debian's
 # kernel) plus their dependencies, resolved recursively with modinfo.
-want=(virtio_pci virtio_net e1000 e1000e)
+# The config drive (powervs): a CD on virtio-scsi (a virtual optical device,
+# as PowerVM attaches it), ISO 9660.
+want=(virtio_pci virtio_net e1000 e1000e virtio_scsi sr_mod isofs)
 declare -A seen=()
 modpath() { find "$KMOD/kernel" -name "$1.ko" -o -name "$1.ko.xz" -o -name "$1.ko.zst" | head -n1; }
 add_mod() {
@@ -134,14 +144,16 @@ copy_elf "$WORK/pc/sbin/setfiles" /usr/sbin/setfiles
 
 cat > "$R/etc/udhcpc.script" <<'SCRIPT'
 #!/bin/sh
-# busybox udhcpc hook: apply lease (no DNS needed; URLs use IPs)
+# busybox udhcpc hook: apply the lease; its DNS servers (option 6) are
+# kept for /init, which writes /etc/resolv.conf.
 case "$1" in
   deconfig) ip addr flush dev "$interface"; ip link set "$interface" up ;;
   bound|renew)
     ip addr flush dev "$interface"
     ip addr add "$ip/${mask:-24}" dev "$interface"
     [ -n "$router" ] && ip route add default via ${router%% *} dev "$interface"
-    echo "udhcpc: $interface $ip/${mask:-24} router=${router:-none} server=${serverid:-?}" ;;
+    echo "$dns" >/run/dhcp-dns
+    echo "udhcpc: $interface $ip/${mask:-24} router=${router:-none} dns=${dns:-none} server=${serverid:-?}" ;;
 esac
 exit 0
 SCRIPT
@@ -173,12 +185,17 @@ finish() {
 }
 fail() { marker "LAB-IGNITION-FAILED $*"; finish; }
 
-URL=""
+URL="" PLATFORM=metal NAMESERVERS=""
 for w in $(cat /proc/cmdline); do
-  case "$w" in ignition.config.url=*) URL=${w#ignition.config.url=} ;; esac
+  case "$w" in
+    ignition.config.url=*) URL=${w#ignition.config.url=} ;;
+    ignition.platform.id=*) PLATFORM=${w#ignition.platform.id=} ;;
+    nameserver=*) NAMESERVERS="$NAMESERVERS ${w#nameserver=}" ;;
+  esac
 done
+echo "lab-init: platform $PLATFORM"
 
-for m in virtio_pci virtio_net e1000 e1000e; do modprobe "$m" 2>/dev/null; done
+for m in virtio_pci virtio_net e1000 e1000e virtio_scsi sr_mod isofs; do modprobe "$m" 2>/dev/null; done
 
 # First non-loopback interface; give the driver a moment to register it.
 IF=""
@@ -228,23 +245,58 @@ if [ $STATIC = 0 ]; then
   udhcpc -i "$IF" -s /etc/udhcpc.script -n -q -t 5 -T 2 || fail "dhcp-no-lease"
 fi
 
-[ -n "$URL" ] || fail "no-ignition.config.url-on-cmdline"
-
-# busybox 1.35 wget -T segfaults: bound each attempt with timeout instead.
-ok=0
-n=0
-while [ $n -lt 5 ]; do
-  n=$((n+1))
-  rm -f /tmp/ign
-  if timeout 20 wget -q -O /tmp/ign "$URL" 2>/tmp/wget.err; then ok=1; break; fi
-  echo "lab-init: fetch attempt $n failed: $(head -n 1 /tmp/wget.err)"
-  sleep 1
+# The resolvers, as the initramfs's NetworkManager would have them: the
+# kernel command line's nameserver= first, then DHCP's option 6.
+: >/etc/resolv.conf
+for d in $NAMESERVERS $(cat /run/dhcp-dns 2>/dev/null); do
+  grep -qx "nameserver $d" /etc/resolv.conf || echo "nameserver $d" >>/etc/resolv.conf
 done
-[ $ok = 1 ] || fail "fetch-failed url=$URL: $(head -n 1 /tmp/wget.err)"
+echo "lab-init: resolvers: $(grep -o '[^ ]*$' /etc/resolv.conf | tr '\n' ' ')(nameserver=:${NAMESERVERS:- none}; DHCP: $(cat /run/dhcp-dns 2>/dev/null || echo none))"
 
-SUM=$(sha256sum /tmp/ign | cut -d' ' -f1)
-BYTES=$(wc -c </tmp/ign | tr -d ' ')
-marker "LAB-IGNITION sha256=$SUM bytes=$BYTES url=$URL"
+# /dev/disk/by-label, as udev makes it, for the platforms that read a config
+# drive (powervs: Ignition waits for /dev/disk/by-label/config-2). The label
+# of an ISO 9660 volume: 32 bytes at 32808.
+by_label() {
+  mkdir -p /dev/disk/by-label
+  for b in /sys/class/block/*; do
+    b=/dev/${b##*/}
+    l=$(dd if="$b" bs=1 skip=32808 count=32 2>/dev/null | tr -d '\000' | sed 's/ *$//')
+    case "$l" in ""|*[!A-Za-z0-9_.-]*) ;; *) ln -sf "$b" "/dev/disk/by-label/$l" ;; esac
+  done
+}
+case "$PLATFORM" in
+  powervs|ibmcloud|openstack)
+    i=0
+    while [ $i -lt 50 ]; do
+      by_label
+      [ -e /dev/disk/by-label/config-2 ] && break
+      sleep 0.2; i=$((i+1))
+    done
+    echo "lab-init: by label: $(ls /dev/disk/by-label | tr '\n' ' ')" ;;
+esac
+
+if [ -z "$URL" ] && [ "$PLATFORM" != metal ]; then
+  # A cloud image: its config comes from the platform, not the kernel line.
+  echo "lab-init: no ignition.config.url: Ignition fetches from platform $PLATFORM"
+else
+  [ -n "$URL" ] || fail "no-ignition.config.url-on-cmdline"
+
+  # busybox 1.35 wget -T segfaults: bound each attempt with timeout instead.
+  ok=0
+  n=0
+  while [ $n -lt 5 ]; do
+    n=$((n+1))
+    rm -f /tmp/ign
+    if timeout 20 wget -q -O /tmp/ign "$URL" 2>/tmp/wget.err; then ok=1; break; fi
+    echo "lab-init: fetch attempt $n failed: $(head -n 1 /tmp/wget.err)"
+    sleep 1
+  done
+  [ $ok = 1 ] || fail "fetch-failed url=$URL: $(head -n 1 /tmp/wget.err)"
+
+  SUM=$(sha256sum /tmp/ign | cut -d' ' -f1)
+  BYTES=$(wc -c </tmp/ign | tr -d ' ')
+  marker "LAB-IGNITION sha256=$SUM bytes=$BYTES url=$URL"
+fi
 
 # Then the real client, as a CoreOS initramfs runs it: the fetch stage reads
 # ignition.config.url, follows merge pointers (HTTPS with the CA a pointer
@@ -258,16 +310,16 @@ if [ -x /usr/bin/ignition ]; then
   mkdir -p /sysroot/etc/selinux/targeted/contexts/files
   printf 'SELINUX=enforcing\nSELINUXTYPE=targeted\n' >/sysroot/etc/selinux/config
   printf '/.*\tsystem_u:object_r:etc_t:s0\n' >/sysroot/etc/selinux/targeted/contexts/files/file_contexts
-  timeout 90 /usr/bin/ignition -platform metal -stage fetch -log-to-stdout -config-cache /run/ignition.json >/tmp/ign-fetch.log 2>&1
+  timeout 90 /usr/bin/ignition -platform "$PLATFORM" -stage fetch -log-to-stdout -config-cache /run/ignition.json >/tmp/ign-fetch.log 2>&1
   fetch=$?
   files=skipped
   if [ $fetch = 0 ]; then
-    timeout 90 /usr/bin/ignition -platform metal -stage files -root /sysroot -log-to-stdout -config-cache /run/ignition.json >/tmp/ign-files.log 2>&1
+    timeout 90 /usr/bin/ignition -platform "$PLATFORM" -stage files -root /sysroot -log-to-stdout -config-cache /run/ignition.json >/tmp/ign-files.log 2>&1
     files=$?
   fi
   echo "lab-init: ignition fetch stage:"; cat /tmp/ign-fetch.log
   [ -f /tmp/ign-files.log ] && { echo "lab-init: ignition files stage:"; cat /tmp/ign-files.log; }
-  marker "LAB-IGNITION-CLIENT fetch=$fetch files=$files"
+  marker "LAB-IGNITION-CLIENT fetch=$fetch files=$files platform=$PLATFORM"
   if [ "$files" = 0 ]; then
     find /sysroot -type f | sort | while read -r f; do
       marker "LAB-FILE ${f#/sysroot} sha256=$(sha256sum "$f" | cut -d' ' -f1)"

@@ -13,6 +13,8 @@
 #   lab_netns labnet-$$; lab_tap tap0      # $NS, br0, tap0
 #   start_bootd ...                        # the server under test, in $NS
 #   qemu_start tap0 "$MAC"                 # QEMU_PID, T_QEMU, $WORK/serial.log
+#   (or qemu_start_image tap0 "$MAC" KERNEL INITRD ARGS: an image boot,
+#   tests/lab/platform-ignition.sh)
 #   wait_for "$TIMEOUT" qemu_marker_step   # GUEST_LINE / GUEST_END
 #   ignition_expected "$BOOTD" "$NODE" "$SITE" "$WORK/state"   # WANT_SHA
 #
@@ -203,6 +205,24 @@ qemu_start() {
     fi
     T_QEMU=$(now)
     spawn --ns "$NS" --log "$WORK/qemu.log" "${qemu[@]}"
+    QEMU_PID=$SPAWNED
+}
+
+# qemu_start_image TAP MAC KERNEL INITRD APPEND [QEMU_ARG...]: the lab guest
+# started the way a cloud instance boots its image, without the network
+# boot: QEMU loads KERNEL and INITRD itself with the command line APPEND
+# (TCG, 512 MiB, virtio-net with MAC on TAP, its ROM off, no reboot), plus
+# QEMU_ARGs (a config drive). Console, logs, QEMU_PID and T_QEMU as
+# qemu_start's.
+qemu_start_image() {
+    local tap=$1 mac=$2 kernel=$3 initrd=$4 append=$5
+    shift 5
+    : >"$WORK/serial.log"
+    T_QEMU=$(now)
+    spawn --ns "$NS" --log "$WORK/qemu.log" qemu-system-x86_64 -accel tcg -m 512 -smp 1 \
+        -display none -monitor none -no-reboot -serial "file:$WORK/serial.log" \
+        -netdev "tap,id=n0,ifname=$tap,script=no,downscript=no" -device "virtio-net-pci,netdev=n0,mac=$mac,romfile=" \
+        -kernel "$kernel" -initrd "$initrd" -append "$append" "$@"
     QEMU_PID=$SPAWNED
 }
 

@@ -135,15 +135,23 @@ fn keepalived_configuration_for_the_vips() {
     // program that exits 2 like `bootd ready` when nothing answers).
     // (`keepalived --config-test` cannot be used: 2.2.7 kills itself
     // checking scripts as another user.)
-    let lbd = env!("CARGO_BIN_EXE_lbd");
-    // Beside lbd: keepalived refuses a script under a directory others
-    // can write (/tmp).
-    let bootd = Path::new(lbd).with_file_name("bootd-ready-stand-in");
-    std::fs::write(&bootd, "#!/bin/sh\nexit 2\n").unwrap();
+    // Both scripts in a directory `nobody` can reach and only root can
+    // write, outside the checkout: keepalived refuses a script under a
+    // directory others can write (/tmp), and the checkout may be where
+    // `nobody` cannot go (under /root, mode 0700, on a fresh machine).
     use std::os::unix::fs::PermissionsExt;
+    let scripts = tempfile::Builder::new()
+        .prefix("lbd-keepalived-")
+        .tempdir_in("/run")
+        .expect("a directory under /run (root's, mode 0755)");
+    std::fs::set_permissions(scripts.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let lbd = scripts.path().join("lbd");
+    std::fs::copy(env!("CARGO_BIN_EXE_lbd"), &lbd).unwrap();
+    let bootd = scripts.path().join("bootd-ready-stand-in");
+    std::fs::write(&bootd, "#!/bin/sh\nexit 2\n").unwrap();
     std::fs::set_permissions(&bootd, std::fs::Permissions::from_mode(0o755)).unwrap();
     let here = lbd::keepalived::Programs {
-        lbd: Path::new(lbd),
+        lbd: &lbd,
         bootd: &bootd,
     };
     let conf = lbd::keepalived::render(&site, &here).unwrap();

@@ -1,0 +1,251 @@
+#!/usr/bin/env python3
+"""A small stateful fake of the two machine APIs the controller's equinix and
+powervs providers call, for the lab runs that boot a guest as the machine it
+made (tests/lab/platform-ignition.sh). The shapes are those of the Rust
+tests' fake (appliance/tests/controller/fake.rs), which Prism checks against
+the providers' specs (../shared/specs/equinix-metal, ../shared/specs/powervs).
+
+    machines-fake.py --listen 127.0.0.1:PORT --equinix-key-file F
+        --powervs-key-file F [--first-ip 10.77.0.110] [--record FILE]
+
+Equinix Metal (X-Auth-Token = the key file's text, else 401):
+  GET    /projects/{id}/devices[?tag=T]  the devices (with tag T), one page
+  POST   /projects/{id}/devices          201, a device in state "queued"
+  GET    /devices/{id}                   queued -> provisioning -> active,
+                                         one step per GET; active: a public
+                                         and a private address, one MAC
+  DELETE /devices/{id}                   204; the next GET is 404
+IBM IAM and Power VS (Bearer = the token issued for the key, and a CRN):
+  POST   /identity/token                 form grant_type=...:apikey, apikey
+  GET    /pcloud/v1/cloud-instances/{ws}/pvm-instances        the instances
+  POST   /pcloud/v1/cloud-instances/{ws}/pvm-instances        201 [instance]
+                                         in BUILD, with the address asked
+                                         for or the next free one, a MAC
+  GET    .../pvm-instances/{id}          ACTIVE from the first GET on
+  DELETE .../pvm-instances/{id}          200; the next GET is 404
+Control (unsigned, for the test):
+  GET    /_fake/machines                 every machine made: provider, id,
+                                         name, ip, mac, userdata (as sent)
+
+Private addresses are --first-ip, then upwards; MACs b4:96:91:77:00:NN
+(Equinix) and fa:16:3e:77:00:NN (Power VS). Only 127.0.0.1 is accepted as
+the listen address. Standard library only; SIGTERM stops it.
+"""
+import argparse
+import http.server
+import ipaddress
+import json
+import secrets
+import signal
+import sys
+import threading
+import urllib.parse
+import uuid
+
+LOCK = threading.Lock()
+
+
+class State:
+    def __init__(self, opts):
+        self.opts = opts
+        with open(opts.equinix_key_file) as f:
+            self.equinix_key = f.read().strip()
+        with open(opts.powervs_key_file) as f:
+            self.powervs_key = f.read().strip()
+        self.iam_token = secrets.token_hex(16)
+        self.next_ip = ipaddress.IPv4Address(opts.first_ip)
+        self.made = 0
+        self.devices = {}
+        self.instances = {}
+        self.machines = []  # what /_fake/machines shows, in creation order
+
+    def take_ip(self):
+        used = {m["ip"] for m in self.machines}
+        while str(self.next_ip) in used:
+            self.next_ip += 1
+        ip = str(self.next_ip)
+        self.next_ip += 1
+        return ip
+
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *_):
+        pass
+
+    def reply(self, status, obj=None):
+        body = b"" if obj is None else json.dumps(obj).encode()
+        self.send_response(status)
+        if obj is not None:
+            self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def body(self):
+        n = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(n) if n else b""
+
+    def handle_any(self):
+        st = self.server.state
+        url = urllib.parse.urlsplit(self.path)
+        segs = [s for s in url.path.split("/") if s]
+        raw = self.body()
+        if self.server.state.opts.record:
+            with LOCK, open(st.opts.record, "a") as f:
+                f.write(json.dumps({"method": self.command, "path": url.path}) + "\n")
+        with LOCK:
+            if segs == ["_fake", "machines"] and self.command == "GET":
+                return self.reply(200, st.machines)
+            if segs == ["identity", "token"] and self.command == "POST":
+                return self.iam(st, raw)
+            if segs[:1] == ["pcloud"]:
+                return self.powervs(st, segs, raw)
+            return self.equinix(st, segs, url.query, raw)
+
+    do_GET = do_POST = do_DELETE = do_PUT = do_PATCH = handle_any
+
+    # --- Equinix Metal -----------------------------------------------------
+    def equinix(self, st, segs, query, raw):
+        if self.headers.get("X-Auth-Token") != st.equinix_key:
+            return self.reply(401, {"errors": ["invalid auth token"]})
+        if len(segs) == 3 and segs[0] == "projects" and segs[2] == "devices":
+            if self.command == "GET":
+                tag = dict(urllib.parse.parse_qsl(query)).get("tag")
+                devs = [d for d in st.devices.values()
+                        if d["state"] != "deleted" and (tag is None or tag in d["tags"])]
+                return self.reply(200, {"devices": devs, "meta": {"total": len(devs), "current_page": 1, "last_page": 1}})
+            if self.command == "POST":
+                try:
+                    v = json.loads(raw)
+                except ValueError:
+                    return self.reply(422, {"errors": ["bad JSON"]})
+                for k in ("metro", "plan", "hostname", "operating_system"):
+                    if not v.get(k):
+                        return self.reply(422, {"errors": [f"{k} is required"]})
+                st.made += 1
+                dev_id = str(uuid.uuid4())
+                dev = {"id": dev_id, "href": f"/metal/v1/devices/{dev_id}", "hostname": v["hostname"],
+                       "state": "queued", "tags": v.get("tags") or [],
+                       "operating_system": {"slug": v["operating_system"]},
+                       "userdata": v.get("userdata", ""), "created_at": "2026-01-01T00:00:00Z",
+                       "ip_addresses": [], "network_ports": []}
+                for k in ("ipxe_script_url", "always_pxe"):
+                    if k in v:
+                        dev[k] = v[k]
+                ip, mac = st.take_ip(), "b4:96:91:77:00:%02x" % st.made
+                st.devices[dev_id] = dev
+                dev["_private"] = (ip, mac, "147.75.77.%d" % (100 + st.made))
+                st.machines.append({"provider": "equinix", "id": dev_id, "name": v["hostname"],
+                                    "ip": ip, "mac": mac, "userdata": v.get("userdata", "")})
+                return self.reply(201, public(dev))
+        if len(segs) == 2 and segs[0] == "devices":
+            dev = st.devices.get(segs[1])
+            if dev is None or dev["state"] == "deleted":
+                return self.reply(404, {"errors": ["Not found"]})
+            if self.command == "GET":
+                if dev["state"] == "deprovisioning":
+                    dev["state"] = "deleted"
+                    return self.reply(404, {"errors": ["Not found"]})
+                dev["state"] = {"queued": "provisioning", "provisioning": "active"}.get(dev["state"], dev["state"])
+                if dev["state"] == "active":
+                    ip, mac, public_ip = dev["_private"]
+                    dev["ip_addresses"] = [
+                        {"address": public_ip, "address_family": 4, "public": True},
+                        {"address": ip, "address_family": 4, "public": False}]
+                    dev["network_ports"] = [{"id": str(uuid.uuid5(uuid.NAMESPACE_URL, dev["id"])), "name": "eth0",
+                                             "type": "NetworkPort", "data": {"mac": mac, "bonded": False}}]
+                return self.reply(200, public(dev))
+            if self.command == "DELETE":
+                dev["state"] = "deprovisioning"
+                return self.reply(204)
+        return self.reply(404, {"errors": ["no such route in the fake"]})
+
+    # --- IBM IAM and Power VS ---------------------------------------------
+    def iam(self, st, raw):
+        form = dict(urllib.parse.parse_qsl(raw.decode()))
+        if form.get("grant_type") != "urn:ibm:params:oauth:grant-type:apikey" or form.get("apikey") != st.powervs_key:
+            return self.reply(400, {"errorCode": "BXNIM0415E", "errorMessage": "Provided API key could not be found"})
+        return self.reply(200, {"access_token": st.iam_token, "refresh_token": "not_supported",
+                                "token_type": "Bearer", "expires_in": 3600})
+
+    def powervs(self, st, segs, raw):
+        not_found = {"code": 404, "description": "not found", "error": "not found", "message": "not found"}
+        if self.headers.get("Authorization") != f"Bearer {st.iam_token}" or not (self.headers.get("CRN") or "").startswith("crn:"):
+            return self.reply(401, {"code": 401, "description": "unauthorized", "error": "unauthorized", "message": "unauthorized"})
+        if len(segs) < 5 or segs[:3] != ["pcloud", "v1", "cloud-instances"] or segs[4] != "pvm-instances":
+            return self.reply(404, not_found)
+        rest = segs[5:]
+        if not rest and self.command == "GET":
+            live = [summary(i) for i in st.instances.values() if i["status"] != "DELETED"]
+            return self.reply(200, {"pvmInstances": live})
+        if not rest and self.command == "POST":
+            try:
+                v = json.loads(raw)
+            except ValueError:
+                return self.reply(400, {"description": "bad JSON", "error": "bad request"})
+            for k in ("serverName", "imageID", "processors", "memory", "procType", "networks"):
+                if k not in v:
+                    return self.reply(400, {"description": f"{k} is required", "error": "bad request"})
+            st.made += 1
+            net = v["networks"][0]
+            ip = net.get("ipAddress") or st.take_ip()
+            mac = "fa:16:3e:77:00:%02x" % st.made
+            inst_id = str(uuid.uuid4())
+            inst = {"pvmInstanceID": inst_id, "serverName": v["serverName"], "imageID": v["imageID"],
+                    "processors": v["processors"], "memory": v["memory"], "procType": v["procType"],
+                    "sysType": v.get("sysType", "s922"), "status": "BUILD", "diskSize": 120.0,
+                    "osType": "rhcos", "storageType": "tier3", "networkIDs": [net.get("networkID")],
+                    "volumeIDs": [], "href": f"/pcloud/v1/cloud-instances/{segs[3]}/pvm-instances/{inst_id}",
+                    "networks": [{"ipAddress": ip, "macAddress": mac, "networkID": net.get("networkID")}]}
+            st.instances[inst_id] = inst
+            st.machines.append({"provider": "powervs", "id": inst_id, "name": v["serverName"],
+                                "ip": ip, "mac": mac, "userdata": v.get("userData", "")})
+            return self.reply(201, [inst])
+        if len(rest) == 1:
+            inst = st.instances.get(rest[0])
+            if inst is None or inst["status"] == "DELETED":
+                return self.reply(404, not_found)
+            if self.command == "GET":
+                if inst["status"] == "DELETING":
+                    inst["status"] = "DELETED"
+                    return self.reply(404, not_found)
+                inst["status"] = "ACTIVE"
+                return self.reply(200, inst)
+            if self.command == "DELETE":
+                inst["status"] = "DELETING"
+                return self.reply(200, {})
+        return self.reply(404, not_found)
+
+
+def public(dev):
+    return {k: v for k, v in dev.items() if not k.startswith("_")}
+
+
+def summary(inst):
+    return {k: v for k, v in inst.items() if k not in ("networkIDs", "volumeIDs", "storageType")}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--listen", required=True)
+    ap.add_argument("--equinix-key-file", required=True)
+    ap.add_argument("--powervs-key-file", required=True)
+    ap.add_argument("--first-ip", default="10.77.0.110")
+    ap.add_argument("--record")
+    opts = ap.parse_args()
+    host, port = opts.listen.rsplit(":", 1)
+    if host != "127.0.0.1":
+        ap.error("--listen: only 127.0.0.1")
+    srv = http.server.ThreadingHTTPServer((host, int(port)), Handler)
+    srv.daemon_threads = True
+    srv.state = State(opts)
+    signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=srv.shutdown).start())
+    print(f"machines-fake: on {opts.listen}", flush=True)
+    srv.serve_forever()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
