@@ -80,23 +80,27 @@ mnt bind /dev "$DIR/dev"
 mnt tmpfs tmpfs "$DIR/run"
 
 if [[ -d ../shared ]]; then
-  mnt bind "$(cd ../shared && pwd)" "$DIR/root/shared"
-  mount -o remount,bind,ro "$DIR/root/shared"
+  mnt bind "$(cd ../shared && pwd)" "$DIR/srv/shared"
+  mount -o remount,bind,ro "$DIR/srv/shared"
 fi
 
-if [[ $REUSE_CLONE != 1 || ! -d $DIR/root/ci/.git ]]; then
-  rm -rf "$DIR/root/ci"
-  git clone -q "$PWD" "$DIR/root/ci"
+# The clone goes where a CI runner's checkout is: a directory every user
+# can traverse (/srv/ci). The tests run programs from it as other users
+# (bootd after dropping to nobody, keepalived's check scripts as nobody);
+# root's home (0700) is not such a place.
+if [[ $REUSE_CLONE != 1 || ! -d $DIR/srv/ci/.git ]]; then
+  rm -rf "$DIR/srv/ci"
+  git clone -q "$PWD" "$DIR/srv/ci"
 else
   # The same clone, moved to this checkout's HEAD; nothing else of it kept but target/.
-  git -C "$DIR/root/ci" fetch -q "$PWD" HEAD
-  git -C "$DIR/root/ci" reset -q --hard FETCH_HEAD
-  git -C "$DIR/root/ci" clean -qfdx -e target
+  git -C "$DIR/srv/ci" fetch -q "$PWD" HEAD
+  git -C "$DIR/srv/ci" reset -q --hard FETCH_HEAD
+  git -C "$DIR/srv/ci" clean -qfdx -e target
 fi
-log ".ci/run on $(git -C "$DIR/root/ci" log --oneline -1)"
+log ".ci/run on $(git -C "$DIR/srv/ci" log --oneline -1)"
 rc=0
 chroot "$DIR" /usr/bin/env -i HOME=/root TERM=dumb CI=true LANG=C.UTF-8 \
   PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
-  bash -c 'cd /root/ci && bash .ci/run' || rc=$?
+  bash -c 'cd /srv/ci && bash .ci/run' || rc=$?
 log ".ci/run exited $rc"
 exit "$rc"
