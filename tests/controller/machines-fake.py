@@ -2,11 +2,18 @@
 """A small stateful fake of the two machine APIs the controller's equinix and
 powervs providers call, for the lab runs that boot a guest as the machine it
 made (tests/lab/platform-ignition.sh). The shapes are those of the Rust
-tests' fake (appliance/tests/controller/fake.rs), which Prism checks against
-the providers' specs (../shared/specs/equinix-metal, ../shared/specs/powervs).
+tests' fake (appliance/tests/controller/fake.rs). Every create is checked
+against the providers' own documents (--specs, default ../shared/specs
+beside the checkout): the Equinix device body against the OpenAPI
+document's POST /projects/{id}/devices request body, the Power VS instance
+body against the Swagger document's PVMInstanceCreate, the query
+parameters of a device list against those the document declares. A
+request that does not conform is answered 422 and listed at
+/_fake/violations (the lab run asserts that list is empty).
 
     machines-fake.py --listen 127.0.0.1:PORT --equinix-key-file F
         --powervs-key-file F [--first-ip 10.77.0.110] [--record FILE]
+        [--specs DIR]
 
 Equinix Metal (X-Auth-Token = the key file's text, else 401):
   GET    /projects/{id}/devices[?tag=T]  the devices (with tag T), one page
@@ -26,6 +33,7 @@ IBM IAM and Power VS (Bearer = the token issued for the key, and a CRN):
 Control (unsigned, for the test):
   GET    /_fake/machines                 every machine made: provider, id,
                                          name, ip, mac, userdata (as sent)
+  GET    /_fake/violations               requests that did not conform
 
 Private addresses are --first-ip, then upwards; MACs b4:96:91:77:00:NN
 (Equinix) and fa:16:3e:77:00:NN (Power VS). Only 127.0.0.1 is accepted as
@@ -35,6 +43,7 @@ import argparse
 import http.server
 import ipaddress
 import json
+import os
 import secrets
 import signal
 import sys
@@ -58,6 +67,18 @@ class State:
         self.devices = {}
         self.instances = {}
         self.machines = []  # what /_fake/machines shows, in creation order
+        self.violations = []
+        with open(os.path.join(opts.specs, "equinix-metal", "openapi3.bundled.json")) as f:
+            self.metal = json.load(f)
+        with open(os.path.join(opts.specs, "powervs", "power-iaas.derived.swagger.json")) as f:
+            self.pvs = json.load(f)
+        devices = self.metal["paths"]["/projects/{id}/devices"]
+        self.device_body = devices["post"]["requestBody"]["content"]["application/json"]["schema"]
+        self.device_query = {resolve(self.metal, p).get("name") for p in devices["get"]["parameters"]}
+        self.instance_body = {"$ref": "#/definitions/PVMInstanceCreate"}
+
+    def violation(self, what, problems):
+        self.violations.append({"request": what, "problems": problems})
 
     def take_ip(self):
         used = {m["ip"] for m in self.machines}
@@ -98,6 +119,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
         with LOCK:
             if segs == ["_fake", "machines"] and self.command == "GET":
                 return self.reply(200, st.machines)
+            if segs == ["_fake", "violations"] and self.command == "GET":
+                return self.reply(200, st.violations)
             if segs == ["identity", "token"] and self.command == "POST":
                 return self.iam(st, raw)
             if segs[:1] == ["pcloud"]:
@@ -112,6 +135,10 @@ class Handler(http.server.BaseHTTPRequestHandler):
             return self.reply(401, {"errors": ["invalid auth token"]})
         if len(segs) == 3 and segs[0] == "projects" and segs[2] == "devices":
             if self.command == "GET":
+                unknown = sorted(set(dict(urllib.parse.parse_qsl(query))) - st.device_query)
+                if unknown:
+                    st.violation(f"GET {self.path}", [f"query parameter {k} is not declared" for k in unknown])
+                    return self.reply(422, {"errors": [f"unknown query parameters {unknown}"]})
                 tag = dict(urllib.parse.parse_qsl(query)).get("tag")
                 devs = [d for d in st.devices.values()
                         if d["state"] != "deleted" and (tag is None or tag in d["tags"])]
@@ -121,6 +148,10 @@ class Handler(http.server.BaseHTTPRequestHandler):
                     v = json.loads(raw)
                 except ValueError:
                     return self.reply(422, {"errors": ["bad JSON"]})
+                problems = check(st.metal, st.device_body, v, "body")
+                if problems:
+                    st.violation(f"POST {self.path}", problems)
+                    return self.reply(422, {"errors": problems})
                 for k in ("metro", "plan", "hostname", "operating_system"):
                     if not v.get(k):
                         return self.reply(422, {"errors": [f"{k} is required"]})
@@ -185,6 +216,10 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 v = json.loads(raw)
             except ValueError:
                 return self.reply(400, {"description": "bad JSON", "error": "bad request"})
+            problems = check(st.pvs, st.instance_body, v, "body")
+            if problems:
+                st.violation(f"POST {self.path}", problems)
+                return self.reply(422, {"description": "; ".join(problems), "error": "bad request"})
             for k in ("serverName", "imageID", "processors", "memory", "procType", "networks"):
                 if k not in v:
                     return self.reply(400, {"description": f"{k} is required", "error": "bad request"})
@@ -219,6 +254,68 @@ class Handler(http.server.BaseHTTPRequestHandler):
         return self.reply(404, not_found)
 
 
+def resolve(doc, node):
+    """Follows local $refs ("#/components/schemas/X", "#/definitions/X")."""
+    seen = 0
+    while isinstance(node, dict) and "$ref" in node and seen < 32:
+        target = doc
+        for part in node["$ref"].lstrip("#/").split("/"):
+            target = target[part]
+        node, seen = target, seen + 1
+    return node
+
+
+TYPES = {"object": dict, "array": list, "string": str, "boolean": bool}
+
+
+def check(doc, schema, value, where):
+    """The problems of `value` against an OpenAPI 3 / Swagger 2 schema:
+    types (integer and number as JSON has them), required properties,
+    enums, allOf, oneOf/anyOf (some alternative fits), items, and
+    additionalProperties: false. Empty: it conforms."""
+    schema = resolve(doc, schema)
+    if not isinstance(schema, dict):
+        return []
+    if "allOf" in schema:
+        return [p for s in schema["allOf"] for p in check(doc, s, value, where)]
+    for key in ("oneOf", "anyOf"):
+        if key in schema:
+            alts = [check(doc, s, value, where) for s in schema[key]]
+            if any(not a for a in alts):
+                return []
+            return [f"{where}: fits none of the {key} alternatives ({min(alts, key=len)[0]})"]
+    if value is None and schema.get("nullable"):
+        return []
+    t = schema.get("type")
+    if t in ("integer", "number"):
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if t == "integer":
+            ok = ok and float(value).is_integer()
+        if not ok:
+            return [f"{where}: {json.dumps(value)[:40]} is not of type {t}"]
+    elif t in TYPES and not isinstance(value, TYPES[t]):
+        return [f"{where}: {json.dumps(value)[:40]} is not of type {t}"]
+    if "enum" in schema and value not in schema["enum"]:
+        return [f"{where}: {json.dumps(value)[:40]} is not one of {schema['enum']}"]
+    problems = []
+    if isinstance(value, dict):
+        props = schema.get("properties", {})
+        for r in schema.get("required", []):
+            if r not in value:
+                problems.append(f"{where}.{r}: required")
+        for k, v in value.items():
+            if k in props:
+                problems += check(doc, props[k], v, f"{where}.{k}")
+            elif schema.get("additionalProperties") is False:
+                problems.append(f"{where}.{k}: not a property of the schema")
+            elif isinstance(schema.get("additionalProperties"), dict):
+                problems += check(doc, schema["additionalProperties"], v, f"{where}.{k}")
+    if isinstance(value, list) and "items" in schema:
+        for i, v in enumerate(value):
+            problems += check(doc, schema["items"], v, f"{where}[{i}]")
+    return problems
+
+
 def public(dev):
     return {k: v for k, v in dev.items() if not k.startswith("_")}
 
@@ -234,6 +331,8 @@ def main():
     ap.add_argument("--powervs-key-file", required=True)
     ap.add_argument("--first-ip", default="10.77.0.110")
     ap.add_argument("--record")
+    ap.add_argument("--specs", default=os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                                     "..", "..", "..", "shared", "specs"))
     opts = ap.parse_args()
     host, port = opts.listen.rsplit(":", 1)
     if host != "127.0.0.1":

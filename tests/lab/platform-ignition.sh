@@ -197,7 +197,7 @@ case $PLATFORM in
   packet|powervs)
     spawn --ns "$NS" --log "$WORK/provider-fake.log" python3 tests/controller/machines-fake.py \
       --listen 127.0.0.1:8093 --equinix-key-file "$WORK/secrets/equinix-key" \
-      --powervs-key-file "$WORK/secrets/powervs-key"
+      --powervs-key-file "$WORK/secrets/powervs-key" --specs "$SPECS"
     FAKE=http://127.0.0.1:8093 ;;
 esac
 mcs_up() { nsx curl -fsS --max-time 1 --cacert "$WORK/mcs-ca/ca.pem" --resolve "api-int.$DOMAIN:22623:$MCS_IP" "https://api-int.$DOMAIN:22623/healthz"; }
@@ -246,7 +246,10 @@ if [[ -n $PROVIDER ]]; then
   case $PLATFORM in
     aliyun) nsx curl -fsS "$FAKE/_fake/instances" >"$WORK/fake.json"
             read -r F_IP F_MAC F_UD < <(python3 -c 'import json,sys; i=[x for x in json.load(open(sys.argv[1])) if x.get("InstanceName")==sys.argv[2]][0]; print(i["PrivateIpAddress"], i["MacAddress"], i["UserData"])' "$WORK/fake.json" "$NODE") ;;
-    *) nsx curl -fsS "$FAKE/_fake/machines" >"$WORK/fake.json"
+    *) # Every request the controller sent conforms to the provider's document.
+       violations=$(nsx curl -fsS "$FAKE/_fake/violations") || die "the provider fake's violations could not be read"
+       [[ $violations == "[]" ]] || die "requests that do not conform to the provider's spec: $violations"
+       nsx curl -fsS "$FAKE/_fake/machines" >"$WORK/fake.json"
        read -r F_IP F_MAC F_UD < <(python3 -c 'import base64,json,sys; m=[x for x in json.load(open(sys.argv[1])) if x["name"].endswith(sys.argv[2])][0]; u=m["userdata"]; print(m["ip"], m["mac"], u if m["provider"]=="powervs" else base64.b64encode(u.encode()).decode())' "$WORK/fake.json" "$NODE") ;;
   esac
   [[ $F_IP == "$IP" && ${F_MAC,,} == "${MAC,,}" ]] \
