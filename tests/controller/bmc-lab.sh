@@ -51,7 +51,7 @@ lv() { virsh -q -c "$LV_URI" "$@"; }
 # default network stay out of sight, and everything of ours is in WORK.
 #   spawn --ns NS unshare --mount --propagation private sh -c 'mount ...;
 #       exec nice -n 10 /usr/sbin/virtlogd -f /etc/libvirt/virtlogd.conf -p PIDFILE'
-#   spawn nsenter -t VIRTLOGD_PID --mount --net nice -n 10 /usr/sbin/libvirtd -f ... -p PIDFILE
+#   spawn nsenter -t VIRTLOGD_PID --mount --net --root nice -n 10 /usr/sbin/libvirtd -f ... -p PIDFILE
 # (ip netns exec, unshare, nsenter for mount+net, sh's exec and nice all exec:
 # $SPAWNED is the daemon's own PID.) QEMU inherits libvirtd's nice. Without virtlogd
 # a domain start fails ("Failed to connect socket to .../virtlogd-sock").
@@ -93,7 +93,9 @@ EOF
   VIRTLOGD_PID=$SPAWNED
   # The mounts are done once virtlogd's socket is there.
   wait_up "$VIRTLOGD_PID" 10 "$WORK/virtlogd.log" virtlogd test -S "$lvd/run/virtlogd-sock"
-  spawn --log "$WORK/libvirtd.log" nsenter -t "$VIRTLOGD_PID" --mount --net nice -n 10 /usr/sbin/libvirtd \
+  # --root: entering a mount namespace makes its root ours; in a chroot
+  # (tests/fresh-debian.sh) that is the host's /, not virtlogd's root.
+  spawn --log "$WORK/libvirtd.log" nsenter -t "$VIRTLOGD_PID" --mount --net --root nice -n 10 /usr/sbin/libvirtd \
     -f /etc/libvirt/libvirtd.conf -p "$WORK/libvirtd.pid"
   LIBVIRTD_PID=$SPAWNED
   wait_up "$LIBVIRTD_PID" 30 "$WORK/libvirtd.log" "libvirtd (virsh -c $LV_URI list)" lv list
