@@ -198,7 +198,10 @@ alive "$NSPAWN" || fail "systemd-nspawn exited: $(tail -n 5 "$RUN/console.log" |
 [[ -n $LEADER ]] || fail "no systemd in the container after 30 s"
 
 cx() { # command...: in the container, as its root, with a timeout (T, 30 s)
-  timeout "${T:-30}" nsenter -t "$LEADER" -m -u -i -n -p -- \
+  # -r: the container's root. Entering its mount namespace alone gives the
+  # namespace's root, which is not the container's where systemd-nspawn
+  # could not pivot_root (run from a chroot: tests/fresh-debian.sh).
+  timeout "${T:-30}" nsenter -t "$LEADER" -m -u -i -n -p -r -- \
     /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 SYSTEMD_PAGER='' "$@"
 }
 state=''
@@ -327,7 +330,7 @@ reach() { # unit
   uid=$(awk '/^Uid:/ {print $2}' <<<"$st"); gid=$(awk '/^Gid:/ {print $2}' <<<"$st")
   groups=$(awk '/^Groups:/ {$1 = ""; print}' <<<"$st" | xargs | tr ' ' ',')
   # shellcheck disable=SC2016  # the script is the container's sh's
-  cx nsenter -t "$pid" -m -- setpriv --reuid="$uid" --regid="$gid" --groups="$groups" --inh-caps=-all --bounding-set=-all \
+  cx nsenter -t "$pid" -m -r --wd=/ -- setpriv --reuid="$uid" --regid="$gid" --groups="$groups" --inh-caps=-all --bounding-set=-all \
     sh -c 'r=""
       head -c 1 /var/lib/bootd/nodes.yaml >/dev/null 2>&1 || r="$r cannot-read-nodes.yaml"
       cat /var/lib/bootd/token.key >/dev/null 2>&1 && r="$r reads-token.key"
