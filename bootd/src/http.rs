@@ -213,7 +213,7 @@ fn node_token(app: &App, snap: &Snapshot, node: &Node) -> String {
     )
 }
 
-fn installed_at(app: &App, snap: &Snapshot, node: &Node) -> Option<i64> {
+pub(crate) fn installed_at(app: &App, snap: &Snapshot, node: &Node) -> Option<i64> {
     match snap.site.ignition.after_install {
         site::AfterInstall::Disk => app.installed.at(&node.name),
         site::AfterInstall::Network => None,
@@ -222,7 +222,7 @@ fn installed_at(app: &App, snap: &Snapshot, node: &Node) -> Option<i64> {
 
 /// An installed node network-booted again: its boot order puts the
 /// network first (or someone asked for it). Told to boot its disk.
-fn local_boot_flag(app: &App, node: &Node, subject: Subject, installed_at: i64) {
+pub(crate) fn local_boot_flag(app: &App, node: &Node, subject: Subject, installed_at: i64) {
     warn!(node = %node.name, installed_at, "installed node network-booted again: serving a local-disk boot (check its boot order; bootd nodes reinstall to install again)");
     app.timeline.record(
         Raw::new(

@@ -32,6 +32,17 @@ pub(crate) fn tftp_resolver(app: Arc<App>) -> tftp::Resolver {
                         http::count_refusal(&app, "GRUB config (TFTP)", &node.name, peer.ip(), d);
                         return tftp::Resolved::NotFound;
                     }
+                    // Installed already: its disk, never the installer again
+                    // (as over HTTP; PowerVM's firmware reads GRUB over TFTP).
+                    if let Some(at) = http::installed_at(&app, &snap, node) {
+                        let subject = timeline::Subject {
+                            mac: Some(mac),
+                            ..timeline::Subject::node(&node.name)
+                        }
+                        .with_ip(peer.ip().to_canonical());
+                        http::local_boot_flag(&app, node, subject, at);
+                        return tftp::Resolved::Bytes(render::grub::local_disk(node).into());
+                    }
                     let tok = app.key.issue(
                         &node.name,
                         token::Scope::Script,

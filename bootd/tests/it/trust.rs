@@ -197,6 +197,27 @@ async fn grub_configs_over_tftp_go_to_the_node_only() {
         metric(&b, "bootd_ignition_denials_total{reason=\"not_from_node\"}").await,
         1
     );
+    // Once it installed, GRUB over TFTP boots its disk, as over HTTP: no
+    // installer, no token (no install loop for firmware reading GRUB over TFTP).
+    let node = b
+        .app
+        .live
+        .load()
+        .site
+        .node_by_ip(ip(NODE))
+        .unwrap()
+        .name
+        .clone();
+    b.app.installed.mark(&node, 1).unwrap();
+    let cfg = String::from_utf8(crate::timeline::tftp_get(ip(NODE), server, &file).await).unwrap();
+    assert!(
+        cfg.contains("installed already") && cfg.contains("exit"),
+        "{cfg}"
+    );
+    assert!(!cfg.contains("token="), "{cfg}");
+    b.app.installed.clear(&node).unwrap();
+    let cfg = crate::timeline::tftp_get(ip(NODE), server, &file).await;
+    assert!(!token_in(&cfg).is_empty(), "reinstall: the installer again");
     b.stop().await;
 }
 
