@@ -13,15 +13,8 @@ use tokio_util::sync::CancellationToken;
 
 /// Serves `status` (as lbd's admin listener does) at `GET /status`.
 async fn lbd_admin(status: Arc<Mutex<Status>>) -> SocketAddr {
-    testkit::http_fake::serve(None, move |_req| {
-        let body = serde_json::to_vec(&*status.lock().unwrap()).unwrap();
-        async move {
-            Some(hyper::Response::new(http_body_util::Full::new(
-                bytes::Bytes::from(body),
-            )))
-        }
-    })
-    .await
+    testkit::http_fake::serve_body(move || serde_json::to_vec(&*status.lock().unwrap()).unwrap())
+        .await
 }
 
 fn frontend(

@@ -13,15 +13,8 @@ use std::sync::Mutex;
 
 /// Serves `status` at `GET /status`, as lbd's admin listener does.
 async fn lbd_admin(status: Arc<Mutex<Status>>) -> std::net::SocketAddr {
-    testkit::http_fake::serve(None, move |_req| {
-        let body = serde_json::to_vec(&*status.lock().unwrap()).unwrap();
-        async move {
-            Some(hyper::Response::new(http_body_util::Full::new(
-                bytes::Bytes::from(body),
-            )))
-        }
-    })
-    .await
+    testkit::http_fake::serve_body(move || serde_json::to_vec(&*status.lock().unwrap()).unwrap())
+        .await
 }
 
 fn machine_config(clients: &[(&str, u64)]) -> Status {

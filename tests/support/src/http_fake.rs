@@ -14,6 +14,20 @@ use std::sync::Arc;
 /// A fake's reply to one request.
 pub type Reply = Response<Full<Bytes>>;
 
+/// Serves whatever `body` makes at the time of each request (a stand-in
+/// for a status endpoint: lbd's admin `GET /status`), on 127.0.0.1.
+pub async fn serve_body<F>(body: F) -> SocketAddr
+where
+    F: Fn() -> Vec<u8> + Send + Sync + 'static,
+{
+    let body = Arc::new(body);
+    serve(None, move |_req| {
+        let bytes = Bytes::from(body());
+        async move { Some(Response::new(Full::new(bytes))) }
+    })
+    .await
+}
+
 /// Serves `handle` on 127.0.0.1 (a port of the kernel's choosing), over TLS
 /// when `tls` is given, for as long as the runtime runs; returns the
 /// address. A request `handle` answers `None` to has its connection dropped
