@@ -35,7 +35,8 @@
 #      boots the disk (no install loop), delete -> powered off, a BMC
 #      certificate refused without its CA, the BMC password nowhere;
 #   6. (6 and 7 run in a second lane, in the background, beside 3-5)
-#      DHCP interop: udhcpc, dhclient and perfdhcp (relay) against bootd;
+#      DHCP interop: udhcpc, dhclient, perfdhcp (relay) and ISC dhcrelay with
+#      option 82 (a port names a node; the option echoed) against bootd;
 #   7. end to end: real firmware network-boots the lab site's nodes from bootd
 #      inside a private network namespace: SeaBIOS + iPXE ROM, OVMF + iPXE ROM and
 #      OVMF's own PXE (-> ipxe.efi over TFTP) boot a Linux guest that proves the
@@ -127,7 +128,7 @@ e2e() {
 mkdir -p target/lane-b
 tb() { step_in B "$@"; }  # name command...: t, for the background lane
 lane_b() {
-  tb "DHCP interop (udhcpc, dhclient, perfdhcp)" bash tests/lab/dhcp-interop.sh $BIN/bootd
+  tb "DHCP interop (udhcpc, dhclient, perfdhcp, dhcrelay with option 82)" bash tests/lab/dhcp-interop.sh $BIN/bootd
   tb "DHCPv6 interop (dhclient -6, dhcpcd, udhcpc6, perfdhcp -6)" bash tests/lab/dhcp6-interop.sh $BIN/bootd
   # The guest runs the real Ignition client (Debian's 2.14, which asks for spec
   # 3.3.0) against the lab's role configs: bootstrap 3.2.0 (what

@@ -264,7 +264,10 @@ fn node_script(
 fn ipxe_by_mac(app: &App, snap: &Snapshot, q: Option<&str>, peer: IpAddr) -> Response<Body> {
     let mac = query(q, "mac").and_then(|m| m.parse::<Mac>().ok());
     let buildarch = query(q, "buildarch").unwrap_or_default();
-    match mac.as_ref().and_then(|m| snap.site.node_by_mac(m)) {
+    match mac
+        .as_ref()
+        .and_then(|m| snap.site.node_by_mac_or_port(m, peer))
+    {
         Some(node) => {
             let fits = matches!(
                 (node.arch, buildarch.as_str()),
@@ -385,7 +388,7 @@ fn mac_config(
     let Ok(mac) = dashed.parse::<Mac>() else {
         return not_found();
     };
-    let Some(node) = snap.site.node_by_mac(&mac) else {
+    let Some(node) = snap.site.node_by_mac_or_port(&mac, peer) else {
         debug!(%mac, "{what} asked for an unknown MAC");
         return not_found();
     };

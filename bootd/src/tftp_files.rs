@@ -18,7 +18,7 @@ pub(crate) fn tftp_resolver(app: Arc<App>) -> tftp::Resolver {
             .strip_prefix("grub.cfg-01-")
             .and_then(|m| m.parse::<site::Mac>().ok())
         {
-            return match site.node_by_mac(&mac) {
+            return match site.node_by_mac_or_port(&mac, peer.ip()) {
                 Some(node) => {
                     let addrs = http::node_addrs(&app, node);
                     let allowed = token::authorize_script(

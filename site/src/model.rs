@@ -201,6 +201,10 @@ pub struct Dhcp {
     pub domain_name: String,
     pub boot_files: BootFiles,
     pub options: Vec<DhcpOptionValue>,
+    /// Relay agents (their giaddr) whose option 82 names a node's port
+    /// (`nodes[].relay`); from any other, option 82 is echoed, never
+    /// believed.
+    pub trusted_relays: Vec<Ipv4Addr>,
 }
 
 /// `host.dhcp6`: stateful DHCPv6 (addresses, boot URLs) on one link.
@@ -459,6 +463,36 @@ impl Site {
     }
     pub fn node_by_mac(&self, mac: &Mac) -> Option<&Node> {
         self.nodes.iter().find(|n| n.macs.contains(mac))
+    }
+    /// The node a relayed request names by its option 82 sub-options:
+    /// one whose `relay` matches, the one naming both sub-options first
+    /// (a port on a given switch before a port name alone).
+    pub fn node_by_relay(
+        &self,
+        circuit_id: Option<&[u8]>,
+        remote_id: Option<&[u8]>,
+    ) -> Option<&Node> {
+        let mut found: Option<&Node> = None;
+        for n in &self.nodes {
+            let Some(r) = &n.relay else { continue };
+            if !r.matches(circuit_id, remote_id) {
+                continue;
+            }
+            let both = r.circuit_id.is_some() && r.remote_id.is_some();
+            if both {
+                return Some(n);
+            }
+            found = found.or(Some(n));
+        }
+        found
+    }
+    /// The node a boot file request is for: by the MAC it names, else, for
+    /// a node known by its switch port (`relay`, whose MAC the site need
+    /// not know), by the address DHCP gave that port, which the request
+    /// comes from.
+    pub fn node_by_mac_or_port(&self, mac: &Mac, from: IpAddr) -> Option<&Node> {
+        self.node_by_mac(mac)
+            .or_else(|| self.node_by_ip(from).filter(|n| n.relay.is_some()))
     }
     pub fn node_by_ip(&self, ip: IpAddr) -> Option<&Node> {
         self.nodes.iter().find(|n| n.has_ip(ip))

@@ -242,6 +242,7 @@ fn validate(w: wire::SiteFile, cx: &mut Cx) -> Option<Site> {
         let mut names: HashMap<String, String> = HashMap::new();
         let mut macs: HashMap<Mac, (usize, String)> = HashMap::new();
         let mut ips: HashMap<IpAddr, String> = HashMap::new();
+        let mut ports: HashMap<(Option<String>, Option<String>), String> = HashMap::new();
         // Site nodes, then overlay nodes (their problems name the overlay file).
         let all = w
             .nodes
@@ -277,6 +278,28 @@ fn validate(w: wire::SiteFile, cx: &mut Cx) -> Option<Site> {
                         cx.err(
                             format!("nodes[{i}].macs[{k}]"),
                             format!("duplicate MAC {m} (also in {j})"),
+                        );
+                    }
+                }
+            }
+            if let Some(r) = &wn.relay {
+                let port = (r.circuit_id.clone(), r.remote_id.clone());
+                let trusted = host
+                    .as_ref()
+                    .and_then(|h| h.dhcp.as_ref())
+                    .is_some_and(|d| !d.trusted_relays.is_empty());
+                if !trusted {
+                    cx.err(
+                        format!("nodes[{i}].relay"),
+                        "needs host.dhcp.trustedRelays: the relays whose option 82 is believed \
+                         (a client can write any option 82 itself)",
+                    );
+                }
+                if port != (None, None) {
+                    if let Some(j) = ports.insert(port, here.clone()) {
+                        cx.err(
+                            format!("nodes[{i}].relay"),
+                            format!("the same relay port as {j}: one port names one machine"),
                         );
                     }
                 }

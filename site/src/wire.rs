@@ -153,6 +153,8 @@ pub struct Dhcp {
     pub boot_files: Option<BootFiles>,
     #[serde(default)]
     pub options: Vec<DhcpOption>,
+    #[serde(default)]
+    pub trusted_relays: Vec<String>,
 }
 
 /// `host.dhcp6`: bootd's DHCPv6 server.
@@ -325,6 +327,15 @@ pub struct Node {
     pub dhcp_options: Vec<DhcpOption>,
     pub fetch_from: Option<String>,
     pub addresses: Option<Vec<String>>,
+    /// The switch port a relay names in option 82 (circuit-id, remote-id).
+    pub relay: Option<RelayId>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RelayId {
+    pub circuit_id: Option<String>,
+    pub remote_id: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -36,6 +36,9 @@ PKGS=(
   atftp tftp-hpa
   # DHCP clients and load generator for bootd's DHCP interop tests
   isc-dhcp-client kea-admin
+  # a relay agent that inserts option 82 (dhcrelay -a), in front of a rack
+  # subnet (tests/lab/dhcp-interop.sh)
+  isc-dhcp-relay
   # DHCPv6: a second client (dhcpcd), router advertisements with the M flag
   # for firmware in the IPv6 lab (radvd), and Kea's DHCPv6 server (bench/dhcp6)
   dhcpcd-base radvd kea-dhcp6-server

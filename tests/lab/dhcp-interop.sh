@@ -7,7 +7,12 @@
 #     udhcpc asking for options 209/210 (as petitboot runs it) gets p9-0's
 #     pxelinux config name and bootd's HTTP base, and the config is fetched;
 #   - perfdhcp (Kea) in relay mode (giaddr 10.77.0.254, from its own namespace
-#     across a veth) completes DORA for 100 simulated clients from the pool.
+#     across a veth) completes DORA for 100 simulated clients from the pool;
+#   - ISC dhcrelay inserting option 82 (-a: circuit-id = its port's name) in
+#     front of a rack subnet (10.78.0.0/24): a client with a MAC the site does
+#     not know, on port "port7", gets the reservation of the node that port
+#     names (rack-7), and bootd's replies carry option 82 exactly as the
+#     relay wrote it (seen on the wire between relay and server).
 # Prints "ok   <client> ..." / "FAIL <client>: ..." per client, then "PASS dhcp-interop"
 # or "FAIL dhcp-interop (N failed)" (exit 1).
 set -euo pipefail
@@ -32,8 +37,12 @@ ip -n "$S" link set "vbr-$$" master br0 up
 ns_addr "$R" "vr-$$" 10.77.0.254/24
 
 # The lab site, with a dynamic pool for perfdhcp's simulated clients.
+# The rack subnet behind the relay, and rack-7: known by its switch port only.
 lab_site "$WORK/site.yaml" networks.lab.pool='{start: 10.77.0.100, end: 10.77.0.220}' \
-  host.stateDir="$WORK/state" host.tftp.root="$WORK"
+  host.stateDir="$WORK/state" host.tftp.root="$WORK" \
+  networks+='{name: rack, subnet: 10.78.0.0/24, gateway: 10.78.0.1, dnsServers: [10.77.0.1]}' \
+  host.dhcp.trustedRelays='[10.78.0.1]' \
+  nodes+='{name: rack-7, role: worker, ip: 10.78.0.47, relay: {circuitId: port7}, kernelArgs: [console=ttyS0]}'
 start_bootd --ns "$S" --log "$WORK/bootd.log" --bin "$BOOTD" -- --site "$WORK/site.yaml" || fail "bootd did not start"
 
 # miss WHAT: a failed check, with the end of bootd's log.
@@ -121,5 +130,47 @@ if [[ -n ${acks:-} && ${acks:-0} -ge 90 ]]; then
 else
   miss "perfdhcp relay: ACKs received: ${acks:-none}"; cat "$WORK/perfdhcp.out"
 fi
+# --- ISC dhcrelay with option 82 (circuit-id = its port's name) ---
+# D: a machine on the relay's port7 (10.78.0.0/24); bootd reaches that
+# subnet through the relay.
+D=dhcpi-d-$$
+ns_new "$D"
+ns_veth "$R" port7 "$D" "vd-$$"
+ns_addr "$R" port7 10.78.0.1/24
+ip -n "$R" link set port7 up
+ip -n "$S" route add 10.78.0.0/24 via 10.77.0.254
+ip netns exec "$R" sysctl -qw net.ipv4.ip_forward=1
+ip -n "$D" link set "vd-$$" address 52:54:00:99:00:07 up
+# The wire between relay and server, decoded (option 82 both ways).
+spawn --ns "$R" --log "$WORK/relay-wire.txt" tcpdump -l -n -vv -i "vr-$$" udp port 67
+tcpdump_pid=$SPAWNED
+spawn --ns "$R" --log "$WORK/dhcrelay.log" dhcrelay -4 -d --no-pid -a -id port7 -iu "vr-$$" 10.77.0.1
+relay_pid=$SPAWNED
+sleep 1
+if UDHCPC_OUT=$WORK/rack.out ip netns exec "$D" timeout 20 busybox udhcpc -i "vd-$$" -n -q -t 5 -s "$WORK/udhcpc.sh" >/dev/null 2>&1 \
+  && grep -q "ip=10.78.0.47 router=10.78.0.1 dns=10.77.0.1 hostname=rack-7 " "$WORK/rack.out"; then
+  ok "dhcrelay -a (option 82): an unknown MAC on port7 got rack-7's reservation: $(cat "$WORK/rack.out")"
+else
+  miss "dhcrelay -a: $(cat "$WORK/rack.out" 2>/dev/null || echo no lease)"; tail_log "$WORK/dhcrelay.log"
+fi
+sleep 0.5
+stop_pid "$relay_pid"
+stop_pid "$tcpdump_pid"
+# Each packet tcpdump prints as a block; its second line has the addresses.
+# Requests go to 10.77.0.1.67, replies to the relay (10.78.0.1.67); every one
+# of either must carry Circuit-ID "port7".
+agent_lines=$(awk '
+  /^[0-9][0-9]:[0-9][0-9]:/ { dir = "" }
+  /> 10\.77\.0\.1\.67:/ { dir = "req"; n[dir]++ }
+  /> 10\.78\.0\.1\.67:/ { dir = "rep"; n[dir]++ }
+  /Circuit-ID SubOption 1, length 5: port7/ && dir != "" { a[dir]++ }
+  END { printf "%d %d %d %d", n["req"], a["req"], n["rep"], a["rep"] }' "$WORK/relay-wire.txt")
+read -r nreq areq nrep arep <<<"$agent_lines"
+if [[ $nreq -ge 2 && $nrep -ge 2 && $areq == "$nreq" && $arep == "$nrep" ]]; then
+  ok "option 82 echoed: $nrep replies from bootd to the relay, each with the relay's Circuit-ID port7 ($nreq requests carried it)"
+else
+  miss "option 82 echo: requests $nreq (with 82: $areq), replies $nrep (with 82: $arep)"; head -40 "$WORK/relay-wire.txt"
+fi
+
 log "$PASSES passed, $FAILS failed"
 harness_verdict

@@ -322,3 +322,39 @@ async fn the_status_page_goes_to_status_from_only() {
     assert_eq!(metric(&b, "bootd_status_refused_total").await, 4);
     b.stop().await;
 }
+
+/// A node known by its switch port (`relay`, no MAC in the site): its boot
+/// script and configs go, by whatever MAC the machine asks with, to the
+/// address DHCP gave that port, and to no one else; a node the site knows
+/// by MAC is not found by address.
+#[tokio::test]
+async fn a_rack_nodes_script_goes_to_its_ports_address_only() {
+    let b = Bootd::start_strict(|t| {
+        on_loopback(t)
+            .replace("    leaseTime: 1h\n", "    leaseTime: 1h\n    trustedRelays: [10.77.0.254]\n")
+            .replacen(
+                "\nnodes:\n",
+                "\nnodes:\n  - { name: rack-7, role: worker, ip: 127.0.0.47, relay: { circuitId: eth1/7 } }\n",
+                1,
+            )
+    })
+    .await;
+    let any_mac = "52-54-00-99-00-07";
+    let routes = [
+        format!("/ipxe/node?mac={any_mac}"),
+        format!("/grub/grub.cfg-01-{any_mac}"),
+        format!("/pxelinux.cfg/01-{any_mac}"),
+    ];
+    for path in &routes {
+        let (s, body) = get(&b, "127.0.0.47", path).await;
+        assert_eq!(s, StatusCode::OK, "{path}");
+        assert!(!token_in(&body).is_empty(), "{path}");
+        assert!(String::from_utf8_lossy(&body).contains("rack-7"), "{path}");
+        // From a neighbour: as for any unknown MAC.
+        let (_, body) = get(&b, "127.0.0.99", path).await;
+        assert!(!String::from_utf8_lossy(&body).contains("token="), "{path}");
+    }
+    // master-0 (known by MAC) asking with another MAC from its address: not it.
+    let (_, body) = get(&b, NODE, &format!("/ipxe/node?mac={any_mac}")).await;
+    assert!(!String::from_utf8_lossy(&body).contains("token="));
+}

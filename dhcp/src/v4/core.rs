@@ -5,6 +5,7 @@
 use super::boot::{self, ClientInfo, IPXE_NO_PXEDHCP, OPT_IPXE};
 use super::leases::{Lease, LeaseState, Table};
 use dhcproto::v4::{DhcpOption, HType, Message, MessageType, Opcode, OptionCode, UnknownOption};
+use dhcproto::{Encodable, Encoder};
 use ipnet::IpNet;
 use site::{DhcpMode, Mac, Network, Node, Site, Subnet};
 use std::net::{IpAddr, Ipv4Addr};
@@ -161,7 +162,40 @@ fn hostname_of(req: &Message) -> Option<String> {
     }
 }
 
-/// A BOOTREPLY to `req`: its transaction, flags, relay and client.
+/// Option 82 as the relay sent it. The server puts the packet's own bytes
+/// in the message ([`super::wire::relay_agent_info`]: decoding would sort
+/// the sub-options and drop repeated ones); a message built otherwise has
+/// its decoded form encoded again.
+pub fn relay_info(req: &Message) -> Option<Vec<u8>> {
+    match req.opts().get(OptionCode::RelayAgentInformation)? {
+        DhcpOption::Unknown(u) => Some(u.data().to_vec()),
+        DhcpOption::RelayAgentInformation(info) => {
+            let mut buf = Vec::new();
+            info.encode(&mut Encoder::new(&mut buf)).ok()?;
+            Some(buf)
+        }
+        _ => None,
+    }
+}
+
+/// The site node `req` comes from: by its MAC, else by the switch port
+/// option 82 names, when a trusted relay (`host.dhcp.trustedRelays`)
+/// forwarded it: replies go back through that relay, to that port.
+pub fn node_of<'a>(site: &'a Site, req: &Message, mac: &Mac) -> Option<&'a Node> {
+    site.node_by_mac(mac).or_else(|| {
+        let trusted = &site.host.dhcp.as_ref()?.trusted_relays;
+        if !trusted.contains(&req.giaddr()) {
+            return None;
+        }
+        let raw = relay_info(req)?;
+        let (circuit, remote) = super::wire::relay_ids(&raw)?;
+        site.node_by_relay(circuit, remote)
+    })
+}
+
+/// A BOOTREPLY to `req`: its transaction, flags, relay and client, and the
+/// relay's option 82 echoed unchanged (RFC 3046 §2.2: relays drop, or
+/// cannot route, replies without it).
 fn reply_header(req: &Message) -> Message {
     let mut m = Message::default();
     m.set_opcode(Opcode::BootReply)
@@ -170,7 +204,28 @@ fn reply_header(req: &Message) -> Message {
         .set_flags(req.flags())
         .set_giaddr(req.giaddr())
         .set_chaddr(req.chaddr());
+    if let Some(raw) = relay_info(req) {
+        put_relay_info(&mut m, raw);
+    }
     m
+}
+
+/// Puts option 82's raw bytes in `m`, to be encoded as they are.
+///
+/// dhcproto keys an `Unknown` option by `OptionCode::Unknown(82)`, which
+/// its encoder does not recognise as option 82 and writes twice (once in
+/// code order, once as the final option 82). A decoded option first sets
+/// the key to `RelayAgentInformation`; inserting again replaces the value
+/// and keeps that key (a map keeps the first of equal keys), so the raw
+/// bytes are written once, last.
+pub fn put_relay_info(m: &mut Message, raw: Vec<u8>) {
+    let o = m.opts_mut();
+    o.remove(OptionCode::RelayAgentInformation);
+    o.insert(DhcpOption::RelayAgentInformation(Default::default()));
+    o.insert(DhcpOption::Unknown(UnknownOption::new(
+        OptionCode::RelayAgentInformation,
+        raw,
+    )));
 }
 
 fn base_reply(req: &Message, t: MessageType, server: Ipv4Addr) -> Message {
@@ -307,7 +362,7 @@ fn bootp(site: &Site, req: &Message, mac: Mac, link: Option<Ipv4Addr>) -> Outcom
     if dhcp.mode == DhcpMode::Proxy {
         return Outcome::drop("ignored", "BOOTP: proxyDHCP gives no addresses");
     }
-    let Some(node) = site.node_by_mac(&mac) else {
+    let Some(node) = node_of(site, req, &mac) else {
         return Outcome::drop(
             "ignored",
             "BOOTP from a MAC no node has (BOOTP is served to nodes only)",
@@ -375,7 +430,7 @@ pub fn answer(site: &Site, table: &mut Table, req: &Message, rx: Rx, now: u64) -
         return bootp(site, req, mac, rx.link);
     };
     let server = dhcp.server_address;
-    let node = site.node_by_mac(&mac);
+    let node = node_of(site, req, &mac);
     let client = ClientInfo::from_message(req);
     let boot = boot::decide(site, node, &client);
     let net = match client_network(site, req, server, rx.link) {

@@ -145,7 +145,7 @@ fn is_node(site: &site::Site, req: &Message) -> bool {
     req.chaddr().len() >= 6 && {
         let mut raw = [0u8; 6];
         raw.copy_from_slice(&req.chaddr()[..6]);
-        site.node_by_mac(&site::Mac(raw)).is_some()
+        core::node_of(site, req, &site::Mac(raw)).is_some()
     }
 }
 
@@ -226,7 +226,7 @@ impl Server {
             self.count("standby");
             return;
         }
-        let req = match Message::decode(&mut Decoder::new(packet)) {
+        let mut req = match Message::decode(&mut Decoder::new(packet)) {
             Ok(m) => m,
             Err(e) => {
                 self.count("malformed");
@@ -234,6 +234,10 @@ impl Server {
                 return;
             }
         };
+        // Option 82 as the relay wrote it, to echo byte for byte.
+        if let Some(raw) = super::wire::relay_agent_info(packet) {
+            core::put_relay_info(&mut req, raw);
+        }
         if role == Some(DhcpRole::Share) {
             if let Durable::Shared { store: shared, .. } = &self.store {
                 if !ours(shared.as_ref(), scope, &req) {

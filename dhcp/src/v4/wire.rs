@@ -86,6 +86,56 @@ fn walk(area: &[u8], must_end: bool) -> Result<Option<u8>, &'static str> {
     }
 }
 
+/// Option 82 (Relay Agent Information) exactly as the relay wrote it: its
+/// sub-options in their order, every byte kept (pieces of a long option
+/// joined, RFC 3396). From the options field only, where a relay appends
+/// it (RFC 3046 §2.1). `p` has passed [`check`].
+pub fn relay_agent_info(p: &[u8]) -> Option<Vec<u8>> {
+    let area = p.get(HEADER + 4..)?;
+    let mut out: Option<Vec<u8>> = None;
+    let mut i = 0;
+    while i < area.len() {
+        match area[i] {
+            0 => i += 1,
+            255 => break,
+            code => {
+                let len = *area.get(i + 1)? as usize;
+                let val = area.get(i + 2..i + 2 + len)?;
+                if code == 82 {
+                    out.get_or_insert_with(Vec::new).extend_from_slice(val);
+                }
+                i += 2 + len;
+            }
+        }
+    }
+    // An empty option 82 holds no sub-option to echo (nor can an empty
+    // option be encoded back).
+    out.filter(|v| !v.is_empty())
+}
+
+/// Option 82's circuit-id and remote-id, each when the relay sent it.
+pub type RelayIds<'a> = (Option<&'a [u8]>, Option<&'a [u8]>);
+
+/// Option 82's circuit-id (1) and remote-id (2) sub-options, from its
+/// value. `None` when the value is not a well-formed list of sub-options
+/// (then nothing is matched on it, though it is still echoed).
+pub fn relay_ids(v: &[u8]) -> Option<RelayIds<'_>> {
+    let (mut circuit, mut remote) = (None, None);
+    let mut i = 0;
+    while i < v.len() {
+        let code = v[i];
+        let len = *v.get(i + 1)? as usize;
+        let val = v.get(i + 2..i + 2 + len)?;
+        match code {
+            1 => circuit = circuit.or(Some(val)),
+            2 => remote = remote.or(Some(val)),
+            _ => {}
+        }
+        i += 2 + len;
+    }
+    Some((circuit, remote))
+}
+
 pub fn check(p: &[u8]) -> Result<(), &'static str> {
     if p.len() < HEADER + 4 {
         return Err("shorter than a BOOTP header and magic cookie");
@@ -124,6 +174,41 @@ mod tests {
         p[2] = 6;
         p[236..240].copy_from_slice(&COOKIE);
         p
+    }
+
+    #[test]
+    fn option_82_is_read_as_written() {
+        // A long option 82 in two pieces (RFC 3396), with PAD and another
+        // option between them: joined, in order, nothing else.
+        let mut p = base();
+        let first: Vec<u8> = std::iter::once(1)
+            .chain(std::iter::once(255))
+            .chain([b'a'; 253])
+            .collect();
+        p.extend_from_slice(&[53, 1, 1, 82, 255]);
+        p.extend_from_slice(&first);
+        p.extend_from_slice(&[0, 82, 4]);
+        p.extend_from_slice(&[b'a', b'a', 2, 0]);
+        p.extend_from_slice(&[12, 1, b'h', 255]);
+        assert_eq!(check(&p), Ok(()));
+        let got = relay_agent_info(&p).unwrap();
+        assert_eq!(got.len(), 259);
+        assert_eq!(
+            relay_ids(&got),
+            Some((Some(&[b'a'; 255][..]), Some(&[][..])))
+        );
+        let mut none = base();
+        none.extend_from_slice(&[53, 1, 1, 255]);
+        assert_eq!(relay_agent_info(&none), None);
+        let mut empty = base();
+        empty.extend_from_slice(&[53, 1, 1, 82, 0, 255]);
+        assert_eq!(relay_agent_info(&empty), None);
+        // Sub-options that overrun: echoed, but naming no port.
+        assert_eq!(relay_ids(&[1, 5, b'x']), None);
+        assert_eq!(
+            relay_ids(&[9, 1, 0, 1, 1, b'p']),
+            Some((Some(&b"p"[..]), None))
+        );
     }
 
     #[test]

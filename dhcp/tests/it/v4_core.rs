@@ -682,3 +682,175 @@ fn a_direct_client_is_on_the_links_network_when_the_server_address_is_elsewhere(
         Some(&DhcpOption::Router(vec!["10.81.0.254".parse().unwrap()]))
     );
 }
+
+/// Option 82 as a relay writes it: remote-id before circuit-id, an
+/// unknown sub-option 9 (what a decoder keyed by code would reorder).
+const AGENT: &[u8] = &[
+    2, 3, b's', b'w', b'1', 1, 6, b'e', b't', b'h', b'1', b'/', b'7', 9, 2, 0xde, 0xad,
+];
+
+fn relayed(mut m: Message, giaddr: [u8; 4], agent: &[u8]) -> Message {
+    m.set_giaddr(Ipv4Addr::from(giaddr));
+    m.opts_mut().insert(DhcpOption::Unknown(UnknownOption::new(
+        OptionCode::RelayAgentInformation,
+        agent.to_vec(),
+    )));
+    m
+}
+
+/// The bytes of option 82 in the encoded reply (what the relay receives),
+/// `None` without it.
+fn agent_in(o: &Outcome) -> Option<Vec<u8>> {
+    use dhcproto::{Encodable, Encoder};
+    let (m, _) = o.reply.as_ref().expect("a reply");
+    let mut wire = Vec::new();
+    m.encode(&mut Encoder::new(&mut wire)).unwrap();
+    dhcp::v4::wire::relay_agent_info(&wire)
+}
+
+#[test]
+fn option_82_is_echoed_byte_for_byte_in_every_reply() {
+    let site = lab();
+    let mut t = Table::default();
+    // OFFER, then ACK, to a relayed node.
+    let d = relayed(
+        req("52:54:00:77:00:12", MessageType::Discover),
+        [10, 77, 0, 254],
+        AGENT,
+    );
+    let o = answer(&site, &mut t, &d, rx(), 1000);
+    assert_eq!(o.kind, "offer", "{}", o.reason);
+    assert_eq!(agent_in(&o).as_deref(), Some(AGENT));
+    let r = relayed(
+        requesting("52:54:00:77:00:12", Ipv4Addr::new(10, 77, 0, 12)),
+        [10, 77, 0, 254],
+        AGENT,
+    );
+    let o = answer(&site, &mut t, &r, rx(), 1000);
+    assert_eq!(o.kind, "ack", "{}", o.reason);
+    assert_eq!(agent_in(&o).as_deref(), Some(AGENT));
+    // A NAK carries it too (the relay routes it back to the port).
+    let wrong = relayed(
+        requesting("52:54:00:77:00:12", Ipv4Addr::new(10, 77, 0, 99)),
+        [10, 77, 0, 254],
+        AGENT,
+    );
+    let o = answer(&site, &mut t, &wrong, rx(), 1000);
+    assert_eq!(o.kind, "nak", "{}", o.reason);
+    assert_eq!(agent_in(&o).as_deref(), Some(AGENT));
+    // Malformed sub-options (a length past the end) are echoed as they came.
+    let odd = [1, 9, b'x'];
+    let d = relayed(
+        req("52:54:00:77:00:12", MessageType::Discover),
+        [10, 77, 0, 254],
+        &odd,
+    );
+    assert_eq!(
+        agent_in(&answer(&site, &mut t, &d, rx(), 1000)).as_deref(),
+        Some(&odd[..])
+    );
+    // Without option 82 in the request, none in the reply.
+    let o = discover(&site, &mut t, "52:54:00:77:00:12", 1000);
+    assert_eq!(agent_in(&o), None);
+    // A decoded option 82 (a message built by hand) is encoded again.
+    let mut info = dhcproto::v4::relay::RelayAgentInformation::default();
+    info.insert(dhcproto::v4::relay::RelayInfo::AgentCircuitId(
+        b"p1".to_vec(),
+    ));
+    let mut d = req("52:54:00:77:00:12", MessageType::Discover);
+    d.set_giaddr(Ipv4Addr::new(10, 77, 0, 254));
+    d.opts_mut().insert(DhcpOption::RelayAgentInformation(info));
+    assert_eq!(
+        agent_in(&answer(&site, &mut t, &d, rx(), 1000)).as_deref(),
+        Some(&[1, 2, b'p', b'1'][..])
+    );
+}
+
+#[test]
+fn a_trusted_relays_port_names_its_node() {
+    let dir = tempfile::tempdir().unwrap();
+    let site = lab_site(dir.path(), |t| {
+        t.replace("    leaseTime: 1h\n", "    leaseTime: 1h\n    trustedRelays: [10.77.0.254]\n")
+            .replacen(
+                "\nnodes:\n",
+                "\nnodes:\n  - { name: rack-7, role: worker, ip: 10.77.0.47, relay: { circuitId: eth1/7, remoteId: sw1 } }\n",
+                1,
+            )
+    });
+    let unknown = "52:54:00:99:00:07";
+    let mut t = Table::default();
+    let o = answer(
+        &site,
+        &mut t,
+        &relayed(req(unknown, MessageType::Discover), [10, 77, 0, 254], AGENT),
+        rx(),
+        1000,
+    );
+    assert_eq!(o.kind, "offer", "{}", o.reason);
+    let (m, dest) = o.reply.as_ref().unwrap();
+    assert_eq!(m.yiaddr(), Ipv4Addr::new(10, 77, 0, 47));
+    assert_eq!(*dest, Dest::Relay(Ipv4Addr::new(10, 77, 0, 254)));
+    assert!(
+        o.reason.starts_with("rack-7: offer 10.77.0.47"),
+        "{}",
+        o.reason
+    );
+    assert!(
+        matches!(m.opts().get(OptionCode::Hostname), Some(DhcpOption::Hostname(h)) if h == "rack-7")
+    );
+    let o = answer(
+        &site,
+        &mut t,
+        &relayed(
+            requesting(unknown, Ipv4Addr::new(10, 77, 0, 47)),
+            [10, 77, 0, 254],
+            AGENT,
+        ),
+        rx(),
+        1000,
+    );
+    assert_eq!(o.kind, "ack", "{}", o.reason);
+    assert_eq!(o.commit.as_ref().unwrap().mac, unknown);
+    // The same option 82 from anyone else names nobody: an untrusted relay,
+    // or the client itself (no giaddr): no pool here, so no answer.
+    for gi in [[10, 77, 0, 253], [0, 0, 0, 0]] {
+        let o = answer(
+            &site,
+            &mut t,
+            &relayed(req(unknown, MessageType::Discover), gi, AGENT),
+            rx(),
+            1000,
+        );
+        assert!(o.reply.is_none(), "giaddr {gi:?}: {}", o.reason);
+    }
+    // Another port, or the same port on another switch: nobody.
+    let other_port = [
+        2, 3, b's', b'w', b'1', 1, 6, b'e', b't', b'h', b'1', b'/', b'8',
+    ];
+    let other_switch = [
+        2, 3, b's', b'w', b'2', 1, 6, b'e', b't', b'h', b'1', b'/', b'7',
+    ];
+    for agent in [&other_port[..], &other_switch[..]] {
+        let o = answer(
+            &site,
+            &mut t,
+            &relayed(req(unknown, MessageType::Discover), [10, 77, 0, 254], agent),
+            rx(),
+            1000,
+        );
+        assert!(o.reply.is_none(), "{}", o.reason);
+    }
+    // A known MAC is its own node whatever port it is on.
+    let o = answer(
+        &site,
+        &mut t,
+        &relayed(
+            req("52:54:00:77:00:12", MessageType::Discover),
+            [10, 77, 0, 254],
+            AGENT,
+        ),
+        rx(),
+        1000,
+    );
+    assert_eq!(o.reply.unwrap().0.yiaddr(), Ipv4Addr::new(10, 77, 0, 12));
+}

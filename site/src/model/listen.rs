@@ -108,6 +108,7 @@ mod tests {
             dhcp_options: vec![],
             fetch_from: FetchFrom::NodeAddress,
             addresses: None,
+            relay: None,
         }
     }
 

@@ -75,6 +75,68 @@ pub struct Node {
     /// scripts and Ignition are served to these as to `ip`, and a provider
     /// token works only from them once they are known.
     pub addresses: Option<Vec<IpAddr>>,
+    /// The switch port that names it (option 82, RFC 3046): a relayed
+    /// DHCPv4 request carrying these sub-options is this node's, whatever
+    /// its MAC.
+    pub relay: Option<RelayId>,
+}
+
+/// `nodes[].relay`: sub-options of a relay's option 82. Every one given
+/// must match, byte for byte.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct RelayId {
+    /// Sub-option 1 (Agent Circuit ID): the port the request came in on.
+    pub circuit_id: Option<Vec<u8>>,
+    /// Sub-option 2 (Agent Remote ID): the relay (switch) itself.
+    pub remote_id: Option<Vec<u8>>,
+}
+
+impl RelayId {
+    /// Whether option 82's sub-options `circuit_id`, `remote_id` (as the
+    /// relay sent them) name this port.
+    pub fn matches(&self, circuit_id: Option<&[u8]>, remote_id: Option<&[u8]>) -> bool {
+        let want = |mine: &Option<Vec<u8>>, got: Option<&[u8]>| {
+            mine.as_deref().is_none_or(|m| got == Some(m))
+        };
+        (self.circuit_id.is_some() || self.remote_id.is_some())
+            && want(&self.circuit_id, circuit_id)
+            && want(&self.remote_id, remote_id)
+    }
+
+    /// A value as the site writes it: `0x` then hex digits for raw bytes,
+    /// anything else for its UTF-8 bytes.
+    pub fn parse_value(s: &str) -> Result<Vec<u8>, String> {
+        let v = match s.strip_prefix("0x") {
+            Some(hex) => {
+                if hex.is_empty() || hex.len() % 2 != 0 {
+                    return Err(format!("{s:?}: 0x and an even number of hex digits"));
+                }
+                (0..hex.len())
+                    .step_by(2)
+                    .map(|i| u8::from_str_radix(&hex[i..i + 2], 16))
+                    .collect::<Result<Vec<u8>, _>>()
+                    .map_err(|_| format!("{s:?}: 0x and an even number of hex digits"))?
+            }
+            None => s.as_bytes().to_vec(),
+        };
+        match v.len() {
+            0 => Err("empty: a relay sends at least one byte".into()),
+            // A sub-option's length is one byte.
+            n if n > 255 => Err(format!("{n} bytes: a sub-option holds at most 255")),
+            _ => Ok(v),
+        }
+    }
+
+    /// How the site writes a value back (text when printable, else hex).
+    pub fn show(v: &[u8]) -> String {
+        match std::str::from_utf8(v) {
+            Ok(s) if !s.starts_with("0x") && s.chars().all(|c| !c.is_control()) => s.to_string(),
+            _ => format!(
+                "0x{}",
+                v.iter().map(|b| format!("{b:02x}")).collect::<String>()
+            ),
+        }
+    }
 }
 
 /// `nodes[].fetchFrom`, `host.api.fetchFrom.<provider>`: whether a node's

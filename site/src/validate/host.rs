@@ -496,6 +496,16 @@ pub(super) fn dhcp(cx: &mut Cx, w: &wire::Dhcp, http: Option<&Listen>) -> Option
     }
     let boot_files = boot_files(cx, "host.dhcp.bootFiles", w.boot_files.as_ref());
     let options = dhcp_options(cx, "host.dhcp.options", &w.options);
+    let mut trusted_relays = Vec::new();
+    for (i, r) in w.trusted_relays.iter().enumerate() {
+        match r.parse::<Ipv4Addr>() {
+            Ok(a) if !a.is_unspecified() && !a.is_broadcast() => trusted_relays.push(a),
+            _ => cx.err(
+                format!("host.dhcp.trustedRelays[{i}]"),
+                format!("{r:?} is not a relay agent's IPv4 address (its giaddr)"),
+            ),
+        }
+    }
     Some(Dhcp {
         listen: listen?,
         interface: w.interface.clone(),
@@ -508,5 +518,6 @@ pub(super) fn dhcp(cx: &mut Cx, w: &wire::Dhcp, http: Option<&Listen>) -> Option
         domain_name: w.domain_name.clone().unwrap_or_default(),
         boot_files,
         options,
+        trusted_relays,
     })
 }

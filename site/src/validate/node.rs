@@ -50,9 +50,29 @@ pub(super) fn node(
             String::new()
         }
     };
+    let relay = w.relay.as_ref().map(|r| {
+        let mut value = |key: &str, v: &Option<String>| {
+            v.as_deref().and_then(|s| {
+                RelayId::parse_value(s)
+                    .map_err(|why| cx.err(k(&format!("relay.{key}")), why))
+                    .ok()
+            })
+        };
+        let id = RelayId {
+            circuit_id: value("circuitId", &r.circuit_id),
+            remote_id: value("remoteId", &r.remote_id),
+        };
+        if r.circuit_id.is_none() && r.remote_id.is_none() {
+            cx.err(k("relay"), "give circuitId, remoteId or both");
+        }
+        id
+    });
     let mut macs = Vec::new();
-    if w.macs.is_empty() {
-        cx.err(k("macs"), "at least one MAC is required");
+    if w.macs.is_empty() && relay.is_none() {
+        cx.err(
+            k("macs"),
+            "at least one MAC is required (or a relay port: relay.circuitId/remoteId)",
+        );
     }
     for (j, m) in w.macs.iter().enumerate() {
         match m.parse::<Mac>() {
@@ -364,5 +384,6 @@ pub(super) fn node(
         dhcp_options,
         fetch_from,
         addresses,
+        relay,
     })
 }
