@@ -57,9 +57,15 @@ pub fn dhcp_request(data: &[u8]) {
     if wire::check(data).is_err() {
         return;
     }
-    let Ok(msg) = Message::decode(&mut Decoder::new(data)) else {
+    let Ok(mut msg) = Message::decode(&mut Decoder::new(data)) else {
         return;
     };
+    // As the server does: option 82 kept as the relay wrote it.
+    let agent = wire::relay_agent_info(data);
+    if let Some(raw) = &agent {
+        let _ = wire::relay_ids(raw);
+        core::put_relay_info(&mut msg, raw.clone());
+    }
     let rx = core::Rx {
         src: "0.0.0.0:68".parse().unwrap(),
         local_port: 67,
@@ -77,6 +83,8 @@ pub fn dhcp_request(data: &[u8]) {
         reply
             .encode(&mut Encoder::new(&mut buf))
             .expect("replies encode");
+        // Option 82 comes back exactly, once.
+        assert_eq!(wire::relay_agent_info(&buf), agent, "option 82 echoed as received");
     }
 }
 
