@@ -143,6 +143,16 @@ pub struct NodeSpec {
     /// (`host.api.fetchFrom`), else `nodeAddress`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fetch_from: Option<String>,
+    /// One interface's static addressing, or the NMState subset
+    /// (docs/site.md, `network` and `networkConfig`): carried into the
+    /// node overlay as written and validated there, as the site's own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network_config: Option<Value>,
+    /// The switch port (option 82) that names the machine.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub relay: Option<Value>,
 }
 
 /// The body of `POST /v1/nodes`: a [`NodeSpec`] plus an optional

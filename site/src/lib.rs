@@ -20,6 +20,7 @@ pub mod dns;
 pub mod exposure;
 pub mod mac;
 pub mod model;
+pub mod nmstate;
 mod validate;
 pub mod wire;
 

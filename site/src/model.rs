@@ -14,10 +14,12 @@ use std::time::Duration;
 mod admission;
 mod api;
 mod listen;
+pub mod netconf;
 mod network;
 pub use admission::Admission;
 pub use api::*;
 pub use listen::*;
+pub use netconf::*;
 pub use network::*;
 
 #[derive(Debug, Clone)]

@@ -322,6 +322,8 @@ pub struct Node {
     #[serde(default)]
     pub kernel_args: Vec<String>,
     pub network: Option<StaticNetwork>,
+    /// The NMState subset (`crate::nmstate`), as install-config's hosts.
+    pub network_config: Option<crate::nmstate::NetworkConfig>,
     pub ipxe_binary: Option<String>,
     #[serde(default)]
     pub dhcp_options: Vec<DhcpOption>,

@@ -39,6 +39,9 @@ PKGS=(
   # a relay agent that inserts option 82 (dhcrelay -a), in front of a rack
   # subnet (tests/lab/dhcp-interop.sh)
   isc-dhcp-relay
+  # NetworkManager's initrd generator reads bootd's dracut network arguments
+  # back (bootd/tests/it/host_network.rs); the daemon is never started
+  network-manager
   # DHCPv6: a second client (dhcpcd), router advertisements with the M flag
   # for firmware in the IPv6 lab (radvd), and Kea's DHCPv6 server (bench/dhcp6)
   dhcpcd-base radvd kea-dhcp6-server

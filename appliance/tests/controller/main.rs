@@ -745,6 +745,58 @@ async fn invalid_nodes_are_refused_with_the_site_s_reasons() {
     b.stop().await;
 }
 
+/// An API node takes a network config as a site node does: a bond and a
+/// VLAN in NMState are carried into the overlay and rendered into its
+/// Ignition; one outside the subset is refused with the key and reason.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_nodes_take_an_nmstate_network_config() {
+    let f = Fake::start().await;
+    let b = Bootd::start(&f.url(), &f.url(), &f.url()).await;
+    let cfg = json!({
+        "interfaces": [
+            {"name": "bond0", "type": "bond", "state": "up",
+             "link-aggregation": {"mode": "active-backup", "options": {"miimon": "100"}, "port": ["eno1", "eno2"]},
+             "ipv4": {"enabled": false}, "ipv6": {"enabled": false}},
+            {"name": "bond0.77", "type": "vlan", "vlan": {"base-iface": "bond0", "id": 77},
+             "ipv4": {"enabled": true, "address": [{"ip": "10.77.0.29", "prefix-length": 24}]}}
+        ],
+        "routes": {"config": [{"destination": "0.0.0.0/0", "next-hop-address": "10.77.0.1", "next-hop-interface": "bond0.77"}]}
+    });
+    let mut bad = equinix_node("worker-9", "10.77.0.29", "52:54:00:77:00:99");
+    let mut wrong = cfg.clone();
+    wrong["interfaces"][1]["vlan"]["id"] = json!(78);
+    bad["networkConfig"] = wrong;
+    let (st, v) = b.create(bad).await;
+    assert_eq!(st, 422, "{v:#}");
+    assert!(
+        v["problems"]
+            .to_string()
+            .contains("networkConfig.interfaces[1].name")
+            && v["problems"]
+                .to_string()
+                .contains("does not end in its VLAN id 78"),
+        "{v:#}"
+    );
+    let mut good = equinix_node("worker-9", "10.77.0.29", "52:54:00:77:00:99");
+    good["networkConfig"] = cfg;
+    let (st, v) = b.create(good).await;
+    assert_eq!(st, 201, "{v:#}");
+    let overlay = std::fs::read_to_string(b.dir.path().join("state/nodes.yaml")).unwrap();
+    assert!(overlay.contains("link-aggregation"), "{overlay}");
+    let live = b.app.live.load();
+    let node = live.site.node("worker-9").unwrap();
+    let hn = node.host_network.as_ref().expect("the node's host network");
+    let names: Vec<&str> = hn.interfaces.iter().map(|i| i.name.as_str()).collect();
+    assert_eq!(names, ["eno1", "eno2", "bond0", "bond0.77"]);
+    let ign = bootd::render::ignition::node_config(&live.site, node).unwrap();
+    assert!(
+        ign.to_string()
+            .contains("/etc/NetworkManager/system-connections/bond0.77.nmconnection"),
+        "{ign}"
+    );
+    b.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn faults_are_retried_honouring_retry_after() {
     let f = Fake::start().await;

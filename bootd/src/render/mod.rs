@@ -6,6 +6,7 @@ pub mod grub;
 pub mod ignition;
 pub mod ipxe;
 pub mod metadata;
+pub mod network;
 pub mod pxelinux;
 
 use site::{Node, Site};
@@ -61,30 +62,8 @@ pub fn kernel_args(site: &Site, node: &Node, urls: &NodeUrls) -> Vec<String> {
         // Running live (diskless, or the lab): Ignition configures this boot.
         None => args.push(format!("ignition.config.url={}", urls.ignition)),
     }
-    if let Some(sn) = &node.static_network {
-        // dracut's ip=<client>::<gw>:<netmask>:<hostname>:<iface>:none, one
-        // per family; IPv6 addresses in brackets, the prefix length as mask.
-        for a in &sn.addresses {
-            let v4 = a.address.addr().is_ipv4();
-            let lit = |ip: std::net::IpAddr| {
-                if v4 {
-                    ip.to_string()
-                } else {
-                    format!("[{ip}]")
-                }
-            };
-            let gw = a.gateway.map(lit).unwrap_or_default();
-            let mask = prefix_to_netmask(a.address.prefix_len(), v4);
-            args.push(format!(
-                "ip={}::{gw}:{mask}:{}:{}:none",
-                lit(a.address.addr()),
-                fqdn(site, node),
-                sn.interface
-            ));
-        }
-        for d in &sn.dns {
-            args.push(format!("nameserver={d}"));
-        }
+    if let Some(hn) = &node.host_network {
+        args.extend(network::dracut_args(site, node, hn));
     } else {
         // Addressed by DHCP: the live environment still gets the cluster's
         // resolvers, for whatever DHCP serves the segment (Ignition fetches
@@ -116,17 +95,4 @@ fn ip_list(node: &Node) -> String {
 
 pub fn fqdn(site: &Site, node: &Node) -> String {
     format!("{}.{}", node.name, site.cluster.domain())
-}
-
-fn prefix_to_netmask(prefix: u8, v4: bool) -> String {
-    if v4 {
-        let m: u32 = if prefix == 0 {
-            0
-        } else {
-            u32::MAX << (32 - u32::from(prefix))
-        };
-        std::net::Ipv4Addr::from(m).to_string()
-    } else {
-        prefix.to_string()
-    }
 }

@@ -64,7 +64,8 @@ fn a_static_dual_stack_node_gets_an_ip_argument_and_a_keyfile_section_per_family
         args.contains(&"nameserver=fd00:77::1".to_string()),
         "{args:?}"
     );
-    let keyfile = render::ignition::nm_keyfile(&site, node.static_network.as_ref().unwrap());
+    let hn = node.host_network.as_ref().unwrap();
+    let keyfile = render::network::keyfile(&site, hn, &hn.interfaces[0]);
     assert_eq!(
         keyfile,
         "[connection]\nid=eth0\ntype=ethernet\ninterface-name=eth0\nautoconnect=true\n\n\
@@ -82,6 +83,7 @@ fn an_ipv6_only_static_node_disables_ipv4() {
         )
     });
     let node = site.node("master-1").unwrap();
-    let keyfile = render::ignition::nm_keyfile(&site, node.static_network.as_ref().unwrap());
+    let hn = node.host_network.as_ref().unwrap();
+    let keyfile = render::network::keyfile(&site, hn, &hn.interfaces[0]);
     assert!(keyfile.contains("[ipv4]\nmethod=disabled\n\n[ipv6]\nmethod=manual\naddress1=fd00:77::12/64,fd00:77::1\n"), "{keyfile}");
 }

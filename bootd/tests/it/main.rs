@@ -5,6 +5,7 @@ mod admission;
 mod dhcp;
 mod golden;
 mod harness;
+mod host_network;
 mod http;
 mod http_limits;
 mod ipv6_render;

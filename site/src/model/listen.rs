@@ -103,7 +103,7 @@ mod tests {
             image: "i".into(),
             install_disk: None,
             kernel_args: vec![],
-            static_network: None,
+            host_network: None,
             ipxe_binary: None,
             dhcp_options: vec![],
             fetch_from: FetchFrom::NodeAddress,

@@ -64,7 +64,9 @@ pub struct Node {
     pub image: String,
     pub install_disk: Option<String>,
     pub kernel_args: Vec<String>,
-    pub static_network: Option<StaticNetwork>,
+    /// Its host network when not plain DHCP (`network` or
+    /// `networkConfig`): rendered as keyfiles and dracut arguments.
+    pub host_network: Option<super::netconf::NodeNetwork>,
     /// Overrides the site's UEFI x86_64 boot file (e.g. snponly.efi).
     pub ipxe_binary: Option<String>,
     pub dhcp_options: Vec<DhcpOptionValue>,
@@ -206,20 +208,3 @@ impl Node {
 pub const ROLE_BOOTSTRAP: &str = "bootstrap";
 pub const ROLE_MASTER: &str = "master";
 pub const ROLE_WORKER: &str = "worker";
-
-/// One address of a static network configuration.
-#[derive(Debug, Clone)]
-pub struct StaticAddress {
-    pub address: IpNet,
-    pub gateway: Option<IpAddr>,
-}
-
-#[derive(Debug, Clone)]
-pub struct StaticNetwork {
-    pub interface: String,
-    /// One address per family (IPv4 first), each with its prefix and
-    /// router.
-    pub addresses: Vec<StaticAddress>,
-    pub dns: Vec<IpAddr>,
-    pub mtu: Option<u32>,
-}

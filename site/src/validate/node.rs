@@ -238,17 +238,10 @@ pub(super) fn node(
             );
         }
     }
-    let static_network = w.network.as_ref().and_then(|s| {
+    let short = w.network.as_ref().and_then(|s| {
         let net = networks.get(network);
         let interface = match s.interface.as_deref() {
-            Some(n)
-                if !n.is_empty()
-                    && n.len() <= 15
-                    && n.bytes()
-                        .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b)) =>
-            {
-                n.to_string()
-            }
+            Some(n) if crate::nmstate::iface_name_ok(n) => n.to_string(),
             Some(n) => {
                 cx.err(
                     k("network.interface"),
@@ -263,7 +256,7 @@ pub(super) fn node(
         };
         // Given, one per family; else the node's addresses with their
         // network's prefixes.
-        let mut addresses: Vec<StaticAddress> = Vec::new();
+        let mut addresses: Vec<IpNet> = Vec::new();
         match &s.address {
             Some(written) => {
                 for (j, a) in written.items().into_iter().enumerate() {
@@ -276,17 +269,14 @@ pub(super) fn node(
                         Ok(n)
                             if addresses
                                 .iter()
-                                .any(|x| x.address.addr().is_ipv4() == n.addr().is_ipv4()) =>
+                                .any(|x| x.addr().is_ipv4() == n.addr().is_ipv4()) =>
                         {
                             cx.err(
                                 key,
                                 format!("a second address of {n}'s family: one per family"),
                             );
                         }
-                        Ok(n) => addresses.push(StaticAddress {
-                            address: n,
-                            gateway: None,
-                        }),
+                        Ok(n) => addresses.push(n),
                         Err(_) => cx.err(key, format!("{a:?} is not address/prefix")),
                     }
                 }
@@ -297,17 +287,13 @@ pub(super) fn node(
                         .and_then(|n| n.subnet_of(ip))
                         .map(|s| s.net.prefix_len())
                         .unwrap_or(if ip.is_ipv4() { 24 } else { 64 });
-                    addresses.extend(IpNet::new(ip, prefix).ok().map(|address| StaticAddress {
-                        address,
-                        gateway: None,
-                    }));
+                    addresses.extend(IpNet::new(ip, prefix).ok());
                 }
             }
         }
         if addresses.is_empty() {
             return None;
         }
-        addresses.sort_by_key(|a| a.address.addr().is_ipv6());
         let mut given: Vec<IpAddr> = Vec::new();
         if let Some(g) = &s.gateway {
             for (j, x) in g.items().into_iter().enumerate() {
@@ -319,33 +305,113 @@ pub(super) fn node(
                 given.extend(parse_ip(cx, &key, x));
             }
         }
-        for a in &mut addresses {
-            let v4 = a.address.addr().is_ipv4();
-            a.gateway = given
+        let mut routes = Vec::new();
+        for a in &addresses {
+            let v4 = a.addr().is_ipv4();
+            let gw = given
                 .iter()
                 .copied()
                 .find(|g| g.is_ipv4() == v4)
                 .or_else(|| {
-                    net.and_then(|n| n.subnet_of(a.address.addr()))
+                    net.and_then(|n| n.subnet_of(a.addr()))
                         .and_then(|s| s.gateway)
                 });
+            if let Some(next_hop) = gw {
+                let any = if v4 { "0.0.0.0/0" } else { "::/0" };
+                routes.push(Route {
+                    destination: any.parse().expect("a CIDR"),
+                    next_hop,
+                    interface: interface.clone(),
+                    metric: None,
+                });
+            }
         }
-        let dns = if s.dns.is_empty() {
-            net.map(|n| n.dns_servers.clone()).unwrap_or_default()
-        } else {
-            s.dns
+        let family = |v4: bool| {
+            let of: Vec<IpNet> = addresses
                 .iter()
-                .enumerate()
-                .filter_map(|(j, d)| parse_ip(cx, &k(&format!("network.dns[{j}]")), d))
-                .collect()
+                .copied()
+                .filter(|a| a.addr().is_ipv4() == v4)
+                .collect();
+            if of.is_empty() {
+                IpConfig::disabled()
+            } else {
+                IpConfig::manual(of)
+            }
         };
-        Some(StaticNetwork {
-            interface,
-            addresses,
+        let dns = s
+            .dns
+            .iter()
+            .enumerate()
+            .filter_map(|(j, d)| parse_ip(cx, &k(&format!("network.dns[{j}]")), d))
+            .collect();
+        Some(NodeNetwork {
+            interfaces: vec![Interface {
+                name: interface,
+                kind: InterfaceKind::Ethernet,
+                mtu: s.mtu,
+                mac: None,
+                ipv4: family(true),
+                ipv6: family(false),
+                controller: None,
+            }],
             dns,
-            mtu: s.mtu,
+            search: Vec::new(),
+            routes,
         })
     });
+    let nmstate = w.network_config.as_ref().and_then(|c| {
+        crate::nmstate::resolve(&k("networkConfig"), c)
+            .map_err(|ps| {
+                for (key, why) in ps {
+                    cx.err(key, why);
+                }
+            })
+            .ok()
+    });
+    if w.network.is_some() && w.network_config.is_some() {
+        cx.err(
+            k("networkConfig"),
+            "give network (one interface) or networkConfig (NMState), not both",
+        );
+    }
+    let mut host_network = short.or(nmstate);
+    if let Some(hn) = &mut host_network {
+        // Without resolvers of its own, the node's network's (dnsd).
+        if hn.dns.is_empty() {
+            hn.dns = networks
+                .get(network)
+                .map(|n| n.dns_servers.clone())
+                .unwrap_or_default();
+        }
+        // Its reserved addresses must be on an interface, where the
+        // config is static in their family (bootd serves the node there).
+        for ip in ip4.map(IpAddr::V4).into_iter().chain(ip6.map(IpAddr::V6)) {
+            let v4 = ip.is_ipv4();
+            let statics: Vec<&IpNet> = hn
+                .static_addresses()
+                .map(|(_, a)| a)
+                .filter(|a| a.addr().is_ipv4() == v4)
+                .collect();
+            let dhcp = hn
+                .interfaces
+                .iter()
+                .any(|i| NodeNetwork::family(i, v4).dhcp);
+            if !statics.is_empty() && !dhcp && !statics.iter().any(|a| a.addr() == ip) {
+                let list: Vec<String> = statics.iter().map(|a| a.to_string()).collect();
+                cx.err(
+                    k(if w.network_config.is_some() {
+                        "networkConfig"
+                    } else {
+                        "network.address"
+                    }),
+                    format!(
+                        "the node's ip {ip} is on no interface (static: {})",
+                        list.join(", ")
+                    ),
+                );
+            }
+        }
+    }
     let ipxe_binary = w
         .ipxe_binary
         .as_deref()
@@ -379,7 +445,7 @@ pub(super) fn node(
         image,
         install_disk,
         kernel_args: w.kernel_args.clone(),
-        static_network,
+        host_network,
         ipxe_binary,
         dhcp_options,
         fetch_from,

@@ -1,5 +1,5 @@
 //! Per-node Ignition: the role's config (as openshift-install wrote it)
-//! plus the node's hostname and optional static network keyfile; spec
+//! plus the node's hostname and its host network's keyfiles; spec
 //! version negotiated from the client's `Accept` header ([`decide`]);
 //! [`spec`] knows which spec each field needs.
 
@@ -8,7 +8,7 @@ pub mod spec;
 use super::fqdn;
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use serde_json::{json, Value};
-use site::{Node, Site, StaticNetwork};
+use site::{Node, Site};
 pub use spec::Version;
 
 const IGNITION_MEDIA: &str = "application/vnd.coreos.ignition+json";
@@ -46,47 +46,6 @@ fn file_entry(path: &str, content: &str, mode: u32) -> Value {
         "overwrite": true,
         "contents": { "source": data_url(content) },
     })
-}
-
-/// A NetworkManager keyfile for the node's static addressing.
-pub fn nm_keyfile(site: &Site, sn: &StaticNetwork) -> String {
-    let mut s = format!(
-        "[connection]\nid={iface}\ntype=ethernet\ninterface-name={iface}\nautoconnect=true\n\n",
-        iface = sn.interface
-    );
-    if let Some(mtu) = sn.mtu {
-        s.push_str(&format!("[ethernet]\nmtu={mtu}\n\n"));
-    }
-    // One section per family: manual with its address (and the DNS
-    // servers of that family), or disabled when the node has none of it.
-    for v4 in [true, false] {
-        let fam = if v4 { "ipv4" } else { "ipv6" };
-        let Some(a) = sn
-            .addresses
-            .iter()
-            .find(|a| a.address.addr().is_ipv4() == v4)
-        else {
-            s.push_str(&format!("[{fam}]\nmethod=disabled\n\n"));
-            continue;
-        };
-        s.push_str(&format!("[{fam}]\nmethod=manual\naddress1={}", a.address));
-        if let Some(gw) = a.gateway {
-            s.push_str(&format!(",{gw}"));
-        }
-        s.push('\n');
-        let dns: Vec<String> = sn
-            .dns
-            .iter()
-            .filter(|d| d.is_ipv4() == v4)
-            .map(|d| format!("{d};"))
-            .collect();
-        if !dns.is_empty() {
-            s.push_str(&format!("dns={}\n", dns.concat()));
-        }
-        s.push_str(&format!("dns-search={};\n\n", site.cluster.domain()));
-    }
-    s.truncate(s.trim_end().len() + 1);
-    s
 }
 
 /// Where a DHCP-addressed node's resolver drop-in goes.
@@ -127,16 +86,11 @@ pub fn node_config(site: &Site, node: &Node) -> Result<Value, IgnitionError> {
         &format!("{}\n", fqdn(site, node)),
         0o644,
     )];
-    if let Some(sn) = &node.static_network {
-        // Its keyfile carries the DNS servers.
-        ours.push(file_entry(
-            &format!(
-                "/etc/NetworkManager/system-connections/{}.nmconnection",
-                sn.interface
-            ),
-            &nm_keyfile(site, sn),
-            0o600,
-        ));
+    if let Some(hn) = &node.host_network {
+        // Its keyfiles carry the DNS servers.
+        for (path, content) in super::network::keyfiles(site, hn) {
+            ours.push(file_entry(&path, &content, 0o600));
+        }
     } else if let Some(conf) = resolver_conf(site, node) {
         ours.push(file_entry(RESOLVER_CONF, &conf, 0o644));
     }
