@@ -135,6 +135,11 @@ pub struct NodeSpec {
     pub image: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub install_disk: Option<String>,
+    /// Metal3's root-device hints (docs/site.md), validated in the overlay.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub root_device_hints: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub live: Option<bool>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub kernel_args: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

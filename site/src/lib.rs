@@ -18,6 +18,7 @@
 pub mod catalog;
 pub mod dns;
 pub mod exposure;
+pub mod hardware;
 pub mod mac;
 pub mod model;
 pub mod nmstate;

@@ -30,6 +30,22 @@ pub struct SiteFile {
     pub discovery: Option<Discovery>,
 }
 
+/// `nodes[].rootDeviceHints`, as Metal3 spells them.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RootDeviceHints {
+    pub device_name: Option<String>,
+    pub hctl: Option<String>,
+    pub model: Option<String>,
+    pub vendor: Option<String>,
+    pub serial_number: Option<String>,
+    pub min_size_gigabytes: Option<u64>,
+    pub wwn: Option<String>,
+    pub wwn_with_extension: Option<String>,
+    pub wwn_vendor_extension: Option<String>,
+    pub rotational: Option<bool>,
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Discovery {
@@ -319,6 +335,8 @@ pub struct Node {
     pub firmware: Option<String>,
     pub image: Option<String>,
     pub install_disk: Option<String>,
+    pub root_device_hints: Option<RootDeviceHints>,
+    pub live: Option<bool>,
     #[serde(default)]
     pub kernel_args: Vec<String>,
     pub network: Option<StaticNetwork>,

@@ -51,7 +51,7 @@ pub fn kernel_args(site: &Site, node: &Node, urls: &NodeUrls) -> Vec<String> {
     }
     args.push("ignition.firstboot".into());
     args.push("ignition.platform.id=metal".into());
-    match &node.install_disk {
+    match node.install_device() {
         // Installing to disk: the live system runs coreos-installer, which
         // writes the node's config to the installed system. The live system
         // itself gets no cluster config (it must not start a kubelet).

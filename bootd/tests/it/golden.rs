@@ -115,3 +115,47 @@ fn grub_selector_lists_both_cases_for_letters() {
         "{cfg}"
     );
 }
+
+/// A node's `rootDeviceHints.deviceName` is its install device, as
+/// `installDisk` is; a `live: true` node gets the live config URL.
+#[test]
+fn a_device_name_hint_is_the_install_device() {
+    let lab = examples().join("lab");
+    let dir = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string(lab.join("site.yaml"))
+        .unwrap()
+        .replace("dir: ignition", &format!("dir: {}/ignition", lab.display()))
+        .replace(
+            "ip: 10.77.0.20, kernelArgs: [console=ttyS0] }",
+            "ip: 10.77.0.20, kernelArgs: [console=ttyS0], rootDeviceHints: { deviceName: \"/dev/disk/by-path/pci-0000:00:1f.2-ata-2\" } }",
+        )
+        .replace("ip: 10.77.0.21, kernelArgs: [console=ttyS0] }", "ip: 10.77.0.21, kernelArgs: [console=ttyS0], live: true }");
+    std::fs::write(dir.path().join("site.yaml"), text).unwrap();
+    let site = site::load(&dir.path().join("site.yaml")).unwrap_or_else(|e| panic!("{e}"));
+    let args = |name: &str| {
+        let node = site.node(name).unwrap();
+        render::kernel_args(
+            &site,
+            node,
+            &NodeUrls::new(&site, &site.host.http.url, node, "T"),
+        )
+    };
+    let w0 = args("worker-0");
+    assert!(
+        w0.contains(
+            &"coreos.inst.install_dev=/dev/disk/by-path/pci-0000:00:1f.2-ata-2".to_string()
+        ),
+        "{w0:?}"
+    );
+    assert!(
+        w0.iter()
+            .any(|a| a.starts_with("coreos.inst.ignition_url=")),
+        "{w0:?}"
+    );
+    let w1 = args("worker-1");
+    assert!(
+        w1.iter().any(|a| a.starts_with("ignition.config.url=")),
+        "{w1:?}"
+    );
+    assert!(!w1.iter().any(|a| a.starts_with("coreos.inst")), "{w1:?}");
+}

@@ -102,6 +102,8 @@ mod tests {
             firmware: Firmware::Auto,
             image: "i".into(),
             install_disk: None,
+            root_device_hints: None,
+            live: false,
             kernel_args: vec![],
             host_network: None,
             ipxe_binary: None,

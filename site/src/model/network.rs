@@ -62,7 +62,14 @@ pub struct Node {
     pub firmware: Firmware,
     /// Key into [`Images::sets`].
     pub image: String,
+    /// A literal device (`installDisk`): valid only while the kernel
+    /// names disks the same way.
     pub install_disk: Option<String>,
+    /// The disk to install to, chosen from its inventory
+    /// (`rootDeviceHints`, Metal3's).
+    pub root_device_hints: Option<crate::hardware::RootDeviceHints>,
+    /// Runs the live system, installs nothing (`live: true`).
+    pub live: bool,
     pub kernel_args: Vec<String>,
     /// Its host network when not plain DHCP (`network` or
     /// `networkConfig`): rendered as keyfiles and dracut arguments.
@@ -199,6 +206,15 @@ impl Node {
     }
     /// Whether `a` is one of its reserved addresses (an IPv4-mapped IPv6
     /// address counts as its IPv4 address).
+    /// The disk it installs to: `installDisk`, or the device its
+    /// root-device hints name; `None`: it runs live.
+    pub fn install_device(&self) -> Option<&str> {
+        self.install_disk.as_deref().or_else(|| {
+            self.root_device_hints
+                .as_ref()
+                .and_then(|h| h.device_name.as_deref())
+        })
+    }
     pub fn has_ip(&self, a: IpAddr) -> bool {
         let a = a.to_canonical();
         self.ips().any(|x| x == a)

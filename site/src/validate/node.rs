@@ -230,6 +230,85 @@ pub(super) fn node(
         }
         None => None,
     };
+    let root_device_hints = w.root_device_hints.as_ref().map(|h| {
+        let mut text = |key: &str, v: &Option<String>| -> Option<String> {
+            let v = v.as_ref()?;
+            if v.is_empty() || v.len() > 255 || v.chars().any(char::is_control) {
+                cx.err(
+                    k(&format!("rootDeviceHints.{key}")),
+                    format!("{v:?}: 1-255 printable characters"),
+                );
+                return None;
+            }
+            Some(v.clone())
+        };
+        let hints = crate::hardware::RootDeviceHints {
+            device_name: text("deviceName", &h.device_name),
+            hctl: text("hctl", &h.hctl),
+            model: text("model", &h.model),
+            vendor: text("vendor", &h.vendor),
+            serial_number: text("serialNumber", &h.serial_number),
+            min_size_gigabytes: h.min_size_gigabytes,
+            wwn: text("wwn", &h.wwn),
+            wwn_with_extension: text("wwnWithExtension", &h.wwn_with_extension),
+            wwn_vendor_extension: text("wwnVendorExtension", &h.wwn_vendor_extension),
+            rotational: h.rotational,
+        };
+        if let Some(d) = &hints.device_name {
+            if !d.starts_with("/dev/") {
+                cx.err(
+                    k("rootDeviceHints.deviceName"),
+                    format!("{d:?}: a /dev/ path (/dev/sda, /dev/disk/by-path/…)"),
+                );
+            }
+        }
+        if let Some(h) = &hints.hctl {
+            let parts: Vec<&str> = h.split(':').collect();
+            if parts.len() != 4 || parts.iter().any(|p| p.is_empty() || !p.bytes().all(|b| b.is_ascii_digit())) {
+                cx.err(
+                    k("rootDeviceHints.hctl"),
+                    format!("{h:?}: host:channel:target:lun, like 0:0:0:0"),
+                );
+            }
+        }
+        if hints.min_size_gigabytes == Some(0) {
+            cx.err(k("rootDeviceHints.minSizeGigabytes"), "at least 1 (leave it out for any size)");
+        }
+        if hints.is_empty() {
+            cx.err(k("rootDeviceHints"), "no hint: give at least one (Metal3's keys)");
+        }
+        // Hints other than a device name are matched against the disks
+        // the machine reports; bootd installs from the kernel line, before
+        // any report, so it takes the device name alone.
+        let by_name = crate::hardware::RootDeviceHints {
+            device_name: hints.device_name.clone(),
+            ..Default::default()
+        };
+        if hints != by_name {
+            let v = serde_json::to_value(&hints).unwrap_or_default();
+            for key in v.as_object().into_iter().flat_map(|o| o.keys()).filter(|k| *k != "deviceName") {
+                cx.err(
+                    k(&format!("rootDeviceHints.{key}")),
+                    "not supported: the disk is named on the installer's kernel line before the machine reports its disks; \
+                     give deviceName (a /dev/disk/by-path/ link stays with the slot)",
+                );
+            }
+        }
+        hints
+    });
+    let live = w.live.unwrap_or(false);
+    if w.install_disk.is_some() && w.root_device_hints.is_some() {
+        cx.err(
+            k("rootDeviceHints"),
+            "give rootDeviceHints or installDisk, not both (installDisk is rootDeviceHints.deviceName)",
+        );
+    }
+    if live && (w.install_disk.is_some() || w.root_device_hints.is_some()) {
+        cx.err(
+            k("live"),
+            "a live node installs to no disk: leave out installDisk and rootDeviceHints",
+        );
+    }
     for (j, a) in w.kernel_args.iter().enumerate() {
         if !arg_ok(a) {
             cx.err(
@@ -444,6 +523,8 @@ pub(super) fn node(
         firmware,
         image,
         install_disk,
+        root_device_hints,
+        live,
         kernel_args: w.kernel_args.clone(),
         host_network,
         ipxe_binary,
