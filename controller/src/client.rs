@@ -8,6 +8,7 @@
 //! visible to other users of the machine).
 
 mod destroy;
+pub mod import;
 mod up;
 mod wait;
 
@@ -84,6 +85,24 @@ pub enum NodesCmd {
         /// UEFI or Legacy.
         #[arg(long)]
         mode: Option<String>,
+    },
+    /// Create the nodes of an install-config's platform.baremetal.hosts:
+    /// each with its BMC (redfish://, redfish-virtualmedia://,
+    /// idrac-virtualmedia://, ipmi:// and their +http/+https forms), boot
+    /// MAC, rootDeviceHints and networkConfig. The BMC passwords stay in
+    /// the file: bootd reads each from it when it talks to that BMC, so
+    /// FILE must be an absolute path on bootd's host, inside
+    /// host.api.bmcFiles.
+    Import {
+        #[arg(long)]
+        install_config: PathBuf,
+        /// NAME=ADDRESS: the address of a host whose networkConfig has
+        /// no static one (repeat for each).
+        #[arg(long = "ip", value_name = "NAME=ADDRESS")]
+        ips: Vec<String>,
+        /// Print the request bodies and create nothing.
+        #[arg(long)]
+        dry_run: bool,
     },
     /// A node's event log (as stored by the controller).
     Events { name: String },
@@ -378,6 +397,65 @@ pub async fn nodes(client: &Client, cmd: NodesCmd) -> anyhow::Result<i32> {
                 s(&v, "name"),
                 s(&v, "phase")
             )?;
+        }
+        NodesCmd::Import {
+            install_config,
+            ips,
+            dry_run,
+        } => {
+            let mut by_name = BTreeMap::new();
+            for a in &ips {
+                let (n, ip) = a
+                    .split_once('=')
+                    .ok_or_else(|| anyhow::anyhow!("--ip {a:?}: NAME=ADDRESS"))?;
+                by_name.insert(n.to_string(), ip.to_string());
+            }
+            let text = std::fs::read_to_string(&install_config)
+                .map_err(|e| anyhow::anyhow!("{}: {e}", install_config.display()))?;
+            let path = std::path::absolute(&install_config)?;
+            let bodies = import::bodies(&text, &path, &by_name).map_err(|ps| {
+                anyhow::anyhow!(
+                    "{}: {} problem(s):\n  {}",
+                    install_config.display(),
+                    ps.len(),
+                    ps.join("\n  ")
+                )
+            })?;
+            if dry_run {
+                for b in &bodies {
+                    writeln!(out, "{}", serde_json::to_string(b)?)?;
+                }
+                return Ok(0);
+            }
+            let mut failed = 0;
+            for b in bodies {
+                let (st, v) = client
+                    .call(Method::POST, "/v1/nodes", Some(serde_json::to_vec(&b)?))
+                    .await?;
+                let name = b["name"].as_str().unwrap_or_default();
+                if st.is_success() {
+                    writeln!(out, "node {name}: {}", s(&v, "phase"))?;
+                } else {
+                    failed += 1;
+                    let problems: Vec<String> = v["problems"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .filter_map(|p| p.as_str().map(str::to_string))
+                        .collect();
+                    writeln!(
+                        out,
+                        "node {name}: refused ({st}): {}{}",
+                        s(&v, "error"),
+                        if problems.is_empty() {
+                            String::new()
+                        } else {
+                            format!(": {}", problems.join("; "))
+                        }
+                    )?;
+                }
+            }
+            return Ok(i32::from(failed > 0));
         }
         NodesCmd::Reinstall { name } => {
             let (st, v) = client

@@ -150,3 +150,104 @@ async fn a_bmc_machine_whose_mac_another_node_has_is_never_powered() {
     }
     b.stop().await;
 }
+
+/// `bootd nodes import --install-config`: an install-config's
+/// platform.baremetal.hosts entry becomes a node driven through its BMC
+/// (redfish+http:// here, against the Redfish fake), with its boot MAC,
+/// root-device hint and NMState network config; bootd reads the BMC
+/// password from the host's entry in the install-config, which stays in
+/// host.api.bmcFiles, and the password is in no request, log or output.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_install_config_host_is_imported_with_its_password_left_in_the_file() {
+    let bmc = fresh();
+    let addr = serve(bmc.clone(), None).await;
+    let f = Fake::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let files = dir.path().join("bmc");
+    std::fs::create_dir_all(&files).unwrap();
+    let ic = files.join("install-config.yaml");
+    std::fs::write(
+        &ic,
+        format!(
+            "apiVersion: v1\nmetadata: {{ name: lab }}\nplatform:\n  baremetal:\n    hosts:\n      \
+             - name: rack-3\n        role: worker\n        \
+             bmc: {{ address: \"redfish+http://{addr}{SYS}\", username: admin, password: \"{PASSWORD}\" }}\n        \
+             bootMACAddress: \"52:54:00:aa:bb:01\"\n        bootMode: legacy\n        \
+             rootDeviceHints: {{ deviceName: /dev/disk/by-path/pci-0000:00:05.0 }}\n        \
+             networkConfig:\n          interfaces:\n            \
+             - {{ name: eno1, type: ethernet, ipv4: {{ enabled: true, address: [{{ ip: 10.77.0.63, prefix-length: 24 }}] }} }}\n          \
+             routes: {{ config: [{{ destination: 0.0.0.0/0, next-hop-address: 10.77.0.1, next-hop-interface: eno1 }}] }}\n"
+        ),
+    )
+    .unwrap();
+    let api_port = free_port();
+    let files_s = files.display().to_string();
+    let site = process_site(dir.path(), &f, api_port, move |t| {
+        t.replace(
+            "    deadline: 10m\n",
+            &format!("    deadline: 10m\n    bmcFiles: {files_s}\n    redfish: {{ powerOffTimeout: 5s }}\n"),
+        )
+    });
+    let p = Proc::start(&site, 1);
+    let api = api_client(&dir.path().join("state/ca.pem"), api_port, &p).await;
+    let (code, out) = super::bootd_cli(
+        &site,
+        &["nodes", "import", "--install-config", ic.to_str().unwrap()],
+    );
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("node rack-3: "), "{out}");
+    let v = api
+        .wait_node("rack-3", 30, |st, v| {
+            st == 200 && cond(v, "Provisioned")["status"] == "True"
+        })
+        .await;
+    // The boot MAC, then the BMC's other NIC (read from the BMC).
+    assert_eq!(
+        v["spec"]["macs"],
+        json!(["52:54:00:aa:bb:01", "52:54:00:aa:bb:02"]),
+        "{v:#}"
+    );
+    assert_eq!(
+        v["spec"]["rootDeviceHints"]["deviceName"],
+        "/dev/disk/by-path/pci-0000:00:05.0"
+    );
+    assert_eq!(
+        v["provider"]["redfish"]["password"],
+        json!({ "file": ic, "installConfigHost": "rack-3" })
+    );
+    {
+        let b = bmc.lock().unwrap();
+        assert_eq!(
+            b.resets,
+            vec!["On"],
+            "powered on once, with the password from the file"
+        );
+    }
+    // Its network config, as the site takes it, in the node overlay.
+    let (_, list) = api.call("GET", "/v1/nodes", None).await;
+    assert!(list.to_string().contains("rack-3"));
+    let overlay = std::fs::read_to_string(dir.path().join("state/nodes.yaml")).unwrap();
+    assert!(
+        overlay.contains("networkConfig") && overlay.contains("10.77.0.63"),
+        "{overlay}"
+    );
+    for text in [
+        out,
+        overlay,
+        std::fs::read_to_string(&p.log).unwrap(),
+        v.to_string(),
+    ] {
+        assert!(!text.contains(PASSWORD), "the BMC password leaked");
+    }
+    // Importing the same file again changes nothing: the create is the
+    // same node's (idempotent), and the machine is not powered again.
+    let (code, out) = super::bootd_cli(
+        &site,
+        &["nodes", "import", "--install-config", ic.to_str().unwrap()],
+    );
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("node rack-3: Provisioned"), "{out}");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(bmc.lock().unwrap().resets, vec!["On"]);
+    drop(p);
+}

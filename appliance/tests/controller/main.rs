@@ -961,7 +961,7 @@ async fn api_client(ca_path: &Path, api_port: u16, p: &Proc) -> Api {
 }
 
 /// `bootd --site SITE ARGS...`: its exit code and what it printed.
-fn bootd_cli(site: &Path, args: &[&str]) -> (i32, String) {
+pub(crate) fn bootd_cli(site: &Path, args: &[&str]) -> (i32, String) {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_bootd"))
         .args(["--site", site.to_str().unwrap()])
         .args(args)

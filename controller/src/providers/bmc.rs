@@ -19,7 +19,10 @@ use std::path::{Path, PathBuf};
 
 /// Where a BMC password is read from: `{file: PATH}` (absolute),
 /// `{credential: NAME}` (a systemd credential) or `{env: VAR}` (bootd's
-/// environment). Exactly one.
+/// environment). Exactly one. With `installConfigHost: NAME`, `file` is
+/// an install-config.yaml and the password is that host's
+/// `platform.baremetal.hosts[].bmc.password`: it stays in the file the
+/// operator wrote.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PasswordRef {
@@ -29,6 +32,8 @@ pub struct PasswordRef {
     pub credential: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub env: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub install_config_host: Option<String>,
 }
 
 /// The fields, parsed only from a map: a string in their place is likely
@@ -42,13 +47,15 @@ struct PasswordFields {
     credential: Option<String>,
     #[serde(default)]
     env: Option<String>,
+    #[serde(default)]
+    install_config_host: Option<String>,
 }
 
 impl<'de> Deserialize<'de> for PasswordRef {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
         use serde::de::Error;
         const WANT: &str =
-            "password: give {file: PATH}, {credential: NAME} or {env: VAR}, never the password itself";
+            "password: give {file: PATH}, {credential: NAME}, {env: VAR} or {file: INSTALL-CONFIG, installConfigHost: NAME}, never the password itself";
         let v = serde_json::Value::deserialize(d)?;
         if !v.is_object() {
             return Err(D::Error::custom(WANT));
@@ -58,6 +65,7 @@ impl<'de> Deserialize<'de> for PasswordRef {
             file: f.file,
             credential: f.credential,
             env: f.env,
+            install_config_host: f.install_config_host,
         })
     }
 }
@@ -66,6 +74,16 @@ impl PasswordRef {
     /// Every problem, with `key` (e.g. `provider.redfish.password`) in front.
     pub fn check(&self, key: &str) -> Vec<String> {
         let mut p = Vec::new();
+        if let Some(h) = &self.install_config_host {
+            if self.file.is_none() {
+                p.push(format!(
+                    "{key}.installConfigHost: goes with file, the install-config.yaml that holds the host"
+                ));
+            }
+            if h.is_empty() || h.len() > 253 || h.chars().any(char::is_control) {
+                p.push(format!("{key}.installConfigHost: {h:?} is not a host name"));
+            }
+        }
         match (&self.file, &self.credential, &self.env) {
             (Some(f), None, None) if !f.is_absolute() => p.push(format!(
                 "{key}.file: {:?} is not an absolute path (it is read by bootd, on its host)",
@@ -111,6 +129,17 @@ impl PasswordRef {
         let r = self.to_ref().ok_or_else(|| {
             ProviderError::permanent(format!("{provider}: the password reference is invalid"))
         })?;
+        if let (SecretRef::File(f), Some(host)) = (&r, &self.install_config_host) {
+            let bytes = read_confined(f, dir, MAX_INSTALL_CONFIG).map_err(|e| {
+                ProviderError::permanent(format!("{provider}: the BMC password: {e}"))
+            })?;
+            return install_config_password(&bytes, host).map_err(|e| {
+                ProviderError::permanent(format!(
+                    "{provider}: the BMC password: {}: {e}",
+                    f.display()
+                ))
+            });
+        }
         if let SecretRef::File(f) = &r {
             let bytes = read_confined(f, dir, MAX_PASSWORD).map_err(|e| {
                 ProviderError::permanent(format!("{provider}: the BMC password: {e}"))
@@ -141,6 +170,35 @@ pub const CREDENTIAL_PREFIX: &str = "bmc-";
 pub const ENV_PREFIX: &str = "BOOTD_BMC_";
 /// The largest password file read.
 pub const MAX_PASSWORD: u64 = 4096;
+/// The largest install-config.yaml read for a password.
+pub const MAX_INSTALL_CONFIG: u64 = 1 << 20;
+
+/// `platform.baremetal.hosts[name=host].bmc.password` of an
+/// install-config. Errors say what is missing, never a value of the file.
+pub fn install_config_password(
+    yaml: &[u8],
+    host: &str,
+) -> std::result::Result<Secret<String>, String> {
+    let v: serde_yaml_ng::Value = serde_yaml_ng::from_slice(yaml)
+        .map_err(|_| "not YAML (an install-config.yaml)".to_string())?;
+    let hosts = v
+        .get("platform")
+        .and_then(|p| p.get("baremetal"))
+        .and_then(|b| b.get("hosts"))
+        .and_then(|h| h.as_sequence())
+        .ok_or("no platform.baremetal.hosts")?;
+    let h = hosts
+        .iter()
+        .find(|h| h.get("name").and_then(|n| n.as_str()) == Some(host))
+        .ok_or_else(|| format!("no host {host:?} in platform.baremetal.hosts"))?;
+    match h.get("bmc").and_then(|b| b.get("password")) {
+        Some(serde_yaml_ng::Value::String(s)) if !s.is_empty() => Ok(Secret(s.clone())),
+        _ => Err(format!(
+            "host {host:?} has no bmc.password (a non-empty string)"
+        )),
+    }
+}
+
 /// The largest CA bundle read.
 pub const MAX_CA_BUNDLE: u64 = 1 << 20;
 
