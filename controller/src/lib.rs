@@ -272,13 +272,29 @@ pub async fn run(
         shutdown.clone(),
     )?;
     info!(addr = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(), "controller API listening (HTTPS)");
-    serve(ctl, listener, server_config, shutdown, tracker.clone()).await;
+    serve(
+        Arc::clone(&ctl),
+        listener,
+        server_config,
+        shutdown,
+        tracker.clone(),
+    )
+    .await;
     tracker.close();
     if tokio::time::timeout(grace, tracker.wait()).await.is_err() {
         warn!(
             ?grace,
             "controller tasks still running after the grace period"
         );
+    }
+    // Sessions left open would hold places on the BMCs until they time out.
+    let close = async {
+        for p in ctl.providers.values().flatten() {
+            p.close().await;
+        }
+    };
+    if tokio::time::timeout(grace, close).await.is_err() {
+        warn!("providers' sessions not all closed within the grace period");
     }
     Ok(())
 }

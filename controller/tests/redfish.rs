@@ -453,3 +453,153 @@ async fn virtual_media_is_inserted_booted_once_and_ejected_after_ignition() {
     let e = up(&p, &n3, &s).await.unwrap_err();
     assert!(e.to_string().contains("no ISO"), "{e}");
 }
+
+/// Session authentication (DMTF's SessionService) on a BMC that refuses
+/// Basic: one login for every operation, the token in `X-Auth-Token`; a
+/// session the BMC ended is opened again; closing deletes it. `auth:
+/// basic` and `auth: session` say what is wrong on a BMC without them.
+#[tokio::test]
+async fn sessions_are_opened_once_reused_renewed_and_closed() {
+    let (d, pw) = setup();
+    let bmc = fresh();
+    {
+        let mut b = bmc.lock().unwrap();
+        b.sessions = true;
+        b.no_basic = true;
+    }
+    let addr = serve(bmc.clone(), None).await;
+    let p = provider(d.path());
+    let s = spec(&format!("http://{addr}{SYS}"), &pw);
+    let n = node("sess");
+    let m = up(&p, &n, &s).await.unwrap();
+    assert_eq!(m.state, MachineState::Active);
+    assert_eq!(bmc.lock().unwrap().resets, vec!["On"]);
+    assert_eq!(
+        bmc.lock().unwrap().logins,
+        1,
+        "one session for create, two starts and a get"
+    );
+    // The BMC ends it (timeout): the next request logs in again.
+    bmc.lock().unwrap().open.clear();
+    p.get(&m.id).await.unwrap().unwrap();
+    assert_eq!(bmc.lock().unwrap().logins, 2);
+    p.close_sessions(true).await;
+    {
+        let b = bmc.lock().unwrap();
+        assert!(b.open.is_empty(), "closed on the BMC");
+        assert_eq!(b.logouts, 1);
+    }
+    // Basic only, on this BMC: refused, saying so, without the password.
+    let mut basic = s.clone();
+    basic["auth"] = json!("basic");
+    let e = p.create(&node("sess-b"), &basic).await.unwrap_err();
+    assert!(e.to_string().contains("HTTP 401"), "{e}");
+    no_secret(&e);
+    // A session where the BMC has none (the fake without SessionService,
+    // as sushy-tools): a clear error; auto falls back to Basic.
+    let plain = fresh();
+    let addr2 = serve(plain.clone(), None).await;
+    let mut sess = spec(&format!("http://{addr2}{SYS}"), &pw);
+    sess["auth"] = json!("session");
+    let e = p.create(&node("sess-c"), &sess).await.unwrap_err();
+    assert!(e.to_string().contains("links no SessionService"), "{e}");
+    sess["auth"] = json!("auto");
+    p.create(&node("sess-c"), &sess).await.unwrap();
+    assert_eq!(plain.lock().unwrap().logins, 0);
+}
+
+/// A BMC that refuses If-Match though the ETag is current (a broken
+/// conditional PATCH): the override goes again without it, once.
+#[tokio::test]
+async fn a_bmc_refusing_if_match_gets_the_patch_without_it() {
+    let (d, pw) = setup();
+    let bmc = fresh();
+    bmc.lock().unwrap().etag_mode = EtagMode::Broken;
+    let addr = serve(bmc.clone(), None).await;
+    let p = provider(d.path());
+    let m = up(
+        &p,
+        &node("etag"),
+        &spec(&format!("http://{addr}{SYS}"), &pw),
+    )
+    .await
+    .unwrap();
+    assert_eq!(m.state, MachineState::Active);
+    let b = bmc.lock().unwrap();
+    assert_eq!((b.target.as_str(), b.enabled.as_str()), ("Pxe", "Once"));
+    assert_eq!(b.patches.len(), 1);
+    assert_eq!(b.resets, vec!["On"]);
+}
+
+/// A BMC without UEFI HTTP boot (its allowable targets lack UefiHttp): a
+/// node whose firmware hint is uefi-http boots by PXE; a spec that asks
+/// for uefiHttp is refused before anything is sent, naming what it offers.
+#[tokio::test]
+async fn uefi_http_where_the_bmc_has_none() {
+    let (d, pw) = setup();
+    let bmc = fresh();
+    bmc.lock().unwrap().targets = Some(vec!["None", "Pxe", "Hdd", "Cd"]);
+    let addr = serve(bmc.clone(), None).await;
+    let p = provider(d.path());
+    let mut n = node("uh");
+    n.firmware = site::Firmware::UefiHttp;
+    let s = spec(&format!("http://{addr}{SYS}"), &pw);
+    up(&p, &n, &s).await.unwrap();
+    assert_eq!(bmc.lock().unwrap().target, "Pxe");
+    let mut explicit = s.clone();
+    explicit["boot"] = json!("uefiHttp");
+    let e = p.create(&node("uh2"), &explicit).await.unwrap_err();
+    assert!(!e.is_transient());
+    assert_eq!(
+        e.to_string(),
+        "redfish: the BMC offers no UefiHttp boot override (it offers None, Pxe, Hdd, Cd)"
+    );
+    assert_eq!(bmc.lock().unwrap().patches.len(), 1, "nothing sent for uh2");
+}
+
+/// A BMC whose override is Continuous or Disabled only: Continuous, then
+/// cleared once the node fetched its Ignition (else every restart would
+/// boot the installer again).
+#[tokio::test]
+async fn a_continuous_only_override_is_cleared_after_ignition() {
+    let (d, pw) = setup();
+    let bmc = fresh();
+    bmc.lock().unwrap().enabled_values = Some(vec!["Disabled", "Continuous"]);
+    let addr = serve(bmc.clone(), None).await;
+    let p = provider(d.path());
+    let m = up(
+        &p,
+        &node("cont"),
+        &spec(&format!("http://{addr}{SYS}"), &pw),
+    )
+    .await
+    .unwrap();
+    assert_eq!(bmc.lock().unwrap().enabled, "Continuous");
+    p.finish(&m.id).await.unwrap();
+    p.finish(&m.id).await.unwrap();
+    let b = bmc.lock().unwrap();
+    assert_eq!(b.enabled, "Disabled");
+    assert_eq!(b.patches.len(), 2, "set once, cleared once");
+}
+
+/// Virtual media under the system (Redfish 1.11 and later) rather than
+/// under the manager.
+#[tokio::test]
+async fn virtual_media_under_the_system() {
+    let (d, pw) = setup();
+    let bmc = fresh();
+    bmc.lock().unwrap().media_on_system = true;
+    let addr = serve(bmc.clone(), None).await;
+    let p = provider(d.path());
+    let mut s = spec(&format!("http://{addr}{SYS}"), &pw);
+    s["boot"] = json!("virtualMedia");
+    let mut n = node("vms");
+    n.media_url = site::Secret("http://10.77.0.1:8080/media/vms.iso?token=t".into());
+    up(&p, &n, &s).await.unwrap();
+    let b = bmc.lock().unwrap();
+    assert_eq!(
+        b.media.as_deref(),
+        Some("http://10.77.0.1:8080/media/vms.iso?token=t")
+    );
+    assert_eq!(b.target, "Cd");
+}

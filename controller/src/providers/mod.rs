@@ -101,6 +101,11 @@ pub trait Provider: Send + Sync + std::fmt::Debug {
     /// Every machine this provider holds with `cluster`'s ownership mark
     /// (a cloud tag), with its name: what `bootd cluster destroy` deletes.
     /// `None`: the provider has no such mark (BMC hardware, the lab's VMs).
+    /// The controller stops: release what the provider holds open at its
+    /// endpoints (a BMC's sessions). Bounded by the controller's grace.
+    fn close(&self) -> BoxFuture<'_, ()> {
+        Box::pin(async {})
+    }
     fn owned<'a>(&'a self, _cluster: &'a str) -> BoxFuture<'a, Result<Option<Owned>>> {
         Box::pin(async { Ok(None) })
     }

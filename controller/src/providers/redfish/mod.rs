@@ -30,12 +30,12 @@
 use super::bmc;
 use super::{Http, Machine, MachineState, NodeRequest, ProviderError, Result};
 use base64::Engine as _;
-use http::{HeaderValue, Method};
+use http::HeaderValue;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tracing::{info, warn};
 
@@ -67,6 +67,8 @@ pub const REGISTRATION: super::Registration = super::Registration {
             dir: bmc::dir(setup.state_dir),
             files: setup.bmc_files.clone(),
             clients: Mutex::new(HashMap::new()),
+            sessions: Arc::default(),
+            origins: Mutex::new(HashMap::new()),
         }) as std::sync::Arc<dyn super::Provider>))
     },
 };
@@ -87,6 +89,9 @@ struct Record {
     /// The virtual media device bootd's ISO went into (`boot: virtualMedia`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     media: Option<MediaRecord>,
+    /// A Continuous override, cleared once the node fetched its Ignition.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    override_cleared: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -105,6 +110,11 @@ pub struct Redfish {
     files: PathBuf,
     /// One client per trust setting (CA bundle, or none, or insecure).
     clients: Mutex<HashMap<(Option<PathBuf>, bool), Http>>,
+    /// Open sessions, reused across operations; closed when idle.
+    sessions: Arc<client::Sessions>,
+    /// The client each BMC origin was last reached with (to close its
+    /// session).
+    origins: Mutex<HashMap<String, Http>>,
 }
 
 impl Redfish {
@@ -138,15 +148,38 @@ impl Redfish {
         let mut auth = HeaderValue::from_str(&format!("Basic {token}"))
             .map_err(|_| ProviderError::permanent("redfish: the credentials are not printable"))?;
         auth.set_sensitive(true);
+        let sessions = match spec.auth.as_deref() {
+            Some("basic") => None,
+            Some("session") => Some((client::Auth::Session, Arc::clone(&self.sessions))),
+            _ => Some((client::Auth::Auto, Arc::clone(&self.sessions))),
+        };
+        let http = self.client(spec)?;
+        self.origins
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(origin.clone(), http.clone());
         Ok((
             Bmc {
-                http: self.client(spec)?,
+                http,
                 origin,
                 auth,
+                username: spec.username.clone(),
                 password,
+                sessions,
             },
             path,
         ))
+    }
+
+    /// Closes the sessions idle for [`client::SESSION_IDLE`] (every one
+    /// with `all`: when the provider stops).
+    pub async fn close_sessions(&self, all: bool) {
+        let origins = self
+            .origins
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        client::close_idle(&self.sessions, |o| origins.get(o).cloned(), all).await;
     }
 
     fn id(node: &str, bmc: &Bmc, system: &str) -> String {
@@ -182,11 +215,37 @@ impl Redfish {
         let system = bmc.resolve(&path, spec.system.as_deref()).await?;
         let s = bmc.system(&system).await?;
         let macs = bmc.macs(s.nics.as_deref()).await?;
+        let offers = |t: &str| s.targets.as_ref().is_none_or(|a| a.iter().any(|x| x == t));
         let target = match spec.boot.as_deref() {
             Some("uefiHttp") => "UefiHttp",
             Some("virtualMedia") => "Cd",
-            None if node.firmware == site::Firmware::UefiHttp => "UefiHttp",
+            // A hint, not an order: PXE where the BMC has no UEFI HTTP boot.
+            None if node.firmware == site::Firmware::UefiHttp && offers("UefiHttp") => "UefiHttp",
+            None if node.firmware == site::Firmware::UefiHttp => {
+                warn!(node = %node.name, "the BMC offers no UefiHttp boot override: booting by PXE");
+                "Pxe"
+            }
             _ => "Pxe",
+        };
+        if !offers(target) {
+            return Err(ProviderError::permanent(format!(
+                "redfish: the BMC offers no {target} boot override (it offers {})",
+                s.targets.as_deref().unwrap_or_default().join(", ")
+            )));
+        }
+        // Once where the BMC has it; else Continuous, cleared once the node
+        // fetched its Ignition (BMCs that offer Continuous and Disabled only).
+        let enabled = match &s.enabled_values {
+            Some(v) if !v.iter().any(|x| x == "Once") && v.iter().any(|x| x == "Continuous") => {
+                "Continuous"
+            }
+            Some(v) if !v.iter().any(|x| x == "Once") => {
+                return Err(ProviderError::permanent(format!(
+                    "redfish: the BMC offers neither a Once nor a Continuous boot override (it offers {})",
+                    v.join(", ")
+                )))
+            }
+            _ => "Once",
         };
         let mode = match spec.mode.as_deref() {
             Some(m) => Some(m),
@@ -198,7 +257,7 @@ impl Redfish {
             },
         };
         let mut boot = json!({
-            "BootSourceOverrideEnabled": "Once",
+            "BootSourceOverrideEnabled": enabled,
             "BootSourceOverrideTarget": target,
         });
         if let Some(m) = mode {
@@ -218,6 +277,7 @@ impl Redfish {
             boot,
             power: bmc::PowerLog::default(),
             media: None,
+            override_cleared: false,
         };
         bmc::store(&self.dir, NAME, &node.name, &rec)?;
         info!(node = %node.name, system = %system, macs = ?macs, "redfish: system read; started once its MACs are recorded");
@@ -263,8 +323,7 @@ impl Redfish {
             .as_str()
             .unwrap_or("Pxe")
             .to_string();
-        bmc.send(
-            Method::PATCH,
+        bmc.patch(
             &rec.system,
             &json!({ "Boot": rec.boot }),
             s.etag.as_ref(),
@@ -319,6 +378,23 @@ impl Redfish {
             bmc::store(&self.dir, NAME, node, &rec)?;
             info!(node, system = %rec.system, "redfish: virtual media ejected (the node fetched its Ignition)");
         }
+        // A Continuous override (where the BMC has no Once) would boot the
+        // installer again at every restart: cleared now.
+        if rec.boot["BootSourceOverrideEnabled"] == "Continuous" && !rec.override_cleared {
+            let (bmc, _) = self.bmc(&rec.spec)?;
+            let s = bmc.system(&rec.system).await?;
+            bmc.patch(
+                &rec.system,
+                &json!({ "Boot": { "BootSourceOverrideEnabled": "Disabled" } }),
+                s.etag.as_ref(),
+                "redfish: clear the continuous boot override",
+            )
+            .await?;
+            rec.override_cleared = true;
+            bmc::store(&self.dir, NAME, node, &rec)?;
+            info!(node, system = %rec.system, "redfish: continuous boot override cleared (the node fetched its Ignition)");
+        }
+        self.close_sessions(false).await;
         Ok(())
     }
 
@@ -330,6 +406,7 @@ impl Redfish {
     }
 
     async fn look(&self, node: &str, mut rec: Record) -> Result<Option<Machine>> {
+        self.close_sessions(false).await;
         let (bmc, _) = self.bmc(&rec.spec)?;
         let id = Self::id(node, &bmc, &rec.system);
         let s = match bmc.system_opt(&rec.system).await? {
@@ -366,8 +443,7 @@ impl Redfish {
                 }
                 let clear = json!({ "Boot": { "BootSourceOverrideEnabled": "Disabled" } });
                 if let Err(e) = bmc
-                    .send(
-                        Method::PATCH,
+                    .patch(
                         &rec.system,
                         &clear,
                         s.etag.as_ref(),
@@ -448,6 +524,9 @@ impl super::Provider for Redfish {
     fn finish<'a>(&'a self, id: &'a str) -> super::BoxFuture<'a, Result<()>> {
         Box::pin(Redfish::finish(self, id))
     }
+    fn close(&self) -> super::BoxFuture<'_, ()> {
+        Box::pin(self.close_sessions(true))
+    }
 }
 
 /// For tests: a provider on `dir` with `timeout` per request.
@@ -463,5 +542,7 @@ pub fn for_tests(
         dir,
         files,
         clients: Mutex::new(HashMap::new()),
+        sessions: Arc::default(),
+        origins: Mutex::new(HashMap::new()),
     }
 }

@@ -33,6 +33,10 @@ pub struct RedfishSpec {
     /// left as the BMC has it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mode: Option<String>,
+    /// `auto` (default: a session where the BMC serves SessionService,
+    /// else Basic), `session`, or `basic`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auth: Option<String>,
 }
 
 impl RedfishSpec {
@@ -93,6 +97,10 @@ impl RedfishSpec {
         match self.mode.as_deref() {
             None | Some("UEFI" | "Legacy") => {}
             Some(m) => p.push(format!("{k}.mode: {m:?}: want UEFI or Legacy")),
+        }
+        match self.auth.as_deref() {
+            None | Some("auto" | "session" | "basic") => {}
+            Some(a) => p.push(format!("{k}.auth: {a:?}: want auto, session or basic")),
         }
         if self.boot.as_deref() == Some("uefiHttp") && self.mode.as_deref() == Some("Legacy") {
             p.push(format!("{k}: boot uefiHttp needs mode UEFI"));
