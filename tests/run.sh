@@ -28,7 +28,8 @@
 #      DHCP storm with one killed halfway, etcd quorum lost and back;
 #   4. dnsd against NSD and Knot (secondaries via AXFR/NOTIFY, differential);
 #      the controller's provider clients against Prism mocks of the specs;
-#   5. the status page rendered by headless Chromium; the controller's whole
+#   5. the status page rendered by headless Chromium (the lab, and a rack of
+#      1 000 nodes: counts, filters, phase bars, size, render time); the controller's whole
 #      loop with the local provider: API call -> QEMU VM -> netboot -> Ready;
 #      and with the redfish and ipmi providers driving sushy-tools and
 #      virtualbmc (PyPI), which drive libvirt VMs: Ready, a second boot that
@@ -193,6 +194,7 @@ t "HA, loadBalancing: the same, both appliances answering their share of the sto
 t "dnsd vs NSD and Knot"              bash tests/dns/e2e.sh $BIN/dnsd
 t "controller vs Prism mocks"         bash tests/controller/e2e.sh
 t "status page in headless Chromium"  bash tests/status/e2e.sh --bootd $BIN/bootd
+t "status page of a 1 000-node rack driven by real clients: counts, filters, a phase bar per node, under 1 MB, rendered within a second" bash tests/status/rack.sh --bootd $BIN/bootd
 t "API -> local QEMU VM -> netboot -> Ready" bash tests/controller/local-e2e.sh --bootd $BIN/bootd
 t "Redfish (sushy-tools) and IPMI (virtualbmc) BMCs -> libvirt VMs -> netboot -> Ready, no install loop" bash tests/controller/bmc-e2e.sh --bootd $BIN/bootd
 t "secrets: one grep over every output of a BMC + cloud providers run at trace (logs, API, metrics, status page, argv, environment)" bash tests/secrets/e2e.sh --bootd $BIN/bootd

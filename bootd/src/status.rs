@@ -1,10 +1,14 @@
 //! The status page: where is each node in its boot, and since when.
 //!
 //! Routes (on bootd's HTTP listener, listed in [`route`]):
-//! - `GET /status`: one table of nodes (current phase, time in phase, last
-//!   event, last error), then any unknown clients;
-//! - `GET /status/node/NAME`: that node's timeline (phases with durations,
-//!   then every event);
+//! - `GET /status`: counts of nodes per phase, per role and failing (each
+//!   a link to those nodes), then one table of nodes (role, current
+//!   phase, time in phase, a bar of its boot phases on one time axis for
+//!   all, last event, last error), then any unknown clients;
+//!   `?phase=P&role=R&failing=1` keeps the nodes that match ([`Filter`]);
+//! - `GET /status/node/NAME`: what the site says of it (role, install
+//!   disk, switch port, host network), then its timeline (phases with
+//!   durations, then every event);
 //! - `GET /status/timeline.json`, `GET /status/node/NAME/timeline.json`: the
 //!   same as JSON (what `bootd nodes timeline` and the lab scripts read).
 //!
@@ -71,9 +75,17 @@ fn page(title: &str, body: &str) -> String {
          th,td{{border:1px solid #ccc;padding:.3em .6em;text-align:left;vertical-align:top}}\n\
          th{{background:#eee}} td.num{{text-align:right;font-variant-numeric:tabular-nums}}\n\
          tr.err td{{background:#fde8e8}} .err{{color:#a00}} .muted{{color:#888}}\n\
-         </style></head><body>\n{body}\n<p class=\"muted\">Refreshes every {REFRESH_SECS} s. Rendered {}.</p>\n</body></html>\n",
+         .g{{position:relative;width:16em;height:.9em;background:#f3f3f3}} .g i{{position:absolute;top:0;bottom:0}}\n\
+         #nodes td{{white-space:nowrap;padding:.15em .5em}} #nodes td:nth-last-child(-n+2){{max-width:30em;overflow:hidden;text-overflow:ellipsis}}\n\
+         i.k{{display:inline-block;width:.8em;height:.8em;margin:0 .2em 0 .6em}}\n\
+         {colours}</style></head><body>\n{body}\n<p class=\"muted\">Refreshes every {REFRESH_SECS} s. Rendered {}.</p>\n</body></html>\n",
         esc(title),
         esc(&time_of(crate::timeline::now_us())),
+        colours = PICTURE
+            .iter()
+            .enumerate()
+            .map(|(i, (_, c))| format!(".p{i}{{background:{c}}}"))
+            .collect::<String>(),
     )
 }
 
@@ -88,7 +100,141 @@ fn event_text(e: &Event) -> String {
     format!("{}: {}", e.phase.as_str(), e.detail)
 }
 
-/// The nodes table.
+/// Which nodes `/status` lists: its query's `phase` (a phase's name, or
+/// `waiting`), `role` and `failing=1` (a last error), all of those given.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Filter {
+    pub phase: Option<String>,
+    pub role: Option<String>,
+    pub failing: bool,
+}
+
+impl Filter {
+    pub fn parse(q: Option<&str>) -> Filter {
+        let mut f = Filter::default();
+        for kv in q.unwrap_or_default().split('&') {
+            let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
+            let v = percent_decode_str(v).decode_utf8_lossy().into_owned();
+            match k {
+                "phase" if !v.is_empty() => f.phase = Some(v),
+                "role" if !v.is_empty() => f.role = Some(v),
+                "failing" => f.failing = v == "1" || v == "true",
+                _ => {}
+            }
+        }
+        f
+    }
+
+    fn keeps(&self, s: &Summary, role: &str) -> bool {
+        self.phase.as_deref().is_none_or(|p| p == phase_name(s))
+            && self.role.as_deref().is_none_or(|r| r == role)
+            && (!self.failing || s.last_error.is_some())
+    }
+
+    fn is_empty(&self) -> bool {
+        *self == Filter::default()
+    }
+
+    fn describe(&self) -> String {
+        let mut parts = Vec::new();
+        if let Some(p) = &self.phase {
+            parts.push(format!("phase {p}"));
+        }
+        if let Some(r) = &self.role {
+            parts.push(format!("role {r}"));
+        }
+        if self.failing {
+            parts.push("failing".into());
+        }
+        parts.join(", ")
+    }
+}
+
+fn phase_name(s: &Summary) -> &'static str {
+    s.phase.map(|p| p.as_str()).unwrap_or("waiting")
+}
+
+/// The phases a boot goes through, in order, with their colours on the
+/// phase picture.
+const PICTURE: &[(&str, &str)] = &[
+    ("machine", "#9e9e9e"),
+    ("dhcp", "#4e79a7"),
+    ("tftp", "#76b7b2"),
+    ("script", "#59a14f"),
+    ("kernel", "#edc948"),
+    ("initramfs", "#f28e2b"),
+    ("rootfs", "#ff9da7"),
+    ("ignition", "#b07aa1"),
+    ("machine_config", "#9c755f"),
+    ("api", "#e15759"),
+    ("joined", "#2f4b7c"),
+];
+
+/// Counts per phase, per role and of the failing, each a link to the
+/// nodes it counts.
+fn counts(b: &mut String, rows: &[Summary], role_of: &dyn Fn(&str) -> String) {
+    let failing = rows.iter().filter(|s| s.last_error.is_some()).count();
+    let _ = writeln!(
+        b,
+        "<p id=\"counts\">Nodes <b>{}</b> &middot; failing <a id=\"failing\" class=\"{}\" href=\"/status?failing=1\">{failing}</a></p>",
+        rows.len(),
+        if failing > 0 { "err" } else { "muted" },
+    );
+    let mut by_phase: Vec<(&str, usize)> = std::iter::once("waiting")
+        .chain(PICTURE.iter().map(|(p, _)| *p))
+        .map(|p| (p, rows.iter().filter(|s| phase_name(s) == p).count()))
+        .filter(|(_, n)| *n > 0)
+        .collect();
+    by_phase.retain(|(_, n)| *n > 0);
+    let phases: Vec<String> = by_phase
+        .iter()
+        .map(|(p, n)| format!("<a data-count=\"{p}\" href=\"/status?phase={p}\">{p} {n}</a>"))
+        .collect();
+    let _ = writeln!(
+        b,
+        "<p id=\"by-phase\">By phase: {}</p>",
+        phases.join(" &middot; ")
+    );
+    let mut roles: std::collections::BTreeMap<String, usize> = Default::default();
+    for s in rows {
+        *roles.entry(role_of(&s.node)).or_default() += 1;
+    }
+    let roles: Vec<String> = roles
+        .iter()
+        .map(|(r, n)| {
+            let r = esc(r);
+            let q = esc(&utf8_percent_encode(&r, NON_ALPHANUMERIC).to_string());
+            format!("<a data-role-count=\"{r}\" href=\"/status?role={q}\">{r} {n}</a>")
+        })
+        .collect();
+    let _ = writeln!(
+        b,
+        "<p id=\"by-role\">By role: {}</p>",
+        roles.join(" &middot; ")
+    );
+}
+
+/// One node's bar on the phase picture: each phase where it fell between
+/// `t0` and `now` (percent of that span).
+fn bar(b: &mut String, s: &Summary, t0: i64, now: i64) {
+    let span = (now - t0).max(1) as f64;
+    b.push_str("<div class=\"g\">");
+    for p in &s.phases {
+        let Some(i) = PICTURE.iter().position(|(n, _)| *n == p.phase.as_str()) else {
+            continue;
+        };
+        let left = (p.start_us - t0) as f64 / span * 100.0;
+        let width = ((p.end_us - p.start_us) as f64 / span * 100.0).max(0.3);
+        let _ = write!(
+            b,
+            "<i class=\"p{i}\" style=\"left:{left:.1}%;width:{width:.1}%\"></i>"
+        );
+    }
+    b.push_str("</div>");
+}
+
+/// The nodes table, with the counts and filters above it and each node's
+/// phase bar.
 pub fn render_index(
     cluster: &str,
     rows: &[Summary],
@@ -97,12 +243,66 @@ pub fn render_index(
     dropped: u64,
     gates: &[crate::gate::View],
 ) -> String {
+    render_index_for(
+        cluster,
+        rows,
+        discovered,
+        now_us,
+        dropped,
+        gates,
+        &|_| String::new(),
+        &Filter::default(),
+    )
+}
+
+/// [`render_index`] with each node's role and the page's filter.
+#[allow(clippy::too_many_arguments)]
+pub fn render_index_for(
+    cluster: &str,
+    all: &[Summary],
+    discovered: &[crate::discovery::Machine],
+    now_us: i64,
+    dropped: u64,
+    gates: &[crate::gate::View],
+    role_of: &dyn Fn(&str) -> String,
+    filter: &Filter,
+) -> String {
     let mut b = String::new();
     let _ = writeln!(b, "<h1>bootd: {}</h1>", esc(cluster));
+    counts(&mut b, all, role_of);
+    let rows: Vec<&Summary> = all
+        .iter()
+        .filter(|s| filter.keeps(s, &role_of(&s.node)))
+        .collect();
+    if !filter.is_empty() {
+        let _ = writeln!(
+            b,
+            "<p id=\"filter\">Showing <b>{}</b> of {} nodes: {} &middot; <a href=\"/status\">all nodes</a></p>",
+            rows.len(),
+            all.len(),
+            esc(&filter.describe())
+        );
+    }
     admission_table(&mut b, gates);
+    let t0 = rows
+        .iter()
+        .filter_map(|s| s.phases.first().map(|p| p.start_us))
+        .min()
+        .unwrap_or(now_us);
+    let legend: Vec<String> = PICTURE
+        .iter()
+        .enumerate()
+        .map(|(i, (p, _))| format!("<i class=\"k p{i}\"></i>{p}"))
+        .collect();
     let _ = writeln!(
         b,
-        "<table id=\"nodes\">\n<tr><th>Node</th><th>Boot</th><th>MAC</th><th>IP</th><th>Phase</th><th>Time in phase</th><th>Last event</th><th>Last error</th></tr>"
+        "<p id=\"legend\" class=\"muted\">Boot phases from {} to now: {}</p>",
+        esc(&time_of(t0)),
+        legend.join(" ")
+    );
+    let _ = writeln!(
+        b,
+        "<table id=\"nodes\">\n<tr><th>Node</th><th>Role</th><th>Boot</th><th>MAC</th><th>IP</th><th>Phase</th><th>Time in phase</th><th>Boot phases</th><th>Last event</th><th>Last error</th></tr>"
     );
     for s in rows {
         let class = if s.last_error.is_some() {
@@ -125,12 +325,15 @@ pub fn render_index(
             .as_ref()
             .map(|e| format!("<span class=\"err\">{}</span>", esc(&event_text(e))))
             .unwrap_or_default();
+        let mut g = String::new();
+        bar(&mut g, s, t0, now_us);
         let _ = writeln!(
             b,
-            "<tr{class} data-node=\"{n}\" data-phase=\"{phase}\"><td><a href=\"{href}\">{n}</a>{unk}</td><td>{boot}</td><td>{mac}</td><td>{ip}</td><td>{phase}</td><td class=\"num\">{since}</td><td>{last}</td><td>{err}</td></tr>",
+            "<tr{class} data-node=\"{n}\" data-phase=\"{phase}\"><td><a href=\"{href}\">{n}</a>{unk}</td><td>{role}</td><td>{boot}</td><td>{mac}</td><td>{ip}</td><td>{phase}</td><td class=\"num\">{since}</td><td>{g}</td><td>{last}</td><td>{err}</td></tr>",
             n = esc(&s.node),
             href = esc(&link(&s.node)),
             unk = if s.site_node { "" } else { " <span class=\"muted\">(not in the site)</span>" },
+            role = esc(&role_of(&s.node)),
             boot = s.boot,
             mac = esc(s.mac.as_deref().unwrap_or("")),
             ip = s.ip.map(|i| i.to_string()).unwrap_or_default(),
@@ -250,7 +453,7 @@ fn phase_rows(b: &mut String, spans: &[Span], now_us: i64, last_is_current: bool
 }
 
 /// One node's timeline.
-pub fn render_node(t: &Track, now_us: i64) -> String {
+pub fn render_node(t: &Track, now_us: i64, node: Option<&site::Node>) -> String {
     let s = summary(t);
     let mut b = String::new();
     let _ = writeln!(
@@ -258,6 +461,9 @@ pub fn render_node(t: &Track, now_us: i64) -> String {
         "<p><a href=\"/status\">&larr; all nodes</a></p>\n<h1>{}</h1>",
         esc(&t.key)
     );
+    if let Some(n) = node {
+        node_facts(&mut b, n);
+    }
     let _ = writeln!(
         b,
         "<p>MAC {} &middot; IP {} &middot; boot attempt {} &middot; phase <b id=\"phase\">{}</b> &middot; phases {} &middot; total {}</p>",
@@ -308,6 +514,81 @@ pub fn render_node(t: &Track, now_us: i64) -> String {
     }
     b.push_str("</table>\n");
     page(&format!("bootd status: {}", t.key), &b)
+}
+
+/// What the site says of a node: role, the disk it installs to, its host
+/// network.
+fn node_facts(b: &mut String, n: &site::Node) {
+    let disk = match (n.install_device(), n.live) {
+        (Some(d), _) => format!("installs to <code id=\"install-device\">{}</code>", esc(d)),
+        (None, true) => "runs live (<code>live: true</code>)".into(),
+        (None, false) => "runs live (no install disk)".into(),
+    };
+    let _ = writeln!(
+        b,
+        "<p id=\"facts\">Role <b>{}</b> &middot; {} &middot; {} &middot; {}</p>",
+        esc(&n.role),
+        n.arch,
+        disk,
+        match &n.relay {
+            Some(r) => format!(
+                "switch port {}",
+                esc(&[r.remote_id.as_deref(), r.circuit_id.as_deref()]
+                    .into_iter()
+                    .flatten()
+                    .map(site::RelayId::show)
+                    .collect::<Vec<_>>()
+                    .join(" "))
+            ),
+            None => "by MAC".into(),
+        }
+    );
+    let Some(hn) = &n.host_network else {
+        return;
+    };
+    b.push_str("<h2>Host network</h2>\n<table id=\"network\">\n<tr><th>Interface</th><th>Type</th><th>Of</th><th>IPv4</th><th>IPv6</th><th>MTU</th></tr>\n");
+    let fam = |c: &site::IpConfig| {
+        if !c.enabled {
+            return "off".to_string();
+        }
+        let mut v: Vec<String> = c.addresses.iter().map(|a| a.to_string()).collect();
+        if c.dhcp {
+            v.push("DHCP".into());
+        }
+        v.join(", ")
+    };
+    for i in &hn.interfaces {
+        let of = match &i.kind {
+            site::InterfaceKind::Bond { mode, ports, .. } => {
+                format!("{} of {}", mode.as_str(), ports.join(", "))
+            }
+            site::InterfaceKind::Vlan { base, id } => format!("VLAN {id} on {base}"),
+            site::InterfaceKind::Ethernet => i
+                .controller
+                .as_ref()
+                .map(|c| format!("port of {c}"))
+                .unwrap_or_default(),
+        };
+        let _ = writeln!(
+            b,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"num\">{}</td></tr>",
+            esc(&i.name),
+            i.kind.nm_type(),
+            esc(&of),
+            esc(&fam(&i.ipv4)),
+            esc(&fam(&i.ipv6)),
+            i.mtu.map(|m| m.to_string()).unwrap_or_default()
+        );
+    }
+    b.push_str("</table>\n");
+    let routes: Vec<String> = hn
+        .routes
+        .iter()
+        .map(|r| format!("{} via {} ({})", r.destination, r.next_hop, r.interface))
+        .collect();
+    if !routes.is_empty() {
+        let _ = writeln!(b, "<p>Routes: {}</p>", esc(&routes.join("; ")));
+    }
 }
 
 /// A node's timeline as JSON: the summary of the current attempt (phases
@@ -381,23 +662,32 @@ pub fn route(
     app: &Arc<App>,
     snap: &Snapshot,
     path: &str,
-    _q: Option<&str>,
+    q: Option<&str>,
 ) -> (&'static str, Response<Body>) {
     let now = crate::timeline::now_us();
     let rest = path.trim_start_matches("/status").trim_start_matches('/');
     if rest.is_empty() {
         let rows = app.timeline.summaries(&snap.site);
+        let roles: std::collections::HashMap<&str, &str> = snap
+            .site
+            .nodes
+            .iter()
+            .map(|n| (n.name.as_str(), n.role.as_str()))
+            .collect();
+        let role_of = |n: &str| roles.get(n).copied().unwrap_or("").to_string();
         return (
             "status",
             html(
                 StatusCode::OK,
-                render_index(
+                render_index_for(
                     &snap.site.cluster.domain(),
                     &rows,
                     &app.discovered.list(),
                     now,
                     app.timeline.dropped.get(),
                     &gates(app, &snap.site),
+                    &role_of,
+                    &Filter::parse(q),
                 ),
             ),
         );
@@ -449,7 +739,10 @@ pub fn route(
                 events: Default::default(),
                 starts: None,
             });
-            ("status", html(StatusCode::OK, render_node(&t, now)))
+            (
+                "status",
+                html(StatusCode::OK, render_node(&t, now, snap.site.node(&name))),
+            )
         }
         (None, false) => (
             "status",
@@ -477,6 +770,104 @@ mod tests {
             &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/lab/site.yaml"),
         )
         .unwrap()
+    }
+
+    /// A rack of 1 000 nodes: counts per phase and role, the failing, a
+    /// filter, each node's bar; the page stays under 1 MB.
+    #[test]
+    fn a_rack_of_a_thousand_nodes() {
+        let lab = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/lab");
+        let dir = tempfile::tempdir().unwrap();
+        let mut rack = String::from("\nnodes:\n");
+        for i in 0..1000u32 {
+            let role = if i < 3 { "master" } else { "worker" };
+            let _ = writeln!(
+                rack,
+                "  - {{ name: r{i:04}, role: {role}, macs: [\"52:54:01:00:{:02x}:{:02x}\"], ip: 10.77.{}.{} }}",
+                i / 256,
+                i % 256,
+                4 + i / 250,
+                1 + i % 250
+            );
+        }
+        let text = std::fs::read_to_string(lab.join("site.yaml"))
+            .unwrap()
+            .replace("dir: ignition", &format!("dir: {}/ignition", lab.display()))
+            .replace("subnet: 10.77.0.0/24", "subnet: 10.77.0.0/16")
+            .replacen("\nnodes:\n", &rack, 1);
+        std::fs::write(dir.path().join("site.yaml"), &text).unwrap();
+        let site = site::load(&dir.path().join("site.yaml")).unwrap_or_else(|e| panic!("{e}"));
+        let mut book = Book::default();
+        let t0 = crate::timeline::now_us() - 600_000_000;
+        let steps = [
+            Phase::Dhcp,
+            Phase::Tftp,
+            Phase::Script,
+            Phase::Kernel,
+            Phase::Ignition,
+        ];
+        for i in 0..1000i64 {
+            let name = format!("r{i:04}");
+            // Node i got as far as step i % 5, each step 20 s after the last.
+            for (k, p) in steps.iter().enumerate().take(i as usize % 5 + 1) {
+                let mut raw = Raw::new(Subject::node(&name), *p, "served", "x")
+                    .at(t0 + i * 100_000 + k as i64 * 20_000_000);
+                if i % 100 == 7 && k == i as usize % 5 {
+                    raw = raw.error();
+                }
+                book.add(&site, raw);
+            }
+        }
+        let mut rows: Vec<Summary> = book.tracks.values().map(summary).collect();
+        rows.sort_by(|a, b| a.node.cmp(&b.node));
+        let roles: std::collections::HashMap<&str, &str> = site
+            .nodes
+            .iter()
+            .map(|n| (n.name.as_str(), n.role.as_str()))
+            .collect();
+        let role_of = |n: &str| roles.get(n).copied().unwrap_or("").to_string();
+        let now = t0 + 700_000_000;
+        let all = render_index_for(
+            "rack",
+            &rows,
+            &[],
+            now,
+            0,
+            &[],
+            &role_of,
+            &Filter::default(),
+        );
+        eprintln!("status page of 1 000 nodes: {} bytes", all.len());
+        assert!(all.len() < 1_000_000, "{} bytes", all.len());
+        assert!(all.contains("<p id=\"counts\">Nodes <b>1000</b> &middot; failing <a id=\"failing\" class=\"err\" href=\"/status?failing=1\">10</a>"), "{}", &all[..2000]);
+        for p in ["dhcp", "tftp", "script", "kernel", "ignition"] {
+            assert!(
+                all.contains(&format!("href=\"/status?phase={p}\">{p} 200</a>")),
+                "{p}"
+            );
+        }
+        assert!(all.contains("href=\"/status?role=master\">master 3</a>"));
+        assert!(all.contains("href=\"/status?role=worker\">worker 997</a>"));
+        assert_eq!(all.matches("<div class=\"g\">").count(), 1000);
+        // r0004 went through five phases: five segments on its bar.
+        let row = all
+            .lines()
+            .find(|l| l.contains("data-node=\"r0004\""))
+            .unwrap();
+        assert_eq!(row.matches("<i class=\"p").count(), 5, "{row}");
+        let f = Filter::parse(Some("phase=kernel&role=worker&failing=1"));
+        let some = render_index_for("rack", &rows, &[], now, 0, &[], &role_of, &f);
+        // Failing at kernel (step 3): i % 5 == 3 and i % 100 == 7: none;
+        // at tftp, i % 100 == 7 has i % 5 == 2 (script). So: phase script.
+        assert!(
+            some.contains("Showing <b>0</b> of 1000 nodes: phase kernel, role worker, failing"),
+            "{}",
+            &some[..3000]
+        );
+        let f = Filter::parse(Some("phase=script&failing=1"));
+        let some = render_index_for("rack", &rows, &[], now, 0, &[], &role_of, &f);
+        assert!(some.contains("Showing <b>10</b> of 1000 nodes"));
+        assert_eq!(some.matches("<tr class=\"err\" data-node=").count(), 10);
     }
 
     #[test]
@@ -524,7 +915,7 @@ mod tests {
             "{index}"
         );
         assert!(index.contains("data-node=\"worker-0\" data-phase=\"script\""));
-        let node = render_node(&book.tracks["mac 52:54:00:99:00:02"], now);
+        let node = render_node(&book.tracks["mac 52:54:00:99:00:02"], now, None);
         assert!(!node.contains("<script>"));
         assert!(node.contains("id=\"last-error\""));
     }
