@@ -41,6 +41,14 @@ pub struct Facts {
     /// Every address the provider reports.
     #[serde(default)]
     pub addresses: Vec<String>,
+    /// The host network the provider documents (NMState), for a node
+    /// whose spec gives none ([`effective`]).
+    #[serde(
+        default,
+        rename = "networkConfig",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub network_config: Option<Value>,
 }
 
 impl Facts {
@@ -74,6 +82,7 @@ impl Facts {
             ip6,
             macs,
             addresses: m.addresses.clone(),
+            network_config: m.network_config.clone(),
         }
     }
 
@@ -214,6 +223,18 @@ pub fn effective(spec: &Value, facts: Option<&Facts>) -> Option<Value> {
             .map(|a| a.to_string())
             .collect();
         o.insert("addresses".into(), serde_json::json!(addrs));
+        // The provider's host network, unless the operator wrote one; only
+        // when it holds the node's address (bootd serves it there).
+        if let Some(nc) = &f.network_config {
+            let text = nc.to_string();
+            let holds = f
+                .ips()
+                .iter()
+                .any(|a| text.contains(&format!("\"ip\":\"{a}\"")));
+            if holds && !o.contains_key("network") && !o.contains_key("networkConfig") {
+                o.insert("networkConfig".into(), nc.clone());
+            }
+        }
     }
     let has_ip = o.get("ip").is_some_and(|ip| !ips_of(ip).is_empty());
     let has_mac = o
@@ -321,6 +342,38 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    /// The provider's host network goes into the node when it holds the
+    /// node's address and the spec has none of its own.
+    #[test]
+    fn the_provider_s_network_config_fills_in_only_where_it_fits() {
+        let nc = json!({"interfaces": [{"name": "bond0", "type": "bond",
+            "ipv4": {"enabled": true, "address": [{"ip": "10.77.0.40", "prefix-length": 31}]}}]});
+        let f = Facts {
+            provider: "equinix".into(),
+            id: "d-1".into(),
+            ip: Some("10.77.0.40".parse().unwrap()),
+            ip6: None,
+            macs: vec!["b4:96:91:00:00:01".into()],
+            addresses: vec!["10.77.0.40".into()],
+            network_config: Some(nc.clone()),
+        };
+        let spec = json!({"name": "w", "role": "worker"});
+        assert_eq!(effective(&spec, Some(&f)).unwrap()["networkConfig"], nc);
+        let own = json!({"name": "w", "role": "worker", "network": {"interface": "eno1"}});
+        assert!(effective(&own, Some(&f))
+            .unwrap()
+            .get("networkConfig")
+            .is_none());
+        let elsewhere = Facts {
+            ip: Some("10.77.0.41".parse().unwrap()),
+            ..f
+        };
+        assert!(effective(&spec, Some(&elsewhere))
+            .unwrap()
+            .get("networkConfig")
+            .is_none());
+    }
+
     #[test]
     fn the_provider_s_word_fills_in_and_wins() {
         let f = Facts {
@@ -330,6 +383,7 @@ mod tests {
             ip6: None,
             macs: vec!["b4:96:91:00:00:01".into()],
             addresses: vec!["147.75.1.9".into(), "10.77.0.40".into()],
+            network_config: None,
         };
         let bare = json!({"name": "w", "role": "worker"});
         assert_eq!(
@@ -358,6 +412,7 @@ mod tests {
         )
         .unwrap();
         let m = Machine {
+            network_config: None,
             id: "x".into(),
             state: crate::providers::MachineState::Active,
             addresses: vec!["147.75.1.2".into(), "fd00::1".into(), "10.77.0.50".into()],
@@ -383,6 +438,7 @@ mod tests {
 
     fn machine(addresses: &[&str]) -> Machine {
         Machine {
+            network_config: None,
             id: "x".into(),
             state: crate::providers::MachineState::Active,
             addresses: addresses.iter().map(|a| a.to_string()).collect(),

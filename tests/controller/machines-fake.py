@@ -182,11 +182,22 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 dev["state"] = {"queued": "provisioning", "provisioning": "active"}.get(dev["state"], dev["state"])
                 if dev["state"] == "active":
                     ip, mac, public_ip = dev["_private"]
+                    # A layer-3 device as Equinix answers it: addresses with
+                    # their prefixes and gateways, bond0 over eth0 and eth1.
                     dev["ip_addresses"] = [
-                        {"address": public_ip, "address_family": 4, "public": True},
-                        {"address": ip, "address_family": 4, "public": False}]
-                    dev["network_ports"] = [{"id": str(uuid.uuid5(uuid.NAMESPACE_URL, dev["id"])), "name": "eth0",
-                                             "type": "NetworkPort", "data": {"mac": mac, "bonded": False}}]
+                        {"address": public_ip, "address_family": 4, "cidr": 31, "gateway": "147.75.1.1",
+                         "public": True, "management": True},
+                        {"address": ip, "address_family": 4, "cidr": 24,
+                         "gateway": ip.rsplit(".", 1)[0] + ".1", "public": False, "management": True}]
+                    other = mac.replace(":77:", ":78:", 1)  # the second NIC
+                    port_id = lambda k: str(uuid.uuid5(uuid.NAMESPACE_URL, dev["id"] + k))
+                    dev["network_ports"] = [
+                        {"id": port_id("bond0"), "name": "bond0", "type": "NetworkBondPort",
+                         "network_type": "layer3", "data": {"bonded": True}},
+                        {"id": port_id("eth0"), "name": "eth0", "type": "NetworkPort",
+                         "bond": {"name": "bond0"}, "data": {"mac": mac, "bonded": True}},
+                        {"id": port_id("eth1"), "name": "eth1", "type": "NetworkPort",
+                         "bond": {"name": "bond0"}, "data": {"mac": other, "bonded": True}}]
                 return self.reply(200, public(dev))
             if self.command == "DELETE":
                 dev["state"] = "deprovisioning"

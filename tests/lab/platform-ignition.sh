@@ -50,8 +50,9 @@
 #               ignition.platform.id=metal, ignition.config.url and nameserver=)
 #
 # Passes when the guest's Ignition fetch and files stages exited 0, it wrote
-# every file of bootd's node config (its NetworkManager resolver drop-in
-# among them) and of the machine-config server's (this run's content), the
+# every file of bootd's node config (its NetworkManager resolver drop-in, or
+# for packet the layer-3 bond's keyfiles, among them) and of the
+# machine-config server's (this run's content), the
 # platform stand-in served the user data to the node's address, and the
 # node is Ready with MachineConfigServed True (ConnectedThroughLbd).
 # --no-resolver: the network's dnsServers is the platform resolver (which
@@ -395,9 +396,23 @@ fi
   || die "bootd render ignition $NODE: $(tail -n 3 "$WORK/render.log" | tr '\n' ' ')"
 if python3 tests/lab/ignition-check.py "$WORK/serial.log" "$WORK/expected.ign" "$WORK/mcs/$ROLE.ign" >"$WORK/ignition-check.txt" 2>&1; then
   sed "s/^/$HARNESS_NAME:   /" "$WORK/ignition-check.txt" >&2
-  if grep -q "^ok /etc/lab/mcs-$ROLE " "$WORK/ignition-check.txt" \
-      && grep -q "^ok /etc/NetworkManager/conf.d/50-cluster-dns.conf " "$WORK/ignition-check.txt"; then
-    ok "under /sysroot: /etc/lab/mcs-$ROLE (this run's $MARK) and bootd's 50-cluster-dns.conf, as served"
+  # Equinix's layer-3 devices get their bond from the device's facts: its
+  # keyfiles carry the resolvers (no drop-in); the other platforms get the
+  # drop-in.
+  if [[ $PLATFORM == packet ]]; then
+    resolver_files="bond0.nmconnection (dns=10.77.0.1), eth0 and eth1"
+    resolvers_ok() {
+      grep -q "^ok /etc/NetworkManager/system-connections/bond0.nmconnection " "$WORK/ignition-check.txt" \
+        && grep -q "^ok /etc/NetworkManager/system-connections/eth0.nmconnection " "$WORK/ignition-check.txt" \
+        && grep -q "^ok /etc/NetworkManager/system-connections/eth1.nmconnection " "$WORK/ignition-check.txt" \
+        && grep -q 'dns%3D10.77.0.1%3B' "$WORK/expected.ign"
+    }
+  else
+    resolver_files="50-cluster-dns.conf"
+    resolvers_ok() { grep -q "^ok /etc/NetworkManager/conf.d/50-cluster-dns.conf " "$WORK/ignition-check.txt"; }
+  fi
+  if grep -q "^ok /etc/lab/mcs-$ROLE " "$WORK/ignition-check.txt" && resolvers_ok; then
+    ok "under /sysroot: /etc/lab/mcs-$ROLE (this run's $MARK) and bootd's $resolver_files, as served"
   else
     bad "the check passed without the machine-config file or the resolver drop-in: $(cat "$WORK/ignition-check.txt")"
   fi

@@ -336,8 +336,23 @@ async fn equinix(
                 } else {
                     "147.75.1.2".into()
                 };
-                d["ip_addresses"] = json!([{ "address": public, "address_family": 4, "public": true }, { "address": private, "address_family": 4, "public": false }]);
-                d["network_ports"] = json!([{ "id": uuid(), "name": "eth0", "type": "NetworkPort", "data": { "mac": format!("b4:96:91:aa:{:02x}:{:02x}", n >> 8, n & 0xff), "bonded": false } }]);
+                // A layer-3 device as Equinix answers it: the public and
+                // private addresses with their prefixes and gateways, and
+                // bond0 over eth0 and eth1.
+                let private_gw = match &s_prefix {
+                    Some(p) => format!("{p}1"),
+                    None => "10.70.1.1".to_string(),
+                };
+                d["ip_addresses"] = json!([
+                    { "address": public, "address_family": 4, "cidr": 31, "gateway": "147.75.1.1", "public": true, "management": true },
+                    { "address": private, "address_family": 4, "cidr": 24, "gateway": private_gw, "public": false, "management": true }
+                ]);
+                let mac = |k: u32| format!("b4:96:91:a{k}:{:02x}:{:02x}", n >> 8, n & 0xff);
+                d["network_ports"] = json!([
+                    { "id": uuid(), "name": "bond0", "type": "NetworkBondPort", "network_type": "layer3", "data": { "bonded": true } },
+                    { "id": uuid(), "name": "eth0", "type": "NetworkPort", "bond": { "name": "bond0" }, "data": { "mac": mac(0), "bonded": true } },
+                    { "id": uuid(), "name": "eth1", "type": "NetworkPort", "bond": { "name": "bond0" }, "data": { "mac": mac(1), "bonded": true } }
+                ]);
             }
             reply(200, d)
         }

@@ -515,8 +515,30 @@ pub async fn cluster_loop(p: Platform, net: u8, urls: Option<&dyn Fn(&str) -> Ur
             "{}",
             node.ip()
         );
+        if p == Platform::Equinix {
+            // Its layer-3 network from the device's facts: bond0 over eth0
+            // and eth1 (by MAC), the private address the node is served at
+            // and the public one, the default route public.
+            let hn = node.host_network.as_ref().expect("the device's network");
+            let names: Vec<&str> = hn.interfaces.iter().map(|i| i.name.as_str()).collect();
+            assert_eq!(names, ["eth0", "eth1", "bond0"], "{hn:?}");
+            let bond = &hn.interfaces[2];
+            assert!(
+                bond.ipv4.addresses.iter().any(|a| a.addr() == node.ip()),
+                "{hn:?}"
+            );
+            assert_eq!(bond.ipv4.addresses.len(), 2, "{hn:?}");
+            assert_eq!(
+                hn.gateway("bond0", true),
+                Some("147.75.1.1".parse().unwrap())
+            );
+            assert_eq!(
+                hn.interfaces[0].mac.map(|m| m.to_string()),
+                Some(node.macs[0].to_string())
+            );
+        }
         let prefix = match p {
-            Platform::Equinix => "b4:96:91:aa:",
+            Platform::Equinix => "b4:96:91:a0:",
             Platform::PowerVs => "fa:16:3e:00:",
             Platform::Alibaba => "00:16:3e:",
         };

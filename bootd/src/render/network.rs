@@ -1,7 +1,7 @@
 //! A node's host network ([`site::NodeNetwork`]) as the two things that
 //! configure it: NetworkManager keyfiles, which its Ignition writes for
 //! the installed or running system, and dracut's kernel arguments
-//! (`bond=`, `vlan=`, `ip=`, `rd.route=`, `nameserver=`), which NetworkManager's
+//! (`ifname=`, `bond=`, `vlan=`, `ip=`, `rd.route=`, `nameserver=`), which NetworkManager's
 //! initrd generator reads before the root file system is there (the live
 //! rootfs and the Ignition are fetched over that network).
 
@@ -28,10 +28,16 @@ pub fn keyfile(site: &Site, hn: &NodeNetwork, i: &Interface) -> String {
     let mut s = String::new();
     let _ = write!(
         s,
-        "[connection]\nid={name}\ntype={ty}\ninterface-name={name}\nautoconnect=true\n",
+        "[connection]\nid={name}\ntype={ty}\n",
         name = i.name,
         ty = i.kind.nm_type()
     );
+    // A NIC known by its MAC is matched by it alone: the running system
+    // may name it otherwise than the config (enp1s0f0 for eth0).
+    if i.mac.is_none() {
+        let _ = writeln!(s, "interface-name={}", i.name);
+    }
+    s.push_str("autoconnect=true\n");
     if let Some(bond) = &i.controller {
         // The older names NetworkManager still reads (controller= and
         // port-type= are 1.46's): every RHCOS release takes these.
@@ -132,6 +138,12 @@ fn family(s: &mut String, site: &Site, hn: &NodeNetwork, i: &Interface, v4: bool
 /// `nameserver=`.
 pub fn dracut_args(site: &Site, node: &Node, hn: &NodeNetwork) -> Vec<String> {
     let mut args = Vec::new();
+    // A NIC known by its MAC gets the config's name in the initramfs.
+    for i in &hn.interfaces {
+        if let Some(m) = i.mac {
+            args.push(format!("ifname={}:{m}", i.name));
+        }
+    }
     for i in &hn.interfaces {
         match &i.kind {
             InterfaceKind::Bond {

@@ -159,16 +159,115 @@ struct Device {
 #[derive(Debug, Deserialize)]
 struct IpAssignment {
     address: Option<String>,
+    address_family: Option<u8>,
+    cidr: Option<u8>,
+    gateway: Option<String>,
+    public: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]
 struct Port {
+    name: Option<String>,
+    #[serde(rename = "type")]
+    kind: Option<String>,
+    network_type: Option<String>,
+    bond: Option<PortBond>,
     data: Option<PortData>,
+}
+
+#[derive(Debug, Deserialize)]
+struct PortBond {
+    name: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
 struct PortData {
     mac: Option<String>,
+}
+
+/// Equinix Metal's layer-3 network as it documents it for an OS to set
+/// up: the NICs (`network_ports` of type `NetworkPort`, matched by MAC)
+/// bonded into the `NetworkBondPort` (LACP: miimon 100, up/down delay 200,
+/// lacp_rate fast, xmit_hash_policy layer3+4); on it the public IPv4 and
+/// IPv6 addresses with the default routes through their gateways, and the
+/// private IPv4 address with 10.0.0.0/8 through its gateway. `None`: not
+/// a layer-3 device, or the ports or addresses to make it are missing.
+fn layer3_network(ports: &[Port], ips: &[IpAssignment]) -> Option<Value> {
+    let bond = ports.iter().find(|p| {
+        p.kind.as_deref() == Some("NetworkBondPort") && p.network_type.as_deref() == Some("layer3")
+    })?;
+    let bond_name = bond.name.clone()?;
+    let members: Vec<(String, String)> = ports
+        .iter()
+        .filter(|p| p.kind.as_deref() == Some("NetworkPort"))
+        .filter(|p| p.bond.as_ref().and_then(|b| b.name.as_deref()) == Some(bond_name.as_str()))
+        .filter_map(|p| {
+            Some((
+                p.name.clone()?,
+                p.data.as_ref()?.mac.clone()?.to_ascii_lowercase(),
+            ))
+        })
+        .collect();
+    if members.is_empty() {
+        return None;
+    }
+    let (mut v4, mut v6, mut routes) = (Vec::new(), Vec::new(), Vec::new());
+    for a in ips {
+        let (Some(ip), Some(cidr)) = (a.address.as_deref(), a.cidr) else {
+            continue;
+        };
+        let gw = a.gateway.as_deref();
+        let entry = json!({ "ip": ip, "prefix-length": cidr });
+        match (a.address_family, a.public) {
+            (Some(4), Some(true)) => {
+                v4.push(entry);
+                if let Some(g) = gw {
+                    routes.push(json!({ "destination": "0.0.0.0/0", "next-hop-address": g, "next-hop-interface": bond_name }));
+                }
+            }
+            (Some(4), _) => {
+                v4.push(entry);
+                if let Some(g) = gw {
+                    routes.push(json!({ "destination": "10.0.0.0/8", "next-hop-address": g, "next-hop-interface": bond_name }));
+                }
+            }
+            (Some(6), _) => {
+                v6.push(entry);
+                if let Some(g) = gw {
+                    routes.push(json!({ "destination": "::/0", "next-hop-address": g, "next-hop-interface": bond_name }));
+                }
+            }
+            _ => {}
+        }
+    }
+    if v4.is_empty() && v6.is_empty() {
+        return None;
+    }
+    let family = |a: Vec<Value>| {
+        if a.is_empty() {
+            json!({ "enabled": false })
+        } else {
+            json!({ "enabled": true, "dhcp": false, "address": a })
+        }
+    };
+    let mut interfaces: Vec<Value> = members
+        .iter()
+        .map(|(name, mac)| {
+            json!({ "name": name, "type": "ethernet", "state": "up", "mac-address": mac,
+                    "ipv4": { "enabled": false }, "ipv6": { "enabled": false } })
+        })
+        .collect();
+    interfaces.push(json!({
+        "name": bond_name, "type": "bond", "state": "up",
+        "link-aggregation": {
+            "mode": "802.3ad",
+            "options": { "miimon": "100", "updelay": "200", "downdelay": "200", "lacp_rate": "fast", "xmit_hash_policy": "layer3+4" },
+            "port": members.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>()
+        },
+        "ipv4": family(v4),
+        "ipv6": family(v6),
+    }));
+    Some(json!({ "interfaces": interfaces, "routes": { "config": routes } }))
 }
 
 #[derive(Debug, Deserialize)]
@@ -221,6 +320,7 @@ impl Equinix {
             None => MachineState::Pending("unknown".into()),
         };
         Ok(Machine {
+            network_config: layer3_network(&d.network_ports, &d.ip_addresses),
             id,
             state,
             addresses: d
@@ -459,5 +559,72 @@ mod tests {
                 && p.contains("spotPriceMax: required"),
             "{p}"
         );
+    }
+}
+
+#[cfg(test)]
+mod layer3_tests {
+    use super::*;
+
+    /// A layer-3 device as the API answers it (the fields of `Device`,
+    /// `Port` and `IPAssignment` in Equinix's OpenAPI document).
+    fn device() -> Device {
+        serde_json::from_value(json!({
+            "id": "d1", "state": "active",
+            "network_ports": [
+                { "name": "bond0", "type": "NetworkBondPort", "network_type": "layer3", "data": { "bonded": true } },
+                { "name": "eth0", "type": "NetworkPort", "bond": { "name": "bond0" }, "data": { "mac": "B4:96:91:AA:00:01", "bonded": true } },
+                { "name": "eth1", "type": "NetworkPort", "bond": { "name": "bond0" }, "data": { "mac": "b4:96:91:aa:00:02", "bonded": true } }
+            ],
+            "ip_addresses": [
+                { "address": "147.75.1.101", "address_family": 4, "cidr": 31, "gateway": "147.75.1.100", "public": true, "management": true },
+                { "address": "2604:1380:1::3", "address_family": 6, "cidr": 127, "gateway": "2604:1380:1::2", "public": true, "management": true },
+                { "address": "10.70.1.3", "address_family": 4, "cidr": 31, "gateway": "10.70.1.2", "public": false, "management": true }
+            ]
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_layer3_device_gets_its_bond_addresses_and_routes() {
+        let d = device();
+        let nc = layer3_network(&d.network_ports, &d.ip_addresses).expect("a layer-3 config");
+        assert_eq!(
+            nc["interfaces"][0],
+            json!({ "name": "eth0", "type": "ethernet", "state": "up",
+            "mac-address": "b4:96:91:aa:00:01", "ipv4": { "enabled": false }, "ipv6": { "enabled": false } })
+        );
+        assert_eq!(
+            nc["interfaces"][2]["link-aggregation"]["port"],
+            json!(["eth0", "eth1"])
+        );
+        assert_eq!(nc["interfaces"][2]["link-aggregation"]["mode"], "802.3ad");
+        assert_eq!(
+            nc["interfaces"][2]["ipv4"]["address"],
+            json!([{ "ip": "147.75.1.101", "prefix-length": 31 }, { "ip": "10.70.1.3", "prefix-length": 31 }])
+        );
+        assert_eq!(
+            nc["routes"]["config"],
+            json!([
+                { "destination": "0.0.0.0/0", "next-hop-address": "147.75.1.100", "next-hop-interface": "bond0" },
+                { "destination": "::/0", "next-hop-address": "2604:1380:1::2", "next-hop-interface": "bond0" },
+                { "destination": "10.0.0.0/8", "next-hop-address": "10.70.1.2", "next-hop-interface": "bond0" }
+            ])
+        );
+        // The site takes it as any networkConfig.
+        let w: site::nmstate::NetworkConfig = serde_json::from_value(nc).unwrap();
+        let hn = site::nmstate::resolve("networkConfig", &w).unwrap();
+        let names: Vec<&str> = hn.interfaces.iter().map(|i| i.name.as_str()).collect();
+        assert_eq!(names, ["eth0", "eth1", "bond0"]);
+        assert_eq!(hn.interfaces[0].controller.as_deref(), Some("bond0"));
+        assert_eq!(
+            hn.gateway("bond0", true),
+            Some("147.75.1.100".parse().unwrap())
+        );
+        // Not layer 3 (hybrid, or no bond port): nothing.
+        let mut ports = device().network_ports;
+        ports[0].network_type = Some("hybrid".into());
+        assert!(layer3_network(&ports, &d.ip_addresses).is_none());
+        assert!(layer3_network(&d.network_ports[1..], &d.ip_addresses).is_none());
     }
 }

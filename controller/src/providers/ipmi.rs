@@ -224,6 +224,7 @@ impl Ipmi {
             (false, false) => MachineState::Pending("power off".into()),
         };
         Machine {
+            network_config: None,
             id,
             state,
             addresses: vec![],

@@ -190,6 +190,7 @@ impl Local {
 
     fn machine(&self, node: &str, vm: &VmFile) -> Machine {
         Machine {
+            network_config: None,
             id: format!("{node}.{}.{}", vm.pid, vm.start_time),
             state: MachineState::Active,
             addresses: vec![vm.ip.clone()],

@@ -329,6 +329,11 @@ pub struct Machine {
     pub state: MachineState,
     pub addresses: Vec<String>,
     pub macs: Vec<String>,
+    /// The host network the provider documents for this machine (NMState,
+    /// as a site node's `networkConfig`): Equinix Metal's layer-3 bond with
+    /// its public and private addresses. Written into the node unless its
+    /// spec has one.
+    pub network_config: Option<serde_json::Value>,
 }
 
 impl Machine {

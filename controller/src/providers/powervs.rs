@@ -343,6 +343,7 @@ impl PowerVs {
         addresses.dedup();
         macs.dedup();
         Ok(Machine {
+            network_config: None,
             id,
             state,
             addresses,

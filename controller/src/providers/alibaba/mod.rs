@@ -167,6 +167,7 @@ fn machine(i: &Value) -> Option<Machine> {
         .filter_map(|n| n["MacAddress"].as_str().map(|m| m.to_ascii_lowercase()))
         .collect();
     Some(Machine {
+        network_config: None,
         id: id.to_string(),
         state,
         addresses,
@@ -428,6 +429,7 @@ impl Alibaba {
             })?;
         tracing::info!(node = %node.name, id, "ECS instance created");
         Ok(Machine {
+            network_config: None,
             id: id.to_string(),
             state: MachineState::Pending("Pending".into()),
             addresses: vec![],

@@ -198,6 +198,7 @@ impl Redfish {
             }
         };
         Machine {
+            network_config: None,
             id,
             state,
             addresses: vec![],
