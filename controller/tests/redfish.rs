@@ -467,10 +467,18 @@ async fn sessions_are_opened_once_reused_renewed_and_closed() {
         b.sessions = true;
         b.no_basic = true;
     }
+    // A busy service root at the first login: a transient error, not a
+    // BMC without sessions (which would mean Basic, refused here, for good).
+    bmc.lock()
+        .unwrap()
+        .faults
+        .push(("GET", "/redfish/v1", 503, None));
     let addr = serve(bmc.clone(), None).await;
     let p = provider(d.path());
     let s = spec(&format!("http://{addr}{SYS}"), &pw);
     let n = node("sess");
+    let e = p.create(&n, &s).await.unwrap_err();
+    assert!(e.is_transient(), "{e}");
     let m = up(&p, &n, &s).await.unwrap();
     assert_eq!(m.state, MachineState::Active);
     assert_eq!(bmc.lock().unwrap().resets, vec!["On"]);

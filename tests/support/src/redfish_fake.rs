@@ -136,6 +136,19 @@ async fn respond(bmc: Shared, req: Request<hyper::body::Incoming>) -> Option<Rep
         tokio::time::sleep(slow).await;
     }
     let mut b = bmc.lock().unwrap();
+    if let Some(i) = b
+        .faults
+        .iter()
+        .position(|(m, p, _, _)| *m == method && path.starts_with(p))
+    {
+        let (_, _, status, ra) = b.faults.remove(i);
+        let mut r = reply(status, Some(json!({"error": {"message": "busy"}})), None);
+        if let Some(s) = ra {
+            r.headers_mut()
+                .insert("Retry-After", s.to_string().parse().unwrap());
+        }
+        return Some(r);
+    }
     // The service root answers anyone (DMTF: it is how a client finds the
     // session service); so does the login.
     if method == "GET" && (path == "/redfish/v1" || path == "/redfish/v1/") {
@@ -195,19 +208,6 @@ async fn respond(bmc: Shared, req: Request<hyper::body::Incoming>) -> Option<Rep
         }
         b.logouts += 1;
         return Some(reply(204, None, None));
-    }
-    if let Some(i) = b
-        .faults
-        .iter()
-        .position(|(m, p, _, _)| *m == method && path.starts_with(p))
-    {
-        let (_, _, status, ra) = b.faults.remove(i);
-        let mut r = reply(status, Some(json!({"error": {"message": "busy"}})), None);
-        if let Some(s) = ra {
-            r.headers_mut()
-                .insert("Retry-After", s.to_string().parse().unwrap());
-        }
-        return Some(r);
     }
     let etag = format!("W/\"{}\"", b.etag);
     let v: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);

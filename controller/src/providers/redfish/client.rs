@@ -176,6 +176,11 @@ impl Bmc {
             what,
         )?;
         let root = self.http.send(root_req, what).await?;
+        // A BMC that is busy now must not be taken for one without
+        // sessions for good: try again later.
+        if root.status.is_server_error() || root.status == StatusCode::TOO_MANY_REQUESTS {
+            super::super::check(&root, "redfish: read the service root", &self.secrets())?;
+        }
         let link = if root.status.is_success() {
             super::super::parse::<Value>(&root, what)
                 .ok()
