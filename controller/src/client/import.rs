@@ -260,6 +260,27 @@ pub fn bodies(
     }
 }
 
+/// Whether an install-config lists `platform.baremetal.hosts`.
+pub fn has_hosts(text: &str) -> bool {
+    serde_yaml_ng::from_str::<InstallConfig>(text)
+        .ok()
+        .and_then(|ic| ic.platform)
+        .and_then(|p| p.baremetal)
+        .is_some_and(|b| !b.hosts.is_empty())
+}
+
+/// For `cluster up`: the bodies of the hosts not yet among `have` (node
+/// names), every problem of the file at once as `bodies` has them.
+pub fn hosts_to_make(text: &str, file: &Path, have: &[String]) -> Result<Vec<Value>, Vec<String>> {
+    if !has_hosts(text) {
+        return Ok(Vec::new());
+    }
+    Ok(bodies(text, file, &BTreeMap::new())?
+        .into_iter()
+        .filter(|b| !have.iter().any(|h| b["name"] == h.as_str()))
+        .collect())
+}
+
 /// The first static address of an NMState config (IPv4 first).
 fn first_static_address(nc: &Value) -> Option<String> {
     let ifaces = nc.get("interfaces")?.as_array()?;
@@ -388,6 +409,29 @@ platform:
         assert!(!all.contains("s3cret"), "{all}");
         let e = bodies(IC, Path::new("ic.yaml"), &ips()).unwrap_err();
         assert!(e[0].contains("absolute path"), "{e:?}");
+    }
+
+    #[test]
+    fn cluster_up_makes_the_hosts_not_yet_there() {
+        let file = Path::new("/etc/bare-metal-boot/bmc/install-config.yaml");
+        let text = IC.replace("      - name: worker-0\n", "      - name: worker-0\n        networkConfig: { interfaces: [{ name: eno1, type: ethernet, ipv4: { enabled: true, address: [{ ip: 10.77.0.20, prefix-length: 24 }] } }] }\n")
+            .replace("      - name: worker-1\n", "      - name: worker-1\n        networkConfig: { interfaces: [{ name: eno1, type: ethernet, ipv4: { enabled: true, address: [{ ip: 10.77.0.21, prefix-length: 24 }] } }] }\n")
+            .replace("      - name: worker-2\n", "      - name: worker-2\n        networkConfig: { interfaces: [{ name: eno1, type: ethernet, ipv4: { enabled: true, address: [{ ip: 10.77.0.22, prefix-length: 24 }] } }] }\n");
+        let make = hosts_to_make(&text, file, &["master-0".into(), "worker-1".into()]).unwrap();
+        let names: Vec<&str> = make.iter().map(|b| b["name"].as_str().unwrap()).collect();
+        assert_eq!(names, ["worker-0", "worker-2"]);
+        assert!(
+            hosts_to_make("apiVersion: v1\nplatform: { none: {} }\n", file, &[])
+                .unwrap()
+                .is_empty()
+        );
+        // Without addresses (the hosts have no static one, cluster up has no --ip): said.
+        let e = hosts_to_make(IC, file, &[]).unwrap_err();
+        assert!(
+            e.iter()
+                .any(|p| p.contains("no static address for worker-0")),
+            "{e:?}"
+        );
     }
 
     #[test]

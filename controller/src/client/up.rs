@@ -11,10 +11,12 @@
 //!    picks them up as it does any change of its files);
 //! 3. `images`: `images fetch --site SITE` while a `catalog:` image set is
 //!    not cached;
-//! 4. `nodes`: a bootstrap node and as many masters and workers as the
-//!    replicas want, beyond those the site and the API already have, made
-//!    through the API: each from its role's `--node ROLE=JSON` (the body of
-//!    `POST /v1/nodes` without `name` and `role`), or with `--provider`'s
+//! 4. `nodes`: first the install-config's `platform.baremetal.hosts` not
+//!    yet there, each with its BMC (as `nodes import` makes them); then a
+//!    bootstrap node and as many masters and workers as the replicas want,
+//!    beyond those the site and the API already have, made through the
+//!    API: each from its role's `--node ROLE=JSON` (the body of `POST
+//!    /v1/nodes` without `name` and `role`), or with `--provider`'s
 //!    defaults from the site;
 //! 5. `ready`: every node Ready (as `bootd nodes wait`);
 //! 6. `bootstrap`: bootstrap complete (from the cluster, lbd or
@@ -270,7 +272,7 @@ pub async fn up(
     let phases: Vec<Phase> = vec![
         ("ignition", Box::pin(ignition(&run, &text))),
         ("images", Box::pin(images(&run))),
-        ("nodes", Box::pin(nodes(&run, &want, &specs))),
+        ("nodes", Box::pin(nodes(&run, &want, &specs, &text))),
         ("ready", Box::pin(ready(&run))),
         ("bootstrap", Box::pin(bootstrap(&run))),
         ("joined", Box::pin(joined(&run))),
@@ -446,7 +448,40 @@ async fn nodes(
     run: &Run<'_>,
     want: &BTreeMap<String, u32>,
     specs: &BTreeMap<String, Value>,
+    install_config: &str,
 ) -> anyhow::Result<i32> {
+    // The hosts the install-config describes (platform.baremetal.hosts),
+    // made as `nodes import` makes them, before the replicas are counted.
+    let have = existing(run).await?;
+    let names: Vec<String> = have.iter().map(|(n, _)| n.clone()).collect();
+    let file = std::path::absolute(&run.args.install_config)?;
+    let hosts = super::import::hosts_to_make(install_config, &file, &names).map_err(|ps| {
+        anyhow::anyhow!(
+            "{}: platform.baremetal.hosts: {}",
+            run.args.install_config.display(),
+            ps.join("; ")
+        )
+    })?;
+    for body in hosts {
+        let name = body["name"].as_str().unwrap_or_default().to_string();
+        let (st, v) = run
+            .client
+            .call(Method::POST, "/v1/nodes", Some(serde_json::to_vec(&body)?))
+            .await?;
+        match st.as_u16() {
+            200 | 201 => run.say(
+                "nodes",
+                format!("{name} (a host of the install-config) made through its BMC"),
+            ),
+            409 => run.say(
+                "nodes",
+                format!("{name} (a host of the install-config) is there"),
+            ),
+            _ => {
+                ok_or_bail(st, &v)?;
+            }
+        }
+    }
     let have = existing(run).await?;
     let (done, _) = bootstrap_complete(run).await?;
     let make = missing_nodes(want, &have, done);
