@@ -54,7 +54,7 @@ fn untrusted_duplicate_and_malformed_ports_are_refused_at_once() {
         "",
         "  - { name: r-0, role: worker, ip: 10.77.0.40, relay: { circuitId: eth1/7 } }\n  \
          - { name: r-1, role: worker, ip: 10.77.0.41, relay: { circuitId: eth1/7 } }\n  \
-         - { name: r-2, role: worker, ip: 10.77.0.42, relay: { remoteId: \"0xabc\" } }\n  \
+         - { name: r-2, role: worker, ip: 10.77.0.42, relay: { remoteId: \"0xabc\", circuitId: \"0x07\u{fffd}a0b\" } }\n  \
          - { name: r-3, role: worker, ip: 10.77.0.43, relay: {} }\n  \
          - { name: r-4, role: worker, ip: 10.77.0.44 }\n",
     )
@@ -65,6 +65,7 @@ fn untrusted_duplicate_and_malformed_ports_are_refused_at_once() {
             "nodes[0].relay: needs host.dhcp.trustedRelays",
             "nodes[1].relay: the same relay port as nodes[0]",
             "nodes[2].relay.remoteId: \"0xabc\": 0x and an even number of hex digits",
+            "nodes[2].relay.circuitId: \"0x07\u{fffd}a0b\": 0x and an even number of hex digits",
             "nodes[3].relay: give circuitId, remoteId or both",
             "nodes[4].macs: at least one MAC is required (or a relay port",
         ],

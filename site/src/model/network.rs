@@ -117,7 +117,12 @@ impl RelayId {
     pub fn parse_value(s: &str) -> Result<Vec<u8>, String> {
         let v = match s.strip_prefix("0x") {
             Some(hex) => {
-                if hex.is_empty() || hex.len() % 2 != 0 {
+                // Hex digits only (ASCII): slicing pairs below must not cut
+                // a multi-byte character (found by the site_yaml fuzz target).
+                if hex.is_empty()
+                    || hex.len() % 2 != 0
+                    || !hex.bytes().all(|b| b.is_ascii_hexdigit())
+                {
                     return Err(format!("{s:?}: 0x and an even number of hex digits"));
                 }
                 (0..hex.len())
