@@ -105,30 +105,9 @@ fn event_text(e: &Event) -> String {
 }
 
 /// The nodes table, with the counts and filters above it and each node's
-/// phase bar.
-pub fn render_index(
-    cluster: &str,
-    rows: &[Summary],
-    discovered: &[crate::discovery::Machine],
-    now_us: i64,
-    dropped: u64,
-    gates: &[crate::gate::View],
-) -> String {
-    render_index_for(
-        cluster,
-        rows,
-        discovered,
-        now_us,
-        dropped,
-        gates,
-        &|_| String::new(),
-        &Filter::default(),
-    )
-}
-
-/// [`render_index`] with each node's role and the page's filter.
+/// phase bar: the nodes `filter` keeps, with their roles (`role_of`).
 #[allow(clippy::too_many_arguments)]
-pub fn render_index_for(
+pub fn render_index(
     cluster: &str,
     all: &[Summary],
     discovered: &[crate::discovery::Machine],
@@ -475,7 +454,7 @@ pub fn route(
             "status",
             html(
                 StatusCode::OK,
-                render_index_for(
+                render_index(
                     &snap.site.cluster.domain(),
                     &rows,
                     &app.discovered.list(),
@@ -623,7 +602,7 @@ mod tests {
             .collect();
         let role_of = |n: &str| roles.get(n).copied().unwrap_or("").to_string();
         let now = t0 + 700_000_000;
-        let all = render_index_for(
+        let all = render_index(
             "rack",
             &rows,
             &[],
@@ -652,7 +631,7 @@ mod tests {
             .unwrap();
         assert_eq!(row.matches("<i class=\"p").count(), 5, "{row}");
         let f = Filter::parse(Some("phase=kernel&role=worker&failing=1"));
-        let some = render_index_for("rack", &rows, &[], now, 0, &[], &role_of, &f);
+        let some = render_index("rack", &rows, &[], now, 0, &[], &role_of, &f);
         // Failing at kernel (step 3): i % 5 == 3 and i % 100 == 7: none;
         // at tftp, i % 100 == 7 has i % 5 == 2 (script). So: phase script.
         assert!(
@@ -661,7 +640,7 @@ mod tests {
             &some[..3000]
         );
         let f = Filter::parse(Some("phase=script&failing=1"));
-        let some = render_index_for("rack", &rows, &[], now, 0, &[], &role_of, &f);
+        let some = render_index("rack", &rows, &[], now, 0, &[], &role_of, &f);
         assert!(some.contains("Showing <b>10</b> of 1000 nodes"));
         assert_eq!(some.matches("<tr class=\"err\" data-node=").count(), 10);
     }
@@ -702,7 +681,16 @@ mod tests {
         let now = crate::timeline::now_us();
         let mut rows: Vec<Summary> = book.tracks.values().map(summary).collect();
         rows.sort_by(|a, b| a.node.cmp(&b.node));
-        let index = render_index("lab.example.test", &rows, &[], now, 0, &[]);
+        let index = render_index(
+            "lab.example.test",
+            &rows,
+            &[],
+            now,
+            0,
+            &[],
+            &|_| String::new(),
+            &Filter::default(),
+        );
         assert!(!index.contains("<script>"), "{index}");
         assert!(index.contains("&lt;script&gt;alert(1)&lt;/script&gt;"));
         assert!(index.contains("<meta http-equiv=\"refresh\""));

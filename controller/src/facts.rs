@@ -226,11 +226,11 @@ pub fn effective(spec: &Value, facts: Option<&Facts>) -> Option<Value> {
         // The provider's host network, unless the operator wrote one; only
         // when it holds the node's address (bootd serves it there).
         if let Some(nc) = &f.network_config {
-            let text = nc.to_string();
+            let statics = site::nmstate::NetworkConfig::static_ips_of(nc);
             let holds = f
                 .ips()
                 .iter()
-                .any(|a| text.contains(&format!("\"ip\":\"{a}\"")));
+                .any(|a| statics.iter().any(|s| s.parse::<IpAddr>().ok() == Some(*a)));
             if holds && !o.contains_key("network") && !o.contains_key("networkConfig") {
                 o.insert("networkConfig".into(), nc.clone());
             }
@@ -349,13 +349,9 @@ mod tests {
         let nc = json!({"interfaces": [{"name": "bond0", "type": "bond",
             "ipv4": {"enabled": true, "address": [{"ip": "10.77.0.40", "prefix-length": 31}]}}]});
         let f = Facts {
-            provider: "equinix".into(),
-            id: "d-1".into(),
-            ip: Some("10.77.0.40".parse().unwrap()),
-            ip6: None,
-            macs: vec!["b4:96:91:00:00:01".into()],
             addresses: vec!["10.77.0.40".into()],
             network_config: Some(nc.clone()),
+            ..equinix_facts()
         };
         let spec = json!({"name": "w", "role": "worker"});
         assert_eq!(effective(&spec, Some(&f)).unwrap()["networkConfig"], nc);
@@ -374,9 +370,9 @@ mod tests {
             .is_none());
     }
 
-    #[test]
-    fn the_provider_s_word_fills_in_and_wins() {
-        let f = Facts {
+    /// An Equinix device's facts: its private address in the lab network.
+    fn equinix_facts() -> Facts {
+        Facts {
             provider: "equinix".into(),
             id: "d-1".into(),
             ip: Some("10.77.0.40".parse().unwrap()),
@@ -384,7 +380,12 @@ mod tests {
             macs: vec!["b4:96:91:00:00:01".into()],
             addresses: vec!["147.75.1.9".into(), "10.77.0.40".into()],
             network_config: None,
-        };
+        }
+    }
+
+    #[test]
+    fn the_provider_s_word_fills_in_and_wins() {
+        let f = equinix_facts();
         let bare = json!({"name": "w", "role": "worker"});
         assert_eq!(
             effective(&bare, None),

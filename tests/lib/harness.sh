@@ -17,7 +17,8 @@
 # it sources the rest of tests/lib: ns.sh (namespaces, bridges, veth, taps),
 # daemons.sh (start_bootd|dnsd|lbd|appliance with a readiness wait),
 # site.sh (lab_site: a lab site copy with keys set), stats.sh (median,
-# ratio, the interleaving order of benchmark rounds).
+# ratio, the interleaving order of benchmark rounds), browser.sh (headless
+# Chromium in the lab namespace).
 
 HARNESS_LIB=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(cd "$HARNESS_LIB/../.." && pwd)
@@ -30,6 +31,7 @@ BIN=${BIN:-$REPO/target/release}
 . "$HARNESS_LIB/daemons.sh"
 . "$HARNESS_LIB/site.sh"
 . "$HARNESS_LIB/stats.sh"
+. "$HARNESS_LIB/browser.sh"
 
 PIDS=()
 HARNESS_HOOKS=()
@@ -104,6 +106,12 @@ ok() { echo "ok   $*"; PASSES=$((PASSES + 1)); }
 bad() { echo "FAIL $*"; FAILS=$((FAILS + 1)); }
 # fail: a failure the script cannot go on from: FAIL line, exit 1.
 fail() { echo "FAIL $HARNESS_NAME: $*"; exit 1; }
+# check WHAT COMMAND...: ok WHAT when COMMAND succeeds, else bad WHAT.
+check() {
+    local what=$1
+    shift
+    if "$@"; then ok "$what"; else bad "$what"; fi
+}
 # harness_verdict: the closing line, PASS NAME or FAIL NAME (with the count
 # of failed checks), and the script's exit status.
 harness_verdict() {

@@ -31,8 +31,7 @@ while [[ $# -gt 0 ]]; do
 done
 [[ $(id -u) -eq 0 ]] || { echo "e2e.sh: must run as root (netns)" >&2; exit 2; }
 harness_init status-page
-CHROMIUM=$(command -v chromium || true)
-[[ -n $CHROMIUM ]] || fail "chromium not installed (tests/lab/deps.sh)"
+chrome_check
 if [[ ! -x $BOOTD ]]; then
   (cd "$REPO" && cargo build --release --locked -p appliance --bin bootd) >&2
 fi
@@ -40,11 +39,6 @@ BOOTD=$(readlink -f "$BOOTD")
 
 ART=$REPO/target/test-artifacts
 mkdir -p "$ART"
-# check DESCRIPTION COMMAND...: ok or bad, as COMMAND says.
-check() {
-  local what=$1; shift
-  if "$@"; then ok "$what"; else bad "$what"; fi
-}
 
 # --- site copy with small images -----------------------------------------------
 # Without dhcp.interface: the relay's packets to 10.77.0.1 arrive on lo, which a
@@ -121,11 +115,6 @@ check "master-1: Ignition from the wrong address is refused" \
 sleep 0.5   # the recorder's queue is drained by its writer task
 
 # --- the browser ---------------------------------------------------------------------
-chrome() {
-  # A profile of its own; no GPU, no sandbox (root in a container); bounded by timeout.
-  nsx timeout 60 "$CHROMIUM" --headless --no-sandbox --disable-gpu --disable-dev-shm-usage \
-    --user-data-dir="$WORK/chrome" --window-size=1280,900 "$@" 2>>"$WORK/chromium.log"
-}
 chrome --dump-dom http://10.77.0.1:8080/status >"$WORK/status.dom" || true
 chrome --screenshot="$ART/status.png" http://10.77.0.1:8080/status >/dev/null || true
 chrome --dump-dom http://10.77.0.1:8080/status/node/bootstrap >"$WORK/bootstrap.dom" || true

@@ -34,15 +34,10 @@ while [[ $# -gt 0 ]]; do
 done
 [[ $(id -u) -eq 0 ]] || { echo "rack.sh: must run as root (netns)" >&2; exit 2; }
 harness_init status-rack
-CHROMIUM=$(command -v chromium || true)
-[[ -n $CHROMIUM ]] || fail "chromium not installed (tests/lab/deps.sh)"
+chrome_check
 [[ -x $BOOTD ]] || fail "no bootd at $BOOTD"
 ART=$REPO/target/test-artifacts
 mkdir -p "$ART"
-check() {
-  local what=$1; shift
-  if "$@"; then ok "$what"; else bad "$what"; fi
-}
 
 # Node i: MAC 52:54:01:00:HH:LL (i in hex), address 10.77.(4 + i/250).(1 + i%250).
 mac_of() { printf '52:54:01:00:%02x:%02x' $(($1 / 256)) $(($1 % 256)); }
@@ -137,13 +132,10 @@ sleep 1 # the recorder's queue is drained by its writer task
 # --- the page ------------------------------------------------------------------
 bytes=$(nsx curl -fsS http://10.77.0.1:8080/status | wc -c)
 check "the page is under 1 MB ($bytes bytes)" test "$bytes" -lt 1000000
-chrome() {
-  nsx timeout 60 "$CHROMIUM" --headless --no-sandbox --disable-gpu --disable-dev-shm-usage \
-    --user-data-dir="$WORK/chrome" --window-size=1400,1000 "$@" 2>>"$WORK/chromium.log"
-}
+export CHROME_WINDOW=1400,1000
 # Chromium's own start is part of either run: the difference is the page's.
 page_s=() blank_s=()
-for k in 1 2 3; do
+for _ in 1 2 3; do
   t0=$(now); chrome --dump-dom about:blank >/dev/null || true; blank_s+=("$(since "$t0")")
   t0=$(now); chrome --dump-dom http://10.77.0.1:8080/status >"$WORK/status.dom" || true; page_s+=("$(since "$t0")")
 done

@@ -10,6 +10,22 @@ use std::sync::Arc;
 use std::time::Duration;
 use testkit::redfish_fake::{fresh, serve, PASSWORD, SYS};
 
+/// The site of a bootd process in `dir` with its BMC files in `dir/bmc`
+/// (made) and the Redfish provider: (that folder, the site, the API port).
+fn bmc_site(dir: &std::path::Path, f: &Fake) -> (std::path::PathBuf, std::path::PathBuf, u16) {
+    let files = dir.join("bmc");
+    std::fs::create_dir_all(&files).unwrap();
+    let api_port = free_port();
+    let files_s = files.display().to_string();
+    let site = process_site(dir, f, api_port, move |t| {
+        t.replace(
+            "    deadline: 10m\n",
+            &format!("    deadline: 10m\n    bmcFiles: {files_s}\n    redfish: {{ powerOffTimeout: 5s }}\n"),
+        )
+    });
+    (files, site, api_port)
+}
+
 async fn kill_9_while_the_bmc_holds(method: &'static str, path: &'static str) {
     let bmc = fresh();
     let hold = Arc::new(tokio::sync::Notify::new());
@@ -17,17 +33,8 @@ async fn kill_9_while_the_bmc_holds(method: &'static str, path: &'static str) {
     let addr = serve(bmc.clone(), None).await;
     let f = Fake::start().await; // the Equinix/Power VS fake the site names, unused here
     let dir = tempfile::tempdir().unwrap();
-    let files = dir.path().join("bmc");
-    std::fs::create_dir_all(&files).unwrap();
+    let (files, site, api_port) = bmc_site(dir.path(), &f);
     std::fs::write(files.join("rack-1"), PASSWORD).unwrap();
-    let api_port = free_port();
-    let files_s = files.display().to_string();
-    let site = process_site(dir.path(), &f, api_port, move |t| {
-        t.replace(
-            "    deadline: 10m\n",
-            &format!("    deadline: 10m\n    bmcFiles: {files_s}\n    redfish: {{ powerOffTimeout: 5s }}\n"),
-        )
-    });
     let mut p1 = Proc::start(&site, 1);
     let api = api_client(&dir.path().join("state/ca.pem"), api_port, &p1).await;
     let body = json!({
@@ -163,8 +170,7 @@ async fn an_install_config_host_is_imported_with_its_password_left_in_the_file()
     let addr = serve(bmc.clone(), None).await;
     let f = Fake::start().await;
     let dir = tempfile::tempdir().unwrap();
-    let files = dir.path().join("bmc");
-    std::fs::create_dir_all(&files).unwrap();
+    let (files, site, api_port) = bmc_site(dir.path(), &f);
     let ic = files.join("install-config.yaml");
     std::fs::write(
         &ic,
@@ -180,14 +186,6 @@ async fn an_install_config_host_is_imported_with_its_password_left_in_the_file()
         ),
     )
     .unwrap();
-    let api_port = free_port();
-    let files_s = files.display().to_string();
-    let site = process_site(dir.path(), &f, api_port, move |t| {
-        t.replace(
-            "    deadline: 10m\n",
-            &format!("    deadline: 10m\n    bmcFiles: {files_s}\n    redfish: {{ powerOffTimeout: 5s }}\n"),
-        )
-    });
     let p = Proc::start(&site, 1);
     let api = api_client(&dir.path().join("state/ca.pem"), api_port, &p).await;
     let (code, out) = super::bootd_cli(

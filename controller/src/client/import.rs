@@ -189,7 +189,11 @@ pub fn bodies(
                 "required: the NIC the machine network-boots from".into(),
             ),
         }
-        let static_ip = h.network_config.as_ref().and_then(first_static_address);
+        let static_ip = h.network_config.as_ref().and_then(|nc| {
+            site::nmstate::NetworkConfig::static_ips_of(nc)
+                .into_iter()
+                .next()
+        });
         match (ips.get(&name).cloned(), static_ip) {
             (Some(ip), _) | (None, Some(ip)) => {
                 node.insert("ip".into(), json!(ip));
@@ -279,25 +283,6 @@ pub fn hosts_to_make(text: &str, file: &Path, have: &[String]) -> Result<Vec<Val
         .into_iter()
         .filter(|b| !have.iter().any(|h| b["name"] == h.as_str()))
         .collect())
-}
-
-/// The first static address of an NMState config (IPv4 first).
-fn first_static_address(nc: &Value) -> Option<String> {
-    let ifaces = nc.get("interfaces")?.as_array()?;
-    for fam in ["ipv4", "ipv6"] {
-        for i in ifaces {
-            let ip = &i[fam];
-            if ip["enabled"] == json!(false) {
-                continue;
-            }
-            if let Some(a) = ip["address"].as_array().and_then(|a| a.first()) {
-                if let Some(s) = a["ip"].as_str() {
-                    return Some(s.to_string());
-                }
-            }
-        }
-    }
-    None
 }
 
 #[cfg(test)]

@@ -14,6 +14,31 @@ pub struct NetworkConfig {
     pub routes: Option<NmRoutes>,
 }
 
+impl NetworkConfig {
+    /// The static addresses as written (IPv4 ones first, then IPv6), of
+    /// the families not disabled: where a node configured by this is
+    /// reached, before any check.
+    pub fn static_ips(&self) -> Vec<String> {
+        let fam = |v4: bool| {
+            self.interfaces.iter().flat_map(move |i| {
+                let ip = if v4 { &i.ipv4 } else { &i.ipv6 };
+                ip.iter()
+                    .filter(|c| c.enabled != Some(false))
+                    .flat_map(|c| c.address.iter().filter_map(|a| a.ip.clone()))
+            })
+        };
+        fam(true).chain(fam(false)).collect()
+    }
+
+    /// [`NetworkConfig::static_ips`] of a config held as JSON (an API
+    /// body, a provider's facts); none when it is not one.
+    pub fn static_ips_of(v: &serde_json::Value) -> Vec<String> {
+        NetworkConfig::deserialize(v)
+            .map(|c| c.static_ips())
+            .unwrap_or_default()
+    }
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub struct NmInterface {
