@@ -28,6 +28,11 @@ PKGS=(
   grub-pc-bin grub-efi-amd64-bin xorriso mtools
   # guest image building (guest.sh)
   busybox-static cpio gzip xz-utils zstd kmod
+  # the real coreos-installer, built by tests/lab/coreos-installer.sh (cargo
+  # install: its C libraries through pkg-config), and what the guest runs it
+  # with (systemd-udevd, lsblk, blkid); the test disk image
+  # (tests/lab/disk-image.sh: sfdisk, mkfs.ext4, losetup)
+  pkg-config libzstd-dev liblzma-dev libssl-dev udev util-linux e2fsprogs
   # lab network + stand-in servers (netboot.sh)
   iproute2 dnsmasq-base python3 python3-yaml tcpdump procps openssl
   # real Ignition client (+ ignition-validate) and benchmark peers
