@@ -290,6 +290,8 @@ fn inspect_reports_a_bios_vm_without_udev_or_memory_blocks() {
             name: "/dev/vda".into(),
             size_bytes: 20 << 30,
             serial: "lab-disk-1".into(),
+            // virtio's PCI vendor id, as lsblk and Ironic report it.
+            vendor: "0x1af4".into(),
             rotational: true,
             ..Disk::default()
         }],
