@@ -22,7 +22,35 @@
 #   LAB-IGNITION-CLIENT fetch=<exit code> files=<exit code|skipped> platform=<id>
 #   LAB-FILE <path> sha256=<hex>                     (each file it wrote, when both passed)
 #   LAB-IGNITION-CLIENT-LOG <line>                   (the failing stage's last log lines)
-# Needs (tests/lab/deps.sh): busybox-static cpio gzip kmod ignition, apt lists for apt-get download.
+# then, for each unit Ignition enabled (its ExecStart= run as systemd would start it):
+#   LAB-UNIT-START <name>   and   LAB-UNIT <name> rc=<exit code|no-unit-file>
+# With coreos.inst.install_dev= on the kernel line (the live system installs;
+# no units run, and without ignition.config.url no Ignition): systemd-udevd,
+# the real coreos-installer-service script and coreos-installer 0.27.0, then
+#   LAB-INSTALL rc=<exit code> dev=<install_dev>
+# and reboot -f (poweroff when it failed or with coreos.inst.skip_reboot).
+# Only when the kernel command line has bond= or vlan= (a node's networkConfig
+# with a bond or VLAN): NetworkManager brings the network up instead of
+# udhcpc/ip= parsing, as in RHCOS's initramfs (udevd with dracut's rules for
+# ifname=NAME:MAC, nm-initrd-generator on the command line, then
+# NetworkManager --configure-and-quit=initrd), with these markers before
+# LAB-IGNITION:
+#   LAB-NET-NM generator=<exit code> nm=<exit code|timeout>
+#   LAB-NET <ifname> <state> <address/prefix...>     (every interface but lo, from ip -br addr)
+#   LAB-NET-BOND <bond> slaves=<a,b> mode=<mode> miimon=<ms> active=<ifname> perm=<the slaves' own MACs>
+#   LAB-NET-VLAN <ifname> id=<vid> parent=<ifname>
+#   LAB-NET-ROUTE <ip -4 route line>
+#   LAB-NET-DNS <NetworkManager's resolv.conf, one line>
+# and after the files stage, each keyfile it wrote, then the network again
+# from those keyfiles alone, as the installed system's NetworkManager
+# would bring it up (bonds and VLANs deleted first):
+#   LAB-NET-KEYFILE <path> sha256=<hex> type=<type> [master= mac= mode= miimon= vlan= parent= ipv4= address1=]
+#   LAB-SYSNET-NM nm=<exit code|timeout>, then LAB-SYSNET, LAB-SYSNET-BOND,
+#   LAB-SYSNET-VLAN, LAB-SYSNET-ROUTE, LAB-SYSNET-DNS as above
+# lab.hold=SECONDS: /init prints LAB-HOLD <seconds> and sleeps that long
+# before it powers off (a test reaching the guest over the network).
+# Needs (tests/lab/deps.sh): busybox-static cpio gzip kmod ignition udev util-linux, apt lists for apt-get download;
+# coreos-installer from tests/lab/coreos-installer.sh (built on first use, ~11 min).
 set -euo pipefail
 
 SELF=$(readlink -f "${BASH_SOURCE[0]}")
@@ -97,7 +125,7 @@ mknod -m 666 "$R/dev/null" c 1 3 2>/dev/null || true
 # kernel) plus their dependencies, resolved recursively with modinfo.
 # The config drive (powervs): a CD on virtio-scsi (a virtual optical device,
 # as PowerVM attaches it), ISO 9660.
-want=(virtio_pci virtio_net e1000 e1000e virtio_scsi sr_mod isofs)
+want=(virtio_pci virtio_net e1000 e1000e virtio_scsi sr_mod isofs bonding 8021q)
 declare -A seen=()
 modpath() { find "$KMOD/kernel" -name "$1.ko" -o -name "$1.ko.xz" -o -name "$1.ko.zst" | head -n1; }
 add_mod() {
@@ -141,6 +169,54 @@ if [[ -z $PC_DEB ]]; then
 fi
 dpkg-deb -x "$PC_DEB" "$WORK/pc"
 copy_elf "$WORK/pc/sbin/setfiles" /usr/sbin/setfiles
+
+# --- installing to disk (coreos.inst.*; /init's install_to_disk) ------------------
+# What RHCOS's live system runs for coreos-installer.service: the real
+# coreos-installer 0.27.0 (tests/lab/coreos-installer.sh builds it), the
+# service's own script from the crate (/usr/libexec/coreos-installer-service,
+# bash), and what they call: udevadm (settle; coreos-installer refuses to go on
+# without /run/udev/control and trusts lsblk's labels only with udev), lsblk,
+# blkid (-p). The real systemd-udevd runs in the guest with the rules that name
+# disks (/dev/disk/by-id/virtio-<serial>, by-label, by-partlabel); virtio-blk
+# and ext4 (coreos-installer mounts the boot partition) are modules.
+CI_BIN=$("$REPO/tests/lab/coreos-installer.sh") || fail "tests/lab/coreos-installer.sh failed"
+CI_SRC=$(find "${CARGO_HOME:-$HOME/.cargo}"/registry/src -maxdepth 2 -type d -name "coreos-installer-$("$CI_BIN" --version | cut -d' ' -f2)" | head -n1)
+[[ -f $CI_SRC/scripts/coreos-installer-service ]] || fail "coreos-installer's crate source (scripts/coreos-installer-service) not in cargo's registry"
+for b in "$CI_BIN:/usr/bin/coreos-installer" /bin/bash:/bin/bash /bin/udevadm:/usr/bin/udevadm \
+    /bin/lsblk:/usr/bin/lsblk /sbin/blkid:/usr/sbin/blkid; do
+  rm -f "$R${b#*:}"     # not through a busybox applet link
+  copy_elf "${b%%:*}" "${b#*:}"
+done
+install -D -m 755 "$CI_SRC/scripts/coreos-installer-service" "$R/usr/libexec/coreos-installer-service"
+mkdir -p "$R/usr/lib/systemd" "$R/usr/lib/udev/rules.d"
+ln -sf ../../bin/udevadm "$R/usr/lib/systemd/systemd-udevd"
+for f in 50-udev-default.rules 60-block.rules 60-persistent-storage.rules; do
+  cp "/usr/lib/udev/rules.d/$f" "$R/usr/lib/udev/rules.d/"
+done
+for m in virtio_blk crc32c_generic ext4; do add_mod "$m"; done
+depmod -b "$R" "$KVER"
+log "coreos-installer $("$CI_BIN" --version | cut -d' ' -f2) from $CI_BIN, service script from $CI_SRC"
+
+# --- bonds and VLANs (bond=/vlan=; /init's nm_network) ----------------------------
+# NetworkManager's initramfs pieces (Debian's network-manager 1.42, the
+# version RHCOS 9 runs): the initrd generator (in /usr/libexec, where RHCOS
+# has it) and the daemon, which runs without D-Bus in
+# --configure-and-quit=initrd mode; systemd's udevd, without which
+# NetworkManager leaves every NIC unmanaged (not initialized by udev), and
+# which renames NICs by the rules /init writes from ifname= as dracut's do;
+# iproute2's ip beside busybox's (-br, -d), for what /init prints.
+NM_GEN=/usr/lib/NetworkManager/nm-initrd-generator
+[[ -x $NM_GEN ]] || NM_GEN=/usr/libexec/nm-initrd-generator
+for f in "$NM_GEN" /usr/sbin/NetworkManager /bin/ip /bin/udevadm; do
+  [[ -x $f ]] || fail "$f missing (apt-get install network-manager iproute2 udev; tests/lab/deps.sh)"
+done
+copy_elf "$NM_GEN" /usr/libexec/nm-initrd-generator
+copy_elf /usr/sbin/NetworkManager /usr/sbin/NetworkManager
+copy_elf /bin/ip /usr/sbin/ip
+copy_elf /bin/udevadm /usr/bin/udevadm
+mkdir -p "$R/usr/lib/systemd" "$R/etc/udev/rules.d" "$R"/etc/NetworkManager/{conf.d,system-connections} "$R/var/lib/NetworkManager"
+ln -sf ../../bin/udevadm "$R/usr/lib/systemd/systemd-udevd"
+log "NetworkManager $(/usr/sbin/NetworkManager --version)"
 
 cat > "$R/etc/udhcpc.script" <<'SCRIPT'
 #!/bin/sh
@@ -194,6 +270,17 @@ for w in $(cat /proc/cmdline); do
   esac
 done
 echo "lab-init: platform $PLATFORM"
+# Installing to disk (RHCOS's coreos-installer.service and its generator):
+# coreos.inst.install_dev=; coreos.inst.skip_reboot read as the generator
+# reads it (bare or any value but 0/no/off: no reboot).
+INSTALL_DEV="" SKIP_REBOOT=0
+for w in $(cat /proc/cmdline); do
+  case "$w" in
+    coreos.inst.install_dev=*) INSTALL_DEV=${w#*=} ;;
+    coreos.inst.skip_reboot) SKIP_REBOOT=1 ;;
+    coreos.inst.skip_reboot=*) case "${w#*=}" in ""|0|no|off) SKIP_REBOOT=0 ;; *) SKIP_REBOOT=1 ;; esac ;;
+  esac
+done
 
 for m in virtio_pci virtio_net e1000 e1000e virtio_scsi sr_mod isofs; do modprobe "$m" 2>/dev/null; done
 
@@ -275,7 +362,10 @@ case "$PLATFORM" in
     echo "lab-init: by label: $(ls /dev/disk/by-label | tr '\n' ' ')" ;;
 esac
 
-if [ -z "$URL" ] && [ "$PLATFORM" != metal ]; then
+if [ -z "$URL" ] && [ -n "$INSTALL_DEV" ]; then
+  # Installing only: no live Ignition config (the client does not run).
+  echo "lab-init: no ignition.config.url: the live system installs to $INSTALL_DEV"
+elif [ -z "$URL" ] && [ "$PLATFORM" != metal ]; then
   # A cloud image: its config comes from the platform, not the kernel line.
   echo "lab-init: no ignition.config.url: Ignition fetches from platform $PLATFORM"
 else
@@ -302,7 +392,7 @@ fi
 # ignition.config.url, follows merge pointers (HTTPS with the CA a pointer
 # config carries) and caches the merged config; the files stage writes it
 # below /sysroot. Markers: the stages' exit codes, then every file written.
-if [ -x /usr/bin/ignition ]; then
+if [ -x /usr/bin/ignition ] && { [ -n "$URL" ] || [ -z "$INSTALL_DEV" ]; }; then
   mkdir -p /sysroot /run/ignition
   mount -t tmpfs sysroot /sysroot
   # The files stage relabels what it wrote with setfiles, by the target's
@@ -329,6 +419,77 @@ if [ -x /usr/bin/ignition ]; then
       [ -f $l ] && tail -n 3 $l | while read -r line; do marker "LAB-IGNITION-CLIENT-LOG $line"; done
     done
   fi
+fi
+
+# --- after Ignition: the live system's systemd, for what the lab needs ---------
+# Units Ignition enabled: Ignition 2.14 records them as `enable NAME` lines in
+# /etc/systemd/system-preset/20-ignition.preset (systemd-preset-all applies
+# them at boot). Each NAME's ExecStart= lines from /sysroot/etc/systemd/system
+# run in order (systemd's prefixes -@+!: dropped; `-` ignores a failure), by
+# sh, cwd /, stdin /dev/null, output to the console, systemd's PATH, with
+# /usr/local/bin holding links to what Ignition wrote in /sysroot/usr/local/bin.
+# Markers: LAB-UNIT-START NAME, then LAB-UNIT NAME rc=<code|no-unit-file>.
+run_enabled_units() {
+  local preset=/sysroot/etc/systemd/system-preset/20-ignition.preset f
+  [ -f $preset ] || return 0
+  mkdir -p /usr/local/bin
+  for f in /sysroot/usr/local/bin/*; do [ -e "$f" ] && ln -sf "$f" /usr/local/bin/; done
+  sed -n 's/^enable  *//p' $preset | while read -r name; do
+    unit=/sysroot/etc/systemd/system/$name
+    if [ ! -f "$unit" ]; then marker "LAB-UNIT $name rc=no-unit-file"; continue; fi
+    marker "LAB-UNIT-START $name"
+    rc=0
+    sed -n 's/^ExecStart=//p' "$unit" >/tmp/unit-exec
+    while read -r cmd; do
+      ignore=0
+      while :; do
+        case "$cmd" in
+          -*) ignore=1; cmd=${cmd#?} ;;
+          [@+!:]*) cmd=${cmd#?} ;;
+          *) break ;;
+        esac
+      done
+      echo "lab-init: $name: $cmd"
+      (cd / && PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin sh -c "$cmd" </dev/null)
+      r=$?
+      if [ $r != 0 ] && [ $ignore = 0 ]; then rc=$r; break; fi
+    done </tmp/unit-exec
+    marker "LAB-UNIT $name rc=$rc"
+  done
+}
+# Installing: what coreos-installer.service does in RHCOS's live system. The
+# real systemd-udevd first (coldplugged and settled, as systemd-udev-trigger
+# and -settle would), then the real /usr/libexec/coreos-installer-service as
+# the unit runs it (systemd's clean environment, stdin /dev/null, output to
+# the console), then the reboot coreos-installer-reboot.service does unless
+# coreos.inst.skip_reboot. On failure the unit's OnFailure=emergency.target
+# would stop there: here the guest powers off. (The script's
+# --fetch-retries infinite retries a failing image fetch for ever.)
+# Marker: LAB-INSTALL rc=<exit code> dev=<install_dev>.
+install_to_disk() {
+  for m in virtio_blk crc32c_generic ext4; do modprobe "$m" 2>/dev/null; done
+  /usr/lib/systemd/systemd-udevd --daemon
+  udevadm trigger --type=subsystems --action=add
+  udevadm trigger --type=devices --action=add
+  udevadm settle --timeout=30
+  echo "lab-init: disks by id: $(ls /dev/disk/by-id 2>/dev/null | tr '\n' ' ')"
+  env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+    /usr/libexec/coreos-installer-service </dev/null
+  rc=$?
+  marker "LAB-INSTALL rc=$rc dev=$INSTALL_DEV"
+  if [ $rc = 0 ] && [ $SKIP_REBOOT = 0 ]; then
+    echo "lab-init: rebooting after $(cut -d' ' -f1 /proc/uptime)s uptime"
+    sync
+    reboot -f
+    sleep 30
+  fi
+}
+if [ -n "$INSTALL_DEV" ]; then
+  # coreos-installer-generator makes default.target coreos-installer-post.target:
+  # the units Ignition enabled for multi-user.target do not start.
+  install_to_disk
+elif [ "${files:-}" = 0 ]; then
+  run_enabled_units
 fi
 finish
 INIT
