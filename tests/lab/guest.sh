@@ -468,7 +468,7 @@ run_enabled_units() {
 # Marker: LAB-INSTALL rc=<exit code> dev=<install_dev>.
 install_to_disk() {
   for m in virtio_blk crc32c_generic ext4; do modprobe "$m" 2>/dev/null; done
-  /usr/lib/systemd/systemd-udevd --daemon
+  [ -e /run/udev/control ] || /usr/lib/systemd/systemd-udevd --daemon   # (nm_network may have started it)
   udevadm trigger --type=subsystems --action=add
   udevadm trigger --type=devices --action=add
   udevadm settle --timeout=30
