@@ -159,6 +159,7 @@ lane_b() {
   tb "netboot IPv6 only: iPXE from the NIC's ROM (DHCPv6) -> HTTP" v6 --site examples/lab-v6/site.yaml --node master-2 --mac 52:54:00:77:00:13 --firmware ovmf-ipxe6
   tb "netboot dual stack: OVMF PXE over DHCPv6 beside DHCPv4 -> iPXE -> HTTP" v6 --site examples/lab-dual/site.yaml --node worker-0 --mac 52:54:00:77:00:20 --firmware ovmf-pxe6
   tb "netboot from a catalog image set"  bash tests/lab/catalog-netboot.sh --bin $BIN
+  tb "netboot a bond of two NICs with a VLAN (networkConfig): NetworkManager in the guest from bootd's dracut args, then from its keyfiles; ping over VLAN 78" bash tests/lab/bond-vlan.sh --bin $BIN
   # The real Ignition client each platform's way (tests/lab/platform-ignition.sh):
   # the node made through the API against the provider's fake, the guest
   # fetching that user data where the platform serves it, then merging

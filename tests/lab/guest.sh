@@ -254,6 +254,11 @@ marker() {
   if [ -c /dev/ttyS0 ]; then echo "$*" >/dev/ttyS0; else echo "$*"; fi
 }
 finish() {
+  if [ -n "$HOLD" ]; then
+    marker "LAB-HOLD $HOLD"
+    echo "lab-init: holding ${HOLD}s (lab.hold)"
+    sleep "$HOLD"
+  fi
   echo "lab-init: done after $(cut -d' ' -f1 /proc/uptime)s uptime (init started at ${T0}s)"
   sync
   poweroff -f
@@ -261,9 +266,11 @@ finish() {
 }
 fail() { marker "LAB-IGNITION-FAILED $*"; finish; }
 
-URL="" PLATFORM=metal NAMESERVERS=""
+URL="" PLATFORM=metal NAMESERVERS="" HOLD="" NM=0
 for w in $(cat /proc/cmdline); do
   case "$w" in
+    bond=*|vlan=*) NM=1 ;;
+    lab.hold=*) HOLD=${w#lab.hold=} ;;
     ignition.config.url=*) URL=${w#ignition.config.url=} ;;
     ignition.platform.id=*) PLATFORM=${w#ignition.platform.id=} ;;
     nameserver=*) NAMESERVERS="$NAMESERVERS ${w#nameserver=}" ;;
@@ -284,6 +291,108 @@ done
 
 for m in virtio_pci virtio_net e1000 e1000e virtio_scsi sr_mod isofs; do modprobe "$m" 2>/dev/null; done
 
+# A bond or VLAN on the command line: NetworkManager, as RHCOS's initramfs
+# runs it (dracut's network-manager module: nm-initrd-generator on the
+# command line, then NetworkManager --configure-and-quit=initrd), instead of
+# the one-NIC code below. bonding and 8021q are loaded only here: bonding
+# would otherwise make a bond0 that the one-NIC code takes for the NIC.
+nm_network() {
+  modprobe bonding max_bonds=0
+  modprobe 8021q
+  ip link set lo up
+  # dracut's ifname=NAME:MAC: a udev rule naming the NIC with that MAC NAME
+  # (dracut's ifname-genrules.sh writes the same). udevd then initializes
+  # the NICs (NetworkManager manages only those) and renames them.
+  for w in $(cat /proc/cmdline); do
+    case "$w" in
+      ifname=*:*)
+        v=${w#ifname=}; mac=$(echo "${v#*:}" | tr A-F a-f)
+        printf 'SUBSYSTEM=="net", ACTION=="add", DRIVERS=="?*", ATTR{address}=="%s", ATTR{type}=="1", NAME="%s"\n' \
+          "$mac" "${v%%:*}" >>/etc/udev/rules.d/80-ifname.rules ;;
+    esac
+  done
+  [ -f /etc/udev/rules.d/80-ifname.rules ] && { echo "lab-init: udev rules from ifname=:"; cat /etc/udev/rules.d/80-ifname.rules; }
+  [ -e /run/udev/control ] || /usr/lib/systemd/systemd-udevd --daemon --resolve-names=never
+  udevadm trigger --type=devices --action=add --subsystem-match=net
+  udevadm settle --timeout=20
+  echo "lab-init: NICs after udev: $(ls /sys/class/net | tr '\n' ' ')"
+  mkdir -p /run/NetworkManager
+  /usr/libexec/nm-initrd-generator -- $(cat /proc/cmdline) >/tmp/nm-gen.log 2>&1
+  gen=$?
+  echo "lab-init: nm-initrd-generator exit $gen:"; cat /tmp/nm-gen.log
+  for f in /run/NetworkManager/system-connections/* /run/NetworkManager/conf.d/* /run/NetworkManager/initrd/*; do
+    [ -f "$f" ] && { echo "lab-init: --- $f"; cat "$f"; }
+  done
+  run_nm initrd --configure-and-quit=initrd
+  marker "LAB-NET-NM generator=$gen nm=$nm"
+  net_markers LAB-NET
+}
+# run_nm WHAT ARG...: NetworkManager ARG... in the foreground (60 s at most),
+# its log on the console; its exit code in nm ("timeout": stopped by the
+# timeout, it says "caught SIGTERM" and exits 0).
+run_nm() {
+  what=$1; shift
+  timeout 60 /usr/sbin/NetworkManager "$@" --no-daemon --debug --log-level=INFO >/tmp/nm-$what.log 2>&1
+  nm=$?
+  grep -q 'caught SIGTERM' /tmp/nm-$what.log && nm=timeout
+  echo "lab-init: NetworkManager $* exit $nm:"; cat /tmp/nm-$what.log
+}
+# net_markers PREFIX: what is up, on the console and as PREFIX markers.
+net_markers() {
+  echo "lab-init: ip -br addr:"; /usr/sbin/ip -br addr
+  echo "lab-init: ip -d link show:"; /usr/sbin/ip -d link show
+  echo "lab-init: ip route:"; /usr/sbin/ip route
+  /usr/sbin/ip -br addr | while read -r n st addrs; do
+    [ "$n" = lo ] || marker "$1 ${n%@*} $st $addrs"
+  done
+  for b in /sys/class/net/*/bonding; do
+    [ -d "$b" ] || continue
+    n=${b%/bonding}; n=${n##*/}
+    perm=$(awk '/^Permanent HW addr:/ { printf "%s%s", s, $4; s = "," }' /proc/net/bonding/$n)
+    marker "$1-BOND $n slaves=$(tr ' ' ',' <$b/slaves) mode=$(cut -d' ' -f1 $b/mode) miimon=$(cat $b/miimon) active=$(cat $b/active_slave) perm=$perm"
+  done
+  # /proc/net/vlan/config: "NAME | VID | PARENT" after two header lines.
+  tail -n +3 /proc/net/vlan/config 2>/dev/null | while IFS='| ' read -r v id parent; do
+    marker "$1-VLAN $v id=$id parent=$parent"
+  done
+  /usr/sbin/ip -4 route | while read -r r; do marker "$1-ROUTE $r"; done
+  marker "$1-DNS $(grep -v '^#' /run/NetworkManager/resolv.conf 2>/dev/null | tr '\n' ' ')"
+}
+# nm_system: each keyfile Ignition wrote (a marker with what it says of the
+# bond and VLAN), then the network from those keyfiles alone, as the
+# installed system's NetworkManager brings it up at its first boot: no
+# generated connections (the initramfs's bonds and VLANs deleted first,
+# NetworkManager's run state with them), the keyfile plugin reading where
+# Ignition wrote. Still --configure-and-quit=initrd: outside initrd mode
+# NetworkManager exits at once without D-Bus ("cannot connect to D-Bus").
+nm_system() {
+  for f in /sysroot/etc/NetworkManager/system-connections/*.nmconnection; do
+    marker "LAB-NET-KEYFILE ${f#/sysroot} sha256=$(sha256sum "$f" | cut -d' ' -f1) $(awk -F= '
+      /^\[/ { s = $0; next }
+      s == "[connection]" && $1 == "type" { o = o " type=" $2 }
+      s == "[connection]" && $1 == "master" { o = o " master=" $2 }
+      s == "[ethernet]" && $1 == "mac-address" { o = o " mac=" $2 }
+      s == "[bond]" && $1 == "mode" { o = o " mode=" $2 }
+      s == "[bond]" && $1 == "miimon" { o = o " miimon=" $2 }
+      s == "[vlan]" && $1 == "id" { o = o " vlan=" $2 }
+      s == "[vlan]" && $1 == "parent" { o = o " parent=" $2 }
+      s == "[ipv4]" && $1 == "method" { o = o " ipv4=" $2 }
+      s == "[ipv4]" && $1 == "address1" { o = o " address1=" $2 }
+      END { print substr(o, 2) }' "$f")"
+  done
+  for v in $(tail -n +3 /proc/net/vlan/config 2>/dev/null | cut -d'|' -f1); do /usr/sbin/ip link del "$v"; done
+  for b in /sys/class/net/*/bonding; do [ -d "$b" ] && { b=${b%/bonding}; /usr/sbin/ip link del "${b##*/}"; }; done
+  rm -rf /run/NetworkManager
+  printf '[main]\nplugins=keyfile\n\n[keyfile]\npath=/sysroot/etc/NetworkManager/system-connections\n' >/tmp/nm-system.conf
+  echo "lab-init: network from the keyfiles Ignition wrote; left after deleting the initramfs's bonds and VLANs: $(ls /sys/class/net | tr '\n' ' ')"
+  run_nm system --config=/tmp/nm-system.conf --configure-and-quit=initrd
+  marker "LAB-SYSNET-NM nm=$nm"
+  net_markers LAB-SYSNET
+}
+if [ $NM = 1 ]; then
+  nm_network
+else
+# (the one-NIC network: DHCP, or the ip= arguments)
 # First non-loopback interface; give the driver a moment to register it.
 IF=""
 i=0
@@ -330,6 +439,7 @@ done
 # -n: exit if no lease; -q: quit after obtaining one; 5 discovers 2 s apart.
 if [ $STATIC = 0 ]; then
   udhcpc -i "$IF" -s /etc/udhcpc.script -n -q -t 5 -T 2 || fail "dhcp-no-lease"
+fi
 fi
 
 # The resolvers, as the initramfs's NetworkManager would have them: the
@@ -414,6 +524,9 @@ if [ -x /usr/bin/ignition ] && { [ -n "$URL" ] || [ -z "$INSTALL_DEV" ]; }; then
     find /sysroot -type f | sort | while read -r f; do
       marker "LAB-FILE ${f#/sysroot} sha256=$(sha256sum "$f" | cut -d' ' -f1)"
     done
+    # The keyfiles the installed system would get: what they say, and what
+    # NetworkManager brings up from them alone.
+    [ $NM = 1 ] && ls /sysroot/etc/NetworkManager/system-connections/*.nmconnection >/dev/null 2>&1 && nm_system
   else
     for l in /tmp/ign-fetch.log /tmp/ign-files.log; do
       [ -f $l ] && tail -n 3 $l | while read -r line; do marker "LAB-IGNITION-CLIENT-LOG $line"; done

@@ -156,9 +156,10 @@ netboot_artifacts() {
 # qemu_nic_ok NIC: NIC is one of the variant's FW_NICS.
 qemu_nic_ok() { [[ " $FW_NICS " == *" $1 "* ]]; }
 
-# qemu_start TAP MAC [NIC]: the variant's QEMU (qemu_firmware first) inside
-# $NS, its NIC (default: the first of FW_NICS) on TAP with MAC, TCG (KVM is
-# not usable here), no reboot, network boot only. The console goes to
+# qemu_start TAP MAC [NIC [QEMU_ARG...]]: the variant's QEMU (qemu_firmware
+# first) inside $NS, its NIC (default: the first of FW_NICS; "" for it) on
+# TAP with MAC, TCG (KVM is not usable here), no reboot, network boot only,
+# plus QEMU_ARGs (a second NIC: tests/lab/bond-vlan.sh). The console goes to
 # $WORK/serial.log (emptied), QEMU's own output to $WORK/qemu.log, the
 # firmware's debug port (SeaBIOS's log) to $WORK/firmware-debug.log. The PID
 # is in QEMU_PID (and PIDS), the start time in T_QEMU.
@@ -169,6 +170,7 @@ qemu_nic_ok() { [[ " $FW_NICS " == *" $1 "* ]]; }
 qemu_start() {
     local tap=$1 mac=$2 nic=${3:-${FW_NICS%% *}} kv
     local dev="$nic,netdev=n0,mac=$mac" qemu=()
+    shift $(($# < 3 ? $# : 3))
     : >"$WORK/serial.log"
     if [[ $FW_BIOS == slof ]]; then
         rm -f "$WORK/console.in" "$WORK/console.out"
@@ -204,7 +206,7 @@ qemu_start() {
         for kv in "${FW_FWCFG[@]}"; do qemu+=(-fw_cfg "name=opt/org.tianocore/${kv%%=*},string=${kv#*=}"); done
     fi
     T_QEMU=$(now)
-    spawn --ns "$NS" --log "$WORK/qemu.log" "${qemu[@]}"
+    spawn --ns "$NS" --log "$WORK/qemu.log" "${qemu[@]}" "$@"
     QEMU_PID=$SPAWNED
 }
 
