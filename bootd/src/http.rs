@@ -28,7 +28,10 @@ pub use crate::body::Body;
 mod discover;
 mod ignition;
 mod images;
+mod inventory;
 mod media;
+pub(crate) use inventory::boot_plan;
+pub use inventory::{post as post_report, AgentSums};
 use discover::discover;
 pub use ignition::{pointer_for, OTHER_ADDRESS, TOKEN_REUSED};
 pub(crate) use images::image_whole;
@@ -152,6 +155,10 @@ pub async fn route<B>(
             "ignition",
             ignition::ignition(app, &snap, name, peer.ip(), q, req.headers(), false),
         ),
+        ["ignition", name, "agent"] => (
+            "ignition",
+            inventory::agent_config(app, &snap, name, peer.ip(), q),
+        ),
         ["ignition", name, "pointer"] => (
             "ignition",
             ignition::ignition(app, &snap, name, peer.ip(), q, req.headers(), true),
@@ -250,6 +257,10 @@ fn node_script(
         local_boot_flag(app, node, subject, at);
         return script(render::ipxe::local_disk(node));
     }
+    let boot = match boot_plan(app, snap, node, &subject) {
+        Ok(b) => b,
+        Err(why) => return script(render::ipxe::refused(node, &why)),
+    };
     app.timeline.record(Raw::new(
         subject,
         Phase::Script,
@@ -257,7 +268,7 @@ fn node_script(
         format!("iPXE node script served ({how})"),
     ));
     let base = snap.site.host.http.base_url(Some(peer), None);
-    let urls = NodeUrls::new(&snap.site, base, node, &node_token(app, snap, node));
+    let urls = NodeUrls::with_boot(&snap.site, base, node, &node_token(app, snap, node), boot);
     script(render::ipxe::node(&snap.site, node, &urls))
 }
 
@@ -361,18 +372,21 @@ struct MacConfig {
     what: &'static str,
     node: fn(&site::Site, &Node, &NodeUrls) -> String,
     local_disk: fn(&Node) -> String,
+    refused: fn(&Node, &str) -> String,
 }
 
 const GRUB: MacConfig = MacConfig {
     what: "GRUB config",
     node: render::grub::node,
     local_disk: render::grub::local_disk,
+    refused: render::grub::refused,
 };
 
 const PXELINUX: MacConfig = MacConfig {
     what: "pxelinux config",
     node: render::pxelinux::node,
     local_disk: render::pxelinux::local_disk,
+    refused: render::pxelinux::refused,
 };
 
 /// A node's `config`, by the MAC in its file name (`dashed`).
@@ -400,11 +414,16 @@ fn mac_config(
         local_boot_flag(app, node, subject, at);
         return script((config.local_disk)(node));
     }
-    let urls = NodeUrls::new(
+    let boot = match boot_plan(app, snap, node, &subject) {
+        Ok(b) => b,
+        Err(why) => return script((config.refused)(node, &why)),
+    };
+    let urls = NodeUrls::with_boot(
         &snap.site,
         snap.site.host.http.base_url(Some(peer), None),
         node,
         &node_token(app, snap, node),
+        boot,
     );
     info!(node = %node.name, %mac, "{what} served");
     app.timeline.record(Raw::new(

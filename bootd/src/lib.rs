@@ -56,8 +56,10 @@ pub mod gate;
 pub mod ha;
 pub mod http;
 pub mod installed;
+pub mod inventory;
 pub mod media;
 pub mod metrics;
+pub mod plan;
 pub mod render;
 pub mod spent;
 pub mod state;
@@ -100,6 +102,11 @@ pub struct App {
     pub timeline: Arc<timeline::Recorder>,
     /// The nodes that installed (fetched their Ignition).
     pub installed: installed::Installed,
+    /// What each node's machine reported (inspection, wipe), and which
+    /// nodes are being released.
+    pub inventories: inventory::Inventories,
+    /// The inspection agents' SHA-256, for their Ignition configs.
+    pub agent_sums: http::AgentSums,
     /// Machines with unknown MACs that reported themselves (`discovery:`).
     pub discovered: discovery::Discovered,
     /// Per-node ISOs for BMC virtual media, built on request.
@@ -352,6 +359,8 @@ pub fn prepare(config: &Config, want_tls: bool) -> Result<Arc<App>, Error> {
         .map_err(|e| Error::StateDir(state_dir.clone(), e))?;
     let discovered = discovery::Discovered::open(&state_dir)
         .map_err(|e| Error::StateDir(state_dir.clone(), e))?;
+    let inventories = inventory::Inventories::open(&state_dir)
+        .map_err(|e| Error::StateDir(state_dir.clone(), e))?;
     metrics.discovered.set(discovered.len() as i64);
     let spent = spent::Spent::open(&state_dir)
         .map_err(|e| Error::StateDir(state_dir.clone(), e))?
@@ -364,6 +373,8 @@ pub fn prepare(config: &Config, want_tls: bool) -> Result<Arc<App>, Error> {
         spent,
         media: media::Media::new(&state_dir),
         installed,
+        inventories,
+        agent_sums: Default::default(),
         discovered,
         live,
         key,

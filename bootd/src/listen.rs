@@ -98,7 +98,16 @@ pub(crate) async fn serve_conn<I>(
 {
     let limits = app.http_limits;
     let a = Arc::clone(&app);
-    let svc = service_fn(move |req| http::handle(Arc::clone(&a), req, peer));
+    let svc = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+        let a = Arc::clone(&a);
+        async move {
+            // The agent's reports: the one route with a request body.
+            if req.method() == hyper::Method::POST && req.uri().path().starts_with("/inventory/") {
+                return Ok::<_, std::convert::Infallible>(http::post_report(a, req, peer).await);
+            }
+            http::handle(a, req, peer).await
+        }
+    });
     let why = runtime::http1::serve(
         io,
         svc,

@@ -78,13 +78,20 @@ impl Media {
     }
 
     /// What the ISO of `node` holds when its Ignition URL carries `token`.
-    pub fn spec(site: &Site, node: &Node, token: &str) -> Result<Spec, MediaError> {
+    /// `boot`: what [`crate::plan`] decided for the node now (the ISO is
+    /// one per decision: inspecting, then installing, are two ISOs).
+    pub fn spec(
+        site: &Site,
+        node: &Node,
+        token: &str,
+        boot: crate::render::Boot,
+    ) -> Result<Spec, MediaError> {
         if node.arch != Arch::X86_64 {
             return Err(MediaError::Arch(node.arch.to_string()));
         }
         // The node, not its BMC, fetches what the kernel line names.
         let base = site.host.http.base_url(None, Some(node));
-        let urls = crate::render::NodeUrls::new(site, base, node, token);
+        let urls = crate::render::NodeUrls::with_boot(site, base, node, token, boot);
         let img = site.image_of(node);
         Ok(Spec {
             node: node.name.clone(),

@@ -43,24 +43,33 @@ pub(crate) fn tftp_resolver(app: Arc<App>) -> tftp::Resolver {
                         http::local_boot_flag(&app, node, subject, at);
                         return tftp::Resolved::Bytes(render::grub::local_disk(node).into());
                     }
+                    let subject = timeline::Subject {
+                        mac: Some(mac),
+                        ..timeline::Subject::node(&node.name)
+                    }
+                    .with_ip(peer.ip().to_canonical());
+                    let boot = match http::boot_plan(&app, &snap, node, &subject) {
+                        Ok(b) => b,
+                        Err(why) => {
+                            return tftp::Resolved::Bytes(
+                                render::grub::refused(node, &why).into(),
+                            )
+                        }
+                    };
                     let tok = app.key.issue(
                         &node.name,
                         token::Scope::Script,
                         runtime::clock::now(),
                         site.ignition.token_ttl,
                     );
-                    let urls = render::NodeUrls::new(
+                    let urls = render::NodeUrls::with_boot(
                         site,
                         site.host.http.base_url(Some(peer.ip()), None),
                         node,
                         &tok,
+                        boot,
                     );
                     info!(node = %node.name, %mac, "GRUB config served over TFTP");
-                    let subject = timeline::Subject {
-                        mac: Some(mac),
-                        ..timeline::Subject::node(&node.name)
-                    }
-                    .with_ip(peer.ip().to_canonical());
                     app.timeline.record(timeline::Raw::new(
                         subject,
                         timeline::Phase::Script,

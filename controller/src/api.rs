@@ -4,6 +4,7 @@ use super::*;
 
 mod cluster;
 mod failure;
+mod inventory;
 use cluster::{bootstrap_complete, cluster, destroy, machines};
 pub(super) use failure::internal;
 
@@ -144,6 +145,12 @@ pub(super) async fn route(
         (&Method::POST, ["v1", "nodes", name, "reinstall"]) => {
             ("reinstall", reinstall(ctl, caller, name))
         }
+        (&Method::GET, ["v1", "nodes", name, "inventory"]) => {
+            ("inventory", inventory::inventory(ctl, caller, name))
+        }
+        (&Method::POST, ["v1", "nodes", name, "inspect"]) => {
+            ("inventory", inventory::inspect(ctl, caller, name))
+        }
         (&Method::GET, ["v1", "discovered"]) => ("discovered", discovered(ctl, caller)),
         (&Method::POST, ["v1", "discovered", key, "adopt"]) => {
             ("discovered", adopt(ctl, caller, key, req).await)
@@ -166,6 +173,8 @@ pub(super) async fn route(
             | ["v1", "nodes", _, "events"]
             | ["v1", "nodes", _, "timeline"]
             | ["v1", "nodes", _, "reinstall"]
+            | ["v1", "nodes", _, "inventory"]
+            | ["v1", "nodes", _, "inspect"]
             | ["v1", "discovered"]
             | ["v1", "discovered", _, "adopt"]
             | ["v1", "cluster"]
@@ -501,6 +510,10 @@ async fn create_from(ctl: &Arc<Controller>, _: auth::Caller, body: bytes::Bytes)
             // A new node installs, whatever a node of this name did before.
             if let Err(e) = ctl.app.installed.clear(&spec.name) {
                 warn!(node = %spec.name, error = %e, "a stale install mark was not cleared");
+            }
+            // And it is another machine: its inventory is its own.
+            if let Err(e) = ctl.app.inventories.clear(&spec.name) {
+                warn!(node = %spec.name, error = %e, "a stale inventory was not cleared");
             }
         }
         Ok(false) => return err(StatusCode::CONFLICT, format!("node {:?} exists", spec.name)),

@@ -55,6 +55,11 @@ pub enum NodesCmd {
     /// Install a node again: its next network boot gets the installer, not
     /// its local disk (which an installed node gets; see ignition.afterInstall).
     Reinstall { name: String },
+    /// What the node's machine reported (CPUs, memory, disks, NICs, LLDP),
+    /// the disk its hints choose and what its next boot does, as JSON.
+    Inventory { name: String },
+    /// Forget the node's inventory: its next network boot inspects again.
+    Inspect { name: String },
     /// Create a node for the machine behind a Redfish BMC: its MACs are
     /// read from the BMC (nobody types them); it is powered on to
     /// network-boot once. The password is read by bootd from PASSWORD_FILE.
@@ -456,6 +461,20 @@ pub async fn nodes(client: &Client, cmd: NodesCmd) -> anyhow::Result<i32> {
                 }
             }
             return Ok(i32::from(failed > 0));
+        }
+        NodesCmd::Inventory { name } => {
+            let (st, v) = client
+                .call(Method::GET, &format!("/v1/nodes/{}/inventory", seg(&name)), None)
+                .await?;
+            ok_or_bail(st, &v)?;
+            writeln!(out, "{}", serde_json::to_string_pretty(&v)?)?;
+        }
+        NodesCmd::Inspect { name } => {
+            let (st, v) = client
+                .call(Method::POST, &format!("/v1/nodes/{}/inspect", seg(&name)), None)
+                .await?;
+            ok_or_bail(st, &v)?;
+            writeln!(out, "node {name}: the next network boot inspects the machine again")?;
         }
         NodesCmd::Reinstall { name } => {
             let (st, v) = client

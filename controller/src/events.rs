@@ -21,6 +21,16 @@ pub const LOCAL_BOOT: &str = "local_boot";
 pub const TOKEN_REUSED: &str = "ignition_token_reused";
 /// The node's Ignition was fetched from another address than the node's.
 pub const OTHER_ADDRESS: &str = "ignition_other_address";
+/// The machine reported its inventory (the inspection agent).
+pub const INSPECTED: &str = "inspected";
+/// The disk its root-device hints chose, at an install boot.
+pub const DISK_CHOSEN: &str = "disk_chosen";
+/// It did not install: below its role's minimums.
+pub const BELOW_MINIMUMS: &str = "below_minimums";
+/// It did not install: no disk matches its hints.
+pub const NO_DISK: &str = "no_disk";
+/// Its disks were wiped (release).
+pub const WIPED: &str = "wiped";
 pub const PROVIDER: &str = "provider";
 /// What the controller did in the cluster (a kubelet CSR approved, Joined).
 pub const CLUSTER: &str = "cluster";
@@ -38,6 +48,11 @@ pub fn kind_of(ev: &NodeEvent) -> Option<&'static str> {
         (Phase::Ignition, "served") => Some(IGNITION),
         (Phase::MachineConfig, "first_connection") => Some(MACHINE_CONFIG),
         (Phase::Script, "local_boot") => Some(LOCAL_BOOT),
+        (Phase::Machine, "inspected") => Some(INSPECTED),
+        (Phase::Machine, "wiped") => Some(WIPED),
+        (Phase::Script, "disk_chosen") => Some(DISK_CHOSEN),
+        (Phase::Script, bootd::plan::BELOW_MINIMUMS) => Some(BELOW_MINIMUMS),
+        (Phase::Script, bootd::plan::NO_DISK) => Some(NO_DISK),
         (Phase::Ignition, bootd::http::TOKEN_REUSED) => Some(TOKEN_REUSED),
         (Phase::Ignition, bootd::http::OTHER_ADDRESS) => Some(OTHER_ADDRESS),
         _ => None,
@@ -62,9 +77,23 @@ pub fn condition_of(kind: &str) -> Option<(&'static str, &'static str)> {
         IGNITION => Some(("IgnitionServed", "IgnitionServed")),
         MACHINE_CONFIG => Some(("MachineConfigServed", "ConnectedThroughLbd")),
         LOCAL_BOOT => Some(("InstallLoop", "NetworkBootedAfterInstall")),
+        INSPECTED => Some(("Inspected", "InventoryReported")),
+        DISK_CHOSEN => Some(("DiskChosen", "RootDeviceHints")),
+        BELOW_MINIMUMS => Some(("BelowMinimums", "HardwareShort")),
+        NO_DISK => Some(("NoDiskMatchesHints", "HintsMatchNoDisk")),
+        WIPED => Some(("DisksWiped", "Wiped")),
         TOKEN_REUSED => Some(("IgnitionTokenReused", "SpentTokenPresented")),
         OTHER_ADDRESS => Some(("IgnitionFromOtherAddress", "FetchedOnToken")),
         _ => None,
+    }
+}
+
+/// The conditions an event of `kind` makes False (what it shows is no
+/// longer so): a disk chosen means the machine is no longer short.
+pub fn clears(kind: &str) -> &'static [&'static str] {
+    match kind {
+        DISK_CHOSEN => &["BelowMinimums", "NoDiskMatchesHints"],
+        _ => &[],
     }
 }
 

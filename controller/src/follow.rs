@@ -77,6 +77,25 @@ fn apply(ctl: &Controller, batch: &[(String, Event)]) {
         error!(error = %e, events = batch.len(), "events not stored");
     }
     for (node, e) in batch {
+        for gone in events::clears(&e.kind) {
+            let was_true = ctl
+                .store
+                .conditions(node)
+                .map(|cs| cs.iter().any(|x| x.kind == *gone && x.status == "True"))
+                .unwrap_or(false);
+            if was_true {
+                let c = Condition {
+                    kind: (*gone).into(),
+                    status: "False".into(),
+                    reason: "DiskChosen".into(),
+                    message: e.message.clone(),
+                    at: e.at,
+                };
+                if let Err(err) = ctl.store.set_condition(node, &c) {
+                    error!(error = %err, "condition not stored");
+                }
+            }
+        }
         if let Some((kind, reason)) = events::condition_of(&e.kind) {
             let c = Condition {
                 kind: kind.into(),

@@ -57,6 +57,10 @@ pub struct Disk {
     /// `/dev/disk/by-path/…`, stable while the disk stays in its slot.
     #[serde(default)]
     pub by_path: String,
+    /// A `/dev/disk/by-id/…` link (the WWN's, else the first), stable
+    /// while the disk exists, whatever slot it is in.
+    #[serde(default)]
+    pub by_id: String,
     pub size_bytes: u64,
     #[serde(default)]
     pub model: String,
@@ -152,6 +156,15 @@ impl RootDeviceHints {
 
     pub fn is_empty(&self) -> bool {
         *self == RootDeviceHints::default()
+    }
+
+    /// Whether choosing by these hints needs the machine's inventory:
+    /// any hint but a device name.
+    pub fn needs_inventory(&self) -> bool {
+        RootDeviceHints {
+            device_name: None,
+            ..self.clone()
+        } != RootDeviceHints::default()
     }
 
     /// Each hint `d` does not meet, as "key: want, has".

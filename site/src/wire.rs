@@ -28,6 +28,29 @@ pub struct SiteFile {
     /// lbd's frontends, checks and limits (docs/site.md, `lb`).
     pub lb: Option<Lb>,
     pub discovery: Option<Discovery>,
+    pub inspection: Option<Inspection>,
+}
+
+/// `inspection:`: the agent that reports a machine's hardware before it
+/// installs, and what each role needs at least.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Inspection {
+    #[serde(default)]
+    pub agents: BTreeMap<String, PathBuf>,
+    #[serde(default)]
+    pub minimums: BTreeMap<String, Minimums>,
+    pub enforce_minimums: Option<bool>,
+    pub lldp_seconds: Option<u32>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct Minimums {
+    pub cpus: Option<u32>,
+    #[serde(rename = "memoryGiB")]
+    pub memory_gib: Option<u64>,
+    #[serde(rename = "diskGiB")]
+    pub disk_gib: Option<u64>,
 }
 
 /// `nodes[].rootDeviceHints`, as Metal3 spells them.
@@ -308,6 +331,9 @@ pub struct ImageSet {
     pub rootfs: Option<PathBuf>,
     /// Instead of kernel/initramfs/rootfs: a set from the image cache.
     pub catalog: Option<Catalog>,
+    /// The metal disk image coreos-installer writes, and its signature.
+    pub metal: Option<PathBuf>,
+    pub metal_signature: Option<PathBuf>,
 }
 
 /// `images.sets.<name>.catalog`: a CoreOS stream, version (or "latest"),

@@ -215,8 +215,48 @@ fn a_device_name_hint_and_live_in_the_site() {
             "nodes[4].rootDeviceHints.hctl: \"0:0\": host:channel:target:lun",
             "nodes[4].rootDeviceHints.minSizeGigabytes: at least 1",
             "nodes[4].rootDeviceHints: give rootDeviceHints or installDisk, not both",
-            "nodes[5].rootDeviceHints.serialNumber: not supported: the disk is named on the installer's kernel line",
+            "nodes[5].rootDeviceHints.serialNumber: needs the machine's inventory, and inspection.agents has no agent",
             "nodes[5].live: a live node installs to no disk",
+        ],
+    );
+}
+
+/// With an agent for the node's architecture, any of Metal3's hints; the
+/// inspection keys are checked like the rest.
+#[test]
+fn hints_with_an_agent_and_the_inspection_keys() {
+    let edit = |t: String, inspection: &str| {
+        t.replace("\nnodes:\n", &format!("\ninspection:\n{inspection}\nnodes:\n"))
+    };
+    let (_d, path) = common::lab(|t| {
+        edit(
+            t.replace(
+                "ip: 10.77.0.20, kernelArgs: [console=ttyS0] }",
+                "ip: 10.77.0.20, kernelArgs: [console=ttyS0], rootDeviceHints: { serialNumber: DATA0002, rotational: false } }",
+            ),
+            "  agents: { x86_64: tools/bootd-agent }\n  minimums: { worker: { cpus: 8 } }\n  enforceMinimums: false\n",
+        )
+    });
+    let s = site::load(&path).unwrap_or_else(|e| panic!("{e}"));
+    let w0 = s.node("worker-0").unwrap();
+    assert_eq!(choose_disk(&w0.disk_hints().unwrap(), &inv()).unwrap().serial, "DATA0002");
+    assert_eq!(s.inspection.agent(site::Arch::X86_64), Some("tools/bootd-agent"));
+    assert_eq!(s.inspection.minimums_of("worker").cpus, Some(8));
+    assert_eq!(s.inspection.minimums_of("master").memory_gib, Some(16));
+    assert!(!s.inspection.enforce_minimums);
+    let (_d2, path) = common::lab(|t| {
+        edit(
+            t,
+            "  agents: { sparc: a, x86_64: /abs }\n  minimums: { worker: { cpus: 0 } }\n  lldpSeconds: 301\n",
+        )
+    });
+    assert_problems(
+        &site::load(&path).unwrap_err(),
+        &[
+            "inspection.agents.sparc: \"sparc\" is not one of",
+            "inspection.agents.x86_64:",
+            "inspection.minimums.worker.cpus: at least 1",
+            "inspection.lldpSeconds: 301: at most 300",
         ],
     );
 }

@@ -96,6 +96,21 @@ menuentry 'bootd: {name}: local disk (bootd nodes reinstall {name} to install ag
     )
 }
 
+/// For a node that must not install now: GRUB says why and reboots in
+/// five minutes.
+pub fn refused(node: &Node, why: &str) -> String {
+    format!(
+        "# bootd: {name} does not install: {why}
+echo \"bootd: {name} does not install: {why}\"
+echo \"bootd: asking again in 300 s\"
+sleep 300
+reboot
+",
+        name = node.name,
+        why = super::echo_safe(why)
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

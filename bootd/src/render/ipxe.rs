@@ -107,6 +107,22 @@ exit\n",
         name = node.name
     )
 }
+/// For a node that must not install now (below its role's minimums, no
+/// disk matching its hints): says why on the console and asks again in
+/// five minutes (the site or the machine fixed, it then installs).
+pub fn refused(node: &Node, why: &str) -> String {
+    format!(
+        "#!ipxe
+echo bootd: {name} does not install: {why}
+echo bootd: its conditions say the same (bootd nodes get {name}); asking again in 300 s.
+sleep 300
+reboot
+",
+        name = node.name,
+        why = super::echo_safe(why)
+    )
+}
+
 /// For a machine whose MAC is in no node, with `discovery.enabled`: report
 /// what iPXE knows of it (every NIC, SMBIOS identity, architecture) to
 /// bootd, which answers with [`discovered`].

@@ -2,6 +2,7 @@
 //! No I/O, no clock; callers pass tokens and base URLs in. Golden files in
 //! `bootd/tests/golden/` pin every output.
 
+pub mod agent;
 pub mod grub;
 pub mod ignition;
 pub mod ipxe;
@@ -19,15 +20,44 @@ pub struct NodeUrls {
     pub rootfs: Option<String>,
     /// What `ignition.config.url` / `coreos.inst.ignition_url` point at.
     pub ignition: String,
+    /// The metal image an install writes (`coreos.inst.image_url`), and
+    /// whether it has a signature beside it.
+    pub metal: Option<(String, bool)>,
+    pub boot: Boot,
+}
+
+/// What the boot does with the live system.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Boot {
+    /// Ignition configures the live system (`ignition.config.url`).
+    Live,
+    /// coreos-installer installs to this disk (`coreos.inst.*`).
+    Install { device: String },
+    /// The live system runs the inspection agent: `ignition` is the
+    /// agent's config ([`agent`]).
+    Agent,
 }
 
 impl NodeUrls {
     /// `token` is the node's current access token (see [`crate::token`]);
     /// `base` the HTTP base URL the client gets ([`site::Listen::base_url`]).
     pub fn new(site: &Site, base: &str, node: &Node, token: &str) -> NodeUrls {
+        let boot = match node.install_device() {
+            Some(d) => Boot::Install {
+                device: d.to_string(),
+            },
+            None => Boot::Live,
+        };
+        NodeUrls::with_boot(site, base, node, token, boot)
+    }
+
+    /// As [`NodeUrls::new`], for the boot [`crate::plan`] decided.
+    pub fn with_boot(site: &Site, base: &str, node: &Node, token: &str, boot: Boot) -> NodeUrls {
         let img = site.image_of(node);
         let image = |p: &str| format!("{base}/images/{p}");
-        let ignition = if site.ignition.over_https && site.host.https.is_some() {
+        let ignition = if boot == Boot::Agent {
+            format!("{base}/ignition/{}/agent?token={token}", node.name)
+        } else if site.ignition.over_https && site.host.https.is_some() {
             // A pointer config over HTTP whose merge source is HTTPS with the site CA.
             format!("{base}/ignition/{}/pointer?token={token}", node.name)
         } else {
@@ -38,6 +68,11 @@ impl NodeUrls {
             initramfs: image(&img.initramfs),
             rootfs: img.rootfs.as_deref().map(image),
             ignition,
+            metal: img
+                .metal
+                .as_ref()
+                .map(|m| (image(&m.path), m.signature.is_some())),
+            boot,
         }
     }
 }
@@ -51,16 +86,27 @@ pub fn kernel_args(site: &Site, node: &Node, urls: &NodeUrls) -> Vec<String> {
     }
     args.push("ignition.firstboot".into());
     args.push("ignition.platform.id=metal".into());
-    match node.install_device() {
+    match &urls.boot {
         // Installing to disk: the live system runs coreos-installer, which
         // writes the node's config to the installed system. The live system
         // itself gets no cluster config (it must not start a kubelet).
-        Some(disk) => {
-            args.push(format!("coreos.inst.install_dev={disk}"));
+        Boot::Install { device } => {
+            args.push(format!("coreos.inst.install_dev={device}"));
             args.push(format!("coreos.inst.ignition_url={}", urls.ignition));
+            if let Some((url, signed)) = &urls.metal {
+                args.push(format!("coreos.inst.image_url={url}"));
+                // Without a signature beside it, coreos-installer must be
+                // told not to look for one (docs/site.md, metal).
+                if !signed {
+                    args.push("coreos.inst.insecure".into());
+                }
+            }
         }
-        // Running live (diskless, or the lab): Ignition configures this boot.
-        None => args.push(format!("ignition.config.url={}", urls.ignition)),
+        // Running live (diskless, or the lab), or the inspection agent:
+        // Ignition configures this boot.
+        Boot::Live | Boot::Agent => {
+            args.push(format!("ignition.config.url={}", urls.ignition))
+        }
     }
     if let Some(hn) = &node.host_network {
         args.extend(network::dracut_args(site, node, hn));
@@ -83,6 +129,17 @@ pub fn resolvers<'a>(site: &'a Site, node: &Node) -> &'a [std::net::IpAddr] {
         .get(node.network)
         .map(|n| n.dns_servers.as_slice())
         .unwrap_or_default()
+}
+
+/// `why` as one line any boot script may echo: printable ASCII without
+/// the characters iPXE, GRUB or a shell would read (`$ " ' \ ; & | # { }`).
+pub fn echo_safe(why: &str) -> String {
+    why.chars()
+        .map(|c| match c {
+            ' '..='~' if !"$\"'\\;&|#{}`".contains(c) => c,
+            _ => ' ',
+        })
+        .collect()
 }
 
 /// The node's addresses for a config's comment line: `10.77.0.20, fd00:77::20`.

@@ -45,6 +45,15 @@ pub fn local_disk(node: &Node) -> String {
     )
 }
 
+/// For a node that must not install now: no label to boot, and the reason.
+pub fn refused(node: &Node, why: &str) -> String {
+    format!(
+        "# bootd: {name} does not install: {why}\n",
+        name = node.name,
+        why = super::echo_safe(why)
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -220,6 +220,16 @@ impl Node {
                 .and_then(|h| h.device_name.as_deref())
         })
     }
+    /// What chooses the disk it installs to: its root-device hints, or
+    /// `installDisk` as a device-name hint; `None`: it runs live.
+    pub fn disk_hints(&self) -> Option<crate::hardware::RootDeviceHints> {
+        match (&self.install_disk, &self.root_device_hints) {
+            (Some(d), _) => Some(crate::hardware::RootDeviceHints::device(d)),
+            (None, Some(h)) => Some(h.clone()),
+            (None, None) => None,
+        }
+    }
+
     pub fn has_ip(&self, a: IpAddr) -> bool {
         let a = a.to_canonical();
         self.ips().any(|x| x == a)

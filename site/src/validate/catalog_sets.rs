@@ -119,6 +119,7 @@ pub(super) fn image_set(
         kernel,
         initramfs,
         rootfs,
+        metal: None,
         catalog: Some(CatalogImage {
             reference,
             resolved,

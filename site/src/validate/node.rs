@@ -9,6 +9,18 @@ pub(super) fn arg_ok(a: &str) -> bool {
         })
 }
 
+/// Whether `inspection` has an agent for the architecture the node's image
+/// set (or arch) has; `true` when that cannot be told yet (another key
+/// is wrong and says so).
+fn arch_known_without_agent(w: &wire::Node, images: &Images, inspection: &Inspection) -> bool {
+    let arch = match (w.arch.as_deref(), w.image.as_deref()) {
+        (Some(a), _) => Arch::parse(a),
+        (None, Some(i)) => images.sets.get(i).map(|s| s.arch),
+        (None, None) => Some(Arch::X86_64),
+    };
+    arch.is_none_or(|a| inspection.agent(a).is_some())
+}
+
 pub(super) fn node(
     cx: &mut Cx,
     i: usize,
@@ -16,6 +28,7 @@ pub(super) fn node(
     networks: &[Network],
     images: &Images,
     broken: &[String],
+    inspection: &Inspection,
 ) -> Option<Node> {
     let k = |f: &str| format!("nodes[{i}].{f}");
     let before = cx.problems.len();
@@ -278,19 +291,14 @@ pub(super) fn node(
             cx.err(k("rootDeviceHints"), "no hint: give at least one (Metal3's keys)");
         }
         // Hints other than a device name are matched against the disks
-        // the machine reports; bootd installs from the kernel line, before
-        // any report, so it takes the device name alone.
-        let by_name = crate::hardware::RootDeviceHints {
-            device_name: hints.device_name.clone(),
-            ..Default::default()
-        };
-        if hints != by_name {
+        // the machine reports: its live system must run the agent.
+        if hints.needs_inventory() && !arch_known_without_agent(w, images, inspection) {
             let v = serde_json::to_value(&hints).unwrap_or_default();
             for key in v.as_object().into_iter().flat_map(|o| o.keys()).filter(|k| *k != "deviceName") {
                 cx.err(
                     k(&format!("rootDeviceHints.{key}")),
-                    "not supported: the disk is named on the installer's kernel line before the machine reports its disks; \
-                     give deviceName (a /dev/disk/by-path/ link stays with the slot)",
+                    "needs the machine's inventory, and inspection.agents has no agent for the node's \
+                     architecture: add one (docs/site.md, inspection), or name the disk with deviceName",
                 );
             }
         }
