@@ -3,7 +3,8 @@
 # disk) for the lab guest: version 0.27.0 from crates.io, built with
 #   cargo install coreos-installer --version 0.27.0 --locked --root target/tools
 # unless target/tools/bin/coreos-installer already says 0.27.0. A build takes
-# ~11 min on 2 cores. Build dependencies (tests/lab/deps.sh): a C compiler,
+# 2.6 min here (2 cores, nice 19, crates already in cargo's cache; up to ~11 min
+# with downloads and load). Build dependencies (tests/lab/deps.sh): a C compiler,
 # pkg-config, libzstd-dev, liblzma-dev, libssl-dev (reqwest's native TLS).
 # The crate's source (scripts/coreos-installer-service, systemd/) stays in
 # cargo's registry; tests/lab/guest.sh reads the script from there.
@@ -28,7 +29,7 @@ for p in pkg-config cc; do command -v "$p" >/dev/null || fail "missing $p (run t
 for lib in libzstd liblzma openssl; do
   pkg-config --exists "$lib" || fail "pkg-config finds no $lib (run tests/lab/deps.sh)"
 done
-log "building coreos-installer $VERSION into $ROOT (about 11 min on 2 cores)"
+log "building coreos-installer $VERSION into $ROOT (2.5-11 min on 2 cores)"
 T0=$(now)
 # From the repository: the toolchain is rust-toolchain.toml's.
 (cd "$REPO" && cargo install coreos-installer --version "$VERSION" --locked --root "$ROOT") >&2 \
