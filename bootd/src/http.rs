@@ -30,13 +30,13 @@ mod ignition;
 mod images;
 mod inventory;
 mod media;
-pub(crate) use inventory::boot_plan;
-pub use inventory::{post as post_report, AgentSums};
 use discover::discover;
 pub use ignition::{pointer_for, OTHER_ADDRESS, TOKEN_REUSED};
 pub(crate) use images::image_whole;
 pub use images::whole_image_rel;
 use images::{image, image_phase};
+pub(crate) use inventory::boot_plan;
+pub use inventory::{post as post_report, AgentSums};
 pub use media::media_url_for;
 
 /// The body of every refusal and every miss: nothing to tell them apart.

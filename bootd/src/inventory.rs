@@ -12,8 +12,8 @@
 //! like `installed.json`: with several appliances on etcd, a node whose
 //! boot another appliance answers inspects once more there.
 
-use site::hardware::Inventory;
 use serde::{Deserialize, Serialize};
+use site::hardware::Inventory;
 use std::collections::BTreeMap;
 use std::io;
 use std::net::IpAddr;
@@ -127,8 +127,7 @@ pub fn parse_inventory(body: &[u8]) -> Result<Inventory, ReportError> {
 fn kernel_arg_safe(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 255
-        && s
-            .chars()
+        && s.chars()
             .all(|c| c.is_ascii_graphic() && !matches!(c, '"' | '\'' | '\\'))
 }
 
@@ -150,7 +149,7 @@ pub struct Inventories {
     /// Nodes whose deletion waits for their disks to be wiped, kept in
     /// `<stateDir>/releasing.json` (a restart still wipes them).
     releasing_path: PathBuf,
-    releasing: Mutex<std::collections::BTreeSet<String>>,
+    releasing: Mutex<BTreeMap<String, i64>>,
 }
 
 pub const RELEASING_FILE: &str = "releasing.json";
@@ -208,23 +207,33 @@ impl Inventories {
 
     /// Whether `node`'s next boot wipes its disks (its deletion waits).
     pub fn releasing(&self, node: &str) -> bool {
+        self.releasing_since(node).is_some()
+    }
+
+    /// Since when (ms since the epoch) `node` is being released.
+    pub fn releasing_since(&self, node: &str) -> Option<i64> {
         self.releasing
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .contains(node)
+            .get(node)
+            .copied()
     }
 
-    /// Marks or unmarks `node` as releasing, on disk first.
-    pub fn set_releasing(&self, node: &str, on: bool) -> io::Result<()> {
+    /// Marks `node` as releasing since `now_ms` (`None`: no longer), on
+    /// disk first. Marking a node marked already keeps its time.
+    pub fn set_releasing(&self, node: &str, now_ms: Option<i64>) -> io::Result<()> {
         let mut r = self.releasing.lock().unwrap_or_else(|p| p.into_inner());
-        if r.contains(node) == on {
+        if r.contains_key(node) == now_ms.is_some() {
             return Ok(());
         }
         let mut next = r.clone();
-        if on {
-            next.insert(node.to_string());
-        } else {
-            next.remove(node);
+        match now_ms {
+            Some(t) => {
+                next.insert(node.to_string(), t);
+            }
+            None => {
+                next.remove(node);
+            }
         }
         let json = serde_json::to_vec_pretty(&next).map_err(io::Error::other)?;
         runtime::fs::write_atomic(&self.releasing_path, &json, 0o644)?;
@@ -314,6 +323,15 @@ impl Inventories {
     }
 }
 
+/// The switch an LLDP frame came from: its system name, else its chassis ID.
+pub fn switch_of(l: &site::hardware::Lldp) -> &str {
+    if l.system_name.is_empty() {
+        &l.chassis_id
+    } else {
+        &l.system_name
+    }
+}
+
 /// One line for logs, the timeline and conditions: `2 CPUs, 4.0 GiB,
 /// disks /dev/vda 1 GiB (disk-a), …; NICs …; bios`.
 pub fn summary(inv: &Inventory) -> String {
@@ -337,14 +355,7 @@ pub fn summary(inv: &Inventory) -> String {
             let port = n
                 .lldp
                 .as_ref()
-                .map(|l| {
-                    let sw = if l.system_name.is_empty() {
-                        &l.chassis_id
-                    } else {
-                        &l.system_name
-                    };
-                    format!(" on {sw} {}", l.port_id)
-                })
+                .map(|l| format!(" on {} {}", switch_of(l), l.port_id))
                 .unwrap_or_default();
             format!(
                 "{} {}{}{port}",
@@ -429,6 +440,14 @@ mod tests {
         let s = Inventories::open(d.path()).unwrap();
         assert!(s.get("m1").is_none());
         assert!(d.path().join(DIR).join("m1.json.bad").exists());
+        s.set_releasing("m0", Some(11)).unwrap();
+        s.set_releasing("m0", Some(12)).unwrap();
+        assert_eq!(
+            Inventories::open(d.path()).unwrap().releasing_since("m0"),
+            Some(11)
+        );
+        s.set_releasing("m0", None).unwrap();
+        assert!(!Inventories::open(d.path()).unwrap().releasing("m0"));
         assert!(s.clear("m0").unwrap());
         assert!(!s.clear("m0").unwrap());
         assert!(Inventories::open(d.path()).unwrap().get("m0").is_none());
@@ -449,7 +468,11 @@ mod tests {
         bad.firmware = "coreboot".into();
         assert!(parse_inventory(&serde_json::to_vec(&bad).unwrap()).is_err());
         let e = parse_inventory(br#"{"cpu":{}}"#).unwrap_err();
-        assert!(e.to_string().starts_with("not JSON of the inventory's shape"), "{e}");
+        assert!(
+            e.to_string()
+                .starts_with("not JSON of the inventory's shape"),
+            "{e}"
+        );
         assert_eq!(
             summary(&inv()),
             "2 CPUs, 4.0 GiB, disks: /dev/vda 1 GiB (disk-a); NICs: eth0 52:54:00:00:00:01; bios"

@@ -78,18 +78,16 @@ pub fn plan(site: &Site, node: &Node, inventory: Option<&Inventory>, releasing: 
         .unwrap_or_else(|| stable_name(disk).to_string());
     let mut why = format!("{} chosen by {}", disk.name, hints.describe());
     if !short.is_empty() {
-        let what = format!(
-            "below the {} minimums: {}",
-            node.role,
-            short.join(", ")
-        );
+        let what = format!("below the {} minimums: {}", node.role, short.join(", "));
         if site.inspection.enforce_minimums {
             return Plan::Refuse {
                 condition: BELOW_MINIMUMS,
                 why: format!("{what} (inspection.enforceMinimums)"),
             };
         }
-        why.push_str(&format!("; {what}, installing anyway (inspection.enforceMinimums: false)"));
+        why.push_str(&format!(
+            "; {what}, installing anyway (inspection.enforceMinimums: false)"
+        ));
     }
     Plan::Install { device, why }
 }

@@ -32,6 +32,7 @@ use std::sync::Arc;
 mod rack;
 pub use rack::Filter;
 use rack::{bar, counts, node_facts, PICTURE};
+mod inventory;
 
 /// Seconds between the page's own refreshes.
 pub const REFRESH_SECS: u32 = 5;
@@ -303,7 +304,8 @@ fn phase_rows(b: &mut String, spans: &[Span], now_us: i64, last_is_current: bool
 }
 
 /// One node's timeline.
-pub fn render_node(t: &Track, now_us: i64, node: Option<&site::Node>) -> String {
+/// `inventory`: the node's inventory section, put after its facts.
+pub fn render_node(t: &Track, now_us: i64, node: Option<&site::Node>, inventory: &str) -> String {
     let s = summary(t);
     let mut b = String::new();
     let _ = writeln!(
@@ -314,6 +316,7 @@ pub fn render_node(t: &Track, now_us: i64, node: Option<&site::Node>) -> String 
     if let Some(n) = node {
         node_facts(&mut b, n);
     }
+    b.push_str(inventory);
     let _ = writeln!(
         b,
         "<p>MAC {} &middot; IP {} &middot; boot attempt {} &middot; phase <b id=\"phase\">{}</b> &middot; phases {} &middot; total {}</p>",
@@ -514,10 +517,19 @@ pub fn route(
                 events: Default::default(),
                 starts: None,
             });
-            (
-                "status",
-                html(StatusCode::OK, render_node(&t, now, snap.site.node(&name))),
-            )
+            let mut inv = String::new();
+            if let Some(n) = snap.site.node(&name) {
+                let rec = app.inventories.get(&name);
+                let plan = crate::plan::plan(
+                    &snap.site,
+                    n,
+                    rec.as_deref().map(|r| &r.inventory),
+                    app.inventories.releasing(&name),
+                );
+                inventory::section(&mut inv, rec.as_deref(), &plan);
+            }
+            let page = render_node(&t, now, snap.site.node(&name), &inv);
+            ("status", html(StatusCode::OK, page))
         }
         (None, false) => (
             "status",
@@ -699,7 +711,7 @@ mod tests {
             "{index}"
         );
         assert!(index.contains("data-node=\"worker-0\" data-phase=\"script\""));
-        let node = render_node(&book.tracks["mac 52:54:00:99:00:02"], now, None);
+        let node = render_node(&book.tracks["mac 52:54:00:99:00:02"], now, None, "");
         assert!(!node.contains("<script>"));
         assert!(node.contains("id=\"last-error\""));
     }

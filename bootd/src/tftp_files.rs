@@ -51,9 +51,7 @@ pub(crate) fn tftp_resolver(app: Arc<App>) -> tftp::Resolver {
                     let boot = match http::boot_plan(&app, &snap, node, &subject) {
                         Ok(b) => b,
                         Err(why) => {
-                            return tftp::Resolved::Bytes(
-                                render::grub::refused(node, &why).into(),
-                            )
+                            return tftp::Resolved::Bytes(render::grub::refused(node, &why).into())
                         }
                     };
                     let tok = app.key.issue(

@@ -135,7 +135,10 @@ pub(super) async fn route(
         (&Method::GET, ["v1", "nodes"]) => ("nodes", list_nodes(ctl, caller)),
         (&Method::POST, ["v1", "nodes"]) => ("nodes", create_node(ctl, caller, req).await),
         (&Method::GET, ["v1", "nodes", name]) => ("node", get_node(ctl, caller, name)),
-        (&Method::DELETE, ["v1", "nodes", name]) => ("node", delete_node(ctl, caller, name).await),
+        (&Method::DELETE, ["v1", "nodes", name]) => {
+            let q = req.uri().query().map(str::to_string);
+            ("node", delete_node(ctl, caller, name, q.as_deref()).await)
+        }
         (&Method::GET, ["v1", "nodes", name, "events"]) => {
             ("events", node_events(ctl, caller, name))
         }
@@ -539,6 +542,7 @@ pub(super) async fn delete_node(
     ctl: &Arc<Controller>,
     _: auth::Caller,
     name: &str,
+    q: Option<&str>,
 ) -> Response<Body> {
     let _w = ctl.writes.lock().await;
     let snap = ctl.app.live.load_full();
@@ -553,7 +557,11 @@ pub(super) async fn delete_node(
         Ok(None) => return err(StatusCode::NOT_FOUND, "no such node"),
         Err(e) => return internal(e),
     };
-    if let Err(e) = ctl.delete_locked(&row, "requested through the API") {
+    let keep_disks = q.is_some_and(|q| {
+        q.split('&')
+            .any(|kv| kv == "keepDisks=true" || kv == "keepDisks")
+    });
+    if let Err(e) = ctl.delete_locked(&row, "requested through the API", keep_disks) {
         return internal(e);
     }
     reply(

@@ -7,6 +7,7 @@
 //! is never taken from the command line or the environment (both are
 //! visible to other users of the machine).
 
+mod boot;
 mod destroy;
 pub mod import;
 mod up;
@@ -50,8 +51,14 @@ pub enum NodesCmd {
     Get { name: String },
     /// Create a node from a JSON file (the body of POST /v1/nodes; `-` for stdin).
     Add { file: PathBuf },
-    /// Delete an API node (and its machine).
-    Delete { name: String },
+    /// Delete an API node (and its machine). A machine behind a BMC that
+    /// installed to disk is booted once more to wipe its disks first.
+    Delete {
+        name: String,
+        /// Power the machine off without wiping its disks.
+        #[arg(long)]
+        keep_disks: bool,
+    },
     /// Install a node again: its next network boot gets the installer, not
     /// its local disk (which an installed node gets; see ignition.afterInstall).
     Reinstall { name: String },
@@ -359,9 +366,14 @@ pub async fn nodes(client: &Client, cmd: NodesCmd) -> anyhow::Result<i32> {
             ok_or_bail(st, &v)?;
             writeln!(out, "node {}: {}", s(&v, "name"), s(&v, "phase"))?;
         }
-        NodesCmd::Delete { name } => {
+        NodesCmd::Delete { name, keep_disks } => {
+            let q = if keep_disks { "?keepDisks=true" } else { "" };
             let (st, v) = client
-                .call(Method::DELETE, &format!("/v1/nodes/{}", seg(&name)), None)
+                .call(
+                    Method::DELETE,
+                    &format!("/v1/nodes/{}{q}", seg(&name)),
+                    None,
+                )
                 .await?;
             ok_or_bail(st, &v)?;
             writeln!(out, "node {name}: {}", s(&v, "phase"))?;
@@ -462,36 +474,9 @@ pub async fn nodes(client: &Client, cmd: NodesCmd) -> anyhow::Result<i32> {
             }
             return Ok(i32::from(failed > 0));
         }
-        NodesCmd::Inventory { name } => {
-            let (st, v) = client
-                .call(Method::GET, &format!("/v1/nodes/{}/inventory", seg(&name)), None)
-                .await?;
-            ok_or_bail(st, &v)?;
-            writeln!(out, "{}", serde_json::to_string_pretty(&v)?)?;
-        }
-        NodesCmd::Inspect { name } => {
-            let (st, v) = client
-                .call(Method::POST, &format!("/v1/nodes/{}/inspect", seg(&name)), None)
-                .await?;
-            ok_or_bail(st, &v)?;
-            writeln!(out, "node {name}: the next network boot inspects the machine again")?;
-        }
-        NodesCmd::Reinstall { name } => {
-            let (st, v) = client
-                .call(
-                    Method::POST,
-                    &format!("/v1/nodes/{}/reinstall", seg(&name)),
-                    None,
-                )
-                .await?;
-            ok_or_bail(st, &v)?;
-            let was = if v["wasInstalled"].as_bool() == Some(true) {
-                "it had installed"
-            } else {
-                "it had not installed"
-            };
-            writeln!(out, "node {name}: the next network boot installs ({was})")?;
-        }
+        NodesCmd::Inventory { name } => boot::inventory(client, &name, &mut out).await?,
+        NodesCmd::Inspect { name } => boot::inspect(client, &name, &mut out).await?,
+        NodesCmd::Reinstall { name } => boot::reinstall(client, &name, &mut out).await?,
         NodesCmd::Wait {
             names,
             until,

@@ -497,7 +497,8 @@ impl Controller {
         let by_provider = snap.site.host.api.as_ref().map(|a| &a.fetch_from);
         let nodes: Vec<Value> = rows
             .iter()
-            .filter(|r| !r.deleting)
+            // A node being released stays served until its disks are wiped.
+            .filter(|r| !r.deleting || self.app.inventories.releasing(&r.name))
             .filter_map(|r| {
                 let f = facts.get(&r.name).and_then(facts::Facts::from_json);
                 let mut v = facts::effective(&r.spec, f.as_ref())?;
@@ -570,14 +571,46 @@ impl Controller {
     ) -> Result<(), store::StoreError> {
         let _w = self.writes.lock().await;
         match self.store.node(name)? {
-            Some(row) => self.delete_locked(&row, why),
+            Some(row) => self.delete_locked(&row, why, false),
             None => Ok(()),
         }
     }
 
+    /// Whether deleting `row` first wipes its machine's disks: a machine
+    /// that outlives its node (behind a BMC), installed to disk, whose
+    /// architecture has an inspection agent.
+    fn wipes_on_release(&self, row: &NodeRow) -> bool {
+        let bmc = row
+            .provider
+            .as_object()
+            .and_then(|o| o.keys().next())
+            .is_some_and(|p| p == "redfish" || p == "ipmi");
+        let snap = self.app.live.load();
+        bmc && snap.site.node(&row.name).is_some_and(|n| {
+            n.disk_hints().is_some() && snap.site.inspection.agent(n.arch).is_some()
+        })
+    }
+
     /// [`Controller::begin_delete`], with the writes lock held.
-    fn delete_locked(self: &Arc<Self>, row: &NodeRow, why: &str) -> Result<(), store::StoreError> {
+    /// `keep_disks`: power the machine off without wiping its disks.
+    fn delete_locked(
+        self: &Arc<Self>,
+        row: &NodeRow,
+        why: &str,
+        keep_disks: bool,
+    ) -> Result<(), store::StoreError> {
         if !row.deleting {
+            // The wipe is an intent: marked before the deletion is.
+            if !keep_disks && self.wipes_on_release(row) {
+                self.app
+                    .inventories
+                    .set_releasing(&row.name, Some(store::now_ms()))?;
+                self.note(
+                    &row.name,
+                    events::API,
+                    "its disks are wiped before its machine is powered off (--keep-disks skips that)",
+                );
+            }
             self.store.mark_deleting(&row.name)?;
             let rows = self.store.nodes()?;
             if let Err(e) = self.export_overlay_now(&rows) {

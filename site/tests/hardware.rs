@@ -226,7 +226,10 @@ fn a_device_name_hint_and_live_in_the_site() {
 #[test]
 fn hints_with_an_agent_and_the_inspection_keys() {
     let edit = |t: String, inspection: &str| {
-        t.replace("\nnodes:\n", &format!("\ninspection:\n{inspection}\nnodes:\n"))
+        t.replace(
+            "\nnodes:\n",
+            &format!("\ninspection:\n{inspection}\nnodes:\n"),
+        )
     };
     let (_d, path) = common::lab(|t| {
         edit(
@@ -239,8 +242,16 @@ fn hints_with_an_agent_and_the_inspection_keys() {
     });
     let s = site::load(&path).unwrap_or_else(|e| panic!("{e}"));
     let w0 = s.node("worker-0").unwrap();
-    assert_eq!(choose_disk(&w0.disk_hints().unwrap(), &inv()).unwrap().serial, "DATA0002");
-    assert_eq!(s.inspection.agent(site::Arch::X86_64), Some("tools/bootd-agent"));
+    assert_eq!(
+        choose_disk(&w0.disk_hints().unwrap(), &inv())
+            .unwrap()
+            .serial,
+        "DATA0002"
+    );
+    assert_eq!(
+        s.inspection.agent(site::Arch::X86_64),
+        Some("tools/bootd-agent")
+    );
     assert_eq!(s.inspection.minimums_of("worker").cpus, Some(8));
     assert_eq!(s.inspection.minimums_of("master").memory_gib, Some(16));
     assert!(!s.inspection.enforce_minimums);

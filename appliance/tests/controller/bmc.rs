@@ -249,3 +249,187 @@ async fn an_install_config_host_is_imported_with_its_password_left_in_the_file()
     assert_eq!(bmc.lock().unwrap().resets, vec!["On"]);
     drop(p);
 }
+
+/// The bootd HTTP port a process site listens on.
+fn http_port(site: &std::path::Path) -> u16 {
+    let t = std::fs::read_to_string(site).unwrap();
+    let key = "  http:\n    listen: 127.0.0.1:";
+    let i = t.find(key).unwrap() + key.len();
+    t[i..]
+        .split(|c: char| !c.is_ascii_digit())
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+/// curl from `from` (a node's loopback address): status and body.
+fn curl_from(from: &str, method: &str, url: &str, body: Option<&str>) -> (u16, String) {
+    let mut c = std::process::Command::new("curl");
+    c.args([
+        "-sS",
+        "--interface",
+        from,
+        "-X",
+        method,
+        "-w",
+        "\n%{http_code}",
+    ]);
+    if let Some(b) = body {
+        c.args(["-H", "content-type: application/json", "--data-binary", b]);
+    }
+    let out = c.arg(url).output().expect("curl runs");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, code) = text.rsplit_once('\n').unwrap();
+    (code.parse().unwrap(), body.to_string())
+}
+
+fn after<'a>(text: &'a str, prefix: &str) -> &'a str {
+    let i = text
+        .find(prefix)
+        .unwrap_or_else(|| panic!("{prefix} in {text}"))
+        + prefix.len();
+    text[i..]
+        .split(|c: char| c == '"' || c.is_whitespace())
+        .next()
+        .unwrap()
+}
+
+/// Deleting a node behind a BMC that installs to disk boots its machine
+/// once more, from the network, into the agent's wipe (the node stays
+/// served meanwhile), and powers it off only once the wipe is reported;
+/// `keepDisks` powers it off at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_bmc_node_is_wiped_before_it_is_powered_off() {
+    let bmc = fresh();
+    let addr = serve(bmc.clone(), None).await;
+    let f = Fake::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (files, site, api_port) = bmc_site(dir.path(), &f);
+    let text = std::fs::read_to_string(&site).unwrap()
+        .replace(
+            "    dnsServers: [10.77.0.1]\n",
+            "    dnsServers: [10.77.0.1]\n  - name: lo\n    subnet: 127.0.0.0/8\n    gateway: 127.0.0.1\n",
+        )
+        .replacen("\nnodes:\n", "\ninspection:\n  agents: { x86_64: tools/bootd-agent }\n\nnodes:\n", 1);
+    std::fs::write(&site, text).unwrap();
+    std::fs::create_dir_all(dir.path().join("images/tools")).unwrap();
+    std::fs::write(dir.path().join("images/tools/bootd-agent"), b"agent").unwrap();
+    std::fs::write(files.join("rack-1"), PASSWORD).unwrap();
+    let base = format!("http://127.0.0.1:{}", http_port(&site));
+    let p = Proc::start(&site, 1);
+    let api = api_client(&dir.path().join("state/ca.pem"), api_port, &p).await;
+    let node = |name: &str, ip: &str| {
+        json!({
+            "name": name, "role": "worker", "ip": ip,
+            "rootDeviceHints": { "deviceName": "/dev/vda" },
+            "provider": { "redfish": {
+                "url": format!("http://{addr}{SYS}"), "username": "admin",
+                "password": { "file": files.join("rack-1") }, "allowPlainHttp": true, "mode": "Legacy" } }
+        })
+    };
+    let (st, v) = api.create(node("rack-1", "127.0.0.61")).await;
+    assert_eq!(st, 201, "{v:#}");
+    until(with_log("powered on", &p.log), 20, async || {
+        bmc.lock().unwrap().resets == ["On"]
+    })
+    .await;
+    let mac = "52-54-00-aa-bb-01";
+    // Its first boot inspects; the agent's report.
+    let (_, script) = curl_from(
+        "127.0.0.61",
+        "GET",
+        &format!("{base}/ipxe/node?mac={mac}"),
+        None,
+    );
+    let cfg_url = format!(
+        "{base}/ignition/rack-1/agent?token={}",
+        after(&script, "agent?token=")
+    );
+    let (_, cfg) = curl_from("127.0.0.61", "GET", &cfg_url, None);
+    // The URLs bootd tells nodes name the lab's address: here, loopback's.
+    let report = after(&cfg, "inspect --post ").replace("http://10.77.0.1:8080", &base);
+    let inv = json!({"cpu": {"model": "", "count": 8, "arch": "x86_64"}, "memoryMib": 32768,
+        "disks": [{"name": "/dev/vda", "sizeBytes": 200u64 << 30, "rotational": false}],
+        "nics": [], "firmware": "bios"})
+    .to_string();
+    assert_eq!(curl_from("127.0.0.61", "POST", &report, Some(&inv)).0, 204);
+
+    // Delete: booted again into the wipe, still served, not powered off.
+    let (st, _) = api.call("DELETE", "/v1/nodes/rack-1", None).await;
+    assert_eq!(st, 202);
+    until(
+        with_log("restarted into the wipe", &p.log),
+        20,
+        async || bmc.lock().unwrap().resets.len() == 2,
+    )
+    .await;
+    assert_eq!(bmc.lock().unwrap().resets[1], "ForceRestart");
+    let (_, script) = curl_from(
+        "127.0.0.61",
+        "GET",
+        &format!("{base}/ipxe/node?mac={mac}"),
+        None,
+    );
+    let cfg_url = format!(
+        "{base}/ignition/rack-1/agent?token={}",
+        after(&script, "agent?token=")
+    );
+    let (_, cfg) = curl_from("127.0.0.61", "GET", &cfg_url, None);
+    let wiped = after(&cfg, "wipe --post ").replace("http://10.77.0.1:8080", &base);
+    assert!(wiped.contains("/inventory/rack-1/wiped?token="), "{cfg}");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(
+        bmc.lock().unwrap().power,
+        "On",
+        "not powered off before the wipe"
+    );
+    let (_, v) = api.call("GET", "/v1/nodes/rack-1", None).await;
+    assert!(
+        v["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("wiping its disks"),
+        "{v:#}"
+    );
+    assert_eq!(v["phase"], "Deleting");
+    let report =
+        json!({"disks": [{"name": "/dev/vda", "serial": "S1", "partitions": 4}]}).to_string();
+    assert_eq!(
+        curl_from("127.0.0.61", "POST", &wiped, Some(&report)).0,
+        204
+    );
+    until(
+        with_log("the node went after its wipe", &p.log),
+        30,
+        async || api.call("GET", "/v1/nodes/rack-1", None).await.0 == 404,
+    )
+    .await;
+    assert_eq!(bmc.lock().unwrap().power, "Off");
+    let log = std::fs::read_to_string(&p.log).unwrap();
+    assert!(log.contains("wiped /dev/vda (S1)"), "the wipe is logged");
+
+    // keepDisks: straight to power-off, nothing restarted.
+    let n0 = bmc.lock().unwrap().resets.len();
+    let (st, v) = api.create(node("rack-2", "127.0.0.62")).await;
+    assert_eq!(st, 201, "{v:#}");
+    until(with_log("rack-2 powered on", &p.log), 20, async || {
+        bmc.lock().unwrap().resets[n0..] == ["On"]
+    })
+    .await;
+    let (st, _) = api
+        .call("DELETE", "/v1/nodes/rack-2?keepDisks=true", None)
+        .await;
+    assert_eq!(st, 202);
+    until(with_log("rack-2 went", &p.log), 30, async || {
+        api.call("GET", "/v1/nodes/rack-2", None).await.0 == 404
+    })
+    .await;
+    let resets = bmc.lock().unwrap().resets.clone();
+    assert!(
+        !resets[n0..].iter().any(|r| r == "ForceRestart"),
+        "no restart into a wipe: {resets:?}"
+    );
+    assert_eq!(bmc.lock().unwrap().power, "Off");
+    drop(p);
+}

@@ -189,7 +189,11 @@ pub async fn post(
         ["inventory", name, "wiped"] => (name.to_string(), true),
         _ => return not_found(),
     };
-    let what = if wiped { "wipe report" } else { "inventory report" };
+    let what = if wiped {
+        "wipe report"
+    } else {
+        "inventory report"
+    };
     let snap = app.live.load_full();
     let Some(node) = snap.site.node(&name) else {
         return deny(&app, what, &name, source, Deny::UnknownNode);
@@ -199,7 +203,9 @@ pub async fn post(
     if !addrs.contains(&source) {
         return deny(&app, what, &name, source, Deny::NotFromNode);
     }
-    match query(q.as_deref(), "token").map(|t| app.key.verify(&node.name, &t, runtime::clock::now())) {
+    match query(q.as_deref(), "token")
+        .map(|t| app.key.verify(&node.name, &t, runtime::clock::now()))
+    {
         Some(Ok(_)) => {}
         Some(Err(d)) => return deny(&app, what, &name, source, d),
         None => return deny(&app, what, &name, source, Deny::NotFromNode),
@@ -213,7 +219,10 @@ pub async fn post(
             return full(
                 StatusCode::BAD_REQUEST,
                 "text/plain; charset=utf-8",
-                format!("{what} refused: the body could not be read (at most {} bytes): {e}\n", inventory::MAX_BODY),
+                format!(
+                    "{what} refused: the body could not be read (at most {} bytes): {e}\n",
+                    inventory::MAX_BODY
+                ),
             )
         }
     };

@@ -46,7 +46,12 @@ pub(super) async fn media(
     if let Err(d) = app.key.verify(&node.name, &tok, runtime::clock::now()) {
         return deny(app, WHAT, name, source, d);
     }
-    let boot = match boot_plan(app, snap, node, &Subject::node(&node.name).with_ip(source.to_canonical())) {
+    let boot = match boot_plan(
+        app,
+        snap,
+        node,
+        &Subject::node(&node.name).with_ip(source.to_canonical()),
+    ) {
         Ok(b) => b,
         Err(why) => {
             warn!(node = %node.name, "virtual media not served: {why}");

@@ -89,8 +89,15 @@ mod tests {
             "ExecStart=/usr/local/bin/bootd-agent inspect --post http://10.0.0.1:8080/inventory/m0?token=T%%2F --lldp-seconds 35 --reboot\n"
         ), "{unit}");
         assert_eq!(c["systemd"]["units"][0]["enabled"], true);
-        let w = config(Action::Wipe, "u", "ab", "http://h/inventory/m0/wiped?token=T", 35);
+        let w = config(
+            Action::Wipe,
+            "u",
+            "ab",
+            "http://h/inventory/m0/wiped?token=T",
+            35,
+        );
         let unit = w["systemd"]["units"][0]["contents"].as_str().unwrap();
-        assert!(unit.contains("bootd-agent wipe --post http://h/inventory/m0/wiped?token=T --poweroff\n"));
+        assert!(unit
+            .contains("bootd-agent wipe --post http://h/inventory/m0/wiped?token=T --poweroff\n"));
     }
 }

@@ -104,9 +104,7 @@ pub fn kernel_args(site: &Site, node: &Node, urls: &NodeUrls) -> Vec<String> {
         }
         // Running live (diskless, or the lab), or the inspection agent:
         // Ignition configures this boot.
-        Boot::Live | Boot::Agent => {
-            args.push(format!("ignition.config.url={}", urls.ignition))
-        }
+        Boot::Live | Boot::Agent => args.push(format!("ignition.config.url={}", urls.ignition)),
     }
     if let Some(hn) = &node.host_network {
         args.extend(network::dracut_args(site, node, hn));

@@ -34,14 +34,29 @@ fn site(t: String) -> String {
 }
 
 async fn get(b: &Bootd, from: &str, path: &str) -> (StatusCode, String) {
-    let (s, _, body) = request_from(Some(from.parse::<IpAddr>().unwrap()), b.http, "GET", path, &[]).await;
+    let (s, _, body) = request_from(
+        Some(from.parse::<IpAddr>().unwrap()),
+        b.http,
+        "GET",
+        path,
+        &[],
+    )
+    .await;
     (s, String::from_utf8_lossy(&body).into_owned())
 }
 
 /// curl POSTs `body` from `from`; returns the HTTP status and body.
 fn post(b: &Bootd, from: &str, path: &str, body: &str) -> (u16, String) {
     let out = std::process::Command::new("curl")
-        .args(["-sS", "--interface", from, "-X", "POST", "-H", "content-type: application/json"])
+        .args([
+            "-sS",
+            "--interface",
+            from,
+            "-X",
+            "POST",
+            "-H",
+            "content-type: application/json",
+        ])
         .args(["--data-binary", body, "-w", "\n%{http_code}"])
         .arg(format!("http://{}{path}", b.http))
         .output()
@@ -75,7 +90,12 @@ fn inventory(cpus: u32, mem_gib: u64) -> String {
 async fn event(b: &Bootd, what: &str) -> String {
     for _ in 0..100 {
         let v = crate::timeline::timeline(b, "master-0").await;
-        if let Some(e) = v["events"].as_array().unwrap().iter().find(|e| e["what"] == what) {
+        if let Some(e) = v["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["what"] == what)
+        {
             return e["detail"].as_str().unwrap().to_string();
         }
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
@@ -84,7 +104,10 @@ async fn event(b: &Bootd, what: &str) -> String {
 }
 
 fn token_after<'a>(text: &'a str, prefix: &str) -> &'a str {
-    let i = text.find(prefix).unwrap_or_else(|| panic!("{prefix} in {text}")) + prefix.len();
+    let i = text
+        .find(prefix)
+        .unwrap_or_else(|| panic!("{prefix} in {text}"))
+        + prefix.len();
     text[i..]
         .split(|c: char| c == '"' || c == '&' || c.is_whitespace())
         .next()
@@ -104,7 +127,10 @@ async fn a_node_inspects_then_installs_to_the_disk_its_hints_choose() {
     assert_eq!(s, StatusCode::OK);
     assert!(first.contains("/ignition/master-0/agent?token="), "{first}");
     assert!(!first.contains("coreos.inst"), "{first}");
-    let agent_url = format!("/ignition/master-0/agent?token={}", token_after(&first, "agent?token="));
+    let agent_url = format!(
+        "/ignition/master-0/agent?token={}",
+        token_after(&first, "agent?token=")
+    );
     // Not from a neighbour without the token; from the node, the config.
     let (s, _) = get(&b, "127.0.0.99", "/ignition/master-0/agent").await;
     assert_eq!(s, StatusCode::NOT_FOUND);
@@ -112,24 +138,51 @@ async fn a_node_inspects_then_installs_to_the_disk_its_hints_choose() {
     assert_eq!(s, StatusCode::OK, "{cfg}");
     let cfg: serde_json::Value = serde_json::from_str(&cfg).unwrap();
     use sha2::Digest;
-    let want: String = sha2::Sha256::digest(AGENT).iter().map(|b| format!("{b:02x}")).collect();
+    let want: String = sha2::Sha256::digest(AGENT)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
     let file = &cfg["storage"]["files"][0];
-    assert_eq!(file["contents"]["verification"]["hash"], format!("sha256-{want}"));
-    assert!(file["contents"]["source"].as_str().unwrap().ends_with("/images/tools/bootd-agent"));
+    assert_eq!(
+        file["contents"]["verification"]["hash"],
+        format!("sha256-{want}")
+    );
+    assert!(file["contents"]["source"]
+        .as_str()
+        .unwrap()
+        .ends_with("/images/tools/bootd-agent"));
     let unit = cfg["systemd"]["units"][0]["contents"].as_str().unwrap();
     assert!(unit.contains("--lldp-seconds 5 --reboot"), "{unit}");
-    let report = format!("/inventory/master-0?token={}", token_after(unit, "master-0?token="));
+    let report = format!(
+        "/inventory/master-0?token={}",
+        token_after(unit, "master-0?token=")
+    );
     // The agent's binary is served where the config says.
     let (s, bytes) = get(&b, NODE, "/images/tools/bootd-agent").await;
     assert_eq!((s, bytes.as_bytes()), (StatusCode::OK, AGENT));
 
     // Reports: a neighbour with the token, the node without one: refused alike.
     assert_eq!(post(&b, "127.0.0.99", &report, &inventory(8, 32)).0, 404);
-    assert_eq!(post(&b, NODE, "/inventory/master-0", &inventory(8, 32)).0, 404);
-    assert_eq!(post(&b, NODE, &report.replace("token=", "token=x"), &inventory(8, 32)).0, 404);
+    assert_eq!(
+        post(&b, NODE, "/inventory/master-0", &inventory(8, 32)).0,
+        404
+    );
+    assert_eq!(
+        post(
+            &b,
+            NODE,
+            &report.replace("token=", "token=x"),
+            &inventory(8, 32)
+        )
+        .0,
+        404
+    );
     let (code, why) = post(&b, NODE, &report, "{\"cpu\": 1}");
     assert_eq!(code, 400);
-    assert!(why.starts_with("inventory report refused: not JSON of the inventory's shape"), "{why}");
+    assert!(
+        why.starts_with("inventory report refused: not JSON of the inventory's shape"),
+        "{why}"
+    );
     assert!(b.app.inventories.get("master-0").is_none());
 
     // A machine below a master's minimums: reported, then refused.
@@ -142,23 +195,57 @@ async fn a_node_inspects_then_installs_to_the_disk_its_hints_choose() {
     );
     assert!(!refused.contains("token="), "{refused}");
     let (_, grub) = get(&b, NODE, &format!("/grub/grub.cfg-01-{MAC}")).await;
-    assert!(grub.contains("does not install: below the master minimums"), "{grub}");
+    assert!(
+        grub.contains("does not install: below the master minimums"),
+        "{grub}"
+    );
     event(&b, "inspected").await;
     assert!(event(&b, "below_minimums").await.contains("CPUs: 2 < 4"));
 
     // The machine grew (a report replaces the last): it installs to disk-b,
     // named by its by-id link, with the metal image, unsigned.
     assert_eq!(post(&b, NODE, &report, &inventory(8, 32)).0, 204);
-    for path in [script.clone(), format!("/grub/grub.cfg-01-{MAC}"), format!("/pxelinux.cfg/01-{MAC}")] {
+    for path in [
+        script.clone(),
+        format!("/grub/grub.cfg-01-{MAC}"),
+        format!("/pxelinux.cfg/01-{MAC}"),
+    ] {
         let (_, text) = get(&b, NODE, &path).await;
-        assert!(text.contains("coreos.inst.install_dev=/dev/disk/by-id/virtio-disk-b "), "{path}: {text}");
-        assert!(text.contains("/images/lab/metal.raw.gz coreos.inst.insecure"), "{path}: {text}");
-        assert!(text.contains("coreos.inst.ignition_url=http://"), "{path}: {text}");
+        assert!(
+            text.contains("coreos.inst.install_dev=/dev/disk/by-id/virtio-disk-b "),
+            "{path}: {text}"
+        );
+        assert!(
+            text.contains("/images/lab/metal.raw.gz coreos.inst.insecure"),
+            "{path}: {text}"
+        );
+        assert!(
+            text.contains("coreos.inst.ignition_url=http://"),
+            "{path}: {text}"
+        );
         assert!(!text.contains("/agent?"), "{path}: {text}");
     }
     assert_eq!(
         event(&b, "disk_chosen").await,
         "installs to /dev/disk/by-id/virtio-disk-b: /dev/vdb chosen by minSizeGigabytes=100, serialNumber=\"disk-b\""
+    );
+    // The node's status page shows the inventory and the disk chosen.
+    let (s, page) = get(&b, "127.0.0.1", "/status/node/master-0").await;
+    assert_eq!(s, StatusCode::OK);
+    assert!(
+        page.contains(
+            "id=\"next-boot\">Next network boot: installs to /dev/disk/by-id/virtio-disk-b"
+        ),
+        "{page}"
+    );
+    assert!(
+        page.contains("<tr><td>/dev/vdb <b>&larr; install</b></td><td class=\"num\">120 GiB</td>"),
+        "{page}"
+    );
+    assert!(page.contains("<td>tor-1</td><td>swp7</td>"), "{page}");
+    assert!(
+        page.contains("8 &times; QEMU Virtual CPU (x86_64) &middot; 32.0 GiB &middot; bios"),
+        "{page}"
     );
     // Kept across a restart of the store.
     let again = bootd::inventory::Inventories::open(&b.state()).unwrap();

@@ -208,7 +208,7 @@ pub(super) async fn destroy(
                 let _w = ctl.writes.lock().await;
                 let r = match ctl.store.node(node) {
                     Ok(Some(row)) => ctl
-                        .delete_locked(&row, "cluster destroy")
+                        .delete_locked(&row, "cluster destroy", false)
                         .map_err(|e| e.to_string()),
                     Ok(None) => Ok(()),
                     Err(e) => Err(e.to_string()),

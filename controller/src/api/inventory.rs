@@ -5,7 +5,11 @@
 
 use super::*;
 
-pub(in crate::api) fn inventory(ctl: &Arc<Controller>, _: auth::Caller, name: &str) -> Response<Body> {
+pub(in crate::api) fn inventory(
+    ctl: &Arc<Controller>,
+    _: auth::Caller,
+    name: &str,
+) -> Response<Body> {
     let snap = ctl.app.live.load_full();
     let Some(node) = snap.site.node(name) else {
         return err(StatusCode::NOT_FOUND, "no such node");
@@ -41,7 +45,11 @@ pub(in crate::api) fn inventory(ctl: &Arc<Controller>, _: auth::Caller, name: &s
     )
 }
 
-pub(in crate::api) fn inspect(ctl: &Arc<Controller>, _: auth::Caller, name: &str) -> Response<Body> {
+pub(in crate::api) fn inspect(
+    ctl: &Arc<Controller>,
+    _: auth::Caller,
+    name: &str,
+) -> Response<Body> {
     let snap = ctl.app.live.load_full();
     if snap.site.node(name).is_none() {
         return err(StatusCode::NOT_FOUND, "no such node");
@@ -53,7 +61,10 @@ pub(in crate::api) fn inspect(ctl: &Arc<Controller>, _: auth::Caller, name: &str
                 events::API,
                 "inspection requested: the next network boot reports the machine's inventory again",
             );
-            reply(StatusCode::OK, &json!({"name": name, "hadInventory": had, "nextNetworkBoot": "inspect"}))
+            reply(
+                StatusCode::OK,
+                &json!({"name": name, "hadInventory": had, "nextNetworkBoot": "inspect"}),
+            )
         }
         Err(e) => internal(e),
     }

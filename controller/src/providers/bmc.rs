@@ -251,6 +251,24 @@ pub struct PowerLog {
     pub delete_at: Option<i64>,
     #[serde(default)]
     pub forced_off: bool,
+    /// The node is being released: its machine was (or is being) booted
+    /// once more from the network, to wipe its disks.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub released: bool,
+}
+
+impl PowerLog {
+    /// Starts a release: the next `start` boots the machine from the
+    /// network again. `true` when the record changed (store it); a release
+    /// begun already changes nothing, so its power action is sent once.
+    pub fn begin_release(&mut self) -> bool {
+        if self.released {
+            return false;
+        }
+        self.released = true;
+        self.power_on_at = None;
+        true
+    }
 }
 
 /// What to do next to a machine, from its record and its power now.

@@ -401,4 +401,19 @@ impl super::Provider for Ipmi {
     ) -> super::BoxFuture<'a, Result<()>> {
         Box::pin(Ipmi::start(self, id))
     }
+    fn release<'a>(
+        &'a self,
+        id: &'a str,
+        _node: &'a NodeRequest,
+    ) -> super::BoxFuture<'a, Result<bool>> {
+        Box::pin(async move {
+            let name = bmc::node_of(id);
+            if let Some(mut rec) = bmc::load::<Record>(&self.dir, NAME, name)? {
+                if rec.power.begin_release() {
+                    bmc::store(&self.dir, NAME, name, &rec)?;
+                }
+            }
+            Ipmi::start(self, id).await.map(|()| true)
+        })
+    }
 }

@@ -92,6 +92,13 @@ pub trait Provider: Send + Sync + std::fmt::Debug {
     fn start<'a>(&'a self, _id: &'a str, _node: &'a NodeRequest) -> BoxFuture<'a, Result<()>> {
         Box::pin(async { Ok(()) })
     }
+    /// The node is being released and its disks are to be wiped: boot the
+    /// machine from the network once more (bootd serves it the wipe).
+    /// `Ok(false)`: this provider's machines go with their nodes (a cloud,
+    /// the lab's VMs), nothing to wipe. Calling it again sends nothing twice.
+    fn release<'a>(&'a self, _id: &'a str, _node: &'a NodeRequest) -> BoxFuture<'a, Result<bool>> {
+        Box::pin(async { Ok(false) })
+    }
     /// The node fetched its Ignition: undo what only its first boot needed
     /// (a BMC ejects its virtual media). Called before the node is Ready,
     /// again after a transient error; doing it twice does no harm.

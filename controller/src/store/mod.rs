@@ -39,6 +39,10 @@ pub enum StoreError {
     /// A value in etcd that is not what the controller wrote.
     #[error("controller store: etcd key {key}: {why}")]
     Value { key: String, why: String },
+    /// A file in bootd's state directory the controller writes beside its
+    /// store (a release mark).
+    #[error("state directory: {0}")]
+    State(#[from] std::io::Error),
 }
 
 impl StoreError {

@@ -525,6 +525,23 @@ impl super::Provider for Redfish {
     fn finish<'a>(&'a self, id: &'a str) -> super::BoxFuture<'a, Result<()>> {
         Box::pin(Redfish::finish(self, id))
     }
+    fn release<'a>(
+        &'a self,
+        id: &'a str,
+        node: &'a NodeRequest,
+    ) -> super::BoxFuture<'a, Result<bool>> {
+        Box::pin(async move {
+            let name = bmc::node_of(id);
+            if let Some(mut rec) = bmc::load::<Record>(&self.dir, NAME, name)? {
+                if rec.power.begin_release() {
+                    // Its media were ejected after the install: in again.
+                    rec.media = None;
+                    bmc::store(&self.dir, NAME, name, &rec)?;
+                }
+            }
+            Redfish::start(self, id, node).await.map(|()| true)
+        })
+    }
     fn close(&self) -> super::BoxFuture<'_, ()> {
         Box::pin(self.close_sessions(true))
     }
