@@ -9,7 +9,7 @@ use crate::Error;
 
 pub const USAGE: &str = "\
 usage: bootd-agent inspect --post URL [--reboot] [--lldp-seconds N] [--root DIR]
-       bootd-agent wipe --post URL [--poweroff] [--disk NAME]... [--root DIR]
+       bootd-agent wipe --post URL [--poweroff | --reboot] [--disk NAME]... [--root DIR]
 
 inspect  report the machine's CPU, memory, disks, NICs (with the switch
          port from LLDP), firmware and SMBIOS strings to URL as JSON
@@ -45,6 +45,8 @@ pub struct Inspect {
 pub struct Wipe {
     pub post: Url,
     pub poweroff: bool,
+    /// After the report, reboot (an adopted machine: it installs next).
+    pub reboot: bool,
     /// Kernel names (`sda`); empty: every disk.
     pub disks: Vec<String>,
     pub root: PathBuf,
@@ -89,7 +91,8 @@ pub fn parse<I: IntoIterator<Item = String>>(args: I) -> Result<Command, Error> 
                         })?,
                 );
             }
-            ("wipe", "--poweroff") if inline.is_none() => poweroff = true,
+            ("wipe", "--poweroff") if inline.is_none() && !reboot => poweroff = true,
+            ("wipe", "--reboot") if inline.is_none() && !poweroff => reboot = true,
             ("wipe", "--disk") => {
                 let v = value("a disk name")?;
                 let name = v.strip_prefix("/dev/").unwrap_or(&v);
@@ -118,6 +121,7 @@ pub fn parse<I: IntoIterator<Item = String>>(args: I) -> Result<Command, Error> 
         Command::Wipe(Wipe {
             post,
             poweroff,
+            reboot,
             disks,
             root,
         })
@@ -177,7 +181,11 @@ mod tests {
             panic!()
         };
         assert_eq!(w.disks, ["sda", "nvme0n1"]);
-        assert!(w.poweroff);
+        assert!(w.poweroff && !w.reboot);
+        let Command::Wipe(w) = p(&["wipe", "--post", "http://b/", "--reboot"]).unwrap() else {
+            panic!()
+        };
+        assert!(w.reboot && !w.poweroff && w.disks.is_empty());
     }
 
     #[test]
@@ -192,7 +200,8 @@ mod tests {
             &["inspect", "--post", "http://b/", "--lldp-seconds", "-1"],
             &["inspect", "--post", "http://b/", "--lldp-seconds", "601"],
             &["inspect", "--post", "http://b/", "--reboot=yes"],
-            &["wipe", "--post", "http://b/", "--reboot"],
+            &["wipe", "--post", "http://b/", "--reboot", "--poweroff"],
+            &["wipe", "--post", "http://b/", "--poweroff", "--reboot"],
             &["wipe", "--post", "http://b/", "--disk", "../sda"],
             &["wipe", "--post", "http://b/", "extra"],
         ] {

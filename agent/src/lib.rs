@@ -88,6 +88,8 @@ pub fn run(cmd: Command) -> Result<(), Error> {
             eprintln!("bootd-agent: wipe report sent to {}", w.post.redacted());
             if w.poweroff {
                 sysrq(&w.root, b'o')?;
+            } else if w.reboot {
+                sysrq(&w.root, b'b')?;
             }
             Ok(())
         }

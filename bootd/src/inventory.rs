@@ -149,7 +149,20 @@ pub struct Inventories {
     /// Nodes whose deletion waits for their disks to be wiped, kept in
     /// `<stateDir>/releasing.json` (a restart still wipes them).
     releasing_path: PathBuf,
-    releasing: Mutex<BTreeMap<String, i64>>,
+    releasing: Mutex<BTreeMap<String, Release>>,
+}
+
+/// A node whose disks are wiped at its next network boot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Release {
+    /// Since when (ms since the epoch).
+    pub since_ms: i64,
+    /// `false`: it is being deleted (powered off after the wipe);
+    /// `true`: it was adopted and installs after the wipe (the machine
+    /// reboots).
+    #[serde(default)]
+    pub then_install: bool,
 }
 
 pub const RELEASING_FILE: &str = "releasing.json";
@@ -205,13 +218,8 @@ impl Inventories {
         })
     }
 
-    /// Whether `node`'s next boot wipes its disks (its deletion waits).
-    pub fn releasing(&self, node: &str) -> bool {
-        self.releasing_since(node).is_some()
-    }
-
-    /// Since when (ms since the epoch) `node` is being released.
-    pub fn releasing_since(&self, node: &str) -> Option<i64> {
+    /// Whether `node`'s next boot wipes its disks, and what follows.
+    pub fn release(&self, node: &str) -> Option<Release> {
         self.releasing
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -219,15 +227,55 @@ impl Inventories {
             .copied()
     }
 
-    /// Marks `node` as releasing since `now_ms` (`None`: no longer), on
-    /// disk first. Marking a node marked already keeps its time.
+    /// Whether `node` is being deleted and its deletion waits for its wipe.
+    pub fn releasing(&self, node: &str) -> bool {
+        self.releasing_since(node).is_some()
+    }
+
+    /// Since when (ms since the epoch) `node`'s deletion waits for its wipe.
+    pub fn releasing_since(&self, node: &str) -> Option<i64> {
+        self.release(node)
+            .filter(|r| !r.then_install)
+            .map(|r| r.since_ms)
+    }
+
+    /// Marks `node` as released since `now_ms` (`None`: no longer), on
+    /// disk first. Marking a node being released already keeps its time.
     pub fn set_releasing(&self, node: &str, now_ms: Option<i64>) -> io::Result<()> {
+        self.mark(
+            node,
+            now_ms.map(|t| Release {
+                since_ms: t,
+                then_install: false,
+            }),
+        )
+    }
+
+    /// Marks an adopted `node`: its next boot wipes its disks, then it
+    /// reboots to inspect and install.
+    pub fn set_wipe_first(&self, node: &str, now_ms: i64) -> io::Result<()> {
+        self.mark(
+            node,
+            Some(Release {
+                since_ms: now_ms,
+                then_install: true,
+            }),
+        )
+    }
+
+    fn mark(&self, node: &str, to: Option<Release>) -> io::Result<()> {
         let mut r = self.releasing.lock().unwrap_or_else(|p| p.into_inner());
-        if r.contains_key(node) == now_ms.is_some() {
+        let now = r.get(node).copied();
+        let same = match (now, to) {
+            (None, None) => true,
+            (Some(a), Some(b)) => a.then_install == b.then_install,
+            _ => false,
+        };
+        if same {
             return Ok(());
         }
         let mut next = r.clone();
-        match now_ms {
+        match to {
             Some(t) => {
                 next.insert(node.to_string(), t);
             }
@@ -440,6 +488,9 @@ mod tests {
         let s = Inventories::open(d.path()).unwrap();
         assert!(s.get("m1").is_none());
         assert!(d.path().join(DIR).join("m1.json.bad").exists());
+        s.set_wipe_first("m0", 10).unwrap();
+        assert!(!s.releasing("m0"));
+        assert!(s.release("m0").unwrap().then_install);
         s.set_releasing("m0", Some(11)).unwrap();
         s.set_releasing("m0", Some(12)).unwrap();
         assert_eq!(

@@ -13,8 +13,9 @@ pub enum Plan {
     /// It installs to disk and its machine has not reported its inventory:
     /// the live system runs the agent, which reports and reboots.
     Inspect,
-    /// It is being released: the live system runs the agent's wipe.
-    Wipe,
+    /// It is being released (deleted, or adopted: `reboot`, it installs
+    /// next): the live system runs the agent's wipe.
+    Wipe { reboot: bool },
     /// It installs to `device`; `why` says how the disk was chosen.
     Install { device: String, why: String },
     /// It must not install; `condition` names the reason's kind.
@@ -29,14 +30,21 @@ pub const BELOW_MINIMUMS: &str = "below_minimums";
 pub const NO_DISK: &str = "no_disk";
 
 /// The plan for `node`. `inventory`: what its machine reported, if it did;
-/// `releasing`: its deletion waits for its disks to be wiped.
-pub fn plan(site: &Site, node: &Node, inventory: Option<&Inventory>, releasing: bool) -> Plan {
+/// `release`: its disks are to be wiped first ([`crate::inventory::Release`]).
+pub fn plan(
+    site: &Site,
+    node: &Node,
+    inventory: Option<&Inventory>,
+    release: Option<crate::inventory::Release>,
+) -> Plan {
     let Some(hints) = node.disk_hints() else {
         return Plan::Live;
     };
     let agent = site.inspection.agent(node.arch).is_some();
-    if releasing && agent {
-        return Plan::Wipe;
+    if let (Some(r), true) = (release, agent) {
+        return Plan::Wipe {
+            reboot: r.then_install,
+        };
     }
     let Some(inv) = inventory else {
         if agent {

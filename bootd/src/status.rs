@@ -524,7 +524,7 @@ pub fn route(
                     &snap.site,
                     n,
                     rec.as_deref().map(|r| &r.inventory),
-                    app.inventories.releasing(&name),
+                    app.inventories.release(&name),
                 );
                 inventory::section(&mut inv, rec.as_deref(), &plan);
             }

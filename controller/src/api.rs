@@ -3,9 +3,11 @@
 use super::*;
 
 mod cluster;
+mod discovered;
 mod failure;
 mod inventory;
 use cluster::{bootstrap_complete, cluster, destroy, machines};
+use discovered::{adopt, discovered};
 pub(super) use failure::internal;
 
 /// Serves the API on `listener` (TLS with the site CA) until `shutdown`.
@@ -568,95 +570,6 @@ pub(super) async fn delete_node(
         StatusCode::ACCEPTED,
         &json!({ "name": name, "phase": "Deleting" }),
     )
-}
-
-/// Machines with unknown MACs that reported themselves (`discovery:`).
-pub(super) fn discovered(ctl: &Arc<Controller>, _: auth::Caller) -> Response<Body> {
-    let snap = ctl.app.live.load();
-    reply(
-        StatusCode::OK,
-        &json!({ "enabled": snap.site.discovery.enabled, "machines": ctl.app.discovered.list() }),
-    )
-}
-
-/// Turns a discovered machine into an API node: its MACs, and the name,
-/// role and (optionally) address and node keys the body gives, validated
-/// exactly as `POST /v1/nodes`; then the machine is no longer listed. At
-/// its next report it gets its node's script.
-pub(super) async fn adopt(
-    ctl: &Arc<Controller>,
-    caller: auth::Caller,
-    key: &str,
-    req: Request<hyper::body::Incoming>,
-) -> Response<Body> {
-    let body = match read_body(ctl, req).await {
-        Ok(b) => b,
-        Err(r) => return r,
-    };
-    let key = percent_encoding::percent_decode_str(key).decode_utf8_lossy();
-    let m = match ctl.app.discovered.find(&key) {
-        Ok(Some(m)) => m,
-        Ok(None) => {
-            return err(
-                StatusCode::NOT_FOUND,
-                "no such discovered machine (a UUID or one of its MACs)",
-            )
-        }
-        Err(e) => return err(StatusCode::CONFLICT, e.to_string()),
-    };
-    let mut spec = match serde_json::from_slice::<Value>(&body) {
-        Ok(Value::Object(o)) => o,
-        _ => return err(StatusCode::BAD_REQUEST, "the body must be a JSON object: {\"name\", \"role\", optional \"ip\" and other node keys}"),
-    };
-    if spec.contains_key("provider") {
-        return err(
-            StatusCode::BAD_REQUEST,
-            "provider: an adopted machine is one that booted through this host; create a provider node with POST /v1/nodes",
-        );
-    }
-    if spec.contains_key("macs") {
-        return err(
-            StatusCode::BAD_REQUEST,
-            "macs: the discovered machine's are used",
-        );
-    }
-    spec.insert("macs".into(), json!(m.macs));
-    if !spec.contains_key("arch") {
-        if let Some(a) = m.buildarch.as_deref().and_then(|b| match b {
-            "arm64" => Some("aarch64"),
-            "x86_64" | "i386" => Some("x86_64"),
-            _ => None,
-        }) {
-            spec.insert("arch".into(), json!(a));
-        }
-    }
-    if !spec.contains_key("ip") {
-        let snap = ctl.app.live.load();
-        match crate::addresses::free_address(&snap.site, m.ip) {
-            Some(ip) => {
-                spec.insert("ip".into(), json!(ip.to_string()));
-            }
-            None => {
-                return reply(
-                    StatusCode::UNPROCESSABLE_ENTITY,
-                    &json!({ "error": "invalid node", "problems": ["ip: no free address outside the pool in the machine's network: give one"] }),
-                )
-            }
-        }
-    }
-    let body = serde_json::to_vec(&Value::Object(spec)).unwrap_or_default();
-    let resp = create_from(ctl, caller, body.into()).await;
-    if resp.status().is_success() {
-        if let Err(e) = ctl.app.discovered.remove(&m.key) {
-            warn!(key = %m.key, error = %e, "adopted machine not removed from the discovered list");
-        }
-        ctl.app
-            .metrics
-            .discovered
-            .set(ctl.app.discovered.len() as i64);
-        info!(key = %m.key, macs = ?m.macs, "discovered machine adopted");
-    }
-    resp
 }
 
 /// Forgets that the node installed: its next network boot gets the

@@ -97,6 +97,8 @@ pub enum NodesCmd {
         /// UEFI or Legacy.
         #[arg(long)]
         mode: Option<String>,
+        #[command(flatten)]
+        disk: boot::DiskTarget,
     },
     /// Create the nodes of an install-config's platform.baremetal.hosts:
     /// each with its BMC (redfish://, redfish-virtualmedia://,
@@ -164,6 +166,11 @@ pub enum DiscoveredCmd {
         /// Default: the first free address outside the pool of its network.
         #[arg(long)]
         ip: Option<String>,
+        #[command(flatten)]
+        disk: boot::DiskTarget,
+        /// Install without wiping the machine's disks first.
+        #[arg(long)]
+        keep_disks: bool,
     },
 }
 
@@ -390,8 +397,9 @@ pub async fn nodes(client: &Client, cmd: NodesCmd) -> anyhow::Result<i32> {
             insecure_skip_verify,
             boot,
             mode,
+            disk,
         } => {
-            let body = import_bmc_body(
+            let mut body = import_bmc_body(
                 &url,
                 &name,
                 &role,
@@ -404,6 +412,7 @@ pub async fn nodes(client: &Client, cmd: NodesCmd) -> anyhow::Result<i32> {
                 boot,
                 mode,
             );
+            disk.apply(&mut body)?;
             let (st, v) = client
                 .call(Method::POST, "/v1/nodes", Some(serde_json::to_vec(&body)?))
                 .await?;
@@ -636,8 +645,14 @@ pub async fn discovered(client: &Client, cmd: DiscoveredCmd) -> anyhow::Result<i
             name,
             role,
             ip,
+            disk,
+            keep_disks,
         } => {
             let mut body = serde_json::json!({ "name": name, "role": role });
+            disk.apply(&mut body)?;
+            if keep_disks {
+                body["keepDisks"] = Value::Bool(true);
+            }
             if let Some(ip) = ip {
                 body["ip"] = Value::String(ip);
             }

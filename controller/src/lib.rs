@@ -576,6 +576,15 @@ impl Controller {
         }
     }
 
+    /// Whether node `name` (served) installs to disk with an inspection
+    /// agent for its architecture: the agent can wipe its disks.
+    pub(crate) fn wipes_before_install(&self, name: &str) -> bool {
+        let snap = self.app.live.load();
+        snap.site.node(name).is_some_and(|n| {
+            n.disk_hints().is_some() && snap.site.inspection.agent(n.arch).is_some()
+        })
+    }
+
     /// Whether deleting `row` first wipes its machine's disks: a machine
     /// that outlives its node (behind a BMC), installed to disk, whose
     /// architecture has an inspection agent.
@@ -585,10 +594,7 @@ impl Controller {
             .as_object()
             .and_then(|o| o.keys().next())
             .is_some_and(|p| p == "redfish" || p == "ipmi");
-        let snap = self.app.live.load();
-        bmc && snap.site.node(&row.name).is_some_and(|n| {
-            n.disk_hints().is_some() && snap.site.inspection.agent(n.arch).is_some()
-        })
+        bmc && self.wipes_before_install(&row.name)
     }
 
     /// [`Controller::begin_delete`], with the writes lock held.

@@ -1197,8 +1197,11 @@ async fn discovered_machines_are_listed_and_adopted() {
     let text = std::fs::read_to_string(&path).unwrap().replace(
         "    dnsServers: [10.77.0.1]\n",
         "    dnsServers: [10.77.0.1]\n    pool: { start: 10.77.0.200, end: 10.77.0.250 }\n",
-    ) + "\ndiscovery: { enabled: true }\n";
+    )
+        + "\ndiscovery: { enabled: true }\ninspection: { agents: { x86_64: tools/bootd-agent } }\n";
     std::fs::write(&path, text).unwrap();
+    std::fs::create_dir_all(dir.path().join("images/tools")).unwrap();
+    std::fs::write(dir.path().join("images/tools/bootd-agent"), b"agent").unwrap();
     let b = Bootd::start_site(dir, &path, tuning()).await;
     // Each report comes from the address leased to its MAC (127.0.0.1 here).
     let lease = |mac: &str, active: bool| {
@@ -1248,7 +1251,10 @@ async fn discovered_machines_are_listed_and_adopted() {
             "POST",
             "/v1/discovered/52%3A54%3A00%3A77%3A00%3Aa2/adopt",
             // Its reports come from 127.0.0.1, not from its address.
-            Some(json!({"name": "worker-7", "role": "worker", "fetchFrom": "anyAddress"})),
+            Some(
+                json!({"name": "worker-7", "role": "worker", "fetchFrom": "anyAddress",
+                        "rootDeviceHints": {"deviceName": "/dev/sda"}}),
+            ),
         )
         .await;
     assert_eq!(st, 201, "{v:#}");
@@ -1274,10 +1280,48 @@ async fn discovered_machines_are_listed_and_adopted() {
         )
         .await;
     assert_eq!(st, 404, "adopted already");
-    // Its next report: the node's script.
+    // Its next report: the node's script, which wipes what the machine
+    // held (it installs to disk), then reboots to inspect and install.
+    let (_, inv) = b.call("GET", "/v1/nodes/worker-7/inventory", None).await;
+    assert_eq!(
+        inv["nextBoot"],
+        json!({"boot": "wipe", "then": "install"}),
+        "{inv:#}"
+    );
     let (st, s) = b.boot("/discover?mac=52-54-00-77-00-a1").await;
     assert_eq!(st, 200);
     assert!(s.contains("# bootd: worker-7"), "{s}");
+    let i = s
+        .find("/ignition/worker-7/agent?token=")
+        .expect("the agent's config");
+    let url = s[i..].split_whitespace().next().unwrap();
+    let (st, cfg) = b.boot(url).await;
+    assert_eq!(st, 200, "{cfg}");
+    let i = cfg.find("wipe --post ").expect("a wipe") + "wipe --post ".len();
+    let (report, then) = cfg[i..].split_once(' ').unwrap();
+    assert!(then.starts_with("--reboot"), "{cfg}");
+    let report = report.replace("http://10.77.0.1:8080", &format!("http://{}", b.http));
+    lease("52:54:00:77:00:a1", true);
+    let out = std::process::Command::new("curl")
+        .args([
+            "-sS",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            "-H",
+            "content-type: application/json",
+        ])
+        .args([
+            "--data-binary",
+            r#"{"disks":[{"name":"/dev/sda","partitions":2}]}"#,
+            &report,
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "204");
+    let (_, inv) = b.call("GET", "/v1/nodes/worker-7/inventory", None).await;
+    assert_eq!(inv["nextBoot"]["boot"], "inspect", "{inv:#}");
     b.stop().await;
 }
 

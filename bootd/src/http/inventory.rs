@@ -53,15 +53,14 @@ pub(crate) fn boot_plan(
     subject: &Subject,
 ) -> Result<Boot, String> {
     let rec = app.inventories.get(&node.name);
-    let releasing = app.inventories.releasing(&node.name);
     match plan::plan(
         &snap.site,
         node,
         rec.as_deref().map(|r| &r.inventory),
-        releasing,
+        app.inventories.release(&node.name),
     ) {
         Plan::Live => Ok(Boot::Live),
-        Plan::Inspect | Plan::Wipe => Ok(Boot::Agent),
+        Plan::Inspect | Plan::Wipe { .. } => Ok(Boot::Agent),
         Plan::Install { device, why } => {
             if rec.is_some() {
                 app.timeline.record(Raw::new(
@@ -117,9 +116,10 @@ pub(super) fn agent_config(
         &snap.site,
         node,
         rec.as_deref().map(|r| &r.inventory),
-        app.inventories.releasing(&node.name),
+        app.inventories.release(&node.name),
     ) {
-        Plan::Wipe => Action::Wipe,
+        Plan::Wipe { reboot: false } => Action::Wipe,
+        Plan::Wipe { reboot: true } => Action::WipeThenInstall,
         // Asked again once inspected (a retried fetch): inspect again.
         _ => Action::Inspect,
     };
@@ -150,7 +150,9 @@ pub(super) fn agent_config(
     let tok = node_token(app, snap, node);
     let report = match action {
         Action::Inspect => format!("{base}/inventory/{}?token={tok}", node.name),
-        Action::Wipe => format!("{base}/inventory/{}/wiped?token={tok}", node.name),
+        Action::Wipe | Action::WipeThenInstall => {
+            format!("{base}/inventory/{}/wiped?token={tok}", node.name)
+        }
     };
     let cfg = render::agent::config(
         action,
@@ -166,7 +168,7 @@ pub(super) fn agent_config(
         "agent",
         match action {
             Action::Inspect => "inspection agent config served",
-            Action::Wipe => "wipe agent config served",
+            Action::Wipe | Action::WipeThenInstall => "wipe agent config served",
         },
     ));
     json_response(StatusCode::OK, &cfg)
@@ -258,8 +260,17 @@ pub async fn post(
         } else {
             format!("wiped {}", disks.join(", "))
         };
+        // An adopted machine, wiped: its next boot inspects and installs.
+        let adopted = app
+            .inventories
+            .release(&node.name)
+            .is_some_and(|r| r.then_install);
         app.inventories
             .put_wiped(&node.name, report, now)
+            .and_then(|_| match adopted {
+                true => app.inventories.set_releasing(&node.name, None),
+                false => Ok(()),
+            })
             .map(|_| line)
     } else {
         let inv = match inventory::parse_inventory(&body) {

@@ -16,7 +16,10 @@ use serde_json::{json, Value};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Action {
     Inspect,
+    /// Wipe, then power off (a deleted node).
     Wipe,
+    /// Wipe, then reboot (an adopted machine: it inspects and installs).
+    WipeThenInstall,
 }
 
 /// Where the agent binary is placed (RHCOS: /usr/local is writable).
@@ -38,10 +41,12 @@ pub fn config(
             "{AGENT_PATH} inspect --post {report_url} --lldp-seconds {lldp_seconds} --reboot"
         ),
         Action::Wipe => format!("{AGENT_PATH} wipe --post {report_url} --poweroff"),
+        Action::WipeThenInstall => format!("{AGENT_PATH} wipe --post {report_url} --reboot"),
     };
     let what = match action {
         Action::Inspect => "reports this machine's inventory to bootd, then reboots",
         Action::Wipe => "wipes this machine's disks for bootd, then powers off",
+        Action::WipeThenInstall => "wipes this machine's disks for bootd, then reboots to install",
     };
     // systemd reads `%` as a specifier: a URL's escapes are doubled.
     let exec = exec.replace('%', "%%");

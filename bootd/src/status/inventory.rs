@@ -13,7 +13,8 @@ pub(super) fn section(b: &mut String, rec: Option<&Record>, plan: &Plan) {
         Plan::Inspect => {
             "inspects: the live system reports the machine's inventory, then reboots".into()
         }
-        Plan::Wipe => "wipes its disks (release), then powers off".into(),
+        Plan::Wipe { reboot: false } => "wipes its disks (release), then powers off".into(),
+        Plan::Wipe { reboot: true } => "wipes its disks (adopted), then reboots to install".into(),
         Plan::Install { device, why } => format!("installs to {device} ({why})"),
         Plan::Refuse { why, .. } => format!("does not install: {why}"),
     };

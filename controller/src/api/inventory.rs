@@ -19,12 +19,14 @@ pub(in crate::api) fn inventory(
         &snap.site,
         node,
         rec.as_deref().map(|r| &r.inventory),
-        ctl.app.inventories.releasing(name),
+        ctl.app.inventories.release(name),
     );
     let next = match &plan {
         bootd::plan::Plan::Live => json!({"boot": "live"}),
         bootd::plan::Plan::Inspect => json!({"boot": "inspect"}),
-        bootd::plan::Plan::Wipe => json!({"boot": "wipe"}),
+        bootd::plan::Plan::Wipe { reboot } => {
+            json!({"boot": "wipe", "then": if *reboot { "install" } else { "powerOff" }})
+        }
         bootd::plan::Plan::Install { device, why } => {
             json!({"boot": "install", "device": device, "why": why})
         }
