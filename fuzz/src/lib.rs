@@ -37,6 +37,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("stream_json", stream_json),
     ("lease_file", lease_file),
     ("csr_object", csr_object),
+    ("inventory_report", inventory_report),
 ];
 
 /// A file of the repository, by its path from the repository's root.
@@ -426,5 +427,57 @@ pub fn lease_file(data: &[u8]) {
             "{} is held by another MAC after compaction",
             l.ip
         );
+    }
+}
+
+/// An inspection agent's report (`POST /inventory/<node>`, any bytes from
+/// the provisioning network) and a wipe report: a report bootd accepts
+/// round-trips, and the boot it leads to, for hints of every kind, names
+/// an install disk the machine reported, by a name that is one kernel
+/// argument; never a panic.
+pub fn inventory_report(data: &[u8]) {
+    let _ = bootd::inventory::parse_wipe(data);
+    let Ok(inv) = bootd::inventory::parse_inventory(data) else {
+        return;
+    };
+    let again = serde_json::to_vec(&inv).expect("an inventory serializes");
+    assert_eq!(
+        bootd::inventory::parse_inventory(&again).expect("an accepted inventory parses again"),
+        inv
+    );
+    let _ = bootd::inventory::summary(&inv);
+    let site = lab_site();
+    let mut node = site.node("worker-0").expect("the lab's worker-0").clone();
+    let first = inv.disks.first();
+    let hints = [
+        site::hardware::RootDeviceHints::device("/dev/sda"),
+        site::hardware::RootDeviceHints {
+            serial_number: first.map(|d| d.serial.clone()),
+            min_size_gigabytes: Some(1),
+            ..Default::default()
+        },
+        site::hardware::RootDeviceHints {
+            model: Some(String::new()),
+            rotational: first.map(|d| d.rotational),
+            ..Default::default()
+        },
+    ];
+    for h in hints {
+        node.root_device_hints = Some(h);
+        let mut with_agent = site.clone();
+        with_agent.inspection.agents = vec![(node.arch, "agent".into())];
+        if let bootd::plan::Plan::Install { device, .. } =
+            bootd::plan::plan(&with_agent, &node, Some(&inv), None)
+        {
+            assert!(
+                inv.disks.iter().any(|d| [&d.name, &d.by_id, &d.by_path].contains(&&device))
+                    || node.root_device_hints.as_ref().and_then(|h| h.device_name.as_ref()) == Some(&device),
+                "installs to {device:?}, which the machine did not report"
+            );
+            assert!(
+                !device.is_empty() && !device.contains(char::is_whitespace),
+                "{device:?} is not one kernel argument"
+            );
+        }
     }
 }
