@@ -35,6 +35,10 @@
 #      virtualbmc (PyPI), which drive libvirt VMs: Ready, a second boot that
 #      boots the disk (no install loop), delete -> powered off, a BMC
 #      certificate refused without its CA, the BMC password nowhere;
+#      through Redfish too, the inspection agent's report (CPUs, memory,
+#      disks, NIC, LLDP from lldpd), the install to the disk root-device
+#      hints choose with the real coreos-installer, that disk booting, and
+#      a machine below its role's minimums refused;
 #   6. (6 and 7 run in a second lane, in the background, beside 3-5)
 #      DHCP interop: udhcpc, dhclient, perfdhcp (relay) and ISC dhcrelay with
 #      option 82 (a port names a node; the option echoed) against bootd;
@@ -198,6 +202,7 @@ t "status page in headless Chromium"  bash tests/status/e2e.sh --bootd $BIN/boot
 t "status page of a 1 000-node rack driven by real clients: counts, filters, a phase bar per node, under 1 MB, rendered within a second" bash tests/status/rack.sh --bootd $BIN/bootd
 t "API -> local QEMU VM -> netboot -> Ready" bash tests/controller/local-e2e.sh --bootd $BIN/bootd
 t "Redfish (sushy-tools) and IPMI (virtualbmc) BMCs -> libvirt VMs -> netboot -> Ready, no install loop" bash tests/controller/bmc-e2e.sh --bootd $BIN/bootd
+t "inspection and install through Redfish: the agent reports the VM's CPUs, memory, disks, NIC and LLDP port; the next boot installs (real coreos-installer) to the disk the hints choose, which boots; a machine below its role's minimums is refused" bash tests/controller/install-e2e.sh --bootd $BIN/bootd
 t "secrets: one grep over every output of a BMC + cloud providers run at trace (logs, API, metrics, status page, argv, environment)" bash tests/secrets/e2e.sh --bootd $BIN/bootd
 log "firmware network boots (the background lane)"
 wait "$laneb" || true

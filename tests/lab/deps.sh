@@ -35,6 +35,8 @@ PKGS=(
   pkg-config libzstd-dev liblzma-dev libssl-dev udev util-linux e2fsprogs
   # lab network + stand-in servers (netboot.sh)
   iproute2 dnsmasq-base python3 python3-yaml tcpdump procps openssl
+  # the top-of-rack switch's LLDP the inspection agent reads (tests/controller/install-e2e.sh)
+  lldpd
   # real Ignition client (+ ignition-validate) and benchmark peers
   ignition nginx wrk
   # TFTP clients for bootd's TFTP tests (clients only: the atftpd package would remove tftpd-hpa)

@@ -22,7 +22,8 @@
 #   LAB-IGNITION-CLIENT fetch=<exit code> files=<exit code|skipped> platform=<id>
 #   LAB-FILE <path> sha256=<hex>                     (each file it wrote, when both passed)
 #   LAB-IGNITION-CLIENT-LOG <line>                   (the failing stage's last log lines)
-# then, for each unit Ignition enabled (its ExecStart= run as systemd would start it):
+# then, for each unit Ignition enabled (its ExecStart= run as systemd would start it,
+# after udev coldplugged the devices as the live system's would have):
 #   LAB-UNIT-START <name>   and   LAB-UNIT <name> rc=<exit code|no-unit-file>
 # With coreos.inst.install_dev= on the kernel line (the live system installs;
 # no units run, and without ignition.config.url no Ignition): systemd-udevd,
@@ -541,10 +542,15 @@ fi
 # run in order (systemd's prefixes -@+!: dropped; `-` ignores a failure), by
 # sh, cwd /, stdin /dev/null, output to the console, systemd's PATH, with
 # /usr/local/bin holding links to what Ignition wrote in /sysroot/usr/local/bin.
+# systemd's one specifier an ExecStart= here may carry, %% (a URL's escapes),
+# is read as %. Before the units, what the live system's systemd has by then:
+# udev coldplugged (the disks' drivers loaded, /dev/disk/by-id links), for an
+# inspection agent that reads them.
 # Markers: LAB-UNIT-START NAME, then LAB-UNIT NAME rc=<code|no-unit-file>.
 run_enabled_units() {
   local preset=/sysroot/etc/systemd/system-preset/20-ignition.preset f
   [ -f $preset ] || return 0
+  start_udev
   mkdir -p /usr/local/bin
   for f in /sysroot/usr/local/bin/*; do [ -e "$f" ] && ln -sf "$f" /usr/local/bin/; done
   sed -n 's/^enable  *//p' $preset | while read -r name; do
@@ -552,7 +558,7 @@ run_enabled_units() {
     if [ ! -f "$unit" ]; then marker "LAB-UNIT $name rc=no-unit-file"; continue; fi
     marker "LAB-UNIT-START $name"
     rc=0
-    sed -n 's/^ExecStart=//p' "$unit" >/tmp/unit-exec
+    sed -n 's/^ExecStart=//p' "$unit" | sed 's/%%/%/g' >/tmp/unit-exec
     while read -r cmd; do
       ignore=0
       while :; do
@@ -570,6 +576,16 @@ run_enabled_units() {
     marker "LAB-UNIT $name rc=$rc"
   done
 }
+# udev as the live system's systemd has it (systemd-udev-trigger, -settle):
+# the real systemd-udevd, coldplugged and settled, the disks' drivers loaded.
+start_udev() {
+  for m in virtio_blk crc32c_generic ext4; do modprobe "$m" 2>/dev/null; done
+  [ -e /run/udev/control ] || /usr/lib/systemd/systemd-udevd --daemon   # (nm_network may have started it)
+  udevadm trigger --type=subsystems --action=add
+  udevadm trigger --type=devices --action=add
+  udevadm settle --timeout=30
+  echo "lab-init: disks by id: $(ls /dev/disk/by-id 2>/dev/null | tr '\n' ' ')"
+}
 # Installing: what coreos-installer.service does in RHCOS's live system. The
 # real systemd-udevd first (coldplugged and settled, as systemd-udev-trigger
 # and -settle would), then the real /usr/libexec/coreos-installer-service as
@@ -580,12 +596,7 @@ run_enabled_units() {
 # --fetch-retries infinite retries a failing image fetch for ever.)
 # Marker: LAB-INSTALL rc=<exit code> dev=<install_dev>.
 install_to_disk() {
-  for m in virtio_blk crc32c_generic ext4; do modprobe "$m" 2>/dev/null; done
-  [ -e /run/udev/control ] || /usr/lib/systemd/systemd-udevd --daemon   # (nm_network may have started it)
-  udevadm trigger --type=subsystems --action=add
-  udevadm trigger --type=devices --action=add
-  udevadm settle --timeout=30
-  echo "lab-init: disks by id: $(ls /dev/disk/by-id 2>/dev/null | tr '\n' ' ')"
+  start_udev
   env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
     /usr/libexec/coreos-installer-service </dev/null
   rc=$?

@@ -49,4 +49,7 @@ fi
 
 # The toolchain file's toolchain and components (a no-op when present).
 rustup toolchain install --no-self-update --profile minimal --component rustfmt,clippy "$channel"
+# The inspection agent is static (musl): the binary bootd serves to any
+# live system (tests/controller/install-e2e.sh builds it).
+[[ $(uname -m) != x86_64 ]] || rustup target add --toolchain "$channel" x86_64-unknown-linux-musl
 log "$(rustc --version), $(cargo --version), $(cargo fmt --version), $(cargo clippy --version)"
