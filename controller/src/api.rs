@@ -367,6 +367,25 @@ pub(super) async fn create_node(
 }
 
 /// `POST /v1/nodes` with its body read.
+/// A machine behind a BMC installs to a disk or says it runs live: one
+/// that says neither would run the live system, be marked installed, and
+/// be told to boot an empty disk at its next network boot (a rack machine
+/// is never meant to run live by accident). Adopted machines: the same
+/// (`discovered::adopt`).
+fn no_disk_problem(spec: &NodeSpec, provider: Option<&providers::ProviderSpec>) -> Option<String> {
+    let bmc = provider.is_some_and(|p| matches!(p.name(), "redfish" | "ipmi"));
+    (bmc && !says_disk_or_live(spec)).then(|| NO_DISK.to_string())
+}
+
+/// Whether the node names a disk to install to or says it runs live.
+pub(super) fn says_disk_or_live(spec: &NodeSpec) -> bool {
+    spec.install_disk.is_some() || spec.root_device_hints.is_some() || spec.live.is_some()
+}
+
+pub(super) const NO_DISK: &str = "live: the node network-boots and names no disk to install to: give \
+    rootDeviceHints (Metal3's) or installDisk for the disk it installs to, or live: true for a node \
+    that runs the live system and installs nothing";
+
 async fn create_from(ctl: &Arc<Controller>, _: auth::Caller, body: bytes::Bytes) -> Response<Body> {
     // What the provider section leaves out and the site says (install-config's machine pools).
     let body = match serde_json::from_slice::<Value>(&body) {
@@ -388,6 +407,9 @@ async fn create_from(ctl: &Arc<Controller>, _: auth::Caller, body: bytes::Bytes)
         if let Err(e) = ctl.provider(p.name()) {
             problems.push(e);
         }
+    }
+    if let Some(p) = no_disk_problem(&spec, provider.as_ref()) {
+        problems.push(p);
     }
     if !problems.is_empty() {
         return reply(

@@ -240,6 +240,10 @@ fn node_request(ctl: &Controller, snap: &Snapshot, row: &NodeRow) -> Option<Node
         ),
         media_url: site::Secret(bootd::http::media_url_for(&ctl.app, snap, name)),
         intent: String::new(),
+        inspects_first: snap.site.node(name).is_some_and(|n| {
+            bootd::plan::plan(&snap.site, n, None, None) == bootd::plan::Plan::Inspect
+                && ctl.app.inventories.get(name).is_none()
+        }),
     })
 }
 

@@ -590,6 +590,47 @@ async fn a_continuous_only_override_is_cleared_after_ignition() {
     assert_eq!(b.patches.len(), 2, "set once, cleared once");
 }
 
+/// A node that inspects before it installs boots from the network twice:
+/// where the BMC has Once, its override is Continuous until the install
+/// fetched its Ignition; where the BMC lists no Continuous, Once.
+#[tokio::test]
+async fn a_node_that_inspects_first_keeps_booting_from_the_network_until_it_installs() {
+    let (d, pw) = setup();
+    let bmc = fresh();
+    let addr = serve(bmc.clone(), None).await;
+    let p = provider(d.path());
+    let n = NodeRequest {
+        inspects_first: true,
+        ..node("insp")
+    };
+    let m = up(&p, &n, &spec(&format!("http://{addr}{SYS}"), &pw))
+        .await
+        .unwrap();
+    assert_eq!(bmc.lock().unwrap().enabled, "Continuous");
+    p.finish(&m.id).await.unwrap();
+    assert_eq!(bmc.lock().unwrap().enabled, "Disabled");
+    // A BMC with Once and Disabled only: Once.
+    let bmc = fresh();
+    bmc.lock().unwrap().enabled_values = Some(vec!["Disabled", "Once"]);
+    let addr = serve(bmc.clone(), None).await;
+    let p = provider(d.path());
+    up(
+        &p,
+        &node_inspecting("insp2"),
+        &spec(&format!("http://{addr}{SYS}"), &pw),
+    )
+    .await
+    .unwrap();
+    assert_eq!(bmc.lock().unwrap().enabled, "Once");
+}
+
+fn node_inspecting(name: &str) -> NodeRequest {
+    NodeRequest {
+        inspects_first: true,
+        ..node(name)
+    }
+}
+
 /// Virtual media under the system (Redfish 1.11 and later) rather than
 /// under the manager.
 #[tokio::test]

@@ -344,7 +344,7 @@ second_boot_check() {
 # powered on); with caBundle it network-boots and turns Ready.
 redfish_tls_checks() {
   local url="https://127.0.0.1:$RF_TLS_PORT$RF_SYSTEM" r node=bmc-rf-tls body msg out phase
-  body="{\"name\":\"$node\",\"role\":\"worker\",\"ip\":\"$RF_IP\",\"kernelArgs\":[\"console=ttyS0\"],\"provider\":{\"redfish\":{\"url\":\"$url\",\"username\":\"admin\",\"password\":$PW_REF}}}"
+  body="{\"name\":\"$node\",\"role\":\"worker\",\"ip\":\"$RF_IP\",\"kernelArgs\":[\"console=ttyS0\"],\"live\":true,\"provider\":{\"redfish\":{\"url\":\"$url\",\"username\":\"admin\",\"password\":$PW_REF}}}"
   r=$(api POST /v1/nodes "$body")
   [[ $(status_of "$r") == 201 ]] || die "POST /v1/nodes $node (no CA): $r"
   PACE=0.5 within 60 node_failed "$node" || true
@@ -389,7 +389,7 @@ discovery_check() {
   grep -q "^$uuid .*$RF_MAC" <<<"$out" || die "$RF_NODE never appeared in bootd discovered list: $out"
   log "discovered after $(since "$t")s: $(grep "^$uuid" <<<"$out")"
   serial_from "$RF_NODE" "$off" | grep -a -q "discovered as $uuid" || die "the VM's console does not show the discovery answer"
-  out=$(nsx "$BOOTD" --site "$SITE" --state-dir "$WORK/state" discovered adopt "$uuid" --name "$node" --role worker 2>&1) \
+  out=$(nsx "$BOOTD" --site "$SITE" --state-dir "$WORK/state" discovered adopt "$uuid" --name "$node" --role worker --live 2>&1) \
     || die "bootd discovered adopt: $out"
   log "$out"
   [[ $(lv domstate "$RF_NODE") == running ]] || die "$RF_NODE is not running at adoption"
@@ -426,7 +426,7 @@ media_check() {
   local node=bmc-vm dom=$RF_NODE t off before seg r ins
   off=$(serial_size "$dom")
   t=$(now)
-  r=$(api POST /v1/nodes "{\"name\":\"$node\",\"role\":\"worker\",\"ip\":\"$RF_IP\",\"kernelArgs\":[\"console=ttyS0\"],\"provider\":{\"redfish\":{\"url\":\"$RF_URL\",\"username\":\"admin\",\"password\":$PW_REF,\"boot\":\"virtualMedia\",\"mode\":\"Legacy\",\"allowPlainHttp\":true}}}")
+  r=$(api POST /v1/nodes "{\"name\":\"$node\",\"role\":\"worker\",\"ip\":\"$RF_IP\",\"kernelArgs\":[\"console=ttyS0\"],\"live\":true,\"provider\":{\"redfish\":{\"url\":\"$RF_URL\",\"username\":\"admin\",\"password\":$PW_REF,\"boot\":\"virtualMedia\",\"mode\":\"Legacy\",\"allowPlainHttp\":true}}}")
   [[ $(status_of "$r") == 201 ]] || die "POST /v1/nodes $node: $r"
   nodes_wait "$node" 240 "$WORK/wait-$node.out" \
     || die "bootd nodes wait $node exited $?: $(tail -n 1 "$WORK/wait-$node.out"); sushy: $(grep -a -i -E "error|media" "$WORK/sushy-rf.log" | tail -n 3)"
@@ -483,10 +483,10 @@ provider_node() {   # provider_node NODE DOMAIN rf|ipmi BODY -> sets NODE_SECS
 if [[ $INFRA == 0 ]]; then
   PW_REF="{\"file\":\"$WORK/bmc-password\"}"
   provider_node "$RF_NODE" "$RF_NODE" rf \
-    "{\"name\":\"$RF_NODE\",\"role\":\"worker\",\"ip\":\"$RF_IP\",\"kernelArgs\":[\"console=ttyS0\"],\"provider\":{\"redfish\":{\"url\":\"$RF_URL\",\"username\":\"admin\",\"password\":$PW_REF,\"boot\":\"pxe\",\"mode\":\"Legacy\",\"allowPlainHttp\":true}}}"
+    "{\"name\":\"$RF_NODE\",\"role\":\"worker\",\"ip\":\"$RF_IP\",\"kernelArgs\":[\"console=ttyS0\"],\"live\":true,\"provider\":{\"redfish\":{\"url\":\"$RF_URL\",\"username\":\"admin\",\"password\":$PW_REF,\"boot\":\"pxe\",\"mode\":\"Legacy\",\"allowPlainHttp\":true}}}"
   RF_SECS=$NODE_SECS
   provider_node "$IPMI_NODE" "$IPMI_NODE" ipmi \
-    "{\"name\":\"$IPMI_NODE\",\"role\":\"worker\",\"ip\":\"$IPMI_IP\",\"kernelArgs\":[\"console=ttyS0\"],\"macs\":[\"$IPMI_MAC\"],\"provider\":{\"ipmi\":{\"address\":\"127.0.0.1\",\"port\":$IPMI_PORT,\"username\":\"admin\",\"password\":$PW_REF,\"mode\":\"Legacy\"}}}"
+    "{\"name\":\"$IPMI_NODE\",\"role\":\"worker\",\"ip\":\"$IPMI_IP\",\"kernelArgs\":[\"console=ttyS0\"],\"live\":true,\"macs\":[\"$IPMI_MAC\"],\"provider\":{\"ipmi\":{\"address\":\"127.0.0.1\",\"port\":$IPMI_PORT,\"username\":\"admin\",\"password\":$PW_REF,\"mode\":\"Legacy\"}}}"
   IPMI_SECS=$NODE_SECS
   media_check
   audit snapshot media

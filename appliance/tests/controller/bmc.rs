@@ -38,7 +38,7 @@ async fn kill_9_while_the_bmc_holds(method: &'static str, path: &'static str) {
     let mut p1 = Proc::start(&site, 1);
     let api = api_client(&dir.path().join("state/ca.pem"), api_port, &p1).await;
     let body = json!({
-        "name": "rack-1", "role": "worker", "ip": "10.77.0.61",
+        "name": "rack-1", "role": "worker", "ip": "10.77.0.61", "live": true,
         "provider": { "redfish": {
             "url": format!("http://{addr}{SYS}"), "username": "admin",
             "password": { "file": files.join("rack-1") }, "allowPlainHttp": true, "mode": "Legacy" } }
@@ -135,7 +135,7 @@ async fn a_bmc_machine_whose_mac_another_node_has_is_never_powered() {
     assert_eq!(st, 201);
     let (st, v) = b
         .create(
-            json!({"name": "rack-2", "role": "worker", "ip": "10.77.0.62", "provider": {"redfish": {
+            json!({"name": "rack-2", "role": "worker", "ip": "10.77.0.62", "live": true, "provider": {"redfish": {
             "url": format!("http://{addr}{SYS}"), "username": "admin",
             "password": {"file": files.join("rack-2")}, "allowPlainHttp": true}}}),
         )

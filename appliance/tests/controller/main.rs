@@ -1231,6 +1231,22 @@ async fn discovered_machines_are_listed_and_adopted() {
     assert_eq!(st, 200);
     assert_eq!(v["enabled"], true);
     assert_eq!(v["machines"].as_array().unwrap().len(), 2, "{v:#}");
+    // An adopt that names no disk and does not say live is refused.
+    let (st, v) = b
+        .call(
+            "POST",
+            "/v1/discovered/52:54:00:77:00:b1/adopt",
+            Some(json!({"name": "worker-9", "role": "worker"})),
+        )
+        .await;
+    assert_eq!(st, 422, "{v:#}");
+    assert!(
+        v["problems"][0]
+            .as_str()
+            .unwrap()
+            .starts_with("live: the node network-boots and names no disk"),
+        "{v:#}"
+    );
     // Another node takes the second machine's MAC: its adopt is refused.
     let (st, _) = b
         .create(json!({"name": "worker-8", "role": "worker", "ip": "10.77.0.28", "macs": ["52:54:00:77:00:b1"]}))
@@ -1240,7 +1256,7 @@ async fn discovered_machines_are_listed_and_adopted() {
         .call(
             "POST",
             "/v1/discovered/52:54:00:77:00:b1/adopt",
-            Some(json!({"name": "worker-9", "role": "worker"})),
+            Some(json!({"name": "worker-9", "role": "worker", "live": true})),
         )
         .await;
     assert_eq!(st, 422, "{v:#}");
@@ -1276,7 +1292,7 @@ async fn discovered_machines_are_listed_and_adopted() {
         .call(
             "POST",
             "/v1/discovered/52:54:00:77:00:a1/adopt",
-            Some(json!({"name": "worker-6", "role": "worker"})),
+            Some(json!({"name": "worker-6", "role": "worker", "live": true})),
         )
         .await;
     assert_eq!(st, 404, "adopted already");

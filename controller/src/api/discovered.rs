@@ -60,6 +60,15 @@ pub(in crate::api) async fn adopt(
         Some(Value::Bool(b)) => b,
         Some(_) => return err(StatusCode::BAD_REQUEST, "keepDisks: true or false"),
     };
+    if !["installDisk", "rootDeviceHints", "live"]
+        .iter()
+        .any(|k| spec.contains_key(*k))
+    {
+        return reply(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            &json!({ "error": "invalid node", "problems": [NO_DISK] }),
+        );
+    }
     spec.insert("macs".into(), json!(m.macs));
     if !spec.contains_key("arch") {
         if let Some(a) = m.buildarch.as_deref().and_then(|b| match b {

@@ -213,9 +213,14 @@ pub fn bodies(
             }
             Some(m) => bad("bootMode", format!("{m:?}: UEFI, UEFISecureBoot or legacy")),
         }
-        if let Some(hints) = &h.root_device_hints {
-            node.insert("rootDeviceHints".into(), hints.clone());
-        }
+        // Without hints, Ironic installs to the smallest disk of at least
+        // 4 GiB; bootd takes the first the machine reports of that size
+        // (docs/bmc.md): a rack host never runs live by accident.
+        let hints = h
+            .root_device_hints
+            .clone()
+            .unwrap_or_else(|| json!({ "minSizeGigabytes": 4 }));
+        node.insert("rootDeviceHints".into(), hints);
         if let Some(nc) = &h.network_config {
             node.insert("networkConfig".into(), nc.clone());
         }

@@ -24,6 +24,10 @@ pub struct NodeRequest {
     /// The node's create intent: the same across retries and restarts of one
     /// create, new for a new node of the same name (idempotency tokens).
     pub intent: String,
+    /// Its first network boot only inspects the machine (the agent reboots
+    /// it) and the next installs: a BMC keeps it booting from the network
+    /// until the install fetched its Ignition (`finish`), not once.
+    pub inspects_first: bool,
 }
 
 impl NodeRequest {
@@ -43,6 +47,7 @@ impl NodeRequest {
             userdata: Secret(String::new()),
             media_url: Secret(String::new()),
             intent: String::new(),
+            inspects_first: false,
         }
     }
 }

@@ -320,6 +320,22 @@ impl Redfish {
             info!(node, system = %rec.system, "redfish: bootd's ISO inserted as virtual media");
         }
         let s = bmc.system(&rec.system).await?;
+        // It boots from the network twice (inspect, then install): a
+        // continuous override, which `finish` clears once the install
+        // fetched its Ignition. Where the BMC has none, once: the machine
+        // then needs the network before its disk in its boot order.
+        if req.inspects_first && rec.boot["BootSourceOverrideEnabled"] == "Once" {
+            if s.enabled_values
+                .as_ref()
+                .is_none_or(|v| v.iter().any(|x| x == "Continuous"))
+            {
+                rec.boot["BootSourceOverrideEnabled"] = json!("Continuous");
+                rec.override_cleared = false;
+                bmc::store(&self.dir, NAME, node, &rec)?;
+            } else {
+                warn!(node, system = %rec.system, "the BMC has no continuous boot override: after its inspection the machine boots from its disk unless the network is first in its boot order");
+            }
+        }
         let target = rec.boot["BootSourceOverrideTarget"]
             .as_str()
             .unwrap_or("Pxe")
