@@ -357,7 +357,7 @@ redfish_tls_checks() {
   r=$(api DELETE "/v1/nodes/$node")
   PACE=0.5 within 30 node_gone "$node" || true
   # Again with the CA, through the CLI that needs no MAC: `nodes import-bmc`.
-  out=$(cli import-bmc "$url" --name "$node" --role worker --ip "$RF_IP" --username admin \
+  out=$(cli import-bmc "$url" --name "$node" --role worker --ip "$RF_IP" --username admin --live \
           --password-file "$WORK/bmc-password" --ca-bundle "$WORK/bmc-ca.pem" 2>&1) \
     || die "bootd nodes import-bmc $node: $out"
   log "$out"
