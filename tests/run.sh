@@ -81,6 +81,11 @@ export PATH="${CARGO_HOME:-$HOME/.cargo}/bin:$PATH"
 # they are a third of target/debug: off, so the run fits a small disk.
 export CARGO_INCREMENTAL=0
 
+# coreos-installer (the lab guest's installer, crates.io) builds beside the
+# release build, niced: the lab guest image waits for it (a lock).
+mkdir -p target/steps
+nice -n 19 bash tests/lab/coreos-installer.sh >target/steps/coreos-installer.log 2>&1 &
+
 # The release binaries first: the soak test runs them for 30 minutes in the
 # background while everything else runs (niced), and reports at the end.
 setup "release build" cargo build --release --locked --workspace

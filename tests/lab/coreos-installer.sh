@@ -19,6 +19,11 @@ BINARY=$ROOT/bin/coreos-installer
 export PATH="${CARGO_HOME:-$HOME/.cargo}/bin:$PATH"
 
 have() { [[ -x $BINARY && $("$BINARY" --version 2>/dev/null) == "coreos-installer $VERSION" ]]; }
+# One build at a time: the test command starts one early, in the
+# background, and tests/lab/guest.sh's call waits for it here.
+mkdir -p "$ROOT"
+exec 9>"$ROOT/.coreos-installer.lock"
+flock 9
 if have; then
   log "up to date: $BINARY ($VERSION)"
   echo "$BINARY"
