@@ -27,6 +27,7 @@ use std::io::{Read, Seek, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
+mod signature;
 
 /// Where stream metadata comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -324,6 +325,7 @@ impl Fetcher {
             tasks.spawn(async move {
                 let _permit = sem.acquire_owned().await;
                 let r = download(&client, &opts, progress.as_ref(), &dir, &sel).await;
+                let r = signature::with_signature(r, &client, &opts, &dir, &sel).await;
                 (sel, r)
             });
         }
@@ -405,13 +407,13 @@ impl Fetcher {
     }
 }
 
-fn backoff(o: &Options, attempt: u32) -> Duration {
+pub(crate) fn backoff(o: &Options, attempt: u32) -> Duration {
     o.backoff
         .saturating_mul(1 << attempt.min(16))
         .min(Duration::from_secs(30))
 }
 
-fn retryable(s: StatusCode) -> bool {
+pub(crate) fn retryable(s: StatusCode) -> bool {
     s.is_server_error() || s == StatusCode::REQUEST_TIMEOUT || s == StatusCode::TOO_MANY_REQUESTS
 }
 

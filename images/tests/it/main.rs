@@ -2,6 +2,7 @@
 //! document and small artifacts served by `server::Server`, fetched by the
 //! real `Fetcher`; bootd started with a site that names a catalog set.
 
+mod metal;
 mod server;
 
 use images::cache::{self, Cache, Depth, FileProblem};

@@ -114,12 +114,25 @@ pub(super) fn image_set(
         ),
         Err(_) => (String::new(), String::new(), None),
     };
+    // The metal disk image, when it was fetched (`images fetch --format
+    // raw.xz`): what installs write, with its signature when it came.
+    let metal = resolved.as_ref().ok().and_then(|r| {
+        let f = r
+            .manifest
+            .files
+            .iter()
+            .find(|f| f.role == "disk" && f.format.starts_with("raw."))?;
+        let path = format!("{}/{}", r.dir, f.name);
+        let sig = format!("{path}.sig");
+        let signature = root.join(&sig).is_file().then_some(sig);
+        Some(crate::MetalImage { path, signature })
+    });
     Some(ImageSet {
         arch,
         kernel,
         initramfs,
         rootfs,
-        metal: None,
+        metal,
         catalog: Some(CatalogImage {
             reference,
             resolved,
