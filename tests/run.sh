@@ -208,6 +208,7 @@ t "status page of a 1 000-node rack driven by real clients: counts, filters, a p
 t "API -> local QEMU VM -> netboot -> Ready" bash tests/controller/local-e2e.sh --bootd $BIN/bootd
 t "Redfish (sushy-tools) and IPMI (virtualbmc) BMCs -> libvirt VMs -> netboot -> Ready, no install loop" bash tests/controller/bmc-e2e.sh --bootd $BIN/bootd
 t "inspection and install through Redfish: the agent reports the VM's CPUs, memory, disks, NIC and LLDP port; the next boot installs (real coreos-installer) to the disk the hints choose, which boots; a machine below its role's minimums is refused" bash tests/controller/install-e2e.sh --bootd $BIN/bootd
+t "a host imported from an install-config (bootd nodes import): two NICs in an NMState bond with VLAN 78, inspected, installed to the hinted disk, NetworkManager's bond and VLAN in the guest, the password only in the file" bash tests/controller/install-e2e.sh --bootd $BIN/bootd --install-config
 t "secrets: one grep over every output of a BMC + cloud providers run at trace (logs, API, metrics, status page, argv, environment)" bash tests/secrets/e2e.sh --bootd $BIN/bootd
 log "firmware network boots (the background lane)"
 wait "$laneb" || true
