@@ -66,6 +66,9 @@ pub struct Machine {
     pub first_seen: i64,
     pub last_seen: i64,
     pub reports: u64,
+    /// What its live system reported (`discovery.inspect`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inventory: Option<site::hardware::Inventory>,
 }
 
 /// Why a report was not kept.
@@ -147,6 +150,7 @@ pub fn from_report(q: &Query<'_>, ip: Option<IpAddr>, now_ms: i64) -> Result<Mac
         first_seen: now_ms,
         last_seen: now_ms,
         reports: 1,
+        inventory: None,
     })
 }
 
@@ -209,6 +213,8 @@ impl Discovered {
                 let mut n = m.clone();
                 n.first_seen = old.first_seen;
                 n.reports = old.reports.saturating_add(1);
+                // A report from iPXE says nothing of its inventory: kept.
+                n.inventory = n.inventory.or_else(|| old.inventory.clone());
                 let same = Machine {
                     last_seen: 0,
                     reports: 0,
@@ -276,6 +282,27 @@ impl Discovered {
             (None, _) => Ok(None),
             (Some(_), Some(_)) => Err(Ambiguous),
         }
+    }
+
+    /// Records the inventory machine `key` reported; `None`: no such machine.
+    pub fn set_inventory(
+        &self,
+        key: &str,
+        inv: site::hardware::Inventory,
+    ) -> Result<Option<Machine>, Refused> {
+        let mut all = self.lock();
+        let Some(m) = all.get(key) else {
+            return Ok(None);
+        };
+        let m = Machine {
+            inventory: Some(inv),
+            ..m.clone()
+        };
+        let mut next = all.clone();
+        next.insert(key.to_string(), m.clone());
+        self.save(&next)?;
+        *all = next;
+        Ok(Some(m))
     }
 
     /// Forgets a machine (it was adopted); `true` if it was there.

@@ -131,6 +131,10 @@ pub async fn route<B>(
         }
         ["ipxe", "node"] => ("ipxe", ipxe_by_mac(app, &snap, q, peer.ip())),
         ["discover"] => ("discover", discover(app, &snap, q, peer.ip())),
+        ["discover", "agent"] => (
+            "discover",
+            discover::discover_agent(app, &snap, q, peer.ip()),
+        ),
         ["ipxe", file] if file.ends_with(".ipxe") => (
             "ipxe",
             ipxe_by_name(app, &snap, file.trim_end_matches(".ipxe"), q, peer.ip()),

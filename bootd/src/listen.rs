@@ -102,7 +102,10 @@ pub(crate) async fn serve_conn<I>(
         let a = Arc::clone(&a);
         async move {
             // The agent's reports: the one route with a request body.
-            if req.method() == hyper::Method::POST && req.uri().path().starts_with("/inventory/") {
+            let path = req.uri().path();
+            if req.method() == hyper::Method::POST
+                && (path.starts_with("/inventory/") || path == "/discover/inventory")
+            {
                 return Ok::<_, std::convert::Infallible>(http::post_report(a, req, peer).await);
             }
             http::handle(a, req, peer).await

@@ -9,6 +9,7 @@
 
 mod boot;
 mod destroy;
+mod discovered;
 pub mod import;
 mod up;
 mod wait;
@@ -606,40 +607,7 @@ fn seg(s: &str) -> String {
 pub async fn discovered(client: &Client, cmd: DiscoveredCmd) -> anyhow::Result<i32> {
     let mut out = std::io::stdout();
     match cmd {
-        DiscoveredCmd::List => {
-            let (st, v) = client.call(Method::GET, "/v1/discovered", None).await?;
-            ok_or_bail(st, &v)?;
-            if v["enabled"] != Value::Bool(true) {
-                writeln!(out, "# discovery is off (discovery.enabled in the site)")?;
-            }
-            writeln!(
-                out,
-                "{:<38} {:<40} {:<24} {:<16} REPORTS",
-                "KEY", "MACS", "PRODUCT", "ADDRESS"
-            )?;
-            for m in v["machines"].as_array().into_iter().flatten() {
-                let macs: Vec<&str> = m["macs"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .filter_map(Value::as_str)
-                    .collect();
-                let product = [s(m, "manufacturer"), s(m, "product")]
-                    .into_iter()
-                    .filter(|x| !x.is_empty())
-                    .collect::<Vec<_>>()
-                    .join(" ");
-                writeln!(
-                    out,
-                    "{:<38} {:<40} {:<24} {:<16} {}",
-                    s(m, "key"),
-                    macs.join(","),
-                    product,
-                    s(m, "ip"),
-                    m["reports"]
-                )?;
-            }
-        }
+        DiscoveredCmd::List => discovered::list(client, &mut out).await?,
         DiscoveredCmd::Adopt {
             key,
             name,

@@ -57,6 +57,12 @@ pub struct Discovery {
     pub action: DiscoveryAction,
     /// How long a waiting machine sleeps before it asks again.
     pub retry: Duration,
+    /// A machine reported for the first time boots the live system with
+    /// the inspection agent, so that its inventory is known before it is
+    /// adopted (`discovery.inspect`).
+    pub inspect: bool,
+    /// Added to the kernel line of that boot (a serial console).
+    pub kernel_args: Vec<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -392,7 +392,7 @@ fn validate(w: wire::SiteFile, cx: &mut Cx) -> Option<Site> {
         path: overlay_path,
         nodes: overlay_names,
     };
-    let discovery = discovery(cx, w.discovery.as_ref(), &networks);
+    let discovery = discovery(cx, w.discovery.as_ref(), &networks, &inspection);
     Some(Site {
         discovery,
         inspection,
@@ -411,14 +411,38 @@ fn validate(w: wire::SiteFile, cx: &mut Cx) -> Option<Site> {
     })
 }
 
-fn discovery(cx: &mut Cx, w: Option<&wire::Discovery>, networks: &[Network]) -> Discovery {
+fn discovery(
+    cx: &mut Cx,
+    w: Option<&wire::Discovery>,
+    networks: &[Network],
+    inspection: &Inspection,
+) -> Discovery {
     let mut d = Discovery {
         enabled: false,
         action: DiscoveryAction::Wait,
         retry: Duration::from_secs(30),
+        inspect: false,
+        kernel_args: Vec::new(),
     };
     let Some(w) = w else { return d };
     d.enabled = w.enabled;
+    d.inspect = w.inspect.unwrap_or(false);
+    if d.inspect && inspection.agents.is_empty() {
+        cx.err(
+            "discovery.inspect",
+            "needs an inspection agent (inspection.agents): the machine's live system runs it",
+        );
+    }
+    for (j, a) in w.kernel_args.iter().enumerate() {
+        if node::arg_ok(a) {
+            d.kernel_args.push(a.clone());
+        } else {
+            cx.err(
+                format!("discovery.kernelArgs[{j}]"),
+                format!("{a:?}: one argument per entry, no spaces, quotes or control characters"),
+            );
+        }
+    }
     match w.action.as_deref() {
         None | Some("wait") => {}
         Some("poweroff") => d.action = DiscoveryAction::PowerOff,

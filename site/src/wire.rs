@@ -76,6 +76,9 @@ pub struct Discovery {
     pub enabled: bool,
     pub action: Option<String>,
     pub retry: Option<String>,
+    pub inspect: Option<bool>,
+    #[serde(default)]
+    pub kernel_args: Vec<String>,
 }
 
 #[derive(Debug, Deserialize)]

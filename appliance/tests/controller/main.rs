@@ -11,6 +11,7 @@ mod bmc;
 mod cluster_up;
 mod crash_loop;
 mod csr;
+mod discovery;
 mod fake;
 mod full_disk;
 mod ha;

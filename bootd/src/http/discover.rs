@@ -1,6 +1,7 @@
 //! `GET /discover`: what a machine in no node reports of itself.
 
 use super::*;
+use crate::discovery::Machine;
 
 /// A discovery report (`discovery.enabled`): kept, shown on the status page
 /// and the timeline, answered with a wait-and-retry or power-off script.
@@ -132,9 +133,115 @@ pub(super) fn discover(
             m.macs.join(", ")
         ),
     ));
-    script(render::ipxe::discovered(
-        &snap.site,
-        snap.site.host.http.base_url(Some(peer), None),
-        &m.key,
+    let base = snap.site.host.http.base_url(Some(peer), None);
+    if let Some(s) = inspect_script(app, snap, &m, base) {
+        return script(s);
+    }
+    script(render::ipxe::discovered(&snap.site, base, &m.key))
+}
+
+/// The name a discovered machine's tokens are issued for: no node's (a
+/// node's name is a DNS label, without a colon).
+pub(crate) fn token_name(key: &str) -> String {
+    format!("discovered:{key}")
+}
+
+/// With `discovery.inspect`, for a machine not inspected yet whose
+/// architecture has an agent and an image set: the live boot that runs it.
+fn inspect_script(app: &App, snap: &Snapshot, m: &Machine, base: &str) -> Option<String> {
+    let site = &snap.site;
+    if !site.discovery.inspect || m.inventory.is_some() {
+        return None;
+    }
+    let arch = match m.buildarch.as_deref() {
+        Some("arm64") => site::Arch::Aarch64,
+        Some("ppc64" | "ppc64le") => site::Arch::Ppc64le,
+        _ => site::Arch::X86_64,
+    };
+    site.inspection.agent(arch)?;
+    let set = site.images.sets.values().find(|s| s.arch == arch)?;
+    let tok = app.key.issue(
+        &token_name(&m.key),
+        token::Scope::Script,
+        runtime::clock::now(),
+        site.ignition.token_ttl,
+    );
+    let url = format!("{base}/discover/agent?key={}&token={tok}", m.key);
+    Some(render::ipxe::discover_inspect(
+        site, set, base, &m.key, &url,
     ))
+}
+
+/// `GET /discover/agent?key=K&token=T`: the agent's config for a
+/// discovered machine, to its reported address only.
+pub(super) fn discover_agent(
+    app: &App,
+    snap: &Snapshot,
+    q: Option<&str>,
+    peer: IpAddr,
+) -> Response<Body> {
+    let what = "discovery agent Ignition";
+    let (key, m) = match discovered_asking(app, q, peer) {
+        Ok(x) => x,
+        Err(d) => return deny(app, what, "", peer, d),
+    };
+    let arch = match m.buildarch.as_deref() {
+        Some("arm64") => site::Arch::Aarch64,
+        Some("ppc64" | "ppc64le") => site::Arch::Ppc64le,
+        _ => site::Arch::X86_64,
+    };
+    let Some(rel) = snap.site.inspection.agent(arch) else {
+        return not_found();
+    };
+    let sum = match app.agent_sums.sha256(&snap.site.images.root.join(rel)) {
+        Ok(s) => s,
+        Err(e) => {
+            warn!(key = %key, agent = %rel, error = %e, "the inspection agent cannot be read");
+            return full(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "text/plain; charset=utf-8",
+                "the inspection agent is missing; see bootd's log\n",
+            );
+        }
+    };
+    let base = snap.site.host.http.base_url(Some(peer), None);
+    let tok = app.key.issue(
+        &token_name(&key),
+        token::Scope::Script,
+        runtime::clock::now(),
+        snap.site.ignition.token_ttl,
+    );
+    let cfg = render::agent::config(
+        render::agent::Action::Inspect,
+        &format!("{base}/images/{rel}"),
+        &sum,
+        &format!("{base}/discover/inventory?key={key}&token={tok}"),
+        snap.site.inspection.lldp_seconds,
+    );
+    info!(key = %key, %peer, "discovery agent Ignition served");
+    json_response(StatusCode::OK, &cfg)
+}
+
+/// The discovered machine a request names (`key`, `token`), when it comes
+/// from the address the machine reported from with a token issued for it.
+pub(super) fn discovered_asking(
+    app: &App,
+    q: Option<&str>,
+    peer: IpAddr,
+) -> Result<(String, Machine), Deny> {
+    let key = query(q, "key").ok_or(Deny::UnknownNode)?;
+    let m = app
+        .discovered
+        .find(&key)
+        .ok()
+        .flatten()
+        .filter(|m| m.key == key)
+        .ok_or(Deny::UnknownNode)?;
+    if m.ip != Some(peer.to_canonical()) {
+        return Err(Deny::NotFromNode);
+    }
+    let tok = query(q, "token").ok_or(Deny::NotFromNode)?;
+    app.key
+        .verify(&token_name(&key), &tok, runtime::clock::now())?;
+    Ok((key, m))
 }

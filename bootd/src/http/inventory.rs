@@ -185,6 +185,9 @@ pub async fn post(
     let source = peer.ip().to_canonical();
     let path = req.uri().path().to_string();
     let q = req.uri().query().map(str::to_string);
+    if path == "/discover/inventory" {
+        return discovered_report(app, req, source, q.as_deref()).await;
+    }
     let segs: Vec<&str> = path.trim_start_matches('/').split('/').collect();
     let (name, wiped) = match segs.as_slice() {
         ["inventory", name] => (name.to_string(), false),
@@ -212,21 +215,9 @@ pub async fn post(
         Some(Err(d)) => return deny(&app, what, &name, source, d),
         None => return deny(&app, what, &name, source, Deny::NotFromNode),
     }
-    let body = match http_body_util::Limited::new(req.into_body(), inventory::MAX_BODY)
-        .collect()
-        .await
-    {
-        Ok(b) => b.to_bytes(),
-        Err(e) => {
-            return full(
-                StatusCode::BAD_REQUEST,
-                "text/plain; charset=utf-8",
-                format!(
-                    "{what} refused: the body could not be read (at most {} bytes): {e}\n",
-                    inventory::MAX_BODY
-                ),
-            )
-        }
+    let body = match body_of(req, what).await {
+        Ok(b) => b,
+        Err(r) => return r,
     };
     let now = crate::timeline::now_us() / 1000;
     let subject = Subject::node(&node.name).with_ip(source);
@@ -297,6 +288,78 @@ pub async fn post(
         }
         Err(e) => {
             warn!(node = %node.name, error = %e, "{what} could not be stored");
+            full(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "text/plain; charset=utf-8",
+                "the report could not be stored; try again\n",
+            )
+        }
+    }
+}
+
+/// The body of a report, at most [`inventory::MAX_BODY`] bytes.
+async fn body_of(req: Request<hyper::body::Incoming>, what: &str) -> Result<Bytes, Response<Body>> {
+    match http_body_util::Limited::new(req.into_body(), inventory::MAX_BODY)
+        .collect()
+        .await
+    {
+        Ok(b) => Ok(b.to_bytes()),
+        Err(e) => Err(full(
+            StatusCode::BAD_REQUEST,
+            "text/plain; charset=utf-8",
+            format!(
+                "{what} refused: the body could not be read (at most {} bytes): {e}\n",
+                inventory::MAX_BODY
+            ),
+        )),
+    }
+}
+
+/// `POST /discover/inventory?key=K&token=T`: a discovered machine's
+/// inventory (`discovery.inspect`), from the address it reported from.
+async fn discovered_report(
+    app: Arc<App>,
+    req: Request<hyper::body::Incoming>,
+    source: IpAddr,
+    q: Option<&str>,
+) -> Response<Body> {
+    let what = "discovered machine's inventory";
+    let key = match super::discover::discovered_asking(&app, q, source) {
+        Ok((key, _)) => key,
+        Err(d) => return deny(&app, what, "", source, d),
+    };
+    let body = match body_of(req, what).await {
+        Ok(b) => b,
+        Err(r) => return r,
+    };
+    let inv = match inventory::parse_inventory(&body) {
+        Ok(i) => i,
+        Err(e) => {
+            warn!(%key, %source, error = %e, "{what} refused");
+            return full(
+                StatusCode::BAD_REQUEST,
+                "text/plain; charset=utf-8",
+                format!("{what} refused: {e}\n"),
+            );
+        }
+    };
+    let line = format!("inventory reported: {}", inventory::summary(&inv));
+    match app.discovered.set_inventory(&key, inv) {
+        Ok(Some(_)) => {
+            info!(%key, %source, "discovered machine's {line}");
+            app.timeline.record(Raw::new(
+                Subject::ip(source),
+                Phase::Machine,
+                "inspected",
+                format!("discovered {key}: {line}"),
+            ));
+            let mut r = full(StatusCode::NO_CONTENT, "text/plain; charset=utf-8", "");
+            *r.status_mut() = StatusCode::NO_CONTENT;
+            r
+        }
+        Ok(None) => deny(&app, what, "", source, Deny::UnknownNode),
+        Err(e) => {
+            warn!(%key, error = %e, "{what} could not be stored");
             full(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "text/plain; charset=utf-8",

@@ -137,6 +137,43 @@ chain --autofree --replace {base}/discover?mac=${{mac:hexhyp}}&uuid=${{uuid}}&se
     )
 }
 
+/// The answer to a machine's first discovery report with
+/// `discovery.inspect`: the live system of `set` (its architecture's),
+/// whose Ignition (`ignition_url`) runs the inspection agent, which reports
+/// and reboots; its next report gets [`discovered`].
+pub fn discover_inspect(
+    site: &Site,
+    set: &site::ImageSet,
+    base: &str,
+    key: &str,
+    ignition_url: &str,
+) -> String {
+    let image = |p: &str| format!("{base}/images/{p}");
+    let mut args = vec!["initrd=initrd".to_string()];
+    if let Some(r) = &set.rootfs {
+        args.push(format!("coreos.live.rootfs_url={}", image(r)));
+    }
+    args.push("ignition.firstboot".into());
+    args.push("ignition.platform.id=metal".into());
+    args.push(format!("ignition.config.url={ignition_url}"));
+    args.extend(site.discovery.kernel_args.iter().cloned());
+    format!(
+        "#!ipxe
+echo bootd: discovered as {key}: inspecting it (discovery.inspect), then it waits to be adopted
+kernel --name kernel {kernel} {args} || goto failed
+initrd --name initrd {initramfs} || goto failed
+boot || goto failed
+:failed
+echo bootd: the live system could not be loaded; asking again in 30 s.
+sleep 30
+chain --autofree --replace {base}/boot.ipxe
+",
+        kernel = image(&set.kernel),
+        initramfs = image(&set.initramfs),
+        args = args.join(" "),
+    )
+}
+
 /// The answer to a discovery report: wait and ask again (`wait`: adopted,
 /// it boots as its node without a power cycle), or power off.
 pub fn discovered(site: &Site, base: &str, key: &str) -> String {

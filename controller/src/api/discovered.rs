@@ -106,6 +106,18 @@ pub(in crate::api) async fn adopt(
             .set(ctl.app.discovered.len() as i64);
         info!(key = %m.key, macs = ?m.macs, "discovered machine adopted");
         let name = spec_name.as_deref().unwrap_or_default();
+        // What its inspection found is the node's: it need not inspect again.
+        if let Some(inv) = &m.inventory {
+            let from =
+                m.ip.unwrap_or(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED));
+            if let Err(e) = ctl
+                .app
+                .inventories
+                .put(name, inv.clone(), from, crate::store::now_ms())
+            {
+                warn!(node = %name, error = %e, "the discovered machine's inventory was not kept for its node: it inspects again");
+            }
+        }
         if !keep_disks && ctl.wipes_before_install(name) {
             // Whatever it held (an old install, another cluster's data)
             // goes before it installs, as Ironic's cleaning does.
