@@ -400,7 +400,10 @@ pub fn nics(root: &Path) -> Result<Vec<Nic>, Error> {
         }
         out.push(Nic {
             name: name.to_string(),
-            mac: read(&dir.join("address"))
+            // A port of a bond shows the bond's MAC as its address (every
+            // port of an active-backup bond does): its own is perm_hwaddr.
+            mac: read(&dir.join("bonding_slave/perm_hwaddr"))
+                .or_else(|| read(&dir.join("address")))
                 .unwrap_or_default()
                 .to_ascii_lowercase(),
             // Reading speed or carrier of a NIC that is down fails (EINVAL).

@@ -433,11 +433,9 @@ else
   names=$(inv "' '.join('%s:%s' % (x['name'], x['link']) for x in ${I}['nics'])")
   check "inventory: two NICs with link: $names" [ "$names" = "eno1:True eno2:True" ]
   check "inventory: eno1's MAC $MAC (the boot NIC)" grep -q "^$MAC:True" <<<"$nic"
-  # Known agent bug (agent/src/probe.rs nics() reads /sys/class/net/X/address,
-  # which for a bond's slave is the bond's MAC, not the NIC's own
-  # (bonding_slave/perm_hwaddr)): reported, not failed, until fixed.
-  if [[ $nic == "$MAC:True $MAC2:True" ]]; then ok "inventory: NICs $nic"
-  else echo "KNOWN-BUG inventory: NICs $nic (want $MAC:True $MAC2:True: the agent reports a bond slave's current MAC, not its permanent one)"; fi
+  # Each port's own MAC (a bond's port shows the bond's as its address;
+  # the agent reads bonding_slave/perm_hwaddr).
+  check "inventory: each NIC's own MAC: $nic (want $MAC:True $MAC2:True)" [ "$nic" = "$MAC:True $MAC2:True" ]
 fi
 lldp=$(inv "next((x.get('lldp') for x in ${I}['nics'] if x['mac'] == '$MAC'), None)")
 check "inventory: the NIC's LLDP: $lldp" [ "$(json "'%s %s %s' % (d['systemName'], d['portId'], d['chassisId'])" <<<"$lldp" 2>/dev/null)" = "lab-tor swp7 $BR_MAC" ]
