@@ -118,6 +118,33 @@ async fn bootdev_then_power_on_with_the_password_in_the_environment_only() {
     assert!(calls.contains("chassis bootdev none"), "{calls}");
 }
 
+/// A node that inspects before it installs boots from the network twice:
+/// its boot device is set persistent, and cleared once the install fetched
+/// its Ignition (`finish`), once.
+#[tokio::test]
+async fn a_node_that_inspects_first_keeps_booting_from_the_network_until_it_installs() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let d = tempfile::tempdir().unwrap();
+    let p = provider(d.path(), "ok", Duration::from_secs(5));
+    let s = spec(d.path());
+    let n = NodeRequest {
+        inspects_first: true,
+        ..node(&["52:54:00:77:00:61"])
+    };
+    let m = p.create(&n, &s).await.unwrap();
+    p.start(&m.id, &n).await.unwrap();
+    p.finish(&m.id).await.unwrap();
+    p.finish(&m.id).await.unwrap();
+    let calls = std::fs::read_to_string(d.path().join("calls")).unwrap();
+    assert!(
+        calls.contains("chassis bootdev pxe options=persistent,efiboot |"),
+        "{calls}"
+    );
+    assert_eq!(calls.matches("chassis bootdev none").count(), 1, "{calls}");
+    let bootdev = calls.find("bootdev pxe").unwrap();
+    assert!(calls.find("bootdev none").unwrap() > bootdev, "{calls}");
+}
+
 #[tokio::test]
 async fn refusals_timeouts_and_missing_macs_say_so_without_the_password() {
     let _one = ONE_AT_A_TIME.lock().await;

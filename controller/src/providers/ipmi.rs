@@ -4,7 +4,9 @@
 //!
 //! - create: `chassis bootdev pxe [options=efiboot]` (a one-time boot
 //!   device: the BMC clears it after the next boot, or 60 s without one,
-//!   so it is set right before the power action), then `chassis power on`,
+//!   so it is set right before the power action; `options=persistent` for
+//!   a node that inspects first, cleared by `finish` with `chassis bootdev
+//!   none` once the install fetched its Ignition), then `chassis power on`,
 //!   or `chassis power reset` for a machine that was on. The power action
 //!   is announced in the provider's record first ([`super::bmc`]).
 //! - get: `chassis power status`: on is Active.
@@ -116,6 +118,10 @@ struct Record {
     /// What bootd did to its power.
     #[serde(flatten)]
     power: bmc::PowerLog,
+    /// The network boot was set persistent (the node inspects first); it
+    /// is cleared once the install fetched its Ignition.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    persistent: bool,
 }
 
 #[derive(Debug)]
@@ -253,6 +259,7 @@ impl Ipmi {
             uefi,
             macs: node.macs.clone(),
             power: bmc::PowerLog::default(),
+            persistent: false,
         };
         bmc::store(&self.dir, NAME, &node.name, &rec)?;
         Ok(Self::machine(
@@ -265,7 +272,7 @@ impl Ipmi {
 
     /// One-time network boot, then power on (or reset a machine that was
     /// on); the power action is announced in the record first.
-    async fn start(&self, id: &str) -> Result<()> {
+    async fn start(&self, id: &str, inspects_first: bool) -> Result<()> {
         let node = bmc::node_of(id);
         let Some(mut rec) = bmc::load::<Record>(&self.dir, NAME, node)? else {
             return Err(ProviderError::permanent(format!(
@@ -277,10 +284,17 @@ impl Ipmi {
         }
         let spec = rec.spec.clone();
         let was_on = self.power_on(&spec).await?;
+        // A node that inspects first boots from the network twice (the
+        // agent's reboot, then the install): persistent until `finish`.
+        rec.persistent = rec.persistent || inspects_first;
+        let options = match (rec.persistent, rec.uefi) {
+            (true, true) => Some("options=persistent,efiboot"),
+            (true, false) => Some("options=persistent"),
+            (false, true) => Some("options=efiboot"),
+            (false, false) => None,
+        };
         let mut bootdev = vec!["chassis", "bootdev", "pxe"];
-        if rec.uefi {
-            bootdev.push("options=efiboot");
-        }
+        bootdev.extend(options);
         self.run(&spec, &bootdev, "ipmi: one-time boot from the network")
             .await?;
         rec.power.power_on_at = Some(bmc::now_ms());
@@ -394,12 +408,32 @@ impl Ipmi {
 
 impl super::Provider for Ipmi {
     forward_provider_calls!(Ipmi, NAME, IpmiSpec);
-    fn start<'a>(
-        &'a self,
-        id: &'a str,
-        _node: &'a NodeRequest,
-    ) -> super::BoxFuture<'a, Result<()>> {
-        Box::pin(Ipmi::start(self, id))
+    fn start<'a>(&'a self, id: &'a str, node: &'a NodeRequest) -> super::BoxFuture<'a, Result<()>> {
+        Box::pin(Ipmi::start(self, id, node.inspects_first))
+    }
+    fn finish<'a>(&'a self, id: &'a str) -> super::BoxFuture<'a, Result<()>> {
+        Box::pin(async move {
+            let node = bmc::node_of(id);
+            let Some(mut rec) = bmc::load::<Record>(&self.dir, NAME, node)? else {
+                return Ok(());
+            };
+            if !rec.persistent {
+                return Ok(());
+            }
+            self.run(
+                &rec.spec,
+                &["chassis", "bootdev", "none"],
+                "ipmi: clear the persistent network boot",
+            )
+            .await?;
+            rec.persistent = false;
+            bmc::store(&self.dir, NAME, node, &rec)?;
+            info!(
+                node,
+                "ipmi: persistent network boot cleared (the node fetched its Ignition)"
+            );
+            Ok(())
+        })
     }
     fn release<'a>(
         &'a self,
@@ -413,7 +447,7 @@ impl super::Provider for Ipmi {
                     bmc::store(&self.dir, NAME, name, &rec)?;
                 }
             }
-            Ipmi::start(self, id).await.map(|()| true)
+            Ipmi::start(self, id, false).await.map(|()| true)
         })
     }
 }
