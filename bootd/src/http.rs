@@ -224,6 +224,42 @@ fn node_token(app: &App, snap: &Snapshot, node: &Node) -> String {
     )
 }
 
+/// Whether `node`'s install writes its image set's metal image (it then
+/// counts as installed when that image was sent in full, not when the
+/// installer fetched its Ignition).
+pub(crate) fn writes_metal(snap: &Snapshot, node: &Node) -> bool {
+    node.disk_hints().is_some() && snap.site.image_of(node).metal.is_some()
+}
+
+/// A metal image was sent in full to `ip`: the node there that installs
+/// it has installed.
+pub(crate) fn installed_by_image(app: &App, ip: IpAddr) {
+    let snap = app.live.load_full();
+    let ip = ip.to_canonical();
+    let node = snap
+        .site
+        .nodes
+        .iter()
+        .find(|n| writes_metal(&snap, n) && (n.has_ip(ip) || node_addrs(app, n).contains(&ip)));
+    let Some(node) = node else { return };
+    let now = crate::timeline::now_us() / 1000;
+    match app.installed.mark(&node.name, now) {
+        Ok(true) => {
+            info!(node = %node.name, %ip, "installed (its metal image was sent in full)");
+            app.timeline.record(Raw::new(
+                Subject::node(&node.name).with_ip(ip),
+                Phase::Install,
+                "installed",
+                "the metal image was sent in full: installed (its next network boot boots its disk)",
+            ));
+        }
+        Ok(false) => {}
+        Err(e) => {
+            tracing::error!(node = %node.name, error = %e, "cannot record that the node installed")
+        }
+    }
+}
+
 pub(crate) fn installed_at(app: &App, snap: &Snapshot, node: &Node) -> Option<i64> {
     match snap.site.ignition.after_install {
         site::AfterInstall::Disk => app.installed.at(&node.name),

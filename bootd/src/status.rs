@@ -526,7 +526,9 @@ pub fn route(
                     rec.as_deref().map(|r| &r.inventory),
                     app.inventories.release(&name),
                 );
-                inventory::section(&mut inv, rec.as_deref(), &plan);
+                let installed = snap.site.ignition.after_install == site::AfterInstall::Disk
+                    && app.installed.at(&name).is_some();
+                inventory::section(&mut inv, rec.as_deref(), &plan, installed);
             }
             let page = render_node(&t, now, snap.site.node(&name), &inv);
             ("status", html(StatusCode::OK, page))

@@ -54,6 +54,9 @@ pub enum Phase {
     Rootfs,
     /// The node's Ignition config (or its pointer config).
     Ignition,
+    /// The metal image an install writes, sent to the node (its last
+    /// byte sent: the node counts as installed).
+    Install,
     /// First connection from the node through lbd to the Machine Config Server (22623).
     MachineConfig,
     /// The node's API server backend turning up in lbd's checks (6443).
@@ -64,7 +67,7 @@ pub enum Phase {
 }
 
 impl Phase {
-    pub const ALL: [Phase; 11] = [
+    pub const ALL: [Phase; 12] = [
         Phase::Machine,
         Phase::Dhcp,
         Phase::Tftp,
@@ -73,6 +76,7 @@ impl Phase {
         Phase::Initramfs,
         Phase::Rootfs,
         Phase::Ignition,
+        Phase::Install,
         Phase::MachineConfig,
         Phase::Api,
         Phase::Joined,
@@ -87,6 +91,7 @@ impl Phase {
             Phase::Initramfs => "initramfs",
             Phase::Rootfs => "rootfs",
             Phase::Ignition => "ignition",
+            Phase::Install => "install",
             Phase::MachineConfig => "machine_config",
             Phase::Api => "api",
             Phase::Joined => "joined",

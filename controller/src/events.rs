@@ -31,6 +31,8 @@ pub const BELOW_MINIMUMS: &str = "below_minimums";
 pub const NO_DISK: &str = "no_disk";
 /// Its disks were wiped (release).
 pub const WIPED: &str = "wiped";
+/// Its metal image was sent in full to the installer.
+pub const INSTALLED: &str = "installed";
 pub const PROVIDER: &str = "provider";
 /// What the controller did in the cluster (a kubelet CSR approved, Joined).
 pub const CLUSTER: &str = "cluster";
@@ -50,6 +52,7 @@ pub fn kind_of(ev: &NodeEvent) -> Option<&'static str> {
         (Phase::Script, "local_boot") => Some(LOCAL_BOOT),
         (Phase::Machine, "inspected") => Some(INSPECTED),
         (Phase::Machine, "wiped") => Some(WIPED),
+        (Phase::Install, "installed") => Some(INSTALLED),
         (Phase::Script, "disk_chosen") => Some(DISK_CHOSEN),
         (Phase::Script, bootd::plan::BELOW_MINIMUMS) => Some(BELOW_MINIMUMS),
         (Phase::Script, bootd::plan::NO_DISK) => Some(NO_DISK),
@@ -82,6 +85,7 @@ pub fn condition_of(kind: &str) -> Option<(&'static str, &'static str)> {
         BELOW_MINIMUMS => Some(("BelowMinimums", "HardwareShort")),
         NO_DISK => Some(("NoDiskMatchesHints", "HintsMatchNoDisk")),
         WIPED => Some(("DisksWiped", "Wiped")),
+        INSTALLED => Some(("Installed", "ImageWritten")),
         TOKEN_REUSED => Some(("IgnitionTokenReused", "SpentTokenPresented")),
         OTHER_ADDRESS => Some(("IgnitionFromOtherAddress", "FetchedOnToken")),
         _ => None,

@@ -156,6 +156,10 @@ pub(super) fn ignition(
     info!(node = %node.name, %source, via = granted.as_str(), version = %v, "Ignition served");
     if !own {
         info!(node = %node.name, %source, "Ignition fetched from another address than the node's: not taken as its install");
+    } else if writes_metal(snap, node) {
+        // coreos-installer fetches the config before it writes the image:
+        // the node installed once the image has been sent in full.
+        info!(node = %node.name, "the installer has its config: installed once its metal image is sent in full");
     } else {
         let now = crate::timeline::now_us() / 1000;
         match app.installed.mark(&node.name, now) {

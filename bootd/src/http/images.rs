@@ -16,6 +16,8 @@ pub(super) fn image_phase(site: &site::Site, raw: &str) -> Option<Phase> {
             Some(Phase::Initramfs)
         } else if s.rootfs.as_deref() == Some(rel) {
             Some(Phase::Rootfs)
+        } else if s.metal.as_ref().is_some_and(|m| m.path == rel) {
+            Some(Phase::Install)
         } else {
             None
         }
@@ -71,6 +73,11 @@ impl ImageProgress {
                     .bytes(total)
                     .took(took),
             );
+            if self.phase == Phase::Install {
+                if let Some(ip) = self.subject.ip {
+                    super::installed_by_image(&self.app, ip);
+                }
+            }
         }
     }
 }

@@ -7,8 +7,12 @@ use crate::inventory::Record;
 use crate::plan::Plan;
 use std::fmt::Write as _;
 
-pub(super) fn section(b: &mut String, rec: Option<&Record>, plan: &Plan) {
+/// `installed`: the node installed (its next network boot gets its disk).
+pub(super) fn section(b: &mut String, rec: Option<&Record>, plan: &Plan, installed: bool) {
     let next = match plan {
+        _ if installed => {
+            "its local disk (installed; bootd nodes reinstall NAME installs again)".to_string()
+        }
         Plan::Live => "runs live".to_string(),
         Plan::Inspect => {
             "inspects: the live system reports the machine's inventory, then reboots".into()

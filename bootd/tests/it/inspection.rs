@@ -229,13 +229,39 @@ async fn a_node_inspects_then_installs_to_the_disk_its_hints_choose() {
         event(&b, "disk_chosen").await,
         "installs to /dev/disk/by-id/virtio-disk-b: /dev/vdb chosen by minSizeGigabytes=100, serialNumber=\"disk-b\""
     );
+    // The installer fetches the config, then the image: installed only
+    // once the image was sent in full (a failed write installs again).
+    let (_, text) = get(&b, NODE, &script).await;
+    let ign = format!(
+        "/ignition/master-0?token={}",
+        token_after(&text, "master-0?token=")
+    );
+    let (s, _) = get(&b, NODE, &ign).await;
+    assert_eq!(s, StatusCode::OK);
+    assert!(
+        b.app.installed.at("master-0").is_none(),
+        "not installed before its image was written"
+    );
+    let (_, again) = get(&b, NODE, &script).await;
+    assert!(again.contains("coreos.inst.install_dev="), "{again}");
+    std::fs::write(b.images().join("lab/metal.raw.gz"), vec![7u8; 300_000]).unwrap();
+    let (s, img) = get(&b, NODE, "/images/lab/metal.raw.gz").await;
+    assert_eq!((s, img.len()), (StatusCode::OK, 300_000));
+    assert!(event(&b, "installed")
+        .await
+        .starts_with("the metal image was sent in full"));
+    assert!(b.app.installed.at("master-0").is_some());
+    let (_, after) = get(&b, NODE, &script).await;
+    assert!(
+        after.contains("installed already: booting its local disk"),
+        "{after}"
+    );
+
     // The node's status page shows the inventory and the disk chosen.
     let (s, page) = get(&b, "127.0.0.1", "/status/node/master-0").await;
     assert_eq!(s, StatusCode::OK);
     assert!(
-        page.contains(
-            "id=\"next-boot\">Next network boot: installs to /dev/disk/by-id/virtio-disk-b"
-        ),
+        page.contains("id=\"next-boot\">Next network boot: its local disk (installed"),
         "{page}"
     );
     assert!(

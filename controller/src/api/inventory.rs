@@ -21,7 +21,10 @@ pub(in crate::api) fn inventory(
         rec.as_deref().map(|r| &r.inventory),
         ctl.app.inventories.release(name),
     );
+    let installed = ctl.app.installed.at(name).is_some()
+        && snap.site.ignition.after_install == site::AfterInstall::Disk;
     let next = match &plan {
+        _ if installed => json!({"boot": "disk"}),
         bootd::plan::Plan::Live => json!({"boot": "live"}),
         bootd::plan::Plan::Inspect => json!({"boot": "inspect"}),
         bootd::plan::Plan::Wipe { reboot } => {
