@@ -494,6 +494,8 @@ check "$NODE: $l (= bootd render ignition)" [ "$l" = "LAB-DISK-BOOT ignition-sha
 how=$(seg | grep -a -o -m1 "bootd: $NODE installed already[^.]*" || true)
 log "$NODE: after the install the machine network-booted (sushy keeps Pxe first) and bootd said: ${how:-nothing}"
 check "$NODE: Ignition served once (to coreos-installer)" [ "$(ignition_served "$NODE")" = 1 ]
+check "$NODE: installed once its metal image was sent in full (not at its Ignition)" \
+  grep -aq "installed (its metal image was sent in full) node=$NODE " <(bootd_log)
 PACE=0.5 within 60 domstate_is "shut off" || die "$DOM: still $(lv domstate "$DOM") 60 s after the disk boot (the installed OS powers off)"
 api GET "/v1/nodes/$NODE" >"$WORK/node-$NODE.json"
 phase=$(body_of "$(cat "$WORK/node-$NODE.json")" | json 'd["phase"]')
