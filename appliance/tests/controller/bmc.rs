@@ -431,5 +431,16 @@ async fn a_deleted_bmc_node_is_wiped_before_it_is_powered_off() {
         "no restart into a wipe: {resets:?}"
     );
     assert_eq!(bmc.lock().unwrap().power, "Off");
+    // Virtual media with inspection: refused, not an ISO inspecting at every boot.
+    let mut media = node("rack-3", "127.0.0.63");
+    media["provider"]["redfish"]["boot"] = json!("virtualMedia");
+    let (st, v) = api.create(media).await;
+    assert_eq!(st, 422, "{v:#}");
+    assert!(
+        v["problems"]
+            .to_string()
+            .contains("virtualMedia for a node that inspects"),
+        "{v:#}"
+    );
     drop(p);
 }
