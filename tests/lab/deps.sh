@@ -31,8 +31,9 @@ PKGS=(
   # the real coreos-installer, built by tests/lab/coreos-installer.sh (cargo
   # install: its C libraries through pkg-config), and what the guest runs it
   # with (systemd-udevd, lsblk, blkid); the test disk image
-  # (tests/lab/disk-image.sh: sfdisk, mkfs.ext4, losetup)
-  pkg-config libzstd-dev liblzma-dev libssl-dev udev util-linux e2fsprogs
+  # (tests/lab/disk-image.sh: sgdisk, mkfs.ext4, mformat, grub-mkimage;
+  # the agent's wipe test: sgdisk)
+  pkg-config libzstd-dev liblzma-dev libssl-dev udev util-linux e2fsprogs gdisk
   # lab network + stand-in servers (netboot.sh)
   iproute2 dnsmasq-base python3 python3-yaml tcpdump procps openssl
   # the top-of-rack switch's LLDP the inspection agent reads (tests/controller/install-e2e.sh)

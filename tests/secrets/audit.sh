@@ -202,13 +202,13 @@ audit_requests() {
   r=$(api POST /v1/nodes "@$s/bad-body.json")
   keep bad-json "$r"
   [[ $(status_of "$r") =~ ^4 ]] || die "audit: a truncated body got $(status_of "$r")"
-  rf_body() { echo "{\"name\":\"bad-$1\",\"role\":\"worker\",\"ip\":\"10.77.0.7$1\",\"macs\":[\"52:54:00:77:00:7$1\"],\"kernelArgs\":[\"console=ttyS0\"],\"provider\":{\"redfish\":{\"url\":\"$RF_URL\",\"username\":\"admin\",\"password\":$2,\"boot\":\"pxe\",\"mode\":\"Legacy\",\"allowPlainHttp\":true}}}"; }
+  rf_body() { echo "{\"name\":\"bad-$1\",\"role\":\"worker\",\"ip\":\"10.77.0.7$1\",\"macs\":[\"52:54:00:77:00:7$1\"],\"kernelArgs\":[\"console=ttyS0\"],\"live\":true,\"provider\":{\"redfish\":{\"url\":\"$RF_URL\",\"username\":\"admin\",\"password\":$2,\"boot\":\"pxe\",\"mode\":\"Legacy\",\"allowPlainHttp\":true}}}"; }
   rf_body 1 "\"$pw\"" >"$s/inline-password.json"
   r=$(api POST /v1/nodes "@$s/inline-password.json"); keep inline-bmc-password "$r"
   rm -f "$s/inline-password.json"   # bmc-e2e.sh's own check: the password in no file but its own
   [[ $(status_of "$r") =~ ^4 ]] || die "audit: an inline BMC password got $(status_of "$r")"
   # A password file outside bmcFiles: refused when bootd reads it (the node fails).
-  r=$(api POST /v1/nodes "{\"name\":\"bad-2\",\"role\":\"worker\",\"ip\":\"10.77.0.72\",\"macs\":[\"52:54:00:77:00:72\"],\"provider\":{\"ipmi\":{\"address\":\"127.0.0.1\",\"port\":$IPMI_PORT,\"username\":\"admin\",\"password\":{\"file\":\"/etc/shadow\"},\"mode\":\"Legacy\"}}}")
+  r=$(api POST /v1/nodes "{\"name\":\"bad-2\",\"role\":\"worker\",\"ip\":\"10.77.0.72\",\"macs\":[\"52:54:00:77:00:72\"],\"live\":true,\"provider\":{\"ipmi\":{\"address\":\"127.0.0.1\",\"port\":$IPMI_PORT,\"username\":\"admin\",\"password\":{\"file\":\"/etc/shadow\"},\"mode\":\"Legacy\"}}}")
   keep bmc-file-outside "$r"
   [[ $(status_of "$r") == 201 ]] || die "audit: POST bad-2 (a password file outside bmcFiles): $r"
   printf '{"name":"bad-4","role":"worker","ip":"10.77.0.74","macs":["52:54:00:77:00:74"],"apiKey":"%s"}' \
