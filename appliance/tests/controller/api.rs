@@ -220,3 +220,38 @@ impl<F: Fn(&mut std::fmt::Formatter<'_>) -> std::fmt::Result> Display for Lazily
         (self.0)(f)
     }
 }
+
+/// curl (a real client) from `from`, a node's loopback address: the status
+/// and the body. `body`: sent as JSON.
+pub fn curl_from(from: &str, method: &str, url: &str, body: Option<&str>) -> (u16, String) {
+    let mut c = std::process::Command::new("curl");
+    c.args([
+        "-sS",
+        "--interface",
+        from,
+        "-X",
+        method,
+        "-w",
+        "\n%{http_code}",
+    ]);
+    if let Some(b) = body {
+        c.args(["-H", "content-type: application/json", "--data-binary", b]);
+    }
+    let out = c.arg(url).output().expect("curl runs");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, code) = text.rsplit_once('\n').unwrap();
+    (code.parse().unwrap(), body.to_string())
+}
+
+/// The word after `prefix` in `text` (up to a quote or white space): a
+/// URL or token in a script or config.
+pub fn after<'a>(text: &'a str, prefix: &str) -> &'a str {
+    let i = text
+        .find(prefix)
+        .unwrap_or_else(|| panic!("{prefix} in {text}"))
+        + prefix.len();
+    text[i..]
+        .split(|c: char| c == '"' || c.is_whitespace())
+        .next()
+        .unwrap()
+}

@@ -4,7 +4,9 @@
 //! bootd powers the machine on exactly once in both cases, and there is one
 //! node.
 
-use super::{api_client, cond, free_port, process_site, until, with_log, Fake, Proc};
+use super::{
+    after, api_client, cond, curl_from, free_port, process_site, until, with_log, Fake, Proc,
+};
 use serde_json::json;
 use std::sync::Arc;
 use std::time::Duration;
@@ -263,38 +265,6 @@ fn http_port(site: &std::path::Path) -> u16 {
         .unwrap()
 }
 
-/// curl from `from` (a node's loopback address): status and body.
-fn curl_from(from: &str, method: &str, url: &str, body: Option<&str>) -> (u16, String) {
-    let mut c = std::process::Command::new("curl");
-    c.args([
-        "-sS",
-        "--interface",
-        from,
-        "-X",
-        method,
-        "-w",
-        "\n%{http_code}",
-    ]);
-    if let Some(b) = body {
-        c.args(["-H", "content-type: application/json", "--data-binary", b]);
-    }
-    let out = c.arg(url).output().expect("curl runs");
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    let (body, code) = text.rsplit_once('\n').unwrap();
-    (code.parse().unwrap(), body.to_string())
-}
-
-fn after<'a>(text: &'a str, prefix: &str) -> &'a str {
-    let i = text
-        .find(prefix)
-        .unwrap_or_else(|| panic!("{prefix} in {text}"))
-        + prefix.len();
-    text[i..]
-        .split(|c: char| c == '"' || c.is_whitespace())
-        .next()
-        .unwrap()
-}
-
 /// Deleting a node behind a BMC that installs to disk boots its machine
 /// once more, from the network, into the agent's wipe (the node stays
 /// served meanwhile), and powers it off only once the wipe is reported;
@@ -334,21 +304,18 @@ async fn a_deleted_bmc_node_is_wiped_before_it_is_powered_off() {
         bmc.lock().unwrap().resets == ["On"]
     })
     .await;
-    let mac = "52-54-00-aa-bb-01";
+    // What the agent is told to do, as rack-1's network boot sees it: the
+    // URL it reports to (bootd names the lab's address: here, loopback's).
+    let agent = |action: &str| {
+        let script = format!("{base}/ipxe/node?mac=52-54-00-aa-bb-01");
+        let (_, script) = curl_from("127.0.0.61", "GET", &script, None);
+        let token = after(&script, "agent?token=");
+        let cfg_url = format!("{base}/ignition/rack-1/agent?token={token}");
+        let (_, cfg) = curl_from("127.0.0.61", "GET", &cfg_url, None);
+        after(&cfg, &format!("{action} --post ")).replace("http://10.77.0.1:8080", &base)
+    };
     // Its first boot inspects; the agent's report.
-    let (_, script) = curl_from(
-        "127.0.0.61",
-        "GET",
-        &format!("{base}/ipxe/node?mac={mac}"),
-        None,
-    );
-    let cfg_url = format!(
-        "{base}/ignition/rack-1/agent?token={}",
-        after(&script, "agent?token=")
-    );
-    let (_, cfg) = curl_from("127.0.0.61", "GET", &cfg_url, None);
-    // The URLs bootd tells nodes name the lab's address: here, loopback's.
-    let report = after(&cfg, "inspect --post ").replace("http://10.77.0.1:8080", &base);
+    let report = agent("inspect");
     let inv = json!({"cpu": {"model": "", "count": 8, "arch": "x86_64"}, "memoryMib": 32768,
         "disks": [{"name": "/dev/vda", "sizeBytes": 200u64 << 30, "rotational": false}],
         "nics": [], "firmware": "bios"})
@@ -365,19 +332,8 @@ async fn a_deleted_bmc_node_is_wiped_before_it_is_powered_off() {
     )
     .await;
     assert_eq!(bmc.lock().unwrap().resets[1], "ForceRestart");
-    let (_, script) = curl_from(
-        "127.0.0.61",
-        "GET",
-        &format!("{base}/ipxe/node?mac={mac}"),
-        None,
-    );
-    let cfg_url = format!(
-        "{base}/ignition/rack-1/agent?token={}",
-        after(&script, "agent?token=")
-    );
-    let (_, cfg) = curl_from("127.0.0.61", "GET", &cfg_url, None);
-    let wiped = after(&cfg, "wipe --post ").replace("http://10.77.0.1:8080", &base);
-    assert!(wiped.contains("/inventory/rack-1/wiped?token="), "{cfg}");
+    let wiped = agent("wipe");
+    assert!(wiped.contains("/inventory/rack-1/wiped?token="), "{wiped}");
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert_eq!(
         bmc.lock().unwrap().power,

@@ -3,40 +3,8 @@
 //! the address it reported from, with its token) is listed with it, and is
 //! its node's once it is adopted, so the node need not inspect again.
 
-use super::{tuning, write_site, Bootd, Fake};
+use super::{after, curl_from as curl, tuning, write_site, Bootd, Fake};
 use serde_json::json;
-
-/// curl from `from`: status and body.
-fn curl(from: &str, method: &str, url: &str, body: Option<&str>) -> (u16, String) {
-    let mut c = std::process::Command::new("curl");
-    c.args([
-        "-sS",
-        "--interface",
-        from,
-        "-X",
-        method,
-        "-w",
-        "\n%{http_code}",
-    ]);
-    if let Some(b) = body {
-        c.args(["-H", "content-type: application/json", "--data-binary", b]);
-    }
-    let out = c.arg(url).output().expect("curl runs");
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    let (body, code) = text.rsplit_once('\n').unwrap();
-    (code.parse().unwrap(), body.to_string())
-}
-
-fn after<'a>(text: &'a str, prefix: &str) -> &'a str {
-    let i = text
-        .find(prefix)
-        .unwrap_or_else(|| panic!("{prefix} in {text}"))
-        + prefix.len();
-    text[i..]
-        .split(|c: char| c == '"' || c.is_whitespace())
-        .next()
-        .unwrap()
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_discovered_machine_is_inspected_and_its_node_keeps_the_inventory() {
@@ -53,16 +21,7 @@ async fn a_discovered_machine_is_inspected_and_its_node_keeps_the_inventory() {
     std::fs::write(dir.path().join("images/tools/bootd-agent"), b"agent").unwrap();
     let b = Bootd::start_site(dir, &path, tuning()).await;
     // Its report comes from the address leased to its MAC.
-    {
-        use dhcp::v4::leases::{Lease, LeaseState};
-        b.app.leases.lock().unwrap().apply(Lease {
-            mac: "52:54:00:77:00:c1".into(),
-            ip: "127.0.0.1".parse().unwrap(),
-            expires: u64::MAX / 2,
-            hostname: None,
-            state: LeaseState::Active,
-        });
-    }
+    super::lease_on_loopback(&b, "52:54:00:77:00:c1", true);
     let uuid = "2c4e28ba-2fa1-11d2-883f-0016d3cca427";
     let report = format!("/discover?mac=52-54-00-77-00-c1&uuid={uuid}&buildarch=x86_64");
     let (st, s) = b.boot(&report).await;

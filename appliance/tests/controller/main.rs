@@ -21,7 +21,7 @@ mod machine_config;
 mod platforms;
 mod prism;
 
-pub use api::{plain_get, until, until_ok, with_log, Api};
+pub use api::{after, curl_from, plain_get, until, until_ok, with_log, Api};
 use fake::{Fake, Fault};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
@@ -1186,6 +1186,23 @@ async fn kill_9_in_the_middle_of_bootstrap_teardown_resumes_without_a_second_del
     assert!(revoked.contains("bootstrap"), "{revoked}");
 }
 
+/// A DHCP lease of 127.0.0.1 for `mac` in `b`'s table (held, or released):
+/// a discovery report from the test's loopback counts as from its lease.
+pub fn lease_on_loopback(b: &Bootd, mac: &str, active: bool) {
+    use dhcp::v4::leases::{Lease, LeaseState};
+    b.app.leases.lock().unwrap().apply(Lease {
+        mac: mac.into(),
+        ip: "127.0.0.1".parse().unwrap(),
+        expires: u64::MAX / 2,
+        hostname: None,
+        state: if active {
+            LeaseState::Active
+        } else {
+            LeaseState::Released
+        },
+    });
+}
+
 /// Discovery through the API: a reported machine is listed, adopted into a
 /// node (its MACs, a free address outside the pool, validated as any node),
 /// gone from the list, and its next report gets its node's script; an adopt
@@ -1205,20 +1222,7 @@ async fn discovered_machines_are_listed_and_adopted() {
     std::fs::write(dir.path().join("images/tools/bootd-agent"), b"agent").unwrap();
     let b = Bootd::start_site(dir, &path, tuning()).await;
     // Each report comes from the address leased to its MAC (127.0.0.1 here).
-    let lease = |mac: &str, active: bool| {
-        use dhcp::v4::leases::{Lease, LeaseState};
-        b.app.leases.lock().unwrap().apply(Lease {
-            mac: mac.into(),
-            ip: "127.0.0.1".parse().unwrap(),
-            expires: u64::MAX / 2,
-            hostname: None,
-            state: if active {
-                LeaseState::Active
-            } else {
-                LeaseState::Released
-            },
-        });
-    };
+    let lease = |mac: &str, active: bool| lease_on_loopback(&b, mac, active);
     lease("52:54:00:77:00:a1", true);
     let (st, s) = b.boot("/discover?mac=52-54-00-77-00-a1&nic1=52-54-00-77-00-a2&uuid=1b4e28ba-2fa1-11d2-883f-0016d3cca427&buildarch=x86_64").await;
     assert_eq!(st, 200, "{s}");
