@@ -146,6 +146,15 @@ pub(crate) fn token_name(key: &str) -> String {
     format!("discovered:{key}")
 }
 
+/// A discovered machine's architecture, from iPXE's `${buildarch}`.
+fn arch_of(m: &Machine) -> site::Arch {
+    match m.buildarch.as_deref() {
+        Some("arm64") => site::Arch::Aarch64,
+        Some("ppc64" | "ppc64le") => site::Arch::Ppc64le,
+        _ => site::Arch::X86_64,
+    }
+}
+
 /// With `discovery.inspect`, for a machine not inspected yet whose
 /// architecture has an agent and an image set: the live boot that runs it.
 fn inspect_script(app: &App, snap: &Snapshot, m: &Machine, base: &str) -> Option<String> {
@@ -153,11 +162,7 @@ fn inspect_script(app: &App, snap: &Snapshot, m: &Machine, base: &str) -> Option
     if !site.discovery.inspect || m.inventory.is_some() {
         return None;
     }
-    let arch = match m.buildarch.as_deref() {
-        Some("arm64") => site::Arch::Aarch64,
-        Some("ppc64" | "ppc64le") => site::Arch::Ppc64le,
-        _ => site::Arch::X86_64,
-    };
+    let arch = arch_of(m);
     site.inspection.agent(arch)?;
     let set = site.images.sets.values().find(|s| s.arch == arch)?;
     let tok = app.key.issue(
@@ -185,11 +190,7 @@ pub(super) fn discover_agent(
         Ok(x) => x,
         Err(d) => return deny(app, what, "", peer, d),
     };
-    let arch = match m.buildarch.as_deref() {
-        Some("arm64") => site::Arch::Aarch64,
-        Some("ppc64" | "ppc64le") => site::Arch::Ppc64le,
-        _ => site::Arch::X86_64,
-    };
+    let arch = arch_of(&m);
     let Some(rel) = snap.site.inspection.agent(arch) else {
         return not_found();
     };
