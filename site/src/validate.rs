@@ -33,6 +33,11 @@ use boot_files::boot_file;
 use host::{dhcp_options, host};
 use ignition::ignition;
 use node::node;
+
+/// A site node that names no disk to install to and does not say it runs live.
+pub const NO_DISK_TARGET: &str = "names no disk to install to: give rootDeviceHints (Metal3's) or \
+     installDisk for the disk it installs to, or live: true for a node that runs the live \
+     system and installs nothing";
 mod inspection;
 use inspection::{inspection, metal_image};
 
@@ -321,6 +326,17 @@ fn validate(w: wire::SiteFile, cx: &mut Cx) -> Option<Site> {
                         cx.err(key, format!("duplicate IP {ip} (also {j})"));
                     }
                 }
+            }
+            // A site node network-boots: one that names no disk would run
+            // the live system, be marked installed, and be told to boot an
+            // empty disk at its next network boot. Overlay nodes are the
+            // controller's, checked per provider when they are created.
+            if !from_overlay
+                && wn.install_disk.is_none()
+                && wn.root_device_hints.is_none()
+                && wn.live != Some(true)
+            {
+                cx.err(format!("nodes[{i}]"), NO_DISK_TARGET);
             }
             if let Some(n) = node(cx, i, wn, &networks, &images, &broken_images, &inspection) {
                 if from_overlay {
