@@ -8,7 +8,7 @@ use crate::http::Url;
 use crate::Error;
 
 pub const USAGE: &str = "\
-usage: bootd-agent inspect --post URL [--reboot] [--lldp-seconds N] [--root DIR]
+usage: bootd-agent inspect --post URL [--reboot | --poweroff] [--lldp-seconds N] [--root DIR]
        bootd-agent wipe --post URL [--poweroff | --reboot] [--disk NAME]... [--root DIR]
 
 inspect  report the machine's CPU, memory, disks, NICs (with the switch
@@ -37,6 +37,9 @@ pub enum Command {
 pub struct Inspect {
     pub post: Url,
     pub reboot: bool,
+    /// After the report, power off (a machine booted from virtual media:
+    /// its BMC is given the next ISO while it is off).
+    pub poweroff: bool,
     pub lldp_seconds: u64,
     pub root: PathBuf,
 }
@@ -79,7 +82,8 @@ pub fn parse<I: IntoIterator<Item = String>>(args: I) -> Result<Command, Error> 
             (_, "-h" | "--help") => return Ok(Command::Help),
             (_, "--post") => post = Some(Url::parse(&value("a URL")?)?),
             (_, "--root") => root = Some(PathBuf::from(value("a directory")?)),
-            ("inspect", "--reboot") if inline.is_none() => reboot = true,
+            ("inspect" | "wipe", "--reboot") if inline.is_none() && !poweroff => reboot = true,
+            ("inspect" | "wipe", "--poweroff") if inline.is_none() && !reboot => poweroff = true,
             ("inspect", "--lldp-seconds") => {
                 let v = value("a number of seconds")?;
                 lldp = Some(
@@ -91,8 +95,6 @@ pub fn parse<I: IntoIterator<Item = String>>(args: I) -> Result<Command, Error> 
                         })?,
                 );
             }
-            ("wipe", "--poweroff") if inline.is_none() && !reboot => poweroff = true,
-            ("wipe", "--reboot") if inline.is_none() && !poweroff => reboot = true,
             ("wipe", "--disk") => {
                 let v = value("a disk name")?;
                 let name = v.strip_prefix("/dev/").unwrap_or(&v);
@@ -114,6 +116,7 @@ pub fn parse<I: IntoIterator<Item = String>>(args: I) -> Result<Command, Error> 
         Command::Inspect(Inspect {
             post,
             reboot,
+            poweroff,
             lldp_seconds: lldp.unwrap_or(DEFAULT_LLDP_SECONDS),
             root,
         })
@@ -158,9 +161,14 @@ mod tests {
             panic!()
         };
         assert_eq!(
-            (i.reboot, i.lldp_seconds, i.root),
-            (true, 0, PathBuf::from("/tmp/x"))
+            (i.reboot, i.poweroff, i.lldp_seconds, i.root),
+            (true, false, 0, PathBuf::from("/tmp/x"))
         );
+        let Command::Inspect(i) = p(&["inspect", "--post", "http://b/", "--poweroff"]).unwrap()
+        else {
+            panic!()
+        };
+        assert!(i.poweroff && !i.reboot);
     }
 
     #[test]
@@ -196,7 +204,7 @@ mod tests {
             &["inspect"],
             &["inspect", "--post"],
             &["inspect", "--post", "https://b/"],
-            &["inspect", "--post", "http://b/", "--poweroff"],
+            &["inspect", "--post", "http://b/", "--poweroff", "--reboot"],
             &["inspect", "--post", "http://b/", "--lldp-seconds", "-1"],
             &["inspect", "--post", "http://b/", "--lldp-seconds", "601"],
             &["inspect", "--post", "http://b/", "--reboot=yes"],

@@ -76,7 +76,9 @@ pub fn run(cmd: Command) -> Result<(), Error> {
                 inv.nics.len(),
                 inv.nics.iter().filter(|n| n.lldp.is_some()).count()
             );
-            if i.reboot {
+            if i.poweroff {
+                sysrq(&i.root, b'o')?;
+            } else if i.reboot {
                 sysrq(&i.root, b'b')?;
             }
             Ok(())

@@ -91,7 +91,13 @@ impl Media {
         }
         // The node, not its BMC, fetches what the kernel line names.
         let base = site.host.http.base_url(None, Some(node));
-        let urls = crate::render::NodeUrls::with_boot(site, base, node, token, boot);
+        let mut urls = crate::render::NodeUrls::with_boot(site, base, node, token, boot);
+        // Its BMC boots this same ISO until another is inserted: the agent
+        // powers the machine off when done, and the controller inserts the
+        // ISO of the next step (docs/bmc.md, "Virtual media").
+        if urls.boot == crate::render::Boot::Agent {
+            urls.ignition.push_str("&then=poweroff");
+        }
         let img = site.image_of(node);
         Ok(Spec {
             node: node.name.clone(),

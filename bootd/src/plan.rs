@@ -25,6 +25,23 @@ pub enum Plan {
     },
 }
 
+impl Plan {
+    /// A short name of what the boot does (`live`, `inspect`, `wipe`,
+    /// `wipe-then-install`, `install:<device>`, `refuse`): two boots with
+    /// the same step serve the same thing. A BMC's virtual media holds one
+    /// ISO per step.
+    pub fn step(&self) -> String {
+        match self {
+            Plan::Live => "live".into(),
+            Plan::Inspect => "inspect".into(),
+            Plan::Wipe { reboot: false } => "wipe".into(),
+            Plan::Wipe { reboot: true } => "wipe-then-install".into(),
+            Plan::Install { device, .. } => format!("install:{device}"),
+            Plan::Refuse { .. } => "refuse".into(),
+        }
+    }
+}
+
 /// Condition kinds of [`Plan::Refuse`].
 pub const BELOW_MINIMUMS: &str = "below_minimums";
 pub const NO_DISK: &str = "no_disk";

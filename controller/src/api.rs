@@ -367,43 +367,22 @@ pub(super) async fn create_node(
 }
 
 /// `POST /v1/nodes` with its body read.
-/// A machine behind a BMC installs to a disk or says it runs live: one
-/// that says neither would run the live system, be marked installed, and
-/// be told to boot an empty disk at its next network boot (a rack machine
-/// is never meant to run live by accident). Adopted machines: the same
+/// A rack machine (behind a BMC, or with no provider: brought up by other
+/// means) installs to a disk or says `live: true`: one that says neither
+/// would run the live system, be marked installed, and be told to boot an
+/// empty disk at its next network boot. Not asked of the local provider's
+/// lab VMs (they have no disk) nor of the clouds' machines (their provider
+/// writes their disk, or, Equinix Metal's `custom_ipxe`, they keep the
+/// behaviour the installs made on it rely on). Adopted machines: the same
 /// (`discovered::adopt`).
 fn no_disk_problem(spec: &NodeSpec, provider: Option<&providers::ProviderSpec>) -> Option<String> {
-    let bmc = provider.is_some_and(|p| matches!(p.name(), "redfish" | "ipmi"));
-    (bmc && !says_disk_or_live(spec)).then(|| NO_DISK.to_string())
-}
-
-/// A virtual-media node that would inspect first: its ISO is the boot of
-/// the moment the BMC fetched it, and no second ISO is inserted after the
-/// inspection (docs/bmc.md): refused rather than inspecting in a loop.
-fn media_inspection_problem(
-    ctl: &Controller,
-    spec: &NodeSpec,
-    provider: Option<&providers::ProviderSpec>,
-) -> Option<String> {
-    let media = provider.is_some_and(|p| p.name() == "redfish" && p.spec["boot"] == "virtualMedia");
-    let disk = spec.install_disk.is_some() || spec.root_device_hints.is_some();
-    let arch = spec
-        .arch
-        .as_deref()
-        .and_then(site::Arch::parse)
-        .unwrap_or(site::Arch::X86_64);
-    let inspects = ctl.app.live.load().site.inspection.agent(arch).is_some();
-    (media && disk && inspects).then(|| {
-        "provider.redfish.boot: virtualMedia for a node that inspects before it installs \
-         (inspection.agents has its architecture's agent) is not supported: its ISO would \
-         inspect again at every boot; use pxe or uefiHttp"
-            .to_string()
-    })
+    let rack = provider.is_none_or(|p| matches!(p.name(), "redfish" | "ipmi"));
+    (rack && !says_disk_or_live(spec)).then(|| NO_DISK.to_string())
 }
 
 /// Whether the node names a disk to install to or says it runs live.
 pub(super) fn says_disk_or_live(spec: &NodeSpec) -> bool {
-    spec.install_disk.is_some() || spec.root_device_hints.is_some() || spec.live.is_some()
+    spec.install_disk.is_some() || spec.root_device_hints.is_some() || spec.live == Some(true)
 }
 
 pub(super) const NO_DISK: &str = "live: the node network-boots and names no disk to install to: give \
@@ -433,9 +412,6 @@ async fn create_from(ctl: &Arc<Controller>, _: auth::Caller, body: bytes::Bytes)
         }
     }
     if let Some(p) = no_disk_problem(&spec, provider.as_ref()) {
-        problems.push(p);
-    }
-    if let Some(p) = media_inspection_problem(ctl, &spec, provider.as_ref()) {
         problems.push(p);
     }
     if !problems.is_empty() {

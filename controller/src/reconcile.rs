@@ -246,6 +246,20 @@ fn node_request(ctl: &Controller, snap: &Snapshot, row: &NodeRow) -> Option<Node
             bootd::plan::plan(&snap.site, n, None, None) == bootd::plan::Plan::Inspect
                 && ctl.app.inventories.get(name).is_none()
         }),
+        media_step: snap
+            .site
+            .node(name)
+            .map(|n| {
+                let inv = ctl.app.inventories.get(name);
+                bootd::plan::plan(
+                    &snap.site,
+                    n,
+                    inv.as_deref().map(|r| &r.inventory),
+                    ctl.app.inventories.release(name),
+                )
+                .step()
+            })
+            .unwrap_or_default(),
     })
 }
 
@@ -372,7 +386,12 @@ async fn step(ctl: &Arc<Controller>, row: &NodeRow) -> Result<Next, StoreError> 
             info!(node = %name, provider = provider.name(), id = %m.id, how, "machine recorded");
             m
         }
-        Some(res) => match provider.get(&res.external_id).await {
+        Some(res) => match async {
+            next_media(provider.as_ref(), kind, &res.external_id, &req).await?;
+            provider.get(&res.external_id).await
+        }
+        .await
+        {
             Ok(Some(m)) => m,
             Ok(None) => {
                 warn!(node = %name, id = %res.external_id, "the machine is gone at the provider; a new one will be made");
@@ -444,6 +463,14 @@ async fn step(ctl: &Arc<Controller>, row: &NodeRow) -> Result<Next, StoreError> 
                 );
                 return Ok(Next::Idle);
             }
+            // Asked again: the facts just recorded may have put the node
+            // in the served site, and what its boot does now (inspect
+            // first, which ISO) is read from there.
+            let snap = ctl.app.live.load_full();
+            let req = match node_request(ctl, &snap, row) {
+                Some(r) if snap.site.node(name).is_some() => r,
+                _ => return Ok(Next::Poll),
+            };
             if let Err(e) = provider.start(&machine.id, &req).await {
                 return Ok(provider_failed(ctl, name, e));
             }
@@ -474,6 +501,21 @@ async fn step(ctl: &Arc<Controller>, row: &NodeRow) -> Result<Next, StoreError> 
             Ok(Next::Idle)
         }
     }
+}
+
+/// A node booting virtual media: the ISO of its next step, once its live
+/// system powered off after the last
+/// ([`crate::providers::Provider::next_media`]).
+async fn next_media(
+    provider: &dyn crate::providers::Provider,
+    kind: BootKind,
+    id: &str,
+    req: &NodeRequest,
+) -> Result<(), ProviderError> {
+    if kind != BootKind::Media {
+        return Ok(());
+    }
+    provider.next_media(id, req).await
 }
 
 fn resource(provider: &str, m: &crate::providers::Machine) -> Resource {

@@ -223,7 +223,7 @@ esac
 if [[ -n $PROVIDER ]]; then
   BODY="{\"name\":\"$NODE\",\"role\":\"$ROLE\",\"provider\":$PROVIDER}"
 else
-  BODY="{\"name\":\"$NODE\",\"role\":\"$ROLE\",\"macs\":[\"52:54:00:77:00:60\"],\"ip\":\"10.77.0.60\",\"kernelArgs\":[\"console=ttyS0\"]}"
+  BODY="{\"name\":\"$NODE\",\"role\":\"$ROLE\",\"macs\":[\"52:54:00:77:00:60\"],\"ip\":\"10.77.0.60\",\"kernelArgs\":[\"console=ttyS0\"],\"live\":true}"
 fi
 T_CREATE=$(now)
 r=$(api POST /v1/nodes "$BODY")

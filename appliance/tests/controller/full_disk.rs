@@ -9,7 +9,7 @@ use testkit::tmpfs::Tmpfs;
 fn node(name: &str, last: u8) -> Value {
     json!({
         "name": name, "role": "worker", "macs": [format!("52:54:00:77:01:{last:02x}")],
-        "ip": format!("10.77.0.{last}"), "kernelArgs": ["console=ttyS0"]
+        "ip": format!("10.77.0.{last}"), "kernelArgs": ["console=ttyS0"], "live": true
     })
 }
 

@@ -18,6 +18,7 @@ mod ha;
 mod ipv6;
 mod local;
 mod machine_config;
+mod media;
 mod platforms;
 mod prism;
 
@@ -674,7 +675,7 @@ async fn a_provider_address_held_by_another_node_is_a_conflict() {
         "not served with a conflict"
     );
     let (st, v) = b
-        .create(json!({ "name": "bare-1", "role": "worker" }))
+        .create(json!({ "name": "bare-1", "role": "worker", "live": true }))
         .await;
     assert_eq!(st, 422, "{v:#}");
     assert!(
@@ -684,6 +685,27 @@ async fn a_provider_address_held_by_another_node_is_a_conflict() {
             .contains("only a provider can assign them"),
         "{v:#}"
     );
+    // A machine brought up by other means names a disk or says live: true.
+    let bare = json!({"name": "bare-2", "role": "worker", "ip": "10.77.0.29", "macs": ["52:54:00:77:00:c2"]});
+    for extra in [json!({}), json!({"live": false})] {
+        let mut n = bare.clone();
+        n.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        let (st, v) = b.create(n).await;
+        assert_eq!(st, 422, "{v:#}");
+        assert!(
+            v["problems"][0]
+                .as_str()
+                .unwrap()
+                .starts_with("live: the node network-boots and names no disk to install to"),
+            "{v:#}"
+        );
+    }
+    let mut n = bare.clone();
+    n["rootDeviceHints"] = json!({"deviceName": "/dev/sda"});
+    let (st, v) = b.create(n).await;
+    assert_eq!(st, 201, "{v:#}");
     b.stop().await;
 }
 
@@ -1120,7 +1142,7 @@ async fn kill_9_in_the_middle_of_bootstrap_teardown_resumes_without_a_second_del
         // No site bootstrap node (it is made through the API), and no lbd
         // here: the drain is reported as not possible and does not hold the
         // delete up.
-        let t = t.replace("  - { name: bootstrap, role: bootstrap, macs: [\"52:54:00:77:00:10\"], ip: 10.77.0.10, kernelArgs: [console=ttyS0], fetchFrom: anyAddress }\n", "");
+        let t = t.replace("  - { name: bootstrap, role: bootstrap, live: true, macs: [\"52:54:00:77:00:10\"], ip: 10.77.0.10, kernelArgs: [console=ttyS0], fetchFrom: anyAddress }\n", "");
         assert!(!t.contains("name: bootstrap"), "{t}");
         format!("{t}\nlb:\n  adminListen: off\n")
     });
@@ -1254,7 +1276,7 @@ async fn discovered_machines_are_listed_and_adopted() {
     );
     // Another node takes the second machine's MAC: its adopt is refused.
     let (st, _) = b
-        .create(json!({"name": "worker-8", "role": "worker", "ip": "10.77.0.28", "macs": ["52:54:00:77:00:b1"]}))
+        .create(json!({"name": "worker-8", "role": "worker", "ip": "10.77.0.28", "macs": ["52:54:00:77:00:b1"], "live": true}))
         .await;
     assert_eq!(st, 201);
     let (st, v) = b

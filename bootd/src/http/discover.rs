@@ -218,6 +218,7 @@ pub(super) fn discover_agent(
         &sum,
         &format!("{base}/discover/inventory?key={key}&token={tok}"),
         snap.site.inspection.lldp_seconds,
+        false,
     );
     info!(key = %key, %peer, "discovery agent Ignition served");
     json_response(StatusCode::OK, &cfg)

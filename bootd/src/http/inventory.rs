@@ -154,12 +154,15 @@ pub(super) fn agent_config(
             format!("{base}/inventory/{}/wiped?token={tok}", node.name)
         }
     };
+    // Its ISO's URL says so (`then=poweroff`, [`crate::media`]).
+    let power_off = query(q, "then").as_deref() == Some("poweroff");
     let cfg = render::agent::config(
         action,
         &format!("{base}/images/{rel}"),
         &sum,
         &report,
         snap.site.inspection.lldp_seconds,
+        power_off,
     );
     info!(node = %node.name, %source, action = ?action, "agent Ignition served");
     app.timeline.record(Raw::new(

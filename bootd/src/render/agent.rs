@@ -28,25 +28,33 @@ pub const UNIT: &str = "bootd-agent.service";
 
 /// The agent's config. `agent_url`: the binary under `/images/`;
 /// `sha256`: its digest (hex); `report_url`: where it posts (with the
-/// token); `lldp_seconds`: how long it listens for LLDP.
+/// token); `lldp_seconds`: how long it listens for LLDP; `power_off`:
+/// the machine powers off instead of rebooting after every action (it
+/// booted an ISO from virtual media: its BMC would boot that same ISO
+/// again, so the controller inserts the next one while it is off).
 pub fn config(
     action: Action,
     agent_url: &str,
     sha256: &str,
     report_url: &str,
     lldp_seconds: u32,
+    power_off: bool,
 ) -> Value {
+    let then = if power_off { "--poweroff" } else { "--reboot" };
     let exec = match action {
-        Action::Inspect => format!(
-            "{AGENT_PATH} inspect --post {report_url} --lldp-seconds {lldp_seconds} --reboot"
-        ),
+        Action::Inspect => {
+            format!("{AGENT_PATH} inspect --post {report_url} --lldp-seconds {lldp_seconds} {then}")
+        }
         Action::Wipe => format!("{AGENT_PATH} wipe --post {report_url} --poweroff"),
-        Action::WipeThenInstall => format!("{AGENT_PATH} wipe --post {report_url} --reboot"),
+        Action::WipeThenInstall => format!("{AGENT_PATH} wipe --post {report_url} {then}"),
     };
+    let after = if power_off { "powers off" } else { "reboots" };
     let what = match action {
-        Action::Inspect => "reports this machine's inventory to bootd, then reboots",
-        Action::Wipe => "wipes this machine's disks for bootd, then powers off",
-        Action::WipeThenInstall => "wipes this machine's disks for bootd, then reboots to install",
+        Action::Inspect => format!("reports this machine's inventory to bootd, then {after}"),
+        Action::Wipe => "wipes this machine's disks for bootd, then powers off".to_string(),
+        Action::WipeThenInstall => {
+            format!("wipes this machine's disks for bootd, then {after} to install")
+        }
     };
     // systemd reads `%` as a specifier: a URL's escapes are doubled.
     let exec = exec.replace('%', "%%");
@@ -84,6 +92,7 @@ mod tests {
             "ab",
             "http://10.0.0.1:8080/inventory/m0?token=T%2F",
             35,
+            false,
         );
         let f = &c["storage"]["files"][0];
         assert_eq!(f["path"], AGENT_PATH);
@@ -100,9 +109,26 @@ mod tests {
             "ab",
             "http://h/inventory/m0/wiped?token=T",
             35,
+            false,
         );
         let unit = w["systemd"]["units"][0]["contents"].as_str().unwrap();
         assert!(unit
             .contains("bootd-agent wipe --post http://h/inventory/m0/wiped?token=T --poweroff\n"));
+        // Booted from virtual media: every action ends powered off.
+        for (action, cmd) in [
+            (
+                Action::Inspect,
+                "inspect --post http://h/r --lldp-seconds 35 --poweroff\n",
+            ),
+            (
+                Action::WipeThenInstall,
+                "wipe --post http://h/r --poweroff\n",
+            ),
+        ] {
+            let c = config(action, "u", "ab", "http://h/r", 35, true);
+            let unit = c["systemd"]["units"][0]["contents"].as_str().unwrap();
+            assert!(unit.contains(cmd), "{unit}");
+            assert!(unit.contains("then powers off"), "{unit}");
+        }
     }
 }

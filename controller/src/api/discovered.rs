@@ -60,9 +60,10 @@ pub(in crate::api) async fn adopt(
         Some(Value::Bool(b)) => b,
         Some(_) => return err(StatusCode::BAD_REQUEST, "keepDisks: true or false"),
     };
-    if !["installDisk", "rootDeviceHints", "live"]
+    if !["installDisk", "rootDeviceHints"]
         .iter()
         .any(|k| spec.contains_key(*k))
+        && spec.get("live") != Some(&Value::Bool(true))
     {
         return reply(
             StatusCode::UNPROCESSABLE_ENTITY,

@@ -99,6 +99,15 @@ pub trait Provider: Send + Sync + std::fmt::Debug {
     fn release<'a>(&'a self, _id: &'a str, _node: &'a NodeRequest) -> BoxFuture<'a, Result<bool>> {
         Box::pin(async { Ok(false) })
     }
+    /// The machine booted virtual media whose ISO is of another step than
+    /// `node.media_step` (its live system inspected or wiped, then powered
+    /// off): once it is off, insert the ISO of this step and power it on.
+    /// Nothing while it is still on, after the media were ejected, or when
+    /// the ISO is this step's. Called before [`Provider::get`] at each
+    /// reconcile of a node that boots virtual media.
+    fn next_media<'a>(&'a self, _id: &'a str, _node: &'a NodeRequest) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async { Ok(()) })
+    }
     /// The node fetched its Ignition: undo what only its first boot needed
     /// (a BMC ejects its virtual media). Called before the node is Ready,
     /// again after a transient error; doing it twice does no harm.

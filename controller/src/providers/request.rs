@@ -28,6 +28,10 @@ pub struct NodeRequest {
     /// it) and the next installs: a BMC keeps it booting from the network
     /// until the install fetched its Ignition (`finish`), not once.
     pub inspects_first: bool,
+    /// What the node's boot does now ([`bootd::plan::Plan::step`]): a BMC
+    /// whose virtual media holds the ISO of another step inserts this
+    /// one's ([`super::Provider::next_media`]).
+    pub media_step: String,
 }
 
 impl NodeRequest {
@@ -48,6 +52,7 @@ impl NodeRequest {
             media_url: Secret(String::new()),
             intent: String::new(),
             inspects_first: false,
+            media_step: String::new(),
         }
     }
 }

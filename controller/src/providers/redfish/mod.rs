@@ -99,6 +99,11 @@ struct Record {
 struct MediaRecord {
     device: String,
     ejected: bool,
+    /// The step of the node's plan the inserted ISO boots
+    /// (`NodeRequest::media_step`); empty in records written before it
+    /// was kept: never replaced.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    step: String,
 }
 
 #[derive(Debug)]
@@ -315,16 +320,22 @@ impl Redfish {
             rec.media = Some(MediaRecord {
                 device: dev.path,
                 ejected: false,
+                step: req.media_step.clone(),
             });
             bmc::store(&self.dir, NAME, node, &rec)?;
-            info!(node, system = %rec.system, "redfish: bootd's ISO inserted as virtual media");
+            info!(node, system = %rec.system, step = %req.media_step, "redfish: bootd's ISO inserted as virtual media");
         }
         let s = bmc.system(&rec.system).await?;
         // It boots from the network twice (inspect, then install): a
         // continuous override, which `finish` clears once the install
         // fetched its Ignition. Where the BMC has none, once: the machine
         // then needs the network before its disk in its boot order.
-        if req.inspects_first && rec.boot["BootSourceOverrideEnabled"] == "Once" {
+        // Virtual media need none: each step's ISO is inserted with its
+        // own one-time override (`next_media`).
+        if req.inspects_first
+            && !rec.spec.virtual_media()
+            && rec.boot["BootSourceOverrideEnabled"] == "Once"
+        {
             if s.enabled_values
                 .as_ref()
                 .is_none_or(|v| v.iter().any(|x| x == "Continuous"))
@@ -377,6 +388,43 @@ impl Redfish {
         Ok(())
     }
 
+    /// The ISO in the virtual media is of another step than the node's
+    /// plan now (its agent reported and powered the machine off): once the
+    /// machine is off, the next step's ISO goes in and it is started again
+    /// as at first (override, then power on, announced in the record).
+    async fn next_media(&self, id: &str, req: &NodeRequest) -> Result<()> {
+        let node = bmc::node_of(id);
+        let Some(mut rec) = bmc::load::<Record>(&self.dir, NAME, node)? else {
+            return Ok(());
+        };
+        let stale = match &rec.media {
+            Some(m) => !m.ejected && !m.step.is_empty() && m.step != req.media_step,
+            None => false,
+        };
+        if !stale || req.media_step.is_empty() || rec.power.delete_at.is_some() {
+            return Ok(());
+        }
+        let (bmc, _) = self.bmc(&rec.spec)?;
+        let s = bmc.system(&rec.system).await?;
+        if s.power != "Off" {
+            // Still running the last step (or on its way down).
+            return Ok(());
+        }
+        let was = rec
+            .media
+            .as_ref()
+            .map(|m| m.step.clone())
+            .unwrap_or_default();
+        info!(node, system = %rec.system, from = %was, to = %req.media_step, "redfish: the machine is off after a step of its virtual media; inserting the next");
+        // The record keeps the device: `start` ejects what is in it.
+        rec.power.power_on_at = None;
+        if let Some(m) = rec.media.as_mut() {
+            m.step.clear();
+        }
+        bmc::store(&self.dir, NAME, node, &rec)?;
+        self.start(id, req).await
+    }
+
     /// The node fetched its Ignition: its ISO is ejected, so that no later
     /// boot starts the installer again.
     async fn finish(&self, id: &str) -> Result<()> {
@@ -391,6 +439,7 @@ impl Redfish {
             rec.media = Some(MediaRecord {
                 device: dev.path,
                 ejected: true,
+                step: m.step.clone(),
             });
             bmc::store(&self.dir, NAME, node, &rec)?;
             info!(node, system = %rec.system, "redfish: virtual media ejected (the node fetched its Ignition)");
@@ -540,6 +589,13 @@ impl super::Provider for Redfish {
     }
     fn finish<'a>(&'a self, id: &'a str) -> super::BoxFuture<'a, Result<()>> {
         Box::pin(Redfish::finish(self, id))
+    }
+    fn next_media<'a>(
+        &'a self,
+        id: &'a str,
+        node: &'a NodeRequest,
+    ) -> super::BoxFuture<'a, Result<()>> {
+        Box::pin(Redfish::next_media(self, id, node))
     }
     fn release<'a>(
         &'a self,
