@@ -240,7 +240,7 @@ pub(crate) fn installed_by_image(app: &App, ip: IpAddr) {
         .site
         .nodes
         .iter()
-        .find(|n| writes_metal(&snap, n) && (n.has_ip(ip) || node_addrs(app, n).contains(&ip)));
+        .find(|n| writes_metal(&snap, n) && (n.has_ip(ip) || node_addrs(n).contains(&ip)));
     let Some(node) = node else { return };
     let now = crate::timeline::now_us() / 1000;
     match app.installed.mark(&node.name, now) {
@@ -497,35 +497,17 @@ pub(crate) fn count_refusal(app: &App, what: &str, name: &str, source: IpAddr, r
     }
 }
 
-/// The node's addresses: its reservation, the ones its provider reported,
-/// and any address it holds a DHCP lease on.
-pub(crate) fn node_addrs(app: &App, node: &Node) -> Vec<IpAddr> {
+/// The node's addresses: what the operator or its provider stated, its
+/// reserved addresses and the ones its provider reported. A DHCP lease is
+/// not one of them: bootd's DHCP gives a reserved node its reservation, so
+/// a lease elsewhere is a pool address that anyone who saw the node's MAC
+/// (or its DUID-LL) in a broadcast could have asked for, in the family the
+/// node has no reservation in (docs/bootd.md, the attacker table).
+pub fn node_addrs(node: &Node) -> Vec<IpAddr> {
     let mut v: Vec<IpAddr> = node.ips().collect();
     for a in node.addresses.iter().flatten() {
         if !v.contains(a) {
             v.push(*a);
-        }
-    }
-    let leases = app.leases.lock().unwrap_or_else(|p| p.into_inner());
-    for m in &node.macs {
-        if let Some(l) = leases.get(m) {
-            // Only an address it still holds (not one that expired and went
-            // to another machine).
-            if l.state == dhcp::v4::leases::LeaseState::Active
-                && leases.holder(l.ip) == Some(m)
-                && !v.contains(&IpAddr::V4(l.ip))
-            {
-                v.push(IpAddr::V4(l.ip));
-            }
-        }
-    }
-    drop(leases);
-    let leases6 = app.leases6.lock().unwrap_or_else(|p| p.into_inner());
-    for m in &node.macs {
-        if let Some(l) = leases6.held_by_mac(&m.to_string()) {
-            if !v.contains(&IpAddr::V6(l.ip)) {
-                v.push(IpAddr::V6(l.ip));
-            }
         }
     }
     v
@@ -558,7 +540,7 @@ pub(crate) fn script_allowed(
     q: Option<&str>,
     what: &str,
 ) -> Result<token::Granted, Response<Body>> {
-    let addrs = node_addrs(app, node);
+    let addrs = node_addrs(node);
     let tok = query(q, "token");
     token::authorize_script(
         &app.key,

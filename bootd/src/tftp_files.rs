@@ -20,7 +20,7 @@ pub(crate) fn tftp_resolver(app: Arc<App>) -> tftp::Resolver {
         {
             return match site.node_by_mac_or_port(&mac, peer.ip()) {
                 Some(node) => {
-                    let addrs = http::node_addrs(&app, node);
+                    let addrs = http::node_addrs(node);
                     let allowed = token::authorize_script(
                         &app.key,
                         &http::access(&snap, node, &addrs),

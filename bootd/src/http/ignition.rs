@@ -72,7 +72,7 @@ pub(super) fn ignition(
     let Some(node) = snap.site.node(name) else {
         return denied(Deny::UnknownNode);
     };
-    let addrs = node_addrs(app, node);
+    let addrs = node_addrs(node);
     let tok = query(q, "token");
     let granted = match token::authorize_ignition(
         &app.key,

@@ -101,7 +101,7 @@ pub(super) fn agent_config(
     let Some(node) = snap.site.node(name) else {
         return deny(app, what, name, source, Deny::UnknownNode);
     };
-    let addrs = node_addrs(app, node);
+    let addrs = node_addrs(node);
     if let Err(d) = token::authorize_ignition(
         &app.key,
         &access(snap, node, &addrs),
@@ -207,7 +207,7 @@ pub async fn post(
         return deny(&app, what, &name, source, Deny::UnknownNode);
     };
     // Its own address, and a token of the node: both.
-    let addrs = node_addrs(&app, node);
+    let addrs = node_addrs(node);
     if !addrs.contains(&source) {
         return deny(&app, what, &name, source, Deny::NotFromNode);
     }

@@ -8,6 +8,7 @@ mod harness;
 mod host_network;
 mod http;
 mod http_limits;
+mod identity;
 mod inspection;
 mod ipv6_render;
 mod media;
