@@ -214,11 +214,12 @@ fn script(body: String) -> Response<Body> {
 }
 
 /// A fresh token for the node's boot script (every script gets its own:
-/// a retry after a failed install still has an unspent one).
-fn node_token(app: &App, snap: &Snapshot, node: &Node) -> String {
+/// a retry after a failed install still has an unspent one), of the scope
+/// the request's grant mints ([`token::Granted::mints`]).
+fn node_token(app: &App, snap: &Snapshot, node: &Node, scope: token::Scope) -> String {
     app.key.issue(
         &node.name,
-        token::Scope::Script,
+        scope,
         runtime::clock::now(),
         snap.site.ignition.token_ttl,
     )
@@ -292,6 +293,7 @@ fn node_script(
     subject: Subject,
     how: &str,
     peer: IpAddr,
+    scope: token::Scope,
 ) -> Response<Body> {
     if let Some(at) = installed_at(app, snap, node) {
         local_boot_flag(app, node, subject, at);
@@ -308,7 +310,13 @@ fn node_script(
         format!("iPXE node script served ({how})"),
     ));
     let base = snap.site.host.http.base_url(Some(peer), None);
-    let urls = NodeUrls::with_boot(&snap.site, base, node, &node_token(app, snap, node), boot);
+    let urls = NodeUrls::with_boot(
+        &snap.site,
+        base,
+        node,
+        &node_token(app, snap, node, scope),
+        boot,
+    );
     script(render::ipxe::node(&snap.site, node, &urls))
 }
 
@@ -330,16 +338,17 @@ fn ipxe_by_mac(app: &App, snap: &Snapshot, q: Option<&str>, peer: IpAddr) -> Res
             if !fits {
                 warn!(node = %node.name, node_arch = %node.arch, buildarch = %buildarch.escape_debug(), "iPXE build architecture does not match the node's arch");
             }
-            if let Err(r) = script_allowed(app, snap, node, peer, q, "iPXE script") {
-                return r;
-            }
+            let granted = match script_allowed(app, snap, node, peer, q, "iPXE script") {
+                Ok(g) => g,
+                Err(r) => return r,
+            };
             info!(node = %node.name, mac = ?mac, "iPXE script served");
             let subject = Subject {
                 mac,
                 ..Subject::node(&node.name)
             }
             .with_ip(peer.to_canonical());
-            node_script(app, snap, node, subject, "by MAC", peer)
+            node_script(app, snap, node, subject, "by MAC", peer, granted.mints())
         }
         None if snap.site.discovery.enabled && mac.is_some() => {
             info!(mac = ?mac, "iPXE request from a MAC no node has: serving the discovery script");
@@ -380,9 +389,10 @@ fn ipxe_by_name(
 ) -> Response<Body> {
     match snap.site.node(name) {
         Some(node) => {
-            if let Err(r) = script_allowed(app, snap, node, peer, q, "iPXE script") {
-                return r;
-            }
+            let granted = match script_allowed(app, snap, node, peer, q, "iPXE script") {
+                Ok(g) => g,
+                Err(r) => return r,
+            };
             info!(node = %node.name, "iPXE script served (by name)");
             node_script(
                 app,
@@ -391,6 +401,7 @@ fn ipxe_by_name(
                 Subject::node(&node.name).with_ip(peer.to_canonical()),
                 "by name",
                 peer,
+                granted.mints(),
             )
         }
         None => {
@@ -446,9 +457,10 @@ fn mac_config(
         debug!(%mac, "{what} asked for an unknown MAC");
         return not_found();
     };
-    if let Err(r) = script_allowed(app, snap, node, peer, q, what) {
-        return r;
-    }
+    let granted = match script_allowed(app, snap, node, peer, q, what) {
+        Ok(g) => g,
+        Err(r) => return r,
+    };
     let subject = Subject::mac(mac).with_ip(peer.to_canonical());
     if let Some(at) = installed_at(app, snap, node) {
         local_boot_flag(app, node, subject, at);
@@ -462,7 +474,7 @@ fn mac_config(
         &snap.site,
         snap.site.host.http.base_url(Some(peer), None),
         node,
-        &node_token(app, snap, node),
+        &node_token(app, snap, node, granted.mints()),
         boot,
     );
     info!(node = %node.name, %mac, "{what} served");
@@ -578,14 +590,15 @@ fn metadata(
     if snap.revoked.contains(&node.name) {
         return deny(app, what, &node.name, source, Deny::Revoked);
     }
-    if let Err(r) = script_allowed(app, snap, node, source, q, what) {
-        return r;
-    }
+    let granted = match script_allowed(app, snap, node, source, q, what) {
+        Ok(g) => g,
+        Err(r) => return r,
+    };
     info!(node = %node.name, %source, "{what} served");
     if userdata {
         json_response(
             StatusCode::OK,
-            &pointer_for(app, snap, &node.name, token::Scope::Script, Some(source)),
+            &pointer_for(app, snap, &node.name, granted.mints(), Some(source)),
         )
     } else {
         json_response(

@@ -1,7 +1,7 @@
 //! Who may fetch a node's boot script, Ignition, metadata and userdata.
 //!
-//! The node's own address (its reservation, its provider's addresses, the
-//! address bootd's DHCP leased to its MAC) is what identifies it. A token
+//! The node's own address (its reservation, its provider's addresses) is
+//! what identifies it. A token
 //! is the fallback for the Ignition fetch from another address: bootd puts
 //! one in the node's boot script (served only to the node) and in its
 //! provider userdata.
@@ -251,6 +251,18 @@ pub enum Granted {
 }
 
 impl Granted {
+    /// The scope of the tokens what it granted may carry (a script's, a
+    /// pointer's): a provider token's grant mints provider tokens, which
+    /// work only where the provider says the node is, so that a provider
+    /// token never turns into a script token that works from anywhere;
+    /// anything else, script tokens.
+    pub fn mints(&self) -> Scope {
+        match self {
+            Granted::Token(v) => v.scope,
+            Granted::SourceAddress(_) | Granted::AnyAddress => Scope::Script,
+        }
+    }
+
     pub fn as_str(&self) -> &'static str {
         match self {
             Granted::SourceAddress(_) => "node address",
@@ -264,7 +276,7 @@ impl Granted {
 #[derive(Debug, Clone, Copy)]
 pub struct NodeAccess<'a> {
     pub name: &'a str,
-    /// Its reservation, its provider's addresses, its DHCP leases.
+    /// Its reservation and its provider's addresses.
     pub addrs: &'a [IpAddr],
     pub fetch_from: FetchFrom,
     /// Its provider reported its addresses (`nodes[].addresses` is set).

@@ -48,15 +48,24 @@ pub(super) fn discover(
     // A machine adopted in the meantime is a node now: its script, not a report.
     let first: Option<Mac> = m.macs.first().and_then(|s| s.parse().ok());
     if let Some(node) = first.as_ref().and_then(|mac| snap.site.node_by_mac(mac)) {
-        if let Err(r) = script_allowed(app, snap, node, peer, q, "iPXE script") {
-            return r;
-        }
+        let granted = match script_allowed(app, snap, node, peer, q, "iPXE script") {
+            Ok(g) => g,
+            Err(r) => return r,
+        };
         let subject = Subject {
             mac: first,
             ..Subject::node(&node.name)
         }
         .with_ip(peer);
-        return node_script(app, snap, node, subject, "by MAC, after discovery", peer);
+        return node_script(
+            app,
+            snap,
+            node,
+            subject,
+            "by MAC, after discovery",
+            peer,
+            granted.mints(),
+        );
     }
     // When bootd hands out the addresses, a report counts only from the
     // address leased to the MAC it names.

@@ -89,7 +89,7 @@ pub(super) fn ignition(
     let cfg = if pointer {
         // The pointer is a config too: an older client gets it relabelled.
         render::ignition::negotiate(
-            pointer_for(app, snap, &node.name, token::Scope::Script, Some(source)),
+            pointer_for(app, snap, &node.name, granted.mints(), Some(source)),
             accept,
         )
     } else {

@@ -102,15 +102,16 @@ pub(super) fn agent_config(
         return deny(app, what, name, source, Deny::UnknownNode);
     };
     let addrs = node_addrs(node);
-    if let Err(d) = token::authorize_ignition(
+    let granted = match token::authorize_ignition(
         &app.key,
         &access(snap, node, &addrs),
         source,
         query(q, "token").as_deref(),
         runtime::clock::now(),
     ) {
-        return deny(app, what, name, source, d);
-    }
+        Ok(g) => g,
+        Err(d) => return deny(app, what, name, source, d),
+    };
     let rec = app.inventories.get(&node.name);
     let action = match plan::plan(
         &snap.site,
@@ -147,7 +148,7 @@ pub(super) fn agent_config(
         }
     };
     let base = snap.site.host.http.base_url(Some(source), Some(node));
-    let tok = node_token(app, snap, node);
+    let tok = node_token(app, snap, node, granted.mints());
     let report = match action {
         Action::Inspect => format!("{base}/inventory/{}?token={tok}", node.name),
         Action::Wipe | Action::WipeThenInstall => {

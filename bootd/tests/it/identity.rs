@@ -124,3 +124,72 @@ fn a_dhcpv6_binding_for_the_nodes_mac_is_not_the_node() {
     );
     assert_eq!(addrs, vec![IpAddr::V4("10.77.0.20".parse().unwrap())]);
 }
+
+/// A provider token (what a provider's iPXE URL and userdata carry) buys
+/// a script and a pointer whose tokens are provider tokens too: once the
+/// provider reported where the machine is, they work only from there. (A
+/// script token minted from it would work from anywhere, for the token's
+/// lifetime.)
+#[tokio::test]
+async fn a_provider_token_buys_provider_tokens_only() {
+    use crate::trust::{get, on_loopback, token_in};
+    let b = Bootd::start_strict(on_loopback).await;
+    let p = b.app.key.issue(
+        "master-0",
+        bootd::token::Scope::Provider,
+        std::time::SystemTime::now(),
+        std::time::Duration::from_secs(600),
+    );
+    let scope = |t: &str| t.split('.').nth(1).unwrap_or_default().to_string();
+    let (s, script) = get(&b, "127.0.0.99", &format!("/ipxe/master-0.ipxe?token={p}")).await;
+    assert_eq!(s, StatusCode::OK);
+    let from_script = token_in(&script);
+    assert_eq!(scope(&from_script), "p", "the script's token");
+    let (s, pointer) = get(
+        &b,
+        "127.0.0.99",
+        &format!("/userdata?node=master-0&token={p}"),
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK);
+    let from_pointer = token_in(&pointer);
+    assert_eq!(scope(&from_pointer), "p", "the pointer's token");
+    // The provider reports the machine's address: the minted tokens go
+    // where provider tokens go, and nowhere else.
+    let site_path = b.dir.path().join("site.yaml");
+    let text = std::fs::read_to_string(&site_path).unwrap().replace(
+        "ip: 127.0.0.11, kernelArgs",
+        "ip: 127.0.0.11, addresses: [127.0.0.50], kernelArgs",
+    );
+    std::fs::write(&site_path, text).unwrap();
+    b.reload.notify_one();
+    let mut applied = false;
+    for _ in 0..50 {
+        if b.app
+            .live
+            .load()
+            .site
+            .node("master-0")
+            .unwrap()
+            .addresses
+            .is_some()
+        {
+            applied = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(applied, "the reported addresses were not applied");
+    for t in [&from_script, &from_pointer] {
+        let (s, _) = get(&b, "127.0.0.99", &format!("/ignition/master-0?token={t}")).await;
+        assert_eq!(s, StatusCode::NOT_FOUND, "a minted token from a neighbour");
+    }
+    let (s, _) = get(
+        &b,
+        "127.0.0.50",
+        &format!("/ignition/master-0?token={from_script}"),
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK, "from the reported address");
+    b.stop().await;
+}

@@ -20,7 +20,7 @@ fn ip(s: &str) -> IpAddr {
 
 /// master-0 on 127.0.0.11 (a loopback network in the site), so a test can
 /// speak from its address and from its neighbours'.
-fn on_loopback(t: String) -> String {
+pub(crate) fn on_loopback(t: String) -> String {
     t.replace(
         "    dnsServers: [10.77.0.1]\n",
         "    dnsServers: [10.77.0.1]\n  - name: lo\n    subnet: 127.0.0.0/8\n    gateway: 127.0.0.1\n",
@@ -28,13 +28,13 @@ fn on_loopback(t: String) -> String {
     .replace("ip: 10.77.0.11", &format!("ip: {NODE}"))
 }
 
-async fn get(b: &Bootd, from: &str, path: &str) -> (StatusCode, Vec<u8>) {
+pub(crate) async fn get(b: &Bootd, from: &str, path: &str) -> (StatusCode, Vec<u8>) {
     let (s, _, body) = request_from(Some(ip(from)), b.http, "GET", path, &[]).await;
     (s, body.to_vec())
 }
 
 /// The token in a script or pointer config.
-fn token_in(body: &[u8]) -> String {
+pub(crate) fn token_in(body: &[u8]) -> String {
     let t = String::from_utf8_lossy(body);
     let i = t.find("token=").expect("a token in the script") + "token=".len();
     t[i..]
@@ -334,7 +334,7 @@ async fn a_rack_nodes_script_goes_to_its_ports_address_only() {
             .replace("    leaseTime: 1h\n", "    leaseTime: 1h\n    trustedRelays: [10.77.0.254]\n")
             .replacen(
                 "\nnodes:\n",
-                "\nnodes:\n  - { name: rack-7, role: worker, ip: 127.0.0.47, relay: { circuitId: eth1/7 } }\n",
+                "\nnodes:\n  - { name: rack-7, role: worker, live: true, ip: 127.0.0.47, relay: { circuitId: eth1/7 } }\n",
                 1,
             )
     })
