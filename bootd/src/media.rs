@@ -12,9 +12,14 @@
 //!
 //! Built by `grub-mkrescue` (GRUB's own tool; it runs xorriso and mtools):
 //! see docs/design-notes.md for why that and not a crate or iPXE.
-//! Builds are cached under `<stateDir>/media/`, one file per node, named by
-//! a hash of everything that went into it; a node's older ISOs are removed
-//! when a new one is built. One build runs at a time.
+//! Builds are cached under `<stateDir>/media/`, named by a hash of
+//! everything that went into it. They run one at a time on a thread of
+//! their own, fed by a queue of [`QUEUE`] (past it, and for a node whose
+//! build is under way, [`MediaError::Busy`]), so that no flood of requests
+//! holds the blocking pool TFTP, image reads and lease commits share. A
+//! node's ISO that was served within [`KEEP_UNUSED`] is never removed when
+//! another is built (a BMC reads its ISO in ranges, by name), and a node
+//! keeps at most [`KEEP_MAX`].
 
 use sha2::{Digest, Sha256};
 use site::{Arch, Node, Site};
@@ -25,6 +30,12 @@ use std::time::{Duration, Instant};
 
 /// The longest a `grub-mkrescue` run may take before it is killed.
 const BUILD_TIMEOUT: Duration = Duration::from_secs(120);
+/// Builds waiting for the builder thread, at most.
+pub const QUEUE: usize = 4;
+/// A node's ISO served within this long is kept when another is built.
+pub const KEEP_UNUSED: Duration = Duration::from_secs(3600);
+/// A node's ISOs kept at most (the most recently served).
+pub const KEEP_MAX: usize = 4;
 
 #[derive(Debug, thiserror::Error)]
 pub enum MediaError {
@@ -34,6 +45,9 @@ pub enum MediaError {
     Io { what: String, err: io::Error },
     #[error("grub-mkrescue failed ({status}): {tail}")]
     Tool { status: String, tail: String },
+    /// Not built now: the node's build is under way, or the queue is full.
+    #[error("{0}")]
+    Busy(&'static str),
 }
 
 fn io_err(what: impl Into<String>) -> impl FnOnce(io::Error) -> MediaError {
@@ -44,9 +58,23 @@ fn io_err(what: impl Into<String>) -> impl FnOnce(io::Error) -> MediaError {
 /// The ISOs of one bootd: where they are kept and how they are built.
 #[derive(Debug)]
 pub struct Media {
+    builder: std::sync::Arc<Builder>,
+    /// The builder thread's queue, started at the first build.
+    queue: std::sync::OnceLock<std::sync::mpsc::SyncSender<Job>>,
+    /// Nodes whose build is queued or running.
+    building: std::sync::Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
+}
+
+/// Where ISOs are kept and the tool that builds them.
+#[derive(Debug)]
+struct Builder {
     dir: PathBuf,
     tool: PathBuf,
-    build: std::sync::Mutex<()>,
+}
+
+struct Job {
+    spec: Spec,
+    done: tokio::sync::oneshot::Sender<Result<String, MediaError>>,
 }
 
 /// What goes into one node's ISO.
@@ -67,14 +95,17 @@ impl Media {
 
     pub fn with_tool(state_dir: &Path, tool: impl Into<PathBuf>) -> Media {
         Media {
-            dir: state_dir.join("media"),
-            tool: tool.into(),
-            build: std::sync::Mutex::new(()),
+            builder: std::sync::Arc::new(Builder {
+                dir: state_dir.join("media"),
+                tool: tool.into(),
+            }),
+            queue: std::sync::OnceLock::new(),
+            building: Default::default(),
         }
     }
 
     pub fn dir(&self) -> &Path {
-        &self.dir
+        &self.builder.dir
     }
 
     /// What the ISO of `node` holds when its Ignition URL carries `token`.
@@ -107,16 +138,65 @@ impl Media {
         })
     }
 
-    /// The ISO for `spec` (a file name under [`Media::dir`]), built unless an
-    /// identical one exists. Blocking: call it from a blocking thread.
-    pub fn get(&self, spec: &Spec) -> Result<String, MediaError> {
-        let name = file_name(spec)?;
-        let path = self.dir.join(&name);
-        if path.is_file() {
+    /// The ISO for `spec` (a file name under [`Media::dir`]), built on the
+    /// builder thread unless an identical one exists (which is marked as
+    /// just served). [`MediaError::Busy`] when the node's build is under
+    /// way or [`QUEUE`] builds wait already.
+    pub async fn get(&self, spec: Spec) -> Result<String, MediaError> {
+        let name = file_name(&spec)?;
+        if touch(&self.builder.dir.join(&name)) {
             return Ok(name);
         }
-        let _one = self.build.lock().unwrap_or_else(|p| p.into_inner());
-        if path.is_file() {
+        {
+            let mut b = self.building.lock().unwrap_or_else(|p| p.into_inner());
+            if !b.insert(spec.node.clone()) {
+                return Err(MediaError::Busy("this node's ISO is being built"));
+            }
+        }
+        let node = spec.node.clone();
+        let (done, result) = tokio::sync::oneshot::channel();
+        if self.queue().try_send(Job { spec, done }).is_err() {
+            self.building
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&node);
+            return Err(MediaError::Busy("too many ISOs are waiting to be built"));
+        }
+        result
+            .await
+            .unwrap_or(Err(MediaError::Busy("the ISO builder stopped")))
+    }
+
+    fn queue(&self) -> &std::sync::mpsc::SyncSender<Job> {
+        self.queue.get_or_init(|| {
+            let (tx, rx) = std::sync::mpsc::sync_channel::<Job>(QUEUE);
+            let builder = std::sync::Arc::clone(&self.builder);
+            let building = std::sync::Arc::clone(&self.building);
+            std::thread::Builder::new()
+                .name("bootd-media".into())
+                .spawn(move || {
+                    // Ends when the last sender (this Media) is dropped.
+                    for job in rx {
+                        let r = builder.get(&job.spec);
+                        building
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .remove(&job.spec.node);
+                        let _ = job.done.send(r);
+                    }
+                })
+                .expect("a thread for ISO builds");
+            tx
+        })
+    }
+}
+
+impl Builder {
+    /// The ISO for `spec`, built unless an identical one exists. Blocking.
+    fn get(&self, spec: &Spec) -> Result<String, MediaError> {
+        let name = file_name(spec)?;
+        let path = self.dir.join(&name);
+        if touch(&path) {
             return Ok(name);
         }
         std::fs::create_dir_all(&self.dir).map_err(io_err(self.dir.display().to_string()))?;
@@ -125,7 +205,7 @@ impl Media {
         let built = self.build_in(spec, &staging, &path);
         let _ = std::fs::remove_dir_all(&staging);
         built?;
-        self.remove_older(&spec.node, &name);
+        self.prune(&spec.node, &name);
         Ok(name)
     }
 
@@ -185,18 +265,48 @@ impl Media {
         std::fs::rename(&tmp, path).map_err(io_err(path.display().to_string()))
     }
 
-    /// Removes `node`'s ISOs other than `keep`.
-    fn remove_older(&self, node: &str, keep: &str) {
+    /// Removes `node`'s ISOs other than `keep` that were not served
+    /// within [`KEEP_UNUSED`], and the least recently served beyond
+    /// [`KEEP_MAX`].
+    fn prune(&self, node: &str, keep: &str) {
         let prefix = format!("{node}-");
         let Ok(rd) = std::fs::read_dir(&self.dir) else {
             return;
         };
+        let now = std::time::SystemTime::now();
+        let mut kept: Vec<(std::time::SystemTime, PathBuf)> = Vec::new();
         for e in rd.flatten() {
             let n = e.file_name().to_string_lossy().into_owned();
-            if n != keep && n.starts_with(&prefix) && n.ends_with(".iso") && is_ours(node, &n) {
+            if n == keep || !n.starts_with(&prefix) || !n.ends_with(".iso") || !is_ours(node, &n) {
+                continue;
+            }
+            let used = e
+                .metadata()
+                .and_then(|m| m.modified())
+                .unwrap_or(std::time::UNIX_EPOCH);
+            if now.duration_since(used).unwrap_or_default() > KEEP_UNUSED {
                 let _ = std::fs::remove_file(e.path());
+            } else {
+                kept.push((used, e.path()));
             }
         }
+        kept.sort();
+        let over = (kept.len() + 1).saturating_sub(KEEP_MAX);
+        for (_, p) in kept.into_iter().take(over) {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}
+
+/// Marks the ISO at `path` as served now (its modification time), if it
+/// exists: what [`Builder::prune`] keeps.
+fn touch(path: &Path) -> bool {
+    match std::fs::File::options().write(true).open(path) {
+        Ok(f) => {
+            let _ = f.set_modified(std::time::SystemTime::now());
+            true
+        }
+        Err(_) => false,
     }
 }
 

@@ -49,6 +49,11 @@ pub enum Scope {
     /// them (anyone who can read the userdata has it), unless the node's
     /// `fetchFrom` is `anyAddress`.
     Provider,
+    /// In the URL of a node's virtual-media ISO, which the controller mints
+    /// only for a node that boots virtual media and hands only to its BMC:
+    /// the one scope `/media/<node>.iso` takes. On the ISO's kernel line,
+    /// for the Ignition, it works as a provider token does.
+    Media,
 }
 
 impl Scope {
@@ -56,6 +61,7 @@ impl Scope {
         match self {
             Scope::Script => "s",
             Scope::Provider => "p",
+            Scope::Media => "m",
         }
     }
 }
@@ -178,6 +184,7 @@ impl TokenKey {
         let scope = match scope {
             "s" => Scope::Script,
             "p" => Scope::Provider,
+            "m" => Scope::Media,
             _ => return Err(Deny::TokenInvalid),
         };
         if nonce.len() != 16
@@ -258,8 +265,8 @@ impl Granted {
     /// anything else, script tokens.
     pub fn mints(&self) -> Scope {
         match self {
-            Granted::Token(v) => v.scope,
-            Granted::SourceAddress(_) | Granted::AnyAddress => Scope::Script,
+            Granted::Token(v) if v.scope != Scope::Script => Scope::Provider,
+            Granted::Token(_) | Granted::SourceAddress(_) | Granted::AnyAddress => Scope::Script,
         }
     }
 
@@ -343,7 +350,7 @@ pub fn authorize_ignition(
     match verified {
         None => Err(Deny::NotFromNode),
         Some(Err(d)) => Err(d),
-        Some(Ok(v)) if v.scope == Scope::Provider && !node.provider_token_ok(source) => {
+        Some(Ok(v)) if v.scope != Scope::Script && !node.provider_token_ok(source) => {
             Err(Deny::NotFromNode)
         }
         Some(Ok(v)) => Ok(Granted::Token(v)),

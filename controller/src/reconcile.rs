@@ -165,6 +165,11 @@ fn provider_spec(row: &NodeRow) -> Result<Option<ProviderSpec>, String> {
         .map_err(|e| format!("stored provider spec unreadable: {e}"))
 }
 
+/// Whether the node's provider boots its machine from virtual media.
+fn boots_media(row: &NodeRow) -> bool {
+    matches!(provider_spec(row), Ok(Some(p)) if (p.registration.boot_kind)(&p.spec) == BootKind::Media)
+}
+
 /// What the provider is asked for: the node's script URL and its userdata
 /// (an Ignition pointer config with the site CA and a token). A node whose
 /// provider assigns its address or MACs is asked for without them. `None`:
@@ -240,7 +245,13 @@ fn node_request(ctl: &Controller, snap: &Snapshot, row: &NodeRow) -> Option<Node
             bootd::http::pointer_for(&ctl.app, snap, name, bootd::token::Scope::Provider, None)
                 .to_string(),
         ),
-        media_url: site::Secret(bootd::http::media_url_for(&ctl.app, snap, name)),
+        // Minted only for a node that boots virtual media: a media token
+        // opens the node's ISO (and builds it).
+        media_url: site::Secret(if boots_media(row) {
+            bootd::http::media_url_for(&ctl.app, snap, name)
+        } else {
+            String::new()
+        }),
         intent: String::new(),
         inspects_first: snap.site.node(name).is_some_and(|n| {
             bootd::plan::plan(&snap.site, n, None, None) == bootd::plan::Plan::Inspect

@@ -8,7 +8,7 @@
 //! as [`crate::token::authorize`] says.
 
 use super::*;
-use crate::media::Media;
+use crate::media::{Media, MediaError};
 
 /// The URL a BMC is given to mount `name`'s ISO, with a fresh token:
 /// secret (anyone with it can read the ISO and the token inside). The
@@ -16,7 +16,7 @@ use crate::media::Media;
 pub fn media_url_for(app: &App, snap: &Snapshot, name: &str) -> String {
     let tok = app.key.issue(
         name,
-        token::Scope::Provider,
+        token::Scope::Media,
         runtime::clock::now(),
         snap.site.ignition.token_ttl,
     );
@@ -43,8 +43,13 @@ pub(super) async fn media(
     let Some(tok) = query(q, "token") else {
         return deny(app, WHAT, name, source, Deny::TokenInvalid);
     };
-    if let Err(d) = app.key.verify(&node.name, &tok, runtime::clock::now()) {
-        return deny(app, WHAT, name, source, d);
+    // A media token only: the controller mints one for a node that boots
+    // virtual media, for its BMC. Any other token (a script's, a
+    // provider's) is no licence to build an ISO.
+    match app.key.verify(&node.name, &tok, runtime::clock::now()) {
+        Ok(v) if v.scope == token::Scope::Media => {}
+        Ok(_) => return deny(app, WHAT, name, source, Deny::TokenInvalid),
+        Err(d) => return deny(app, WHAT, name, source, d),
     }
     let boot = match boot_plan(
         app,
@@ -65,13 +70,20 @@ pub(super) async fn media(
             return not_found();
         }
     };
-    let built = {
-        let app = Arc::clone(app);
-        tokio::task::spawn_blocking(move || app.media.get(&spec)).await
-    };
-    let file = match built {
-        Ok(Ok(f)) => f,
-        Ok(Err(e)) => {
+    let file = match app.media.get(spec).await {
+        Ok(f) => f,
+        Err(MediaError::Busy(why)) => {
+            warn!(node = %node.name, %source, "virtual media not built now: {why}");
+            let mut r = full(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "text/plain; charset=utf-8",
+                format!("{why}; retry\n"),
+            );
+            r.headers_mut()
+                .insert(header::RETRY_AFTER, http::HeaderValue::from_static("10"));
+            return r;
+        }
+        Err(e) => {
             tracing::error!(node = %node.name, error = %e, "cannot build the node's virtual media");
             app.timeline.record(
                 Raw::new(
@@ -88,7 +100,6 @@ pub(super) async fn media(
                 "cannot build the node's virtual media; see bootd's log\n",
             );
         }
-        Err(_) => return not_found(),
     };
     // A BMC may read the ISO in many ranges: one event for its first bytes.
     let first = headers

@@ -27,6 +27,21 @@ fn extract(iso: &[u8], file: &str) -> String {
     std::fs::read_to_string(&out).unwrap()
 }
 
+/// A token of `scope` for `node`.
+fn token_of(b: &Bootd, node: &str, scope: bootd::token::Scope) -> String {
+    b.app.key.issue(
+        node,
+        scope,
+        std::time::SystemTime::now(),
+        std::time::Duration::from_secs(600),
+    )
+}
+
+/// What the controller puts in a virtual-media node's ISO URL.
+fn media_token(b: &Bootd, node: &str) -> String {
+    token_of(b, node, bootd::token::Scope::Media)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_nodes_iso_goes_to_its_token_only_and_boots_its_own_kernel_line() {
     let b = Bootd::start().await;
@@ -35,7 +50,7 @@ async fn a_nodes_iso_goes_to_its_token_only_and_boots_its_own_kernel_line() {
     std::fs::create_dir_all(b.images().join("lab")).unwrap();
     std::fs::write(b.images().join("lab/kernel"), vec![0x4b; 40_000]).unwrap();
     std::fs::write(b.images().join("lab/initramfs"), vec![0x49; 70_000]).unwrap();
-    let t = b.token("master-0");
+    let t = media_token(&b, "master-0");
     let (s, h, iso) = b.get(&format!("/media/master-0.iso?token={t}")).await;
     if s != StatusCode::OK {
         let l = crate::harness::logs();
@@ -95,30 +110,38 @@ async fn a_nodes_iso_goes_to_its_token_only_and_boots_its_own_kernel_line() {
 
     // No token, another node's token, a forged one, an unknown node, a
     // node it cannot be built for (ppc64le): the same 404.
-    let t1 = b.token("master-1");
+    let t1 = media_token(&b, "master-1");
     for path in [
         "/media/master-0.iso".to_string(),
         format!("/media/master-0.iso?token={t1}"),
         "/media/master-0.iso?token=9999999999.AAAAAAAAAAAAAAAAAAAAAA".to_string(),
         format!("/media/nobody.iso?token={t}"),
-        format!("/media/p9-0.iso?token={}", b.token("p9-0")),
+        format!("/media/p9-0.iso?token={}", media_token(&b, "p9-0")),
+        // A script token or a provider token of the node: no licence to
+        // build its ISO.
+        format!("/media/master-0.iso?token={}", b.token("master-0")),
+        format!(
+            "/media/master-0.iso?token={}",
+            token_of(&b, "master-0", bootd::token::Scope::Provider)
+        ),
     ] {
         let (s, _, body) = b.get(&path).await;
         assert_eq!(s, StatusCode::NOT_FOUND, "{path}");
         assert_eq!(&body[..], b"not found\n", "{path}");
     }
-    // A new token: a new ISO, and the node's older one is removed.
-    let t2 = b.token("master-0");
-    if t2 != t {
-        let (s, _, _) = b.get(&format!("/media/master-0.iso?token={t2}")).await;
-        assert_eq!(s, StatusCode::OK);
-        let names: Vec<String> = std::fs::read_dir(b.state().join("media"))
-            .unwrap()
-            .flatten()
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .collect();
-        assert_eq!(names.len(), 1, "{names:?}");
-    }
+    // A new token: a new ISO; the one its BMC may still be reading in
+    // ranges (served just now) is kept and still served.
+    let t2 = media_token(&b, "master-0");
+    let (s, _, _) = b.get(&format!("/media/master-0.iso?token={t2}")).await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(files(), 2, "both ISOs kept");
+    let (s, _, part) = b
+        .get_with(
+            &format!("/media/master-0.iso?token={t}"),
+            &[("range", "bytes=32769-32773")],
+        )
+        .await;
+    assert_eq!((s, &part[..]), (StatusCode::PARTIAL_CONTENT, &b"CD001"[..]));
     // Revoked: nothing more.
     bootd::state::set_revoked(&b.state(), "master-0", true).unwrap();
     b.reload.notify_one();
@@ -135,5 +158,80 @@ async fn a_nodes_iso_goes_to_its_token_only_and_boots_its_own_kernel_line() {
     let m = String::from_utf8_lossy(&m);
     assert!(m.contains("route=\"media\""), "{m}");
     assert!(!m.contains(&t), "no token in the metrics");
+    b.stop().await;
+}
+
+/// Many ISO requests at once, each with a token of its own (every token is
+/// a new ISO): one build at a time on the builder's own thread, a node's
+/// second build refused while its first runs, the queue's excess refused at
+/// once with 503 and Retry-After, and other requests (an image read, which
+/// shares the blocking pool) answered meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn iso_builds_are_bounded_per_node_and_in_all() {
+    let b = Bootd::start().await;
+    std::fs::create_dir_all(b.images().join("lab")).unwrap();
+    // Big enough that each build takes a moment.
+    std::fs::write(b.images().join("lab/kernel"), vec![0x4b; 8 << 20]).unwrap();
+    std::fs::write(b.images().join("lab/initramfs"), vec![0x49; 24 << 20]).unwrap();
+    let nodes = [
+        "bootstrap",
+        "master-0",
+        "master-1",
+        "master-2",
+        "worker-0",
+        "worker-1",
+    ];
+    let mut asks = Vec::new();
+    for n in nodes {
+        for _ in 0..3 {
+            let path = format!("/media/{n}.iso?token={}", media_token(&b, n));
+            let http = b.http;
+            asks.push(tokio::spawn(async move {
+                let t = std::time::Instant::now();
+                let (s, h, _) = crate::harness::request(http, "GET", &path, &[]).await;
+                (s, h.get("retry-after").cloned(), t.elapsed())
+            }));
+        }
+    }
+    // Meanwhile an image is read at once.
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    let t = std::time::Instant::now();
+    let (s, _, _) = b.get("/images/lab/kernel").await;
+    assert_eq!(s, StatusCode::OK);
+    assert!(
+        t.elapsed() < std::time::Duration::from_secs(2),
+        "image read took {:?}",
+        t.elapsed()
+    );
+    let mut built = 0;
+    let mut busy = 0;
+    for a in asks {
+        let (s, retry, took) = a.await.unwrap();
+        match s {
+            StatusCode::OK => built += 1,
+            StatusCode::SERVICE_UNAVAILABLE => {
+                busy += 1;
+                assert_eq!(retry.unwrap(), "10");
+                assert!(
+                    took < std::time::Duration::from_secs(1),
+                    "refused at once: {took:?}"
+                );
+            }
+            other => panic!("{other}"),
+        }
+    }
+    // At most one build per node and QUEUE + 1 in all were let in.
+    assert!(
+        built <= nodes.len().min(bootd::media::QUEUE + 1),
+        "built {built}"
+    );
+    assert!(built >= 1, "built {built}");
+    assert_eq!(built + busy, nodes.len() * 3);
+    let isos = std::fs::read_dir(b.state().join("media"))
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".iso"))
+        .count();
+    assert_eq!(isos, built, "one file per build");
     b.stop().await;
 }
