@@ -535,7 +535,10 @@ pub(crate) fn access<'a>(
         name: &node.name,
         addrs,
         fetch_from: node.fetch_from,
-        provider_reported: node.addresses.is_some(),
+        // An empty list is no report: the provider said nothing of where
+        // the machine is (a virtual-media node whose address came from
+        // another DHCP server).
+        provider_reported: node.addresses.as_ref().is_some_and(|a| !a.is_empty()),
         revoked: snap.revoked.contains(&node.name),
     }
 }

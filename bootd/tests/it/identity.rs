@@ -193,3 +193,31 @@ async fn a_provider_token_buys_provider_tokens_only() {
     assert_eq!(s, StatusCode::OK, "from the reported address");
     b.stop().await;
 }
+
+/// A provider that reported no address (an empty list) said nothing of
+/// where the machine is: its provider token still works from where the
+/// machine really is.
+#[tokio::test]
+async fn an_empty_address_report_is_no_report() {
+    use crate::trust::{get, on_loopback};
+    let b = Bootd::start_strict(|t| {
+        on_loopback(t).replace(
+            "ip: 127.0.0.11, kernelArgs",
+            "ip: 127.0.0.11, addresses: [], kernelArgs",
+        )
+    })
+    .await;
+    assert_eq!(
+        b.app.live.load().site.node("master-0").unwrap().addresses,
+        Some(vec![])
+    );
+    let p = b.app.key.issue(
+        "master-0",
+        bootd::token::Scope::Provider,
+        std::time::SystemTime::now(),
+        std::time::Duration::from_secs(600),
+    );
+    let (s, _) = get(&b, "127.0.0.98", &format!("/ignition/master-0?token={p}")).await;
+    assert_eq!(s, StatusCode::OK);
+    b.stop().await;
+}
