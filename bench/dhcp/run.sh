@@ -223,7 +223,7 @@ images:
   sets:
     lab-x86_64: { arch: x86_64, kernel: lab/kernel, initramfs: lab/initramfs }
 nodes:
-  - { name: worker-0, role: worker, macs: ["52:54:00:78:00:20"], ip: "$NODE_IP" }
+  - { name: worker-0, role: worker, live: true, macs: ["52:54:00:78:00:20"], ip: "$NODE_IP" }
 ignition:
   dir: $REPO/examples/lab/ignition
 EOF

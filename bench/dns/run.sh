@@ -78,7 +78,7 @@ import random, sys
 tmp, n, port = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 random.seed(42)
 open(f"{tmp}/worker.ign", "w").write('{"ignition":{"version":"3.2.0"}}')
-nodes = "\n".join(f'  - {{ name: node-{i}, role: worker, macs: ["52:54:00:88:{i // 256:02x}:{i % 256:02x}"], ip: 10.88.{i // 250}.{i % 250 + 2} }}' for i in range(n))
+nodes = "\n".join(f'  - {{ name: node-{i}, role: worker, live: true, macs: ["52:54:00:88:{i // 256:02x}:{i % 256:02x}"], ip: 10.88.{i // 250}.{i % 250 + 2} }}' for i in range(n))
 open(f"{tmp}/site.yaml", "w").write(f"""cluster: {{ name: bench, baseDomain: example.test }}
 host: {{ http: {{ listen: 127.0.0.1:1, url: http://10.88.0.1:8080 }} }}
 networks: [ {{ subnet: 10.88.0.0/22, dnsServers: [10.88.0.1] }} ]

@@ -99,7 +99,7 @@ images:
   sets:
     b: { arch: x86_64, kernel: big.bin, initramfs: small.bin }
 nodes:
-  - { name: n0, role: worker, macs: ["52:54:00:99:00:01"], ip: 10.99.0.10 }
+  - { name: n0, role: worker, live: true, macs: ["52:54:00:99:00:01"], ip: 10.99.0.10 }
 ignition: { roles: { worker: worker.ign } }
 EOF
     cpu_spawn "${GRP[$3]}" --log "$WORK/$3.log" env RUST_LOG="${RUST_LOG:-warn}" nice -n "$PRIO" taskset -c $SERVER_CPU "$1" --site "$WORK/site/$3.yaml"

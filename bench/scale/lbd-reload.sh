@@ -49,7 +49,7 @@ for k in $(seq 1 "$K"); do
     c=$(lines "$WORK/lbd.log" "configuration reloaded")
     r=$(lines "$WORK/lbd.log" "reload refused")
     t=$(now)
-    printf '  - { name: n%05d, role: worker, macs: ["02:78:00:%02x:%02x:%02x"], ip: 10.78.%d.%d }\n' \
+    printf '  - { name: n%05d, role: worker, live: true, macs: ["02:78:00:%02x:%02x:%02x"], ip: 10.78.%d.%d }\n' \
         "$i" $((i >> 16 & 255)) $((i >> 8 & 255)) $((i & 255)) $((1 + i / 256)) $((i % 256)) >>"$WORK/site.yaml"
     kill -HUP "$LP"
     wait_fine 6 reload_ended "$c" "$r" || true

@@ -59,7 +59,7 @@ nodes:
 """]
 for i in range(n):
     role = "bootstrap" if i == 0 else "master" if i <= 3 else "worker"
-    out.append(f'  - {{ name: n{i:05d}, role: {role}, macs: ["02:78:00:{i>>16&255:02x}:{i>>8&255:02x}:{i&255:02x}"], ip: 10.78.{1 + i // 256}.{i % 256} }}\n')
+    out.append(f'  - {{ name: n{i:05d}, role: {role}, live: true, macs: ["02:78:00:{i>>16&255:02x}:{i>>8&255:02x}:{i&255:02x}"], ip: 10.78.{1 + i // 256}.{i % 256} }}\n')
 open(path, "w").write("".join(out))
 PY
 }

@@ -83,7 +83,7 @@ for n in $NODES; do
         cb=$(lines "$d/bootd.log" "site reloaded"); cd_=$(lines "$d/dnsd.log" "zone reloaded")
         cl=$(lines "$d/lbd.log" "configuration reloaded")
         t=$(now)
-        printf '  - { name: n%05d, role: worker, macs: ["02:78:00:%02x:%02x:%02x"], ip: 10.78.%d.%d }\n' \
+        printf '  - { name: n%05d, role: worker, live: true, macs: ["02:78:00:%02x:%02x:%02x"], ip: 10.78.%d.%d }\n' \
             "$i" $((i >> 16 & 255)) $((i >> 8 & 255)) $((i & 255)) $((1 + i / 256)) $((i % 256)) >>"$d/site.yaml"
         kill -HUP "$bp" "$dp" "$lp"
         wait_fine 60 more_lines "$d/bootd.log" "site reloaded" "$cb" || { say "bootd did not reload"; exit 1; }

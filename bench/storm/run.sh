@@ -153,7 +153,7 @@ nodes:
 EOF
         for ((i = 0; i < n; i++)); do
             role=worker; ((i == 0)) && role=bootstrap; ((i >= 1 && i <= 3)) && role=master
-            printf '  - { name: n%05d, role: %s, macs: ["%s"], ip: %s }\n' "$i" "$role" "$(node_mac "$i")" "$(node_ip "$i")"
+            printf '  - { name: n%05d, role: %s, live: true, macs: ["%s"], ip: %s }\n' "$i" "$role" "$(node_mac "$i")" "$(node_ip "$i")"
         done
     } >"$d/site.yaml"
 }
@@ -195,7 +195,7 @@ start_reloads() { # dir pid
         trap - EXIT ERR
         for ((k = 0; k < 900; k++)); do
             sleep "$RELOAD_EVERY"
-            printf '  - { name: r%05d, role: worker, macs: ["02:79:00:00:%02x:%02x"], ip: 10.78.%d.%d }\n' \
+            printf '  - { name: r%05d, role: worker, live: true, macs: ["02:79:00:00:%02x:%02x"], ip: 10.78.%d.%d }\n' \
                 "$k" $((k >> 8)) $((k & 255)) $((200 + k / 250)) $((1 + k % 250)) >>"$d/site.yaml"
             kill -HUP "$pid" 2>/dev/null || break
         done

@@ -128,7 +128,7 @@ images:
   sets:
     lab-x86_64: { arch: x86_64, kernel: lab/kernel, initramfs: lab/initramfs }
 nodes:
-  - { name: worker-0, role: worker, macs: ["52:54:00:78:00:20"], ip: 10.78.200.20 }
+  - { name: worker-0, role: worker, live: true, macs: ["52:54:00:78:00:20"], ip: 10.78.200.20 }
 ignition:
   dir: $REPO/examples/lab/ignition
 EOF

@@ -572,7 +572,7 @@ mod tests {
             let role = if i < 3 { "master" } else { "worker" };
             let _ = writeln!(
                 rack,
-                "  - {{ name: r{i:04}, role: {role}, macs: [\"52:54:01:00:{:02x}:{:02x}\"], ip: 10.77.{}.{} }}",
+                "  - {{ name: r{i:04}, role: {role}, live: true, macs: [\"52:54:01:00:{:02x}:{:02x}\"], ip: 10.77.{}.{} }}",
                 i / 256,
                 i % 256,
                 4 + i / 250,

@@ -20,7 +20,7 @@ fn site(dir: &Path, etcd: &str, extra_node: bool) -> site::Site {
     if extra_node {
         text = text.replace(
             "nodes:\n",
-            "nodes:\n  - { name: worker-9, role: worker, macs: [\"52:54:00:77:00:29\"], ip: 10.77.0.29 }\n",
+            "nodes:\n  - { name: worker-9, role: worker, live: true, macs: [\"52:54:00:77:00:29\"], ip: 10.77.0.29 }\n",
         );
     }
     std::fs::write(dir.join("site.yaml"), text).unwrap();

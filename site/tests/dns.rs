@@ -19,7 +19,7 @@ fn load(dns: &str) -> Result<site::Site, site::SiteError> {
          networks: [ {{ subnet: 10.77.0.0/24, dnsServers: [10.77.0.1] }} ]\n\
          vips: {{ api: 10.77.0.2, ingress: 10.77.0.3 }}\n\
          images: {{ sets: {{ x: {{ arch: x86_64, kernel: k, initramfs: i }} }} }}\n\
-         nodes: [ {{ name: m0, role: worker, macs: [\"52:54:00:00:00:01\"], ip: 10.77.0.10 }} ]\n\
+         nodes: [ {{ name: m0, role: worker, live: true, macs: [\"52:54:00:00:00:01\"], ip: 10.77.0.10 }} ]\n\
          ignition: {{ roles: {{ worker: w.ign }} }}\n{dns}"
     );
     let path = dir.path().join("site.yaml");

@@ -164,18 +164,36 @@ fn an_inventory_is_refused_with_an_unknown_key() {
     assert!(e.contains("unknown field `gpu`"), "{e}");
 }
 
+/// worker-0's and worker-1's MACs in the lab site.
+const W0_MAC: &str = "52:54:00:77:00:20";
+const W1_MAC: &str = "52:54:00:77:00:21";
+
+/// The lab site's text with the nodes of `macs` no longer `live: true` (the
+/// lab's guests have no disk), for the tests to give them a disk target or
+/// say live themselves.
+fn not_live(t: &str, macs: &[&str]) -> String {
+    let mut t = t.to_string();
+    for mac in macs {
+        let live = format!("live: true, macs: [\"{mac}\"]");
+        assert!(t.contains(&live), "{t}");
+        t = t.replace(&live, &format!("macs: [\"{mac}\"]"));
+    }
+    t
+}
+
 /// The lab site with worker-0 and worker-1's entries given `w0`, `w1`
-/// (YAML flow-map entries).
+/// (YAML flow-map entries) instead of `live: true`.
 fn lab_with(w0: &str, w1: &str) -> Result<site::Site, site::SiteError> {
     let (_dir, path) = common::lab(|t| {
-        t.replace(
-            "ip: 10.77.0.20, kernelArgs: [console=ttyS0] }",
-            &format!("ip: 10.77.0.20, kernelArgs: [console=ttyS0]{w0} }}"),
-        )
-        .replace(
-            "ip: 10.77.0.21, kernelArgs: [console=ttyS0] }",
-            &format!("ip: 10.77.0.21, kernelArgs: [console=ttyS0]{w1} }}"),
-        )
+        not_live(&t, &[W0_MAC, W1_MAC])
+            .replace(
+                "ip: 10.77.0.20, kernelArgs: [console=ttyS0] }",
+                &format!("ip: 10.77.0.20, kernelArgs: [console=ttyS0]{w0} }}"),
+            )
+            .replace(
+                "ip: 10.77.0.21, kernelArgs: [console=ttyS0] }",
+                &format!("ip: 10.77.0.21, kernelArgs: [console=ttyS0]{w1} }}"),
+            )
     });
     site::load(&path)
 }
@@ -233,7 +251,7 @@ fn hints_with_an_agent_and_the_inspection_keys() {
     };
     let (_d, path) = common::lab(|t| {
         edit(
-            t.replace(
+            not_live(&t, &[W0_MAC]).replace(
                 "ip: 10.77.0.20, kernelArgs: [console=ttyS0] }",
                 "ip: 10.77.0.20, kernelArgs: [console=ttyS0], rootDeviceHints: { serialNumber: DATA0002, rotational: false } }",
             ),
@@ -270,4 +288,44 @@ fn hints_with_an_agent_and_the_inspection_keys() {
             "inspection.lldpSeconds: 301: at most 300",
         ],
     );
+}
+
+/// A node in the site file names a disk to install to or says it runs
+/// live; one that does neither (or says `live: false`) is refused by its key
+/// path. A node in the overlay is the controller's, checked per provider.
+#[test]
+fn a_site_node_names_a_disk_or_says_live() {
+    const NO_DISK: &str = "names no disk to install to: give rootDeviceHints (Metal3's) or \
+        installDisk for the disk it installs to, or live: true for a node that runs the live \
+        system and installs nothing";
+    let (_d, path) = common::lab(|t| not_live(&t, &[W0_MAC, W1_MAC]));
+    let err = site::load(&path).unwrap_err();
+    assert_problems(
+        &err,
+        &[
+            &format!("nodes[4]: {NO_DISK}"),
+            &format!("nodes[5]: {NO_DISK}"),
+        ],
+    );
+    assert_eq!(err.problems.len(), 2, "{err}");
+    assert!(err.problems.iter().all(|p| p.file == path), "{err}");
+
+    let err = lab_with(", live: false", ", installDisk: /dev/sda").unwrap_err();
+    assert_problems(&err, &[&format!("nodes[4]: {NO_DISK}")]);
+    assert_eq!(err.problems.len(), 1, "{err}");
+
+    // An overlay node with none of the three is accepted.
+    let (dir, path) = common::lab(|t| t);
+    let state = dir.path().join("state");
+    std::fs::create_dir_all(&state).unwrap();
+    std::fs::write(
+        state.join(site::OVERLAY_FILE),
+        "nodes:\n  - { name: worker-3, role: worker, macs: [\"52:54:00:77:00:23\"], ip: 10.77.0.23 }\n",
+    )
+    .unwrap();
+    let s = site::load(&path).unwrap_or_else(|e| panic!("{e}"));
+    let w3 = s.node("worker-3").unwrap();
+    assert!(s.from_overlay("worker-3"));
+    assert!(!w3.live);
+    assert_eq!(w3.install_device(), None);
 }

@@ -12,11 +12,11 @@ use site::{BondMode, InterfaceKind, IpConfig};
 /// its networkConfig.
 fn with(cfg: &str) -> Result<site::Site, site::SiteError> {
     let (_dir, path) = common::lab(|t| {
-        let old = "  - { name: worker-1,  role: worker,    macs: [\"52:54:00:77:00:21\"], ip: 10.77.0.21, kernelArgs: [console=ttyS0] }\n";
+        let old = "  - { name: worker-1,  role: worker,    live: true, macs: [\"52:54:00:77:00:21\"], ip: 10.77.0.21, kernelArgs: [console=ttyS0] }\n";
         assert!(t.contains(old));
         t.replace(
             old,
-            &format!("  - name: worker-1\n    role: worker\n    macs: [\"52:54:00:77:00:21\"]\n    ip: 10.77.0.21\n    networkConfig:\n{cfg}"),
+            &format!("  - name: worker-1\n    role: worker\n    live: true\n    macs: [\"52:54:00:77:00:21\"]\n    ip: 10.77.0.21\n    networkConfig:\n{cfg}"),
         )
     });
     site::load(&path)

@@ -23,8 +23,8 @@ const TRUSTED: &str = "    trustedRelays: [10.77.0.254]\n";
 fn a_port_names_a_node_without_a_mac() {
     let s = with(
         TRUSTED,
-        "  - { name: r-0, role: worker, ip: 10.77.0.40, relay: { circuitId: eth1/7 } }\n  \
-         - { name: r-1, role: worker, ip: 10.77.0.41, relay: { circuitId: eth1/7, remoteId: \"0x0a0b\" } }\n",
+        "  - { name: r-0, role: worker, live: true, ip: 10.77.0.40, relay: { circuitId: eth1/7 } }\n  \
+         - { name: r-1, role: worker, live: true, ip: 10.77.0.41, relay: { circuitId: eth1/7, remoteId: \"0x0a0b\" } }\n",
     )
     .unwrap_or_else(|e| panic!("{e}"));
     let dhcp = s.host.dhcp.as_ref().unwrap();

@@ -98,8 +98,8 @@ SITE=$WORK/site.yaml
 if [[ $INFRA == 1 ]]; then
   # Without the providers the two VMs are static site nodes.
   lab_site "$SITE" host.stateDir="$WORK/state" \
-    nodes+="{name: $RF_NODE, role: worker, macs: ['$RF_MAC'], ip: $RF_IP, kernelArgs: [console=ttyS0]}" \
-    nodes+="{name: $IPMI_NODE, role: worker, macs: ['$IPMI_MAC'], ip: $IPMI_IP, kernelArgs: [console=ttyS0]}" \
+    nodes+="{name: $RF_NODE, role: worker, live: true, macs: ['$RF_MAC'], ip: $RF_IP, kernelArgs: [console=ttyS0]}" \
+    nodes+="{name: $IPMI_NODE, role: worker, live: true, macs: ['$IPMI_MAC'], ip: $IPMI_IP, kernelArgs: [console=ttyS0]}" \
     || die "site not written"
 else
   api_tokens

@@ -89,6 +89,7 @@ T0=$(now)
 NODE_YAML="
 name: $NODE
 role: worker
+live: true
 macs: ['$MAC0', '$MAC1']
 ip: $IP
 kernelArgs: [console=ttyS0, lab.hold=$HOLD]

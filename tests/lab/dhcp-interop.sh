@@ -42,7 +42,7 @@ lab_site "$WORK/site.yaml" networks.lab.pool='{start: 10.77.0.100, end: 10.77.0.
   host.stateDir="$WORK/state" host.tftp.root="$WORK" \
   networks+='{name: rack, subnet: 10.78.0.0/24, gateway: 10.78.0.1, dnsServers: [10.77.0.1]}' \
   host.dhcp.trustedRelays='[10.78.0.1]' \
-  nodes+='{name: rack-7, role: worker, ip: 10.78.0.47, relay: {circuitId: port7}, kernelArgs: [console=ttyS0]}'
+  nodes+='{name: rack-7, role: worker, live: true, ip: 10.78.0.47, relay: {circuitId: port7}, kernelArgs: [console=ttyS0]}'
 start_bootd --ns "$S" --log "$WORK/bootd.log" --bin "$BOOTD" -- --site "$WORK/site.yaml" || fail "bootd did not start"
 
 # miss WHAT: a failed check, with the end of bootd's log.

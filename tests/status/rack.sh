@@ -53,7 +53,7 @@ for i in range(1000):
     role = "master" if i < 3 else "worker"
     mac = "52:54:01:00:%02x:%02x" % (i // 256, i % 256)
     ip = "10.77.%d.%d" % (4 + i // 250, 1 + i % 250)
-    items.append('{name: r%04d, role: %s, macs: ["%s"], ip: %s}' % (i, role, mac, ip))
+    items.append('{name: r%04d, role: %s, live: true, macs: ["%s"], ip: %s}' % (i, role, mac, ip))
 print("[" + ", ".join(items) + "]")
 PY
 )

@@ -289,7 +289,7 @@ check "lbd status lists its frontends" lb_has api machine-config ingress-http in
 # A node added to the site file, then `systemctl reload` (RELOADING=1 ... READY=1).
 site=$ROOT$CONF/site.yaml
 lab_site "$RUN/site2.yaml" --from "$site" ignition.dir=ignition \
-  nodes+="{name: worker-3, role: worker, macs: ['52:54:00:77:00:23'], ip: 10.77.0.23, kernelArgs: [console=ttyS0]}"
+  nodes+="{name: worker-3, role: worker, live: true, macs: ['52:54:00:77:00:23'], ip: 10.77.0.23, kernelArgs: [console=ttyS0]}"
 cat "$RUN/site2.yaml" >"$site" # the same file: its owner and mode stay
 reload_all() { T=60 cx systemctl reload bootd dnsd lbd; }
 check "systemctl reload bootd dnsd lbd (site + worker-3)" reload_all

@@ -20,7 +20,7 @@ chmod 644 "$ign"/*.ign
 lab_site "$WORK/good.yaml" host.stateDir="$WORK/state" ignition.dir="$ign"
 # The same site with worker-2 added: what the last, good reload applies.
 lab_site "$WORK/added.yaml" --from "$WORK/good.yaml" \
-    'nodes+={name: worker-2, role: worker, macs: ["52:54:00:77:00:22"], ip: 10.77.0.22, kernelArgs: [console=ttyS0]}'
+    'nodes+={name: worker-2, role: worker, live: true, macs: ["52:54:00:77:00:22"], ip: 10.77.0.22, kernelArgs: [console=ttyS0]}'
 
 # What each daemon serves, read from outside: "master-0 present" and
 # "worker-2 present" checks, per daemon.

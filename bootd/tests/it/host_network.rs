@@ -22,8 +22,8 @@ fn bond_vlan_site() -> (tempfile::TempDir, site::Site) {
         .replace("stateDir: ../../target/lab-state", "stateDir: state")
         .replace("dir: ignition", &format!("dir: {}/ignition", lab.display()))
         .replace(
-            "  - { name: worker-1,  role: worker,    macs: [\"52:54:00:77:00:21\"], ip: 10.77.0.21, kernelArgs: [console=ttyS0] }\n",
-            &format!("  - name: worker-1\n    role: worker\n    macs: [\"52:54:00:77:00:21\"]\n    ip: 10.77.0.21\n    networkConfig:\n{indented}"),
+            "  - { name: worker-1,  role: worker,    live: true, macs: [\"52:54:00:77:00:21\"], ip: 10.77.0.21, kernelArgs: [console=ttyS0] }\n",
+            &format!("  - name: worker-1\n    role: worker\n    live: true\n    macs: [\"52:54:00:77:00:21\"]\n    ip: 10.77.0.21\n    networkConfig:\n{indented}"),
         );
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("site.yaml"), text).unwrap();

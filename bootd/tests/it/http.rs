@@ -592,7 +592,7 @@ async fn reload_applies_good_sites_and_keeps_the_old_on_bad() {
     // A new node appears without a restart (file change, polled).
     let added = good.replace(
         "  - name: p9-0",
-        "  - { name: worker-2, role: worker, macs: [\"52:54:00:77:00:22\"], ip: 10.77.0.22, kernelArgs: [console=ttyS0], fetchFrom: anyAddress }\n  - name: p9-0",
+        "  - { name: worker-2, role: worker, live: true, macs: [\"52:54:00:77:00:22\"], ip: 10.77.0.22, kernelArgs: [console=ttyS0], fetchFrom: anyAddress }\n  - name: p9-0",
     );
     std::fs::write(&site_path, &added).unwrap();
     let mut seen = false;

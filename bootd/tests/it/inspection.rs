@@ -19,6 +19,11 @@ fn site(t: String) -> String {
         "    dnsServers: [10.77.0.1]\n",
         "    dnsServers: [10.77.0.1]\n  - name: lo\n    subnet: 127.0.0.0/8\n    gateway: 127.0.0.1\n",
     )
+    // master-0 installs to disk, not live as in the lab.
+    .replace(
+        "live: true, macs: [\"52:54:00:77:00:11\"]",
+        "macs: [\"52:54:00:77:00:11\"]",
+    )
     .replace(
         "ip: 10.77.0.11, kernelArgs: [console=ttyS0] }",
         &format!("ip: {NODE}, kernelArgs: [console=ttyS0], rootDeviceHints: {{ serialNumber: disk-b, minSizeGigabytes: 100 }} }}"),

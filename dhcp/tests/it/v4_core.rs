@@ -658,7 +658,7 @@ fn a_direct_client_is_on_the_links_network_when_the_server_address_is_elsewhere(
         )
         .replace(
             "  - { name: worker-1,",
-            "  - { name: worker-2,  role: worker,    macs: [\"52:54:00:77:00:22\"], ip: 10.81.0.22 }\n  - { name: worker-1,",
+            "  - { name: worker-2,  role: worker,    live: true, macs: [\"52:54:00:77:00:22\"], ip: 10.81.0.22 }\n  - { name: worker-1,",
         )
     });
     let q = req("52:54:00:77:00:22", MessageType::Discover);
@@ -773,7 +773,7 @@ fn a_trusted_relays_port_names_its_node() {
         t.replace("    leaseTime: 1h\n", "    leaseTime: 1h\n    trustedRelays: [10.77.0.254]\n")
             .replacen(
                 "\nnodes:\n",
-                "\nnodes:\n  - { name: rack-7, role: worker, ip: 10.77.0.47, relay: { circuitId: eth1/7, remoteId: sw1 } }\n",
+                "\nnodes:\n  - { name: rack-7, role: worker, live: true, ip: 10.77.0.47, relay: { circuitId: eth1/7, remoteId: sw1 } }\n",
                 1,
             )
     });

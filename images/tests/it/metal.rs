@@ -51,12 +51,18 @@ async fn a_metal_image_comes_with_its_signature_and_installs_verify_it() {
     assert_eq!(std::fs::read(set.join(format!("{name}.sig"))).unwrap(), sig);
 
     write_site(dir.path(), "2.0");
-    let text = std::fs::read_to_string(dir.path().join("site.yaml"))
-        .unwrap()
-        .replace(
-            "ip: 10.77.0.20, kernelArgs: [console=ttyS0] }",
-            "ip: 10.77.0.20, kernelArgs: [console=ttyS0], image: coreos, installDisk: /dev/sda }",
-        );
+    // worker-0 installs the metal image: a disk instead of the lab's live.
+    let w0 =
+        "live: true, macs: [\"52:54:00:77:00:20\"], ip: 10.77.0.20, kernelArgs: [console=ttyS0] }";
+    let text = std::fs::read_to_string(dir.path().join("site.yaml")).unwrap();
+    assert!(
+        text.contains(w0),
+        "the lab site changed shape; update this test"
+    );
+    let text = text.replace(
+        w0,
+        "macs: [\"52:54:00:77:00:20\"], ip: 10.77.0.20, kernelArgs: [console=ttyS0], image: coreos, installDisk: /dev/sda }",
+    );
     std::fs::write(dir.path().join("site.yaml"), text).unwrap();
     let site = site::load(&dir.path().join("site.yaml")).unwrap_or_else(|e| panic!("{e}"));
     let rel = format!("teststream/2.0/x86_64/metal/{name}");

@@ -23,9 +23,9 @@ networks: [ {{ subnet: 127.77.{net}.0/24 }} ]
 vips: {{ api: 127.77.{net}.5, ingress: 127.77.{net}.6 }}
 images: {{ root: images, sets: {{ s: {{ arch: x86_64, kernel: k, initramfs: i }} }} }}
 nodes:
-  - {{ name: bootstrap, role: bootstrap, macs: ["52:54:00:00:{net:02x}:10"], ip: 127.77.{net}.10 }}
-  - {{ name: master-0, role: master, macs: ["52:54:00:00:{net:02x}:11"], ip: 127.77.{net}.11 }}
-  - {{ name: master-1, role: master, macs: ["52:54:00:00:{net:02x}:12"], ip: 127.77.{net}.12 }}
+  - {{ name: bootstrap, role: bootstrap, live: true, macs: ["52:54:00:00:{net:02x}:10"], ip: 127.77.{net}.10 }}
+  - {{ name: master-0, role: master, live: true, macs: ["52:54:00:00:{net:02x}:11"], ip: 127.77.{net}.11 }}
+  - {{ name: master-1, role: master, live: true, macs: ["52:54:00:00:{net:02x}:12"], ip: 127.77.{net}.12 }}
 ignition: {{ roles: {{ bootstrap: b.ign, master: m.ign }} }}
 lb:
   check: {{ interval: 200ms, fastInterval: 100ms, timeout: 150ms }}
@@ -284,7 +284,7 @@ async fn a_bad_site_on_reload_is_counted_and_the_old_pools_serve() {
     all_up(&lb, &c).await;
     let good = std::fs::read_to_string(&lb.path).unwrap();
     let m1 =
-        "  - { name: master-1, role: master, macs: [\"52:54:00:00:05:12\"], ip: 127.77.5.12 }\n";
+        "  - { name: master-1, role: master, live: true, macs: [\"52:54:00:00:05:12\"], ip: 127.77.5.12 }\n";
     assert!(good.contains(m1));
     let without_m1 = good.replace(m1, "");
     let pool = |lb: &Lb| lb.lbd.app.frontend("api").unwrap().pool.load().len();
