@@ -174,7 +174,7 @@ async fn a_change_is_parsed_once_for_every_daemon() {
     let before = site::loads();
     let client =
         controller::providers::Http::with_ca(Duration::from_secs(10), ca.as_bytes()).unwrap();
-    let body = serde_json::json!({ "name": "worker-9", "role": "worker", "macs": ["52:54:00:77:00:29"], "ip": "10.77.0.29" });
+    let body = serde_json::json!({ "name": "worker-9", "role": "worker", "macs": ["52:54:00:77:00:29"], "ip": "10.77.0.29", "live": true });
     let req = http::Request::post(format!("https://localhost:{}/v1/nodes", api_addr.port()))
         .header("authorization", format!("Bearer {API_TOKEN}"))
         .header("content-type", "application/json")

@@ -218,7 +218,7 @@ fn script(body: String) -> Response<Body> {
 /// the request's grant mints ([`token::Granted::mints`]).
 fn node_token(app: &App, snap: &Snapshot, node: &Node, scope: token::Scope) -> String {
     app.key.issue(
-        &node.name,
+        &token::subject_of(node),
         scope,
         runtime::clock::now(),
         snap.site.ignition.token_ttl,
@@ -533,6 +533,7 @@ pub(crate) fn access<'a>(
 ) -> token::NodeAccess<'a> {
     token::NodeAccess {
         name: &node.name,
+        epoch: node.epoch,
         addrs,
         fetch_from: node.fetch_from,
         // An empty list is no report: the provider said nothing of where

@@ -55,7 +55,7 @@ pub(crate) fn tftp_resolver(app: Arc<App>) -> tftp::Resolver {
                         }
                     };
                     let tok = app.key.issue(
-                        &node.name,
+                        &token::subject_of(node),
                         token::Scope::Script,
                         runtime::clock::now(),
                         site.ignition.token_ttl,

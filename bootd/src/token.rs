@@ -24,6 +24,23 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 type HmacSha256 = Hmac<Sha256>;
 
+/// Whom a node's tokens are issued to and checked against: its name, and
+/// in its epoch ([`site::Node::epoch`]) past 0, `name@epoch` (no node name
+/// holds `@`). A token of an earlier incarnation of the node (deleted and
+/// made again, or reinstalled through the API) does not verify.
+pub fn subject(name: &str, epoch: u64) -> std::borrow::Cow<'_, str> {
+    if epoch == 0 {
+        name.into()
+    } else {
+        format!("{name}@{epoch}").into()
+    }
+}
+
+/// [`subject`] of `node`.
+pub fn subject_of(node: &site::Node) -> std::borrow::Cow<'_, str> {
+    subject(&node.name, node.epoch)
+}
+
 /// Bytes of the HMAC kept in a token (128 bits).
 const TAG_LEN: usize = 16;
 /// Bytes of the nonce (96 bits).
@@ -283,6 +300,8 @@ impl Granted {
 #[derive(Debug, Clone, Copy)]
 pub struct NodeAccess<'a> {
     pub name: &'a str,
+    /// Its epoch: tokens are checked against [`subject`].
+    pub epoch: u64,
     /// Its reservation and its provider's addresses.
     pub addrs: &'a [IpAddr],
     pub fetch_from: FetchFrom,
@@ -321,7 +340,7 @@ pub fn authorize_script(
     if node.fetch_from == FetchFrom::AnyAddress {
         return Ok(Granted::AnyAddress);
     }
-    match token.map(|t| key.verify(node.name, t, now)) {
+    match token.map(|t| key.verify(&subject(node.name, node.epoch), t, now)) {
         Some(Ok(v)) if v.scope == Scope::Provider && node.provider_token_ok(source) => {
             Ok(Granted::Token(v))
         }
@@ -343,7 +362,7 @@ pub fn authorize_ignition(
     if node.revoked {
         return Err(Deny::Revoked);
     }
-    let verified = token.map(|t| key.verify(node.name, t, now));
+    let verified = token.map(|t| key.verify(&subject(node.name, node.epoch), t, now));
     if node.is_own(source) {
         return Ok(Granted::SourceAddress(verified.and_then(Result::ok)));
     }
@@ -438,9 +457,21 @@ mod tests {
         }
     }
 
+    #[test]
+    fn a_token_is_for_one_epoch_of_its_node() {
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
+        let t = key().issue(&subject("m", 7), Scope::Script, now, Duration::from_secs(60));
+        assert!(key().verify(&subject("m", 7), &t, now).is_ok());
+        assert_eq!(key().verify(&subject("m", 8), &t, now), Err(Deny::TokenInvalid));
+        assert_eq!(key().verify("m", &t, now), Err(Deny::TokenInvalid));
+        // Epoch 0 is the bare name: tokens of nodes without one are as before.
+        assert_eq!(subject("m", 0), "m");
+    }
+
     fn node<'a>(addrs: &'a [IpAddr], fetch_from: FetchFrom, reported: bool) -> NodeAccess<'a> {
         NodeAccess {
             name: "n",
+            epoch: 0,
             addrs,
             fetch_from,
             provider_reported: reported,

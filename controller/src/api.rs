@@ -148,7 +148,7 @@ pub(super) async fn route(
             ("timeline", node_timeline(ctl, caller, name))
         }
         (&Method::POST, ["v1", "nodes", name, "reinstall"]) => {
-            ("reinstall", reinstall(ctl, caller, name))
+            ("reinstall", reinstall(ctl, caller, name).await)
         }
         (&Method::GET, ["v1", "nodes", name, "inventory"]) => {
             ("inventory", inventory::inventory(ctl, caller, name))
@@ -597,15 +597,42 @@ pub(super) async fn delete_node(
     )
 }
 
+/// An API node's epoch advanced to now, and the overlay served with it:
+/// tokens issued to the node before are void. A site node's epoch is the
+/// site's (`epoch`): nothing to do.
+async fn advance_epoch(ctl: &Arc<Controller>, name: &str) -> Result<(), String> {
+    let _w = ctl.writes.lock().await;
+    if ctl.store.node(name).map_err(|e| e.to_string())?.is_none() {
+        return Ok(());
+    }
+    ctl.store
+        .set_cluster(&crate::epoch_key(name), &crate::store::now_ms().to_string())
+        .map_err(|e| e.to_string())?;
+    let rows = ctl.store.nodes().map_err(|e| e.to_string())?;
+    ctl.export_overlay_now(&rows)
+}
+
 /// Forgets that the node installed: its next network boot gets the
 /// installer again instead of its local disk.
-pub(super) fn reinstall(ctl: &Arc<Controller>, _: auth::Caller, name: &str) -> Response<Body> {
+pub(super) async fn reinstall(
+    ctl: &Arc<Controller>,
+    _: auth::Caller,
+    name: &str,
+) -> Response<Body> {
     let snap = ctl.app.live.load();
     if snap.site.node(name).is_none() {
         return err(StatusCode::NOT_FOUND, "no such node");
     }
     match ctl.app.installed.clear(name) {
         Ok(was) => {
+            // An API node's tokens of before are void (its epoch advances).
+            if let Err(e) = advance_epoch(ctl, name).await {
+                tracing::error!(node = %name, error = %e, "reinstall: the node's epoch was not advanced");
+                return err(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "the node's epoch was not advanced; see bootd's log",
+                );
+            }
             info!(node = %name, was_installed = was, "reinstall requested through the API");
             ctl.note(
                 name,

@@ -508,6 +508,9 @@ impl Controller {
                     o.entry("fetchFrom")
                         .or_insert_with(|| Value::String(d.as_str().into()));
                 }
+                if let Some(o) = v.as_object_mut() {
+                    o.insert("epoch".into(), Value::from(self.epoch_of(r)));
+                }
                 Some(v)
             })
             .collect();
@@ -518,9 +521,23 @@ impl Controller {
         text
     }
 
+    /// An API node's epoch (`site::Node::epoch`): when it was made, or
+    /// last reinstalled through the API, in ms. A delete and re-create, or
+    /// a reinstall, voids every token issued to it before.
+    fn epoch_of(&self, row: &NodeRow) -> u64 {
+        let reinstalled = self
+            .store
+            .cluster(&epoch_key(&row.name))
+            .ok()
+            .flatten()
+            .and_then(|(v, _)| v.parse::<i64>().ok())
+            .unwrap_or(0);
+        u64::try_from(row.created_at.max(reinstalled)).unwrap_or(0)
+    }
+
     /// Validates the overlay for `rows` with the site exactly as every daemon
     /// will load it; on success writes it atomically and serves the new site.
-    fn export_overlay_now(&self, rows: &[NodeRow]) -> Result<(), String> {
+    pub(crate) fn export_overlay_now(&self, rows: &[NodeRow]) -> Result<(), String> {
         let facts = self.store.all_facts().map_err(|e| e.to_string())?;
         let text = self.overlay_text(rows, &facts);
         let site = site::load_with_overlay(&self.site_path, &text).map_err(|e| e.to_string())?;
@@ -653,3 +670,8 @@ pub(crate) fn problems(e: &site::SiteError) -> Vec<String> {
 pub(crate) const MAX_REQUEST: usize = 64 * 1024;
 
 pub use bootd::timeline::rfc3339;
+
+/// The cluster key of `node`'s last reinstall through the API (its epoch).
+pub(crate) fn epoch_key(node: &str) -> String {
+    format!("epoch/{node}")
+}

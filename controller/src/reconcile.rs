@@ -227,7 +227,7 @@ fn node_request(ctl: &Controller, snap: &Snapshot, row: &NodeRow) -> Option<Node
             http,
             name,
             ctl.app.key.issue(
-                name,
+                &bootd::token::subject(name, snap.site.node(name).map_or(0, |n| n.epoch)),
                 bootd::token::Scope::Provider,
                 runtime::clock::now(),
                 snap.site.ignition.token_ttl

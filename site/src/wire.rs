@@ -149,6 +149,7 @@ pub struct Etcd {
     pub timeout: Option<String>,
     pub lease_ttl: Option<String>,
     pub tls: Option<EtcdTls>,
+    pub site_id: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -323,6 +324,10 @@ pub struct Images {
     pub root: Option<PathBuf>,
     #[serde(default)]
     pub sets: BTreeMap<String, ImageSet>,
+    /// OpenPGP public key files that catalog artifacts must be signed by.
+    #[serde(default)]
+    pub signing_keys: Vec<PathBuf>,
+    pub require_signatures: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -365,6 +370,8 @@ pub struct Node {
     pub image: Option<String>,
     pub install_disk: Option<String>,
     pub root_device_hints: Option<RootDeviceHints>,
+    /// The node's incarnation: tokens issued under another are refused.
+    pub epoch: Option<u64>,
     pub live: Option<bool>,
     #[serde(default)]
     pub kernel_args: Vec<String>,

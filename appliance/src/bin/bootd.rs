@@ -170,6 +170,7 @@ fn main() -> Result<()> {
     }
     match cli.cmd.unwrap_or(Cmd::Run) {
         Cmd::Run => {
+            appliance::warn_store(&config.site);
             // Before the runtime starts a thread: every thread is the user's.
             appliance::drop_root(
                 &config.site,
@@ -351,7 +352,7 @@ fn render_one(
 ) -> Result<String> {
     let site = &config.site;
     let token = key.issue(
-        &node.name,
+        &bootd::token::subject_of(node),
         bootd::token::Scope::Script,
         runtime::clock::now(),
         site.ignition.token_ttl,

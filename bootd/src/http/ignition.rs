@@ -21,7 +21,7 @@ pub fn pointer_for(
     let node = snap.site.node(name);
     let base = |l: &site::Listen| l.base_url(peer, node).to_string();
     let tok = app.key.issue(
-        name,
+        &token::subject(name, node.map_or(0, |n| n.epoch)),
         scope,
         runtime::clock::now(),
         snap.site.ignition.token_ttl,

@@ -212,9 +212,10 @@ pub async fn post(
     if !addrs.contains(&source) {
         return deny(&app, what, &name, source, Deny::NotFromNode);
     }
-    match query(q.as_deref(), "token")
-        .map(|t| app.key.verify(&node.name, &t, runtime::clock::now()))
-    {
+    match query(q.as_deref(), "token").map(|t| {
+        app.key
+            .verify(&token::subject_of(node), &t, runtime::clock::now())
+    }) {
         Some(Ok(_)) => {}
         Some(Err(d)) => return deny(&app, what, &name, source, d),
         None => return deny(&app, what, &name, source, Deny::NotFromNode),

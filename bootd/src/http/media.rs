@@ -14,8 +14,9 @@ use crate::media::{Media, MediaError};
 /// secret (anyone with it can read the ISO and the token inside). The
 /// BMC's address family is not the node's: the site's first URL.
 pub fn media_url_for(app: &App, snap: &Snapshot, name: &str) -> String {
+    let epoch = snap.site.node(name).map_or(0, |n| n.epoch);
     let tok = app.key.issue(
-        name,
+        &token::subject(name, epoch),
         token::Scope::Media,
         runtime::clock::now(),
         snap.site.ignition.token_ttl,
@@ -46,7 +47,10 @@ pub(super) async fn media(
     // A media token only: the controller mints one for a node that boots
     // virtual media, for its BMC. Any other token (a script's, a
     // provider's) is no licence to build an ISO.
-    match app.key.verify(&node.name, &tok, runtime::clock::now()) {
+    match app
+        .key
+        .verify(&token::subject_of(node), &tok, runtime::clock::now())
+    {
         Ok(v) if v.scope == token::Scope::Media => {}
         Ok(_) => return deny(app, WHAT, name, source, Deny::TokenInvalid),
         Err(d) => return deny(app, WHAT, name, source, d),

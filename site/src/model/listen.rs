@@ -111,6 +111,7 @@ mod tests {
             fetch_from: FetchFrom::NodeAddress,
             addresses: None,
             relay: None,
+            epoch: 0,
         }
     }
 

@@ -88,6 +88,11 @@ pub struct Node {
     /// DHCPv4 request carrying these sub-options is this node's, whatever
     /// its MAC.
     pub relay: Option<RelayId>,
+    /// Its incarnation (`epoch`): tokens issued for it under another epoch
+    /// are refused. The controller sets it for the nodes it makes (their
+    /// creation, or their last reinstall through the API, in ms); an
+    /// operator raises it in the site to void every token of a site node.
+    pub epoch: u64,
 }
 
 /// `nodes[].relay`: sub-options of a relay's option 82. Every one given

@@ -540,5 +540,6 @@ pub(super) fn node(
         fetch_from,
         addresses,
         relay,
+        epoch: w.epoch.unwrap_or(0),
     })
 }
