@@ -159,6 +159,12 @@ pub struct EtcdStore {
     pub lease_ttl: std::time::Duration,
     /// Required with `https://` endpoints.
     pub tls: Option<EtcdTls>,
+    /// Which site the prefix belongs to: stored under it at the first
+    /// start, compared at every start (`siteId`; default the cluster's
+    /// domain).
+    pub site_id: String,
+    /// The cluster's domain, stored beside `site_id` for people.
+    pub cluster: String,
 }
 
 #[derive(Debug, Clone, PartialEq)]

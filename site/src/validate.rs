@@ -394,7 +394,7 @@ fn validate(w: wire::SiteFile, cx: &mut Cx) -> Option<Site> {
     );
     let cluster = cluster?;
     let mut host = host?;
-    store::default_prefix(&mut host.store, &cluster.name);
+    store::defaults(&mut host.store, &cluster);
     if let Some(a) = host.api.as_mut().and_then(|a| a.alibaba.as_mut()) {
         controller::resolve_alibaba_image(cx, a, &images);
     }

@@ -38,6 +38,34 @@ fn etcd_defaults_its_prefix_to_the_cluster_and_its_timeout_to_3s() {
     assert_eq!(e.timeout, Duration::from_secs(3));
     assert_eq!(e.lease_ttl, Duration::from_secs(10));
     assert_eq!(e.tls, None);
+    // The site's identity under the prefix: its cluster's domain.
+    assert_eq!(e.site_id, site.cluster.domain());
+    assert_eq!(e.cluster, site.cluster.domain());
+}
+
+/// `siteId` names the site under its prefix instead of the cluster's
+/// domain: two sites whose clusters are alike tell themselves apart.
+#[test]
+fn a_site_id_replaces_the_cluster_domain_as_the_identity() {
+    let site =
+        with_store("{etcd: {endpoints: [\"http://127.0.0.1:2379\"], siteId: dc1-lab}}").unwrap();
+    let Store::Etcd(e) = site.host.store else {
+        panic!("not etcd")
+    };
+    assert_eq!(e.site_id, "dc1-lab");
+    assert_eq!(e.cluster, "lab.example.test");
+    for bad in ["\"\"", "\"dc1 lab\"", "dc1/lab"] {
+        let e = with_store(&format!(
+            "{{etcd: {{endpoints: [\"http://127.0.0.1:2379\"], siteId: {bad}, prefix: lab}}}}"
+        ))
+        .unwrap_err();
+        assert!(
+            e.contains("host.store.etcd.siteId: ")
+                && e.contains("1 to 253 letters, digits, '.', '-' or '_'")
+                && e.contains("host.store.etcd.prefix: "),
+            "{bad}: every problem at once:\n{e}"
+        );
+    }
 }
 
 #[test]

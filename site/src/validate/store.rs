@@ -36,13 +36,38 @@ pub(super) fn store(cx: &mut Cx, w: &wire::Store) -> Option<Store> {
     }
 }
 
-/// An etcd prefix not given is `/bare-metal-boot/<cluster.name>/`.
-pub(super) fn default_prefix(store: &mut Store, cluster: &str) {
+/// An etcd prefix not given is `/bare-metal-boot/<cluster.name>/`; a
+/// site identity not given is the cluster's domain (docs/design-notes.md,
+/// "Which site an etcd prefix belongs to").
+pub(super) fn defaults(store: &mut Store, cluster: &Cluster) {
     if let Store::Etcd(e) = store {
         if e.prefix.is_empty() {
-            e.prefix = format!("/bare-metal-boot/{cluster}/");
+            e.prefix = format!("/bare-metal-boot/{}/", cluster.name);
+        }
+        e.cluster = cluster.domain();
+        if e.site_id.is_empty() {
+            e.site_id = e.cluster.clone();
         }
     }
+}
+
+/// `host.store.etcd.siteId`: a name, as a domain's characters.
+fn site_id(cx: &mut Cx, key: &str, id: Option<&str>) -> Option<String> {
+    let Some(id) = id else {
+        return Some(String::new());
+    };
+    let ok = (1..=253).contains(&id.len())
+        && id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_'));
+    if !ok {
+        cx.err(
+            key,
+            format!("{id:?}: 1 to 253 letters, digits, '.', '-' or '_' (e.g. dc1-lab)"),
+        );
+        return None;
+    }
+    Some(id.to_string())
 }
 
 fn etcd(cx: &mut Cx, w: &wire::Etcd) -> Option<EtcdStore> {
@@ -164,12 +189,16 @@ fn etcd(cx: &mut Cx, w: &wire::Etcd) -> Option<EtcdStore> {
             ca.map(|ca| EtcdTls { ca, cert, key })
         }
     };
+    let site_id = site_id(cx, &format!("{k}.siteId"), w.site_id.as_deref());
+    ok &= site_id.is_some();
     ok.then(|| EtcdStore {
         endpoints: w.endpoints.clone(),
         prefix,
         timeout,
         lease_ttl,
         tls,
+        site_id: site_id.unwrap_or_default(),
+        cluster: String::new(),
     })
 }
 
