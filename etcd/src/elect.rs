@@ -153,6 +153,10 @@ impl Etcd {
                         }
                     }
                     Ok(None) => return,
+                    Err(e) if e.other_site().is_some() => {
+                        tracing::error!(election = %name, error = %e, "election: not joined");
+                        return;
+                    }
                     Err(e) => {
                         tracing::warn!(election = %name, error = %e, "election: etcd unreachable; campaigning again in 1 s");
                         tokio::select! {

@@ -7,6 +7,10 @@
 //! alike. Every key is under the site's prefix; callers name keys relative
 //! to it.
 //!
+//! A connection that names its site ([`Config::site`]) checks, before its
+//! first request, that the prefix is that site's ([`claim`]): one of
+//! another site fails every request with [`Error::other_site`].
+//!
 //! Requests carry a deadline (`timeout`) and require an etcd leader
 //! (`require_leader`): when the cluster has lost quorum a request fails at
 //! once with [`Error::unavailable`] true, instead of waiting on a member
@@ -22,12 +26,14 @@ use std::time::Duration;
 
 pub use etcd_client::{Compare, CompareOp, TxnOp, TxnOpResponse};
 
+pub mod claim;
 mod elect;
 mod members;
 #[cfg(feature = "testing")]
 pub mod testing;
 mod watch;
 
+pub use claim::{OtherSite, SiteIdentity};
 pub use elect::{identity, Leadership};
 pub use members::Membership;
 pub use watch::{Change, Put};
@@ -42,6 +48,9 @@ pub struct Config {
     pub tls: Option<Tls>,
     /// Deadline of one request.
     pub timeout: Duration,
+    /// The site the prefix must belong to ([`claim`]); `None`: unchecked
+    /// (tools and tests reading a prefix).
+    pub site: Option<SiteIdentity>,
 }
 
 impl Config {
@@ -51,6 +60,10 @@ impl Config {
             endpoints: e.endpoints.clone(),
             prefix: e.prefix.clone(),
             timeout: e.timeout,
+            site: Some(SiteIdentity {
+                id: e.site_id.clone(),
+                cluster: e.cluster.clone(),
+            }),
             tls: e.tls.as_ref().map(|t| Tls {
                 ca: t.ca.clone(),
                 cert: t.cert.clone(),
@@ -75,15 +88,37 @@ pub struct Error {
     endpoints: String,
     what: String,
     #[source]
-    source: etcd_client::Error,
+    source: Cause,
+}
+
+#[derive(Debug, thiserror::Error)]
+enum Cause {
+    #[error(transparent)]
+    Etcd(#[from] etcd_client::Error),
+    /// Boxed: the refusal's text is rare, an error's size is paid by every
+    /// request.
+    #[error(transparent)]
+    OtherSite(Box<OtherSite>),
 }
 
 impl Error {
+    /// The prefix belongs to another site: nothing was read or written
+    /// under it, and no request on this connection ever will be.
+    pub fn other_site(&self) -> Option<&OtherSite> {
+        match &self.source {
+            Cause::OtherSite(o) => Some(o),
+            Cause::Etcd(_) => None,
+        }
+    }
+
     /// The cluster cannot answer now (no leader, no quorum, no member
     /// reachable, deadline passed): nothing was committed by this request,
     /// and the same request may succeed later.
     pub fn unavailable(&self) -> bool {
-        match &self.source {
+        let Cause::Etcd(source) = &self.source else {
+            return false;
+        };
+        match source {
             etcd_client::Error::TransportError(_) | etcd_client::Error::IoError(_) => true,
             etcd_client::Error::GRpcStatus(s) => match s.code() {
                 tonic::Code::Cancelled
@@ -124,6 +159,7 @@ pub struct Value {
 
 struct Inner {
     client: Client,
+    gate: Arc<claim::Gate>,
     rt: Option<tokio::runtime::Runtime>,
     config: Config,
     endpoints: String,
@@ -160,10 +196,10 @@ impl Etcd {
     /// reach). Reads the TLS files now.
     pub fn connect(config: &Config) -> Result<Etcd, Error> {
         let endpoints = config.endpoints.join(",");
-        let fail = |what: &str, source| Error {
+        let fail = |what: &str, source: etcd_client::Error| Error {
             endpoints: endpoints.clone(),
             what: what.into(),
-            source,
+            source: source.into(),
         };
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
@@ -204,6 +240,7 @@ impl Etcd {
         Ok(Etcd {
             inner: Arc::new(Inner {
                 client,
+                gate: Arc::new(claim::Gate::new(config)),
                 rt: Some(rt),
                 config: config.clone(),
                 endpoints,
@@ -228,11 +265,34 @@ impl Etcd {
     }
 
     pub(crate) fn error(&self, what: &str, source: etcd_client::Error) -> Error {
+        self.refused(what, claim::Refused::Etcd(source))
+    }
+
+    fn refused(&self, what: &str, r: claim::Refused) -> Error {
+        let (what, source) = match r {
+            claim::Refused::Etcd(e) => (what.to_string(), Cause::Etcd(e)),
+            claim::Refused::OtherSite(o) => ("site identity".to_string(), Cause::OtherSite(o)),
+        };
         Error {
             endpoints: self.inner.endpoints.clone(),
-            what: what.into(),
+            what,
             source,
         }
+    }
+
+    /// The site's check ([`claim`]) now, when it has not passed yet on
+    /// this connection (every request passes it first anyway): a start
+    /// calls it to stop at once on another site's prefix.
+    pub fn check_site(&self) -> Result<(), Error> {
+        self.block("site identity", |_| async {
+            Ok::<(), etcd_client::Error>(())
+        })
+    }
+
+    /// Whether the site's check passed on this connection (a watch waits
+    /// for it).
+    pub(crate) async fn gate(&self, client: &Client) -> bool {
+        self.inner.gate.pass(client).await.is_ok()
     }
 
     /// Runs `f` with a client on this connection's runtime and waits for
@@ -247,16 +307,21 @@ impl Etcd {
     {
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
         let client = self.inner.client.clone();
+        let gate = Arc::clone(&self.inner.gate);
         let rt = self.inner.rt.as_ref().expect("runtime present until drop");
         rt.spawn(async move {
-            let _ = tx.send(f(client).await);
+            let out = match gate.pass(&client).await {
+                Ok(()) => f(client).await.map_err(claim::Refused::Etcd),
+                Err(r) => Err(r),
+            };
+            let _ = tx.send(out);
         });
         let out = rx.recv().unwrap_or_else(|_| {
-            Err(etcd_client::Error::IoError(std::io::Error::other(
-                "the etcd runtime stopped",
+            Err(claim::Refused::Etcd(etcd_client::Error::IoError(
+                std::io::Error::other("the etcd runtime stopped"),
             )))
         });
-        out.map_err(|e| self.error(what, e))
+        out.map_err(|r| self.refused(what, r))
     }
 
     /// As [`block`](Self::block), awaited.
@@ -279,14 +344,20 @@ impl Etcd {
         T: Send + 'static,
     {
         let client = self.inner.client.clone();
+        let gate = Arc::clone(&self.inner.gate);
         let rt = self.inner.rt.as_ref().expect("runtime present until drop");
-        let out = rt.spawn(async move { f(client).await }).await;
+        let out = rt
+            .spawn(async move {
+                gate.pass(&client).await?;
+                f(client).await.map_err(claim::Refused::Etcd)
+            })
+            .await;
         let out = out.unwrap_or_else(|e| {
-            Err(etcd_client::Error::IoError(std::io::Error::other(
-                e.to_string(),
+            Err(claim::Refused::Etcd(etcd_client::Error::IoError(
+                std::io::Error::other(e.to_string()),
             )))
         });
-        out.map_err(|e| self.error(what, e))
+        out.map_err(|r| self.refused(what, r))
     }
 
     /// The value at `rel`, if any.
@@ -354,7 +425,7 @@ mod tests {
         Error {
             endpoints: "http://127.0.0.1:2379".into(),
             what: "put".into(),
-            source,
+            source: source.into(),
         }
     }
 

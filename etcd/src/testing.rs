@@ -94,6 +94,7 @@ impl Server {
             prefix: prefix.into(),
             tls: None,
             timeout: Duration::from_secs(3),
+            site: None,
         }
     }
 

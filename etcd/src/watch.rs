@@ -73,8 +73,9 @@ impl Etcd {
                 }
                 let mut c = etcd.client();
                 let mut opts = WatchOptions::new().with_prefix();
-                let mut ready = true;
-                if let Some(page) = page {
+                // Nothing is read before the prefix is known to be the site's.
+                let mut ready = etcd.gate(&c).await;
+                if let (true, Some(page)) = (ready, page) {
                     // Everything stored, then the changes after it.
                     match etcd.send_all(&key, page, &tx, &map).await {
                         Some(rev) => opts = opts.with_start_revision(rev + 1),

@@ -202,3 +202,112 @@ async fn a_watch_reports_keys_and_resyncs_after_a_restart() {
         .unwrap();
     assert_eq!(next(&mut w).await, Change::Resync);
 }
+
+/// A connection of `site` (its identity's id and cluster) on `prefix`.
+fn of_site(server: &Server, prefix: &str, id: &str) -> Etcd {
+    let mut c = server.config(prefix);
+    c.site = Some(etcd::SiteIdentity {
+        id: id.into(),
+        cluster: "lab.example.test".into(),
+    });
+    Etcd::connect(&c).unwrap()
+}
+
+/// Every key under the prefix with its last change's revision.
+fn keys(e: &Etcd) -> Vec<(String, i64)> {
+    e.list("")
+        .unwrap()
+        .into_iter()
+        .map(|v| (v.key, v.mod_revision))
+        .collect()
+}
+
+/// The first connection of a site stores its identity under the prefix;
+/// another site's connection there fails every request (reads, writes,
+/// transactions, a campaign, a watch) with the refusal, reads and writes
+/// nothing; one of the same site, started later, works.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prefix_is_one_sites_and_another_site_gets_nothing_from_it() {
+    use std::time::Duration;
+    let server = Server::start();
+    let raw = Etcd::connect(&server.config("/bare-metal-boot/lab/")).unwrap();
+    let a = of_site(&server, "/bare-metal-boot/lab/", "lab.example.test");
+    tokio::task::block_in_place(|| a.put("bootd/secrets/token-key", b"k".to_vec())).unwrap();
+    let stored = raw
+        .get("site-identity")
+        .unwrap()
+        .expect("stored at the first use");
+    let (id, by) = etcd::claim::parse(&stored.value).expect("a record");
+    assert_eq!(id.id, "lab.example.test");
+    assert!(by.contains("pid"), "{by}");
+    let before = keys(&raw);
+
+    let b = of_site(&server, "/bare-metal-boot/lab/", "lab.other.test");
+    let err = tokio::task::block_in_place(|| b.get("bootd/secrets/token-key")).unwrap_err();
+    let other = err.other_site().expect("refused as another site's");
+    assert!(!err.unavailable());
+    assert_eq!(other.prefix, "/bare-metal-boot/lab/");
+    let text = err.to_string();
+    assert!(
+        text.contains("belongs to another site")
+            && text.contains("\"lab.example.test\"")
+            && text.contains("\"lab.other.test\""),
+        "{text}"
+    );
+    assert!(tokio::task::block_in_place(|| b.put("x", b"y".to_vec()))
+        .unwrap_err()
+        .other_site()
+        .is_some());
+    let stop = tokio_util::sync::CancellationToken::new();
+    let campaign = b.campaign("controller", "b", Duration::from_secs(2), &stop);
+    let r = tokio::time::timeout(Duration::from_secs(10), campaign)
+        .await
+        .expect("refused, not waiting");
+    assert!(r.unwrap_err().other_site().is_some());
+    let mut w = b.watch("");
+    assert_eq!(next(&mut w).await, etcd::Change::Resync);
+    tokio::task::block_in_place(|| a.put("controller/nodes/n", b"{}".to_vec())).unwrap();
+    let seen = tokio::time::timeout(Duration::from_secs(2), w.recv()).await;
+    assert!(
+        !matches!(seen, Ok(Some(etcd::Change::Key(_)))),
+        "another site's watch saw {seen:?}"
+    );
+    let mut after = keys(&raw);
+    after.retain(|(k, _)| k != "controller/nodes/n");
+    assert_eq!(after, before, "nothing written by the other site");
+    assert_eq!(raw.leader("controller").await.unwrap(), None);
+
+    // An appliance of the same site (its own connection, later) works.
+    let c = of_site(&server, "/bare-metal-boot/lab/", "lab.example.test");
+    let v = tokio::task::block_in_place(|| c.get("bootd/secrets/token-key")).unwrap();
+    assert_eq!(v.unwrap().value, b"k");
+    tokio::task::block_in_place(|| c.check_site()).unwrap();
+
+    // A value bootd does not write there is refused, named.
+    raw.put("site-identity", b"hello".to_vec()).unwrap();
+    let d = of_site(&server, "/bare-metal-boot/lab/", "lab.example.test");
+    let err = tokio::task::block_in_place(|| d.check_site()).unwrap_err();
+    assert!(
+        err.other_site().is_some() && err.to_string().contains("not a site identity"),
+        "{err}"
+    );
+}
+
+/// A site's first connection made while etcd is down checks once etcd
+/// answers: unavailable until then, never refused.
+#[test]
+fn the_check_waits_for_etcd_like_any_request() {
+    let mut server = Server::start();
+    let a = of_site(&server, "/p/", "lab.example.test");
+    a.put("k", b"v".to_vec()).unwrap();
+    server.kill();
+    let b = of_site(&server, "/p/", "lab.example.test");
+    let err = b.check_site().unwrap_err();
+    assert!(err.unavailable() && err.other_site().is_none(), "{err}");
+    server.restart();
+    let end = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    while let Err(e) = b.get("k") {
+        assert!(std::time::Instant::now() < end, "{e}");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
