@@ -1,6 +1,6 @@
 //! What a valid site still exposes: the settings that relax who may fetch
-//! a node's secrets, each with what it opens. `bootd --check-config`
-//! prints them as warnings.
+//! a node's secrets, and catalog images taken without a signature check,
+//! each with what it opens. `bootd --check-config` prints them as warnings.
 
 use crate::{DhcpMode, FetchFrom, Site};
 
@@ -59,5 +59,37 @@ pub fn warnings(site: &Site) -> Vec<String> {
             ));
         }
     }
+    out.extend(unsigned_images(site));
     out
+}
+
+/// Catalog sets without a signature check (docs/images.md, "Signatures");
+/// the `images` command prints it too.
+pub fn unsigned_images(site: &Site) -> Option<String> {
+    let catalog: Vec<&str> = site
+        .images
+        .sets
+        .iter()
+        .filter(|(_, s)| s.catalog.is_some())
+        .map(|(n, _)| n.as_str())
+        .collect();
+    let sig = &site.images.signing;
+    if catalog.is_empty() || (sig.enabled() && sig.require) {
+        return None;
+    }
+    let sets = catalog.join(", ");
+    Some(if sig.enabled() {
+        format!(
+            "images.requireSignatures: false: an artifact of the catalog sets ({sets}) that its \
+             stream metadata names no signature for is taken on its sha256 alone, so whoever can \
+             change that document can drop the signature and serve other bytes"
+        )
+    } else {
+        format!(
+            "images.signingKeys: none: the catalog sets' artifacts ({sets}) are trusted by the \
+             sha256 their stream metadata names, not by the vendor's signature: whoever can \
+             change that document (its server, or a mirror it is read from) chooses the bytes \
+             nodes boot; give the vendor's keys (docs/images.md)"
+        )
+    })
 }

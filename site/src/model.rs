@@ -17,12 +17,14 @@ mod inspection;
 mod listen;
 pub mod netconf;
 mod network;
+mod signing;
 pub use admission::Admission;
 pub use api::*;
 pub use inspection::*;
 pub use listen::*;
 pub use netconf::*;
 pub use network::*;
+pub use signing::*;
 
 #[derive(Debug, Clone)]
 pub struct Site {
@@ -323,6 +325,8 @@ pub struct Images {
     /// Absolute directory every image path is relative to.
     pub root: PathBuf,
     pub sets: BTreeMap<String, ImageSet>,
+    /// The keys catalog artifacts must be signed by (`signingKeys`).
+    pub signing: Signing,
 }
 
 /// Paths relative to [`Images::root`], as they appear in URLs under `/images/`.

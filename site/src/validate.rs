@@ -12,6 +12,7 @@ use std::time::Duration;
 
 mod catalog_sets;
 mod controller;
+mod signing_keys;
 pub use controller::OVERLAY_FILE;
 pub use controller::{alibaba_disk_problems, alibaba_id_ok, region_id_ok, zone_in_region};
 mod lb;
@@ -671,7 +672,7 @@ fn images(cx: &mut Cx, w: Option<&wire::Images>) -> (Images, Vec<String>) {
             _ => broken.push(name.clone()),
         }
     }
-    (Images { root, sets }, broken)
+    (signing_keys::with_keys(cx, w, root, sets), broken)
 }
 
 /// `500ms`, `30s`, `5m`, `24h`, `7d`; never zero. The one duration syntax
