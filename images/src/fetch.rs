@@ -77,6 +77,8 @@ pub struct Request {
     /// Format keys, e.g. `pxe` (kernel, initramfs, rootfs), `raw.xz`, `ova.gz`.
     pub formats: Vec<String>,
     pub source: Option<Source>,
+    /// The keys artifacts must be signed by (the site's `images.signingKeys`).
+    pub signing: Arc<site::Signing>,
 }
 
 #[derive(Debug, Clone)]
@@ -137,6 +139,11 @@ pub enum FetchError {
     },
     #[error("{name}: {msg}")]
     Download { name: String, msg: String },
+    #[error("{name}: {why}; nothing of it was kept")]
+    Signature {
+        name: String,
+        why: crate::openpgp::SignatureError,
+    },
     #[error("{name}: sha256 {got} does not match the stream metadata's {want}; nothing was kept")]
     Sha256 {
         name: String,
@@ -246,15 +253,28 @@ impl Fetcher {
         Ok(outcome)
     }
 
-    /// The set's directory when it is cached, intact and holds every wanted format.
+    /// The set's directory when it is cached, intact and holds every wanted
+    /// format, with the signatures the keys ask for (else the set is fetched
+    /// again: what is in place is kept, and checked).
     fn cached(&self, stream: &str, version: &str, req: &Request) -> Option<String> {
         let dir = catalog::set_dir(stream, version, &req.arch, &req.platform);
-        let m = catalog::read_manifest(&self.cache.root.join(&dir)).ok()?;
+        let abs = self.cache.root.join(&dir);
+        let m = catalog::read_manifest(&abs).ok()?;
         let has_all = req
             .formats
             .iter()
             .all(|f| m.files.iter().any(|x| &x.format == f));
-        (has_all && self.cache.check_set(&dir, &m, Depth::Stamped).is_empty()).then_some(dir)
+        let s = &req.signing;
+        let signed = !s.enabled()
+            || m.files
+                .iter()
+                .filter(|f| req.formats.contains(&f.format))
+                .all(|f| match f.signature {
+                    Some(_) => abs.join(format!("{}.sig", f.name)).is_file(),
+                    None => !s.require,
+                });
+        (has_all && signed && self.cache.check_set(&dir, &m, Depth::Stamped).is_empty())
+            .then_some(dir)
     }
 
     async fn load_source(&self, source: &Source) -> Result<Vec<u8>, FetchError> {
@@ -314,17 +334,24 @@ impl Fetcher {
         let sem = Arc::new(tokio::sync::Semaphore::new(self.options.jobs.max(1)));
         let mut tasks = tokio::task::JoinSet::new();
         for sel in picked.iter().cloned() {
-            let (sem, client, opts, progress, dir) = (
+            let (sem, client, opts, progress, dir, signing) = (
                 Arc::clone(&sem),
                 self.client.clone(),
                 self.options.clone(),
                 Arc::clone(&self.progress),
                 dir.clone(),
+                Arc::clone(&req.signing),
             );
             tasks.spawn(async move {
                 let _permit = sem.acquire_owned().await;
-                let r = transfer::download(&client, &opts, progress.as_ref(), &dir, &sel).await;
-                let r = signature::with_signature(r, &client, &opts, &dir, &sel).await;
+                let r = async {
+                    let sig = signature::before(&client, &opts, &signing, &sel).await?;
+                    let name = sel.artifact.file_name();
+                    let accept =
+                        |file: &Path| signature::accept(&signing, sig.as_deref(), &dir, name, file);
+                    transfer::download(&client, &opts, progress.as_ref(), &dir, &sel, &accept).await
+                }
+                .await;
                 (sel, r)
             });
         }

@@ -9,6 +9,7 @@
 //! Modules:
 //! - [`stream`]: the stream metadata document (serde) and artifact selection.
 //! - [`fetch`]: resumable, verified, parallel downloads of one set.
+//! - [`openpgp`]: detached signatures checked against the site's keys.
 //! - [`client`]: the HTTP(S) client (hyper + rustls), redirects.
 //! - [`cache`]: the layout's files (manifest, stamps, latest), `list`,
 //!   `verify`, `gc`, and [`check_site`], which bootd runs before serving.
@@ -20,7 +21,8 @@
 //! [`site::catalog`], because the site crate resolves `catalog:` image sets.
 //!
 //! Invariants: a file appears under its real name only after its sha256
-//! matched (temporary name, fsync, rename, fsync of the directory); a set's
+//! matched, and its signature when the site names keys (temporary name,
+//! fsync, rename, fsync of the directory); a set's
 //! manifest is written after all its files, so a set with a manifest is
 //! complete; nothing but directories holding a manifest is ever removed.
 
@@ -28,6 +30,7 @@ pub mod cache;
 pub mod client;
 pub mod cloud;
 pub mod fetch;
+pub mod openpgp;
 pub mod progress;
 pub mod stream;
 pub mod tftp_root;

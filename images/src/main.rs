@@ -25,6 +25,14 @@ struct Cli {
     /// A site description; repeat for gc over several sites.
     #[arg(long, global = true)]
     site: Vec<PathBuf>,
+    /// An OpenPGP public key file (armored or binary) that artifacts must be
+    /// signed by, besides the site's images.signingKeys; repeatable.
+    #[arg(long, global = true)]
+    signing_key: Vec<PathBuf>,
+    /// Refuse artifacts the stream metadata names no signature for (the
+    /// default when keys are given and no site says otherwise).
+    #[arg(long, global = true)]
+    require_signatures: bool,
     #[command(subcommand)]
     cmd: Cmd,
 }
@@ -35,7 +43,8 @@ enum Cmd {
     Fetch(FetchArgs),
     /// The sets in the cache.
     List,
-    /// Re-hash every cached file against its manifest; exit 1 on any problem.
+    /// Re-hash every cached file against its manifest, and check its
+    /// signature when keys are given; exit 1 on any problem.
     Verify,
     /// Remove every cached set no --site references.
     Gc {
@@ -149,10 +158,34 @@ fn main() -> Result<()> {
             (None, None) => bail!("give --root DIR or --site FILE (its images.root is the cache)"),
         }
     };
+    let cli_keys = cli
+        .signing_key
+        .iter()
+        .map(|p| {
+            site::SigningKey::read(p)
+                .map_err(|e| anyhow::anyhow!("--signing-key {}: {e}", p.display()))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let signing = |s: Option<&site::Site>| -> Result<Arc<site::Signing>> {
+        let mut g = s.map(|s| s.images.signing.clone()).unwrap_or_default();
+        let defaulted = !cli_keys.is_empty() && !g.enabled();
+        g.keys.extend(cli_keys.iter().cloned());
+        g.require |= cli.require_signatures || defaulted;
+        if g.require && !g.enabled() {
+            bail!("--require-signatures needs keys: --signing-key FILE, or a --site with images.signingKeys");
+        }
+        Ok(Arc::new(g))
+    };
+    let checks = matches!(cli.cmd, Cmd::Fetch(_) | Cmd::Verify) && cli_keys.is_empty();
+    for s in sites.iter().filter(|_| checks) {
+        if let Some(w) = site::exposure::unsigned_images(s) {
+            eprintln!("warning: {}: {w}", s.source.display());
+        }
+    }
     match cli.cmd {
-        Cmd::Fetch(a) => fetch_cmd(Cache::new(root()?), &sites, a),
+        Cmd::Fetch(a) => fetch_cmd(Cache::new(root()?), &sites, &signing, a),
         Cmd::List => list(&Cache::new(root()?)),
-        Cmd::Verify => verify(&Cache::new(root()?)),
+        Cmd::Verify => verify(&Cache::new(root()?), &*signing(sites.first())?),
         Cmd::Gc { dry_run } => gc(&Cache::new(root()?), &sites, dry_run),
         Cmd::Show { src, arch } => show(src, arch),
         Cmd::Ids(a) => ids(
@@ -166,10 +199,14 @@ fn main() -> Result<()> {
     }
 }
 
-fn fetch_cmd(cache: Cache, sites: &[site::Site], a: FetchArgs) -> Result<()> {
+/// The signing policy of a site (or of none), with the command line's keys.
+type Policy<'a> = dyn Fn(Option<&site::Site>) -> Result<Arc<site::Signing>> + 'a;
+
+fn fetch_cmd(cache: Cache, sites: &[site::Site], signing: &Policy, a: FetchArgs) -> Result<()> {
     let mut requests = Vec::new();
     if !sites.is_empty() {
         for s in sites {
+            let policy = signing(Some(s))?;
             let dir = s.source.parent().map(Path::to_path_buf).unwrap_or_default();
             for (name, set) in &s.images.sets {
                 let Some(c) = &set.catalog else { continue };
@@ -192,6 +229,7 @@ fn fetch_cmd(cache: Cache, sites: &[site::Site], a: FetchArgs) -> Result<()> {
                     platform: r.platform.clone(),
                     formats: a.format.clone(),
                     source: a.src.stream_url.as_deref().map(Source::parse).or(source),
+                    signing: Arc::clone(&policy),
                 });
             }
         }
@@ -209,6 +247,10 @@ fn fetch_cmd(cache: Cache, sites: &[site::Site], a: FetchArgs) -> Result<()> {
         if a.src.stream.is_none() && a.src.stream_url.is_none() {
             bail!("give --site, or --stream and/or --stream-url");
         }
+        let policy = signing(None)?;
+        if !policy.enabled() {
+            eprintln!("warning: signatures are not checked: no --signing-key (or --site with images.signingKeys); artifacts are trusted by the stream metadata's sha256");
+        }
         for arch in &a.arch {
             requests.push(fetch::Request {
                 stream: a.src.stream.clone(),
@@ -217,6 +259,7 @@ fn fetch_cmd(cache: Cache, sites: &[site::Site], a: FetchArgs) -> Result<()> {
                 platform: a.platform.clone(),
                 formats: a.format.clone(),
                 source: a.src.stream_url.as_deref().map(Source::parse),
+                signing: Arc::clone(&policy),
             });
         }
     }
@@ -298,13 +341,35 @@ fn list(cache: &Cache) -> Result<()> {
     Ok(())
 }
 
-fn verify(cache: &Cache) -> Result<()> {
+fn verify(cache: &Cache, signing: &site::Signing) -> Result<()> {
     let mut bad = 0;
     let sets = cache.list()?;
     for s in &sets {
-        let problems = cache.check_set(&s.dir, &s.manifest, Depth::Full);
+        let mut problems: Vec<String> = cache
+            .check_set(&s.dir, &s.manifest, Depth::Full)
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        let mut note = String::new();
+        if signing.enabled() {
+            let sigs = images::openpgp::check_set(signing, &cache.root.join(&s.dir), &s.manifest);
+            problems.extend(sigs.problems);
+            let mut keys: Vec<&str> = sigs.signers.iter().map(|s| s.key_id.as_str()).collect();
+            keys.sort();
+            keys.dedup();
+            if !keys.is_empty() {
+                note = format!(
+                    "  ({} signatures by {})",
+                    sigs.signers.len(),
+                    keys.join(", ")
+                );
+            }
+            if sigs.unsigned > 0 {
+                note.push_str(&format!("  ({} unsigned)", sigs.unsigned));
+            }
+        }
         if problems.is_empty() {
-            println!("ok   {}", s.dir);
+            println!("ok   {}{note}", s.dir);
         } else {
             bad += 1;
             println!("BAD  {}", s.dir);
@@ -312,6 +377,9 @@ fn verify(cache: &Cache) -> Result<()> {
                 println!("       {p}");
             }
         }
+    }
+    if !signing.enabled() && !sets.is_empty() {
+        println!("signatures not checked: no --signing-key, and no --site with images.signingKeys");
     }
     if bad > 0 {
         bail!(

@@ -57,6 +57,10 @@ PKGS=(
   dpkg-dev bzip2 xz-utils gpgv
   # a plain BOOTP client (PowerVM firmware's protocol) for the same tests
   bootpc
+  # GnuPG makes the keys and detached signatures of the image signature
+  # tests (images/tests/it/signatures.rs), as an implementation independent
+  # of the one that checks them
+  gnupg
   # benchmark peers (bench/dhcp, bench/tftp; atftpd is fetched with apt-get download by bench/tftp/run.sh)
   kea-dhcp4-server tftpd-hpa
   # L4 benchmark peer and throughput load (bench/lb); wrk and nginx are above

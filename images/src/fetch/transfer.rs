@@ -21,23 +21,37 @@ enum Attempt {
     Fatal(FetchError),
 }
 
+/// What a file with the right sha256 must also pass before it has its
+/// name (the signature check, [`super::signature::accept`]).
+pub(super) type Accept<'a> = &'a (dyn Fn(&Path) -> Result<(), FetchError> + Sync);
+
 /// Downloads one artifact into `dir`; returns its size and whether it was
 /// downloaded now (false: an earlier run had already put it in place).
+/// A file `accept` refuses is removed, with its part and signature.
 pub(super) async fn download(
     client: &Client,
     opts: &Options,
     progress: &dyn Progress,
     dir: &Path,
     sel: &Selected,
+    accept: Accept<'_>,
 ) -> Result<(u64, bool), FetchError> {
     let name = sel.artifact.file_name().to_string();
     let want = sel.artifact.sha256.to_ascii_lowercase();
     let path = dir.join(&name);
+    let refused = |file: &Path, e: FetchError| {
+        let _ = std::fs::remove_file(file);
+        let _ = std::fs::remove_file(dir.join(format!(".{name}.part.validator")));
+        let _ = std::fs::remove_file(dir.join(format!("{name}.sig")));
+        let _ = cache::sync_dir(dir);
+        e
+    };
     // A previous run may have finished this file but not the whole set.
     if path.is_file() {
         let got = cache::sha256_file(&path).map_err(io(&path))?;
         if got == want {
             let size = std::fs::metadata(&path).map_err(io(&path))?.len();
+            accept(&path).map_err(|e| refused(&path, e))?;
             return Ok((size, false));
         }
         std::fs::remove_file(&path).map_err(io(&path))?;
@@ -59,6 +73,7 @@ pub(super) async fn download(
         .await
         {
             Ok(size) => {
+                accept(&part).map_err(|e| refused(&part, e))?;
                 std::fs::rename(&part, &path).map_err(io(&path))?;
                 cache::sync_dir(dir).map_err(io(dir))?;
                 let _ = std::fs::remove_file(&validator);

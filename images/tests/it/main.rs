@@ -4,6 +4,7 @@
 
 mod metal;
 mod server;
+mod signatures;
 
 use images::cache::{self, Cache, Depth, FileProblem};
 use images::cloud::CloudCatalog;
@@ -103,6 +104,7 @@ fn request(url: &str, version: &str) -> Request {
         platform: "metal".into(),
         formats: vec!["pxe".into()],
         source: Some(Source::Url(url.into())),
+        signing: Default::default(),
     }
 }
 
