@@ -53,9 +53,15 @@ const PLACEHOLDERS: &[(&str, &str)] = &[
 /// The files beside a site while it is validated, for the paths snippets
 /// name relative to the site file: what `openshift-install create
 /// install-config` writes for a bastion-served install (`platform: none`),
-/// and stand-ins for etcd's client certificates (only their existence is
-/// checked).
+/// stand-ins for etcd's client certificates (only their existence is
+/// checked), and a real OpenPGP key file (parsed).
 const FILES: &[(&str, &str)] = &[
+    // A key file for images.signingKeys: coreos-installer's (Red Hat's
+    // release key 2 and Fedora's keys), which the site parses.
+    (
+        "keys/RPM-GPG-KEY-redhat-release",
+        include_str!("../../images/tests/fixtures/coreos-installer-signing-keys.asc"),
+    ),
     (
         "install-config.yaml",
         "apiVersion: v1
