@@ -42,6 +42,14 @@ pub fn boot_config(site: site::Site, name: Option<&str>) -> bootd::Config {
     c
 }
 
+/// Logs, once at start, what `host.store` leaves open
+/// (site::exposure::store_warnings; `--check-config` prints them too).
+pub fn warn_store(site: &site::Site) {
+    for w in site::exposure::store_warnings(site) {
+        tracing::warn!("{w}");
+    }
+}
+
 /// Started as root: becomes `user` (`--user`; default `default_user` when
 /// such a user exists, else `nobody`) holding what bootd's systemd unit
 /// grants (`CAP_NET_BIND_SERVICE`, `CAP_NET_RAW`); bootd's

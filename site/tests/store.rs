@@ -68,6 +68,49 @@ fn a_site_id_replaces_the_cluster_domain_as_the_identity() {
     }
 }
 
+/// etcd in the clear, or without a client certificate, is warned about
+/// by --check-config (site::exposure::warnings).
+#[test]
+fn etcd_without_client_certificates_is_warned_about() {
+    let site = with_store("{etcd: {endpoints: [\"http://127.0.0.1:2379\"]}}").unwrap();
+    let w = site::exposure::warnings(&site);
+    assert_eq!(w, site::exposure::store_warnings(&site), "{w:#?}");
+    assert_eq!(w.len(), 1, "{w:#?}");
+    assert!(
+        w[0].starts_with(
+            "host.store.etcd.endpoints: http://: the token key, the site CA's private key"
+        ) && w[0].contains("read and write /bare-metal-boot/lab/"),
+        "{}",
+        w[0]
+    );
+
+    let tls = |files: &str| {
+        let (d, path) = lab(|t| {
+            t.replace(
+                "host:\n",
+                &format!("host:\n  store: {{etcd: {{endpoints: [\"https://10.77.0.5:2379\"], tls: {{{files}}}}}}}\n"),
+            )
+        });
+        for f in ["ca.pem", "c.pem", "k.pem"] {
+            std::fs::write(d.path().join(f), "x").unwrap();
+        }
+        site::exposure::warnings(&site::load(&path).unwrap())
+    };
+    let w = tls("ca: ca.pem");
+    assert_eq!(w.len(), 1, "{w:#?}");
+    assert!(
+        w[0].starts_with(
+            "host.store.etcd.tls: no client certificate (cert, key): etcd cannot tell"
+        ) && w[0].contains("/bare-metal-boot/lab/"),
+        "{}",
+        w[0]
+    );
+    assert_eq!(
+        tls("ca: ca.pem, cert: c.pem, key: k.pem"),
+        Vec::<String>::new()
+    );
+}
+
 #[test]
 fn etcd_over_tls_resolves_its_files_next_to_the_site() {
     let (d, path) = lab(|t| {

@@ -65,6 +65,7 @@ fn main() -> Result<()> {
     }
     let site =
         site::load(&runtime::paths::site(cli.site.clone())).map_err(|e| anyhow::anyhow!("{e}"))?;
+    appliance::warn_store(&site);
     let mut boot = appliance::boot_config(site, cli.name.as_deref());
     boot.state_dir = cli.state_dir.clone();
     let state_dir = boot.state_dir();
