@@ -1,6 +1,7 @@
 //! What a valid site still exposes: the settings that relax who may fetch
 //! a node's secrets, and catalog images taken without a signature check,
-//! each with what it opens. `bootd --check-config` prints them as warnings.
+//! each with what it opens. `bootd --check-config` prints them as warnings;
+//! [`store_warnings`] are also logged at every start.
 
 use crate::{DhcpMode, FetchFrom, Site};
 
@@ -51,6 +52,7 @@ pub fn warnings(site: &Site) -> Vec<String> {
                 .into(),
         );
     }
+    out.extend(store_warnings(site));
     for (i, n) in site.host.status_from.iter().enumerate() {
         if !n.addr().is_loopback() {
             out.push(format!(
@@ -92,4 +94,34 @@ pub fn unsigned_images(site: &Site) -> Option<String> {
              nodes boot; give the vendor's keys (docs/images.md)"
         )
     })
+}
+
+/// What `host.store.etcd` leaves open: etcd holds the token key and the
+/// site CA's key, so whoever reads the prefix can mint any node's token
+/// and issue certificates the nodes trust.
+pub fn store_warnings(site: &Site) -> Vec<String> {
+    let crate::Store::Etcd(e) = &site.host.store else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    if e.endpoints.iter().any(|u| u.starts_with("http://")) {
+        out.push(format!(
+            "host.store.etcd.endpoints: http://: the token key, the site CA's private key and \
+             every node's record cross the network in the clear, and etcd cannot tell who asks: \
+             anyone who reaches its client port can read and write {} (mint a token for any \
+             node's Ignition, issue certificates the nodes trust, add nodes). Use https:// with \
+             a client certificate per appliance and a role per site (docs/ha.md)",
+            e.prefix
+        ));
+    } else if e.tls.as_ref().is_some_and(|t| t.cert.is_none()) {
+        out.push(format!(
+            "host.store.etcd.tls: no client certificate (cert, key): etcd cannot tell this \
+             site's appliances from anyone else who reaches its client port, so it cannot keep \
+             them to {} nor others out of it (the token key, the site CA's private key). Give \
+             each appliance a client certificate, and etcd --client-cert-auth with a role per \
+             site (docs/ha.md)",
+            e.prefix
+        ));
+    }
+    out
 }
