@@ -4,6 +4,7 @@
 //!
 //! | key | value |
 //! |---|---|
+//! | `site-identity` | which site the prefix belongs to (etcd::claim), checked before any other key |
 //! | `bootd/secrets/token-key` | the token key (32 bytes) |
 //! | `bootd/secrets/site-ca` | the site CA's key and certificate (PEM) |
 //! | `bootd/spent/<expiry>/<nonce>` | a spent token (empty), removed once expired |
@@ -16,7 +17,10 @@
 //! DHCP: see [`dhcp`]; timelines: [`timeline`].
 //!
 //! The connection is made at the first use, in `bootd::prepare`, after
-//! root was dropped: its runtime's threads are born unprivileged.
+//! root was dropped: its runtime's threads are born unprivileged. Its
+//! first request checks the site's identity under the prefix
+//! (`site-identity`, etcd::claim): an appliance of another site stops
+//! there, before the token key is read.
 
 mod dhcp;
 pub mod timeline;
@@ -90,11 +94,21 @@ impl EtcdShared {
         self
     }
 
+    /// The connection, once the prefix is known to be the site's
+    /// (`site-identity`, etcd::claim): another site's stops the start
+    /// (`InvalidData`: not waited for, unlike an unreachable etcd).
     fn etcd(&self) -> io::Result<&etcd::Etcd> {
         if let Some(c) = self.conn.get() {
             return Ok(c);
         }
         let c = etcd::Etcd::connect(&self.config).map_err(io::Error::other)?;
+        if let Err(e) = c.check_site() {
+            let kind = match e.other_site() {
+                Some(_) => io::ErrorKind::InvalidData,
+                None => io::ErrorKind::Other,
+            };
+            return Err(io::Error::new(kind, e));
+        }
         Ok(self.conn.get_or_init(|| c))
     }
 
