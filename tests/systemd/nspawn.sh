@@ -303,7 +303,7 @@ api_create() { # name mac ip
   tok=$(cx cat "$CONF/api-tokens") || return 1
   code=$(cx curl -sS --max-time 10 -o /dev/null -w '%{http_code}' --cacert /var/lib/bootd/ca.pem \
     -H "Authorization: Bearer $tok" -X POST https://10.77.0.1:9443/v1/nodes \
-    -d "{\"name\":\"$1\",\"role\":\"worker\",\"macs\":[\"$2\"],\"ip\":\"$3\",\"kernelArgs\":[\"console=ttyS0\"]}") || return 1
+    -d "{\"name\":\"$1\",\"role\":\"worker\",\"macs\":[\"$2\"],\"ip\":\"$3\",\"kernelArgs\":[\"console=ttyS0\"],\"live\":true}") || return 1
   [[ $code == 201 || $code == 200 ]] || { echo "HTTP $code"; return 1; }
   cx grep -q "$1" /var/lib/bootd/nodes.yaml || { echo "$1 not in /var/lib/bootd/nodes.yaml"; return 1; }
   echo "HTTP $code, in /var/lib/bootd/nodes.yaml (mode, uid:gid $(cx stat -c '%a %u:%g' /var/lib/bootd/nodes.yaml))"
