@@ -57,6 +57,7 @@ fn provider(dir: &Path, mode: &str, timeout: Duration) -> Ipmi {
         power_off_timeout: Duration::from_secs(60),
         dir: dir.join("records"),
         files: dir.to_path_buf(),
+        credentials: None,
     }
 }
 

@@ -53,6 +53,20 @@ pub fn warnings(site: &Site) -> Vec<String> {
         );
     }
     out.extend(store_warnings(site));
+    if site
+        .host
+        .api
+        .as_ref()
+        .is_some_and(|a| (a.redfish.is_some() || a.ipmi.is_some()) && a.bmc_credentials.is_none())
+    {
+        out.push(
+            "host.api.bmcCredentials: not set: any API token holder can have bootd send any BMC \
+             password it can read (any file in host.api.bmcFiles, any bmc- credential, any \
+             BOOTD_BMC_ variable) to a URL of their choosing: bind each password to its BMCs' \
+             origins with host.api.bmcCredentials"
+                .into(),
+        );
+    }
     for (i, n) in site.host.status_from.iter().enumerate() {
         if !n.addr().is_loopback() {
             out.push(format!(

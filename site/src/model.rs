@@ -13,6 +13,7 @@ use std::time::Duration;
 
 mod admission;
 mod api;
+mod bmc;
 mod inspection;
 mod listen;
 pub mod netconf;
@@ -20,6 +21,7 @@ mod network;
 mod signing;
 pub use admission::Admission;
 pub use api::*;
+pub use bmc::*;
 pub use inspection::*;
 pub use listen::*;
 pub use netconf::*;

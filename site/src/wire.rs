@@ -434,12 +434,27 @@ pub struct Api {
     pub redfish: Option<Bmc>,
     pub ipmi: Option<Bmc>,
     pub bmc_files: Option<PathBuf>,
+    pub bmc_credentials: Option<Vec<BmcCredential>>,
     pub alibaba: Option<Alibaba>,
     #[serde(default)]
     pub fetch_from: BTreeMap<String, String>,
     /// A kubeconfig file (a path relative to the site file): the cluster
     /// whose kubelet CSRs the controller approves.
     pub kubeconfig: Option<PathBuf>,
+}
+
+/// `host.api.bmcCredentials[]`: a BMC password reference (a name ending
+/// in `*`: every one under it) and the BMC origins it may be sent to.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BmcCredential {
+    pub password: Option<SecretRef>,
+    #[serde(default)]
+    pub origins: Vec<String>,
+    #[serde(default)]
+    pub allow_plain_http: bool,
+    #[serde(default)]
+    pub insecure_skip_verify: bool,
 }
 
 /// `host.api.alibaba`: the Alibaba Cloud ECS account and where the

@@ -116,6 +116,80 @@ impl PasswordRef {
         }
     }
 
+    /// The password, once it is known that it may go where `to` says:
+    /// an install-config host's only to that host's `bmc.address` in the
+    /// file, any other only as `host.api.bmcCredentials` allows (when the
+    /// site sets it). The providers call this before any request leaves,
+    /// so a refused reference reaches no one. A permanent error names the
+    /// key to change, never the password.
+    pub fn read_for(
+        &self,
+        provider: &str,
+        dir: &Path,
+        credentials: Option<&[site::BmcCredential]>,
+        to: &Destination,
+    ) -> Result<Secret<String>> {
+        let refuse = |why: String| ProviderError::permanent(format!("{provider}: {why}"));
+        let Some(target) = &to.target else {
+            return Err(refuse(
+                "the BMC's address is not one a password can be sent to".into(),
+            ));
+        };
+        if let (Some(f), Some(host)) = (&self.file, &self.install_config_host) {
+            if !self.check("password").is_empty() {
+                return Err(refuse("the password reference is invalid".into()));
+            }
+            let bytes = read_confined(f, dir, MAX_INSTALL_CONFIG)
+                .map_err(|e| refuse(format!("the BMC password: {e}")))?;
+            let h = install_config_host(&bytes, host)
+                .map_err(|e| refuse(format!("the BMC password: {}: {e}", f.display())))?;
+            let theirs =
+                h.address.as_deref().and_then(|a| {
+                    match crate::client::import::bmc_address(a).ok()? {
+                        crate::client::import::BmcAddress::Redfish { url, .. } => {
+                            site::BmcTarget::of_url(&url)
+                        }
+                        crate::client::import::BmcAddress::Ipmi { address, port } => {
+                            site::BmcTarget::ipmi(&address, port)
+                        }
+                    }
+                });
+            let at = format!(
+                "the password of host {host:?} in {} goes only to its own bmc.address",
+                f.display()
+            );
+            match theirs {
+                Some(t) if t == *target => {}
+                Some(t) => return Err(refuse(format!("{at} ({t}), not to {target}"))),
+                None => {
+                    return Err(refuse(format!(
+                        "{at}, which is missing or not one bootd drives"
+                    )))
+                }
+            }
+            if to.insecure_skip_verify && !h.disable_certificate_verification {
+                return Err(refuse(format!(
+                    "insecureSkipVerify: {at}, whose bmc.disableCertificateVerification is not true"
+                )));
+            }
+            if to.allow_plain_http && target.scheme != site::BmcScheme::Http {
+                return Err(refuse(format!("allowPlainHttp: {at}, an https:// address")));
+            }
+            return Ok(h.password);
+        }
+        if let (Some(creds), Some(r)) = (credentials, self.to_ref()) {
+            site::bmc_binding(
+                creds,
+                &r,
+                target,
+                to.insecure_skip_verify,
+                to.allow_plain_http,
+            )
+            .map_err(refuse)?;
+        }
+        self.read(provider, dir)
+    }
+
     /// The password, from a file inside `dir` (`host.api.bmcFiles`), a
     /// `bmc-` credential or a `BOOTD_BMC_` variable: whoever may create
     /// nodes cannot make bootd send another of its secrets to a BMC URL of
@@ -173,12 +247,38 @@ pub const MAX_PASSWORD: u64 = 4096;
 /// The largest install-config.yaml read for a password.
 pub const MAX_INSTALL_CONFIG: u64 = 1 << 20;
 
+/// Where and how a provider would send a node's BMC password.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Destination {
+    /// The BMC's origin; `None`: the url or address is not one.
+    pub target: Option<site::BmcTarget>,
+    pub insecure_skip_verify: bool,
+    pub allow_plain_http: bool,
+}
+
 /// `platform.baremetal.hosts[name=host].bmc.password` of an
 /// install-config. Errors say what is missing, never a value of the file.
 pub fn install_config_password(
     yaml: &[u8],
     host: &str,
 ) -> std::result::Result<Secret<String>, String> {
+    install_config_host(yaml, host).map(|h| h.password)
+}
+
+/// What an install-config says of a host's BMC.
+pub struct InstallConfigBmc {
+    pub password: Secret<String>,
+    /// `bmc.address`, as written.
+    pub address: Option<String>,
+    pub disable_certificate_verification: bool,
+}
+
+/// The BMC of `platform.baremetal.hosts[name=host]`. Errors say what is
+/// missing, never a value of the file.
+pub fn install_config_host(
+    yaml: &[u8],
+    host: &str,
+) -> std::result::Result<InstallConfigBmc, String> {
     let v: serde_yaml_ng::Value = serde_yaml_ng::from_slice(yaml)
         .map_err(|_| "not YAML (an install-config.yaml)".to_string())?;
     let hosts = v
@@ -191,8 +291,19 @@ pub fn install_config_password(
         .iter()
         .find(|h| h.get("name").and_then(|n| n.as_str()) == Some(host))
         .ok_or_else(|| format!("no host {host:?} in platform.baremetal.hosts"))?;
-    match h.get("bmc").and_then(|b| b.get("password")) {
-        Some(serde_yaml_ng::Value::String(s)) if !s.is_empty() => Ok(Secret(s.clone())),
+    let bmc = h.get("bmc");
+    match bmc.and_then(|b| b.get("password")) {
+        Some(serde_yaml_ng::Value::String(s)) if !s.is_empty() => Ok(InstallConfigBmc {
+            password: Secret(s.clone()),
+            address: bmc
+                .and_then(|b| b.get("address"))
+                .and_then(|a| a.as_str())
+                .map(str::to_string),
+            disable_certificate_verification: bmc
+                .and_then(|b| b.get("disableCertificateVerification"))
+                .and_then(|d| d.as_bool())
+                .unwrap_or(false),
+        }),
         _ => Err(format!(
             "host {host:?} has no bmc.password (a non-empty string)"
         )),

@@ -101,6 +101,7 @@ pub const REGISTRATION: super::Registration = super::Registration {
             power_off_timeout: d.power_off_timeout,
             dir: bmc::dir(setup.state_dir),
             files: setup.bmc_files.clone(),
+            credentials: api.bmc_credentials.clone(),
         }) as std::sync::Arc<dyn super::Provider>))
     },
 };
@@ -134,6 +135,9 @@ pub struct Ipmi {
     pub dir: PathBuf,
     /// `host.api.bmcFiles`: where password files may be.
     pub files: PathBuf,
+    /// `host.api.bmcCredentials`: the BMC origins each password may go to
+    /// (`None`: any).
+    pub credentials: Option<Vec<site::BmcCredential>>,
 }
 
 /// What ipmitool's stderr says about a refusal that retrying will not fix.
@@ -153,7 +157,15 @@ fn permanent_refusal(stderr: &str) -> bool {
 impl Ipmi {
     /// Runs `ipmitool -I lanplus … <args>`; its stdout.
     async fn run(&self, spec: &IpmiSpec, args: &[&str], what: &str) -> Result<String> {
-        let password = spec.password.read(NAME, &self.files)?;
+        // Before ipmitool runs: may this password go to this BMC?
+        let to = bmc::Destination {
+            target: site::BmcTarget::ipmi(&spec.address, spec.port),
+            insecure_skip_verify: false,
+            allow_plain_http: false,
+        };
+        let password =
+            spec.password
+                .read_for(NAME, &self.files, self.credentials.as_deref(), &to)?;
         let mut cmd = tokio::process::Command::new(&self.ipmitool);
         cmd.args(["-I", "lanplus", "-H", &spec.address, "-p"])
             .arg(spec.port.to_string())

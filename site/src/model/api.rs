@@ -32,6 +32,10 @@ pub struct Api {
     /// (`runtime::paths::bmc_files`: `/etc/bare-metal-boot/bmc`, or
     /// `/etc/bootd/bmc` while only it exists).
     pub bmc_files: Option<PathBuf>,
+    /// `host.api.bmcCredentials`: which BMC origins each password reference
+    /// may be sent to ([`super::bmc_binding`]); `None`: any reference to
+    /// any origin (warned by `--check-config`).
+    pub bmc_credentials: Option<Vec<super::BmcCredential>>,
     pub alibaba: Option<AlibabaAccount>,
     /// Per provider: where its nodes' scripts may be fetched from
     /// (a node's own `fetchFrom` wins).

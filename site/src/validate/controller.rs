@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 mod alibaba;
+mod bmc_credentials;
 mod kubeconfig;
 pub(super) use alibaba::resolve_image as resolve_alibaba_image;
 pub use alibaba::{
@@ -296,6 +297,7 @@ pub(super) fn api(cx: &mut Cx, w: &wire::Api) -> Option<Api> {
         None => None,
     };
     let bmc_files = w.bmc_files.as_deref().map(|d| cx.resolve(d));
+    let bmc_credentials = bmc_credentials::bmc_credentials(cx, w, bmc_files.as_deref());
     let redfish = w.redfish.as_ref().map(|b| bmc(cx, "host.api.redfish", b));
     let ipmi = w.ipmi.as_ref().map(|b| bmc(cx, "host.api.ipmi", b));
     let alibaba = match w.alibaba.as_ref().map(|a| alibaba::alibaba(cx, a)) {
@@ -350,6 +352,7 @@ pub(super) fn api(cx: &mut Cx, w: &wire::Api) -> Option<Api> {
         redfish,
         ipmi,
         bmc_files,
+        bmc_credentials,
         alibaba,
         fetch_from,
         kubeconfig,

@@ -66,6 +66,7 @@ pub const REGISTRATION: super::Registration = super::Registration {
             power_off_timeout: d.power_off_timeout,
             dir: bmc::dir(setup.state_dir),
             files: setup.bmc_files.clone(),
+            credentials: api.bmc_credentials.clone(),
             clients: Mutex::new(HashMap::new()),
             sessions: Arc::default(),
             origins: Mutex::new(HashMap::new()),
@@ -113,6 +114,9 @@ pub struct Redfish {
     dir: PathBuf,
     /// `host.api.bmcFiles`: where password files and CA bundles may be.
     files: PathBuf,
+    /// `host.api.bmcCredentials`: the BMC origins each password may go to
+    /// (`None`: any).
+    credentials: Option<Vec<site::BmcCredential>>,
     /// One client per trust setting (CA bundle, or none, or insecure).
     clients: Mutex<HashMap<(Option<PathBuf>, bool), Http>>,
     /// Open sessions, reused across operations; closed when idle.
@@ -147,7 +151,15 @@ impl Redfish {
     fn bmc(&self, spec: &RedfishSpec) -> Result<(Bmc, String)> {
         let (origin, path) = split_url(&spec.url)
             .map_err(|e| ProviderError::permanent(format!("redfish: url: {e}")))?;
-        let password = spec.password.read(NAME, &self.files)?;
+        // Before anything is sent: may this password go to this BMC?
+        let to = bmc::Destination {
+            target: site::BmcTarget::of_url(&spec.url),
+            insecure_skip_verify: spec.insecure_skip_verify,
+            allow_plain_http: spec.allow_plain_http,
+        };
+        let password =
+            spec.password
+                .read_for(NAME, &self.files, self.credentials.as_deref(), &to)?;
         let token = base64::engine::general_purpose::STANDARD
             .encode(format!("{}:{}", spec.username, password.0));
         let mut auth = HeaderValue::from_str(&format!("Basic {token}"))
@@ -631,8 +643,17 @@ pub fn for_tests(
         power_off_timeout,
         dir,
         files,
+        credentials: None,
         clients: Mutex::new(HashMap::new()),
         sessions: Arc::default(),
         origins: Mutex::new(HashMap::new()),
+    }
+}
+
+impl Redfish {
+    /// For tests: with `host.api.bmcCredentials`.
+    pub fn with_credentials(mut self, credentials: Option<Vec<site::BmcCredential>>) -> Self {
+        self.credentials = credentials;
+        self
     }
 }
