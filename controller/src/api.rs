@@ -2,6 +2,7 @@
 
 use super::*;
 
+mod access;
 mod cluster;
 mod discovered;
 mod failure;
@@ -76,7 +77,7 @@ pub(super) async fn handle(
 ) -> Result<Response<Body>, std::convert::Infallible> {
     let method = req.method().clone();
     let path = req.uri().path().to_string();
-    let (route_name, resp) = route(&ctl, req).await;
+    let (route_name, resp, caller) = route(&ctl, req, peer).await;
     let status = resp.status().as_u16();
     ctl.metrics
         .requests
@@ -85,7 +86,15 @@ pub(super) async fn handle(
             status,
         })
         .inc();
-    info!(%method, path = %path.escape_debug(), %peer, status, route = route_name, "API request");
+    // A 401 was logged by the gate, a few lines a second at most.
+    if let Some(c) = &caller {
+        info!(%method, path = %path.escape_debug(), %peer, status, route = route_name, token = c.name(), "API request");
+        if access::is_write(&method) {
+            access::audit(&ctl, c, &method, &path, peer, &resp);
+        }
+    } else if status != 401 {
+        info!(%method, path = %path.escape_debug(), %peer, status, route = route_name, "API request");
+    }
     Ok(resp)
 }
 
@@ -104,36 +113,34 @@ pub(super) fn unauthorized() -> Response<Body> {
     r
 }
 
-/// Every route of the API, in one place.
+/// Every route of the API, in one place (the scope each needs:
+/// `access::needed`); the caller, for the log, when its token was valid.
 pub(super) async fn route(
     ctl: &Arc<Controller>,
     req: Request<hyper::body::Incoming>,
-) -> (&'static str, Response<Body>) {
+    peer: SocketAddr,
+) -> (&'static str, Response<Body>, Option<auth::Caller>) {
     let path = req.uri().path().to_string();
     let segs: Vec<&str> = path.trim_start_matches('/').split('/').collect();
     if segs.as_slice() == ["healthz"] {
-        return ("healthz", reply(StatusCode::OK, &json!({ "status": "ok" })));
+        let ok = reply(StatusCode::OK, &json!({ "status": "ok" }));
+        return ("healthz", ok, None);
     }
-    let caller = match auth::authenticate(req.headers(), &ctl.api.tokens) {
-        Ok(c) => c,
-        Err(r) => {
-            ctl.metrics
-                .denials
-                .get_or_create(&bootd::metrics::Reason { reason: r.as_str() })
-                .inc();
-            warn!(path = %path.escape_debug(), reason = r.as_str(), "API request refused");
-            return ("unauthorized", unauthorized());
-        }
+    let caller = match access::admit(ctl, &req, &segs, peer) {
+        access::Admit::Caller(c) => c,
+        access::Admit::Refused(name, r, who) => return (name, r, who),
     };
+    let who = Some(caller.clone());
     let method = req.method().clone();
     if method == Method::GET && segs.first() == Some(&"status") {
         // bootd's status page and timeline JSON, for a caller with a token
         // (on bootd's own listeners they are only for `host.statusFrom`).
         let _: auth::Caller = caller;
         let snap = ctl.app.live.load_full();
-        return bootd::status::route(&ctl.app, &snap, &path, req.uri().query());
+        let (name, r) = bootd::status::route(&ctl.app, &snap, &path, req.uri().query());
+        return (name, r, who);
     }
-    match (&method, segs.as_slice()) {
+    let (name, r) = match (&method, segs.as_slice()) {
         (&Method::GET, ["v1", "nodes"]) => ("nodes", list_nodes(ctl, caller)),
         (&Method::POST, ["v1", "nodes"]) => ("nodes", create_node(ctl, caller, req).await),
         (&Method::GET, ["v1", "nodes", name]) => ("node", get_node(ctl, caller, name)),
@@ -191,7 +198,8 @@ pub(super) async fn route(
             err(StatusCode::METHOD_NOT_ALLOWED, "method not allowed"),
         ),
         _ => ("other", err(StatusCode::NOT_FOUND, "no such route")),
-    }
+    };
+    (name, r, who)
 }
 
 /// The status of one node (site or API), as the API shows it.
@@ -361,7 +369,10 @@ pub(super) async fn create_node(
     req: Request<hyper::body::Incoming>,
 ) -> Response<Body> {
     match read_body(ctl, req).await {
-        Ok(body) => create_from(ctl, caller, body).await,
+        Ok(body) => {
+            let name = access::node_name(&body);
+            access::with_node(create_from(ctl, caller, body).await, name.as_deref())
+        }
         Err(r) => r,
     }
 }

@@ -3,9 +3,9 @@
 //!
 //! It reads where the API is, the CA to trust and a token from the site
 //! (`host.api.url` or `https://<host.api.listen>`, `<stateDir>/ca.pem`, the
-//! first token of `host.api.tokens`), each overridable by a flag. The token
-//! is never taken from the command line or the environment (both are
-//! visible to other users of the machine).
+//! first token of `host.api.tokens`, whatever its scopes), each overridable
+//! by a flag. The token is never taken from the command line or the
+//! environment (both are visible to other users of the machine).
 
 mod boot;
 mod destroy;
@@ -37,7 +37,8 @@ pub struct Conn {
     /// The CA that signed the API's certificate (default: <stateDir>/ca.pem).
     #[arg(long)]
     pub ca: Option<PathBuf>,
-    /// A file holding the bearer token (default: the first of host.api.tokens).
+    /// A token file (a bare token, or the format of host.api.tokens): its
+    /// first token is used (default: the first of host.api.tokens).
     #[arg(long)]
     pub token_file: Option<PathBuf>,
 }
@@ -227,18 +228,14 @@ impl Client {
         };
         let ca_path = conn.ca.clone().unwrap_or_else(|| state_dir.join("ca.pem"));
         let ca = std::fs::read(&ca_path).with_context(|| format!("CA {}", ca_path.display()))?;
+        // The file's first token, whatever its scopes (docs/api.md).
         let token = match (&conn.token_file, api) {
-            (Some(f), _) => crate::auth::tokens(&site::SecretRef::File(f.clone())),
-            (None, Some(a)) => crate::auth::tokens(&a.tokens),
+            (Some(f), _) => crate::auth::first(&site::SecretRef::File(f.clone())),
+            (None, Some(a)) => crate::auth::first(&a.tokens),
             (None, None) => Err("no --token-file".to_string()),
         }
-        .map_err(|e| anyhow::anyhow!("API token: {e}"))?
-        .into_iter()
-        .next()
-        .ok_or_else(|| anyhow::anyhow!("API token: the token file has no token"))?;
-        let token = site::Secret(
-            String::from_utf8(token).map_err(|_| anyhow::anyhow!("API token: not UTF-8"))?,
-        );
+        .map_err(|e| anyhow::anyhow!("API token: {e}"))?;
+        let token = site::Secret(token.value().to_string());
         Ok(Client {
             http: Http::with_ca(Duration::from_secs(30), &ca)?,
             base,

@@ -2,7 +2,8 @@
 //! by cloud providers, and each node followed until it is Ready.
 //!
 //! Modules:
-//! - [`auth`]: bearer tokens (file or systemd credential), constant-time.
+//! - [`auth`]: bearer tokens with a name and scopes (file, systemd
+//!   credential or environment variable), compared in constant time.
 //! - [`events`]: which timeline events the controller keeps, and the conditions they make.
 //! - [`facts`]: what a provider says of a node's machine (MACs, addresses),
 //!   recorded on the node and served to every daemon.
@@ -19,7 +20,9 @@
 //!   from the cluster.
 //! - [`client`]: the `bootd nodes …` / `bootd cluster …` command-line client.
 //!
-//! Every route is in `api::route`. Only `/healthz` is served without a token.
+//! Every route is in `api::route`. Only `/healthz` is served without a token;
+//! every other route needs a scope (`api::access::needed`), and every write
+//! is an `audit:` log line with the token's name.
 //! The API speaks JSON; errors are `{"error": "..."}` with a safe message
 //! (the detail goes to the log).
 //!

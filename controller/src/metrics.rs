@@ -1,16 +1,26 @@
 //! The controller's metrics, in bootd's one `/metrics` output (attached to
 //! bootd's registry, [`bootd::metrics::Metrics::attach`]): the API's
-//! requests, refusals and closed connections, failed provider calls, and
+//! requests, refusals, writes by token and closed connections, failed
+//! provider calls, and
 //! the cluster side's kubelet CSRs (approved, left pending by reason) and
 //! failed cluster API calls.
 //! Listed once the controller has started (a site with `host.api`).
 
 use bootd::metrics::{Kind, Reason, RouteStatus};
+use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use std::sync::Arc;
+
+/// A write's caller (the token's name, never its value) and how it ended.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TokenOutcome {
+    pub token: String,
+    /// `ok` (2xx), `forbidden` (403), `refused` (other 4xx), `failed` (5xx).
+    pub outcome: &'static str,
+}
 
 #[derive(Debug)]
 pub struct Metrics {
@@ -18,6 +28,9 @@ pub struct Metrics {
     pub requests: Family<RouteStatus, Counter>,
     /// `bootd_api_denials_total{reason}`.
     pub denials: Family<Reason, Counter>,
+    /// `bootd_api_writes_total{token,outcome}`: every POST, PUT, PATCH and
+    /// DELETE of an authenticated caller (the audit log's lines, counted).
+    pub writes: Family<TokenOutcome, Counter>,
     /// `bootd_api_connections_closed_total{reason}`: closed on a bad or slow
     /// client ([`runtime::http1::Closed`]).
     pub closed: Family<Reason, Counter>,
@@ -45,6 +58,7 @@ fn register(registry: &mut Registry) -> Metrics {
     let m = Metrics {
         requests: Family::default(),
         denials: Family::default(),
+        writes: Family::default(),
         closed: Family::default(),
         provider_errors: Family::default(),
         csr_pending: Family::default(),
@@ -63,8 +77,13 @@ fn register(registry: &mut Registry) -> Metrics {
     );
     registry.register(
         "api_denials",
-        "Controller API requests refused (missing, wrong, tokens_unavailable) and connections closed at accept over a cap (max_connections, per_source)",
+        "Controller API requests refused (missing, wrong, tokens_unavailable, tokens_invalid; scope: a token without the route's scope, 403) and connections closed at accept over a cap (max_connections, per_source)",
         m.denials.clone(),
+    );
+    registry.register(
+        "api_writes",
+        "Controller API writes (POST, PUT, PATCH, DELETE) by the caller's token name and outcome (ok, forbidden, refused, failed)",
+        m.writes.clone(),
     );
     registry.register(
         "provider_errors",

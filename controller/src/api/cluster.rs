@@ -225,8 +225,10 @@ pub(super) async fn destroy(
             }
         }
     }
-    reply(
+    let target = format!("{} {} machine(s)", d.provider, done.len());
+    let r = reply(
         StatusCode::ACCEPTED,
         &json!({"provider": d.provider, "deleting": done, "skipped": skipped}),
-    )
+    );
+    access::with_target(r, target)
 }

@@ -132,5 +132,5 @@ pub(in crate::api) async fn adopt(
             }
         }
     }
-    resp
+    access::with_node(resp, spec_name.as_deref())
 }
