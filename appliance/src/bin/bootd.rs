@@ -265,13 +265,27 @@ fn ready(addr: std::net::SocketAddr) -> (i32, String) {
 fn check_config(path: &std::path::Path) -> Result<()> {
     match site::load(path) {
         Ok(site) => {
+            // The API's token file: its problems fail the check, as the
+            // site's do (bootd would refuse every request with it).
+            let (problems, warnings) = site
+                .host
+                .api
+                .as_ref()
+                .map(|a| controller::auth::check(&a.tokens))
+                .unwrap_or_default();
+            if !problems.is_empty() {
+                for p in problems {
+                    eprintln!("host.api.tokens: {p}");
+                }
+                std::process::exit(1);
+            }
             println!(
                 "{}: ok: cluster {}, {} nodes",
                 path.display(),
                 site.cluster.domain(),
                 site.nodes.len()
             );
-            for w in site::exposure::warnings(&site) {
+            for w in site::exposure::warnings(&site).into_iter().chain(warnings) {
                 println!("warning: {w}");
             }
             if let Some(d) = &site.host.dhcp {

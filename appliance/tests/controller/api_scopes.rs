@@ -341,3 +341,48 @@ async fn the_cli_uses_the_first_token_of_the_file() {
     assert_eq!(code, 0, "{out}");
     b.stop().await;
 }
+
+/// `bootd --check-config` fails on a token file's problems, each with its
+/// line and never the token, and warns of each bare token (every scope).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_config_lists_the_token_files_problems_and_warns_of_bare_tokens() {
+    let f = Fake::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let site = process_site(dir.path(), &f, free_port(), |t| t);
+    let tokens = dir.path().join("api-tokens");
+    let check = || bootd_cli(&site, &["--check-config", site.to_str().unwrap()]);
+    // The tests' file: a comment, then the bare token.
+    let (code, out) = check();
+    assert_eq!(code, 0, "{out}");
+    let bare = format!(
+        "warning: host.api.tokens: {}:2: a bare token (token-1) has every scope (admin)",
+        tokens.display()
+    );
+    assert!(out.contains(&bare), "{out}");
+    std::fs::write(
+        &tokens,
+        format!("viewer:read:{READ}\nops 1:nodes:{NODES}\nx:reed:{CLUSTER}\n{READ}\n"),
+    )
+    .unwrap();
+    let (code, out) = check();
+    assert_eq!(code, 1, "{out}");
+    let at = |line: u32, why: &str| format!("host.api.tokens: {}:{line}: {why}", tokens.display());
+    for want in [
+        at(2, "the name must be 1 to 64 letters"),
+        at(3, "unknown or empty scope"),
+        at(4, "the same token as line 1"),
+    ] {
+        assert!(out.contains(&want), "{want} not in {out}");
+    }
+    for secret in [READ, NODES, CLUSTER] {
+        assert!(!out.contains(secret), "{out}");
+    }
+    std::fs::write(
+        &tokens,
+        format!("viewer:read:{READ}\nops-1:nodes:{NODES}\n"),
+    )
+    .unwrap();
+    let (code, out) = check();
+    assert_eq!(code, 0, "{out}");
+    assert!(!out.contains("bare token"), "{out}");
+}
