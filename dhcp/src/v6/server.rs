@@ -1,12 +1,19 @@
 //! The DHCPv6 socket loop: receive, take relay envelopes off, decide
 //! ([`super::core::answer`]), make bindings durable, then reply (to the
 //! client's link-local address on port 546, or to the relay on 547).
+//!
+//! Every message is counted (`bootd_dhcp6_packets_total{kind}`); its log
+//! lines are not one per message: anyone on the link can send as many as
+//! they like, so each kind of line is let through at most 10 times a
+//! second, the next one through saying how many were left out
+//! (`suppressed=N`).
 
 use super::core::{self, Request};
 use super::leases::{Lease6, LeaseState, Store, Table};
 use super::wire;
 use crate::journal::{settled, Durable};
 use crate::{Context, Event};
+use runtime::logging::Throttle;
 use std::io;
 use std::net::{Ipv6Addr, SocketAddr, SocketAddrV6};
 use std::path::Path;
@@ -15,6 +22,14 @@ use tokio::net::UdpSocket;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, info, warn};
+
+/// At most 10 lines a second of each kind (`suppressed`: left out before).
+static MALFORMED: Throttle = Throttle::new(10);
+static NOT_ANSWERED: Throttle = Throttle::new(10);
+static ANSWERED: Throttle = Throttle::new(10);
+static NOT_DURABLE: Throttle = Throttle::new(10);
+static NOT_SENT: Throttle = Throttle::new(10);
+static NOT_RECEIVED: Throttle = Throttle::new(1);
 
 /// All_DHCP_Relay_Agents_and_Servers (RFC 8415 §7.1).
 pub const ALL_SERVERS: Ipv6Addr = Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 1, 2);
@@ -88,7 +103,12 @@ impl Server {
                 _ = shutdown.cancelled() => break,
                 r = socket.recv_from(&mut buf) => match r {
                     Ok(x) => x,
-                    Err(e) => { warn!(error = %e, "DHCPv6 receive failed"); continue; }
+                    Err(e) => {
+                        if let Some(suppressed) = NOT_RECEIVED.allow() {
+                            warn!(error = %e, suppressed, "DHCPv6 receive failed");
+                        }
+                        continue;
+                    }
                 },
             };
             let SocketAddr::V6(src) = src else { continue };
@@ -107,7 +127,9 @@ impl Server {
                     ));
                 }
                 Err(e) => {
-                    warn!(xid = job.reply.xid, error = %e, "DHCPv6 binding not durable: Reply withheld (the client will retry)");
+                    if let Some(suppressed) = NOT_DURABLE.allow() {
+                        warn!(xid = job.reply.xid, error = %e, suppressed, "DHCPv6 binding not durable: Reply withheld (the client will retry)");
+                    }
                     self.count("store_error");
                 }
             }
@@ -127,7 +149,9 @@ impl Server {
             Ok(x) => x,
             Err(why) => {
                 self.count("malformed");
-                debug!(%src, len = packet.len(), %why, "malformed DHCPv6 message dropped");
+                if let Some(suppressed) = MALFORMED.allow() {
+                    debug!(%src, len = packet.len(), %why, suppressed, "malformed DHCPv6 message dropped");
+                }
                 return None;
             }
         };
@@ -135,7 +159,9 @@ impl Server {
             Ok(m) => m,
             Err(why) => {
                 self.count("malformed");
-                debug!(%src, len = packet.len(), %why, "malformed DHCPv6 message dropped");
+                if let Some(suppressed) = MALFORMED.allow() {
+                    debug!(%src, len = packet.len(), %why, suppressed, "malformed DHCPv6 message dropped");
+                }
                 return None;
             }
         };
@@ -157,13 +183,14 @@ impl Server {
         let xid = u32::from_be_bytes([0, msg.xid[0], msg.xid[1], msg.xid[2]]);
         match outcome.kind {
             "malformed" | "ignored" | "not-ours" => {
-                static LOGGED: runtime::logging::Throttle = runtime::logging::Throttle::new(10);
-                if let Some(suppressed) = LOGGED.allow() {
+                if let Some(suppressed) = NOT_ANSWERED.allow() {
                     info!(%src, xid, kind = outcome.kind, reason = %outcome.reason.escape_debug(), suppressed, "DHCPv6 message not answered");
                 }
             }
             _ => {
-                info!(%src, xid, kind = outcome.kind, reason = %outcome.reason.escape_debug(), "DHCPv6")
+                if let Some(suppressed) = ANSWERED.allow() {
+                    info!(%src, xid, kind = outcome.kind, reason = %outcome.reason.escape_debug(), suppressed, "DHCPv6")
+                }
             }
         }
         let firmware = {
@@ -228,7 +255,9 @@ impl Server {
     /// could not be written.
     async fn reply_when(self: Arc<Self>, durable: Durable, socket: Arc<UdpSocket>, reply: Reply) {
         if let Err(e) = settled(durable).await {
-            warn!(xid = reply.xid, error = %e, "DHCPv6 binding not durable: Reply withheld (the client will retry)");
+            if let Some(suppressed) = NOT_DURABLE.allow() {
+                warn!(xid = reply.xid, error = %e, suppressed, "DHCPv6 binding not durable: Reply withheld (the client will retry)");
+            }
             self.count("store_error");
             return;
         }
@@ -260,6 +289,105 @@ struct Reply {
 
 fn send(socket: &UdpSocket, bytes: &[u8], to: SocketAddrV6) {
     if let Err(e) = socket.try_send_to(bytes, to.into()) {
-        warn!(%to, error = %e, "DHCPv6 reply not sent");
+        if let Some(suppressed) = NOT_SENT.allow() {
+            warn!(%to, error = %e, suppressed, "DHCPv6 reply not sent");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The log lines of `kind` (a piece of their text) for `src`: how many,
+    /// and how many they say were left out.
+    fn lines(log: &str, src: &str, kind: &str) -> (u64, u64) {
+        let of: Vec<&str> = log
+            .lines()
+            .filter(|l| l.contains(src) && l.contains(kind))
+            .collect();
+        let left_out = of
+            .iter()
+            .filter_map(|l| {
+                l.split_whitespace()
+                    .find_map(|w| w.strip_prefix("suppressed="))
+            })
+            .map(|n| n.parse::<u64>().unwrap())
+            .sum();
+        (of.len() as u64, left_out)
+    }
+
+    /// A flood from the link: every message counted, each kind of log line
+    /// (answered, malformed, reply not sent) at most 10 a second, and the
+    /// next line of each says how many were left out.
+    #[tokio::test]
+    async fn a_flood_is_counted_whole_and_logged_a_few_lines_a_second() {
+        let logs = testkit::logs::logs();
+        let site = Arc::new(
+            site::load(
+                &Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/lab-dual/site.yaml"),
+            )
+            .unwrap(),
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let (store, table) = Store::open(dir.path()).unwrap();
+        let metrics = Arc::new(crate::Metrics::default());
+        let server = Server {
+            cx: Context {
+                site: Arc::new(move || Arc::clone(&site)),
+                observer: crate::Observer(Arc::new(|_| {})),
+                metrics: Arc::clone(&metrics),
+            },
+            table: Arc::new(Mutex::new(table)),
+            store,
+            server_id: [0, 4].into_iter().chain([7; 16]).collect(),
+            ifindex: 0,
+        };
+        let socket = UdpSocket::bind("[::1]:0").await.unwrap();
+        // Answered (an Information-Request), and malformed.
+        let src = SocketAddrV6::new("fe80::f100:d6".parse().unwrap(), CLIENT_PORT, 0, 0);
+        let mut m = wire::Msg::new(wire::INFORMATION_REQUEST, [1, 2, 3]);
+        m.push(
+            wire::OPT_CLIENT_ID,
+            vec![0, 3, 0, 1, 0x52, 0x54, 0, 0x77, 0xf1, 0xd6],
+        );
+        let answered = m.encode();
+        let flood = || {
+            for _ in 0..1000 {
+                assert!(server.handle(&socket, &answered, src).is_none());
+                assert!(server.handle(&socket, &[0xff], src).is_none());
+            }
+        };
+        let start = std::time::Instant::now();
+        flood();
+        let secs = start.elapsed().as_secs();
+        // The next second: one more of each, whose lines carry the counts.
+        tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+        assert!(server.handle(&socket, &answered, src).is_none());
+        assert!(server.handle(&socket, &[0xff], src).is_none());
+        let log = String::from_utf8_lossy(&logs.lock().unwrap()).to_string();
+        let at = "fe80::f100:d6";
+        let bound = 10 * (secs + 2);
+        for kind in ["information-request", "malformed DHCPv6 message dropped"] {
+            let (shown, left_out) = lines(&log, at, kind);
+            assert!(shown <= bound, "{kind}: {shown} lines in {secs} s");
+            assert_eq!(
+                shown + left_out,
+                1001,
+                "{kind}: {shown} shown, {left_out} left out"
+            );
+        }
+        // Whether a send fails is the socket's business (here, until tokio
+        // has seen it writable); its lines are bounded all the same.
+        let (shown, _) = lines(&log, at, "DHCPv6 reply not sent");
+        assert!(shown <= bound, "reply not sent: {shown} lines in {secs} s");
+        let count = |kind| {
+            metrics
+                .v6
+                .get_or_create(&crate::metrics::Kind { kind })
+                .get()
+        };
+        assert_eq!(count("information-request"), 1001, "every one counted");
+        assert_eq!(count("malformed"), 1001, "every one counted");
     }
 }
