@@ -460,9 +460,17 @@ mod tests {
     #[test]
     fn a_token_is_for_one_epoch_of_its_node() {
         let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
-        let t = key().issue(&subject("m", 7), Scope::Script, now, Duration::from_secs(60));
+        let t = key().issue(
+            &subject("m", 7),
+            Scope::Script,
+            now,
+            Duration::from_secs(60),
+        );
         assert!(key().verify(&subject("m", 7), &t, now).is_ok());
-        assert_eq!(key().verify(&subject("m", 8), &t, now), Err(Deny::TokenInvalid));
+        assert_eq!(
+            key().verify(&subject("m", 8), &t, now),
+            Err(Deny::TokenInvalid)
+        );
         assert_eq!(key().verify("m", &t, now), Err(Deny::TokenInvalid));
         // Epoch 0 is the bare name: tokens of nodes without one are as before.
         assert_eq!(subject("m", 0), "m");

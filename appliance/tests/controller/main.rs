@@ -345,10 +345,13 @@ async fn equinix_node_lifecycle_create_boot_ready_delete() {
             b.app.live.load().site.host.http.url
         );
         let tok = url.strip_prefix(&prefix).unwrap_or_else(|| panic!("{url}"));
+        // Issued for the node as it is now (its epoch).
+        let snap = b.app.live.load();
+        let subject = bootd::token::subject_of(snap.site.node("worker-3").unwrap());
         assert_eq!(
             b.app
                 .key
-                .verify("worker-3", tok, std::time::SystemTime::now())
+                .verify(&subject, tok, std::time::SystemTime::now())
                 .unwrap()
                 .scope,
             bootd::token::Scope::Provider

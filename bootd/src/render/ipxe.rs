@@ -182,10 +182,14 @@ pub fn discovered(site: &Site, base: &str, key: &str) -> String {
 echo bootd:   bootd discovered adopt {key} --name NAME --role ROLE\n"
     );
     match site.discovery.action {
+        // DHCP again before asking: adopted meanwhile, the machine gets its
+        // node's reservation, the address its node's script goes to (the
+        // pool address it was discovered at is not the node's).
         site::DiscoveryAction::Wait => format!(
             "#!ipxe\n{adopt}\
 echo bootd: asking again in {secs} s.\n\
 sleep {secs}\n\
+dhcp ||\n\
 chain --autofree --replace {base}/boot.ipxe\n",
             secs = site.discovery.retry.as_secs()
         ),

@@ -1044,7 +1044,9 @@ async fn unknown_machines_report_themselves_when_discovery_is_on() {
         "{body}"
     );
     assert!(
-        body.contains("sleep 15\nchain --autofree --replace http://10.77.0.1:8080/boot.ipxe"),
+        body.contains(
+            "sleep 15\ndhcp ||\nchain --autofree --replace http://10.77.0.1:8080/boot.ipxe"
+        ),
         "{body}"
     );
     let list = b.app.discovered.list();
