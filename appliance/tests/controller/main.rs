@@ -386,7 +386,7 @@ async fn equinix_node_lifecycle_create_boot_ready_delete() {
     assert_eq!(cond(&v, "NetworkBooted")["reason"], "IPXEScriptServed");
     assert_ne!(phase(&v), "Ready");
     let tok = b.app.key.issue(
-        "worker-3",
+        &bootd::token::subject_of(b.app.live.load().site.node("worker-3").unwrap()),
         bootd::token::Scope::Script,
         std::time::SystemTime::now(),
         Duration::from_secs(60),
