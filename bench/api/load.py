@@ -44,6 +44,7 @@ def main():
             "role": "worker",
             "macs": [f"02:be:00:{(i >> 16) & 255:02x}:{(i >> 8) & 255:02x}:{i & 255:02x}"],
             "ip": f"10.78.{i // 250}.{i % 250 + 2}",
+            "live": True,
         }
 
     def worker():

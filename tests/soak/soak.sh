@@ -106,7 +106,7 @@ api_round() { # N: node soak-N created, listed, read and deleted through the API
     local n=$1 c st1 st2 st3 st4 rc=0
     c=(curl -s -o /dev/null -w '%{http_code}' --max-time 10 --cacert "$WORK/state/ca.pem" -H 'Authorization: Bearer soak-api-token-7f3e')
     st1=$(nsx "${c[@]}" -X POST https://localhost:9443/v1/nodes \
-        -d "{\"name\":\"soak-$n\",\"role\":\"worker\",\"macs\":[\"52:54:00:7d:00:01\"],\"ip\":\"10.77.0.240\"}" || true)
+        -d "{\"name\":\"soak-$n\",\"role\":\"worker\",\"macs\":[\"52:54:00:7d:00:01\"],\"ip\":\"10.77.0.240\",\"live\":true}" || true)
     st2=$(nsx "${c[@]}" https://localhost:9443/v1/nodes || true)
     st3=$(nsx "${c[@]}" "https://localhost:9443/v1/nodes/soak-$n" || true)
     st4=$(nsx "${c[@]}" -X DELETE "https://localhost:9443/v1/nodes/soak-$n" || true)
