@@ -392,3 +392,55 @@ async fn a_deleted_bmc_node_is_wiped_before_it_is_powered_off() {
     assert_eq!(bmc.lock().unwrap().power, "Off");
     drop(p);
 }
+
+/// A BMC password bound to its BMCs (`host.api.bmcCredentials`): a node
+/// that would send it elsewhere is refused when it is created (422 naming
+/// the key), before anything is made or sent; at an allowed origin, made.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_password_for_another_bmc_is_refused_at_create() {
+    let bmc = fresh();
+    let addr = serve(bmc.clone(), None).await;
+    let f = Fake::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (files, site, api_port) = bmc_site(dir.path(), &f);
+    let pw = files.join("rack-1");
+    std::fs::write(&pw, PASSWORD).unwrap();
+    let text = std::fs::read_to_string(&site).unwrap().replacen(
+        "    redfish: { powerOffTimeout: 5s }\n",
+        &format!(
+            "    redfish: {{ powerOffTimeout: 5s }}\n    bmcCredentials:\n      - password: {{ file: {} }}\n        origins: [\"http://127.0.0.1:{}\"]\n        allowPlainHttp: true\n",
+            pw.display(),
+            addr.port()
+        ),
+        1,
+    );
+    std::fs::write(&site, text).unwrap();
+    let p = Proc::start(&site, 1);
+    let api = api_client(&dir.path().join("state/ca.pem"), api_port, &p).await;
+    let node = |name: &str, url: String| {
+        json!({
+            "name": name, "role": "worker", "ip": "10.77.0.61", "live": true,
+            "provider": { "redfish": {
+                "url": url, "username": "admin",
+                "password": { "file": pw }, "allowPlainHttp": true, "mode": "Legacy" } }
+        })
+    };
+    // Another origin (the attacker's): 422, nothing made, nothing sent.
+    let (st, v) = api
+        .create(node("rack-x", format!("http://127.0.0.9:{}{SYS}", addr.port())))
+        .await;
+    assert_eq!(st, 422, "{v:#}");
+    assert!(
+        v["problems"].to_string().contains("host.api.bmcCredentials"),
+        "{v:#}"
+    );
+    assert!(!v.to_string().contains(PASSWORD), "{v:#}");
+    let (st, _) = api.call("GET", "/v1/nodes/rack-x", None).await;
+    assert_eq!(st, 404);
+    // Its own BMC: made.
+    let (st, v) = api
+        .create(node("rack-1", format!("http://{addr}{SYS}")))
+        .await;
+    assert_eq!(st, 201, "{v:#}");
+    drop(p);
+}

@@ -806,3 +806,38 @@ mod registry_tests {
         assert!((registration("equinix").unwrap().check_userdata)(&big).is_ok());
     }
 }
+
+/// The `host.api.bmcCredentials` problem with a BMC node's provider spec,
+/// found before the node is made (`POST /v1/nodes` answers 422 with it),
+/// as the provider finds it again before it sends anything. `None`: no
+/// list in the site, a password from an install-config (checked against
+/// that file when it is read), another provider, or no problem.
+pub fn binding_problem(api: Option<&site::Api>, p: &ProviderSpec) -> Option<String> {
+    let creds = api?.bmc_credentials.as_deref()?;
+    let (password, target, insecure, plain) = match p.name() {
+        "redfish" => {
+            let s: redfish::RedfishSpec = serde_json::from_value(p.spec.clone()).ok()?;
+            let t = site::BmcTarget::of_url(&s.url);
+            (s.password, t, s.insecure_skip_verify, s.allow_plain_http)
+        }
+        "ipmi" => {
+            let s: ipmi::IpmiSpec = serde_json::from_value(p.spec.clone()).ok()?;
+            let t = site::BmcTarget::ipmi(&s.address, s.port);
+            (s.password, t, false, false)
+        }
+        _ => return None,
+    };
+    if password.install_config_host.is_some() {
+        return None;
+    }
+    let r = password.to_ref()?;
+    let key = format!("provider.{}", p.name());
+    let Some(t) = target else {
+        return Some(format!(
+            "{key}: the BMC's address is not one a password can be sent to"
+        ));
+    };
+    site::bmc_binding(creds, &r, &t, insecure, plain)
+        .err()
+        .map(|e| format!("{key}.password: {e}"))
+}
