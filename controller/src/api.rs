@@ -427,9 +427,10 @@ async fn create_from(ctl: &Arc<Controller>, _: auth::Caller, body: bytes::Bytes)
     }
     // A BMC password goes only where the site allows it: refused now,
     // not only when the provider would send it.
-    if let Some(e) = provider.as_ref().and_then(|p| {
-        providers::binding_problem(ctl.app.live.load().site.host.api.as_ref(), p)
-    }) {
+    if let Some(e) = provider
+        .as_ref()
+        .and_then(|p| providers::binding_problem(ctl.app.live.load().site.host.api.as_ref(), p))
+    {
         problems.push(e);
     }
     if !problems.is_empty() {

@@ -427,11 +427,16 @@ async fn a_password_for_another_bmc_is_refused_at_create() {
     };
     // Another origin (the attacker's): 422, nothing made, nothing sent.
     let (st, v) = api
-        .create(node("rack-x", format!("http://127.0.0.9:{}{SYS}", addr.port())))
+        .create(node(
+            "rack-x",
+            format!("http://127.0.0.9:{}{SYS}", addr.port()),
+        ))
         .await;
     assert_eq!(st, 422, "{v:#}");
     assert!(
-        v["problems"].to_string().contains("host.api.bmcCredentials"),
+        v["problems"]
+            .to_string()
+            .contains("host.api.bmcCredentials"),
         "{v:#}"
     );
     assert!(!v.to_string().contains(PASSWORD), "{v:#}");
