@@ -216,6 +216,20 @@ fn signed_site(dir: &Path, version: &str, url: &str, keys: &[&str], extra: &str)
     path
 }
 
+/// A site in a fresh directory that trusts `signer`'s key (`release.asc`)
+/// for `rel`'s set `version`.
+fn site_trusting(
+    gpg: &Gpg,
+    signer: &str,
+    version: &str,
+    rel: &Release,
+) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    write_key(dir.path(), "release.asc", &gpg.export(signer, true));
+    let site = signed_site(dir.path(), version, &rel.url, &["release.asc"], "");
+    (dir, site)
+}
+
 fn write_key(dir: &Path, name: &str, key: &[u8]) {
     std::fs::create_dir_all(dir.join("keys")).unwrap();
     std::fs::write(dir.join("keys").join(name), key).unwrap();
@@ -331,9 +345,7 @@ async fn a_flipped_byte_in_the_artifact_is_refused() {
         Attack::FlipArtifact,
         None,
     );
-    let dir = tempfile::tempdir().unwrap();
-    write_key(dir.path(), "release.asc", &gpg.export(&signer, true));
-    let site = signed_site(dir.path(), "22.0", &rel.url, &["release.asc"], "");
+    let (dir, site) = site_trusting(&gpg, &signer, "22.0", &rel);
     let out = fetch(&site).await;
     let name = &rel.files[2].1;
     assert_refused(
@@ -358,9 +370,7 @@ async fn a_flipped_byte_in_the_signature_is_refused() {
         Attack::FlipSignature,
         None,
     );
-    let dir = tempfile::tempdir().unwrap();
-    write_key(dir.path(), "release.asc", &gpg.export(&signer, true));
-    let site = signed_site(dir.path(), "23.0", &rel.url, &["release.asc"], "");
+    let (dir, site) = site_trusting(&gpg, &signer, "23.0", &rel);
     let out = fetch(&site).await;
     assert_refused(
         &out,
@@ -399,9 +409,7 @@ async fn a_signature_by_another_key_is_refused() {
         Attack::OtherKey,
         Some(&other),
     );
-    let dir = tempfile::tempdir().unwrap();
-    write_key(dir.path(), "release.asc", &gpg.export(&signer, true));
-    let site = signed_site(dir.path(), "24.0", &rel.url, &["release.asc"], "");
+    let (dir, site) = site_trusting(&gpg, &signer, "24.0", &rel);
     let out = fetch(&site).await;
     assert_refused(
         &out,
@@ -463,9 +471,7 @@ async fn verify_finds_a_cached_artifact_changed_afterwards() {
     let signer = gpg.key("Test Release <release@example.test>", "rsa4096");
     let srv = Server::start().await;
     let rel = publish_signed(&srv, &gpg, &signer, "26.0", "", Attack::None, None);
-    let dir = tempfile::tempdir().unwrap();
-    write_key(dir.path(), "release.asc", &gpg.export(&signer, true));
-    let site = signed_site(dir.path(), "26.0", &rel.url, &["release.asc"], "");
+    let (dir, site) = site_trusting(&gpg, &signer, "26.0", &rel);
     let out = fetch(&site).await;
     assert!(out.0, "{}", out.1);
     let set = dir.path().join("images/teststream/26.0/x86_64/metal");
