@@ -638,20 +638,20 @@ pub(super) async fn reinstall(
     _: auth::Caller,
     name: &str,
 ) -> Response<Body> {
-    let snap = ctl.app.live.load();
-    if snap.site.node(name).is_none() {
+    if ctl.app.live.load().site.node(name).is_none() {
         return err(StatusCode::NOT_FOUND, "no such node");
+    }
+    // An API node's tokens of before are void (its epoch advances), before
+    // it is told to install again: a failure leaves it as it was.
+    if let Err(e) = advance_epoch(ctl, name).await {
+        tracing::error!(node = %name, error = %e, "reinstall: the node's epoch was not advanced");
+        return err(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "the node's epoch was not advanced; see bootd's log",
+        );
     }
     match ctl.app.installed.clear(name) {
         Ok(was) => {
-            // An API node's tokens of before are void (its epoch advances).
-            if let Err(e) = advance_epoch(ctl, name).await {
-                tracing::error!(node = %name, error = %e, "reinstall: the node's epoch was not advanced");
-                return err(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "the node's epoch was not advanced; see bootd's log",
-                );
-            }
             info!(node = %name, was_installed = was, "reinstall requested through the API");
             ctl.note(
                 name,
