@@ -354,6 +354,7 @@ fn ipxe_by_mac(app: &App, snap: &Snapshot, q: Option<&str>, peer: IpAddr) -> Res
             info!(mac = ?mac, "iPXE request from a MAC no node has: serving the discovery script");
             script(render::ipxe::discover(
                 snap.site.host.http.base_url(Some(peer), None),
+                snap.site.discovery.retry.as_secs(),
             ))
         }
         None => {

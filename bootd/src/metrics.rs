@@ -80,6 +80,8 @@ pub struct Metrics {
     pub discovery_refused: Family<Reason, Counter>,
     /// Machines discovered and not yet adopted.
     pub discovered: prometheus_client::metrics::gauge::Gauge,
+    /// Discovered keys (UUIDs) that more than one reporter claims.
+    pub discovered_conflicts: prometheus_client::metrics::gauge::Gauge,
     /// Ignition served from another address than the node's, on a token.
     pub ignition_other_address: Counter,
     /// Status page and timeline requests refused (not from `host.statusFrom`).
@@ -151,7 +153,7 @@ impl Default for Metrics {
         let discovery_refused = Family::<Reason, Counter>::default();
         registry.register(
             "discovery_refused",
-            "Discovery reports not kept (not_its_lease, conflict, no_mac, store)",
+            "Discovery reports not kept (not_its_lease, rate, no_mac, store)",
             discovery_refused.clone(),
         );
         let discovered = prometheus_client::metrics::gauge::Gauge::default();
@@ -159,6 +161,12 @@ impl Default for Metrics {
             "discovered_machines",
             "Machines with unknown MACs that reported themselves and are not adopted yet",
             discovered.clone(),
+        );
+        let discovered_conflicts = prometheus_client::metrics::gauge::Gauge::default();
+        registry.register(
+            "discovered_conflicts",
+            "Discovered keys (UUIDs) that reporters with other MACs claim: adopt by MAC",
+            discovered_conflicts.clone(),
         );
         let ignition_other_address = Counter::default();
         registry.register(
@@ -226,6 +234,7 @@ impl Default for Metrics {
             reloads,
             discovery_refused,
             discovered,
+            discovered_conflicts,
             ignition_other_address,
             status_refused,
             clock_step,

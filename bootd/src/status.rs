@@ -202,7 +202,7 @@ pub fn render_index(
                 b,
                 "<tr data-key=\"{k}\"><td>{k}</td><td>{macs}</td><td>{mf}</td><td>{pr}</td><td>{se}</td><td>{arch}</td><td>{ip}</td><td>{seen}</td><td class=\"num\">{n}</td></tr>",
                 k = esc(&m.key),
-                macs = esc(&m.macs.join(", ")),
+                macs = esc(&marked(&m.macs, &m.verified)),
                 mf = o(&m.manufacturer),
                 pr = o(&m.product),
                 se = o(&m.serial),
@@ -211,8 +211,21 @@ pub fn render_index(
                 seen = esc(&time_of(m.last_seen * 1000)),
                 n = m.reports,
             );
+            for c in &m.conflicts {
+                let _ = writeln!(
+                    b,
+                    "<tr class=\"err conflict\" data-key=\"{k}\"><td>conflict: also claimed by</td><td>{macs}</td><td></td><td>{pr}</td><td>{se}</td><td></td><td>{ip}</td><td>{seen}</td><td class=\"num\">{n}</td></tr>",
+                    k = esc(&m.key),
+                    macs = esc(&marked(&c.macs, &c.verified)),
+                    pr = esc(c.product.as_deref().unwrap_or("")),
+                    se = esc(c.serial.as_deref().unwrap_or("")),
+                    ip = c.ip.map(|i| i.to_string()).unwrap_or_default(),
+                    seen = esc(&time_of(c.last_seen * 1000)),
+                    n = c.reports,
+                );
+            }
         }
-        b.push_str("</table>\n");
+        b.push_str("</table>\n<p class=\"muted\">MACs marked ? were listed by a report, not verified: an adopt does not give them to the node. A conflict (two reporters with other MACs claim one UUID) is adopted by the MAC the right machine booted from.</p>\n");
     }
     if dropped > 0 {
         let _ = writeln!(
@@ -221,6 +234,20 @@ pub fn render_index(
         );
     }
     page(&format!("bootd status: {cluster}"), &b)
+}
+
+/// MACs joined, those not in `verified` marked `?`.
+fn marked(macs: &[String], verified: &[String]) -> String {
+    macs.iter()
+        .map(|m| {
+            if verified.contains(m) {
+                m.clone()
+            } else {
+                format!("{m}?")
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// `host.admission`: each gate's places in use and requests waiting.

@@ -601,6 +601,11 @@ fn seg(s: &str) -> String {
     percent_encoding::utf8_percent_encode(s, crate::providers::COMPONENT).to_string()
 }
 
+/// `bootd discovered list`'s table, written to `out`.
+pub async fn discovered_list_to(client: &Client, out: &mut impl Write) -> anyhow::Result<()> {
+    discovered::list(client, out).await
+}
+
 pub async fn discovered(client: &Client, cmd: DiscoveredCmd) -> anyhow::Result<i32> {
     let mut out = std::io::stdout();
     match cmd {

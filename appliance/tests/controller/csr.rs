@@ -149,7 +149,7 @@ async fn cluster(b: &Bootd) -> Value {
     b.call("GET", "/v1/cluster", None).await.1
 }
 
-fn client_of(b: &Bootd) -> controller::client::Client {
+pub fn client_of(b: &Bootd) -> controller::client::Client {
     let ca = b.dir.path().join("api-ca.pem");
     std::fs::write(&ca, &b.app.tls.as_ref().unwrap().ca_pem).unwrap();
     let site = b.app.live.load().site.clone();

@@ -6,20 +6,30 @@
 use super::{after, curl_from as curl, tuning, write_site, Bootd, Fake};
 use serde_json::json;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_discovered_machine_is_inspected_and_its_node_keeps_the_inventory() {
+/// bootd with a pool in the lab network, `discovery: <discovery>` (more
+/// top-level keys may follow it), and an agent file at tools/bootd-agent.
+pub async fn with_discovery(discovery: &str) -> (Fake, Bootd) {
     let f = Fake::start().await;
     let dir = tempfile::tempdir().unwrap();
     let path = write_site(dir.path(), &f.url(), &f.url(), &f.url(), "127.0.0.1:0");
     let text = std::fs::read_to_string(&path).unwrap().replace(
         "    dnsServers: [10.77.0.1]\n",
         "    dnsServers: [10.77.0.1]\n    pool: { start: 10.77.0.200, end: 10.77.0.250 }\n",
-    ) + "\ndiscovery: { enabled: true, inspect: true, kernelArgs: [console=ttyS0] }\n\
-           inspection: { agents: { x86_64: tools/bootd-agent } }\n";
+    ) + &format!("\ndiscovery: {discovery}\n");
     std::fs::write(&path, text).unwrap();
     std::fs::create_dir_all(dir.path().join("images/tools")).unwrap();
     std::fs::write(dir.path().join("images/tools/bootd-agent"), b"agent").unwrap();
     let b = Bootd::start_site(dir, &path, tuning()).await;
+    (f, b)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_discovered_machine_is_inspected_and_its_node_keeps_the_inventory() {
+    let (_f, b) = with_discovery(
+        "{ enabled: true, inspect: true, kernelArgs: [console=ttyS0] }\n\
+         inspection: { agents: { x86_64: tools/bootd-agent } }",
+    )
+    .await;
     // Its report comes from the address leased to its MAC.
     super::lease_on_loopback(&b, "52:54:00:77:00:c1", true);
     let uuid = "2c4e28ba-2fa1-11d2-883f-0016d3cca427";
@@ -104,5 +114,92 @@ async fn a_discovered_machine_is_inspected_and_its_node_keeps_the_inventory() {
         n["nextBoot"]["device"], "/dev/disk/by-id/wwn-0x5000c500a1b2c3d4",
         "{n:#}"
     );
+    b.stop().await;
+}
+
+/// The claim attack over HTTP and the API: a neighbour (MAC A, its own
+/// lease) that saw a victim's PXE DISCOVER (MAC B, UUID U) reports
+/// `uuid=U&nic1=B` first. Before, the victim's report was refused (409)
+/// and adopting U made a node of [A, B], so A got the node's address and
+/// Ignition. Now the victim's report is kept as a conflicting claim,
+/// `GET /v1/discovered` and the CLI show it, adopting U is refused naming
+/// both, and adopting by B gives the node B alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_neighbour_claiming_a_machines_uuid_is_a_conflict_not_the_machine() {
+    let (_f, b) = with_discovery("{ enabled: true }").await;
+    let u = "3d4e28ba-2fa1-11d2-883f-0016d3cca427";
+    // The attacker, from its own lease.
+    super::lease_on_loopback(&b, "02:66:66:66:66:0a", true);
+    let (st, s) = b
+        .boot(&format!(
+            "/discover?mac=02-66-66-66-66-0a&nic1=52-54-00-77-00-d1&uuid={u}&serial=FAKE"
+        ))
+        .await;
+    assert_eq!(st, 200, "{s}");
+    // The victim, from its own lease: kept, not refused.
+    super::lease_on_loopback(&b, "52:54:00:77:00:d1", true);
+    let (st, s) = b
+        .boot(&format!(
+            "/discover?mac=52-54-00-77-00-d1&nic1=52-54-00-77-00-d2&uuid={u}&serial=S-REAL"
+        ))
+        .await;
+    assert_eq!(st, 200, "{s}");
+    let (_, v) = b.call("GET", "/v1/discovered", None).await;
+    let m = &v["machines"][0];
+    assert_eq!(m["key"], u, "{v:#}");
+    assert_eq!(m["verified"], json!(["02:66:66:66:66:0a"]), "{v:#}");
+    assert_eq!(
+        m["conflicts"][0]["macs"],
+        json!(["52:54:00:77:00:d1", "52:54:00:77:00:d2"]),
+        "{v:#}"
+    );
+    assert_eq!(
+        m["conflicts"][0]["verified"],
+        json!(["52:54:00:77:00:d1"]),
+        "{v:#}"
+    );
+    assert_eq!(m["conflicts"][0]["serial"], "S-REAL", "{v:#}");
+    // The CLI's list says so.
+    let mut out = Vec::new();
+    controller::client::discovered_list_to(&super::csr::client_of(&b), &mut out)
+        .await
+        .unwrap();
+    let out = String::from_utf8(out).unwrap();
+    assert!(
+        out.contains("CONFLICT: also claimed by 52:54:00:77:00:d1,52:54:00:77:00:d2?"),
+        "{out}"
+    );
+    // Adopting U: refused, naming both claims.
+    let node =
+        json!({"name": "worker-6", "role": "worker", "live": true, "fetchFrom": "anyAddress"});
+    let (st, v) = b
+        .call(
+            "POST",
+            &format!("/v1/discovered/{u}/adopt"),
+            Some(node.clone()),
+        )
+        .await;
+    assert_eq!(st, 409, "{v:#}");
+    assert!(
+        v.to_string()
+            .contains("booted from 02:66:66:66:66:0a, 52:54:00:77:00:d1"),
+        "{v:#}"
+    );
+    // By the victim's MAC: its claim, its verified MAC only.
+    let (st, v) = b
+        .call("POST", "/v1/discovered/52:54:00:77:00:d1/adopt", Some(node))
+        .await;
+    assert_eq!(st, 201, "{v:#}");
+    let (_, n) = b.call("GET", "/v1/nodes/worker-6", None).await;
+    assert_eq!(n["spec"]["macs"], json!(["52:54:00:77:00:d1"]), "{n:#}");
+    // The attacker's next report: not the node's script.
+    super::lease_on_loopback(&b, "02:66:66:66:66:0a", true);
+    let (st, s) = b
+        .boot(&format!(
+            "/discover?mac=02-66-66-66-66-0a&nic1=52-54-00-77-00-d1&uuid={u}"
+        ))
+        .await;
+    assert_eq!(st, 200, "{s}");
+    assert!(!s.contains("worker-6"), "{s}");
     b.stop().await;
 }

@@ -1237,18 +1237,10 @@ pub fn lease_on_loopback(b: &Bootd, mac: &str, active: bool) {
 /// whose MAC another node holds is refused with the site's reason.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn discovered_machines_are_listed_and_adopted() {
-    let f = Fake::start().await;
-    let dir = tempfile::tempdir().unwrap();
-    let path = write_site(dir.path(), &f.url(), &f.url(), &f.url(), "127.0.0.1:0");
-    let text = std::fs::read_to_string(&path).unwrap().replace(
-        "    dnsServers: [10.77.0.1]\n",
-        "    dnsServers: [10.77.0.1]\n    pool: { start: 10.77.0.200, end: 10.77.0.250 }\n",
+    let (_f, b) = discovery::with_discovery(
+        "{ enabled: true }\ninspection: { agents: { x86_64: tools/bootd-agent } }",
     )
-        + "\ndiscovery: { enabled: true }\ninspection: { agents: { x86_64: tools/bootd-agent } }\n";
-    std::fs::write(&path, text).unwrap();
-    std::fs::create_dir_all(dir.path().join("images/tools")).unwrap();
-    std::fs::write(dir.path().join("images/tools/bootd-agent"), b"agent").unwrap();
-    let b = Bootd::start_site(dir, &path, tuning()).await;
+    .await;
     // Each report comes from the address leased to its MAC (127.0.0.1 here).
     let lease = |mac: &str, active: bool| lease_on_loopback(&b, mac, active);
     lease("52:54:00:77:00:a1", true);
@@ -1294,11 +1286,22 @@ async fn discovered_machines_are_listed_and_adopted() {
         .await;
     assert_eq!(st, 422, "{v:#}");
     assert!(v["problems"].to_string().contains("duplicate MAC"), "{v:#}");
-    // The first, by one of its MACs (percent-encoded, as the CLI sends it), with no address given.
+    // Not by a MAC its report only listed (unverified: whoever listed it
+    // need not be that machine)...
     let (st, v) = b
         .call(
             "POST",
-            "/v1/discovered/52%3A54%3A00%3A77%3A00%3Aa2/adopt",
+            "/v1/discovered/52:54:00:77:00:a2/adopt",
+            Some(json!({"name": "worker-7", "role": "worker", "live": true})),
+        )
+        .await;
+    assert_eq!(st, 404, "{v:#}");
+    // ...but by the MAC it booted from (percent-encoded, as the CLI sends
+    // it), with no address given: the node gets its verified MAC only.
+    let (st, v) = b
+        .call(
+            "POST",
+            "/v1/discovered/52%3A54%3A00%3A77%3A00%3Aa1/adopt",
             // Its reports come from 127.0.0.1, not from its address.
             Some(
                 json!({"name": "worker-7", "role": "worker", "fetchFrom": "anyAddress",
@@ -1308,11 +1311,7 @@ async fn discovered_machines_are_listed_and_adopted() {
         .await;
     assert_eq!(st, 201, "{v:#}");
     let (_, n) = b.call("GET", "/v1/nodes/worker-7", None).await;
-    assert_eq!(
-        n["spec"]["macs"],
-        json!(["52:54:00:77:00:a1", "52:54:00:77:00:a2"]),
-        "{n:#}"
-    );
+    assert_eq!(n["spec"]["macs"], json!(["52:54:00:77:00:a1"]), "{n:#}");
     assert_eq!(n["spec"]["arch"], "x86_64");
     let ip: std::net::Ipv4Addr = n["spec"]["ip"].as_str().unwrap().parse().unwrap();
     assert!(

@@ -3,6 +3,9 @@
 use super::*;
 use crate::discovery::Machine;
 
+/// At most 10 lines a second of refused reports (each is counted).
+static REFUSED: runtime::logging::Throttle = runtime::logging::Throttle::new(10);
+
 /// A discovery report (`discovery.enabled`): kept, shown on the status page
 /// and the timeline, answered with a wait-and-retry or power-off script.
 pub(super) fn discover(
@@ -34,16 +37,23 @@ pub(super) fn discover(
         .collect();
     let now = crate::timeline::now_us() / 1000;
     let peer = peer.to_canonical();
-    let m = match crate::discovery::from_report(&report, Some(peer), now) {
-        Ok(m) => m,
-        Err(e) => {
-            warn!(%peer, error = %e, "discovery report refused");
-            return full(
-                StatusCode::BAD_REQUEST,
-                "text/plain; charset=utf-8",
-                format!("discovery report refused: {e}\n"),
-            );
+    let refused = |reason: &'static str, status: StatusCode, e: &dyn std::fmt::Display| {
+        app.metrics
+            .discovery_refused
+            .get_or_create(&crate::metrics::Reason { reason })
+            .inc();
+        if let Some(left_out) = REFUSED.allow() {
+            warn!(%peer, error = %e, suppressed = left_out, "discovery report not kept");
         }
+        full(
+            status,
+            "text/plain; charset=utf-8",
+            format!("discovery report not kept: {e}\n"),
+        )
+    };
+    let m = match crate::discovery::from_report(&report, Some(peer), now, false) {
+        Ok(m) => m,
+        Err(e) => return refused("no_mac", StatusCode::BAD_REQUEST, &e),
     };
     // A machine adopted in the meantime is a node now: its script, not a report.
     let first: Option<Mac> = m.macs.first().and_then(|s| s.parse().ok());
@@ -67,8 +77,24 @@ pub(super) fn discover(
             granted.mints(),
         );
     }
+    if !app
+        .discovered
+        .admit(peer, &m.macs[0], std::time::Instant::now())
+    {
+        let mut r = refused(
+            "rate",
+            StatusCode::TOO_MANY_REQUESTS,
+            &crate::discovery::Refused::Limited,
+        );
+        r.headers_mut().insert(
+            hyper::header::RETRY_AFTER,
+            hyper::header::HeaderValue::from_static("2"),
+        );
+        return r;
+    }
     // When bootd hands out the addresses, a report counts only from the
-    // address leased to the MAC it names.
+    // address leased to the MAC it booted from; else that MAC is verified
+    // when the host's neighbour table gives it the report's address.
     let serves_addresses = snap
         .site
         .host
@@ -76,7 +102,6 @@ pub(super) fn discover(
         .as_ref()
         .is_some_and(|d| d.mode == site::DhcpMode::Server)
         || snap.site.host.dhcp6.is_some();
-    let peer = peer.to_canonical();
     let from_its_lease = || {
         if let IpAddr::V6(p6) = peer {
             // Over IPv6: the address bootd's DHCPv6 bound to that MAC.
@@ -98,34 +123,40 @@ pub(super) fn discover(
                         .is_some_and(|m| leases.holder(l.ip) == Some(m))
             })
     };
-    let kept = if serves_addresses && !from_its_lease() {
-        Err(crate::discovery::Refused::NotItsLease)
-    } else {
-        app.discovered.report(m)
-    };
-    let m = match kept {
-        Ok(m) => m,
-        Err(e) => {
-            use crate::discovery::Refused;
-            let (reason, status) = match e {
-                Refused::Conflict => ("conflict", StatusCode::CONFLICT),
-                Refused::NotItsLease => ("not_its_lease", StatusCode::FORBIDDEN),
-                Refused::NoMac => ("no_mac", StatusCode::BAD_REQUEST),
-                Refused::Store(_) => ("store", StatusCode::SERVICE_UNAVAILABLE),
-            };
-            app.metrics
-                .discovery_refused
-                .get_or_create(&crate::metrics::Reason { reason })
-                .inc();
-            warn!(%peer, error = %e, "discovery report not kept");
-            return full(
-                status,
-                "text/plain; charset=utf-8",
-                format!("discovery report not kept: {e}\n"),
+    let verified = if serves_addresses {
+        if !from_its_lease() {
+            return refused(
+                "not_its_lease",
+                StatusCode::FORBIDDEN,
+                &crate::discovery::Refused::NotItsLease,
             );
         }
+        true
+    } else {
+        match peer {
+            IpAddr::V4(p4) => std::fs::read_to_string("/proc/net/arp")
+                .ok()
+                .and_then(|t| crate::discovery::arp_mac(&t, p4))
+                .is_some_and(|mac| mac == m.macs[0]),
+            IpAddr::V6(_) => false,
+        }
+    };
+    let m = crate::discovery::Machine {
+        verified: if verified {
+            vec![m.macs[0].clone()]
+        } else {
+            Vec::new()
+        },
+        ..m
+    };
+    let m = match app.discovered.report(m) {
+        Ok(m) => m,
+        Err(e) => return refused("store", StatusCode::SERVICE_UNAVAILABLE, &e),
     };
     app.metrics.discovered.set(app.discovered.len() as i64);
+    app.metrics
+        .discovered_conflicts
+        .set(app.discovered.conflicts() as i64);
     if m.reports == 1 {
         info!(key = %m.key, macs = ?m.macs, product = ?m.product, %peer, "machine discovered");
     }
@@ -168,7 +199,11 @@ fn arch_of(m: &Machine) -> site::Arch {
 /// architecture has an agent and an image set: the live boot that runs it.
 fn inspect_script(app: &App, snap: &Snapshot, m: &Machine, base: &str) -> Option<String> {
     let site = &snap.site;
-    if !site.discovery.inspect || m.inventory.is_some() {
+    if !site.discovery.inspect
+        || m.inventory.is_some()
+        || !m.boot_verified()
+        || !m.conflicts.is_empty()
+    {
         return None;
     }
     let arch = arch_of(m);
@@ -241,13 +276,7 @@ pub(super) fn discovered_asking(
     peer: IpAddr,
 ) -> Result<(String, Machine), Deny> {
     let key = query(q, "key").ok_or(Deny::UnknownNode)?;
-    let m = app
-        .discovered
-        .find(&key)
-        .ok()
-        .flatten()
-        .filter(|m| m.key == key)
-        .ok_or(Deny::UnknownNode)?;
+    let m = app.discovered.get(&key).ok_or(Deny::UnknownNode)?;
     if m.ip != Some(peer.to_canonical()) {
         return Err(Deny::NotFromNode);
     }

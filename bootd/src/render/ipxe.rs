@@ -125,15 +125,23 @@ reboot
 
 /// For a machine whose MAC is in no node, with `discovery.enabled`: report
 /// what iPXE knows of it (every NIC, SMBIOS identity, architecture) to
-/// bootd, which answers with [`discovered`].
-pub fn discover(base: &str) -> String {
+/// bootd, which answers with [`discovered`]. A report not taken (too many
+/// at once, or before the machine's lease is known: 429, 403) is sent again
+/// after `retry_secs`, after asking DHCP again.
+pub fn discover(base: &str, retry_secs: u64) -> String {
     let nics: String = (0..4)
         .map(|i| format!("&nic{i}=${{net{i}/mac:hexhyp}}"))
         .collect();
     format!(
         "#!ipxe\n\
 echo bootd: machine ${{mac}} is in no node: reporting it (discovery)\n\
-chain --autofree --replace {base}/discover?mac=${{mac:hexhyp}}&uuid=${{uuid}}&serial=${{serial:uristring}}&manufacturer=${{manufacturer:uristring}}&product=${{product:uristring}}&asset=${{asset:uristring}}&buildarch=${{buildarch}}&platform=${{platform}}{nics}\n"
+:report\n\
+chain --autofree --replace {base}/discover?mac=${{mac:hexhyp}}&uuid=${{uuid}}&serial=${{serial:uristring}}&manufacturer=${{manufacturer:uristring}}&product=${{product:uristring}}&asset=${{asset:uristring}}&buildarch=${{buildarch}}&platform=${{platform}}{nics} || goto again\n\
+:again\n\
+echo bootd: the report was not taken; reporting again in {retry_secs} s\n\
+sleep {retry_secs}\n\
+dhcp ||\n\
+goto report\n"
     )
 }
 

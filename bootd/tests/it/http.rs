@@ -1026,7 +1026,12 @@ async fn unknown_machines_report_themselves_when_discovery_is_on() {
         s.contains("/discover?mac=${mac:hexhyp}&uuid=${uuid}&serial=${serial:uristring}"),
         "{s}"
     );
-    assert!(s.contains("&nic3=${net3/mac:hexhyp}"), "{s}");
+    assert!(
+        s.contains("&nic3=${net3/mac:hexhyp} || goto again\n"),
+        "{s}"
+    );
+    // A report not taken (429, 403) is sent again after the retry.
+    assert!(s.contains("sleep 15\ndhcp ||\ngoto report\n"), "{s}");
     // bootd hands out the addresses: a report counts only from the address
     // leased to its MAC. Not yet: refused; then the machine's lease.
     assert_eq!(
@@ -1062,10 +1067,36 @@ async fn unknown_machines_report_themselves_when_discovery_is_on() {
     assert!(page.contains("<table id=\"discovered\">"), "{page}");
     let (_, _, m) = b.get("/metrics").await;
     assert!(String::from_utf8_lossy(&m).contains("bootd_discovered_machines 1"));
-    // The same key with another MAC (someone adding theirs): refused.
-    let poisoned = report.replace("&nic2=&", "&nic2=02-66-66-66-66-66&");
-    assert_eq!(b.get(&poisoned).await.0, StatusCode::CONFLICT);
-    assert_eq!(b.app.discovered.list()[0].macs.len(), 2);
+    // Only the MAC it booted from (from its own lease) is verified.
+    assert_eq!(list[0].verified, vec!["52:54:00:de:ad:01"]);
+    assert!(
+        page.contains("52:54:00:de:ad:01, 52:54:00:de:ad:02?"),
+        "{page}"
+    );
+    // The same key from another MAC's lease, with other MACs (someone
+    // claiming the machine's UUID): kept beside it as a conflict, shown.
+    lease(&b, "02:66:66:66:66:66", true);
+    let claim = "/discover?mac=02-66-66-66-66-66&uuid=0f6a4c2e-0298-4cf2-b280-b4ec459afdf0&nic1=52-54-00-de-ad-01";
+    assert_eq!(b.get(claim).await.0, StatusCode::OK);
+    let list = b.app.discovered.list();
+    assert_eq!(list[0].macs.len(), 2);
+    assert_eq!(list[0].conflicts[0].macs[0], "02:66:66:66:66:66");
+    let page = String::from_utf8(b.get("/status").await.2.to_vec()).unwrap();
+    assert!(page.contains("conflict: also claimed by"), "{page}");
+    let (_, _, m) = b.get("/metrics").await;
+    assert!(String::from_utf8_lossy(&m).contains("bootd_discovered_conflicts 1"));
+    // Beyond five reports at once from one address: 429, counted.
+    let mut st = StatusCode::OK;
+    for _ in 0..6 {
+        st = b.get(claim).await.0;
+    }
+    assert_eq!(st, StatusCode::TOO_MANY_REQUESTS);
+    let (_, _, m) = b.get("/metrics").await;
+    assert!(
+        String::from_utf8_lossy(&m).contains("bootd_discovery_refused_total{reason=\"rate\"}"),
+        "{}",
+        String::from_utf8_lossy(&m)
+    );
     // A report without a MAC is refused, and nothing is kept.
     assert_eq!(b.get("/discover?uuid=x").await.0, StatusCode::BAD_REQUEST);
     assert_eq!(b.app.discovered.list().len(), 1);

@@ -28,12 +28,12 @@ pub(in crate::api) async fn adopt(
         Err(r) => return r,
     };
     let key = percent_encoding::percent_decode_str(key).decode_utf8_lossy();
-    let m = match ctl.app.discovered.find(&key) {
+    let m = match ctl.app.discovered.adoptable(&key) {
         Ok(Some(m)) => m,
         Ok(None) => {
             return err(
                 StatusCode::NOT_FOUND,
-                "no such discovered machine (a UUID or one of its MACs)",
+                "no such discovered machine (a UUID, or a MAC it booted from and reported from its own lease)",
             )
         }
         Err(e) => return err(StatusCode::CONFLICT, e.to_string()),
@@ -46,12 +46,6 @@ pub(in crate::api) async fn adopt(
         return err(
             StatusCode::BAD_REQUEST,
             "provider: an adopted machine is one that booted through this host; create a provider node with POST /v1/nodes",
-        );
-    }
-    if spec.contains_key("macs") {
-        return err(
-            StatusCode::BAD_REQUEST,
-            "macs: the discovered machine's are used",
         );
     }
     // Not a node key: whether its disks are kept as they are.
@@ -70,7 +64,19 @@ pub(in crate::api) async fn adopt(
             &json!({ "error": "invalid node", "problems": [NO_DISK] }),
         );
     }
-    spec.insert("macs".into(), json!(m.macs));
+    // Its verified MACs, unless the operator names them (a statement, as
+    // in POST /v1/nodes): a MAC its reports only listed is not proof.
+    if !spec.contains_key("macs") {
+        if m.macs.is_empty() {
+            return reply(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                &json!({ "error": "invalid node", "problems": [format!(
+                    "macs: none of this machine's MACs ({}) was verified (reported from its own lease, or from the address the neighbour table gives it): name the node's MACs with macs",
+                    m.unverified.join(", "))] }),
+            );
+        }
+        spec.insert("macs".into(), json!(m.macs));
+    }
     if !spec.contains_key("arch") {
         if let Some(a) = m.buildarch.as_deref().and_then(|b| match b {
             "arm64" => Some("aarch64"),
@@ -105,7 +111,11 @@ pub(in crate::api) async fn adopt(
             .metrics
             .discovered
             .set(ctl.app.discovered.len() as i64);
-        info!(key = %m.key, macs = ?m.macs, "discovered machine adopted");
+        ctl.app
+            .metrics
+            .discovered_conflicts
+            .set(ctl.app.discovered.conflicts() as i64);
+        info!(key = %m.key, macs = ?m.macs, unverified = ?m.unverified, "discovered machine adopted");
         let name = spec_name.as_deref().unwrap_or_default();
         // What its inspection found is the node's: it need not inspect again.
         if let Some(inv) = &m.inventory {

@@ -29,12 +29,7 @@ pub(super) async fn list(client: &Client, out: &mut impl Write) -> anyhow::Resul
         "KEY", "MACS", "PRODUCT", "ADDRESS", "HARDWARE"
     )?;
     for m in v["machines"].as_array().into_iter().flatten() {
-        let macs: Vec<&str> = m["macs"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(Value::as_str)
-            .collect();
+        let listed = macs(m);
         let product = [s(m, "manufacturer"), s(m, "product")]
             .into_iter()
             .filter(|x| !x.is_empty())
@@ -44,14 +39,48 @@ pub(super) async fn list(client: &Client, out: &mut impl Write) -> anyhow::Resul
             out,
             "{:<38} {:<40} {:<24} {:<16} {:<24} {}",
             s(m, "key"),
-            macs.join(","),
+            listed,
             product,
             s(m, "ip"),
             hardware(m),
             m["reports"]
         )?;
+        for c in m["conflicts"].as_array().into_iter().flatten() {
+            writeln!(
+                out,
+                "  CONFLICT: also claimed by {} from {} ({} reports): adopt by the MAC it booted from",
+                macs(c),
+                s(c, "ip"),
+                c["reports"]
+            )?;
+        }
     }
     Ok(())
+}
+
+/// A claim's MACs, the unverified ones marked `?` (reported, not proven:
+/// an adopt does not give them to the node).
+fn macs(claim: &Value) -> String {
+    let verified: Vec<&str> = claim["verified"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect();
+    claim["macs"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .map(|m| {
+            if verified.contains(&m) {
+                m.to_string()
+            } else {
+                format!("{m}?")
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 #[cfg(test)]
@@ -63,5 +92,11 @@ mod tests {
         assert_eq!(hardware(&json!({"key": "k"})), "-");
         let m = json!({"inventory": {"cpu": {"count": 8}, "memoryMib": 32768, "disks": [{}, {}]}});
         assert_eq!(hardware(&m), "8 CPUs, 32 GiB, 2 disks");
+    }
+
+    #[test]
+    fn unverified_macs_are_marked() {
+        let c = json!({"macs": ["52:54:00:00:00:01", "52:54:00:00:00:02"], "verified": ["52:54:00:00:00:01"]});
+        assert_eq!(macs(&c), "52:54:00:00:00:01,52:54:00:00:00:02?");
     }
 }
