@@ -5,8 +5,10 @@
 //! - [`lead`]: campaigns for the election `controller`; while elected, the
 //!   loops run here ([`Controller::begin_term`]); when the leadership
 //!   lapses (etcd lease not renewed for 2/3 of `leaseTtl`) they stop at
-//!   their next wait, and the next appliance elected resumes each node from
-//!   the store (its open intents first), as after a restart.
+//!   their next wait (their provider calls are fenced: module `fence`),
+//!   and the next appliance elected, once the old one's calls in flight
+//!   have ended, resumes each node from the store (its open intents
+//!   first), as after a restart.
 //! - [`follow`]: watches the controller's keys; a node written by any
 //!   appliance is exported into this appliance's overlay (so it boots from
 //!   every appliance), and, while elected, gets its loop or wakes it.

@@ -38,6 +38,7 @@ pub mod cluster;
 pub mod conditions;
 pub mod events;
 pub mod facts;
+pub mod fence;
 pub mod follow;
 mod leader;
 pub mod machine_config;
@@ -208,6 +209,8 @@ pub struct Controller {
     /// While this appliance runs the reconcile loops (always on SQLite;
     /// while elected on etcd): cancelled when it stops.
     term: std::sync::Mutex<Option<CancellationToken>>,
+    /// When the current term may act (`fence::wait` after it began).
+    acts_from: std::sync::Mutex<tokio::time::Instant>,
     /// Wakes the bootstrap teardown.
     teardown: Arc<Notify>,
     tracker: TaskTracker,
@@ -345,6 +348,7 @@ impl Controller {
             writes: tokio::sync::Mutex::new(()),
             loops: Default::default(),
             term: Default::default(),
+            acts_from: std::sync::Mutex::new(tokio::time::Instant::now()),
             teardown: Arc::new(Notify::new()),
             tracker,
             shutdown,
@@ -409,12 +413,57 @@ impl Controller {
         }
         let wake = Arc::new(Notify::new());
         loops.insert(name.to_string(), (Arc::clone(&wake), term.clone()));
-        self.tracker.spawn(reconcile::node_loop(
-            Arc::clone(self),
-            name.to_string(),
-            wake,
-            term,
-        ));
+        self.spawn_in_term(
+            term.clone(),
+            reconcile::node_loop(Arc::clone(self), name.to_string(), wake, term),
+        );
+    }
+
+    /// Runs `work` as part of `term` (fenced: nothing reaches a provider
+    /// after the term ends), once the term may act.
+    fn spawn_in_term(
+        &self,
+        term: CancellationToken,
+        work: impl std::future::Future<Output = ()> + Send + 'static,
+    ) {
+        let from = *self.acts_from.lock().unwrap_or_else(|p| p.into_inner());
+        self.tracker.spawn(fence::within(term.clone(), async move {
+            tokio::select! {
+                _ = tokio::time::sleep_until(from) => work.await,
+                _ = term.cancelled() => {}
+            }
+        }));
+    }
+
+    /// How long a new term waits before acting (module `fence`): records
+    /// this term in the store, and reads the one before it.
+    fn fence_wait(&self) -> Duration {
+        if self.store.shared().is_none() {
+            return Duration::ZERO;
+        }
+        let me = leader::identity();
+        let previous = match self.store.cluster(fence::KEY) {
+            Ok(v) => v.and_then(|(v, _)| serde_json::from_str::<fence::Record>(&v).ok()),
+            // Not knowing who led before: wait, as after another appliance.
+            Err(e) => {
+                warn!(error = %e, "the previous controller term not read: waiting as after another appliance's");
+                Some(fence::Record {
+                    holder: String::new(),
+                    began: 0,
+                })
+            }
+        };
+        let record = fence::Record {
+            holder: me.clone(),
+            began: store::now_ms(),
+        };
+        if let Err(e) = self.store.set_cluster(
+            fence::KEY,
+            &serde_json::to_string(&record).unwrap_or_default(),
+        ) {
+            warn!(error = %e, "this controller term not recorded");
+        }
+        fence::wait(previous.as_ref(), &me, self.tuning.request_timeout)
     }
 
     /// The current term's token while this appliance runs the loops.
@@ -430,6 +479,15 @@ impl Controller {
     /// bootstrap teardown (resuming what an earlier term left).
     pub(crate) fn begin_term(self: &Arc<Self>) {
         let term = self.shutdown.child_token();
+        let wait = self.fence_wait();
+        if !wait.is_zero() {
+            info!(
+                wait_s = wait.as_secs(),
+                "controller term after another appliance's: acting once its provider calls in flight have ended (fencing)"
+            );
+        }
+        *self.acts_from.lock().unwrap_or_else(|p| p.into_inner()) =
+            tokio::time::Instant::now() + wait;
         *self.term.lock().unwrap_or_else(|p| p.into_inner()) = Some(term.clone());
         match self.store.nodes() {
             Ok(rows) => {
@@ -441,12 +499,11 @@ impl Controller {
                 error!(error = %e, "controller store: nodes not read; their loops start when they change")
             }
         }
-        self.tracker.spawn(teardown::run(
-            Arc::clone(self),
-            Arc::clone(&self.teardown),
+        self.spawn_in_term(
             term.clone(),
-        ));
-        self.tracker.spawn(cluster::run(Arc::clone(self), term));
+            teardown::run(Arc::clone(self), Arc::clone(&self.teardown), term.clone()),
+        );
+        self.spawn_in_term(term.clone(), cluster::run(Arc::clone(self), term));
     }
 
     /// Stops running the loops here (each stops at its next wait).

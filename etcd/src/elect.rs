@@ -5,8 +5,9 @@
 //! lease expires (the process died or lost etcd: etcd deletes its election
 //! key, and the next candidate is elected), or when the holder itself has
 //! not renewed its lease for `2/3 ttl`: it then stops acting
-//! ([`Leadership::lost`]) before etcd can have elected another, so two
-//! holders never act at once while clocks run at the same rate.
+//! ([`Leadership::lost`]) before etcd can have elected another. Work the
+//! old holder started before that (a provider call in flight) can outlast
+//! it: the controller fences its calls (`controller::fence`).
 
 use crate::{Error, Etcd};
 use etcd_client::{LeaderKey, ResignOptions};

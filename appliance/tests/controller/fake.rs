@@ -40,6 +40,9 @@ pub struct State {
     pub creates: u32,
     /// When set, a create makes the machine, then waits for this before replying.
     pub hold_create: Option<Arc<Notify>>,
+    /// With `hold_create`: the device is made when the hold is released
+    /// (the provider carries the create out late), not before.
+    pub create_lands_on_release: bool,
     /// When set, a device DELETE is carried out, then waits for this before replying.
     pub hold_delete: Option<Arc<Notify>>,
     /// When set, the next create is refused with this status.
@@ -296,10 +299,21 @@ async fn equinix(
             if let Some(o) = dev.as_object_mut() {
                 o.retain(|_, v| !v.is_null());
             }
-            {
-                let mut s = st.lock().unwrap();
-                s.creates += 1;
-                s.devices.insert(id.clone(), dev.clone());
+            let late = hold.is_some() && st.lock().unwrap().create_lands_on_release;
+            st.lock().unwrap().creates += 1;
+            match &hold {
+                // Made on release, whether or not the client still waits.
+                Some(h) if late => {
+                    let released = Arc::clone(h).notified_owned();
+                    let (st, id, dev) = (Arc::clone(st), id.clone(), dev.clone());
+                    tokio::spawn(async move {
+                        released.await;
+                        st.lock().unwrap().devices.insert(id, dev);
+                    });
+                }
+                _ => {
+                    st.lock().unwrap().devices.insert(id.clone(), dev.clone());
+                }
             }
             if let Some(h) = hold {
                 h.notified().await;
@@ -383,6 +397,8 @@ fn instance_ref(i: &Value) -> Value {
     o.remove("networkIDs");
     o.remove("volumeIDs");
     o.remove("storageType");
+    // A PVMInstanceReference has no tags; a PVMInstance has.
+    o.remove("userTags");
     r
 }
 
@@ -460,6 +476,7 @@ async fn powervs(
                 "volumeIDs": [],
                 "href": format!("/pcloud/v1/cloud-instances/{CLOUD_INSTANCE}/pvm-instances/{id}"),
                 "networks": [{ "ipAddress": ip, "macAddress": mac, "networkID": v["networks"][0]["networkID"] }],
+                "userTags": v["userTags"],
             });
             let hold = {
                 let mut s = st.lock().unwrap();

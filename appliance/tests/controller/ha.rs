@@ -2,7 +2,9 @@
 //! ports) on one etcd (`host.store.etcd`, a member started by the test):
 //! the API of either takes a node, one elected appliance runs the loops,
 //! and when it is killed with SIGKILL between a provider's create and its
-//! reply, the other is elected and finishes the node with no second machine.
+//! reply (the provider carrying the create out after the other appliance
+//! was elected), the other waits out the old leader's calls in flight
+//! (module `controller::fence`) and finishes the node with no second machine.
 
 use super::{
     api_client, cond, equinix_node, free_port, plain_get, process_site, until, Api, Fake, Proc,
@@ -82,6 +84,7 @@ async fn the_other_appliance_is_elected_and_finishes_the_node_once() {
     let f = Fake::start().await;
     let hold = Arc::new(tokio::sync::Notify::new());
     f.st().hold_create = Some(Arc::clone(&hold));
+    f.st().create_lands_on_release = true;
     let a = Appliance::start(&f, &etcd.endpoint, 1).await;
     let b = Appliance::start(&f, &etcd.endpoint, 2).await;
     until("one appliance elected", 20, async || {
@@ -120,8 +123,6 @@ async fn the_other_appliance_is_elected_and_finishes_the_node_once() {
     }
     let t = Instant::now();
     leader.proc.kill9();
-    f.st().hold_create = None;
-    hold.notify_waiters();
     until("the follower elected", 15, async || {
         follower.leading().await
     })
@@ -129,7 +130,13 @@ async fn the_other_appliance_is_elected_and_finishes_the_node_once() {
     let took = t.elapsed();
     // leaseTtl 2 s: etcd expires the dead leader's lease, then elects.
     assert!(took < Duration::from_secs(8), "elected after {took:?}");
-    until("worker-7 Provisioned on the new leader", 30, async || {
+    // The provider carries out the old leader's create only now, after the
+    // new leader was elected (the fencing attack: before fencing, the new
+    // leader's find came first, found nothing and made a second device).
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    f.st().hold_create = None;
+    hold.notify_waiters();
+    until("worker-7 Provisioned on the new leader", 60, async || {
         let (st, v) = follower.get("/v1/nodes/worker-7").await;
         st == 200 && cond(&v, "Provisioned")["status"] == "True"
     })
@@ -138,6 +145,10 @@ async fn the_other_appliance_is_elected_and_finishes_the_node_once() {
     assert_eq!(f.live_devices(), 1);
     let log = follower.log();
     assert!(log.contains("controller leadership taken"), "{log}");
+    assert!(
+        log.contains("acting once its provider calls in flight have ended"),
+        "the new term waited (fencing): {log}"
+    );
     assert!(
         log.contains("how=\"adopted\"") || log.contains("how=adopted"),
         "the open intent was resumed by finding the machine: {log}"
@@ -252,4 +263,76 @@ async fn tokens_and_the_ca_are_the_sites_and_a_token_is_spent_everywhere() {
         "{log}"
     );
     drop(d);
+}
+
+/// Creates keyed by their intent where the provider has no idempotency
+/// key: each create carries its intent's tag (Equinix `tags`, Power VS
+/// `userTags`), and a find returns the machine its own intent made when
+/// the node has several (a late create of an old leader beside a new one).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_find_prefers_the_machine_its_create_intent_made() {
+    use controller::providers::{equinix, powervs, NodeRequest, Provider};
+    let f = Fake::start().await;
+    let http = || controller::providers::Http::new(Duration::from_secs(10));
+    let node = |intent: &str| NodeRequest {
+        ip: "10.77.0.23".parse().unwrap(),
+        macs: vec!["52:54:00:77:00:23".into()],
+        ipxe_url: "http://10.77.0.1:8080/ipxe/worker-3.ipxe".into(),
+        intent: intent.into(),
+        ..NodeRequest::bare("worker-3", "lab")
+    };
+    let eq: &dyn Provider = &equinix::Equinix {
+        http: http(),
+        base_url: f.url(),
+        project_id: super::fake::PROJECT.into(),
+        api_key: site::Secret(super::fake::EQUINIX_KEY.into()),
+    };
+    let spec = serde_json::to_value(equinix::DeviceSpec {
+        metro: "sv".into(),
+        plan: "c3.small.x86".into(),
+        always_pxe: true,
+        operating_system: None,
+        hardware_reservation_id: None,
+        spot_instance: false,
+        spot_price_max: None,
+        billing_cycle: None,
+    })
+    .unwrap();
+    let a = eq.create(&node("1-100"), &spec).await.unwrap();
+    let b = eq.create(&node("2-200"), &spec).await.unwrap();
+    assert_ne!(a.id, b.id);
+    assert_eq!(eq.find(&node("1-100")).await.unwrap().unwrap().id, a.id);
+    assert_eq!(eq.find(&node("2-200")).await.unwrap().unwrap().id, b.id);
+    let tags = f.st().devices[&a.id]["tags"].clone();
+    assert!(
+        tags.as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t == "bootd-intent:1-100"),
+        "{tags}"
+    );
+
+    let pv = powervs::PowerVs::new(
+        http(),
+        f.url(),
+        f.url(),
+        super::fake::CLOUD_INSTANCE.into(),
+        "crn:v1:bluemix:public:power-iaas:us-south:a/acc:x::".into(),
+        site::Secret(super::fake::POWERVS_KEY.into()),
+    );
+    let pv: &dyn Provider = &pv;
+    let spec = serde_json::to_value(powervs::InstanceSpec {
+        image_id: "rhcos-417".into(),
+        processors: 0.5,
+        memory: 16.0,
+        proc_type: "shared".into(),
+        sys_type: "s922".into(),
+        network_id: "net-7".into(),
+        metadata_service: false,
+    })
+    .unwrap();
+    let a = pv.create(&node("1-100"), &spec).await.unwrap();
+    let b = pv.create(&node("2-200"), &spec).await.unwrap();
+    assert_eq!(pv.find(&node("1-100")).await.unwrap().unwrap().id, a.id);
+    assert_eq!(pv.find(&node("2-200")).await.unwrap().unwrap().id, b.id);
 }

@@ -357,9 +357,15 @@ async fn equinix_node_lifecycle_create_boot_ready_delete() {
             bootd::token::Scope::Provider
         );
         assert_eq!(d["always_pxe"], true);
+        // Owner, node, and the create's intent (module `controller::fence`).
+        let tags = d["tags"].as_array().unwrap();
         assert_eq!(
-            d["tags"],
-            json!(["kubernetes.io/cluster/lab:owned", "bootd-node:worker-3"])
+            tags[..2],
+            [json!("kubernetes.io/cluster/lab:owned"), json!("bootd-node:worker-3")]
+        );
+        assert!(
+            tags.len() == 3 && tags[2].as_str().unwrap().starts_with("bootd-intent:"),
+            "{tags:?}"
         );
         let ud: Value = serde_json::from_str(d["userdata"].as_str().unwrap()).unwrap();
         let src = ud["ignition"]["config"]["merge"][0]["source"]

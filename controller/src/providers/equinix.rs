@@ -368,21 +368,29 @@ impl Equinix {
                     && d.state.as_deref() != Some("deleted")
                     && d.state.as_deref() != Some("deprovisioning")
                 {
-                    found.push(Self::machine(d, what)?);
+                    let mine = node.intent_tag().is_some_and(|t| d.tags.contains(&t));
+                    found.push((mine, Self::machine(d, what)?));
                 }
             }
             if !more {
                 break;
             }
         }
+        // The device this create's intent made first (module `fence`).
+        found.sort_by_key(|(mine, _)| !mine);
         if found.len() > 1 {
-            tracing::warn!(node = %node.name, devices = found.len(), "more than one Equinix Metal device carries this node's tags; using the first");
+            let ids: Vec<&str> = found.iter().map(|(_, m)| m.id.as_str()).collect();
+            tracing::warn!(node = %node.name, devices = ?ids, "more than one Equinix Metal device carries this node's tags; using the first (its create intent's, if any): delete the others");
         }
-        Ok(found.into_iter().next())
+        Ok(found.into_iter().next().map(|(_, m)| m))
     }
 
     /// The `DeviceCreateInMetroInput` body for `node`.
     pub fn create_body(node: &NodeRequest, spec: &DeviceSpec) -> Value {
+        let tags: Vec<String> = [cluster_tag(&node.cluster), node_tag(&node.name)]
+            .into_iter()
+            .chain(node.intent_tag())
+            .collect();
         let mut body = json!({
             "metro": spec.metro,
             "plan": spec.plan,
@@ -392,7 +400,7 @@ impl Equinix {
             "ipxe_script_url": node.ipxe_url,
             "always_pxe": spec.always_pxe,
             "userdata": node.userdata.expose(),
-            "tags": [cluster_tag(&node.cluster), node_tag(&node.name)],
+            "tags": tags,
             "billing_cycle": spec.billing_cycle.as_deref().unwrap_or("hourly"),
         });
         if spec.image_boot() {

@@ -179,13 +179,27 @@ impl Ipmi {
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
             .kill_on_drop(true);
+        // Fenced as every HTTP exchange is (module `fence`).
+        if crate::fence::current().is_some_and(|t| t.is_cancelled()) {
+            return Err(ProviderError::transient(format!(
+                "{what}: not sent: {}",
+                crate::fence::ENDED
+            )));
+        }
         let child = cmd.spawn().map_err(|e| {
             ProviderError::permanent(format!(
                 "{what}: cannot run {}: {e}",
                 self.ipmitool.display()
             ))
         })?;
-        let out = match tokio::time::timeout(self.timeout, child.wait_with_output()).await {
+        let waited =
+            crate::fence::guarded(tokio::time::timeout(self.timeout, child.wait_with_output()))
+                .await
+                .map_err(|why| {
+                    // ipmitool is killed with its handle (kill_on_drop).
+                    ProviderError::transient(format!("{what}: abandoned: {why}"))
+                })?;
+        let out = match waited {
             Ok(Ok(o)) => o,
             Ok(Err(e)) => return Err(ProviderError::transient(format!("{what}: ipmitool: {e}"))),
             Err(_) => {

@@ -536,12 +536,15 @@ impl Http {
                 body,
             })
         };
-        match tokio::time::timeout(self.timeout, fut).await {
-            Ok(r) => r,
-            Err(_) => Err(ProviderError::transient(format!(
+        // Fenced (module `fence`): not sent once this appliance's term as
+        // the controller's leader has ended, abandoned when it ends.
+        match crate::fence::guarded(tokio::time::timeout(self.timeout, fut)).await {
+            Ok(Ok(r)) => r,
+            Ok(Err(_)) => Err(ProviderError::transient(format!(
                 "{what}: no reply within {:?}",
                 self.timeout
             ))),
+            Err(why) => Err(ProviderError::transient(format!("{what}: not sent: {why}"))),
         }
     }
 }

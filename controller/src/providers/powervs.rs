@@ -183,6 +183,9 @@ struct Instance {
     #[serde(default)]
     addresses: Vec<InstanceNetwork>,
     fault: Option<Fault>,
+    /// In a single instance's reply (`PVMInstance`), not in the list's.
+    #[serde(default)]
+    user_tags: Vec<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -373,9 +376,39 @@ impl PowerVs {
             found.push(Self::machine(i, what)?);
         }
         if found.len() > 1 {
-            tracing::warn!(node = %node.name, instances = found.len(), "more than one Power VS instance has this node's name; using the first");
+            // The list has no tags: each instance's own reply says which
+            // one this create's intent made (module `fence`).
+            let mut mine = None;
+            if let Some(tag) = node.intent_tag() {
+                for (n, m) in found.iter().enumerate() {
+                    if self.user_tags(&m.id).await?.contains(&tag) {
+                        mine = Some(n);
+                        break;
+                    }
+                }
+            }
+            let ids: Vec<&str> = found.iter().map(|m| m.id.as_str()).collect();
+            tracing::warn!(node = %node.name, instances = ?ids, "more than one Power VS instance has this node's name; using its create intent's (else the first): delete the others");
+            if let Some(n) = mine {
+                return Ok(Some(found.swap_remove(n)));
+            }
         }
         Ok(found.into_iter().next())
+    }
+
+    /// An instance's `userTags` (`GET …/pvm-instances/{id}`).
+    async fn user_tags(&self, id: &str) -> Result<Vec<String>> {
+        let what = "Power VS: get instance";
+        let path = format!(
+            "{}/{}",
+            self.instances_path(),
+            utf8_percent_encode(id, super::COMPONENT)
+        );
+        let reply = self.call(Method::GET, &path, None, what).await?;
+        if !reply.status.is_success() {
+            return Ok(Vec::new());
+        }
+        Ok(parse::<Instance>(&reply, what)?.user_tags)
     }
 
     /// The `PVMInstanceCreate` body for `node`.
@@ -383,6 +416,10 @@ impl PowerVs {
         node: &NodeRequest,
         spec: &InstanceSpec,
     ) -> std::result::Result<Value, String> {
+        let tags: Vec<String> =
+            std::iter::once(format!("kubernetes.io/cluster/{}:owned", node.cluster))
+                .chain(node.intent_tag())
+                .collect();
         let mut body = json!({
             "serverName": server_name(node),
             "imageID": spec.image_id,
@@ -397,7 +434,7 @@ impl PowerVs {
                 json!({ "networkID": spec.network_id, "ipAddress": node.ip.to_string() })
             } ],
             "userData": user_data(node.userdata.expose())?,
-            "userTags": [format!("kubernetes.io/cluster/{}:owned", node.cluster)],
+            "userTags": tags,
         });
         if spec.metadata_service {
             body["metadataService"] = json!({ "enabled": true });

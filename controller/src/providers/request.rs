@@ -35,6 +35,13 @@ pub struct NodeRequest {
 }
 
 impl NodeRequest {
+    /// The tag that marks a machine made by this create intent, on
+    /// providers without an idempotency key (Equinix tags, Power VS
+    /// `userTags`): a find prefers the machine its own intent made.
+    pub fn intent_tag(&self) -> Option<String> {
+        (!self.intent.is_empty()).then(|| format!("bootd-intent:{}", self.intent))
+    }
+
     /// A request that names only the node and its cluster: no address
     /// (0.0.0.0), MACs, URLs, user data or intent, firmware `auto`. What a
     /// delete looks the machine up with when the node left the site, and
