@@ -527,3 +527,33 @@ async fn powervs(
         ),
     }
 }
+
+/// A Power VS client of the fake's account, against `base` (and IAM at `iam`).
+pub fn powervs_client(
+    http: controller::providers::Http,
+    base: String,
+    iam: String,
+) -> controller::providers::powervs::PowerVs {
+    controller::providers::powervs::PowerVs::new(
+        http,
+        base,
+        iam,
+        CLOUD_INSTANCE.into(),
+        "crn:v1:bluemix:public:power-iaas:us-south:a/acc:x::".into(),
+        site::Secret(POWERVS_KEY.into()),
+    )
+}
+
+/// The instance spec the Power VS tests create with.
+pub fn powervs_spec(metadata_service: bool) -> Value {
+    serde_json::to_value(controller::providers::powervs::InstanceSpec {
+        image_id: "rhcos-417".into(),
+        processors: 0.5,
+        memory: 16.0,
+        proc_type: "shared".into(),
+        sys_type: "s922".into(),
+        network_id: "net-7".into(),
+        metadata_service,
+    })
+    .unwrap()
+}

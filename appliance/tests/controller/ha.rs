@@ -271,7 +271,7 @@ async fn tokens_and_the_ca_are_the_sites_and_a_token_is_spent_everywhere() {
 /// the node has several (a late create of an old leader beside a new one).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_find_prefers_the_machine_its_create_intent_made() {
-    use controller::providers::{equinix, powervs, NodeRequest, Provider};
+    use controller::providers::{equinix, NodeRequest, Provider};
     let f = Fake::start().await;
     let http = || controller::providers::Http::new(Duration::from_secs(10));
     let node = |intent: &str| NodeRequest {
@@ -312,25 +312,9 @@ async fn a_find_prefers_the_machine_its_create_intent_made() {
         "{tags}"
     );
 
-    let pv = powervs::PowerVs::new(
-        http(),
-        f.url(),
-        f.url(),
-        super::fake::CLOUD_INSTANCE.into(),
-        "crn:v1:bluemix:public:power-iaas:us-south:a/acc:x::".into(),
-        site::Secret(super::fake::POWERVS_KEY.into()),
-    );
+    let pv = super::fake::powervs_client(http(), f.url(), f.url());
     let pv: &dyn Provider = &pv;
-    let spec = serde_json::to_value(powervs::InstanceSpec {
-        image_id: "rhcos-417".into(),
-        processors: 0.5,
-        memory: 16.0,
-        proc_type: "shared".into(),
-        sys_type: "s922".into(),
-        network_id: "net-7".into(),
-        metadata_service: false,
-    })
-    .unwrap();
+    let spec = super::fake::powervs_spec(false);
     let a = pv.create(&node("1-100"), &spec).await.unwrap();
     let b = pv.create(&node("2-200"), &spec).await.unwrap();
     assert_eq!(pv.find(&node("1-100")).await.unwrap().unwrap().id, a.id);

@@ -361,7 +361,10 @@ async fn equinix_node_lifecycle_create_boot_ready_delete() {
         let tags = d["tags"].as_array().unwrap();
         assert_eq!(
             tags[..2],
-            [json!("kubernetes.io/cluster/lab:owned"), json!("bootd-node:worker-3")]
+            [
+                json!("kubernetes.io/cluster/lab:owned"),
+                json!("bootd-node:worker-3")
+            ]
         );
         assert!(
             tags.len() == 3 && tags[2].as_str().unwrap().starts_with("bootd-intent:"),

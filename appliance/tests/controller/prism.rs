@@ -9,7 +9,7 @@
 
 use crate::fake::{self, Fake};
 use crate::{cond, equinix_node, phase, powervs_node, Bootd};
-use controller::providers::{self, equinix, powervs, NodeRequest, Provider};
+use controller::providers::{self, equinix, NodeRequest, Provider};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -194,25 +194,9 @@ async fn prism_mock_equinix_accepts_every_request_and_every_reply_parses() {
 async fn prism_mock_powervs_and_iam_accept_every_request_and_every_reply_parses() {
     let iam = Prism::mock("powervs/iam-identity-token-api.patched.json");
     let pvs = Prism::mock("powervs/power-iaas.derived.swagger.json");
-    let pv = powervs::PowerVs::new(
-        http(),
-        pvs.url(),
-        iam.url(),
-        fake::CLOUD_INSTANCE.into(),
-        "crn:v1:bluemix:public:power-iaas:us-south:a/acc:x::".into(),
-        site::Secret(fake::POWERVS_KEY.into()),
-    );
+    let pv = fake::powervs_client(http(), pvs.url(), iam.url());
     let p: &dyn Provider = &pv;
-    let spec = serde_json::to_value(powervs::InstanceSpec {
-        image_id: "rhcos-417".into(),
-        processors: 0.5,
-        memory: 16.0,
-        proc_type: "shared".into(),
-        sys_type: "s922".into(),
-        network_id: "net-7".into(),
-        metadata_service: true,
-    })
-    .unwrap();
+    let spec = fake::powervs_spec(true);
     p.find(&node()).await.unwrap();
     let created = p.create(&node(), &spec).await.unwrap();
     assert!(!created.id.is_empty());

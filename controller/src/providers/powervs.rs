@@ -399,6 +399,15 @@ impl PowerVs {
     /// An instance's `userTags` (`GET …/pvm-instances/{id}`).
     async fn user_tags(&self, id: &str) -> Result<Vec<String>> {
         let what = "Power VS: get instance";
+        Ok(self
+            .instance(id, what)
+            .await?
+            .map(|i| i.user_tags)
+            .unwrap_or_default())
+    }
+
+    /// `GET …/pvm-instances/{id}`; `None` when it does not answer 2xx.
+    async fn instance(&self, id: &str, what: &str) -> Result<Option<Instance>> {
         let path = format!(
             "{}/{}",
             self.instances_path(),
@@ -406,9 +415,9 @@ impl PowerVs {
         );
         let reply = self.call(Method::GET, &path, None, what).await?;
         if !reply.status.is_success() {
-            return Ok(Vec::new());
+            return Ok(None);
         }
-        Ok(parse::<Instance>(&reply, what)?.user_tags)
+        parse(&reply, what).map(Some)
     }
 
     /// The `PVMInstanceCreate` body for `node`.
@@ -463,16 +472,10 @@ impl PowerVs {
 
     pub async fn get(&self, id: &str) -> Result<Option<Machine>> {
         let what = "Power VS: get instance";
-        let path = format!(
-            "{}/{}",
-            self.instances_path(),
-            utf8_percent_encode(id, super::COMPONENT)
-        );
-        let reply = self.call(Method::GET, &path, None, what).await?;
-        if !reply.status.is_success() {
-            return Ok(None);
+        match self.instance(id, what).await? {
+            Some(i) => Self::machine(i, what).map(Some),
+            None => Ok(None),
         }
-        Self::machine(parse(&reply, what)?, what).map(Some)
     }
 
     pub async fn delete(&self, id: &str) -> Result<()> {
