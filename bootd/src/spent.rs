@@ -10,13 +10,17 @@
 //! opened and whenever it holds more than twice its live lines plus 1024.
 //! A corrupt file is refused at start (bootd says which line), never
 //! emptied: that would make spent tokens good again.
+//!
+//! Spends of different tokens run at once: no lock is held across the
+//! shared store's round trip or the sync, which is a group commit (one
+//! `fdatasync` for every line appended before it began).
 
 use crate::token::Verified;
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 pub const FILE: &str = "spent-tokens";
 
@@ -31,6 +35,11 @@ pub enum SpendError {
 pub struct Spent {
     path: PathBuf,
     inner: Mutex<Inner>,
+    /// The file lines are appended to, and how many were.
+    log: Mutex<Log>,
+    /// How many appended lines are known synced (group commit: one
+    /// `fdatasync` covers every line written before it began).
+    synced: Mutex<u64>,
     /// Other appliances' spends (`host.store: etcd`): asked before this
     /// file, so a token spent on any appliance is refused on all.
     shared: Option<std::sync::Arc<dyn crate::ha::Shared>>,
@@ -39,9 +48,16 @@ pub struct Spent {
 struct Inner {
     /// Nonce → expiry (unix seconds).
     live: HashMap<String, u64>,
-    file: File,
+    /// Spends under way (the shared store asked, the line not yet synced):
+    /// a second fetch with the same token meanwhile is refused.
+    pending: HashMap<String, u64>,
     lines: usize,
     since_prune: usize,
+}
+
+struct Log {
+    file: Arc<File>,
+    written: u64,
 }
 
 impl std::fmt::Debug for Spent {
@@ -84,12 +100,16 @@ fn parse(text: &str, now: u64) -> Result<HashMap<String, u64>, String> {
     Ok(live)
 }
 
-fn render(live: &HashMap<String, u64>) -> String {
-    let mut s = String::with_capacity(live.len() * 28);
-    for (n, e) in live {
+fn render<'a>(spends: impl Iterator<Item = (&'a String, &'a u64)>) -> String {
+    let mut s = String::new();
+    for (n, e) in spends {
         s.push_str(&format!("{e} {n}\n"));
     }
     s
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl Spent {
@@ -111,7 +131,7 @@ impl Spent {
                 ),
             )
         })?;
-        crate::state::write_private(&path, render(&live).as_bytes())?;
+        crate::state::write_private(&path, render(live.iter()).as_bytes())?;
         let file = OpenOptions::new().append(true).open(&path)?;
         let lines = live.len();
         Ok(Spent {
@@ -119,10 +139,15 @@ impl Spent {
             shared: None,
             inner: Mutex::new(Inner {
                 live,
-                file,
+                pending: HashMap::new(),
                 lines,
                 since_prune: 0,
             }),
+            log: Mutex::new(Log {
+                file: Arc::new(file),
+                written: 0,
+            }),
+            synced: Mutex::new(0),
         })
     }
 
@@ -139,22 +164,24 @@ impl Spent {
     }
 
     /// [`Spent::spend`] at `now` (unix seconds), which decides what expired.
+    ///
+    /// No lock is held across the shared store's round trip or the sync:
+    /// spends of different tokens go on at once (each a transaction of its
+    /// own in the shared store; one `fdatasync` for every line written
+    /// before it), and the same token spent twice at once is refused the
+    /// second time while the first is under way.
     pub fn spend_at(&self, t: &Verified, now: u64) -> Result<(), SpendError> {
-        let mut g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        if g.live.contains_key(&t.nonce) {
-            return Err(SpendError::Reused);
-        }
-        if let Some(shared) = &self.shared {
-            // Committed to the shared store (a quorum) before this file.
-            if !shared.spend(&t.nonce, t.expiry).map_err(SpendError::Io)? {
+        {
+            let mut g = lock(&self.inner);
+            if g.live.contains_key(&t.nonce) || g.pending.contains_key(&t.nonce) {
                 return Err(SpendError::Reused);
             }
+            g.pending.insert(t.nonce.clone(), t.expiry);
         }
-        let line = format!("{} {}\n", t.expiry, t.nonce);
-        g.file
-            .write_all(line.as_bytes())
-            .and_then(|()| g.file.sync_data())
-            .map_err(SpendError::Io)?;
+        let recorded = self.record(t);
+        let mut g = lock(&self.inner);
+        g.pending.remove(&t.nonce);
+        recorded?;
         g.live.insert(t.nonce.clone(), t.expiry);
         g.lines += 1;
         g.since_prune += 1;
@@ -163,20 +190,56 @@ impl Spent {
         }
         g.since_prune = 0;
         g.live.retain(|_, e| *e > now);
-        if g.lines > 2 * g.live.len() + 1024 {
-            // A failed rewrite leaves the old file, which still holds every spend.
-            let rewritten = crate::state::write_private(&self.path, render(&g.live).as_bytes())
+        if g.lines > 2 * (g.live.len() + g.pending.len()) + 1024 {
+            // Every line written holds a live or pending spend: the new
+            // file (synced before it replaces the old) holds them all. A
+            // failed rewrite leaves the old file, which still holds every
+            // spend.
+            let mut log = lock(&self.log);
+            let text = render(g.live.iter().chain(g.pending.iter()));
+            let rewritten = crate::state::write_private(&self.path, text.as_bytes())
                 .and_then(|()| OpenOptions::new().append(true).open(&self.path));
             match rewritten {
                 Ok(f) => {
-                    g.file = f;
-                    g.lines = g.live.len();
+                    log.file = Arc::new(f);
+                    g.lines = g.live.len() + g.pending.len();
                 }
                 Err(e) => {
                     tracing::warn!(path = %self.path.display(), error = %e, "spent-token file not compacted")
                 }
             }
         }
+        Ok(())
+    }
+
+    /// The spend in the shared store (when there is one), then its line,
+    /// synced.
+    fn record(&self, t: &Verified) -> Result<(), SpendError> {
+        if let Some(shared) = &self.shared {
+            // Committed to the shared store (a quorum) before this file.
+            if !shared.spend(&t.nonce, t.expiry).map_err(SpendError::Io)? {
+                return Err(SpendError::Reused);
+            }
+        }
+        let line = format!("{} {}\n", t.expiry, t.nonce);
+        let mine = {
+            let mut log = lock(&self.log);
+            (&*log.file)
+                .write_all(line.as_bytes())
+                .map_err(SpendError::Io)?;
+            log.written += 1;
+            log.written
+        };
+        let mut synced = lock(&self.synced);
+        if *synced >= mine {
+            return Ok(());
+        }
+        let (file, upto) = {
+            let log = lock(&self.log);
+            (Arc::clone(&log.file), log.written)
+        };
+        file.sync_data().map_err(SpendError::Io)?;
+        *synced = upto;
         Ok(())
     }
 
@@ -254,6 +317,74 @@ mod tests {
         assert!(e.contains("works again until it expires"), "{e}");
         // Left as it was.
         assert!(std::fs::read_to_string(&path).unwrap().contains("garbage"));
+    }
+
+    /// A shared store whose every spend takes 50 ms (an etcd round trip
+    /// under load), remembering the most spends it had under way at once.
+    #[derive(Debug, Default)]
+    struct SlowStore {
+        spent: Mutex<std::collections::HashSet<String>>,
+        now: std::sync::atomic::AtomicUsize,
+        most: std::sync::atomic::AtomicUsize,
+    }
+
+    impl crate::ha::Shared for SlowStore {
+        fn agree(&self, _: &str, offer: &[u8]) -> io::Result<Vec<u8>> {
+            Ok(offer.to_vec())
+        }
+        fn spend(&self, nonce: &str, _: u64) -> io::Result<bool> {
+            use std::sync::atomic::Ordering::SeqCst;
+            let n = self.now.fetch_add(1, SeqCst) + 1;
+            self.most.fetch_max(n, SeqCst);
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            self.now.fetch_sub(1, SeqCst);
+            Ok(lock(&self.spent).insert(nonce.to_string()))
+        }
+    }
+
+    /// Before, the spend held one lock across the shared store's round
+    /// trip and the sync: every Ignition fetch of an appliance waited for
+    /// the one before it (at most 1 spend under way).
+    #[test]
+    fn spends_of_different_tokens_go_on_at_once_and_one_token_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(SlowStore::default());
+        let s = Arc::new(
+            Spent::open(dir.path())
+                .unwrap()
+                .with_shared(Some(Arc::clone(&store) as Arc<dyn crate::ha::Shared>)),
+        );
+        let later = now_secs() + 3600;
+        let spend_all = |nonces: Vec<String>| {
+            let threads: Vec<_> = nonces
+                .into_iter()
+                .map(|n| {
+                    let s = Arc::clone(&s);
+                    std::thread::spawn(move || s.spend(&v(&n, later)))
+                })
+                .collect();
+            threads
+                .into_iter()
+                .map(|t| t.join().unwrap())
+                .collect::<Vec<_>>()
+        };
+        let r = spend_all((0..16).map(|i| format!("{i:016}")).collect());
+        assert!(r.iter().all(Result::is_ok));
+        let most = store.most.load(std::sync::atomic::Ordering::SeqCst);
+        assert!(most > 1, "at most {most} spend under way at once");
+        // The same token from 8 fetches at once: spent once, 7 refused.
+        let r = spend_all(vec!["SAME000000000000".to_string(); 8]);
+        assert_eq!(r.iter().filter(|x| x.is_ok()).count(), 1);
+        assert_eq!(
+            r.iter()
+                .filter(|x| matches!(x, Err(SpendError::Reused)))
+                .count(),
+            7
+        );
+        // Every spend is on disk: a restart refuses them all.
+        drop(s);
+        let s = Spent::open(dir.path()).unwrap();
+        assert_eq!(s.len(), 17);
     }
 
     #[test]
