@@ -445,7 +445,7 @@ async fn create_from(ctl: &Arc<Controller>, _: auth::Caller, body: bytes::Bytes)
         .unwrap_or(Value::Null);
     let spec_json = serde_json::to_value(&spec).unwrap_or(Value::Null);
 
-    let _w = ctl.writes.lock().await;
+    let _w = ctl.writing().await;
     let snap = ctl.app.live.load_full();
     match ctl.store.node(&spec.name) {
         Ok(Some(existing)) => {
@@ -590,7 +590,7 @@ pub(super) async fn delete_node(
     name: &str,
     q: Option<&str>,
 ) -> Response<Body> {
-    let _w = ctl.writes.lock().await;
+    let _w = ctl.writing().await;
     let snap = ctl.app.live.load_full();
     let row = match ctl.store.node(name) {
         Ok(Some(r)) => r,
@@ -620,7 +620,7 @@ pub(super) async fn delete_node(
 /// tokens issued to the node before are void. A site node's epoch is the
 /// site's (`epoch`): nothing to do.
 async fn advance_epoch(ctl: &Arc<Controller>, name: &str) -> Result<(), String> {
-    let _w = ctl.writes.lock().await;
+    let _w = ctl.writing().await;
     if ctl.store.node(name).map_err(|e| e.to_string())?.is_none() {
         return Ok(());
     }

@@ -133,7 +133,7 @@ pub async fn record(
     f: &Facts,
 ) -> Result<(), crate::store::StoreError> {
     use crate::store::{now_ms, Condition};
-    let _w = ctl.writes.lock().await;
+    let _w = ctl.writing().await;
     let mut all = ctl.store.all_facts()?;
     if all.get(name).and_then(Facts::from_json).as_ref() == Some(f) {
         return Ok(());

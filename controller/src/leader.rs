@@ -96,25 +96,42 @@ type Seen = HashMap<String, (bool, String)>;
 /// starts the loop of a node new to this appliance and wakes the loop of a
 /// node whose spec or deletion mark another appliance changed. (Not on
 /// every write: the loops' own writes of phases would wake them again.)
+///
+/// The shared nodes and facts are read, and the overlay made and checked,
+/// without the writes lock, so that API writes do not wait on these etcd
+/// reads; the lock is taken for the overlay's write only, and when a write
+/// ended meanwhile (its own export may be newer) the nodes are read again
+/// under it.
 async fn apply_nodes(ctl: &Arc<Controller>, seen: &mut Seen) {
-    let _w = ctl.writes.lock().await;
-    let rows = match ctl.store.nodes() {
+    let began = ctl.write_gen();
+    let read = || -> Result<(Vec<crate::store::NodeRow>, HashMap<String, serde_json::Value>), String> {
+        let rows = ctl.store.nodes().map_err(|e| e.to_string())?;
+        let facts = ctl.store.all_facts().map_err(|e| e.to_string())?;
+        Ok((rows, facts))
+    };
+    let (rows, facts) = match read() {
         Ok(r) => r,
         Err(e) => {
             error!(error = %e, "controller store: shared nodes not read");
             return;
         }
     };
-    match overlay_changed(ctl, &rows) {
-        Ok(false) => {}
-        Ok(true) => {
-            if let Err(e) = ctl.export_overlay_now(&rows) {
-                error!(error = %e, "shared nodes not exported to the overlay");
-            } else {
-                info!(nodes = rows.len(), "overlay follows the shared nodes");
-            }
+    let text = ctl.overlay_text(&rows, &facts);
+    let path = ctl.app.live.load().site.overlay.path.clone();
+    if std::fs::read_to_string(&path).ok().as_deref() != Some(text.as_str()) {
+        let site = site::load_with_overlay(&ctl.site_path, &text);
+        let _w = ctl.writing().await;
+        let exported = if ctl.write_gen() == began {
+            site.map_err(|e| e.to_string())
+                .and_then(|site| ctl.write_and_serve(&text, site))
+        } else {
+            // A write ended since the read: read again, under the lock.
+            read().and_then(|(rows, _)| ctl.export_overlay_now(&rows))
+        };
+        match exported {
+            Ok(()) => info!(nodes = rows.len(), "overlay follows the shared nodes"),
+            Err(e) => error!(error = %e, "shared nodes not exported to the overlay"),
         }
-        Err(e) => error!(error = %e, "shared nodes not exported to the overlay"),
     }
     let acting = ctl.acting().is_some();
     let mut now = Seen::new();
@@ -126,12 +143,4 @@ async fn apply_nodes(ctl: &Arc<Controller>, seen: &mut Seen) {
         now.insert(r.name.clone(), mark);
     }
     *seen = now;
-}
-
-/// Whether the overlay for `rows` differs from the one this appliance serves.
-fn overlay_changed(ctl: &Controller, rows: &[crate::store::NodeRow]) -> Result<bool, String> {
-    let facts = ctl.store.all_facts().map_err(|e| e.to_string())?;
-    let text = ctl.overlay_text(rows, &facts);
-    let path = ctl.app.live.load().site.overlay.path.clone();
-    Ok(std::fs::read_to_string(&path).ok().as_deref() != Some(text.as_str()))
 }

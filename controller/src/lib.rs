@@ -191,6 +191,19 @@ pub fn parse_create(body: &[u8]) -> Result<(NodeSpec, Option<ProviderSpec>), Str
     Ok((spec, provider))
 }
 
+/// The writes lock, held ([`Controller::writing`]).
+pub(crate) struct Writing<'a> {
+    gen: Arc<std::sync::atomic::AtomicU64>,
+    _held: tokio::sync::MutexGuard<'a, ()>,
+}
+
+impl Drop for Writing<'_> {
+    fn drop(&mut self) {
+        // Before the lock itself is let go (fields drop after this).
+        self.gen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
 /// The controller: store, providers, reconcile loops.
 pub struct Controller {
     pub app: Arc<App>,
@@ -203,6 +216,9 @@ pub struct Controller {
     providers: HashMap<&'static str, providers::Configured>,
     /// Serializes creates, deletes and overlay writes.
     writes: tokio::sync::Mutex<()>,
+    /// Bumped as each holder of `writes` lets it go: a reader that did not
+    /// hold it sees whether a write ended since it began ([`Controller::writing`]).
+    write_gen: Arc<std::sync::atomic::AtomicU64>,
     /// One entry per running reconcile loop: its notify wakes it, the
     /// term it runs in stops it.
     loops: std::sync::Mutex<HashMap<String, (Arc<Notify>, CancellationToken)>>,
@@ -346,6 +362,7 @@ impl Controller {
             metrics: metrics::Metrics::of(&app),
             providers: map,
             writes: tokio::sync::Mutex::new(()),
+            write_gen: Default::default(),
             loops: Default::default(),
             term: Default::default(),
             acts_from: std::sync::Mutex::new(tokio::time::Instant::now()),
@@ -639,6 +656,20 @@ impl Controller {
         Ok(at)
     }
 
+    /// Holds the writes lock (creates, deletes, overlay writes); the
+    /// generation moves on when it is let go, after everything written.
+    pub(crate) async fn writing(&self) -> Writing<'_> {
+        Writing {
+            gen: Arc::clone(&self.write_gen),
+            _held: self.writes.lock().await,
+        }
+    }
+
+    /// How many holders of the writes lock have let it go.
+    pub(crate) fn write_gen(&self) -> u64 {
+        self.write_gen.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
     /// Starts deleting an API node (its machine, then the node): marks it,
     /// serves the site without it, wakes its loop. Idempotent.
     pub async fn begin_delete(
@@ -646,7 +677,7 @@ impl Controller {
         name: &str,
         why: &str,
     ) -> Result<(), store::StoreError> {
-        let _w = self.writes.lock().await;
+        let _w = self.writing().await;
         match self.store.node(name)? {
             Some(row) => self.delete_locked(&row, why, false),
             None => Ok(()),

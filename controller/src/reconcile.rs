@@ -314,7 +314,7 @@ async fn step(ctl: &Arc<Controller>, row: &NodeRow) -> Result<Next, StoreError> 
     let snap = ctl.app.live.load_full();
     let Some(req) = node_request(ctl, &snap, row) else {
         // Not in the served site yet (the overlay write failed): export again.
-        let _w = ctl.writes.lock().await;
+        let _w = ctl.writing().await;
         let rows = ctl.store.nodes()?;
         if let Err(e) = ctl.export_overlay_now(&rows) {
             fail(

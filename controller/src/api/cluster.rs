@@ -205,7 +205,7 @@ pub(super) async fn destroy(
         };
         match m["node"].as_str() {
             Some(node) => {
-                let _w = ctl.writes.lock().await;
+                let _w = ctl.writing().await;
                 let r = match ctl.store.node(node) {
                     Ok(Some(row)) => ctl
                         .delete_locked(&row, "cluster destroy", false)

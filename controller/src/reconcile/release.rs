@@ -25,7 +25,7 @@ pub(super) async fn release_step(
             error!(node = %name, error = %e, "the release mark was not cleared");
             return Ok(Some(Next::Poll));
         }
-        let _w = ctl.writes.lock().await;
+        let _w = ctl.writing().await;
         let rows = ctl.store.nodes()?;
         if let Err(e) = ctl.export_overlay_now(&rows) {
             error!(node = %name, error = %e, "the overlay without the released node was not written");
