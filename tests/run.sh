@@ -22,7 +22,8 @@
 #      through it, its state volume kept across a restart; a step of the
 #      system clock under bootd (libfaketime) moving no lease and no token;
 #      lbd serving a VIP that arrives after it started, and `lbd ready`
-#      (keepalived's check) in a namespace of its own;
+#      (keepalived's check) in a namespace of its own; keepalived over
+#      unicast peers on a bridge that drops multicast (tests/ha/vrrp-unicast.sh);
 #      two appliances on a 3-member etcd with keepalived (tests/ha/e2e.sh,
 #      hotStandby and loadBalancing): one powered off mid-boot, a relayed
 #      DHCP storm with one killed halfway, etcd quorum lost and back;
@@ -198,6 +199,7 @@ t "units under systemd as PID 1 (nspawn): started at boot, serve, reload, dnsd a
 t "container: image built without a registry (debootstrap base, podman), non-root with NET_BIND_SERVICE and NET_RAW only, a VM netboots through it, the state volume survives a restart" bash tests/container/e2e.sh $BIN
 t "a step of the system clock (+2 d, -2 d, libfaketime) moves no lease and no token" bash tests/time/clock-step.sh $BIN
 t "lbd serves a VIP that arrives after it started (IP_FREEBIND); lbd ready, keepalived's check" bash tests/ha/lbd-vip.sh $BIN
+t "VIPs without multicast: keepalived over unicast peers from bootd render keepalived, multicast dropped and counted on the bridge; the master killed by PID, the VIP on the other within 3 adverts + 1.5 s, the notify program run with each state" bash tests/ha/vrrp-unicast.sh $BIN
 t "lbd over IPv6: the IPv6-only site's VIP to every master and worker by IPv6, a master taken out by its checks" bash tests/lab/lbd6.sh $BIN
 t "HA, hotStandby: 3-member etcd, two appliances with keepalived; the VIP+leader appliance powered off mid-boot (VIPs move, the VM gets its Ignition, a held create done once); a relayed 16 000-client perfdhcp storm with the elected appliance killed halfway (no duplicate, no ACK lost); quorum loss" env HA_MODE=hotStandby bash tests/ha/e2e.sh $BIN
 t "HA, loadBalancing: the same, both appliances answering their share of the storm" env HA_MODE=loadBalancing STORM_CLIENTS=12000 bash tests/ha/e2e.sh $BIN

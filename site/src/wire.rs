@@ -308,6 +308,11 @@ pub struct Vrrp {
     pub interface: Option<String>,
     pub router_ids: Option<VrrpIds>,
     pub advert_interval: Option<String>,
+    /// The appliances' addresses: VRRP by unicast to each, not multicast.
+    pub unicast_peers: Option<Vec<String>>,
+    /// A program keepalived runs at every state change, and its user.
+    pub notify: Option<String>,
+    pub notify_user: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -88,3 +88,78 @@ fn the_boot_address() {
     let s = with("vips:\n  api: 10.77.0.1\n  ingress: 10.77.0.1\n  boot: 10.77.0.1\n").unwrap();
     assert!(s.vips.vrrp.is_none());
 }
+
+/// `unicastPeers`, `notify` and `notifyUser`: taken as written; without
+/// them, multicast and no program.
+#[test]
+fn unicast_peers_and_the_notify_program() {
+    let s = with("vips:\n  api: 10.77.0.2\n  ingress: 10.77.0.3\n  vrrp: { interface: br0, unicastPeers: [10.77.0.8, 10.77.0.9], notify: /usr/local/libexec/vip-moved, notifyUser: vip-hook }\n")
+        .unwrap();
+    let v = s.vips.vrrp.unwrap();
+    let ip = |s: &str| -> std::net::IpAddr { s.parse().unwrap() };
+    assert_eq!(v.unicast_peers, vec![ip("10.77.0.8"), ip("10.77.0.9")]);
+    assert_eq!(
+        v.notify,
+        Some(site::Notify {
+            path: "/usr/local/libexec/vip-moved".into(),
+            user: Some("vip-hook".into()),
+        })
+    );
+    let s = with("vips:\n  api: 10.77.0.2\n  ingress: 10.77.0.3\n  vrrp: { interface: br0 }\n")
+        .unwrap();
+    let v = s.vips.vrrp.unwrap();
+    assert!(v.unicast_peers.is_empty() && v.notify.is_none());
+}
+
+#[test]
+fn unicast_peers_and_notify_every_problem_at_once() {
+    let e = with("vips:\n  api: 10.77.0.2\n  ingress: 10.77.0.3\n  vrrp: { interface: br0, unicastPeers: [10.77.0.3, appliance-b, 10.77.0.8, 10.77.0.8, 224.0.0.18, 127.0.0.1], notify: libexec/vip-moved, notifyUser: \"-x\", advertInterval: 0s }\n").unwrap_err();
+    for want in [
+        "vips.vrrp.unicastPeers[0]: 10.77.0.3: an address keepalived moves (a VIP or vips.boot), not an appliance's own",
+        "vips.vrrp.unicastPeers[1]: \"appliance-b\" is not an IP address",
+        "vips.vrrp.unicastPeers[3]: 10.77.0.8: listed twice",
+        "vips.vrrp.unicastPeers[4]: 224.0.0.18: not an appliance's address",
+        "vips.vrrp.unicastPeers[5]: 127.0.0.1: not an appliance's address",
+        "vips.vrrp.notify: \"libexec/vip-moved\": not an absolute path",
+        "vips.vrrp.notifyUser: \"-x\": not a user name",
+        "vips.vrrp.advertInterval",
+    ] {
+        assert!(e.contains(want), "missing {want:?} in:\n{e}");
+    }
+    for (vrrp, want) in [
+        (
+            "unicastPeers: []",
+            "vips.vrrp.unicastPeers: an empty list: list the appliances' addresses, or leave the key out for multicast",
+        ),
+        (
+            "unicastPeers: [\"fd00:77::8\"]",
+            "vips.vrrp.unicastPeers: no IPv4 address: the IPv4 VIPs' instances advertise to the appliances' IPv4 addresses",
+        ),
+        (
+            "notify: \"/usr/local/bin/vip moved\"",
+            "vips.vrrp.notify: \"/usr/local/bin/vip moved\": letters, digits, '/', '.', '_', '+' and '-' only",
+        ),
+        (
+            "notify: \"/usr/local/bin/$HOOK\"",
+            "vips.vrrp.notify: \"/usr/local/bin/$HOOK\": letters, digits",
+        ),
+        (
+            "notify: /usr/local/../bin/hook",
+            "vips.vrrp.notify: \"/usr/local/../bin/hook\": a file's path, without '.', '..', '//' or a trailing '/'",
+        ),
+        (
+            "notify: /usr/local/bin/",
+            "vips.vrrp.notify: \"/usr/local/bin/\": a file's path",
+        ),
+        (
+            "notifyUser: nobody",
+            "vips.vrrp.notifyUser: without notify: nothing runs as this user",
+        ),
+    ] {
+        let e = with(&format!(
+            "vips:\n  api: 10.77.0.2\n  ingress: 10.77.0.3\n  vrrp: {{ interface: br0, {vrrp} }}\n"
+        ))
+        .unwrap_err();
+        assert!(e.contains(want), "{vrrp}: missing {want:?} in:\n{e}");
+    }
+}

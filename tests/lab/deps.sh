@@ -88,8 +88,9 @@ PKGS=(
   libcap2-bin podman runc
   # shared state and VIPs of several appliances (host.store etcd): etcd
   # (the tests start their own members), keepalived, and protoc with the
-  # well-known protos to build the etcd client's gRPC code
-  etcd-server etcd-client keepalived protobuf-compiler libprotobuf-dev
+  # well-known protos to build the etcd client's gRPC code; nftables to
+  # drop multicast on a lab bridge (tests/ha/vrrp-unicast.sh)
+  etcd-server etcd-client keepalived protobuf-compiler libprotobuf-dev nftables
 )
 
 [[ $(id -u) -eq 0 ]] || fail "must run as root"

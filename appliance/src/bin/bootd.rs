@@ -64,6 +64,11 @@ enum Cmd {
         /// Where bootd is installed on the appliances (the boot address's check).
         #[arg(long, default_value = "/usr/local/bin/bootd")]
         bootd: PathBuf,
+        /// With `vips.vrrp.unicastPeers`: this appliance's own address
+        /// (one per family), VRRP's source. Default: the address of
+        /// `vips.vrrp.interface` here that the peers list, else its only one.
+        #[arg(long, value_name = "ADDR")]
+        unicast_src: Vec<std::net::IpAddr>,
         /// Without NODE: write every node's file into this directory, as
         /// `<node>.ign` (`.ipxe`, `.grub.cfg`, `.json`), in one pass.
         #[arg(long, value_name = "DIR")]
@@ -184,16 +189,30 @@ fn main() -> Result<()> {
             what: What::Keepalived,
             lbd,
             bootd,
+            unicast_src,
             ..
         } => {
-            let bin = lbd::keepalived::Programs {
+            use lbd::keepalived as ka;
+            let bin = ka::Programs {
                 lbd: &lbd,
                 bootd: &bootd,
             };
-            print!(
-                "{}",
-                lbd::keepalived::render(&config.site, &bin).map_err(anyhow::Error::msg)?
-            );
+            let site = &config.site;
+            let here = match (&site.vips.vrrp, unicast_src.is_empty()) {
+                (Some(v), true) if !v.unicast_peers.is_empty() => {
+                    ka::interface_addresses(&v.interface)
+                }
+                _ => Vec::new(),
+            };
+            let local = ka::Local {
+                unicast_src: ka::unicast_sources(site, &unicast_src, &here)
+                    .map_err(anyhow::Error::msg)?,
+            };
+            let text = ka::render(site, &bin, &local).map_err(anyhow::Error::msg)?;
+            for w in ka::notify_warnings(site) {
+                eprintln!("warning: {w}");
+            }
+            print!("{text}");
             Ok(())
         }
         Cmd::Ready { .. } => unreachable!("answered before the site is read"),

@@ -4,6 +4,7 @@ mod admin_limits;
 mod bootstrap;
 mod golden;
 mod harness;
+mod keepalived;
 mod process;
 mod proxy;
 mod timing;

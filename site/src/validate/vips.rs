@@ -64,10 +64,14 @@ pub(super) fn vips(
     if let (Some(b), Some(h)) = (boot, host) {
         boot_is_served(cx, b, h);
     }
+    let moved: Vec<IpAddr> = [Some(api), Some(ingress), api_v6, ingress_v6, boot]
+        .into_iter()
+        .flatten()
+        .collect();
     let vrrp = w
         .vrrp
         .as_ref()
-        .map(|v| vrrp(cx, v, [api, ingress], boot, networks));
+        .map(|v| vrrp(cx, v, [api, ingress], boot, networks, &moved));
     let vrrp = vrrp.map(|v| v.ok_or(())).transpose().ok()?; // given and wrong: said
     if vrrp.is_some() {
         for (key, vip) in [("vips.api", api_v6), ("vips.ingress", ingress_v6)] {
@@ -140,13 +144,16 @@ fn boot_is_served(cx: &mut Cx, boot: IpAddr, host: &Host) {
 }
 
 /// `vips.vrrp`: the interface, router ids and advert interval; each VIP
-/// must be in a site network (its prefix length is that network's).
+/// must be in a site network (its prefix length is that network's); the
+/// unicast peers and the notify program. `moved`: every address keepalived
+/// moves (both families' VIPs and the boot address).
 fn vrrp(
     cx: &mut Cx,
     w: &wire::Vrrp,
     vips: [IpAddr; 2],
     boot: Option<IpAddr>,
     networks: &[Network],
+    moved: &[IpAddr],
 ) -> Option<Vrrp> {
     let k = "vips.vrrp";
     let mut ok = true;
@@ -237,6 +244,11 @@ fn vrrp(
             }
         }
     }
+    let unicast_peers = unicast_peers(cx, k, w.unicast_peers.as_deref(), moved);
+    let notify = notify(cx, k, w);
+    let (Some(unicast_peers), Ok(notify)) = (unicast_peers, notify) else {
+        return None;
+    };
     ok.then(|| Vrrp {
         interface,
         api_router_id: api_id,
@@ -246,5 +258,126 @@ fn vrrp(
         api_prefix: prefix[0],
         ingress_prefix: prefix[1],
         boot_prefix: prefix[2],
+        unicast_peers,
+        notify,
     })
+}
+
+/// `vips.vrrp.unicastPeers`: the appliances' own addresses (never one
+/// keepalived moves), each once, and one at least of each family the
+/// moved addresses have: an instance advertises to its own family's.
+/// Not given: empty (multicast).
+fn unicast_peers(
+    cx: &mut Cx,
+    k: &str,
+    list: Option<&[String]>,
+    moved: &[IpAddr],
+) -> Option<Vec<IpAddr>> {
+    let Some(list) = list else {
+        return Some(Vec::new());
+    };
+    let key = format!("{k}.unicastPeers");
+    if list.is_empty() {
+        cx.err(
+            key,
+            "an empty list: list the appliances' addresses, or leave the key out for multicast",
+        );
+        return None;
+    }
+    let mut ok = true;
+    let mut peers: Vec<IpAddr> = Vec::new();
+    for (i, s) in list.iter().enumerate() {
+        let ki = format!("{key}[{i}]");
+        let Some(a) = parse_ip(cx, &ki, s) else {
+            ok = false;
+            continue;
+        };
+        let why = if a.is_unspecified()
+            || a.is_loopback()
+            || a.is_multicast()
+            || a == IpAddr::V4(Ipv4Addr::BROADCAST)
+        {
+            "not an appliance's address (unspecified, loopback, multicast or broadcast)"
+        } else if moved.contains(&a) {
+            "an address keepalived moves (a VIP or vips.boot), not an appliance's own"
+        } else if peers.contains(&a) {
+            "listed twice"
+        } else {
+            peers.push(a);
+            continue;
+        };
+        cx.err(ki, format!("{a}: {why}"));
+        ok = false;
+    }
+    for (v6, family) in [(false, "IPv4"), (true, "IPv6")] {
+        if ok && moved.iter().any(|m| m.is_ipv6() == v6) && !peers.iter().any(|p| p.is_ipv6() == v6)
+        {
+            cx.err(
+                &key,
+                format!("no {family} address: the {family} VIPs' instances advertise to the appliances' {family} addresses"),
+            );
+            ok = false;
+        }
+    }
+    ok.then_some(peers)
+}
+
+/// `vips.vrrp.notify` (and `notifyUser`): an absolute path of portable
+/// file name characters, so that keepalived's reader of script lines
+/// (quotes, escapes, `$` parameters, comments) takes it as it is written.
+/// Whether the file is there is the appliance's matter: `bootd render
+/// keepalived` warns where it renders.
+fn notify(cx: &mut Cx, k: &str, w: &wire::Vrrp) -> Result<Option<Notify>, ()> {
+    let user = w.notify_user.as_deref();
+    let mut ok = true;
+    if let Some(u) = user {
+        let good = u.len() <= 32
+            && u.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+            && u.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b));
+        if !good {
+            cx.err(
+                format!("{k}.notifyUser"),
+                format!("{u:?}: not a user name (1-32 letters, digits, '_', '.', '-'; a letter or '_' first)"),
+            );
+            ok = false;
+        }
+    }
+    let Some(p) = w.notify.as_deref() else {
+        if user.is_some() {
+            cx.err(
+                format!("{k}.notifyUser"),
+                "without notify: nothing runs as this user",
+            );
+            return Err(());
+        }
+        return if ok { Ok(None) } else { Err(()) };
+    };
+    let why = if !p.starts_with('/') {
+        Some("not an absolute path: keepalived does not run it from the site's directory")
+    } else if !p
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b"/._+-".contains(&b))
+    {
+        Some("letters, digits, '/', '.', '_', '+' and '-' only: keepalived reads a script line as words it may unquote, substitute or cut at a comment")
+    } else if p.len() > 4095
+        || p.split('/')
+            .skip(1)
+            .any(|s| s.is_empty() || s == "." || s == "..")
+    {
+        Some("a file's path, without '.', '..', '//' or a trailing '/'")
+    } else {
+        None
+    };
+    if let Some(why) = why {
+        cx.err(format!("{k}.notify"), format!("{p:?}: {why}"));
+        return Err(());
+    }
+    ok.then(|| {
+        Some(Notify {
+            path: PathBuf::from(p),
+            user: user.map(str::to_string),
+        })
+    })
+    .ok_or(())
 }
