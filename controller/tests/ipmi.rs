@@ -181,3 +181,49 @@ async fn refusals_timeouts_and_missing_macs_say_so_without_the_password() {
     let p = (reg.check_spec)(&json!({"address": "-oProxyCommand", "username": "", "password": {"env": "BOOTD_BMC_R3"}, "mode": "bios"})).unwrap();
     assert_eq!(p.len(), 3, "{p:?}");
 }
+
+/// `host.api.bmcCredentials` binds a password to the BMCs it may go to:
+/// an IPMI node at another address is refused before ipmitool runs (the
+/// password never leaves in its environment), naming the key; at an
+/// address the entry allows, the same password is used.
+#[tokio::test]
+async fn a_password_goes_only_to_the_ipmi_addresses_its_entry_allows() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let d = tempfile::tempdir().unwrap();
+    let s = spec(d.path());
+    let only = |origin: &str| {
+        Some(vec![site::BmcCredential {
+            password: site::PasswordPattern::File(d.path().join("pw")),
+            origins: vec![site::BmcOrigin::parse(origin).unwrap()],
+            allow_plain_http: false,
+            insecure_skip_verify: false,
+        }])
+    };
+    let n = node(&["52:54:00:77:00:61"]);
+    // Rack 1's password; this node's BMC (127.0.0.1:6230) is not in rack 1.
+    let p = Ipmi {
+        credentials: only("ipmi://10.1.0.0/24"),
+        ..provider(d.path(), "ok", Duration::from_secs(5))
+    };
+    let e = match p.create(&n, &s).await {
+        Ok(m) => p.start(&m.id, &n).await.unwrap_err(),
+        Err(e) => e,
+    };
+    let msg = e.to_string();
+    assert!(msg.contains("host.api.bmcCredentials"), "{msg}");
+    assert!(!msg.contains(PASSWORD), "{msg}");
+    assert!(
+        !d.path().join("calls").exists(),
+        "ipmitool ran: {}",
+        std::fs::read_to_string(d.path().join("calls")).unwrap_or_default()
+    );
+    // An entry that allows it: the BMC is driven.
+    let p = Ipmi {
+        credentials: only("ipmi://127.0.0.1:6230"),
+        ..provider(d.path(), "ok", Duration::from_secs(5))
+    };
+    let m = p.create(&n, &s).await.unwrap();
+    p.start(&m.id, &n).await.unwrap();
+    let calls = std::fs::read_to_string(d.path().join("calls")).unwrap();
+    assert!(calls.contains("chassis power on"), "{calls}");
+}
