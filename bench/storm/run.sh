@@ -41,7 +41,15 @@
 #                    on with 2 threads) + tftpd-hpa + nginx
 # All on CPU 0, every process of a stack counted.
 #
-# Knobs (env): SITE_NODES (N: nodes in the site, at least the machines),
+# UNKNOWN (a list, "0": none): machines more, beside the N, whose MACs are
+# in no node (bootd stacks only). Their site has a pool (10.78.120.1-
+# 10.78.127.254) and `discovery: { enabled: true, retry: 5s }`; each boots
+# from the pool and reports itself (the storm's --unknown), and after the
+# storm every one must be in <stateDir>/discovered.json once, its MAC
+# verified, no entry in conflict (--discovered). Each value is a run of
+# its own, interleaved with the others as the stacks are.
+#
+# Knobs (env): UNKNOWN ("0"), SITE_NODES (N: nodes in the site, at least the machines),
 # RELOAD_EVERY (1 s, bootd-reload), MACHINES ("100 1000"), STACKS ("bootd dnsmasq-nginx kea-tftpd-nginx"), ROUNDS (1), RAMP (0 s),
 # KERNEL_MB (11), INITRAMFS_MB (95), ROOTFS_MB (16), ROOTFS_SHARE (0.1),
 # BOOTD_BIN (target/release/bootd), STORM_BIN (target/release/storm),
@@ -57,6 +65,7 @@ set -euo pipefail
 MACHINES=${MACHINES:-"100 1000"}
 STACKS=${STACKS:-"bootd dnsmasq-nginx kea-tftpd-nginx"}
 ROUNDS=${ROUNDS:-1}
+UNKNOWN=${UNKNOWN:-0}
 RAMP=${RAMP:-0}
 KERNEL_MB=${KERNEL_MB:-11}
 INITRAMFS_MB=${INITRAMFS_MB:-95}
@@ -120,8 +129,8 @@ chmod 644 "$FILES"/images/storm/* "$FILES"/tftp/* "$FILES"/ignition/*
 node_ip() { local n=$(( 10 + $1 )); echo "10.78.$(( 64 + n / 256 )).$(( n % 256 ))"; }
 node_mac() { printf '02:78:00:%02x:%02x:%02x' $(( $1 >> 16 & 255 )) $(( $1 >> 8 & 255 )) $(( $1 & 255 )); }
 
-write_site() { # dir n [host.admission as YAML]
-    local d=$1 n=$2 admission=${3:-} i role
+write_site() { # dir n [host.admission as YAML] [unknown machines]
+    local d=$1 n=$2 admission=${3:-} unknown=${4:-0} i role
     ((SITE_NODES > n)) && n=$SITE_NODES
     mkdir -p "$d/state"
     {
@@ -141,6 +150,14 @@ networks:
     subnet: 10.78.0.0/16
     gateway: $RELAY_IP
     dnsServers: [$SRV_IP]
+EOF
+        # Machines in no node: a pool to boot from (inside the nodes'
+        # range, local in L), and discovery to report to.
+        ((unknown > 0)) && cat <<EOF
+    pool: { start: 10.78.120.1, end: 10.78.127.254 }
+discovery: { enabled: true, retry: 5s }
+EOF
+        cat <<EOF
 vips: { api: $SRV_IP, ingress: $SRV_IP }
 images:
   root: $FILES/images
@@ -305,6 +322,7 @@ KEA
 say "== storm: N machines network-booting at once, $(date -u +%Y-%m-%dT%H:%M:%SZ)"
 say "machine: $(uname -srm), $(nproc --all) vCPU, $(. /etc/os-release && echo "$PRETTY_NAME")"
 say "bootd: $BOOTD_BIN ($(cd "$REPO" && git rev-parse --short HEAD 2>/dev/null || echo '?'))"
+[[ $UNKNOWN == 0 ]] || say "machines in no node (discovery): UNKNOWN=\"$UNKNOWN\", each value a run of its own"
 say "files: kernel $KERNEL_MB MiB, initramfs $INITRAMFS_MB MiB, rootfs $ROOTFS_MB MiB for $ROOTFS_SHARE of the machines (reset halfway, resumed with Range); iPXE undionly.kpxe over TFTP (blksize 1468)"
 say "pinning: server CPU $SERVER_CPU, generator CPU $LOAD_CPU; cpu accounting: $CPU_HOW; ramp ${RAMP}s"
 say ""
@@ -313,11 +331,19 @@ for n in $MACHINES; do
     for ((round = 1; round <= ROUNDS; round++)); do
         # shellcheck disable=SC2086
         for stack in $(order "$round" $STACKS); do
+          # shellcheck disable=SC2086
+          for u in $(order "$round" $UNKNOWN); do
+            if ((u > 0)) && [[ $stack != bootd* ]]; then
+                say "-- $stack N=$n +$u unknown round $round: skipped (no discovery in this stack)"
+                continue
+            fi
             d=$WORK/$stack-$n-$round
+            label="$stack N=$n"
+            if ((u > 0)); then d=$d-u$u; label="$label +$u unknown"; fi
             mkdir -p "$d"; chmod 755 "$d"
             admission=
             [[ $stack == bootd-unlimited ]] && admission="{imageTransfers: 0}"
-            write_site "$d" "$n" "$admission"
+            write_site "$d" "$n" "$admission" "$u"
             render_ignition "$d"
             case $stack in
             bootd | bootd-unlimited) run_bootd "$d" ;;
@@ -326,12 +352,14 @@ for n in $MACHINES; do
             kea-tftpd-nginx) write_www "$d" "$n"; start_kea_tftpd "$d" "$n"; start_nginx "$d" ;;
             *) echo "unknown stack $stack" >&2; exit 2 ;;
             esac
+            unknown_args=()
+            ((u > 0)) && unknown_args=(--unknown "$u" --discovered "$d/state/discovered.json")
             c0=$(cpu_read "$CG_SRV")
             us0=$(udp_drops "$S"); ul0=$(udp_drops "$L"); bd0=$(backlog_drops)
             rc=0
             ip netns exec "$L" taskset -c $LOAD_CPU "$STORM_BIN" --machines "$n" --server $SRV_IP --relay $RELAY_IP \
                 --tftp-root "$FILES/tftp" --images-root "$FILES/images" --ignition-dir "$d/want" \
-                --rootfs-share "$ROOTFS_SHARE" --ramp "$RAMP" --deadline 900 --json "$d/storm.json" >"$d/storm.out" 2>&1 || rc=$?
+                --rootfs-share "$ROOTFS_SHARE" --ramp "$RAMP" --deadline 900 --json "$d/storm.json" "${unknown_args[@]}" >"$d/storm.out" 2>&1 || rc=$?
             c1=$(cpu_read "$CG_SRV")
             rss=$(server_rss)
             stop_reloads "$d"
@@ -339,11 +367,12 @@ for n in $MACHINES; do
             cpu=$(cpu_used "$c0" "$c1" %.3f); user=${cpu#* }; cpu=${cpu%% *}
             booted=$(python3 -c "import json; print(json.load(open('$d/storm.json'))['booted'])" 2>/dev/null || echo 0)
             per=$(awk -v c="$cpu" -v b="$booted" 'BEGIN { if (b > 0) printf "%.4f", c / b; else print "nan" }')
-            say "-- $stack N=$n round $round: exit $rc, server CPU ${cpu} s (user ${user} s; ${per} s per booted machine), peak RSS ${rss} kB"
+            say "-- $label round $round: exit $rc, server CPU ${cpu} s (user ${user} s; ${per} s per booted machine), peak RSS ${rss} kB"
             sed 's/^/   /' "$d/storm.out" | tee -a "$RESULTS"
             say "   UDP datagrams dropped on a full receive buffer: server side $(( $(udp_drops "$S") - us0 )), machines' side $(( $(udp_drops "$L") - ul0 )); softnet backlog drops $(( $(backlog_drops) - bd0 ))"
             echo "$stack $n $round $cpu $rss $(tr -d '\n ' <"$d/storm.json" 2>/dev/null || echo '{}')" >>"$RESULTS.jsonl"
             rm -rf "$d/state" "$d/want" "$d/www"
+          done
         done
     done
 done

@@ -22,6 +22,8 @@ pub struct Got {
     pub bytes: u64,
     /// The body, when at most [`KEEP`].
     pub body: Vec<u8>,
+    /// `Retry-After`, in seconds (a 429's).
+    pub retry_after: Option<u64>,
 }
 
 /// `http://host:port/path?query` → (address, path and query).
@@ -90,11 +92,8 @@ pub async fn get(
         .nth(1)
         .and_then(|s| s.parse().ok())
         .with_context(|| format!("GET {url}: no status"))?;
-    let length: Option<u64> = text.lines().find_map(|l| {
-        let (k, v) = l.split_once(':')?;
-        k.eq_ignore_ascii_case("content-length")
-            .then(|| v.trim().parse().ok())?
-    });
+    let length = number(&text, "content-length");
+    let retry_after = number(&text, "retry-after");
     if text.lines().any(|l| {
         l.to_ascii_lowercase()
             .starts_with("transfer-encoding: chunked")
@@ -105,6 +104,7 @@ pub async fn get(
         status,
         bytes: 0,
         body: Vec::new(),
+        retry_after,
     };
     let keep = |chunk: &[u8], got: &mut Got| {
         if got.bytes + (chunk.len() as u64) <= KEEP {
@@ -136,6 +136,15 @@ pub async fn get(
         buf = digest(hash, buf, n).await?;
     }
     Ok(got)
+}
+
+/// Header `name`'s value in response head `head`, as a number.
+fn number(head: &str, name: &str) -> Option<u64> {
+    head.lines().find_map(|l| {
+        let (k, v) = l.split_once(':')?;
+        k.eq_ignore_ascii_case(name)
+            .then(|| v.trim().parse().ok())?
+    })
 }
 
 /// Bodies of at least this many bytes a read are hashed on the hashing

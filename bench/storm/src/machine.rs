@@ -4,11 +4,12 @@
 //! mid-transfer and a `Range` resume), and the node's Ignition. Each
 //! step's bytes are checked against the files the server should serve.
 
-use crate::dhcp::{Asker, Relay};
+use crate::dhcp::{Asker, Lease, Relay};
 use crate::{http, tftp, Plan};
 use anyhow::{bail, Context, Result};
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
+use std::net::Ipv4Addr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -37,6 +38,9 @@ pub struct Outcome {
     pub phases: Vec<(&'static str, u64, u64)>,
     pub retries: u32,
     pub bytes: u64,
+    /// For a machine in no node (`--unknown`): who it is and what its
+    /// discovery reports met.
+    pub discovery: Option<crate::discover::Reports>,
 }
 
 /// A file's sha256 and size.
@@ -68,13 +72,28 @@ impl Expect {
     }
 }
 
-struct Run<'a> {
-    plan: &'a Plan,
-    t0: Instant,
-    out: Outcome,
+/// One machine's boot under way: what it does, and what it did so far.
+pub struct Run<'a> {
+    pub plan: &'a Plan,
+    pub t0: Instant,
+    pub out: Outcome,
 }
 
-impl Run<'_> {
+impl<'a> Run<'a> {
+    pub fn new(index: usize, plan: &'a Plan, t0: Instant) -> Run<'a> {
+        Run {
+            plan,
+            t0,
+            out: Outcome {
+                index,
+                error: None,
+                phases: Vec::new(),
+                retries: 0,
+                bytes: 0,
+                discovery: None,
+            },
+        }
+    }
     fn since(&self, t: Instant) -> u64 {
         t.duration_since(self.t0).as_micros() as u64
     }
@@ -85,11 +104,22 @@ impl Run<'_> {
             tokio::time::sleep(SCRIPT_PAUSE).await;
         }
     }
-    fn phase(&mut self, name: &'static str, start: Instant) {
+    pub fn phase(&mut self, name: &'static str, start: Instant) {
         let s = self.since(start);
         let e = self.since(Instant::now());
         self.out.phases.push((name, s, e - s));
     }
+}
+
+/// DHCP's transaction id for machine `n` (of all the storm's machines):
+/// every machine its own.
+pub fn xid(n: usize) -> u32 {
+    0x5700_0000u32 ^ (n as u32).wrapping_mul(2654435761)
+}
+
+/// A firmware backoff in seconds, as durations.
+pub fn secs(s: &[u64]) -> Vec<Duration> {
+    s.iter().map(|&x| Duration::from_secs(x)).collect()
 }
 
 /// Boots machine `index`; never panics, every failure is in the outcome.
@@ -100,34 +130,24 @@ pub async fn boot(
     expect: Arc<Expect>,
     t0: Instant,
 ) -> Outcome {
-    let mut run = Run {
-        plan: &plan,
-        t0,
-        out: Outcome {
-            index,
-            error: None,
-            phases: Vec::new(),
-            retries: 0,
-            bytes: 0,
-        },
-    };
+    let mut run = Run::new(index, &plan, t0);
     if let Err(e) = steps(&mut run, &relay, &expect).await {
         run.out.error = Some(format!("{e:#}"));
     }
     run.out
 }
 
-async fn steps(run: &mut Run<'_>, relay: &Relay, expect: &Expect) -> Result<()> {
+/// The PXE ROM's part and iPXE's DHCP: a lease (PXE), the boot program
+/// over TFTP from it (checked against the file), the same lease again
+/// (iPXE); iPXE's lease, whose `file` is `boot.ipxe`'s URL.
+pub async fn firmware(
+    run: &mut Run<'_>,
+    relay: &Relay,
+    expect: &Expect,
+    mac: [u8; 6],
+    xid: u32,
+) -> Result<Lease> {
     let plan = run.plan;
-    let i = run.out.index;
-    let mac = plan.mac(i);
-    let secs = |s: &[u64]| {
-        s.iter()
-            .map(|&x| Duration::from_secs(x))
-            .collect::<Vec<_>>()
-    };
-    let xid = 0x5700_0000u32 ^ (i as u32).wrapping_mul(2654435761);
-
     let t = Instant::now();
     let pxe = relay
         .dora(mac, xid, Asker::Pxe { arch: plan.arch }, &secs(&PXE_DHCP))
@@ -183,23 +203,62 @@ async fn steps(run: &mut Run<'_>, relay: &Relay, expect: &Expect) -> Result<()> 
         bail!("dhcp (iPXE): {} after {}", ipxe.ip, pxe.ip);
     }
     run.phase("dhcp_ipxe", t);
+    Ok(ipxe)
+}
 
-    let t = Instant::now();
-    let entry = fetch_small(run, pxe.ip, &ipxe.file)
-        .await
-        .context("boot.ipxe")?;
+/// `boot.ipxe` (at `url`), and the URL it chains to with iPXE's settings
+/// filled in (`setting`, as [`expand`]).
+pub async fn entry(
+    run: &mut Run<'_>,
+    ip: Ipv4Addr,
+    url: &str,
+    setting: &(dyn Fn(&str) -> Option<String> + Sync),
+) -> Result<String> {
+    let entry = fetch_small(run, ip, url).await.context("boot.ipxe")?;
     let chain = entry
         .lines()
         .find_map(|l| l.split_whitespace().find(|w| w.starts_with("http://")))
         .context("boot.ipxe: no chain URL")?;
-    let chain = chain
-        .replace("${mac:hexhyp}", &hexhyp(mac))
-        .replace("${buildarch}", plan.buildarch())
-        .replace("${uuid}", &format!("00000000-0000-0000-0000-{}", hex(mac)));
-    let script = fetch_small(run, pxe.ip, &chain)
+    Ok(expand(chain, setting))
+}
+
+/// `s` with each of iPXE's `${name}` replaced by `setting(name)`; a
+/// setting it does not have is empty, as in iPXE.
+pub fn expand(s: &str, setting: &(dyn Fn(&str) -> Option<String> + Sync)) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut rest = s;
+    while let Some(i) = rest.find("${") {
+        out.push_str(&rest[..i]);
+        let Some(e) = rest[i..].find('}') else {
+            rest = &rest[i..];
+            break;
+        };
+        out.push_str(&setting(&rest[i + 2..i + e]).unwrap_or_default());
+        rest = &rest[i + e + 1..];
+    }
+    out.push_str(rest);
+    out
+}
+
+async fn steps(run: &mut Run<'_>, relay: &Relay, expect: &Expect) -> Result<()> {
+    let plan = run.plan;
+    let i = run.out.index;
+    let mac = plan.mac(i);
+    let ipxe = firmware(run, relay, expect, mac, xid(i)).await?;
+
+    let t = Instant::now();
+    let setting = |k: &str| match k {
+        "mac:hexhyp" => Some(hexhyp(mac)),
+        "buildarch" => Some(plan.buildarch().to_string()),
+        "uuid" => Some(format!("00000000-0000-0000-0000-{}", hex(mac))),
+        _ => None,
+    };
+    let chain = entry(run, ipxe.ip, &ipxe.file, &setting).await?;
+    let script = fetch_small(run, ipxe.ip, &chain)
         .await
         .context("node script")?;
     run.phase("script", t);
+    let ip = ipxe.ip;
 
     let kernel_line = script
         .lines()
@@ -227,21 +286,19 @@ async fn steps(run: &mut Run<'_>, relay: &Relay, expect: &Expect) -> Result<()> 
         .collect();
 
     let t = Instant::now();
-    image(run, expect, pxe.ip, kernel, None)
+    image(run, expect, ip, kernel, None)
         .await
         .context("kernel")?;
     run.phase("kernel", t);
     let t = Instant::now();
     for u in &initrds {
-        image(run, expect, pxe.ip, u, None)
-            .await
-            .context("initramfs")?;
+        image(run, expect, ip, u, None).await.context("initramfs")?;
     }
     run.phase("initramfs", t);
     if let Some(rootfs) = arg("coreos.live.rootfs_url=") {
         if plan.takes_rootfs(i) {
             let t = Instant::now();
-            image(run, expect, pxe.ip, &rootfs, Some(plan.reset_at))
+            image(run, expect, ip, &rootfs, Some(plan.reset_at))
                 .await
                 .context("rootfs")?;
             run.phase("rootfs", t);
@@ -250,7 +307,7 @@ async fn steps(run: &mut Run<'_>, relay: &Relay, expect: &Expect) -> Result<()> 
 
     let t = Instant::now();
     let url = arg("ignition.config.url=").context("kernel line: no ignition.config.url")?;
-    let (got, h) = ignition(run, pxe.ip, &url).await?;
+    let (got, h) = ignition(run, ip, &url).await?;
     if let Some(dir) = &plan.ignition_dir {
         let want = expect.of(dir.join(format!("{}.ign", plan.node(i)))).await?;
         let sum: [u8; 32] = h.finalize().into();
@@ -289,7 +346,7 @@ async fn ignition(
 }
 
 /// A script, with the rendered script's retries.
-async fn fetch_small(run: &mut Run<'_>, ip: std::net::Ipv4Addr, url: &str) -> Result<String> {
+pub async fn fetch_small(run: &mut Run<'_>, ip: std::net::Ipv4Addr, url: &str) -> Result<String> {
     let mut last = None;
     for attempt in 0..SCRIPT_ATTEMPTS {
         run.pause_before(attempt).await;
@@ -367,9 +424,25 @@ fn hex(mac: [u8; 6]) -> String {
     mac.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-fn hexhyp(mac: [u8; 6]) -> String {
+pub fn hexhyp(mac: [u8; 6]) -> String {
     mac.iter()
         .map(|b| format!("{b:02x}"))
         .collect::<Vec<_>>()
         .join("-")
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn settings_are_filled_in_as_ipxe_does() {
+        let setting = |k: &str| (k == "mac:hexhyp").then(|| "02-7a-00-00-00-01".to_string());
+        assert_eq!(
+            super::expand(
+                "http://s/discover?mac=${mac:hexhyp}&nic1=${net1/mac:hexhyp}&x=1",
+                &setting
+            ),
+            "http://s/discover?mac=02-7a-00-00-00-01&nic1=&x=1"
+        );
+        assert_eq!(super::expand("a ${b", &setting), "a ${b");
+    }
 }

@@ -9,10 +9,14 @@
 //! retries and failures; `--json` writes them for bench/storm/run.sh.
 //!
 //! Machine `i` has MAC 02:78:00:ii:ii:ii and is node `n<i, 5 digits>` of
-//! the site bench/storm/run.sh generates. Every machine's boot is bounded
-//! by the firmware's retries and by `--deadline`.
+//! the site bench/storm/run.sh generates. With `--unknown K`, K machines
+//! more (MACs 02:7a:00:jj:jj:jj, second NIC 02:7a:01:jj:jj:jj) are in no
+//! node: they report themselves to bootd's discovery (src/discover.rs).
+//! Every machine's boot is bounded by the firmware's retries and by
+//! `--deadline`.
 
 mod dhcp;
+mod discover;
 mod http;
 mod machine;
 mod report;
@@ -31,6 +35,14 @@ struct Cli {
     /// Machines.
     #[arg(long, default_value_t = 100)]
     machines: usize,
+    /// Machines more whose MACs are in no node: each reports itself to
+    /// bootd's discovery (the site needs a pool and `discovery`).
+    #[arg(long, default_value_t = 0)]
+    unknown: usize,
+    /// bootd's `discovered.json`: after the storm, every unknown machine
+    /// must be in it once, its MAC verified, and no entry in conflict.
+    #[arg(long)]
+    discovered: Option<PathBuf>,
     /// The first machine's index (MAC and node name).
     #[arg(long, default_value_t = 0)]
     first: usize,
@@ -88,6 +100,8 @@ struct Cli {
 #[derive(Debug)]
 pub struct Plan {
     pub first: usize,
+    /// Machines that are nodes (the unknown ones come after them).
+    pub machines: usize,
     pub server: Ipv4Addr,
     pub arch: u16,
     pub blksize: u16,
@@ -107,6 +121,10 @@ impl Plan {
         let n = self.first + i;
         [0x02, 0x78, 0, (n >> 16) as u8, (n >> 8) as u8, n as u8]
     }
+    /// Unknown machine `j`'s MAC on its NIC `nic` (0: the one it boots from).
+    pub fn unknown_mac(&self, j: usize, nic: u8) -> [u8; 6] {
+        [0x02, 0x7a, nic, (j >> 16) as u8, (j >> 8) as u8, j as u8]
+    }
     pub fn node(&self, i: usize) -> String {
         format!("n{:05}", self.first + i)
     }
@@ -117,10 +135,41 @@ impl Plan {
             "x86_64"
         }
     }
+    /// iPXE's `${platform}`.
+    pub fn platform(&self) -> &'static str {
+        if self.arch == 0 {
+            "pcbios"
+        } else {
+            "efi"
+        }
+    }
     /// Whether machine `i` fetches the rootfs: spread evenly.
     pub fn takes_rootfs(&self, i: usize) -> bool {
         let s = self.rootfs_share;
         ((i + 1) as f64 * s).floor() > (i as f64 * s).floor()
+    }
+}
+
+#[cfg(test)]
+impl Plan {
+    /// A plan for tests that make no storm.
+    pub fn for_tests() -> Plan {
+        Plan {
+            first: 0,
+            machines: 1,
+            server: Ipv4Addr::LOCALHOST,
+            arch: 0,
+            blksize: 1468,
+            windowsize: None,
+            tftp_timeout: Duration::from_secs(1),
+            tftp_retries: 1,
+            tftp_root: PathBuf::new(),
+            images_root: PathBuf::new(),
+            images_prefix: "/images/".into(),
+            ignition_dir: None,
+            rootfs_share: 0.0,
+            reset_at: 0.5,
+        }
     }
 }
 
@@ -129,6 +178,7 @@ async fn main() -> Result<()> {
     let cli = Cli::parse();
     let plan = Arc::new(Plan {
         first: cli.first,
+        machines: cli.machines,
         server: cli.server,
         arch: cli.arch,
         blksize: cli.blksize,
@@ -147,43 +197,73 @@ async fn main() -> Result<()> {
     let t0 = tokio::time::Instant::now();
     let deadline = Duration::from_secs(cli.deadline);
     let mut tasks = tokio::task::JoinSet::new();
-    for i in 0..cli.machines {
-        let (plan, relay, expect) = (Arc::clone(&plan), Arc::clone(&relay), Arc::clone(&expect));
-        let at = if cli.machines > 1 {
-            Duration::from_secs_f64(cli.ramp * i as f64 / (cli.machines - 1) as f64)
+    // Over the ramp, evenly: the nodes, and the unknown machines beside them.
+    let arrival = |i: usize, n: usize| {
+        if n > 1 {
+            Duration::from_secs_f64(cli.ramp * i as f64 / (n - 1) as f64)
         } else {
             Duration::ZERO
-        };
+        }
+    };
+    let late = move |i: usize, discovery| machine::Outcome {
+        index: i,
+        error: Some(format!(
+            "deadline: not booted {} s into the storm",
+            deadline.as_secs()
+        )),
+        phases: Vec::new(),
+        retries: 0,
+        bytes: 0,
+        discovery,
+    };
+    for i in 0..cli.machines {
+        let (plan, relay, expect) = (Arc::clone(&plan), Arc::clone(&relay), Arc::clone(&expect));
+        let at = arrival(i, cli.machines);
         tasks.spawn(async move {
             tokio::time::sleep_until(t0 + at).await;
             let boot = machine::boot(i, plan, relay, expect, t0);
             match tokio::time::timeout_at(t0 + deadline, boot).await {
                 Ok(o) => o,
-                Err(_) => machine::Outcome {
-                    index: i,
-                    error: Some(format!(
-                        "deadline: not booted {} s into the storm",
-                        deadline.as_secs()
-                    )),
-                    phases: Vec::new(),
-                    retries: 0,
-                    bytes: 0,
-                },
+                Err(_) => late(i, None),
             }
         });
     }
-    let mut outcomes = Vec::with_capacity(cli.machines);
+    for j in 0..cli.unknown {
+        let (plan, relay, expect) = (Arc::clone(&plan), Arc::clone(&relay), Arc::clone(&expect));
+        let at = arrival(j, cli.unknown);
+        let who = discover::Reports::of(&plan, j);
+        tasks.spawn(async move {
+            tokio::time::sleep_until(t0 + at).await;
+            let end = t0 + deadline;
+            let report = discover::report(j, plan, relay, expect, (t0, end), who.clone());
+            match tokio::time::timeout_at(end, report).await {
+                Ok(o) => o,
+                Err(_) => late(j, Some(who)),
+            }
+        });
+    }
+    let mut outcomes = Vec::with_capacity(cli.machines + cli.unknown);
     while let Some(r) = tasks.join_next().await {
         outcomes.push(r?);
     }
-    outcomes.sort_by_key(|o| o.index);
+    outcomes.sort_by_key(|o| (o.discovery.is_some(), o.index));
     let stray = relay.stray.load(std::sync::atomic::Ordering::Relaxed);
-    let r = report::Report::of(&outcomes, stray);
+    let mut r = report::Report::of(&outcomes, stray);
+    if let Some(p) = &cli.discovered {
+        let unknown: Vec<&discover::Reports> = outcomes
+            .iter()
+            .filter_map(|o| o.discovery.as_ref())
+            .collect();
+        r.listed = Some(discover::listed(p, &unknown).await);
+    }
     print!("{}", r.text());
     if let Some(p) = cli.json {
         std::fs::write(&p, serde_json::to_vec_pretty(&r.json())?)?;
     }
-    if r.failed > 0 {
+    if r.failed > 0
+        || r.unknown.as_ref().is_some_and(|u| u.failed > 0)
+        || r.listed.as_ref().is_some_and(|l| !l.ok())
+    {
         std::process::exit(1);
     }
     Ok(())

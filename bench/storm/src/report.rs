@@ -1,6 +1,8 @@
 //! The storm's numbers: makespan, machines per second, per-phase and
-//! DISCOVER-to-Ignition percentiles, retries, failures.
+//! DISCOVER-to-Ignition percentiles, retries, failures; for the machines in
+//! no node (`--unknown`), their reports' percentiles and refusals.
 
+use crate::discover::Listed;
 use crate::machine::Outcome;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -35,6 +37,96 @@ pub struct Report {
     /// The first failures as they were (machine, message, and when it
     /// failed, seconds from the storm's start), at most 5.
     pub examples: Vec<String>,
+    /// The machines in no node, when there were any.
+    pub unknown: Option<Unknown>,
+    /// What bootd's `discovered.json` said of them (`--discovered`).
+    pub listed: Option<Listed>,
+}
+
+/// The machines in no node: (p50, p99, max) in seconds of their report
+/// (first report to the one taken) and of DISCOVER to the report taken.
+pub struct Unknown {
+    pub machines: usize,
+    pub reported: usize,
+    pub failed: usize,
+    pub report: (f64, f64, f64),
+    pub d2r: (f64, f64, f64),
+    pub too_many: u64,
+    pub not_its_lease: u64,
+    pub other: u64,
+    pub retries: u64,
+}
+
+/// (p50, p99, max) of `d`.
+fn spread(mut d: Vec<f64>) -> (f64, f64, f64) {
+    d.sort_by(f64::total_cmp);
+    (
+        quantile(&d, 0.5),
+        quantile(&d, 0.99),
+        d.last().copied().unwrap_or(f64::NAN),
+    )
+}
+
+/// First phase's start and last phase's end, microseconds.
+fn span(o: &Outcome) -> Option<(u64, u64)> {
+    let s = o.phases.first()?.1;
+    let e = o.phases.last().map(|x| x.1 + x.2)?;
+    Some((s, e))
+}
+
+impl Unknown {
+    fn of(all: &[Outcome]) -> Option<Unknown> {
+        let u: Vec<&Outcome> = all.iter().filter(|o| o.discovery.is_some()).collect();
+        if u.is_empty() {
+            return None;
+        }
+        let ok: Vec<&&Outcome> = u.iter().filter(|o| o.error.is_none()).collect();
+        let sum = |f: fn(&crate::discover::Reports) -> u32| {
+            u.iter()
+                .filter_map(|o| o.discovery.as_ref())
+                .map(|r| f(r) as u64)
+                .sum()
+        };
+        Some(Unknown {
+            machines: u.len(),
+            reported: ok.len(),
+            failed: u.len() - ok.len(),
+            report: spread(
+                ok.iter()
+                    .flat_map(|o| o.phases.iter().filter(|p| p.0 == "report"))
+                    .map(|p| p.2 as f64 / 1e6)
+                    .collect(),
+            ),
+            d2r: spread(
+                ok.iter()
+                    .filter_map(|o| span(o))
+                    .map(|(s, e)| (e - s) as f64 / 1e6)
+                    .collect(),
+            ),
+            too_many: sum(|r| r.too_many),
+            not_its_lease: sum(|r| r.not_its_lease),
+            other: sum(|r| r.other),
+            retries: u.iter().map(|o| o.retries as u64).sum(),
+        })
+    }
+
+    fn text(&self) -> String {
+        format!(
+            "unknown machines {} reported {} failed {}: report p50 {:.3} s p99 {:.3} s max {:.3} s, DISCOVER to report p50 {:.3} s p99 {:.3} s; answered 429 x{} 403 x{} other x{}; retries {}\n",
+            self.machines, self.reported, self.failed, self.report.0, self.report.1, self.report.2,
+            self.d2r.0, self.d2r.1, self.too_many, self.not_its_lease, self.other, self.retries
+        )
+    }
+
+    fn json(&self) -> Value {
+        json!({
+            "machines": self.machines, "reported": self.reported, "failed": self.failed,
+            "report": {"p50": self.report.0, "p99": self.report.1, "max": self.report.2},
+            "d2r": {"p50": self.d2r.0, "p99": self.d2r.1, "max": self.d2r.2},
+            "tooMany": self.too_many, "notItsLease": self.not_its_lease, "other": self.other,
+            "retries": self.retries,
+        })
+    }
 }
 
 /// The `q` quantile (0..1) of sorted `v`, nearest rank.
@@ -47,7 +139,13 @@ pub fn quantile(v: &[f64], q: f64) -> f64 {
 }
 
 impl Report {
-    pub fn of(outcomes: &[Outcome], stray: u64) -> Report {
+    pub fn of(all: &[Outcome], stray: u64) -> Report {
+        let unknown = Unknown::of(all);
+        let outcomes: Vec<Outcome> = all
+            .iter()
+            .filter(|o| o.discovery.is_none())
+            .cloned()
+            .collect();
         let booted: Vec<&Outcome> = outcomes.iter().filter(|o| o.error.is_none()).collect();
         let mut phases = BTreeMap::new();
         for p in PHASES {
@@ -73,17 +171,13 @@ impl Report {
                 );
             }
         }
-        let span = |o: &Outcome| -> Option<(u64, u64)> {
-            let s = o.phases.first()?.1;
-            let e = o.phases.last().map(|x| x.1 + x.2)?;
-            Some((s, e))
-        };
-        let mut d2i: Vec<f64> = booted
-            .iter()
-            .filter_map(|o| span(o))
-            .map(|(s, e)| (e - s) as f64 / 1e6)
-            .collect();
-        d2i.sort_by(f64::total_cmp);
+        let d2i = spread(
+            booted
+                .iter()
+                .filter_map(|o| span(o))
+                .map(|(s, e)| (e - s) as f64 / 1e6)
+                .collect(),
+        );
         let first = outcomes
             .iter()
             .filter_map(span)
@@ -98,7 +192,7 @@ impl Report {
             .unwrap_or(0);
         let mut kinds: BTreeMap<String, usize> = BTreeMap::new();
         let mut examples = Vec::new();
-        for o in outcomes {
+        for o in all {
             if let Some(e) = &o.error {
                 if examples.len() < 5 {
                     let at = o
@@ -108,7 +202,12 @@ impl Report {
                         .max()
                         .map(|us| format!(" (its last phase ended {:.1} s in)", us as f64 / 1e6))
                         .unwrap_or_default();
-                    examples.push(format!("machine {}: {e}{at}", o.index));
+                    let who = if o.discovery.is_some() {
+                        "unknown machine"
+                    } else {
+                        "machine"
+                    };
+                    examples.push(format!("{who} {}: {e}{at}", o.index));
                 }
                 // The message without addresses and numbers: one kind.
                 let mut kind = String::new();
@@ -131,16 +230,14 @@ impl Report {
             failed: outcomes.len() - booted.len(),
             makespan: last.saturating_sub(first) as f64 / 1e6,
             phases,
-            d2i: (
-                quantile(&d2i, 0.5),
-                quantile(&d2i, 0.99),
-                d2i.last().copied().unwrap_or(f64::NAN),
-            ),
+            d2i,
             retries: outcomes.iter().map(|o| o.retries as u64).sum(),
             bytes: outcomes.iter().map(|o| o.bytes).sum(),
             stray,
             errors,
             examples,
+            unknown,
+            listed: None,
         }
     }
 
@@ -175,6 +272,12 @@ impl Report {
                 );
             }
         }
+        if let Some(u) = &self.unknown {
+            b.push_str(&u.text());
+        }
+        if let Some(l) = &self.listed {
+            let _ = writeln!(b, "{}", l.text());
+        }
         for (e, n) in &self.errors {
             let _ = writeln!(b, "  failed x{n}: {e}");
         }
@@ -195,7 +298,7 @@ impl Report {
                 )
             })
             .collect();
-        json!({
+        let mut j = json!({
             "machines": self.machines, "booted": self.booted, "failed": self.failed,
             "makespan": self.makespan, "perSecond": self.per_second(),
             "d2i": {"p50": self.d2i.0, "p99": self.d2i.1, "max": self.d2i.2},
@@ -203,7 +306,18 @@ impl Report {
             "strayDhcp": self.stray,
             "errors": self.errors.iter().map(|(e, n)| json!({"error": e, "machines": n})).collect::<Vec<_>>(),
             "examples": self.examples,
-        })
+        });
+        if let Some(u) = &self.unknown {
+            j["unknown"] = u.json();
+        }
+        if let Some(l) = &self.listed {
+            j["discovered"] = json!({
+                "machines": l.machines, "entries": l.entries, "onceVerified": l.once_verified,
+                "twice": l.twice, "missing": l.missing, "unverified": l.unverified,
+                "conflicts": l.conflicts, "error": l.error,
+            });
+        }
+        j
     }
 }
 
@@ -223,6 +337,7 @@ mod tests {
             phases: vec![("dhcp", s, 10), ("ignition", e - 5, 5)],
             retries: 1,
             bytes: 7,
+            discovery: None,
         };
         let r = Report::of(
             &[
@@ -237,5 +352,45 @@ mod tests {
         assert_eq!(r.d2i.1, 3.0);
         assert_eq!(r.errors, [("tftp: #.#.#.#".to_string(), 1)]);
         assert_eq!(r.retries, 3);
+        assert!(r.unknown.is_none());
+    }
+
+    #[test]
+    fn machines_in_no_node_are_counted_apart() {
+        let node = Outcome {
+            index: 0,
+            error: None,
+            phases: vec![("dhcp", 0, 10), ("ignition", 1_000_000, 5)],
+            retries: 0,
+            bytes: 7,
+            discovery: None,
+        };
+        let unknown = |i, err: Option<&str>, too_many| Outcome {
+            index: i,
+            error: err.map(str::to_string),
+            phases: vec![("dhcp", 0, 10), ("report", 500_000, 2_000_000)],
+            retries: too_many,
+            bytes: 1,
+            discovery: Some(crate::discover::Reports {
+                too_many,
+                not_its_lease: 1,
+                ..Default::default()
+            }),
+        };
+        let r = Report::of(
+            &[
+                node,
+                unknown(0, None, 2),
+                unknown(1, Some("report: deadline"), 3),
+            ],
+            0,
+        );
+        assert_eq!((r.machines, r.booted, r.failed, r.bytes), (1, 1, 0, 7));
+        let u = r.unknown.as_ref().unwrap();
+        assert_eq!((u.machines, u.reported, u.failed), (2, 1, 1));
+        assert_eq!((u.too_many, u.not_its_lease, u.retries), (5, 2, 5));
+        assert_eq!((u.report.1, u.d2r.1), (2.0, 2.5));
+        assert!(r.examples[0].starts_with("unknown machine 1: "));
+        assert!(r.text().contains("unknown machines 2 reported 1 failed 1"));
     }
 }
