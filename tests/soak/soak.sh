@@ -28,6 +28,10 @@
 #          every 0.2 s;
 #   API:   a node created, listed, read and deleted every second (each a
 #          SQLite write and a node-overlay write);
+#   discovery: a machine in no node (its own namespace, its pool lease
+#          from bootd's DHCP kept by busybox udhcpc) reports itself every
+#          0.5 s with a new UUID each time: bootd takes one report every
+#          2 s from it (the rest 429) and keeps at most 4 machines for it;
 #   reload: SIGHUP every 30 s.
 # Usage: tests/soak/soak.sh [BINDIR] [SECONDS]   (root)
 # (ok and bad never fail: `test && ok ... || bad ...` is an if-then-else here.)
@@ -48,11 +52,18 @@ ns_new "$rns"
 ns_veth "$rns" "vr$$" "$NS" "vb$$"
 ip -n "$NS" link set "vb$$" master br0 up
 ns_addr "$rns" "vr$$" 10.77.0.254/24
+# The discovering machine's namespace, on br0, with a MAC in no node.
+dscns=soakd-$$ dmac=02:5a:00:00:00:01
+ns_new "$dscns"
+ns_veth "$dscns" "vd$$" "$NS" "vdb$$"
+ip -n "$NS" link set "vdb$$" master br0 up
+ip -n "$dscns" link set "vd$$" address "$dmac" up
 
 echo soak-api-token-7f3e >"$WORK/api-tokens"
 chown nobody "$WORK/api-tokens"; chmod 600 "$WORK/api-tokens"
 lab_site "$WORK/site.yaml" host.stateDir="$WORK/state" host.dhcp.leaseTime=2m \
     networks.lab.pool="{start: 10.77.0.100, end: 10.77.0.220}" ignition.afterInstall=network \
+    discovery="{enabled: true, retry: 5s}" \
     host.api="{listen: '127.0.0.1:9443', tokens: {file: $WORK/api-tokens}}" \
     || fail "site not rewritten"
 mkdir -p "$WORK/state" "$WORK/www"
@@ -67,6 +78,15 @@ start=$(date +%s) end=$(( $(date +%s) + SECS ))
 echo "soak: appliance pid $app, $SECS s of load (until $(date -d "@$end" +%T))"
 
 # --- load -----------------------------------------------------------------------------------
+# The discovering machine's lease, kept (renewed) by udhcpc for the whole run.
+cat >"$WORK/udhcpc.sh" <<'S'
+#!/bin/sh
+case $1 in bound|renew) ip addr replace "$ip/${mask:-24}" dev "$interface"; echo "$ip" >"$UDHCPC_OUT";; esac
+exit 0
+S
+chmod +x "$WORK/udhcpc.sh"
+spawn --ns "$dscns" --log "$WORK/udhcpc.log" env UDHCPC_OUT="$WORK/discovering.ip" busybox udhcpc -f -i "vd$$" -s "$WORK/udhcpc.sh" -t 10
+wait_for 20 test -s "$WORK/discovering.ip" || fail "the discovering machine got no lease"
 spawn --ns "$rns" --log "$WORK/perfdhcp.out" nice -n 10 perfdhcp -4 -l 10.77.0.254 -R 100 -r 20 -p "$SECS" 10.77.0.1
 {
     for _ in $(seq 20); do
@@ -115,6 +135,13 @@ api_round() { # N: node soak-N created, listed, read and deleted through the API
     wait_for 5 api_gone "$n" || true
     return "$rc"
 }
+discovery_round() { # a report with a new UUID each time: 200 (kept) or 429 (over the rate) both right
+    local st
+    st=$(ip netns exec "$DNS_NS" curl -s -o /dev/null -w '%{http_code}' --max-time 5 \
+        "http://10.77.0.1:8080/discover?mac=02-5a-00-00-00-01&uuid=$(cat /proc/sys/kernel/random/uuid)&buildarch=x86_64&platform=efi&product=soak" || true)
+    echo "$st" >>"$WORK/discovery.codes"
+    [[ $st == 200 || $st == 429 ]]
+}
 api_gone() { [[ $(nsx "${c[@]}" "https://localhost:9443/v1/nodes/soak-$1" || true) == 404 ]]; }   # (api_round's c)
 reload_load() {
     local n=0
@@ -126,13 +153,14 @@ reload_load() {
 load() { # load [nice -n 10] FUNCTION ARGS...: FUNCTION ARGS in a bash of its own
     local pre=()
     [[ $1 != nice ]] || { pre=("$1" "$2" "$3"); shift 3; }
-    spawn "${pre[@]}" bash -c "$(declare -f nsx wait_for rounds http_round lb_round tftp_round api_round api_gone "$1")
-        NS=$NS end=$end WORK=$WORK app=$app; $*"
+    spawn "${pre[@]}" bash -c "$(declare -f nsx wait_for rounds http_round lb_round tftp_round api_round api_gone discovery_round "$1")
+        NS=$NS DNS_NS=$dscns end=$end WORK=$WORK app=$app; $*"
 }
 load nice -n 10 rounds http 0.2 http_round
 load nice -n 10 rounds lb 0.2 lb_round
 load nice -n 10 rounds tftp 2 tftp_round
 load nice -n 10 rounds api 1 api_round
+load nice -n 10 rounds discovery 0.5 discovery_round
 load reload_load
 
 # --- samples ----------------------------------------------------------------------------------
@@ -188,10 +216,19 @@ acks=$(awk '/\*\*\*Statistics for: REQUEST-ACK\*\*\*/ {f=1} f && /^received pack
 (( ${acks:-0} >= SECS * 5 )) && ok "DHCP: $acks DORAs completed (perfdhcp, relayed)" || { bad "DHCP: ${acks:-no} DORAs"; tail -n 20 "$WORK/perfdhcp.out"; }
 q=$(awk '/Queries completed:/ {print $3; exit}' "$WORK/dnsperf.out")
 (( ${q:-0} >= SECS * 50 )) && ok "DNS: $q queries answered (dnsperf)" || { bad "DNS: ${q:-no} queries"; tail -n 20 "$WORK/dnsperf.out"; }
-for what in http lb tftp api; do
+for what in http lb tftp api discovery; do
     read -r n good <"$WORK/$what.count" || { bad "$what: no count"; continue; }
     (( good * 100 >= n * 99 && good > 0 )) && ok "$what: $good of $n rounds succeeded" || bad "$what: $good of $n rounds succeeded"
 done
+# Discovery: reports kept at the rate, the rest 429, and the one machine's
+# share of the list (4), each with its MAC verified by its lease.
+kept=$(grep -c '^200$' "$WORK/discovery.codes" || true) limited=$(grep -c '^429$' "$WORK/discovery.codes" || true)
+(( kept >= SECS / 3 && limited > 0 )) && ok "discovery: $kept reports kept, $limited over the rate (429)" \
+    || bad "discovery: $kept kept, $limited over the rate (want >= $(( SECS / 3 )) kept and some 429)"
+listed=$(python3 -c 'import json,sys; l=json.load(open(sys.argv[1])); print(sum(1 for m in l if m.get("ip")==sys.argv[2] and sys.argv[3] in m.get("verified",[])))' \
+    "$WORK/state/discovered.json" "$(cat "$WORK/discovering.ip")" "$dmac" 2>/dev/null || echo 0)
+(( listed >= 1 && listed <= 4 )) && ok "discovery: the reporting machine holds $listed entries (its share: 4), verified by its lease" \
+    || bad "discovery: the reporting machine holds $listed entries (want 1-4)"
 (( e_sb > 0 )) && ok "spent-tokens: $e_sb bytes (one record per Ignition fetch; compacted as tokens expire)" || bad "no spent tokens recorded"
 echo "note controller.db (with its WAL) at the end: $e_db bytes"
 r=$(cat "$WORK/reload.count"); (( r >= SECS / 30 - 2 )) && ok "$r reloads (SIGHUP)" || bad "$r reloads"
