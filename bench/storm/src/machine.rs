@@ -40,7 +40,7 @@ pub struct Outcome {
     pub bytes: u64,
     /// For a machine in no node (`--unknown`): who it is and what its
     /// discovery reports met.
-    pub discovery: Option<crate::discover::Reports>,
+    pub discovery: Option<crate::reports::Reports>,
 }
 
 /// A file's sha256 and size.

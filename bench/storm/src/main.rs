@@ -20,6 +20,7 @@ mod discover;
 mod http;
 mod machine;
 mod report;
+mod reports;
 mod tftp;
 
 use anyhow::Result;
