@@ -39,7 +39,31 @@
 #                    Ignition files
 #   kea-tftpd-nginx  Kea (reservations, memfile persist, its multi-threading
 #                    on with 2 threads) + tftpd-hpa + nginx
-# All on CPU 0, every process of a stack counted.
+#   bootd-ha         two appliances (bootd) on a 3-member etcd (Debian's
+#                    etcd-server), host.store.etcd with host.dhcp.ha:
+#                    loadBalancing; bootd-ha3: three appliances. Appliance k
+#                    in a namespace of its own (the first in S, 10.78.0.1; the
+#                    others 10.78.0.2, .3, each a veth to L), its own site file
+#                    (serverAddress, http.url, TFTP on its own address): a
+#                    machine follows the appliance that answered its DHCP.
+#                    The relay (the storm) sends every DHCP message to each
+#                    appliance, as a relay with several helper addresses.
+#                    etcd in a namespace E (10.79.0.11-13 on a bridge; each
+#                    appliance's second veth 10.79.0.<k>), data on the same
+#                    disk as bootd's own state
+#   bootd-ha-kill    bootd-ha (bootd-ha3-kill: bootd-ha3) with one appliance,
+#                    picked at random, sent SIGKILL by the storm at a random
+#                    moment between 30 and 70 % of the makespan expected (the
+#                    last run of that N here, bootd-ha's first); machines
+#                    reboot 60 s after a failure before the OS runs, as
+#                    firmware does (storm --reboot-after 60), and the storm's
+#                    deadline is KILL_DEADLINE. The storm reports the machines
+#                    mid-flight on the dead appliance apart
+# All on CPU 0, every process of a stack counted (each appliance and each
+# etcd member). After an HA run, bench/storm/ha-check.py reads etcd (the
+# leases, the clients' records, the spent tokens) and the appliances' logs:
+# no MAC holds two leases, no address two MACs, no token spent twice, no
+# node's Ignition served twice.
 #
 # UNKNOWN (a list, "0": none): machines more, beside the N, whose MACs are
 # in no node (bootd stacks only). Their site has a pool (10.78.120.1-
@@ -53,7 +77,8 @@
 # RELOAD_EVERY (1 s, bootd-reload), MACHINES ("100 1000"), STACKS ("bootd dnsmasq-nginx kea-tftpd-nginx"), ROUNDS (1), RAMP (0 s),
 # KERNEL_MB (11), INITRAMFS_MB (95), ROOTFS_MB (16), ROOTFS_SHARE (0.1),
 # BOOTD_BIN (target/release/bootd), STORM_BIN (target/release/storm),
-# RESULTS (bench/storm/results-<UTC date>.txt).
+# RESULTS (bench/storm/results-<UTC date>.txt), KILL_DEADLINE (300 s: a machine
+# whose Ignition URL names the killed appliance never gets it).
 set -euo pipefail
 # shellcheck source=tests/lib/harness.sh
 . "$(dirname "$0")/../../tests/lib/harness.sh"
@@ -73,6 +98,7 @@ ROOTFS_MB=${ROOTFS_MB:-16}
 ROOTFS_SHARE=${ROOTFS_SHARE:-0.1}
 SITE_NODES=${SITE_NODES:-0}
 RELOAD_EVERY=${RELOAD_EVERY:-1}
+KILL_DEADLINE=${KILL_DEADLINE:-300}
 SERVER_CPU=0
 LOAD_CPU=1
 BOOTD_BIN=${BOOTD_BIN:-$REPO/target/release/bootd}
@@ -115,6 +141,41 @@ ns_addr "$L" "$VL" "$RELAY_IP/16"
 ip -n "$S" route add "$NODES_NET" via "$RELAY_IP"
 ip -n "$L" route add local "$NODES_NET" dev lo
 
+# The HA stacks' appliances beyond S, each a veth to L (L reaches it by a
+# host route; it finds the relay address through L's proxy-less ARP: Linux
+# answers for any of its addresses on any link), and etcd's namespace E,
+# where each appliance has a second veth on a bridge.
+HA_K=0
+for s in $STACKS; do
+    case $s in
+    bootd-ha3*) HA_K=3 ;;
+    bootd-ha*) ((HA_K >= 2)) || HA_K=2 ;;
+    esac
+done
+APP_NS=("$S") APP_IP=("$SRV_IP")
+E=bst-e-$$
+ETCD_ENDPOINTS=http://10.79.0.11:2379,http://10.79.0.12:2379,http://10.79.0.13:2379
+if ((HA_K > 0)); then
+    ns_new "$E"
+    ip -n "$E" link add br1 type bridge forward_delay 0 stp_state 0
+    ns_addr "$E" br1 10.79.0.11/24 10.79.0.12/24 10.79.0.13/24
+    for ((k = 1; k < HA_K; k++)); do
+        a_ns=bst-$k-$$ a_ip=10.78.0.$((k + 1))
+        ns_new "$a_ns"
+        ns_veth "$a_ns" "$VS" "$L" "vl$k-$$"
+        ns_addr "$a_ns" "$VS" "$a_ip/16"
+        ip -n "$L" link set "vl$k-$$" up
+        ip -n "$L" route add "$a_ip/32" dev "vl$k-$$" src "$RELAY_IP"
+        ip -n "$a_ns" route add "$NODES_NET" via "$RELAY_IP"
+        APP_NS+=("$a_ns") APP_IP+=("$a_ip")
+    done
+    for ((k = 0; k < HA_K; k++)); do
+        ns_veth "${APP_NS[k]}" mg0 "$E" "me$k-$$"
+        ns_addr "${APP_NS[k]}" mg0 "10.79.0.$((k + 1))/24"
+        ip -n "$E" link set "me$k-$$" master br1 up
+    done
+fi
+
 # --- the files, once --------------------------------------------------------
 FILES=$WORK/files
 mkdir -p "$FILES/images/storm" "$FILES/tftp" "$FILES/ignition"
@@ -129,8 +190,11 @@ chmod 644 "$FILES"/images/storm/* "$FILES"/tftp/* "$FILES"/ignition/*
 node_ip() { local n=$(( 10 + $1 )); echo "10.78.$(( 64 + n / 256 )).$(( n % 256 ))"; }
 node_mac() { printf '02:78:00:%02x:%02x:%02x' $(( $1 >> 16 & 255 )) $(( $1 >> 8 & 255 )) $(( $1 & 255 )); }
 
-write_site() { # dir n [host.admission as YAML] [unknown machines]
-    local d=$1 n=$2 admission=${3:-} unknown=${4:-0} i role
+# write_site DIR N [host.admission as YAML] [unknown machines]: DIR/site.yaml.
+# The appliance's own address is SITE_IP (default SRV_IP); with SITE_STORE
+# (host.store as YAML), DHCP is shared through it (host.dhcp.ha: loadBalancing).
+write_site() {
+    local d=$1 n=$2 admission=${3:-} unknown=${4:-0} i role me=${SITE_IP:-$SRV_IP}
     ((SITE_NODES > n)) && n=$SITE_NODES
     mkdir -p "$d/state"
     {
@@ -138,13 +202,15 @@ write_site() { # dir n [host.admission as YAML] [unknown machines]
 cluster: { name: storm, baseDomain: example.test }
 host:
 ${admission:+  admission: $admission
+}${SITE_STORE:+  store: $SITE_STORE
 }  stateDir: $d/state
-  http: { listen: "$SRV_IP:8080", url: "http://$SRV_IP:8080" }
+  http: { listen: "$me:8080", url: "http://$me:8080" }
   dhcp:
     interface: $VS
-    serverAddress: $SRV_IP
+    serverAddress: $me
     leaseTime: 1h
-  tftp: { listen: "$SRV_IP:69", root: $FILES/tftp }
+${SITE_STORE:+    ha: loadBalancing
+}  tftp: { listen: "$me:69", root: $FILES/tftp }
 networks:
   - name: storm
     subnet: 10.78.0.0/16
@@ -181,12 +247,12 @@ render_ignition() { # dir
         || { log "bootd render failed"; cat "$1/render.log" >&2; return 1; }
 }
 
-# on_server LOG COMMAND...: COMMAND in S on the server's CPU, counted in
-# its group, a process of the stack.
+# on_server LOG COMMAND...: COMMAND in S (or ON_NS) on the server's CPU,
+# counted in its group, a process of the stack.
 on_server() {
     local out=$1
     shift
-    cpu_spawn "$CG_SRV" --ns "$S" --log "$out" taskset -c $SERVER_CPU "$@"
+    cpu_spawn "$CG_SRV" --ns "${ON_NS:-$S}" --log "$out" taskset -c $SERVER_CPU "$@"
     SRV_PIDS+=("$SPAWNED")
 }
 
@@ -195,12 +261,102 @@ run_bootd() { # dir
     wait_http "$1"
 }
 
+# --- the HA stacks ------------------------------------------------------------
+ectl() { ip netns exec "$E" etcdctl --endpoints "$ETCD_ENDPOINTS" --command-timeout 10s "$@"; }
+HA_PREFIX=/bare-metal-boot/storm/
+dhcp_members() { ectl get --prefix "${HA_PREFIX}members/dhcp/" --keys-only | grep -c . || true; }
+http_at() { ip netns exec "$L" curl -sf -o /dev/null --max-time 1 "http://$1:8080/healthz"; }
+HA_PIDS=() HA_IPS=() ETCD_PIDS=()
+# ticks PID: its CPU time (every thread, user + system), clock ticks; "-" once it is gone.
+ticks() { awk '{ sub(/.*\) /, ""); print $12 + $13 }' "/proc/$1/stat" 2>/dev/null || echo -; }
+# run_ha DIR N K: a 3-member etcd (fresh data in DIR) and K appliances,
+# each with its site DIR/<k>/site.yaml (written here), serving; DIR/0/want
+# each node's Ignition.
+run_ha() {
+    local d=$1 n=$2 k=$3 i cluster="" token=storm-$$-$RANDOM
+    for i in 1 2 3; do cluster+="${cluster:+,}m$i=http://10.79.0.1$i:2380"; done
+    ETCD_PIDS=()
+    for i in 1 2 3; do
+        ON_NS=$E on_server "$d/etcd-m$i.log" etcd --name "m$i" --data-dir "$d/etcd-m$i" \
+            --listen-client-urls "http://10.79.0.1$i:2379" --advertise-client-urls "http://10.79.0.1$i:2379" \
+            --listen-peer-urls "http://10.79.0.1$i:2380" --initial-advertise-peer-urls "http://10.79.0.1$i:2380" \
+            --initial-cluster "$cluster" --initial-cluster-state new --initial-cluster-token "$token"
+        ETCD_PIDS+=("$SPAWNED")
+    done
+    wait_for 30 ectl endpoint health || { log "etcd: no healthy cluster"; tail -n 5 "$d"/etcd-m1.log >&2; return 1; }
+    HA_PIDS=() HA_IPS=()
+    for ((i = 0; i < k; i++)); do
+        mkdir -p "$d/$i"; chmod 755 "$d/$i"
+        SITE_IP=${APP_IP[i]} SITE_STORE="{ etcd: { endpoints: [${ETCD_ENDPOINTS//,/, }] } }" write_site "$d/$i" "$n"
+    done
+    render_ignition "$d/0"
+    for ((i = 0; i < k; i++)); do
+        ON_NS=${APP_NS[i]} on_server "$d/$i/bootd.log" env RUST_LOG=info "$BOOTD_BIN" --site "$d/$i/site.yaml" --name "a$i"
+        HA_PIDS+=("$SPAWNED") HA_IPS+=("${APP_IP[i]}")
+        # One at a time: the first settles the site's token key and CA.
+        wait_for 30 http_at "${APP_IP[i]}" || { log "appliance a$i did not come up"; tail -n 30 "$d/$i/bootd.log" >&2; return 1; }
+    done
+    has_members() { [[ $(dhcp_members) == "$1" ]]; }
+    wait_for 30 has_members "$k" || { log "DHCP group: $(dhcp_members) members, want $k"; return 1; }
+    ETCD0=$(etcd_stats)
+    local p
+    TICKS0=()
+    for p in "${HA_PIDS[@]}" "${ETCD_PIDS[@]}"; do TICKS0+=("$(ticks "$p")"); done
+}
+# etcd_stats: member m1's counters (/metrics): proposals committed, WAL
+# fsyncs and their seconds, backend commits and their seconds, txns, ranges.
+etcd_stats() {
+    { ip netns exec "$E" curl -s --max-time 5 http://10.79.0.11:2379/metrics || true; } | awk '
+        $1 == "etcd_server_proposals_committed_total" { p = $2 }
+        $1 == "etcd_disk_wal_fsync_duration_seconds_count" { fc = $2 }
+        $1 == "etcd_disk_wal_fsync_duration_seconds_sum" { fs = $2 }
+        $1 == "etcd_disk_backend_commit_duration_seconds_count" { bc = $2 }
+        $1 == "etcd_disk_backend_commit_duration_seconds_sum" { bs = $2 }
+        $1 == "etcd_mvcc_txn_total" { t = $2 }
+        $1 == "etcd_mvcc_range_total" { r = $2 }
+        END { print p + 0, fc + 0, fs + 0, bc + 0, bs + 0, t + 0, r + 0 }'
+}
+# dhcp_kinds IP: an appliance's bootd_dhcp_packets_total by kind, "kind=n ...".
+dhcp_kinds() {
+    { ip netns exec "$L" curl -s --max-time 5 "http://$1:8080/metrics" || true; } \
+        | sed -n 's/^bootd_dhcp_packets_total{kind="\([a-z_]*\)"} \([0-9.e+]*\)$/\1=\2/p' | tr '\n' ' '
+}
+# ha_check DIR: what etcd and the appliances' logs say after the storm (the
+# run's report prints it, from DIR/ha.out).
+ha_check() {
+    local d=$1 i e1 p t names=() split=""
+    for ((i = 0; i < ${#HA_PIDS[@]}; i++)); do names+=("a$i"); done
+    names+=(etcd-m1 etcd-m2 etcd-m3)
+    i=0
+    for p in "${HA_PIDS[@]}" "${ETCD_PIDS[@]}"; do
+        t=$(ticks "$p")
+        if [[ $t == - ]]; then split+="${names[i]} (killed) ?, "
+        else split+="${names[i]} $(awk -v a="${TICKS0[i]}" -v b="$t" -v hz="$CPU_HZ" 'BEGIN { printf "%.2f", (b - a) / hz }') s $(awk '/VmHWM/ { printf "%d", $2 / 1024 }' "/proc/$p/status") MiB, "; fi
+        i=$((i + 1))
+    done
+    echo "server CPU during the storm and peak RSS, by process (/proc: user + system, VmHWM): ${split%, }"
+    e1=$(etcd_stats)
+    # shellcheck disable=SC2086 # the numbers
+    echo "etcd m1 during the storm: $(awk -v a="$ETCD0" -v b="$e1" 'BEGIN { split(a, x, " "); split(b, y, " ")
+        fc = y[2] - x[2]; bc = y[4] - x[4]
+        printf "proposals committed %d, WAL fsyncs %d (mean %.2f ms), backend commits %d (mean %.2f ms), txns %d, ranges %d",
+            y[1] - x[1], fc, (fc > 0 ? (y[3] - x[3]) * 1e3 / fc : 0), bc, (bc > 0 ? (y[5] - x[5]) * 1e3 / bc : 0), y[6] - x[6], y[7] - x[7] }')"
+    for ((i = 0; i < ${#HA_IPS[@]}; i++)); do
+        echo "DHCP packets by kind, a$i (${HA_IPS[i]}): $(dhcp_kinds "${HA_IPS[i]}" || true)"
+    done
+    ectl get --prefix "${HA_PREFIX}dhcp/" -w json >"$d/dhcp.json"
+    ectl get --prefix "${HA_PREFIX}bootd/spent/" --keys-only >"$d/spent.keys"
+    echo "HA: $(python3 "$REPO/bench/storm/ha-check.py" --dhcp "$d/dhcp.json" --spent "$d/spent.keys" --prefix "$HA_PREFIX" "$d"/[0-9]/bootd.log 2>&1 | tr '\n' ' ')"
+}
+LAST_MAKESPAN=()   # per N: the makespan of the last run (the kill's timing)
+
 # UDP datagrams the kernel dropped for a full receive buffer, in namespace $1
 # (/proc/net/snmp Udp: RcvbufErrors), and the softnet backlog's drops (all CPUs).
 udp_drops() {
     # shellcheck disable=SC2016 # awk's fields
     ip netns exec "$1" awk '/^Udp:/ { if (!h) { for (i = 1; i <= NF; i++) c[$i] = i; h = 1 } else print $c["RcvbufErrors"] }' /proc/net/snmp
 }
+srv_drops() { local ns t=0; for ns in "${APP_NS[@]}"; do t=$((t + $(udp_drops "$ns"))); done; echo "$t"; }
 backlog_drops() { local s=0 _a d _r; while read -r _a d _r; do s=$((s + 16#$d)); done </proc/net/softnet_stat; echo "$s"; }
 
 # bootd-reload: a node more in the site file and SIGHUP, every RELOAD_EVERY
@@ -333,7 +489,7 @@ for n in $MACHINES; do
         for stack in $(order "$round" $STACKS); do
           # shellcheck disable=SC2086
           for u in $(order "$round" $UNKNOWN); do
-            if ((u > 0)) && [[ $stack != bootd* ]]; then
+            if ((u > 0)) && [[ $stack != bootd* || $stack == bootd-ha* ]]; then
                 say "-- $stack N=$n +$u unknown round $round: skipped (no discovery in this stack)"
                 continue
             fi
@@ -343,35 +499,59 @@ for n in $MACHINES; do
             mkdir -p "$d"; chmod 755 "$d"
             admission=
             [[ $stack == bootd-unlimited ]] && admission="{imageTransfers: 0}"
-            write_site "$d" "$n" "$admission" "$u"
-            render_ignition "$d"
+            want=$d/want
+            if [[ $stack == bootd-ha* ]]; then want=$d/0/want; else
+                write_site "$d" "$n" "$admission" "$u"
+                render_ignition "$d"
+            fi
+            servers=$SRV_IP storm_args=() kill_note=
             case $stack in
             bootd | bootd-unlimited) run_bootd "$d" ;;
             bootd-reload) run_bootd "$d"; start_reloads "$d" "${SRV_PIDS[0]}" ;;
             dnsmasq-nginx) write_www "$d" "$n"; start_dnsmasq "$d" "$n"; start_nginx "$d" ;;
             kea-tftpd-nginx) write_www "$d" "$n"; start_kea_tftpd "$d" "$n"; start_nginx "$d" ;;
+            bootd-ha | bootd-ha3 | bootd-ha-kill | bootd-ha3-kill)
+                k=2; [[ $stack == bootd-ha3* ]] && k=3
+                run_ha "$d" "$n" "$k"
+                servers=$(IFS=,; echo "${HA_IPS[*]}")
+                if [[ $stack == *-kill ]]; then
+                    v=$((RANDOM % k))
+                    at=$(awk -v m="${LAST_MAKESPAN[n]:-10}" -v r="$RANDOM" 'BEGIN { printf "%.2f", m * (0.3 + 0.4 * r / 32767) }')
+                    kill_note="kill: appliance a$v (PID ${HA_PIDS[v]}, ${HA_IPS[v]}) at $at s, of a makespan expected ${LAST_MAKESPAN[n]:-10 (none measured)} s"
+                    storm_args=(--kill-pid "${HA_PIDS[v]}" --kill-server "${HA_IPS[v]}" --kill-at "$at" --reboot-after 60)
+                fi
+                ;;
             *) echo "unknown stack $stack" >&2; exit 2 ;;
             esac
             unknown_args=()
             ((u > 0)) && unknown_args=(--unknown "$u" --discovered "$d/state/discovered.json")
+            deadline=900
+            [[ $stack == *-kill ]] && deadline=$KILL_DEADLINE
             c0=$(cpu_read "$CG_SRV")
-            us0=$(udp_drops "$S"); ul0=$(udp_drops "$L"); bd0=$(backlog_drops)
+            us0=$(srv_drops); ul0=$(udp_drops "$L"); bd0=$(backlog_drops)
             rc=0
-            ip netns exec "$L" taskset -c $LOAD_CPU "$STORM_BIN" --machines "$n" --server $SRV_IP --relay $RELAY_IP \
-                --tftp-root "$FILES/tftp" --images-root "$FILES/images" --ignition-dir "$d/want" \
-                --rootfs-share "$ROOTFS_SHARE" --ramp "$RAMP" --deadline 900 --json "$d/storm.json" "${unknown_args[@]}" >"$d/storm.out" 2>&1 || rc=$?
+            ip netns exec "$L" taskset -c $LOAD_CPU "$STORM_BIN" --machines "$n" --server "$servers" --relay $RELAY_IP \
+                --tftp-root "$FILES/tftp" --images-root "$FILES/images" --ignition-dir "$want" \
+                --rootfs-share "$ROOTFS_SHARE" --ramp "$RAMP" --deadline "$deadline" --json "$d/storm.json" \
+                "${unknown_args[@]}" "${storm_args[@]}" >"$d/storm.out" 2>&1 || rc=$?
             c1=$(cpu_read "$CG_SRV")
             rss=$(server_rss)
+            [[ $stack != bootd-ha* ]] || ha_check "$d" >"$d/ha.out"
             stop_reloads "$d"
             stop_server
             cpu=$(cpu_used "$c0" "$c1" %.3f); user=${cpu#* }; cpu=${cpu%% *}
             booted=$(python3 -c "import json; print(json.load(open('$d/storm.json'))['booted'])" 2>/dev/null || echo 0)
             per=$(awk -v c="$cpu" -v b="$booted" 'BEGIN { if (b > 0) printf "%.4f", c / b; else print "nan" }')
             say "-- $label round $round: exit $rc, server CPU ${cpu} s (user ${user} s; ${per} s per booted machine), peak RSS ${rss} kB"
+            [[ -z $kill_note ]] || say "   $kill_note"
             sed 's/^/   /' "$d/storm.out" | tee -a "$RESULTS"
-            say "   UDP datagrams dropped on a full receive buffer: server side $(( $(udp_drops "$S") - us0 )), machines' side $(( $(udp_drops "$L") - ul0 )); softnet backlog drops $(( $(backlog_drops) - bd0 ))"
+            say "   UDP datagrams dropped on a full receive buffer: server side $(( $(srv_drops) - us0 )), machines' side $(( $(udp_drops "$L") - ul0 )); softnet backlog drops $(( $(backlog_drops) - bd0 ))"
+            [[ ! -s $d/ha.out ]] || sed 's/^/   /' "$d/ha.out" | tee -a "$RESULTS"
             echo "$stack $n $round $cpu $rss $(tr -d '\n ' <"$d/storm.json" 2>/dev/null || echo '{}')" >>"$RESULTS.jsonl"
-            rm -rf "$d/state" "$d/want" "$d/www"
+            if [[ $stack != *-kill ]]; then
+                LAST_MAKESPAN[n]=$(python3 -c "import json; print(json.load(open('$d/storm.json'))['makespan'])" 2>/dev/null || echo 10)
+            fi
+            rm -rf "$d/state" "$d/want" "$d/www" "$d"/[0-9]/state "$d"/[0-9]/want "$d"/etcd-m?
           done
         done
     done

@@ -1,6 +1,8 @@
 //! DHCP as a relay agent sees it: one UDP socket on the relay address
 //! (port 67), every simulated machine's exchange through it, replies
 //! matched by transaction id. No raw sockets: the server answers giaddr.
+//! With several servers, every message goes to each of them, as a relay
+//! with several helper addresses (dhcrelay's server list) forwards it.
 
 use anyhow::{bail, Context, Result};
 use dhcproto::v4::{
@@ -30,13 +32,15 @@ pub struct Lease {
     pub ip: Ipv4Addr,
     pub next_server: Ipv4Addr,
     pub file: String,
+    /// The server that answered (the ACK's server identifier).
+    pub server: Ipv4Addr,
     /// Messages sent again after a timeout.
     pub retries: u32,
 }
 
 pub struct Relay {
     sock: Arc<UdpSocket>,
-    server: SocketAddr,
+    servers: Vec<SocketAddr>,
     giaddr: Ipv4Addr,
     waiting: Mutex<HashMap<u32, mpsc::UnboundedSender<Message>>>,
     /// Replies no machine waited for (late, duplicate or undecodable).
@@ -44,14 +48,15 @@ pub struct Relay {
 }
 
 impl Relay {
-    /// Binds `giaddr:67` and starts receiving.
-    pub async fn start(giaddr: Ipv4Addr, server: SocketAddr) -> Result<Arc<Relay>> {
+    /// Binds `giaddr:67` and starts receiving; each message is sent to
+    /// every one of `servers`.
+    pub async fn start(giaddr: Ipv4Addr, servers: Vec<SocketAddr>) -> Result<Arc<Relay>> {
         let sock = UdpSocket::bind((giaddr, 67))
             .await
             .with_context(|| format!("bind {giaddr}:67 (root, in the load's namespace)"))?;
         let relay = Arc::new(Relay {
             sock: Arc::new(sock),
-            server,
+            servers,
             giaddr,
             waiting: Mutex::new(HashMap::new()),
             stray: AtomicU64::new(0),
@@ -135,10 +140,15 @@ impl Relay {
             Some(DhcpOption::BootfileName(f)) => String::from_utf8_lossy(f).into_owned(),
             _ => String::from_utf8_lossy(ack.fname().unwrap_or_default()).into_owned(),
         };
+        let server = match ack.opts().get(OptionCode::ServerIdentifier) {
+            Some(DhcpOption::ServerIdentifier(s)) => *s,
+            _ => server_id,
+        };
         Ok(Lease {
             ip: ack.yiaddr(),
             next_server: ack.siaddr(),
             file: file.trim_end_matches('\0').to_string(),
+            server,
             retries: r1 + r2,
         })
     }
@@ -152,7 +162,11 @@ impl Relay {
     ) -> Option<(Message, u32)> {
         for (i, t) in timeouts.iter().enumerate() {
             let t = &jitter(*t);
-            if self.sock.send_to(msg, self.server).await.is_err() {
+            let mut sent = false;
+            for s in &self.servers {
+                sent |= self.sock.send_to(msg, s).await.is_ok();
+            }
+            if !sent {
                 tokio::time::sleep(*t).await;
                 continue;
             }

@@ -3,6 +3,11 @@
 //! the node's script, kernel, initramfs, the rootfs for some (with a reset
 //! mid-transfer and a `Range` resume), and the node's Ignition. Each
 //! step's bytes are checked against the files the server should serve.
+//! With [`Plan::reboot_after`], a boot that fails before the OS runs
+//! starts over after that pause, from DHCP, as the firmware does (SeaBIOS
+//! retries after 60 s when no device boots; bootd's script reboots after
+//! 60 s when its downloads fail); the Ignition fetch, the OS's, never
+//! gives up. Each answer is recorded with the server that gave it.
 
 use crate::dhcp::{Asker, Lease, Relay};
 use crate::{http, tftp, Plan};
@@ -38,6 +43,11 @@ pub struct Outcome {
     pub phases: Vec<(&'static str, u64, u64)>,
     pub retries: u32,
     pub bytes: u64,
+    /// Each answer (DHCP ACK, a whole TFTP file, an HTTP response): when it
+    /// came (microseconds from the storm's start) and which server gave it.
+    pub answers: Vec<(u64, Ipv4Addr)>,
+    /// What failed before each reboot ([`Plan::reboot_after`]).
+    pub reboots: Vec<String>,
     /// For a machine in no node (`--unknown`): who it is and what its
     /// discovery reports met.
     pub discovery: Option<crate::reports::Reports>,
@@ -77,6 +87,8 @@ pub struct Run<'a> {
     pub plan: &'a Plan,
     pub t0: Instant,
     pub out: Outcome,
+    /// The OS runs (kernel and initramfs loaded): no reboot from here on.
+    in_os: bool,
 }
 
 impl<'a> Run<'a> {
@@ -90,8 +102,22 @@ impl<'a> Run<'a> {
                 phases: Vec::new(),
                 retries: 0,
                 bytes: 0,
+                answers: Vec::new(),
+                reboots: Vec::new(),
                 discovery: None,
             },
+            in_os: false,
+        }
+    }
+    /// An answer from `server`, now.
+    pub fn answered(&mut self, server: Ipv4Addr) {
+        let t = self.since(Instant::now());
+        self.out.answers.push((t, server));
+    }
+    /// An HTTP answer to a request for `url`.
+    fn answered_url(&mut self, url: &str) {
+        if let Ok((std::net::SocketAddr::V4(a), _)) = http::split(url) {
+            self.answered(*a.ip());
         }
     }
     fn since(&self, t: Instant) -> u64 {
@@ -122,17 +148,35 @@ pub fn secs(s: &[u64]) -> Vec<Duration> {
     s.iter().map(|&x| Duration::from_secs(x)).collect()
 }
 
-/// Boots machine `index`; never panics, every failure is in the outcome.
+/// Boots machine `index`, by `deadline` (then it failed, with what it did
+/// so far); never panics, every failure is in the outcome.
 pub async fn boot(
     index: usize,
     plan: Arc<Plan>,
     relay: Arc<Relay>,
     expect: Arc<Expect>,
-    t0: Instant,
+    (t0, deadline): (Instant, Instant),
 ) -> Outcome {
     let mut run = Run::new(index, &plan, t0);
-    if let Err(e) = steps(&mut run, &relay, &expect).await {
-        run.out.error = Some(format!("{e:#}"));
+    loop {
+        let e = match tokio::time::timeout_at(deadline, steps(&mut run, &relay, &expect)).await {
+            Ok(Ok(())) => break,
+            Ok(Err(e)) => format!("{e:#}"),
+            Err(_) => {
+                let s = deadline.duration_since(t0).as_secs();
+                format!("deadline: not booted {s} s into the storm")
+            }
+        };
+        match plan.reboot_after {
+            Some(pause) if !run.in_os && Instant::now() + pause < deadline => {
+                run.out.reboots.push(e);
+                tokio::time::sleep(pause).await;
+            }
+            _ => {
+                run.out.error = Some(e);
+                break;
+            }
+        }
     }
     run.out
 }
@@ -154,6 +198,7 @@ pub async fn firmware(
         .await
         .context("dhcp")?;
     run.out.retries += pxe.retries;
+    run.answered(pxe.server);
     run.phase("dhcp", t);
     if pxe.file.is_empty() || pxe.file.starts_with("http") {
         bail!("dhcp: no TFTP boot file offered ({:?})", pxe.file);
@@ -186,6 +231,7 @@ pub async fn firmware(
     }
     run.out.retries += got.retries;
     run.out.bytes += got.bytes;
+    run.answered(server);
     run.phase("tftp", t);
 
     let t = Instant::now();
@@ -199,6 +245,7 @@ pub async fn firmware(
         .await
         .context("dhcp (iPXE)")?;
     run.out.retries += ipxe.retries;
+    run.answered(ipxe.server);
     if ipxe.ip != pxe.ip {
         bail!("dhcp (iPXE): {} after {}", ipxe.ip, pxe.ip);
     }
@@ -244,7 +291,9 @@ async fn steps(run: &mut Run<'_>, relay: &Relay, expect: &Expect) -> Result<()> 
     let plan = run.plan;
     let i = run.out.index;
     let mac = plan.mac(i);
-    let ipxe = firmware(run, relay, expect, mac, xid(i)).await?;
+    // Each boot its own transaction ids, as firmware draws them anew.
+    let x = xid(i) ^ ((run.out.reboots.len() as u32) << 2);
+    let ipxe = firmware(run, relay, expect, mac, x).await?;
 
     let t = Instant::now();
     let setting = |k: &str| match k {
@@ -305,6 +354,7 @@ async fn steps(run: &mut Run<'_>, relay: &Relay, expect: &Expect) -> Result<()> 
         }
     }
 
+    run.in_os = true;
     let t = Instant::now();
     let url = arg("ignition.config.url=").context("kernel line: no ignition.config.url")?;
     let (got, h) = ignition(run, ip, &url).await?;
@@ -334,7 +384,11 @@ async fn ignition(
     let mut pause = IGNITION_BACKOFF.0;
     loop {
         let mut h = Sha256::new();
-        match http::get(ip, url, 0, None, &mut h).await {
+        let r = http::get(ip, url, 0, None, &mut h).await;
+        if r.is_ok() {
+            run.answered_url(url);
+        }
+        match r {
             Ok(g) if g.status == 200 => return Ok((g, h)),
             Ok(g) if g.status < 500 => bail!("ignition: HTTP {}", g.status),
             Ok(_) | Err(_) => {}
@@ -351,7 +405,11 @@ pub async fn fetch_small(run: &mut Run<'_>, ip: std::net::Ipv4Addr, url: &str) -
     for attempt in 0..SCRIPT_ATTEMPTS {
         run.pause_before(attempt).await;
         let mut h = Sha256::new();
-        match http::get(ip, url, 0, None, &mut h).await {
+        let r = http::get(ip, url, 0, None, &mut h).await;
+        if r.is_ok() {
+            run.answered_url(url);
+        }
+        match r {
             Ok(g) if g.status == 200 => {
                 run.out.bytes += g.bytes;
                 return Ok(String::from_utf8_lossy(&g.body).into_owned());
@@ -404,6 +462,7 @@ async fn image(
         .await;
         match r {
             Ok(bytes) => {
+                run.answered_url(url);
                 let sum: [u8; 32] = h.finalize().into();
                 if sum != want.0 || bytes != want.1 {
                     bail!(

@@ -14,6 +14,13 @@
 //! node: they report themselves to bootd's discovery (src/discover.rs).
 //! Every machine's boot is bounded by the firmware's retries and by
 //! `--deadline`.
+//!
+//! Several `--server`s: the relay sends every DHCP message to each (a
+//! relay with several helper addresses), and each machine follows the
+//! next-server and URLs of the one that answered it. `--kill-pid` sends
+//! SIGKILL to one server's process at `--kill-at` seconds; the report then
+//! counts the machines mid-flight on it (`--kill-server`: their last answer
+//! before the kill came from it) and gives their figures apart.
 
 mod dhcp;
 mod discover;
@@ -23,7 +30,7 @@ mod report;
 mod reports;
 mod tftp;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use clap::Parser;
 use std::net::Ipv4Addr;
 use std::path::PathBuf;
@@ -47,9 +54,10 @@ struct Cli {
     /// The first machine's index (MAC and node name).
     #[arg(long, default_value_t = 0)]
     first: usize,
-    /// The DHCP server (relayed to), and TFTP's when DHCP names none.
-    #[arg(long)]
-    server: Ipv4Addr,
+    /// The DHCP servers (each message relayed to every one; comma-separated),
+    /// the first also TFTP's when DHCP names none.
+    #[arg(long, value_delimiter = ',', required = true)]
+    server: Vec<Ipv4Addr>,
     /// The relay address (giaddr): bound on port 67 here.
     #[arg(long)]
     relay: Ipv4Addr,
@@ -92,6 +100,19 @@ struct Cli {
     /// No machine's boot goes on past this many seconds.
     #[arg(long, default_value_t = 900)]
     deadline: u64,
+    /// A boot that fails before the OS runs starts over after this many
+    /// seconds, from DHCP, as the firmware does (0: a failure is final).
+    #[arg(long, default_value_t = 0)]
+    reboot_after: u64,
+    /// SIGKILL to this process (a server's) at `--kill-at` seconds.
+    #[arg(long, requires = "kill_server")]
+    kill_pid: Option<i32>,
+    #[arg(long, default_value_t = 0.0)]
+    kill_at: f64,
+    /// The killed process's address (one of `--server`): for the report of
+    /// the machines mid-flight on it.
+    #[arg(long)]
+    kill_server: Option<Ipv4Addr>,
     /// The results as JSON.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -115,6 +136,8 @@ pub struct Plan {
     pub ignition_dir: Option<PathBuf>,
     pub rootfs_share: f64,
     pub reset_at: f64,
+    /// A failed boot before the OS starts over after this pause.
+    pub reboot_after: Option<Duration>,
 }
 
 impl Plan {
@@ -170,6 +193,7 @@ impl Plan {
             ignition_dir: None,
             rootfs_share: 0.0,
             reset_at: 0.5,
+            reboot_after: None,
         }
     }
 }
@@ -180,7 +204,7 @@ async fn main() -> Result<()> {
     let plan = Arc::new(Plan {
         first: cli.first,
         machines: cli.machines,
-        server: cli.server,
+        server: cli.server[0],
         arch: cli.arch,
         blksize: cli.blksize,
         windowsize: cli.windowsize,
@@ -192,8 +216,10 @@ async fn main() -> Result<()> {
         ignition_dir: cli.ignition_dir,
         rootfs_share: cli.rootfs_share,
         reset_at: cli.reset_at,
+        reboot_after: (cli.reboot_after > 0).then(|| Duration::from_secs(cli.reboot_after)),
     });
-    let relay = dhcp::Relay::start(cli.relay, (cli.server, 67).into()).await?;
+    let servers = cli.server.iter().map(|s| (*s, 67).into()).collect();
+    let relay = dhcp::Relay::start(cli.relay, servers).await?;
     let expect = Arc::new(machine::Expect::default());
     let t0 = tokio::time::Instant::now();
     let deadline = Duration::from_secs(cli.deadline);
@@ -215,6 +241,8 @@ async fn main() -> Result<()> {
         phases: Vec::new(),
         retries: 0,
         bytes: 0,
+        answers: Vec::new(),
+        reboots: Vec::new(),
         discovery,
     };
     for i in 0..cli.machines {
@@ -222,11 +250,7 @@ async fn main() -> Result<()> {
         let at = arrival(i, cli.machines);
         tasks.spawn(async move {
             tokio::time::sleep_until(t0 + at).await;
-            let boot = machine::boot(i, plan, relay, expect, t0);
-            match tokio::time::timeout_at(t0 + deadline, boot).await {
-                Ok(o) => o,
-                Err(_) => late(i, None),
-            }
+            machine::boot(i, plan, relay, expect, (t0, t0 + deadline)).await
         });
     }
     for j in 0..cli.unknown {
@@ -243,6 +267,19 @@ async fn main() -> Result<()> {
             }
         });
     }
+    let kill = match (cli.kill_pid, cli.kill_server) {
+        (Some(pid), Some(server)) => {
+            let pid = rustix::process::Pid::from_raw(pid).context("--kill-pid: not a PID")?;
+            let at = t0 + Duration::from_secs_f64(cli.kill_at);
+            Some(tokio::spawn(async move {
+                tokio::time::sleep_until(at).await;
+                let when = t0.elapsed().as_micros() as u64;
+                let sent = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+                (when, pid.as_raw_nonzero().get(), server, sent.is_ok())
+            }))
+        }
+        _ => None,
+    };
     let mut outcomes = Vec::with_capacity(cli.machines + cli.unknown);
     while let Some(r) = tasks.join_next().await {
         outcomes.push(r?);
@@ -250,6 +287,13 @@ async fn main() -> Result<()> {
     outcomes.sort_by_key(|o| (o.discovery.is_some(), o.index));
     let stray = relay.stray.load(std::sync::atomic::Ordering::Relaxed);
     let mut r = report::Report::of(&outcomes, stray);
+    if let Some(k) = kill {
+        let (at, pid, server, sent) = k.await?;
+        if !sent {
+            anyhow::bail!("SIGKILL to PID {pid} failed: no such process?");
+        }
+        r.killed = Some(report::Killed::of(&outcomes, at, pid, server));
+    }
     if let Some(p) = &cli.discovered {
         let unknown: Vec<&discover::Reports> = outcomes
             .iter()

@@ -1,6 +1,8 @@
 //! The storm's numbers: makespan, machines per second, per-phase and
 //! DISCOVER-to-Ignition percentiles, retries, failures; for the machines in
-//! no node (`--unknown`), their reports' percentiles and refusals.
+//! no node (`--unknown`), their reports' percentiles and refusals; with a
+//! server killed (`--kill-pid`), the machines that were mid-flight on it,
+//! apart.
 
 use crate::discover::Listed;
 use crate::machine::Outcome;
@@ -41,6 +43,96 @@ pub struct Report {
     pub unknown: Option<Unknown>,
     /// What bootd's `discovered.json` said of them (`--discovered`).
     pub listed: Option<Listed>,
+    /// Reboots (`--reboot-after`) and the machines that rebooted.
+    pub reboots: (u64, usize),
+    /// What failed before a reboot, by kind, as `errors`.
+    pub reboot_errors: Vec<(String, usize)>,
+    /// A server killed during the storm (`--kill-pid`).
+    pub killed: Option<Killed>,
+}
+
+/// A server killed during the storm, and the machines it left mid-flight:
+/// not booted at the kill, their last answer before it from that server.
+pub struct Killed {
+    /// Microseconds from the storm's start.
+    pub at: u64,
+    pub pid: i32,
+    pub server: std::net::Ipv4Addr,
+    /// Booted before the kill.
+    pub done: usize,
+    /// Not booted at the kill, their last answer before it from another server.
+    pub elsewhere: usize,
+    /// Not booted at the kill and no answer yet.
+    pub unanswered: usize,
+    /// The machines mid-flight on the killed server, as a report of their own.
+    pub mid: Box<Report>,
+}
+
+impl Killed {
+    pub fn of(all: &[Outcome], at: u64, pid: i32, server: std::net::Ipv4Addr) -> Killed {
+        let (mut done, mut elsewhere, mut unanswered) = (0, 0, 0);
+        let mut mid = Vec::new();
+        for o in all.iter().filter(|o| o.discovery.is_none()) {
+            if o.error.is_none() && span(o).is_some_and(|(_, e)| e <= at) {
+                done += 1;
+                continue;
+            }
+            match o.answers.iter().rev().find(|a| a.0 < at) {
+                Some((_, s)) if *s == server => mid.push(o.clone()),
+                Some(_) => elsewhere += 1,
+                None => unanswered += 1,
+            }
+        }
+        Killed {
+            at,
+            pid,
+            server,
+            done,
+            elsewhere,
+            unanswered,
+            mid: Box::new(Report::of(&mid, 0)),
+        }
+    }
+
+    fn text(&self) -> String {
+        let mut b = format!(
+            "kill: SIGKILL to PID {} (server {}) {:.2} s into the storm; machines booted before it {}, mid-flight on it {} (their last answer before the kill from it), mid-flight on the others {}, not answered yet {}\n",
+            self.pid, self.server, self.at as f64 / 1e6, self.done, self.mid.machines, self.elsewhere, self.unanswered
+        );
+        b.push_str("machines mid-flight on the killed server:\n");
+        for l in self.mid.text().lines() {
+            let _ = writeln!(b, "  {l}");
+        }
+        b
+    }
+
+    fn json(&self) -> Value {
+        json!({
+            "at": self.at as f64 / 1e6, "pid": self.pid, "server": self.server.to_string(),
+            "doneBefore": self.done, "elsewhere": self.elsewhere, "unanswered": self.unanswered,
+            "mid": self.mid.json(),
+        })
+    }
+}
+
+/// Messages by kind (digits folded to `#`), most frequent first, at most 10.
+fn kinds<'a>(messages: impl Iterator<Item = &'a String>) -> Vec<(String, usize)> {
+    let mut kinds: BTreeMap<String, usize> = BTreeMap::new();
+    for e in messages {
+        let mut kind = String::new();
+        for c in e.chars() {
+            if !c.is_ascii_digit() {
+                kind.push(c);
+            } else if !kind.ends_with('#') {
+                kind.push('#');
+            }
+        }
+        *kinds.entry(kind).or_default() += 1;
+    }
+    let mut v: Vec<(String, usize)> = kinds.into_iter().collect();
+    v.sort_by_key(|e| std::cmp::Reverse(e.1));
+    v.truncate(10);
+    v
 }
 
 /// The machines in no node: (p50, p99, max) in seconds of their report
@@ -190,7 +282,6 @@ impl Report {
             .map(|x| x.1)
             .max()
             .unwrap_or(0);
-        let mut kinds: BTreeMap<String, usize> = BTreeMap::new();
         let mut examples = Vec::new();
         for o in all {
             if let Some(e) = &o.error {
@@ -209,21 +300,10 @@ impl Report {
                     };
                     examples.push(format!("{who} {}: {e}{at}", o.index));
                 }
-                // The message without addresses and numbers: one kind.
-                let mut kind = String::new();
-                for c in e.chars() {
-                    if !c.is_ascii_digit() {
-                        kind.push(c);
-                    } else if !kind.ends_with('#') {
-                        kind.push('#');
-                    }
-                }
-                *kinds.entry(kind).or_default() += 1;
             }
         }
-        let mut errors: Vec<(String, usize)> = kinds.into_iter().collect();
-        errors.sort_by_key(|e| std::cmp::Reverse(e.1));
-        errors.truncate(10);
+        // The messages without addresses and numbers: one kind each.
+        let errors = kinds(all.iter().filter_map(|o| o.error.as_ref()));
         Report {
             machines: outcomes.len(),
             booted: booted.len(),
@@ -238,6 +318,12 @@ impl Report {
             examples,
             unknown,
             listed: None,
+            reboots: (
+                outcomes.iter().map(|o| o.reboots.len() as u64).sum(),
+                outcomes.iter().filter(|o| !o.reboots.is_empty()).count(),
+            ),
+            reboot_errors: kinds(outcomes.iter().flat_map(|o| o.reboots.iter())),
+            killed: None,
         }
     }
 
@@ -284,6 +370,19 @@ impl Report {
         for e in &self.examples {
             let _ = writeln!(b, "  e.g. {e}");
         }
+        if self.reboots.0 > 0 {
+            let _ = writeln!(
+                b,
+                "reboots {} (machines {}), each after what failed:",
+                self.reboots.0, self.reboots.1
+            );
+            for (e, n) in &self.reboot_errors {
+                let _ = writeln!(b, "  rebooted x{n}: {e}");
+            }
+        }
+        if let Some(k) = &self.killed {
+            b.push_str(&k.text());
+        }
         b
     }
 
@@ -309,6 +408,15 @@ impl Report {
         });
         if let Some(u) = &self.unknown {
             j["unknown"] = u.json();
+        }
+        if self.reboots.0 > 0 {
+            j["reboots"] = json!({
+                "reboots": self.reboots.0, "machines": self.reboots.1,
+                "after": self.reboot_errors.iter().map(|(e, n)| json!({"error": e, "machines": n})).collect::<Vec<_>>(),
+            });
+        }
+        if let Some(k) = &self.killed {
+            j["killed"] = k.json();
         }
         if let Some(l) = &self.listed {
             j["discovered"] = json!({
@@ -337,6 +445,8 @@ mod tests {
             phases: vec![("dhcp", s, 10), ("ignition", e - 5, 5)],
             retries: 1,
             bytes: 7,
+            answers: Vec::new(),
+            reboots: Vec::new(),
             discovery: None,
         };
         let r = Report::of(
@@ -356,6 +466,43 @@ mod tests {
     }
 
     #[test]
+    fn a_kill_counts_the_machines_whose_last_answer_was_the_dead_servers() {
+        let (a, b) = ([10, 0, 0, 1].into(), [10, 0, 0, 2].into());
+        let o = |i, err: Option<&str>, end: u64, answers: Vec<(u64, std::net::Ipv4Addr)>| Outcome {
+            index: i,
+            error: err.map(str::to_string),
+            phases: vec![("dhcp", 0, 10), ("ignition", end - 5, 5)],
+            retries: 0,
+            bytes: 1,
+            answers,
+            reboots: if i == 4 {
+                vec!["kernel: connect".into()]
+            } else {
+                Vec::new()
+            },
+            discovery: None,
+        };
+        let all = [
+            o(0, None, 1_000_000, vec![(500_000, a)]),
+            o(1, None, 5_000_000, vec![(500_000, a), (4_000_000, b)]),
+            o(2, None, 3_000_000, vec![(500_000, b)]),
+            o(3, Some("dhcp: no OFFER"), 9_000_000, Vec::new()),
+            o(
+                4,
+                None,
+                70_000_000,
+                vec![(100_000, a), (1_900_000, a), (69_000_000, b)],
+            ),
+        ];
+        let k = Killed::of(&all, 2_000_000, 42, a);
+        assert_eq!((k.done, k.elsewhere, k.unanswered), (1, 1, 1));
+        assert_eq!((k.mid.machines, k.mid.booted), (2, 2));
+        assert_eq!(k.mid.d2i.2, 70.0);
+        assert_eq!(k.mid.reboots, (1, 1));
+        assert!(k.text().contains("mid-flight on it 2 "));
+    }
+
+    #[test]
     fn machines_in_no_node_are_counted_apart() {
         let node = Outcome {
             index: 0,
@@ -363,6 +510,8 @@ mod tests {
             phases: vec![("dhcp", 0, 10), ("ignition", 1_000_000, 5)],
             retries: 0,
             bytes: 7,
+            answers: Vec::new(),
+            reboots: Vec::new(),
             discovery: None,
         };
         let unknown = |i, err: Option<&str>, too_many| Outcome {
@@ -371,6 +520,8 @@ mod tests {
             phases: vec![("dhcp", 0, 10), ("report", 500_000, 2_000_000)],
             retries: too_many,
             bytes: 1,
+            answers: Vec::new(),
+            reboots: Vec::new(),
             discovery: Some(crate::discover::Reports {
                 too_many,
                 not_its_lease: 1,
