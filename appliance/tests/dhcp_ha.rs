@@ -342,13 +342,19 @@ async fn each_appliance_shows_which_one_served_each_step() {
             "{page}"
         );
     }
-    // What the other appliances see is in etcd under the node and the
-    // appliance's name; nothing of a token.
+    // What the other appliances see is in etcd, one key per write under
+    // the appliance's name, a line per event with its node; nothing of a
+    // token.
     let e = etcd::Etcd::connect(&etcd.config("/dhcp-ha/")).unwrap();
-    let stored = e.list("timeline/worker-1/").unwrap();
-    assert!(stored.iter().any(|v| v
-        .key
-        .starts_with(&format!("timeline/worker-1/{}/", names[other]))));
+    let stored = e
+        .list(&format!("timeline/_batch/{}/", names[other]))
+        .unwrap();
+    assert!(
+        stored
+            .iter()
+            .any(|v| String::from_utf8_lossy(&v.value).contains("worker-1\t{")),
+        "{stored:?}"
+    );
     for v in &stored {
         let text = String::from_utf8_lossy(&v.value);
         assert!(
