@@ -53,8 +53,10 @@
 #                    disk as bootd's own state
 #   bootd-ha-kill    bootd-ha (bootd-ha3-kill: bootd-ha3) with one appliance,
 #                    picked at random, sent SIGKILL by the storm at a random
-#                    moment between 30 and 70 % of the makespan expected (the
-#                    last run of that N here, bootd-ha's first); machines
+#                    moment between 30 and 70 % of the makespan expected
+#                    (bootd-ha's last run at that N, bootd-ha3's for
+#                    bootd-ha3-kill; else any stack's; else 10 s: list
+#                    bootd-ha before the kill); machines
 #                    reboot 60 s after a failure before the OS runs, as
 #                    firmware does (storm --reboot-after 60), and the storm's
 #                    deadline is KILL_DEADLINE. The storm reports the machines
@@ -348,7 +350,10 @@ ha_check() {
     ectl get --prefix "${HA_PREFIX}bootd/spent/" --keys-only >"$d/spent.keys"
     echo "HA: $(python3 "$REPO/bench/storm/ha-check.py" --dhcp "$d/dhcp.json" --spent "$d/spent.keys" --prefix "$HA_PREFIX" "$d"/[0-9]/bootd.log 2>&1 | tr '\n' ' ')"
 }
-LAST_MAKESPAN=()   # per N: the makespan of the last run (the kill's timing)
+# The makespan of the last run of each stack and N ("STACK N"), and of
+# any stack per N: a kill's timing takes its stack's without the kill
+# (bootd-ha for bootd-ha-kill), else any.
+declare -A LAST_MAKESPAN=()
 
 # UDP datagrams the kernel dropped for a full receive buffer, in namespace $1
 # (/proc/net/snmp Udp: RcvbufErrors), and the softnet backlog's drops (all CPUs).
@@ -516,8 +521,9 @@ for n in $MACHINES; do
                 servers=$(IFS=,; echo "${HA_IPS[*]}")
                 if [[ $stack == *-kill ]]; then
                     v=$((RANDOM % k))
-                    at=$(awk -v m="${LAST_MAKESPAN[n]:-10}" -v r="$RANDOM" 'BEGIN { printf "%.2f", m * (0.3 + 0.4 * r / 32767) }')
-                    kill_note="kill: appliance a$v (PID ${HA_PIDS[v]}, ${HA_IPS[v]}) at $at s, of a makespan expected ${LAST_MAKESPAN[n]:-10 (none measured)} s"
+                    expect=${LAST_MAKESPAN["${stack%-kill} $n"]:-${LAST_MAKESPAN["any $n"]:-10}}
+                    at=$(awk -v m="$expect" -v r="$RANDOM" 'BEGIN { printf "%.2f", m * (0.3 + 0.4 * r / 32767) }')
+                    kill_note="kill: appliance a$v (PID ${HA_PIDS[v]}, ${HA_IPS[v]}) at $at s, of a makespan expected $expect s"
                     storm_args=(--kill-pid "${HA_PIDS[v]}" --kill-server "${HA_IPS[v]}" --kill-at "$at" --reboot-after 60)
                 fi
                 ;;
@@ -549,7 +555,8 @@ for n in $MACHINES; do
             [[ ! -s $d/ha.out ]] || sed 's/^/   /' "$d/ha.out" | tee -a "$RESULTS"
             echo "$stack $n $round $cpu $rss $(tr -d '\n ' <"$d/storm.json" 2>/dev/null || echo '{}')" >>"$RESULTS.jsonl"
             if [[ $stack != *-kill ]]; then
-                LAST_MAKESPAN[n]=$(python3 -c "import json; print(json.load(open('$d/storm.json'))['makespan'])" 2>/dev/null || echo 10)
+                LAST_MAKESPAN["$stack $n"]=$(python3 -c "import json; print(json.load(open('$d/storm.json'))['makespan'])" 2>/dev/null || echo 10)
+                LAST_MAKESPAN["any $n"]=${LAST_MAKESPAN["$stack $n"]}
             fi
             rm -rf "$d/state" "$d/want" "$d/www" "$d"/[0-9]/state "$d"/[0-9]/want "$d"/etcd-m?
           done
