@@ -10,7 +10,8 @@
 //!   published to every daemon in the process.
 //! - [`clock`]: calendar time that a step of the system clock does not move.
 //! - [`fs`]: files written atomically (a crash leaves the old or the new).
-//! - [`heap`]: the process's live heap bytes, when its binary counts them.
+//! - [`heap`]: the process's live heap bytes, when its binary counts them;
+//!   transparent huge pages off for the allocator's arenas.
 //! - [`net`]: socket reads the data paths share.
 //! - [`http1`]: the HTTP/1.1 connection rules every HTTP listener shares
 //!   (limits, refused framings, why a connection was closed).

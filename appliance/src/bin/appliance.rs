@@ -54,6 +54,7 @@ struct Cli {
 }
 
 fn main() -> Result<()> {
+    runtime::heap::small_pages();
     runtime::heap::set_probe(|| GLOBAL.allocated());
     let cli = Cli::parse();
     let _log_flush = runtime::logging::init();

@@ -140,6 +140,7 @@ enum What {
 }
 
 fn main() -> Result<()> {
+    runtime::heap::small_pages();
     let cli = Cli::parse();
     // Log lines are written by a separate thread, so a request never waits
     // on write(2) to a slow terminal or journal. Not lossy: when the queue is
