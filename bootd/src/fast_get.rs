@@ -192,8 +192,11 @@ pub async fn serve(
     conn_stop: CancellationToken,
     held: &runtime::conns::Held,
 ) {
-    let mut buf = BytesMut::with_capacity(4096);
-    let mut rx = vec![0u8; 4096];
+    // What was read and not yet answered: a request head, a few hundred
+    // bytes. Reads go through a buffer on the stack ([`read_into`]), so a
+    // connection waiting for its response (for a place through the image
+    // gate: thousands at once in a storm) holds only what it sent.
+    let mut buf = BytesMut::new();
     // One timer and one registration per token for the connection's life,
     // not one per request: the timer is re-armed only when it fires.
     let mut head_started = Instant::now();
@@ -255,7 +258,7 @@ pub async fn serve(
                 _ = &mut evicted, if idle => {
                     return crate::count_closed(&app, Some(runtime::http1::Closed::Evicted));
                 }
-                r = runtime::net::read_some(&stream, &mut rx) => r,
+                r = stream.readable() => r.and_then(|()| read_into(&stream, &mut buf)),
                 _ = &mut timer => {
                     if head_started.elapsed() >= head_timeout {
                         tracing::debug!(%peer, "no request head within {head_timeout:?}; closing");
@@ -269,12 +272,17 @@ pub async fn serve(
                     continue;
                 }
             };
+            let read = match read {
+                // Readable, yet nothing to read after all: wait again.
+                Ok(None) => continue,
+                Ok(Some(n)) => Ok(n),
+                Err(e) => Err(e),
+            };
             if idle {
                 held.set_idle(false);
             }
-            match read {
-                Ok(0) | Err(_) => return,
-                Ok(n) => buf.extend_from_slice(&rx[..n]),
+            if let Ok(0) | Err(_) = read {
+                return;
             }
         };
         let close = close || shutdown.is_cancelled();
@@ -312,6 +320,18 @@ pub async fn serve(
             }
         }
     }
+}
+
+/// One `recv` (as [`runtime::net::read_some`] makes it) into a buffer on
+/// the stack, its bytes appended to `buf`; `None` when the socket had
+/// nothing after all.
+fn read_into(stream: &TcpStream, buf: &mut BytesMut) -> io::Result<Option<usize>> {
+    let mut rx = [0u8; 4096];
+    let got = runtime::net::try_read_some(stream, &mut rx)?;
+    if let Some(n) = got {
+        buf.extend_from_slice(&rx[..n]);
+    }
+    Ok(got)
 }
 
 /// Routes one request and writes the response. `Ok(false)`: the response

@@ -25,25 +25,35 @@ pub struct BindError {
 /// *before* the `recv`: tokio clears readiness only if no new event arrived
 /// since, so data that lands after the `recv` still wakes the next call.
 pub async fn read_some(stream: &TcpStream, buf: &mut [u8]) -> io::Result<usize> {
-    let cap = buf.len();
     loop {
         stream.readable().await?;
-        let mut got = 0;
-        let r = stream.try_io(Interest::READABLE, || {
-            let (n, _) = rustix::net::recv(stream, &mut *buf, rustix::net::RecvFlags::empty())?;
-            got = n;
-            if n > 0 && n < cap {
-                Err(io::ErrorKind::WouldBlock.into())
-            } else {
-                Ok(n)
-            }
-        });
-        match r {
-            Ok(n) => return Ok(n),
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock && got > 0 => return Ok(got),
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-            Err(e) => return Err(e),
+        if let Some(n) = try_read_some(stream, buf)? {
+            return Ok(n);
         }
+    }
+}
+
+/// [`read_some`]'s `recv`, once `stream` was found readable: `None` when
+/// it had nothing after all (wait for readiness again). Not async, so a
+/// caller can read into a buffer on its stack and keep only the bytes
+/// (bootd's connections waiting for a response hold no read buffer).
+pub fn try_read_some(stream: &TcpStream, buf: &mut [u8]) -> io::Result<Option<usize>> {
+    let cap = buf.len();
+    let mut got = 0;
+    let r = stream.try_io(Interest::READABLE, || {
+        let (n, _) = rustix::net::recv(stream, &mut *buf, rustix::net::RecvFlags::empty())?;
+        got = n;
+        if n > 0 && n < cap {
+            Err(io::ErrorKind::WouldBlock.into())
+        } else {
+            Ok(n)
+        }
+    });
+    match r {
+        Ok(n) => Ok(Some(n)),
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock && got > 0 => Ok(Some(got)),
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
+        Err(e) => Err(e),
     }
 }
 
