@@ -9,6 +9,14 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
+// mimalloc, as bootd and the appliance: under glibc malloc, malloc and
+// free were over a third of a 50 000-node reload and took 9x their time
+// at 10 000 nodes (perf: its bins' upkeep, malloc_consolidate and
+// unlink_chunk, grew with the heap), so the reload was not linear in the
+// site (docs/performance.md, "The site at scale").
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser, Debug)]
 #[command(
     name = "dnsd",
