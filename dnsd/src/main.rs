@@ -79,6 +79,7 @@ enum Cmd {
 }
 
 fn main() -> Result<()> {
+    runtime::heap::small_pages();
     let cli = Cli::parse();
     let _log_flush = runtime::logging::init();
     if let Some(path) = &cli.check_config {
