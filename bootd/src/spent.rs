@@ -16,6 +16,7 @@
 //! `fdatasync` for every line appended before it began).
 
 use crate::token::Verified;
+use runtime::sync::lock;
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
@@ -106,10 +107,6 @@ fn render<'a>(spends: impl Iterator<Item = (&'a String, &'a u64)>) -> String {
         s.push_str(&format!("{e} {n}\n"));
     }
     s
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl Spent {

@@ -34,6 +34,7 @@ pub mod paths;
 pub mod privileges;
 pub mod reload;
 pub mod service;
+pub mod sync;
 
 pub use feed::{Published, SiteFeed};
 pub use reload::Triggers;

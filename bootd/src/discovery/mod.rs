@@ -33,6 +33,7 @@
 pub mod rate;
 pub mod store;
 
+use runtime::sync::lock;
 use serde::{Deserialize, Serialize};
 use site::Mac;
 use std::collections::{BTreeMap, HashMap};
@@ -389,10 +390,6 @@ pub struct Discovered {
     machines: Arc<Mutex<BTreeMap<String, Machine>>>,
     rate: Mutex<rate::Rate>,
     writer: store::Writer,
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl Discovered {

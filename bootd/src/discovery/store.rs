@@ -36,7 +36,7 @@ struct Shared {
 
 impl Shared {
     fn lock(&self) -> std::sync::MutexGuard<'_, Writes> {
-        self.writes.lock().unwrap_or_else(|p| p.into_inner())
+        runtime::sync::lock(&self.writes)
     }
 }
 
