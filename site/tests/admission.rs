@@ -17,7 +17,7 @@ fn defaults_when_absent() {
     let a = site::load(&path).unwrap().host.admission;
     assert_eq!(a, Admission::default());
     assert_eq!(a.tftp_transfers, 256);
-    assert_eq!(a.tftp_queue, 4096);
+    assert_eq!(a.tftp_queue, 16_384);
     assert_eq!(a.tftp_per_source, 8);
     assert_eq!(a.image_transfers, Some(64));
     assert_eq!(a.image_per_source, Some(8));

@@ -102,7 +102,7 @@ impl TftpMetrics {
         );
         registry.register(
             "tftp_busy",
-            "TFTP requests refused: max_transfers running and max_queued waiting, or max_per_source",
+            "TFTP requests turned away: dropped with max_transfers running and max_queued waiting, or refused beyond max_per_source",
             self.busy.clone(),
         );
         registry.register(

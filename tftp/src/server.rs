@@ -51,6 +51,10 @@ struct Shared {
     /// Clients whose request waits for a slot (a retransmission of it is
     /// dropped: the waiting request answers it).
     waiting: Mutex<std::collections::HashSet<SocketAddr>>,
+    /// When a full queue was last logged, and the requests dropped since
+    /// (one line a second at most: a rack beyond the queue sends
+    /// thousands).
+    full_logged: Mutex<(Option<Instant>, u64)>,
     shutdown: CancellationToken,
 }
 
@@ -82,6 +86,7 @@ pub async fn run(
         transfers: Mutex::new(HashMap::new()),
         slots,
         waiting: Mutex::new(Default::default()),
+        full_logged: Mutex::new((None, 0)),
         shutdown: shutdown.clone(),
     });
     let tracker = TaskTracker::new();
@@ -193,10 +198,29 @@ async fn on_datagram(
                 w.len() < shared.config.max_queued && w.insert(peer)
             };
             if !queued {
+                // Not answered: a PXE ROM gives its boot up on an error,
+                // but sends its request again after its timeout, when
+                // the queue may have room.
                 m.busy.inc();
                 m.request(Outcome::Busy);
-                warn!(%peer, file = %Escaped(name), reason = "busy", max_transfers = shared.config.max_transfers, max_queued = shared.config.max_queued, "tftp request refused");
-                refuse(shared, d, ErrorCode::NotDefined, "server busy, try again").await;
+                let dropped = {
+                    let mut l = shared
+                        .full_logged
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner);
+                    l.1 += 1;
+                    match l.0 {
+                        Some(t) if t.elapsed() < Duration::from_secs(1) => None,
+                        _ => {
+                            let n = std::mem::take(&mut l.1);
+                            l.0 = Some(Instant::now());
+                            Some(n)
+                        }
+                    }
+                };
+                if let Some(dropped) = dropped {
+                    warn!(%peer, file = %Escaped(name), reason = "busy", max_transfers = shared.config.max_transfers, max_queued = shared.config.max_queued, dropped, "tftp request dropped: every transfer slot taken and the queue full (the client asks again after its timeout; at most one line a second, `dropped` since the last)");
+                }
                 return;
             }
             m.queued.inc();

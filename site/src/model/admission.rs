@@ -35,7 +35,7 @@ impl Default for Admission {
     fn default() -> Self {
         Admission {
             tftp_transfers: 256,
-            tftp_queue: 4096,
+            tftp_queue: 16_384,
             tftp_per_source: 8,
             image_transfers: Some(64),
             image_per_source: Some(8),

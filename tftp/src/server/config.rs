@@ -18,9 +18,10 @@ pub struct TftpConfig {
     pub max_windowsize: u16,
     /// Transfers running at once. A request beyond them waits its turn
     /// (first come, first served) for at most `queue_wait`, up to
-    /// `max_queued` requests; past those it is refused with "server busy"
-    /// (a PXE ROM gives its boot up on that error, so a rack powering on
-    /// at once is queued, not refused).
+    /// `max_queued` requests; past those it is dropped unanswered and
+    /// counted busy: its client asks again after its timeout, when the
+    /// queue may have room (a PXE ROM gives its boot up on an error, so a
+    /// rack powering on at once is queued or left to retry, not refused).
     pub max_transfers: usize,
     /// Requests waiting for a transfer slot at most.
     pub max_queued: usize,
@@ -71,7 +72,7 @@ impl Default for TftpConfig {
             max_blksize: 1468,
             max_windowsize: 64,
             max_transfers: 256,
-            max_queued: 4096,
+            max_queued: 16_384,
             queue_wait: QUEUE_WAIT,
             retries: 5,
             default_timeout: Duration::from_secs(1),
