@@ -167,6 +167,89 @@ async fn the_other_appliance_is_elected_and_finishes_the_node_once() {
     drop(leader);
 }
 
+/// A batch of nodes created through the API, the leader killed with
+/// several of their creates in flight (Power VS: the instance exists, its
+/// reply held): the new leader waits out the old one's calls, finds each
+/// open intent's instance by its tag, creates the rest, and every node
+/// ends with exactly one machine: as many creates as nodes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_created_across_a_leader_kill_get_one_machine_each() {
+    const N: usize = 24;
+    let etcd = etcd::testing::Server::start();
+    let f = Fake::start().await;
+    let hold = Arc::new(tokio::sync::Notify::new());
+    f.st().hold_create = Some(Arc::clone(&hold));
+    let a = Appliance::start(&f, &etcd.endpoint, 1).await;
+    let b = Appliance::start(&f, &etcd.endpoint, 2).await;
+    until("one appliance elected", 20, async || {
+        a.leading().await || b.leading().await
+    })
+    .await;
+    let (mut leader, follower) = if a.leading().await { (a, b) } else { (b, a) };
+    let name = |i: usize| format!("p9-{i:02}");
+    for i in 0..N {
+        let (st, v) = follower
+            .api
+            .create(super::powervs_node(
+                &name(i),
+                &format!("10.77.0.{}", 40 + i),
+                &format!("52:54:00:77:01:{i:02x}"),
+            ))
+            .await;
+        assert_eq!(st, 201, "{v:#}");
+    }
+    until("creates in flight at the provider", 30, async || {
+        f.st().creates >= 2
+    })
+    .await;
+    let in_flight = f.st().creates as usize;
+    leader.proc.kill9();
+    eprintln!("{in_flight} of {N} creates in flight at the kill");
+    until("the follower elected", 15, async || {
+        follower.leading().await
+    })
+    .await;
+    // The old leader's creates are answered now, to nobody; the new
+    // leader's are not held.
+    f.st().hold_create = None;
+    hold.notify_waiters();
+    until(
+        "every node Provisioned on the new leader",
+        120,
+        async || {
+            for i in 0..N {
+                let (st, v) = follower.get(&format!("/v1/nodes/{}", name(i))).await;
+                if st != 200 || cond(&v, "Provisioned")["status"] != "True" {
+                    return false;
+                }
+            }
+            true
+        },
+    )
+    .await;
+    let st = f.st();
+    let mut names: Vec<String> = st
+        .instances
+        .values()
+        .filter(|i| i["status"] != "DELETING")
+        .map(|i| i["serverName"].as_str().unwrap_or_default().to_string())
+        .collect();
+    names.sort();
+    let want: Vec<String> = (0..N).map(|i| format!("lab-{}", name(i))).collect();
+    assert_eq!(names, want, "one machine per node, none twice");
+    assert_eq!(
+        st.creates as usize, N,
+        "{in_flight} creates were in flight at the kill: each found by its intent, not made again"
+    );
+    drop(st);
+    let log = follower.log();
+    assert!(
+        log.contains("acting once its provider calls in flight have ended"),
+        "the new term waited (fencing): {log}"
+    );
+    drop(leader);
+}
+
 /// The token key and the site CA are the site's, not one appliance's: the
 /// second appliance takes the first's; a token minted by one is honoured
 /// by the other, once: spent on one, refused on both. An appliance whose
