@@ -106,22 +106,6 @@ fn list_leases(etcd: &etcd::Etcd) -> io::Result<Vec<Lease>> {
     Ok(out)
 }
 
-/// What one change under `dhcp/` means for the table: the leases to apply
-/// (no revision taken: see [`list_leases`]).
-fn changed(etcd: &etcd::Etcd, c: etcd::Change) -> io::Result<Vec<Lease>> {
-    let rel = match c {
-        etcd::Change::Resync => return list_leases(etcd),
-        etcd::Change::Key(rel) => rel,
-    };
-    if !rel.starts_with("dhcp/leases/") {
-        return Ok(Vec::new());
-    }
-    let Some(v) = etcd.get(&rel).map_err(io::Error::other)? else {
-        return Ok(Vec::new());
-    };
-    Ok(vec![parse_lease(&etcd.key(&rel), &v.value)?])
-}
-
 impl Revs {
     fn set_rev(&self, ip: Ipv4Addr, rev: i64) {
         self.addr
@@ -451,7 +435,12 @@ impl EtcdShared {
     }
 
     /// `loadBalancing`: a watch of `dhcp/leases/`: each lease written (by
-    /// any appliance) read and sent to the table.
+    /// any appliance) sent to the table, as the watch carries it (no read
+    /// per change: a rack's leases made one etcd range per lease per
+    /// appliance); after a lost watch, every lease stored again. No
+    /// revision is taken from it (see [`list_leases`]): a record applied
+    /// late is overwritten by the next change's, and a write is still
+    /// judged against etcd's revision.
     pub(super) fn dhcp_lease_changes(
         &self,
         stop: CancellationToken,
@@ -461,28 +450,28 @@ impl EtcdShared {
         }
         let etcd = self.etcd().ok()?.clone();
         let (tx, rx) = tokio::sync::mpsc::channel(4096);
-        let mut changes = etcd.watch("dhcp/leases/");
+        let mut puts = etcd.watch_puts("dhcp/leases/", 1000);
         tokio::spawn(async move {
             loop {
-                let c = tokio::select! {
-                    c = changes.recv() => c,
+                let p = tokio::select! {
+                    p = puts.recv() => p,
                     _ = stop.cancelled() => return,
                 };
-                let Some(c) = c else { return };
-                let etcd = etcd.clone();
-                let read = tokio::task::spawn_blocking(move || changed(&etcd, c)).await;
-                match read {
-                    Ok(Ok(leases)) => {
-                        for l in leases {
-                            if tx.send(l).await.is_err() {
-                                return;
-                            }
+                let (key, value) = match p {
+                    None => return,
+                    // The stored leases follow, then the changes.
+                    Some(etcd::Put::Reset) => continue,
+                    Some(etcd::Put::Value(key, value)) => (key, value),
+                };
+                match parse_lease(&etcd.key(&key), &value) {
+                    Ok(l) => {
+                        if tx.send(l).await.is_err() {
+                            return;
                         }
                     }
-                    Ok(Err(e)) => {
+                    Err(e) => {
                         tracing::warn!(error = %e, "a lease written by another appliance could not be read")
                     }
-                    Err(_) => return,
                 }
             }
         });
