@@ -220,6 +220,11 @@ pub struct Dhcp {
     /// How long an address a client DECLINEd (another machine answers on
     /// it) is kept out of the pool.
     pub decline_hold: Duration,
+    /// A REQUEST for the lease a client was granted less than this share
+    /// of `lease_time` ago is answered with the lease as it stands (its
+    /// remaining time) and nothing written (`host.dhcp.cacheThreshold`,
+    /// Kea's `cache-threshold`; 0: every REQUEST written).
+    pub cache_threshold: f64,
     pub ntp_servers: Vec<Ipv4Addr>,
     /// Option 15; default `<cluster>.<baseDomain>`.
     pub domain_name: String,

@@ -190,6 +190,7 @@ pub struct Dhcp {
     pub server_address: Option<String>,
     pub lease_time: Option<String>,
     pub decline_hold: Option<String>,
+    pub cache_threshold: Option<f64>,
     #[serde(default)]
     pub ntp_servers: Vec<String>,
     pub domain_name: Option<String>,

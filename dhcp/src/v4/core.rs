@@ -162,6 +162,30 @@ fn hostname_of(req: &Message) -> Option<String> {
     }
 }
 
+/// The seconds left of the lease `mac` holds when a REQUEST for `want`
+/// may be answered with it as it stands: the same address and hostname,
+/// active, granted less than `threshold` of `lease_secs` ago (Kea's lease
+/// caching: a machine's PXE ROM and then iPXE ask within seconds). `None`:
+/// write `want`.
+fn cached_secs(
+    table: &Table,
+    mac: &Mac,
+    want: &Lease,
+    now: u64,
+    lease_secs: u32,
+    threshold: f64,
+) -> Option<u32> {
+    if threshold <= 0.0 {
+        return None;
+    }
+    let held = table.held_by(mac)?;
+    let left = held.expires.checked_sub(now)?;
+    let fresh = (f64::from(lease_secs) * (1.0 - threshold)) as u64;
+    let same =
+        held.ip == want.ip && held.state == LeaseState::Active && held.hostname == want.hostname;
+    (same && left >= fresh.max(1) && left <= u64::from(lease_secs)).then(|| left as u32)
+}
+
 /// Option 82 as the relay sent it. The server puts the packet's own bytes
 /// in the message ([`super::wire::relay_agent_info`]: decoding would sort
 /// the sub-options and drop repeated ones); a message built otherwise has
@@ -538,13 +562,6 @@ pub fn answer(site: &Site, table: &mut Table, req: &Message, rx: Rx, now: u64) -
                 let why = format!("requested {requested}, but this client's address is {ip}");
                 return Outcome::nak(req, server, requested, mac, who, why);
             }
-            let mut m = base_reply(req, MessageType::Ack, server);
-            m.set_yiaddr(ip);
-            m.set_ciaddr(req.ciaddr());
-            add_config(&mut m, site, net, node, Some(lease_secs));
-            if let Ok(b) = &boot {
-                add_boot(&mut m, site, b);
-            }
             let lease = Lease {
                 mac: mac.to_string(),
                 ip,
@@ -552,12 +569,31 @@ pub fn answer(site: &Site, table: &mut Table, req: &Message, rx: Rx, now: u64) -
                 hostname: hostname_of(req),
                 state: LeaseState::Active,
             };
+            // The lease this client was granted moments ago (a PXE ROM's,
+            // then iPXE's exchange seconds later): answered as it stands,
+            // with its remaining time, and nothing written.
+            let cached = cached_secs(table, &mac, &lease, now, lease_secs, dhcp.cache_threshold);
+            let mut m = base_reply(req, MessageType::Ack, server);
+            m.set_yiaddr(ip);
+            m.set_ciaddr(req.ciaddr());
+            add_config(&mut m, site, net, node, Some(cached.unwrap_or(lease_secs)));
+            if let Ok(b) = &boot {
+                add_boot(&mut m, site, b);
+            }
             let dest = dest_for(req, ip, mac, false);
             Outcome {
                 reply: Some((m, dest)),
-                commit: Some(lease),
+                commit: cached.is_none().then_some(lease),
                 kind: "ack",
-                reason: format!("{who}: ack {ip}; {}", boot_note(&boot)),
+                reason: format!(
+                    "{who}: ack {ip}{}; {}",
+                    if cached.is_some() {
+                        " (its lease as it stands: nothing written)"
+                    } else {
+                        ""
+                    },
+                    boot_note(&boot)
+                ),
             }
         }
         MessageType::Inform => {

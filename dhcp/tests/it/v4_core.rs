@@ -854,3 +854,61 @@ fn a_trusted_relays_port_names_its_node() {
     );
     assert_eq!(o.reply.unwrap().0.yiaddr(), Ipv4Addr::new(10, 77, 0, 12));
 }
+
+/// The seconds of option 51 in a reply.
+fn lease_time_of(o: &Outcome) -> Option<u32> {
+    match o.reply.as_ref()?.0.opts().get(OptionCode::AddressLeaseTime) {
+        Some(DhcpOption::AddressLeaseTime(s)) => Some(*s),
+        _ => None,
+    }
+}
+
+/// A machine's PXE ROM and then iPXE ask for the same lease seconds apart:
+/// the second REQUEST is answered with the lease as it stands (its
+/// remaining time) and nothing is written, while less than
+/// `cacheThreshold` (0.25) of the lease time has passed; a changed
+/// hostname, a later REQUEST, or `cacheThreshold: 0` writes it again.
+#[test]
+fn a_lease_granted_moments_ago_is_answered_as_it_stands_without_a_write() {
+    let site = lab();
+    let ip = Ipv4Addr::new(10, 77, 0, 11);
+    let mac = "52:54:00:77:00:11";
+    let mut t = Table::default();
+    let o = answer(&site, &mut t, &requesting(mac, ip), rx(), 1000);
+    assert_eq!(lease_time_of(&o), Some(3600));
+    t.apply(o.commit.expect("the first grant is written"));
+
+    let o = answer(&site, &mut t, &requesting(mac, ip), rx(), 1010);
+    assert_eq!(o.kind, "ack");
+    assert!(o.commit.is_none(), "{}", o.reason);
+    assert_eq!(
+        lease_time_of(&o),
+        Some(3590),
+        "the time left, not a new hour"
+    );
+    assert!(o.reason.contains("nothing written"), "{}", o.reason);
+
+    // Another hostname: written.
+    let mut named = requesting(mac, ip);
+    named
+        .opts_mut()
+        .insert(DhcpOption::Hostname("master-0".into()));
+    let o = answer(&site, &mut t, &named, rx(), 1020);
+    assert_eq!(o.commit.as_ref().map(|l| l.expires), Some(1020 + 3600));
+
+    // A quarter of the hour later: written, a new hour.
+    let o = answer(&site, &mut t, &requesting(mac, ip), rx(), 1000 + 901);
+    assert_eq!(lease_time_of(&o), Some(3600));
+    assert_eq!(o.commit.map(|l| l.expires), Some(1901 + 3600));
+
+    // Turned off: every REQUEST written.
+    let dir = tempfile::tempdir().unwrap();
+    let off = lab_site(dir.path(), |s| {
+        s.replacen("leaseTime: 1h", "leaseTime: 1h\n    cacheThreshold: 0", 1)
+    });
+    let mut t = Table::default();
+    let first = answer(&off, &mut t, &requesting(mac, ip), rx(), 1000);
+    t.apply(first.commit.unwrap());
+    let o = answer(&off, &mut t, &requesting(mac, ip), rx(), 1010);
+    assert_eq!(o.commit.map(|l| l.expires), Some(1010 + 3600));
+}

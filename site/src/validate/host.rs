@@ -476,6 +476,17 @@ pub(super) fn dhcp(cx: &mut Cx, w: &wire::Dhcp, http: Option<&Listen>) -> Option
             }
         },
     };
+    let cache_threshold = match w.cache_threshold {
+        None => 0.25,
+        Some(t) if (0.0..=0.5).contains(&t) => t,
+        Some(t) => {
+            cx.err(
+                "host.dhcp.cacheThreshold",
+                format!("{t}: a share of the lease time from 0 (every REQUEST written) to 0.5"),
+            );
+            0.25
+        }
+    };
     let mut ntp_servers = Vec::new();
     for (i, n) in w.ntp_servers.iter().enumerate() {
         match n.parse::<Ipv4Addr>() {
@@ -514,6 +525,7 @@ pub(super) fn dhcp(cx: &mut Cx, w: &wire::Dhcp, http: Option<&Listen>) -> Option
         server_address: server_address?,
         lease_time,
         decline_hold,
+        cache_threshold,
         ntp_servers,
         domain_name: w.domain_name.clone().unwrap_or_default(),
         boot_files,
