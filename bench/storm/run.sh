@@ -43,16 +43,24 @@
 #                    etcd-server), host.store.etcd with host.dhcp.ha:
 #                    loadBalancing; bootd-ha3: three appliances. Appliance k
 #                    in a namespace of its own (the first in S, 10.78.0.1; the
-#                    others 10.78.0.2, .3, each a veth to L), its own site file
-#                    (serverAddress, http.url, TFTP on its own address): a
-#                    machine follows the appliance that answered its DHCP.
-#                    The relay (the storm) sends every DHCP message to each
-#                    appliance, as a relay with several helper addresses.
-#                    etcd in a namespace E (10.79.0.11-13 on a bridge; each
-#                    appliance's second veth 10.79.0.<k>), data on the same
-#                    disk as bootd's own state
-#   bootd-ha-kill    bootd-ha (bootd-ha3-kill: bootd-ha3) with one appliance,
-#                    picked at random, sent SIGKILL by the storm at a random
+#                    others 10.78.0.2, .3), each a veth on a bridge in L, as
+#                    docs/ha.md deploys them: one site file, the boot address
+#                    vips.boot (BOOT_VIP, 10.78.0.100) in http.url, the DHCP
+#                    server identifier and next-server, moved by Debian's
+#                    keepalived (`bootd render keepalived`, multicast VRRP,
+#                    advert 1 s, checked by `bootd ready`) in each
+#                    appliance's namespace, counted with the stack. DHCP
+#                    answers come from the appliances' own addresses; TFTP,
+#                    scripts, images and Ignition from the boot address's
+#                    holder. The relay (the storm) sends every DHCP message
+#                    to each appliance, as a relay with several helper
+#                    addresses. etcd in a namespace E (10.79.0.11-13 on a
+#                    bridge; each appliance's second veth 10.79.0.<k>), data
+#                    on the same disk as bootd's own state
+#   bootd-ha-kill    bootd-ha (bootd-ha3-kill: bootd-ha3) with the appliance
+#                    holding the boot address sent SIGKILL by the storm (its
+#                    keepalived left running: its check fails and the address
+#                    moves) at a random
 #                    moment between 30 and 70 % of the makespan expected
 #                    (bootd-ha's last run at that N, bootd-ha3's for
 #                    bootd-ha3-kill; else any stack's; else 10 s: list
@@ -79,8 +87,7 @@
 # RELOAD_EVERY (1 s, bootd-reload), MACHINES ("100 1000"), STACKS ("bootd dnsmasq-nginx kea-tftpd-nginx"), ROUNDS (1), RAMP (0 s),
 # KERNEL_MB (11), INITRAMFS_MB (95), ROOTFS_MB (16), ROOTFS_SHARE (0.1),
 # BOOTD_BIN (target/release/bootd), STORM_BIN (target/release/storm),
-# RESULTS (bench/storm/results-<UTC date>.txt), KILL_DEADLINE (300 s: a machine
-# whose Ignition URL names the killed appliance never gets it).
+# RESULTS (bench/storm/results-<UTC date>.txt), KILL_DEADLINE (300 s).
 set -euo pipefail
 # shellcheck source=tests/lib/harness.sh
 . "$(dirname "$0")/../../tests/lib/harness.sh"
@@ -143,10 +150,10 @@ ns_addr "$L" "$VL" "$RELAY_IP/16"
 ip -n "$S" route add "$NODES_NET" via "$RELAY_IP"
 ip -n "$L" route add local "$NODES_NET" dev lo
 
-# The HA stacks' appliances beyond S, each a veth to L (L reaches it by a
-# host route; it finds the relay address through L's proxy-less ARP: Linux
-# answers for any of its addresses on any link), and etcd's namespace E,
-# where each appliance has a second veth on a bridge.
+# The HA stacks: L's side of S's veth and a veth to each appliance beyond
+# S on a bridge in L (the relay address on it), one segment where
+# keepalived moves the boot address; and etcd's namespace E, where each
+# appliance has a second veth on a bridge.
 HA_K=0
 for s in $STACKS; do
     case $s in
@@ -157,7 +164,21 @@ done
 APP_NS=("$S") APP_IP=("$SRV_IP")
 E=bst-e-$$
 ETCD_ENDPOINTS=http://10.79.0.11:2379,http://10.79.0.12:2379,http://10.79.0.13:2379
+BOOT_VIP=10.78.0.100
+KA_DIR=/run/bench-storm-$$
 if ((HA_K > 0)); then
+    ip -n "$L" addr del "$RELAY_IP/16" dev "$VL"
+    ip -n "$L" link add br0 type bridge forward_delay 0 stp_state 0
+    ip -n "$L" link set "$VL" master br0
+    ns_addr "$L" br0 "$RELAY_IP/16"
+    ip -n "$L" link set br0 up
+    # What keepalived runs (its check, bootd ready; a failing lbd check for
+    # the API and ingress VIPs, which no lbd serves here), in a directory
+    # only root can write: keepalived's script security.
+    mkdir -p "$KA_DIR"; chmod 755 "$KA_DIR"
+    on_exit "rm -rf $KA_DIR"
+    install -m 755 "$BOOTD_BIN" "$KA_DIR/bootd"
+    printf '#!/bin/sh\nexit 1\n' >"$KA_DIR/no-lbd"; chmod 755 "$KA_DIR/no-lbd"
     ns_new "$E"
     ip -n "$E" link add br1 type bridge forward_delay 0 stp_state 0
     ns_addr "$E" br1 10.79.0.11/24 10.79.0.12/24 10.79.0.13/24
@@ -166,8 +187,7 @@ if ((HA_K > 0)); then
         ns_new "$a_ns"
         ns_veth "$a_ns" "$VS" "$L" "vl$k-$$"
         ns_addr "$a_ns" "$VS" "$a_ip/16"
-        ip -n "$L" link set "vl$k-$$" up
-        ip -n "$L" route add "$a_ip/32" dev "vl$k-$$" src "$RELAY_IP"
+        ip -n "$L" link set "vl$k-$$" master br0 up
         ip -n "$a_ns" route add "$NODES_NET" via "$RELAY_IP"
         APP_NS+=("$a_ns") APP_IP+=("$a_ip")
     done
@@ -193,11 +213,17 @@ node_ip() { local n=$(( 10 + $1 )); echo "10.78.$(( 64 + n / 256 )).$(( n % 256 
 node_mac() { printf '02:78:00:%02x:%02x:%02x' $(( $1 >> 16 & 255 )) $(( $1 >> 8 & 255 )) $(( $1 & 255 )); }
 
 # write_site DIR N [host.admission as YAML] [unknown machines]: DIR/site.yaml.
-# The appliance's own address is SITE_IP (default SRV_IP); with SITE_STORE
-# (host.store as YAML), DHCP is shared through it (host.dhcp.ha: loadBalancing).
+# With SITE_STORE (host.store as YAML), DHCP is shared through it
+# (host.dhcp.ha: loadBalancing) and nodes are sent to the boot address
+# BOOT_VIP (vips.boot, keepalived's); else to SRV_IP.
 write_site() {
-    local d=$1 n=$2 admission=${3:-} unknown=${4:-0} i role me=${SITE_IP:-$SRV_IP}
+    local d=$1 n=$2 admission=${3:-} unknown=${4:-0} i role listen=$SRV_IP url=$SRV_IP vips
     ((SITE_NODES > n)) && n=$SITE_NODES
+    vips="{ api: $SRV_IP, ingress: $SRV_IP }"
+    if [[ -n ${SITE_STORE:-} ]]; then
+        listen=0.0.0.0 url=$BOOT_VIP
+        vips="{ api: 10.78.0.101, ingress: 10.78.0.102, boot: $BOOT_VIP, vrrp: { interface: $VS, advertInterval: 1s } }"
+    fi
     mkdir -p "$d/state"
     {
         cat <<EOF
@@ -206,13 +232,13 @@ host:
 ${admission:+  admission: $admission
 }${SITE_STORE:+  store: $SITE_STORE
 }  stateDir: $d/state
-  http: { listen: "$me:8080", url: "http://$me:8080" }
+  http: { listen: "$listen:8080", url: "http://$url:8080" }
   dhcp:
     interface: $VS
-    serverAddress: $me
+    serverAddress: $url
     leaseTime: 1h
 ${SITE_STORE:+    ha: loadBalancing
-}  tftp: { listen: "$me:69", root: $FILES/tftp }
+}  tftp: { listen: "$listen:69", root: $FILES/tftp }
 networks:
   - name: storm
     subnet: 10.78.0.0/16
@@ -226,7 +252,7 @@ EOF
 discovery: { enabled: true, retry: 5s }
 EOF
         cat <<EOF
-vips: { api: $SRV_IP, ingress: $SRV_IP }
+vips: $vips
 images:
   root: $FILES/images
   sets:
@@ -268,7 +294,24 @@ ectl() { ip netns exec "$E" etcdctl --endpoints "$ETCD_ENDPOINTS" --command-time
 HA_PREFIX=/bare-metal-boot/storm/
 dhcp_members() { ectl get --prefix "${HA_PREFIX}members/dhcp/" --keys-only | grep -c . || true; }
 http_at() { ip netns exec "$L" curl -sf -o /dev/null --max-time 1 "http://$1:8080/healthz"; }
-HA_PIDS=() HA_IPS=() ETCD_PIDS=()
+# boot_holder: the index of the appliance holding the boot address (none: fails).
+boot_holder() {
+    local i
+    for ((i = 0; i < ${#HA_PIDS[@]}; i++)); do
+        [[ $(ip -n "${APP_NS[i]}" -4 -o addr show dev "$VS") == *" $BOOT_VIP/"* ]] && { echo "$i"; return 0; }
+    done
+    return 1
+}
+boot_held() { boot_holder >/dev/null && http_at "$BOOT_VIP"; }
+# drop_vips: keepalived's addresses off every appliance (a keepalived
+# stopped without its goodbye leaves them), before the next run.
+drop_vips() {
+    local ns a
+    for ns in "${APP_NS[@]}"; do
+        for a in $BOOT_VIP 10.78.0.101 10.78.0.102; do ip -n "$ns" addr del "$a/16" dev "$VS" 2>/dev/null || true; done
+    done
+}
+HA_PIDS=() HA_IPS=() ETCD_PIDS=() HA_HOLDER=0
 # ticks PID: its CPU time (every thread, user + system), clock ticks; "-" once it is gone.
 ticks() { awk '{ sub(/.*\) /, ""); print $12 + $13 }' "/proc/$1/stat" 2>/dev/null || echo -; }
 # run_ha DIR N K: a 3-member etcd (fresh data in DIR) and K appliances,
@@ -289,7 +332,7 @@ run_ha() {
     HA_PIDS=() HA_IPS=()
     for ((i = 0; i < k; i++)); do
         mkdir -p "$d/$i"; chmod 755 "$d/$i"
-        SITE_IP=${APP_IP[i]} SITE_STORE="{ etcd: { endpoints: [${ETCD_ENDPOINTS//,/, }] } }" write_site "$d/$i" "$n"
+        SITE_STORE="{ etcd: { endpoints: [${ETCD_ENDPOINTS//,/, }] } }" write_site "$d/$i" "$n"
     done
     render_ignition "$d/0"
     for ((i = 0; i < k; i++)); do
@@ -300,6 +343,14 @@ run_ha() {
     done
     has_members() { [[ $(dhcp_members) == "$1" ]]; }
     wait_for 30 has_members "$k" || { log "DHCP group: $(dhcp_members) members, want $k"; return 1; }
+    "$BOOTD_BIN" --site "$d/0/site.yaml" render keepalived --bootd "$KA_DIR/bootd" --lbd "$KA_DIR/no-lbd" \
+        >"$d/keepalived.conf" 2>"$d/keepalived.err" || { log "render keepalived: $(cat "$d/keepalived.err")"; return 1; }
+    for ((i = 0; i < k; i++)); do
+        ON_NS=${APP_NS[i]} on_server "$d/$i/keepalived.log" keepalived -n -l -D -f "$d/keepalived.conf" \
+            -p "$d/$i/ka.pid" -r "$d/$i/vrrp.pid" -c "$d/$i/chk.pid"
+    done
+    wait_for 20 boot_held || { log "no appliance holds the boot address $BOOT_VIP"; tail -n 20 "$d"/*/keepalived.log >&2; return 1; }
+    HA_HOLDER=$(boot_holder)
     ETCD0=$(etcd_stats)
     local p
     TICKS0=()
@@ -519,12 +570,13 @@ for n in $MACHINES; do
                 k=2; [[ $stack == bootd-ha3* ]] && k=3
                 run_ha "$d" "$n" "$k"
                 servers=$(IFS=,; echo "${HA_IPS[*]}")
+                say "   boot address $BOOT_VIP held by a$HA_HOLDER (${HA_IPS[HA_HOLDER]})"
                 if [[ $stack == *-kill ]]; then
-                    v=$((RANDOM % k))
+                    v=$HA_HOLDER
                     expect=${LAST_MAKESPAN["${stack%-kill} $n"]:-${LAST_MAKESPAN["any $n"]:-10}}
                     at=$(awk -v m="$expect" -v r="$RANDOM" 'BEGIN { printf "%.2f", m * (0.3 + 0.4 * r / 32767) }')
-                    kill_note="kill: appliance a$v (PID ${HA_PIDS[v]}, ${HA_IPS[v]}) at $at s, of a makespan expected $expect s"
-                    storm_args=(--kill-pid "${HA_PIDS[v]}" --kill-server "${HA_IPS[v]}" --kill-at "$at" --reboot-after 60)
+                    kill_note="kill: appliance a$v, the boot address's holder (PID ${HA_PIDS[v]}, ${HA_IPS[v]} and $BOOT_VIP), at $at s, of a makespan expected $expect s"
+                    storm_args=(--kill-pid "${HA_PIDS[v]}" --kill-server "${HA_IPS[v]},$BOOT_VIP" --kill-at "$at" --reboot-after 60)
                 fi
                 ;;
             *) echo "unknown stack $stack" >&2; exit 2 ;;
@@ -542,9 +594,13 @@ for n in $MACHINES; do
                 "${unknown_args[@]}" "${storm_args[@]}" >"$d/storm.out" 2>&1 || rc=$?
             c1=$(cpu_read "$CG_SRV")
             rss=$(server_rss)
-            [[ $stack != bootd-ha* ]] || ha_check "$d" >"$d/ha.out"
+            if [[ $stack == bootd-ha* ]]; then
+                ha_check "$d" >"$d/ha.out"
+                echo "boot address after the storm: held by a$(boot_holder || echo '-none-')" >>"$d/ha.out"
+            fi
             stop_reloads "$d"
             stop_server
+            [[ $stack != bootd-ha* ]] || drop_vips
             cpu=$(cpu_used "$c0" "$c1" %.3f); user=${cpu#* }; cpu=${cpu%% *}
             booted=$(python3 -c "import json; print(json.load(open('$d/storm.json'))['booted'])" 2>/dev/null || echo 0)
             per=$(awk -v c="$cpu" -v b="$booted" 'BEGIN { if (b > 0) printf "%.4f", c / b; else print "nan" }')

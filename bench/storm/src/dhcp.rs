@@ -32,7 +32,9 @@ pub struct Lease {
     pub ip: Ipv4Addr,
     pub next_server: Ipv4Addr,
     pub file: String,
-    /// The server that answered (the ACK's server identifier).
+    /// The server that answered: the address the ACK came from (with a
+    /// boot address that keepalived moves, every appliance's server
+    /// identifier is that address; the source tells them apart).
     pub server: Ipv4Addr,
     /// Messages sent again after a timeout.
     pub retries: u32,
@@ -42,7 +44,7 @@ pub struct Relay {
     sock: Arc<UdpSocket>,
     servers: Vec<SocketAddr>,
     giaddr: Ipv4Addr,
-    waiting: Mutex<HashMap<u32, mpsc::UnboundedSender<Message>>>,
+    waiting: Mutex<HashMap<u32, mpsc::UnboundedSender<(Message, SocketAddr)>>>,
     /// Replies no machine waited for (late, duplicate or undecodable).
     pub stray: AtomicU64,
 }
@@ -65,7 +67,7 @@ impl Relay {
         tokio::spawn(async move {
             let mut buf = vec![0u8; 1500];
             loop {
-                let Ok(n) = r.sock.recv(&mut buf).await else {
+                let Ok((n, from)) = r.sock.recv_from(&mut buf).await else {
                     return;
                 };
                 let Ok(m) = Message::decode(&mut Decoder::new(&buf[..n])) else {
@@ -74,7 +76,7 @@ impl Relay {
                 };
                 let tx = r.waiting.lock().unwrap().get(&m.xid()).cloned();
                 match tx {
-                    Some(tx) if tx.send(m).is_ok() => {}
+                    Some(tx) if tx.send((m, from)).is_ok() => {}
                     _ => {
                         r.stray.fetch_add(1, Ordering::Relaxed);
                     }
@@ -106,10 +108,10 @@ impl Relay {
         xid: u32,
         asker: Asker,
         timeouts: &[Duration],
-        rx: &mut mpsc::UnboundedReceiver<Message>,
+        rx: &mut mpsc::UnboundedReceiver<(Message, SocketAddr)>,
     ) -> Result<Lease> {
         let discover = self.message(mac, xid, asker, MessageType::Discover, None);
-        let (offer, r1) = self
+        let ((offer, _), r1) = self
             .exchange(&discover, timeouts, rx, &[MessageType::Offer])
             .await
             .context("DISCOVER: no OFFER")?;
@@ -124,7 +126,7 @@ impl Relay {
             MessageType::Request,
             Some((offer.yiaddr(), server_id)),
         );
-        let (ack, r2) = self
+        let ((ack, from), r2) = self
             .exchange(
                 &request,
                 timeouts,
@@ -140,9 +142,9 @@ impl Relay {
             Some(DhcpOption::BootfileName(f)) => String::from_utf8_lossy(f).into_owned(),
             _ => String::from_utf8_lossy(ack.fname().unwrap_or_default()).into_owned(),
         };
-        let server = match ack.opts().get(OptionCode::ServerIdentifier) {
-            Some(DhcpOption::ServerIdentifier(s)) => *s,
-            _ => server_id,
+        let server = match from {
+            SocketAddr::V4(a) => *a.ip(),
+            SocketAddr::V6(_) => server_id,
         };
         Ok(Lease {
             ip: ack.yiaddr(),
@@ -157,9 +159,9 @@ impl Relay {
         &self,
         msg: &[u8],
         timeouts: &[Duration],
-        rx: &mut mpsc::UnboundedReceiver<Message>,
+        rx: &mut mpsc::UnboundedReceiver<(Message, SocketAddr)>,
         want: &[MessageType],
-    ) -> Option<(Message, u32)> {
+    ) -> Option<((Message, SocketAddr), u32)> {
         for (i, t) in timeouts.iter().enumerate() {
             let t = &jitter(*t);
             let mut sent = false;
@@ -172,7 +174,7 @@ impl Relay {
             }
             let end = tokio::time::Instant::now() + *t;
             while let Ok(Some(m)) = tokio::time::timeout_at(end, rx.recv()).await {
-                if m.opts().msg_type().is_some_and(|t| want.contains(&t)) {
+                if m.0.opts().msg_type().is_some_and(|t| want.contains(&t)) {
                     return Some((m, i as u32));
                 }
             }

@@ -109,10 +109,11 @@ struct Cli {
     kill_pid: Option<i32>,
     #[arg(long, default_value_t = 0.0)]
     kill_at: f64,
-    /// The killed process's address (one of `--server`): for the report of
-    /// the machines mid-flight on it.
-    #[arg(long)]
-    kill_server: Option<Ipv4Addr>,
+    /// The killed process's addresses (one of `--server`, and the boot
+    /// address when it held it; comma-separated): for the report of the
+    /// machines mid-flight on it.
+    #[arg(long, value_delimiter = ',')]
+    kill_server: Vec<Ipv4Addr>,
     /// The results as JSON.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -268,7 +269,7 @@ async fn main() -> Result<()> {
         });
     }
     let kill = match (cli.kill_pid, cli.kill_server) {
-        (Some(pid), Some(server)) => {
+        (Some(pid), server) if !server.is_empty() => {
             let pid = rustix::process::Pid::from_raw(pid).context("--kill-pid: not a PID")?;
             let at = t0 + Duration::from_secs_f64(cli.kill_at);
             Some(tokio::spawn(async move {

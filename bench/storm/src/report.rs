@@ -57,7 +57,8 @@ pub struct Killed {
     /// Microseconds from the storm's start.
     pub at: u64,
     pub pid: i32,
-    pub server: std::net::Ipv4Addr,
+    /// Its addresses (its own, and the boot address if it held it).
+    pub server: Vec<std::net::Ipv4Addr>,
     /// Booted before the kill.
     pub done: usize,
     /// Not booted at the kill, their last answer before it from another server.
@@ -69,7 +70,7 @@ pub struct Killed {
 }
 
 impl Killed {
-    pub fn of(all: &[Outcome], at: u64, pid: i32, server: std::net::Ipv4Addr) -> Killed {
+    pub fn of(all: &[Outcome], at: u64, pid: i32, server: Vec<std::net::Ipv4Addr>) -> Killed {
         let (mut done, mut elsewhere, mut unanswered) = (0, 0, 0);
         let mut mid = Vec::new();
         for o in all.iter().filter(|o| o.discovery.is_none()) {
@@ -78,7 +79,7 @@ impl Killed {
                 continue;
             }
             match o.answers.iter().rev().find(|a| a.0 < at) {
-                Some((_, s)) if *s == server => mid.push(o.clone()),
+                Some((_, s)) if server.contains(s) => mid.push(o.clone()),
                 Some(_) => elsewhere += 1,
                 None => unanswered += 1,
             }
@@ -97,7 +98,7 @@ impl Killed {
     fn text(&self) -> String {
         let mut b = format!(
             "kill: SIGKILL to PID {} (server {}) {:.2} s into the storm; machines booted before it {}, mid-flight on it {} (their last answer before the kill from it), mid-flight on the others {}, not answered yet {}\n",
-            self.pid, self.server, self.at as f64 / 1e6, self.done, self.mid.machines, self.elsewhere, self.unanswered
+            self.pid, list(&self.server), self.at as f64 / 1e6, self.done, self.mid.machines, self.elsewhere, self.unanswered
         );
         b.push_str("machines mid-flight on the killed server:\n");
         for l in self.mid.text().lines() {
@@ -108,11 +109,18 @@ impl Killed {
 
     fn json(&self) -> Value {
         json!({
-            "at": self.at as f64 / 1e6, "pid": self.pid, "server": self.server.to_string(),
+            "at": self.at as f64 / 1e6, "pid": self.pid, "server": list(&self.server),
             "doneBefore": self.done, "elsewhere": self.elsewhere, "unanswered": self.unanswered,
             "mid": self.mid.json(),
         })
     }
+}
+
+fn list(a: &[std::net::Ipv4Addr]) -> String {
+    a.iter()
+        .map(|a| a.to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// Messages by kind (digits folded to `#`), most frequent first, at most 10.
@@ -494,12 +502,17 @@ mod tests {
                 vec![(100_000, a), (1_900_000, a), (69_000_000, b)],
             ),
         ];
-        let k = Killed::of(&all, 2_000_000, 42, a);
+        let k = Killed::of(&all, 2_000_000, 42, vec![a]);
         assert_eq!((k.done, k.elsewhere, k.unanswered), (1, 1, 1));
         assert_eq!((k.mid.machines, k.mid.booted), (2, 2));
         assert_eq!(k.mid.d2i.2, 70.0);
         assert_eq!(k.mid.reboots, (1, 1));
         assert!(k.text().contains("mid-flight on it 2 "));
+        // A kill of the holder of a moved boot address: answers from
+        // either of its addresses count as the dead server's.
+        let k = Killed::of(&all, 2_000_000, 42, vec![a, b]);
+        assert_eq!((k.done, k.elsewhere, k.unanswered), (1, 0, 1));
+        assert_eq!(k.mid.machines, 3);
     }
 
     #[test]
