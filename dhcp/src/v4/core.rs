@@ -181,8 +181,11 @@ fn cached_secs(
     let held = table.held_by(mac)?;
     let left = held.expires.checked_sub(now)?;
     let fresh = (f64::from(lease_secs) * (1.0 - threshold)) as u64;
-    let same =
-        held.ip == want.ip && held.state == LeaseState::Active && held.hostname == want.hostname;
+    // The table's lease, on disk: not one whose write is in flight or failed.
+    let same = held.ip == want.ip
+        && held.state == LeaseState::Active
+        && held.hostname == want.hostname
+        && table.is_durable(held);
     (same && left >= fresh.max(1) && left <= u64::from(lease_secs)).then(|| left as u32)
 }
 

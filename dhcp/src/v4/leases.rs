@@ -74,6 +74,11 @@ pub struct Table {
     /// starts in a pool it has not walked yet, so appliances answering
     /// at once (load balancing) rarely offer the same address.
     spread: (u32, u32),
+    /// Per client: the expiry of its lease last known durable (read from
+    /// the file or the shared store, or written and synced). A lease in
+    /// the table with another expiry is not on disk yet (its write is in
+    /// flight, or failed), and is never answered as it stands.
+    durable: Map<Mac, u64>,
 }
 
 impl Table {
@@ -98,10 +103,34 @@ impl Table {
     pub fn is_empty(&self) -> bool {
         self.bindings.is_empty()
     }
+    /// A lease that is durable (read from the file or the shared store).
     pub fn apply(&mut self, lease: Lease) {
+        self.written(&lease);
+        self.apply_unwritten(lease);
+    }
+
+    /// A lease decided but not yet durable (its write follows): in the
+    /// table at once, so a concurrent request cannot be given its address.
+    pub fn apply_unwritten(&mut self, lease: Lease) {
         if self.bindings.apply(lease) {
             self.generation += 1;
         }
+    }
+
+    /// `lease` is durable now (its write was synced).
+    pub fn written(&mut self, lease: &Lease) {
+        if let Ok(mac) = lease.mac.parse::<Mac>() {
+            self.durable.insert(mac, lease.expires);
+        }
+    }
+
+    /// Whether `lease` (the table's, for its client) is the one last made
+    /// durable.
+    pub fn is_durable(&self, lease: &Lease) -> bool {
+        lease
+            .mac
+            .parse::<Mac>()
+            .is_ok_and(|m| self.durable.get(&m) == Some(&lease.expires))
     }
 
     /// The address `mac` holds: its lease, if that address is still its own

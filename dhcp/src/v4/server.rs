@@ -270,7 +270,7 @@ impl Server {
             // Update memory now so a concurrent request cannot be handed the
             // same pool address; the ACK still waits for the disk.
             if let Some(l) = &o.commit {
-                table.apply(l.clone());
+                table.apply_unwritten(l.clone());
             }
             o
         };
@@ -379,8 +379,13 @@ impl Server {
             }
             Some(lease) => {
                 tracker.spawn(async move {
+                    let written = lease.clone();
                     match this.store.commit(lease).await {
                         Ok(()) => {
+                            this.table
+                                .lock()
+                                .unwrap_or_else(|p| p.into_inner())
+                                .written(&written);
                             this.count(kind);
                             this.send(&socket, &bytes, dest, src);
                             if let Some(event) = sent {

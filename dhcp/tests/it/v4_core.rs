@@ -867,7 +867,8 @@ fn lease_time_of(o: &Outcome) -> Option<u32> {
 /// the second REQUEST is answered with the lease as it stands (its
 /// remaining time) and nothing is written, while less than
 /// `cacheThreshold` (0.25) of the lease time has passed; a changed
-/// hostname, a later REQUEST, or `cacheThreshold: 0` writes it again.
+/// hostname, a later REQUEST, a lease not yet on disk, or
+/// `cacheThreshold: 0` writes it again.
 #[test]
 fn a_lease_granted_moments_ago_is_answered_as_it_stands_without_a_write() {
     let site = lab();
@@ -900,6 +901,14 @@ fn a_lease_granted_moments_ago_is_answered_as_it_stands_without_a_write() {
     let o = answer(&site, &mut t, &requesting(mac, ip), rx(), 1000 + 901);
     assert_eq!(lease_time_of(&o), Some(3600));
     assert_eq!(o.commit.map(|l| l.expires), Some(1901 + 3600));
+
+    // A lease whose write has not been synced (in flight, or failed) is
+    // never answered as it stands: the ACK would promise what is not on disk.
+    let mut u = Table::default();
+    let first = answer(&site, &mut u, &requesting(mac, ip), rx(), 1000);
+    u.apply_unwritten(first.commit.unwrap());
+    let o = answer(&site, &mut u, &requesting(mac, ip), rx(), 1010);
+    assert_eq!(o.commit.map(|l| l.expires), Some(1010 + 3600));
 
     // Turned off: every REQUEST written.
     let dir = tempfile::tempdir().unwrap();
