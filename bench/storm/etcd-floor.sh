@@ -8,7 +8,8 @@
 # seldom overlap). Prints the members' CPU (user + system, /proc) in all and
 # per transaction, and their WAL fsyncs.
 #
-# Usage: bench/storm/etcd-floor.sh [K]   (K: 1000; ROUNDS: 3)
+# Usage: bench/storm/etcd-floor.sh [K]   (K: 1000; ROUNDS: 3; RESULTS: a file
+# the report is also written to)
 set -euo pipefail
 # shellcheck source=tests/lib/harness.sh
 . "$(dirname "$0")/../../tests/lib/harness.sh"
@@ -20,6 +21,7 @@ FLOOR_BIN=${FLOOR_BIN:-$REPO/target/release/examples/txn-floor}
 bench_need_root "network namespaces"
 [[ -x $FLOOR_BIN ]] || { echo "build first: cargo build --release -p etcd --example txn-floor" >&2; exit 2; }
 harness_init etcd-floor
+[[ -z ${RESULTS:-} ]] || bench_results "$RESULTS"
 E=efl-$$
 ns_new "$E"
 ip -n "$E" link add br1 type bridge forward_delay 0 stp_state 0
