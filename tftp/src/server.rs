@@ -32,8 +32,11 @@ use tokio_util::task::TaskTracker;
 use tracing::{debug, info, info_span, warn, Instrument};
 
 mod config;
+mod slot;
+mod throttle;
 use config::UNPROVEN_RETRIES;
 pub use config::{Observer, Report, TftpConfig, QUEUE_WAIT};
+use slot::{Slot, SlotGuard};
 
 use config::{CANCEL_POLL, RECV_BUF};
 
@@ -51,16 +54,10 @@ struct Shared {
     /// Clients whose request waits for a slot (a retransmission of it is
     /// dropped: the waiting request answers it).
     waiting: Mutex<std::collections::HashSet<SocketAddr>>,
-    /// When a full queue was last logged, and the requests dropped since
-    /// (one line a second at most: a rack beyond the queue sends
-    /// thousands).
-    full_logged: Mutex<(Option<Instant>, u64)>,
+    /// Requests dropped on a full queue, logged one line a second at most
+    /// (a rack beyond the queue sends thousands).
+    full_logged: throttle::Throttle,
     shutdown: CancellationToken,
-}
-
-struct Slot {
-    id: u64,
-    cancel: CancellationToken,
 }
 
 /// Serves TFTP on `socket` (bound to port 69, or port 0 in tests; to one
@@ -86,7 +83,7 @@ pub async fn run(
         transfers: Mutex::new(HashMap::new()),
         slots,
         waiting: Mutex::new(Default::default()),
-        full_logged: Mutex::new((None, 0)),
+        full_logged: throttle::Throttle::default(),
         shutdown: shutdown.clone(),
     });
     let tracker = TaskTracker::new();
@@ -203,22 +200,7 @@ async fn on_datagram(
                 // the queue may have room.
                 m.busy.inc();
                 m.request(Outcome::Busy);
-                let dropped = {
-                    let mut l = shared
-                        .full_logged
-                        .lock()
-                        .unwrap_or_else(PoisonError::into_inner);
-                    l.1 += 1;
-                    match l.0 {
-                        Some(t) if t.elapsed() < Duration::from_secs(1) => None,
-                        _ => {
-                            let n = std::mem::take(&mut l.1);
-                            l.0 = Some(Instant::now());
-                            Some(n)
-                        }
-                    }
-                };
-                if let Some(dropped) = dropped {
+                if let Some(dropped) = shared.full_logged.note() {
                     warn!(%peer, file = %Escaped(name), reason = "busy", max_transfers = shared.config.max_transfers, max_queued = shared.config.max_queued, dropped, "tftp request dropped: every transfer slot taken and the queue full (the client asks again after its timeout; at most one line a second, `dropped` since the last)");
                 }
                 return;
@@ -343,31 +325,6 @@ async fn refuse(shared: &Shared, d: Datagram, code: ErrorCode, message: &str) {
         .await
     {
         debug!(peer = %d.peer, error = %e, "tftp error reply");
-    }
-}
-
-/// Frees a transfer's place when its task ends, however it ends.
-struct SlotGuard {
-    shared: Arc<Shared>,
-    peer: SocketAddr,
-    id: u64,
-    /// The transfer slot, given back (to the first waiting request) when
-    /// the transfer ends.
-    _permit: tokio::sync::OwnedSemaphorePermit,
-}
-
-impl Drop for SlotGuard {
-    fn drop(&mut self) {
-        let mut map = self
-            .shared
-            .transfers
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        // A replacement from the same port may hold the entry by now.
-        if map.get(&self.peer).is_some_and(|s| s.id == self.id) {
-            map.remove(&self.peer);
-        }
-        self.shared.metrics.transfers_active.dec();
     }
 }
 
