@@ -186,7 +186,7 @@ fn cached_secs(
         && held.state == LeaseState::Active
         && held.hostname == want.hostname
         && table.is_durable(held);
-    (same && left >= fresh.max(1) && left <= u64::from(lease_secs)).then(|| left as u32)
+    (same && left >= fresh.max(1) && left <= u64::from(lease_secs)).then_some(left as u32)
 }
 
 /// Option 82 as the relay sent it. The server puts the packet's own bytes
