@@ -37,6 +37,21 @@
 #                    N + 1 000: its default 1 000 NAKs every machine beyond)
 #                    + nginx serving pre-rendered per-MAC scripts and
 #                    Ignition files
+#   dnsmasq-nginx-tuned  dnsmasq-nginx with nginx set as its documentation
+#                    (ngx_http_core_module) advises for large static files to
+#                    many slow readers: sendfile_max_chunk 512k (the default
+#                    since nginx 1.21.4 is 2m; the limit keeps one fast
+#                    connection from seizing the worker), tcp_nopush on (as
+#                    in the untuned stack: headers and the file's start in
+#                    full packets), the listen socket's sndbuf=1m (SO_SNDBUF,
+#                    inherited by each accepted connection: room for a
+#                    512k chunk per wakeup, without the kernel's autotuning).
+#                    Not used: directio (turns sendfile off for files above
+#                    its size and reads past the page cache, so 1 000
+#                    machines would read the same 95 MiB from disk 1 000
+#                    times; for files too big to cache) and aio threads /
+#                    output_buffers (for reads that block on disk or for
+#                    directio; these files stay in the page cache)
 #   kea-tftpd-nginx  Kea (reservations, memfile persist, its multi-threading
 #                    on with 2 threads) + tftpd-hpa + nginx
 #   bootd-ha         two appliances (bootd) on a 3-member etcd (Debian's
@@ -451,8 +466,10 @@ wait_http() { # dir: the server's HTTP answers /healthz, from the machines' side
 # The OpenShift helper node's way: static per-MAC iPXE scripts, each node's
 # Ignition as a file (the same bytes bootd serves), the images beside them,
 # served by nginx (one worker per CPU, sendfile, access log to a file).
+# TUNED=1: the directives of the dnsmasq-nginx-tuned stack (the header).
 write_www() { # dir n
-    local d=$1 n=$2 i mac
+    local d=$1 n=$2 i mac chunk="" listen_opts=""
+    if [[ ${TUNED:-0} == 1 ]]; then chunk=" sendfile_max_chunk 512k;" listen_opts=" sndbuf=1m"; fi
     mkdir -p "$d/www/ipxe"
     ln -s "$FILES/images" "$d/www/images"
     ln -s "$d/want" "$d/www/ignition"
@@ -471,10 +488,10 @@ error_log $d/nginx-error.log;
 events { worker_connections 16384; }
 http {
     access_log $d/nginx-access.log;
-    sendfile on; tcp_nopush on; keepalive_timeout 30;
+    sendfile on;$chunk tcp_nopush on; keepalive_timeout 30;
     default_type application/octet-stream;
     client_body_temp_path $d/tmp; proxy_temp_path $d/tmp; fastcgi_temp_path $d/tmp; uwsgi_temp_path $d/tmp; scgi_temp_path $d/tmp;
-    server { listen $SRV_IP:8080 reuseport; root $d/www; location /healthz { return 200; } }
+    server { listen $SRV_IP:8080 reuseport$listen_opts; root $d/www; location /healthz { return 200; } }
 }
 NGINX
     mkdir -p "$d/tmp"
@@ -565,6 +582,7 @@ for n in $MACHINES; do
             bootd | bootd-unlimited) run_bootd "$d" ;;
             bootd-reload) run_bootd "$d"; start_reloads "$d" "${SRV_PIDS[0]}" ;;
             dnsmasq-nginx) write_www "$d" "$n"; start_dnsmasq "$d" "$n"; start_nginx "$d" ;;
+            dnsmasq-nginx-tuned) TUNED=1 write_www "$d" "$n"; start_dnsmasq "$d" "$n"; start_nginx "$d" ;;
             kea-tftpd-nginx) write_www "$d" "$n"; start_kea_tftpd "$d" "$n"; start_nginx "$d" ;;
             bootd-ha | bootd-ha3 | bootd-ha-kill | bootd-ha3-kill)
                 k=2; [[ $stack == bootd-ha3* ]] && k=3
