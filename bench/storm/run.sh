@@ -411,6 +411,7 @@ ha_check() {
             y[1] - x[1], fc, (fc > 0 ? (y[3] - x[3]) * 1e3 / fc : 0), bc, (bc > 0 ? (y[5] - x[5]) * 1e3 / bc : 0), y[6] - x[6], y[7] - x[7] }')"
     for ((i = 0; i < ${#HA_IPS[@]}; i++)); do
         echo "DHCP packets by kind, a$i (${HA_IPS[i]}): $(dhcp_kinds "${HA_IPS[i]}" || true)"
+        echo "UDP sockets that dropped datagrams, a$i (local port: drops): $(socket_drops "${APP_NS[i]}")"
     done
     ectl get --prefix "${HA_PREFIX}dhcp/" -w json >"$d/dhcp.json"
     ectl get --prefix "${HA_PREFIX}bootd/spent/" --keys-only >"$d/spent.keys"
@@ -426,6 +427,14 @@ declare -A LAST_MAKESPAN=()
 udp_drops() {
     # shellcheck disable=SC2016 # awk's fields
     ip netns exec "$1" awk '/^Udp:/ { if (!h) { for (i = 1; i <= NF; i++) c[$i] = i; h = 1 } else print $c["RcvbufErrors"] }' /proc/net/snmp
+}
+# socket_drops NS: the UDP sockets in NS with drops (/proc/net/udp's last
+# column), "port:drops ..." (bound ports; "-" when none dropped).
+socket_drops() {
+    # shellcheck disable=SC2016 # awk's fields
+    ip netns exec "$1" awk 'function hex(s, i, n) { n = 0; for (i = 1; i <= length(s); i++) n = n * 16 + index("0123456789ABCDEF", substr(s, i, 1)) - 1; return n }
+        NR > 1 && $NF + 0 > 0 { split($2, a, ":"); printf "%d:%d ", hex(a[2]), $NF; n++ }
+        END { if (!n) printf "-" }' /proc/net/udp
 }
 srv_drops() { local ns t=0; for ns in "${APP_NS[@]}"; do t=$((t + $(udp_drops "$ns"))); done; echo "$t"; }
 backlog_drops() { local s=0 _a d _r; while read -r _a d _r; do s=$((s + 16#$d)); done </proc/net/softnet_stat; echo "$s"; }
