@@ -60,6 +60,21 @@ impl Appliance {
         }
     }
 
+    /// Two appliances on `etcd`, once one is elected: (leader, follower).
+    async fn elected_pair(f: &Fake, etcd: &str) -> (Appliance, Appliance) {
+        let a = Appliance::start(f, etcd, 1).await;
+        let b = Appliance::start(f, etcd, 2).await;
+        until("one appliance elected", 20, async || {
+            a.leading().await || b.leading().await
+        })
+        .await;
+        if a.leading().await {
+            (a, b)
+        } else {
+            (b, a)
+        }
+    }
+
     async fn get(&self, path: &str) -> (u16, Value) {
         self.api.call("GET", path, None).await
     }
@@ -85,13 +100,7 @@ async fn the_other_appliance_is_elected_and_finishes_the_node_once() {
     let hold = Arc::new(tokio::sync::Notify::new());
     f.st().hold_create = Some(Arc::clone(&hold));
     f.st().create_lands_on_release = true;
-    let a = Appliance::start(&f, &etcd.endpoint, 1).await;
-    let b = Appliance::start(&f, &etcd.endpoint, 2).await;
-    until("one appliance elected", 20, async || {
-        a.leading().await || b.leading().await
-    })
-    .await;
-    let (mut leader, follower) = if a.leading().await { (a, b) } else { (b, a) };
+    let (mut leader, follower) = Appliance::elected_pair(&f, &etcd.endpoint).await;
     assert!(!follower.leading().await, "two leaders");
     let (_, v) = follower.get("/v1/cluster").await;
     assert_eq!(v["controller"]["store"], "etcd");
@@ -179,13 +188,7 @@ async fn nodes_created_across_a_leader_kill_get_one_machine_each() {
     let f = Fake::start().await;
     let hold = Arc::new(tokio::sync::Notify::new());
     f.st().hold_create = Some(Arc::clone(&hold));
-    let a = Appliance::start(&f, &etcd.endpoint, 1).await;
-    let b = Appliance::start(&f, &etcd.endpoint, 2).await;
-    until("one appliance elected", 20, async || {
-        a.leading().await || b.leading().await
-    })
-    .await;
-    let (mut leader, follower) = if a.leading().await { (a, b) } else { (b, a) };
+    let (mut leader, follower) = Appliance::elected_pair(&f, &etcd.endpoint).await;
     let name = |i: usize| format!("p9-{i:02}");
     for i in 0..N {
         let (st, v) = follower
