@@ -105,8 +105,9 @@ impl Table {
     }
     /// A lease that is durable (read from the file or the shared store).
     pub fn apply(&mut self, lease: Lease) {
-        self.written(&lease);
+        let durable = lease.clone();
         self.apply_unwritten(lease);
+        self.written(&durable);
     }
 
     /// A lease decided but not yet durable (its write follows): in the
@@ -117,10 +118,16 @@ impl Table {
         }
     }
 
-    /// `lease` is durable now (its write was synced).
+    /// `lease` is durable now (its write was synced). The record of
+    /// clients the table no longer holds is dropped whenever it outgrows
+    /// the table (clients come and go: it must not grow with them).
     pub fn written(&mut self, lease: &Lease) {
         if let Ok(mac) = lease.mac.parse::<Mac>() {
             self.durable.insert(mac, lease.expires);
+        }
+        if self.durable.len() > 2 * self.bindings.len() + 1024 {
+            let bindings = &self.bindings;
+            self.durable.retain(|m, _| bindings.get(m).is_some());
         }
     }
 
@@ -305,6 +312,34 @@ mod tests {
             hostname: host.map(Into::into),
             state: LeaseState::Active,
         }
+    }
+
+    /// What is known durable is kept for the clients the table holds, not
+    /// for every client ever written: it stays bounded as clients come
+    /// and go, and a lease read from the file is durable.
+    #[test]
+    fn the_durable_record_follows_the_table_not_every_client_ever_seen() {
+        let mut t = Table::default();
+        let held = lease("02:00:00:00:00:01", "10.0.0.1", None);
+        t.apply(held.clone());
+        assert!(t.is_durable(&held));
+        for i in 0..10_000u32 {
+            let b = i.to_be_bytes();
+            let gone = lease(
+                &format!("02:01:{:02x}:{:02x}:{:02x}:{:02x}", b[0], b[1], b[2], b[3]),
+                "10.0.9.9",
+                None,
+            );
+            t.written(&gone);
+        }
+        assert!(t.durable.len() <= 2 * t.len() + 1025, "{}", t.durable.len());
+        assert!(t.is_durable(&held), "a held client's record is kept");
+        let later = Lease {
+            expires: 200,
+            ..held
+        };
+        t.apply_unwritten(later.clone());
+        assert!(!t.is_durable(&later), "not written yet");
     }
 
     /// Spread: member 1 of 2 starts at the pool's start, member 2 at its
