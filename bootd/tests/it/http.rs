@@ -468,10 +468,32 @@ async fn resume_of_a_file_over_4gib() {
     let out_dir = tempfile::tempdir().unwrap();
     let out = out_dir.path().join("big.img");
     let url = format!("http://{}/images/big.img", b.http);
-    // First attempt "cut" a little past 4 GiB.
-    let first = curl(&["-r", "0-4294971391", "-o", out.to_str().unwrap(), &url]);
-    assert!(first.status.success(), "{first:?}");
-    assert_eq!(std::fs::metadata(&out).unwrap().len(), 4294971392);
+    let sh = |script: &str| {
+        let o = std::process::Command::new("bash")
+            .args(["-c", script])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{script}: {o:?}");
+        String::from_utf8(o.stdout).unwrap()
+    };
+    // First attempt "cut" a little past 4 GiB, hashed as it streams (a
+    // 4 GiB download written out would need 4 GiB of free disk): its
+    // bytes are the file's first 4 294 971 392.
+    let cut = 4294971392u64;
+    let first = sh(&format!(
+        "set -o pipefail; curl -sS -r 0-{} '{url}' | sha256sum",
+        cut - 1
+    ));
+    let want = sh(&format!("head -c {cut} '{}' | sha256sum", path.display()));
+    assert_eq!(first, want, "the first 4 GiB + 4 KiB as served");
+    // What the cut attempt left on disk, kept sparse.
+    sh(&format!(
+        "cp --sparse=always '{}' '{}' && truncate -s {cut} '{}'",
+        path.display(),
+        out.display(),
+        out.display()
+    ));
+    assert_eq!(std::fs::metadata(&out).unwrap().len(), cut);
     // Resume: curl asks for bytes=4294971392- and appends.
     let second = curl(&[
         "-C",
