@@ -437,6 +437,14 @@ socket_drops() {
         END { if (!n) printf "-" }' /proc/net/udp
 }
 srv_drops() { local ns t=0; for ns in "${APP_NS[@]}"; do t=$((t + $(udp_drops "$ns"))); done; echo "$t"; }
+# tcp_ext NS FIELD: a TcpExt counter of /proc/net/netstat in namespace NS
+# (ListenOverflows: connections refused on a full accept queue, their SYN
+# dropped; TCPSynRetrans: SYNs sent again, 1 s after the first).
+tcp_ext() {
+    # shellcheck disable=SC2016 # awk's fields
+    ip netns exec "$1" awk -v f="$2" '/^TcpExt:/ { if (!h) { for (i = 1; i <= NF; i++) c[$i] = i; h = 1 } else print $c[f] + 0 }' /proc/net/netstat
+}
+srv_overflows() { local ns t=0; for ns in "${APP_NS[@]}"; do t=$((t + $(tcp_ext "$ns" ListenOverflows))); done; echo "$t"; }
 backlog_drops() { local s=0 _a d _r; while read -r _a d _r; do s=$((s + 16#$d)); done </proc/net/softnet_stat; echo "$s"; }
 
 # bootd-reload: a node more in the site file and SIGHUP, every RELOAD_EVERY
@@ -614,6 +622,7 @@ for n in $MACHINES; do
             [[ $stack == *-kill ]] && deadline=$KILL_DEADLINE
             c0=$(cpu_read "$CG_SRV")
             us0=$(srv_drops); ul0=$(udp_drops "$L"); bd0=$(backlog_drops)
+            lo0=$(srv_overflows); sr0=$(tcp_ext "$L" TCPSynRetrans)
             rc=0
             ip netns exec "$L" taskset -c $LOAD_CPU "$STORM_BIN" --machines "$n" --server "$servers" --relay $RELAY_IP \
                 --tftp-root "$FILES/tftp" --images-root "$FILES/images" --ignition-dir "$want" \
@@ -635,6 +644,7 @@ for n in $MACHINES; do
             [[ -z $kill_note ]] || say "   $kill_note"
             sed 's/^/   /' "$d/storm.out" | tee -a "$RESULTS"
             say "   UDP datagrams dropped on a full receive buffer: server side $(( $(srv_drops) - us0 )), machines' side $(( $(udp_drops "$L") - ul0 )); softnet backlog drops $(( $(backlog_drops) - bd0 ))"
+            say "   TCP: accept queue overflows server side $(( $(srv_overflows) - lo0 )); SYNs the machines sent again $(( $(tcp_ext "$L" TCPSynRetrans) - sr0 ))"
             [[ ! -s $d/ha.out ]] || sed 's/^/   /' "$d/ha.out" | tee -a "$RESULTS"
             echo "$stack $n $round $cpu $rss $(tr -d '\n ' <"$d/storm.json" 2>/dev/null || echo '{}')" >>"$RESULTS.jsonl"
             if [[ $stack != *-kill ]]; then

@@ -713,6 +713,58 @@ async fn beyond_max_transfers_a_request_waits_and_beyond_the_queue_it_is_dropped
     s.stop().await;
 }
 
+/// A waiting client that sent its request again and then fell silent
+/// (it gave up) loses its turn to the next, which is served at once.
+#[tokio::test]
+async fn a_waiting_client_that_stopped_asking_loses_its_turn() {
+    let s = Server::start(TftpConfig {
+        max_transfers: 1,
+        ..TftpConfig::default()
+    })
+    .await;
+    let a = Raw::new(s.addr).await;
+    a.rrq("ipxe.efi", &[]).await;
+    let (_, _, tid) = a.expect_data().await;
+    // B asks twice, 200 ms apart, then gives up.
+    let b = Raw::new(s.addr).await;
+    b.rrq("small.txt", &[]).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    b.rrq("small.txt", &[]).await;
+    // C waits behind B and keeps asking (every 500 ms) for 2.5 s.
+    let c = Raw::new(s.addr).await;
+    for _ in 0..5 {
+        c.rrq("small.txt", &[]).await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert_eq!(s.metrics.waiting.get(), 2);
+    assert_eq!(s.metrics.queued_again.get(), 5);
+    // The slot frees: B, silent for 2.5 s, is skipped; C is served.
+    a.send_to(
+        tid,
+        Packet::Error {
+            code: 0,
+            message: "bye".into(),
+        },
+    )
+    .await;
+    let (p, _) = tokio::time::timeout(Duration::from_secs(2), c.recv())
+        .await
+        .expect("the client still asking was not served");
+    match packet::parse(&p).unwrap() {
+        Packet::Data { block: 1, data } => assert_eq!(data, s.file("small.txt")),
+        other => panic!("{other:?}"),
+    }
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), b.recv())
+            .await
+            .is_err(),
+        "the client that gave up was served"
+    );
+    assert_eq!(s.metrics.queue_abandoned.get(), 1);
+    assert_eq!(s.metrics.waiting.get(), 0);
+    s.stop().await;
+}
+
 /// EDK2: RRQ with tsize only, OACK, ERROR, then RRQ again from the same
 /// port. SLOF: always port 2001, a new RRQ after a failed transfer.
 #[tokio::test]

@@ -71,10 +71,12 @@ pub struct TftpMetrics {
     pub malformed: Counter,
     pub busy: Counter,
     /// Requests that waited for a transfer slot; retransmissions of a
-    /// waiting request (dropped); waits that ran out.
+    /// waiting request (dropped); waits that ran out; turns skipped because
+    /// the client had stopped sending its request (it gave up).
     pub queued: Counter,
     pub queued_again: Counter,
     pub queue_expired: Counter,
+    pub queue_abandoned: Counter,
     /// DATA payload bytes put on the wire, retransmissions included.
     pub bytes_sent: Counter,
     /// DATA packets sent again (timeouts, partial windows).
@@ -119,6 +121,11 @@ impl TftpMetrics {
             "tftp_queue_expired",
             "TFTP requests dropped after waiting queue_wait (default 30 s) for a slot",
             self.queue_expired.clone(),
+        );
+        registry.register(
+            "tftp_queue_abandoned",
+            "Waiting TFTP requests skipped at their turn: the client had stopped sending the request (silent three of its gaps, at least 2 s), so it gave up",
+            self.queue_abandoned.clone(),
         );
         registry.register(
             "tftp_waiting",

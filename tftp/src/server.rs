@@ -32,6 +32,7 @@ use tokio_util::task::TaskTracker;
 use tracing::{debug, info, info_span, warn, Instrument};
 
 mod config;
+mod queue;
 mod slot;
 mod throttle;
 use config::UNPROVEN_RETRIES;
@@ -51,9 +52,9 @@ struct Shared {
     /// One permit per transfer that may run (`max_transfers`); fair, so a
     /// new request queues behind those waiting.
     slots: Arc<tokio::sync::Semaphore>,
-    /// Clients whose request waits for a slot (a retransmission of it is
-    /// dropped: the waiting request answers it).
-    waiting: Mutex<std::collections::HashSet<SocketAddr>>,
+    /// Clients whose request waits for a slot, and when they sent it (a
+    /// retransmission of it is dropped: the waiting request answers it).
+    waiting: Mutex<HashMap<SocketAddr, queue::Heard>>,
     /// Requests dropped on a full queue, logged one line a second at most
     /// (a rack beyond the queue sends thousands).
     full_logged: throttle::Throttle,
@@ -178,7 +179,9 @@ async fn on_datagram(
         .waiting
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
-        .contains(&peer);
+        .get_mut(&peer)
+        .map(|h| h.again(Instant::now()))
+        .is_some();
     if waiting {
         // A retransmission of a request that waits its turn.
         m.queued_again.inc();
@@ -192,7 +195,8 @@ async fn on_datagram(
                     .waiting
                     .lock()
                     .unwrap_or_else(PoisonError::into_inner);
-                w.len() < shared.config.max_queued && w.insert(peer)
+                w.len() < shared.config.max_queued
+                    && w.insert(peer, queue::Heard::new(Instant::now())).is_none()
             };
             if !queued {
                 // Not answered: a PXE ROM gives its boot up on an error,
@@ -213,13 +217,20 @@ async fn on_datagram(
                     _ = shared2.shutdown.cancelled() => None,
                     r = tokio::time::timeout(shared2.config.queue_wait, Arc::clone(&shared2.slots).acquire_owned()) => r.ok().and_then(Result::ok),
                 };
-                shared2
+                let heard = shared2
                     .waiting
                     .lock()
                     .unwrap_or_else(PoisonError::into_inner)
                     .remove(&peer);
                 shared2.metrics.waiting.dec();
+                let gone = heard.and_then(|h| h.gone(Instant::now()));
                 match got {
+                    Some(_) if gone.is_some() => {
+                        // Its turn goes to the next: serving a client that
+                        // gave up would hold the slot for its retries.
+                        shared2.metrics.queue_abandoned.inc();
+                        debug!(%peer, file = %Escaped(&name), silent_for = ?gone, "tftp request skipped: its client stopped sending it while it waited");
+                    }
                     Some(permit) => accept(&shared2, &tracker2, &name, neg, d, id, permit).await,
                     None => {
                         shared2.metrics.queue_expired.inc();
