@@ -256,9 +256,7 @@ impl Sockets {
     /// and before READY is sent to systemd).
     pub async fn bind(site: &Site) -> Result<Sockets, Error> {
         let tcp = |what: &'static str, addr: std::net::SocketAddr| async move {
-            TcpListener::bind(addr)
-                .await
-                .map_err(|source| Error::Bind { what, addr, source })
+            runtime::net::listen_tcp(addr).map_err(|source| Error::Bind { what, addr, source })
         };
         let http = tcp("host.http.listen", site.host.http.listen).await?;
         let https = match &site.host.https {

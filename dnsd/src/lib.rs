@@ -195,7 +195,7 @@ pub fn bind_tcp(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
     }
     freebind(&s, addr)?;
     s.bind(&addr.into())?;
-    s.listen(1024)?;
+    s.listen(runtime::net::LISTEN_BACKLOG as i32)?;
     s.set_nonblocking(true)?;
     Ok(s.into())
 }

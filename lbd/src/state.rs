@@ -359,7 +359,7 @@ pub fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
     }
     sock.set_nonblocking(true)?;
     sock.bind(&addr.into())?;
-    sock.listen(4096)?;
+    sock.listen(runtime::net::LISTEN_BACKLOG as i32)?;
     TcpListener::from_std(sock.into())
 }
 

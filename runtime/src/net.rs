@@ -15,6 +15,25 @@ pub struct BindError {
     pub source: io::Error,
 }
 
+/// The accept queue a listener asks for. The kernel caps it at
+/// `net.core.somaxconn` (4 096 by default since Linux 5.4); tokio's `bind`
+/// asks for 1 024, which a rack powering on overflows: the SYNs beyond it
+/// are dropped and the machines send them again a second later.
+pub const LISTEN_BACKLOG: u32 = 4096;
+
+/// A TCP listener on `addr` as tokio's `TcpListener::bind` makes it
+/// (`SO_REUSEADDR`, dual-stack on `[::]` where the host allows), with an
+/// accept queue of [`LISTEN_BACKLOG`].
+pub fn listen_tcp(addr: std::net::SocketAddr) -> io::Result<tokio::net::TcpListener> {
+    let socket = match addr {
+        std::net::SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,
+        std::net::SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(LISTEN_BACKLOG)
+}
+
 /// One `recv` into `buf` once `stream` is readable; `Ok(0)` is EOF.
 ///
 /// A short read took all the socket had, so it also marks the socket not
@@ -87,6 +106,39 @@ pub async fn accept(
 mod tests {
     use super::*;
     use tokio::io::AsyncWriteExt;
+
+    /// The listener's accept queue holds LISTEN_BACKLOG connections (the
+    /// kernel's cap allowing): 2 000 connections made while nothing
+    /// accepts all complete their handshake (tokio's bind: 1 024 + 1).
+    #[tokio::test]
+    async fn a_listener_queues_more_than_tokios_default() {
+        let cap: u32 = std::fs::read_to_string("/proc/sys/net/core/somaxconn")
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(0);
+        if cap < 2048 {
+            eprintln!("skipped: net.core.somaxconn {cap} < 2048");
+            return;
+        }
+        let l = listen_tcp("127.0.0.1:0".parse().unwrap()).unwrap();
+        let addr = l.local_addr().unwrap();
+        let mut held = Vec::new();
+        for i in 0..2000 {
+            let c = tokio::time::timeout(
+                std::time::Duration::from_secs(2),
+                TcpStream::connect(addr),
+            )
+            .await;
+            match c {
+                Ok(Ok(s)) => held.push(s),
+                other => panic!("connection {i} not completed with nothing accepting: {other:?}"),
+            }
+        }
+        // Each is in the queue, accepted in turn.
+        for _ in 0..2000 {
+            l.accept().await.unwrap();
+        }
+    }
 
     /// Short reads, data arriving after one, a full buffer, then EOF: every
     /// byte arrives and nothing waits forever.
