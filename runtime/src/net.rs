@@ -124,11 +124,9 @@ mod tests {
         let addr = l.local_addr().unwrap();
         let mut held = Vec::new();
         for i in 0..2000 {
-            let c = tokio::time::timeout(
-                std::time::Duration::from_secs(2),
-                TcpStream::connect(addr),
-            )
-            .await;
+            let c =
+                tokio::time::timeout(std::time::Duration::from_secs(2), TcpStream::connect(addr))
+                    .await;
             match c {
                 Ok(Ok(s)) => held.push(s),
                 other => panic!("connection {i} not completed with nothing accepting: {other:?}"),
