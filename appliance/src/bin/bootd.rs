@@ -142,6 +142,13 @@ enum What {
 fn main() -> Result<()> {
     runtime::heap::small_pages();
     let cli = Cli::parse();
+    if let Some(Cmd::Ready { http }) = cli.cmd {
+        // Before the site is read or the log thread started: keepalived
+        // runs this as `nobody` every second on every appliance.
+        let (code, why) = ready(http);
+        eprintln!("{why}");
+        std::process::exit(code);
+    }
     // Log lines are written by a separate thread, so a request never waits
     // on write(2) to a slow terminal or journal. Not lossy: when the queue is
     // full, logging waits rather than dropping a decision's record. The guard
@@ -149,13 +156,6 @@ fn main() -> Result<()> {
     let _log_flush = runtime::logging::init();
     if let Some(path) = &cli.check_config {
         return check_config(path);
-    }
-    if let Some(Cmd::Ready { http }) = cli.cmd {
-        // Before the site is read: keepalived runs this as `nobody` every
-        // second.
-        let (code, why) = ready(http);
-        eprintln!("{why}");
-        std::process::exit(code);
     }
     if let Some(d) = &cli.state_dir {
         // Before any site is loaded: its overlay is read from there too.
