@@ -9,7 +9,8 @@
 # per transaction, and their WAL fsyncs.
 #
 # Usage: bench/storm/etcd-floor.sh [K]   (K: 1000; ROUNDS: 3; RESULTS: a file
-# the report is also written to)
+# the report is also written to; IDLE: seconds to measure the members with
+# no client after the transactions, 0: not)
 set -euo pipefail
 # shellcheck source=tests/lib/harness.sh
 . "$(dirname "$0")/../../tests/lib/harness.sh"
@@ -17,6 +18,7 @@ set -euo pipefail
 . "$REPO/bench/lib/bench.sh"
 K=${1:-1000}
 ROUNDS=${ROUNDS:-3}
+IDLE=${IDLE:-0}
 FLOOR_BIN=${FLOOR_BIN:-$REPO/target/release/examples/txn-floor}
 bench_need_root "network namespaces"
 [[ -x $FLOOR_BIN ]] || { echo "build first: cargo build --release -p etcd --example txn-floor" >&2; exit 2; }
@@ -61,6 +63,16 @@ for ((r = 1; r <= ROUNDS; r++)); do
     done
     f1=$(fsyncs)
     say "round $r: $out; members' CPU $(awk -v c="$t" -v hz="$HZ" 'BEGIN { printf "%.3f", c / hz }') s (${each%, }), $(awk -v c="$t" -v hz="$HZ" -v k="$K" 'BEGIN { printf "%.2f", c / hz / k * 1000 }') ms per transaction; m1 WAL fsyncs $((${f1%.*} - ${f0%.*}))"
+    if ((IDLE > 0)); then
+        # The same members with no client: what they cost for being there
+        # (heartbeats, the leader's lease checks) over IDLE seconds.
+        t0=()
+        for p in "${pids[@]}"; do t0+=("$(ticks "$p")"); done
+        sleep "$IDLE"
+        t=0
+        for i in 0 1 2; do t=$((t + $(ticks "${pids[i]}") - t0[i])); done
+        say "round $r idle: members' CPU $(awk -v c="$t" -v hz="$HZ" 'BEGIN { printf "%.3f", c / hz }') s over $IDLE s, no client ($(awk -v c="$t" -v hz="$HZ" -v s="$IDLE" 'BEGIN { printf "%.1f", c / hz / s * 1000 }') CPU-ms a second)"
+    fi
     bench_stop "${pids[@]}"
     rm -rf "$d"/m?
 done
