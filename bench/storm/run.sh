@@ -424,9 +424,12 @@ declare -A LAST_MAKESPAN=()
 
 # UDP datagrams the kernel dropped for a full receive buffer, in namespace $1
 # (/proc/net/snmp Udp: RcvbufErrors), and the softnet backlog's drops (all CPUs).
-udp_drops() {
+udp_drops() { proc_counter "$1" /proc/net/snmp Udp RcvbufErrors; }
+# proc_counter NS FILE SECTION FIELD: a counter of /proc/net/snmp or
+# /proc/net/netstat in namespace NS (a header line of names, then values).
+proc_counter() {
     # shellcheck disable=SC2016 # awk's fields
-    ip netns exec "$1" awk '/^Udp:/ { if (!h) { for (i = 1; i <= NF; i++) c[$i] = i; h = 1 } else print $c["RcvbufErrors"] }' /proc/net/snmp
+    ip netns exec "$1" awk -v s="$3:" -v f="$4" '$1 == s { if (!h) { for (i = 1; i <= NF; i++) c[$i] = i; h = 1 } else print $c[f] + 0 }' "$2"
 }
 # socket_drops NS: the UDP sockets in NS with drops (/proc/net/udp's last
 # column), "port:drops ..." (bound ports; "-" when none dropped).
@@ -440,10 +443,7 @@ srv_drops() { local ns t=0; for ns in "${APP_NS[@]}"; do t=$((t + $(udp_drops "$
 # tcp_ext NS FIELD: a TcpExt counter of /proc/net/netstat in namespace NS
 # (ListenOverflows: connections refused on a full accept queue, their SYN
 # dropped; TCPSynRetrans: SYNs sent again, 1 s after the first).
-tcp_ext() {
-    # shellcheck disable=SC2016 # awk's fields
-    ip netns exec "$1" awk -v f="$2" '/^TcpExt:/ { if (!h) { for (i = 1; i <= NF; i++) c[$i] = i; h = 1 } else print $c[f] + 0 }' /proc/net/netstat
-}
+tcp_ext() { proc_counter "$1" /proc/net/netstat TcpExt "$2"; }
 srv_overflows() { local ns t=0; for ns in "${APP_NS[@]}"; do t=$((t + $(tcp_ext "$ns" ListenOverflows))); done; echo "$t"; }
 backlog_drops() { local s=0 _a d _r; while read -r _a d _r; do s=$((s + 16#$d)); done </proc/net/softnet_stat; echo "$s"; }
 

@@ -197,11 +197,31 @@ impl Raw {
     }
 
     async fn expect_data(&self) -> (u16, Vec<u8>, SocketAddr) {
-        let (b, from) = self.recv().await;
+        self.expect_data_within(Duration::from_secs(3)).await
+    }
+
+    async fn expect_data_within(&self, d: Duration) -> (u16, Vec<u8>, SocketAddr) {
+        let (b, from) = self
+            .recv_within(d)
+            .await
+            .expect("no DATA from the server in time");
         match packet::parse(&b).unwrap() {
             Packet::Data { block, data } => (block, data.to_vec(), from),
             other => panic!("expected DATA, got {other:?}"),
         }
+    }
+
+    /// The client gives its transfer on `tid` up (ERROR 0), as a PXE ROM
+    /// that stops.
+    async fn give_up(&self, tid: SocketAddr) {
+        self.send_to(
+            tid,
+            Packet::Error {
+                code: 0,
+                message: "bye".into(),
+            },
+        )
+        .await;
     }
 
     async fn expect_oack(&self) -> (Vec<(String, String)>, SocketAddr) {
@@ -676,14 +696,7 @@ async fn beyond_max_transfers_a_request_waits_and_beyond_the_queue_it_is_dropped
     assert_eq!(s.metrics.transfers_active.get(), 1);
     assert_eq!(s.metrics.waiting.get(), 1);
     // Once A gives up, B's waiting request is served, without asking again.
-    a.send_to(
-        tid,
-        Packet::Error {
-            code: 0,
-            message: "bye".into(),
-        },
-    )
-    .await;
+    a.give_up(tid).await;
     let (p, btid) = tokio::time::timeout(Duration::from_secs(3), b.recv())
         .await
         .expect("the queued request was not served once the slot was free");
@@ -739,21 +752,9 @@ async fn a_waiting_client_that_stopped_asking_loses_its_turn() {
     assert_eq!(s.metrics.waiting.get(), 2);
     assert_eq!(s.metrics.queued_again.get(), 5);
     // The slot frees: B, silent for 2.5 s, is skipped; C is served.
-    a.send_to(
-        tid,
-        Packet::Error {
-            code: 0,
-            message: "bye".into(),
-        },
-    )
-    .await;
-    let (p, _) = tokio::time::timeout(Duration::from_secs(2), c.recv())
-        .await
-        .expect("the client still asking was not served");
-    match packet::parse(&p).unwrap() {
-        Packet::Data { block: 1, data } => assert_eq!(data, s.file("small.txt")),
-        other => panic!("{other:?}"),
-    }
+    a.give_up(tid).await;
+    let (blk, data, _) = c.expect_data_within(Duration::from_secs(2)).await;
+    assert_eq!((blk, data), (1, s.file("small.txt")));
     assert!(
         tokio::time::timeout(Duration::from_millis(300), b.recv())
             .await
@@ -1071,14 +1072,7 @@ async fn one_source_cannot_hold_the_server_or_be_reflected_at() {
     let (blk, data, _) = other.expect_data().await;
     assert_eq!((blk, data), (1, s.file("small.txt")));
     for (c, tid) in [(&a, tid_a), (&b, tid_b)] {
-        c.send_to(
-            tid,
-            Packet::Error {
-                code: 0,
-                message: "bye".into(),
-            },
-        )
-        .await;
+        c.give_up(tid).await;
     }
     s.stop().await;
 }
