@@ -161,16 +161,56 @@ fn freebind(s: &socket2::Socket, addr: SocketAddr) -> std::io::Result<()> {
     }
 }
 
-/// `n` UDP sockets on `addr` sharing it with SO_REUSEPORT (the kernel
-/// spreads clients over them). Port 0 picks one port for all. Bound with
-/// IP_FREEBIND.
+/// `n` UDP sockets on `addr`, bound with IP_FREEBIND. Several share the
+/// address with SO_REUSEPORT (the kernel spreads clients over them); one
+/// socket does not set it.
+///
+/// SO_REUSEPORT also lets another process of the same user share the port
+/// when the kernel picks that process an ephemeral port: dig sets it,
+/// binds port 0 and connects, and a dig whose port happens to equal the
+/// server's then receives its own query ("query response not set"). So a
+/// single socket never sets it, and port 0 with several sockets picks one
+/// free port *below* the kernel's ephemeral range, where no automatic
+/// choice lands. A configured port inside that range with several sockets
+/// keeps the (small) risk; `dns.listen` is port 53 in practice.
 pub fn bind_udp(addr: SocketAddr, n: usize) -> std::io::Result<Vec<std::net::UdpSocket>> {
+    let n = n.max(1);
+    if n == 1 || addr.port() != 0 {
+        return bind_udp_group(addr, n);
+    }
+    let low = ephemeral_low();
+    let span = u32::from(low.saturating_sub(1024).max(1));
+    let start: u32 = rand::random::<u32>() % span;
+    let mut last = None;
+    for k in 0..512u32 {
+        let port = 1024 + ((start + k * 7919) % span) as u16;
+        match bind_udp_group(SocketAddr::new(addr.ip(), port), n) {
+            Ok(v) => return Ok(v),
+            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => last = Some(e),
+            Err(e) => return Err(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| std::io::Error::from(std::io::ErrorKind::AddrInUse)))
+}
+
+/// The first port of the kernel's ephemeral range (32768 when unreadable).
+fn ephemeral_low() -> u16 {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .filter(|&p: &u16| p > 1024)
+        .unwrap_or(32768)
+}
+
+fn bind_udp_group(addr: SocketAddr, n: usize) -> std::io::Result<Vec<std::net::UdpSocket>> {
     use socket2::{Domain, Protocol, Socket, Type};
     let mut out: Vec<std::net::UdpSocket> = Vec::new();
     let mut addr = addr;
-    for _ in 0..n.max(1) {
+    for _ in 0..n {
         let s = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
-        s.set_reuse_port(true)?;
+        if n > 1 {
+            s.set_reuse_port(true)?;
+        }
         if addr.is_ipv6() {
             s.set_only_v6(true)?;
         }
@@ -559,4 +599,39 @@ fn applied(live: &Arc<Live>, state: &Mutex<Served>, r: Result<Loaded, Error>, fo
         dns: l.dns,
         watched: l.watched,
     };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reuse_port(s: &std::net::UdpSocket) -> bool {
+        socket2::SockRef::from(s).reuse_port().unwrap()
+    }
+
+    /// A dig whose kernel-chosen port equals a SO_REUSEPORT server's port
+    /// shares it and reads its own query: one socket does not set the
+    /// option, and several on port 0 sit below the ephemeral range.
+    #[test]
+    fn no_client_can_be_given_the_servers_port() {
+        let one = bind_udp("127.0.0.1:0".parse().unwrap(), 1).unwrap();
+        assert_eq!(one.len(), 1);
+        assert!(!reuse_port(&one[0]));
+        let low = ephemeral_low();
+        for _ in 0..20 {
+            let two = bind_udp("127.0.0.1:0".parse().unwrap(), 2).unwrap();
+            let port = two[0].local_addr().unwrap().port();
+            assert_eq!(two[1].local_addr().unwrap().port(), port);
+            assert!((1024..low).contains(&port), "{port} below {low}");
+            assert!(two.iter().all(reuse_port));
+            // A client socket with SO_REUSEPORT binding port 0 never lands on it.
+            let c =
+                socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::DGRAM, None).unwrap();
+            c.set_reuse_port(true).unwrap();
+            c.bind(&"0.0.0.0:0".parse::<SocketAddr>().unwrap().into())
+                .unwrap();
+            let got = c.local_addr().unwrap().as_socket().unwrap().port();
+            assert!(got >= low, "{got}");
+        }
+    }
 }
