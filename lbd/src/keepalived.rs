@@ -46,11 +46,24 @@ pub struct Programs<'a> {
     pub bootd: &'a Path,
 }
 
-/// The configuration text. Neither check reads a file. `Err` when the
-/// site has no `vips.vrrp` or no lbd admin listener, or, with unicast
-/// peers, when `local` has no source address of an instance's family or
-/// no peer is left once it is taken out.
-pub fn render(site: &Site, bin: &Programs, local: &Local) -> Result<String, String> {
+/// Which of the site's addresses keepalived moves (`bootd render
+/// keepalived --only`): the API VIP (and its IPv6 one), the ingress VIP
+/// (and its IPv6 one), the boot address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Vip {
+    Api,
+    Ingress,
+    Boot,
+}
+
+/// The configuration text. Neither check reads a file. `only` names the
+/// addresses to move (empty: every one the site has); the API and ingress
+/// VIPs' checks ask lbd, so they need `lb.adminListen`, the boot address's
+/// does not. `Err` when the site has no `vips.vrrp`, an address named in
+/// `only` is not in the site, an instance asks lbd and there is no admin
+/// listener, or, with unicast peers, when `local` has no source address of
+/// an instance's family or no peer is left once it is taken out.
+pub fn render(site: &Site, bin: &Programs, local: &Local, only: &[Vip]) -> Result<String, String> {
     let lbd_bin = bin.lbd;
     let v = site.vips.vrrp.as_ref().ok_or_else(|| {
         format!(
@@ -58,20 +71,39 @@ pub fn render(site: &Site, bin: &Programs, local: &Local) -> Result<String, Stri
             site.source.display()
         )
     })?;
-    let admin = site
-        .lb
-        .admin_listen
-        .ok_or_else(|| "lb.adminListen is off: keepalived's check asks lbd there".to_string())?;
-    let lbd_check =
-        |vip: IpAddr| format!("{} ready --vip {vip} --admin {admin}", lbd_bin.display());
-    let mut instances: Vec<(&str, IpAddr, u8, u8, String)> = vec![(
-        "api",
-        site.vips.api,
-        v.api_router_id,
-        v.api_prefix,
-        lbd_check(site.vips.api),
-    )];
-    if site.vips.ingress != site.vips.api {
+    let wants = |vip: Vip| only.is_empty() || only.contains(&vip);
+    if only.contains(&Vip::Boot) && site.vips.boot.is_none() {
+        return Err("--only boot: the site has no vips.boot".to_string());
+    }
+    let same = site.vips.ingress == site.vips.api;
+    // One instance moves both when the API and ingress VIPs are one address.
+    let api = wants(Vip::Api) || (same && wants(Vip::Ingress));
+    let ingress = wants(Vip::Ingress) && !same;
+    let admin = if api || ingress || wants(Vip::Api) || wants(Vip::Ingress) {
+        Some(site.lb.admin_listen.ok_or_else(|| {
+            "lb.adminListen is off: keepalived's check asks lbd there".to_string()
+        })?)
+    } else {
+        None
+    };
+    let lbd_check = |vip: IpAddr| {
+        format!(
+            "{} ready --vip {vip} --admin {}",
+            lbd_bin.display(),
+            admin.map(|a| a.to_string()).unwrap_or_default()
+        )
+    };
+    let mut instances: Vec<(&str, IpAddr, u8, u8, String)> = Vec::new();
+    if api {
+        instances.push((
+            "api",
+            site.vips.api,
+            v.api_router_id,
+            v.api_prefix,
+            lbd_check(site.vips.api),
+        ));
+    }
+    if ingress {
         instances.push((
             "ingress",
             site.vips.ingress,
@@ -89,13 +121,14 @@ pub fn render(site: &Site, bin: &Programs, local: &Local) -> Result<String, Stri
             .find_map(|n| n.subnet_of(vip))
             .map_or(64, |s| s.net.prefix_len())
     };
-    if let Some(vip) = site.vips.api_v6 {
+    let api6 = wants(Vip::Api) || (site.vips.ingress_v6 == site.vips.api_v6 && wants(Vip::Ingress));
+    if let Some(vip) = site.vips.api_v6.filter(|_| api6) {
         instances.push(("api6", vip, v.api_router_id, prefix6(vip), lbd_check(vip)));
     }
     if let Some(vip) = site
         .vips
         .ingress_v6
-        .filter(|i| Some(*i) != site.vips.api_v6)
+        .filter(|i| Some(*i) != site.vips.api_v6 && wants(Vip::Ingress))
     {
         instances.push((
             "ingress6",
@@ -105,7 +138,7 @@ pub fn render(site: &Site, bin: &Programs, local: &Local) -> Result<String, Stri
             lbd_check(vip),
         ));
     }
-    if let Some(boot) = site.vips.boot {
+    if let Some(boot) = site.vips.boot.filter(|_| wants(Vip::Boot)) {
         // bootd's HTTP listener as seen from the appliance itself.
         let mut http = site.host.http.listen;
         if http.ip().is_unspecified() {

@@ -69,6 +69,11 @@ enum Cmd {
         /// `vips.vrrp.interface` here that the peers list, else its only one.
         #[arg(long, value_name = "ADDR")]
         unicast_src: Vec<std::net::IpAddr>,
+        /// keepalived: only these addresses (`api`, `ingress`, `boot`;
+        /// comma-separated). Default: every VIP the site has. `boot` alone
+        /// needs no lbd (its API behind another load balancer).
+        #[arg(long, value_enum, value_delimiter = ',', value_name = "VIP")]
+        only: Vec<OnlyVip>,
         /// Without NODE: write every node's file into this directory, as
         /// `<node>.ign` (`.ipxe`, `.grub.cfg`, `.json`), in one pass.
         #[arg(long, value_name = "DIR")]
@@ -139,6 +144,14 @@ enum What {
     Metadata,
 }
 
+/// `render keepalived --only`: which addresses keepalived moves.
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+enum OnlyVip {
+    Api,
+    Ingress,
+    Boot,
+}
+
 fn main() -> Result<()> {
     runtime::heap::small_pages();
     let cli = Cli::parse();
@@ -191,9 +204,18 @@ fn main() -> Result<()> {
             lbd,
             bootd,
             unicast_src,
+            only,
             ..
         } => {
             use lbd::keepalived as ka;
+            let only: Vec<ka::Vip> = only
+                .iter()
+                .map(|o| match o {
+                    OnlyVip::Api => ka::Vip::Api,
+                    OnlyVip::Ingress => ka::Vip::Ingress,
+                    OnlyVip::Boot => ka::Vip::Boot,
+                })
+                .collect();
             let bin = ka::Programs {
                 lbd: &lbd,
                 bootd: &bootd,
@@ -209,7 +231,7 @@ fn main() -> Result<()> {
                 unicast_src: ka::unicast_sources(site, &unicast_src, &here)
                     .map_err(anyhow::Error::msg)?,
             };
-            let text = ka::render(site, &bin, &local).map_err(anyhow::Error::msg)?;
+            let text = ka::render(site, &bin, &local, &only).map_err(anyhow::Error::msg)?;
             for w in ka::notify_warnings(site) {
                 eprintln!("warning: {w}");
             }

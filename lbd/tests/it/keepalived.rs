@@ -6,7 +6,7 @@
 //! tests/ha/vrrp-unicast.sh.
 
 use super::golden::{golden, repo};
-use lbd::keepalived::{render, unicast_sources, Local, Programs};
+use lbd::keepalived::{render, unicast_sources, Local, Programs, Vip};
 use std::net::IpAddr;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -50,7 +50,7 @@ fn openshift(vrrp_extra: &str) -> (tempfile::TempDir, site::Site) {
 /// The text as `bootd render keepalived` prints it, pinned without the
 /// temporary directory's path.
 fn pinned(dir: &Path, site: &site::Site, local: &Local) -> String {
-    render(site, &installed(), local)
+    render(site, &installed(), local, &[])
         .unwrap()
         .replace(&dir.display().to_string(), "<site dir>")
 }
@@ -68,8 +68,46 @@ fn keepalived_configuration_for_the_vips() {
     assert!(text.contains("multicast, address(224.0.0.18)"), "{text}");
     // Without vips.vrrp: said.
     let plain = site::load(&repo().join("examples/openshift/site.yaml")).unwrap();
-    let e = render(&plain, &installed(), &Local::default()).unwrap_err();
+    let e = render(&plain, &installed(), &Local::default(), &[]).unwrap_err();
     assert!(e.contains("vips.vrrp is not set"), "{e}");
+}
+
+/// `--only boot`: the boot address's instance alone, with bootd's check
+/// and no lbd (a site whose API is behind another load balancer, or a
+/// host running no lbd); `lb.adminListen` is not needed for it.
+#[test]
+fn only_the_boot_address() {
+    let (_dir, mut site) = openshift("");
+    site.lb.admin_listen = None;
+    let e = render(&site, &installed(), &Local::default(), &[]).unwrap_err();
+    assert!(e.contains("lb.adminListen is off"), "{e}");
+    let text = render(&site, &installed(), &Local::default(), &[Vip::Boot]).unwrap();
+    assert_eq!(text.matches("vrrp_instance ").count(), 1, "{text}");
+    assert_eq!(text.matches("vrrp_script ").count(), 1, "{text}");
+    assert!(text.contains("vrrp_script check_boot {"), "{text}");
+    assert!(!text.contains(" ready --vip "), "{text}");
+    let ran = run_only_by_keepalived(&site, &[Vip::Boot], &["check_boot"]);
+    assert!(!ran.contains("check_api"), "{ran}");
+    // API and ingress only: no boot instance.
+    let (_d, site) = openshift("");
+    let text = render(
+        &site,
+        &installed(),
+        &Local::default(),
+        &[Vip::Api, Vip::Ingress],
+    )
+    .unwrap();
+    assert!(
+        text.contains("check_api {") && text.contains("check_ingress {"),
+        "{text}"
+    );
+    assert!(!text.contains("check_boot"), "{text}");
+    // A boot address the site does not have: said.
+    let plain = site::load(&repo().join("examples/openshift/site.yaml")).unwrap();
+    let mut plain = plain;
+    plain.vips.vrrp = site.vips.vrrp.clone();
+    let e = render(&plain, &installed(), &Local::default(), &[Vip::Boot]).unwrap_err();
+    assert!(e.contains("no vips.boot"), "{e}");
 }
 
 /// `unicastPeers` listing every appliance: this one's (192.168.111.2)
@@ -89,14 +127,14 @@ fn unicast_peers_instead_of_multicast() {
     assert!(text.contains("unicast, address(192.168.111.10)"), "{text}");
     assert!(!text.contains("224.0.0.18"), "{text}");
     // Without a source address of the VIPs' family: said, not guessed.
-    let e = render(&site, &installed(), &Local::default()).unwrap_err();
+    let e = render(&site, &installed(), &Local::default(), &[]).unwrap_err();
     assert!(
         e.contains("no IPv4 source address of this appliance"),
         "{e}"
     );
     // Only itself left: said.
     let (_d, alone) = openshift(", unicastPeers: [192.168.111.2]");
-    let e = render(&alone, &installed(), &local).unwrap_err();
+    let e = render(&alone, &installed(), &local, &[]).unwrap_err();
     assert!(
         e.contains("no IPv4 peer but this appliance's own address 192.168.111.2"),
         "{e}"
@@ -129,7 +167,7 @@ fn unicast_per_family_on_a_dual_stack_site() {
     ];
     let src = unicast_sources(&site, &[], &here).unwrap();
     assert_eq!(src, vec![ip("10.77.0.3"), ip("fd00:77::3")]);
-    let conf = render(&site, &installed(), &Local { unicast_src: src }).unwrap();
+    let conf = render(&site, &installed(), &Local { unicast_src: src }, &[]).unwrap();
     let block = |name: &str| {
         let start = conf.find(&format!("vrrp_instance lab_{name} {{")).unwrap();
         conf[start..].split("\n}\n").next().unwrap().to_string()
@@ -268,6 +306,11 @@ fn notify_program_warnings() {
 /// (`keepalived --config-test` cannot be used: 2.2.7 kills itself
 /// checking scripts as another user.)
 fn run_by_keepalived(site: &site::Site, checks: &[&str]) -> String {
+    run_only_by_keepalived(site, &[], checks)
+}
+
+/// [`run_by_keepalived`] with the addresses `only` names.
+fn run_only_by_keepalived(site: &site::Site, only: &[Vip], checks: &[&str]) -> String {
     // Every program in a directory `nobody` can reach and only root can
     // write, outside the checkout: keepalived refuses a script under a
     // directory others can write (/tmp), and the checkout may be where
@@ -298,7 +341,7 @@ fn run_by_keepalived(site: &site::Site, checks: &[&str]) -> String {
     let local = Local {
         unicast_src: vec!["192.168.111.10".parse().unwrap()],
     };
-    let conf = render(&site, &here, &local).unwrap();
+    let conf = render(&site, &here, &local, only).unwrap();
     let file = dir.join("keepalived.conf");
     std::fs::write(&file, &conf).unwrap();
     static RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
