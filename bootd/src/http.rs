@@ -157,7 +157,7 @@ pub async fn route<B>(
         ),
         ["ignition", name] => (
             "ignition",
-            ignition::ignition(app, &snap, name, peer.ip(), q, req.headers(), false),
+            ignition::ignition(app, &snap, name, peer.ip(), q, req.headers(), false).await,
         ),
         ["ignition", name, "agent"] => (
             "ignition",
@@ -165,7 +165,7 @@ pub async fn route<B>(
         ),
         ["ignition", name, "pointer"] => (
             "ignition",
-            ignition::ignition(app, &snap, name, peer.ip(), q, req.headers(), true),
+            ignition::ignition(app, &snap, name, peer.ip(), q, req.headers(), true).await,
         ),
         ["media", file] if file.ends_with(".iso") => (
             "media",

@@ -42,8 +42,8 @@ pub fn pointer_for(
     }
 }
 
-pub(super) fn ignition(
-    app: &App,
+pub(super) async fn ignition(
+    app: &Arc<App>,
     snap: &Snapshot,
     name: &str,
     source: IpAddr,
@@ -120,7 +120,7 @@ pub(super) fn ignition(
         }
     };
     // The fetch succeeds: its token is spent now, before the bytes go.
-    if let Err(r) = spend(app, snap, node, source, &subject, &granted, what) {
+    if let Err(r) = spend(app, snap, node, source, &subject, &granted, what).await {
         return r;
     }
     if !own {
@@ -189,8 +189,8 @@ pub const TOKEN_REUSED: &str = "token_reused";
 /// and `token_reused` on the node's timeline, with that address); from the
 /// node's own address the address grants it and the token does not matter.
 #[allow(clippy::result_large_err)]
-fn spend(
-    app: &App,
+async fn spend(
+    app: &Arc<App>,
     snap: &Snapshot,
     node: &Node,
     source: IpAddr,
@@ -202,7 +202,7 @@ fn spend(
         return Ok(());
     }
     match granted {
-        token::Granted::Token(v) => match app.spent.spend(v) {
+        token::Granted::Token(v) => match spend_off_runtime(app, v).await {
             Ok(()) => Ok(()),
             Err(crate::spent::SpendError::Reused) => {
                 app.timeline.record(
@@ -230,13 +230,33 @@ fn spend(
             }
         },
         token::Granted::SourceAddress(Some(v)) => {
-            if let Err(crate::spent::SpendError::Io(e)) = app.spent.spend(v) {
+            if let Err(crate::spent::SpendError::Io(e)) = spend_off_runtime(app, v).await {
                 warn!(node = %node.name, error = %e, "token spend not recorded");
             }
             Ok(())
         }
         _ => Ok(()),
     }
+}
+
+/// [`crate::spent::Spent::spend`] on a blocking thread: a spend waits for
+/// the shared store's commit (etcd: a quorum; a member lost, up to
+/// `etcd.timeout`) and the file's sync. On the server's own threads that
+/// wait would hold every other request, `/healthz` included: with one
+/// worker (an appliance given one CPU) a store that answers slowly stopped
+/// the whole HTTP server, and keepalived moved the boot address away.
+async fn spend_off_runtime(
+    app: &Arc<App>,
+    v: &token::Verified,
+) -> Result<(), crate::spent::SpendError> {
+    let (app, v) = (Arc::clone(app), v.clone());
+    tokio::task::spawn_blocking(move || app.spent.spend(&v))
+        .await
+        .unwrap_or_else(|e| {
+            Err(crate::spent::SpendError::Io(std::io::Error::other(
+                format!("the spend's thread ended: {e}"),
+            )))
+        })
 }
 
 fn not_acceptable(

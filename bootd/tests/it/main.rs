@@ -2,6 +2,7 @@
 //! loopback talked to by real clients (hyper and curl).
 
 mod admission;
+mod blocking_store;
 mod dhcp;
 mod golden;
 mod harness;
