@@ -72,6 +72,10 @@
 #                    addresses. etcd in a namespace E (10.79.0.11-13 on a
 #                    bridge; each appliance's second veth 10.79.0.<k>), data
 #                    on the same disk as bootd's own state
+#   bootd-ha-etcd-kill  bootd-ha with etcd's leader member sent SIGKILL by
+#                    the storm at the same moment a kill run would be
+#                    (machines reboot after 60 s, KILL_DEADLINE); the two
+#                    members left keep quorum. Counters from another member
 #   bootd-ha-kill    bootd-ha (bootd-ha3-kill: bootd-ha3) with the appliance
 #                    holding the boot address sent SIGKILL by the storm (its
 #                    keepalived left running: its check fails and the address
@@ -377,10 +381,11 @@ run_ha() {
     TICKS0=()
     for p in "${HA_PIDS[@]}" "${ETCD_PIDS[@]}"; do TICKS0+=("$(ticks "$p")"); done
 }
-# etcd_stats: member m1's counters (/metrics): proposals committed, WAL
-# fsyncs and their seconds, backend commits and their seconds, txns, ranges.
+# etcd_stats: a member's counters (/metrics; ETCD_STATS_IP, m1 unless an
+# etcd kill takes it): proposals committed, WAL fsyncs and their seconds,
+# backend commits and their seconds, txns, ranges.
 etcd_stats() {
-    { ip netns exec "$E" curl -s --max-time 5 http://10.79.0.11:2379/metrics || true; } | awk '
+    { ip netns exec "$E" curl -s --max-time 5 "http://${ETCD_STATS_IP:-10.79.0.11}:2379/metrics" || true; } | awk '
         $1 == "etcd_server_proposals_committed_total" { p = $2 }
         $1 == "etcd_disk_wal_fsync_duration_seconds_count" { fc = $2 }
         $1 == "etcd_disk_wal_fsync_duration_seconds_sum" { fs = $2 }
@@ -389,6 +394,19 @@ etcd_stats() {
         $1 == "etcd_mvcc_txn_total" { t = $2 }
         $1 == "etcd_mvcc_range_total" { r = $2 }
         END { print p + 0, fc + 0, fs + 0, bc + 0, bs + 0, t + 0, r + 0 }'
+}
+# etcd_leader: the index (0-2) of the member etcd says leads.
+etcd_leader() {
+    ectl endpoint status -w json | python3 -c '
+import json, sys
+st = json.load(sys.stdin)
+lead = {s["Status"]["leader"] for s in st}
+for s in st:
+    if s["Status"]["header"]["member_id"] in lead:
+        print(int(s["Endpoint"].split(":")[1].rsplit(".", 1)[1]) - 11)
+        break
+else:
+    sys.exit(1)'
 }
 # dhcp_kinds IP: an appliance's bootd_dhcp_packets_total by kind, "kind=n ...".
 dhcp_kinds() {
@@ -411,7 +429,7 @@ ha_check() {
     echo "server CPU during the storm and peak RSS, by process (/proc: user + system, VmHWM): ${split%, }"
     e1=$(etcd_stats)
     # shellcheck disable=SC2086 # the numbers
-    echo "etcd m1 during the storm: $(awk -v a="$ETCD0" -v b="$e1" 'BEGIN { split(a, x, " "); split(b, y, " ")
+    echo "etcd ${ETCD_STATS_IP:-10.79.0.11} during the storm: $(awk -v a="$ETCD0" -v b="$e1" 'BEGIN { split(a, x, " "); split(b, y, " ")
         fc = y[2] - x[2]; bc = y[4] - x[4]
         printf "proposals committed %d, WAL fsyncs %d (mean %.2f ms), backend commits %d (mean %.2f ms), txns %d, ranges %d",
             y[1] - x[1], fc, (fc > 0 ? (y[3] - x[3]) * 1e3 / fc : 0), bc, (bc > 0 ? (y[5] - x[5]) * 1e3 / bc : 0), y[6] - x[6], y[7] - x[7] }')"
@@ -601,22 +619,31 @@ for n in $MACHINES; do
                 write_site "$d" "$n" "$admission" "$u"
                 render_ignition "$d"
             fi
-            servers=$SRV_IP storm_args=() kill_note=
+            servers=$SRV_IP storm_args=() kill_note= ETCD_STATS_IP=
             case $stack in
             bootd | bootd-unlimited) run_bootd "$d" ;;
             bootd-reload) run_bootd "$d"; start_reloads "$d" "${SRV_PIDS[0]}" ;;
             dnsmasq-nginx) write_www "$d" "$n"; start_dnsmasq "$d" "$n"; start_nginx "$d" ;;
             dnsmasq-nginx-tuned) TUNED=1 write_www "$d" "$n"; start_dnsmasq "$d" "$n"; start_nginx "$d" ;;
             kea-tftpd-nginx) write_www "$d" "$n"; start_kea_tftpd "$d" "$n"; start_nginx "$d" ;;
-            bootd-ha | bootd-ha3 | bootd-ha-kill | bootd-ha3-kill)
+            bootd-ha | bootd-ha3 | bootd-ha-kill | bootd-ha3-kill | bootd-ha-etcd-kill)
                 k=2; [[ $stack == bootd-ha3* ]] && k=3
                 run_ha "$d" "$n" "$k"
                 servers=$(IFS=,; echo "${HA_IPS[*]}")
                 say "   boot address $BOOT_VIP held by a$HA_HOLDER (${HA_IPS[HA_HOLDER]})"
                 if [[ $stack == *-kill ]]; then
-                    v=$HA_HOLDER
-                    expect=${LAST_MAKESPAN["${stack%-kill} $n"]:-${LAST_MAKESPAN["any $n"]:-10}}
+                    base=${stack%-kill}; base=${base%-etcd}
+                    expect=${LAST_MAKESPAN["$base $n"]:-${LAST_MAKESPAN["any $n"]:-10}}
                     at=$(awk -v m="$expect" -v r="$RANDOM" 'BEGIN { printf "%.2f", m * (0.3 + 0.4 * r / 32767) }')
+                fi
+                if [[ $stack == *-etcd-kill ]]; then
+                    # etcd's leader: the member whose loss costs an election.
+                    v=$(etcd_leader) || { log "etcd: no leader found"; exit 1; }
+                    ETCD_STATS_IP=10.79.0.1$(( (v + 1) % 3 + 1 )); ETCD0=$(etcd_stats)
+                    kill_note="kill: etcd member m$((v + 1)), the leader (PID ${ETCD_PIDS[v]}, 10.79.0.1$((v + 1))), at $at s, of a makespan expected $expect s; counters from m$(( (v + 1) % 3 + 1 ))"
+                    storm_args=(--kill-pid "${ETCD_PIDS[v]}" --kill-server "10.79.0.1$((v + 1))" --kill-at "$at" --reboot-after 60)
+                elif [[ $stack == *-kill ]]; then
+                    v=$HA_HOLDER
                     kill_note="kill: appliance a$v, the boot address's holder (PID ${HA_PIDS[v]}, ${HA_IPS[v]} and $BOOT_VIP), at $at s, of a makespan expected $expect s"
                     storm_args=(--kill-pid "${HA_PIDS[v]}" --kill-server "${HA_IPS[v]},$BOOT_VIP" --kill-at "$at" --reboot-after 60)
                 fi
