@@ -28,6 +28,7 @@ pub use etcd_client::{Compare, CompareOp, TxnOp, TxnOpResponse};
 
 pub mod claim;
 mod elect;
+mod endpoints;
 mod members;
 #[cfg(feature = "testing")]
 pub mod testing;
@@ -37,6 +38,16 @@ pub use claim::{OtherSite, SiteIdentity};
 pub use elect::{identity, Leadership};
 pub use members::Membership;
 pub use watch::{Change, Put};
+
+/// Wakes the members' check ([`endpoints::supervise`]) when `out` says no
+/// member was reached.
+fn noticed<T>(out: &Result<T, claim::Refused>, wake: &tokio::sync::Notify) {
+    if let Err(claim::Refused::Etcd(e)) = out {
+        if endpoints::unreachable(e) {
+            wake.notify_one();
+        }
+    }
+}
 
 /// How to reach the cluster.
 #[derive(Debug, Clone, PartialEq)]
@@ -159,6 +170,8 @@ pub struct Value {
 
 struct Inner {
     client: Client,
+    /// Wakes [`endpoints::supervise`]: a request found no member.
+    unreachable: Arc<tokio::sync::Notify>,
     gate: Arc<claim::Gate>,
     rt: Option<tokio::runtime::Runtime>,
     config: Config,
@@ -224,6 +237,7 @@ impl Etcd {
             opts = opts.with_tls(t);
         }
         let eps = config.endpoints.clone();
+        let probe_opts = opts.clone();
         // Not `block_on`: the caller may be on a thread of another runtime.
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
         rt.spawn(async move {
@@ -237,9 +251,17 @@ impl Etcd {
                 )))
             })
             .map_err(|e| fail("connect", e))?;
+        let unreachable = Arc::new(tokio::sync::Notify::new());
+        rt.spawn(endpoints::supervise(
+            client.clone(),
+            config.endpoints.clone(),
+            probe_opts,
+            Arc::clone(&unreachable),
+        ));
         Ok(Etcd {
             inner: Arc::new(Inner {
                 client,
+                unreachable,
                 gate: Arc::new(claim::Gate::new(config)),
                 rt: Some(rt),
                 config: config.clone(),
@@ -308,12 +330,14 @@ impl Etcd {
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
         let client = self.inner.client.clone();
         let gate = Arc::clone(&self.inner.gate);
+        let wake = Arc::clone(&self.inner.unreachable);
         let rt = self.inner.rt.as_ref().expect("runtime present until drop");
         rt.spawn(async move {
             let out = match gate.pass(&client).await {
                 Ok(()) => f(client).await.map_err(claim::Refused::Etcd),
                 Err(r) => Err(r),
             };
+            noticed(&out, &wake);
             let _ = tx.send(out);
         });
         let out = rx.recv().unwrap_or_else(|_| {
@@ -345,11 +369,14 @@ impl Etcd {
     {
         let client = self.inner.client.clone();
         let gate = Arc::clone(&self.inner.gate);
+        let wake = Arc::clone(&self.inner.unreachable);
         let rt = self.inner.rt.as_ref().expect("runtime present until drop");
         let out = rt
             .spawn(async move {
                 gate.pass(&client).await?;
-                f(client).await.map_err(claim::Refused::Etcd)
+                let out = f(client).await.map_err(claim::Refused::Etcd);
+                noticed(&out, &wake);
+                out
             })
             .await;
         let out = out.unwrap_or_else(|e| {

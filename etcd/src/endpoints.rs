@@ -1,0 +1,97 @@
+//! Members that stopped answering leave the client's balancer until they
+//! answer again.
+//!
+//! The client spreads requests over every endpoint (tonic's balancer). It
+//! keeps choosing an endpoint whose connection is gone: with one member of
+//! three killed mid-storm, a fifth of the appliances' requests failed at
+//! once with "tcp connect error" while two members served (measured,
+//! bench/storm `bootd-ha-etcd-kill`). So a request that fails as
+//! unreachable wakes [`supervise`], which asks each member for its status
+//! on a connection of its own (half a second each) and takes the silent
+//! ones out of the balancer; while any is out it asks again every second
+//! and puts back those that answer. Never the last one: with none
+//! answering, requests keep failing with etcd's own error. Nothing is
+//! asked while every member serves.
+
+use etcd_client::{Client, ConnectOptions};
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::Notify;
+
+/// How long a member has to answer a status request.
+const ANSWER_WITHIN: Duration = Duration::from_millis(500);
+/// How often members out of the balancer are asked again.
+const AGAIN_EVERY: Duration = Duration::from_secs(1);
+
+/// Whether `e` says no member was reached (not that one refused or failed
+/// the request): the cue to look at the members.
+pub(crate) fn unreachable(e: &etcd_client::Error) -> bool {
+    match e {
+        etcd_client::Error::TransportError(_) => true,
+        etcd_client::Error::GRpcStatus(s) => matches!(
+            s.code(),
+            tonic::Code::Unavailable | tonic::Code::DeadlineExceeded | tonic::Code::Unknown
+        ),
+        _ => false,
+    }
+}
+
+/// Runs for the client's life (its runtime's), woken by `wake`.
+pub(crate) async fn supervise(
+    client: Client,
+    endpoints: Vec<String>,
+    options: ConnectOptions,
+    wake: Arc<Notify>,
+) {
+    if endpoints.len() < 2 {
+        return;
+    }
+    // One client per member, for the status requests alone.
+    let mut probes = Vec::with_capacity(endpoints.len());
+    for ep in &endpoints {
+        match Client::connect([ep.as_str()], Some(options.clone())).await {
+            Ok(c) => probes.push(Some(c)),
+            Err(e) => {
+                tracing::warn!(endpoint = %ep, error = %e, "etcd member's status cannot be asked: it stays in the balancer");
+                probes.push(None);
+            }
+        }
+    }
+    let mut out: BTreeSet<usize> = BTreeSet::new();
+    loop {
+        if out.is_empty() {
+            wake.notified().await;
+        } else {
+            tokio::select! {
+                _ = wake.notified() => {}
+                _ = tokio::time::sleep(AGAIN_EVERY) => {}
+            }
+        }
+        let mut answered = Vec::with_capacity(probes.len());
+        for p in &probes {
+            answered.push(match p {
+                None => true,
+                Some(c) => {
+                    let mut m = c.maintenance_client();
+                    matches!(
+                        tokio::time::timeout(ANSWER_WITHIN, m.status()).await,
+                        Ok(Ok(_))
+                    )
+                }
+            });
+        }
+        for (i, ep) in endpoints.iter().enumerate() {
+            let serving = endpoints.len() - out.len();
+            if !answered[i] && !out.contains(&i) && serving > 1 {
+                if client.remove_endpoint(ep).await.is_ok() {
+                    tracing::warn!(endpoint = %ep, "etcd member does not answer: requests go to the others until it does");
+                    out.insert(i);
+                }
+            } else if answered[i] && out.contains(&i) && client.add_endpoint(ep).await.is_ok() {
+                tracing::info!(endpoint = %ep, "etcd member answers again: back among those asked");
+                out.remove(&i);
+            }
+        }
+    }
+}
