@@ -72,7 +72,7 @@ fn a_stopped_cluster_is_unavailable_in_bounded_time_and_back_after() {
 /// "tcp connect error". (Putting a member back once it answers again is
 /// not tested here: it needs a member of the same cluster on that port.)
 #[test]
-fn a_member_that_does_not_answer_leaves_the_balancer_and_comes_back() {
+fn a_member_that_does_not_answer_leaves_the_balancer() {
     let server = Server::start();
     let dead = format!("http://127.0.0.1:{}", etcd::testing::free_port());
     let mut config = server.config("/p/");
