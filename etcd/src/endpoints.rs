@@ -9,8 +9,10 @@
 //! unreachable wakes [`supervise`], which asks each member for its status
 //! on a connection of its own (half a second each) and takes the silent
 //! ones out of the balancer; while any is out it asks again every second
-//! and puts back those that answer. Never the last one: with none
-//! answering, requests keep failing with etcd's own error. Nothing is
+//! and puts back those that answer. A silent one leaves only while one
+//! that answered stays: with none answering, all stay and requests fail
+//! with etcd's own error. The status request needs no leader, so members
+//! answer it during an election. Nothing is
 //! asked while every member serves.
 
 use etcd_client::{Client, ConnectOptions};
@@ -81,16 +83,22 @@ pub(crate) async fn supervise(
                 }
             });
         }
+        // Those that answer back first; then the silent ones out, but only
+        // while one that answered stays in (with none answering, all stay:
+        // requests then fail with etcd's own error).
         for (i, ep) in endpoints.iter().enumerate() {
-            let serving = endpoints.len() - out.len();
-            if !answered[i] && !out.contains(&i) && serving > 1 {
+            if answered[i] && out.contains(&i) && client.add_endpoint(ep).await.is_ok() {
+                tracing::info!(endpoint = %ep, "etcd member answers again: back among those asked");
+                out.remove(&i);
+            }
+        }
+        let answering_in = (0..endpoints.len()).any(|i| answered[i] && !out.contains(&i));
+        for (i, ep) in endpoints.iter().enumerate() {
+            if !answered[i] && !out.contains(&i) && answering_in {
                 if client.remove_endpoint(ep).await.is_ok() {
                     tracing::warn!(endpoint = %ep, "etcd member does not answer: requests go to the others until it does");
                     out.insert(i);
                 }
-            } else if answered[i] && out.contains(&i) && client.add_endpoint(ep).await.is_ok() {
-                tracing::info!(endpoint = %ep, "etcd member answers again: back among those asked");
-                out.remove(&i);
             }
         }
     }

@@ -237,7 +237,8 @@ impl Etcd {
             opts = opts.with_tls(t);
         }
         let eps = config.endpoints.clone();
-        let probe_opts = opts.clone();
+        // A member's status needs no leader: during an election it still answers.
+        let probe_opts = opts.clone().with_require_leader(false);
         // Not `block_on`: the caller may be on a thread of another runtime.
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
         rt.spawn(async move {
