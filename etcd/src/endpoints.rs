@@ -94,11 +94,13 @@ pub(crate) async fn supervise(
         }
         let answering_in = (0..endpoints.len()).any(|i| answered[i] && !out.contains(&i));
         for (i, ep) in endpoints.iter().enumerate() {
-            if !answered[i] && !out.contains(&i) && answering_in {
-                if client.remove_endpoint(ep).await.is_ok() {
-                    tracing::warn!(endpoint = %ep, "etcd member does not answer: requests go to the others until it does");
-                    out.insert(i);
-                }
+            if !answered[i]
+                && !out.contains(&i)
+                && answering_in
+                && client.remove_endpoint(ep).await.is_ok()
+            {
+                tracing::warn!(endpoint = %ep, "etcd member does not answer: requests go to the others until it does");
+                out.insert(i);
             }
         }
     }
