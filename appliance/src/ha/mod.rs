@@ -140,6 +140,22 @@ impl EtcdShared {
     }
 }
 
+/// The spend's transaction: `true` when `key` was absent, or holds
+/// `attempt` (this spend's earlier try committed, its answer lost).
+fn spend_once(etcd: &etcd::Etcd, key: &str, attempt: &[u8]) -> Result<bool, etcd::Error> {
+    let t = Transaction::new()
+        .when([Compare::create_revision(key, CompareOp::Equal, 0)])
+        .and_then([TxnOp::put(key, attempt.to_vec(), None)])
+        .or_else([TxnOp::get(key, None)]);
+    let r = etcd.txn("spend a token", t)?;
+    if r.succeeded() {
+        return Ok(true);
+    }
+    Ok(r.op_responses().into_iter().any(|op| {
+        matches!(op, TxnOpResponse::Get(g) if g.kvs().first().is_some_and(|kv| kv.value() == attempt))
+    }))
+}
+
 impl bootd::ha::Shared for EtcdShared {
     fn agree(&self, name: &str, offer: &[u8]) -> io::Result<Vec<u8>> {
         let etcd = self.etcd()?;
@@ -165,16 +181,33 @@ impl bootd::ha::Shared for EtcdShared {
         Err(io::Error::other(format!("{key}: present, then absent")))
     }
 
+    /// One transaction: the key made if absent, holding this spend's own
+    /// name (this appliance's and a random number). When etcd does not
+    /// answer in time (a leader lost: a proposal forwarded to the dead
+    /// leader waits out the deadline), it is sent again, for up to
+    /// `timeout` + 2 s in all: a spend that reached etcd the first time
+    /// finds its own name in the key and is fresh, one of another fetch
+    /// finds another's and is refused. Not sent again, the spends of the
+    /// fetches in that window went unrecorded (bench/storm
+    /// `bootd-ha-etcd-kill`).
     fn spend(&self, nonce: &str, expiry: u64) -> io::Result<bool> {
         let etcd = self.etcd()?;
         let key = etcd.key(&format!("bootd/spent/{expiry:020}/{nonce}"));
-        let t = Transaction::new()
-            .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
-            .and_then([TxnOp::put(key, Vec::new(), None)]);
-        let fresh = etcd
-            .txn("spend a token", t)
-            .map_err(io::Error::other)?
-            .succeeded();
+        let attempt = format!("{} {:016x}", self.name, rand::random::<u64>()).into_bytes();
+        let until = std::time::Instant::now() + self.config.timeout + Duration::from_secs(2);
+        let fresh = loop {
+            match spend_once(etcd, &key, &attempt) {
+                Ok(fresh) => break fresh,
+                Err(e)
+                    if e.unavailable()
+                        && std::time::Instant::now() + Duration::from_millis(200) < until =>
+                {
+                    tracing::debug!(error = %e, "token spend not answered: sent again");
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+                Err(e) => return Err(io::Error::other(e)),
+            }
+        };
         if self.spends.fetch_add(1, Ordering::Relaxed) % PRUNE_EVERY == PRUNE_EVERY - 1 {
             self.prune(etcd);
         }
@@ -194,5 +227,58 @@ impl bootd::ha::Shared for EtcdShared {
         stop: CancellationToken,
     ) -> Option<tokio::sync::mpsc::Receiver<bootd::ha::Others>> {
         self.timeline_others(stop)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bootd::ha::Shared;
+
+    /// A spend's transaction sent again after its answer was lost finds
+    /// its own name and is fresh; another spend of the same token is not.
+    #[test]
+    fn a_spend_sent_again_knows_its_own_first_try() {
+        let server = etcd::testing::Server::start();
+        let e = etcd::Etcd::connect(&server.config("/spend/")).unwrap();
+        let key = e.key("bootd/spent/00000000009999999999/n1");
+        assert!(spend_once(&e, &key, b"a0 01").unwrap(), "absent: fresh");
+        assert!(
+            spend_once(&e, &key, b"a0 01").unwrap(),
+            "its own earlier try"
+        );
+        assert!(!spend_once(&e, &key, b"a1 02").unwrap(), "another's: spent");
+        assert_eq!(
+            e.get("bootd/spent/00000000009999999999/n1")
+                .unwrap()
+                .unwrap()
+                .value,
+            b"a0 01"
+        );
+    }
+
+    /// etcd down when the spend is sent, back 1 s later: the spend is sent
+    /// again until it is recorded (within `timeout` + 2 s), once.
+    #[test]
+    fn a_spend_waits_out_a_short_outage() {
+        let mut server = etcd::testing::Server::start();
+        let shared = EtcdShared::new(
+            server.config("/outage/"),
+            Duration::from_secs(10),
+            site::DhcpHa::HotStandby,
+        );
+        assert!(shared.spend("n1", u64::MAX / 2).unwrap());
+        assert!(!shared.spend("n1", u64::MAX / 2).unwrap(), "single use");
+        server.kill();
+        let shared = Arc::new(shared);
+        let s = Arc::clone(&shared);
+        let t0 = std::time::Instant::now();
+        let spending = std::thread::spawn(move || s.spend("n2", u64::MAX / 2));
+        std::thread::sleep(Duration::from_secs(1));
+        server.restart();
+        let fresh = spending.join().unwrap();
+        assert!(fresh.unwrap(), "recorded once etcd answered");
+        assert!(t0.elapsed() < Duration::from_secs(6), "{:?}", t0.elapsed());
+        assert!(!shared.spend("n2", u64::MAX / 2).unwrap(), "and spent");
     }
 }
