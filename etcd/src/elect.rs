@@ -253,6 +253,9 @@ pub(crate) async fn keep_alive(etcd: Etcd, lease: i64, ttl: Duration, lost: Canc
             }
             None => {
                 stream = None;
+                // A renewal sent to a member that is gone: take it out of
+                // the balancer before the next one.
+                etcd.check_members();
                 if last_ok.elapsed() >= ttl * 2 / 3 {
                     tracing::warn!(
                         lease,

@@ -6,7 +6,8 @@
 //! three killed mid-storm, a fifth of the appliances' requests failed at
 //! once with "tcp connect error" while two members served (measured,
 //! bench/storm `bootd-ha-etcd-kill`). So a request that fails as
-//! unreachable wakes [`supervise`], which asks each member for its status
+//! unreachable (and a lease renewal that fails, or a watch that ends)
+//! wakes [`supervise`], which asks each member for its status
 //! on a connection of its own (half a second each) and takes the silent
 //! ones out of the balancer; while any is out it asks again every second
 //! and puts back those that answer. A silent one leaves only while one

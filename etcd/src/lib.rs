@@ -358,6 +358,12 @@ impl Etcd {
         }
     }
 
+    /// Asks for the members' check ([`endpoints::supervise`]): a lease
+    /// renewal or a watch on this connection failed.
+    pub(crate) fn check_members(&self) {
+        self.inner.unreachable.notify_one();
+    }
+
     pub(crate) fn client(&self) -> Client {
         self.inner.client.clone()
     }

@@ -107,6 +107,8 @@ impl Etcd {
                         }
                     }
                 }
+                // The watch ended or was not made: a member gone may be why.
+                etcd.check_members();
                 tokio::select! {
                     _ = tokio::time::sleep(Duration::from_secs(1)) => {}
                     _ = tx.closed() => return,
