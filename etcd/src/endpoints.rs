@@ -27,19 +27,6 @@ const ANSWER_WITHIN: Duration = Duration::from_millis(500);
 /// How often members out of the balancer are asked again.
 const AGAIN_EVERY: Duration = Duration::from_secs(1);
 
-/// Whether `e` says no member was reached (not that one refused or failed
-/// the request): the cue to look at the members.
-pub(crate) fn unreachable(e: &etcd_client::Error) -> bool {
-    match e {
-        etcd_client::Error::TransportError(_) => true,
-        etcd_client::Error::GRpcStatus(s) => matches!(
-            s.code(),
-            tonic::Code::Unavailable | tonic::Code::DeadlineExceeded | tonic::Code::Unknown
-        ),
-        _ => false,
-    }
-}
-
 /// Runs for the client's life (its runtime's), woken by `wake`.
 pub(crate) async fn supervise(
     client: Client,

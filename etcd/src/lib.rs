@@ -43,7 +43,7 @@ pub use watch::{Change, Put};
 /// member was reached.
 fn noticed<T>(out: &Result<T, claim::Refused>, wake: &tokio::sync::Notify) {
     if let Err(claim::Refused::Etcd(e)) = out {
-        if endpoints::unreachable(e) {
+        if cannot_answer(e) {
             wake.notify_one();
         }
     }
@@ -129,17 +129,22 @@ impl Error {
         let Cause::Etcd(source) = &self.source else {
             return false;
         };
-        match source {
-            etcd_client::Error::TransportError(_) | etcd_client::Error::IoError(_) => true,
-            etcd_client::Error::GRpcStatus(s) => match s.code() {
-                tonic::Code::Cancelled
-                | tonic::Code::DeadlineExceeded
-                | tonic::Code::Unavailable => true,
-                tonic::Code::Unknown if from_transport(s) => true,
-                _ => s.message().contains("no leader"),
-            },
-            _ => false,
-        }
+        cannot_answer(source)
+    }
+}
+
+/// [`Error::unavailable`] of the client's own error.
+fn cannot_answer(source: &etcd_client::Error) -> bool {
+    match source {
+        etcd_client::Error::TransportError(_) | etcd_client::Error::IoError(_) => true,
+        etcd_client::Error::GRpcStatus(s) => match s.code() {
+            tonic::Code::Cancelled | tonic::Code::DeadlineExceeded | tonic::Code::Unavailable => {
+                true
+            }
+            tonic::Code::Unknown if from_transport(s) => true,
+            _ => s.message().contains("no leader"),
+        },
+        _ => false,
     }
 }
 

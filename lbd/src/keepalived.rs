@@ -49,7 +49,7 @@ pub struct Programs<'a> {
 /// Which of the site's addresses keepalived moves (`bootd render
 /// keepalived --only`): the API VIP (and its IPv6 one), the ingress VIP
 /// (and its IPv6 one), the boot address.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Vip {
     Api,
     Ingress,
@@ -79,7 +79,7 @@ pub fn render(site: &Site, bin: &Programs, local: &Local, only: &[Vip]) -> Resul
     // One instance moves both when the API and ingress VIPs are one address.
     let api = wants(Vip::Api) || (same && wants(Vip::Ingress));
     let ingress = wants(Vip::Ingress) && !same;
-    let admin = if api || ingress || wants(Vip::Api) || wants(Vip::Ingress) {
+    let admin = if wants(Vip::Api) || wants(Vip::Ingress) {
         Some(site.lb.admin_listen.ok_or_else(|| {
             "lb.adminListen is off: keepalived's check asks lbd there".to_string()
         })?)

@@ -73,7 +73,7 @@ enum Cmd {
         /// comma-separated). Default: every VIP the site has. `boot` alone
         /// needs no lbd (its API behind another load balancer).
         #[arg(long, value_enum, value_delimiter = ',', value_name = "VIP")]
-        only: Vec<OnlyVip>,
+        only: Vec<lbd::keepalived::Vip>,
         /// Without NODE: write every node's file into this directory, as
         /// `<node>.ign` (`.ipxe`, `.grub.cfg`, `.json`), in one pass.
         #[arg(long, value_name = "DIR")]
@@ -144,14 +144,6 @@ enum What {
     Metadata,
 }
 
-/// `render keepalived --only`: which addresses keepalived moves.
-#[derive(clap::ValueEnum, Clone, Copy, Debug)]
-enum OnlyVip {
-    Api,
-    Ingress,
-    Boot,
-}
-
 fn main() -> Result<()> {
     runtime::heap::small_pages();
     let cli = Cli::parse();
@@ -208,14 +200,6 @@ fn main() -> Result<()> {
             ..
         } => {
             use lbd::keepalived as ka;
-            let only: Vec<ka::Vip> = only
-                .iter()
-                .map(|o| match o {
-                    OnlyVip::Api => ka::Vip::Api,
-                    OnlyVip::Ingress => ka::Vip::Ingress,
-                    OnlyVip::Boot => ka::Vip::Boot,
-                })
-                .collect();
             let bin = ka::Programs {
                 lbd: &lbd,
                 bootd: &bootd,
