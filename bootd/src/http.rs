@@ -31,7 +31,7 @@ mod images;
 mod inventory;
 mod media;
 use discover::discover;
-pub use ignition::{pointer_for, OTHER_ADDRESS, TOKEN_REUSED};
+pub use ignition::{pointer_for, pointer_in_epoch, AWAITED, OTHER_ADDRESS, TOKEN_REUSED};
 pub(crate) use images::image_whole;
 pub use images::whole_image_rel;
 use images::{image, image_phase};

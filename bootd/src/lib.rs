@@ -42,6 +42,7 @@
 //! image catalog: the controller builds on [`App`] and the timeline's feed,
 //! and the image cache check comes in through [`Config::check_images`].
 
+pub mod awaited;
 pub mod body;
 mod dhcp_servers;
 mod listen;
@@ -119,6 +120,9 @@ pub struct App {
     pub spent: spent::Spent,
     /// Admission limits (`host.admission`): image transfers, provider creates.
     pub admission: gate::Admission,
+    /// API nodes whose machine's address the provider has not said yet
+    /// (the controller keeps it): their Ignition is "not yet", not "unknown".
+    pub awaited: awaited::Awaited,
 }
 
 /// See [`Config::check_images`]: `Err` says what is missing or corrupt.
@@ -366,6 +370,7 @@ pub fn prepare(config: &Config, want_tls: bool) -> Result<Arc<App>, Error> {
     let admission = gate::Admission::new(&live.load().site, Arc::clone(&metrics.gates));
     Ok(Arc::new(App {
         admission,
+        awaited: Default::default(),
         write_stall: config.write_stall,
         http_limits: config.http_limits,
         spent,

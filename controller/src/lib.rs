@@ -450,22 +450,32 @@ impl Controller {
         }
     }
 
-    /// The overlay text for `rows` (those not being deleted), each node with
-    /// its provider facts; a node still waiting for its provider's address
-    /// or MACs is left out.
-    /// The overlay for `rows`: each node as served (its provider's facts
-    /// applied), with its provider's `fetchFrom` (`host.api.fetchFrom`)
-    /// where the node gives none.
+    /// The overlay for `rows` (those not being deleted): each node as
+    /// served (its provider's facts applied), with its provider's
+    /// `fetchFrom` (`host.api.fetchFrom`) where the node gives none; a node
+    /// still waiting for its provider's address or MACs is left out.
+    ///
+    /// Also tells bootd which nodes it leaves out for want of an address
+    /// their provider has yet to report (`bootd::awaited`): their Ignition
+    /// is answered "not yet" rather than "unknown". Set on every call, so
+    /// that an appliance following the shared nodes knows them even when
+    /// its overlay's text did not change.
     fn overlay_text(&self, rows: &[NodeRow], facts: &HashMap<String, Value>) -> String {
         let snap = self.app.live.load();
         let by_provider = snap.site.host.api.as_ref().map(|a| &a.fetch_from);
+        let mut awaited = HashMap::new();
         let nodes: Vec<Value> = rows
             .iter()
             // A node being released stays served until its disks are wiped.
             .filter(|r| !r.deleting || self.app.inventories.releasing(&r.name))
             .filter_map(|r| {
                 let f = facts.get(&r.name).and_then(facts::Facts::from_json);
-                let mut v = facts::effective(&r.spec, f.as_ref())?;
+                let Some(mut v) = facts::effective(&r.spec, f.as_ref()) else {
+                    if !r.deleting {
+                        awaited.insert(r.name.clone(), self.epoch_of(r));
+                    }
+                    return None;
+                };
                 let provider = r.provider.as_object().and_then(|o| o.keys().next());
                 let default = provider.and_then(|p| by_provider.and_then(|m| m.get(p.as_str())));
                 if let (Some(d), Some(o)) = (default, v.as_object_mut()) {
@@ -478,6 +488,7 @@ impl Controller {
                 Some(v)
             })
             .collect();
+        self.app.awaited.set(awaited);
         let mut text = String::from(
             "# Nodes added through bootd's API (docs/api.md). Written by bootd; do not edit.\n",
         );
@@ -488,7 +499,7 @@ impl Controller {
     /// An API node's epoch (`site::Node::epoch`): when it was made, or
     /// last reinstalled through the API, in ms. A delete and re-create, or
     /// a reinstall, voids every token issued to it before.
-    fn epoch_of(&self, row: &NodeRow) -> u64 {
+    pub(crate) fn epoch_of(&self, row: &NodeRow) -> u64 {
         let reinstalled = self
             .store
             .cluster(&epoch_key(&row.name))

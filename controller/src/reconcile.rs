@@ -215,6 +215,12 @@ fn node_request(ctl: &Controller, snap: &Snapshot, row: &NodeRow) -> Option<Node
     // No request yet: the URLs it is given are of the family it can reach
     // (site::Listen::base_url, as bootd's, and pointer_for's below).
     let http = snap.site.host.http.base_url(None, snap.site.node(name));
+    // Its tokens are of its epoch, served or not yet (its address unknown):
+    // they open its Ignition once it is served.
+    let epoch = snap
+        .site
+        .node(name)
+        .map_or_else(|| ctl.epoch_of(row), |n| n.epoch);
     Some(NodeRequest {
         name: name.to_string(),
         cluster: snap.site.cluster.name.clone(),
@@ -227,7 +233,7 @@ fn node_request(ctl: &Controller, snap: &Snapshot, row: &NodeRow) -> Option<Node
             http,
             name,
             ctl.app.key.issue(
-                &bootd::token::subject(name, snap.site.node(name).map_or(0, |n| n.epoch)),
+                &bootd::token::subject(name, epoch),
                 bootd::token::Scope::Provider,
                 runtime::clock::now(),
                 snap.site.ignition.token_ttl
@@ -242,8 +248,15 @@ fn node_request(ctl: &Controller, snap: &Snapshot, row: &NodeRow) -> Option<Node
             .map(|d| format!("{http}/boot/{}", d.boot_files.uefi_x86_64))
             .unwrap_or_default(),
         userdata: site::Secret(
-            bootd::http::pointer_for(&ctl.app, snap, name, bootd::token::Scope::Provider, None)
-                .to_string(),
+            bootd::http::pointer_in_epoch(
+                &ctl.app,
+                snap,
+                name,
+                epoch,
+                bootd::token::Scope::Provider,
+                None,
+            )
+            .to_string(),
         ),
         // Minted only for a node that boots virtual media: a media token
         // opens the node's ISO (and builds it).

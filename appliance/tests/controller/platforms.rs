@@ -477,6 +477,27 @@ pub async fn cluster_loop(p: Platform, net: u8, urls: Option<&dyn Fn(&str) -> Ur
             b.app.live.load().site.node(name).is_none(),
             "{name}: not served before its provider gave an address"
         );
+        // Its machine may run already (a cloud instance boots its image):
+        // Ignition asking with the token of its user data is told "not
+        // yet" (503: Ignition tries again; a 404 would end its boot),
+        // and given nothing. Without the token, the name is unknown.
+        let pointer = cloud.user_data(p, name);
+        let src = pointer["ignition"]["config"]["merge"][0]["source"]
+            .as_str()
+            .unwrap();
+        let path = &src[src.find("/ignition/").unwrap()..];
+        let anywhere: IpAddr = format!("127.{net}.0.250").parse().unwrap();
+        let (st, body) = get_from(Some(anywhere), b.http, path).await;
+        assert_eq!(
+            (st, body.as_str()),
+            (503, "this node's machine is not known yet; try again\n"),
+            "{name}"
+        );
+        let (st, _) = get_from(Some(anywhere), b.http, &format!("/ignition/{name}")).await;
+        assert_eq!(st, 404, "{name}: no token");
+        let forged = format!("/ignition/{name}?token=1.p.AAAAAAAAAAAAAAAA.AAAAAAAAAAAAAAAAAAAAAA");
+        let (st, _) = get_from(Some(anywhere), b.http, &forged).await;
+        assert_eq!(st, 404, "{name}: a token not bootd's");
         cloud.release();
     }
     cloud.stop_holding();

@@ -18,10 +18,26 @@ pub fn pointer_for(
     scope: token::Scope,
     peer: Option<IpAddr>,
 ) -> serde_json::Value {
+    let epoch = snap.site.node(name).map_or(0, |n| n.epoch);
+    pointer_in_epoch(app, snap, name, epoch, scope, peer)
+}
+
+/// [`pointer_for`] with a token of the node's `epoch`: for a node the
+/// controller made that is not served yet (its address unknown), whose
+/// epoch the site does not hold. A token of another epoch would never
+/// verify once the node is served.
+pub fn pointer_in_epoch(
+    app: &App,
+    snap: &Snapshot,
+    name: &str,
+    epoch: u64,
+    scope: token::Scope,
+    peer: Option<IpAddr>,
+) -> serde_json::Value {
     let node = snap.site.node(name);
     let base = |l: &site::Listen| l.base_url(peer, node).to_string();
     let tok = app.key.issue(
-        &token::subject(name, node.map_or(0, |n| n.epoch)),
+        &token::subject(name, epoch),
         scope,
         runtime::clock::now(),
         snap.site.ignition.token_ttl,
@@ -70,6 +86,29 @@ pub(super) async fn ignition(
         deny(app, "Ignition", name, source, d)
     };
     let Some(node) = snap.site.node(name) else {
+        if awaited_with_token(app, name, q) {
+            app.timeline.record(Raw::new(
+                subject.clone(),
+                Phase::Ignition,
+                AWAITED,
+                format!(
+                    "{what} asked for from {} before the node's provider said where its machine is: 503, retry",
+                    source.to_canonical()
+                ),
+            ));
+            return Response::builder()
+                .status(StatusCode::SERVICE_UNAVAILABLE)
+                .header(header::RETRY_AFTER, "5")
+                .header(header::CONTENT_TYPE, "text/plain; charset=utf-8")
+                .body(
+                    Full::new(Bytes::from_static(
+                        b"this node's machine is not known yet; try again\n",
+                    ))
+                    .map_err(|n| match n {})
+                    .boxed(),
+                )
+                .unwrap_or_else(|_| not_found());
+        }
         return denied(Deny::UnknownNode);
     };
     let addrs = node_addrs(node);
@@ -237,6 +276,23 @@ async fn spend(
         }
         _ => Ok(()),
     }
+}
+
+/// The timeline's `what` of an Ignition fetch answered "not yet".
+pub const AWAITED: &str = "awaited";
+
+/// Whether `name` is a node the controller made whose address its
+/// provider has not said yet ([`crate::awaited`]), asked for with a valid
+/// token of that node (any scope; a spent one too: nothing is served).
+fn awaited_with_token(app: &App, name: &str, q: Option<&str>) -> bool {
+    let Some(epoch) = app.awaited.epoch(name) else {
+        return false;
+    };
+    query(q, "token").is_some_and(|t| {
+        app.key
+            .verify(&token::subject(name, epoch), &t, runtime::clock::now())
+            .is_ok()
+    })
 }
 
 /// [`crate::spent::Spent::spend`] on a blocking thread: a spend waits for
