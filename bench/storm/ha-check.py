@@ -16,6 +16,12 @@ Checks:
     token presented again (`reason=token_reused` refused), and no node's
     Ignition served twice, whichever appliance served it;
   - how many Ignition configs each appliance served (both serve).
+With --instances (the ECS fake's /_fake/instances, for the stacks whose
+nodes are made through the API) and --nodes N: every node n00000..
+has exactly one instance, and no instance is of another name. With --sums
+(the storm's `name sha256` of each config received) and --want (each
+node's Ignition as `bootd render ignition --each-to` writes it): every
+config received is its node's, byte for byte.
 Standard library only.
 """
 import argparse
@@ -31,6 +37,10 @@ def main():
     ap.add_argument("--dhcp", required=True)
     ap.add_argument("--spent", required=True)
     ap.add_argument("--prefix", required=True)
+    ap.add_argument("--instances")
+    ap.add_argument("--nodes", type=int, default=0)
+    ap.add_argument("--sums")
+    ap.add_argument("--want")
     ap.add_argument("logs", nargs="*")
     a = ap.parse_args()
     bad = []
@@ -101,7 +111,33 @@ def main():
     if reused:
         bad.append(f"spent tokens presented again: {reused}")
 
+    extra = ""
+    if a.instances:
+        per = collections.Counter(i.get("InstanceName") for i in json.load(open(a.instances)))
+        want = {f"n{i:05d}" for i in range(a.nodes)}
+        none = len(want - set(per))
+        twice_made = sum(1 for n in want if per.get(n, 0) > 1)
+        other = sum(c for n, c in per.items() if n not in want)
+        if none or twice_made or other:
+            bad.append(f"provider: nodes without an instance {none}, with two or more {twice_made}, instances of no node {other}")
+        extra += (f"provider instances {sum(per.values())} for {a.nodes} nodes: none {none}, "
+                  f"two or more {twice_made}, of no node {other}; ")
+    if a.sums:
+        import hashlib
+        import os
+        got = dict(line.split() for line in open(a.sums) if line.strip())
+        wrong = missing = 0
+        for name, sum_ in got.items():
+            path = os.path.join(a.want, name + ".ign")
+            if not os.path.exists(path):
+                missing += 1
+            elif hashlib.sha256(open(path, "rb").read()).hexdigest() != sum_:
+                wrong += 1
+        if wrong or missing:
+            bad.append(f"Ignition received not the node's own: {wrong} (not rendered: {missing})")
+        extra += f"Ignition received {len(got)}, checked against each node's own: {len(got) - wrong - missing} equal; "
     print(
+        extra +
         f"leases in etcd {len(leases)}, client records {len(clients)}; MACs holding two leases {len(two)}, "
         f"client records not matching their lease {mismatch}; tokens spent {sum(nonces.values())} "
         f"({len(nonces)} nonces, {twice} spent twice); Ignition served {sum(served.values())} "

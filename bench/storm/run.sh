@@ -72,6 +72,26 @@
 #                    addresses. etcd in a namespace E (10.79.0.11-13 on a
 #                    bridge; each appliance's second veth 10.79.0.<k>), data
 #                    on the same disk as bootd's own state
+#   bootd-ha-api     bootd-ha whose nodes are made through the controller's
+#                    API: the site has none; bench/storm/create-nodes.py
+#                    POSTs the N nodes (workers, provider alibaba) one after
+#                    another to the appliance that does not lead the
+#                    controller, while the storm runs; the elected
+#                    appliance's controller makes each node's instance at
+#                    the ECS fake (tests/controller/ecs-fake.py, checked
+#                    against Alibaba's API metadata, signatures verified;
+#                    in L at 10.78.0.250, on the generator's CPU, not
+#                    counted; instances Pending for 5 s, their addresses
+#                    the nodes' range, local in L). The storm (--cloud)
+#                    reads the fake's list every second, and each running
+#                    instance fetches the Ignition its user data points at,
+#                    from its own address. bootd-ha-api-kill: the
+#                    controller's leader sent SIGKILL at a random moment as
+#                    in bootd-ha-kill (the next leader waits out its lease
+#                    and the fence, then resumes each node). After the run:
+#                    one instance per node at the fake, every config
+#                    received its node's own (rendered from a surviving
+#                    appliance's node overlay)
 #   bootd-ha-etcd-kill  bootd-ha with etcd's leader member sent SIGKILL by
 #                    the storm at the same moment a kill run would be
 #                    (machines reboot after 60 s, KILL_DEADLINE); the two
@@ -186,6 +206,7 @@ APP_NS=("$S") APP_IP=("$SRV_IP")
 E=bst-e-$$
 ETCD_ENDPOINTS=http://10.79.0.11:2379,http://10.79.0.12:2379,http://10.79.0.13:2379
 BOOT_VIP=10.78.0.100
+ECS_IP=10.78.0.250
 KA_DIR=/run/bench-storm-$$
 if ((HA_K > 0)); then
     ip -n "$L" addr del "$RELAY_IP/16" dev "$VL"
@@ -216,6 +237,16 @@ if ((HA_K > 0)); then
         ip -n "$a_ns" route add "$NODES_NET" via "$RELAY_IP"
         APP_NS+=("$a_ns") APP_IP+=("$a_ip")
     done
+    if [[ $STACKS == *bootd-ha-api* ]]; then
+        # The ECS fake on the machines' segment; the controller's secrets
+        # readable by bootd (nobody) alone.
+        ns_addr "$L" br0 "$ECS_IP/16"
+        mkdir -p "$WORK/api"; chmod 755 "$WORK/api"
+        printf 'LTAI-storm' >"$WORK/api/ecs-akid"
+        head -c 24 /dev/urandom | base64 | tr -d '/+=' >"$WORK/api/ecs-secret"
+        head -c 24 /dev/urandom | base64 | tr -d '/+=' >"$WORK/api/tokens"
+        chown nobody "$WORK"/api/*; chmod 600 "$WORK"/api/*
+    fi
     for ((k = 0; k < HA_K; k++)); do
         ns_veth "${APP_NS[k]}" mg0 "$E" "me$k-$$"
         ns_addr "${APP_NS[k]}" mg0 "10.79.0.$((k + 1))/24"
@@ -256,6 +287,7 @@ cluster: { name: storm, baseDomain: example.test }
 host:
 ${admission:+  admission: $admission
 }${SITE_STORE:+  store: $SITE_STORE
+}${SITE_API:+  api: $SITE_API
 }  stateDir: $d/state
   http: { listen: "$listen:8080", url: "http://$url:8080" }
   dhcp:
@@ -285,8 +317,8 @@ images:
 ignition:
   dir: $FILES/ignition
   tokenTtl: 2h
-nodes:
 EOF
+        if ((n > 0)); then echo "nodes:"; else echo "nodes: []"; fi
         for ((i = 0; i < n; i++)); do
             role=worker; ((i == 0)) && role=bootstrap; ((i >= 1 && i <= 3)) && role=master
             printf '  - { name: n%05d, role: %s, live: true, macs: ["%s"], ip: %s }\n' "$i" "$role" "$(node_mac "$i")" "$(node_ip "$i")"
@@ -354,10 +386,22 @@ run_ha() {
         ETCD_PIDS+=("$SPAWNED")
     done
     wait_for 30 ectl endpoint health || { log "etcd: no healthy cluster"; tail -n 5 "$d"/etcd-m1.log >&2; return 1; }
+    local api=
+    if ((${HA_API:-0})); then
+        # The provider: a fresh ECS fake on the generator's CPU (the cloud,
+        # not the stack: not counted).
+        cpu_spawn "$CG_LOAD" --ns "$L" --log "$d/ecs.log" taskset -c $LOAD_CPU python3 "$REPO/tests/controller/ecs-fake.py" \
+            --in-netns --listen "$ECS_IP:8001" --access-key-id LTAI-storm --secret-file "$WORK/api/ecs-secret" \
+            --port-file "$d/ecs-port" --start-after 5 --first-ip 10.78.64.10
+        SRV_PIDS+=("$SPAWNED")
+        wait_for 10 test -s "$d/ecs-port" || { log "the ECS fake did not start: $(tail -n 5 "$d/ecs.log")"; return 1; }
+        api="{ listen: \"0.0.0.0:9443\", url: \"https://%s:9443\", tokens: { file: $WORK/api/tokens }, alibaba: { regionId: cn-hangzhou, endpoint: \"http://$ECS_IP:8001\", accessKeyId: { file: $WORK/api/ecs-akid }, accessKeySecret: { file: $WORK/api/ecs-secret }, zones: [cn-hangzhou-h], vSwitches: { cn-hangzhou-h: vsw-h1 }, securityGroupId: sg-storm, instanceTypes: { master: ecs.g6.xlarge, worker: ecs.g6.large }, imageId: m-rhcos418 } }"
+    fi
     HA_PIDS=() HA_IPS=()
     for ((i = 0; i < k; i++)); do
         mkdir -p "$d/$i"; chmod 755 "$d/$i"
-        SITE_STORE="{ etcd: { endpoints: [${ETCD_ENDPOINTS//,/, }] } }" write_site "$d/$i" "$n"
+        # shellcheck disable=SC2059 # the appliance's own API URL
+        SITE_API=${api:+$(printf "$api" "${APP_IP[i]}")} SITE_STORE="{ etcd: { endpoints: [${ETCD_ENDPOINTS//,/, }] } }" write_site "$d/$i" "$n"
     done
     render_ignition "$d/0"
     for ((i = 0; i < k; i++)); do
@@ -394,6 +438,17 @@ etcd_stats() {
         $1 == "etcd_mvcc_txn_total" { t = $2 }
         $1 == "etcd_mvcc_range_total" { r = $2 }
         END { print p + 0, fc + 0, fs + 0, bc + 0, bs + 0, t + 0, r + 0 }'
+}
+# controller_leader: the index of the appliance leading the controller
+# (`GET /v1/cluster`: controller.leading); fails while none does.
+controller_leader() {
+    local i
+    for ((i = 0; i < ${#HA_IPS[@]}; i++)); do
+        ip netns exec "$L" curl -s --max-time 5 --cacert "$d/0/state/ca.pem" -H "authorization: Bearer $(cat "$WORK/api/tokens")" \
+            "https://${HA_IPS[i]}:9443/v1/cluster" | python3 -c 'import json, sys; sys.exit(0 if json.load(sys.stdin)["controller"]["leading"] else 1)' 2>/dev/null \
+            && { echo "$i"; return 0; }
+    done
+    return 1
 }
 # etcd_leader: the index (0-2) of the member etcd says leads.
 etcd_leader() {
@@ -439,7 +494,21 @@ ha_check() {
     done
     ectl get --prefix "${HA_PREFIX}dhcp/" -w json >"$d/dhcp.json"
     ectl get --prefix "${HA_PREFIX}bootd/spent/" --keys-only >"$d/spent.keys"
-    echo "HA: $(python3 "$REPO/bench/storm/ha-check.py" --dhcp "$d/dhcp.json" --spent "$d/spent.keys" --prefix "$HA_PREFIX" "$d"/[0-9]/bootd.log 2>&1 | tr '\n' ' ')"
+    local api_args=()
+    if [[ -s $d/ecs-port ]]; then
+        # Each node's Ignition as an appliance that lived renders it (its
+        # node overlay holds the nodes made through the API).
+        i=0; [[ $(ticks "${HA_PIDS[0]}") != - ]] || i=1
+        rm -rf "$d/api-want"
+        "$BOOTD_BIN" --site "$d/$i/site.yaml" render ignition --each-to "$d/api-want" 2>"$d/api-render.log" || echo "render: $(tail -n 3 "$d/api-render.log")"
+        ip netns exec "$L" curl -s --max-time 30 "http://$ECS_IP:8001/_fake/instances" >"$d/instances.json"
+        api_args=(--instances "$d/instances.json" --nodes "$(wc -l <"$d/created.txt")" --sums "$d/sums.txt" --want "$d/api-want")
+        echo "nodes by phase, a$i's API: $(ip netns exec "$L" curl -s --max-time 30 --cacert "$d/0/state/ca.pem" -H "authorization: Bearer $(cat "$WORK/api/tokens")" \
+            "https://${HA_IPS[i]}:9443/v1/nodes" | python3 -c 'import collections, json, sys
+items = json.load(sys.stdin)["nodes"]
+print(dict(collections.Counter(n.get("phase", "?") for n in items)))' 2>&1)"
+    fi
+    echo "HA: $(python3 "$REPO/bench/storm/ha-check.py" --dhcp "$d/dhcp.json" --spent "$d/spent.keys" --prefix "$HA_PREFIX" "${api_args[@]}" "$d"/[0-9]/bootd.log 2>&1 | tr '\n' ' ')"
 }
 # The makespan of the last run of each stack and N ("STACK N"), and of
 # any stack per N: a kill's timing takes its stack's without the kill
@@ -648,6 +717,22 @@ for n in $MACHINES; do
                     storm_args=(--kill-pid "${HA_PIDS[v]}" --kill-server "${HA_IPS[v]},$BOOT_VIP" --kill-at "$at" --reboot-after 60)
                 fi
                 ;;
+            bootd-ha-api | bootd-ha-api-kill)
+                HA_API=1 run_ha "$d" 0 2
+                servers=$(IFS=,; echo "${HA_IPS[*]}")
+                wait_for 30 controller_leader >/dev/null || { log "no appliance leads the controller"; exit 1; }
+                v=$(controller_leader)
+                API_AT=${HA_IPS[(v + 1) % ${#HA_IPS[@]}]}
+                storm_args=(--cloud "http://$ECS_IP:8001/_fake/instances" --created "$d/created.txt" --sums "$d/sums.txt")
+                say "   boot address $BOOT_VIP held by a$HA_HOLDER (${HA_IPS[HA_HOLDER]}); the controller led by a$v; the nodes POSTed to $API_AT"
+                if [[ $stack == *-kill ]]; then
+                    expect=${LAST_MAKESPAN["bootd-ha-api $n"]:-${LAST_MAKESPAN["any $n"]:-10}}
+                    at=$(awk -v m="$expect" -v r="$RANDOM" 'BEGIN { printf "%.2f", m * (0.3 + 0.4 * r / 32767) }')
+                    ks=${HA_IPS[v]}; ((v != HA_HOLDER)) || ks+=",$BOOT_VIP"
+                    kill_note="kill: appliance a$v, the controller's leader (PID ${HA_PIDS[v]}, $ks), at $at s, of a makespan expected $expect s"
+                    storm_args+=(--kill-pid "${HA_PIDS[v]}" --kill-server "$ks" --kill-at "$at")
+                fi
+                ;;
             *) echo "unknown stack $stack" >&2; exit 2 ;;
             esac
             unknown_args=()
@@ -658,6 +743,13 @@ for n in $MACHINES; do
             us0=$(srv_drops); ul0=$(udp_drops "$L"); bd0=$(backlog_drops)
             lo0=$(srv_overflows); sr0=$(tcp_ext "$L" TCPSynRetrans)
             rc=0
+            if [[ $stack == bootd-ha-api* ]]; then
+                # The operator's script, beside the storm (which times each
+                # node from its POST).
+                cpu_spawn "$CG_LOAD" --ns "$L" --log "$d/create.out" taskset -c $LOAD_CPU python3 "$REPO/bench/storm/create-nodes.py" \
+                    --url "https://$API_AT:9443" --ca "$d/0/state/ca.pem" --token-file "$WORK/api/tokens" --count "$n" --created "$d/created.txt"
+                SRV_PIDS+=("$SPAWNED")
+            fi
             ip netns exec "$L" taskset -c $LOAD_CPU "$STORM_BIN" --machines "$n" --server "$servers" --relay $RELAY_IP \
                 --tftp-root "$FILES/tftp" --images-root "$FILES/images" --ignition-dir "$want" \
                 --rootfs-share "$ROOTFS_SHARE" --ramp "$RAMP" --deadline "$deadline" --json "$d/storm.json" \
@@ -676,6 +768,7 @@ for n in $MACHINES; do
             per=$(awk -v c="$cpu" -v b="$booted" 'BEGIN { if (b > 0) printf "%.4f", c / b; else print "nan" }')
             say "-- $label round $round: exit $rc, server CPU ${cpu} s (user ${user} s; ${per} s per booted machine), peak RSS ${rss} kB"
             [[ -z $kill_note ]] || say "   $kill_note"
+            [[ ! -s $d/create.out ]] || sed 's/^/   /' "$d/create.out" | tee -a "$RESULTS"
             sed 's/^/   /' "$d/storm.out" | tee -a "$RESULTS"
             say "   UDP datagrams dropped on a full receive buffer: server side $(( $(srv_drops) - us0 )), machines' side $(( $(udp_drops "$L") - ul0 )); softnet backlog drops $(( $(backlog_drops) - bd0 ))"
             say "   TCP: accept queue overflows server side $(( $(srv_overflows) - lo0 )); SYNs the machines sent again $(( $(tcp_ext "$L" TCPSynRetrans) - sr0 ))"

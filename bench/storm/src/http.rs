@@ -54,6 +54,19 @@ pub async fn get(
     cut: Option<u64>,
     hash: &mut Sha256,
 ) -> Result<Got> {
+    get_keeping(local, url, from, cut, hash, KEEP).await
+}
+
+/// [`get`], keeping bodies up to `keep` bytes.
+pub async fn get_keeping(
+    local: Ipv4Addr,
+    url: &str,
+    from: u64,
+    cut: Option<u64>,
+    hash: &mut Sha256,
+    keep: u64,
+) -> Result<Got> {
+    let max = keep;
     let (addr, path) = split(url)?;
     let sock = TcpSocket::new_v4()?;
     sock.bind((local, 0).into())
@@ -107,7 +120,7 @@ pub async fn get(
         retry_after,
     };
     let keep = |chunk: &[u8], got: &mut Got| {
-        if got.bytes + (chunk.len() as u64) <= KEEP {
+        if got.bytes + (chunk.len() as u64) <= max {
             got.body.extend_from_slice(chunk);
         }
         got.bytes += chunk.len() as u64;

@@ -376,7 +376,7 @@ async fn steps(run: &mut Run<'_>, relay: &Relay, expect: &Expect) -> Result<()> 
 /// failed connection or an HTTP 5xx it tries again, 100 ms later, the pause
 /// doubling to 5 s, without end (the storm's `--deadline` bounds it); any
 /// other status ends the fetch.
-async fn ignition(
+pub async fn ignition(
     run: &mut Run<'_>,
     ip: std::net::Ipv4Addr,
     url: &str,

@@ -22,6 +22,7 @@
 //! counts the machines mid-flight on it (`--kill-server`: their last answer
 //! before the kill came from it) and gives their figures apart.
 
+mod cloud;
 mod dhcp;
 mod discover;
 mod http;
@@ -117,6 +118,20 @@ struct Cli {
     /// The results as JSON.
     #[arg(long)]
     json: Option<PathBuf>,
+    /// Machines made through the controller's API (src/cloud.rs): the
+    /// provider's list of instances (the ECS fake's `/_fake/instances`,
+    /// read from `--relay`'s address). No DHCP, TFTP or images: each
+    /// instance fetches the Ignition its user data points at.
+    #[arg(long)]
+    cloud: Option<String>,
+    /// With `--cloud`: `name epoch-seconds` lines, when each node's create
+    /// was sent (read after the storm).
+    #[arg(long, requires = "cloud")]
+    created: Option<PathBuf>,
+    /// With `--cloud`: where to write `name sha256` of each Ignition config
+    /// received (checked against the nodes' own afterwards).
+    #[arg(long, requires = "cloud")]
+    sums: Option<PathBuf>,
 }
 
 /// What every machine does, and what it checks against.
@@ -211,19 +226,31 @@ async fn main() -> Result<()> {
         windowsize: cli.windowsize,
         tftp_timeout: Duration::from_secs(cli.tftp_timeout),
         tftp_retries: cli.tftp_retries,
-        tftp_root: cli.tftp_root,
-        images_root: cli.images_root,
-        images_prefix: cli.images_prefix,
-        ignition_dir: cli.ignition_dir,
+        tftp_root: cli.tftp_root.clone(),
+        images_root: cli.images_root.clone(),
+        images_prefix: cli.images_prefix.clone(),
+        ignition_dir: cli.ignition_dir.clone(),
         rootfs_share: cli.rootfs_share,
         reset_at: cli.reset_at,
         reboot_after: (cli.reboot_after > 0).then(|| Duration::from_secs(cli.reboot_after)),
     });
+    let t0 = tokio::time::Instant::now();
+    let deadline = Duration::from_secs(cli.deadline);
+    let kill = kill_at(&cli, t0)?;
+    if let Some(url) = cli.cloud.clone() {
+        let c = cloud::Cloud {
+            url,
+            local: cli.relay,
+            created: cli.created.clone(),
+            sums: cli.sums.clone(),
+        };
+        let (mut outcomes, seen) = cloud::storm(plan, c, (t0, t0 + deadline)).await?;
+        outcomes.sort_by_key(|o| o.index);
+        return finish(&cli, outcomes, 0, kill, Some(seen)).await;
+    }
     let servers = cli.server.iter().map(|s| (*s, 67).into()).collect();
     let relay = dhcp::Relay::start(cli.relay, servers).await?;
     let expect = Arc::new(machine::Expect::default());
-    let t0 = tokio::time::Instant::now();
-    let deadline = Duration::from_secs(cli.deadline);
     let mut tasks = tokio::task::JoinSet::new();
     // Over the ramp, evenly: the nodes, and the unknown machines beside them.
     let arrival = |i: usize, n: usize| {
@@ -268,7 +295,21 @@ async fn main() -> Result<()> {
             }
         });
     }
-    let kill = match (cli.kill_pid, cli.kill_server) {
+    let mut outcomes = Vec::with_capacity(cli.machines + cli.unknown);
+    while let Some(r) = tasks.join_next().await {
+        outcomes.push(r?);
+    }
+    outcomes.sort_by_key(|o| (o.discovery.is_some(), o.index));
+    let stray = relay.stray.load(std::sync::atomic::Ordering::Relaxed);
+    finish(&cli, outcomes, stray, kill, None).await
+}
+
+/// What `--kill-pid` at `--kill-at` gives the report: (when, PID, the
+/// killed server's addresses, whether the signal was sent).
+type Kill = tokio::task::JoinHandle<(u64, i32, Vec<Ipv4Addr>, bool)>;
+
+fn kill_at(cli: &Cli, t0: tokio::time::Instant) -> Result<Option<Kill>> {
+    Ok(match (cli.kill_pid, cli.kill_server.clone()) {
         (Some(pid), server) if !server.is_empty() => {
             let pid = rustix::process::Pid::from_raw(pid).context("--kill-pid: not a PID")?;
             let at = t0 + Duration::from_secs_f64(cli.kill_at);
@@ -280,13 +321,18 @@ async fn main() -> Result<()> {
             }))
         }
         _ => None,
-    };
-    let mut outcomes = Vec::with_capacity(cli.machines + cli.unknown);
-    while let Some(r) = tasks.join_next().await {
-        outcomes.push(r?);
-    }
-    outcomes.sort_by_key(|o| (o.discovery.is_some(), o.index));
-    let stray = relay.stray.load(std::sync::atomic::Ordering::Relaxed);
+    })
+}
+
+/// The report of `outcomes`, printed and written; exit 1 when a machine failed
+/// (or, made through the API, a node has two machines).
+async fn finish(
+    cli: &Cli,
+    outcomes: Vec<machine::Outcome>,
+    stray: u64,
+    kill: Option<Kill>,
+    seen: Option<cloud::Seen>,
+) -> Result<()> {
     let mut r = report::Report::of(&outcomes, stray);
     if let Some(k) = kill {
         let (at, pid, server, sent) = k.await?;
@@ -303,10 +349,18 @@ async fn main() -> Result<()> {
         r.listed = Some(discover::listed(p, &unknown).await);
     }
     print!("{}", r.text());
-    if let Some(p) = cli.json {
-        std::fs::write(&p, serde_json::to_vec_pretty(&r.json())?)?;
+    if let Some(s) = &seen {
+        print!("{}", s.text(cli.machines));
+    }
+    if let Some(p) = &cli.json {
+        let mut j = r.json();
+        if let Some(s) = &seen {
+            j["provider"] = s.json();
+        }
+        std::fs::write(p, serde_json::to_vec_pretty(&j)?)?;
     }
     if r.failed > 0
+        || seen.as_ref().is_some_and(|s| s.twice() > 0)
         || r.unknown.as_ref().is_some_and(|u| u.failed > 0)
         || r.listed.as_ref().is_some_and(|l| !l.ok())
     {
