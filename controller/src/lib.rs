@@ -463,6 +463,11 @@ impl Controller {
     fn overlay_text(&self, rows: &[NodeRow], facts: &HashMap<String, Value>) -> String {
         let snap = self.app.live.load();
         let by_provider = snap.site.host.api.as_ref().map(|a| &a.fetch_from);
+        // Every node's reinstall time in one read: this runs at every change
+        // of any node, on every appliance (a read per node made an export
+        // of N nodes N round trips to etcd).
+        let reinstalled = self.reinstalls();
+        let epoch = |r: &NodeRow| epoch_from(r, reinstalled.get(&r.name).copied());
         let mut awaited = HashMap::new();
         let nodes: Vec<Value> = rows
             .iter()
@@ -472,7 +477,7 @@ impl Controller {
                 let f = facts.get(&r.name).and_then(facts::Facts::from_json);
                 let Some(mut v) = facts::effective(&r.spec, f.as_ref()) else {
                     if !r.deleting {
-                        awaited.insert(r.name.clone(), self.epoch_of(r));
+                        awaited.insert(r.name.clone(), epoch(r));
                     }
                     return None;
                 };
@@ -483,7 +488,7 @@ impl Controller {
                         .or_insert_with(|| Value::String(d.as_str().into()));
                 }
                 if let Some(o) = v.as_object_mut() {
-                    o.insert("epoch".into(), Value::from(self.epoch_of(r)));
+                    o.insert("epoch".into(), Value::from(epoch(r)));
                 }
                 Some(v)
             })
@@ -505,9 +510,21 @@ impl Controller {
             .cluster(&epoch_key(&row.name))
             .ok()
             .flatten()
-            .and_then(|(v, _)| v.parse::<i64>().ok())
-            .unwrap_or(0);
-        u64::try_from(row.created_at.max(reinstalled)).unwrap_or(0)
+            .and_then(|(v, _)| v.parse::<i64>().ok());
+        epoch_from(row, reinstalled)
+    }
+
+    /// Each node's last reinstall through the API (ms), as [`epoch_key`]s hold.
+    fn reinstalls(&self) -> HashMap<String, i64> {
+        self.store
+            .clusters()
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|(k, v, _)| {
+                let node = k.strip_prefix(EPOCH_PREFIX)?;
+                Some((node.to_string(), v.parse().ok()?))
+            })
+            .collect()
     }
 
     /// Validates the overlay for `rows` with the site exactly as every daemon
@@ -661,6 +678,13 @@ pub(crate) const MAX_REQUEST: usize = 64 * 1024;
 pub use bootd::timeline::rfc3339;
 
 /// The cluster key of `node`'s last reinstall through the API (its epoch).
+const EPOCH_PREFIX: &str = "epoch/";
+
 pub(crate) fn epoch_key(node: &str) -> String {
-    format!("epoch/{node}")
+    format!("{EPOCH_PREFIX}{node}")
+}
+
+/// [`Controller::epoch_of`] with the node's last reinstall known.
+fn epoch_from(row: &NodeRow, reinstalled: Option<i64>) -> u64 {
+    u64::try_from(row.created_at.max(reinstalled.unwrap_or(0))).unwrap_or(0)
 }
