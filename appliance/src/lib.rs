@@ -104,6 +104,44 @@ impl BootSockets {
     }
 }
 
+/// Runs the controller on a thread and runtime of its own, beside bootd's:
+/// its store is synchronous (an etcd round trip, a SQLite write), and its
+/// work grows with the nodes (an overlay export reads, renders and
+/// validates every node). On bootd's runtime, which has one thread on a
+/// one-CPU appliance, each such call held every DHCP, TFTP and HTTP answer,
+/// `/healthz` included: with 1 000 nodes made through the API, keepalived's
+/// check timed out and the boot address moved under the storm. The answer
+/// comes back on the returned channel when the controller stops; it stops
+/// bootd too (`stop`).
+fn controller_thread(
+    app: Arc<bootd::App>,
+    tuning: controller::Tuning,
+    listener: TcpListener,
+    stop: CancellationToken,
+    grace: std::time::Duration,
+) -> Result<tokio::sync::oneshot::Receiver<Result<()>>> {
+    // Registered with bootd's runtime: given to the controller's as a
+    // plain socket.
+    let listener = listener.into_std()?;
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name("controller".into())
+        .spawn(move || {
+            let r = (|| -> Result<()> {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()?;
+                rt.block_on(async {
+                    let l = TcpListener::from_std(listener)?;
+                    Ok(controller::run(app, tuning, l, stop.clone(), grace).await?)
+                })
+            })();
+            stop.cancel();
+            let _ = tx.send(r);
+        })?;
+    Ok(rx)
+}
+
 /// Runs bootd and, with an API socket, the controller beside it on the same
 /// [`bootd::App`], until `shutdown`; the first to fail stops the other.
 /// With `lb`, lbd's status feeds the timeline's lbd phases (every second).
@@ -125,14 +163,16 @@ pub async fn run_boot(
             stop.clone(),
         ))
     });
-    let ctl = sockets.api.map(|l| {
-        let (app, stop) = (Arc::clone(&app), stop.clone());
-        tokio::spawn(async move {
-            let r = controller::run(app, tuning, l, stop.clone(), grace).await;
-            stop.cancel();
-            r
-        })
-    });
+    let ctl = match sockets.api {
+        Some(l) => Some(controller_thread(
+            Arc::clone(&app),
+            tuning,
+            l,
+            stop.clone(),
+            grace,
+        )?),
+        None => None,
+    };
     let boot = {
         let stop = stop.clone();
         async move {
@@ -146,9 +186,9 @@ pub async fn run_boot(
         let _ = w.await;
     }
     let ctl_result = match ctl {
-        Some(h) => h
+        Some(rx) => rx
             .await
-            .map_err(|e| anyhow::anyhow!("the controller task panicked: {e}"))?,
+            .map_err(|_| anyhow::anyhow!("the controller's thread panicked"))?,
         None => Ok(()),
     };
     boot_result?;

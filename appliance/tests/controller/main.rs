@@ -1010,12 +1010,26 @@ pub(crate) fn bootd_cli(site: &Path, args: &[&str]) -> (i32, String) {
 
 impl Proc {
     fn start(site: &Path, n: u32) -> Proc {
+        Self::start_on(site, n, None)
+    }
+    /// [`Proc::start`] with the process's CPUs limited to `cpus` (taskset's
+    /// list): one CPU makes bootd's runtime a one-thread one.
+    fn start_on(site: &Path, n: u32, cpus: Option<&str>) -> Proc {
         let dir = site.parent().unwrap();
         // Started as root, bootd serves as nobody: it must reach its files.
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
         let log = dir.join(format!("bootd-{n}.log"));
-        let child = std::process::Command::new(env!("CARGO_BIN_EXE_bootd"))
+        let bin = env!("CARGO_BIN_EXE_bootd");
+        let mut cmd = match cpus {
+            Some(c) => {
+                let mut t = std::process::Command::new("taskset");
+                t.args(["-c", c, bin]);
+                t
+            }
+            None => std::process::Command::new(bin),
+        };
+        let child = cmd
             .args(["--site", site.to_str().unwrap(), "run"])
             .env("RUST_LOG", "debug,hyper=info,hyper_util=info,rustls=info")
             .stdout(std::fs::File::create(dir.join(format!("bootd-{n}.out"))).unwrap())
