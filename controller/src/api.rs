@@ -569,7 +569,7 @@ async fn create_from(ctl: &Arc<Controller>, _: auth::Caller, body: bytes::Bytes)
         Err(e) => return internal(e),
     }
     // The candidate is the site with exactly these rows: served as validated.
-    if let Err(e) = ctl.write_and_serve(&text, candidate) {
+    if let Err(e) = ctl.write_and_serve(&text, candidate, &rows) {
         // Stored: the loop and the next start retry the export.
         error!(node = %spec.name, error = %e, "node stored but the overlay was not written");
     }

@@ -155,7 +155,7 @@ pub async fn record(
         Ok(site) => {
             ctl.store.put_facts(name, &all[name])?;
             let what = f.describe();
-            if let Err(e) = ctl.write_and_serve(&text, site) {
+            if let Err(e) = ctl.write_and_serve(&text, site, &rows) {
                 tracing::error!(node = %name, error = %e, "provider facts recorded but the overlay was not written");
             }
             ctl.store

@@ -123,7 +123,7 @@ async fn apply_nodes(ctl: &Arc<Controller>, seen: &mut Seen) {
         let _w = ctl.writing().await;
         let exported = if ctl.write_gen() == began {
             site.map_err(|e| e.to_string())
-                .and_then(|site| ctl.write_and_serve(&text, site))
+                .and_then(|site| ctl.write_and_serve(&text, site, &rows))
         } else {
             // A write ended since the read: read again, under the lock.
             read().and_then(|(rows, _)| ctl.export_overlay_now(&rows))
@@ -132,6 +132,9 @@ async fn apply_nodes(ctl: &Arc<Controller>, seen: &mut Seen) {
             Ok(()) => info!(nodes = rows.len(), "overlay follows the shared nodes"),
             Err(e) => error!(error = %e, "shared nodes not exported to the overlay"),
         }
+    } else {
+        // The same overlay: a node new here may still wait for its address.
+        ctl.note_awaited(&rows, &ctl.app.live.load().site);
     }
     let acting = ctl.acting().is_some();
     let mut now = Seen::new();

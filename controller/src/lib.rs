@@ -454,12 +454,6 @@ impl Controller {
     /// served (its provider's facts applied), with its provider's
     /// `fetchFrom` (`host.api.fetchFrom`) where the node gives none; a node
     /// still waiting for its provider's address or MACs is left out.
-    ///
-    /// Also tells bootd which nodes it leaves out for want of an address
-    /// their provider has yet to report (`bootd::awaited`): their Ignition
-    /// is answered "not yet" rather than "unknown". Set on every call, so
-    /// that an appliance following the shared nodes knows them even when
-    /// its overlay's text did not change.
     fn overlay_text(&self, rows: &[NodeRow], facts: &HashMap<String, Value>) -> String {
         let snap = self.app.live.load();
         let by_provider = snap.site.host.api.as_ref().map(|a| &a.fetch_from);
@@ -468,19 +462,13 @@ impl Controller {
         // of N nodes N round trips to etcd).
         let reinstalled = self.reinstalls();
         let epoch = |r: &NodeRow| epoch_from(r, reinstalled.get(&r.name).copied());
-        let mut awaited = HashMap::new();
         let nodes: Vec<Value> = rows
             .iter()
             // A node being released stays served until its disks are wiped.
             .filter(|r| !r.deleting || self.app.inventories.releasing(&r.name))
             .filter_map(|r| {
                 let f = facts.get(&r.name).and_then(facts::Facts::from_json);
-                let Some(mut v) = facts::effective(&r.spec, f.as_ref()) else {
-                    if !r.deleting {
-                        awaited.insert(r.name.clone(), epoch(r));
-                    }
-                    return None;
-                };
+                let mut v = facts::effective(&r.spec, f.as_ref())?;
                 let provider = r.provider.as_object().and_then(|o| o.keys().next());
                 let default = provider.and_then(|p| by_provider.and_then(|m| m.get(p.as_str())));
                 if let (Some(d), Some(o)) = (default, v.as_object_mut()) {
@@ -493,7 +481,6 @@ impl Controller {
                 Some(v)
             })
             .collect();
-        self.app.awaited.set(awaited);
         let mut text = String::from(
             "# Nodes added through bootd's API (docs/api.md). Written by bootd; do not edit.\n",
         );
@@ -533,20 +520,57 @@ impl Controller {
         let facts = self.store.all_facts().map_err(|e| e.to_string())?;
         let text = self.overlay_text(rows, &facts);
         let site = site::load_with_overlay(&self.site_path, &text).map_err(|e| e.to_string())?;
-        self.write_and_serve(&text, site)
+        self.write_and_serve(&text, site, rows)
     }
 
     /// Writes the overlay `text`, which `site` was validated with, and
     /// serves that site: no parse of its own.
-    fn write_and_serve(&self, text: &str, site: site::Site) -> Result<(), String> {
+    ///
+    /// Then tells bootd which of `rows` that site leaves out
+    /// ([`Controller::note_awaited`]): after serving it, so that a node
+    /// whose address just arrived is never neither served nor awaited.
+    fn write_and_serve(
+        &self,
+        text: &str,
+        site: site::Site,
+        rows: &[NodeRow],
+    ) -> Result<(), String> {
         bootd::state::write_atomic(&site.overlay.path, text.as_bytes(), 0o644)
             .map_err(|e| format!("{}: {e}", site.overlay.path.display()))?;
         // Served by bootd before the API answers, then published for the
         // other daemons of the process (they need not parse it again).
         let site = Arc::new(site);
         bootd::serve_site(&self.app, Arc::clone(&site));
+        self.note_awaited(rows, &site);
         self.app.feed.publish(site);
         Ok(())
+    }
+
+    /// Tells bootd which API nodes `site` (the one served) leaves out for
+    /// want of the address or MACs their provider has yet to report
+    /// (`bootd::awaited`): their Ignition is answered "not yet" rather than
+    /// "unknown", on a token of their epoch.
+    pub(crate) fn note_awaited(&self, rows: &[NodeRow], site: &site::Site) {
+        let waiting: Vec<&NodeRow> = rows
+            .iter()
+            .filter(|r| !r.deleting && site.node(&r.name).is_none())
+            .collect();
+        let reinstalled = if waiting.is_empty() {
+            HashMap::new()
+        } else {
+            self.reinstalls()
+        };
+        self.app.awaited.set(
+            waiting
+                .into_iter()
+                .map(|r| {
+                    (
+                        r.name.clone(),
+                        epoch_from(r, reinstalled.get(&r.name).copied()),
+                    )
+                })
+                .collect(),
+        );
     }
 
     /// Records that bootstrap is complete (the first time, and who said so,
