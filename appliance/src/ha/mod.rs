@@ -187,8 +187,8 @@ impl bootd::ha::Shared for EtcdShared {
     /// leader waits out the deadline), it is sent again, for up to
     /// `timeout` + 2 s in all: a spend that reached etcd the first time
     /// finds its own name in the key and is fresh, one of another fetch
-    /// finds another's and is refused. Not sent again, the spends of the
-    /// fetches in that window went unrecorded (bench/storm
+    /// finds another's and is refused. So the fetches of an etcd election's
+    /// window have their spends recorded too (bench/storm
     /// `bootd-ha-etcd-kill`).
     fn spend(&self, nonce: &str, expiry: u64) -> io::Result<bool> {
         let etcd = self.etcd()?;
