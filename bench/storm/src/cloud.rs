@@ -56,6 +56,15 @@ pub struct Seen {
 }
 
 impl Seen {
+    /// The provider's list `all`, read now: its instances per node name.
+    fn count(&mut self, all: &[Value]) {
+        self.instances.clear();
+        self.total = all.len();
+        for inst in all {
+            let name = inst["InstanceName"].as_str().unwrap_or("");
+            *self.instances.entry(name.to_string()).or_default() += 1;
+        }
+    }
     /// Nodes with more than one instance.
     pub fn twice(&self) -> usize {
         self.instances.values().filter(|&&n| n > 1).count()
@@ -92,12 +101,10 @@ pub async fn storm(
         let tick = Instant::now();
         match list(&cloud).await {
             Ok(all) => {
-                seen.instances.clear();
-                seen.total = all.len();
+                seen.count(&all);
                 let now = tick.duration_since(t0).as_micros() as u64;
                 for inst in &all {
                     let name = inst["InstanceName"].as_str().unwrap_or("");
-                    *seen.instances.entry(name.to_string()).or_default() += 1;
                     let Some(&i) = names.get(name) else { continue };
                     let at = *first.entry(i).or_insert(now);
                     if inst["Status"] != "Running" || !started.insert(i) {
@@ -115,7 +122,6 @@ pub async fn storm(
                     };
                     let (plan, sums) = (Arc::clone(&plan), Arc::clone(&sums));
                     tasks.spawn(async move {
-                        let end = tokio::time::timeout_at(deadline, std::future::pending::<()>());
                         let mut run = Run::new(m.index, &plan, t0);
                         run.out
                             .phases
@@ -125,7 +131,7 @@ pub async fn storm(
                                 Ok(sum) => sums.lock().unwrap().push((plan.node(m.index), sum)),
                                 Err(e) => run.out.error = Some(format!("{e:#}")),
                             },
-                            _ = end => {
+                            _ = tokio::time::sleep_until(deadline) => {
                                 let s = deadline.duration_since(t0).as_secs();
                                 run.out.error = Some(format!("deadline: not booted {s} s into the storm"));
                             }
@@ -144,12 +150,7 @@ pub async fn storm(
     }
     // The list once more: a second instance made after the last node's first.
     if let Ok(all) = list(&cloud).await {
-        seen.instances.clear();
-        seen.total = all.len();
-        for inst in &all {
-            let name = inst["InstanceName"].as_str().unwrap_or("");
-            *seen.instances.entry(name.to_string()).or_default() += 1;
-        }
+        seen.count(&all);
     }
     for i in (0..plan.machines).filter(|i| !started.contains(i)) {
         let mut run = Run::new(i, &plan, t0);

@@ -64,9 +64,8 @@ pub async fn get_keeping(
     from: u64,
     cut: Option<u64>,
     hash: &mut Sha256,
-    keep: u64,
+    keep_up_to: u64,
 ) -> Result<Got> {
-    let max = keep;
     let (addr, path) = split(url)?;
     let sock = TcpSocket::new_v4()?;
     sock.bind((local, 0).into())
@@ -120,7 +119,7 @@ pub async fn get_keeping(
         retry_after,
     };
     let keep = |chunk: &[u8], got: &mut Got| {
-        if got.bytes + (chunk.len() as u64) <= max {
+        if got.bytes + (chunk.len() as u64) <= keep_up_to {
             got.body.extend_from_slice(chunk);
         }
         got.bytes += chunk.len() as u64;

@@ -96,18 +96,14 @@ pub(super) async fn ignition(
                     source.to_canonical()
                 ),
             ));
-            return Response::builder()
-                .status(StatusCode::SERVICE_UNAVAILABLE)
-                .header(header::RETRY_AFTER, "5")
-                .header(header::CONTENT_TYPE, "text/plain; charset=utf-8")
-                .body(
-                    Full::new(Bytes::from_static(
-                        b"this node's machine is not known yet; try again\n",
-                    ))
-                    .map_err(|n| match n {})
-                    .boxed(),
-                )
-                .unwrap_or_else(|_| not_found());
+            let mut r = full(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "text/plain; charset=utf-8",
+                "this node's machine is not known yet; try again\n",
+            );
+            r.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
+            return r;
         }
         return denied(Deny::UnknownNode);
     };
