@@ -255,6 +255,132 @@ async fn an_install_config_host_is_imported_with_its_password_left_in_the_file()
     drop(p);
 }
 
+/// `bootd cluster up --install-config` makes the install-config's
+/// platform.baremetal.hosts in its nodes phase, as `nodes import` does:
+/// the host becomes a node driven through its BMC (powered on once), with
+/// its boot MAC, hint and network config, its password left in the file;
+/// a run that goes through the nodes phase again finds it there, makes
+/// nothing and powers nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_up_makes_the_install_config_hosts_through_their_bmcs() {
+    let bmc = fresh();
+    let addr = serve(bmc.clone(), None).await;
+    let f = Fake::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (files, site, api_port) = bmc_site(dir.path(), &f);
+    // A serial-number hint needs the machine's inventory: an agent to take it.
+    let text = std::fs::read_to_string(&site).unwrap().replacen(
+        "\nnodes:\n",
+        "\ninspection:\n  agents: { x86_64: tools/bootd-agent }\n\nnodes:\n",
+        1,
+    );
+    std::fs::write(&site, text).unwrap();
+    std::fs::create_dir_all(dir.path().join("images/tools")).unwrap();
+    std::fs::write(dir.path().join("images/tools/bootd-agent"), b"agent").unwrap();
+    // The lab site's 3 masters and 3 workers, and one more worker: the host.
+    let ic = files.join("install-config.yaml");
+    std::fs::write(
+        &ic,
+        format!(
+            "apiVersion: v1\nbaseDomain: example.test\nmetadata: {{ name: lab }}\n\
+             controlPlane: {{ name: master, replicas: 3 }}\ncompute: [{{ name: worker, replicas: 4 }}]\n\
+             platform:\n  baremetal:\n    hosts:\n      \
+             - name: rack-3\n        role: worker\n        \
+             bmc: {{ address: \"redfish+http://{addr}{SYS}\", username: admin, password: \"{PASSWORD}\" }}\n        \
+             bootMACAddress: \"52:54:00:aa:bb:01\"\n        bootMode: legacy\n        \
+             rootDeviceHints: {{ serialNumber: disk-b }}\n        \
+             networkConfig:\n          interfaces:\n            \
+             - {{ name: eno1, type: ethernet, ipv4: {{ enabled: true, address: [{{ ip: 10.77.0.63, prefix-length: 24 }}] }} }}\n"
+        ),
+    )
+    .unwrap();
+    // The configs as openshift-install left them: cluster up installs them.
+    let assets = dir.path().join("assets");
+    std::fs::create_dir_all(&assets).unwrap();
+    for r in ["bootstrap", "master", "worker"] {
+        let from = dir.path().join(format!("ignition/{r}.ign"));
+        std::fs::copy(from, assets.join(format!("{r}.ign"))).unwrap();
+    }
+    let p = Proc::start(&site, 1);
+    let api = api_client(&dir.path().join("state/ca.pem"), api_port, &p).await;
+    // One run to the ready phase, where it waits for the machines: its
+    // output then, killed.
+    let run = |n: u32| {
+        let out = dir.path().join(format!("up-{n}.out"));
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_bootd"))
+            .args(["--site", site.to_str().unwrap(), "cluster", "up"])
+            .arg("--install-config")
+            .arg(&ic)
+            .arg("--dir")
+            .arg(&assets)
+            .args(["--interval", "0.1", "--timeout", "60"])
+            .stdout(std::fs::File::create(&out).unwrap())
+            .stderr(std::fs::File::create(dir.path().join(format!("up-{n}.err"))).unwrap())
+            .spawn()
+            .unwrap();
+        let end = std::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            let text = std::fs::read_to_string(&out).unwrap();
+            if text.contains("] ready          waiting") {
+                child.kill().unwrap();
+                child.wait().unwrap();
+                let err = std::fs::read_to_string(dir.path().join(format!("up-{n}.err"))).unwrap();
+                return text + &err;
+            }
+            if let Some(st) = child.try_wait().unwrap() {
+                let err = std::fs::read_to_string(dir.path().join(format!("up-{n}.err"))).unwrap();
+                panic!("cluster up ended ({st}) before its ready phase: {text}{err}");
+            }
+            assert!(std::time::Instant::now() < end, "cluster up: {text}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    let first = run(1);
+    assert!(
+        first.contains("rack-3 (a host of the install-config) made through its BMC"),
+        "{first}"
+    );
+    // The replicas are the site's nodes and the host: nothing else made.
+    assert!(first.contains("all 8 node(s) are there"), "{first}");
+    let v = api
+        .wait_node("rack-3", 30, |st, v| {
+            st == 200 && cond(v, "Provisioned")["status"] == "True"
+        })
+        .await;
+    assert_eq!(v["spec"]["role"], "worker", "{v:#}");
+    assert_eq!(v["spec"]["macs"][0], "52:54:00:aa:bb:01", "{v:#}");
+    assert_eq!(v["spec"]["rootDeviceHints"]["serialNumber"], "disk-b");
+    assert_eq!(
+        v["provider"]["redfish"]["password"],
+        json!({ "file": ic, "installConfigHost": "rack-3" })
+    );
+    let overlay = std::fs::read_to_string(dir.path().join("state/nodes.yaml")).unwrap();
+    assert!(
+        overlay.contains("networkConfig") && overlay.contains("10.77.0.63"),
+        "{overlay}"
+    );
+    assert_eq!(bmc.lock().unwrap().resets, vec!["On"], "powered on once");
+    // The nodes phase once more (its progress forgotten): the host is there.
+    std::fs::remove_file(assets.join("cluster-up.json")).unwrap();
+    let second = run(2);
+    assert!(
+        second.contains("all 8 node(s) are there") && !second.contains("made through"),
+        "{second}"
+    );
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(bmc.lock().unwrap().resets, vec!["On"], "not powered again");
+    for text in [
+        first,
+        second,
+        overlay,
+        std::fs::read_to_string(&p.log).unwrap(),
+        v.to_string(),
+    ] {
+        assert!(!text.contains(PASSWORD), "the BMC password leaked");
+    }
+    drop(p);
+}
+
 /// The bootd HTTP port a process site listens on.
 pub(super) fn http_port(site: &std::path::Path) -> u16 {
     let t = std::fs::read_to_string(site).unwrap();
