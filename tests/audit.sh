@@ -6,14 +6,25 @@
 # why it does not apply. Installs cargo-audit (pinned) when missing.
 # Usage: tests/audit.sh   Prints "ok" lines and "PASS audit", or the
 # findings and "FAIL audit", and exits 1.
+#        tests/audit.sh --install   only installs cargo-audit: the test
+# command starts that early, niced, in the background, and the audit's own
+# run waits for it (one install at a time, a lock).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . tests/lib/harness.sh
 harness_init audit
 VERSION=0.22.2
+mkdir -p target/tools
+exec 9>target/tools/.cargo-audit.lock
+flock 9
 if ! cargo audit --version 2>/dev/null | grep -q " $VERSION\$"; then
     log "installing cargo-audit $VERSION"
     cargo install cargo-audit --locked --version "$VERSION" >&2
+fi
+flock -u 9
+if [[ ${1:-} == --install ]]; then
+    log "cargo-audit $VERSION installed"
+    exit 0
 fi
 db=$WORK/advisory-db
 tar -xJf tests/advisory-db/advisory-db.tar.xz -C "$WORK"

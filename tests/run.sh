@@ -6,8 +6,8 @@
 #      under mixed DHCP, DNS, HTTP, TFTP, LB and reload load, in the
 #      background (niced) while the rest runs: RSS, descriptors, threads
 #      and state files sampled, growth bounded (tests/soak/soak.sh);
-#   1. formatting, clippy (-D warnings), no module import cycles, that
-#      the fuzz targets compile, and cargo-audit against an advisory snapshot;
+#   1. formatting, clippy (-D warnings), no module import cycles, source
+#      file lengths, the architecture index, the ECS fake's own tests;
 #   2. cargo test --workspace: unit, golden and integration tests of every crate
 #      (real servers on loopback, talked to by real clients: hyper, curl, dig,
 #      HTTPS health checks, SQLite store with kill -9, 50 kill -9 at random moments under DHCP,
@@ -40,7 +40,11 @@
 #      disks, NIC, LLDP from lldpd), the install to the disk root-device
 #      hints choose with the real coreos-installer, that disk booting, and
 #      a machine below its role's minimums refused;
-#   6. (6 and 7 run in a second lane, in the background, beside 3-5)
+#      last, cargo-audit against an advisory snapshot (cargo-audit built
+#      in the background, niced, from the end of cargo test);
+#   6. (6 and 7 run in a second lane, in the background, beside 3-5; the
+#      lane ends with the fuzz targets compiled and 10 s of random mutation
+#      per target)
 #      DHCP interop: udhcpc, dhclient, perfdhcp (relay) and ISC dhcrelay with
 #      option 82 (a port names a node; the option echoed) against bootd;
 #   7. end to end: real firmware network-boots the lab site's nodes from bootd
@@ -113,19 +117,15 @@ setup "architecture index" python3 tests/tools/architecture-index.py
 # published example, parameter checks from the API metadata, paging, holds).
 setup "ECS fake" python3 tests/controller/ecs-fake-test.py
 
-# The fuzz targets are their own workspace (cargo fuzz builds them with
-# nightly); checking that they compile keeps them in step with the code they
-# call (one had stopped compiling after a signature change, unnoticed).
-setup "fuzz targets compile" cargo check --manifest-path fuzz/Cargo.toml --locked --bins
-
-# Every dependency against the RustSec advisory database (a snapshot in
-# tests/advisory-db; the live one is not reachable): vulnerabilities and
-# unmaintained crates fail, except those .cargo/audit.toml explains.
-setup "dependency audit" bash tests/audit.sh
-
 # The lab's guest image and TFTP root were made above: some cargo tests
 # compare against them (images' core.elf must equal tftp-root.sh's).
 setup "cargo test --workspace" cargo test --workspace --locked
+
+# cargo-audit (crates.io, pinned) builds now, niced, in the background: the
+# end-to-end checks leave CPU idle, where its 4 minutes of compiling on the
+# main lane used to be. The audit itself (below, at the end) waits for it.
+mkdir -p target/steps
+nice -n 19 bash tests/audit.sh --install >target/steps/cargo-audit.log 2>&1 &
 
 t() { step_in main "$@"; }  # name command...: one end-to-end check, counted
 e2e() {
@@ -186,6 +186,10 @@ lane_b() {
   # lane, after the boots: its release build of the fuzz workspace (its own
   # target folder) took 7 of the main lane's minutes, and this lane ends
   # about 19 minutes before the main one.
+  # The fuzz targets are their own workspace (cargo fuzz builds them with
+  # nightly); checking that they compile keeps them in step with the code
+  # they call (one had stopped compiling after a signature change, unnoticed).
+  tb "fuzz targets compile" nice -n 19 cargo check --manifest-path fuzz/Cargo.toml --locked --bins
   tb "fuzz: 10 s of random mutation per target (fuzz/src/bin/quick.rs)" nice -n 19 cargo run --manifest-path fuzz/Cargo.toml --release --locked --bin quick -- --seconds 10 --keep-going
 }
 lane_b >target/lane-b/log 2>&1 &
@@ -212,6 +216,10 @@ t "Redfish (sushy-tools) and IPMI (virtualbmc) BMCs -> libvirt VMs -> netboot ->
 t "inspection and install through Redfish: the agent reports the VM's CPUs, memory, disks, NIC and LLDP port; the next boot installs (real coreos-installer) to the disk the hints choose, which boots; a machine below its role's minimums is refused" bash tests/controller/install-e2e.sh --bootd $BIN/bootd
 t "a host imported from an install-config (bootd nodes import): two NICs in an NMState bond with VLAN 78, inspected, installed to the hinted disk, NetworkManager's bond and VLAN in the guest, the password only in the file" bash tests/controller/install-e2e.sh --bootd $BIN/bootd --install-config
 t "secrets: one grep over every output of a BMC + cloud providers run at trace (logs, API, metrics, status page, argv, environment)" bash tests/secrets/e2e.sh --bootd $BIN/bootd
+# Every dependency against the RustSec advisory database (a snapshot in
+# tests/advisory-db; the live one is not reachable): vulnerabilities and
+# unmaintained crates fail, except those .cargo/audit.toml explains.
+t "dependency audit (RustSec, a snapshot)" bash tests/audit.sh
 log "firmware network boots (the background lane)"
 wait "$laneb" || true
 cat target/lane-b/log
