@@ -172,6 +172,10 @@ pub struct Subject {
     pub node: Option<String>,
     pub mac: Option<Mac>,
     pub ip: Option<IpAddr>,
+    /// `node` is vouched for (a valid token of that node) though the site
+    /// does not serve it yet: the event goes on that name's timeline, not
+    /// the source address's.
+    pub vouched: bool,
 }
 
 impl Subject {
@@ -196,6 +200,14 @@ impl Subject {
     pub fn with_ip(mut self, ip: IpAddr) -> Subject {
         self.ip = Some(ip);
         self
+    }
+    /// A node the site does not serve yet, named by a valid token of it
+    /// (an API node whose provider has not said where its machine is).
+    pub fn vouched(name: &str) -> Subject {
+        Subject {
+            vouched: true,
+            ..Subject::node(name)
+        }
     }
 }
 
@@ -268,6 +280,9 @@ pub fn redact(s: &str) -> String {
 pub fn join(site: &Site, learned: &HashMap<IpAddr, Mac>, s: &Subject) -> (String, bool) {
     if let Some(n) = s.node.as_deref().and_then(|n| site.node(n)) {
         return (n.name.clone(), true);
+    }
+    if let (true, Some(n)) = (s.vouched, &s.node) {
+        return (n.clone(), false);
     }
     if let Some(m) = &s.mac {
         return match site.node_by_mac(m) {
@@ -401,6 +416,14 @@ impl Book {
             events: VecDeque::new(),
             starts: None,
         });
+        // A vouched-for name the site now serves: its track is the node's.
+        if site_node && !t.site_node {
+            t.site_node = true;
+            t.mac = site_node_of
+                .and_then(|n| n.macs.first())
+                .map(|m| m.to_string());
+            t.ip = site_node_of.map(|n| n.ip());
+        }
         // A site node keeps its own MAC and address (a request from elsewhere
         // naming it says nothing about them); DHCP's binding is the truth.
         if let Some((ip, mac)) = raw.binds {
@@ -727,6 +750,7 @@ mod tests {
             node: Some("nope".into()),
             ip: Some(ip("10.77.0.13")),
             mac: None,
+            vouched: false,
         };
         assert_eq!(join(&site, &learned, &s), ("master-2".into(), true));
         assert_eq!(
@@ -900,6 +924,57 @@ mod tests {
             s.phases[0].last_error.as_deref(),
             Some("denied: token_invalid")
         );
+    }
+
+    #[test]
+    fn a_vouched_name_the_site_does_not_serve_yet_has_its_own_timeline() {
+        let before = lab();
+        let mut book = Book::default();
+        // An unknown name with no token: the source address's track.
+        book.add(
+            &before,
+            ev(
+                Subject::node("worker-9").with_ip(ip("10.77.0.99")),
+                Phase::Ignition,
+                "denied",
+                10,
+            ),
+        );
+        assert!(book.tracks.contains_key("ip 10.77.0.99"));
+        // The same name vouched for by its token: the name's own track.
+        book.add(
+            &before,
+            ev(
+                Subject::vouched("worker-9").with_ip(ip("10.77.0.99")),
+                Phase::Ignition,
+                "awaited",
+                20,
+            ),
+        );
+        let t = &book.tracks["worker-9"];
+        assert!(!t.site_node);
+        assert_eq!(t.events.len(), 1);
+        // Served: its events join that track, now the site node's.
+        let after = site::load_with_overlay(
+            &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/lab/site.yaml"),
+            "nodes:\n  - { name: worker-9, role: worker, live: true, macs: [\"52:54:00:77:00:29\"], ip: 10.77.0.29 }\n",
+        )
+        .unwrap();
+        book.add(
+            &after,
+            ev(
+                Subject::node("worker-9").with_ip(ip("10.77.0.29")),
+                Phase::Ignition,
+                "served",
+                30,
+            ),
+        );
+        let t = &book.tracks["worker-9"];
+        assert!(t.site_node);
+        assert_eq!(t.mac.as_deref(), Some("52:54:00:77:00:29"));
+        assert_eq!(t.ip, Some(ip("10.77.0.29")));
+        let whats: Vec<&str> = t.events.iter().map(|e| e.what.as_ref()).collect();
+        assert_eq!(whats, ["awaited", "served"]);
     }
 
     #[test]

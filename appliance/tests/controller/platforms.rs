@@ -493,6 +493,20 @@ pub async fn cluster_loop(p: Platform, net: u8, urls: Option<&dyn Fn(&str) -> Ur
             (503, "this node's machine is not known yet; try again\n"),
             "{name}"
         );
+        // On the node's own timeline (the name its token vouches for), not
+        // the asking address's.
+        let mut awaited = Value::Null;
+        for _ in 0..100 {
+            let (st, v) = b
+                .call("GET", &format!("/v1/nodes/{name}/timeline"), None)
+                .await;
+            if st == 200 && v["events"].to_string().contains("\"awaited\"") {
+                awaited = v;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert_eq!(awaited["node"], name, "{name}: no awaited on its timeline");
         let (st, _) = get_from(Some(anywhere), b.http, &format!("/ignition/{name}")).await;
         assert_eq!(st, 404, "{name}: no token");
         let forged = format!("/ignition/{name}?token=1.p.AAAAAAAAAAAAAAAA.AAAAAAAAAAAAAAAAAAAAAA");

@@ -88,7 +88,7 @@ pub(super) async fn ignition(
     let Some(node) = snap.site.node(name) else {
         if awaited_with_token(app, name, q) {
             app.timeline.record(Raw::new(
-                subject.clone(),
+                Subject::vouched(name).with_ip(source.to_canonical()),
                 Phase::Ignition,
                 AWAITED,
                 format!(
