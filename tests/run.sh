@@ -181,6 +181,9 @@ lane_b() {
   tb "Ignition as powervs: the create call's userData on a config-2 drive, api-int:22623 merged through lbd" pi --platform powervs
   tb "Ignition as packet: Equinix userdata from https://metadata.packet.net, api-int:22623 merged through lbd" pi --platform packet
   tb "Ignition as aliyun without the resolver step: MachineConfigServed False, NotReached, naming api-int" pi --platform aliyun --no-resolver
+  # An instance that boots before the controller has read its address: the
+  # real client's fetch is answered 503 (awaited) and retried until served.
+  tb "Ignition as aliyun, booted before the controller read its instance: bootd answers 503, the client retries, then gets its config" pi --platform aliyun --boot-before-read
   # Random mutation of every fuzz target's seed corpus, 10 s each (not
   # coverage-guided; README, "Fuzzing"): a crash fails the run. In this
   # lane, after the boots: its release build of the fuzz workspace (its own

@@ -857,6 +857,23 @@ class Faults(FakeTestCase):
         self.assertEqual(result["r"].body["InstanceIdSets"]["InstanceIdSet"], [self.instances()[0]["InstanceId"]])
         self.assertEqual(self.log()[0]["heldOutcome"], "released")
 
+    def test_hold_only_a_request_with_the_parameter(self):
+        [iid] = self.run_one()
+        self.proc.control("POST", "hold", {"action": "DescribeInstances", "withParameter": "InstanceIds"})
+        self.describe()  # without InstanceIds: not held
+        result = {}
+        by_id = {"RegionId": REGION, "InstanceIds": json.dumps([iid])}
+        t = threading.Thread(target=lambda: result.setdefault("r", self.call("DescribeInstances", by_id)))
+        t.start()
+        self.wait_until(lambda: self.proc.control("GET", "held").body["held"] == 1, "a held reply")
+        self.assertNotIn("r", result)
+        self.assertEqual(self.proc.control("POST", "release").body, {"released": 1})
+        t.join(5)
+        self.assertEqual(result["r"].status, 200)
+        self.assertEqual(result["r"].body["Instances"]["Instance"][0]["InstanceId"], iid)
+        r = self.proc.control("POST", "hold", {"action": "DescribeInstances", "withParameter": 7})
+        self.assertEqual(r.status, 400)
+
     def test_hold_and_client_killed_leaves_the_instance(self):
         self.proc.control("POST", "hold", {"action": "RunInstances", "count": 1})
         client = subprocess.Popen(

@@ -167,8 +167,10 @@ Control API (unsigned, only for tests; the fake binds 127.0.0.1 only):
                          "retryAfter"?: seconds, "message"?: ..}: the next N
                          matching requests, once authenticated, fail so
                          before doing anything (their nonce is used up)
-  POST /_fake/hold       {"action": "RunInstances"|"*", "count": 1}: the next
-                         matching authenticated request is performed, then
+  POST /_fake/hold       {"action": "RunInstances"|"*", "count": 1,
+                         "withParameter"?: "InstanceIds"}: the next
+                         matching authenticated request (with that
+                         parameter, when given) is performed, then
                          its reply waits for POST /_fake/release, the client
                          going away, or --max-hold seconds (default 300)
   GET  /_fake/held       {"held": number of replies waiting now}
@@ -828,7 +830,7 @@ class Fake:
             entry["parameters"] = elide(params)
             region = params.get("RegionId")
             self.take_injection(action_name)
-            hold = self.take_hold(action_name)
+            hold = self.take_hold(action_name, params)
             action = self.spec.actions.get(action_name)
             if action is None:
                 raise ApiError("InvalidAction.NotFound")
@@ -873,9 +875,10 @@ class Fake:
                     headers["Retry-After"] = str(rule["retryAfter"])
                 raise ApiError(rule["code"], status=rule["status"], message=rule.get("message"), headers=headers)
 
-    def take_hold(self, action):
+    def take_hold(self, action, params):
         for rule in self.holds:
-            if rule["count"] > 0 and rule["action"] in ("*", action):
+            if rule["count"] > 0 and rule["action"] in ("*", action) \
+                    and (rule.get("withParameter") is None or rule["withParameter"] in params):
                 rule["count"] -= 1
                 self.holds = [r for r in self.holds if r["count"] > 0]
                 return True
@@ -1509,6 +1512,10 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if not isinstance(count, int) or count < 1:
             return 400, {"error": "count must be a positive integer"}
         rule = {"action": data["action"], "count": count}
+        if not inject and data.get("withParameter") is not None:
+            if not isinstance(data["withParameter"], str):
+                return 400, {"error": "withParameter must be a parameter name"}
+            rule["withParameter"] = data["withParameter"]
         if inject:
             code = data.get("code")
             if not isinstance(code, str) or not code:

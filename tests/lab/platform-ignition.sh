@@ -9,7 +9,8 @@
 # worker.ign) from a machine-config server stand-in behind lbd's VIP.
 #
 # Usage: tests/lab/platform-ignition.sh --platform aliyun|powervs|packet|metal
-#          [--no-resolver] [--bin DIR (target/release)] [--timeout SECS (240)]
+#          [--no-resolver] [--boot-before-read] [--bin DIR (target/release)]
+#          [--timeout SECS (240)]
 #
 # Inside a private network namespace (10.77.0.0/24 on br0, as tests/lab/):
 #  - the all-in-one appliance on the lab site: bootd with the controller API
@@ -59,6 +60,16 @@
 # does not know api-int) and host.api.machineConfigWithin 20s: passes when
 # the node gets MachineConfigServed False (NotReached) with a message naming
 # api-int and that resolver, and the resolver was asked for api-int.
+# --boot-before-read (aliyun): the machine boots before the controller has
+# read where it is, as an instance does between its start and the
+# controller's next poll (or while a new controller is elected): the fake
+# holds the reply to the controller's first DescribeInstances by id, and
+# the guest boots at once with the address the fake gave the instance (ip=
+# and nameserver=, as the cloud's DHCP would give them), so its Ignition
+# asks bootd for the node's config before bootd serves the node. Passes
+# when, besides the above, bootd answered 503 (the node's timeline says
+# "awaited"), the real client tried again (its log: Service Unavailable),
+# and once the held reply is let go the node is served and a retry gets it.
 # Prints "PASS platform-ignition-<platform>[-no-resolver]" (exit 0) or FAIL
 # lines with logs (exit 1); usage errors exit 2. Root (namespaces, taps).
 set -euo pipefail
@@ -67,12 +78,13 @@ cd "$(dirname "$0")/../.."
 . tests/lib/qemu.sh
 . tests/lib/vm.sh
 
-PLATFORM="" RESOLVER=1 TIMEOUT=240
-usage() { sed -n '12,13p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+PLATFORM="" RESOLVER=1 TIMEOUT=240 EARLY=0
+usage() { sed -n '11,13p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 while [[ $# -gt 0 ]]; do
   case $1 in
     --platform) PLATFORM=${2:-}; shift 2 ;;
     --no-resolver) RESOLVER=0; shift ;;
+    --boot-before-read) EARLY=1; shift ;;
     --bin) BIN=${2:-}; shift 2 ;;
     --timeout) TIMEOUT=${2:-}; shift 2 ;;
     -h|--help) usage ;;
@@ -80,6 +92,7 @@ while [[ $# -gt 0 ]]; do
   esac
 done
 case $PLATFORM in aliyun|powervs|packet|metal) ;; *) usage ;; esac
+[[ $EARLY == 0 || ( $PLATFORM == aliyun && $RESOLVER == 1 ) ]] || usage
 [[ $TIMEOUT =~ ^[0-9]+$ ]] || usage
 [[ $(id -u) -eq 0 ]] || { echo "platform-ignition.sh: must run as root (netns, tap)" >&2; exit 2; }
 BIN=$(realpath "$BIN")
@@ -225,6 +238,12 @@ if [[ -n $PROVIDER ]]; then
 else
   BODY="{\"name\":\"$NODE\",\"role\":\"$ROLE\",\"macs\":[\"52:54:00:77:00:60\"],\"ip\":\"10.77.0.60\",\"kernelArgs\":[\"console=ttyS0\"],\"live\":true}"
 fi
+if [[ $EARLY == 1 ]]; then
+  # The controller's first read of the instance by id waits at the fake.
+  nsx curl -fsS -X POST -H 'Content-Type: application/json' \
+    --data '{"action": "DescribeInstances", "withParameter": "InstanceIds", "count": 1}' "$FAKE/_fake/hold" >/dev/null \
+    || die "the fake took no hold"
+fi
 T_CREATE=$(now)
 r=$(api POST /v1/nodes "$BODY")
 [[ $(status_of "$r") == 201 ]] || die "POST /v1/nodes: $r"
@@ -238,8 +257,24 @@ cond() {
 }
 # cond_is TYPE STATUS: GET the node; its condition TYPE has STATUS (for within).
 cond_is() { node_json && [[ $(cond "$1") == "$2 "* ]]; }
-if [[ -n $PROVIDER ]]; then
-  facts_in() { node_json && [[ $(json '(d.get("facts") or {}).get("ip") or ""' <<<"$NODE_JSON") != "" ]]; }
+facts_in() { node_json && [[ $(json '(d.get("facts") or {}).get("ip") or ""' <<<"$NODE_JSON") != "" ]]; }
+if [[ $EARLY == 1 ]]; then
+  # The instance as the fake made it: the address and MAC the cloud gave it
+  # at create, and its user data. bootd does not serve the node yet (the
+  # controller's read of where the machine is waits at the fake).
+  made() {
+    nsx curl -fsS "$FAKE/_fake/instances" >"$WORK/fake.json" \
+      && python3 -c 'import json,sys; sys.exit(0 if any(x.get("InstanceName")==sys.argv[2] for x in json.load(open(sys.argv[1]))) else 1)' "$WORK/fake.json" "$NODE"
+  }
+  PACE=0.2 within 30 made || die "the fake made no instance for $NODE within 30 s: $(cond Provisioned)"
+  read -r F_IP F_MAC F_UD F_ID < <(python3 -c 'import json,sys; i=[x for x in json.load(open(sys.argv[1])) if x.get("InstanceName")==sys.argv[2]][0]; print(i["PrivateIpAddress"], i["MacAddress"], i["UserData"], i["InstanceId"])' "$WORK/fake.json" "$NODE")
+  ! facts_in || die "$NODE has provider facts before the controller read its instance: $NODE_JSON"
+  IP=$F_IP MAC=$F_MAC
+  base64 -d <<<"$F_UD" >"$WORK/userdata" || die "the fake's user data is not base64"
+  chmod 644 "$WORK/userdata"
+  src=$(json 'd["ignition"]["config"]["merge"][0]["source"]' <"$WORK/userdata") || die "the user data is not a pointer config: $(head -c 200 "$WORK/userdata")"
+  ok "$PLATFORM: the provider made $NODE ($F_ID, $IP $MAC), the controller's read of it held; bootd does not serve it yet; its user data is a pointer to ${src%%\?*}"
+elif [[ -n $PROVIDER ]]; then
   PACE=0.5 within 60 facts_in || die "no provider facts on $NODE within 60 s: $(cond Provisioned)"
   IP=$(json 'd["facts"]["ip"]' <<<"$NODE_JSON")
   MAC=$(json 'd["facts"]["macs"][0]' <<<"$NODE_JSON")
@@ -266,6 +301,9 @@ fi
 
 # --- the platform's stand-in, with what the provider received ----------------------------
 APPEND="console=ttyS0 ignition.firstboot ignition.platform.id=$PLATFORM"
+# Booted before the controller read it: the network as the cloud's DHCP
+# gives it (bootd's DHCP reservation comes from the facts, not there yet).
+[[ $EARLY == 0 ]] || APPEND+=" ip=$IP::$HOST_IP:255.255.255.0:$NODE:eth0:none nameserver=$HOST_IP"
 INITRD=$IMAGES/initramfs QEMU_EXTRA=()
 case $PLATFORM in
   aliyun)
@@ -312,6 +350,26 @@ fi
 log "guest started ($PLATFORM, $MAC) $(since "$T_CREATE")s after the create call"
 
 client_done() { grep -aq '^LAB-IGNITION-CLIENT \|^LAB-IGNITION-FAILED' "$WORK/serial.log" || { alive "$QEMU_PID" || return 125; return 1; }; }
+
+if [[ $EARLY == 1 ]]; then
+  # bootd's "not yet": the node's timeline says awaited once the guest's
+  # Ignition asked with the pointer's token. Then the held read goes on.
+  awaited() {
+    local r
+    r=$(api GET "/v1/nodes/$NODE/timeline") && [[ $(status_of "$r") == 200 && $(body_of "$r") == *awaited* ]] \
+      || { alive "$QEMU_PID" || return 125; return 1; }
+  }
+  PACE=0.5 within 120 awaited || die "bootd never answered $NODE's Ignition 'not yet' (no awaited on its timeline within 120 s): $(tail -n 5 "$WORK/serial.log" | tr '\n' ' ')"
+  ok "the guest's Ignition asked for $NODE's config before the controller read its instance: bootd said not yet (timeline: awaited), $(since "$T_QEMU")s after the guest started"
+  held=$(nsx curl -fsS "$FAKE/_fake/held") || die "the fake's held replies could not be read"
+  [[ $held == *'"held": 1'* ]] || die "the controller's read is not held at the fake: $held"
+  nsx curl -fsS -X POST "$FAKE/_fake/release" >/dev/null || die "the fake did not release the held reply"
+  T_RUN=$(now)
+  PACE=0.5 within 60 facts_in || die "no provider facts on $NODE within 60 s of the held read's reply: $(cond Provisioned)"
+  [[ $(json 'd["facts"]["ip"]' <<<"$NODE_JSON") == "$IP" && $(json 'd["facts"]["macs"][0].lower()' <<<"$NODE_JSON") == "${MAC,,}" ]] \
+    || die "the node's facts are not what the fake gave the instance ($IP, $MAC): $NODE_JSON"
+  ok "the held read answered: bootd has $NODE's address ($IP) from its provider $(since "$T_RUN")s later"
+fi
 
 if [[ $RESOLVER == 0 ]]; then
   # --- without the resolver step: a clear condition, not a timeout -----------------------
@@ -375,6 +433,16 @@ elif [[ $PLATFORM == powervs ]]; then
     ok "Ignition read the config drive: ${mounted#*executing: }"
   else
     bad "no sign of the config drive in Ignition's log"
+  fi
+fi
+if [[ $EARLY == 1 ]]; then
+  # The real client's own account: bootd's 503 for the pointer's source,
+  # tried again, then fetched.
+  unavailable=$(grep -ac 'GET result: Service Unavailable' <<<"$CONSOLE" || true)
+  if [[ $unavailable -ge 1 ]] && grep -aqF "fetched referenced config at ${src%%\?*}" <<<"$CONSOLE"; then
+    ok "Ignition's log: $unavailable x 'GET result: Service Unavailable' from bootd, then fetched referenced config at ${src%%\?*}"
+  else
+    bad "Ignition's log has no 503 from bootd followed by the fetch of ${src%%\?*} ($unavailable x Service Unavailable)"
   fi
 fi
 if grep -aq "fetched referenced config at https://api-int.$DOMAIN:22623/config/$ROLE" <<<"$CONSOLE"; then
