@@ -404,13 +404,16 @@ impl Book {
             self.evict_unknown();
         }
         let site_node_of = site.node(&key);
+        let site_mac = || {
+            site_node_of
+                .and_then(|n| n.macs.first())
+                .map(|m| m.to_string())
+        };
         let joined = site_node.then(|| key.clone());
         let t = self.tracks.entry(key.clone()).or_insert_with(|| Track {
             key,
             site_node,
-            mac: site_node_of
-                .and_then(|n| n.macs.first())
-                .map(|m| m.to_string()),
+            mac: site_mac(),
             ip: site_node_of.map(|n| n.ip()),
             attempt: 1,
             events: VecDeque::new(),
@@ -419,9 +422,7 @@ impl Book {
         // A vouched-for name the site now serves: its track is the node's.
         if site_node && !t.site_node {
             t.site_node = true;
-            t.mac = site_node_of
-                .and_then(|n| n.macs.first())
-                .map(|m| m.to_string());
+            t.mac = site_mac();
             t.ip = site_node_of.map(|n| n.ip());
         }
         // A site node keeps its own MAC and address (a request from elsewhere

@@ -258,21 +258,28 @@ cond() {
 # cond_is TYPE STATUS: GET the node; its condition TYPE has STATUS (for within).
 cond_is() { node_json && [[ $(cond "$1") == "$2 "* ]]; }
 facts_in() { node_json && [[ $(json '(d.get("facts") or {}).get("ip") or ""' <<<"$NODE_JSON") != "" ]]; }
+# ecs_instance: the ECS fake's record of NODE's instance into F_IP F_MAC
+# F_UD F_ID (address, MAC, base64 user data, id); fails while it has none.
+ecs_instance() {
+  local line
+  nsx curl -fsS "$FAKE/_fake/instances" >"$WORK/fake.json" || return 1
+  line=$(python3 -c 'import json,sys; i=[x for x in json.load(open(sys.argv[1])) if x.get("InstanceName")==sys.argv[2]]; i and print(i[0]["PrivateIpAddress"], i[0]["MacAddress"], i[0]["UserData"], i[0]["InstanceId"])' "$WORK/fake.json" "$NODE") || return 1
+  [[ -n $line ]] && read -r F_IP F_MAC F_UD F_ID <<<"$line"
+}
+# pointer_in B64: the user data decoded into $WORK/userdata; its merge source in src.
+pointer_in() {
+  base64 -d <<<"$1" >"$WORK/userdata" || die "the fake's user data is not base64"
+  chmod 644 "$WORK/userdata"
+  src=$(json 'd["ignition"]["config"]["merge"][0]["source"]' <"$WORK/userdata") || die "the user data is not a pointer config: $(head -c 200 "$WORK/userdata")"
+}
 if [[ $EARLY == 1 ]]; then
   # The instance as the fake made it: the address and MAC the cloud gave it
   # at create, and its user data. bootd does not serve the node yet (the
   # controller's read of where the machine is waits at the fake).
-  made() {
-    nsx curl -fsS "$FAKE/_fake/instances" >"$WORK/fake.json" \
-      && python3 -c 'import json,sys; sys.exit(0 if any(x.get("InstanceName")==sys.argv[2] for x in json.load(open(sys.argv[1]))) else 1)' "$WORK/fake.json" "$NODE"
-  }
-  PACE=0.2 within 30 made || die "the fake made no instance for $NODE within 30 s: $(cond Provisioned)"
-  read -r F_IP F_MAC F_UD F_ID < <(python3 -c 'import json,sys; i=[x for x in json.load(open(sys.argv[1])) if x.get("InstanceName")==sys.argv[2]][0]; print(i["PrivateIpAddress"], i["MacAddress"], i["UserData"], i["InstanceId"])' "$WORK/fake.json" "$NODE")
+  PACE=0.2 within 30 ecs_instance || die "the fake made no instance for $NODE within 30 s: $(cond Provisioned)"
   ! facts_in || die "$NODE has provider facts before the controller read its instance: $NODE_JSON"
   IP=$F_IP MAC=$F_MAC
-  base64 -d <<<"$F_UD" >"$WORK/userdata" || die "the fake's user data is not base64"
-  chmod 644 "$WORK/userdata"
-  src=$(json 'd["ignition"]["config"]["merge"][0]["source"]' <"$WORK/userdata") || die "the user data is not a pointer config: $(head -c 200 "$WORK/userdata")"
+  pointer_in "$F_UD"
   ok "$PLATFORM: the provider made $NODE ($F_ID, $IP $MAC), the controller's read of it held; bootd does not serve it yet; its user data is a pointer to ${src%%\?*}"
 elif [[ -n $PROVIDER ]]; then
   PACE=0.5 within 60 facts_in || die "no provider facts on $NODE within 60 s: $(cond Provisioned)"
@@ -280,8 +287,7 @@ elif [[ -n $PROVIDER ]]; then
   MAC=$(json 'd["facts"]["macs"][0]' <<<"$NODE_JSON")
   # What the fake recorded of the create call: its user data, the address and MAC it reported.
   case $PLATFORM in
-    aliyun) nsx curl -fsS "$FAKE/_fake/instances" >"$WORK/fake.json"
-            read -r F_IP F_MAC F_UD < <(python3 -c 'import json,sys; i=[x for x in json.load(open(sys.argv[1])) if x.get("InstanceName")==sys.argv[2]][0]; print(i["PrivateIpAddress"], i["MacAddress"], i["UserData"])' "$WORK/fake.json" "$NODE") ;;
+    aliyun) ecs_instance || die "the fake has no instance for $NODE" ;;
     *) # Every request the controller sent conforms to the provider's document.
        violations=$(nsx curl -fsS "$FAKE/_fake/violations") || die "the provider fake's violations could not be read"
        [[ $violations == "[]" ]] || die "requests that do not conform to the provider's spec: $violations"
@@ -291,9 +297,7 @@ elif [[ -n $PROVIDER ]]; then
   [[ $F_IP == "$IP" && ${F_MAC,,} == "${MAC,,}" ]] \
     || die "the node's facts ($IP, $MAC) are not what the fake reported ($F_IP, $F_MAC)"
   # Alibaba and Power VS take base64; Equinix the text (re-encoded above).
-  base64 -d <<<"$F_UD" >"$WORK/userdata" || die "the fake's user data is not base64"
-  chmod 644 "$WORK/userdata"
-  src=$(json 'd["ignition"]["config"]["merge"][0]["source"]' <"$WORK/userdata") || die "the user data is not a pointer config: $(head -c 200 "$WORK/userdata")"
+  pointer_in "$F_UD"
   ok "$PLATFORM: the provider made $NODE with $IP $MAC; its user data is a pointer to ${src%%\?*}"
 else
   IP=10.77.0.60 MAC=52:54:00:77:00:60

@@ -305,8 +305,9 @@ async fn cluster_up_makes_the_install_config_hosts_through_their_bmcs() {
     let api = api_client(&dir.path().join("state/ca.pem"), api_port, &p).await;
     // One run to the ready phase, where it waits for the machines: its
     // output then, killed.
-    let run = |n: u32| {
+    let run = async |n: u32| {
         let out = dir.path().join(format!("up-{n}.out"));
+        let err = dir.path().join(format!("up-{n}.err"));
         let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_bootd"))
             .args(["--site", site.to_str().unwrap(), "cluster", "up"])
             .arg("--install-config")
@@ -315,27 +316,29 @@ async fn cluster_up_makes_the_install_config_hosts_through_their_bmcs() {
             .arg(&assets)
             .args(["--interval", "0.1", "--timeout", "60"])
             .stdout(std::fs::File::create(&out).unwrap())
-            .stderr(std::fs::File::create(dir.path().join(format!("up-{n}.err"))).unwrap())
+            .stderr(std::fs::File::create(&err).unwrap())
             .spawn()
             .unwrap();
         let end = std::time::Instant::now() + Duration::from_secs(60);
         loop {
             let text = std::fs::read_to_string(&out).unwrap();
+            let errs = || std::fs::read_to_string(&err).unwrap();
             if text.contains("] ready          waiting") {
                 child.kill().unwrap();
                 child.wait().unwrap();
-                let err = std::fs::read_to_string(dir.path().join(format!("up-{n}.err"))).unwrap();
-                return text + &err;
+                return text + &errs();
             }
             if let Some(st) = child.try_wait().unwrap() {
-                let err = std::fs::read_to_string(dir.path().join(format!("up-{n}.err"))).unwrap();
-                panic!("cluster up ended ({st}) before its ready phase: {text}{err}");
+                panic!(
+                    "cluster up ended ({st}) before its ready phase: {text}{}",
+                    errs()
+                );
             }
             assert!(std::time::Instant::now() < end, "cluster up: {text}");
-            std::thread::sleep(Duration::from_millis(50));
+            tokio::time::sleep(Duration::from_millis(50)).await;
         }
     };
-    let first = run(1);
+    let first = run(1).await;
     assert!(
         first.contains("rack-3 (a host of the install-config) made through its BMC"),
         "{first}"
@@ -362,7 +365,7 @@ async fn cluster_up_makes_the_install_config_hosts_through_their_bmcs() {
     assert_eq!(bmc.lock().unwrap().resets, vec!["On"], "powered on once");
     // The nodes phase once more (its progress forgotten): the host is there.
     std::fs::remove_file(assets.join("cluster-up.json")).unwrap();
-    let second = run(2);
+    let second = run(2).await;
     assert!(
         second.contains("all 8 node(s) are there") && !second.contains("made through"),
         "{second}"
